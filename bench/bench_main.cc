@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// maestro-bench: `maestro-bench list`, `maestro-bench <name> [--json] [--quick]`.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "bench/registry.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"maestro-bench: Maestro's benchmarks; each reports ratios against a baseline measured in the same run"};
+  std::string name;
+  bool json = false;
+  maestro::bench::BenchOptions options;
+  app.add_option("name", name, "benchmark to run, or `list`")->required();
+  app.add_flag("--json", json, "print the result as one JSON object");
+  app.add_flag("--quick", options.quick, "smaller sizes (a smoke run)");
+  app.add_option("args", options.args, "benchmark-specific arguments (after --)");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto& reg = maestro::bench::Registry();
+  if (name == "list") {
+    for (const auto& [n, e] : reg) std::printf("%-12s %s\n", n.c_str(), e.description.c_str());
+    return 0;
+  }
+  auto it = reg.find(name);
+  if (it == reg.end()) {
+    std::fprintf(stderr, "maestro-bench: no benchmark named '%s'; `maestro-bench list` shows them\n", name.c_str());
+    return 2;
+  }
+  nlohmann::json out;
+  try {
+    out = it->second.fn(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "maestro-bench %s: %s\n", name.c_str(), e.what());
+    return 1;
+  }
+  out["benchmark"] = name;
+  if (json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    for (const auto& [k, v] : out.items()) std::printf("%-32s %s\n", k.c_str(), v.dump().c_str());
+  }
+  return 0;
+}

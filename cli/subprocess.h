@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// Running other programs without a shell: argv goes to posix_spawnp as is,
+// so no user string is ever interpreted by a shell.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace maestro::cli {
+
+// Directory of the running executable (/proc/self/exe), where the sibling
+// tools (maestro-compile, maestro-worker) live after a build or an install.
+std::string SelfDirectory();
+
+// Runs argv[0] (searched in PATH when it has no '/') with argv; waits; returns
+// the exit status (128+signal when killed), or an error when it cannot start.
+StatusOr<int> RunProcess(const std::vector<std::string>& argv);
+
+}  // namespace maestro::cli

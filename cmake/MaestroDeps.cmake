@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+# Every third-party dependency of Maestro, found once, as imported targets.
+# A missing one stops the configure step with the Debian package that has it;
+# scripts/setup.sh installs them all.
+
+function(maestro_require found what package)
+  if(NOT ${found})
+    message(FATAL_ERROR "Maestro needs ${what}. Install it with: sudo apt-get install ${package}"
+                        " (or run scripts/setup.sh, which installs everything).")
+  endif()
+endfunction()
+
+find_package(PkgConfig QUIET)
+maestro_require(PkgConfig_FOUND "pkg-config" "pkg-config")
+
+find_package(fmt CONFIG QUIET)
+maestro_require(fmt_FOUND "{fmt}" "libfmt-dev")
+find_package(nlohmann_json 3.10 CONFIG QUIET)
+maestro_require(nlohmann_json_FOUND "nlohmann-json" "nlohmann-json3-dev")
+find_package(CLI11 CONFIG QUIET)
+maestro_require(CLI11_FOUND "CLI11" "libcli11-dev")
+find_package(tomlplusplus CONFIG QUIET)
+maestro_require(tomlplusplus_FOUND "TOML++" "libtomlplusplus-dev")
+
+find_package(SQLite3 QUIET)
+maestro_require(SQLite3_FOUND "SQLite 3" "libsqlite3-dev")
+find_package(HDF5 QUIET COMPONENTS C CXX)
+maestro_require(HDF5_FOUND "HDF5 (C and C++)" "libhdf5-dev")
+if(NOT TARGET maestro::hdf5)
+  add_library(maestro::hdf5 INTERFACE IMPORTED)
+  target_include_directories(maestro::hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+  target_compile_definitions(maestro::hdf5 INTERFACE ${HDF5_DEFINITIONS})
+  target_link_libraries(maestro::hdf5 INTERFACE ${HDF5_LIBRARIES} ${HDF5_CXX_LIBRARIES})
+endif()
+
+find_package(MPI QUIET COMPONENTS C)
+maestro_require(MPI_C_FOUND "Open MPI" "libopenmpi-dev openmpi-bin")
+find_program(MAESTRO_MPIRUN NAMES mpirun mpiexec)
+maestro_require(MAESTRO_MPIRUN "mpirun" "openmpi-bin")
+# The C API only: Open MPI's deprecated C++ bindings would need libmpi_cxx.
+add_library(maestro::mpi INTERFACE IMPORTED)
+target_link_libraries(maestro::mpi INTERFACE MPI::MPI_C)
+target_compile_definitions(maestro::mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+
+pkg_check_modules(PMIX QUIET IMPORTED_TARGET pmix)
+maestro_require(PMIX_FOUND "PMIx" "libpmix-dev")
+add_library(maestro::pmix ALIAS PkgConfig::PMIX)
+
+# CUDA + NCCL: optional. AUTO builds the NCCL backend when both are found.
+set(MAESTRO_HAVE_NCCL OFF)
+if(NOT MAESTRO_WITH_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(MAESTRO_HAVE_NCCL ON)
+    add_library(maestro::nccl INTERFACE IMPORTED)
+    target_include_directories(maestro::nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(maestro::nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+  elseif(MAESTRO_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MAESTRO_WITH_CUDA=ON but the CUDA toolkit or NCCL was not found "
+                        "(looked in /usr/local/cuda). Install CUDA + NCCL or configure with -DMAESTRO_WITH_CUDA=OFF.")
+  endif()
+endif()
+message(STATUS "Maestro: NCCL/CUDA backend: ${MAESTRO_HAVE_NCCL}")
+
+# libtorch: only runtime/ links it (one TU costs ~16 s and ~1.2 GB to compile).
+find_package(Torch QUIET)
+maestro_require(Torch_FOUND "libtorch (CMake package Torch)" "libtorch-dev libopenblas0-openmp")
+
+if(MAESTRO_TESTS)
+  find_package(GTest CONFIG QUIET)
+  if(NOT GTest_FOUND)
+    find_package(GTest QUIET)
+  endif()
+  maestro_require(GTest_FOUND "GoogleTest" "libgtest-dev libgmock-dev")
+endif()
+if(MAESTRO_BENCH)
+  find_package(benchmark CONFIG QUIET)
+  maestro_require(benchmark_FOUND "Google Benchmark" "libbenchmark-dev")
+endif()
+find_package(Threads REQUIRED)

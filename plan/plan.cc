@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plan/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace maestro::plan {
+
+NLOHMANN_JSON_SERIALIZE_ENUM(SectionMode, {{SectionMode::kTrain, "train"}, {SectionMode::kForward, "forward"}})
+NLOHMANN_JSON_SERIALIZE_ENUM(ModelKind, {{ModelKind::kDecoder, "decoder"},
+                                         {ModelKind::kVit, "vit"},
+                                         {ModelKind::kAudioEncoder, "audio_encoder"},
+                                         {ModelKind::kProjector, "projector"}})
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, hidden, layers, heads, kv_heads,
+                                                head_dim, ffn_hidden, vocab, tie_embeddings, experts,
+                                                experts_per_token, moe_ffn_hidden, image_size, patch_size,
+                                                channels, mel_bins, audio_frames, in_dim, out_dim, extra)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_decay, beta1, beta2, grad_clip,
+                                                warmup_steps, schedule)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute,
+                                                zero_stage)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
+                                                gpus_per_task, gpu_type, partition, constraint)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
+                                                placement, predicted_step_seconds, predicted_memory_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, tokens)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
+                                                predicted_step_seconds, work_dir)
+
+const char* SectionModeName(SectionMode mode) { return mode == SectionMode::kTrain ? "train" : "forward"; }
+
+const char* ModelKindName(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kDecoder: return "decoder";
+    case ModelKind::kVit: return "vit";
+    case ModelKind::kAudioEncoder: return "audio_encoder";
+    case ModelKind::kProjector: return "projector";
+  }
+  return "?";
+}
+
+const char* GroupKindName(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::kTP: return "tp";
+    case GroupKind::kCP: return "cp";
+    case GroupKind::kDP: return "dp";
+    case GroupKind::kPP: return "pp";
+  }
+  return "?";
+}
+
+int Plan::world_size() const {
+  int n = 0;
+  for (const auto& s : sections) n += s.config.ranks();
+  return n;
+}
+
+int Plan::section_index(const std::string& name) const {
+  for (size_t i = 0; i < sections.size(); ++i) {
+    if (sections[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string PlanToJson(const Plan& plan, int indent) {
+  nlohmann::json j = plan;
+  return j.dump(indent);
+}
+
+StatusOr<Plan> PlanFromJson(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::InvalidArgument(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  if (!j.is_object()) return Status::InvalidArgument(origin + ": a plan must be a JSON object");
+  const int version = j.value("schema_version", -1);
+  if (version != kPlanSchemaVersion) {
+    return Status::InvalidArgument(
+        fmt::format("{}: plan schema version {} but this maestro reads version {}; recompile the spec with "
+                    "this maestro-compile",
+                    origin, version, kPlanSchemaVersion));
+  }
+  Plan plan;
+  try {
+    plan = j.get<Plan>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: malformed plan: {}", origin, e.what()));
+  }
+  Status s = Validate(plan);
+  if (!s.ok()) return s.WithContext(origin);
+  return plan;
+}
+
+StatusOr<Plan> LoadPlan(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open plan '{}'; run maestro-compile first", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return PlanFromJson(ss.str(), path);
+}
+
+Status SavePlan(const Plan& plan, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Status::IOError(fmt::format("cannot write '{}'", tmp));
+    out << PlanToJson(plan) << "\n";
+    if (!out.flush()) return Status::IOError(fmt::format("short write to '{}'", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError(fmt::format("cannot rename '{}' to '{}'", tmp, path));
+  }
+  return Status::Ok();
+}
+
+Status Validate(const Plan& plan) {
+  if (plan.sections.empty()) return Status::InvalidArgument("plan has no sections");
+  int next_rank = 0;
+  for (size_t i = 0; i < plan.sections.size(); ++i) {
+    const auto& s = plan.sections[i];
+    const auto& c = s.config;
+    if (c.tp < 1 || c.pp < 1 || c.cp < 1 || c.dp < 1 || c.ep < 1 || c.micro_batch < 1) {
+      return Status::InvalidArgument(fmt::format("section '{}': parallel degrees and micro_batch must be >= 1", s.name));
+    }
+    if (s.placement.het_component != static_cast<int>(i)) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}' is at index {} but placed in het component {}", s.name, i, s.placement.het_component));
+    }
+    if (s.placement.first_rank != next_rank) {
+      return Status::InvalidArgument(fmt::format("section '{}': first_rank {} but ranks before it sum to {}", s.name,
+                                                 s.placement.first_rank, next_rank));
+    }
+    if (s.placement.nodes * s.placement.tasks_per_node != c.ranks()) {
+      return Status::InvalidArgument(fmt::format(
+          "section '{}': {} nodes x {} tasks per node != tp*pp*cp*dp = {}", s.name, s.placement.nodes,
+          s.placement.tasks_per_node, c.ranks()));
+    }
+    if (plan.section_index(s.name) != static_cast<int>(i)) {
+      return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));
+    }
+    next_rank += c.ranks();
+  }
+  for (const auto& e : plan.edges) {
+    const int u = plan.section_index(e.from);
+    const int d = plan.section_index(e.to);
+    if (u < 0 || d < 0) {
+      return Status::InvalidArgument(fmt::format("edge {} -> {}: unknown section", e.from, e.to));
+    }
+    if (u == d) return Status::InvalidArgument(fmt::format("edge {} -> {}: a section cannot feed itself", e.from, e.to));
+    const int a = plan.sections[u].config.dp;
+    const int b = plan.sections[d].config.dp;
+    if (b % a != 0 && a % b != 0) {
+      return Status::InvalidArgument(fmt::format(
+          "edge {} -> {}: DP degrees {} and {} do not divide one another (DP_from * fanout = DP_to)", e.from, e.to, a, b));
+    }
+  }
+  // Cycle check (Kahn).
+  const size_t n = plan.sections.size();
+  std::vector<int> indeg(n, 0);
+  for (const auto& e : plan.edges) ++indeg[plan.section_index(e.to)];
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (indeg[i] == 0) ready.push_back(i);
+  }
+  size_t seen = 0;
+  while (!ready.empty()) {
+    const size_t v = ready.back();
+    ready.pop_back();
+    ++seen;
+    for (const auto& e : plan.edges) {
+      if (plan.section_index(e.from) == static_cast<int>(v) && --indeg[plan.section_index(e.to)] == 0) {
+        ready.push_back(static_cast<size_t>(plan.section_index(e.to)));
+      }
+    }
+  }
+  if (seen != n) return Status::InvalidArgument("the section graph has a cycle");
+  return Status::Ok();
+}
+
+StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank) {
+  for (size_t i = 0; i < plan.sections.size(); ++i) {
+    const auto& s = plan.sections[i];
+    const int first = s.placement.first_rank;
+    const auto& c = s.config;
+    if (global_rank >= first && global_rank < first + c.ranks()) {
+      RankCoords rc;
+      rc.section = static_cast<int>(i);
+      rc.local_rank = global_rank - first;
+      int r = rc.local_rank;
+      rc.tp = r % c.tp;
+      r /= c.tp;
+      rc.cp = r % c.cp;
+      r /= c.cp;
+      rc.dp = r % c.dp;
+      r /= c.dp;
+      rc.pp = r;
+      return rc;
+    }
+  }
+  return Status::InvalidArgument(
+      fmt::format("rank {} is outside the plan's {} ranks", global_rank, plan.world_size()));
+}
+
+int GlobalRankOf(const Plan& plan, int section, int tp, int cp, int dp, int pp) {
+  const auto& s = plan.sections.at(static_cast<size_t>(section));
+  const auto& c = s.config;
+  return s.placement.first_rank + tp + c.tp * (cp + c.cp * (dp + c.dp * pp));
+}
+
+std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind) {
+  const RankCoords rc = CoordsOfRank(plan, global_rank).ValueOrDie();
+  const auto& c = plan.sections[static_cast<size_t>(rc.section)].config;
+  std::vector<int> ranks;
+  const int size = kind == GroupKind::kTP ? c.tp : kind == GroupKind::kCP ? c.cp : kind == GroupKind::kDP ? c.dp : c.pp;
+  for (int k = 0; k < size; ++k) {
+    RankCoords x = rc;
+    (kind == GroupKind::kTP ? x.tp : kind == GroupKind::kCP ? x.cp : kind == GroupKind::kDP ? x.dp : x.pp) = k;
+    ranks.push_back(GlobalRankOf(plan, x.section, x.tp, x.cp, x.dp, x.pp));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+std::vector<std::vector<int>> GroupsOf(const Plan& plan, int section, GroupKind kind) {
+  const auto& s = plan.sections.at(static_cast<size_t>(section));
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> covered(static_cast<size_t>(s.config.ranks()), false);
+  for (int local = 0; local < s.config.ranks(); ++local) {
+    if (covered[static_cast<size_t>(local)]) continue;
+    auto g = GroupOf(plan, s.placement.first_rank + local, kind);
+    for (int r : g) covered[static_cast<size_t>(r - s.placement.first_rank)] = true;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+std::vector<Link> LinksOfEdge(const Plan& plan, int edge_index) {
+  const auto& e = plan.edges.at(static_cast<size_t>(edge_index));
+  const int u = plan.section_index(e.from);
+  const int d = plan.section_index(e.to);
+  const auto& uc = plan.sections[static_cast<size_t>(u)].config;
+  const auto& dc = plan.sections[static_cast<size_t>(d)].config;
+  std::vector<Link> links;
+  const int n = std::max(uc.dp, dc.dp);
+  for (int i = 0; i < n; ++i) {
+    Link l;
+    l.edge = edge_index;
+    // Fan-out (dc.dp >= uc.dp): downstream replica i is fed by upstream i / k.
+    // Fan-in  (uc.dp >  dc.dp): upstream replica i feeds downstream i / k.
+    if (dc.dp >= uc.dp) {
+      l.down_dp = i;
+      l.up_dp = i / (dc.dp / uc.dp);
+    } else {
+      l.up_dp = i;
+      l.down_dp = i / (uc.dp / dc.dp);
+    }
+    l.up_rank = GlobalRankOf(plan, u, 0, 0, l.up_dp, uc.pp - 1);
+    l.down_rank = GlobalRankOf(plan, d, 0, 0, l.down_dp, 0);
+    links.push_back(l);
+  }
+  return links;
+}
+
+std::vector<Link> LinksOfRank(const Plan& plan, int global_rank) {
+  std::vector<Link> out;
+  for (size_t e = 0; e < plan.edges.size(); ++e) {
+    for (const Link& l : LinksOfEdge(plan, static_cast<int>(e))) {
+      if (l.up_rank == global_rank || l.down_rank == global_rank) out.push_back(l);
+    }
+  }
+  return out;
+}
+
+}  // namespace maestro::plan

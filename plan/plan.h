@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan: what maestro-compile decides and every worker reads (plan.json).
+//
+// Owns: the plan.json schema (versioned), its JSON (de)serialization, and the
+// pure functions that every module derives from a plan in the same way: the
+// rank layout (global rank -> section, het component, TP/CP/DP/PP coordinates)
+// and the cross-section links of the fan-out map.
+// May call: base, nlohmann-json. Called by: compiler, launcher, runtime,
+// scheduler, datalayer.
+//
+// Rank layout. Het component k runs section k. Global ranks are contiguous per
+// component, component 0 first (== SLURM_PROCID in a hetjob step). Inside a
+// section of tp*cp*dp*pp ranks, the local rank is
+//     local = tp_rank + tp*(cp_rank + cp*(dp_rank + dp*pp_rank))
+// i.e. TP fastest, then CP, then DP, then PP (Megatron's "tp-cp-dp-pp").
+//
+// Fan-out. On an edge from U (dp = a) to D (dp = b), exactly one of a | b or
+// b | a holds. Fan-out k = b/a: U's DP rank i feeds D's DP ranks i*k..i*k+k-1.
+// Fan-in k = a/b: U's DP ranks j*k..j*k+k-1 feed D's DP rank j. A link joins
+// the sending rank of an upstream replica (last PP stage, tp = cp = 0) and the
+// receiving rank of a downstream replica (first PP stage, tp = cp = 0);
+// activations go down it and, when U trains, gradients come back up.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace maestro::plan {
+
+inline constexpr int kPlanSchemaVersion = 1;
+
+enum class SectionMode { kTrain, kForward };
+const char* SectionModeName(SectionMode mode);
+
+enum class ModelKind { kDecoder, kVit, kAudioEncoder, kProjector };
+const char* ModelKindName(ModelKind kind);
+
+// The shape of a section's model. Fields that a kind does not use stay 0.
+struct ModelDesc {
+  ModelKind kind = ModelKind::kDecoder;
+  std::string source;  // "builtin" or the path of an imported HF config.json
+  int64_t hidden = 0;        // d_model
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;      // GQA; == heads for MHA
+  int64_t head_dim = 0;      // 0: hidden / heads
+  int64_t ffn_hidden = 0;    // SwiGLU / MLP inner size
+  int64_t vocab = 0;         // decoder only
+  bool tie_embeddings = false;
+  int64_t experts = 0;       // MoE: 0 = dense
+  int64_t experts_per_token = 0;
+  int64_t moe_ffn_hidden = 0;
+  // Encoders
+  int64_t image_size = 0, patch_size = 0, channels = 0;  // ViT
+  int64_t mel_bins = 0, audio_frames = 0;                 // audio encoder
+  // Projector
+  int64_t in_dim = 0, out_dim = 0;
+  // Everything else an imported config carried that the cost model reads.
+  std::map<std::string, double> extra;
+};
+
+struct OptimizerDesc {
+  std::string kind = "adamw";
+  double lr = 3e-4;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.95;
+  double grad_clip = 1.0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";  // "constant" | "cosine"
+};
+
+// One section's parallel configuration (chosen by the planner).
+struct ParallelConfig {
+  int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
+  int micro_batch = 1;       // samples per micro-batch on one DP replica
+  bool recompute = false;    // full activation recomputation
+  int zero_stage = 1;        // 0 or 1 (optimizer states sharded over DP)
+  int ranks() const { return tp * pp * cp * dp; }
+};
+
+// Placement of one section = one Slurm het component.
+struct Placement {
+  int het_component = 0;
+  int first_rank = 0;        // global rank of the section's local rank 0
+  int nodes = 1;
+  int tasks_per_node = 1;
+  int gpus_per_task = 0;     // 0 on CPU-only runs
+  std::string gpu_type;      // a key of the spec's [cluster.gpu.*]
+  std::string partition;     // Slurm partition ("" = job default)
+  std::string constraint;    // Slurm --constraint ("" = none)
+};
+
+struct SectionPlan {
+  std::string name;
+  SectionMode mode = SectionMode::kTrain;
+  std::string activation = "always";  // "always" or a modality name
+  ModelDesc model;
+  OptimizerDesc optimizer;
+  ParallelConfig config;
+  Placement placement;
+  // Predicted by the cost model (seconds per step, bytes per GPU).
+  double predicted_step_seconds = 0.0;
+  double predicted_memory_bytes = 0.0;
+};
+
+struct EdgePlan {
+  std::string from, to;          // section names
+  std::string tensor;            // e.g. "image_embeddings", "teacher_hidden"
+  int64_t bytes_per_sample = 0;  // activation bytes crossing per sample
+  bool carries_gradient = false; // true when `from` trains
+};
+
+struct ModalityDesc {
+  std::string name;              // e.g. "image"
+  double fraction = 0.0;         // share of samples that carry it
+  int64_t tokens = 0;            // tokens it adds to a sample
+};
+
+struct DataPlan {
+  std::string manifest;          // JSONL sample manifest ("" = built-in demo data)
+  int64_t global_batch = 1;
+  int64_t seq_len = 1;
+  uint64_t seed = 0;
+  int64_t steps = 0;             // 0 = one epoch
+  std::vector<ModalityDesc> modalities;
+};
+
+struct Plan {
+  int schema_version = kPlanSchemaVersion;
+  std::string job_name;
+  std::string spec_path;
+  std::vector<SectionPlan> sections;   // index == het component
+  std::vector<EdgePlan> edges;
+  DataPlan data;
+  double predicted_step_seconds = 0.0;
+  std::string work_dir = ".";           // checkpoints, spool, metrics
+
+  int world_size() const;
+  // REQUIRES: name is a section of this plan; returns -1 otherwise.
+  int section_index(const std::string& name) const;
+};
+
+// ---- (de)serialization -------------------------------------------------------
+std::string PlanToJson(const Plan& plan, int indent = 2);
+// Checks the schema version and the layout invariants (Validate()).
+StatusOr<Plan> PlanFromJson(const std::string& text, const std::string& origin = "plan.json");
+StatusOr<Plan> LoadPlan(const std::string& path);
+Status SavePlan(const Plan& plan, const std::string& path);
+
+// Layout invariants: contiguous ranks per component, tasks == ranks, every
+// edge's sections exist and their DP degrees divide one another, no cycles.
+Status Validate(const Plan& plan);
+
+// ---- rank layout -------------------------------------------------------------
+struct RankCoords {
+  int section = -1;        // index into plan.sections (== het component)
+  int local_rank = 0;      // rank inside the section
+  int tp = 0, cp = 0, dp = 0, pp = 0;
+};
+
+StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank);
+int GlobalRankOf(const Plan& plan, int section, int tp, int cp, int dp, int pp);
+
+// Groups inside a section, as sorted lists of global ranks.
+enum class GroupKind { kTP, kCP, kDP, kPP };
+const char* GroupKindName(GroupKind kind);
+// The group of `kind` that contains `global_rank`.
+std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind);
+// Every group of `kind` in section `section`.
+std::vector<std::vector<int>> GroupsOf(const Plan& plan, int section, GroupKind kind);
+
+// ---- cross-section links ----------------------------------------------------
+struct Link {
+  int edge = -1;            // index into plan.edges
+  int up_dp = 0, down_dp = 0;
+  int up_rank = -1;         // global rank that sends activations
+  int down_rank = -1;       // global rank that receives them
+};
+// All links of edge `edge_index` (fan-out or fan-in as the DP degrees say).
+std::vector<Link> LinksOfEdge(const Plan& plan, int edge_index);
+// Every link in the plan that `global_rank` is an endpoint of.
+std::vector<Link> LinksOfRank(const Plan& plan, int global_rank);
+
+}  // namespace maestro::plan

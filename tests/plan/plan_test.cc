@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plan/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace maestro::plan {
+namespace {
+
+// Adds a section with the given degrees at the end of the plan's rank space.
+void AddSection(Plan& p, const std::string& name, int tp, int cp, int dp, int pp) {
+  SectionPlan s;
+  s.name = name;
+  s.config.tp = tp;
+  s.config.cp = cp;
+  s.config.dp = dp;
+  s.config.pp = pp;
+  s.placement.het_component = static_cast<int>(p.sections.size());
+  s.placement.first_rank = p.world_size();
+  s.placement.nodes = 1;
+  s.placement.tasks_per_node = s.config.ranks();
+  p.sections.push_back(s);
+}
+
+Plan VlmPlan(int vit_dp, int llm_dp) {
+  Plan p;
+  p.job_name = "vlm";
+  AddSection(p, "vit", 1, 1, vit_dp, 1);
+  AddSection(p, "llm", 2, 1, llm_dp, 2);
+  p.edges.push_back({"vit", "llm", "image_embeddings", 1024, true});
+  return p;
+}
+
+TEST(RankLayout, EveryRankHasUniqueCoordinatesAndRoundTrips) {
+  const Plan p = VlmPlan(2, 2);
+  ASSERT_TRUE(Validate(p).ok());
+  EXPECT_EQ(p.world_size(), 2 + 8);
+  std::set<std::tuple<int, int, int, int, int>> seen;
+  for (int r = 0; r < p.world_size(); ++r) {
+    const auto c = CoordsOfRank(p, r).ValueOrDie();
+    EXPECT_TRUE(seen.insert({c.section, c.tp, c.cp, c.dp, c.pp}).second);
+    EXPECT_EQ(GlobalRankOf(p, c.section, c.tp, c.cp, c.dp, c.pp), r);
+  }
+  EXPECT_FALSE(CoordsOfRank(p, p.world_size()).ok());
+  // TP is fastest: llm ranks 2,3 are one TP group; PP is slowest.
+  EXPECT_EQ(GroupOf(p, 2, GroupKind::kTP), (std::vector<int>{2, 3}));
+  EXPECT_EQ(GroupOf(p, 2, GroupKind::kDP), (std::vector<int>{2, 4}));
+  EXPECT_EQ(GroupOf(p, 2, GroupKind::kPP), (std::vector<int>{2, 6}));
+  EXPECT_EQ(GroupsOf(p, 1, GroupKind::kTP).size(), 4u);
+}
+
+TEST(Links, FanOutMapsUpstreamReplicaToConsecutiveDownstreamReplicas) {
+  const Plan p = VlmPlan(1, 2);  // fan-out 2
+  const auto links = LinksOfEdge(p, 0);
+  ASSERT_EQ(links.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(links[i].up_dp, 0);
+    EXPECT_EQ(links[i].down_dp, i);
+    EXPECT_EQ(links[i].up_rank, 0);
+    // First PP stage, tp = cp = 0 of downstream replica i.
+    EXPECT_EQ(links[i].down_rank, GlobalRankOf(p, 1, 0, 0, i, 0));
+  }
+}
+
+TEST(Links, FanInMirrorsFanOut) {
+  Plan p;
+  AddSection(p, "teacher", 1, 1, 4, 2);
+  AddSection(p, "student", 1, 1, 2, 1);
+  p.edges.push_back({"teacher", "student", "teacher_hidden", 4096, false});
+  ASSERT_TRUE(Validate(p).ok());
+  const auto links = LinksOfEdge(p, 0);
+  ASSERT_EQ(links.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(links[i].up_dp, i);
+    EXPECT_EQ(links[i].down_dp, i / 2);
+    EXPECT_EQ(links[i].up_rank, GlobalRankOf(p, 0, 0, 0, i, 1));  // last PP stage sends
+  }
+  EXPECT_EQ(LinksOfRank(p, GlobalRankOf(p, 1, 0, 0, 1, 0)).size(), 2u);
+}
+
+TEST(Validate, RejectsBadFanOutCyclesAndLayoutGaps) {
+  Plan p = VlmPlan(2, 3);
+  EXPECT_NE(Validate(p).message().find("do not divide"), std::string::npos);
+  p = VlmPlan(1, 2);
+  p.edges.push_back({"llm", "vit", "loop", 1, false});
+  EXPECT_NE(Validate(p).message().find("cycle"), std::string::npos);
+  p = VlmPlan(1, 2);
+  p.sections[1].placement.first_rank = 5;
+  EXPECT_NE(Validate(p).message().find("first_rank"), std::string::npos);
+}
+
+TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
+  Plan p = VlmPlan(2, 4);
+  p.sections[0].mode = SectionMode::kForward;
+  p.sections[0].model.kind = ModelKind::kVit;
+  p.sections[0].model.extra["rope_theta"] = 1e6;
+  p.data.modalities.push_back({"image", 1.0 / 3, 256});
+  const std::string text = PlanToJson(p);
+  const Plan q = PlanFromJson(text).ValueOrDie();
+  EXPECT_EQ(PlanToJson(q), text);
+  EXPECT_EQ(q.sections[0].mode, SectionMode::kForward);
+  EXPECT_DOUBLE_EQ(q.sections[0].model.extra.at("rope_theta"), 1e6);
+
+  std::string old = text;
+  old.replace(old.find("\"schema_version\": 1"), 19, "\"schema_version\": 0");
+  const auto bad = PlanFromJson(old);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("recompile"), std::string::npos);
+  EXPECT_FALSE(PlanFromJson("{not json").ok());
+}
+
+}  // namespace
+}  // namespace maestro::plan
