@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs every Debian package Maestro needs (build, run, test). Idempotent:
+# when everything is present it only checks (well under a second) and says so.
+#   scripts/setup.sh            install what is missing (root, or sudo without a password)
+#   scripts/setup.sh --check    only report what is missing (exit 1 if anything is)
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build ccache pkg-config make
+  # libraries (see cmake/MaestroDeps.cmake)
+  libtorch-dev libopenblas0-openmp           # libtorch; without OpenBLAS it runs ~17x slower
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libsqlite3-dev sqlite3 libhdf5-dev hdf5-tools
+  libopenmpi-dev openmpi-bin libpmix-dev
+  # the local Slurm cluster (slurm/local-cluster.sh) and srun --mpi=pmix
+  slurmctld slurmd slurm-client munge
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-torch                               # reference outputs for numerical tests
+  # data for the demo
+  dataset-fashion-mnist
+)
+
+check_only=0
+case "${1:-}" in
+  --check) check_only=1 ;;
+  -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "setup.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+if ((check_only)); then
+  echo "setup: missing packages: ${missing[*]}" >&2
+  exit 1
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  SUDO=(sudo -n)
+else
+  cat >&2 <<MSG
+setup: these Debian packages are missing and installing them needs root:
+  ${missing[*]}
+Run this script as root (or with sudo), or install them yourself:
+  sudo apt-get install --no-install-recommends ${missing[*]}
+MSG
+  exit 1
+fi
+
+echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp /tmp/maestro-setup.XXXXXX.log)
+# An old or empty package list makes `apt-get install` fail: refresh it first.
+if ! "${SUDO[@]}" apt-get update -qq >"$log" 2>&1; then
+  echo "setup: apt-get update failed:" >&2; tail -20 "$log" >&2; exit 1
+fi
+if ! "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$log" 2>&1; then
+  echo "setup: apt-get install failed (full log: $log):" >&2; tail -30 "$log" >&2; exit 1
+fi
+rm -f "$log"
+echo "setup: done"

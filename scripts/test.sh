@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# README command 2: set up, build and run the whole test suite (what CI runs).
+#   scripts/test.sh [ctest args...]     e.g. scripts/test.sh -L compiler
+# Slow tests (label `slow`) are skipped unless MAESTRO_SLOW=1.
+# MAESTRO_SANITIZE=1 runs the suite built with ASan+UBSan (in build-asan/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+scripts/build.sh
+
+dir=build
+[[ "${MAESTRO_SANITIZE:-0}" == 1 ]] && dir=build-asan
+exclude=(-LE slow)
+[[ "${MAESTRO_SLOW:-0}" == 1 ]] && exclude=()
+cd "$dir"
+exec ctest --output-on-failure -j "$(nproc)" "${exclude[@]}" "$@"
