@@ -16,6 +16,9 @@ fi
 dir=${1:-$default_dir}
 shift || true
 jobs=${MAESTRO_JOBS:-$(nproc)}
+# ccache: hash paths relative to the tree so a fresh clone reuses the cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 
 if [[ ! -f "$dir/build.ninja" ]]; then
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra[@]}" "$@"
