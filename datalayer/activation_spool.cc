@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "datalayer/activation_spool.h"
+
+#include <fmt/format.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "datalayer/checks.h"
+#include "datalayer/crc32c.h"
+
+namespace maestro::datalayer {
+namespace {
+
+constexpr int kSpoolLayoutVersion = 1;
+// Columns of /rows (int64): the commit record, mirrored for h5dump readers.
+constexpr hsize_t kRowColumns = 10;
+constexpr const char* kRowColumnNames = "sample_id,epoch,value_offset,value_count,crc32c,ndim,d0,d1,d2,d3";
+
+hid_t NativeType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return H5T_NATIVE_FLOAT;
+    case DType::kF16:
+    case DType::kBF16: return H5T_NATIVE_UINT16;  // raw bits; attribute "dtype" says which
+    case DType::kI32: return H5T_NATIVE_INT32;
+    case DType::kI64: return H5T_NATIVE_INT64;
+    case DType::kU8: return H5T_NATIVE_UINT8;
+  }
+  return H5T_NATIVE_UINT8;
+}
+
+// Closes an hid_t with the given H5*close function when it goes out of scope.
+class H5Handle {
+ public:
+  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~H5Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  hid_t get() const { return id_; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+Status WriteStringAttribute(hid_t obj, const char* name, const std::string& value) {
+  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5_CHECK(type.get(), name);
+  H5_CHECK(H5Tset_size(type.get(), std::max<size_t>(1, value.size())), name);
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  H5_CHECK(attr.get(), name);
+  H5_CHECK(H5Awrite(attr.get(), type.get(), value.data()), name);
+  return Status::Ok();
+}
+
+StatusOr<std::string> ReadStringAttribute(hid_t obj, const char* name) {
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  H5_CHECK(attr.get(), name);
+  H5Handle type(H5Aget_type(attr.get()), H5Tclose);
+  const size_t size = H5Tget_size(type.get());
+  std::string out(size, '\0');
+  H5_CHECK(H5Aread(attr.get(), type.get(), out.data()), name);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+}  // namespace
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 1;
+}
+
+StatusOr<DType> ParseDType(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kU8}) {
+    if (name == DTypeName(d)) return d;
+  }
+  return Status::InvalidArgument(fmt::format("unknown spool dtype '{}' (one of f32, f16, bf16, i32, i64, u8)", name));
+}
+
+ActivationSpool::ActivationSpool(std::string path, SqliteDb* db, SpoolOptions options, Env* env)
+    : path_(std::move(path)), db_(db), options_(std::move(options)), env_(env) {}
+
+ActivationSpool::~ActivationSpool() { CloseFile(); }
+
+void ActivationSpool::CloseFile() {
+  if (rows_ >= 0) H5Dclose(rows_);
+  if (values_ >= 0) H5Dclose(values_);
+  if (file_ >= 0) H5Fclose(file_);
+  rows_ = values_ = file_ = -1;
+}
+
+StatusOr<std::unique_ptr<ActivationSpool>> ActivationSpool::Open(const std::string& h5_path, SqliteDb* db,
+                                                                  const SpoolOptions& options, Env* env) {
+  internal::SilenceHdf5Errors();
+  if (options.name.empty()) return Status::InvalidArgument("spool needs a name (e.g. \"teacher.topk_logits\")");
+  if (options.chunk_bytes < static_cast<int64_t>(DTypeSize(options.dtype))) {
+    return Status::InvalidArgument(fmt::format("spool {}: chunk_bytes {} is too small", options.name, options.chunk_bytes));
+  }
+  std::unique_ptr<ActivationSpool> spool(new ActivationSpool(h5_path, db, options, env));
+  MAESTRO_RETURN_IF_ERROR(spool->OpenOrCreateFile());
+  MAESTRO_RETURN_IF_ERROR(spool->LoadRecords());
+  return spool;
+}
+
+Status ActivationSpool::OpenOrCreateFile() {
+  const std::string& name = options_.name;
+  H5Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  // Room for a few chunks, so a partly written chunk is not re-read per write.
+  H5_CHECK(H5Pset_chunk_cache(dapl.get(), 521, static_cast<size_t>(options_.chunk_bytes) * 4, 1.0), path_);
+  bool fresh = true;
+  if (env_->FileExists(path_)) {
+    file_ = H5Fopen(path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    if (file_ >= 0) {
+      values_ = H5Dopen2(file_, "/values", dapl.get());
+      rows_ = H5Dopen2(file_, "/rows", H5P_DEFAULT);
+    }
+    if (file_ < 0 || values_ < 0 || rows_ < 0) {
+      const std::string why = internal::Hdf5Detail("");
+      CloseFile();
+      Log(LogLevel::kWarn, "spool {}: {} is unreadable ({}); moving it to {}.corrupt, its rows will be recomputed",
+          name, path_, why, path_);
+      MAESTRO_RETURN_IF_ERROR(env_->RenameFile(path_, path_ + ".corrupt"));
+    } else {
+      fresh = false;
+      auto dtype = ReadStringAttribute(values_, "dtype");
+      if (!dtype.ok() || *dtype != DTypeName(options_.dtype)) {
+        return Status::FailedPrecondition(fmt::format(
+            "spool {}: {} holds dtype {} but the run asks for {}; use a new run directory",
+            name, path_, dtype.ok() ? *dtype : "(unknown)", DTypeName(options_.dtype)));
+      }
+    }
+  }
+  if (fresh) {
+    // Default (earliest) file format: after kill -9 a flushed file reopens
+    // with its data up to the last flush, without h5clear.
+    file_ = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5_CHECK(file_, "cannot create spool file " + path_ + "; check that its directory is writable");
+    const hsize_t elem = DTypeSize(options_.dtype);
+    const hsize_t chunk_elems = std::max<hsize_t>(1, static_cast<hsize_t>(options_.chunk_bytes) / elem);
+    {
+      hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
+      H5Handle space(H5Screate_simple(1, dims, maxdims), H5Sclose);
+      H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk_elems), path_);
+      values_ = H5Dcreate2(file_, "/values", NativeType(options_.dtype), space.get(), H5P_DEFAULT, dcpl.get(),
+                           dapl.get());
+      H5_CHECK(values_, path_ + ":/values");
+      MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(values_, "dtype", DTypeName(options_.dtype)));
+      MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(values_, "spool", name));
+      MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(values_, "layout_version", std::to_string(kSpoolLayoutVersion)));
+    }
+    {
+      hsize_t dims[2] = {0, kRowColumns}, maxdims[2] = {H5S_UNLIMITED, kRowColumns};
+      hsize_t chunk[2] = {1024, kRowColumns};
+      H5Handle space(H5Screate_simple(2, dims, maxdims), H5Sclose);
+      H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5_CHECK(H5Pset_chunk(dcpl.get(), 2, chunk), path_);
+      rows_ = H5Dcreate2(file_, "/rows", H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT);
+      H5_CHECK(rows_, path_ + ":/rows");
+      MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(rows_, "columns", kRowColumnNames));
+    }
+    H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), path_);
+  }
+  // A fresh file has no rows: drop whatever records an older file left.
+  if (fresh) {
+    MAESTRO_RETURN_IF_ERROR(db_->Begin());
+    auto reset = [&]() -> Status {
+      MAESTRO_ASSIGN_OR_RETURN(auto del, db_->Prepare("DELETE FROM spool_rows WHERE spool=?"));
+      del.Bind(1, name);
+      MAESTRO_RETURN_IF_ERROR(del.Run());
+      MAESTRO_ASSIGN_OR_RETURN(auto up, db_->Prepare("INSERT OR REPLACE INTO spools(spool, file, dtype, "
+                                                     "committed_values, committed_rows) VALUES(?, ?, ?, 0, 0)"));
+      up.Bind(1, name);
+      up.Bind(2, path_);
+      up.Bind(3, std::string(DTypeName(options_.dtype)));
+      MAESTRO_RETURN_IF_ERROR(up.Run());
+      return db_->Commit();
+    };
+    Status s = reset();
+    if (!s.ok()) {
+      db_->RollbackQuietly();
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ActivationSpool::LoadRecords() {
+  const std::string& name = options_.name;
+  MAESTRO_ASSIGN_OR_RETURN(auto meta, db_->Prepare("SELECT dtype, committed_values, committed_rows FROM spools WHERE spool=?"));
+  meta.Bind(1, name);
+  MAESTRO_ASSIGN_OR_RETURN(bool have, meta.Step());
+  if (!have) {
+    return Status::Corruption(fmt::format("spool {}: {} exists but {} has no record of it; delete the spool file",
+                                          name, path_, db_->path()));
+  }
+  if (meta.Text(0) != DTypeName(options_.dtype)) {
+    return Status::FailedPrecondition(fmt::format("spool {}: recorded dtype {} but the run asks for {}", name,
+                                                  meta.Text(0), DTypeName(options_.dtype)));
+  }
+  committed_values_ = meta.Int(1);
+  committed_table_rows_ = meta.Int(2);
+  hsize_t extent[1] = {0};
+  {
+    H5Handle space(H5Dget_space(values_), H5Sclose);
+    H5_CHECK(H5Sget_simple_extent_dims(space.get(), extent, nullptr), path_);
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto rows, db_->Prepare("SELECT sample_id, epoch, value_offset, value_count, dims, crc32c "
+                                                   "FROM spool_rows WHERE spool=?"));
+  rows.Bind(1, name);
+  committed_.clear();
+  for (;;) {
+    MAESTRO_ASSIGN_OR_RETURN(bool row, rows.Step());
+    if (!row) break;
+    RowRecord rec;
+    rec.epoch = rows.Int(1);
+    rec.offset = rows.Int(2);
+    rec.count = rows.Int(3);
+    const nlohmann::json dims = nlohmann::json::parse(rows.Text(4), nullptr, false);
+    if (!dims.is_array()) {
+      ++stats_.corrupt_rows;
+      continue;
+    }
+    for (const auto& d : dims) rec.dims.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    rec.crc = static_cast<uint32_t>(rows.Int(5));
+    if (static_cast<hsize_t>(rec.offset + rec.count) > extent[0]) {
+      ++stats_.corrupt_rows;  // the file lost data it had committed: recompute
+      continue;
+    }
+    committed_[rows.Int(0)] = std::move(rec);
+  }
+  end_values_ = staged_offset_ = committed_values_;
+  stats_.committed_rows = static_cast<int64_t>(committed_.size());
+  stats_.committed_bytes = committed_values_ * static_cast<int64_t>(DTypeSize(options_.dtype));
+  return Status::Ok();
+}
+
+StatusOr<std::optional<SpoolRow>> ActivationSpool::Get(int64_t sample_id, int64_t epoch) {
+  auto it = committed_.find(sample_id);
+  if (it == committed_.end() || (!options_.reuse_across_epochs && it->second.epoch != epoch)) {
+    ++stats_.misses;
+    return std::optional<SpoolRow>();
+  }
+  const RowRecord& rec = it->second;
+  SpoolRow row;
+  row.sample_id = sample_id;
+  row.epoch = rec.epoch;
+  row.dims = rec.dims;
+  row.data.resize(static_cast<size_t>(rec.count) * DTypeSize(options_.dtype));
+  bool ok = true;
+  if (rec.count > 0) {
+    hsize_t start[1] = {static_cast<hsize_t>(rec.offset)}, count[1] = {static_cast<hsize_t>(rec.count)};
+    H5Handle fspace(H5Dget_space(values_), H5Sclose);
+    H5Handle mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
+    ok = fspace.get() >= 0 && mspace.get() >= 0 &&
+         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+         H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, row.data.data()) >= 0;
+  }
+  if (!ok || Crc32c(row.data.data(), row.data.size()) != rec.crc) {
+    Log(LogLevel::kWarn, "spool {}: row of sample {} in {} is {}; recomputing it", options_.name, sample_id, path_,
+        ok ? "corrupt (checksum mismatch)" : "unreadable");
+    ++stats_.corrupt_rows;
+    ++stats_.misses;
+    committed_.erase(it);
+    return std::optional<SpoolRow>();
+  }
+  ++stats_.hits;
+  return std::optional<SpoolRow>(std::move(row));
+}
+
+StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowView& row) {
+  const size_t elem = DTypeSize(options_.dtype);
+  int64_t count = 1;
+  for (int64_t d : row.dims) {
+    if (d < 0) return Status::InvalidArgument(fmt::format("spool {}: negative dimension in row shape", options_.name));
+    count *= d;
+  }
+  if (row.dims.size() > 4) {
+    return Status::InvalidArgument(fmt::format("spool {}: rows have at most 4 dimensions, got {}", options_.name,
+                                               row.dims.size()));
+  }
+  if (static_cast<size_t>(count) * elem != row.bytes || (row.bytes > 0 && row.data == nullptr)) {
+    return Status::InvalidArgument(fmt::format("spool {}: row of sample {} has {} bytes but shape needs {} x {} bytes",
+                                               options_.name, sample_id, row.bytes, count, elem));
+  }
+  if ((end_values_ + count) * static_cast<int64_t>(elem) > options_.budget_bytes) {
+    ++stats_.rows_over_budget;
+    return false;
+  }
+  PendingRow pending{sample_id, RowRecord{epoch, end_values_, count, row.dims, Crc32c(row.data, row.bytes)}};
+  const auto* p = static_cast<const std::byte*>(row.data);
+  staged_.insert(staged_.end(), p, p + row.bytes);
+  end_values_ += count;
+  pending_.push_back(std::move(pending));
+  ++stats_.rows_put;
+  if (static_cast<int64_t>(staged_.size()) >= options_.chunk_bytes) MAESTRO_RETURN_IF_ERROR(WriteStaged());
+  return true;
+}
+
+Status ActivationSpool::WriteStaged() {
+  if (staged_.empty()) return Status::Ok();
+  MAESTRO_RETURN_IF_ERROR(env_->BeforeDurableOp(DurableOp::kSpoolWrite, path_));
+  const hsize_t elems = staged_.size() / DTypeSize(options_.dtype);
+  hsize_t new_extent[1] = {static_cast<hsize_t>(staged_offset_) + elems};
+  hsize_t extent[1] = {0};
+  {
+    H5Handle space(H5Dget_space(values_), H5Sclose);
+    H5_CHECK(H5Sget_simple_extent_dims(space.get(), extent, nullptr), path_);
+  }
+  if (new_extent[0] > extent[0]) H5_CHECK(H5Dset_extent(values_, new_extent), path_ + ":/values");
+  hsize_t start[1] = {static_cast<hsize_t>(staged_offset_)}, count[1] = {elems};
+  H5Handle fspace(H5Dget_space(values_), H5Sclose);
+  H5Handle mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
+  H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path_);
+  H5_CHECK(H5Dwrite(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, staged_.data()),
+           path_ + ":/values (is the disk full?)");
+  staged_offset_ += static_cast<int64_t>(elems);
+  staged_.clear();
+  return Status::Ok();
+}
+
+Status ActivationSpool::AppendRowTable() {
+  const auto n = static_cast<hsize_t>(pending_.size());
+  std::vector<int64_t> table(n * kRowColumns, 0);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const RowRecord& r = pending_[i].record;
+    int64_t* t = &table[i * kRowColumns];
+    t[0] = pending_[i].sample_id;
+    t[1] = r.epoch;
+    t[2] = r.offset;
+    t[3] = r.count;
+    t[4] = r.crc;
+    t[5] = static_cast<int64_t>(r.dims.size());
+    for (size_t d = 0; d < r.dims.size(); ++d) t[6 + d] = r.dims[d];
+  }
+  hsize_t new_extent[2] = {static_cast<hsize_t>(committed_table_rows_) + n, kRowColumns};
+  H5_CHECK(H5Dset_extent(rows_, new_extent), path_ + ":/rows");
+  hsize_t start[2] = {static_cast<hsize_t>(committed_table_rows_), 0}, count[2] = {n, kRowColumns};
+  H5Handle fspace(H5Dget_space(rows_), H5Sclose);
+  H5Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+  H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path_);
+  H5_CHECK(H5Dwrite(rows_, H5T_NATIVE_INT64, mspace.get(), fspace.get(), H5P_DEFAULT, table.data()), path_ + ":/rows");
+  return Status::Ok();
+}
+
+Status ActivationSpool::Commit() {
+  if (pending_.empty()) return Status::Ok();
+  // 1. values and the row table into the file.
+  MAESTRO_RETURN_IF_ERROR(WriteStaged());
+  MAESTRO_RETURN_IF_ERROR(AppendRowTable());
+  // 2. flush HDF5's caches and fsync the file.
+  MAESTRO_RETURN_IF_ERROR(env_->BeforeDurableOp(DurableOp::kSpoolFlush, path_));
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), path_);
+  void* handle = nullptr;
+  H5_CHECK(H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle), path_);
+  if (handle != nullptr && ::fsync(*static_cast<int*>(handle)) != 0) {
+    return Status::IOError(fmt::format("fsync {}: {}", path_, std::strerror(errno)));
+  }
+  // 3. only now: the commit record.
+  const int64_t new_table_rows = committed_table_rows_ + static_cast<int64_t>(pending_.size());
+  MAESTRO_RETURN_IF_ERROR(db_->Begin());
+  auto body = [&]() -> Status {
+    MAESTRO_ASSIGN_OR_RETURN(auto ins, db_->Prepare("INSERT OR REPLACE INTO spool_rows(spool, sample_id, epoch, "
+                                                    "value_offset, value_count, dims, crc32c) VALUES(?,?,?,?,?,?,?)"));
+    for (const PendingRow& p : pending_) {
+      ins.Bind(1, options_.name);
+      ins.Bind(2, p.sample_id);
+      ins.Bind(3, p.record.epoch);
+      ins.Bind(4, p.record.offset);
+      ins.Bind(5, p.record.count);
+      ins.Bind(6, nlohmann::json(p.record.dims).dump());
+      ins.Bind(7, static_cast<int64_t>(p.record.crc));
+      MAESTRO_RETURN_IF_ERROR(ins.Run());
+    }
+    MAESTRO_ASSIGN_OR_RETURN(auto up, db_->Prepare("UPDATE spools SET committed_values=?, committed_rows=? WHERE spool=?"));
+    up.Bind(1, end_values_);
+    up.Bind(2, new_table_rows);
+    up.Bind(3, options_.name);
+    MAESTRO_RETURN_IF_ERROR(up.Run());
+    MAESTRO_RETURN_IF_ERROR(env_->BeforeDurableOp(DurableOp::kSpoolCommit, db_->path()));
+    return db_->Commit();
+  };
+  if (Status s = body(); !s.ok()) {
+    db_->RollbackQuietly();
+    return s;
+  }
+  for (PendingRow& p : pending_) committed_[p.sample_id] = std::move(p.record);
+  pending_.clear();
+  committed_values_ = end_values_;
+  committed_table_rows_ = new_table_rows;
+  stats_.committed_rows = static_cast<int64_t>(committed_.size());
+  stats_.committed_bytes = committed_values_ * static_cast<int64_t>(DTypeSize(options_.dtype));
+  return Status::Ok();
+}
+
+}  // namespace maestro::datalayer

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// CheckpointStore: per-section model and optimizer state at a step boundary
+// (the bytes come from the runtime, opaque here), written atomically together
+// with the index position and the RNG states.
+//
+// Atomicity: Write() goes ckpt-<step>.mckpt.tmp -> Append -> fsync -> rename
+// to ckpt-<step>.mckpt -> fsync of the directory, all through Env. The file
+// ends with a trailer holding the CRC-32C of everything before it, so a torn
+// or corrupt file is refused by Read() (Corruption) and never loaded. A
+// checkpoint only counts once the SampleIndex step log names it (see
+// TrainingRun); files newer than that are ignored and removed on resume.
+// File format in docs/datalayer.md.
+//
+// May call: Env, nlohmann-json. Thread safety: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "datalayer/env.h"
+
+namespace maestro::datalayer {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// The state of one section (its model and optimizer, serialized by the runtime).
+struct SectionState {
+  std::string model;      // bytes
+  std::string optimizer;  // bytes
+};
+
+struct CheckpointData {
+  int64_t step = -1;        // the last step whose weight update it includes
+  int64_t epoch = 0;        // epoch of that step
+  int64_t next_step = 0;    // index position: the global step to run next
+  std::map<std::string, SectionState> sections;   // section name -> state
+  std::map<std::string, std::string> rng_states;  // "torch.cpu", "data", ... -> bytes
+};
+
+class CheckpointStore {
+ public:
+  // `dir` is created if missing. keep_last >= 1.
+  static StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& dir, int keep_last,
+                                                          Env* env = Env::Default());
+  static std::string FileName(int64_t step);  // "ckpt-0000000042.mckpt"
+
+  // Writes `data` atomically; returns the file name (relative to dir()).
+  StatusOr<std::string> Write(const CheckpointData& data);
+  // Reads and verifies a checkpoint file (name relative to dir()).
+  StatusOr<CheckpointData> Read(const std::string& file_name);
+  // Steps of the complete checkpoint files present (not verified), ascending.
+  StatusOr<std::vector<int64_t>> ListSteps();
+  // Removes temporary files, and every checkpoint file whose step is not in
+  // `keep` (the committed ones to retain). Removal goes through Env.
+  Status RemoveAllBut(const std::vector<int64_t>& keep);
+
+  const std::string& dir() const { return dir_; }
+  int keep_last() const { return keep_last_; }
+
+ private:
+  CheckpointStore(std::string dir, int keep_last, Env* env) : dir_(std::move(dir)), keep_last_(keep_last), env_(env) {}
+  std::string dir_;
+  int keep_last_;
+  Env* env_;
+};
+
+}  // namespace maestro::datalayer
