@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tests/datalayer/fake_training.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "base/checks.h"
+#include "datalayer/training_run.h"
+
+namespace maestro::datalayer::testing {
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 31);
+}
+
+std::vector<float> TeacherOutput(int64_t sample_id, int64_t n) {
+  std::vector<float> row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) row[static_cast<size_t>(i)] = static_cast<float>((sample_id * 31 + i * 7) % 1009) / 8.0f;
+  return row;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  if (fd < 0) return;
+  // One write(2): survives kill -9 of this process once it returns.
+  ssize_t n = ::write(fd, s.data(), s.size());
+  (void)n;
+}
+
+std::string U64Bytes(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
+uint64_t BytesU64(const std::string& s) {
+  uint64_t v = 0;
+  std::memcpy(&v, s.data(), std::min<size_t>(8, s.size()));
+  return v;
+}
+
+}  // namespace
+
+Status WriteFakeManifest(const std::string& path, int64_t n) {
+  std::string text;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = 1000 + i;
+    text += fmt::format("{{\"id\": {}, \"location\": \"shard-{}.tar:{}\", \"tokens\": {{\"text\": {}{}}}}}\n", id,
+                        i / 100, i, 50 + i % 200, i % 3 == 0 ? ", \"image\": 64" : "");
+  }
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return Status::IOError("cannot write " + path);
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  return Status::Ok();
+}
+
+StatusOr<FakeTrainerResult> RunFakeTrainer(const FakeTrainerOptions& o, Env* env) {
+  FakeTrainerResult result;
+  RunOptions ro;
+  ro.run_dir = o.run_dir;
+  ro.seed = o.seed;
+  ro.global_batch_size = o.batch;
+  ro.keep_last_checkpoints = 2;
+  MAESTRO_ASSIGN_OR_RETURN(auto run, TrainingRun::Open(ro, env));
+  MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(o.manifest).status());
+  MAESTRO_ASSIGN_OR_RETURN(auto state, run->Resume());
+  SpoolOptions so;
+  so.name = "teacher.logits";
+  so.dtype = DType::kF32;
+  so.reuse_across_epochs = o.reuse_across_epochs;
+  so.chunk_bytes = 64 << 10;
+  MAESTRO_ASSIGN_OR_RETURN(ActivationSpool * spool, run->OpenSpool(so));
+
+  uint64_t weights = 0x5EED;
+  uint64_t rng = o.seed;
+  int64_t updates = 0;
+  if (state) {
+    weights = BytesU64(state->sections.at("student").model);
+    updates = static_cast<int64_t>(BytesU64(state->sections.at("student").optimizer));
+    rng = BytesU64(state->rng_states.at("dropout"));
+  }
+  const int64_t total_steps = o.epochs * run->index().StepsPerEpoch();
+  int gate_fd = o.gate_fd;
+  auto checkpoint = [&]() -> Status {
+    const int64_t step = run->next_step() - 1;
+    CheckpointData data;
+    data.step = step;
+    data.sections["student"] = SectionState{U64Bytes(weights), U64Bytes(static_cast<uint64_t>(updates))};
+    data.rng_states["dropout"] = U64Bytes(rng);
+    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(data)));
+    WriteAll(o.progress_fd, fmt::format("committed {}\n", step));
+    if (gate_fd >= 0) {
+      char byte = 0;
+      while (::read(gate_fd, &byte, 1) < 0 && errno == EINTR) {
+      }
+      gate_fd = -1;
+    }
+    return Status::Ok();
+  };
+
+  while (run->next_step() < total_steps) {
+    MAESTRO_ASSIGN_OR_RETURN(GlobalBatch batch, run->NextBatch());
+    uint64_t w = weights;  // the step works on a copy: an abandoned step leaves no trace
+    uint64_t step_rng = rng;
+    bool abandoned = false;
+    for (int64_t id : batch.sample_ids) {
+      if (o.preempt != nullptr && o.preempt->requested()) {
+        abandoned = true;
+        break;
+      }
+      std::vector<float> expected = TeacherOutput(id, o.row_values);
+      MAESTRO_ASSIGN_OR_RETURN(auto row, spool->Get(id, batch.epoch));
+      const float* values = nullptr;
+      if (row) {
+        ++result.spool_hits;
+        if (row->data.size() != expected.size() * sizeof(float) ||
+            std::memcmp(row->data.data(), expected.data(), row->data.size()) != 0) {
+          ++result.wrong_rows_used;
+        }
+        values = reinterpret_cast<const float*>(row->data.data());
+      } else {
+        ++result.teacher_computes;
+        WriteAll(o.compute_log_fd, fmt::format("compute {} {}\n", batch.epoch, id));
+        MAESTRO_RETURN_IF_ERROR(
+            spool->Put(id, batch.epoch, RowView{{o.row_values}, expected.data(), expected.size() * sizeof(float)})
+                .status());
+        values = expected.data();
+      }
+      uint64_t bits = 0;
+      std::memcpy(&bits, &values[id % o.row_values], 4);
+      step_rng = Mix(step_rng, 0xD0);
+      w = Mix(Mix(Mix(w, static_cast<uint64_t>(id)), bits), step_rng);
+    }
+    if (abandoned) break;
+    weights = w;
+    rng = step_rng;
+    ++updates;
+    ++result.steps_run;
+    MAESTRO_RETURN_IF_ERROR(run->StepDone({batch.step, batch.sample_ids, R"({"kind":"fake"})"}));
+    const bool last = run->next_step() == total_steps;
+    const bool preempt = o.preempt != nullptr && o.preempt->requested();
+    if (last || preempt || run->next_step() % o.checkpoint_every == 0) MAESTRO_RETURN_IF_ERROR(checkpoint());
+    if (preempt) break;
+  }
+  if (o.preempt != nullptr && o.preempt->requested()) {
+    // Keep the teacher outputs of an abandoned step; checkpoint finished steps.
+    MAESTRO_RETURN_IF_ERROR(run->CommitSpools());
+    if (run->pending_steps() > 0) MAESTRO_RETURN_IF_ERROR(checkpoint());
+    result.preempted = true;
+  }
+  result.weights = weights;
+  return result;
+}
+
+}  // namespace maestro::datalayer::testing

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "datalayer/preemption.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <regex>
+
+#include "base/exit_codes.h"
+#include "tests/datalayer/child_process.h"
+#include "tests/datalayer/fake_training.h"
+#include "tests/datalayer/test_dirs.h"
+
+namespace maestro::datalayer {
+namespace {
+
+TEST(PreemptionSignal, UsrOneAndTermSetTheFlagAndHandlersAreRestored) {
+  for (int sig : {SIGUSR1, SIGTERM}) {
+    auto p = PreemptionSignal::Install().ValueOrDie();
+    EXPECT_FALSE(p->requested());
+    EXPECT_EQ(PreemptionSignal::Install().status().code(), StatusCode::kFailedPrecondition);
+    ASSERT_EQ(::raise(sig), 0);  // would kill the test without the handler
+    EXPECT_TRUE(p->requested());
+    EXPECT_EQ(p->signal_number(), sig);
+  }
+  struct sigaction now {};
+  sigaction(SIGUSR1, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+}
+
+TEST(PreemptionSignal, SlurmRestartCount) {
+  ::unsetenv("SLURM_RESTART_COUNT");
+  EXPECT_EQ(SlurmRestartCount(), 0);
+  ::setenv("SLURM_RESTART_COUNT", "2", 1);
+  EXPECT_EQ(SlurmRestartCount(), 2);
+  ::setenv("SLURM_RESTART_COUNT", "x1", 1);
+  EXPECT_EQ(SlurmRestartCount(), 0);
+  ::unsetenv("SLURM_RESTART_COUNT");
+}
+
+// The worker's side of the protocol: SIGUSR1 mid-run -> checkpoint -> exit 85;
+// the next start resumes at the exact next step and ends with the weights of
+// an uninterrupted run.
+TEST(PreemptionSignal, FakeTrainerCheckpointsExitsWithRequeueCodeAndResumesExactly) {
+  const std::string dir = testing::FreshDir("preempt", /*fast_fsync=*/true);
+  ASSERT_TRUE(testing::WriteFakeManifest(dir + "/m.jsonl", 160).ok());
+  testing::FakeTrainerOptions ref;
+  ref.run_dir = dir + "/reference";
+  ref.manifest = dir + "/m.jsonl";
+  ref.checkpoint_every = 4;
+  const uint64_t want = testing::RunFakeTrainer(ref).ValueOrDie().weights;
+
+  std::vector<std::string> argv = {MAESTRO_BIN_DIR "/fake_trainer", "--run-dir", dir + "/run", "--manifest",
+                                   dir + "/m.jsonl", "--checkpoint-every", "4"};
+  {
+    // The child blocks after its first checkpoint until we write a byte, so
+    // the signal lands mid-run by construction.
+    std::vector<std::string> gated = argv;
+    gated.insert(gated.end(), {"--gate-stdin", "1"});
+    testing::ChildProcess child(gated);
+    auto line = child.ReadLine(std::chrono::seconds(30));
+    ASSERT_TRUE(line.has_value());
+    ASSERT_EQ(line->rfind("committed", 0), 0u) << *line;
+    child.Signal(SIGUSR1);
+    ASSERT_TRUE(child.WriteStdin("g"));
+    std::string rest;
+    while (auto l = child.ReadLine(std::chrono::seconds(30))) rest += *l + "\n";
+    const int status = child.Wait();
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), kExitRequeue) << rest;
+    EXPECT_NE(rest.find("preempted"), std::string::npos);
+  }
+  testing::ChildProcess again(argv);
+  std::string out;
+  while (auto l = again.ReadLine(std::chrono::seconds(30))) out += *l + "\n";
+  const int status = again.Wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), kExitOk) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("done weights=([0-9a-f]+) steps=([0-9]+)"))) << out;
+  EXPECT_EQ(std::stoull(m[1].str(), nullptr, 16), want);
+  EXPECT_LT(std::stoll(m[2].str()), 40) << "the resumed run must not start over";
+  testing::RemoveDir(dir);
+}
+
+}  // namespace
+}  // namespace maestro::datalayer
