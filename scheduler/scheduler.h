@@ -1,6 +1,153 @@
 // SPDX-License-Identifier: Apache-2.0
-// Placeholder: the wavefront scheduler lands here (issue 5).
+// The wavefront scheduler: for one global batch, where (section replica) and
+// in which order (micro-batches, forward/backward interleaving) every sample
+// runs, plus the sends/receives that implies and the step's lower bound.
+//
+// Owns: Schedule (per-rank op sequences; its compact JSON form), the three
+// policies (wavefront, FIFO, balance-only), ImpliedTransfers(), LowerBound().
+// May call: base, plan, scheduler/problem.h, nlohmann-json.
+// Called by: the compiler (planning, report), the runtime (execution order),
+// the datalayer (stores the schedule of each step).
+//
+// What a schedule promises (tests/scheduler/ checks each over random plans):
+//  * every sample is processed exactly once by each section it activates,
+//    forward and (for training sections) backward;
+//  * placements respect the fan-out maps of every edge the sample crosses;
+//  * the set of samples of the step is unchanged (only placement and order);
+//  * same (problem, seed, step, policy) -> the same schedule, bit for bit.
+//
+// Execution model (the runtime's and the simulator's): each rank runs its ops
+// in order. A forward of micro-batch m blocks until every sample of m has
+// arrived from each upstream section it activates; a backward blocks until
+// the gradient of every sample has come back from each downstream training
+// section (a training section with no training consumer computes its loss
+// locally: its backward follows its forward). An optimizer op ends a training
+// rank's sequence. Loss scaling must use the global batch (micro-batches are
+// at most micro_batch samples and may be smaller), so the step's gradient is
+// the unscheduled one's up to summation order.
+//
+// Thread safety: free functions over values; safe to call concurrently.
 #pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "scheduler/problem.h"
+
 namespace maestro::scheduler {
-const char* SchedulerName();
+
+enum class Policy {
+  kWavefront,    // balanced placement + critical-section-first wavefront order
+  kFifo,         // contiguous data-order placement, data-order micro-batches
+  kBalanceOnly,  // balanced placement, data-order micro-batches
+};
+const char* PolicyName(Policy policy);
+StatusOr<Policy> PolicyFromName(const std::string& name);
+
+enum class OpKind : uint8_t { kForward, kBackward, kOptimizer };
+
+struct Op {
+  OpKind kind = OpKind::kForward;
+  int32_t micro_batch = -1;  // index into RankProgram::micro_batches; -1 for kOptimizer
+  bool operator==(const Op& o) const { return kind == o.kind && micro_batch == o.micro_batch; }
+};
+
+struct MicroBatch {
+  std::vector<uint64_t> sample_ids;  // Sample::id, in the order they are stacked
+  bool operator==(const MicroBatch& o) const { return sample_ids == o.sample_ids; }
+};
+
+// One DP replica of one section: its micro-batches and the order of its ops.
+struct RankProgram {
+  int section = 0;
+  int replica = 0;
+  std::vector<MicroBatch> micro_batches;
+  std::vector<Op> ops;
+  bool operator==(const RankProgram& o) const {
+    return section == o.section && replica == o.replica && micro_batches == o.micro_batches &&
+           ops == o.ops;
+  }
+};
+
+struct Schedule {
+  std::string policy;
+  uint64_t seed = 0;
+  int64_t step = 0;
+  // Sorted by (section, replica); RankIndex() finds one.
+  std::vector<RankProgram> ranks;
+  // The scheduler's own prediction of the step time (seconds); the simulator
+  // recomputes it from the ops (they agree for the wavefront policy).
+  double predicted_step_seconds = 0.0;
+
+  int RankIndex(int section, int replica) const;
+  bool operator==(const Schedule& o) const {
+    return policy == o.policy && seed == o.seed && step == o.step && ranks == o.ranks;
+  }
+};
+
+struct ScheduleOptions {
+  Policy policy = Policy::kWavefront;
+  uint64_t seed = 0;   // tie-breaking only; (seed, step) fix the schedule
+  int64_t step = 0;
+};
+
+// Schedules one global batch. Fails (InvalidArgument) on a problem that
+// ValidateProblem() rejects. Runs in O(N log N + N * L * S) for N samples,
+// S sections and L = lcm of the DP degrees.
+StatusOr<Schedule> BuildSchedule(const Problem& problem, const ScheduleOptions& options);
+
+// Where every sample runs in a schedule. Arrays are (section, sample index)
+// flattened as section * samples + sample, sample index = position in
+// Problem::samples; -1 where the section does not process the sample.
+struct ScheduleIndex {
+  int num_samples = 0;
+  std::vector<int32_t> rank;         // index into Schedule::ranks
+  std::vector<int32_t> micro_batch;  // index into RankProgram::micro_batches
+  int32_t RankOf(int section, int sample) const {
+    return rank[static_cast<size_t>(section) * static_cast<size_t>(num_samples) + static_cast<size_t>(sample)];
+  }
+  int32_t MicroBatchOf(int section, int sample) const {
+    return micro_batch[static_cast<size_t>(section) * static_cast<size_t>(num_samples) + static_cast<size_t>(sample)];
+  }
+};
+// Checks every promise of a schedule against its problem (one program per
+// replica, each activated sample exactly once per section and nowhere else,
+// fan-out maps respected, ops well-formed: one F per micro-batch, one B after
+// it for training sections, one final optimizer op) and returns the index.
+StatusOr<ScheduleIndex> IndexSchedule(const Problem& problem, const Schedule& schedule);
+
+// The sends/receives a schedule implies: one message per (edge, upstream
+// micro-batch, downstream micro-batch) pair. The activation goes down after
+// the upstream forward; when `gradient` the gradient of the same samples goes
+// back up after the downstream backward.
+struct Transfer {
+  int edge = 0;
+  int up_replica = 0, up_micro_batch = 0;
+  int down_replica = 0, down_micro_batch = 0;
+  bool gradient = false;  // true when a gradient comes back up this message
+  std::vector<uint64_t> sample_ids;
+};
+// Sorted by (edge, up_replica, up_micro_batch, down_replica, down_micro_batch).
+StatusOr<std::vector<Transfer>> ImpliedTransfers(const Problem& problem, const Schedule& schedule);
+
+// The step's lower bound (seconds):
+//   max( max_s work_s / dp_s,  longest single-sample dependency chain )
+// with work_s the forward (+ backward + optimizer) seconds of section s when
+// its samples form full micro-batches.
+struct LowerBound {
+  double seconds = 0.0;
+  double critical_path_seconds = 0.0;
+  std::vector<double> section_seconds;  // work_s / dp_s
+  int bottleneck_section = -1;          // argmax of section_seconds
+};
+StatusOr<LowerBound> ComputeLowerBound(const Problem& problem);
+
+// Compact JSON form (what the datalayer stores per step):
+// {"v":1,"policy":"wavefront","seed":7,"step":3,"predicted":1.25,
+//  "ranks":[{"s":0,"r":0,"mb":[[ids...],...],"ops":"F0 F1 B0 B1 O"},...]}
+std::string ScheduleToJson(const Schedule& schedule);
+StatusOr<Schedule> ScheduleFromJson(const std::string& text, const std::string& origin = "schedule");
+
 }  // namespace maestro::scheduler

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// scheduler: the wavefront scheduler against its baselines (FIFO = data-order
+// placement and order; balance-only = balanced placement, data order) and
+// against the step's lower bound, on random global batches of 256-4096
+// samples whose image ratio varies from step to step, over synthetic
+// multimodal plans of 2-6 sections with fan-out 1-4. All step times are the
+// simulator's (the same cost model for every policy), so the ratios compare
+// schedules, not machines. schedule_ms_4096 is wall time on this machine.
+//
+//   maestro-bench scheduler --json [--quick] [-- --artifacts=DIR]
+// With --artifacts=DIR it also writes DIR/scheduler-gantt-{wavefront,fifo}.svg
+// and DIR/scheduler-trace.json for a small step (the pictures in docs/).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/registry.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/simulator.h"
+#include "scheduler/synthetic.h"
+
+namespace {
+
+using namespace maestro::scheduler;  // NOLINT(google-build-using-namespace)
+
+double SimulatedSeconds(const Problem& p, Policy policy, int64_t step) {
+  ScheduleOptions o;
+  o.policy = policy;
+  o.seed = 17;
+  o.step = step;
+  Schedule s = BuildSchedule(p, o).ValueOrDie();
+  return Simulate(p, s).ValueOrDie().step_seconds;
+}
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+void WriteArtifacts(const std::string& dir) {
+  SyntheticPlanOptions po;
+  po.sections = 3;
+  po.max_fanout = 2;
+  po.seed = 3;
+  Problem p = MakeSyntheticPlan(po);
+  // Small enough to read: a handful of replicas, 48 samples.
+  p.sections[0].dp = 1;  // vit
+  p.sections[1].dp = 2;  // projector
+  p.sections[2].dp = 2;  // llm
+  p.sections[0].micro_batch = 4;
+  p.sections[1].micro_batch = 4;
+  p.sections[2].micro_batch = 2;
+  SyntheticBatchOptions bo;
+  bo.samples = 48;
+  bo.image_ratio = 0.5;
+  bo.seed = 11;
+  p.samples = MakeSyntheticBatch(p, bo);
+  for (Policy policy : {Policy::kWavefront, Policy::kFifo}) {
+    ScheduleOptions o;
+    o.policy = policy;
+    Schedule s = BuildSchedule(p, o).ValueOrDie();
+    Simulation sim = Simulate(p, s).ValueOrDie();
+    const double lb = ComputeLowerBound(p).ValueOrDie().seconds;
+    char title[160];
+    std::snprintf(title, sizeof(title), "%s: vit(dp1) -> projector(dp2) -> llm(dp2), 48 samples, 50%% images, lower bound %.3g s",
+                  PolicyName(policy), lb);
+    (void)sim.WriteGanttSvg(dir + "/scheduler-gantt-" + PolicyName(policy) + ".svg", title);
+    if (policy == Policy::kWavefront) (void)sim.WriteChromeTrace(dir + "/scheduler-trace.json");
+  }
+}
+
+}  // namespace
+
+MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on random multimodal batches") {
+  struct PlanShape { int sections, fanout; };
+  const std::vector<PlanShape> shapes = {{2, 1}, {2, 2}, {3, 2}, {3, 4}, {4, 2},
+                                         {4, 3}, {5, 2}, {5, 4}, {6, 2}, {6, 3}};
+  const int steps = options.quick ? 3 : 8;
+  const int max_samples = options.quick ? 512 : 4096;
+  double sum_wf_lb = 0, sum_fifo_lb = 0, sum_bal_lb = 0, sum_speedup = 0, sum_speedup_bal = 0;
+  double worst_wf_lb = 0;
+  int count = 0;
+  // Buckets of image ratio for the table in docs/scheduler.md.
+  const int kBuckets = 5;
+  std::vector<double> b_wf(kBuckets), b_fifo(kBuckets), b_bal(kBuckets);
+  std::vector<int> b_n(kBuckets);
+  nlohmann::json per_plan = nlohmann::json::array();
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    SyntheticPlanOptions po;
+    po.sections = shapes[k].sections;
+    po.max_fanout = shapes[k].fanout;
+    po.seed = 100 + k;
+    Problem p = MakeSyntheticPlan(po);
+    double plan_wf = 0, plan_fifo = 0, plan_bal = 0;
+    std::string dps;
+    for (const SectionSpec& s : p.sections) dps += (dps.empty() ? "" : " ") + s.name + ":" + std::to_string(s.dp);
+    for (int step = 0; step < steps; ++step) {
+      const uint64_t r = Mix(po.seed * 1000 + static_cast<uint64_t>(step));
+      SyntheticBatchOptions bo;
+      bo.samples = 256 + static_cast<int>(r % static_cast<uint64_t>(max_samples - 256 + 1));
+      bo.image_ratio = static_cast<double>((r >> 20) % 1001) / 1000.0;
+      bo.seed = r;
+      p.samples = MakeSyntheticBatch(p, bo);
+      const double lb = ComputeLowerBound(p).ValueOrDie().seconds;
+      const double wf = SimulatedSeconds(p, Policy::kWavefront, step);
+      const double fifo = SimulatedSeconds(p, Policy::kFifo, step);
+      const double bal = SimulatedSeconds(p, Policy::kBalanceOnly, step);
+      sum_wf_lb += wf / lb;
+      sum_fifo_lb += fifo / lb;
+      sum_bal_lb += bal / lb;
+      sum_speedup += fifo / wf;
+      sum_speedup_bal += bal / wf;
+      worst_wf_lb = std::max(worst_wf_lb, wf / lb);
+      plan_wf += wf / lb;
+      plan_fifo += fifo / lb;
+      plan_bal += bal / lb;
+      const int b = std::min(kBuckets - 1, static_cast<int>(bo.image_ratio * kBuckets));
+      b_wf[static_cast<size_t>(b)] += wf / lb;
+      b_fifo[static_cast<size_t>(b)] += fifo / lb;
+      b_bal[static_cast<size_t>(b)] += bal / lb;
+      ++b_n[static_cast<size_t>(b)];
+      ++count;
+    }
+    per_plan.push_back({{"sections", po.sections}, {"max_fanout", po.max_fanout}, {"dp", dps},
+                        {"wavefront_over_lb", plan_wf / steps}, {"fifo_over_lb", plan_fifo / steps},
+                        {"balance_over_lb", plan_bal / steps}});
+  }
+  nlohmann::json by_ratio = nlohmann::json::array();
+  for (int b = 0; b < kBuckets; ++b) {
+    if (b_n[static_cast<size_t>(b)] == 0) continue;
+    const double n = b_n[static_cast<size_t>(b)];
+    by_ratio.push_back({{"image_ratio", std::to_string(b * 0.2).substr(0, 3) + "-" + std::to_string((b + 1) * 0.2).substr(0, 3)},
+                        {"steps", b_n[static_cast<size_t>(b)]},
+                        {"wavefront_over_lb", b_wf[static_cast<size_t>(b)] / n},
+                        {"fifo_over_lb", b_fifo[static_cast<size_t>(b)] / n},
+                        {"balance_over_lb", b_bal[static_cast<size_t>(b)] / n}});
+  }
+  // Scheduler time: 4096 samples, 6 sections.
+  SyntheticPlanOptions po;
+  po.sections = 6;
+  po.max_fanout = 2;
+  po.seed = 7;
+  Problem p = MakeSyntheticPlan(po);
+  SyntheticBatchOptions bo;
+  bo.samples = 4096;
+  bo.image_ratio = 0.5;
+  bo.seed = 99;
+  p.samples = MakeSyntheticBatch(p, bo);
+  ScheduleOptions so;
+  const double schedule_s = maestro::bench::MedianSeconds([&] { (void)BuildSchedule(p, so).ValueOrDie(); }, options.quick ? 3 : 9);
+  so.policy = Policy::kFifo;
+  const double fifo_s = maestro::bench::MedianSeconds([&] { (void)BuildSchedule(p, so).ValueOrDie(); }, options.quick ? 3 : 9);
+  so.policy = Policy::kWavefront;
+  Schedule sch = BuildSchedule(p, so).ValueOrDie();
+  const double simulate_s = maestro::bench::MedianSeconds([&] { (void)Simulate(p, sch).ValueOrDie(); }, options.quick ? 3 : 5);
+
+  for (const std::string& a : options.args) {
+    if (a.rfind("--artifacts=", 0) == 0) WriteArtifacts(a.substr(12));
+  }
+  nlohmann::json out;
+  out["makespan_over_lower_bound"] = sum_wf_lb / count;
+  out["speedup_vs_fifo"] = sum_speedup / count;
+  out["schedule_ms_4096"] = schedule_s * 1e3;
+  out["speedup_vs_balance_only"] = sum_speedup_bal / count;
+  out["fifo_over_lower_bound"] = sum_fifo_lb / count;
+  out["balance_only_over_lower_bound"] = sum_bal_lb / count;
+  out["worst_makespan_over_lower_bound"] = worst_wf_lb;
+  out["fifo_schedule_ms_4096"] = fifo_s * 1e3;
+  out["simulate_ms_4096"] = simulate_s * 1e3;
+  out["steps"] = count;
+  out["plans"] = per_plan;
+  out["by_image_ratio"] = by_ratio;
+  return out;
+}

@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: Apache-2.0
+// The op graph of a schedule is a DAG (program order on each rank, plus one
+// arc per sample and edge from the producing op to the consuming op, lagged
+// by the transfer). A rank that runs its ops in order and blocks on receives
+// starts each op at the latest end (+ lag) of its predecessors, so one pass
+// in topological order is the discrete-event simulation; ops left over mean
+// a deadlock.
+#include "scheduler/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace maestro::scheduler {
+namespace {
+
+struct Arc {
+  int from = 0, to = 0;
+  double lag = 0.0;
+};
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return Status::IOError(path + ": cannot open for writing (does the folder exist?)");
+  f << text;
+  f.close();
+  if (!f) return Status::IOError(path + ": write failed (disk full?)");
+  return Status::Ok();
+}
+
+std::string OpLabel(const OpInterval& op) {
+  if (op.kind == OpKind::kOptimizer) return "optimizer";
+  return std::string(op.kind == OpKind::kForward ? "F" : "B") + std::to_string(op.micro_batch);
+}
+
+}  // namespace
+
+StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
+  auto index = IndexSchedule(p, sch);
+  if (!index.ok()) return index.status();
+  const ScheduleIndex& idx = *index;
+  const int n = idx.num_samples;
+  // Sample index by id, for the micro-batches' ids.
+  std::vector<std::pair<uint64_t, int>> by_id(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) by_id[static_cast<size_t>(i)] = {p.samples[static_cast<size_t>(i)].id, i};
+  std::sort(by_id.begin(), by_id.end());
+  auto index_of = [&](uint64_t id) {
+    return std::lower_bound(by_id.begin(), by_id.end(), std::make_pair(id, -1))->second;
+  };
+  // Nodes: every op; node_of_f/b[rank][mb].
+  Simulation sim;
+  sim.policy = sch.policy;
+  std::vector<std::vector<int>> node_f(sch.ranks.size()), node_b(sch.ranks.size());
+  std::vector<double> duration;
+  std::vector<const Sample*> buf;
+  for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
+    const RankProgram& prog = sch.ranks[rk];
+    node_f[rk].assign(prog.micro_batches.size(), -1);
+    node_b[rk].assign(prog.micro_batches.size(), -1);
+    for (const Op& op : prog.ops) {
+      OpInterval oi;
+      oi.rank = static_cast<int>(rk);
+      oi.kind = op.kind;
+      oi.micro_batch = op.micro_batch;
+      double d = 0;
+      if (op.kind == OpKind::kOptimizer) {
+        d = p.costs->OptimizerSeconds(prog.section);
+      } else {
+        const auto& ids = prog.micro_batches[static_cast<size_t>(op.micro_batch)].sample_ids;
+        buf.clear();
+        for (uint64_t id : ids) buf.push_back(&p.samples[static_cast<size_t>(index_of(id))]);
+        oi.samples = static_cast<int>(ids.size());
+        d = op.kind == OpKind::kForward ? p.costs->ForwardSeconds(prog.section, buf)
+                                        : p.costs->BackwardSeconds(prog.section, buf);
+        (op.kind == OpKind::kForward ? node_f : node_b)[rk][static_cast<size_t>(op.micro_batch)] =
+            static_cast<int>(sim.ops.size());
+      }
+      sim.ops.push_back(oi);
+      duration.push_back(d);
+    }
+  }
+  const int num_nodes = static_cast<int>(sim.ops.size());
+  std::vector<Arc> arcs;
+  for (int v = 1; v < num_nodes; ++v) {
+    if (sim.ops[static_cast<size_t>(v)].rank == sim.ops[static_cast<size_t>(v) - 1].rank) arcs.push_back({v - 1, v, 0.0});
+  }
+  for (size_t e = 0; e < p.edges.size(); ++e) {
+    const EdgeSpec& edge = p.edges[e];
+    const bool grad = p.sections[static_cast<size_t>(edge.from)].trains && p.sections[static_cast<size_t>(edge.to)].trains;
+    for (int i = 0; i < n; ++i) {
+      const int ru = idx.RankOf(edge.from, i), rd = idx.RankOf(edge.to, i);
+      if (ru < 0 || rd < 0) continue;
+      const int mu = idx.MicroBatchOf(edge.from, i), md = idx.MicroBatchOf(edge.to, i);
+      const double lag = p.costs->TransferSeconds(static_cast<int>(e), p.samples[static_cast<size_t>(i)]);
+      arcs.push_back({node_f[static_cast<size_t>(ru)][static_cast<size_t>(mu)],
+                      node_f[static_cast<size_t>(rd)][static_cast<size_t>(md)], lag});
+      if (grad) {
+        arcs.push_back({node_b[static_cast<size_t>(rd)][static_cast<size_t>(md)],
+                        node_b[static_cast<size_t>(ru)][static_cast<size_t>(mu)], lag});
+      }
+    }
+  }
+  // CSR successors, Kahn's order.
+  std::vector<int> out_begin(static_cast<size_t>(num_nodes) + 1, 0), indeg(static_cast<size_t>(num_nodes), 0);
+  for (const Arc& a : arcs) {
+    ++out_begin[static_cast<size_t>(a.from) + 1];
+    ++indeg[static_cast<size_t>(a.to)];
+  }
+  for (int v = 0; v < num_nodes; ++v) out_begin[static_cast<size_t>(v) + 1] += out_begin[static_cast<size_t>(v)];
+  std::vector<int> fill(out_begin.begin(), out_begin.end() - 1);
+  std::vector<int> succ(arcs.size());
+  std::vector<double> succ_lag(arcs.size());
+  for (const Arc& a : arcs) {
+    const int at = fill[static_cast<size_t>(a.from)]++;
+    succ[static_cast<size_t>(at)] = a.to;
+    succ_lag[static_cast<size_t>(at)] = a.lag;
+  }
+  std::vector<double> earliest(static_cast<size_t>(num_nodes), 0.0);
+  std::vector<int> queue;
+  for (int v = 0; v < num_nodes; ++v) {
+    if (indeg[static_cast<size_t>(v)] == 0) queue.push_back(v);
+  }
+  size_t head = 0;
+  while (head < queue.size()) {
+    const int v = queue[head++];
+    OpInterval& op = sim.ops[static_cast<size_t>(v)];
+    op.start = earliest[static_cast<size_t>(v)];
+    op.end = op.start + duration[static_cast<size_t>(v)];
+    sim.step_seconds = std::max(sim.step_seconds, op.end);
+    for (int k = out_begin[static_cast<size_t>(v)]; k < out_begin[static_cast<size_t>(v) + 1]; ++k) {
+      const int w = succ[static_cast<size_t>(k)];
+      earliest[static_cast<size_t>(w)] = std::max(earliest[static_cast<size_t>(w)], op.end + succ_lag[static_cast<size_t>(k)]);
+      if (--indeg[static_cast<size_t>(w)] == 0) queue.push_back(w);
+    }
+  }
+  if (static_cast<int>(queue.size()) != num_nodes) {
+    // Name the first stuck op of each rank (at most 4).
+    std::string where;
+    int named = 0;
+    for (size_t rk = 0; rk < sch.ranks.size() && named < 4; ++rk) {
+      for (int v = 0; v < num_nodes; ++v) {
+        if (sim.ops[static_cast<size_t>(v)].rank == static_cast<int>(rk) && indeg[static_cast<size_t>(v)] > 0) {
+          where += (named ? ", " : "") + p.sections[static_cast<size_t>(sch.ranks[rk].section)].name + " replica " +
+                   std::to_string(sch.ranks[rk].replica) + " at " + OpLabel(sim.ops[static_cast<size_t>(v)]);
+          ++named;
+          break;
+        }
+      }
+    }
+    return Status::InvalidArgument("schedule '" + sch.policy + "' deadlocks: " +
+                                   std::to_string(num_nodes - static_cast<int>(queue.size())) +
+                                   " ops can never start (" + where +
+                                   "); a rank orders a backward or forward before one it depends on");
+  }
+  // Statistics.
+  sim.ranks.resize(sch.ranks.size());
+  sim.sections.resize(p.sections.size());
+  for (size_t s = 0; s < p.sections.size(); ++s) {
+    sim.sections[s].name = p.sections[s].name;
+    sim.sections[s].replicas = p.sections[s].dp;
+  }
+  constexpr double kEps = 1e-12;
+  for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
+    sim.ranks[rk].section = sch.ranks[rk].section;
+    sim.ranks[rk].replica = sch.ranks[rk].replica;
+  }
+  std::vector<double> last_end(sch.ranks.size(), 0.0);
+  for (const OpInterval& op : sim.ops) {
+    RankStats& rs = sim.ranks[static_cast<size_t>(op.rank)];
+    rs.busy_seconds += op.end - op.start;
+    if (op.start > last_end[static_cast<size_t>(op.rank)] + kEps * (1 + sim.step_seconds)) ++rs.bubbles;
+    last_end[static_cast<size_t>(op.rank)] = op.end;
+  }
+  double busy_all = 0;
+  for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
+    RankStats& rs = sim.ranks[rk];
+    if (sim.step_seconds > last_end[rk] + kEps * (1 + sim.step_seconds)) ++rs.bubbles;
+    rs.idle_seconds = sim.step_seconds - rs.busy_seconds;
+    SectionStats& ss = sim.sections[static_cast<size_t>(rs.section)];
+    ss.busy_seconds += rs.busy_seconds;
+    ss.bubble_seconds += rs.idle_seconds;
+    busy_all += rs.busy_seconds;
+  }
+  for (SectionStats& ss : sim.sections) {
+    ss.utilization = sim.step_seconds > 0 ? ss.busy_seconds / (ss.replicas * sim.step_seconds) : 0.0;
+  }
+  sim.utilization = sim.step_seconds > 0 && !sch.ranks.empty()
+                        ? busy_all / (static_cast<double>(sch.ranks.size()) * sim.step_seconds)
+                        : 0.0;
+  return sim;
+}
+
+std::string Simulation::ChromeTraceJson() const {
+  nlohmann::json events = nlohmann::json::array();
+  std::vector<char> named_thread;
+  for (size_t s = 0; s < sections.size(); ++s) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", s}, {"tid", 0},
+                      {"args", {{"name", sections[s].name}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", s}, {"tid", 0},
+                      {"args", {{"sort_index", s}}}});
+  }
+  for (const RankStats& r : ranks) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r.section}, {"tid", r.replica},
+                      {"args", {{"name", "dp " + std::to_string(r.replica)}}}});
+  }
+  for (const OpInterval& op : ops) {
+    const RankStats& r = ranks[static_cast<size_t>(op.rank)];
+    const char* cat = op.kind == OpKind::kForward ? "forward" : op.kind == OpKind::kBackward ? "backward" : "optimizer";
+    nlohmann::json ev = {{"name", OpLabel(op)}, {"cat", cat}, {"ph", "X"},
+                         {"ts", op.start * 1e6}, {"dur", (op.end - op.start) * 1e6},
+                         {"pid", r.section}, {"tid", r.replica}};
+    if (op.kind != OpKind::kOptimizer) ev["args"] = {{"micro_batch", op.micro_batch}, {"samples", op.samples}};
+    events.push_back(std::move(ev));
+  }
+  nlohmann::json j;
+  j["traceEvents"] = std::move(events);
+  j["displayTimeUnit"] = "ms";
+  j["otherData"] = {{"policy", policy}, {"step_seconds", step_seconds}, {"utilization", utilization}};
+  return j.dump();
+}
+
+Status Simulation::WriteChromeTrace(const std::string& path) const { return WriteText(path, ChromeTraceJson()); }
+
+std::string Simulation::GanttSvg(const std::string& title) const {
+  static const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                   "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
+  auto colour = [](int s) { return std::string(kPalette[static_cast<size_t>(s) % 8]); };
+  auto darker = [](const std::string& hex) {
+    const unsigned v = static_cast<unsigned>(std::stoul(hex.substr(1), nullptr, 16));
+    auto ch = [&](int shift) { return static_cast<unsigned>(((v >> shift) & 0xffu) * 0.6); };
+    char out[8];
+    std::snprintf(out, sizeof(out), "#%02x%02x%02x", ch(16), ch(8), ch(0));
+    return std::string(out);
+  };
+  const double left = 150, right = 30, top = 50, row_h = 20, gap = 4, plot_w = 1000;
+  const double rows_h = static_cast<double>(ranks.size()) * row_h;
+  const double axis_y = top + rows_h + 6;
+  const double legend_y = axis_y + 40;
+  const double width = left + plot_w + right;
+  const double height = legend_y + 30;
+  const double span = step_seconds > 0 ? step_seconds : 1.0;
+  auto x_of = [&](double t) { return left + t / span * plot_w; };
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(2);
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+    << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string head = title.empty() ? ("policy " + policy) : title;
+  char stats[128];
+  std::snprintf(stats, sizeof(stats), "  |  step %.4g s  |  utilization %.1f%%", step_seconds, 100.0 * utilization);
+  o << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << head << stats << "</text>\n";
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const double y = top + static_cast<double>(r) * row_h;
+    if (r % 2 == 0) {
+      o << "<rect x=\"" << left << "\" y=\"" << y << "\" width=\"" << plot_w << "\" height=\"" << row_h
+        << "\" fill=\"#f4f4f4\"/>\n";
+    }
+    o << "<text x=\"" << left - 8 << "\" y=\"" << y + row_h * 0.7 << "\" text-anchor=\"end\">"
+      << sections[static_cast<size_t>(ranks[r].section)].name << " dp" << ranks[r].replica << "</text>\n";
+  }
+  for (const OpInterval& op : ops) {
+    const RankStats& r = ranks[static_cast<size_t>(op.rank)];
+    const double y = top + static_cast<double>(op.rank) * row_h + gap / 2;
+    const double x0 = x_of(op.start);
+    const double w = std::max(0.5, x_of(op.end) - x0);
+    const std::string fill = op.kind == OpKind::kForward    ? colour(r.section)
+                             : op.kind == OpKind::kBackward ? darker(colour(r.section))
+                                                            : std::string("#888888");
+    o << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << row_h - gap
+      << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.3\"><title>"
+      << sections[static_cast<size_t>(r.section)].name << " dp" << r.replica << ' ' << OpLabel(op) << " ["
+      << op.start << ", " << op.end << "] s</title></rect>\n";
+  }
+  // Time axis with about 8 round ticks.
+  o << "<line x1=\"" << left << "\" y1=\"" << axis_y << "\" x2=\"" << left + plot_w << "\" y2=\"" << axis_y
+    << "\" stroke=\"black\"/>\n";
+  const double raw = span / 8;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = raw / mag < 2 ? 2 * mag : raw / mag < 5 ? 5 * mag : 10 * mag;
+  for (double t = 0; t <= span * 1.0001; t += step) {
+    const double x = x_of(t);
+    o << "<line x1=\"" << x << "\" y1=\"" << axis_y << "\" x2=\"" << x << "\" y2=\"" << axis_y + 5
+      << "\" stroke=\"black\"/>\n";
+    char label[32];
+    std::snprintf(label, sizeof(label), "%g", t);
+    o << "<text x=\"" << x << "\" y=\"" << axis_y + 18 << "\" text-anchor=\"middle\">" << label << "</text>\n";
+  }
+  o << "<text x=\"" << left + plot_w << "\" y=\"" << axis_y + 32 << "\" text-anchor=\"end\">seconds</text>\n";
+  // Legend.
+  double lx = left;
+  for (size_t s = 0; s < sections.size(); ++s) {
+    o << "<rect x=\"" << lx << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\"" << colour(static_cast<int>(s))
+      << "\"/><rect x=\"" << lx + 12 << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\""
+      << darker(colour(static_cast<int>(s))) << "\"/>";
+    o << "<text x=\"" << lx + 30 << "\" y=\"" << legend_y + 11 << "\">" << sections[s].name << "</text>\n";
+    lx += 40 + 8.0 * static_cast<double>(sections[s].name.size()) + 20;
+  }
+  o << "<rect x=\"" << lx << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\"#888888\"/>";
+  o << "<text x=\"" << lx + 18 << "\" y=\"" << legend_y + 11
+    << "\">optimizer   (light = forward, dark = backward)</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+Status Simulation::WriteGanttSvg(const std::string& path, const std::string& title) const {
+  return WriteText(path, GanttSvg(title));
+}
+
+}  // namespace maestro::scheduler

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// The step simulator: predicts what the runtime will do with a schedule.
+//
+// Owns: Simulate() (discrete events over the schedule's ops: each rank runs
+// its ops in order and blocks on its receives, exactly as the runtime
+// executes them), the per-rank and per-section statistics (busy, idle,
+// bubbles, utilization), and the two pictures of a step: a Chrome-trace /
+// Perfetto JSON (pid = section, tid = DP replica) and an SVG Gantt chart (one
+// row per rank, one colour per section, backward darker, optimizer grey).
+// May call: base, scheduler/problem.h, scheduler/scheduler.h, nlohmann-json.
+// Called by: compiler (report), bench, tests.
+//
+// Model: one rank = one DP replica of a section (its TP/PP/CP ranks move
+// together); an op lasts what the cost model says; a sample's activation (or
+// gradient) arrives TransferSeconds() after its producer op ends; transfers
+// overlap with everything (no link contention).
+//
+// Thread safety: Simulation is a value; Simulate() is reentrant.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "scheduler/problem.h"
+#include "scheduler/scheduler.h"
+
+namespace maestro::scheduler {
+
+struct OpInterval {
+  int rank = 0;          // index into Schedule::ranks
+  OpKind kind = OpKind::kForward;
+  int micro_batch = -1;
+  int samples = 0;       // samples in the micro-batch
+  double start = 0.0, end = 0.0;  // seconds from the start of the step
+};
+
+struct RankStats {
+  int section = 0, replica = 0;
+  double busy_seconds = 0.0;
+  double idle_seconds = 0.0;     // step_seconds - busy_seconds
+  int bubbles = 0;               // idle gaps (leading and trailing included)
+};
+
+struct SectionStats {
+  std::string name;
+  int replicas = 0;
+  double busy_seconds = 0.0;     // summed over replicas
+  double utilization = 0.0;      // busy / (replicas * step_seconds)
+  double bubble_seconds = 0.0;   // idle, summed over replicas
+};
+
+struct Simulation {
+  std::string policy;
+  double step_seconds = 0.0;
+  std::vector<OpInterval> ops;   // every op, grouped by rank, in program order
+  std::vector<RankStats> ranks;
+  std::vector<SectionStats> sections;
+  double utilization = 0.0;      // over all ranks
+
+  // Chrome-trace JSON (open in ui.perfetto.dev or chrome://tracing).
+  std::string ChromeTraceJson() const;
+  Status WriteChromeTrace(const std::string& path) const;
+  // A Gantt chart a person can open in a browser.
+  std::string GanttSvg(const std::string& title = "") const;
+  Status WriteGanttSvg(const std::string& path, const std::string& title = "") const;
+};
+
+// Runs the schedule. Fails (InvalidArgument) when the schedule breaks a
+// promise IndexSchedule() checks, or when its op orders deadlock (a rank
+// waits for an op that itself waits, directly or not, on that rank); the
+// message names the ranks and ops involved.
+StatusOr<Simulation> Simulate(const Problem& problem, const Schedule& schedule);
+
+}  // namespace maestro::scheduler

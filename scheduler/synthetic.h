@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// Synthetic scheduling problems for tests and benchmarks: multimodal-LLM
+// shaped section graphs (vision encoder -> projector -> LLM, audio encoder ->
+// audio projector -> LLM, a frozen teacher -> LLM) with DP degrees sized by
+// expected load under the fan-out rule, a LinearCostModel, and random global
+// batches with a given image ratio. Deterministic in the seeds.
+//
+// May call: scheduler/problem.h. Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "scheduler/problem.h"
+
+namespace maestro::scheduler {
+
+struct SyntheticPlanOptions {
+  int sections = 2;        // 2..6
+  int max_fanout = 2;      // 1..4: the largest DP ratio on an edge
+  bool random_modes = false;  // encoders/projectors train or are frozen at random
+  uint64_t seed = 1;
+};
+
+struct SyntheticBatchOptions {
+  int samples = 256;
+  double image_ratio = 0.5;   // share of samples with an image
+  double audio_ratio = 0.25;  // share with audio (plans with an audio branch)
+  uint64_t seed = 1;
+};
+
+// The plan part of a problem (modality names, sections, edges, costs); no samples.
+Problem MakeSyntheticPlan(const SyntheticPlanOptions& options);
+// A random global batch for `plan` (ids unique within the batch).
+std::vector<Sample> MakeSyntheticBatch(const Problem& plan, const SyntheticBatchOptions& options);
+
+}  // namespace maestro::scheduler
