@@ -71,25 +71,31 @@ absolute_dir() {
   (cd -- "$dir" && pwd -P)
 }
 
-# The name of the program a PID runs, or nothing when it does not run.
+# The name of the program a PID runs, or nothing when it does not run (or is
+# a zombie: it has exited, only its parent has not reaped it yet). Builtins
+# only: this runs for every process on the machine.
 proc_name() {
-  local pid="$1"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
-  [[ -r "/proc/$pid/comm" ]] || return 0
-  local comm
-  comm="$(cat "/proc/$pid/comm" 2>/dev/null || true)"
-  # A zombie has exited; only its parent has not reaped it yet.
-  if grep -qs '^State:[[:space:]]*Z' "/proc/$pid/status"; then
-    return 0
-  fi
-  printf '%s' "$comm"
+  local pid="$1" key value name="" state=""
+  [[ "$pid" =~ ^[0-9]+$ && -r "/proc/$pid/status" ]] || return 0
+  {
+    while read -r key value _; do
+      case "$key" in
+        Name:) name="$value" ;;
+        State:) state="$value"; break ;;
+      esac
+    done <"/proc/$pid/status"
+  } 2>/dev/null || true
+  [[ "$state" == Z ]] && return 0
+  printf '%s' "$name"
 }
 
 # PID from a pid file when that process is alive and runs PROGRAM.
 live_pid() {
   local pid_file="$1" program="$2" pid
   [[ -f "$pid_file" ]] || return 0
-  pid="$(tr -dc '0-9' <"$pid_file" 2>/dev/null || true)"
+  pid=""
+  { read -r pid <"$pid_file"; } 2>/dev/null || true
+  pid="${pid//[!0-9]/}"
   [[ -n "$pid" ]] || return 0
   if [[ "$(proc_name "$pid")" == "$program"* ]]; then
     printf '%s' "$pid"
@@ -114,28 +120,26 @@ node_names() {
   for ((i = 1; i <= n; i++)); do printf 'node%d\n' "$i"; done
 }
 
-# Processes of this cluster: the daemons and their slurmstepd's (found by the
-# marker variable every daemon is started with) and the processes of its jobs
-# (SLURM_JOB_ID plus SLURM_CONF naming this cluster); proctrack/linuxproc loses
-# a job process whose parent died, e.g. an srun whose batch script crashed.
+# Processes of this cluster: the daemons (found by the marker variable every
+# daemon is started with), their slurmstepd's (which clear their environment;
+# their cwd is DIR/log) and the processes of its jobs (SLURM_JOB_ID set and
+# SLURM_CONF naming this cluster; proctrack/linuxproc loses a job process
+# whose parent died, e.g. an srun whose batch script crashed).
 marked_pids() {
-  local environ pid vars
-  for environ in /proc/[0-9]*/environ; do
-    pid="${environ#/proc/}"
-    pid="${pid%/environ}"
-    [[ "$pid" == "$$" || "$pid" == "$BASHPID" ]] && continue
-    # slurmstepd clears its environment; its cwd is the slurmd's log dir.
-    if [[ "$(proc_name "$pid")" == slurmstepd* && "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$CLUSTER_DIR"/* ]]; then
-      printf '%s\n' "$pid"
-      continue
-    fi
-    vars="$({ tr '\0' '\n' <"$environ"; } 2>/dev/null | grep -E '^(MAESTRO_LOCAL_CLUSTER|SLURM_CONF|SLURM_JOB_ID)=' || true)"
-    [[ -n "$vars" ]] || continue
-    if grep -qxF "MAESTRO_LOCAL_CLUSTER=$CLUSTER_DIR" <<<"$vars" ||
-      { grep -qxF "SLURM_CONF=$SLURM_CONF_FILE" <<<"$vars" && grep -q '^SLURM_JOB_ID=' <<<"$vars"; }; then
-      printf '%s\n' "$pid"
-    fi
-  done
+  local file pid comm
+  {
+    grep -lzsxF -e "MAESTRO_LOCAL_CLUSTER=$CLUSTER_DIR" /proc/[0-9]*/environ
+    while read -r file; do
+      grep -qzs '^SLURM_JOB_ID=' "$file" && printf '%s\n' "$file"
+    done < <(grep -lzsxF -e "SLURM_CONF=$SLURM_CONF_FILE" /proc/[0-9]*/environ)
+    for file in /proc/[0-9]*/comm; do
+      comm=""
+      { read -r comm <"$file"; } 2>/dev/null || true
+      [[ "$comm" == slurmstepd* ]] || continue
+      pid="${file%/comm}"
+      [[ "$(readlink "$pid/cwd" 2>/dev/null)" == "$CLUSTER_DIR"/* ]] && printf '%s\n' "$file"
+    done
+  } | sed -n 's|^/proc/\([0-9]*\)/.*|\1|p' | sort -un | grep -vxF -e "$$" -e "$BASHPID" || true
 }
 
 running_daemons() {
