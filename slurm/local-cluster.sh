@@ -523,7 +523,7 @@ stop_pid() {
 
 stop_daemons_of() {
   local which="$1" program pid_file pid
-  local pids=()
+  local pids=() pid_files=()
   while read -r program pid_file; do
     [[ "$program" == "$which" ]] || continue
     pid="$(live_pid "$pid_file" "$program")"
@@ -531,9 +531,11 @@ stop_daemons_of() {
       kill -TERM "$pid" 2>/dev/null || true
       pids+=("$pid")
     fi
-    rm -f -- "$pid_file"
+    pid_files+=("$pid_file")
   done < <(daemon_list)
   for pid in ${pids[@]+"${pids[@]}"}; do stop_pid "$pid" "$which"; done
+  # The daemons remove their own pid files; these are what a crash left.
+  rm -f -- ${pid_files[@]+"${pid_files[@]}"}
 }
 
 cancel_jobs() {
@@ -635,9 +637,14 @@ cmd_env() {
   [[ -f "$SLURM_CONF_FILE" ]] || die "no cluster in $CLUSTER_DIR; run '$PROG start $CLUSTER_DIR' first"
   printf 'export SLURM_CONF=%q\n' "$SLURM_CONF_FILE"
   printf 'export MAESTRO_SLURM_DIR=%q\n' "$CLUSTER_DIR"
-  # Open MPI inside jobs: every "node" is this machine; stay on loopback.
+  # Open MPI inside jobs (sbatch passes these on): every "node" is this one
+  # machine, so stay on loopback, and keep off shared memory (vader), whose
+  # segment names collide between ranks of different "nodes" on one host.
+  # Keep in step with LocalSlurmCluster::Environment() (tests/slurm).
+  printf 'export OMPI_MCA_btl=self,tcp\n'
   printf 'export OMPI_MCA_btl_tcp_if_include=lo\n'
   printf 'export OMPI_MCA_oob_tcp_if_include=lo\n'
+  printf 'export OMPI_MCA_pml=ob1\n'
 }
 
 main() {
