@@ -856,8 +856,10 @@ StatusOr<Schedule> ScheduleFromJson(const std::string& text, const std::string& 
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument(origin + ": not valid JSON");
   try {
-    if (j.value("v", 0) != 1) {
-      return Status::InvalidArgument(origin + ": schedule format version " + j.value("v", nlohmann::json()).dump() +
+    const auto version = j.find("v");
+    if (version == j.end() || *version != 1) {
+      return Status::InvalidArgument(origin + ": schedule format version " +
+                                     (version == j.end() ? std::string("(none)") : version->dump()) +
                                      " is not supported (expected 1)");
     }
     Schedule sch;

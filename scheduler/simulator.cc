@@ -31,6 +31,21 @@ Status WriteText(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+// Text for an SVG element (section names come from the user's spec).
+std::string XmlEscape(const std::string& in) {
+  std::string out;
+  for (char c : in) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string OpLabel(const OpInterval& op) {
   if (op.kind == OpKind::kOptimizer) return "optimizer";
   return std::string(op.kind == OpKind::kForward ? "F" : "B") + std::to_string(op.micro_batch);
@@ -252,7 +267,7 @@ std::string Simulation::GanttSvg(const std::string& title) const {
   std::string head = title.empty() ? ("policy " + policy) : title;
   char stats[128];
   std::snprintf(stats, sizeof(stats), "  |  step %.4g s  |  utilization %.1f%%", step_seconds, 100.0 * utilization);
-  o << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << head << stats << "</text>\n";
+  o << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << XmlEscape(head) << stats << "</text>\n";
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double y = top + static_cast<double>(r) * row_h;
     if (r % 2 == 0) {
@@ -260,7 +275,7 @@ std::string Simulation::GanttSvg(const std::string& title) const {
         << "\" fill=\"#f4f4f4\"/>\n";
     }
     o << "<text x=\"" << left - 8 << "\" y=\"" << y + row_h * 0.7 << "\" text-anchor=\"end\">"
-      << sections[static_cast<size_t>(ranks[r].section)].name << " dp" << ranks[r].replica << "</text>\n";
+      << XmlEscape(sections[static_cast<size_t>(ranks[r].section)].name) << " dp" << ranks[r].replica << "</text>\n";
   }
   for (const OpInterval& op : ops) {
     const RankStats& r = ranks[static_cast<size_t>(op.rank)];
@@ -272,7 +287,7 @@ std::string Simulation::GanttSvg(const std::string& title) const {
                                                             : std::string("#888888");
     o << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << row_h - gap
       << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.3\"><title>"
-      << sections[static_cast<size_t>(r.section)].name << " dp" << r.replica << ' ' << OpLabel(op) << " ["
+      << XmlEscape(sections[static_cast<size_t>(r.section)].name) << " dp" << r.replica << ' ' << OpLabel(op) << " ["
       << op.start << ", " << op.end << "] s</title></rect>\n";
   }
   // Time axis with about 8 round ticks.
@@ -296,7 +311,7 @@ std::string Simulation::GanttSvg(const std::string& title) const {
     o << "<rect x=\"" << lx << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\"" << colour(static_cast<int>(s))
       << "\"/><rect x=\"" << lx + 12 << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\""
       << darker(colour(static_cast<int>(s))) << "\"/>";
-    o << "<text x=\"" << lx + 30 << "\" y=\"" << legend_y + 11 << "\">" << sections[s].name << "</text>\n";
+    o << "<text x=\"" << lx + 30 << "\" y=\"" << legend_y + 11 << "\">" << XmlEscape(sections[s].name) << "</text>\n";
     lx += 40 + 8.0 * static_cast<double>(sections[s].name.size()) + 20;
   }
   o << "<rect x=\"" << lx << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\"#888888\"/>";

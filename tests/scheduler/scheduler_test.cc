@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+// Unit tests of the scheduler: problem validation, FromPlan, the lower bound,
+// transfers vs the plan's links, JSON round trip, the simulator on cases
+// worked out by hand, deadlock detection, and the trace/SVG outputs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "plan/plan.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/simulator.h"
+#include "scheduler/synthetic.h"
+
+namespace maestro::scheduler {
+namespace {
+
+// Every micro-batch costs `per_mb` + `per_sample` * samples; backward the
+// same; transfers cost `transfer` per sample.
+class FlatCosts : public SectionCostModel {
+ public:
+  FlatCosts(double per_mb, double per_sample, double transfer) : per_mb_(per_mb), per_sample_(per_sample), transfer_(transfer) {}
+  double ForwardSeconds(int, const std::vector<const Sample*>& s) const override {
+    return per_mb_ + per_sample_ * static_cast<double>(s.size());
+  }
+  double BackwardSeconds(int section, const std::vector<const Sample*>& s) const override {
+    return ForwardSeconds(section, s);
+  }
+  double TransferSeconds(int, const Sample&) const override { return transfer_; }
+
+ private:
+  double per_mb_, per_sample_, transfer_;
+};
+
+Problem TwoSectionProblem(int n_samples, bool image_every_other) {
+  Problem p;
+  p.modality_names = {"image"};
+  p.sections = {SectionSpec{"vit", true, 0, 1, 2}, SectionSpec{"llm", true, -1, 2, 2}};
+  p.edges = {EdgeSpec{0, 1}};
+  for (int i = 0; i < n_samples; ++i) {
+    Sample s;
+    s.id = 1000 + static_cast<uint64_t>(i);
+    s.text_tokens = 100;
+    if (!image_every_other || i % 2 == 0) {
+      s.modalities = 1;
+      s.modality_tokens[0] = 64;
+    }
+    p.samples.push_back(s);
+  }
+  p.costs = std::make_shared<FlatCosts>(0.0, 1.0, 0.0);
+  return p;
+}
+
+TEST(SchedulerProblem, RejectsBadInputWithAMessageNamingThePart) {
+  Problem p = TwoSectionProblem(4, false);
+  p.sections[1].dp = 3;  // 1 and 3 divide, fine; make it 2 vs 3
+  p.sections[0].dp = 2;
+  Status st = ValidateProblem(p);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("do not divide"), std::string::npos) << st.message();
+
+  p = TwoSectionProblem(4, false);
+  p.edges.push_back(EdgeSpec{1, 0});
+  st = ValidateProblem(p);
+  EXPECT_NE(st.message().find("cycle"), std::string::npos) << st.message();
+
+  p = TwoSectionProblem(4, false);
+  p.samples[2].id = p.samples[1].id;
+  st = ValidateProblem(p);
+  EXPECT_NE(st.message().find("appears twice"), std::string::npos) << st.message();
+
+  p = TwoSectionProblem(4, false);
+  p.costs.reset();
+  EXPECT_FALSE(BuildSchedule(p, {}).ok());
+
+  p = TwoSectionProblem(4, false);
+  p.sections[0].micro_batch = 0;
+  EXPECT_FALSE(BuildSchedule(p, {}).ok());
+}
+
+TEST(SchedulerProblem, FromPlanMapsSectionsModalitiesAndEdges) {
+  plan::Plan pl;
+  pl.job_name = "mllm";
+  pl.data.modalities = {plan::ModalityDesc{"image", 0.5, 256}};
+  plan::SectionPlan vit;
+  vit.name = "vit";
+  vit.activation = "image";
+  vit.mode = plan::SectionMode::kForward;
+  vit.config.dp = 2;
+  vit.config.micro_batch = 8;
+  plan::SectionPlan llm;
+  llm.name = "llm";
+  llm.config.dp = 4;
+  llm.config.micro_batch = 2;
+  llm.placement.first_rank = 2;
+  llm.placement.het_component = 1;
+  pl.sections = {vit, llm};
+  pl.edges = {plan::EdgePlan{"vit", "llm", "image_embeddings", 4096, false}};
+  auto samples = MakeSyntheticBatch(Problem{{"image"}, {}, {}, {}, nullptr}, SyntheticBatchOptions{64, 0.5, 0.0, 3});
+  auto prob = FromPlan(pl, std::make_shared<FlatCosts>(0.1, 0.01, 0.001), samples);
+  ASSERT_TRUE(prob.ok()) << prob.status().ToString();
+  ASSERT_EQ(prob->sections.size(), 2u);
+  EXPECT_EQ(prob->sections[0].modality, 0);
+  EXPECT_FALSE(prob->sections[0].trains);
+  EXPECT_EQ(prob->sections[0].dp, 2);
+  EXPECT_EQ(prob->sections[0].micro_batch, 8);
+  EXPECT_EQ(prob->sections[1].modality, -1);
+  EXPECT_TRUE(prob->sections[1].trains);
+  ASSERT_EQ(prob->edges.size(), 1u);
+  EXPECT_EQ(prob->edges[0].from, 0);
+  EXPECT_EQ(prob->edges[0].to, 1);
+
+  // Every message of the schedule travels on a link of the plan's fan-out map.
+  const Schedule sch = BuildSchedule(*prob, {}).ValueOrDie();
+  const auto transfers = ImpliedTransfers(*prob, sch).ValueOrDie();
+  std::set<std::pair<int, int>> links;
+  for (const plan::Link& l : plan::LinksOfEdge(pl, 0)) links.insert({l.up_dp, l.down_dp});
+  size_t carried = 0;
+  for (const Transfer& t : transfers) {
+    EXPECT_TRUE(links.count({t.up_replica, t.down_replica})) << t.up_replica << "->" << t.down_replica;
+    EXPECT_FALSE(t.gradient);  // the vit is frozen
+    carried += t.sample_ids.size();
+  }
+  size_t images = 0;
+  for (const Sample& s : samples) images += s.Has(0) ? 1 : 0;
+  EXPECT_EQ(carried, images);
+
+  pl.edges[0].to = "nope";
+  EXPECT_FALSE(FromPlan(pl, std::make_shared<FlatCosts>(0.1, 0.01, 0.001), samples).ok());
+}
+
+TEST(SchedulerJson, RoundTripsEveryPolicy) {
+  SyntheticPlanOptions po;
+  po.sections = 5;
+  po.max_fanout = 3;
+  Problem p = MakeSyntheticPlan(po);
+  p.samples = MakeSyntheticBatch(p, SyntheticBatchOptions{300, 0.4, 0.3, 9});
+  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+    ScheduleOptions o;
+    o.policy = policy;
+    o.seed = 42;
+    o.step = 7;
+    const Schedule a = BuildSchedule(p, o).ValueOrDie();
+    const std::string text = ScheduleToJson(a);
+    auto b = ScheduleFromJson(text);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_TRUE(a == *b);
+    EXPECT_EQ(b->policy, PolicyName(policy));
+    EXPECT_EQ(b->seed, 42u);
+    EXPECT_EQ(b->step, 7);
+    EXPECT_TRUE(IndexSchedule(p, *b).ok());
+  }
+  EXPECT_FALSE(ScheduleFromJson("{not json").ok());
+  EXPECT_FALSE(ScheduleFromJson(R"({"v":2,"policy":"fifo","seed":0,"step":0,"ranks":[]})").ok());
+  auto bad = ScheduleFromJson(R"({"v":1,"policy":"fifo","seed":0,"step":0,"ranks":[{"s":0,"r":0,"mb":[[1]],"ops":"F0 X1"}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad op"), std::string::npos);
+  EXPECT_FALSE(ScheduleFromJson(R"({"v":1,"policy":"fifo","seed":0,"step":0,"ranks":[{"s":"x"}]})").ok());
+}
+
+TEST(SchedulerLowerBound, WorkBoundAndChainOnAHandCase) {
+  // 4 samples, all with images. vit dp1 mb2: 2 micro-batches of 2 -> forward
+  // 2+2, backward 2+2 = 8 s on one replica. llm dp2 mb2: 8 s over 2 = 4 s.
+  // One sample alone: vit F 1, llm F 1, llm B 1, vit B 1 = 4 s.
+  const Problem p = TwoSectionProblem(4, false);
+  const LowerBound lb = ComputeLowerBound(p).ValueOrDie();
+  EXPECT_DOUBLE_EQ(lb.section_seconds[0], 8.0);
+  EXPECT_DOUBLE_EQ(lb.section_seconds[1], 4.0);
+  EXPECT_DOUBLE_EQ(lb.critical_path_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(lb.seconds, 8.0);
+  EXPECT_EQ(lb.bottleneck_section, 0);
+}
+
+TEST(SchedulerSimulator, ForwardOnlyChainMatchesAHandComputation) {
+  // a (dp1, mb2) -> b (dp1, mb2), both forward only, 1 s per sample, 0.5 s
+  // transfer. 4 samples: a runs [0,2] [2,4]; b's first micro-batch can start
+  // at 2.5, runs to 4.5; its second needs a's second (ends 4, +0.5) -> 4.5..6.5.
+  Problem p;
+  p.sections = {SectionSpec{"a", false, -1, 1, 2}, SectionSpec{"b", false, -1, 1, 2}};
+  p.edges = {EdgeSpec{0, 1}};
+  for (int i = 0; i < 4; ++i) {
+    Sample s;
+    s.id = static_cast<uint64_t>(i);
+    p.samples.push_back(s);
+  }
+  p.costs = std::make_shared<FlatCosts>(0.0, 1.0, 0.5);
+  ScheduleOptions o;
+  o.policy = Policy::kFifo;
+  const Schedule sch = BuildSchedule(p, o).ValueOrDie();
+  const Simulation sim = Simulate(p, sch).ValueOrDie();
+  EXPECT_DOUBLE_EQ(sim.step_seconds, 6.5);
+  ASSERT_EQ(sim.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(sim.ranks[0].busy_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(sim.ranks[1].busy_seconds, 4.0);
+  EXPECT_EQ(sim.ranks[1].bubbles, 1);  // the wait before its first op
+  EXPECT_NEAR(sim.sections[1].utilization, 4.0 / 6.5, 1e-12);
+  // The wavefront gets the same answer here (nothing to reorder).
+  EXPECT_DOUBLE_EQ(Simulate(p, BuildSchedule(p, {}).ValueOrDie()).ValueOrDie().step_seconds, 6.5);
+}
+
+TEST(SchedulerSimulator, DetectsADeadlockingOrder) {
+  // vit (dp1, mb2) trains; llm (dp2, mb2). Put vit's B0 before F1 while an
+  // llm micro-batch mixes samples of vit's micro-batches 0 and 1: vit's B0
+  // waits for llm's backward, which waits for vit's F1 -> deadlock.
+  const Problem p = TwoSectionProblem(4, false);
+  Schedule s;
+  s.policy = "hand";
+  RankProgram vit{0, 0, {MicroBatch{{1000, 1001}}, MicroBatch{{1002, 1003}}}, {}};
+  vit.ops = {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kForward, 1}, {OpKind::kBackward, 1}, {OpKind::kOptimizer, -1}};
+  RankProgram llm0{1, 0, {MicroBatch{{1000, 1002}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}};
+  RankProgram llm1{1, 1, {MicroBatch{{1001, 1003}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}};
+  s.ranks = {vit, llm0, llm1};
+  auto sim = Simulate(p, s);
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("deadlock"), std::string::npos) << sim.status().message();
+  // The same micro-batches with all forwards first run fine.
+  s.ranks[0].ops = {{OpKind::kForward, 0}, {OpKind::kForward, 1}, {OpKind::kBackward, 0}, {OpKind::kBackward, 1}, {OpKind::kOptimizer, -1}};
+  EXPECT_TRUE(Simulate(p, s).ok());
+  // A sample missing from the schedule is caught before simulating.
+  s.ranks[1].micro_batches[0].sample_ids = {1000};
+  auto missing = Simulate(p, s);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("never processed"), std::string::npos) << missing.status().message();
+}
+
+TEST(SchedulerSimulator, WritesAChromeTraceAndAGanttSvg) {
+  SyntheticPlanOptions po;
+  po.sections = 3;
+  Problem p = MakeSyntheticPlan(po);
+  p.samples = MakeSyntheticBatch(p, SyntheticBatchOptions{40, 0.5, 0.0, 2});
+  const Schedule sch = BuildSchedule(p, {}).ValueOrDie();
+  const Simulation sim = Simulate(p, sch).ValueOrDie();
+  const std::filesystem::path dir = std::filesystem::path(MAESTRO_TEST_TMP) / "scheduler";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(sim.WriteChromeTrace((dir / "trace.json").string()).ok());
+  ASSERT_TRUE(sim.WriteGanttSvg((dir / "gantt.svg").string(), "test <&> title").ok());
+  std::ifstream tf(dir / "trace.json");
+  const nlohmann::json trace = nlohmann::json::parse(tf);
+  size_t complete = 0;
+  std::set<int> pids;
+  for (const auto& ev : trace.at("traceEvents")) {
+    if (ev.at("ph") == "X") {
+      ++complete;
+      pids.insert(ev.at("pid").get<int>());
+      EXPECT_GE(ev.at("dur").get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(complete, sim.ops.size());
+  EXPECT_EQ(pids.size(), p.sections.size());
+  std::ifstream sf(dir / "gantt.svg");
+  std::stringstream svg;
+  svg << sf.rdbuf();
+  const std::string text = svg.str();
+  EXPECT_EQ(text.rfind("<svg", 0), 0u);
+  EXPECT_NE(text.find("</svg>"), std::string::npos);
+  EXPECT_NE(text.find("test &lt;&amp;&gt; title"), std::string::npos);  // escaped
+  for (const SectionSpec& s : p.sections) EXPECT_NE(text.find(">" + s.name + "<"), std::string::npos) << s.name;
+  size_t rects = 0;
+  for (size_t at = text.find("<rect"); at != std::string::npos; at = text.find("<rect", at + 1)) ++rects;
+  EXPECT_GE(rects, sim.ops.size());
+  EXPECT_FALSE(sim.WriteGanttSvg("/nonexistent-dir/x.svg").ok());
+}
+
+TEST(SchedulerEdgeCases, EmptyBatchAndSamplesThatActivateNothing) {
+  Problem p = TwoSectionProblem(0, false);
+  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+    ScheduleOptions o;
+    o.policy = policy;
+    auto sch = BuildSchedule(p, o);
+    ASSERT_TRUE(sch.ok());
+    auto sim = Simulate(p, *sch);
+    ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  }
+  // Only a modality section: samples without the modality run nowhere.
+  Problem q;
+  q.modality_names = {"image"};
+  q.sections = {SectionSpec{"vit", true, 0, 2, 2}};
+  for (int i = 0; i < 6; ++i) {
+    Sample s;
+    s.id = static_cast<uint64_t>(i);
+    if (i < 3) { s.modalities = 1; s.modality_tokens[0] = 10; }
+    q.samples.push_back(s);
+  }
+  q.costs = std::make_shared<FlatCosts>(0.0, 1.0, 0.0);
+  const Schedule sch = BuildSchedule(q, {}).ValueOrDie();
+  size_t total = 0;
+  for (const RankProgram& r : sch.ranks) for (const MicroBatch& mb : r.micro_batches) total += mb.sample_ids.size();
+  EXPECT_EQ(total, 3u);
+  EXPECT_TRUE(Simulate(q, sch).ok());
+}
+
+TEST(SchedulerPolicy, NamesRoundTrip) {
+  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+    EXPECT_EQ(PolicyFromName(PolicyName(policy)).ValueOrDie(), policy);
+  }
+  EXPECT_FALSE(PolicyFromName("lifo").ok());
+}
+
+}  // namespace
+}  // namespace maestro::scheduler
