@@ -1,22 +1,116 @@
 // SPDX-License-Identifier: Apache-2.0
 // maestro-compile: spec.toml -> plan.json + job.sbatch + report.
+//   maestro-compile spec.toml -o outdir [--dry-run] [--explain] [--json]
+//                   [--worker PATH] [--allow-planner-only] [--profiles FILE]
+//   maestro-compile --model-info config.json [--json] [--seq-len N]
+// Exit status: 0 ok, 1 an I/O error, 2 bad input (the message says where).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
+#include <nlohmann/json.hpp>
 
+#include "base/exit_codes.h"
+#include "compiler/compile.h"
+#include "compiler/model.h"
 #include "compiler/spec.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"maestro-compile: turn a TOML workload spec into a plan and a Slurm heterogeneous job"};
-  std::string spec;
-  std::string out_dir = ".";
-  app.add_option("spec", spec, "workload spec (TOML)")->required();
-  app.add_option("-o,--out", out_dir, "output directory");
-  CLI11_PARSE(app, argc, argv);
-  auto sections = maestro::compiler::ReadSectionSummaries(spec);
-  if (!sections.ok()) {
-    std::fprintf(stderr, "%s\n", sections.status().message().c_str());
-    return 2;
+namespace {
+
+int ModelInfo(const std::string& path, bool json, int64_t seq_len) {
+  auto desc = maestro::compiler::ModelFromHfConfigFile(path);
+  if (!desc.ok()) {
+    std::fprintf(stderr, "maestro-compile: %s\n", desc.status().message().c_str());
+    return maestro::kExitUsage;
   }
-  for (const auto& s : *sections) std::printf("%-12s %-10s %s\n", s.name.c_str(), s.mode.c_str(), s.model.c_str());
-  return 0;
+  const auto f = maestro::compiler::ComputeModelFacts(*desc, seq_len);
+  if (json) {
+    nlohmann::json j = {{"params", f.params},
+                        {"active_params", f.active_params},
+                        {"flops_per_token", f.flops_per_token},
+                        {"seq_len", f.seq_len},
+                        {"kind", maestro::plan::ModelKindName(desc->kind)}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("model:            %s (%s)\n", path.c_str(), maestro::plan::ModelKindName(desc->kind));
+    std::printf("parameters:       %lld\n", static_cast<long long>(f.params));
+    std::printf("active params:    %lld\n", static_cast<long long>(f.active_params));
+    std::printf("forward FLOPs/token at seq_len %lld: %.6g\n", static_cast<long long>(f.seq_len), f.flops_per_token);
+  }
+  return maestro::kExitOk;
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app{"maestro-compile: turn a TOML workload spec into a plan and a Slurm heterogeneous job"};
+  std::string spec_path, model_info;
+  maestro::compiler::CompileOptions options;
+  bool dry_run = false, explain = false, json = false;
+  int64_t seq_len = 0;
+  std::string profiles;
+  app.add_option("spec", spec_path, "workload spec (TOML)");
+  app.add_option("-o,--out", options.out_dir, "output directory (plan.json, job.sbatch, report.txt)");
+  app.add_flag("--dry-run", dry_run, "plan and report, write nothing");
+  app.add_flag("--explain", explain, "say why each choice was made");
+  app.add_flag("--json", json, "print the report (or --model-info) as JSON");
+  app.add_option("--worker", options.worker, "program the job step runs on every rank (default: maestro-worker from PATH)");
+  app.add_flag("--allow-planner-only", options.allow_planner_only,
+               "also search configurations the runtime cannot run yet (marked planner-only)");
+  app.add_option("--profiles", profiles, "measured section times (JSON array written by the runtime)");
+  app.add_option("--model-info", model_info, "print parameters and FLOPs of a Hugging Face config.json");
+  app.add_option("--seq-len", seq_len, "sequence length for --model-info FLOPs (default: 4096 for decoders)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? maestro::kExitOk : maestro::kExitUsage;
+  }
+  if (!model_info.empty()) return ModelInfo(model_info, json, seq_len);
+  if (spec_path.empty()) {
+    std::fprintf(stderr, "maestro-compile: give a spec (maestro-compile spec.toml -o outdir) or --model-info config.json\n");
+    return maestro::kExitUsage;
+  }
+  auto spec = maestro::compiler::ParseSpecFile(spec_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
+    return maestro::kExitUsage;
+  }
+  if (!profiles.empty()) {
+    auto p = maestro::compiler::ReadProfilesJson(profiles);
+    if (!p.ok()) {
+      std::fprintf(stderr, "%s\n", p.status().message().c_str());
+      return maestro::kExitUsage;
+    }
+    options.extra_profiles = *p;
+  }
+  auto result = maestro::compiler::Compile(*spec, options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "%s\n", result.status().message().c_str());
+    return result.status().code() == maestro::StatusCode::kInvalidArgument ? maestro::kExitUsage
+                                                                            : maestro::kExitFailure;
+  }
+  if (json) {
+    std::printf("%s\n", result->report_json.c_str());
+  } else {
+    std::printf("%s", result->report.c_str());
+    if (explain) std::printf("\nwhy:\n%s", result->explain.c_str());
+  }
+  if (!dry_run) {
+    maestro::Status s = maestro::compiler::WriteOutputs(*result, options);
+    if (!s.ok()) {
+      std::fprintf(stderr, "maestro-compile: %s\n", s.message().c_str());
+      return maestro::kExitFailure;
+    }
+  }
+  return maestro::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    // A bug, not bad input: say so without a stack trace.
+    std::fprintf(stderr, "maestro-compile: internal error: %s\n", e.what());
+    return maestro::kExitFailure;
+  }
 }

@@ -1,10 +1,153 @@
 // SPDX-License-Identifier: Apache-2.0
-// Placeholder spec reader (issue 3 replaces it with the full compiler).
+// The workload spec (spec.toml): its in-memory form, the TOML reader and the
+// semantic validation that turns it into a section graph.
+//
+// Owns: every key of the spec format (docs/spec.md documents each one, with
+// its default), the file:line:col error messages (with a suggestion for a
+// misspelled key or name), and the checks that need no cost model: unknown
+// sections in edges, cycles, unknown GPU types or modalities, contradictory
+// pins. The checks that need the cost model (a section that fits at no
+// configuration, a budget too small) live in compiler/compile.cc.
+// May call: base, plan (ModelDesc), compiler/model.h, TOML++, nlohmann-json.
+// Thread safety: ParseSpec* are pure functions; the structs are values.
 #pragma once
+
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
 #include "base/status.h"
+#include "plan/plan.h"
+
 namespace maestro::compiler {
-struct SectionSummary { std::string name, model, mode; };
-StatusOr<std::vector<SectionSummary>> ReadSectionSummaries(const std::string& spec_path);
+
+// A place in the spec, 1-based; {0,0} when the value was defaulted.
+struct SourcePos {
+  int line = 0;
+  int column = 0;
+};
+
+struct JobSpec {
+  std::string name = "maestro";
+  std::string account;    // "" = none
+  std::string partition;  // default partition of every component ("" = Slurm's default)
+  std::string qos;
+  std::string time = "01:00:00";
+  bool requeue = false;
+  int signal_seconds = 0;          // > 0: #SBATCH --signal=B:<signal>@<seconds>
+  std::string signal = "USR1";     // USR1 | USR2 | TERM
+  std::string output = "maestro-%j.out";
+  std::string error;               // "" = merged with output
+  std::string work_dir = ".";
+  int64_t steps = 0;               // 0 = one epoch
+  SourcePos pos;
+};
+
+// One kind of accelerator (or a CPU slot when cpu = true) and the nodes that
+// carry it. Bandwidths are per GPU, in GB/s.
+struct GpuTypeSpec {
+  std::string name;
+  bool cpu = false;                // CPU-only ranks: gpus_per_task 0
+  double memory_gb = 80.0;         // per GPU (per task when cpu)
+  double tflops_bf16 = 989.0;      // dense peak per GPU
+  double intra_node_gbps = 450.0;  // NVLink, per GPU, one direction
+  double inter_node_gbps = 50.0;   // network, per GPU
+  double mfu = 0.55;               // best achievable share of peak for large GEMMs
+  int nodes = 0;                   // 0: [cluster].nodes
+  int gpus_per_node = 0;           // 0: [cluster].gpus_per_node
+  std::string partition;           // "" = [job].partition
+  std::string constraint;          // Slurm --constraint ("" = none)
+  SourcePos pos;
+};
+
+struct ClusterSpec {
+  int nodes = 1;
+  int gpus_per_node = 8;
+  std::string default_gpu;         // "" = the first declared type
+  std::vector<GpuTypeSpec> gpu_types;
+  SourcePos pos;
+  const GpuTypeSpec* Find(const std::string& name) const;
+};
+
+struct DataSpec {
+  std::string manifest;
+  int64_t global_batch = 0;
+  int64_t seq_len = 0;
+  uint64_t seed = 0;
+  std::vector<plan::ModalityDesc> modalities;
+  std::vector<SourcePos> modality_pos;
+  SourcePos pos;
+};
+
+// A named model: a built-in shape or an imported Hugging Face config.json.
+struct ModelSpec {
+  std::string name;
+  plan::ModelDesc desc;
+  SourcePos pos;
+};
+
+struct SectionSpec {
+  std::string name;
+  std::string model;                 // a key of [models]
+  plan::SectionMode mode = plan::SectionMode::kTrain;
+  std::string activation = "always"; // "always" or a modality name
+  int64_t tokens = 0;                // tokens per active sample; 0 = derived
+  plan::OptimizerDesc optimizer;
+  // Pins (0 / empty = the planner chooses).
+  int tp = 0, pp = 0, cp = 0, dp = 0, micro_batch = 0;
+  std::optional<bool> recompute;
+  std::string gpu_type;
+  SourcePos pos, model_pos, activation_pos, gpu_type_pos;
+};
+
+struct EdgeSpec {
+  std::string from, to, tensor;
+  int fanout = 0;                  // pinned DP_to / DP_from (0 = planner)
+  int fanin = 0;                   // pinned DP_from / DP_to (0 = planner)
+  int64_t bytes_per_sample = 0;    // 0 = derived from the upstream model
+  SourcePos pos, from_pos, to_pos;
+};
+
+// A measured section time (the runtime writes these): one micro-batch of
+// `micro_batch` samples on one replica of `gpus` GPUs (tp*pp*cp) takes
+// `seconds` (forward+backward for train sections, forward otherwise).
+struct ProfileSpec {
+  std::string section;
+  int gpus = 1;
+  int micro_batch = 1;
+  double seconds = 0.0;
+  SourcePos pos;
+};
+
+struct Spec {
+  std::string path;       // as given (messages use it)
+  std::string base_dir;   // directory of the spec; relative paths start here
+  JobSpec job;
+  ClusterSpec cluster;
+  DataSpec data;
+  std::vector<ModelSpec> models;
+  std::vector<SectionSpec> sections;
+  std::vector<EdgeSpec> edges;
+  std::vector<ProfileSpec> profiles;
+
+  int section_index(const std::string& name) const;
+  const ModelSpec* FindModel(const std::string& name) const;
+};
+
+// Formats "path:line:col: message" (or "path: message" without a position).
+std::string AtPos(const std::string& path, SourcePos pos, const std::string& message);
+
+// Parses and validates. On failure the Status (InvalidArgument) carries one
+// line per problem, each "file:line:col: message", at most 20.
+StatusOr<Spec> ParseSpecFile(const std::string& path);
+// `text` is the spec's contents, `path` only names it in messages, and
+// relative paths inside it (HF configs, manifest) start at `base_dir`.
+StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path, const std::string& base_dir);
+
+// Levenshtein distance, for "did you mean" suggestions.
+int EditDistance(const std::string& a, const std::string& b);
+// " (did you mean 'x'?)" or "" when no candidate is close.
+std::string Suggest(const std::string& word, const std::vector<std::string>& candidates);
+
 }  // namespace maestro::compiler

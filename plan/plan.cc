@@ -27,12 +27,18 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
                                                 gpus_per_task, gpu_type, partition, constraint)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
-                                                placement, predicted_step_seconds, predicted_memory_bytes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient)
+                                                placement, predicted_step_seconds, predicted_memory_bytes,
+                                                tokens_per_sample, active_fraction, predicted_utilization,
+                                                planner_only)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient,
+                                                fanout, fanin)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_component, first_rank, ranks, order,
+                                                tp_groups, cp_groups, dp_groups, pp_groups)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, tokens)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
-                                                predicted_step_seconds, work_dir)
+                                                predicted_step_seconds, work_dir, layout, links)
 
 const char* SectionModeName(SectionMode mode) { return mode == SectionMode::kTrain ? "train" : "forward"; }
 
@@ -268,6 +274,33 @@ std::vector<Link> LinksOfEdge(const Plan& plan, int edge_index) {
     links.push_back(l);
   }
   return links;
+}
+
+void FillLayout(Plan& plan) {
+  plan.layout.clear();
+  plan.links.clear();
+  for (size_t i = 0; i < plan.sections.size(); ++i) {
+    const auto& s = plan.sections[i];
+    SectionLayout l;
+    l.section = s.name;
+    l.het_component = s.placement.het_component;
+    l.first_rank = s.placement.first_rank;
+    l.ranks = s.config.ranks();
+    const int sec = static_cast<int>(i);
+    l.tp_groups = GroupsOf(plan, sec, GroupKind::kTP);
+    l.cp_groups = GroupsOf(plan, sec, GroupKind::kCP);
+    l.dp_groups = GroupsOf(plan, sec, GroupKind::kDP);
+    l.pp_groups = GroupsOf(plan, sec, GroupKind::kPP);
+    plan.layout.push_back(std::move(l));
+  }
+  for (size_t e = 0; e < plan.edges.size(); ++e) {
+    auto& edge = plan.edges[e];
+    const int a = plan.sections[static_cast<size_t>(plan.section_index(edge.from))].config.dp;
+    const int b = plan.sections[static_cast<size_t>(plan.section_index(edge.to))].config.dp;
+    edge.fanout = b >= a ? b / a : 0;
+    edge.fanin = a > b ? a / b : 0;
+    for (const Link& l : LinksOfEdge(plan, static_cast<int>(e))) plan.links.push_back(l);
+  }
 }
 
 std::vector<Link> LinksOfRank(const Plan& plan, int global_rank) {

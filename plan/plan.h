@@ -105,6 +105,11 @@ struct SectionPlan {
   // Predicted by the cost model (seconds per step, bytes per GPU).
   double predicted_step_seconds = 0.0;
   double predicted_memory_bytes = 0.0;
+  // Added in schema 1 (optional; 0 / "" when absent).
+  int64_t tokens_per_sample = 0;      // tokens one active sample brings to this section
+  double active_fraction = 1.0;       // share of the global batch that activates it
+  double predicted_utilization = 0.0; // useful FLOPs / (GPUs * peak * step)
+  std::string planner_only;           // runtime features it lacks ("" = the runtime runs it)
 };
 
 struct EdgePlan {
@@ -112,6 +117,21 @@ struct EdgePlan {
   std::string tensor;            // e.g. "image_embeddings", "teacher_hidden"
   int64_t bytes_per_sample = 0;  // activation bytes crossing per sample
   bool carries_gradient = false; // true when `from` trains
+  // Added in schema 1 (optional; 0 when absent): DP_to / DP_from when the
+  // downstream DP is the larger (fan-out), DP_from / DP_to otherwise (fan-in).
+  int fanout = 0;
+  int fanin = 0;
+};
+
+// Written for readers of plan.json (tools, people); derived by FillLayout()
+// from the functions below, which stay the truth for every module.
+struct SectionLayout {
+  std::string section;
+  int het_component = 0;
+  int first_rank = 0;
+  int ranks = 0;
+  std::string order = "tp-cp-dp-pp";  // fastest-varying first
+  std::vector<std::vector<int>> tp_groups, cp_groups, dp_groups, pp_groups;
 };
 
 struct ModalityDesc {
@@ -129,6 +149,14 @@ struct DataPlan {
   std::vector<ModalityDesc> modalities;
 };
 
+// One cross-section link (see LinksOfEdge below).
+struct Link {
+  int edge = -1;            // index into plan.edges
+  int up_dp = 0, down_dp = 0;
+  int up_rank = -1;         // global rank that sends activations
+  int down_rank = -1;       // global rank that receives them
+};
+
 struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string job_name;
@@ -138,6 +166,10 @@ struct Plan {
   DataPlan data;
   double predicted_step_seconds = 0.0;
   std::string work_dir = ".";           // checkpoints, spool, metrics
+  // Added in schema 1 (optional): the derived rank layout and every link of
+  // every edge (FillLayout); empty when absent.
+  std::vector<SectionLayout> layout;
+  std::vector<Link> links;
 
   int world_size() const;
   // REQUIRES: name is a section of this plan; returns -1 otherwise.
@@ -174,12 +206,10 @@ std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind);
 std::vector<std::vector<int>> GroupsOf(const Plan& plan, int section, GroupKind kind);
 
 // ---- cross-section links ----------------------------------------------------
-struct Link {
-  int edge = -1;            // index into plan.edges
-  int up_dp = 0, down_dp = 0;
-  int up_rank = -1;         // global rank that sends activations
-  int down_rank = -1;       // global rank that receives them
-};
+// Fills plan.layout, plan.links and every edge's fanout/fanin from the
+// sections' configs and placements. REQUIRES: Validate(plan).ok().
+void FillLayout(Plan& plan);
+
 // All links of edge `edge_index` (fan-out or fan-in as the DP degrees say).
 std::vector<Link> LinksOfEdge(const Plan& plan, int edge_index);
 // Every link in the plan that `global_rank` is an endpoint of.

@@ -1,0 +1,632 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "base/checks.h"
+#include "compiler/compile.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/exit_codes.h"
+#include "base/shell.h"
+#include "compiler/model.h"
+
+namespace maestro::compiler {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string Gib(double bytes) { return fmt::format("{:.1f}", bytes / kGiB); }
+
+std::string HumanCount(double x) {
+  if (x >= 1e12) return fmt::format("{:.1f}T", x / 1e12);
+  if (x >= 1e9) return fmt::format("{:.1f}B", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.1f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}K", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+
+std::string HumanBytes(double b) {
+  if (b >= kGiB) return fmt::format("{:.1f} GiB", b / kGiB);
+  if (b >= 1024.0 * 1024.0) return fmt::format("{:.1f} MiB", b / 1024.0 / 1024.0);
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{:.0f} B", b);
+}
+
+std::string ConfigText(const plan::ParallelConfig& c) {
+  return fmt::format("TP {} PP {} CP {} DP {}, micro-batch {}{}", c.tp, c.pp, c.cp, c.dp, c.micro_batch,
+                     c.recompute ? ", recompute" : "");
+}
+
+int DeviceIndex(const Spec& spec, const std::string& name) {
+  for (size_t i = 0; i < spec.cluster.gpu_types.size(); ++i) {
+    if (spec.cluster.gpu_types[i].name == name) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+// Tokens of the tensor a section hands downstream, per active sample.
+int64_t OutputTokens(const SectionWork& s) {
+  const int64_t merge = static_cast<int64_t>(ExtraValue(s.model, "spatial_merge", 0));
+  if (s.model.kind == plan::ModelKind::kVit && merge > 0) return std::max<int64_t>(1, s.tokens / (merge * merge));
+  return s.tokens;
+}
+
+}  // namespace
+
+std::vector<DeviceType> DevicesOf(const Spec& spec) {
+  std::vector<DeviceType> out;
+  for (const auto& g : spec.cluster.gpu_types) {
+    DeviceType d;
+    d.name = g.name;
+    d.cpu = g.cpu;
+    d.memory_bytes = g.memory_gb * 1e9;
+    d.reserved_bytes = g.cpu ? 0.05 * d.memory_bytes : std::min(2e9, 0.1 * d.memory_bytes);
+    d.peak_flops = g.tflops_bf16 * 1e12;
+    d.mfu = g.mfu;
+    d.half_efficiency_size = g.cpu ? double(1 << 12) : double(1 << 19);
+    d.intra_bytes_per_s = g.intra_node_gbps * 1e9;
+    d.inter_bytes_per_s = g.inter_node_gbps * 1e9;
+    d.gpus_per_node = g.gpus_per_node;
+    d.nodes = g.nodes;
+    d.partition = g.partition.empty() ? spec.job.partition : g.partition;
+    d.constraint = g.constraint;
+    out.push_back(d);
+  }
+  return out;
+}
+
+StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
+                                 const std::vector<ProfileSpec>& extra_profiles) {
+  Workload w;
+  const int default_device = DeviceIndex(spec, spec.cluster.default_gpu);
+  for (const auto& s : spec.sections) {
+    SectionWork sw;
+    sw.name = s.name;
+    const ModelSpec* m = spec.FindModel(s.model);
+    if (!m) return Status::InvalidArgument(AtPos(spec.path, s.model_pos, "unknown model '" + s.model + "'"));
+    sw.model = m->desc;
+    sw.mode = s.mode;
+    sw.activation = s.activation;
+    int64_t modality_tokens = 0;
+    for (const auto& mod : spec.data.modalities) {
+      if (mod.name == s.activation) {
+        sw.active_fraction = mod.fraction;
+        modality_tokens = mod.tokens;
+      }
+    }
+    if (s.tokens > 0) {
+      sw.tokens = s.tokens;
+    } else if (sw.model.kind == plan::ModelKind::kProjector) {
+      sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
+    } else {
+      sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
+    }
+    sw.facts = ComputeModelFacts(sw.model, sw.tokens);
+    sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
+    sw.pin_tp = s.tp;
+    sw.pin_pp = s.pp;
+    sw.pin_cp = s.cp;
+    sw.pin_dp = s.dp;
+    sw.pin_micro_batch = s.micro_batch;
+    sw.pin_recompute = s.recompute ? (*s.recompute ? 1 : 0) : -1;
+    for (const auto& p : spec.profiles) {
+      if (p.section == s.name) sw.profiles.push_back(p);
+    }
+    for (const auto& p : extra_profiles) {
+      if (p.section == s.name) sw.profiles.push_back(p);
+    }
+    w.sections.push_back(std::move(sw));
+  }
+  for (const auto& e : spec.edges) {
+    EdgeWork ew;
+    ew.from = spec.section_index(e.from);
+    ew.to = spec.section_index(e.to);
+    ew.tensor = e.tensor;
+    const SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
+    const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
+    ew.bytes_per_sample = e.bytes_per_sample > 0
+                              ? static_cast<double>(e.bytes_per_sample)
+                              : static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
+    ew.active_fraction = std::min(up.active_fraction, down.active_fraction);
+    ew.carries_gradient = up.trains();
+    ew.fanout = e.fanout;
+    ew.fanin = e.fanin;
+    ew.link_bytes_per_s = std::min(devices[static_cast<size_t>(up.device)].inter_bytes_per_s,
+                                   devices[static_cast<size_t>(down.device)].inter_bytes_per_s);
+    w.edges.push_back(ew);
+  }
+  return w;
+}
+
+// ---- job.sbatch ---------------------------------------------------------------
+
+std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const CompileOptions& options) {
+  std::string s;
+  const auto line = [&s](const std::string& l) { s += l + "\n"; };
+  const int k = static_cast<int>(plan.sections.size());
+  line("#!/bin/bash");
+  line(fmt::format("# Generated by maestro-compile from {}: recompile the spec rather than edit this file.",
+                   ShellQuote(spec.path)));
+  line(fmt::format("# Slurm heterogeneous job '{}': {} component(s), one per section.", plan.job_name, k));
+  line("# Job-wide options come first (they belong to component 0).");
+  line("#SBATCH --job-name=" + spec.job.name);
+  line("#SBATCH --time=" + spec.job.time);
+  if (!spec.job.output.empty()) line("#SBATCH --output=" + spec.job.output);
+  if (!spec.job.error.empty()) line("#SBATCH --error=" + spec.job.error);
+  if (!spec.job.account.empty()) line("#SBATCH --account=" + spec.job.account);
+  if (!spec.job.qos.empty()) line("#SBATCH --qos=" + spec.job.qos);
+  if (spec.job.requeue) line("#SBATCH --requeue");
+  if (spec.job.signal_seconds > 0) line(fmt::format("#SBATCH --signal=B:{}@{}", spec.job.signal, spec.job.signal_seconds));
+  for (int i = 0; i < k; ++i) {
+    const plan::SectionPlan& sec = plan.sections[static_cast<size_t>(i)];
+    const plan::Placement& p = sec.placement;
+    if (i > 0) line("#SBATCH hetjob");
+    line(fmt::format("# het component {}: section '{}' ({}, {}), {} {} rank(s) on {} node(s): {}", i, sec.name,
+                     plan::ModelKindName(sec.model.kind), plan::SectionModeName(sec.mode), sec.config.ranks(),
+                     p.gpus_per_task > 0 ? p.gpu_type + " GPU" : p.gpu_type + " CPU", p.nodes,
+                     ConfigText(sec.config)));
+    if (!p.partition.empty()) line("#SBATCH --partition=" + p.partition);
+    line(fmt::format("#SBATCH --nodes={}", p.nodes));
+    line(fmt::format("#SBATCH --ntasks-per-node={}", p.tasks_per_node));
+    if (p.gpus_per_task > 0) line(fmt::format("#SBATCH --gpus-per-task={}", p.gpus_per_task));
+    if (!p.constraint.empty()) line("#SBATCH --constraint=" + p.constraint);
+  }
+  const std::string plan_path = (options.out_dir.empty() ? std::string(".") : options.out_dir) + "/plan.json";
+  line("");
+  line("set -u");
+  line("MAESTRO_PLAN=" + ShellQuote(plan_path));
+  line("step_pid=\"\"");
+  line("# The worker checkpoints on USR1/TERM and exits " + std::to_string(kExitRequeue) +
+       " to ask for a requeue: pass the");
+  line("# signals on to the step. A trap runs only while the script waits in `wait`.");
+  line("forward_signal() {");
+  line("  echo \"maestro: job got SIG$1; forwarding it to the training step\" >&2");
+  line("  if [ -n \"$step_pid\" ]; then kill -s \"$1\" \"$step_pid\" 2>/dev/null || true; fi");
+  line("}");
+  line("trap 'forward_signal USR1' USR1");
+  line("trap 'forward_signal TERM' TERM");
+  line(fmt::format("srun --mpi=pmix --het-group=0-{} {} \"$MAESTRO_PLAN\" &", k - 1, ShellQuote(options.worker)));
+  line("step_pid=$!");
+  line("while kill -0 \"$step_pid\" 2>/dev/null; do");
+  line("  wait \"$step_pid\"");
+  line("done");
+  line("wait \"$step_pid\"");
+  line("rc=$?");
+  line(fmt::format("if [ \"$rc\" -eq {} ]; then", kExitRequeue));
+  line("  echo \"maestro: the step checkpointed and asked for a requeue; requeueing job $SLURM_JOB_ID\" >&2");
+  line("  scontrol requeue \"$SLURM_JOB_ID\"");
+  line("  exit 0");
+  line("fi");
+  line("exit \"$rc\"");
+  return s;
+}
+
+// ---- the report ---------------------------------------------------------------
+
+namespace {
+
+struct SectionRow {
+  std::string name, model, mode, gpus, type, tp, pp, cp, dp, mb, recompute, share, memory, util, runs;
+};
+
+std::string PadRight(const std::string& s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    width.resize(std::max(width.size(), r.size()), 0);
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string l;
+    for (size_t i = 0; i < r.size(); ++i) l += (i ? "  " : "") + (i + 1 < r.size() ? PadRight(r[i], width[i]) : r[i]);
+    out += l + "\n";
+  }
+  return out;
+}
+
+double Utilization(const SectionCost& c, const DeviceType& d, double step) {
+  if (step <= 0 || c.gpus <= 0) return 0;
+  return c.useful_flops_per_step / (c.gpus * d.peak_flops * step);
+}
+
+void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
+  const Workload& w = r.workload;
+  const Assignment& a = r.assignment;
+  const auto& devs = model.devices();
+  const double step = a.bottleneck_seconds;
+  std::string t;
+  t += fmt::format("maestro-compile: job '{}' from {}\n", spec.job.name, spec.path);
+  t += fmt::format("global batch {} samples, seq_len {}; {} section(s), {} edge(s)\n", spec.data.global_batch,
+                   spec.data.seq_len, w.sections.size(), w.edges.size());
+  for (size_t d = 0; d < devs.size(); ++d) {
+    t += fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each); plan holds {} node(s)\n",
+                     devs[d].name, devs[d].nodes, devs[d].gpus_per_node, devs[d].cpu ? "CPU slots" : "GPUs",
+                     devs[d].memory_bytes / 1e9, devs[d].peak_flops / 1e12, a.nodes_per_device[d]);
+  }
+  t += "\n";
+  std::vector<std::vector<std::string>> rows = {{"section", "model", "mode", "active", "GPUs", "type", "TP", "PP",
+                                                 "CP", "DP", "mb", "recomp", "share", "mem/GPU GiB", "util", "runtime"}};
+  nlohmann::json js;
+  js["job"] = spec.job.name;
+  js["spec"] = spec.path;
+  js["global_batch"] = spec.data.global_batch;
+  nlohmann::json jsections = nlohmann::json::array();
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const SectionWork& s = w.sections[i];
+    const SectionCost& c = a.sections[i].cost;
+    const DeviceType& d = devs[static_cast<size_t>(s.device)];
+    const double share = step > 0 ? c.step_seconds / step : 0;
+    const double util = Utilization(c, d, step);
+    const std::string runtime = a.sections[i].planner_only.empty() ? "yes" : "planner-only";
+    rows.push_back({s.name, fmt::format("{} {}", plan::ModelKindName(s.model.kind), HumanCount(static_cast<double>(s.facts.params))),
+                    plan::SectionModeName(s.mode), fmt::format("{:.0f}%", 100 * s.active_fraction),
+                    std::to_string(c.gpus), d.name, std::to_string(c.config.tp), std::to_string(c.config.pp),
+                    std::to_string(c.config.cp), std::to_string(c.config.dp), std::to_string(c.config.micro_batch),
+                    c.config.recompute ? "yes" : "no", fmt::format("{:.0f}%", 100 * share),
+                    fmt::format("{}/{:.0f}", Gib(c.memory.total()), d.memory_bytes / kGiB), fmt::format("{:.0f}%", 100 * util),
+                    runtime});
+    nlohmann::json j;
+    j["name"] = s.name;
+    j["model"] = plan::ModelKindName(s.model.kind);
+    j["params"] = s.facts.params;
+    j["mode"] = plan::SectionModeName(s.mode);
+    j["active_fraction"] = s.active_fraction;
+    j["tokens_per_sample"] = s.tokens;
+    j["gpus"] = c.gpus;
+    j["nodes"] = c.nodes;
+    j["gpu_type"] = d.name;
+    j["tp"] = c.config.tp;
+    j["pp"] = c.config.pp;
+    j["cp"] = c.config.cp;
+    j["dp"] = c.config.dp;
+    j["micro_batch"] = c.config.micro_batch;
+    j["recompute"] = c.config.recompute;
+    j["step_seconds"] = c.step_seconds;
+    j["share_of_step"] = share;
+    j["memory_bytes"] = {{"weights", c.memory.weights},
+                         {"gradients", c.memory.gradients},
+                         {"optimizer", c.memory.optimizer},
+                         {"activations", c.memory.activations},
+                         {"reserved", c.memory.reserved},
+                         {"total", c.memory.total()},
+                         {"capacity", d.memory_bytes}};
+    j["flops_forward_per_sample"] = c.flops_forward_per_sample;
+    j["flops_backward_per_sample"] = c.flops_backward_per_sample;
+    j["utilization"] = util;
+    j["measured_profile"] = c.measured;
+    j["runtime_supported"] = a.sections[i].planner_only.empty();
+    j["planner_only"] = a.sections[i].planner_only;
+    jsections.push_back(j);
+  }
+  t += Table(rows);
+  nlohmann::json jedges = nlohmann::json::array();
+  for (size_t e = 0; e < w.edges.size(); ++e) {
+    const EdgeWork& ew = w.edges[e];
+    const int a_dp = a.sections[static_cast<size_t>(ew.from)].cost.config.dp;
+    const int b_dp = a.sections[static_cast<size_t>(ew.to)].cost.config.dp;
+    const std::string fan = b_dp >= a_dp ? fmt::format("fan-out {}", b_dp / a_dp) : fmt::format("fan-in {}", a_dp / b_dp);
+    t += fmt::format("edge {} -> {} ({}): {} (DP {} -> {}), {}/sample{}, {:.3g} s/step of transfer\n",
+                     w.sections[static_cast<size_t>(ew.from)].name, w.sections[static_cast<size_t>(ew.to)].name,
+                     ew.tensor, fan, a_dp, b_dp, HumanBytes(ew.bytes_per_sample),
+                     ew.carries_gradient ? " (+ gradient back)" : "", a.edge_seconds[e]);
+    jedges.push_back({{"from", w.sections[static_cast<size_t>(ew.from)].name},
+                      {"to", w.sections[static_cast<size_t>(ew.to)].name},
+                      {"tensor", ew.tensor},
+                      {"dp_from", a_dp},
+                      {"dp_to", b_dp},
+                      {"bytes_per_sample", ew.bytes_per_sample},
+                      {"carries_gradient", ew.carries_gradient},
+                      {"seconds_per_step", a.edge_seconds[e]}});
+  }
+  t += "\n";
+  t += fmt::format("steady-state step: {:.4g} s -> {:.4g} samples/s on {} GPU(s); with pipeline fill: {:.4g} s ({})\n",
+                   step, a.throughput, a.gpus, r.prediction.step_seconds, r.prediction.predictor);
+  const MonolithicPlan& m = r.monolithic;
+  double speedup = 0, per_gpu = 0;
+  if (m.found) {
+    speedup = a.throughput / m.throughput;
+    per_gpu = (a.throughput / std::max(1, a.gpus)) / (m.throughput / std::max(1, m.gpus));
+    t += fmt::format("monolithic baseline: every section on all {} GPU(s), one after another; {}: {:.4g} s/step -> "
+                     "{:.4g} samples/s, {} GiB/GPU{}\n",
+                     m.gpus, ConfigText(m.config), m.step_seconds, m.throughput, Gib(m.memory.total()),
+                     m.planner_only.empty() ? "" : " (uses features our runtime lacks: " + m.planner_only + ")");
+    t += fmt::format("speed-up vs monolithic: {:.2f}x (per GPU: {:.2f}x)\n", speedup, per_gpu);
+  } else {
+    t += "monolithic baseline: none: " + m.why_not + "\n";
+  }
+  std::string planner_only;
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    if (!a.sections[i].planner_only.empty()) {
+      planner_only += fmt::format("  {}: {}\n", w.sections[i].name, a.sections[i].planner_only);
+    }
+  }
+  if (!planner_only.empty()) t += "planner-only (the runtime cannot run these yet):\n" + planner_only;
+  r.report = t;
+
+  js["sections"] = jsections;
+  js["edges"] = jedges;
+  js["step_seconds"] = step;
+  js["samples_per_second"] = a.throughput;
+  js["predicted_step_seconds_with_fill"] = r.prediction.step_seconds;
+  js["gpus"] = a.gpus;
+  js["nodes_per_gpu_type"] = a.nodes_per_device;
+  if (m.found) {
+    js["monolithic"] = {{"gpus", m.gpus},           {"tp", m.config.tp},
+                        {"pp", m.config.pp},        {"cp", m.config.cp},
+                        {"dp", m.config.dp},        {"micro_batch", m.config.micro_batch},
+                        {"recompute", m.config.recompute}, {"step_seconds", m.step_seconds},
+                        {"samples_per_second", m.throughput}, {"memory_bytes", m.memory.total()},
+                        {"planner_only", m.planner_only}};
+    js["speedup_vs_monolithic"] = speedup;
+    js["speedup_per_gpu"] = per_gpu;
+  } else {
+    js["monolithic"] = nullptr;
+    js["speedup_vs_monolithic"] = nullptr;
+  }
+  js["planner_only"] = !planner_only.empty();
+  r.report_json = js.dump(2);
+}
+
+// One line per alternative: what the neighbouring choice would have cost.
+std::string Alternative(const CostModel& model, const SectionWork& s, const plan::ParallelConfig& c,
+                        const std::string& what, const PlannerOptions& o) {
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1 || c.micro_batch < 1 || c.cp < 1) return "";
+  const SectionCost alt = model.Evaluate(s, c);
+  const DeviceType& d = model.devices()[static_cast<size_t>(s.device)];
+  const std::string only = PlannerOnlyFeatures(s.model, c, o.support);
+  if (!only.empty() && !o.allow_planner_only) return fmt::format("    {}: the runtime cannot run it ({})\n", what, only);
+  if (!alt.fits) {
+    return fmt::format("    {}: needs {} GiB per GPU > {:.1f}\n", what, Gib(alt.memory.total()), d.memory_bytes / kGiB);
+  }
+  return fmt::format("    {}: {:.4g} s/step, {} GiB per GPU\n", what, alt.step_seconds, Gib(alt.memory.total()));
+}
+
+void RenderExplain(const CostModel& model, const PlannerOptions& o, CompileResult& r, const PlanOutcome& outcome) {
+  const Workload& w = r.workload;
+  const Assignment& a = r.assignment;
+  std::string t;
+  size_t bottleneck = 0;
+  for (size_t i = 0; i < a.sections.size(); ++i) {
+    if (a.sections[i].cost.step_seconds > a.sections[bottleneck].cost.step_seconds) bottleneck = i;
+  }
+  t += fmt::format("objective: the highest steady-state throughput = global batch / the slowest section or edge; "
+                   "then the fewest nodes.\n");
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const SectionWork& s = w.sections[i];
+    const SectionCost& c = a.sections[i].cost;
+    const DeviceType& d = model.devices()[static_cast<size_t>(s.device)];
+    t += fmt::format("section '{}': {} on {} {} ({} node(s)); {} configurations evaluated, {} fit in memory\n", s.name,
+                     ConfigText(c.config), c.gpus, d.name, c.nodes, outcome.evaluated[i], outcome.fitting[i]);
+    t += fmt::format("  work: {:.0f}% of the samples x {} tokens; {:.3g} GFLOP forward{} per sample\n",
+                     100 * s.active_fraction, s.tokens, c.flops_forward_per_sample / 1e9,
+                     s.trains() ? fmt::format(" + {:.3g} backward", c.flops_backward_per_sample / 1e9) : "");
+    t += fmt::format("  memory per GPU: weights {} + gradients {} + optimizer {} (ZeRO-1 over DP {}) + activations {} "
+                     "+ reserve {} = {} of {}\n",
+                     HumanBytes(c.memory.weights), HumanBytes(c.memory.gradients), HumanBytes(c.memory.optimizer),
+                     c.config.dp, HumanBytes(c.memory.activations), HumanBytes(c.memory.reserved),
+                     HumanBytes(c.memory.total()), HumanBytes(d.memory_bytes));
+    t += fmt::format("  time per step: {:.4g} micro-batches x {:.4g} s per stage{} + DP sync {:.4g} s = {:.4g} s{}\n",
+                     c.microbatches, c.stage_seconds, c.config.pp > 1 ? fmt::format(" (+{} fill)", c.config.pp - 1) : "",
+                     c.dp_sync_seconds, c.step_seconds, c.measured ? " (measured profile)" : "");
+    if (i == bottleneck) {
+      t += "  this is the bottleneck section: the other sections got the fewest nodes that keep up with it\n";
+    } else {
+      t += fmt::format("  it keeps up with the bottleneck '{}' ({:.4g} s) on the fewest nodes that allow it\n",
+                       w.sections[bottleneck].name, a.bottleneck_seconds);
+    }
+    t += "  neighbouring choices (same GPU count where possible):\n";
+    plan::ParallelConfig x = c.config;
+    if (x.tp > 1) {
+      x = c.config;
+      x.tp /= 2;
+      x.dp *= 2;
+      t += Alternative(model, s, x, fmt::format("TP {} (DP {})", x.tp, x.dp), o);
+    }
+    if (x.dp % 2 == 0 || c.config.dp % 2 == 0) {
+      x = c.config;
+      if (x.dp % 2 == 0) {
+        x.tp *= 2;
+        x.dp /= 2;
+        t += Alternative(model, s, x, fmt::format("TP {} (DP {})", x.tp, x.dp), o);
+      }
+    }
+    x = c.config;
+    if (x.micro_batch > 1) {
+      x.micro_batch /= 2;
+      t += Alternative(model, s, x, fmt::format("micro-batch {}", x.micro_batch), o);
+    }
+    x = c.config;
+    x.micro_batch *= 2;
+    t += Alternative(model, s, x, fmt::format("micro-batch {}", x.micro_batch), o);
+    if (s.trains()) {
+      x = c.config;
+      x.recompute = !x.recompute;
+      t += Alternative(model, s, x, x.recompute ? "with recomputation" : "without recomputation", o);
+    }
+  }
+  for (size_t e = 0; e < w.edges.size(); ++e) {
+    const EdgeWork& ew = w.edges[e];
+    const int a_dp = a.sections[static_cast<size_t>(ew.from)].cost.config.dp;
+    const int b_dp = a.sections[static_cast<size_t>(ew.to)].cost.config.dp;
+    t += fmt::format("edge {} -> {}: DP {} x {} = {}{}\n", w.sections[static_cast<size_t>(ew.from)].name,
+                     w.sections[static_cast<size_t>(ew.to)].name, a_dp,
+                     b_dp >= a_dp ? fmt::format("fan-out {}", b_dp / a_dp) : fmt::format("(1/{}) fan-in", a_dp / b_dp),
+                     b_dp, ew.fanout || ew.fanin ? " (pinned)" : "");
+  }
+  if (r.monolithic.found) {
+    t += fmt::format("monolithic: best single configuration {} on all {} GPUs ({:.4g} s/step)\n",
+                     ConfigText(r.monolithic.config), r.monolithic.gpus, r.monolithic.step_seconds);
+  }
+  r.explain = t;
+}
+
+}  // namespace
+
+StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options) {
+  CompileResult r;
+  const std::vector<DeviceType> devices = DevicesOf(spec);
+  MAESTRO_ASSIGN_OR_RETURN(r.workload, BuildWorkload(spec, devices, options.extra_profiles));
+  const CostModel model(devices, spec.data.global_batch);
+  PlannerOptions po;
+  po.allow_planner_only = options.allow_planner_only;
+  const PlanOutcome outcome = PlanSections(model, r.workload, po);
+  if (!outcome.ok()) {
+    const PlanFailure& f = outcome.failure;
+    SourcePos pos = spec.cluster.pos;
+    if (f.kind == PlanFailure::Kind::kNoConfigFits && f.section >= 0) pos = spec.sections[static_cast<size_t>(f.section)].pos;
+    if (f.kind == PlanFailure::Kind::kFanOutImpossible && f.edge >= 0 && f.edge < static_cast<int>(spec.edges.size())) {
+      pos = spec.edges[static_cast<size_t>(f.edge)].pos;
+    }
+    return Status::InvalidArgument(AtPos(spec.path, pos, f.message));
+  }
+  r.assignment = outcome.assignment;
+  r.monolithic = PlanMonolithic(model, r.workload, DeviceIndex(spec, spec.cluster.default_gpu), po);
+  const AnalyticStepPredictor predictor;  // seam: the scheduler's simulator replaces it
+  r.prediction = predictor.Predict(model, r.workload, r.assignment);
+
+  // The plan.
+  plan::Plan& p = r.plan;
+  p.job_name = spec.job.name;
+  p.spec_path = spec.path;
+  p.work_dir = spec.job.work_dir;
+  p.predicted_step_seconds = r.prediction.step_seconds;
+  int next_rank = 0;
+  for (size_t i = 0; i < spec.sections.size(); ++i) {
+    const SectionSpec& ss = spec.sections[i];
+    const SectionWork& sw = r.workload.sections[i];
+    const SectionCost& c = r.assignment.sections[i].cost;
+    const DeviceType& d = devices[static_cast<size_t>(sw.device)];
+    plan::SectionPlan sp;
+    sp.name = ss.name;
+    sp.mode = ss.mode;
+    sp.activation = ss.activation;
+    sp.model = sw.model;
+    sp.optimizer = ss.optimizer;
+    sp.config = c.config;
+    sp.placement.het_component = static_cast<int>(i);
+    sp.placement.first_rank = next_rank;
+    sp.placement.nodes = c.nodes;
+    sp.placement.tasks_per_node = c.gpus / c.nodes;
+    sp.placement.gpus_per_task = d.cpu ? 0 : 1;
+    sp.placement.gpu_type = d.name;
+    sp.placement.partition = d.partition;
+    sp.placement.constraint = d.constraint;
+    sp.predicted_step_seconds = c.step_seconds;
+    sp.predicted_memory_bytes = c.memory.total();
+    sp.tokens_per_sample = sw.tokens;
+    sp.active_fraction = sw.active_fraction;
+    sp.predicted_utilization = Utilization(c, d, r.assignment.bottleneck_seconds);
+    sp.planner_only = r.assignment.sections[i].planner_only;
+    next_rank += c.gpus;
+    p.sections.push_back(std::move(sp));
+  }
+  for (const auto& ew : r.workload.edges) {
+    plan::EdgePlan ep;
+    ep.from = spec.sections[static_cast<size_t>(ew.from)].name;
+    ep.to = spec.sections[static_cast<size_t>(ew.to)].name;
+    ep.tensor = ew.tensor;
+    ep.bytes_per_sample = static_cast<int64_t>(ew.bytes_per_sample);
+    ep.carries_gradient = ew.carries_gradient;
+    p.edges.push_back(ep);
+  }
+  p.data.manifest = spec.data.manifest;
+  p.data.global_batch = spec.data.global_batch;
+  p.data.seq_len = spec.data.seq_len;
+  p.data.seed = spec.data.seed;
+  p.data.steps = spec.job.steps;
+  p.data.modalities = spec.data.modalities;
+  Status valid = plan::Validate(p);
+  if (!valid.ok()) return Status::Internal("maestro-compile built an invalid plan (a bug): " + valid.message());
+  plan::FillLayout(p);
+
+  r.sbatch = RenderSbatch(p, spec, options);
+  RenderReport(spec, model, r);
+  RenderExplain(model, po, r, outcome);
+  return r;
+}
+
+namespace {
+
+Status MakeDirs(const std::string& dir) {
+  if (dir.empty()) return Status::Ok();
+  std::string partial;
+  std::stringstream ss(dir);
+  std::string part;
+  if (dir.front() == '/') partial = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    partial += part + "/";
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::IOError(fmt::format("cannot create directory '{}': {}", partial, std::strerror(errno)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status WriteFile(const std::string& path, const std::string& text, mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    if (!out) return Status::IOError(fmt::format("cannot write '{}'", tmp));
+    out << text;
+    if (!out.flush()) return Status::IOError(fmt::format("short write to '{}'", tmp));
+  }
+  if (::chmod(tmp.c_str(), mode) != 0) return Status::IOError(fmt::format("cannot chmod '{}'", tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::IOError(fmt::format("cannot rename '{}'", tmp));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteOutputs(const CompileResult& r, const CompileOptions& options) {
+  const std::string dir = options.out_dir.empty() ? "." : options.out_dir;
+  MAESTRO_RETURN_IF_ERROR(MakeDirs(dir));
+  MAESTRO_RETURN_IF_ERROR(plan::SavePlan(r.plan, dir + "/plan.json"));
+  MAESTRO_RETURN_IF_ERROR(WriteFile(dir + "/job.sbatch", r.sbatch, 0755));
+  MAESTRO_RETURN_IF_ERROR(WriteFile(dir + "/report.txt", r.report, 0644));
+  return Status::Ok();
+}
+
+StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open profiles '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  if (!j.is_array()) return Status::InvalidArgument(path + ": profiles must be a JSON array of objects");
+  std::vector<ProfileSpec> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& o = j[i];
+    ProfileSpec p;
+    try {
+      p.section = o.at("section").get<std::string>();
+      p.gpus = o.at("gpus").get<int>();
+      p.micro_batch = o.at("micro_batch").get<int>();
+      p.seconds = o.at("seconds").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      return Status::InvalidArgument(fmt::format("{}: profile {}: {}", path, i, e.what()));
+    }
+    if (p.gpus < 1 || p.micro_batch < 1 || !(p.seconds > 0)) {
+      return Status::InvalidArgument(fmt::format("{}: profile {}: gpus, micro_batch and seconds must be positive", path, i));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace maestro::compiler

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// maestro-compile's pipeline as a library: spec -> workload (cost model's
+// view) -> planner (+ monolithic baseline) -> plan.json, job.sbatch, report.
+//
+// Owns: the mapping from spec to the cost model's inputs (tokens per section,
+// activation shares, edge bytes), the checks that need the cost model (a
+// section that fits at no configuration, a budget too small, an impossible
+// fan-out; reported as file:line:col), and the three emitters. Every user
+// string that reaches job.sbatch is shell-quoted or was rejected by the spec
+// reader.
+// May call: base, plan, compiler/*. Thread safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/cost_model.h"
+#include "compiler/planner.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+struct CompileOptions {
+  std::string out_dir = ".";              // as given: job.sbatch names plan.json through it
+  std::string worker = "maestro-worker";  // the step's program (a stub in Slurm tests)
+  bool allow_planner_only = false;
+  std::vector<ProfileSpec> extra_profiles;  // from --profiles (measured by the runtime)
+};
+
+struct CompileResult {
+  plan::Plan plan;
+  Workload workload;
+  Assignment assignment;
+  MonolithicPlan monolithic;
+  StepPrediction prediction;
+  std::string sbatch;
+  std::string report;       // the human table
+  std::string report_json;  // the same as one JSON object
+  std::string explain;      // why each choice (--explain)
+};
+
+std::vector<DeviceType> DevicesOf(const Spec& spec);
+StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
+                                 const std::vector<ProfileSpec>& extra_profiles = {});
+
+// Plans the spec and renders every output (writes nothing).
+StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options);
+
+// Writes plan.json (through plan::SavePlan), job.sbatch (mode 0755) and
+// report.txt into options.out_dir, creating it.
+Status WriteOutputs(const CompileResult& result, const CompileOptions& options);
+
+// Reads a JSON array of {"section","gpus","micro_batch","seconds"} objects
+// (what the runtime writes) into profiles.
+StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path);
+
+// The job script of a plan (exposed for tests).
+std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const CompileOptions& options);
+
+}  // namespace maestro::compiler

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace maestro::compiler {
+
+namespace {
+
+constexpr double kBf16 = 2.0;
+
+double Layers(const plan::ModelDesc& m) {
+  return m.kind == plan::ModelKind::kProjector ? 1.0 : static_cast<double>(std::max<int64_t>(m.layers, 1));
+}
+double Hidden(const plan::ModelDesc& m) {
+  return m.kind == plan::ModelKind::kProjector ? static_cast<double>(std::max(m.in_dim, m.out_dim))
+                                               : static_cast<double>(m.hidden);
+}
+double KvWidth(const plan::ModelDesc& m) {
+  if (m.kind != plan::ModelKind::kDecoder) return Hidden(m);
+  const double hd = m.head_dim > 0 ? static_cast<double>(m.head_dim) : static_cast<double>(m.hidden / m.heads);
+  return static_cast<double>(m.kv_heads) * hd;
+}
+
+}  // namespace
+
+CostModel::CostModel(std::vector<DeviceType> devices, int64_t global_batch)
+    : devices_(std::move(devices)), global_batch_(std::max<int64_t>(global_batch, 1)) {}
+
+int CostModel::NodesFor(int device, int gpus) const {
+  const int gpn = devices_[static_cast<size_t>(device)].gpus_per_node;
+  if (gpus <= 0 || gpn <= 0) return 0;
+  if (gpus <= gpn) return gpn % gpus == 0 ? 1 : 0;
+  return gpus % gpn == 0 ? gpus / gpn : 0;
+}
+
+SectionCost CostModel::Evaluate(const SectionWork& s, const plan::ParallelConfig& c) const {
+  const double active = static_cast<double>(global_batch_) * s.active_fraction;
+  const double per_replica = std::ceil(active / c.dp - 1e-9);
+  const double microbatches = std::max(1.0, std::ceil(per_replica / c.micro_batch - 1e-9));
+  // A replica with fewer samples than micro-batches x mb runs partial ones.
+  const double fill = std::min<double>(c.micro_batch, std::max(1.0, per_replica / microbatches));
+  return EvaluateWith(s, c, microbatches, fill);
+}
+
+SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelConfig& c, double microbatches,
+                                    double samples_per_mb) const {
+  const DeviceType& dev = devices_[static_cast<size_t>(s.device)];
+  SectionCost out;
+  out.config = c;
+  out.gpus = c.ranks();
+  out.nodes = NodesFor(s.device, out.gpus);
+  const bool train = s.trains();
+  const double tp = c.tp, pp = c.pp, cp = c.cp, dp = c.dp;
+  const double tokens = static_cast<double>(s.tokens);
+  const double h = Hidden(s.model);
+  const double layers = Layers(s.model);
+
+  // FLOPs.
+  out.flops_forward_per_sample = tokens * s.facts.flops_per_token;
+  out.flops_backward_per_sample = train ? 2.0 * out.flops_forward_per_sample : 0.0;
+  const double flops_per_sample_run =
+      out.flops_forward_per_sample * (train ? (c.recompute ? 4.0 : 3.0) : 1.0);
+  out.microbatches = microbatches;
+  out.useful_flops_per_step = static_cast<double>(global_batch_) * s.active_fraction *
+                              (out.flops_forward_per_sample + out.flops_backward_per_sample);
+
+  // Memory per GPU.
+  const double params_per_gpu = static_cast<double>(s.facts.params) / (tp * pp);
+  out.memory.weights = kBf16 * params_per_gpu;
+  if (train) {
+    out.memory.gradients = 4.0 * params_per_gpu;
+    out.memory.optimizer = (c.zero_stage >= 1 ? 12.0 / dp : 12.0) * params_per_gpu;
+  }
+  const double tokens_per_gpu_mb = std::max(1.0, std::ceil(samples_per_mb)) * tokens / cp;
+  const double per_token_layer = (s.model.kind == plan::ModelKind::kProjector ? 4.0 : 34.0) * h / tp;
+  if (train) {
+    const double stored = c.recompute ? (2.0 * h / tp * layers + per_token_layer) : per_token_layer * layers;
+    out.memory.activations = tokens_per_gpu_mb * stored;
+    if (s.model.kind == plan::ModelKind::kDecoder) {
+      // fp32 logits and their gradient on the last stage.
+      out.memory.activations += tokens_per_gpu_mb * static_cast<double>(s.model.vocab) * 8.0 / tp;
+    }
+  } else {
+    out.memory.activations = 2.0 * tokens_per_gpu_mb * per_token_layer;
+  }
+  out.memory.reserved = dev.reserved_bytes;
+  out.fits = out.memory.total() <= dev.memory_bytes;
+
+  // Time of one micro-batch on one pipeline stage.
+  const double passes = train ? (c.recompute ? 4.0 : 3.0) : 1.0;
+  bool measured = false;
+  double stage = 0.0;
+  for (const auto& prof : s.profiles) {
+    if (prof.gpus == c.tp * c.pp * c.cp && prof.micro_batch == c.micro_batch) {
+      stage = prof.seconds / pp;
+      measured = true;
+      break;
+    }
+  }
+  if (!measured) {
+    const double gemm = samples_per_mb * tokens / cp * h / tp;
+    const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size);
+    stage = samples_per_mb * flops_per_sample_run / (tp * pp * cp) / (dev.peak_flops * std::max(eff, 1e-6));
+    const int gpn = dev.gpus_per_node;
+    const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
+    const double act_bytes = samples_per_mb * tokens / cp * h * kBf16;
+    if (c.tp > 1) {
+      const double allreduces = (train ? 4.0 : 2.0) + (train && c.recompute ? 2.0 : 0.0);
+      stage += allreduces * layers / pp * 2.0 * (tp - 1) / tp * act_bytes / mp_bw;
+    }
+    if (c.cp > 1) {
+      const double kv_bytes = samples_per_mb * tokens / cp * KvWidth(s.model) * 2.0 * kBf16;
+      stage += 0.5 * passes * layers / pp * (cp - 1) * kv_bytes / tp / mp_bw;
+    }
+    if (c.pp > 1) {
+      const double pp_bw = out.gpus > gpn ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
+      stage += (train ? 2.0 : 1.0) * act_bytes / tp / pp_bw;
+    }
+  }
+  out.measured = measured;
+  out.stage_seconds = stage;
+  if (train && c.dp > 1) {
+    const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
+    out.dp_sync_seconds = 2.0 * (dp - 1) / dp * kBf16 * params_per_gpu / bw;
+  }
+  out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds;
+  return out;
+}
+
+double CostModel::EdgeSeconds(const EdgeWork& e, int dp_from, int dp_to) const {
+  const double bytes = static_cast<double>(global_batch_) * e.active_fraction * e.bytes_per_sample *
+                       (e.carries_gradient ? 2.0 : 1.0);
+  const double links = std::max(1, std::min(dp_from, dp_to));
+  return bytes / links / std::max(e.link_bytes_per_s, 1.0);
+}
+
+}  // namespace maestro::compiler

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+// The cost model: for one section and one parallel configuration
+// (TP, PP, CP, DP, micro-batch, recomputation) on one GPU type, the FLOPs per
+// sample (forward, backward), the per-GPU memory (weights, gradients,
+// optimizer states sharded over DP by ZeRO-1, activations of the micro-batches
+// in flight) and the time of one step; for an edge, the bytes that cross it
+// and the time they take. Measured profiles replace the analytic compute time
+// where one matches (same section, GPUs per replica and micro-batch).
+//
+// The formulas (docs/spec.md, "Cost model", has the full list):
+//   compute of one micro-batch on one pipeline stage =
+//       mb * FLOPs/sample * (train: 3, +1 with recompute; forward: 1)
+//       / (tp * pp * cp) / (peak * mfu * x / (x + x_half)),
+//   x = mb * tokens / cp * hidden / tp (small GEMMs run below peak);
+//   + TP all-reduces (2 per layer forward, 2 more backward) over NVLink, CP
+//   ring exchanges of K/V, PP sends; a replica runs m micro-batches in
+//   (m + pp - 1) stage times (1F1B); DP: ZeRO-1 reduce-scatter + all-gather of
+//   the bf16 parameters after the last micro-batch (not overlapped).
+//   Memory per GPU: bf16 weights 2 B, fp32 grads 4 B, fp32 master + Adam
+//   12 B / dp per parameter of the rank's share P / (tp * pp); activations
+//   34 * h / tp bytes per token per layer (flash attention, sequence
+//   parallel), 2 * h / tp with recomputation, L layers of one micro-batch in
+//   flight under 1F1B; fp32 logits for training decoders; a fixed reserve.
+// May call: base, plan, compiler/model.h, compiler/spec.h.
+// Thread safety: a CostModel is immutable after construction; Evaluate is
+// const and may be called from several threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/model.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+// A GPU type with its numbers in SI units.
+struct DeviceType {
+  std::string name;
+  bool cpu = false;
+  double memory_bytes = 0;
+  double reserved_bytes = 0;     // framework, NCCL buffers, fragmentation
+  double peak_flops = 0;         // per GPU
+  double mfu = 0.55;
+  // GEMM size (tokens x hidden per GPU) at which kernels reach half of mfu.
+  double half_efficiency_size = double(1 << 19);
+  double intra_bytes_per_s = 0;  // per GPU
+  double inter_bytes_per_s = 0;  // per GPU
+  int gpus_per_node = 1;
+  int nodes = 1;
+  std::string partition, constraint;
+};
+
+// One section as the cost model sees it.
+struct SectionWork {
+  std::string name;
+  plan::ModelDesc model;
+  ModelFacts facts;                 // at `tokens`
+  plan::SectionMode mode = plan::SectionMode::kTrain;
+  std::string activation = "always";
+  double active_fraction = 1.0;     // share of the samples that activate it
+  int64_t tokens = 1;               // tokens per active sample
+  int device = 0;                   // index into the DeviceType list
+  // Pins (0 = free).
+  int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
+  std::vector<ProfileSpec> profiles;
+  bool trains() const { return mode == plan::SectionMode::kTrain; }
+};
+
+struct EdgeWork {
+  int from = -1, to = -1;           // section indices
+  std::string tensor;
+  double bytes_per_sample = 0;      // activation bytes per active sample
+  double active_fraction = 1.0;     // share of samples that send on this edge
+  bool carries_gradient = false;
+  int fanout = 0, fanin = 0;        // pins (0 = free)
+  double link_bytes_per_s = 1;      // one link's bandwidth (the slower network side)
+};
+
+struct MemoryBreakdown {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0, reserved = 0;
+  double total() const { return weights + gradients + optimizer + activations + reserved; }
+};
+
+struct SectionCost {
+  plan::ParallelConfig config;
+  int gpus = 0;
+  int nodes = 0;                    // whole nodes the het component holds
+  MemoryBreakdown memory;
+  bool fits = false;
+  double flops_forward_per_sample = 0;
+  double flops_backward_per_sample = 0;
+  double stage_seconds = 0;         // one micro-batch on one pipeline stage
+  double microbatches = 0;          // per replica per step
+  double dp_sync_seconds = 0;
+  double step_seconds = 0;          // the section's busy time per step
+  double useful_flops_per_step = 0; // forward (+ backward) of its active samples
+  bool measured = false;            // a profile replaced the analytic compute
+};
+
+class CostModel {
+ public:
+  CostModel(std::vector<DeviceType> devices, int64_t global_batch);
+
+  const std::vector<DeviceType>& devices() const { return devices_; }
+  int64_t global_batch() const { return global_batch_; }
+
+  // Nodes a het component of `gpus` GPUs holds on `device` (components do not
+  // share nodes), or 0 when `gpus` is neither a divisor of gpus_per_node nor
+  // a multiple of it.
+  int NodesFor(int device, int gpus) const;
+
+  // REQUIRES: config degrees >= 1.
+  SectionCost Evaluate(const SectionWork& section, const plan::ParallelConfig& config) const;
+
+  // As Evaluate, but with an explicit number of micro-batches per replica and
+  // samples per micro-batch (a monolithic trainer's encoder sees mb * p
+  // samples per micro-batch on average).
+  SectionCost EvaluateWith(const SectionWork& section, const plan::ParallelConfig& config, double microbatches,
+                           double samples_per_microbatch) const;
+
+  // Seconds per step to move the activations (and gradients back) of `edge`
+  // between DP degrees dp_from and dp_to; links run concurrently, the side
+  // with fewer replicas limits.
+  double EdgeSeconds(const EdgeWork& edge, int dp_from, int dp_to) const;
+
+ private:
+  std::vector<DeviceType> devices_;
+  int64_t global_batch_;
+};
+
+}  // namespace maestro::compiler

@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "base/checks.h"
+#include "compiler/model.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+namespace maestro::compiler {
+
+using plan::ModelDesc;
+using plan::ModelKind;
+
+bool ExtraFlag(const ModelDesc& desc, const std::string& key, bool fallback) {
+  auto it = desc.extra.find(key);
+  return it == desc.extra.end() ? fallback : it->second != 0.0;
+}
+
+double ExtraValue(const ModelDesc& desc, const std::string& key, double fallback) {
+  auto it = desc.extra.find(key);
+  return it == desc.extra.end() ? fallback : it->second;
+}
+
+namespace {
+
+// Bounds that keep every count below 2^62 (checked in CheckModelShape).
+constexpr int64_t kMaxHidden = int64_t{1} << 18;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxFfn = int64_t{1} << 20;
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxExperts = 512;
+constexpr int64_t kMaxImage = int64_t{1} << 14;
+constexpr int64_t kMaxFrames = int64_t{1} << 20;
+
+Status RequireRange(const std::string& where, const char* what, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return Status::InvalidArgument(fmt::format("{}: {} = {} is out of range; it must be in [{}, {}]", where, what, v, lo, hi));
+  }
+  return Status::Ok();
+}
+
+int64_t HeadDim(const ModelDesc& d) { return d.head_dim > 0 ? d.head_dim : d.hidden / d.heads; }
+
+}  // namespace
+
+Status CheckModelShape(const ModelDesc& d, const std::string& where) {
+  switch (d.kind) {
+    case ModelKind::kDecoder:
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "hidden", d.hidden, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "layers", d.layers, 1, kMaxLayers));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "heads", d.heads, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "kv_heads", d.kv_heads, 1, d.heads));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "head_dim", d.head_dim, 0, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, d.experts > 0 ? 0 : 1, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "vocab", d.vocab, 1, kMaxVocab));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "experts", d.experts, 0, kMaxExperts));
+      if (d.heads % d.kv_heads != 0) {
+        return Status::InvalidArgument(
+            fmt::format("{}: heads = {} is not a multiple of kv_heads = {} (grouped-query attention needs it)", where,
+                        d.heads, d.kv_heads));
+      }
+      if (d.head_dim == 0 && d.hidden % d.heads != 0) {
+        return Status::InvalidArgument(
+            fmt::format("{}: hidden = {} is not a multiple of heads = {}; set head_dim", where, d.hidden, d.heads));
+      }
+      if (d.experts > 0) {
+        MAESTRO_RETURN_IF_ERROR(RequireRange(where, "experts_per_token", d.experts_per_token, 1, d.experts));
+        MAESTRO_RETURN_IF_ERROR(RequireRange(where, "moe_ffn_hidden", d.moe_ffn_hidden, 1, kMaxFfn));
+      }
+      return Status::Ok();
+    case ModelKind::kVit: {
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "hidden", d.hidden, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "layers", d.layers, 1, kMaxLayers));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "heads", d.heads, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "image_size", d.image_size, 1, kMaxImage));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "patch_size", d.patch_size, 1, d.image_size));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "channels", d.channels, 1, 64));
+      if (d.hidden % d.heads != 0) {
+        return Status::InvalidArgument(fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
+      }
+      const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "spatial_merge", merge, 0, 8));
+      MAESTRO_RETURN_IF_ERROR(
+          RequireRange(where, "temporal_patch", static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1)), 1, 16));
+      if (merge > 0) {
+        MAESTRO_RETURN_IF_ERROR(RequireRange(where, "out_dim", d.out_dim, 1, kMaxHidden));
+        MAESTRO_RETURN_IF_ERROR(RequireRange(
+            where, "merger_hidden", static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)), 0, kMaxFfn));
+      }
+      return Status::Ok();
+    }
+    case ModelKind::kAudioEncoder:
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "hidden", d.hidden, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "layers", d.layers, 1, kMaxLayers));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "heads", d.heads, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "mel_bins", d.mel_bins, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "audio_frames", d.audio_frames, 2, kMaxFrames));
+      if (d.hidden % d.heads != 0) {
+        return Status::InvalidArgument(fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
+      }
+      return Status::Ok();
+    case ModelKind::kProjector:
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "in_dim", d.in_dim, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "out_dim", d.out_dim, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, 0, kMaxFfn));
+      return Status::Ok();
+  }
+  return Status::InvalidArgument(where + ": unknown model kind");
+}
+
+int64_t NaturalTokens(const ModelDesc& d, int64_t seq_len) {
+  switch (d.kind) {
+    case ModelKind::kDecoder: return seq_len;
+    case ModelKind::kVit: {
+      const int64_t side = d.image_size / d.patch_size;
+      return side * side + (ExtraFlag(d, "cls_token", true) ? 1 : 0);
+    }
+    case ModelKind::kAudioEncoder: return d.audio_frames / 2;
+    case ModelKind::kProjector: return 1;
+  }
+  return seq_len;
+}
+
+ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
+  ModelFacts f;
+  if (seq_len <= 0) seq_len = NaturalTokens(d, 4096);
+  f.seq_len = seq_len;
+  const double s = static_cast<double>(seq_len);
+  const int64_t h = d.hidden;
+  switch (d.kind) {
+    case ModelKind::kDecoder: {
+      const int64_t hd = HeadDim(d);
+      const int64_t q = d.heads * hd, kv = d.kv_heads * hd;
+      const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
+      const bool o_bias = ExtraFlag(d, "attn_out_bias", false);
+      const bool mlp_bias = ExtraFlag(d, "mlp_bias", false);
+      const bool gated = ExtraFlag(d, "mlp_gated", true);
+      const int64_t norm = ExtraFlag(d, "norm_bias", false) ? 2 * h : h;
+      const int64_t attn_w = h * q + 2 * h * kv + q * h;
+      const int64_t attn_b = (qkv_bias ? q + 2 * kv : 0) + (o_bias ? h : 0);
+      auto mlp = [&](int64_t ffn, int64_t* weights) {
+        *weights = (gated ? 3 : 2) * h * ffn;
+        return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
+      };
+      int64_t layer = attn_w + attn_b + 2 * norm;
+      int64_t layer_active = layer;
+      int64_t layer_mm = attn_w;
+      if (d.experts > 0) {
+        int64_t expert_w = 0;
+        const int64_t expert = mlp(d.moe_ffn_hidden, &expert_w);
+        const int64_t router = h * d.experts;
+        layer += router + d.experts * expert;
+        layer_active += router + d.experts_per_token * expert;
+        layer_mm += router + d.experts_per_token * expert_w;
+      } else {
+        int64_t mlp_w = 0;
+        const int64_t m = mlp(d.ffn_hidden, &mlp_w);
+        layer += m;
+        layer_active += m;
+        layer_mm += mlp_w;
+      }
+      const int64_t embed = d.vocab * h;
+      const int64_t head = d.tie_embeddings ? 0 : d.vocab * h;
+      f.params = embed + d.layers * layer + norm + head;
+      f.active_params = embed + d.layers * layer_active + norm + head;
+      f.matmul_params = d.layers * layer_mm + d.vocab * h;  // the LM head runs even when tied
+      f.embedding_params = embed;
+      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) +
+                          4.0 * static_cast<double>(d.layers) * (s / 2.0) * static_cast<double>(q);
+      f.output_dim = h;
+      break;
+    }
+    case ModelKind::kVit: {
+      const int64_t ffn = d.ffn_hidden;
+      const int64_t temporal = static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1));
+      const int64_t patch_w = d.channels * temporal * d.patch_size * d.patch_size * h;
+      const int64_t side = d.image_size / d.patch_size;
+      const int64_t patches = side * side;
+      const bool cls = ExtraFlag(d, "cls_token", true);
+      int64_t p = patch_w + (ExtraFlag(d, "patch_bias", true) ? h : 0);
+      if (cls) p += h;
+      if (ExtraFlag(d, "pos_embed", true)) p += (patches + (cls ? 1 : 0)) * h;
+      if (ExtraFlag(d, "pre_norm", false)) p += 2 * h;
+      const bool qkv_bias = ExtraFlag(d, "qkv_bias", true);
+      const int64_t layer_w = 4 * h * h + 2 * h * ffn;
+      const int64_t layer = layer_w + (qkv_bias ? 3 * h : 0) + h + ffn + h + 4 * h;  // biases + two LayerNorms
+      p += d.layers * layer;
+      if (ExtraFlag(d, "final_norm", true)) p += 2 * h;
+      if (ExtraFlag(d, "pooler", false)) p += h * h + h;
+      int64_t merger_mm_per_token = 0;
+      const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
+      if (merge > 0) {
+        const int64_t in = h * merge * merge;
+        const int64_t mh = static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)) > 0
+                               ? static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0))
+                               : in;
+        p += 2 * h + in * mh + mh + mh * d.out_dim + d.out_dim;
+        merger_mm_per_token = (in * mh + mh * d.out_dim) / (merge * merge);
+      }
+      f.params = p;
+      f.active_params = p;
+      f.matmul_params = d.layers * layer_w + patch_w + merger_mm_per_token;
+      f.embedding_params = 0;
+      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) +
+                          4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.output_dim = merge > 0 ? d.out_dim : h;
+      break;
+    }
+    case ModelKind::kAudioEncoder: {
+      const int64_t ffn = d.ffn_hidden;
+      const int64_t positions = static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>(d.audio_frames / 2)));
+      const int64_t conv1 = d.mel_bins * h * 3, conv2 = h * h * 3;
+      int64_t p = conv1 + h + conv2 + h + positions * h;
+      const int64_t layer_w = 4 * h * h + 2 * h * ffn;
+      const int64_t layer = layer_w + 3 * h /* q, v, o biases */ + ffn + h + 4 * h;
+      p += d.layers * layer + 2 * h;
+      f.params = p;
+      f.active_params = p;
+      f.matmul_params = d.layers * layer_w + 2 * conv1 + conv2;  // conv1 runs at twice the output rate
+      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) +
+                          4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.output_dim = h;
+      break;
+    }
+    case ModelKind::kProjector: {
+      const int64_t mid = d.ffn_hidden;
+      int64_t w = 0, p = 0;
+      if (mid > 0) {
+        w = d.in_dim * mid + mid * d.out_dim;
+        p = w + mid + d.out_dim;
+      } else {
+        w = d.in_dim * d.out_dim;
+        p = w + d.out_dim;
+      }
+      f.params = p;
+      f.active_params = p;
+      f.matmul_params = w;
+      f.flops_per_token = 2.0 * static_cast<double>(w);
+      f.output_dim = d.out_dim;
+      break;
+    }
+  }
+  return f;
+}
+
+// ---- Hugging Face config.json ----------------------------------------------
+
+namespace {
+
+class HfReader {
+ public:
+  HfReader(const nlohmann::json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
+
+  StatusOr<int64_t> Int(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+    if (!j_.contains(key) || j_.at(key).is_null()) {
+      if (fallback) return *fallback;
+      return Status::InvalidArgument(fmt::format("{}: key '{}' is missing", origin_, key));
+    }
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number_integer()) {
+      return Status::InvalidArgument(fmt::format("{}: key '{}' must be an integer, got {}", origin_, key, v.dump()));
+    }
+    return v.get<int64_t>();
+  }
+  bool Bool(const char* key, bool fallback) const {
+    return j_.contains(key) && j_.at(key).is_boolean() ? j_.at(key).get<bool>() : fallback;
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string origin_;
+};
+
+StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& origin, const std::string& type) {
+  HfReader r(j, origin);
+  ModelDesc d;
+  d.kind = ModelKind::kDecoder;
+  MAESTRO_ASSIGN_OR_RETURN(d.hidden, r.Int("hidden_size"));
+  MAESTRO_ASSIGN_OR_RETURN(d.layers, r.Int("num_hidden_layers"));
+  MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("num_attention_heads"));
+  MAESTRO_ASSIGN_OR_RETURN(d.kv_heads, r.Int("num_key_value_heads", d.heads));
+  MAESTRO_ASSIGN_OR_RETURN(d.head_dim, r.Int("head_dim", 0));
+  MAESTRO_ASSIGN_OR_RETURN(d.vocab, r.Int("vocab_size"));
+  d.tie_embeddings = r.Bool("tie_word_embeddings", false);
+  int64_t ffn = 0;
+  MAESTRO_ASSIGN_OR_RETURN(ffn, r.Int("intermediate_size"));
+  if (type == "mixtral") {
+    MAESTRO_ASSIGN_OR_RETURN(d.experts, r.Int("num_local_experts", 8));
+    MAESTRO_ASSIGN_OR_RETURN(d.experts_per_token, r.Int("num_experts_per_tok", 2));
+    d.moe_ffn_hidden = ffn;
+  } else {
+    d.ffn_hidden = ffn;
+  }
+  const bool attention_bias = r.Bool("attention_bias", false);
+  if (type == "qwen2") {
+    d.extra["qkv_bias"] = 1;
+  } else if (attention_bias) {
+    d.extra["qkv_bias"] = 1;
+    d.extra["attn_out_bias"] = 1;
+  }
+  if (r.Bool("mlp_bias", false)) d.extra["mlp_bias"] = 1;
+  int64_t max_pos = 0;
+  MAESTRO_ASSIGN_OR_RETURN(max_pos, r.Int("max_position_embeddings", 0));
+  if (max_pos > 0) d.extra["max_position_embeddings"] = static_cast<double>(max_pos);
+  return d;
+}
+
+StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin, bool clip) {
+  HfReader r(j, origin);
+  ModelDesc d;
+  d.kind = ModelKind::kVit;
+  // Defaults are those of transformers' ViTConfig / CLIPVisionConfig.
+  MAESTRO_ASSIGN_OR_RETURN(d.hidden, r.Int("hidden_size", 768));
+  MAESTRO_ASSIGN_OR_RETURN(d.layers, r.Int("num_hidden_layers", 12));
+  MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("num_attention_heads", 12));
+  MAESTRO_ASSIGN_OR_RETURN(d.ffn_hidden, r.Int("intermediate_size", 3072));
+  MAESTRO_ASSIGN_OR_RETURN(d.image_size, r.Int("image_size", 224));
+  MAESTRO_ASSIGN_OR_RETURN(d.patch_size, r.Int("patch_size", clip ? 32 : 16));
+  MAESTRO_ASSIGN_OR_RETURN(d.channels, r.Int("num_channels", 3));
+  d.kv_heads = d.heads;
+  if (clip) {
+    d.extra["patch_bias"] = 0;
+    d.extra["pre_norm"] = 1;
+    d.extra["pooler"] = 0;
+  } else {
+    d.extra["qkv_bias"] = r.Bool("qkv_bias", true) ? 1 : 0;
+    d.extra["pooler"] = 1;  // ViTModel(add_pooling_layer=True), as from_pretrained builds it
+  }
+  return d;
+}
+
+StatusOr<ModelDesc> WhisperEncoderFromHf(const nlohmann::json& j, const std::string& origin) {
+  HfReader r(j, origin);
+  ModelDesc d;
+  d.kind = ModelKind::kAudioEncoder;
+  // Defaults are those of transformers' WhisperConfig.
+  MAESTRO_ASSIGN_OR_RETURN(d.hidden, r.Int("d_model", 384));
+  MAESTRO_ASSIGN_OR_RETURN(d.layers, r.Int("encoder_layers", 4));
+  MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("encoder_attention_heads", 6));
+  MAESTRO_ASSIGN_OR_RETURN(d.ffn_hidden, r.Int("encoder_ffn_dim", 1536));
+  MAESTRO_ASSIGN_OR_RETURN(d.mel_bins, r.Int("num_mel_bins", 80));
+  int64_t positions = 0;
+  MAESTRO_ASSIGN_OR_RETURN(positions, r.Int("max_source_positions", 1500));
+  d.kv_heads = d.heads;
+  d.audio_frames = 2 * positions;
+  d.extra["max_source_positions"] = static_cast<double>(positions);
+  return d;
+}
+
+}  // namespace
+
+StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  if (!j.is_object()) return Status::InvalidArgument(origin + ": a config.json must be a JSON object");
+  if (!j.contains("model_type") || !j.at("model_type").is_string()) {
+    return Status::InvalidArgument(origin + ": key 'model_type' is missing (is this a Hugging Face config.json?)");
+  }
+  const std::string type = j.at("model_type").get<std::string>();
+  StatusOr<ModelDesc> d = Status::InvalidArgument("unset");
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral") {
+    d = DecoderFromHf(j, origin, type);
+  } else if (type == "vit") {
+    d = VitFromHf(j, origin, false);
+  } else if (type == "clip_vision_model") {
+    d = VitFromHf(j, origin, true);
+  } else if (type == "clip") {
+    if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
+      return Status::InvalidArgument(origin + ": a clip config needs an object 'vision_config'");
+    }
+    d = VitFromHf(j.at("vision_config"), origin + " (vision_config)", true);
+  } else if (type == "whisper") {
+    d = WhisperEncoderFromHf(j, origin);
+  } else {
+    return Status::InvalidArgument(fmt::format(
+        "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, vit, clip, "
+        "clip_vision_model, whisper (or describe the model by shape in the spec)",
+        origin, type));
+  }
+  if (!d.ok()) return d.status();
+  d->source = origin;
+  MAESTRO_RETURN_IF_ERROR(CheckModelShape(*d, origin));
+  return d;
+}
+
+StatusOr<ModelDesc> ModelFromHfConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ModelFromHfConfig(ss.str(), path);
+}
+
+}  // namespace maestro::compiler

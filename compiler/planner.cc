@@ -1,0 +1,835 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "base/checks.h"
+#include "compiler/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <unordered_map>
+
+namespace maestro::compiler {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+bool IsEncoder(const plan::ModelDesc& m) { return m.kind != plan::ModelKind::kDecoder; }
+
+// The largest number of DP replicas that can all get work.
+int MaxUsefulDp(const CostModel& model, const SectionWork& s) {
+  const double active = static_cast<double>(model.global_batch()) * s.active_fraction;
+  return std::max(1, static_cast<int>(std::ceil(active - 1e-9)));
+}
+
+// Parallel features of a config that the runtime lacks (model features such
+// as MoE excluded: those make a section planner-only whatever its config).
+std::string ConfigOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+  plan::ModelDesc dense = m;
+  dense.experts = 0;
+  return PlannerOnlyFeatures(dense, c, rs);
+}
+
+}  // namespace
+
+std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+  std::vector<std::string> f;
+  const bool enc = IsEncoder(m);
+  if (c.tp > 1 && !(enc ? rs.tensor_parallel_encoder : rs.tensor_parallel_decoder)) {
+    f.push_back(fmt::format("TP={} on {}", c.tp, plan::ModelKindName(m.kind)));
+  }
+  if (c.pp > 1 && !(enc ? rs.pipeline_parallel_encoder : rs.pipeline_parallel_decoder)) {
+    f.push_back(fmt::format("PP={} on {}", c.pp, plan::ModelKindName(m.kind)));
+  }
+  if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
+  if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
+  if (c.recompute && !rs.activation_recompute) f.push_back("recompute");
+  if (m.experts > 0 && !rs.mixture_of_experts) f.push_back("MoE");
+  if (c.dp > 1 && !rs.data_parallel) f.push_back("DP");
+  if (c.micro_batch > 1 && !rs.micro_batching) f.push_back("micro-batching");
+  std::string out;
+  for (const auto& x : f) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const SectionWork& s,
+                                                   const PlannerOptions& o) {
+  std::vector<plan::ParallelConfig> out;
+  const DeviceType& dev = model.devices()[static_cast<size_t>(s.device)];
+  const int gpn = dev.gpus_per_node;
+  const plan::ModelDesc& m = s.model;
+  const bool projector = m.kind == plan::ModelKind::kProjector;
+  const int64_t layers = projector ? 1 : m.layers;
+
+  std::vector<int> gpu_counts;  // valid component sizes, ascending
+  for (int g = 1; g < gpn; ++g) {
+    if (gpn % g == 0) gpu_counts.push_back(g);
+  }
+  for (int k = 1; k <= dev.nodes; ++k) gpu_counts.push_back(k * gpn);
+
+  std::vector<int> tps;
+  for (int tp = 1; tp <= gpn; tp *= 2) {
+    if (projector && tp > 1) break;
+    if (tp > 1 && m.kind == plan::ModelKind::kDecoder &&
+        (m.heads % tp != 0 || (m.kv_heads % tp != 0 && tp % m.kv_heads != 0))) {
+      continue;
+    }
+    if (tp > 1 && !projector && m.kind != plan::ModelKind::kDecoder && m.heads % tp != 0) continue;
+    tps.push_back(tp);
+  }
+  std::vector<int> pps;
+  for (int pp = 1; pp <= std::min<int64_t>(layers, o.max_pp); ++pp) {
+    if (layers % pp == 0) pps.push_back(pp);
+  }
+  std::vector<int> cps;
+  for (int cp = 1; cp <= o.max_cp; cp *= 2) {
+    if (cp > 1 && (s.tokens % (2 * cp) != 0 || projector)) continue;
+    cps.push_back(cp);
+  }
+  const int max_dp = MaxUsefulDp(model, s);
+  std::vector<int> mbs;
+  for (int mb : o.micro_batches) {
+    if (mb <= max_dp || mb == 1) mbs.push_back(mb);
+  }
+  std::vector<int> rcs = {0};
+  if (s.trains()) rcs.push_back(1);
+
+  for (int tp : tps) {
+    if (s.pin_tp && tp != s.pin_tp) continue;
+    for (int pp : pps) {
+      if (s.pin_pp && pp != s.pin_pp) continue;
+      for (int cp : cps) {
+        if (s.pin_cp && cp != s.pin_cp) continue;
+        const int mp = tp * pp * cp;
+        for (int g : gpu_counts) {
+          if (g % mp != 0) continue;
+          const int dp = g / mp;
+          if (dp > max_dp) break;
+          if (s.pin_dp && dp != s.pin_dp) continue;
+          for (int mb : mbs) {
+            if (s.pin_micro_batch && mb != s.pin_micro_batch) continue;
+            for (int rc : rcs) {
+              if (s.pin_recompute >= 0 && rc != s.pin_recompute) continue;
+              plan::ParallelConfig c;
+              c.tp = tp;
+              c.pp = pp;
+              c.cp = cp;
+              c.dp = dp;
+              c.micro_batch = mb;
+              c.recompute = rc != 0;
+              c.zero_stage = 1;
+              if (!o.allow_planner_only && !ConfigOnlyFeatures(m, c, o.support).empty()) continue;
+              out.push_back(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Pinned micro-batch or DP beyond what the enumeration covers.
+  return out;
+}
+
+void Summarize(const CostModel& model, const Workload& w, Assignment& a) {
+  a.edge_seconds.clear();
+  a.bottleneck_seconds = 0;
+  for (const auto& sc : a.sections) a.bottleneck_seconds = std::max(a.bottleneck_seconds, sc.cost.step_seconds);
+  for (const auto& e : w.edges) {
+    const double t = model.EdgeSeconds(e, a.sections[static_cast<size_t>(e.from)].cost.config.dp,
+                                       a.sections[static_cast<size_t>(e.to)].cost.config.dp);
+    a.edge_seconds.push_back(t);
+    a.bottleneck_seconds = std::max(a.bottleneck_seconds, t);
+  }
+  a.throughput = a.bottleneck_seconds > 0 ? static_cast<double>(model.global_batch()) / a.bottleneck_seconds : 0;
+  a.nodes_per_device.assign(model.devices().size(), 0);
+  a.gpus = 0;
+  for (size_t i = 0; i < a.sections.size(); ++i) {
+    const int dev = w.sections[i].device;
+    a.nodes_per_device[static_cast<size_t>(dev)] += a.sections[i].cost.nodes;
+    a.gpus += a.sections[i].cost.gpus;
+  }
+}
+
+namespace {
+
+// Do DP degrees a (upstream) and b (downstream) satisfy edge e's rule?
+bool EdgeAllows(const EdgeWork& e, int a, int b) {
+  if (e.fanout > 0) return b == a * e.fanout;
+  if (e.fanin > 0) return a == b * e.fanin;
+  return b % a == 0 || a % b == 0;
+}
+
+struct FrontEntry {
+  int nodes;
+  double seconds;
+  plan::ParallelConfig config;
+};
+
+struct DpOption {
+  int dp;
+  std::vector<FrontEntry> front;  // nodes ascending, seconds strictly descending
+};
+
+struct SectionTable {
+  std::vector<DpOption> options;
+};
+
+// A pair of sections joined by one or more edges, with the compatible
+// (option index of a, option index of b) pairs and the slowest edge time.
+struct PairEntry {
+  int ia, ib;
+  double edge_seconds;
+};
+struct SectionPair {
+  int a, b;  // a < b
+  std::vector<int> edges;
+  std::vector<PairEntry> entries;
+  std::unordered_map<int64_t, double> lookup;  // ia * nb + ib -> edge_seconds
+  int nb = 0;
+};
+
+struct Solution {
+  bool found = false;
+  std::vector<int> option;  // per section: index into options
+  std::vector<int> entry;   // per section: index into front
+  long long nodes = 0;
+};
+
+class FrontPlanner {
+ public:
+  FrontPlanner(const CostModel& model, const Workload& w, std::vector<SectionTable> tables)
+      : model_(model), w_(w), tables_(std::move(tables)) {
+    const size_t n = w.sections.size();
+    adj_.assign(n, {});
+    std::map<std::pair<int, int>, size_t> index;
+    for (size_t e = 0; e < w.edges.size(); ++e) {
+      const int a = std::min(w.edges[e].from, w.edges[e].to), b = std::max(w.edges[e].from, w.edges[e].to);
+      auto it = index.find({a, b});
+      if (it == index.end()) {
+        it = index.emplace(std::make_pair(a, b), pairs_.size()).first;
+        pairs_.push_back(SectionPair{a, b, {}, {}, {}, 0});
+        adj_[static_cast<size_t>(a)].push_back(it->second);
+        adj_[static_cast<size_t>(b)].push_back(it->second);
+      }
+      pairs_[it->second].edges.push_back(static_cast<int>(e));
+    }
+    for (auto& p : pairs_) {
+      const auto& A = tables_[static_cast<size_t>(p.a)].options;
+      const auto& B = tables_[static_cast<size_t>(p.b)].options;
+      p.nb = static_cast<int>(B.size());
+      for (size_t ia = 0; ia < A.size(); ++ia) {
+        for (size_t ib = 0; ib < B.size(); ++ib) {
+          const int da = A[ia].dp, db = B[ib].dp;
+          if (db % da != 0 && da % db != 0) continue;  // cheap filter before the per-edge rules
+          double worst = 0;
+          bool ok = true;
+          for (int e : p.edges) {
+            const EdgeWork& ew = w_.edges[static_cast<size_t>(e)];
+            const int df = ew.from == p.a ? da : db, dt = ew.from == p.a ? db : da;
+            if (!EdgeAllows(ew, df, dt)) {
+              ok = false;
+              break;
+            }
+            worst = std::max(worst, model_.EdgeSeconds(ew, df, dt));
+          }
+          if (!ok) continue;
+          p.entries.push_back({static_cast<int>(ia), static_cast<int>(ib), worst});
+          p.lookup[static_cast<int64_t>(ia) * p.nb + static_cast<int64_t>(ib)] = worst;
+        }
+      }
+    }
+    // Forest on one device?
+    single_device_ = true;
+    for (const auto& s : w.sections) single_device_ = single_device_ && s.device == w.sections[0].device;
+    std::vector<int> parent(n);
+    std::iota(parent.begin(), parent.end(), 0);
+    std::function<int(int)> find = [&](int x) { return parent[static_cast<size_t>(x)] == x ? x : parent[static_cast<size_t>(x)] = find(parent[static_cast<size_t>(x)]); };
+    forest_ = true;
+    for (const auto& p : pairs_) {
+      const int ra = find(p.a), rb = find(p.b);
+      if (ra == rb) forest_ = false;
+      parent[static_cast<size_t>(ra)] = rb;
+    }
+  }
+
+  const std::vector<SectionPair>& pairs() const { return pairs_; }
+  const std::vector<SectionTable>& tables() const { return tables_; }
+
+  // Fewest nodes per section option with time <= T (INT_MAX: none).
+  std::vector<std::vector<int>> NodesAt(double T, std::vector<std::vector<int>>* entry_at) const {
+    std::vector<std::vector<int>> nodes(tables_.size());
+    entry_at->assign(tables_.size(), {});
+    for (size_t s = 0; s < tables_.size(); ++s) {
+      for (const auto& opt : tables_[s].options) {
+        // Front: seconds strictly descending; first entry with seconds <= T.
+        int lo = 0, hi = static_cast<int>(opt.front.size());
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (opt.front[static_cast<size_t>(mid)].seconds <= T) hi = mid; else lo = mid + 1;
+        }
+        if (lo < static_cast<int>(opt.front.size())) {
+          nodes[s].push_back(opt.front[static_cast<size_t>(lo)].nodes);
+          (*entry_at)[s].push_back(lo);
+        } else {
+          nodes[s].push_back(std::numeric_limits<int>::max());
+          (*entry_at)[s].push_back(-1);
+        }
+      }
+    }
+    return nodes;
+  }
+
+  // The fewest nodes with every section and edge at most T, within budgets
+  // (budget_scale 0 = no budget).
+  Solution Solve(double T, bool use_budget) const {
+    std::vector<std::vector<int>> entry_at;
+    const auto nodes = NodesAt(T, &entry_at);
+    Solution sol = (forest_ && single_device_) ? TreeDp(T, nodes) : BranchAndBound(T, nodes, use_budget);
+    if (!sol.found) return sol;
+    sol.entry.resize(sol.option.size());
+    for (size_t s = 0; s < sol.option.size(); ++s) sol.entry[s] = entry_at[s][static_cast<size_t>(sol.option[s])];
+    if (use_budget) {
+      std::vector<long long> used(model_.devices().size(), 0);
+      for (size_t s = 0; s < sol.option.size(); ++s) {
+        used[static_cast<size_t>(w_.sections[s].device)] += nodes[s][static_cast<size_t>(sol.option[s])];
+      }
+      for (size_t d = 0; d < used.size(); ++d) {
+        if (used[d] > model_.devices()[d].nodes) sol.found = false;
+      }
+    }
+    return sol;
+  }
+
+ private:
+  Solution TreeDp(double T, const std::vector<std::vector<int>>& nodes) const {
+    const size_t n = tables_.size();
+    constexpr long long kBig = std::numeric_limits<long long>::max() / 4;
+    std::vector<std::vector<long long>> f(n);
+    // choice[child][parent option] = child option
+    std::vector<std::vector<int>> choice(n);
+    std::vector<int> parent_of(n, -1), parent_pair(n, -1);
+    std::vector<int> order;
+    std::vector<bool> seen(n, false);
+    Solution sol;
+    sol.option.assign(n, -1);
+    std::vector<int> roots;
+    for (size_t r = 0; r < n; ++r) {
+      if (seen[r]) continue;
+      roots.push_back(static_cast<int>(r));
+      std::vector<int> stack = {static_cast<int>(r)};
+      seen[r] = true;
+      while (!stack.empty()) {
+        const int v = stack.back();
+        stack.pop_back();
+        order.push_back(v);
+        for (size_t pi : adj_[static_cast<size_t>(v)]) {
+          const SectionPair& p = pairs_[pi];
+          const int u = p.a == v ? p.b : p.a;
+          if (seen[static_cast<size_t>(u)]) continue;
+          seen[static_cast<size_t>(u)] = true;
+          parent_of[static_cast<size_t>(u)] = v;
+          parent_pair[static_cast<size_t>(u)] = static_cast<int>(pi);
+          stack.push_back(u);
+        }
+      }
+    }
+    for (size_t s = 0; s < n; ++s) {
+      f[s].resize(nodes[s].size());
+      for (size_t i = 0; i < nodes[s].size(); ++i) {
+        f[s][i] = nodes[s][i] == std::numeric_limits<int>::max() ? kBig : nodes[s][i];
+      }
+    }
+    // Post-order: children before parents.
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int c = *it;
+      const int v = parent_of[static_cast<size_t>(c)];
+      if (v < 0) continue;
+      const SectionPair& p = pairs_[static_cast<size_t>(parent_pair[static_cast<size_t>(c)])];
+      const bool c_is_a = p.a == c;
+      std::vector<long long> best(f[static_cast<size_t>(v)].size(), kBig);
+      choice[static_cast<size_t>(c)].assign(best.size(), -1);
+      for (const auto& e : p.entries) {
+        if (e.edge_seconds > T) continue;
+        const int ic = c_is_a ? e.ia : e.ib, iv = c_is_a ? e.ib : e.ia;
+        const long long fc = f[static_cast<size_t>(c)][static_cast<size_t>(ic)];
+        if (fc < best[static_cast<size_t>(iv)]) {
+          best[static_cast<size_t>(iv)] = fc;
+          choice[static_cast<size_t>(c)][static_cast<size_t>(iv)] = ic;
+        }
+      }
+      for (size_t iv = 0; iv < best.size(); ++iv) {
+        f[static_cast<size_t>(v)][iv] = std::min(kBig, f[static_cast<size_t>(v)][iv] + best[iv]);
+      }
+    }
+    long long total = 0;
+    for (int r : roots) {
+      long long best = kBig;
+      int arg = -1;
+      for (size_t i = 0; i < f[static_cast<size_t>(r)].size(); ++i) {
+        if (f[static_cast<size_t>(r)][i] < best) {
+          best = f[static_cast<size_t>(r)][i];
+          arg = static_cast<int>(i);
+        }
+      }
+      if (arg < 0 || best >= kBig) return sol;
+      sol.option[static_cast<size_t>(r)] = arg;
+      total += best;
+    }
+    for (int v : order) {  // pre-order: parents before children
+      const int pv = parent_of[static_cast<size_t>(v)];
+      if (pv < 0) continue;
+      sol.option[static_cast<size_t>(v)] =
+          choice[static_cast<size_t>(v)][static_cast<size_t>(sol.option[static_cast<size_t>(pv)])];
+      if (sol.option[static_cast<size_t>(v)] < 0) return sol;
+    }
+    sol.found = true;
+    sol.nodes = total;
+    return sol;
+  }
+
+  Solution BranchAndBound(double T, const std::vector<std::vector<int>>& nodes, bool use_budget) const {
+    const size_t n = tables_.size();
+    Solution best;
+    best.option.assign(n, -1);
+    long long best_nodes = std::numeric_limits<long long>::max();
+    // Order: BFS so neighbours come early (constraint propagation).
+    std::vector<int> order;
+    std::vector<bool> seen(n, false);
+    for (size_t r = 0; r < n; ++r) {
+      if (seen[r]) continue;
+      std::vector<int> queue = {static_cast<int>(r)};
+      seen[r] = true;
+      for (size_t q = 0; q < queue.size(); ++q) {
+        order.push_back(queue[q]);
+        for (size_t pi : adj_[static_cast<size_t>(queue[q])]) {
+          const int u = pairs_[pi].a == queue[q] ? pairs_[pi].b : pairs_[pi].a;
+          if (!seen[static_cast<size_t>(u)]) {
+            seen[static_cast<size_t>(u)] = true;
+            queue.push_back(u);
+          }
+        }
+      }
+    }
+    std::vector<int> min_nodes(n, std::numeric_limits<int>::max());
+    std::vector<std::vector<int>> sorted(n);
+    for (size_t s = 0; s < n; ++s) {
+      for (size_t i = 0; i < nodes[s].size(); ++i) {
+        if (nodes[s][i] == std::numeric_limits<int>::max()) continue;
+        sorted[s].push_back(static_cast<int>(i));
+        min_nodes[s] = std::min(min_nodes[s], nodes[s][i]);
+      }
+      if (sorted[s].empty()) return best;
+      std::sort(sorted[s].begin(), sorted[s].end(),
+                [&](int x, int y) { return nodes[s][static_cast<size_t>(x)] < nodes[s][static_cast<size_t>(y)]; });
+    }
+    const size_t ndev = model_.devices().size();
+    // remaining[k][d]: min nodes of sections order[k..] on device d.
+    std::vector<std::vector<long long>> remaining(n + 1, std::vector<long long>(ndev, 0));
+    for (size_t k = n; k-- > 0;) {
+      remaining[k] = remaining[k + 1];
+      remaining[k][static_cast<size_t>(w_.sections[static_cast<size_t>(order[k])].device)] +=
+          min_nodes[static_cast<size_t>(order[k])];
+    }
+    std::vector<int> option(n, -1);
+    std::vector<long long> used(ndev, 0);
+    long long budget_steps = 20'000'000;
+    std::function<void(size_t, long long)> dfs = [&](size_t k, long long total) {
+      if (--budget_steps < 0) return;
+      if (k == n) {
+        if (total < best_nodes) {
+          best_nodes = total;
+          best.option = option;
+          best.found = true;
+        }
+        return;
+      }
+      long long lower = total;
+      for (size_t d = 0; d < ndev; ++d) lower += remaining[k][d];
+      if (lower >= best_nodes) return;
+      const int s = order[k];
+      const size_t dev = static_cast<size_t>(w_.sections[static_cast<size_t>(s)].device);
+      for (int i : sorted[static_cast<size_t>(s)]) {
+        const int cost = nodes[static_cast<size_t>(s)][static_cast<size_t>(i)];
+        // Sorted by cost: once this option cannot beat the best, none after it can.
+        if (lower - min_nodes[static_cast<size_t>(s)] + cost >= best_nodes) break;
+        if (use_budget && used[dev] + cost + remaining[k + 1][dev] > model_.devices()[dev].nodes) break;
+        bool ok = true;
+        for (size_t pi : adj_[static_cast<size_t>(s)]) {
+          const SectionPair& p = pairs_[pi];
+          const int u = p.a == s ? p.b : p.a;
+          if (option[static_cast<size_t>(u)] < 0) continue;
+          const int ia = p.a == s ? i : option[static_cast<size_t>(u)];
+          const int ib = p.a == s ? option[static_cast<size_t>(u)] : i;
+          auto it = p.lookup.find(static_cast<int64_t>(ia) * p.nb + ib);
+          if (it == p.lookup.end() || it->second > T) {
+            ok = false;
+            break;
+          }
+        }
+        if (!ok) continue;
+        option[static_cast<size_t>(s)] = i;
+        used[dev] += cost;
+        dfs(k + 1, total + cost);
+        used[dev] -= cost;
+        option[static_cast<size_t>(s)] = -1;
+      }
+    };
+    dfs(0, 0);
+    best.nodes = best_nodes;
+    return best;
+  }
+
+  const CostModel& model_;
+  const Workload& w_;
+  std::vector<SectionTable> tables_;
+  std::vector<SectionPair> pairs_;
+  std::vector<std::vector<size_t>> adj_;
+  bool forest_ = true;
+  bool single_device_ = true;
+};
+
+std::string GiB(double bytes) { return fmt::format("{:.1f} GiB", bytes / kGiB); }
+
+}  // namespace
+
+PlanOutcome PlanSections(const CostModel& model, const Workload& w, const PlannerOptions& o) {
+  PlanOutcome out;
+  const size_t n = w.sections.size();
+  std::vector<SectionTable> tables(n);
+  out.evaluated.assign(n, 0);
+  out.fitting.assign(n, 0);
+  for (size_t s = 0; s < n; ++s) {
+    const SectionWork& sw = w.sections[s];
+    std::map<std::pair<int, int>, FrontEntry> best;  // (dp, nodes) -> fastest
+    double least_memory = kInf;
+    plan::ParallelConfig least_config;
+    for (const auto& c : CandidateConfigs(model, sw, o)) {
+      ++out.evaluated[s];
+      const SectionCost cost = model.Evaluate(sw, c);
+      if (cost.memory.total() < least_memory) {
+        least_memory = cost.memory.total();
+        least_config = c;
+      }
+      if (!cost.fits || cost.nodes == 0) continue;
+      ++out.fitting[s];
+      auto key = std::make_pair(c.dp, cost.nodes);
+      auto it = best.find(key);
+      if (it == best.end() || cost.step_seconds < it->second.seconds) {
+        best[key] = FrontEntry{cost.nodes, cost.step_seconds, c};
+      }
+    }
+    if (out.fitting[s] == 0) {
+      const DeviceType& dev = model.devices()[static_cast<size_t>(sw.device)];
+      out.failure.kind = PlanFailure::Kind::kNoConfigFits;
+      out.failure.section = static_cast<int>(s);
+      if (out.evaluated[s] == 0) {
+        out.failure.message = fmt::format(
+            "section '{}' has no valid configuration: its pins (TP, PP, CP, DP, micro-batch) do not fit the "
+            "model ({} heads, {} layers) or the {} nodes x {} GPUs of type '{}'{}",
+            sw.name, sw.model.heads, sw.model.layers, dev.nodes, dev.gpus_per_node, dev.name,
+            o.allow_planner_only ? "" : " with what the runtime supports (--allow-planner-only widens the search)");
+      } else {
+        out.failure.message = fmt::format(
+            "section '{}' fits in memory at no configuration: it needs at least {} per GPU (TP={} PP={} CP={} "
+            "DP={} micro-batch {}{}) but a '{}' GPU has {}; give it a larger GPU type, more nodes, {}or make it "
+            "mode = \"forward\"",
+            sw.name, GiB(least_memory), least_config.tp, least_config.pp, least_config.cp, least_config.dp,
+            least_config.micro_batch, least_config.recompute ? ", recompute" : "", dev.name,
+            GiB(dev.memory_bytes), o.allow_planner_only ? "" : "--allow-planner-only (CP, recomputation), ");
+      }
+      return out;
+    }
+    std::map<int, std::vector<FrontEntry>> by_dp;
+    for (const auto& [key, entry] : best) by_dp[key.first].push_back(entry);
+    for (auto& [dp, entries] : by_dp) {
+      std::sort(entries.begin(), entries.end(), [](const FrontEntry& a, const FrontEntry& b) {
+        return a.nodes != b.nodes ? a.nodes < b.nodes : a.seconds < b.seconds;
+      });
+      DpOption opt;
+      opt.dp = dp;
+      for (const auto& e : entries) {
+        if (opt.front.empty() || e.seconds < opt.front.back().seconds) opt.front.push_back(e);
+      }
+      tables[s].options.push_back(std::move(opt));
+    }
+  }
+
+  // Budget: the fewest nodes each section can run on at all.
+  {
+    std::vector<long long> need(model.devices().size(), 0);
+    std::vector<std::string> parts(model.devices().size());
+    for (size_t s = 0; s < n; ++s) {
+      int least = std::numeric_limits<int>::max();
+      for (const auto& opt : tables[s].options) least = std::min(least, opt.front.front().nodes);
+      const size_t d = static_cast<size_t>(w.sections[s].device);
+      need[d] += least;
+      parts[d] += fmt::format("{}{} {}", parts[d].empty() ? "" : ", ", w.sections[s].name, least);
+    }
+    for (size_t d = 0; d < need.size(); ++d) {
+      if (need[d] > model.devices()[d].nodes) {
+        out.failure.kind = PlanFailure::Kind::kBudgetTooSmall;
+        out.failure.message = fmt::format(
+            "the budget of {} node(s) of type '{}' is too small: the sections need at least {} ({}), since a "
+            "section that fits in no fewer nodes holds them whole; raise nodes or use fewer sections",
+            model.devices()[d].nodes, model.devices()[d].name, need[d], parts[d]);
+        return out;
+      }
+    }
+  }
+
+  std::vector<double> times;
+  for (const auto& t : tables) {
+    for (const auto& opt : t.options) {
+      for (const auto& e : opt.front) times.push_back(e.seconds);
+    }
+  }
+  FrontPlanner planner(model, w, std::move(tables));
+  for (size_t pi = 0; pi < planner.pairs().size(); ++pi) {
+    if (planner.pairs()[pi].entries.empty()) {
+      out.failure.kind = PlanFailure::Kind::kFanOutImpossible;
+      out.failure.edge = planner.pairs()[pi].edges.front();
+      const EdgeWork& e = w.edges[static_cast<size_t>(out.failure.edge)];
+      const std::string& from = w.sections[static_cast<size_t>(e.from)].name;
+      const std::string& to = w.sections[static_cast<size_t>(e.to)].name;
+      out.failure.message = fmt::format(
+          "the fan-out on edge {} -> {} is impossible: no DP degrees of '{}' and '{}' that fit satisfy "
+          "DP_from * fanout = DP_to{}; unpin fanout/fanin or the sections' dp",
+          from, to, from, to,
+          e.fanout ? fmt::format(" with fanout = {}", e.fanout) : e.fanin ? fmt::format(" with fanin = {}", e.fanin) : "");
+      return out;
+    }
+  }
+  if (!planner.Solve(kInf, false).found) {
+    out.failure.kind = PlanFailure::Kind::kFanOutImpossible;
+    out.failure.edge = 0;
+    for (size_t e = 0; e < w.edges.size(); ++e) {
+      if (w.edges[e].fanout || w.edges[e].fanin) {
+        out.failure.edge = static_cast<int>(e);
+        break;
+      }
+    }
+    out.failure.message =
+        "the fan-outs are impossible together: no DP degrees satisfy DP_from * fanout = DP_to on every edge at "
+        "once; unpin a fanout/fanin or a section's dp";
+    return out;
+  }
+  if (!planner.Solve(kInf, true).found) {
+    out.failure.kind = PlanFailure::Kind::kBudgetTooSmall;
+    out.failure.message =
+        "the budget is too small: no allocation of whole nodes satisfies every edge's fan-out rule within the "
+        "node counts of [cluster]; raise nodes or unpin fan-outs";
+    return out;
+  }
+  for (const auto& p : planner.pairs()) {
+    for (const auto& e : p.entries) times.push_back(e.edge_seconds);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  // Smallest feasible bottleneck time (feasibility is monotone in T).
+  size_t lo = 0, hi = times.size();
+  Solution sol = planner.Solve(kInf, true);
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    Solution s = planner.Solve(times[mid], true);
+    if (s.found) {
+      sol = std::move(s);
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const auto& tables_out = planner.tables();
+  for (size_t s = 0; s < n; ++s) {
+    const DpOption& opt = tables_out[s].options[static_cast<size_t>(sol.option[s])];
+    const FrontEntry& fe = opt.front[static_cast<size_t>(sol.entry[s])];
+    SectionChoice ch;
+    ch.cost = model.Evaluate(w.sections[s], fe.config);
+    ch.planner_only = PlannerOnlyFeatures(w.sections[s].model, fe.config, o.support);
+    out.assignment.sections.push_back(std::move(ch));
+  }
+  Summarize(model, w, out.assignment);
+  return out;
+}
+
+PlanOutcome ExhaustiveSearch(const CostModel& model, const Workload& w, const PlannerOptions& o) {
+  PlanOutcome out;
+  const size_t n = w.sections.size();
+  std::vector<std::vector<SectionCost>> fitting(n);
+  for (size_t s = 0; s < n; ++s) {
+    for (const auto& c : CandidateConfigs(model, w.sections[s], o)) {
+      SectionCost cost = model.Evaluate(w.sections[s], c);
+      if (cost.fits && cost.nodes > 0) fitting[s].push_back(cost);
+    }
+    if (fitting[s].empty()) {
+      out.failure.kind = PlanFailure::Kind::kNoConfigFits;
+      out.failure.section = static_cast<int>(s);
+      out.failure.message = "no configuration fits";
+      return out;
+    }
+  }
+  std::vector<int> pick(n, -1), best_pick;
+  double best_time = kInf;
+  long long best_nodes = 0;
+  std::vector<long long> used(model.devices().size(), 0);
+  std::function<void(size_t, double)> rec = [&](size_t k, double worst) {
+    if (worst > best_time) return;
+    if (k == n) {
+      long long total = 0;
+      for (auto u : used) total += u;
+      if (worst < best_time || (worst == best_time && total < best_nodes)) {
+        best_time = worst;
+        best_nodes = total;
+        best_pick = pick;
+      }
+      return;
+    }
+    const size_t dev = static_cast<size_t>(w.sections[k].device);
+    for (size_t i = 0; i < fitting[k].size(); ++i) {
+      const SectionCost& c = fitting[k][i];
+      if (used[dev] + c.nodes > model.devices()[dev].nodes) continue;
+      double t = std::max(worst, c.step_seconds);
+      bool ok = true;
+      for (const auto& e : w.edges) {
+        const size_t other = static_cast<size_t>(e.from == static_cast<int>(k) ? e.to : e.to == static_cast<int>(k) ? e.from : -1);
+        if (other == static_cast<size_t>(-1) || other > k || (other == k)) continue;
+        if (pick[other] < 0) continue;
+        const int dp_other = fitting[other][static_cast<size_t>(pick[other])].config.dp;
+        const int df = e.from == static_cast<int>(k) ? c.config.dp : dp_other;
+        const int dt = e.from == static_cast<int>(k) ? dp_other : c.config.dp;
+        if (!EdgeAllows(e, df, dt)) {
+          ok = false;
+          break;
+        }
+        t = std::max(t, model.EdgeSeconds(e, df, dt));
+      }
+      if (!ok) continue;
+      pick[k] = static_cast<int>(i);
+      used[dev] += c.nodes;
+      rec(k + 1, t);
+      used[dev] -= c.nodes;
+      pick[k] = -1;
+    }
+  };
+  rec(0, 0.0);
+  if (best_pick.empty()) {
+    out.failure.kind = PlanFailure::Kind::kBudgetTooSmall;
+    out.failure.message = "no combination fits the budget";
+    return out;
+  }
+  for (size_t s = 0; s < n; ++s) {
+    SectionChoice ch;
+    ch.cost = fitting[s][static_cast<size_t>(best_pick[s])];
+    ch.planner_only = PlannerOnlyFeatures(w.sections[s].model, ch.cost.config, o.support);
+    out.assignment.sections.push_back(std::move(ch));
+  }
+  Summarize(model, w, out.assignment);
+  return out;
+}
+
+MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int device, const PlannerOptions& o) {
+  MonolithicPlan best;
+  const DeviceType& dev = model.devices()[static_cast<size_t>(device)];
+  const int gpus = dev.nodes * dev.gpus_per_node;
+  best.gpus = gpus;
+  int64_t min_layers = std::numeric_limits<int64_t>::max();
+  for (const auto& s : w.sections) {
+    if (s.model.kind != plan::ModelKind::kProjector) min_layers = std::min(min_layers, s.model.layers);
+  }
+  if (min_layers == std::numeric_limits<int64_t>::max()) min_layers = 1;
+  const double B = static_cast<double>(model.global_batch());
+  double least_memory = kInf;
+  for (int tp = 1; tp <= dev.gpus_per_node; tp *= 2) {
+    for (int pp = 1; pp <= std::min<int64_t>(min_layers, o.max_pp); ++pp) {
+      for (int cp = 1; cp <= o.max_cp; cp *= 2) {
+        const int mp = tp * pp * cp;
+        if (gpus % mp != 0) continue;
+        const int dp = gpus / mp;
+        if (dp > std::max<int64_t>(1, model.global_batch())) continue;
+        for (int mb : o.micro_batches) {
+          if (mb > 1 && mb * dp > model.global_batch()) break;
+          for (int rc = 0; rc < 2; ++rc) {
+            plan::ParallelConfig c;
+            c.tp = tp;
+            c.pp = pp;
+            c.cp = cp;
+            c.dp = dp;
+            c.micro_batch = mb;
+            c.recompute = rc != 0;
+            bool valid = true;
+            for (const auto& s : w.sections) {
+              const plan::ModelDesc& m = s.model;
+              if (m.kind == plan::ModelKind::kProjector) continue;
+              if (m.heads % tp != 0) valid = false;
+              if (m.kind == plan::ModelKind::kDecoder && m.kv_heads % tp != 0 && tp % m.kv_heads != 0) valid = false;
+              if (cp > 1 && s.tokens % (2 * cp) != 0) valid = false;
+            }
+            if (!valid) continue;
+            const double microbatches = std::max(1.0, std::ceil(std::ceil(B / dp - 1e-9) / mb - 1e-9));
+            MonolithicPlan cand;
+            cand.config = c;
+            cand.gpus = gpus;
+            double step = 0;
+            std::string only;
+            for (const auto& s : w.sections) {
+              SectionWork sw = s;
+              sw.device = device;
+              SectionCost sc = model.EvaluateWith(sw, c, microbatches, mb * s.active_fraction);
+              const double reserve = cand.sections.empty() ? 0.0 : sc.memory.reserved;
+              cand.memory.weights += sc.memory.weights;
+              cand.memory.gradients += sc.memory.gradients;
+              cand.memory.optimizer += sc.memory.optimizer;
+              cand.memory.activations += sc.memory.activations;
+              cand.memory.reserved += sc.memory.reserved - reserve;
+              step += sc.step_seconds;
+              const std::string f = PlannerOnlyFeatures(s.model, c, o.support);
+              if (!f.empty()) only += (only.empty() ? "" : "; ") + s.name + ": " + f;
+              cand.sections.push_back(std::move(sc));
+            }
+            least_memory = std::min(least_memory, cand.memory.total());
+            if (cand.memory.total() > dev.memory_bytes) continue;
+            cand.step_seconds = step;
+            cand.throughput = B / step;
+            cand.planner_only = only;
+            cand.found = true;
+            if (!best.found || cand.throughput > best.throughput) best = std::move(cand);
+          }
+        }
+      }
+    }
+  }
+  if (!best.found) {
+    best.why_not = fmt::format("no single configuration fits all sections on one '{}' GPU (least memory {} of {})",
+                               dev.name, GiB(least_memory), GiB(dev.memory_bytes));
+  }
+  return best;
+}
+
+StepPrediction AnalyticStepPredictor::Predict(const CostModel& model, const Workload& w, const Assignment& a) const {
+  StepPrediction p;
+  p.predictor = "analytic steady state + pipeline fill";
+  p.steady_state_seconds = a.bottleneck_seconds;
+  // Fill: the first micro-batch must cross every upstream section first.
+  const size_t n = w.sections.size();
+  std::vector<double> ready(n, 0.0);
+  // Sections are few; relax edges n times (a DAG needs at most n - 1 rounds).
+  for (size_t round = 0; round < n; ++round) {
+    for (const auto& e : w.edges) {
+      const auto& up = a.sections[static_cast<size_t>(e.from)].cost;
+      const double latency = up.stage_seconds * up.config.pp;
+      ready[static_cast<size_t>(e.to)] =
+          std::max(ready[static_cast<size_t>(e.to)], ready[static_cast<size_t>(e.from)] + latency);
+    }
+  }
+  double fill = 0;
+  for (double r : ready) fill = std::max(fill, r);
+  p.step_seconds = p.steady_state_seconds + fill;
+  p.samples_per_second = p.step_seconds > 0 ? static_cast<double>(model.global_batch()) / p.step_seconds : 0;
+  return p;
+}
+
+}  // namespace maestro::compiler

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one table of what maestro-worker's runtime can execute today. The
+// planner emits only configurations this table allows; with
+// --allow-planner-only it searches the whole space and the report marks the
+// sections whose configuration the runtime cannot run yet ("planner-only").
+// Change a row here when the runtime gains a feature; nothing else changes.
+// May call: plan. Thread safety: constant data.
+#pragma once
+
+#include <string>
+
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+struct RuntimeSupport {
+  bool data_parallel = true;       // DP (ZeRO-1 optimizer sharding)
+  bool micro_batching = true;
+  bool tensor_parallel_decoder = true;
+  bool tensor_parallel_encoder = false;  // ViT / audio encoder / projector
+  bool pipeline_parallel_decoder = true;
+  bool pipeline_parallel_encoder = false;
+  bool context_parallel = false;
+  bool expert_parallel = false;
+  bool mixture_of_experts = false;  // MoE layers at all (even without EP)
+  bool activation_recompute = false;
+};
+
+// What the runtime of this build supports.
+inline constexpr RuntimeSupport kRuntimeSupport{};
+
+// "" when `config` of a section with `model` runs on the runtime; otherwise
+// the features that make it planner-only, e.g. "CP=2, recompute".
+std::string PlannerOnlyFeatures(const plan::ModelDesc& model, const plan::ParallelConfig& config,
+                                const RuntimeSupport& support = kRuntimeSupport);
+
+}  // namespace maestro::compiler
