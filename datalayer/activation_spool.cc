@@ -132,8 +132,10 @@ StatusOr<std::unique_ptr<ActivationSpool>> ActivationSpool::Open(const std::stri
 Status ActivationSpool::OpenOrCreateFile() {
   const std::string& name = options_.name;
   H5Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
-  // Room for a few chunks, so a partly written chunk is not re-read per write.
-  H5_CHECK(H5Pset_chunk_cache(dapl.get(), 521, static_cast<size_t>(options_.chunk_bytes) * 4, 1.0), path_);
+  // No chunk cache for /values: a write then goes straight to the chunk's
+  // place in the file (one pwrite, like fwrite) instead of being copied into
+  // the cache first; the spool stages whole rows itself.
+  H5_CHECK(H5Pset_chunk_cache(dapl.get(), 0, 0, 1.0), path_);
   bool fresh = true;
   if (env_->FileExists(path_)) {
     file_ = H5Fopen(path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -169,6 +171,7 @@ Status ActivationSpool::OpenOrCreateFile() {
       H5Handle space(H5Screate_simple(1, dims, maxdims), H5Sclose);
       H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk_elems), path_);
+      H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), path_);  // every value is written
       values_ = H5Dcreate2(file_, "/values", NativeType(options_.dtype), space.get(), H5P_DEFAULT, dcpl.get(),
                            dapl.get());
       H5_CHECK(values_, path_ + ":/values");
@@ -385,6 +388,15 @@ Status ActivationSpool::Commit() {
   }
   // 3. only now: the commit record.
   const int64_t new_table_rows = committed_table_rows_ + static_cast<int64_t>(pending_.size());
+  // The commit record need not survive a power loss (a lost record only
+  // means a recomputation), so this one transaction skips SQLite's WAL fsync
+  // (synchronous=NORMAL: still atomic and ordered; the next FULL commit,
+  // e.g. the step commit, makes it durable). A process crash loses nothing.
+  MAESTRO_RETURN_IF_ERROR(db_->Exec("PRAGMA synchronous=NORMAL"));
+  struct RestoreFull {
+    SqliteDb* db;
+    ~RestoreFull() { (void)db->Exec("PRAGMA synchronous=FULL"); }
+  } restore_full{db_};
   MAESTRO_RETURN_IF_ERROR(db_->Begin());
   auto body = [&]() -> Status {
     MAESTRO_ASSIGN_OR_RETURN(auto ins, db_->Prepare("INSERT OR REPLACE INTO spool_rows(spool, sample_id, epoch, "

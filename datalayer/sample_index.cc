@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/checks.h"
+#include "datalayer/manifest_line.h"
 
 namespace maestro::datalayer {
 namespace {
@@ -165,9 +166,13 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
   }
   MAESTRO_ASSIGN_OR_RETURN(std::string text, env_->ReadFile(manifest_path));
 
+  // One big transaction: a page cache large enough that SQLite does not spill
+  // dirty pages into the WAL before the commit (64 MiB).
+  MAESTRO_RETURN_IF_ERROR(db_->Exec("PRAGMA cache_size=-65536"));
   MAESTRO_RETURN_IF_ERROR(db_->Begin());
   IngestStats stats;
-  std::map<std::string, int> column_of;  // modality -> index into modalities_
+  std::map<std::string, int, std::less<>> column_of;  // modality -> index into modalities_
+  internal::ManifestLine line;
   for (size_t i = 0; i < modalities_.size(); ++i) column_of[modalities_[i]] = static_cast<int>(i);
   SqliteStmt insert;
   auto prepare_insert = [&]() -> Status {
@@ -200,39 +205,48 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
     while (begin < stop && (*begin == ' ' || *begin == '\t' || *begin == '\r')) ++begin;
     if (begin == stop) continue;  // blank line
     auto where = [&] { return fmt::format("{}:{}", manifest_path, line_no); };
-    nlohmann::json j = nlohmann::json::parse(begin, stop, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      return fail(Status::InvalidArgument(
-          fmt::format("{}: not a JSON object; each line must look like "
-                      "{{\"id\": 17, \"location\": \"shard-3.tar:1234\", \"tokens\": {{\"text\": 412}}}}",
-                      where())));
-    }
-    const auto id = j.find("id");
-    const auto location = j.find("location");
-    const auto toks = j.find("tokens");
-    if (id == j.end() || !id->is_number_integer()) {
-      return fail(Status::InvalidArgument(fmt::format("{}: \"id\" must be an integer sample id", where())));
-    }
-    if (location == j.end() || !location->is_string()) {
-      return fail(Status::InvalidArgument(
-          fmt::format("{}: \"location\" must be a string (where the payload is)", where())));
-    }
-    if (toks == j.end() || !toks->is_object() || toks->empty()) {
-      return fail(Status::InvalidArgument(fmt::format(
-          "{}: \"tokens\" must be a non-empty object of modality -> token count, e.g. {{\"text\": 412}}",
-          where())));
+    nlohmann::json j;  // only for lines the fast scanner leaves to nlohmann
+    if (!internal::ScanSimpleManifestLine(begin, stop, line)) {
+      j = nlohmann::json::parse(begin, stop, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) {
+        return fail(Status::InvalidArgument(
+            fmt::format("{}: not a JSON object; each line must look like "
+                        "{{\"id\": 17, \"location\": \"shard-3.tar:1234\", \"tokens\": {{\"text\": 412}}}}",
+                        where())));
+      }
+      const auto id = j.find("id");
+      const auto location = j.find("location");
+      const auto toks = j.find("tokens");
+      if (id == j.end() || !id->is_number_integer()) {
+        return fail(Status::InvalidArgument(fmt::format("{}: \"id\" must be an integer sample id", where())));
+      }
+      if (location == j.end() || !location->is_string()) {
+        return fail(Status::InvalidArgument(
+            fmt::format("{}: \"location\" must be a string (where the payload is)", where())));
+      }
+      if (toks == j.end() || !toks->is_object() || toks->empty()) {
+        return fail(Status::InvalidArgument(fmt::format(
+            "{}: \"tokens\" must be a non-empty object of modality -> token count, e.g. {{\"text\": 412}}",
+            where())));
+      }
+      line.id = id->get<int64_t>();
+      line.location = location->get_ref<const std::string&>();
+      line.tokens.clear();
+      for (auto it = toks->begin(); it != toks->end(); ++it) {
+        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
+          return fail(Status::InvalidArgument(fmt::format(
+              "{}: token count of modality '{}' must be a non-negative integer", where(), it.key())));
+        }
+        line.tokens.emplace_back(it.key(), it.value().get<int64_t>());
+      }
     }
     std::fill(tokens.begin(), tokens.end(), 0);
     int64_t mask = 0;
     int64_t total = 0;
-    for (auto it = toks->begin(); it != toks->end(); ++it) {
-      const std::string& name = it.key();
-      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
-        return fail(Status::InvalidArgument(
-            fmt::format("{}: token count of modality '{}' must be a non-negative integer", where(), name)));
-      }
-      auto col = column_of.find(name);
+    for (const auto& [name_view, n] : line.tokens) {
+      auto col = column_of.find(name_view);
       if (col == column_of.end()) {
+        const std::string name(name_view);
         if (!ValidModalityName(name)) {
           return fail(Status::InvalidArgument(fmt::format(
               "{}: modality name '{}' must be 1-32 characters of [a-z0-9_], starting with a letter", where(),
@@ -250,16 +264,14 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
         tokens.push_back(0);
         if (s.ok()) s = prepare_insert();
         if (!s.ok()) return fail(s);
-        col = column_of.find(name);
+        col = column_of.find(name_view);
       }
-      const int64_t n = it.value().get<int64_t>();
       tokens[static_cast<size_t>(col->second)] = n;
       mask |= int64_t{1} << col->second;
       total += n;
     }
-    insert.Bind(1, id->get<int64_t>());
-    const auto& loc = location->get_ref<const std::string&>();
-    insert.BindStatic(2, loc);
+    insert.Bind(1, line.id);
+    insert.BindStatic(2, line.location);
     insert.Bind(3, mask);
     insert.Bind(4, total);
     for (size_t m = 0; m < tokens.size(); ++m) insert.Bind(static_cast<int>(5 + m), tokens[m]);
@@ -267,7 +279,7 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
       if (s.code() == StatusCode::kFailedPrecondition) {
         return fail(Status::InvalidArgument(
             fmt::format("{}: sample id {} appears twice in the manifest; sample ids must be unique", where(),
-                        id->get<int64_t>())));
+                        line.id)));
       }
       return fail(s.WithContext(where()));
     }
