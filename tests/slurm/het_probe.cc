@@ -13,6 +13,8 @@
 // of the ranks, which proves that the ranks of all components can talk.
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -87,5 +89,11 @@ int main(int argc, char** argv) {
               CountList(gpus), node.empty() ? "-" : node.c_str());
   std::fflush(stdout);
   MPI_Finalize();
+  // Slurm 22.05's srun stops the PMIx abort agent once per het component,
+  // without a lock (pmixp_abort_agent_stop: two threads may pthread_join the
+  // same thread), and hangs now and then when the components' tasks end at
+  // the same moment. Ending component k's tasks k * 500 ms later keeps those
+  // calls apart. Later Slurm releases fixed it (a counted, locked start/stop).
+  if (component > 0) usleep(static_cast<useconds_t>(component) * 500000u);
   return 0;
 }
