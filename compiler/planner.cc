@@ -738,7 +738,9 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
   best.gpus = gpus;
   int64_t min_layers = std::numeric_limits<int64_t>::max();
   for (const auto& s : w.sections) {
-    if (s.model.kind != plan::ModelKind::kProjector) min_layers = std::min(min_layers, s.model.layers);
+    const bool splits = s.model.kind == plan::ModelKind::kDecoder ||
+                        (o.allow_planner_only && s.model.kind != plan::ModelKind::kProjector);
+    if (splits) min_layers = std::min(min_layers, s.model.layers);
   }
   if (min_layers == std::numeric_limits<int64_t>::max()) min_layers = 1;
   const double B = static_cast<double>(model.global_batch());
@@ -761,9 +763,20 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
             c.micro_batch = mb;
             c.recompute = rc != 0;
             bool valid = true;
+            if (!o.allow_planner_only && (cp > 1 || rc)) continue;
+            if (!o.allow_planner_only) {
+              bool any = false;  // TP/PP must be runnable for at least the decoders
+              for (const auto& s : w.sections) {
+                plan::ModelDesc dense = s.model;
+                dense.experts = 0;
+                any = any || PlannerOnlyFeatures(dense, c, o.support).empty();
+              }
+              if (!any) continue;
+            }
             for (const auto& s : w.sections) {
               const plan::ModelDesc& m = s.model;
               if (m.kind == plan::ModelKind::kProjector) continue;
+              if (!o.allow_planner_only && m.kind != plan::ModelKind::kDecoder) continue;  // replicated
               if (m.heads % tp != 0) valid = false;
               if (m.kind == plan::ModelKind::kDecoder && m.kv_heads % tp != 0 && tp % m.kv_heads != 0) valid = false;
               if (cp > 1 && s.tokens % (2 * cp) != 0) valid = false;
@@ -778,7 +791,22 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
             for (const auto& s : w.sections) {
               SectionWork sw = s;
               sw.device = device;
-              SectionCost sc = model.EvaluateWith(sw, c, microbatches, mb * s.active_fraction);
+              // A section that cannot split the way the others do (an
+              // encoder without TP/PP support, a projector) runs whole on
+              // every rank of its TP group and on the first stage.
+              plan::ParallelConfig sc_config = c;
+              if (!o.allow_planner_only || s.model.kind == plan::ModelKind::kProjector) {
+                plan::ParallelConfig probe = c;
+                probe.cp = 1;
+                probe.recompute = false;
+                plan::ModelDesc dense = s.model;
+                dense.experts = 0;
+                if (!PlannerOnlyFeatures(dense, probe, o.support).empty() || s.model.kind == plan::ModelKind::kProjector) {
+                  sc_config.tp = 1;
+                  sc_config.pp = 1;
+                }
+              }
+              SectionCost sc = model.EvaluateWith(sw, sc_config, microbatches, mb * s.active_fraction);
               const double reserve = cand.sections.empty() ? 0.0 : sc.memory.reserved;
               cand.memory.weights += sc.memory.weights;
               cand.memory.gradients += sc.memory.gradients;
@@ -786,7 +814,7 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
               cand.memory.activations += sc.memory.activations;
               cand.memory.reserved += sc.memory.reserved - reserve;
               step += sc.step_seconds;
-              const std::string f = PlannerOnlyFeatures(s.model, c, o.support);
+              const std::string f = PlannerOnlyFeatures(s.model, sc_config, o.support);
               if (!f.empty()) only += (only.empty() ? "" : "; ") + s.name + ": " + f;
               cand.sections.push_back(std::move(sc));
             }

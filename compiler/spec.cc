@@ -65,7 +65,11 @@ class Diagnostics {
 // the rest as unknown (with a suggestion).
 class TableReader {
  public:
-  TableReader(Diagnostics& d, const toml::table& t, std::string where) : d_(d), t_(t), where_(std::move(where)) {}
+  TableReader(Diagnostics& d, const toml::table& t, std::string where) : d_(d), t_(t), where_(std::move(where)) {
+    for (char c : where_) {
+      if (c != '[' && c != ']') prefix_ += c;
+    }
+  }
 
   const toml::node* Get(const std::string& key) {
     known_.push_back(key);
@@ -96,7 +100,7 @@ class TableReader {
       return false;
     }
     if (v->get() < lo || v->get() > hi) {
-      d_.Error(PosOf(n->source()), fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", where_, key,
+      d_.Error(PosOf(n->source()), fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", prefix_, key,
                                                v->get(), lo, hi));
       return false;
     }
@@ -122,7 +126,7 @@ class TableReader {
       return false;
     }
     if (!(x >= lo && x <= hi)) {  // also rejects NaN
-      d_.Error(PosOf(n->source()), fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", where_, key, x, lo, hi));
+      d_.Error(PosOf(n->source()), fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", prefix_, key, x, lo, hi));
       return false;
     }
     *out = x;
@@ -151,7 +155,7 @@ class TableReader {
         out->push_back(s->get());
         pos->push_back(PosOf(el.source()));
       } else {
-        d_.Error(PosOf(el.source()), fmt::format("{}.{}: every element must be a string", where_, key));
+        d_.Error(PosOf(el.source()), fmt::format("{}.{}: every element must be a string", prefix_, key));
       }
     }
     return true;
@@ -177,12 +181,13 @@ class TableReader {
 
  private:
   void TypeError(const std::string& key, const toml::node& n, const char* want) {
-    d_.Error(PosOf(n.source()), fmt::format("{}.{} must be {}, not {}", where_, key, want, TypeName(n.type())));
+    d_.Error(PosOf(n.source()), fmt::format("{}.{} must be {}, not {}", prefix_, key, want, TypeName(n.type())));
   }
 
   Diagnostics& d_;
   const toml::table& t_;
-  std::string where_;
+  std::string where_;   // "[job]": names the table
+  std::string prefix_;  // "job": prefixes a key in value messages ("job.time")
   std::vector<std::string> known_;
 };
 
@@ -701,17 +706,18 @@ std::string AtPos(const std::string& path, SourcePos pos, const std::string& mes
 }
 
 int EditDistance(const std::string& a, const std::string& b) {
-  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  // Optimal string alignment: insertions, deletions, substitutions and
+  // transpositions of neighbours ("nmae" -> "name") cost 1.
+  std::vector<std::vector<int>> d(a.size() + 1, std::vector<int>(b.size() + 1, 0));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = static_cast<int>(i);
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = static_cast<int>(j);
   for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = static_cast<int>(i);
     for (size_t j = 1; j <= b.size(); ++j) {
-      const int sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
-    std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return d[a.size()][b.size()];
 }
 
 std::string Suggest(const std::string& word, const std::vector<std::string>& candidates) {

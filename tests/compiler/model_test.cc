@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exact parameter counts of imported Hugging Face configs against the
+// published numbers (and a hand derivation in docs/spec.md), FLOPs per token
+// against the documented formula, and maestro-compile --model-info --json.
+#include "compiler/model.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/shell.h"
+
+namespace maestro::compiler {
+namespace {
+
+const std::string kHf = std::string(MAESTRO_SOURCE_DIR) + "/tests/compiler/data/hf/";
+
+ModelFacts FactsOf(const std::string& file, int64_t seq = 4096) {
+  auto d = ModelFromHfConfigFile(kHf + file);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return ComputeModelFacts(*d, seq);
+}
+
+TEST(ModelFacts, DecodersMatchPublishedParameterCounts) {
+  EXPECT_EQ(FactsOf("llama2_7b.json").params, 6'738'415'616);
+  EXPECT_EQ(FactsOf("mistral_7b_v0.1.json").params, 7'241'732'096);
+  EXPECT_EQ(FactsOf("qwen2_7b.json").params, 7'615'616'512);       // q/k/v biases
+  EXPECT_EQ(FactsOf("qwen2_0.5b.json").params, 494'032'768);       // tied embeddings
+}
+
+TEST(ModelFacts, MixtralCountsAllExpertsAndActivatesTwo) {
+  const ModelFacts f = FactsOf("mixtral_8x7b.json");
+  EXPECT_EQ(f.params, 46'702'792'704);
+  EXPECT_EQ(f.active_params, 12'879'925'248);  // ~12.9B: 2 of 8 experts per token
+  EXPECT_LT(f.active_params, f.params);
+}
+
+TEST(ModelFacts, EncodersMatchTheirHuggingFaceModules) {
+  // ViTModel with its pooler (as from_pretrained builds it), no classifier.
+  EXPECT_EQ(FactsOf("vit_base_patch16_224.json").params, 86'389'248);
+  // CLIPVisionModel: no patch bias, pre- and post-LayerNorm, no projection.
+  EXPECT_EQ(FactsOf("clip_vit_large_patch14.json").params, 303'179'776);
+  // WhisperEncoder of large-v3 (position table counted, as HF does).
+  EXPECT_EQ(FactsOf("whisper_large_v3.json").params, 636'968'960);
+}
+
+TEST(ModelFacts, FlopsPerTokenFollowTheDocumentedFormula) {
+  const ModelFacts f = FactsOf("llama2_7b.json", 4096);
+  // 2 per MAC of every weight matrix (embedding lookup excluded, LM head and
+  // norms: head included, norms excluded) + causal attention at half context.
+  const double matmul = 6'738'415'616.0 - 32000.0 * 4096 - (2 * 32 + 1) * 4096.0;
+  EXPECT_DOUBLE_EQ(f.flops_per_token, 2 * matmul + 4.0 * 32 * 2048 * 4096);
+  const ModelFacts mix = FactsOf("mixtral_8x7b.json", 4096);
+  EXPECT_LT(mix.flops_per_token, 2.0 * mix.params / 3);  // only routed experts count
+  EXPECT_GT(mix.flops_per_token, 2.0 * (mix.active_params - 32000.0 * 4096));
+}
+
+TEST(ModelFacts, RejectsUnsupportedAndMalformedConfigs) {
+  EXPECT_FALSE(ModelFromHfConfig("{\"model_type\": \"gpt2\"}", "x.json").ok());
+  EXPECT_FALSE(ModelFromHfConfig("[1,2]", "x.json").ok());
+  EXPECT_FALSE(ModelFromHfConfig("{\"model_type\": \"llama\"}", "x.json").ok());
+  auto bad = ModelFromHfConfig(
+      R"({"model_type":"llama","hidden_size":4096,"num_hidden_layers":2,"num_attention_heads":32,)"
+      R"("num_key_value_heads":5,"intermediate_size":8,"vocab_size":10})",
+      "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kv_heads"), std::string::npos);
+}
+
+std::string RunCapture(const std::string& cmd, int* rc) {
+  std::array<char, 4096> buf{};
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *rc = pclose(p);
+  return out;
+}
+
+TEST(ModelInfoCli, PrintsParamsActiveParamsAndFlopsAsJson) {
+  int rc = -1;
+  const std::string out = RunCapture(ShellQuote(std::string(MAESTRO_BIN_DIR) + "/maestro-compile") +
+                                         " --model-info " + ShellQuote(kHf + "mixtral_8x7b.json") + " --json",
+                                     &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j.at("params").get<int64_t>(), 46'702'792'704);
+  EXPECT_EQ(j.at("active_params").get<int64_t>(), 12'879'925'248);
+  EXPECT_GT(j.at("flops_per_token").get<double>(), 0);
+  RunCapture(ShellQuote(std::string(MAESTRO_BIN_DIR) + "/maestro-compile") + " --model-info /nonexistent 2>/dev/null",
+             &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+}
+
+}  // namespace
+}  // namespace maestro::compiler

@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner against the exhaustive oracle on small random instances
+// (forests, a cycle in the undirected graph, two GPU types, pinned fan-outs),
+// and the constraints every plan must satisfy.
+#include "compiler/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "compiler/model.h"
+
+namespace maestro::compiler {
+namespace {
+
+DeviceType Gpu(const std::string& name, int nodes, int gpn, double mem_gb, double tflops) {
+  DeviceType d;
+  d.name = name;
+  d.memory_bytes = mem_gb * 1e9;
+  d.reserved_bytes = 1e9;
+  d.peak_flops = tflops * 1e12;
+  d.intra_bytes_per_s = 300e9;
+  d.inter_bytes_per_s = 25e9;
+  d.gpus_per_node = gpn;
+  d.nodes = nodes;
+  return d;
+}
+
+SectionWork Decoder(const std::string& name, int64_t hidden, int64_t layers, bool train, double fraction,
+                    int64_t tokens, int device = 0) {
+  SectionWork s;
+  s.name = name;
+  s.model.kind = plan::ModelKind::kDecoder;
+  s.model.hidden = hidden;
+  s.model.layers = layers;
+  s.model.heads = 16;
+  s.model.kv_heads = 4;
+  s.model.ffn_hidden = hidden * 3;
+  s.model.vocab = 32000;
+  s.mode = train ? plan::SectionMode::kTrain : plan::SectionMode::kForward;
+  s.active_fraction = fraction;
+  s.tokens = tokens;
+  s.facts = ComputeModelFacts(s.model, tokens);
+  s.device = device;
+  return s;
+}
+
+EdgeWork Edge(int from, int to, double bytes, bool grad) {
+  EdgeWork e;
+  e.from = from;
+  e.to = to;
+  e.bytes_per_sample = bytes;
+  e.carries_gradient = grad;
+  e.link_bytes_per_s = 25e9;
+  return e;
+}
+
+void ExpectValid(const CostModel& model, const Workload& w, const Assignment& a) {
+  std::vector<int> nodes(model.devices().size(), 0);
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const SectionCost& c = a.sections[i].cost;
+    EXPECT_TRUE(c.fits) << w.sections[i].name;
+    EXPECT_GT(c.nodes, 0);
+    EXPECT_EQ(c.gpus, c.config.tp * c.config.pp * c.config.cp * c.config.dp);
+    const int gpn = model.devices()[static_cast<size_t>(w.sections[i].device)].gpus_per_node;
+    EXPECT_TRUE(c.gpus % gpn == 0 || gpn % c.gpus == 0) << c.gpus;
+    nodes[static_cast<size_t>(w.sections[i].device)] += c.nodes;
+  }
+  for (size_t d = 0; d < nodes.size(); ++d) EXPECT_LE(nodes[d], model.devices()[d].nodes);
+  for (const auto& e : w.edges) {
+    const int a_dp = a.sections[static_cast<size_t>(e.from)].cost.config.dp;
+    const int b_dp = a.sections[static_cast<size_t>(e.to)].cost.config.dp;
+    EXPECT_TRUE(b_dp % a_dp == 0 || a_dp % b_dp == 0) << a_dp << " " << b_dp;
+    if (e.fanout) {
+      EXPECT_EQ(b_dp, a_dp * e.fanout);
+    }
+    if (e.fanin) {
+      EXPECT_EQ(a_dp, b_dp * e.fanin);
+    }
+  }
+}
+
+PlannerOptions SmallOptions() {
+  PlannerOptions o;
+  o.micro_batches = {1, 2, 4};
+  o.max_pp = 2;
+  return o;
+}
+
+void CompareWithOracle(const CostModel& model, const Workload& w, const PlannerOptions& o, const std::string& what) {
+  const PlanOutcome fast = PlanSections(model, w, o);
+  const PlanOutcome exact = ExhaustiveSearch(model, w, o);
+  ASSERT_EQ(fast.ok(), exact.ok()) << what << ": " << fast.failure.message;
+  if (!exact.ok()) return;
+  ExpectValid(model, w, fast.assignment);
+  EXPECT_GE(fast.assignment.throughput, 0.98 * exact.assignment.throughput) << what;
+  EXPECT_LE(fast.assignment.throughput, exact.assignment.throughput * (1 + 1e-9)) << what;
+}
+
+TEST(Planner, WithinTwoPercentOfExhaustiveSearchOnRandomForests) {
+  std::mt19937 rng(20260522);
+  std::uniform_int_distribution<int> hidden(4, 32), layers(1, 4), nodes(2, 3), batch(8, 64);
+  std::uniform_real_distribution<double> frac(0.1, 1.0);
+  for (int trial = 0; trial < 12; ++trial) {
+    const CostModel model({Gpu("g", nodes(rng), 4, 40, 300)}, batch(rng));
+    Workload w;
+    const int n = 2 + trial % 2;
+    for (int i = 0; i < n; ++i) {
+      w.sections.push_back(Decoder("s" + std::to_string(i), 128 * hidden(rng), 4 * layers(rng), trial % 3 != 0 || i > 0,
+                                   i == 0 ? frac(rng) : 1.0, 1024));
+    }
+    for (int i = 0; i + 1 < n; ++i) w.edges.push_back(Edge(i, n - 1 == i + 1 ? i + 1 : n - 1, 1e6, true));
+    CompareWithOracle(model, w, SmallOptions(), "trial " + std::to_string(trial));
+  }
+}
+
+TEST(Planner, ExactOnACycleTwoGpuTypesAndPinnedFanOut) {
+  {
+    // Undirected cycle a -> b -> c, a -> c: branch and bound.
+    const CostModel model({Gpu("g", 3, 4, 40, 300)}, 32);
+    Workload w;
+    w.sections = {Decoder("a", 1024, 4, false, 0.5, 512), Decoder("b", 768, 4, true, 1, 512),
+                  Decoder("c", 2048, 8, true, 1, 1024)};
+    w.edges = {Edge(0, 1, 1e6, false), Edge(1, 2, 1e6, true), Edge(0, 2, 1e5, false)};
+    CompareWithOracle(model, w, SmallOptions(), "cycle");
+  }
+  {
+    // A frozen teacher pinned to an older GPU type.
+    const CostModel model({Gpu("new", 2, 4, 80, 900), Gpu("old", 2, 4, 40, 300)}, 32);
+    Workload w;
+    w.sections = {Decoder("teacher", 2048, 8, false, 1, 1024, 1), Decoder("student", 1024, 4, true, 1, 1024, 0)};
+    w.edges = {Edge(0, 1, 4e6, false)};
+    CompareWithOracle(model, w, SmallOptions(), "two types");
+    const PlanOutcome p = PlanSections(model, w, SmallOptions());
+    ASSERT_TRUE(p.ok());
+    EXPECT_LE(p.assignment.nodes_per_device[1], 2);
+  }
+  {
+    const CostModel model({Gpu("g", 3, 4, 40, 300)}, 32);
+    Workload w;
+    w.sections = {Decoder("enc", 512, 4, true, 0.3, 256), Decoder("llm", 2048, 8, true, 1, 1024)};
+    w.edges = {Edge(0, 1, 1e6, true)};
+    w.edges[0].fanout = 4;
+    CompareWithOracle(model, w, SmallOptions(), "pinned fanout");
+    const PlanOutcome p = PlanSections(model, w, SmallOptions());
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p.assignment.sections[1].cost.config.dp, 4 * p.assignment.sections[0].cost.config.dp);
+  }
+}
+
+TEST(Planner, ReportsNoFitBudgetAndImpossibleFanOut) {
+  const CostModel model({Gpu("g", 1, 4, 40, 300)}, 32);
+  Workload w;
+  w.sections = {Decoder("huge", 16384, 64, true, 1, 4096)};
+  PlanOutcome p = PlanSections(model, w, SmallOptions());
+  EXPECT_EQ(p.failure.kind, PlanFailure::Kind::kNoConfigFits);
+  w.sections = {Decoder("a", 512, 4, true, 1, 512), Decoder("b", 512, 4, true, 1, 512)};
+  p = PlanSections(model, w, SmallOptions());
+  EXPECT_EQ(p.failure.kind, PlanFailure::Kind::kBudgetTooSmall);
+  const CostModel two({Gpu("g", 2, 4, 40, 300)}, 32);
+  w.sections[0].pin_dp = 3;  // 3 GPUs: not a divisor of a 4-GPU node
+  p = PlanSections(two, w, SmallOptions());
+  EXPECT_EQ(p.failure.kind, PlanFailure::Kind::kNoConfigFits);
+  w.sections[0].pin_dp = 2;
+  w.sections[1].pin_dp = 4;
+  w.edges = {Edge(0, 1, 1, true)};
+  w.edges[0].fanout = 3;
+  p = PlanSections(two, w, SmallOptions());
+  EXPECT_EQ(p.failure.kind, PlanFailure::Kind::kFanOutImpossible);
+}
+
+TEST(Planner, MonolithicBaselineRunsEverySectionOnAllGpus) {
+  const CostModel model({Gpu("g", 2, 8, 80, 900)}, 64);
+  Workload w;
+  w.sections = {Decoder("teacher", 4096, 16, false, 1, 2048), Decoder("student", 1024, 8, true, 1, 2048)};
+  w.edges = {Edge(0, 1, 2048 * 4096 * 2.0, false)};
+  const MonolithicPlan m = PlanMonolithic(model, w, 0, PlannerOptions{});
+  ASSERT_TRUE(m.found) << m.why_not;
+  EXPECT_EQ(m.gpus, 16);
+  EXPECT_EQ(m.config.tp * m.config.pp * m.config.cp * m.config.dp, 16);
+  EXPECT_NEAR(m.step_seconds, m.sections[0].step_seconds + m.sections[1].step_seconds, 1e-12);
+  const PlanOutcome p = PlanSections(model, w, PlannerOptions{});
+  ASSERT_TRUE(p.ok());
+  EXPECT_GT(p.assignment.throughput, 0);
+}
+
+}  // namespace
+}  // namespace maestro::compiler

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+// The spec reader: file:line:col messages, suggestions for misspellings,
+// graph checks, and strings that must never reach an #SBATCH line.
+#include "compiler/spec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "compiler/compile.h"
+
+namespace maestro::compiler {
+namespace {
+
+// A valid two-section spec; tests replace parts of it.
+std::string Base(const std::string& job_extra = "", const std::string& tail = "") {
+  return R"([job]
+name = "t"
+)" + job_extra + R"(
+[cluster]
+nodes = 4
+gpus_per_node = 8
+[cluster.gpu.h100]
+memory_gb = 80
+tflops_bf16 = 989
+
+[data]
+global_batch = 64
+seq_len = 2048
+
+[[data.modality]]
+name = "image"
+fraction = 0.25
+tokens = 256
+
+[models.vit]
+kind = "vit"
+hidden = 1024
+layers = 8
+heads = 16
+ffn_hidden = 4096
+image_size = 224
+patch_size = 14
+
+[models.llm]
+kind = "decoder"
+hidden = 2048
+layers = 16
+heads = 16
+kv_heads = 4
+ffn_hidden = 5632
+vocab = 32000
+
+[[section]]
+name = "vit"
+model = "vit"
+activation = "image"
+
+[[section]]
+name = "llm"
+model = "llm"
+inputs = ["vit.image_embeddings"]
+)" + tail;
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto s = ParseSpecString(text, "spec.toml", ".");
+  if (s.ok()) return "";
+  return s.status().message();
+}
+
+TEST(Spec, ValidSpecParsesIntoSectionsAndEdges) {
+  auto s = ParseSpecString(Base(), "spec.toml", ".");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->sections.size(), 2u);
+  ASSERT_EQ(s->edges.size(), 1u);
+  EXPECT_EQ(s->edges[0].from, "vit");
+  EXPECT_EQ(s->edges[0].tensor, "image_embeddings");
+  EXPECT_EQ(s->cluster.gpu_types[0].nodes, 4);  // inherited from [cluster]
+}
+
+TEST(Spec, TomlSyntaxErrorsCarryLineAndColumn) {
+  const std::string e = ErrorOf("[job]\nname = \"x\"\nnodes = = 3\n");
+  EXPECT_EQ(e.rfind("spec.toml:3:", 0), 0u) << e;
+}
+
+TEST(Spec, MisspelledKeysGetASuggestionAtTheirPosition) {
+  const std::string e = ErrorOf(Base("reqeue = true\n"));
+  EXPECT_NE(e.find("spec.toml:3:1: unknown key 'reqeue' in [job] (did you mean 'requeue'?)"), std::string::npos) << e;
+  const std::string m = ErrorOf(Base("", "micro_bach = 2\n"));
+  EXPECT_NE(m.find("did you mean 'micro_batch'?"), std::string::npos) << m;
+}
+
+TEST(Spec, WrongTypesAndRangesAreReported) {
+  EXPECT_NE(ErrorOf(Base("requeue = \"yes\"\n")).find("job.requeue must be a boolean"), std::string::npos);
+  EXPECT_NE(ErrorOf(Base("signal_seconds = -5\n")).find("out of range"), std::string::npos);
+  EXPECT_NE(ErrorOf(Base("time = \"soon\"\n")).find("not a Slurm time limit"), std::string::npos);
+}
+
+TEST(Spec, UnknownSectionsInEdgesAreSuggested) {
+  std::string t = Base("", "[[edge]]\nfrom = \"vitt\"\nto = \"llm\"\n");
+  const std::string e = ErrorOf(t);
+  EXPECT_NE(e.find("unknown section 'vitt' (did you mean 'vit'?)"), std::string::npos) << e;
+  const size_t at = t.find("from = \"vitt\"");
+  const int line = 1 + static_cast<int>(std::count(t.begin(), t.begin() + static_cast<long>(at), '\n'));
+  EXPECT_NE(e.find("spec.toml:" + std::to_string(line) + ":8:"), std::string::npos) << e;  // the value
+}
+
+TEST(Spec, CyclesAreReportedWithTheirPath) {
+  const std::string e = ErrorOf(Base("", "[[edge]]\nfrom = \"llm\"\nto = \"vit\"\n"));
+  EXPECT_NE(e.find("cycle: vit -> llm -> vit"), std::string::npos) << e;
+}
+
+TEST(Spec, UnknownModelModalityAndGpuTypeAreSuggested) {
+  std::string t = Base();
+  t.replace(t.find("model = \"llm\""), 13, "model = \"lm\"");
+  EXPECT_NE(ErrorOf(t).find("unknown model 'lm' (did you mean 'llm'?)"), std::string::npos);
+  t = Base();
+  t.replace(t.find("activation = \"image\""), 20, "activation = \"imag\"");
+  EXPECT_NE(ErrorOf(t).find("did you mean 'image'?"), std::string::npos);
+  EXPECT_NE(ErrorOf(Base("", "gpu_type = \"h10\"\n")).find("unknown gpu_type 'h10'"), std::string::npos);
+}
+
+TEST(Spec, StringsThatCouldEscapeAnSbatchLineAreRejected) {
+  EXPECT_NE(ErrorOf(Base("account = \"a b\"\n")).find("#SBATCH line"), std::string::npos);
+  EXPECT_NE(ErrorOf(Base("partition = \"p\\n#SBATCH --x\"\n")).find("#SBATCH line"), std::string::npos);
+  EXPECT_NE(ErrorOf(Base("output = \"$(rm -rf /)\"\n")).find("#SBATCH line"), std::string::npos);
+  std::string t = Base();
+  t.replace(t.find("name = \"t\""), 10, "name = \"t;reboot\"");
+  EXPECT_NE(ErrorOf(t).find("job.name must be"), std::string::npos);
+}
+
+TEST(Spec, ImpossiblePinnedFanOutIsAnError) {
+  std::string t = Base("", "dp = 3\n[[edge]]\nfrom = \"vit\"\nto = \"llm\"\nfanout = 2\n");
+  t.replace(t.find("activation = \"image\""), 20, "activation = \"image\"\ndp = 2");
+  const std::string e = ErrorOf(t);
+  EXPECT_NE(e.find("fan-out on edge vit -> llm is impossible"), std::string::npos) << e;
+}
+
+TEST(Compile, SectionThatFitsNowhereAndTooSmallBudgetPointAtTheSpec) {
+  std::string t = Base();
+  t.replace(t.find("hidden = 2048"), 13, "hidden = 65536");
+  t.replace(t.find("heads = 16\nkv_heads"), 10, "heads = 64");
+  auto spec = ParseSpecString(t, "spec.toml", ".");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto r = Compile(*spec, CompileOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("section 'llm' fits in memory at no configuration"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().rfind("spec.toml:", 0), 0u);
+
+  t = Base();
+  t.replace(t.find("nodes = 4"), 9, "nodes = 1");
+  spec = ParseSpecString(t, "spec.toml", ".");
+  ASSERT_TRUE(spec.ok());
+  r = Compile(*spec, CompileOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("too small"), std::string::npos) << r.status().message();
+}
+
+TEST(Suggest, OnlyCloseWordsAreSuggested) {
+  EXPECT_EQ(Suggest("nmae", {"name", "time"}), " (did you mean 'name'?)");
+  EXPECT_EQ(Suggest("zzzzzz", {"name", "time"}), "");
+  EXPECT_EQ(EditDistance("kitten", "sitting"), 3);
+}
+
+}  // namespace
+}  // namespace maestro::compiler
