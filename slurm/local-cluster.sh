@@ -390,6 +390,7 @@ cmd_start() {
   [[ "$nodes" =~ ^[1-9][0-9]*$ && "$nodes" -le 64 ]] || die "--nodes must be 1..64, got '$nodes'"
   [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "--cpus-per-node must be a positive number, got '$cpus'"
   [[ "$gpus" =~ ^[0-9]+$ && "$gpus" -le 64 ]] || die "--gpus-per-node must be 0..64, got '$gpus'"
+  [[ -n "$dir" ]] || die "start needs a DIR (see $PROG --help)"
   require_programs
   set_paths "$(absolute_dir "$dir")"
 
@@ -421,7 +422,9 @@ cmd_start() {
   local user
   user="$(id -un)"
   # Fresh state every start: a new cluster has no jobs from an earlier one.
-  rm -rf -- "$SPOOL" "$TMP" "$RUN" "$LOG"
+  # The logs of the run before stay in log.previous (a failed test's cluster).
+  rm -rf -- "$SPOOL" "$TMP" "$RUN" "$CLUSTER_DIR/log.previous"
+  if [[ -d "$LOG" ]]; then mv -- "$LOG" "$CLUSTER_DIR/log.previous"; fi
   mkdir -p -- "$ETC" "$RUN" "$LOG" "$SPOOL/slurmctld" "$TMP"
   local i
   for ((i = 1; i <= nodes; i++)); do
@@ -591,7 +594,10 @@ stop_cluster() {
 
 cmd_stop() {
   [[ $# -eq 1 ]] || die "usage: $PROG stop DIR"
-  [[ -d "$1" ]] || die "no such directory '$1' (nothing to stop)"
+  if [[ ! -d "$1" ]]; then
+    say "no such directory '$1': nothing to stop"
+    return 0
+  fi
   set_paths "$(cd -- "$1" && pwd -P)"
   stop_cluster
   say "stopped (logs stay in $LOG)"
