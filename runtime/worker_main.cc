@@ -1,23 +1,62 @@
 // SPDX-License-Identifier: Apache-2.0
 // maestro-worker: the process that srun (a Slurm heterogeneous job step) or
 // mpirun (`maestro run`, one machine) starts on every rank.
+//
+//   maestro-worker --version
+//   maestro-worker [--comm-timeout S] plan.json              train (runtime: later)
+//   maestro-worker [--comm-timeout S] --selftest plan.json   check groups and links
+//
+// Start-up (launcher/worker_context.h): PMIx_Init, MPI_Init, the allocation
+// checked against the plan, this rank placed, groups and links built. Any
+// error after that point ends the whole job (AbortJob), so no rank is left
+// waiting for one that gave up.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "base/exit_codes.h"
 #include "base/log.h"
 #include "datalayer/versions.h"
+#include "launcher/communicators.h"
+#include "launcher/failure.h"
+#include "launcher/selftest.h"
 #include "launcher/versions.h"
+#include "launcher/worker_context.h"
 #include "plan/plan.h"
 #include "runtime/runtime_info.h"
+
+namespace {
+
+int ExitCodeFor(const maestro::Status& s) {
+  switch (s.code()) {
+    case maestro::StatusCode::kTimeout:
+    case maestro::StatusCode::kAborted: return maestro::kExitPeerFailure;
+    case maestro::StatusCode::kInvalidArgument:
+    case maestro::StatusCode::kFailedPrecondition: return maestro::kExitUsage;
+    default: return maestro::kExitFailure;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"maestro-worker: runs one rank of a Maestro plan (started by srun --mpi=pmix or by `maestro run`)"};
   std::string plan_path;
   bool selftest = false;
   bool version = false;
+  double comm_timeout_s = 0;
+  maestro::launcher::SelfTestOptions selftest_options;
   app.add_option("plan", plan_path, "plan.json written by maestro-compile");
   app.add_flag("--selftest", selftest, "check every group and link of the plan, print bandwidths");
   app.add_flag("--version", version, "print the versions of the linked libraries");
+  app.add_option("--comm-timeout", comm_timeout_s,
+                 "seconds before a communication that does not complete ends the job (default: "
+                 "$MAESTRO_COMM_TIMEOUT_S, else 60)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--selftest-bytes", selftest_options.bandwidth_bytes, "message size of the self-test's bandwidth runs")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--selftest-iterations", selftest_options.bandwidth_iterations,
+                 "messages per bandwidth measurement (0: checks only)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   if (version) {
@@ -27,17 +66,56 @@ int main(int argc, char** argv) {
                 maestro::launcher::PmixVersion().c_str(), maestro::launcher::MpiVersion().c_str(),
                 maestro::launcher::NcclVersion().c_str(), maestro::datalayer::SqliteVersion().c_str(),
                 maestro::datalayer::Hdf5Version().c_str());
-    return 0;
+    return maestro::kExitOk;
   }
   if (plan_path.empty()) {
     std::fprintf(stderr, "maestro-worker: missing plan.json (usage: maestro-worker [--selftest] plan.json)\n");
-    return 2;
+    return maestro::kExitUsage;
   }
   auto plan = maestro::plan::LoadPlan(plan_path);
   if (!plan.ok()) {
     std::fprintf(stderr, "maestro-worker: %s\n", plan.status().ToString().c_str());
-    return 2;
+    return maestro::kExitUsage;
   }
-  std::fprintf(stderr, "maestro-worker: the PMIx bootstrap and the runtime are not built yet (issues 4 and 7)\n");
-  return 3;
+
+  // Timeout: --comm-timeout, else MAESTRO_COMM_TIMEOUT_S, else 60 s.
+  auto options = maestro::launcher::CommOptionsFromEnv(maestro::launcher::ProcessEnv(), {});
+  if (!options.ok()) {
+    std::fprintf(stderr, "maestro-worker: %s\n", options.status().ToString().c_str());
+    return maestro::kExitUsage;
+  }
+  if (comm_timeout_s > 0) options->timeout = maestro::launcher::Millis(static_cast<int64_t>(comm_timeout_s * 1000));
+
+  int rank = -1;
+  auto context = maestro::launcher::WorkerContext::Start(*plan, *options, &rank);
+  if (!context.ok()) {
+    if (rank < 0) {  // PMIx never came up: this process is alone
+      std::fprintf(stderr, "maestro-worker: %s\n", context.status().ToString().c_str());
+      return context.status().code() == maestro::StatusCode::kUnavailable ? maestro::kExitUsage
+                                                                          : maestro::kExitFailure;
+    }
+    maestro::launcher::AbortJob(rank, context.status(), ExitCodeFor(context.status()));
+  }
+  auto& ctx = **context;
+  maestro::Log(maestro::LogLevel::kDebug, "{}", ctx.place().ToString());
+
+  if (selftest) {
+    auto summary = maestro::launcher::RunSelfTest(*plan, ctx.place(), ctx.comms(), selftest_options, stdout);
+    if (!summary.ok()) maestro::launcher::AbortJob(rank, summary.status(), ExitCodeFor(summary.status()));
+    return maestro::kExitOk;
+  }
+
+  // ==== RUNTIME ENTRY POINT ====================================================
+  // The section runtime (issue 7) plugs in here: it gets the plan, this rank's
+  // place (ctx.place(): section, TP/CP/DP/PP, local GPU) and its groups and
+  // links (ctx.comms()), runs the training loop and returns a Status. On an
+  // error it must call AbortJob(rank, status, ExitCodeFor(status)) as above,
+  // so that no other rank waits for this one.
+  //   auto s = maestro::runtime::RunSection(*plan, ctx.place(), ctx.comms());
+  // ============================================================================
+  if (rank == 0) {
+    std::fprintf(stderr, "maestro-worker: the section runtime is not built yet (issue 7); bootstrap and "
+                         "communicators are up (try --selftest)\n");
+  }
+  return maestro::kExitNotBuilt;
 }

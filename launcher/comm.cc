@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "launcher/comm.h"
+
+#include <fmt/format.h>
+
+namespace maestro::launcher {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kF64: return 8;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 1;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
+
+const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+Buffer Buffer::Slice(size_t offset, size_t n) const {
+  Buffer b = *this;
+  b.data = static_cast<char*>(data) + offset * DTypeSize(dtype);
+  b.count = n;
+  return b;
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  if (u == 0 || bytes == static_cast<double>(static_cast<long long>(bytes))) {
+    return fmt::format("{} {}", static_cast<long long>(bytes), units[u]);
+  }
+  return fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+Status Complete(StatusOr<WorkPtr> work) {
+  if (!work.ok()) return work.status();
+  return (*work)->Wait();
+}
+
+}  // namespace maestro::launcher
