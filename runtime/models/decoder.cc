@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// The decoder LLM (one torch translation unit for the whole family).
+#include "runtime/models/decoder.h"
+
+#include <string>
+
+#include "runtime/models/model_desc.h"
+#include "runtime/torch_compat.h"
+
+namespace maestro::runtime {
+
+RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device,
+                          torch::Dtype dtype) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim));  // (D/2)
+  auto t = torch::arange(positions, f32);                                   // (T)
+  auto freqs = torch::outer(t, inv_freq);                                   // (T, D/2)
+  auto angles = torch::cat({freqs, freqs}, -1);                             // (T, D)
+  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);     // (B, H, T, D/2)
+  auto x2 = x.narrow(-1, half, half);  // (B, H, T, D/2)
+  auto rotated = torch::cat({-x2, x1}, -1);
+  return x * rope.cos + rotated * rope.sin;
+}
+
+GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   ParamFactory& params)
+    : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim) {
+  q_proj = register_module("q_proj", Linear(hidden, heads * head_dim, false, params));
+  k_proj = register_module("k_proj", Linear(hidden, kv_heads * head_dim, false, params));
+  v_proj = register_module("v_proj", Linear(hidden, kv_heads * head_dim, false, params));
+  o_proj = register_module("o_proj", Linear(heads * head_dim, hidden, false, params));
+}
+
+torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  const int64_t b = x.size(0), t = x.size(1);
+  auto q = q_proj(x).view({b, t, heads_, head_dim_}).transpose(1, 2);     // (B, H, T, D)
+  auto k = k_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
+  auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
+  q = ApplyRope(q, rope);
+  k = ApplyRope(k, rope);
+  if (kv_heads_ != heads_) {  // each kv head serves H/K consecutive query heads
+    k = k.repeat_interleave(heads_ / kv_heads_, 1);  // (B, H, T, D)
+    v = v.repeat_interleave(heads_ / kv_heads_, 1);  // (B, H, T, D)
+  }
+  auto out = compat::ScaledDotProductAttention(q, k, v, /*causal=*/true);  // (B, H, T, D)
+  return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+}
+
+SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params) {
+  gate_proj = register_module("gate_proj", Linear(hidden, ffn_hidden, false, params));
+  up_proj = register_module("up_proj", Linear(hidden, ffn_hidden, false, params));
+  down_proj = register_module("down_proj", Linear(ffn_hidden, hidden, false, params));
+}
+
+torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+MoeMlpImpl::MoeMlpImpl(int64_t hidden, int64_t num_experts, int64_t experts_per_token, int64_t ffn_hidden,
+                       ParamFactory& params)
+    : experts_per_token_(experts_per_token) {
+  router = register_module("router", Linear(hidden, num_experts, false, params));
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (int64_t e = 0; e < num_experts; ++e) experts->push_back(SwiGluMlp(hidden, ffn_hidden, params));
+}
+
+torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
+  const auto shape = x.sizes().vec();
+  auto tokens = x.reshape({-1, x.size(-1)});                                 // (N, C)
+  auto probs = torch::softmax(router(tokens), -1, torch::kFloat32);          // (N, E)
+  auto [top_p, top_e] = probs.topk(experts_per_token_, -1);                  // (N, k), (N, k)
+  top_p = (top_p / top_p.sum(-1, /*keepdim=*/true)).to(x.scalar_type());     // renormalized over the k
+  auto out = torch::zeros_like(tokens);                                      // (N, C)
+  for (int64_t e = 0; e < static_cast<int64_t>(experts->size()); ++e) {
+    auto hits = torch::nonzero(top_e == e);  // (M, 2): (token, slot) pairs routed to e
+    if (hits.size(0) == 0) continue;
+    auto token = hits.select(1, 0), slot = hits.select(1, 1);               // (M), (M)
+    auto weight = top_p.index({token, slot}).unsqueeze(-1);                  // (M, 1)
+    auto y = experts[e]->as<SwiGluMlpImpl>()->forward(tokens.index_select(0, token)) * weight;  // (M, C)
+    out = out.index_add(0, token, y);
+  }
+  return out.view(shape);
+}
+
+DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params) {
+  attn_norm = register_module("attn_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
+  attn = register_module("attn", GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), params));
+  mlp_norm = register_module("mlp_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
+  if (desc.experts > 0) {
+    moe = register_module("moe", MoeMlp(desc.hidden, desc.experts, desc.experts_per_token, MoeFfnHidden(desc), params));
+  } else {
+    mlp = register_module("mlp", SwiGluMlp(desc.hidden, desc.ffn_hidden, params));
+  }
+}
+
+torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  auto h = x + attn(attn_norm(x), rope);
+  auto normed = mlp_norm(h);
+  return h + (moe ? moe(normed) : mlp(normed));
+}
+
+DecoderLMImpl::DecoderLMImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
+  embed_tokens = register_module("embed_tokens", Embedding(desc.vocab, desc.hidden, params));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < desc.layers; ++i) blocks->push_back(DecoderBlock(desc, params));
+  final_norm = register_module("final_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
+  if (!desc.tie_embeddings) lm_head = register_module("lm_head", Linear(desc.hidden, desc.vocab, false, params));
+}
+
+torch::Tensor DecoderLMImpl::Embed(const torch::Tensor& ids) {
+  TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == torch::kLong, "DecoderLM::Embed: ids must be (B, T) int64, got ",
+              ids.sizes(), " ", ids.scalar_type());
+  return embed_tokens(ids);
+}
+
+torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
+  TORCH_CHECK(embeds.dim() == 3 && embeds.size(2) == desc_.hidden, "DecoderLM::ForwardEmbeds: embeds must be (B, T, ",
+              desc_.hidden, "), got ", embeds.sizes());
+  auto rope = MakeRopeTables(embeds.size(1), HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
+  auto x = embeds;
+  for (const auto& block : *blocks) x = block->as<DecoderBlockImpl>()->forward(x, rope);
+  return final_norm(x);
+}
+
+torch::Tensor DecoderLMImpl::Logits(const torch::Tensor& hidden) {
+  TORCH_CHECK(hidden.size(-1) == desc_.hidden, "DecoderLM::Logits: hidden must be (..., ", desc_.hidden, "), got ",
+              hidden.sizes());
+  return lm_head ? lm_head(hidden) : torch::linear(hidden, embed_tokens->weight);
+}
+
+torch::Tensor DecoderLMImpl::forward(const torch::Tensor& ids) { return Logits(ForwardEmbeds(Embed(ids))); }
+
+StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOptions& options) {
+  if (desc.kind != plan::ModelKind::kDecoder) {
+    return Status::InvalidArgument(std::string("BuildDecoder: model kind is ") + plan::ModelKindName(desc.kind) +
+                                   ", not decoder");
+  }
+  auto valid = ValidateModelDesc(desc);
+  if (!valid.ok()) return valid;
+  ParamFactory params(options);
+  return DecoderLM(desc, params);
+}
+
+}  // namespace maestro::runtime

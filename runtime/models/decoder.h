@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// The decoder LLM (Llama / Mixtral shape) as a torch module.
+//
+// Owns: RoPE (Llama convention: rotate_half over the two halves of a head),
+// GQA attention, the SwiGLU MLP, the top-k MoE MLP (softmax router, top-k
+// weights renormalized to sum 1, as Mixtral), the pre-norm decoder block and
+// DecoderLM itself:
+//   ids (B,T) -> embed_tokens -> [RMSNorm -> GQA+RoPE -> +res;
+//   RMSNorm -> SwiGLU | MoE -> +res] x layers -> final_norm -> hidden (B,T,C)
+//   -> lm_head (or the tied embedding) -> logits (B,T,V)
+// Letters: B batch, T tokens, C hidden, H heads, K kv_heads, D head_dim,
+// F ffn_hidden, E experts, V vocab, N = B*T tokens.
+// Parameter names (stable: checkpoints and the PyTorch reference use them):
+//   embed_tokens.weight, blocks.<i>.attn_norm.weight,
+//   blocks.<i>.attn.{q,k,v,o}_proj.weight, blocks.<i>.mlp_norm.weight,
+//   blocks.<i>.mlp.{gate,up,down}_proj.weight (dense) or
+//   blocks.<i>.moe.router.weight, blocks.<i>.moe.experts.<e>.{gate,up,down}_proj.weight,
+//   final_norm.weight, lm_head.weight (absent when tie_embeddings).
+// No biases anywhere. An expert that no token picked in a step gets no
+// gradient (its .grad() stays undefined): callers that all-reduce gradients
+// treat undefined as zero.
+// Runtime-internal: includes torch; only runtime/*.cc include it.
+// May call: libtorch, runtime/torch_compat.h, plan. Thread-safety: one thread
+// per module at a time.
+#pragma once
+
+#include "base/status.h"
+#include "plan/plan.h"
+#include "runtime/models/layers.h"
+
+namespace maestro::runtime {
+
+// cos and sin of the rotary angles for positions 0..T-1.
+struct RopeTables {
+  torch::Tensor cos, sin;  // (T, D) each, in the activations' dtype
+};
+// positions: T; head_dim: D (even); theta: the RoPE base. Angles are computed
+// in fp32 (inv_freq = theta^(-2i/D)) and the tables cast to dtype.
+RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device,
+                          torch::Dtype dtype);
+// x: (B, H, T, D); tables: (T, D). Returns x*cos + rotate_half(x)*sin,
+// rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
+torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
+
+// Causal self-attention with H query heads sharing K key/value heads (query
+// head h uses kv head h / (H/K)).
+class GqaAttentionImpl : public torch::nn::Module {
+ public:
+  GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, ParamFactory& params);
+  // x: (B, T, C); rope: (T, D) tables -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // (H*D,C) (K*D,C) (K*D,C) (C,H*D)
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(GqaAttention);
+
+// down(silu(gate(x)) * up(x)).
+class SwiGluMlpImpl : public torch::nn::Module {
+ public:
+  SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params);
+  // x: (..., C) -> (..., C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // (F,C) (F,C) (C,F)
+};
+TORCH_MODULE(SwiGluMlp);
+
+// Top-k mixture of SwiGLU experts. Router probabilities are a softmax over E
+// (fp32); each token goes to its k most probable experts with weights
+// p_e / sum of its k p's, and its output is the weighted sum.
+class MoeMlpImpl : public torch::nn::Module {
+ public:
+  MoeMlpImpl(int64_t hidden, int64_t experts, int64_t experts_per_token, int64_t ffn_hidden, ParamFactory& params);
+  // x: (B, T, C) -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  Linear router{nullptr};            // (E, C)
+  torch::nn::ModuleList experts;     // E x SwiGluMlp
+
+ private:
+  int64_t experts_per_token_;
+};
+TORCH_MODULE(MoeMlp);
+
+class DecoderBlockImpl : public torch::nn::Module {
+ public:
+  DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params);
+  // x: (B, T, C); rope: (T, D) -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+
+  RmsNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  GqaAttention attn{nullptr};
+  SwiGluMlp mlp{nullptr};  // dense blocks
+  MoeMlp moe{nullptr};     // MoE blocks (desc.experts > 0)
+};
+TORCH_MODULE(DecoderBlock);
+
+class DecoderLMImpl : public torch::nn::Module {
+ public:
+  // REQUIRES: ValidateModelDesc(desc).ok() and desc.kind == kDecoder.
+  DecoderLMImpl(const plan::ModelDesc& desc, ParamFactory& params);
+
+  // ids: (B, T) int64 in [0, V) -> token embeddings (B, T, C). A VLM splices
+  // image embeddings into this at its image-token positions before
+  // ForwardEmbeds.
+  torch::Tensor Embed(const torch::Tensor& ids);
+  // embeds: (B, T, C) -> hidden (B, T, C): the blocks and the final RMSNorm
+  // (what crosses the wire in KD: the student applies the teacher's head).
+  torch::Tensor ForwardEmbeds(const torch::Tensor& embeds);
+  // hidden: (..., C) -> logits (..., V), with lm_head or the tied embedding.
+  torch::Tensor Logits(const torch::Tensor& hidden);
+  // ids: (B, T) int64 -> logits (B, T, V).
+  torch::Tensor forward(const torch::Tensor& ids);
+
+  const plan::ModelDesc& desc() const { return desc_; }
+
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList blocks;
+  RmsNorm final_norm{nullptr};
+  Linear lm_head{nullptr};  // null when tie_embeddings
+
+ private:
+  plan::ModelDesc desc_;
+};
+TORCH_MODULE(DecoderLM);
+
+// The decoder of desc with weights drawn from options.seed, or
+// InvalidArgument when desc is not a valid decoder.
+StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOptions& options = {});
+
+}  // namespace maestro::runtime

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+// ModelDesc checks and defaults (no torch in this file).
+#include "runtime/models/model_desc.h"
+
+#include <string>
+
+namespace maestro::runtime {
+namespace {
+
+double ExtraOr(const plan::ModelDesc& desc, const char* key, double fallback) {
+  auto it = desc.extra.find(key);
+  return it == desc.extra.end() ? fallback : it->second;
+}
+
+// Collects the first failed requirement as an InvalidArgument.
+class DescChecker {
+ public:
+  DescChecker(const plan::ModelDesc& desc, const std::string& where) : desc_(desc), where_(where) {}
+
+  // Requires `ok`; `what` says what the field must be, e.g. "heads > 0".
+  void Require(bool ok, const std::string& what) {
+    if (ok || !status_.ok()) return;
+    status_ = Status::InvalidArgument(where_ + ": " + plan::ModelKindName(desc_.kind) + " model needs " + what +
+                                      " (fix the section's [model] in the spec, or the imported config.json)");
+  }
+  void Positive(int64_t value, const char* field) { Require(value > 0, std::string(field) + " > 0, got " + std::to_string(value)); }
+  void NonNegative(int64_t value, const char* field) {
+    Require(value >= 0, std::string(field) + " >= 0, got " + std::to_string(value));
+  }
+  Status status() const { return status_; }
+
+ private:
+  const plan::ModelDesc& desc_;
+  std::string where_;
+  Status status_;
+};
+
+// The pre-LN encoder blocks of the ViT and the audio encoder.
+void CheckEncoderBlocks(const plan::ModelDesc& d, DescChecker& c) {
+  c.Positive(d.hidden, "hidden");
+  c.Positive(d.layers, "layers");
+  c.Positive(d.heads, "heads");
+  c.Positive(d.ffn_hidden, "ffn_hidden");
+  c.Require(d.heads <= 0 || d.hidden % d.heads == 0,
+            "hidden divisible by heads (" + std::to_string(d.hidden) + " % " + std::to_string(d.heads) + " != 0)");
+  c.Require(d.head_dim == 0 || d.head_dim * d.heads == d.hidden, "head_dim == 0 or head_dim * heads == hidden");
+  c.Require(d.kv_heads == 0 || d.kv_heads == d.heads, "kv_heads == 0 or kv_heads == heads (encoders use plain MHA)");
+  c.Require(d.experts == 0, "experts == 0 (encoders have no MoE)");
+  c.Require(LayerNormEps(d) > 0, "extra.layer_norm_eps > 0");
+}
+
+}  // namespace
+
+double RopeTheta(const plan::ModelDesc& desc) { return ExtraOr(desc, kRopeThetaKey, 10000.0); }
+double RmsNormEps(const plan::ModelDesc& desc) { return ExtraOr(desc, kRmsNormEpsKey, 1e-5); }
+double LayerNormEps(const plan::ModelDesc& desc) { return ExtraOr(desc, kLayerNormEpsKey, 1e-5); }
+
+int64_t HeadDim(const plan::ModelDesc& desc) {
+  if (desc.head_dim != 0) return desc.head_dim;
+  return desc.heads > 0 ? desc.hidden / desc.heads : 0;
+}
+int64_t KvHeads(const plan::ModelDesc& desc) { return desc.kv_heads != 0 ? desc.kv_heads : desc.heads; }
+int64_t MoeFfnHidden(const plan::ModelDesc& desc) {
+  return desc.moe_ffn_hidden != 0 ? desc.moe_ffn_hidden : desc.ffn_hidden;
+}
+
+Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
+  DescChecker c(d, where);
+  for (auto [value, field] : {std::pair{d.hidden, "hidden"}, {d.layers, "layers"}, {d.heads, "heads"},
+                              {d.kv_heads, "kv_heads"}, {d.head_dim, "head_dim"}, {d.ffn_hidden, "ffn_hidden"},
+                              {d.vocab, "vocab"}, {d.experts, "experts"}, {d.experts_per_token, "experts_per_token"},
+                              {d.moe_ffn_hidden, "moe_ffn_hidden"}, {d.image_size, "image_size"},
+                              {d.patch_size, "patch_size"}, {d.channels, "channels"}, {d.mel_bins, "mel_bins"},
+                              {d.audio_frames, "audio_frames"}, {d.in_dim, "in_dim"}, {d.out_dim, "out_dim"}}) {
+    c.NonNegative(value, field);
+  }
+  switch (d.kind) {
+    case plan::ModelKind::kDecoder: {
+      c.Positive(d.hidden, "hidden");
+      c.Positive(d.layers, "layers");
+      c.Positive(d.heads, "heads");
+      c.Positive(d.vocab, "vocab");
+      c.Require(d.head_dim != 0 || d.heads <= 0 || d.hidden % d.heads == 0,
+                "head_dim set, or hidden divisible by heads (" + std::to_string(d.hidden) + " % " +
+                    std::to_string(d.heads) + " != 0)");
+      c.Require(HeadDim(d) % 2 == 0, "an even head_dim for RoPE, got " + std::to_string(HeadDim(d)));
+      const int64_t kv = KvHeads(d);
+      c.Require(kv > 0 && d.heads % kv == 0, "heads divisible by kv_heads (GQA), got heads " +
+                                                 std::to_string(d.heads) + ", kv_heads " + std::to_string(kv));
+      if (d.experts == 0) {
+        c.Positive(d.ffn_hidden, "ffn_hidden");
+      } else {
+        c.Require(d.experts_per_token >= 1 && d.experts_per_token <= d.experts,
+                  "1 <= experts_per_token <= experts, got " + std::to_string(d.experts_per_token) + " of " +
+                      std::to_string(d.experts));
+        c.Require(MoeFfnHidden(d) > 0, "moe_ffn_hidden > 0 (or ffn_hidden > 0) for MoE");
+      }
+      c.Require(RopeTheta(d) > 0, "extra.rope_theta > 0");
+      c.Require(RmsNormEps(d) > 0, "extra.rms_norm_eps > 0");
+      break;
+    }
+    case plan::ModelKind::kVit:
+      CheckEncoderBlocks(d, c);
+      c.Positive(d.image_size, "image_size");
+      c.Positive(d.patch_size, "patch_size");
+      c.Positive(d.channels, "channels");
+      c.Require(d.patch_size <= 0 || d.image_size % d.patch_size == 0,
+                "image_size divisible by patch_size (" + std::to_string(d.image_size) + " % " +
+                    std::to_string(d.patch_size) + " != 0)");
+      break;
+    case plan::ModelKind::kAudioEncoder:
+      CheckEncoderBlocks(d, c);
+      c.Positive(d.mel_bins, "mel_bins");
+      c.Positive(d.audio_frames, "audio_frames");
+      c.Require(d.hidden % 2 == 0 && d.hidden >= 4, "an even hidden >= 4 (sinusoidal positions)");
+      break;
+    case plan::ModelKind::kProjector:
+      c.Positive(d.in_dim, "in_dim");
+      c.Positive(d.out_dim, "out_dim");
+      break;
+  }
+  return c.status();
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime's models against PyTorch, plus descriptor checks and parameter
+// counts.
+//
+// Reference tests: C++ builds a model from a ModelDesc, perturbs its weights
+// (so norms and biases are not their trivial init), draws inputs, runs
+// forward and backward of loss = sum(output * probe), and writes weights,
+// inputs and probe to a case directory (tensor format below). Then
+// `python3 tests/runtime/reference_models.py <case> <case>/ref` builds the
+// same model in PyTorch (the decoder written as HF Llama / Mixtral, the
+// encoders from torch.nn.TransformerEncoderLayer), loads the weights, and
+// writes its outputs and gradients. Every output, the input gradient and
+// every parameter gradient must agree within 1e-5 relative (fp32, CPU):
+// max|cpp - ref| <= 1e-5 * max|ref| per tensor.
+//
+// Tensor files: <dir>/index.json = [{"name", "dtype": "f32"|"i64", "shape",
+// "offset"}] and <dir>/data.bin, raw little-endian, contiguous.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "runtime/models/decoder.h"
+#include "runtime/models/encoders.h"
+#include "runtime/models/model_desc.h"
+#include "runtime/torch_compat.h"
+
+extern char** environ;
+
+namespace maestro::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using plan::ModelDesc;
+using plan::ModelKind;
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+// ---- tensor files ------------------------------------------------------------
+
+void SaveTensors(const fs::path& dir, const TensorMap& tensors) {
+  fs::create_directories(dir);
+  std::ofstream data(dir / "data.bin", std::ios::binary);
+  nlohmann::json index = nlohmann::json::array();
+  int64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    auto t = tensor.detach().cpu().contiguous();
+    const bool is_long = t.scalar_type() == torch::kLong;
+    if (!is_long) t = t.to(torch::kFloat32);
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    data.write(static_cast<const char*>(t.data_ptr()), bytes);
+    index.push_back({{"name", name}, {"dtype", is_long ? "i64" : "f32"}, {"shape", t.sizes().vec()}, {"offset", offset}});
+    offset += bytes;
+  }
+  std::ofstream(dir / "index.json") << index.dump(1);
+}
+
+StatusOr<TensorMap> LoadTensors(const fs::path& dir) {
+  std::ifstream index_file(dir / "index.json");
+  std::ifstream data(dir / "data.bin", std::ios::binary);
+  if (!index_file || !data) return Status::NotFound("no index.json / data.bin in " + dir.string());
+  TensorMap out;
+  for (const auto& entry : nlohmann::json::parse(index_file)) {
+    const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+    const bool is_long = entry.at("dtype").get<std::string>() == "i64";
+    auto t = torch::empty(shape, is_long ? torch::kLong : torch::kFloat32);
+    data.seekg(entry.at("offset").get<int64_t>());
+    data.read(static_cast<char*>(t.data_ptr()), t.numel() * static_cast<int64_t>(t.element_size()));
+    if (!data) return Status::Corruption("short data.bin in " + dir.string());
+    out[entry.at("name").get<std::string>()] = t;
+  }
+  return out;
+}
+
+// ---- python3 ------------------------------------------------------------------
+
+// Runs argv, stdout and stderr to log; returns the exit code (-1 when it
+// could not start or did not exit normally).
+int RunProcess(const std::vector<std::string>& argv, const fs::path& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path ScratchDir(const std::string& name) {
+  fs::path dir = fs::path(MAESTRO_TEST_TMP) / "runtime_models" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The first of $MAESTRO_PYTHON3, /usr/bin/python3, python3 that imports
+// torch (a pyenv or venv python3 first on PATH often lacks Debian's
+// python3-torch), or the reasons none did.
+StatusOr<std::string> FindPythonWithTorch(const fs::path& log) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("MAESTRO_PYTHON3"); env != nullptr && *env != '\0') candidates.push_back(env);
+  candidates.push_back("/usr/bin/python3");
+  candidates.push_back("python3");
+  std::string tried;
+  for (const auto& py : candidates) {
+    if (RunProcess({py, "-c", "import torch"}, log) == 0) return py;
+    tried += "\n  " + py + ": " + ReadFile(log);
+  }
+  return Status::Unavailable(
+      "no python3 with torch found; the reference tests need Debian's python3-torch (a declared dependency: "
+      "scripts/setup.sh installs it), or set MAESTRO_PYTHON3 to a python3 that has torch. Tried:" + tried);
+}
+
+// ---- reference comparison --------------------------------------------------------
+
+nlohmann::json DescJson(const ModelDesc& d) {
+  return {{"kind", plan::ModelKindName(d.kind)}, {"hidden", d.hidden}, {"layers", d.layers}, {"heads", d.heads},
+          {"kv_heads", d.kv_heads}, {"head_dim", d.head_dim}, {"ffn_hidden", d.ffn_hidden}, {"vocab", d.vocab},
+          {"tie_embeddings", d.tie_embeddings}, {"experts", d.experts}, {"experts_per_token", d.experts_per_token},
+          {"moe_ffn_hidden", d.moe_ffn_hidden}, {"image_size", d.image_size}, {"patch_size", d.patch_size},
+          {"channels", d.channels}, {"mel_bins", d.mel_bins}, {"audio_frames", d.audio_frames},
+          {"in_dim", d.in_dim}, {"out_dim", d.out_dim}, {"extra", d.extra}};
+}
+
+// What one side computed: named outputs (always "output", the decoder also
+// "hidden"), "input_grad", and "grad/<parameter name>".
+void ExpectClose(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what << " missing on the C++ side";
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double scale = want.abs().max().item<double>();
+  const double err = (got.to(torch::kFloat32) - want).abs().max().item<double>();
+  EXPECT_LE(err, 1e-5 * scale) << what << ": max |C++ - PyTorch| = " << err << ", max |PyTorch| = " << scale;
+}
+
+struct ReferenceCase {
+  std::string name;
+  ModelDesc desc;
+  uint64_t seed = 1;
+  TensorMap inputs;  // exported as-is ("ids" int64 or "x" fp32)
+  // Runs the model on inputs with `delta` (float, requires grad, the shape of
+  // the float input the model sees) added where the input enters; returns
+  // the named outputs ("output" first).
+  std::function<TensorMap(torch::nn::Module&, const TensorMap&, const torch::Tensor& delta)> run;
+  std::vector<int64_t> delta_shape;
+};
+
+void CheckAgainstPyTorch(const ReferenceCase& c) {
+  const fs::path dir = ScratchDir(c.name);
+  auto python = FindPythonWithTorch(dir / "probe.log");
+  ASSERT_TRUE(python.ok()) << python.status().ToString();
+
+  ModelBuildOptions options;
+  options.seed = c.seed;
+  auto built = BuildModel(c.desc, options);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  torch::nn::Module& model = **built;
+
+  // Move every parameter off its trivial init (ones, zeros) so a swapped
+  // norm weight or a missing bias would show.
+  auto gen = at::detail::createCPUGenerator(c.seed + 1000);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) p.add_(torch::empty(p.sizes()).normal_(0.0, 0.05, gen));
+  }
+
+  auto delta = torch::zeros(c.delta_shape, torch::kFloat32).requires_grad_(true);
+  TensorMap outputs = c.run(model, c.inputs, delta);
+  const auto& output = outputs.at("output");
+  auto probe = torch::empty(output.sizes()).normal_(0.0, 1.0, gen);  // d loss / d output
+  (output * probe).sum().backward();
+
+  TensorMap to_python = c.inputs;
+  to_python["probe"] = probe;
+  for (const auto& item : model.named_parameters()) to_python["param/" + item.key()] = item.value();
+  SaveTensors(dir / "in", to_python);
+  std::ofstream(dir / "in" / "case.json") << nlohmann::json{{"desc", DescJson(c.desc)}}.dump(1);
+
+  const std::string script = std::string(MAESTRO_SOURCE_DIR) + "/tests/runtime/reference_models.py";
+  const int rc = RunProcess({*python, script, (dir / "in").string(), (dir / "ref").string()}, dir / "python.log");
+  ASSERT_EQ(rc, 0) << *python << " " << script << " failed:\n" << ReadFile(dir / "python.log");
+  auto ref = LoadTensors(dir / "ref");
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+
+  for (const auto& [name, value] : outputs) {
+    ASSERT_TRUE(ref->count(name)) << "PyTorch reference wrote no " << name;
+    EXPECT_GT(value.abs().max().item<double>(), 0.0) << name << " is all zeros: the comparison would prove nothing";
+    ExpectClose(value, ref->at(name), name);
+  }
+  ASSERT_TRUE(ref->count("input_grad"));
+  EXPECT_GT(delta.grad().abs().max().item<double>(), 0.0);
+  ExpectClose(delta.grad(), ref->at("input_grad"), "input_grad");
+
+  int checked = 0;
+  for (const auto& item : model.named_parameters()) {
+    const std::string key = "grad/" + item.key();
+    ASSERT_TRUE(ref->count(key)) << "PyTorch reference has no gradient for " << item.key();
+    auto grad = item.value().grad();
+    // An MoE expert no token picked has no gradient on either side.
+    ExpectClose(grad.defined() ? grad : torch::zeros_like(item.value()), ref->at(key), key);
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(model.parameters().size()));
+  EXPECT_GT(checked, 0);
+}
+
+// ---- the descs -----------------------------------------------------------------
+
+ModelDesc TinyDecoder() {
+  ModelDesc d;
+  d.kind = ModelKind::kDecoder;
+  d.hidden = 32;
+  d.layers = 2;
+  d.heads = 4;
+  d.kv_heads = 2;  // GQA: 2 query heads per kv head
+  d.ffn_hidden = 48;
+  d.vocab = 50;
+  return d;
+}
+
+ModelDesc TinyMoeDecoder() {
+  ModelDesc d = TinyDecoder();
+  d.kv_heads = 1;  // MQA
+  d.experts = 4;
+  d.experts_per_token = 2;
+  d.moe_ffn_hidden = 24;
+  d.tie_embeddings = true;
+  d.extra["rope_theta"] = 500.0;
+  d.extra["rms_norm_eps"] = 1e-6;
+  return d;
+}
+
+ModelDesc TinyVit() {
+  ModelDesc d;
+  d.kind = ModelKind::kVit;
+  d.hidden = 32;
+  d.layers = 2;
+  d.heads = 4;
+  d.ffn_hidden = 64;
+  d.image_size = 8;
+  d.patch_size = 4;
+  d.channels = 3;
+  return d;
+}
+
+ModelDesc TinyAudio() {
+  ModelDesc d;
+  d.kind = ModelKind::kAudioEncoder;
+  d.hidden = 32;
+  d.layers = 2;
+  d.heads = 4;
+  d.ffn_hidden = 64;
+  d.mel_bins = 10;
+  d.audio_frames = 12;
+  return d;
+}
+
+ModelDesc TinyProjector() {
+  ModelDesc d;
+  d.kind = ModelKind::kProjector;
+  d.in_dim = 24;
+  d.out_dim = 32;
+  return d;
+}
+
+ReferenceCase DecoderCase(const std::string& name, const ModelDesc& desc, int64_t batch, int64_t tokens) {
+  ReferenceCase c;
+  c.name = name;
+  c.desc = desc;
+  auto gen = at::detail::createCPUGenerator(7);
+  c.inputs["ids"] = torch::randint(0, desc.vocab, {batch, tokens}, gen, torch::kLong);  // (B, T)
+  c.delta_shape = {batch, tokens, desc.hidden};
+  c.run = [](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
+    auto& lm = *m.as<DecoderLMImpl>();
+    auto hidden = lm.ForwardEmbeds(lm.Embed(in.at("ids")) + delta);  // (B, T, C)
+    return TensorMap{{"output", lm.Logits(hidden)}, {"hidden", hidden}};
+  };
+  return c;
+}
+
+ReferenceCase FloatInputCase(const std::string& name, const ModelDesc& desc, std::vector<int64_t> shape) {
+  ReferenceCase c;
+  c.name = name;
+  c.desc = desc;
+  auto gen = at::detail::createCPUGenerator(7);
+  c.inputs["x"] = torch::empty(shape).normal_(0.0, 1.0, gen);
+  c.delta_shape = shape;
+  c.run = [](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
+    auto x = in.at("x") + delta;
+    torch::Tensor out;
+    if (auto* vit = m.as<VitEncoderImpl>()) out = vit->forward(x);
+    if (auto* audio = m.as<AudioEncoderImpl>()) out = audio->forward(x);
+    if (auto* projector = m.as<MlpProjectorImpl>()) out = projector->forward(x);
+    return TensorMap{{"output", out}};
+  };
+  return c;
+}
+
+// ---- reference tests -------------------------------------------------------------
+
+TEST(RuntimeModelsReference, DecoderGqaRopeSwiGluMatchesPyTorch) {
+  CheckAgainstPyTorch(DecoderCase("decoder_gqa", TinyDecoder(), 2, 7));
+}
+
+TEST(RuntimeModelsReference, DecoderMoeTop2Of4TiedMatchesPyTorch) {
+  CheckAgainstPyTorch(DecoderCase("decoder_moe", TinyMoeDecoder(), 2, 6));
+}
+
+TEST(RuntimeModelsReference, VitEncoderMatchesPyTorch) {
+  CheckAgainstPyTorch(FloatInputCase("vit", TinyVit(), {2, 3, 8, 8}));
+}
+
+TEST(RuntimeModelsReference, AudioEncoderMatchesPyTorch) {
+  // 11 frames: odd, so the stride-2 conv's ceil(F/2) = 6 is exercised.
+  CheckAgainstPyTorch(FloatInputCase("audio", TinyAudio(), {2, 10, 11}));
+}
+
+TEST(RuntimeModelsReference, MlpProjectorMatchesPyTorch) {
+  CheckAgainstPyTorch(FloatInputCase("projector", TinyProjector(), {2, 5, 24}));
+}
+
+// ---- shapes, determinism, descs ----------------------------------------------------
+
+TEST(RuntimeModels, OutputShapes) {
+  auto lm = BuildDecoder(TinyDecoder());
+  ASSERT_TRUE(lm.ok());
+  auto ids = torch::zeros({3, 5}, torch::kLong);
+  auto hidden = (*lm)->ForwardEmbeds((*lm)->Embed(ids));
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{3, 5, 32}));
+  EXPECT_EQ((*lm)->Logits(hidden).sizes(), (std::vector<int64_t>{3, 5, 50}));
+
+  auto vit = BuildVitEncoder(TinyVit());
+  ASSERT_TRUE(vit.ok());
+  EXPECT_EQ((*vit)->forward(torch::zeros({2, 3, 8, 8})).sizes(), (std::vector<int64_t>{2, 4, 32}));
+
+  auto audio = BuildAudioEncoder(TinyAudio());
+  ASSERT_TRUE(audio.ok());
+  EXPECT_EQ((*audio)->forward(torch::zeros({2, 10, 12})).sizes(), (std::vector<int64_t>{2, 6, 32}));
+  EXPECT_THROW((*audio)->forward(torch::zeros({2, 10, 13})), c10::Error);  // longer than audio_frames
+
+  auto projector = BuildMlpProjector(TinyProjector());
+  ASSERT_TRUE(projector.ok());
+  EXPECT_EQ((*projector)->forward(torch::zeros({2, 4, 24})).sizes(), (std::vector<int64_t>{2, 4, 32}));
+}
+
+TEST(RuntimeModels, CausalDecoderIgnoresFutureTokens) {
+  auto lm = BuildDecoder(TinyMoeDecoder());
+  ASSERT_TRUE(lm.ok());
+  auto a = torch::tensor({{1, 2, 3, 4, 5}}, torch::kLong);
+  auto b = torch::tensor({{1, 2, 3, 9, 7}}, torch::kLong);
+  auto la = (*lm)->forward(a), lb = (*lm)->forward(b);
+  // Not bit-equal: the experts' matmuls see different token counts.
+  EXPECT_LT((la.narrow(1, 0, 3) - lb.narrow(1, 0, 3)).abs().max().item<double>(), 1e-6);
+  EXPECT_GT((la.narrow(1, 3, 1) - lb.narrow(1, 3, 1)).abs().max().item<double>(), 1e-3);
+}
+
+// Debian's libtorch 1.13 gets the fp32 GELU gradient wrong when the input is
+// contiguous and the incoming gradient is not; compat::Gelu must not.
+TEST(RuntimeModels, CompatGeluGradientIsRightForTransposedGradients) {
+  auto gen = at::detail::createCPUGenerator(3);
+  auto x = torch::empty({2, 32, 6}).normal_(0.0, 1.0, gen);
+  auto probe = torch::empty({2, 6, 32}).normal_(0.0, 1.0, gen);
+  auto x32 = x.clone().requires_grad_(true);
+  (compat::Gelu(x32).transpose(1, 2) * probe).sum().backward();
+  auto x64 = x.to(torch::kFloat64).requires_grad_(true);
+  (torch::gelu(x64).transpose(1, 2) * probe.to(torch::kFloat64)).sum().backward();
+  EXPECT_TRUE(torch::equal(compat::Gelu(x), torch::gelu(x)));
+  EXPECT_LT((x32.grad().to(torch::kFloat64) - x64.grad()).abs().max().item<double>(), 1e-5);
+}
+
+TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
+  ModelBuildOptions s1, s2;
+  s1.seed = 11;
+  s2.seed = 12;
+  auto a = BuildModel(TinyMoeDecoder(), s1), b = BuildModel(TinyMoeDecoder(), s1), c = BuildModel(TinyMoeDecoder(), s2);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  auto pa = (*a)->named_parameters(), pb = (*b)->named_parameters(), pc = (*c)->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  }
+  EXPECT_FALSE(torch::equal(pa["blocks.1.moe.experts.3.down_proj.weight"], pc["blocks.1.moe.experts.3.down_proj.weight"]));
+}
+
+TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
+  for (const auto& desc : {TinyDecoder(), TinyMoeDecoder(), TinyVit(), TinyAudio(), TinyProjector()}) {
+    ModelBuildOptions meta;
+    meta.device = torch::kMeta;
+    auto cpu = BuildModel(desc), shapes = BuildModel(desc, meta);
+    ASSERT_TRUE(cpu.ok() && shapes.ok());
+    auto pc = (*cpu)->named_parameters(), pm = (*shapes)->named_parameters();
+    ASSERT_EQ(pc.keys(), pm.keys()) << plan::ModelKindName(desc.kind);
+    for (const auto& item : pc) EXPECT_EQ(item.value().sizes(), pm[item.key()].sizes()) << item.key();
+  }
+}
+
+// Hand-derived counts; letters as in the model headers.
+TEST(RuntimeModels, ParameterCountMatchesHandDerivedFormulas) {
+  // Dense decoder, C=32, L=2, H=4, K=2, D=8, F=48, V=50, untied.
+  const int64_t attn_gqa = 32 * (4 * 8) + 2 * 32 * (2 * 8) + (4 * 8) * 32;  // q, k+v, o
+  const int64_t decoder = 50 * 32 + 2 * (2 * 32 + attn_gqa + 3 * 32 * 48) + 32 + 50 * 32;
+  EXPECT_EQ(ParameterCount(TinyDecoder()).value(), decoder);
+  EXPECT_EQ(decoder, 18720);
+
+  // MoE decoder, K=1, E=4 experts of F=24, router (E, C), tied head.
+  const int64_t attn_mqa = 32 * 32 + 2 * 32 * 8 + 32 * 32;
+  const int64_t moe = 50 * 32 + 2 * (2 * 32 + attn_mqa + 4 * 32 + 4 * 3 * 32 * 24) + 32;
+  EXPECT_EQ(ParameterCount(TinyMoeDecoder()).value(), moe);
+
+  // Encoder block: 2 LayerNorms, qkv + out with biases, fc1 + fc2 with biases.
+  const int64_t block = 2 * 2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 64 + 64) + (64 * 32 + 32);
+  // ViT: conv 3x4x4 -> 32 + bias, positions N=4, 2 blocks, final LayerNorm.
+  EXPECT_EQ(ParameterCount(TinyVit()).value(), (3 * 4 * 4 * 32 + 32) + 4 * 32 + 2 * block + 2 * 32);
+  // Audio: conv1 (32, 10, 3) + bias, conv2 (32, 32, 3) + bias, no position parameters.
+  EXPECT_EQ(ParameterCount(TinyAudio()).value(), (10 * 3 * 32 + 32) + (32 * 3 * 32 + 32) + 2 * block + 2 * 32);
+  // Projector 24 -> 32 -> 32.
+  EXPECT_EQ(ParameterCount(TinyProjector()).value(), (24 * 32 + 32) + (32 * 32 + 32));
+}
+
+// Published sizes, counted on the meta device (nothing allocated).
+TEST(RuntimeModels, ParameterCountOfPublishedModels) {
+  ModelDesc llama2_7b;
+  llama2_7b.kind = ModelKind::kDecoder;
+  llama2_7b.hidden = 4096;
+  llama2_7b.layers = 32;
+  llama2_7b.heads = 32;
+  llama2_7b.ffn_hidden = 11008;
+  llama2_7b.vocab = 32000;
+  EXPECT_EQ(ParameterCount(llama2_7b).value(), 6738415616);  // Llama-2-7B
+
+  ModelDesc mixtral = llama2_7b;
+  mixtral.kv_heads = 8;
+  mixtral.ffn_hidden = 0;
+  mixtral.experts = 8;
+  mixtral.experts_per_token = 2;
+  mixtral.moe_ffn_hidden = 14336;
+  EXPECT_EQ(ParameterCount(mixtral).value(), 46702792704);  // Mixtral-8x7B
+}
+
+TEST(RuntimeModels, BadDescsAreInvalidArgumentNotACrash) {
+  auto expect_invalid = [](ModelDesc d, const std::string& mentions) {
+    auto count = ParameterCount(d);
+    ASSERT_FALSE(count.ok()) << mentions;
+    EXPECT_EQ(count.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(count.status().message().find(mentions), std::string::npos) << count.status().message();
+    EXPECT_FALSE(BuildModel(d).ok());
+  };
+  ModelDesc d = TinyDecoder();
+  d.kv_heads = 3;
+  expect_invalid(d, "kv_heads");
+  d = TinyDecoder();
+  d.vocab = 0;
+  expect_invalid(d, "vocab");
+  d = TinyDecoder();
+  d.hidden = 30;  // 30 / 4 heads
+  expect_invalid(d, "divisible by heads");
+  d = TinyDecoder();
+  d.head_dim = 7;  // RoPE needs even
+  expect_invalid(d, "even head_dim");
+  d = TinyMoeDecoder();
+  d.experts_per_token = 5;
+  expect_invalid(d, "experts_per_token");
+  d = TinyVit();
+  d.patch_size = 3;
+  expect_invalid(d, "patch_size");
+  d = TinyAudio();
+  d.mel_bins = 0;
+  expect_invalid(d, "mel_bins");
+  d = TinyProjector();
+  d.out_dim = -1;
+  expect_invalid(d, "out_dim");
+  EXPECT_FALSE(BuildDecoder(TinyVit()).ok());
+  EXPECT_FALSE(BuildVitEncoder(TinyDecoder()).ok());
+}
+
+}  // namespace
+}  // namespace maestro::runtime
