@@ -58,6 +58,7 @@ struct Prepared {
   std::vector<char> loss_section;                // trains, no gradient out-edge
   std::vector<uint32_t> section_mask;            // per sample: sections it activates
   std::vector<double> fwd1, bwd1;                // (section, sample): single-sample seconds
+  std::vector<double> xfer;                      // (edge, sample): transfer seconds
   std::vector<int> rank_base;                    // first rank index of each section
   int num_ranks = 0;
 };
@@ -117,6 +118,15 @@ Status Prepare(const Problem& p, Prepared* out) {
   pr.section_mask.assign(static_cast<size_t>(pr.n), 0);
   pr.fwd1.assign(static_cast<size_t>(pr.S) * static_cast<size_t>(pr.n), 0.0);
   pr.bwd1.assign(pr.fwd1.size(), 0.0);
+  pr.xfer.assign(p.edges.size() * static_cast<size_t>(pr.n), 0.0);
+  for (size_t e = 0; e < p.edges.size(); ++e) {
+    for (int i = 0; i < pr.n; ++i) {
+      const Sample& smp = p.samples[static_cast<size_t>(i)];
+      if (p.Activates(p.edges[e].from, smp) && p.Activates(p.edges[e].to, smp)) {
+        pr.xfer[Idx(static_cast<int>(e), i, pr.n)] = p.costs->TransferSeconds(static_cast<int>(e), smp);
+      }
+    }
+  }
   std::vector<const Sample*> one(1);
   for (int i = 0; i < pr.n; ++i) {
     const Sample& smp = p.samples[static_cast<size_t>(i)];
@@ -179,6 +189,13 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
   });
   std::vector<std::vector<double>> load(static_cast<size_t>(pr.S));
   for (int s = 0; s < pr.S; ++s) load[static_cast<size_t>(s)].assign(static_cast<size_t>(p.sections[static_cast<size_t>(s)].dp), 0.0);
+  // replica of each slot, per section (L <= 65536).
+  std::vector<std::vector<int32_t>> slot_replica(static_cast<size_t>(pr.S));
+  for (int s = 0; s < pr.S; ++s) {
+    auto& t = slot_replica[static_cast<size_t>(s)];
+    t.resize(static_cast<size_t>(pr.L));
+    for (int64_t slot = 0; slot < pr.L; ++slot) t[static_cast<size_t>(slot)] = ReplicaOfSlot(pr, s, slot);
+  }
   std::vector<int> act;
   std::vector<double> cost;
   for (const Item& item : order) {
@@ -191,11 +208,10 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
       cost.push_back(pr.fwd1[Idx(s, i, pr.n)] + pr.bwd1[Idx(s, i, pr.n)]);
     }
     if (act.empty()) continue;
-    // The finest activated section decides how many distinct candidates there
-    // are; stepping by L / dp_max visits each once when the DPs nest.
-    int dp_max = 1;
-    for (int s : act) dp_max = std::max(dp_max, p.sections[static_cast<size_t>(s)].dp);
-    const int64_t stride = (pr.L % dp_max == 0) ? pr.L / dp_max : 1;
+    // Distinct candidates: one per slot of the lcm of the activated DPs.
+    int64_t act_lcm = 1;
+    for (int s : act) act_lcm = std::lcm(act_lcm, static_cast<int64_t>(p.sections[static_cast<size_t>(s)].dp));
+    const int64_t stride = pr.L / act_lcm;
     int64_t best_slot = 0;
     double best_max = std::numeric_limits<double>::infinity();
     double best_sum = std::numeric_limits<double>::infinity();
@@ -203,7 +219,7 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
       double mx = 0, sum = 0;
       for (size_t k = 0; k < act.size(); ++k) {
         const int s = act[k];
-        const double v = (load[static_cast<size_t>(s)][static_cast<size_t>(ReplicaOfSlot(pr, s, slot))] + cost[k]) *
+        const double v = (load[static_cast<size_t>(s)][static_cast<size_t>(slot_replica[static_cast<size_t>(s)][static_cast<size_t>(slot)])] + cost[k]) *
                          inv_mean[static_cast<size_t>(s)];
         mx = std::max(mx, v);
         sum += v;
@@ -265,17 +281,6 @@ Schedule StaticSchedule(const Prepared& pr, const Placement& place) {
 
 // ---- the wavefront list scheduler --------------------------------------------
 
-struct Priority {
-  int tier = 0;      // lower first
-  double key = 0.0;  // lower first
-  double key2 = 0.0; // lower first
-  uint64_t tie = 0;
-  int sample = 0;
-  bool operator<(const Priority& o) const {  // for std::priority_queue: "less urgent"
-    return std::tie(tier, key, key2, tie, sample) > std::tie(o.tier, o.key, o.key2, o.tie, o.sample);
-  }
-};
-
 enum class EventKind : uint8_t { kRankFree, kArrive, kGradReady };
 struct Event {
   double time = 0;
@@ -284,13 +289,15 @@ struct Event {
   int rank = 0;
   int payload = 0;  // sample (kArrive) or micro-batch (kGradReady)
   bool operator<(const Event& o) const {  // min-heap on (time, seq)
-    return std::tie(time, seq) > std::tie(o.time, o.seq);
+    return time != o.time ? time > o.time : seq > o.seq;
   }
 };
 
 struct RankState {
   int section = 0;
-  std::priority_queue<Priority> available;
+  // Samples whose inputs have arrived, as (tier * n + wave rank) -> sample;
+  // the smallest key goes first.
+  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> available;
   int to_arrive = 0;             // samples of this rank not yet available
   int unformed = 0;              // samples not yet in a micro-batch
   bool busy = false;
@@ -311,14 +318,13 @@ std::vector<double> SampleChains(const Prepared& pr) {
   std::vector<double> out(static_cast<size_t>(n), 0.0);
   std::vector<double> ef(static_cast<size_t>(pr.S)), eb(static_cast<size_t>(pr.S));
   for (int i = 0; i < n; ++i) {
-    const Sample& smp = p.samples[static_cast<size_t>(i)];
     double chain = 0;
     for (int s : pr.topo) {
       if (!Activ(pr, s, i)) continue;
       double start = 0;
       for (int e : pr.in_edges[static_cast<size_t>(s)]) {
         const int u = p.edges[static_cast<size_t>(e)].from;
-        if (Activ(pr, u, i)) start = std::max(start, ef[static_cast<size_t>(u)] + p.costs->TransferSeconds(e, smp));
+        if (Activ(pr, u, i)) start = std::max(start, ef[static_cast<size_t>(u)] + pr.xfer[Idx(e, i, n)]);
       }
       ef[static_cast<size_t>(s)] = start + pr.fwd1[Idx(s, i, n)];
       chain = std::max(chain, ef[static_cast<size_t>(s)]);
@@ -330,7 +336,7 @@ std::vector<double> SampleChains(const Prepared& pr) {
       for (int e : pr.out_edges[static_cast<size_t>(s)]) {
         const int d = p.edges[static_cast<size_t>(e)].to;
         if (pr.grad_edge[static_cast<size_t>(e)] && Activ(pr, d, i)) {
-          start = std::max(start, eb[static_cast<size_t>(d)] + p.costs->TransferSeconds(e, smp));
+          start = std::max(start, eb[static_cast<size_t>(d)] + pr.xfer[Idx(e, i, n)]);
         }
       }
       eb[static_cast<size_t>(s)] = start + pr.bwd1[Idx(s, i, n)];
@@ -364,26 +370,28 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
       lead[static_cast<size_t>(i)] = chain[static_cast<size_t>(i)] - heaviest;
       total[static_cast<size_t>(i)] = sum;
     }
-    std::vector<int> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      const auto ka = std::make_tuple(-lead[static_cast<size_t>(a)], -total[static_cast<size_t>(a)], tie[static_cast<size_t>(a)], a);
-      const auto kb = std::make_tuple(-lead[static_cast<size_t>(b)], -total[static_cast<size_t>(b)], tie[static_cast<size_t>(b)], b);
-      return ka < kb;
+    struct WaveKey { double lead, total; uint64_t tie; int index; };
+    std::vector<WaveKey> keys(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      keys[static_cast<size_t>(i)] = {lead[static_cast<size_t>(i)], total[static_cast<size_t>(i)], tie[static_cast<size_t>(i)], i};
+    }
+    std::sort(keys.begin(), keys.end(), [](const WaveKey& a, const WaveKey& b) {
+      if (a.lead != b.lead) return a.lead > b.lead;
+      if (a.total != b.total) return a.total > b.total;
+      if (a.tie != b.tie) return a.tie < b.tie;
+      return a.index < b.index;
     });
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) order[static_cast<size_t>(k)] = keys[static_cast<size_t>(k)].index;
     for (int k = 0; k < n; ++k) wave_rank[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
   }
   // Samples that came from upstream go first (their upstream is waiting for
   // the gradient, or more of them are in flight); samples that need no
   // upstream fill in while upstream work is in flight.
   auto priority_of = [&](int i, bool from_upstream) {
-    Priority pri;
-    pri.sample = i;
-    pri.tie = tie[static_cast<size_t>(i)];
-    pri.tier = from_upstream ? 0 : 1;
-    pri.key = wave_rank[static_cast<size_t>(i)];
-    return pri;
+    return std::make_pair((from_upstream ? 0 : n) + wave_rank[static_cast<size_t>(i)], i);
   };
+
 
   std::vector<RankState> ranks(static_cast<size_t>(pr.num_ranks));
   for (int s = 0; s < pr.S; ++s) {
@@ -393,7 +401,9 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
   std::vector<char> has_upstream(pending_in.size(), 0);
   std::vector<double> ready_at(pending_in.size(), 0.0);
   std::vector<int32_t> mb_of(pending_in.size(), -1);
-  std::priority_queue<Event> events;
+  std::vector<Event> event_storage;
+  event_storage.reserve(static_cast<size_t>(n) * 2 + static_cast<size_t>(pr.num_ranks) * 4);
+  std::priority_queue<Event> events(std::less<Event>(), std::move(event_storage));
   uint64_t seq = 0;
   auto rank_of = [&](int s, int i) { return pr.rank_base[static_cast<size_t>(s)] + place[Idx(s, i, n)]; };
 
@@ -407,7 +417,13 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
       for (int e : pr.in_edges[static_cast<size_t>(s)]) k += Activ(pr, p.edges[static_cast<size_t>(e)].from, i) ? 1 : 0;
       pending_in[Idx(s, i, n)] = k;
       has_upstream[Idx(s, i, n)] = k > 0;
-      if (k == 0) events.push({0.0, seq++, EventKind::kArrive, rank_of(s, i), i});
+      if (k == 0) {  // available from the start: no event needed
+        RankState& src = ranks[static_cast<size_t>(rank_of(s, i))];
+        --src.to_arrive;
+        src.available.push(priority_of(i, false));
+        if (!src.busy) events.push({0.0, seq++, EventKind::kRankFree, rank_of(s, i), 0});
+        src.busy = true;  // marks "kick already queued"; the event clears it
+      }
     }
   }
   Schedule sch;
@@ -454,7 +470,7 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
           if (!Activ(pr, d, i)) continue;
           if (pr.grad_edge[static_cast<size_t>(e)]) ++grads;
           const size_t di = Idx(d, i, n);
-          ready_at[di] = std::max(ready_at[di], tf + p.costs->TransferSeconds(e, p.samples[static_cast<size_t>(i)]));
+          ready_at[di] = std::max(ready_at[di], tf + pr.xfer[Idx(e, i, n)]);
           if (--pending_in[di] == 0) events.push({ready_at[di], seq++, EventKind::kArrive, rank_of(d, i), i});
         }
       }
@@ -477,7 +493,7 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
           RankState& us = ranks[static_cast<size_t>(urk)];
           const int umb = mb_of[Idx(u, i, n)];
           double& at = us.grad_ready_at[static_cast<size_t>(umb)];
-          at = std::max(at, tf + p.costs->TransferSeconds(e, p.samples[static_cast<size_t>(i)]));
+          at = std::max(at, tf + pr.xfer[Idx(e, i, n)]);
           if (--us.pending_grad[static_cast<size_t>(umb)] == 0) events.push({at, seq++, EventKind::kGradReady, urk, umb});
         }
       }
@@ -490,8 +506,10 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
     const int mb = static_cast<int>(rs.mb_samples.size());
     std::vector<int> members;
     MicroBatch out;
+    out.sample_ids.reserve(static_cast<size_t>(cap));
+    members.reserve(static_cast<size_t>(cap));
     while (!rs.available.empty() && static_cast<int>(members.size()) < cap) {
-      const int i = rs.available.top().sample;
+      const int i = rs.available.top().second;
       rs.available.pop();
       members.push_back(i);
       mb_of[Idx(s, i, n)] = mb;
