@@ -3,6 +3,7 @@
 // tests. Prints "committed <step>" after each checkpoint on stdout,
 // "compute <epoch> <sample>" per teacher forward to --compute-log, and at the
 // end "done weights=<hex> steps=<n> computes=<n> hits=<n> wrong=<n>".
+// Also prints "start restart_count=<SLURM_RESTART_COUNT>" first.
 // Exit: 0 done, 85 preempted (checkpointed; requeue me), 1 error.
 #include <fcntl.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     else if (k == "--row-values") o.row_values = std::stoll(v);
     else if (k == "--compute-log") compute_log = v;
     else if (k == "--gate-stdin") o.gate_fd = v == "1" ? STDIN_FILENO : -1;
+    else if (k == "--wait-for-signal") o.wait_for_signal = v == "1";
     else {
       std::fprintf(stderr, "fake_trainer: unknown flag %s\n", k.c_str());
       return maestro::kExitUsage;
@@ -38,6 +40,8 @@ int main(int argc, char** argv) {
     o.compute_log_fd = ::open(compute_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   }
   o.progress_fd = STDOUT_FILENO;
+  const std::string start = "start restart_count=" + std::to_string(SlurmRestartCount()) + "\n";
+  if (::write(STDOUT_FILENO, start.data(), start.size()) < 0) return maestro::kExitFailure;
   auto preempt = PreemptionSignal::Install();
   if (!preempt.ok()) {
     std::fprintf(stderr, "%s\n", preempt.status().ToString().c_str());

@@ -2,6 +2,7 @@
 #include "tests/datalayer/fake_training.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,6 +85,7 @@ StatusOr<FakeTrainerResult> RunFakeTrainer(const FakeTrainerOptions& o, Env* env
   }
   const int64_t total_steps = o.epochs * run->index().StepsPerEpoch();
   int gate_fd = o.gate_fd;
+  bool wait_for_signal = o.wait_for_signal;
   auto checkpoint = [&]() -> Status {
     const int64_t step = run->next_step() - 1;
     CheckpointData data;
@@ -97,6 +99,16 @@ StatusOr<FakeTrainerResult> RunFakeTrainer(const FakeTrainerOptions& o, Env* env
       while (::read(gate_fd, &byte, 1) < 0 && errno == EINTR) {
       }
       gate_fd = -1;
+    }
+    if (wait_for_signal && o.preempt != nullptr) {
+      sigset_t block, old;
+      sigemptyset(&block);
+      sigaddset(&block, SIGUSR1);
+      sigaddset(&block, SIGTERM);
+      sigprocmask(SIG_BLOCK, &block, &old);
+      while (!o.preempt->requested()) sigsuspend(&old);
+      sigprocmask(SIG_SETMASK, &old, nullptr);
+      wait_for_signal = false;
     }
     return Status::Ok();
   };

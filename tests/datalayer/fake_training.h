@@ -30,6 +30,10 @@ struct FakeTrainerOptions {
   int compute_log_fd = -1;
   int gate_fd = -1;             // if >= 0: after the first checkpoint, block until a byte arrives on it      // if >= 0: "compute <epoch> <sample>\n" per teacher forward
   const PreemptionSignal* preempt = nullptr;
+  // With `preempt`: after the first checkpoint, block (sigsuspend, no
+  // polling) until a preemption signal arrives, so a test can signal a run
+  // that is certainly in the middle.
+  bool wait_for_signal = false;
 };
 
 struct FakeTrainerResult {

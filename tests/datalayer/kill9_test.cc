@@ -53,6 +53,7 @@ TEST(Kill9, TwentyRandomKillsThenResumeLosesNothingAndRepeatsNothing) {
     testing::ChildProcess child(argv);
     // Wait for progress (one more commit), then kill at a random moment.
     auto line = child.ReadLine(std::chrono::seconds(60));
+    while (line && line->rfind("start", 0) == 0) line = child.ReadLine(std::chrono::seconds(60));
     ASSERT_TRUE(line.has_value()) << "life " << life << " made no progress";
     if (line->rfind("done", 0) == 0) break;  // finished before we could kill it
     ASSERT_EQ(line->rfind("committed ", 0), 0u) << *line;

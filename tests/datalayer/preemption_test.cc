@@ -60,6 +60,7 @@ TEST(PreemptionSignal, FakeTrainerCheckpointsExitsWithRequeueCodeAndResumesExact
     gated.insert(gated.end(), {"--gate-stdin", "1"});
     testing::ChildProcess child(gated);
     auto line = child.ReadLine(std::chrono::seconds(30));
+    while (line && line->rfind("start", 0) == 0) line = child.ReadLine(std::chrono::seconds(30));
     ASSERT_TRUE(line.has_value());
     ASSERT_EQ(line->rfind("committed", 0), 0u) << *line;
     child.Signal(SIGUSR1);
