@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 #include "base/checks.h"
 #include "base/log.h"
 #include "launcher/failure.h"
@@ -39,6 +42,7 @@ Status WorkerContext::Connect(const plan::Plan& plan) {
   }
   MAESTRO_ASSIGN_OR_RETURN(const LaunchEnv env, ReadLaunchEnv(ProcessEnv()));
   MAESTRO_ASSIGN_OR_RETURN(place_, PlaceRank(plan, env, store_->rank(), store_->job_size()));
+  slurm_het_size_ = env.launcher == LauncherKind::kSlurm ? env.het_size : 0;
   MAESTRO_RETURN_IF_ERROR(store_->Put("maestro/rank", place_.ToString()));
   MAESTRO_RETURN_IF_ERROR(store_->Commit());
   Log(LogLevel::kDebug, "{} (launcher {}, PMIx namespace {})", place_.ToString(), LauncherKindName(env.launcher),
@@ -51,6 +55,9 @@ WorkerContext::~WorkerContext() {
   comms_.reset();
   mpi_.reset();
   store_.reset();
+  if (slurm_het_size_ > 1 && place_.het_component > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500) * place_.het_component);
+  }
 }
 
 }  // namespace maestro::launcher

@@ -8,7 +8,10 @@
 //      placed (launch_env.h: het component, section, TP/CP/DP/PP, GPU);
 //   4. this rank's facts published in the store ("maestro/rank": RankPlace);
 //   5. every group and link built (Communicators).
-// Owns them and tears them down in reverse order.
+// Owns them and tears them down in reverse order. In a Slurm hetjob step of
+// two or more components, component k's ranks then wait k x 0.5 s before
+// they exit: Slurm 22.05's srun can hang forever when the tasks of two
+// components end at the same moment (docs/local-cluster.md).
 //
 // May call: everything in launcher/. Thread safety: one thread.
 #pragma once
@@ -45,6 +48,7 @@ class WorkerContext {
   std::unique_ptr<PmixStore> store_;
   std::unique_ptr<MpiSession> mpi_;
   RankPlace place_;
+  int slurm_het_size_ = 0;  // > 1: stagger the exit of the components
   CommOptions options_;
   std::unique_ptr<Communicators> comms_;
 };
