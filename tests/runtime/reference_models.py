@@ -23,9 +23,15 @@ import math
 import os
 import sys
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+NO_TORCH_EXIT_CODE = 3  # models_test.cc knows it
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # models_test.cc then tries the next python3
+    print(f"{sys.executable}: cannot import torch ({e}); install python3-torch", file=sys.stderr)
+    sys.exit(NO_TORCH_EXIT_CODE)
 
 # ---- tensor files ----------------------------------------------------------
 
