@@ -156,6 +156,30 @@ std::vector<std::string> ModalityNamesOf(const plan::Plan& plan) {
   return names;
 }
 
+StatusOr<Sample> SampleFromTokens(uint64_t id, const std::map<std::string, int64_t>& tokens,
+                                  const std::vector<std::string>& modality_names) {
+  Sample s;
+  s.id = id;
+  for (const auto& [name, count] : tokens) {
+    if (count < 0) {
+      return Status::InvalidArgument("sample " + std::to_string(id) + ": negative token count for '" + name + "'");
+    }
+    if (name == "text") {
+      s.text_tokens = count;
+      continue;
+    }
+    const auto it = std::find(modality_names.begin(), modality_names.end(), name);
+    if (it == modality_names.end() || it - modality_names.begin() >= kMaxModalities) {
+      return Status::InvalidArgument("sample " + std::to_string(id) + ": modality '" + name +
+                                     "' is not one the plan knows (add it to the spec's data modalities)");
+    }
+    const int m = static_cast<int>(it - modality_names.begin());
+    s.modality_tokens[static_cast<size_t>(m)] = count;
+    if (count > 0) s.modalities |= 1u << m;
+  }
+  return s;
+}
+
 StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const SectionCostModel> costs,
                            std::vector<Sample> samples) {
   Problem p;

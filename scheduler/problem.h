@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -151,5 +152,11 @@ StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const Section
                            std::vector<Sample> samples);
 // The modality names FromPlan() would use for `plan`.
 std::vector<std::string> ModalityNamesOf(const plan::Plan& plan);
+
+// A Sample from the token counts the datalayer's index keeps per sample
+// (modality name -> tokens; the key "text" is the text tokens). A modality
+// with tokens > 0 sets its bit. Fails on a name not in `modality_names`.
+StatusOr<Sample> SampleFromTokens(uint64_t id, const std::map<std::string, int64_t>& tokens,
+                                  const std::vector<std::string>& modality_names);
 
 }  // namespace maestro::scheduler

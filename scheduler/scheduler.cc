@@ -295,9 +295,9 @@ struct Event {
 
 struct RankState {
   int section = 0;
-  // Samples whose inputs have arrived, as (tier * n + wave rank) -> sample;
-  // the smallest key goes first.
-  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> available;
+  // Samples whose inputs have arrived; the smallest key goes first.
+  // A min-heap (std::greater) of keys tier * n + wave rank; unique per sample.
+  std::vector<int> available;
   int to_arrive = 0;             // samples of this rank not yet available
   int unformed = 0;              // samples not yet in a micro-batch
   bool busy = false;
@@ -358,6 +358,7 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
   std::vector<uint64_t> tie(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) tie[static_cast<size_t>(i)] = SplitMix64(tie_seed ^ p.samples[static_cast<size_t>(i)].id);
   std::vector<int> wave_rank(static_cast<size_t>(n));
+  std::vector<int> wave_order;  // wave rank -> sample
   {
     std::vector<double> lead(static_cast<size_t>(n)), total(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -384,13 +385,20 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
     std::vector<int> order(static_cast<size_t>(n));
     for (int k = 0; k < n; ++k) order[static_cast<size_t>(k)] = keys[static_cast<size_t>(k)].index;
     for (int k = 0; k < n; ++k) wave_rank[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
+    wave_order = std::move(order);
   }
   // Samples that came from upstream go first (their upstream is waiting for
   // the gradient, or more of them are in flight); samples that need no
   // upstream fill in while upstream work is in flight.
   auto priority_of = [&](int i, bool from_upstream) {
-    return std::make_pair((from_upstream ? 0 : n) + wave_rank[static_cast<size_t>(i)], i);
+    return (from_upstream ? 0 : n) + wave_rank[static_cast<size_t>(i)];
   };
+  auto sample_of_key = [&](int key) { return wave_order[static_cast<size_t>(key % std::max(n, 1))]; };
+  auto push_available = [&](RankState& rs, int key) {
+    rs.available.push_back(key);
+    std::push_heap(rs.available.begin(), rs.available.end(), std::greater<int>());
+  };
+
 
 
   std::vector<RankState> ranks(static_cast<size_t>(pr.num_ranks));
@@ -409,10 +417,22 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
 
   for (int i = 0; i < n; ++i) {
     for (int s = 0; s < pr.S; ++s) {
+      if (Activ(pr, s, i)) ++ranks[static_cast<size_t>(rank_of(s, i))].unformed;
+    }
+  }
+  for (int rk = 0; rk < pr.num_ranks; ++rk) {
+    RankState& rs = ranks[static_cast<size_t>(rk)];
+    rs.available.reserve(static_cast<size_t>(rs.unformed));
+    const size_t mbs = static_cast<size_t>(rs.unformed) + 1;  // an upper bound on micro-batches
+    rs.mb_samples.reserve(mbs);
+    rs.pending_grad.reserve(mbs);
+    rs.grad_ready_at.reserve(mbs);
+  }
+  for (int i = 0; i < n; ++i) {
+    for (int s = 0; s < pr.S; ++s) {
       if (!Activ(pr, s, i)) continue;
       RankState& rs = ranks[static_cast<size_t>(rank_of(s, i))];
       ++rs.to_arrive;
-      ++rs.unformed;
       int k = 0;
       for (int e : pr.in_edges[static_cast<size_t>(s)]) k += Activ(pr, p.edges[static_cast<size_t>(e)].from, i) ? 1 : 0;
       pending_in[Idx(s, i, n)] = k;
@@ -420,7 +440,7 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
       if (k == 0) {  // available from the start: no event needed
         RankState& src = ranks[static_cast<size_t>(rank_of(s, i))];
         --src.to_arrive;
-        src.available.push(priority_of(i, false));
+        push_available(src, priority_of(i, false));
         if (!src.busy) events.push({0.0, seq++, EventKind::kRankFree, rank_of(s, i), 0});
         src.busy = true;  // marks "kick already queued"; the event clears it
       }
@@ -433,6 +453,9 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
       RankProgram& prog = sch.ranks[static_cast<size_t>(pr.rank_base[static_cast<size_t>(s)] + r)];
       prog.section = s;
       prog.replica = r;
+      const int cnt = ranks[static_cast<size_t>(pr.rank_base[static_cast<size_t>(s)] + r)].unformed;
+      prog.micro_batches.reserve(static_cast<size_t>(cnt / p.sections[static_cast<size_t>(s)].micro_batch + 2));
+      prog.ops.reserve(static_cast<size_t>(cnt) + 2);
     }
   }
   for (int rk = 0; rk < pr.num_ranks; ++rk) {
@@ -502,15 +525,19 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
   auto form_forward = [&](int rk, double t) {
     RankState& rs = ranks[static_cast<size_t>(rk)];
     const int s = rs.section;
-    const int cap = p.sections[static_cast<size_t>(s)].micro_batch;
     const int mb = static_cast<int>(rs.mb_samples.size());
+    // A producer's first micro-batch is a quarter size: its consumers start
+    // sooner (pipeline fill), at the price of one more small micro-batch.
+    int cap = p.sections[static_cast<size_t>(s)].micro_batch;
+    if (mb == 0 && !pr.out_edges[static_cast<size_t>(s)].empty()) cap = std::max(1, (cap + 3) / 4);
     std::vector<int> members;
     MicroBatch out;
     out.sample_ids.reserve(static_cast<size_t>(cap));
     members.reserve(static_cast<size_t>(cap));
     while (!rs.available.empty() && static_cast<int>(members.size()) < cap) {
-      const int i = rs.available.top().second;
-      rs.available.pop();
+      std::pop_heap(rs.available.begin(), rs.available.end(), std::greater<int>());
+      const int i = sample_of_key(rs.available.back());
+      rs.available.pop_back();
       members.push_back(i);
       mb_of[Idx(s, i, n)] = mb;
       out.sample_ids.push_back(p.samples[static_cast<size_t>(i)].id);
@@ -562,7 +589,7 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
           break;
         case EventKind::kArrive:
           --rs.to_arrive;
-          rs.available.push(priority_of(ev.payload, has_upstream[Idx(rs.section, ev.payload, n)] != 0));
+          push_available(rs, priority_of(ev.payload, has_upstream[Idx(rs.section, ev.payload, n)] != 0));
           break;
         case EventKind::kGradReady:
           rs.backward_ready.push(ev.payload);

@@ -250,7 +250,7 @@ std::string Simulation::GanttSvg(const std::string& title) const {
     std::snprintf(out, sizeof(out), "#%02x%02x%02x", ch(16), ch(8), ch(0));
     return std::string(out);
   };
-  const double left = 150, right = 30, top = 50, row_h = 20, gap = 4, plot_w = 1000;
+  const double left = 150, right = 30, top = 64, row_h = 20, gap = 4, plot_w = 1000;
   const double rows_h = static_cast<double>(ranks.size()) * row_h;
   const double axis_y = top + rows_h + 6;
   const double legend_y = axis_y + 40;
@@ -265,9 +265,11 @@ std::string Simulation::GanttSvg(const std::string& title) const {
     << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   std::string head = title.empty() ? ("policy " + policy) : title;
-  char stats[128];
-  std::snprintf(stats, sizeof(stats), "  |  step %.4g s  |  utilization %.1f%%", step_seconds, 100.0 * utilization);
-  o << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << XmlEscape(head) << stats << "</text>\n";
+  char stats[160];
+  std::snprintf(stats, sizeof(stats), "step %.4g s, utilization %.1f%% over %zu ranks (one row per DP replica)",
+                step_seconds, 100.0 * utilization, ranks.size());
+  o << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << XmlEscape(head) << "</text>\n";
+  o << "<text x=\"10\" y=\"42\" font-size=\"12\" fill=\"#333333\">" << stats << "</text>\n";
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double y = top + static_cast<double>(r) * row_h;
     if (r % 2 == 0) {

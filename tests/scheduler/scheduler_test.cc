@@ -134,6 +134,21 @@ TEST(SchedulerProblem, FromPlanMapsSectionsModalitiesAndEdges) {
   EXPECT_FALSE(FromPlan(pl, std::make_shared<FlatCosts>(0.1, 0.01, 0.001), samples).ok());
 }
 
+TEST(SchedulerProblem, SampleFromTheIndexTokenCounts) {
+  const std::vector<std::string> names = {"image", "audio"};
+  auto s = SampleFromTokens(7, {{"text", 120}, {"audio", 40}}, names);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->id, 7u);
+  EXPECT_EQ(s->text_tokens, 120);
+  EXPECT_FALSE(s->Has(0));
+  EXPECT_TRUE(s->Has(1));
+  EXPECT_EQ(s->modality_tokens[1], 40);
+  auto bad = SampleFromTokens(8, {{"video", 3}}, names);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("video"), std::string::npos);
+  EXPECT_FALSE(SampleFromTokens(9, {{"text", -1}}, names).ok());
+}
+
 TEST(SchedulerJson, RoundTripsEveryPolicy) {
   SyntheticPlanOptions po;
   po.sections = 5;
