@@ -69,8 +69,8 @@ const char* DurableOpName(DurableOp op) {
 }
 
 Env* Env::Default() {
-  static Env* env = new Env();  // never destroyed: usable from any static
-  return env;
+  static Env env;
+  return &env;
 }
 
 Status Env::BeforeDurableOp(DurableOp /*op*/, std::string_view /*target*/) { return Status::Ok(); }

@@ -47,7 +47,7 @@ class WritableFile {
 class Env {
  public:
   virtual ~Env() = default;
-  // The process-wide POSIX Env. Never null, never destroyed.
+  // The process-wide POSIX Env (stateless). Never null.
   static Env* Default();
 
   virtual Status BeforeDurableOp(DurableOp op, std::string_view target);

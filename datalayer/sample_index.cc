@@ -460,6 +460,27 @@ Status SampleIndex::CommitSteps(const std::vector<StepRecord>& steps, int64_t ch
   return s;
 }
 
+StatusOr<std::optional<StepRecord>> SampleIndex::CommittedStep(int64_t step) {
+  MAESTRO_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT sample_ids, schedule FROM steps WHERE step=?"));
+  stmt.Bind(1, step);
+  MAESTRO_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<StepRecord>();
+  StepRecord rec;
+  rec.step = step;
+  const nlohmann::json ids = nlohmann::json::parse(stmt.Text(0), nullptr, false);
+  if (!ids.is_array()) {
+    return Status::Corruption(fmt::format("{}: steps.sample_ids of step {} is not a JSON array", db_->path(), step));
+  }
+  for (const auto& id : ids) {
+    if (!id.is_number_integer()) {
+      return Status::Corruption(fmt::format("{}: steps.sample_ids of step {} holds a non-integer", db_->path(), step));
+    }
+    rec.sample_ids.push_back(id.get<int64_t>());
+  }
+  rec.schedule_json = stmt.Text(1);
+  return std::optional<StepRecord>(std::move(rec));
+}
+
 StatusOr<std::vector<int64_t>> SampleIndex::CommittedCheckpoints() {
   MAESTRO_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT checkpoint_step FROM checkpoints ORDER BY checkpoint_step"));
   std::vector<int64_t> out;

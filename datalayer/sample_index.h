@@ -100,6 +100,9 @@ class SampleIndex {
   // the one holding their weight updates.
   Status CommitSteps(const std::vector<StepRecord>& steps, int64_t checkpoint_step,
                      const std::string& checkpoint_file);
+  // The step log's record of a committed step (its batch and schedule);
+  // nullopt when the step is not committed.
+  StatusOr<std::optional<StepRecord>> CommittedStep(int64_t step);
   // Checkpoint steps recorded in the step log, oldest first.
   StatusOr<std::vector<int64_t>> CommittedCheckpoints();
   // How many samples of `epoch` are marked consumed.

@@ -143,6 +143,11 @@ TEST(SampleIndex, CommitStepsIsOrderedAndConsumesEachSampleOnce) {
   EXPECT_EQ(point.last_step, 1);
   EXPECT_EQ(point.checkpoint_file, "ckpt-1");
   EXPECT_EQ(index->ConsumedCount(0).ValueOrDie(), 10);
+  auto logged = index->CommittedStep(1).ValueOrDie();
+  ASSERT_TRUE(logged.has_value());
+  EXPECT_EQ(logged->sample_ids, b1.sample_ids);
+  EXPECT_EQ(logged->schedule_json, "{\"s\":1}");
+  EXPECT_FALSE(index->CommittedStep(2).ValueOrDie().has_value());
   // Step 2 claiming a sample already consumed this epoch: refused, nothing recorded.
   std::vector<int64_t> bad = b2.sample_ids;
   bad[0] = b0.sample_ids[0];
