@@ -46,8 +46,8 @@ using Optional = c10::optional<T>;
 // (B, H, T, D). Scale 1/sqrt(D). causal: query t attends to keys
 // s <= t + (S - T) (the usual lower-triangular mask when S == T).
 // No dropout (the models here train without attention dropout).
-inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
-                                               const torch::Tensor& v, bool causal) {
+inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                               bool causal) {
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
 #else

@@ -9,13 +9,12 @@
 
 namespace maestro::runtime {
 
-RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device,
-                          torch::Dtype dtype) {
+RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device, torch::Dtype dtype) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim));  // (D/2)
-  auto t = torch::arange(positions, f32);                                   // (T)
-  auto freqs = torch::outer(t, inv_freq);                                   // (T, D/2)
-  auto angles = torch::cat({freqs, freqs}, -1);                             // (T, D)
+  auto t = torch::arange(positions, f32);                                                                       // (T)
+  auto freqs = torch::outer(t, inv_freq);        // (T, D/2)
+  auto angles = torch::cat({freqs, freqs}, -1);  // (T, D)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }
 
@@ -43,7 +42,7 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
-  if (kv_heads_ != heads_) {  // each kv head serves H/K consecutive query heads
+  if (kv_heads_ != heads_) {                         // each kv head serves H/K consecutive query heads
     k = k.repeat_interleave(heads_ / kv_heads_, 1);  // (B, H, T, D)
     v = v.repeat_interleave(heads_ / kv_heads_, 1);  // (B, H, T, D)
   }
@@ -71,16 +70,16 @@ MoeMlpImpl::MoeMlpImpl(int64_t hidden, int64_t num_experts, int64_t experts_per_
 
 torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const auto shape = x.sizes().vec();
-  auto tokens = x.reshape({-1, x.size(-1)});                                 // (N, C)
-  auto probs = torch::softmax(router(tokens), -1, torch::kFloat32);          // (N, E)
-  auto [top_p, top_e] = probs.topk(experts_per_token_, -1);                  // (N, k), (N, k)
-  top_p = (top_p / top_p.sum(-1, /*keepdim=*/true)).to(x.scalar_type());     // renormalized over the k
-  auto out = torch::zeros_like(tokens);                                      // (N, C)
+  auto tokens = x.reshape({-1, x.size(-1)});                              // (N, C)
+  auto probs = torch::softmax(router(tokens), -1, torch::kFloat32);       // (N, E)
+  auto [top_p, top_e] = probs.topk(experts_per_token_, -1);               // (N, k), (N, k)
+  top_p = (top_p / top_p.sum(-1, /*keepdim=*/true)).to(x.scalar_type());  // renormalized over the k
+  auto out = torch::zeros_like(tokens);                                   // (N, C)
   for (int64_t e = 0; e < static_cast<int64_t>(experts->size()); ++e) {
     auto hits = torch::nonzero(top_e == e);  // (M, 2): (token, slot) pairs routed to e
     if (hits.size(0) == 0) continue;
-    auto token = hits.select(1, 0), slot = hits.select(1, 1);               // (M), (M)
-    auto weight = top_p.index({token, slot}).unsqueeze(-1);                  // (M, 1)
+    auto token = hits.select(1, 0), slot = hits.select(1, 1);                                   // (M), (M)
+    auto weight = top_p.index({token, slot}).unsqueeze(-1);                                     // (M, 1)
     auto y = experts[e]->as<SwiGluMlpImpl>()->forward(tokens.index_select(0, token)) * weight;  // (M, C)
     out = out.index_add(0, token, y);
   }
@@ -133,7 +132,9 @@ torch::Tensor DecoderLMImpl::Logits(const torch::Tensor& hidden) {
   return lm_head ? lm_head(hidden) : torch::linear(hidden, embed_tokens->weight);
 }
 
-torch::Tensor DecoderLMImpl::forward(const torch::Tensor& ids) { return Logits(ForwardEmbeds(Embed(ids))); }
+torch::Tensor DecoderLMImpl::forward(const torch::Tensor& ids) {
+  return Logits(ForwardEmbeds(Embed(ids)));
+}
 
 StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOptions& options) {
   if (desc.kind != plan::ModelKind::kDecoder) {

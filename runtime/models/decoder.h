@@ -36,8 +36,7 @@ struct RopeTables {
 };
 // positions: T; head_dim: D (even); theta: the RoPE base. Angles are computed
 // in fp32 (inv_freq = theta^(-2i/D)) and the tables cast to dtype.
-RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device,
-                          torch::Dtype dtype);
+RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device, torch::Dtype dtype);
 // x: (B, H, T, D); tables: (T, D). Returns x*cos + rotate_half(x)*sin,
 // rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
@@ -77,8 +76,8 @@ class MoeMlpImpl : public torch::nn::Module {
   // x: (B, T, C) -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
 
-  Linear router{nullptr};            // (E, C)
-  torch::nn::ModuleList experts;     // E x SwiGluMlp
+  Linear router{nullptr};         // (E, C)
+  torch::nn::ModuleList experts;  // E x SwiGluMlp
 
  private:
   int64_t experts_per_token_;

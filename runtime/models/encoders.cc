@@ -88,8 +88,8 @@ torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x) {
 }  // namespace
 
 VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
-  patch_embed = register_module(
-      "patch_embed", Conv(2, desc.channels, desc.hidden, desc.patch_size, desc.patch_size, 0, params));
+  patch_embed =
+      register_module("patch_embed", Conv(2, desc.channels, desc.hidden, desc.patch_size, desc.patch_size, 0, params));
   pos_embed = register_parameter("pos_embed", params.Normal({1, num_patches(), desc.hidden}));
   blocks = register_module("blocks", MakeEncoderBlocks(desc, params));
   final_norm = register_module("final_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
@@ -112,9 +112,9 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
 torch::Tensor SinusoidalPositions(int64_t length, int64_t channels) {
   const int64_t half = channels / 2;
   const double increment = std::log(10000.0) / static_cast<double>(half - 1);
-  auto inv_timescales = torch::exp(-increment * torch::arange(half, torch::kFloat32));         // (C/2)
+  auto inv_timescales = torch::exp(-increment * torch::arange(half, torch::kFloat32));              // (C/2)
   auto scaled = torch::arange(length, torch::kFloat32).unsqueeze(1) * inv_timescales.unsqueeze(0);  // (L, C/2)
-  return torch::cat({scaled.sin(), scaled.cos()}, 1);                                        // (L, C)
+  return torch::cat({scaled.sin(), scaled.cos()}, 1);                                               // (L, C)
 }
 
 AudioEncoderImpl::AudioEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
@@ -126,12 +126,11 @@ AudioEncoderImpl::AudioEncoderImpl(const plan::ModelDesc& desc, ParamFactory& pa
 }
 
 torch::Tensor AudioEncoderImpl::forward(const torch::Tensor& mel) {
-  TORCH_CHECK(mel.dim() == 3 && mel.size(1) == desc_.mel_bins && mel.size(2) >= 1 &&
-                  mel.size(2) <= desc_.audio_frames,
+  TORCH_CHECK(mel.dim() == 3 && mel.size(1) == desc_.mel_bins && mel.size(2) >= 1 && mel.size(2) <= desc_.audio_frames,
               "AudioEncoder: mel must be (B, ", desc_.mel_bins, ", frames <= ", desc_.audio_frames, "), got ",
               mel.sizes());
   auto x = compat::Gelu(conv2(compat::Gelu(conv1(mel))));  // (B, C, ceil(F/2))
-  x = x.transpose(1, 2);                                  // (B, ceil(F/2), C)
+  x = x.transpose(1, 2);                                   // (B, ceil(F/2), C)
   x = x + positions.narrow(0, 0, x.size(1));
   return final_norm(RunBlocks(blocks, x));
 }
@@ -141,7 +140,9 @@ MlpProjectorImpl::MlpProjectorImpl(const plan::ModelDesc& desc, ParamFactory& pa
   fc2 = register_module("fc2", Linear(desc.out_dim, desc.out_dim, true, params));
 }
 
-torch::Tensor MlpProjectorImpl::forward(const torch::Tensor& x) { return fc2(compat::Gelu(fc1(x))); }
+torch::Tensor MlpProjectorImpl::forward(const torch::Tensor& x) {
+  return fc2(compat::Gelu(fc1(x)));
+}
 
 StatusOr<VitEncoder> BuildVitEncoder(const plan::ModelDesc& desc, const ModelBuildOptions& options) {
   return Build<VitEncoder>(desc, options, plan::ModelKind::kVit, "BuildVitEncoder");
@@ -153,8 +154,7 @@ StatusOr<MlpProjector> BuildMlpProjector(const plan::ModelDesc& desc, const Mode
   return Build<MlpProjector>(desc, options, plan::ModelKind::kProjector, "BuildMlpProjector");
 }
 
-StatusOr<std::shared_ptr<torch::nn::Module>> BuildModel(const plan::ModelDesc& desc,
-                                                        const ModelBuildOptions& options) {
+StatusOr<std::shared_ptr<torch::nn::Module>> BuildModel(const plan::ModelDesc& desc, const ModelBuildOptions& options) {
   auto as_module = [](auto built) -> StatusOr<std::shared_ptr<torch::nn::Module>> {
     if (!built.ok()) return built.status();
     return std::static_pointer_cast<torch::nn::Module>(built->ptr());

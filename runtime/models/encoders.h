@@ -36,8 +36,8 @@ namespace maestro::runtime {
 class ConvImpl : public torch::nn::Module {
  public:
   // spatial_dims: 1 (Conv1d) or 2 (Conv2d); square kernels.
-  ConvImpl(int spatial_dims, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-           int64_t padding, ParamFactory& params);
+  ConvImpl(int spatial_dims, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
+           ParamFactory& params);
   // x: (B, Cin, L) -> (B, Cout, L') for 1 dim; (B, Cin, H, W) -> (B, Cout, H', W') for 2.
   torch::Tensor forward(const torch::Tensor& x);
 

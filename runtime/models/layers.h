@@ -21,10 +21,10 @@
 namespace maestro::runtime {
 
 struct ModelBuildOptions {
-  uint64_t seed = 0;                       // same seed, same desc -> same weights, bit for bit
-  torch::Device device = torch::kCPU;      // torch::kMeta: shapes only, nothing allocated
-  torch::Dtype dtype = torch::kFloat32;    // parameter dtype
-  double init_std = 0.02;                  // std of every weight matrix / embedding
+  uint64_t seed = 0;                     // same seed, same desc -> same weights, bit for bit
+  torch::Device device = torch::kCPU;    // torch::kMeta: shapes only, nothing allocated
+  torch::Dtype dtype = torch::kFloat32;  // parameter dtype
+  double init_std = 0.02;                // std of every weight matrix / embedding
 };
 
 // Creates parameters in call order from one CPU generator seeded with

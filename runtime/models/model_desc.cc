@@ -23,7 +23,9 @@ class DescChecker {
     status_ = Status::InvalidArgument(where_ + ": " + plan::ModelKindName(desc_.kind) + " model needs " + what +
                                       " (fix the section's [model] in the spec, or the imported config.json)");
   }
-  void Positive(int64_t value, const char* field) { Require(value > 0, std::string(field) + " > 0, got " + std::to_string(value)); }
+  void Positive(int64_t value, const char* field) {
+    Require(value > 0, std::string(field) + " > 0, got " + std::to_string(value));
+  }
   void NonNegative(int64_t value, const char* field) {
     Require(value >= 0, std::string(field) + " >= 0, got " + std::to_string(value));
   }
@@ -51,27 +53,46 @@ void CheckEncoderBlocks(const plan::ModelDesc& d, DescChecker& c) {
 
 }  // namespace
 
-double RopeTheta(const plan::ModelDesc& desc) { return ExtraOr(desc, kRopeThetaKey, 10000.0); }
-double RmsNormEps(const plan::ModelDesc& desc) { return ExtraOr(desc, kRmsNormEpsKey, 1e-5); }
-double LayerNormEps(const plan::ModelDesc& desc) { return ExtraOr(desc, kLayerNormEpsKey, 1e-5); }
+double RopeTheta(const plan::ModelDesc& desc) {
+  return ExtraOr(desc, kRopeThetaKey, 10000.0);
+}
+double RmsNormEps(const plan::ModelDesc& desc) {
+  return ExtraOr(desc, kRmsNormEpsKey, 1e-5);
+}
+double LayerNormEps(const plan::ModelDesc& desc) {
+  return ExtraOr(desc, kLayerNormEpsKey, 1e-5);
+}
 
 int64_t HeadDim(const plan::ModelDesc& desc) {
   if (desc.head_dim != 0) return desc.head_dim;
   return desc.heads > 0 ? desc.hidden / desc.heads : 0;
 }
-int64_t KvHeads(const plan::ModelDesc& desc) { return desc.kv_heads != 0 ? desc.kv_heads : desc.heads; }
+int64_t KvHeads(const plan::ModelDesc& desc) {
+  return desc.kv_heads != 0 ? desc.kv_heads : desc.heads;
+}
 int64_t MoeFfnHidden(const plan::ModelDesc& desc) {
   return desc.moe_ffn_hidden != 0 ? desc.moe_ffn_hidden : desc.ffn_hidden;
 }
 
 Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
   DescChecker c(d, where);
-  for (auto [value, field] : {std::pair{d.hidden, "hidden"}, {d.layers, "layers"}, {d.heads, "heads"},
-                              {d.kv_heads, "kv_heads"}, {d.head_dim, "head_dim"}, {d.ffn_hidden, "ffn_hidden"},
-                              {d.vocab, "vocab"}, {d.experts, "experts"}, {d.experts_per_token, "experts_per_token"},
-                              {d.moe_ffn_hidden, "moe_ffn_hidden"}, {d.image_size, "image_size"},
-                              {d.patch_size, "patch_size"}, {d.channels, "channels"}, {d.mel_bins, "mel_bins"},
-                              {d.audio_frames, "audio_frames"}, {d.in_dim, "in_dim"}, {d.out_dim, "out_dim"}}) {
+  for (auto [value, field] : {std::pair{d.hidden, "hidden"},
+                              {d.layers, "layers"},
+                              {d.heads, "heads"},
+                              {d.kv_heads, "kv_heads"},
+                              {d.head_dim, "head_dim"},
+                              {d.ffn_hidden, "ffn_hidden"},
+                              {d.vocab, "vocab"},
+                              {d.experts, "experts"},
+                              {d.experts_per_token, "experts_per_token"},
+                              {d.moe_ffn_hidden, "moe_ffn_hidden"},
+                              {d.image_size, "image_size"},
+                              {d.patch_size, "patch_size"},
+                              {d.channels, "channels"},
+                              {d.mel_bins, "mel_bins"},
+                              {d.audio_frames, "audio_frames"},
+                              {d.in_dim, "in_dim"},
+                              {d.out_dim, "out_dim"}}) {
     c.NonNegative(value, field);
   }
   switch (d.kind) {
@@ -85,8 +106,8 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
                     std::to_string(d.heads) + " != 0)");
       c.Require(HeadDim(d) % 2 == 0, "an even head_dim for RoPE, got " + std::to_string(HeadDim(d)));
       const int64_t kv = KvHeads(d);
-      c.Require(kv > 0 && d.heads % kv == 0, "heads divisible by kv_heads (GQA), got heads " +
-                                                 std::to_string(d.heads) + ", kv_heads " + std::to_string(kv));
+      c.Require(kv > 0 && d.heads % kv == 0, "heads divisible by kv_heads (GQA), got heads " + std::to_string(d.heads) +
+                                                 ", kv_heads " + std::to_string(kv));
       if (d.experts == 0) {
         c.Positive(d.ffn_hidden, "ffn_hidden");
       } else {
@@ -104,9 +125,9 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
       c.Positive(d.image_size, "image_size");
       c.Positive(d.patch_size, "patch_size");
       c.Positive(d.channels, "channels");
-      c.Require(d.patch_size <= 0 || d.image_size % d.patch_size == 0,
-                "image_size divisible by patch_size (" + std::to_string(d.image_size) + " % " +
-                    std::to_string(d.patch_size) + " != 0)");
+      c.Require(d.patch_size <= 0 || d.image_size % d.patch_size == 0, "image_size divisible by patch_size (" +
+                                                                           std::to_string(d.image_size) + " % " +
+                                                                           std::to_string(d.patch_size) + " != 0)");
       break;
     case plan::ModelKind::kAudioEncoder:
       CheckEncoderBlocks(d, c);

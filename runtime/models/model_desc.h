@@ -18,9 +18,9 @@ namespace maestro::runtime {
 
 // Keys of ModelDesc::extra the models read (HF config.json names), with the
 // value used when the key is absent.
-inline constexpr const char* kRopeThetaKey = "rope_theta";        // decoder, 10000
-inline constexpr const char* kRmsNormEpsKey = "rms_norm_eps";     // decoder, 1e-5
-inline constexpr const char* kLayerNormEpsKey = "layer_norm_eps"; // ViT / audio, 1e-5
+inline constexpr const char* kRopeThetaKey = "rope_theta";         // decoder, 10000
+inline constexpr const char* kRmsNormEpsKey = "rms_norm_eps";      // decoder, 1e-5
+inline constexpr const char* kLayerNormEpsKey = "layer_norm_eps";  // ViT / audio, 1e-5
 double RopeTheta(const plan::ModelDesc& desc);
 double RmsNormEps(const plan::ModelDesc& desc);
 double LayerNormEps(const plan::ModelDesc& desc);

@@ -16,24 +16,23 @@
 // Tensor files: <dir>/index.json = [{"name", "dtype": "f32"|"i64", "shape",
 // "offset"}] and <dir>/data.bin, raw little-endian, contiguous.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
@@ -63,7 +62,8 @@ void SaveTensors(const fs::path& dir, const TensorMap& tensors) {
     if (!is_long) t = t.to(torch::kFloat32);
     const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
     data.write(static_cast<const char*>(t.data_ptr()), bytes);
-    index.push_back({{"name", name}, {"dtype", is_long ? "i64" : "f32"}, {"shape", t.sizes().vec()}, {"offset", offset}});
+    index.push_back(
+        {{"name", name}, {"dtype", is_long ? "i64" : "f32"}, {"shape", t.sizes().vec()}, {"offset", offset}});
     offset += bytes;
   }
   std::ofstream(dir / "index.json") << index.dump(1);
@@ -144,18 +144,33 @@ Status RunReference(const fs::path& in, const fs::path& out, const fs::path& log
   }
   return Status::Unavailable(
       "no python3 with torch found; the reference tests need Debian's python3-torch (a declared dependency: "
-      "scripts/setup.sh installs it), or set MAESTRO_PYTHON3 to a python3 that has torch. Tried:" + tried);
+      "scripts/setup.sh installs it), or set MAESTRO_PYTHON3 to a python3 that has torch. Tried:" +
+      tried);
 }
 
 // ---- reference comparison --------------------------------------------------------
 
 nlohmann::json DescJson(const ModelDesc& d) {
-  return {{"kind", plan::ModelKindName(d.kind)}, {"hidden", d.hidden}, {"layers", d.layers}, {"heads", d.heads},
-          {"kv_heads", d.kv_heads}, {"head_dim", d.head_dim}, {"ffn_hidden", d.ffn_hidden}, {"vocab", d.vocab},
-          {"tie_embeddings", d.tie_embeddings}, {"experts", d.experts}, {"experts_per_token", d.experts_per_token},
-          {"moe_ffn_hidden", d.moe_ffn_hidden}, {"image_size", d.image_size}, {"patch_size", d.patch_size},
-          {"channels", d.channels}, {"mel_bins", d.mel_bins}, {"audio_frames", d.audio_frames},
-          {"in_dim", d.in_dim}, {"out_dim", d.out_dim}, {"extra", d.extra}};
+  return {{"kind", plan::ModelKindName(d.kind)},
+          {"hidden", d.hidden},
+          {"layers", d.layers},
+          {"heads", d.heads},
+          {"kv_heads", d.kv_heads},
+          {"head_dim", d.head_dim},
+          {"ffn_hidden", d.ffn_hidden},
+          {"vocab", d.vocab},
+          {"tie_embeddings", d.tie_embeddings},
+          {"experts", d.experts},
+          {"experts_per_token", d.experts_per_token},
+          {"moe_ffn_hidden", d.moe_ffn_hidden},
+          {"image_size", d.image_size},
+          {"patch_size", d.patch_size},
+          {"channels", d.channels},
+          {"mel_bins", d.mel_bins},
+          {"audio_frames", d.audio_frames},
+          {"in_dim", d.in_dim},
+          {"out_dim", d.out_dim},
+          {"extra", d.extra}};
 }
 
 // What one side computed: named outputs (always "output", the decoder also
@@ -237,8 +252,8 @@ void CheckAgainstPyTorch(const ReferenceCase& c) {
   }
   EXPECT_EQ(checked, static_cast<int>(model.parameters().size()));
   EXPECT_GT(checked, 0);
-  std::cout << c.name << ": " << checked << " parameter gradients, outputs and input gradient within "
-            << worst << " relative of PyTorch (fp64)\n";
+  std::cout << c.name << ": " << checked << " parameter gradients, outputs and input gradient within " << worst
+            << " relative of PyTorch (fp64)\n";
 }
 
 // ---- the descs -----------------------------------------------------------------
@@ -416,7 +431,8 @@ TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
   for (const auto& item : pa) {
     EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
   }
-  EXPECT_FALSE(torch::equal(pa["blocks.1.moe.experts.3.down_proj.weight"], pc["blocks.1.moe.experts.3.down_proj.weight"]));
+  EXPECT_FALSE(
+      torch::equal(pa["blocks.1.moe.experts.3.down_proj.weight"], pc["blocks.1.moe.experts.3.down_proj.weight"]));
 }
 
 TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
