@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// scheduler: the wavefront scheduler against its baselines (FIFO = data-order
-// placement and order; balance-only = balanced placement, data order) and
+// scheduler: the wavefront scheduler against its baselines (FIFO = data order
+// dealt round-robin by micro-batch over the DP replicas, as Megatron's sampler
+// does; FIFO-contiguous = one contiguous slice per replica; balance-only =
+// the wavefront's balanced placement run in data order) and
 // against the step's lower bound, on random global batches of 256-4096
 // samples whose image ratio varies from step to step, over synthetic
 // multimodal plans of 2-6 sections with fan-out 1-4. All step times are the
@@ -8,9 +10,10 @@
 // schedules, not machines. schedule_ms_4096 is wall time on this machine.
 //
 //   maestro-bench scheduler --json [--quick] [-- --artifacts=DIR]
-// With --artifacts=DIR it also writes DIR/scheduler-gantt-{wavefront,fifo}.svg
+// With --artifacts=DIR it also writes DIR/scheduler-gantt-<policy>.svg
 // and DIR/scheduler-trace.json for a small step (the pictures in docs/).
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -59,7 +62,7 @@ void WriteArtifacts(const std::string& dir) {
   bo.image_ratio = 0.5;
   bo.seed = 11;
   p.samples = MakeSyntheticBatch(p, bo);
-  for (Policy policy : {Policy::kWavefront, Policy::kFifo}) {
+  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kFifoContiguous}) {
     ScheduleOptions o;
     o.policy = policy;
     Schedule s = BuildSchedule(p, o).ValueOrDie();
@@ -81,12 +84,17 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
                                          {4, 3}, {5, 2}, {5, 4}, {6, 2}, {6, 3}};
   const int steps = options.quick ? 3 : 8;
   const int max_samples = options.quick ? 512 : 4096;
+  int run_length = 1;
+  for (const std::string& a : options.args) {
+    if (a.rfind("--run-length=", 0) == 0) run_length = std::max(1, std::atoi(a.c_str() + 13));
+  }
   double sum_wf_lb = 0, sum_fifo_lb = 0, sum_bal_lb = 0, sum_speedup = 0, sum_speedup_bal = 0;
+  double sum_cont_lb = 0, sum_speedup_cont = 0;
   double worst_wf_lb = 0;
   int count = 0;
   // Buckets of image ratio for the table in docs/scheduler.md.
   const int kBuckets = 5;
-  std::vector<double> b_wf(kBuckets), b_fifo(kBuckets), b_bal(kBuckets);
+  std::vector<double> b_wf(kBuckets), b_fifo(kBuckets), b_bal(kBuckets), b_cont(kBuckets);
   std::vector<int> b_n(kBuckets);
   nlohmann::json per_plan = nlohmann::json::array();
   for (size_t k = 0; k < shapes.size(); ++k) {
@@ -95,7 +103,7 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
     po.max_fanout = shapes[k].fanout;
     po.seed = 100 + k;
     Problem p = MakeSyntheticPlan(po);
-    double plan_wf = 0, plan_fifo = 0, plan_bal = 0;
+    double plan_wf = 0, plan_fifo = 0, plan_bal = 0, plan_cont = 0;
     std::string dps;
     for (const SectionSpec& s : p.sections) dps += (dps.empty() ? "" : " ") + s.name + ":" + std::to_string(s.dp);
     for (int step = 0; step < steps; ++step) {
@@ -104,11 +112,17 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
       bo.samples = 256 + static_cast<int>(r % static_cast<uint64_t>(max_samples - 256 + 1));
       bo.image_ratio = static_cast<double>((r >> 20) % 1001) / 1000.0;
       bo.seed = r;
+      bo.run_length = run_length;
       p.samples = MakeSyntheticBatch(p, bo);
       const double lb = ComputeLowerBound(p).ValueOrDie().seconds;
       const double wf = SimulatedSeconds(p, Policy::kWavefront, step);
       const double fifo = SimulatedSeconds(p, Policy::kFifo, step);
       const double bal = SimulatedSeconds(p, Policy::kBalanceOnly, step);
+      const double cont = SimulatedSeconds(p, Policy::kFifoContiguous, step);
+      sum_cont_lb += cont / lb;
+      sum_speedup_cont += cont / wf;
+      plan_cont += cont / lb;
+      b_cont[static_cast<size_t>(std::min(kBuckets - 1, static_cast<int>(bo.image_ratio * kBuckets)))] += cont / lb;
       sum_wf_lb += wf / lb;
       sum_fifo_lb += fifo / lb;
       sum_bal_lb += bal / lb;
@@ -127,7 +141,7 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
     }
     per_plan.push_back({{"sections", po.sections}, {"max_fanout", po.max_fanout}, {"dp", dps},
                         {"wavefront_over_lb", plan_wf / steps}, {"fifo_over_lb", plan_fifo / steps},
-                        {"balance_over_lb", plan_bal / steps}});
+                        {"balance_over_lb", plan_bal / steps}, {"fifo_contiguous_over_lb", plan_cont / steps}});
   }
   nlohmann::json by_ratio = nlohmann::json::array();
   for (int b = 0; b < kBuckets; ++b) {
@@ -137,7 +151,8 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
                         {"steps", b_n[static_cast<size_t>(b)]},
                         {"wavefront_over_lb", b_wf[static_cast<size_t>(b)] / n},
                         {"fifo_over_lb", b_fifo[static_cast<size_t>(b)] / n},
-                        {"balance_over_lb", b_bal[static_cast<size_t>(b)] / n}});
+                        {"balance_over_lb", b_bal[static_cast<size_t>(b)] / n},
+                        {"fifo_contiguous_over_lb", b_cont[static_cast<size_t>(b)] / n}});
   }
   // Scheduler time: 4096 samples, 6 sections.
   SyntheticPlanOptions po;
@@ -180,6 +195,8 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
   out["speedup_vs_fifo"] = sum_speedup / count;
   out["schedule_ms_4096"] = schedule_s * 1e3;
   out["speedup_vs_balance_only"] = sum_speedup_bal / count;
+  out["speedup_vs_fifo_contiguous"] = sum_speedup_cont / count;
+  out["fifo_contiguous_over_lower_bound"] = sum_cont_lb / count;
   out["fifo_over_lower_bound"] = sum_fifo_lb / count;
   out["balance_only_over_lower_bound"] = sum_bal_lb / count;
   out["worst_makespan_over_lower_bound"] = worst_wf_lb;

@@ -52,6 +52,8 @@ struct Prepared {
   int n = 0;  // samples
   int S = 0;  // sections
   int64_t L = 1;
+  int64_t dp_max = 0;
+  int64_t fifo_block = 1;  // micro_batch of the section with the most replicas
   std::vector<int> topo;                         // sections in topological order
   std::vector<std::vector<int>> in_edges, out_edges;
   std::vector<char> grad_edge;                   // per edge: a gradient comes back
@@ -105,6 +107,10 @@ Status Prepare(const Problem& p, Prepared* out) {
   pr.L = 1;
   for (const SectionSpec& s : p.sections) {
     pr.L = std::lcm(pr.L, static_cast<int64_t>(s.dp));
+    if (s.dp > pr.dp_max) {
+      pr.dp_max = s.dp;
+      pr.fifo_block = s.micro_batch;
+    }
     if (pr.L > (1 << 16)) {
       return Status::InvalidArgument("scheduler problem: the lcm of the DP degrees exceeds 65536; "
                                      "use DP degrees that divide one another");
@@ -154,6 +160,19 @@ Placement PlaceContiguous(const Prepared& pr) {
   Placement place(static_cast<size_t>(pr.S) * static_cast<size_t>(pr.n), -1);
   for (int i = 0; i < pr.n; ++i) {
     const int64_t slot = static_cast<int64_t>(i) * pr.L / std::max(pr.n, 1);
+    for (int s = 0; s < pr.S; ++s) {
+      if (Activ(pr, s, i)) place[Idx(s, i, pr.n)] = ReplicaOfSlot(pr, s, slot);
+    }
+  }
+  return place;
+}
+
+Placement PlaceRoundRobin(const Prepared& pr) {
+  Placement place(static_cast<size_t>(pr.S) * static_cast<size_t>(pr.n), -1);
+  for (int i = 0; i < pr.n; ++i) {
+    const int64_t g = static_cast<int64_t>(i) / pr.fifo_block;  // a micro-batch of the finest section
+    const int64_t per = pr.L / pr.dp_max;
+    const int64_t slot = (g % pr.dp_max) * per + (g / pr.dp_max) % per;
     for (int s = 0; s < pr.S; ++s) {
       if (Activ(pr, s, i)) place[Idx(s, i, pr.n)] = ReplicaOfSlot(pr, s, slot);
     }
@@ -617,16 +636,17 @@ const char* PolicyName(Policy policy) {
     case Policy::kWavefront: return "wavefront";
     case Policy::kFifo: return "fifo";
     case Policy::kBalanceOnly: return "balance";
+    case Policy::kFifoContiguous: return "fifo-contiguous";
   }
   return "?";
 }
 
 StatusOr<Policy> PolicyFromName(const std::string& name) {
-  for (Policy p : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+  for (Policy p : kAllPolicies) {
     if (name == PolicyName(p)) return p;
   }
   return Status::InvalidArgument("unknown scheduling policy '" + name +
-                                 "' (expected wavefront, fifo or balance)");
+                                 "' (expected wavefront, fifo, balance or fifo-contiguous)");
 }
 
 int Schedule::RankIndex(int section, int replica) const {
@@ -646,6 +666,9 @@ StatusOr<Schedule> BuildSchedule(const Problem& problem, const ScheduleOptions& 
   Schedule sch;
   switch (options.policy) {
     case Policy::kFifo:
+      sch = StaticSchedule(pr, PlaceRoundRobin(pr));
+      break;
+    case Policy::kFifoContiguous:
       sch = StaticSchedule(pr, PlaceContiguous(pr));
       break;
     case Policy::kBalanceOnly:

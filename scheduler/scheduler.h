@@ -39,9 +39,12 @@
 namespace maestro::scheduler {
 
 enum class Policy {
-  kWavefront,    // balanced placement + critical-section-first wavefront order
-  kFifo,         // contiguous data-order placement, data-order micro-batches
-  kBalanceOnly,  // balanced placement, data-order micro-batches
+  kWavefront,       // balanced placement + wave-ordered list scheduling
+  kFifo,            // data order dealt round-robin, one micro-batch at a time, over
+                    // the replicas of the widest section (Megatron's sampler);
+                    // each rank runs its samples in data order
+  kBalanceOnly,     // balanced placement, data-order micro-batches
+  kFifoContiguous,  // one contiguous slice of the batch per replica, data order
 };
 const char* PolicyName(Policy policy);
 StatusOr<Policy> PolicyFromName(const std::string& name);
@@ -92,6 +95,10 @@ struct ScheduleOptions {
   uint64_t seed = 0;   // tie-breaking only; (seed, step) fix the schedule
   int64_t step = 0;
 };
+
+// Every policy, for loops in tests and benchmarks.
+inline constexpr Policy kAllPolicies[] = {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly,
+                                          Policy::kFifoContiguous};
 
 // Schedules one global batch. Fails (InvalidArgument) on a problem that
 // ValidateProblem() rejects. Runs in O(N log N + N * L * S) for N samples,

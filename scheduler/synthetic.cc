@@ -62,7 +62,7 @@ Problem MakeSyntheticPlan(const SyntheticPlanOptions& opt) {
     double work_per_sample = 0;  // expected fwd+bwd seconds, design mix
   };
   std::vector<Def> defs;
-  const double text_avg = 1088, image_avg = 768, audio_avg = 500;
+  const double text_avg = 844, image_avg = 625, audio_avg = 500;
   const double image_design = 0.5, audio_design = 0.25;
   auto add = [&](const std::string& name, int modality, bool trains, double per_token, int mb) {
     Def d;
@@ -139,17 +139,28 @@ Problem MakeSyntheticPlan(const SyntheticPlanOptions& opt) {
 std::vector<Sample> MakeSyntheticBatch(const Problem& plan, const SyntheticBatchOptions& opt) {
   Rng rng(opt.seed ^ 0x5eed5eed5eedULL);
   std::vector<Sample> out(static_cast<size_t>(std::max(opt.samples, 0)));
+  const size_t run = static_cast<size_t>(std::max(opt.run_length, 1));
+  bool run_image = false, run_audio = false;
   for (size_t i = 0; i < out.size(); ++i) {
     Sample& s = out[i];
-    s.id = (static_cast<uint64_t>(opt.seed & 0xffffff) << 32) | static_cast<uint64_t>(i);
-    // Text length: mostly short, a long tail.
-    const double u = rng.Uniform();
-    s.text_tokens = static_cast<int64_t>(128 + 1920 * u * u);
-    if (rng.Uniform() < opt.image_ratio && !plan.modality_names.empty()) {
-      s.modalities |= 1u;
-      s.modality_tokens[0] = rng.Int(256, 1280);
+    if (i % run == 0) {
+      run_image = rng.Uniform() < opt.image_ratio;
+      run_audio = rng.Uniform() < opt.audio_ratio;
     }
-    if (plan.modality_names.size() > 1 && rng.Uniform() < opt.audio_ratio) {
+    const bool has_image = run == 1 ? rng.Uniform() < opt.image_ratio : run_image;
+    const bool has_audio = run == 1 ? rng.Uniform() < opt.audio_ratio : run_audio;
+    s.id = (static_cast<uint64_t>(opt.seed & 0xffffff) << 32) | static_cast<uint64_t>(i);
+    // Text length: log-normal (median 512 tokens, sigma 1), 16..16384: most
+    // samples short, a long tail, as in instruction and caption data.
+    const double u1 = std::max(rng.Uniform(), 1e-12), u2 = rng.Uniform();
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    s.text_tokens = std::clamp<int64_t>(static_cast<int64_t>(512.0 * std::exp(z)), 16, 16384);
+    if (has_image && !plan.modality_names.empty()) {
+      // Dynamic resolution: 64..2304 patch tokens, log-uniform.
+      s.modalities |= 1u;
+      s.modality_tokens[0] = static_cast<int64_t>(64.0 * std::exp(rng.Uniform() * std::log(36.0)));
+    }
+    if (plan.modality_names.size() > 1 && has_audio) {
       s.modalities |= 2u;
       s.modality_tokens[1] = rng.Int(200, 800);
     }

@@ -25,6 +25,10 @@ struct SyntheticBatchOptions {
   int samples = 256;
   double image_ratio = 0.5;   // share of samples with an image
   double audio_ratio = 0.25;  // share with audio (plans with an audio branch)
+  // 1: modalities drawn per sample (i.i.d. data order). R > 1: drawn per run
+  // of R consecutive samples, as when a batch is read from shards of one
+  // source each (images come in bursts).
+  int run_length = 1;
   uint64_t seed = 1;
 };
 

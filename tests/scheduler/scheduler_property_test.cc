@@ -51,7 +51,6 @@ Case RandomCase(uint64_t seed) {
   return c;
 }
 
-const Policy kPolicies[] = {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly};
 
 // Where each (section, sample id) ran: (replica, micro-batch), from the raw schedule.
 using Where = std::map<std::pair<int, uint64_t>, std::vector<std::pair<int, int>>>;
@@ -69,7 +68,7 @@ TEST(SchedulerProperty, EverySampleExactlyOncePerActivatedSectionOnLinkedReplica
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     const Case c = RandomCase(seed);
     const Problem& p = c.problem;
-    for (Policy policy : kPolicies) {
+    for (Policy policy : kAllPolicies) {
       ScheduleOptions o;
       o.policy = policy;
       o.seed = seed;
@@ -116,7 +115,7 @@ TEST(SchedulerProperty, StepSampleSetIsUnchanged) {
       for (int k = 0; k < static_cast<int>(c.problem.sections.size()); ++k) any |= c.problem.Activates(k, s);
       if (any) expected.insert(s.id);
     }
-    for (Policy policy : kPolicies) {
+    for (Policy policy : kAllPolicies) {
       ScheduleOptions o;
       o.policy = policy;
       const Schedule sch = BuildSchedule(c.problem, o).ValueOrDie();
@@ -133,7 +132,7 @@ TEST(SchedulerProperty, NoOpConsumesBeforeItsInputIsProduced) {
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     const Case c = RandomCase(seed);
     const Problem& p = c.problem;
-    for (Policy policy : kPolicies) {
+    for (Policy policy : kAllPolicies) {
       ScheduleOptions o;
       o.policy = policy;
       const Schedule sch = BuildSchedule(p, o).ValueOrDie();
@@ -186,7 +185,7 @@ TEST(SchedulerProperty, NoOpConsumesBeforeItsInputIsProduced) {
 TEST(SchedulerProperty, SameSeedAndStepGiveTheSameSchedule) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     const Case c = RandomCase(seed);
-    for (Policy policy : kPolicies) {
+    for (Policy policy : kAllPolicies) {
       ScheduleOptions o;
       o.policy = policy;
       o.seed = seed;
@@ -205,7 +204,7 @@ TEST(SchedulerProperty, NoScheduleBeatsTheLowerBound) {
     const Case c = RandomCase(seed);
     if (c.problem.samples.empty()) continue;
     const LowerBound lb = ComputeLowerBound(c.problem).ValueOrDie();
-    for (Policy policy : kPolicies) {
+    for (Policy policy : kAllPolicies) {
       ScheduleOptions o;
       o.policy = policy;
       const Schedule sch = BuildSchedule(c.problem, o).ValueOrDie();

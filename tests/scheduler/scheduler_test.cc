@@ -155,7 +155,7 @@ TEST(SchedulerJson, RoundTripsEveryPolicy) {
   po.max_fanout = 3;
   Problem p = MakeSyntheticPlan(po);
   p.samples = MakeSyntheticBatch(p, SyntheticBatchOptions{300, 0.4, 0.3, 9});
-  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+  for (Policy policy : kAllPolicies) {
     ScheduleOptions o;
     o.policy = policy;
     o.seed = 42;
@@ -283,7 +283,7 @@ TEST(SchedulerSimulator, WritesAChromeTraceAndAGanttSvg) {
 
 TEST(SchedulerEdgeCases, EmptyBatchAndSamplesThatActivateNothing) {
   Problem p = TwoSectionProblem(0, false);
-  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+  for (Policy policy : kAllPolicies) {
     ScheduleOptions o;
     o.policy = policy;
     auto sch = BuildSchedule(p, o);
@@ -310,7 +310,7 @@ TEST(SchedulerEdgeCases, EmptyBatchAndSamplesThatActivateNothing) {
 }
 
 TEST(SchedulerPolicy, NamesRoundTrip) {
-  for (Policy policy : {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly}) {
+  for (Policy policy : kAllPolicies) {
     EXPECT_EQ(PolicyFromName(PolicyName(policy)).ValueOrDie(), policy);
   }
   EXPECT_FALSE(PolicyFromName("lifo").ok());
