@@ -77,7 +77,9 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double Min(const std::vector<double>& v) {
+  return *std::min_element(v.begin(), v.end());
+}
 
 // One rank of the measurement (under mpirun). Rank 0 writes the result file.
 nlohmann::json RankWorker(const std::string& result_path, bool quick) {

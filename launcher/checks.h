@@ -25,18 +25,18 @@ std::string MpiErrorString(int code);
 std::string PmixErrorString(int code);
 }  // namespace maestro::launcher::internal
 
-#define MPI_CHECK(expr)                                                                     \
+#define MPI_CHECK(expr)                                                                           \
   MAESTRO_FOREIGN_CHECK("MPI", expr, rc == 0 /* MPI_SUCCESS */, ::maestro::StatusCode::kInternal, \
                         ::maestro::launcher::internal::MpiErrorString(static_cast<int>(rc)))
 
-#define PMIX_CHECK(expr)                                                                        \
+#define PMIX_CHECK(expr)                                                                               \
   MAESTRO_FOREIGN_CHECK("PMIx", expr, rc == 0 /* PMIX_SUCCESS */, ::maestro::StatusCode::kUnavailable, \
                         ::maestro::launcher::internal::PmixErrorString(static_cast<int>(rc)))
 
-#define NCCL_CHECK(expr)                                                                      \
-  MAESTRO_FOREIGN_CHECK("NCCL", expr, rc == ncclSuccess, ::maestro::StatusCode::kInternal,     \
+#define NCCL_CHECK(expr)                                                                   \
+  MAESTRO_FOREIGN_CHECK("NCCL", expr, rc == ncclSuccess, ::maestro::StatusCode::kInternal, \
                         std::string(ncclGetErrorString(rc)))
 
 #define CUDA_CHECK(expr)                                                                      \
-  MAESTRO_FOREIGN_CHECK("CUDA", expr, rc == cudaSuccess, ::maestro::StatusCode::kUnavailable,  \
+  MAESTRO_FOREIGN_CHECK("CUDA", expr, rc == cudaSuccess, ::maestro::StatusCode::kUnavailable, \
                         std::string(cudaGetErrorString(rc)))

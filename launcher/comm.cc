@@ -31,7 +31,9 @@ const char* DTypeName(DType dtype) {
   return "?";
 }
 
-const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+const char* DeviceName(Device device) {
+  return device == Device::kCpu ? "cpu" : "cuda";
+}
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {

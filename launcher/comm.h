@@ -56,12 +56,28 @@ struct Buffer {
   Buffer Slice(size_t offset, size_t n) const;
 };
 
-template <typename T> constexpr DType DTypeOf();
-template <> constexpr DType DTypeOf<float>() { return DType::kF32; }
-template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
-template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
-template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
-template <> constexpr DType DTypeOf<uint8_t>() { return DType::kU8; }
+template <typename T>
+constexpr DType DTypeOf();
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kF32;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kF64;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kI32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kI64;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kU8;
+}
 
 // A CPU Buffer over a vector's elements.
 template <typename T>
@@ -115,7 +131,7 @@ class Backend {
   virtual const char* name() const = 0;  // "mpi" or "nccl"
   virtual Device device() const = 0;     // where its buffers must live
   virtual const GroupInfo& group() const = 0;
-  virtual Millis timeout() const = 0;    // default for Work::Wait()
+  virtual Millis timeout() const = 0;  // default for Work::Wait()
 
   virtual StatusOr<WorkPtr> AllReduce(Buffer buf, ReduceOp op) = 0;
   virtual StatusOr<WorkPtr> AllGather(Buffer in, Buffer out) = 0;

@@ -69,7 +69,9 @@ std::string LinkDescription(const plan::Plan& plan, const plan::Link& link, int 
                      e.from, e.to, e.tensor, e.from, link.up_dp, link.up_rank, e.to, link.down_dp, link.down_rank);
 }
 
-bool CudaDeviceAvailable() { return CudaDeviceCount() > 0; }
+bool CudaDeviceAvailable() {
+  return CudaDeviceCount() > 0;
+}
 
 LinkChannel::LinkChannel(plan::Link link, int index_in_edge, bool is_upstream, std::unique_ptr<Backend> backend)
     : link_(link), index_in_edge_(index_in_edge), is_upstream_(is_upstream), backend_(std::move(backend)) {}
@@ -77,10 +79,10 @@ LinkChannel::LinkChannel(plan::Link link, int index_in_edge, bool is_upstream, s
 StatusOr<WorkPtr> LinkChannel::Transfer(bool send, Direction direction, Buffer buf, int micro_batch,
                                         bool need_upstream) {
   if (is_upstream_ != need_upstream) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: this rank is the {} end; {} {} belongs to the other end", backend_->group().description,
-        is_upstream_ ? "upstream" : "downstream", send ? "sending" : "receiving",
-        direction == Direction::kDown ? "activations" : "gradients"));
+    return Status::InvalidArgument(fmt::format("{}: this rank is the {} end; {} {} belongs to the other end",
+                                               backend_->group().description, is_upstream_ ? "upstream" : "downstream",
+                                               send ? "sending" : "receiving",
+                                               direction == Direction::kDown ? "activations" : "gradients"));
   }
   if (micro_batch < 0 || micro_batch >= (1 << 29)) {
     return Status::InvalidArgument(fmt::format("micro-batch {} is not in [0, 2^29)", micro_batch));
@@ -132,16 +134,20 @@ StatusOr<std::unique_ptr<Communicators>> Communicators::Create(const plan::Plan&
           "NCCL; unset it (auto) or set MAESTRO_COMM_BACKEND=mpi to run on CPU");
     }
     if (usable == 0 && me == 0) {
-      Log(LogLevel::kWarn, "the plan places sections on GPUs but a rank has no usable CUDA device{}: using the MPI "
-                           "backend (CPU buffers) everywhere", built ? "" : " (this build has no NCCL)");
+      Log(LogLevel::kWarn,
+          "the plan places sections on GPUs but a rank has no usable CUDA device{}: using the MPI "
+          "backend (CPU buffers) everywhere",
+          built ? "" : " (this build has no NCCL)");
     }
-    for (size_t s = 0; s < plan.sections.size(); ++s) nccl[s] = usable == 1 && plan.sections[s].placement.gpus_per_task > 0;
+    for (size_t s = 0; s < plan.sections.size(); ++s)
+      nccl[s] = usable == 1 && plan.sections[s].placement.gpus_per_task > 0;
   }
 
   // Groups inside this rank's section: TP, CP, DP, PP. MPI_Comm_split over
   // the world needs every rank, in the same order: colour = first rank.
   const int section = place.coords.section;
-  for (plan::GroupKind kind : {plan::GroupKind::kTP, plan::GroupKind::kCP, plan::GroupKind::kDP, plan::GroupKind::kPP}) {
+  for (plan::GroupKind kind :
+       {plan::GroupKind::kTP, plan::GroupKind::kCP, plan::GroupKind::kDP, plan::GroupKind::kPP}) {
     std::vector<int> ranks = plan::GroupOf(plan, me, kind);
     GroupInfo info = MakeGroupInfo(GroupDescription(plan, section, kind, ranks), ranks, me);
     // MPI_Comm_split is collective over the world: every rank joins every split.
@@ -149,9 +155,9 @@ StatusOr<std::unique_ptr<Communicators>> Communicators::Create(const plan::Plan&
     if (nccl[static_cast<size_t>(section)]) {
 #ifdef MAESTRO_HAVE_NCCL
       MAESTRO_ASSIGN_OR_RETURN(
-          backend, CreateNcclBackend(info, store,
-                                     fmt::format("maestro/nccl/{}/{}", plan::GroupKindName(kind), ranks.front()),
-                                     place.local_gpu, options.timeout));
+          backend,
+          CreateNcclBackend(info, store, fmt::format("maestro/nccl/{}/{}", plan::GroupKindName(kind), ranks.front()),
+                            place.local_gpu, options.timeout));
 #endif
     }
     c->groups_[static_cast<size_t>(kind)] = std::move(backend);

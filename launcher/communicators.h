@@ -37,7 +37,7 @@ namespace maestro::launcher {
 enum class BackendChoice { kAuto, kMpi, kNccl };
 
 struct CommOptions {
-  Millis timeout{60000};                     // every operation's deadline
+  Millis timeout{60000};  // every operation's deadline
   BackendChoice backend = BackendChoice::kAuto;
 };
 
@@ -84,8 +84,7 @@ class Communicators {
  public:
   // Collective over the whole job: every rank calls it with the same plan.
   static StatusOr<std::unique_ptr<Communicators>> Create(const plan::Plan& plan, const RankPlace& place,
-                                                         MpiSession& mpi, PmixStore& store,
-                                                         const CommOptions& options);
+                                                         MpiSession& mpi, PmixStore& store, const CommOptions& options);
 
   Backend& world() { return *world_; }
   Backend& group(plan::GroupKind kind) { return *groups_[static_cast<size_t>(kind)]; }

@@ -65,8 +65,12 @@ std::string DescribeOp(const InFlightOp& op) {
 }
 
 InFlightScope::InFlightScope(const InFlightOp* op) : previous_(g_in_flight.exchange(op)) {}
-InFlightScope::~InFlightScope() { g_in_flight.store(previous_); }
-const InFlightOp* CurrentInFlightOp() { return g_in_flight.load(); }
+InFlightScope::~InFlightScope() {
+  g_in_flight.store(previous_);
+}
+const InFlightOp* CurrentInFlightOp() {
+  return g_in_flight.load();
+}
 
 void InstallTerminationReporter(int world_rank) {
   g_reporter_rank.store(world_rank);

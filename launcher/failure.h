@@ -26,12 +26,12 @@ namespace maestro::launcher {
 
 // What a waiting thread is blocked in. Lives as long as the wait.
 struct InFlightOp {
-  const char* op = "";              // "all_reduce", "send", ...
+  const char* op = "";  // "all_reduce", "send", ...
   size_t bytes = 0;
-  int peer = -1;                    // global rank of the peer (send/recv), or -1
+  int peer = -1;  // global rank of the peer (send/recv), or -1
   const GroupInfo* group = nullptr;
-  uint64_t seq = 0;                 // 1-based count of operations on this group
-  int64_t start_ns = 0;             // CLOCK_MONOTONIC when the wait began
+  uint64_t seq = 0;      // 1-based count of operations on this group
+  int64_t start_ns = 0;  // CLOCK_MONOTONIC when the wait began
 };
 
 // "all_reduce #3 of 4 MiB on dp group of section 'llm' (ranks 2,4)".

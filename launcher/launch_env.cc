@@ -81,9 +81,9 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
         const std::string name = fmt::format("SLURM_NTASKS_HET_GROUP_{}", n);
         const char* v = env(name.c_str());
         if (v == nullptr) {
-          return Status::FailedPrecondition(fmt::format(
-              "SLURM_HET_SIZE={} but {} is not set: start the step with srun --het-group=0-{}", out.het_size, name,
-              out.het_size - 1));
+          return Status::FailedPrecondition(
+              fmt::format("SLURM_HET_SIZE={} but {} is not set: start the step with srun --het-group=0-{}",
+                          out.het_size, name, out.het_size - 1));
         }
         MAESTRO_ASSIGN_OR_RETURN(const int tasks, ParseInt(name.c_str(), v));
         out.tasks_per_component.push_back(tasks);
@@ -110,19 +110,19 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
 
 std::string RankPlace::ToString() const {
   return fmt::format("rank {} of {}: section '{}' (het component {}), local rank {}, tp {} cp {} dp {} pp {}, {} on {}",
-                     world_rank, world_size, section_name, het_component, local_rank, coords.tp, coords.cp,
-                     coords.dp, coords.pp, local_gpu < 0 ? std::string("cpu") : fmt::format("gpu {}", local_gpu),
+                     world_rank, world_size, section_name, het_component, local_rank, coords.tp, coords.cp, coords.dp,
+                     coords.pp, local_gpu < 0 ? std::string("cpu") : fmt::format("gpu {}", local_gpu),
                      host.empty() ? "?" : host);
 }
 
 StatusOr<RankPlace> PlaceRank(const plan::Plan& plan, const LaunchEnv& env, int world_rank, int world_size) {
-  const char* fix = env.launcher == LauncherKind::kSlurm
-                        ? "submit the job.sbatch that maestro-compile wrote for this plan.json, unchanged"
-                        : "start one process per rank: mpirun -np <world size> maestro-worker plan.json (or `maestro run`)";
+  const char* fix =
+      env.launcher == LauncherKind::kSlurm
+          ? "submit the job.sbatch that maestro-compile wrote for this plan.json, unchanged"
+          : "start one process per rank: mpirun -np <world size> maestro-worker plan.json (or `maestro run`)";
   if (world_size != plan.world_size()) {
-    return Status::FailedPrecondition(fmt::format(
-        "the job has {} ranks but the plan needs {} (sections: {}); {}", world_size, plan.world_size(),
-        SectionSizes(plan), fix));
+    return Status::FailedPrecondition(fmt::format("the job has {} ranks but the plan needs {} (sections: {}); {}",
+                                                  world_size, plan.world_size(), SectionSizes(plan), fix));
   }
   if (env.procid >= 0 && env.procid != world_rank) {
     return Status::FailedPrecondition(fmt::format(
@@ -131,16 +131,16 @@ StatusOr<RankPlace> PlaceRank(const plan::Plan& plan, const LaunchEnv& env, int 
   }
   if (env.het_size > 0) {
     if (env.het_size != static_cast<int>(plan.sections.size())) {
-      return Status::FailedPrecondition(fmt::format(
-          "the Slurm step spans {} het components (SLURM_HET_SIZE) but the plan has {} sections ({}); {}", env.het_size,
-          plan.sections.size(), SectionSizes(plan), fix));
+      return Status::FailedPrecondition(
+          fmt::format("the Slurm step spans {} het components (SLURM_HET_SIZE) but the plan has {} sections ({}); {}",
+                      env.het_size, plan.sections.size(), SectionSizes(plan), fix));
     }
     for (int k = 0; k < env.het_size; ++k) {
       const auto& sec = plan.sections[static_cast<size_t>(k)];
       if (env.tasks_per_component[static_cast<size_t>(k)] != sec.config.ranks()) {
         return Status::FailedPrecondition(fmt::format(
-            "het component {} has {} tasks (SLURM_NTASKS_HET_GROUP_{}) but section '{}' needs tp*cp*dp*pp = {}; {}",
-            k, env.tasks_per_component[static_cast<size_t>(k)], k, sec.name, sec.config.ranks(), fix));
+            "het component {} has {} tasks (SLURM_NTASKS_HET_GROUP_{}) but section '{}' needs tp*cp*dp*pp = {}; {}", k,
+            env.tasks_per_component[static_cast<size_t>(k)], k, sec.name, sec.config.ranks(), fix));
       }
     }
   }
@@ -160,9 +160,10 @@ StatusOr<RankPlace> PlaceRank(const plan::Plan& plan, const LaunchEnv& env, int 
       first += n;
     }
     if (component != place.coords.section) {
-      return Status::FailedPrecondition(fmt::format(
-          "rank {} is in het component {} by SLURM_NTASKS_HET_GROUP_* but the plan puts it in section '{}' "
-          "(component {}); {}", world_rank, component, sec.name, place.coords.section, fix));
+      return Status::FailedPrecondition(
+          fmt::format("rank {} is in het component {} by SLURM_NTASKS_HET_GROUP_* but the plan puts it in section '{}' "
+                      "(component {}); {}",
+                      world_rank, component, sec.name, place.coords.section, fix));
     }
   }
   place.local_rank = env.local_rank;
@@ -176,10 +177,11 @@ StatusOr<RankPlace> PlaceRank(const plan::Plan& plan, const LaunchEnv& env, int 
       } else if ((env.local_rank + 1) * gpus <= visible) {
         place.local_gpu = env.local_rank * gpus;  // node-wide list shared by the node's tasks
       } else {
-        return Status::FailedPrecondition(fmt::format(
-            "section '{}' needs {} GPU(s) per task but {} lists {} ({}) for local rank {}; {}", sec.name, gpus,
-            env.gpu_list_source, visible, visible == 0 ? std::string("none") : fmt::format("{}", fmt::join(env.visible_gpus, ",")),
-            env.local_rank, fix));
+        return Status::FailedPrecondition(
+            fmt::format("section '{}' needs {} GPU(s) per task but {} lists {} ({}) for local rank {}; {}", sec.name,
+                        gpus, env.gpu_list_source, visible,
+                        visible == 0 ? std::string("none") : fmt::format("{}", fmt::join(env.visible_gpus, ",")),
+                        env.local_rank, fix));
       }
     } else {
       place.local_gpu = env.local_rank * gpus;  // mpirun on one machine: the CUDA runtime checks the count

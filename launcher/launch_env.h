@@ -48,11 +48,11 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 
 struct RankPlace {
   int world_rank = -1, world_size = 0;
-  int het_component = -1;      // == section index (one component per section)
+  int het_component = -1;  // == section index (one component per section)
   std::string section_name;
-  plan::RankCoords coords;     // section, local_rank, tp, cp, dp, pp
-  int local_rank = 0;          // among the ranks on this node
-  int local_gpu = -1;          // CUDA device index to use; -1 = CPU only
+  plan::RankCoords coords;  // section, local_rank, tp, cp, dp, pp
+  int local_rank = 0;       // among the ranks on this node
+  int local_gpu = -1;       // CUDA device index to use; -1 = CPU only
   std::string host;
   // "rank 3 of 6: section 'llm' (het component 1), local rank 1, tp 1 cp 0 dp 0 pp 0, cpu on node2"
   std::string ToString() const;

@@ -40,7 +40,7 @@ uint16_t FloatToBf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  u += 0x7fffu + ((u >> 16) & 1u);                                                      // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 float F16ToFloat(uint16_t h) {
@@ -170,9 +170,10 @@ struct MpiSession::Impl {
     }
     if (asked.empty()) return "";
     if (!missing.empty()) {
-      return fmt::format("; missing rank(s) {}: no answer within {:.1f} s (dead, stopped, or busy outside "
-                         "communication){}",
-                         missing, static_cast<double>(grace.count()) / 1000.0, report);
+      return fmt::format(
+          "; missing rank(s) {}: no answer within {:.1f} s (dead, stopped, or busy outside "
+          "communication){}",
+          missing, static_cast<double>(grace.count()) / 1000.0, report);
     }
     return report + "; every rank of the group answered (a mismatched operation order, or a slow peer)";
   }
@@ -251,10 +252,9 @@ class MpiWork final : public Work {
         record_.group != nullptr
             ? session_->Survey(record_.peer >= 0 ? std::vector<int>{record_.peer} : record_.group->ranks, grace)
             : std::string();
-    timeout_status_ = Status::Timeout(fmt::format("rank {}: {} did not complete within {:.1f} s{}",
-                                                  record_.group != nullptr ? record_.group->world_rank : -1,
-                                                  DescribeOp(record_), static_cast<double>(timeout.count()) / 1000.0,
-                                                  survey));
+    timeout_status_ = Status::Timeout(fmt::format(
+        "rank {}: {} did not complete within {:.1f} s{}", record_.group != nullptr ? record_.group->world_rank : -1,
+        DescribeOp(record_), static_cast<double>(timeout.count()) / 1000.0, survey));
     return timeout_status_;
   }
 
@@ -307,8 +307,8 @@ class MpiBackend final : public Backend {
     MAESTRO_RETURN_IF_ERROR(CheckBuffer(out, "reduce_scatter"));
     if (in.count != out.count * static_cast<size_t>(group_.size()) || out.dtype != in.dtype) {
       return Status::InvalidArgument(fmt::format("reduce_scatter on {}: in must be {} x {} {} elements, got {} {}",
-                                                 group_.description, group_.size(), out.count,
-                                                 DTypeName(out.dtype), in.count, DTypeName(in.dtype)));
+                                                 group_.description, group_.size(), out.count, DTypeName(out.dtype),
+                                                 in.count, DTypeName(in.dtype)));
     }
     auto work = NewWork("reduce_scatter", in.bytes(), -1);
     MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(out.count), MpiTypeOf(in.dtype),
@@ -329,8 +329,8 @@ class MpiBackend final : public Backend {
     MAESTRO_RETURN_IF_ERROR(CheckPeer(peer, "send"));
     MAESTRO_RETURN_IF_ERROR(CheckTag(tag));
     auto work = NewWork("send", buf.bytes(), group_.ranks[static_cast<size_t>(peer)]);
-    MPI_CHECK(MPI_Isend(buf.data, static_cast<int>(buf.count), MpiTypeOf(buf.dtype), peer, tag, comm_,
-                        work->request()));
+    MPI_CHECK(
+        MPI_Isend(buf.data, static_cast<int>(buf.count), MpiTypeOf(buf.dtype), peer, tag, comm_, work->request()));
     return WorkPtr(std::move(work));
   }
 
@@ -339,8 +339,8 @@ class MpiBackend final : public Backend {
     MAESTRO_RETURN_IF_ERROR(CheckPeer(peer, "recv"));
     MAESTRO_RETURN_IF_ERROR(CheckTag(tag));
     auto work = NewWork("recv", buf.bytes(), group_.ranks[static_cast<size_t>(peer)]);
-    MPI_CHECK(MPI_Irecv(buf.data, static_cast<int>(buf.count), MpiTypeOf(buf.dtype), peer, tag, comm_,
-                        work->request()));
+    MPI_CHECK(
+        MPI_Irecv(buf.data, static_cast<int>(buf.count), MpiTypeOf(buf.dtype), peer, tag, comm_, work->request()));
     return WorkPtr(std::move(work));
   }
 
@@ -361,8 +361,8 @@ class MpiBackend final : public Backend {
                                                  group_.description, DeviceName(buf.device)));
     }
     if (buf.count > static_cast<size_t>(INT_MAX)) {
-      return Status::InvalidArgument(fmt::format("{} on {}: {} elements exceed MPI's int count; split the buffer",
-                                                 op, group_.description, buf.count));
+      return Status::InvalidArgument(fmt::format("{} on {}: {} elements exceed MPI's int count; split the buffer", op,
+                                                 group_.description, buf.count));
     }
     if (buf.data == nullptr && buf.count > 0) {
       return Status::InvalidArgument(fmt::format("{} on {}: null buffer", op, group_.description));
@@ -427,8 +427,12 @@ MpiSession::~MpiSession() {
   MPI_Finalize();
 }
 
-int MpiSession::rank() const { return impl_->rank; }
-int MpiSession::size() const { return impl_->size; }
+int MpiSession::rank() const {
+  return impl_->rank;
+}
+int MpiSession::size() const {
+  return impl_->size;
+}
 
 StatusOr<std::unique_ptr<Backend>> MpiSession::World(Millis timeout) {
   GroupInfo info;
@@ -448,8 +452,8 @@ StatusOr<std::unique_ptr<Backend>> MpiSession::SplitWorld(int color, GroupInfo i
   MPI_Comm_size(comm, &size);
   if (size != info.size()) {
     MPI_Comm_free(&comm);
-    return Status::Internal(fmt::format("{}: MPI_Comm_split made a group of {} ranks, expected {}", info.description,
-                                        size, info.size()));
+    return Status::Internal(
+        fmt::format("{}: MPI_Comm_split made a group of {} ranks, expected {}", info.description, size, info.size()));
   }
   info.world_rank = impl_->rank;
   return std::unique_ptr<Backend>(std::make_unique<MpiBackend>(impl_.get(), comm, std::move(info), timeout));

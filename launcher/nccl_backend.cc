@@ -17,7 +17,9 @@
 namespace maestro::launcher {
 
 #ifndef MAESTRO_HAVE_NCCL
-int CudaDeviceCount() { return 0; }
+int CudaDeviceCount() {
+  return 0;
+}
 #else
 int CudaDeviceCount() {
   int n = 0;
@@ -108,8 +110,8 @@ class NcclBackend final : public Backend {
     MAESTRO_RETURN_IF_ERROR(Check(in, "all_gather"));
     MAESTRO_RETURN_IF_ERROR(Check(out, "all_gather"));
     if (out.count != in.count * static_cast<size_t>(group_.size()) || out.dtype != in.dtype) {
-      return Status::InvalidArgument(fmt::format("all_gather on {}: out must be {} x {} elements", group_.description,
-                                                 group_.size(), in.count));
+      return Status::InvalidArgument(
+          fmt::format("all_gather on {}: out must be {} x {} elements", group_.description, group_.size(), in.count));
     }
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.count, NcclTypeOf(in.dtype), comm_, stream_));
     return Record("all_gather", out.bytes(), -1);
@@ -152,8 +154,8 @@ class NcclBackend final : public Backend {
  private:
   Status Check(const Buffer& buf, const char* op) const {
     if (comm_ == nullptr) {
-      return Status::Aborted(fmt::format("{} on {}: the communicator was aborted after a failure", op,
-                                         group_.description));
+      return Status::Aborted(
+          fmt::format("{} on {}: the communicator was aborted after a failure", op, group_.description));
     }
     if (buf.device != Device::kCuda) {
       return Status::InvalidArgument(fmt::format("{} on {}: the NCCL backend takes CUDA buffers, got a {} buffer", op,
@@ -214,9 +216,9 @@ Status NcclWork::WaitFor(Millis timeout) {
         async != ncclSuccess && async != ncclInProgress) {
       failed_ = true;
       backend_->MarkAborted();
-      failure_ = Status::Aborted(fmt::format("rank {}: {} failed: NCCL {} (a peer died or its network failed)",
-                                             record_.group->world_rank, DescribeOp(record_),
-                                             ncclGetErrorString(async)));
+      failure_ =
+          Status::Aborted(fmt::format("rank {}: {} failed: NCCL {} (a peer died or its network failed)",
+                                      record_.group->world_rank, DescribeOp(record_), ncclGetErrorString(async)));
       return failure_;
     }
     const int64_t now = MonotonicNanos();
@@ -236,8 +238,8 @@ Status NcclWork::WaitFor(Millis timeout) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(GroupInfo info, PmixStore& store, const std::string& store_key,
-                                                     int cuda_device, Millis timeout) {
+StatusOr<std::unique_ptr<Backend> > CreateNcclBackend(GroupInfo info, PmixStore& store, const std::string& store_key,
+                                                      int cuda_device, Millis timeout) {
   if (cuda_device < 0) {
     return Status::FailedPrecondition(fmt::format("{}: this rank has no GPU assigned", info.description));
   }
@@ -262,7 +264,7 @@ StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(GroupInfo info, PmixStore& 
   return std::unique_ptr<Backend>(std::make_unique<NcclBackend>(std::move(info), comm, stream, cuda_device, timeout));
 }
 
-StatusOr<std::unique_ptr<CudaMemory>> CudaMemory::Allocate(size_t bytes) {
+StatusOr<std::unique_ptr<CudaMemory> > CudaMemory::Allocate(size_t bytes) {
   std::unique_ptr<CudaMemory> m(new CudaMemory());
   CUDA_CHECK(cudaMalloc(&m->data_, bytes));
   m->bytes_ = bytes;

@@ -13,7 +13,9 @@
 
 namespace maestro::launcher {
 namespace internal {
-std::string PmixErrorString(int code) { return PMIx_Error_string(static_cast<pmix_status_t>(code)); }
+std::string PmixErrorString(int code) {
+  return PMIx_Error_string(static_cast<pmix_status_t>(code));
+}
 }  // namespace internal
 
 namespace {
@@ -93,8 +95,8 @@ Status PmixStore::Fence(Millis timeout) {
   PMIX_INFO_DESTRUCT(&info[1]);
   if (prc == PMIX_ERR_TIMEOUT) {
     return Status::Timeout(fmt::format(
-        "rank {}: PMIx fence over all {} ranks did not complete within {} s: a rank died or hangs before it",
-        rank_, job_size_, seconds));
+        "rank {}: PMIx fence over all {} ranks did not complete within {} s: a rank died or hangs before it", rank_,
+        job_size_, seconds));
   }
   PMIX_CHECK(prc);
   return Status::Ok();
@@ -102,7 +104,8 @@ Status PmixStore::Fence(Millis timeout) {
 
 StatusOr<std::string> PmixStore::Get(int rank, const std::string& key, Millis timeout) {
   if (rank < 0 || rank >= job_size_) {
-    return Status::InvalidArgument(fmt::format("PMIx get of '{}' from rank {}: the job has {} ranks", key, rank, job_size_));
+    return Status::InvalidArgument(
+        fmt::format("PMIx get of '{}' from rank {}: the job has {} ranks", key, rank, job_size_));
   }
   // Once the job's data were exchanged (MPI_Init fences), a Get for a key the
   // owner has not committed yet returns NOT_FOUND at once instead of waiting.
@@ -131,9 +134,10 @@ StatusOr<std::string> PmixStore::Get(int rank, const std::string& key, Millis ti
   PMIX_INFO_DESTRUCT(&info[0]);
   PMIX_INFO_DESTRUCT(&info[1]);
   if (prc == PMIX_ERR_TIMEOUT || prc == PMIX_ERR_NOT_FOUND) {
-    return Status::Timeout(fmt::format("rank {}: key '{}' from rank {} did not arrive through PMIx within {:.1f} s "
-                                       "(rank {} died, hangs, or never published it)",
-                                       rank_, key, rank, static_cast<double>(timeout.count()) / 1000.0, rank));
+    return Status::Timeout(
+        fmt::format("rank {}: key '{}' from rank {} did not arrive through PMIx within {:.1f} s "
+                    "(rank {} died, hangs, or never published it)",
+                    rank_, key, rank, static_cast<double>(timeout.count()) / 1000.0, rank));
   }
   PMIX_CHECK(prc);
   std::string out;

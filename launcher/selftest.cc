@@ -84,7 +84,9 @@ class Staged {
 #endif
 };
 
-double Seconds(int64_t from_ns) { return static_cast<double>(MonotonicNanos() - from_ns) * 1e-9; }
+double Seconds(int64_t from_ns) {
+  return static_cast<double>(MonotonicNanos() - from_ns) * 1e-9;
+}
 
 std::string GBps(double bytes_per_s) {
   if (bytes_per_s <= 0) return "-";
@@ -128,8 +130,8 @@ StatusOr<nlohmann::json> CheckGroup(Backend& g, const SelfTestOptions& o, int* f
     const double G = info.size();
     busbw = 2.0 * (G - 1) / G * static_cast<double>(o.bandwidth_bytes) / t;
   }
-  return nlohmann::json{{"kind", "group"}, {"desc", info.description}, {"size", info.size()},
-                        {"backend", g.name()}, {"check", check}, {"busbw", busbw}};
+  return nlohmann::json{{"kind", "group"},     {"desc", info.description}, {"size", info.size()},
+                        {"backend", g.name()}, {"check", check},           {"busbw", busbw}};
 }
 
 // Sends a pattern one way over `link` and checks it on arrival. `down` picks
@@ -146,8 +148,8 @@ Status CheckDirection(LinkChannel& link, bool down, const SelfTestOptions& o, st
                                           : link.SendGradient(buf->buffer(DType::kU8), 0)));
     return Status::Ok();
   }
-  MAESTRO_RETURN_IF_ERROR(Complete(down ? link.RecvActivation(buf->buffer(DType::kU8), 0)
-                                        : link.RecvGradient(buf->buffer(DType::kU8), 0)));
+  MAESTRO_RETURN_IF_ERROR(
+      Complete(down ? link.RecvActivation(buf->buffer(DType::kU8), 0) : link.RecvGradient(buf->buffer(DType::kU8), 0)));
   MAESTRO_RETURN_IF_ERROR(buf->Download());
   std::vector<uint8_t> want(o.check_bytes);
   FillPattern(want.data(), want.size(), seed);
@@ -199,13 +201,14 @@ StatusOr<nlohmann::json> CheckLink(LinkChannel& link, const SelfTestOptions& o, 
     MAESTRO_ASSIGN_OR_RETURN(up_bw, MeasureDirection(link, false, o));
   }
   // Each end knows one verdict and one bandwidth; rank 0 merges the halves.
-  return nlohmann::json{{"kind", "link"},
-                        {"desc", link.backend().group().description},
-                        {"edge", link.link().edge},
-                        {"index", link.index_in_edge()},
-                        {"backend", link.backend().name()},
-                        {link.is_upstream() ? "check_up" : "check_down", link.is_upstream() ? up_verdict : down_verdict},
-                        {link.is_upstream() ? "down_bw" : "up_bw", link.is_upstream() ? down_bw : up_bw}};
+  return nlohmann::json{
+      {"kind", "link"},
+      {"desc", link.backend().group().description},
+      {"edge", link.link().edge},
+      {"index", link.index_in_edge()},
+      {"backend", link.backend().name()},
+      {link.is_upstream() ? "check_up" : "check_down", link.is_upstream() ? up_verdict : down_verdict},
+      {link.is_upstream() ? "down_bw" : "up_bw", link.is_upstream() ? down_bw : up_bw}};
 }
 
 // Every rank's rows to every rank (two all-gathers: lengths, then text).
@@ -233,7 +236,8 @@ StatusOr<SelfTestSummary> RunSelfTest(const plan::Plan& plan, const RankPlace& p
   nlohmann::json rows = nlohmann::json::array();
   // Groups, in the same order on every rank (TP, CP, DP, PP): groups of one
   // kind are disjoint, so every rank's sequence completes.
-  for (plan::GroupKind kind : {plan::GroupKind::kTP, plan::GroupKind::kCP, plan::GroupKind::kDP, plan::GroupKind::kPP}) {
+  for (plan::GroupKind kind :
+       {plan::GroupKind::kTP, plan::GroupKind::kCP, plan::GroupKind::kDP, plan::GroupKind::kPP}) {
     Backend& g = comms.group(kind);
     MAESTRO_ASSIGN_OR_RETURN(nlohmann::json row, CheckGroup(g, options, &failures));
     if (g.group().my_index == 0 && g.group().size() > 1) rows.push_back(row);
@@ -266,8 +270,8 @@ StatusOr<SelfTestSummary> RunSelfTest(const plan::Plan& plan, const RankPlace& p
   summary.groups = static_cast<int>(groups.size());
   summary.links = static_cast<int>(links.size());
   if (place.world_rank == 0 && out != nullptr) {
-    std::fprintf(out, "maestro-worker self-test: %d ranks, %zu sections, %zu edges, timeout %.1f s\n",
-                 place.world_size, plan.sections.size(), plan.edges.size(),
+    std::fprintf(out, "maestro-worker self-test: %d ranks, %zu sections, %zu edges, timeout %.1f s\n", place.world_size,
+                 plan.sections.size(), plan.edges.size(),
                  static_cast<double>(comms.world().timeout().count()) / 1000.0);
     size_t gw = 5, lw = 4;  // column widths: the longest name
     for (const auto& g : groups) gw = std::max(gw, g["desc"].get<std::string>().size());
@@ -276,8 +280,8 @@ StatusOr<SelfTestSummary> RunSelfTest(const plan::Plan& plan, const RankPlace& p
     std::fprintf(out, "\n%-*s  %-7s %-5s %-6s %s\n", gwi, "GROUP", "BACKEND", "RANKS", "CHECK", "ALL-REDUCE BUS BW");
     for (const auto& g : groups) {
       std::fprintf(out, "%-*s  %-7s %-5d %-6s %s\n", gwi, g["desc"].get<std::string>().c_str(),
-                   g["backend"].get<std::string>().c_str(), g["size"].get<int>(),
-                   g["check"].get<std::string>().c_str(), GBps(g["busbw"].get<double>()).c_str());
+                   g["backend"].get<std::string>().c_str(), g["size"].get<int>(), g["check"].get<std::string>().c_str(),
+                   GBps(g["busbw"].get<double>()).c_str());
     }
     if (groups.empty()) std::fprintf(out, "(no group has more than one rank)\n");
     std::fprintf(out, "\n%-*s  %-7s %-6s %-6s %-12s %s\n", lwi, "LINK", "BACKEND", "DOWN", "UP", "DOWN BW", "UP BW");
@@ -293,9 +297,10 @@ StatusOr<SelfTestSummary> RunSelfTest(const plan::Plan& plan, const RankPlace& p
     std::fflush(out);
   }
   if (total_failures > 0) {
-    return Status::Corruption(fmt::format("self-test: {} check(s) failed job-wide ({} on rank {}); rank 0's table "
-                                          "names them",
-                                          total_failures, failures, place.world_rank));
+    return Status::Corruption(
+        fmt::format("self-test: {} check(s) failed job-wide ({} on rank {}); rank 0's table "
+                    "names them",
+                    total_failures, failures, place.world_rank));
   }
   return summary;
 }

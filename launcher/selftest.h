@@ -22,7 +22,7 @@
 namespace maestro::launcher {
 
 struct SelfTestOptions {
-  size_t check_bytes = 256 * 1024;        // pattern size of the correctness checks
+  size_t check_bytes = 256 * 1024;           // pattern size of the correctness checks
   size_t bandwidth_bytes = 4 * 1024 * 1024;  // message size of the bandwidth runs
   int bandwidth_iterations = 5;
 };

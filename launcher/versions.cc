@@ -9,7 +9,9 @@
 #endif
 
 namespace maestro::launcher {
-std::string PmixVersion() { return PMIx_Get_version(); }
+std::string PmixVersion() {
+  return PMIx_Get_version();
+}
 std::string MpiVersion() {
   char buf[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;

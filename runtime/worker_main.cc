@@ -61,11 +61,12 @@ int main(int argc, char** argv) {
 
   if (version) {
     const auto info = maestro::runtime::GetRuntimeInfo();
-    std::printf("maestro-worker 0.1.0\nlibtorch %s (%d threads, cuda %s)\nPMIx %s\nMPI %s\nNCCL %s\nSQLite %s\nHDF5 %s\n",
-                info.torch_version.c_str(), info.intra_op_threads, info.cuda_available ? "yes" : "no",
-                maestro::launcher::PmixVersion().c_str(), maestro::launcher::MpiVersion().c_str(),
-                maestro::launcher::NcclVersion().c_str(), maestro::datalayer::SqliteVersion().c_str(),
-                maestro::datalayer::Hdf5Version().c_str());
+    std::printf(
+        "maestro-worker 0.1.0\nlibtorch %s (%d threads, cuda %s)\nPMIx %s\nMPI %s\nNCCL %s\nSQLite %s\nHDF5 %s\n",
+        info.torch_version.c_str(), info.intra_op_threads, info.cuda_available ? "yes" : "no",
+        maestro::launcher::PmixVersion().c_str(), maestro::launcher::MpiVersion().c_str(),
+        maestro::launcher::NcclVersion().c_str(), maestro::datalayer::SqliteVersion().c_str(),
+        maestro::datalayer::Hdf5Version().c_str());
     return maestro::kExitOk;
   }
   if (plan_path.empty()) {
@@ -91,8 +92,7 @@ int main(int argc, char** argv) {
   if (!context.ok()) {
     if (rank < 0) {  // PMIx never came up: this process is alone
       std::fprintf(stderr, "maestro-worker: %s\n", context.status().ToString().c_str());
-      return context.status().code() == maestro::StatusCode::kUnavailable ? maestro::kExitUsage
-                                                                          : maestro::kExitFailure;
+      return context.status().code() == maestro::StatusCode::kUnavailable ? maestro::kExitUsage : maestro::kExitFailure;
     }
     maestro::launcher::AbortJob(rank, context.status(), ExitCodeFor(context.status()));
   }
@@ -114,8 +114,9 @@ int main(int argc, char** argv) {
   //   auto s = maestro::runtime::RunSection(*plan, ctx.place(), ctx.comms());
   // ============================================================================
   if (rank == 0) {
-    std::fprintf(stderr, "maestro-worker: the section runtime is not built yet (issue 7); bootstrap and "
-                         "communicators are up (try --selftest)\n");
+    std::fprintf(stderr,
+                 "maestro-worker: the section runtime is not built yet (issue 7); bootstrap and "
+                 "communicators are up (try --selftest)\n");
   }
   return maestro::kExitNotBuilt;
 }

@@ -81,8 +81,9 @@ TEST(WorkerSelfTest, PrintsGroupsLinksAndBandwidthsAndPasses) {
   // table lists every one.
   EXPECT_TRUE(Contains(r.output, "cp group of section 'llm' (ranks 2,3)")) << r.output;
   EXPECT_TRUE(Contains(r.output, "dp group of section 'llm' (ranks 2,4)")) << r.output;
-  EXPECT_TRUE(Contains(r.output, "link 1 of edge 'audio' -> 'llm' (audio_embeddings): audio dp 0 (rank 1) <-> "
-                                 "llm dp 1 (rank 4)"))
+  EXPECT_TRUE(Contains(r.output,
+                       "link 1 of edge 'audio' -> 'llm' (audio_embeddings): audio dp 0 (rank 1) <-> "
+                       "llm dp 1 (rank 4)"))
       << r.output;
   EXPECT_TRUE(Contains(r.output, "GB/s")) << r.output;
 }
@@ -131,8 +132,9 @@ TEST(Failure, HungRankIsNamedAfterTheTimeout) {
   const auto r = RunJob(FanOut1Plan(), "hang", {kProbe, "PLAN", "hang", "3"}, /*timeout_s=*/2);
   EXPECT_EQ(r.exit_code, kExitPeerFailure) << r.output;
   EXPECT_LT(r.seconds, 2 + 15) << r.output;
-  EXPECT_TRUE(Contains(r.output, "rank 2: all_reduce #1 of 4 MiB on dp group of section 'llm' (ranks 2,3) did not "
-                                 "complete within 2.0 s"))
+  EXPECT_TRUE(Contains(r.output,
+                       "rank 2: all_reduce #1 of 4 MiB on dp group of section 'llm' (ranks 2,3) did not "
+                       "complete within 2.0 s"))
       << r.output;
   EXPECT_TRUE(Contains(r.output, "missing rank(s) 3")) << r.output;
 }

@@ -33,19 +33,19 @@ namespace {
 
 int g_rank = -1;
 
-#define PROBE_OK(expr)                                                                    \
-  do {                                                                                    \
-    const ::maestro::Status probe_s_ = (expr);                                            \
-    if (!probe_s_.ok()) ml::AbortJob(g_rank, probe_s_, ::maestro::kExitPeerFailure);      \
+#define PROBE_OK(expr)                                                               \
+  do {                                                                               \
+    const ::maestro::Status probe_s_ = (expr);                                       \
+    if (!probe_s_.ok()) ml::AbortJob(g_rank, probe_s_, ::maestro::kExitPeerFailure); \
   } while (0)
 
-#define PROBE_EXPECT(cond, ...)                                                                           \
-  do {                                                                                                    \
-    if (!(cond)) {                                                                                        \
-      std::fprintf(stderr, "[probe rank %d] CHECK FAILED %s:%d: %s\n", g_rank, __FILE__, __LINE__,       \
-                   fmt::format(__VA_ARGS__).c_str());                                                     \
-      ++failures;                                                                                         \
-    }                                                                                                     \
+#define PROBE_EXPECT(cond, ...)                                                                    \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::fprintf(stderr, "[probe rank %d] CHECK FAILED %s:%d: %s\n", g_rank, __FILE__, __LINE__, \
+                   fmt::format(__VA_ARGS__).c_str());                                              \
+      ++failures;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 int failures = 0;
@@ -54,23 +54,41 @@ int failures = 0;
 void Store(std::vector<uint8_t>& buf, ml::DType dt, size_t i, double v) {
   uint8_t* p = buf.data() + i * ml::DTypeSize(dt);
   switch (dt) {
-    case ml::DType::kF32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+    case ml::DType::kF32: {
+      float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
     case ml::DType::kF64: std::memcpy(p, &v, 8); break;
-    case ml::DType::kI32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case ml::DType::kI64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case ml::DType::kI32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case ml::DType::kI64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
     case ml::DType::kU8: *p = static_cast<uint8_t>(v); break;
     case ml::DType::kBF16: {  // small integers: the top 16 bits of the float are exact
-      float f = static_cast<float>(v); uint32_t u; std::memcpy(&u, &f, 4);
-      uint16_t h = static_cast<uint16_t>(u >> 16); std::memcpy(p, &h, 2); break;
+      float f = static_cast<float>(v);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(p, &h, 2);
+      break;
     }
     case ml::DType::kF16: {  // integers < 2048 exactly
       uint16_t h = 0;
       if (v != 0) {
-        int e = 0; const double m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
+        int e = 0;
+        const double m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
         const uint16_t mant = static_cast<uint16_t>(std::lround((m * 2 - 1) * 1024));
         h = static_cast<uint16_t>(((e - 1 + 15) << 10) | mant);
       }
-      std::memcpy(p, &h, 2); break;
+      std::memcpy(p, &h, 2);
+      break;
     }
   }
 }
@@ -78,24 +96,55 @@ void Store(std::vector<uint8_t>& buf, ml::DType dt, size_t i, double v) {
 double Load(const std::vector<uint8_t>& buf, ml::DType dt, size_t i) {
   const uint8_t* p = buf.data() + i * ml::DTypeSize(dt);
   switch (dt) {
-    case ml::DType::kF32: { float f; std::memcpy(&f, p, 4); return f; }
-    case ml::DType::kF64: { double d; std::memcpy(&d, p, 8); return d; }
-    case ml::DType::kI32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case ml::DType::kI64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+    case ml::DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case ml::DType::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case ml::DType::kI32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case ml::DType::kI64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
     case ml::DType::kU8: return *p;
-    case ml::DType::kBF16: { uint16_t h; std::memcpy(&h, p, 2); uint32_t u = static_cast<uint32_t>(h) << 16;
-      float f; std::memcpy(&f, &u, 4); return f; }
-    case ml::DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); const int e = (h >> 10) & 0x1f; const int m = h & 0x3ff;
+    case ml::DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      uint32_t u = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case ml::DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const int e = (h >> 10) & 0x1f;
+      const int m = h & 0x3ff;
       if (e == 0) return std::ldexp(m, -24);
-      return std::ldexp(1024 + m, e - 25); }
+      return std::ldexp(1024 + m, e - 25);
+    }
   }
   return 0;
 }
 
-ml::Buffer Buf(std::vector<uint8_t>& v, ml::DType dt) { return ml::Buffer{v.data(), v.size() / ml::DTypeSize(dt), dt, ml::Device::kCpu}; }
+ml::Buffer Buf(std::vector<uint8_t>& v, ml::DType dt) {
+  return ml::Buffer{v.data(), v.size() / ml::DTypeSize(dt), dt, ml::Device::kCpu};
+}
 
 // Element i of group rank r's input: small, distinct, exact in every dtype.
-double Value(int r, size_t i) { return static_cast<double>(1 + r + static_cast<int>(i % 5)); }
+double Value(int r, size_t i) {
+  return static_cast<double>(1 + r + static_cast<int>(i % 5));
+}
 
 void CheckGroupOps(ml::Backend& g) {
   const int G = g.group().size();
@@ -137,8 +186,8 @@ void CheckGroupOps(ml::Backend& g) {
     for (size_t i = 0; i < n; ++i) {
       double want = 0;
       for (int r = 0; r < G; ++r) want += Value(r, i) + me;
-      PROBE_EXPECT(Load(rs_out, dt, i) == want, "reduce_scatter {} on {}: element {} is {}, want {}",
-                   ml::DTypeName(dt), g.group().description, i, Load(rs_out, dt, i), want);
+      PROBE_EXPECT(Load(rs_out, dt, i) == want, "reduce_scatter {} on {}: element {} is {}, want {}", ml::DTypeName(dt),
+                   g.group().description, i, Load(rs_out, dt, i), want);
     }
     // broadcast from the last group rank
     std::vector<uint8_t> bc(n * es);
@@ -175,13 +224,15 @@ void CheckLink(ml::LinkChannel& link) {
     if (i_send) {
       for (int mb = 0; mb < M; ++mb) {
         for (size_t i = 0; i < n; ++i) bufs[mb][i] = value(mb, down, i);
-        auto w = down ? link.SendActivation(ml::CpuBuffer(bufs[mb]), mb) : link.SendGradient(ml::CpuBuffer(bufs[mb]), mb);
+        auto w =
+            down ? link.SendActivation(ml::CpuBuffer(bufs[mb]), mb) : link.SendGradient(ml::CpuBuffer(bufs[mb]), mb);
         PROBE_OK(w.status());
         works.push_back(std::move(*w));
       }
     } else {
       for (int mb = M - 1; mb >= 0; --mb) {
-        auto w = down ? link.RecvActivation(ml::CpuBuffer(bufs[mb]), mb) : link.RecvGradient(ml::CpuBuffer(bufs[mb]), mb);
+        auto w =
+            down ? link.RecvActivation(ml::CpuBuffer(bufs[mb]), mb) : link.RecvGradient(ml::CpuBuffer(bufs[mb]), mb);
         PROBE_OK(w.status());
         works.push_back(std::move(*w));
       }
@@ -220,11 +271,11 @@ int Collectives(const maestro::plan::Plan& plan, ml::WorkerContext& ctx) {
                c.links().size(), want_links.size());
   for (auto& link : c.links()) CheckLink(link);
   int total = failures;
-  PROBE_OK(ml::Complete(c.world().AllReduce(ml::Buffer{&total, 1, ml::DType::kI32, ml::Device::kCpu},
-                                            ml::ReduceOp::kSum)));
-  if (g_rank == 0) std::printf("%s: %d failed checks over %d ranks, %zu links on rank 0\n",
-                               total == 0 ? "PROBE OK" : "PROBE FAILED", total, ctx.place().world_size,
-                               c.links().size());
+  PROBE_OK(
+      ml::Complete(c.world().AllReduce(ml::Buffer{&total, 1, ml::DType::kI32, ml::Device::kCpu}, ml::ReduceOp::kSum)));
+  if (g_rank == 0)
+    std::printf("%s: %d failed checks over %d ranks, %zu links on rank 0\n", total == 0 ? "PROBE OK" : "PROBE FAILED",
+                total, ctx.place().world_size, c.links().size());
   return total == 0 ? 0 : 1;
 }
 
@@ -247,8 +298,8 @@ int StoreRounds(ml::WorkerContext& ctx) {
   PROBE_EXPECT(!missing.ok() && missing.status().code() == maestro::StatusCode::kTimeout,
                "a key nobody published must time out");
   int total = failures;
-  PROBE_OK(ml::Complete(ctx.comms().world().AllReduce(ml::Buffer{&total, 1, ml::DType::kI32, ml::Device::kCpu},
-                                                      ml::ReduceOp::kSum)));
+  PROBE_OK(ml::Complete(
+      ctx.comms().world().AllReduce(ml::Buffer{&total, 1, ml::DType::kI32, ml::Device::kCpu}, ml::ReduceOp::kSum)));
   if (g_rank == 0) std::printf("%s: store, %d failed checks\n", total == 0 ? "PROBE OK" : "PROBE FAILED", total);
   return total == 0 ? 0 : 1;
 }
@@ -266,8 +317,11 @@ int Fault(ml::WorkerContext& ctx, const std::string& mode, int victim) {
   std::vector<float> grads(1 << 20, 1.0f);  // 4 MiB
   const Status s = ml::Complete(dp.AllReduce(ml::CpuBuffer(grads), ml::ReduceOp::kSum));
   if (!s.ok()) ml::AbortJob(g_rank, s, maestro::kExitPeerFailure);
-  // Ranks outside the victim's DP group wait for the rest in a world barrier.
-  const Status b = ml::Complete(ctx.comms().world().Barrier());
+  // Ranks outside the victim's DP group wait for the rest in a world barrier,
+  // three times as long, so the victim's DP peer is the one that reports.
+  auto barrier = ctx.comms().world().Barrier();
+  PROBE_OK(barrier.status());
+  const Status b = (*barrier)->WaitFor(ctx.comms().world().timeout() * 3);
   if (!b.ok()) ml::AbortJob(g_rank, b, maestro::kExitPeerFailure);
   return 0;
 }

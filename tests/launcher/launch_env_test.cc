@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Unit tests of the launcher's pure parts: the launcher environment, the
 // allocation checks against the plan, options, names and checksums.
+#include "launcher/launch_env.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,7 +10,6 @@
 
 #include "launcher/comm.h"
 #include "launcher/communicators.h"
-#include "launcher/launch_env.h"
 #include "launcher/selftest.h"
 #include "test_plans.h"
 
@@ -25,8 +26,12 @@ EnvLookup Lookup(const Env& env) {
 
 // A hetjob step of the 6-rank fan-out-2 plan (vit: 2 tasks, llm: 4 tasks).
 Env SlurmEnv(int procid) {
-  return {{"SLURM_PROCID", std::to_string(procid)}, {"SLURM_STEP_ID", "0"}, {"SLURM_LOCALID", "0"},
-          {"SLURM_HET_SIZE", "2"}, {"SLURM_NTASKS_HET_GROUP_0", "2"}, {"SLURM_NTASKS_HET_GROUP_1", "4"},
+  return {{"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_HET_SIZE", "2"},
+          {"SLURM_NTASKS_HET_GROUP_0", "2"},
+          {"SLURM_NTASKS_HET_GROUP_1", "4"},
           {"SLURMD_NODENAME", "node2"}};
 }
 

@@ -16,8 +16,8 @@
 namespace maestro::launcher::testing {
 
 struct RunResult {
-  int exit_code = -1;      // 128 + signal when killed
-  std::string output;      // stdout and stderr interleaved
+  int exit_code = -1;  // 128 + signal when killed
+  std::string output;  // stdout and stderr interleaved
   double seconds = 0;
 };
 
@@ -54,8 +54,21 @@ inline RunResult RunCaptured(const std::vector<std::string>& argv,
 
 // mpirun on loopback, as root if need be, oversubscribed, ranks yielding.
 inline std::vector<std::string> MpirunArgs(int ranks) {
-  return {"timeout", "-s", "KILL", "120",  MAESTRO_MPIRUN, "--allow-run-as-root", "--oversubscribe",
-          "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1", "-np", std::to_string(ranks)};
+  return {"timeout",
+          "-s",
+          "KILL",
+          "120",
+          MAESTRO_MPIRUN,
+          "--allow-run-as-root",
+          "--oversubscribe",
+          "--mca",
+          "btl",
+          "self,vader",
+          "--mca",
+          "mpi_yield_when_idle",
+          "1",
+          "-np",
+          std::to_string(ranks)};
 }
 
 }  // namespace maestro::launcher::testing

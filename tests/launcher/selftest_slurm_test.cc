@@ -3,7 +3,9 @@
 // tiny spec is compiled by maestro-compile, its job.sbatch (a 3-component
 // heterogeneous job, srun --mpi=pmix --het-group=0-2) is submitted, and the
 // self-test must pass across the components: every group all-reduces and
-// every cross-section link carries a checked buffer both ways.
+// every cross-section link carries a checked buffer both ways. And a rank
+// that hangs inside a hetjob step is named by its group peer, which ends the
+// step with kExitPeerFailure after the timeout.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +15,9 @@
 #include <iostream>
 #include <string>
 
+#include "base/exit_codes.h"
+#include "plan/plan.h"
+#include "test_plans.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::launcher {
@@ -22,7 +27,7 @@ namespace fs = std::filesystem;
 using std::chrono::seconds;
 
 TEST(LauncherSlurm, SelfTestPassesAcrossThreeHetComponents) {
-  auto cluster = testing::LocalSlurmCluster::FromEnvironment();
+  auto cluster = ::maestro::testing::LocalSlurmCluster::FromEnvironment();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   const fs::path work = fs::path(MAESTRO_TEST_TMP) / ("launcher_slurm_" + std::to_string(::getpid()));
   fs::remove_all(work);
@@ -38,9 +43,9 @@ TEST(LauncherSlurm, SelfTestPassesAcrossThreeHetComponents) {
   }
   fs::permissions(wrapper, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
   const std::string spec = std::string(MAESTRO_SOURCE_DIR) + "/tests/launcher/data/tiny_three_sections.toml";
-  auto compile = testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-compile", spec, "-o", work.string(),
-                                      "--worker", wrapper.string()},
-                                     {}, seconds(60));
+  auto compile = ::maestro::testing::RunCommand(
+      {std::string(MAESTRO_BIN_DIR) + "/maestro-compile", spec, "-o", work.string(), "--worker", wrapper.string()}, {},
+      seconds(60));
   ASSERT_TRUE(compile.ok()) << compile.status().ToString();
   ASSERT_EQ(compile->exit_code, 0) << compile->output;
   ASSERT_TRUE(fs::exists(work / "job.sbatch")) << compile->output;
@@ -74,6 +79,45 @@ TEST(LauncherSlurm, SelfTestPassesAcrossThreeHetComponents) {
   EXPECT_NE(output->find("link 1 of edge 'audio' -> 'llm' (audio_embeddings): audio dp 0 (rank 1) <-> llm dp 1"),
             std::string::npos)
       << *output;
+  if (!HasFailure()) fs::remove_all(work);
+}
+
+// Two components (enc: 2 ranks, llm: 2 ranks); rank 3 hangs before the DP
+// all-reduce. Under srun the timeout path must name it, its group and the op.
+TEST(LauncherSlurm, HungRankInAHetjobIsNamedAndTheStepEnds) {
+  auto cluster = ::maestro::testing::LocalSlurmCluster::FromEnvironment();
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  const fs::path work = fs::path(MAESTRO_TEST_TMP) / ("launcher_slurm_hang_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  ASSERT_TRUE(plan::SavePlan(::maestro::launcher::testing::FanOut1Plan(), (work / "plan.json").string()).ok());
+  const fs::path script = work / "hang.sbatch";
+  {
+    std::ofstream out(script);
+    out << "#!/bin/bash\n"
+        << "#SBATCH --job-name=maestro-hang\n"
+        << "#SBATCH --output=" << (work / "out-%j.txt").string() << "\n"
+        << "#SBATCH --time=2\n"
+        << "#SBATCH --nodes=1 --ntasks=2\n"
+        << "#SBATCH hetjob\n"
+        << "#SBATCH --nodes=1 --ntasks=2\n"
+        << "export MAESTRO_COMM_TIMEOUT_S=3\n"
+        << "timeout -s KILL 60 srun --mpi=pmix --het-group=0-1 '" << MAESTRO_BIN_DIR << "/launcher_comm_probe' '"
+        << (work / "plan.json").string() << "' hang 3\n";
+  }
+  auto id = cluster->Submit(script.string());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto job = cluster->WaitForJob(*id, seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto output = cluster->ReadJobOutput(*job);
+  ASSERT_TRUE(output.ok()) << output.status().ToString();
+  EXPECT_NE(job->state(), "COMPLETED") << *output;
+  EXPECT_EQ(job->exit_code(), kExitPeerFailure) << *output;
+  EXPECT_NE(output->find("rank 2: all_reduce #1 of 4 MiB on dp group of section 'llm' (ranks 2,3) did not complete "
+                         "within 3.0 s"),
+            std::string::npos)
+      << *output;
+  EXPECT_NE(output->find("missing rank(s) 3"), std::string::npos) << *output;
   if (!HasFailure()) fs::remove_all(work);
 }
 
