@@ -23,7 +23,7 @@
 namespace maestro::datalayer {
 namespace {
 
-constexpr int64_t kSamples = 480;
+constexpr int64_t kSamples = 640;
 constexpr int64_t kBatch = 8;
 constexpr int kCheckpointEvery = 2;
 constexpr int kKills = 20;
@@ -45,22 +45,45 @@ TEST(Kill9, TwentyRandomKillsThenResumeLosesNothingAndRepeatsNothing) {
       MAESTRO_BIN_DIR "/fake_trainer", "--run-dir", dir + "/run", "--manifest", manifest, "--batch",
       std::to_string(kBatch), "--checkpoint-every", std::to_string(kCheckpointEvery), "--row-values", "1024",
       "--compute-log", dir + "/computes.log"};
+  // Each life: wait for its first commit (progress), sometimes for one more,
+  // then kill it after a random fraction of the time between two commits, so
+  // the kills land anywhere inside a step: spool writes, flushes, checkpoint
+  // writes, renames, SQLite commits. The delays only choose WHERE a kill
+  // lands; correctness never depends on them.
   std::mt19937 rng(20240607);
-  std::uniform_int_distribution<int> delay_us(0, 30000);
+  std::uniform_real_distribution<double> fraction(0.0, 1.0);
+  std::bernoulli_distribution one_more(0.5);
+  double commit_interval_us = 3000;  // refined from the observed commits
   int kills = 0;
   int64_t last_committed = -1;
-  for (int life = 0; life < kKills; ++life) {
+  bool finished_early = false;
+  for (int life = 0; life < kKills && !finished_early; ++life) {
     testing::ChildProcess child(argv);
-    // Wait for progress (one more commit), then kill at a random moment.
-    auto line = child.ReadLine(std::chrono::seconds(60));
-    while (line && line->rfind("start", 0) == 0) line = child.ReadLine(std::chrono::seconds(60));
-    ASSERT_TRUE(line.has_value()) << "life " << life << " made no progress";
-    if (line->rfind("done", 0) == 0) break;  // finished before we could kill it
-    ASSERT_EQ(line->rfind("committed ", 0), 0u) << *line;
-    const int64_t step = std::stoll(line->substr(10));
-    EXPECT_GT(step, last_committed) << "a resume must not go back";
-    last_committed = step;
-    ::usleep(static_cast<useconds_t>(delay_us(rng)));
+    const int wanted = one_more(rng) ? 2 : 1;
+    int seen = 0;
+    auto previous = std::chrono::steady_clock::now();
+    while (seen < wanted) {
+      auto line = child.ReadLine(std::chrono::seconds(60));
+      ASSERT_TRUE(line.has_value()) << "life " << life << " made no progress";
+      if (line->rfind("start", 0) == 0) continue;
+      if (line->rfind("done", 0) == 0) {
+        finished_early = true;
+        break;
+      }
+      ASSERT_EQ(line->rfind("committed ", 0), 0u) << *line;
+      const int64_t step = std::stoll(line->substr(10));
+      EXPECT_GT(step, last_committed) << "a resume must not go back";
+      last_committed = step;
+      const auto now = std::chrono::steady_clock::now();
+      if (seen > 0) {
+        const double us = std::chrono::duration<double, std::micro>(now - previous).count();
+        commit_interval_us = 0.5 * commit_interval_us + 0.5 * us;
+      }
+      previous = now;
+      ++seen;
+    }
+    if (finished_early) break;
+    ::usleep(static_cast<useconds_t>(fraction(rng) * commit_interval_us));
     child.Signal(SIGKILL);
     const int status = child.Wait();
     if (WIFSIGNALED(status)) ++kills;
