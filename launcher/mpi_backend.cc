@@ -459,6 +459,10 @@ StatusOr<std::unique_ptr<Backend>> MpiSession::SplitWorld(int color, GroupInfo i
   return std::unique_ptr<Backend>(std::make_unique<MpiBackend>(impl_.get(), comm, std::move(info), timeout));
 }
 
+std::string MpiSession::Survey(const std::vector<int>& ranks, Millis grace) {
+  return impl_->Survey(ranks, grace);
+}
+
 StatusOr<std::unique_ptr<Backend>> MpiSession::CreateGroup(GroupInfo info, int tag, Millis timeout) {
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "launcher/comm.h"
@@ -42,6 +43,11 @@ class MpiSession {
   // Collective over ALL ranks: those passing the same `color` form a group,
   // ordered as info.ranks (info.my_index must be this rank's index there).
   StatusOr<std::unique_ptr<Backend>> SplitWorld(int color, GroupInfo info, Millis timeout);
+  // Asks world `ranks` what they wait in (over the health channel; a rank
+  // answers once it waited 20 ms in any operation) for up to `grace`.
+  // "; rank 3 is waiting in all_reduce #1 of 4 MiB on ..." per answer, and
+  // "missing rank(s) ..." for those that did not answer. Used by timeouts.
+  std::string Survey(const std::vector<int>& ranks, Millis grace);
   // Collective over info.ranks only (MPI_Comm_create_group with `tag`).
   StatusOr<std::unique_ptr<Backend>> CreateGroup(GroupInfo info, int tag, Millis timeout);
 

@@ -308,6 +308,14 @@ int Fault(ml::WorkerContext& ctx, const std::string& mode, int victim) {
   auto& dp = ctx.comms().group(maestro::plan::GroupKind::kDP);
   PROBE_OK(ml::Complete(ctx.comms().world().Barrier()));  // everyone is up
   if (g_rank == victim) {
+    if (mode != "hang") {
+      // Die only once the DP peer waits in the all-reduce, so that what the
+      // peer reports does not depend on scheduling.
+      const int peer = dp.group().ranks[dp.group().my_index == 0 ? 1 : 0];
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        if (ctx.mpi().Survey({peer}, ml::Millis(200)).find("waiting in all_reduce") != std::string::npos) break;
+      }
+    }
     std::fprintf(stderr, "[probe rank %d] fault injection: %s before the DP all-reduce\n", g_rank, mode.c_str());
     std::fflush(stderr);
     if (mode == "kill") raise(SIGKILL);
