@@ -147,5 +147,17 @@ TEST(Failure, RankThatExitsEarlyEndsTheJob) {
   EXPECT_TRUE(Contains(r.output, "dp group of section 'enc' (ranks 0,1)")) << r.output;
 }
 
+// maestro-bench comm runs its own 2-rank mpirun and reports the ratio key
+// (a smoke run: numbers are measured, not judged, here).
+TEST(CommBench, QuickRunReportsLinkVsRawMpi) {
+  const std::string bench = std::string(MAESTRO_BIN_DIR) + "/maestro-bench";
+  if (!std::filesystem::exists(bench)) GTEST_SKIP() << "maestro-bench not built (MAESTRO_BENCH=OFF)";
+  const auto r = RunCaptured({"timeout", "-s", "KILL", "120", bench, "comm", "--quick", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "\"link_vs_raw_mpi\":")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "\"bytes\":65536")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "\"link_vs_raw_mpi\":0,")) << r.output;
+}
+
 }  // namespace
 }  // namespace maestro::launcher::testing
