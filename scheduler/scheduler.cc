@@ -380,13 +380,19 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
   std::vector<int> wave_order;  // wave rank -> sample
   {
     std::vector<double> lead(static_cast<size_t>(n)), total(static_cast<size_t>(n));
+    std::vector<double> heavy_cost(static_cast<size_t>(n));
+    std::vector<int> heavy_rank(static_cast<size_t>(n), 0);
     for (int i = 0; i < n; ++i) {
       double heaviest = 0, sum = 0;
       for (int s = 0; s < pr.S; ++s) {
         const double c = pr.fwd1[Idx(s, i, n)] + pr.bwd1[Idx(s, i, n)];
-        heaviest = std::max(heaviest, c);
+        if (c > heaviest) {
+          heaviest = c;
+          heavy_rank[static_cast<size_t>(i)] = pr.rank_base[static_cast<size_t>(s)] + place[Idx(s, i, n)];
+        }
         sum += c;
       }
+      heavy_cost[static_cast<size_t>(i)] = heaviest;
       lead[static_cast<size_t>(i)] = chain[static_cast<size_t>(i)] - heaviest;
       total[static_cast<size_t>(i)] = sum;
     }
@@ -401,8 +407,20 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
       if (a.tie != b.tie) return a.tie < b.tie;
       return a.index < b.index;
     });
+    // Interleave the replicas: a sample's key is the work its heaviest
+    // section's replica has ahead of it in this order, so every replica gets
+    // its first samples first (rather than one replica's whole list first).
+    std::vector<double> ahead(static_cast<size_t>(pr.num_ranks), 0.0);
+    std::vector<std::pair<double, int>> timed(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) {
+      const int i = keys[static_cast<size_t>(k)].index;
+      double& a = ahead[static_cast<size_t>(heavy_rank[static_cast<size_t>(i)])];
+      timed[static_cast<size_t>(k)] = {a, k};
+      a += heavy_cost[static_cast<size_t>(i)];
+    }
+    std::sort(timed.begin(), timed.end());
     std::vector<int> order(static_cast<size_t>(n));
-    for (int k = 0; k < n; ++k) order[static_cast<size_t>(k)] = keys[static_cast<size_t>(k)].index;
+    for (int k = 0; k < n; ++k) order[static_cast<size_t>(k)] = keys[static_cast<size_t>(timed[static_cast<size_t>(k)].second)].index;
     for (int k = 0; k < n; ++k) wave_rank[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
     wave_order = std::move(order);
   }
