@@ -20,6 +20,17 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// A meta value written by us as a decimal number; nullopt when it is not one.
+std::optional<uint64_t> ParseU64(const std::string& text) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
 bool ValidModalityName(const std::string& name) {
   if (name.empty() || name.size() > 32 || !(name[0] >= 'a' && name[0] <= 'z')) return false;
   return std::all_of(name.begin(), name.end(),
@@ -139,8 +150,15 @@ Status SampleIndex::LoadSamples() {
   MAESTRO_ASSIGN_OR_RETURN(auto seed, GetMeta("seed"));
   MAESTRO_ASSIGN_OR_RETURN(auto batch, GetMeta("global_batch_size"));
   if (seed && batch) {
-    seed_ = std::stoull(*seed);
-    batch_size_ = std::stoll(*batch);
+    const auto seed_value = ParseU64(*seed);
+    const auto batch_value = ParseU64(*batch);
+    if (!seed_value || !batch_value) {
+      return Status::Corruption(fmt::format("{}: meta seed '{}' / global_batch_size '{}' are not numbers; "
+                                            "the index was edited by hand or is damaged",
+                                            db_->path(), *seed, *batch));
+    }
+    seed_ = *seed_value;
+    batch_size_ = static_cast<int64_t>(*batch_value);
   }
   return Status::Ok();
 }
@@ -303,7 +321,7 @@ Status SampleIndex::ConfigureRun(uint64_t seed, int64_t global_batch_size) {
   MAESTRO_ASSIGN_OR_RETURN(auto old_seed, GetMeta("seed"));
   MAESTRO_ASSIGN_OR_RETURN(auto old_batch, GetMeta("global_batch_size"));
   if (old_seed && old_batch) {
-    if (std::stoull(*old_seed) != seed || std::stoll(*old_batch) != global_batch_size) {
+    if (ParseU64(*old_seed) != seed || ParseU64(*old_batch) != static_cast<uint64_t>(global_batch_size)) {
       return Status::FailedPrecondition(fmt::format(
           "{}: this run was started with seed {} and global batch size {}, now asked for seed {} and batch {}; "
           "resume with the original values or start a new run directory",
