@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The three policies, the schedule index/validation, transfers, lower bound.
+// The four policies, the schedule index/validation, transfers, lower bound.
 //
-// Wavefront, in two phases:
+// Wavefront, in two phases (docs/scheduler.md has the long version):
 //  1. Placement. Every consistent assignment of a sample to one replica per
 //     section is described by a "slot" in [0, L), L = lcm of the DP degrees:
 //     replica_s = slot * dp_s / L (nested floor divisions, so every fan-out
@@ -9,17 +9,16 @@
 //     of the total work) on the slot that minimises the largest normalised
 //     load (load / mean load) over the sections they activate: LPT over a
 //     vector of loads, which balances every section's replicas at once.
-//  2. Order. An event-driven list scheduler runs all ranks together in
-//     simulated time (the same semantics as the simulator). A rank that falls
-//     idle forms its next micro-batch from the samples whose inputs have
-//     arrived: upstream of the bottleneck section, samples go in the order
-//     the bottleneck will want them (its dependent samples, longest first,
-//     interleaved over the downstream replicas it feeds); at the bottleneck
-//     and below, samples that came from upstream go first (their gradients go
-//     back early, so upstream backward overlaps) and samples that need no
-//     upstream fill in while upstream work is in flight, longest first, so
-//     the short ones close the step. Full forward micro-batches go before
-//     ready backwards (downstream is kept fed), a loss section runs F then B.
+//  2. Order. One global wave order: samples with the longest dependency
+//     chain outside their heaviest section first, interleaved over the
+//     replicas of that section. An event-driven list scheduler then runs all
+//     ranks together in simulated time (the simulator's semantics). A rank
+//     that falls idle forms its next micro-batch from the samples whose
+//     inputs have arrived: those that came from upstream first, then those
+//     that need no upstream (fillers while upstream work is in flight), each
+//     in wave order. Full forward micro-batches go before ready backwards
+//     (downstream is kept fed); a loss section runs F then B; a producer's
+//     first micro-batch is a quarter size so its consumers start sooner.
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
