@@ -141,6 +141,19 @@ Status Prepare(const Problem& p, Prepared* out) {
       pr.section_mask[static_cast<size_t>(i)] |= 1u << s;
       pr.fwd1[Idx(s, i, pr.n)] = p.costs->ForwardSeconds(s, one);
       if (p.sections[static_cast<size_t>(s)].trains) pr.bwd1[Idx(s, i, pr.n)] = p.costs->BackwardSeconds(s, one);
+      const double f = pr.fwd1[Idx(s, i, pr.n)], b = pr.bwd1[Idx(s, i, pr.n)];
+      if (!(f >= 0 && b >= 0 && std::isfinite(f) && std::isfinite(b))) {
+        return Status::InvalidArgument("cost model: section '" + p.sections[static_cast<size_t>(s)].name +
+                                       "' costs sample " + std::to_string(smp.id) + " " + std::to_string(f) +
+                                       " s forward, " + std::to_string(b) +
+                                       " s backward; costs must be finite and >= 0 (check the profile)");
+      }
+    }
+  }
+  for (double t : pr.xfer) {
+    if (!(t >= 0 && std::isfinite(t))) {
+      return Status::InvalidArgument("cost model: a transfer costs " + std::to_string(t) +
+                                     " s; costs must be finite and >= 0 (check the link profile)");
     }
   }
   return Status::Ok();

@@ -81,6 +81,13 @@ TEST(SchedulerProblem, RejectsBadInputWithAMessageNamingThePart) {
   p = TwoSectionProblem(4, false);
   p.sections[0].micro_batch = 0;
   EXPECT_FALSE(BuildSchedule(p, {}).ok());
+
+  p = TwoSectionProblem(4, false);
+  p.costs = std::make_shared<FlatCosts>(0.0, -1.0, 0.0);  // a broken profile
+  auto bad = BuildSchedule(p, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("finite and >= 0"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(ComputeLowerBound(p).ok());
 }
 
 TEST(SchedulerProblem, FromPlanMapsSectionsModalitiesAndEdges) {
