@@ -182,6 +182,34 @@ TEST(SchedulerProperty, NoOpConsumesBeforeItsInputIsProduced) {
   }
 }
 
+TEST(SchedulerProperty, TransfersCarryEachCrossingSampleOnceAlongTheFanOutMap) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    const Case c = RandomCase(seed);
+    const Problem& p = c.problem;
+    const Schedule sch = BuildSchedule(p, ScheduleOptions{}).ValueOrDie();
+    const auto transfers = ImpliedTransfers(p, sch);
+    ASSERT_TRUE(transfers.ok()) << transfers.status().ToString();
+    const Where w = Locate(sch);
+    std::map<std::pair<int, uint64_t>, int> carried;  // (edge, id) -> messages
+    for (const Transfer& t : *transfers) {
+      const EdgeSpec& e = p.edges[t.edge];
+      EXPECT_EQ(t.gradient, p.sections[e.from].trains && p.sections[e.to].trains);
+      for (uint64_t id : t.sample_ids) {
+        ++carried[{t.edge, id}];
+        EXPECT_EQ(w.at({e.from, id})[0], std::make_pair(t.up_replica, t.up_micro_batch)) << c.name;
+        EXPECT_EQ(w.at({e.to, id})[0], std::make_pair(t.down_replica, t.down_micro_batch)) << c.name;
+      }
+    }
+    for (size_t e = 0; e < p.edges.size(); ++e) {
+      for (const Sample& smp : p.samples) {
+        const bool crosses = p.Activates(p.edges[e].from, smp) && p.Activates(p.edges[e].to, smp);
+        const auto it = carried.find({static_cast<int>(e), smp.id});
+        EXPECT_EQ(it == carried.end() ? 0 : it->second, crosses ? 1 : 0) << c.name << " sample " << smp.id;
+      }
+    }
+  }
+}
+
 TEST(SchedulerProperty, SameSeedAndStepGiveTheSameSchedule) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     const Case c = RandomCase(seed);
