@@ -44,6 +44,18 @@ uint64_t BytesU64(const std::string& s) {
 
 }  // namespace
 
+std::optional<DoneLine> ParseDoneLine(const std::string& text) {
+  const size_t at = text.find("done weights=");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned long long w = 0;
+  long long steps = 0, computes = 0, hits = 0, wrong = 0;
+  if (std::sscanf(text.c_str() + at, "done weights=%llx steps=%lld computes=%lld hits=%lld wrong=%lld", &w, &steps,
+                  &computes, &hits, &wrong) != 5) {
+    return std::nullopt;
+  }
+  return DoneLine{w, steps, computes, hits, wrong};
+}
+
 Status WriteFakeManifest(const std::string& path, int64_t n) {
   std::string text;
   for (int64_t i = 0; i < n; ++i) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -44,6 +45,14 @@ struct FakeTrainerResult {
   int64_t wrong_rows_used = 0;   // spool rows whose values were wrong (must stay 0)
   bool preempted = false;
 };
+
+// fake_trainer's last line: "done weights=<hex> steps=<n> computes=<n> hits=<n> wrong=<n>".
+struct DoneLine {
+  uint64_t weights = 0;
+  int64_t steps = 0, computes = 0, hits = 0, wrong = 0;
+};
+// The first such line in `text`, or nullopt.
+std::optional<DoneLine> ParseDoneLine(const std::string& text);
 
 // Writes n samples: ids 1000..1000+n-1, two modalities.
 Status WriteFakeManifest(const std::string& path, int64_t n);

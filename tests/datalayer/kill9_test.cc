@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -98,10 +97,10 @@ TEST(Kill9, TwentyRandomKillsThenResumeLosesNothingAndRepeatsNothing) {
   while (auto l = final_run.ReadLine(std::chrono::seconds(60))) out += *l + "\n";
   const int status = final_run.Wait();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("done weights=([0-9a-f]+) .* wrong=([0-9]+)"))) << out;
-  EXPECT_EQ(std::stoull(m[1].str(), nullptr, 16), want) << "final weights differ from an uninterrupted run";
-  EXPECT_EQ(m[2].str(), "0") << "a spool row with wrong values was used";
+  const auto done = testing::ParseDoneLine(out);
+  ASSERT_TRUE(done.has_value()) << out;
+  EXPECT_EQ(done->weights, want) << "final weights differ from an uninterrupted run";
+  EXPECT_EQ(done->wrong, 0) << "a spool row with wrong values was used";
 
   auto index = SampleIndex::Open(dir + "/run/index.sqlite").ValueOrDie();
   EXPECT_EQ(index->ConsumedCount(0).ValueOrDie(), kSamples);

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include <regex>
 
 #include "base/exit_codes.h"
 #include "tests/datalayer/child_process.h"
@@ -78,10 +77,10 @@ TEST(PreemptionSignal, FakeTrainerCheckpointsExitsWithRequeueCodeAndResumesExact
   const int status = again.Wait();
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), kExitOk) << out;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("done weights=([0-9a-f]+) steps=([0-9]+)"))) << out;
-  EXPECT_EQ(std::stoull(m[1].str(), nullptr, 16), want);
-  EXPECT_LT(std::stoll(m[2].str()), 40) << "the resumed run must not start over";
+  const auto done = testing::ParseDoneLine(out);
+  ASSERT_TRUE(done.has_value()) << out;
+  EXPECT_EQ(done->weights, want);
+  EXPECT_LT(done->steps, 40) << "the resumed run must not start over";
   testing::RemoveDir(dir);
 }
 

@@ -11,7 +11,6 @@
 
 #include <ctime>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include "datalayer/sample_index.h"
@@ -118,10 +117,10 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
   EXPECT_NE(text.find("preempted"), std::string::npos) << text;
   EXPECT_NE(text.find("batch step rc=85"), std::string::npos) << text;
   EXPECT_NE(text.find("start restart_count=1"), std::string::npos) << text;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(text, m, std::regex("done weights=([0-9a-f]+) steps=([0-9]+)"))) << text;
-  EXPECT_EQ(std::stoull(m[1].str(), nullptr, 16), want) << text;
-  EXPECT_LT(std::stoll(m[2].str()), 2 * kSamples / 8) << "the second life must resume, not start over";
+  const auto finished = testing::ParseDoneLine(text);
+  ASSERT_TRUE(finished.has_value()) << text;
+  EXPECT_EQ(finished->weights, want) << text;
+  EXPECT_LT(finished->steps, 2 * kSamples / 8) << "the second life must resume, not start over";
 
   auto index = SampleIndex::Open(dir + "/run/index.sqlite").ValueOrDie();
   EXPECT_EQ(index->ConsumedCount(0).ValueOrDie(), kSamples);
