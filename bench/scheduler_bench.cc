@@ -28,9 +28,10 @@ namespace {
 
 using namespace maestro::scheduler;  // NOLINT(google-build-using-namespace)
 
-double SimulatedSeconds(const Problem& p, Policy policy, int64_t step) {
+double SimulatedSeconds(const Problem& p, Policy policy, int64_t step, int max_in_flight = 0) {
   ScheduleOptions o;
   o.policy = policy;
+  o.max_in_flight = max_in_flight;
   o.seed = 17;
   o.step = step;
   Schedule s = BuildSchedule(p, o).ValueOrDie();
@@ -89,7 +90,7 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
     if (a.rfind("--run-length=", 0) == 0) run_length = std::max(1, std::atoi(a.c_str() + 13));
   }
   double sum_wf_lb = 0, sum_fifo_lb = 0, sum_bal_lb = 0, sum_speedup = 0, sum_speedup_bal = 0;
-  double sum_cont_lb = 0, sum_speedup_cont = 0;
+  double sum_cont_lb = 0, sum_speedup_cont = 0, sum_cap4_lb = 0, sum_cap16_lb = 0;
   double worst_wf_lb = 0;
   int count = 0;
   // Buckets of image ratio for the table in docs/scheduler.md.
@@ -119,6 +120,9 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
       const double fifo = SimulatedSeconds(p, Policy::kFifo, step);
       const double bal = SimulatedSeconds(p, Policy::kBalanceOnly, step);
       const double cont = SimulatedSeconds(p, Policy::kFifoContiguous, step);
+      // The price of a memory cap on micro-batches between forward and backward.
+      sum_cap4_lb += SimulatedSeconds(p, Policy::kWavefront, step, 4) / lb;
+      sum_cap16_lb += SimulatedSeconds(p, Policy::kWavefront, step, 16) / lb;
       sum_cont_lb += cont / lb;
       sum_speedup_cont += cont / wf;
       plan_cont += cont / lb;
@@ -196,6 +200,8 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
   out["schedule_ms_4096"] = schedule_s * 1e3;
   out["speedup_vs_balance_only"] = sum_speedup_bal / count;
   out["speedup_vs_fifo_contiguous"] = sum_speedup_cont / count;
+  out["makespan_over_lower_bound_max_in_flight_4"] = sum_cap4_lb / count;
+  out["makespan_over_lower_bound_max_in_flight_16"] = sum_cap16_lb / count;
   out["fifo_contiguous_over_lower_bound"] = sum_cont_lb / count;
   out["fifo_over_lower_bound"] = sum_fifo_lb / count;
   out["balance_only_over_lower_bound"] = sum_bal_lb / count;

@@ -336,6 +336,7 @@ struct RankState {
   std::priority_queue<int, std::vector<int>, std::greater<int>> backward_ready;
   int backwards_left = 0;
   bool optimizer_done = false;
+  int cap_relief = 0;            // in-flight micro-batches allowed over the cap (deadlock relief)
   std::vector<int> pending_grad;        // per micro-batch
   std::vector<double> grad_ready_at;    // per micro-batch
   std::vector<std::vector<int>> mb_samples;  // sample indices
@@ -378,7 +379,8 @@ std::vector<double> SampleChains(const Prepared& pr) {
   return out;
 }
 
-Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t tie_seed) {
+StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t tie_seed,
+                                     int max_in_flight) {
   const Problem& p = *pr.p;
   const int n = pr.n;
   // The wave order: one global priority shared by every section, so that
@@ -515,6 +517,7 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
 
   std::vector<const Sample*> buf;
   double makespan = 0;
+  double makespan_so_far = 0;  // the time of the events being processed
   auto start_op = [&](int rk, double t, OpKind kind, int mb) {
     RankState& rs = ranks[static_cast<size_t>(rk)];
     const int s = rs.section;
@@ -609,7 +612,11 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
       start_op(rk, t, OpKind::kBackward, mb);
       return;
     }
-    const int avail = static_cast<int>(rs.available.size());
+    // A memory cap: a training section that waits for gradients holds at
+    // most max_in_flight micro-batches between their forward and backward.
+    const bool may_forward =
+        max_in_flight <= 0 || !spec.trains || rs.backwards_left < max_in_flight + rs.cap_relief;
+    const int avail = may_forward ? static_cast<int>(rs.available.size()) : 0;
     if (avail >= spec.micro_batch || (avail > 0 && rs.to_arrive == 0)) {
       form_forward(rk, t);
     } else if (!rs.backward_ready.empty()) {
@@ -625,8 +632,24 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
 
   std::vector<int> touched;
   std::vector<char> is_touched(static_cast<size_t>(pr.num_ranks), 0);
-  while (!events.empty()) {
+  // With an in-flight cap, two capped branches that meet in one sample can
+  // wait on each other. When nothing is left to happen but work remains, the
+  // lowest capped rank with samples waiting may go one micro-batch over.
+  auto relieve = [&]() {
+    for (int rk = 0; rk < pr.num_ranks; ++rk) {
+      RankState& rs = ranks[static_cast<size_t>(rk)];
+      if (!rs.busy && !rs.available.empty()) {
+        ++rs.cap_relief;
+        events.push({makespan_so_far, seq++, EventKind::kRankFree, rk, 0});
+        rs.busy = true;
+        return true;
+      }
+    }
+    return false;
+  };
+  while (!events.empty() || (max_in_flight > 0 && relieve())) {
     const double t = events.top().time;
+    makespan_so_far = t;
     touched.clear();
     while (!events.empty() && events.top().time == t) {
       const Event ev = events.top();
@@ -653,6 +676,15 @@ Schedule WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t 
     for (int rk : touched) {
       is_touched[static_cast<size_t>(rk)] = 0;
       dispatch(rk, t);
+    }
+  }
+  for (int rk = 0; rk < pr.num_ranks; ++rk) {
+    const RankState& rs = ranks[static_cast<size_t>(rk)];
+    if (rs.unformed > 0 || rs.backwards_left > 0 || rs.loss_backward >= 0 ||
+        (p.sections[static_cast<size_t>(rs.section)].trains && !rs.optimizer_done)) {
+      return Status::Internal("wavefront scheduler: rank " + std::to_string(rk) + " of section '" +
+                              p.sections[static_cast<size_t>(rs.section)].name +
+                              "' did not finish its work (a bug; please report with the problem)");
     }
   }
   sch.predicted_step_seconds = makespan;
@@ -704,9 +736,12 @@ StatusOr<Schedule> BuildSchedule(const Problem& problem, const ScheduleOptions& 
     case Policy::kBalanceOnly:
       sch = StaticSchedule(pr, PlaceBalanced(pr, tie_seed));
       break;
-    case Policy::kWavefront:
-      sch = WavefrontSchedule(pr, PlaceBalanced(pr, tie_seed), tie_seed);
+    case Policy::kWavefront: {
+      auto wf = WavefrontSchedule(pr, PlaceBalanced(pr, tie_seed), tie_seed, options.max_in_flight);
+      if (!wf.ok()) return wf.status();
+      sch = std::move(wf).value();
       break;
+    }
   }
   sch.policy = PolicyName(options.policy);
   sch.seed = options.seed;

@@ -94,6 +94,12 @@ struct ScheduleOptions {
   Policy policy = Policy::kWavefront;
   uint64_t seed = 0;   // tie-breaking only; (seed, step) fix the schedule
   int64_t step = 0;
+  // Wavefront only: a training section that waits for gradients from
+  // downstream keeps at most this many micro-batches between forward and
+  // backward (their activations stay in memory); 0 = no cap. When two capped
+  // branches meet in one sample and would wait on each other, a stalled rank
+  // goes one micro-batch over (so the cap is exact on chains of sections).
+  int max_in_flight = 0;
 };
 
 // Every policy, for loops in tests and benchmarks.
