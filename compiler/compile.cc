@@ -163,7 +163,10 @@ std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const Compile
   if (!spec.job.error.empty()) line("#SBATCH --error=" + spec.job.error);
   if (!spec.job.account.empty()) line("#SBATCH --account=" + spec.job.account);
   if (!spec.job.qos.empty()) line("#SBATCH --qos=" + spec.job.qos);
-  if (spec.job.requeue) line("#SBATCH --requeue");
+  if (spec.job.requeue) {
+    line("#SBATCH --requeue");
+    line("#SBATCH --open-mode=append");  // keep every run's log after a requeue
+  }
   if (spec.job.signal_seconds > 0) line(fmt::format("#SBATCH --signal=B:{}@{}", spec.job.signal, spec.job.signal_seconds));
   for (int i = 0; i < k; ++i) {
     const plan::SectionPlan& sec = plan.sections[static_cast<size_t>(i)];
