@@ -97,6 +97,10 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
   const int kBuckets = 5;
   std::vector<double> b_wf(kBuckets), b_fifo(kBuckets), b_bal(kBuckets), b_cont(kBuckets);
   std::vector<int> b_n(kBuckets);
+  // And by batch size: 256-1023, 1024-2047, 2048-4096 samples.
+  const int kSizes = 3;
+  std::vector<double> z_wf(kSizes), z_fifo(kSizes), z_speedup(kSizes);
+  std::vector<int> z_n(kSizes);
   nlohmann::json per_plan = nlohmann::json::array();
   for (size_t k = 0; k < shapes.size(); ++k) {
     SyntheticPlanOptions po;
@@ -141,6 +145,11 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
       b_fifo[static_cast<size_t>(b)] += fifo / lb;
       b_bal[static_cast<size_t>(b)] += bal / lb;
       ++b_n[static_cast<size_t>(b)];
+      const size_t z = bo.samples < 1024 ? 0 : bo.samples < 2048 ? 1 : 2;
+      z_wf[z] += wf / lb;
+      z_fifo[z] += fifo / lb;
+      z_speedup[z] += fifo / wf;
+      ++z_n[z];
       ++count;
     }
     per_plan.push_back({{"sections", po.sections}, {"max_fanout", po.max_fanout}, {"dp", dps},
@@ -157,6 +166,13 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
                         {"fifo_over_lb", b_fifo[static_cast<size_t>(b)] / n},
                         {"balance_over_lb", b_bal[static_cast<size_t>(b)] / n},
                         {"fifo_contiguous_over_lb", b_cont[static_cast<size_t>(b)] / n}});
+  }
+  nlohmann::json by_size = nlohmann::json::array();
+  const char* size_names[] = {"256-1023", "1024-2047", "2048-4096"};
+  for (size_t z = 0; z < static_cast<size_t>(kSizes); ++z) {
+    if (z_n[z] == 0) continue;
+    by_size.push_back({{"samples", size_names[z]}, {"steps", z_n[z]}, {"wavefront_over_lb", z_wf[z] / z_n[z]},
+                       {"fifo_over_lb", z_fifo[z] / z_n[z]}, {"speedup_vs_fifo", z_speedup[z] / z_n[z]}});
   }
   // Scheduler time: 4096 samples, 6 sections.
   SyntheticPlanOptions po;
@@ -212,5 +228,6 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
   out["steps"] = count;
   out["plans"] = per_plan;
   out["by_image_ratio"] = by_ratio;
+  out["by_batch_size"] = by_size;
   return out;
 }
