@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -159,6 +160,26 @@ TEST(SampleIndex, CommitStepsIsOrderedAndConsumesEachSampleOnce) {
   ASSERT_TRUE(index->CommitSteps({{2, b2.sample_ids, "{}"}}, 2, "ckpt-2").ok());
   EXPECT_EQ(index->ConsumedCount(0).ValueOrDie(), 15);
   EXPECT_EQ(index->CommittedCheckpoints().ValueOrDie(), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(SampleIndex, TheSqliteCliReadsIt) {
+  if (std::system("command -v sqlite3 > /dev/null 2>&1") != 0) GTEST_SKIP() << "sqlite3 CLI not installed";
+  const std::string dir = testing::FreshDir("cli");
+  ASSERT_TRUE(testing::WriteFakeManifest(dir + "/m.jsonl", 9).ok());
+  {
+    auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
+    ASSERT_TRUE(index->IngestManifest(dir + "/m.jsonl").ok());
+  }
+  const std::string out = dir + "/out.txt";
+  ASSERT_EQ(std::system(("sqlite3 " + dir + "/index.sqlite \"SELECT count(*), sum(tokens_image > 0) FROM samples; "
+                         "SELECT value FROM meta WHERE key='schema_version'\" > " + out).c_str()),
+            0);
+  std::ifstream in(out);
+  std::string counts, version;
+  std::getline(in, counts);
+  std::getline(in, version);
+  EXPECT_EQ(counts, "9|3");  // WriteFakeManifest: every third sample has an image
+  EXPECT_EQ(version, "1");
 }
 
 }  // namespace
