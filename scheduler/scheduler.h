@@ -3,8 +3,9 @@
 // in which order (micro-batches, forward/backward interleaving) every sample
 // runs, plus the sends/receives that implies and the step's lower bound.
 //
-// Owns: Schedule (per-rank op sequences; its compact JSON form), the three
-// policies (wavefront, FIFO, balance-only), ImpliedTransfers(), LowerBound().
+// Owns: Schedule (per-rank op sequences; its compact JSON form), the four
+// policies (wavefront, FIFO, FIFO-contiguous, balance-only), IndexSchedule(),
+// ImpliedTransfers(), ComputeLowerBound().
 // May call: base, plan, scheduler/problem.h, nlohmann-json.
 // Called by: the compiler (planning, report), the runtime (execution order),
 // the datalayer (stores the schedule of each step).
