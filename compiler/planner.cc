@@ -806,7 +806,15 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
                   sc_config.pp = 1;
                 }
               }
-              SectionCost sc = model.EvaluateWith(sw, sc_config, microbatches, mb * s.active_fraction);
+              // Synchronous DP waits for the replica that drew the most active
+              // samples: Binomial(n, p) over dp replicas, its expected maximum
+              // ~ n p + sqrt(n p (1 - p) * 2 ln dp). (The sectioned plan's
+              // scheduler spreads active samples evenly instead.)
+              const double per_replica = std::ceil(B / dp - 1e-9);
+              const double p = s.active_fraction;
+              const double busiest = std::min(
+                  per_replica, per_replica * p + std::sqrt(per_replica * p * (1 - p) * 2.0 * std::log(double(dp))));
+              SectionCost sc = model.EvaluateWith(sw, sc_config, microbatches, busiest / microbatches);
               const double reserve = cand.sections.empty() ? 0.0 : sc.memory.reserved;
               cand.memory.weights += sc.memory.weights;
               cand.memory.gradients += sc.memory.gradients;
