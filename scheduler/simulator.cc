@@ -208,6 +208,26 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   return sim;
 }
 
+std::string Simulation::SummaryJson() const {
+  nlohmann::json j;
+  j["policy"] = policy;
+  j["step_seconds"] = step_seconds;
+  j["utilization"] = utilization;
+  nlohmann::json secs = nlohmann::json::array();
+  for (const SectionStats& s : sections) {
+    secs.push_back({{"name", s.name}, {"replicas", s.replicas}, {"utilization", s.utilization},
+                    {"busy_seconds", s.busy_seconds}, {"bubble_seconds", s.bubble_seconds}});
+  }
+  j["sections"] = std::move(secs);
+  nlohmann::json rks = nlohmann::json::array();
+  for (const RankStats& r : ranks) {
+    rks.push_back({{"section", r.section}, {"replica", r.replica}, {"busy_seconds", r.busy_seconds},
+                   {"idle_seconds", r.idle_seconds}, {"bubbles", r.bubbles}});
+  }
+  j["ranks"] = std::move(rks);
+  return j.dump();
+}
+
 std::string Simulation::ChromeTraceJson() const {
   nlohmann::json events = nlohmann::json::array();
   std::vector<char> named_thread;

@@ -58,6 +58,11 @@ struct Simulation {
   std::vector<SectionStats> sections;
   double utilization = 0.0;      // over all ranks
 
+  // The figures of the step as one JSON object, for reports:
+  // {"policy","step_seconds","utilization",
+  //  "sections":[{"name","replicas","utilization","busy_seconds","bubble_seconds"}],
+  //  "ranks":[{"section","replica","busy_seconds","idle_seconds","bubbles"}]}
+  std::string SummaryJson() const;
   // Chrome-trace JSON (open in ui.perfetto.dev or chrome://tracing).
   std::string ChromeTraceJson() const;
   Status WriteChromeTrace(const std::string& path) const;

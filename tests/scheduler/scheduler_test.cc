@@ -221,6 +221,12 @@ TEST(SchedulerSimulator, ForwardOnlyChainMatchesAHandComputation) {
   EXPECT_DOUBLE_EQ(sim.ranks[1].busy_seconds, 4.0);
   EXPECT_EQ(sim.ranks[1].bubbles, 1);  // the wait before its first op
   EXPECT_NEAR(sim.sections[1].utilization, 4.0 / 6.5, 1e-12);
+  const nlohmann::json summary = nlohmann::json::parse(sim.SummaryJson());
+  EXPECT_DOUBLE_EQ(summary.at("step_seconds").get<double>(), 6.5);
+  ASSERT_EQ(summary.at("sections").size(), 2u);
+  EXPECT_EQ(summary.at("sections")[1].at("name"), "b");
+  EXPECT_NEAR(summary.at("sections")[1].at("utilization").get<double>(), 4.0 / 6.5, 1e-12);
+  EXPECT_EQ(summary.at("ranks")[1].at("bubbles").get<int>(), 1);
   // The wavefront gets the same answer here (nothing to reorder).
   EXPECT_DOUBLE_EQ(Simulate(p, BuildSchedule(p, {}).ValueOrDie()).ValueOrDie().step_seconds, 6.5);
 }
