@@ -110,5 +110,24 @@ TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
   EXPECT_FALSE(PlanFromJson("{not json").ok());
 }
 
+
+TEST(FillLayout, WritesGroupsLinksAndFanOutThatMatchTheFunctions) {
+  Plan p = VlmPlan(1, 2);
+  ASSERT_TRUE(Validate(p).ok());
+  FillLayout(p);
+  ASSERT_EQ(p.layout.size(), 2u);
+  EXPECT_EQ(p.layout[1].first_rank, 1);
+  EXPECT_EQ(p.layout[1].ranks, 8);
+  EXPECT_EQ(p.layout[1].tp_groups, GroupsOf(p, 1, GroupKind::kTP));
+  EXPECT_EQ(p.layout[1].pp_groups, GroupsOf(p, 1, GroupKind::kPP));
+  EXPECT_EQ(p.edges[0].fanout, 2);
+  EXPECT_EQ(p.edges[0].fanin, 0);
+  ASSERT_EQ(p.links.size(), LinksOfEdge(p, 0).size());
+  EXPECT_EQ(p.links[1].down_rank, LinksOfEdge(p, 0)[1].down_rank);
+  const Plan q = PlanFromJson(PlanToJson(p)).ValueOrDie();
+  EXPECT_EQ(PlanToJson(q), PlanToJson(p));
+  EXPECT_EQ(q.layout[1].dp_groups, p.layout[1].dp_groups);
+}
+
 }  // namespace
 }  // namespace maestro::plan
