@@ -17,6 +17,8 @@ namespace maestro::datalayer {
 namespace {
 
 constexpr int kSpoolLayoutVersion = 1;
+// Rows at least this large are written to the file at Put() without staging.
+constexpr int64_t kDirectWriteBytes = int64_t{64} << 10;
 // Columns of /rows (int64): the commit record, mirrored for h5dump readers.
 constexpr hsize_t kRowColumns = 10;
 constexpr const char* kRowColumnNames = "sample_id,epoch,value_offset,value_count,crc32c,ndim,d0,d1,d2,d3";
@@ -318,8 +320,14 @@ StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowV
     return false;
   }
   PendingRow pending{sample_id, RowRecord{epoch, end_values_, count, row.dims, Crc32c(row.data, row.bytes)}};
-  const auto* p = static_cast<const std::byte*>(row.data);
-  staged_.insert(staged_.end(), p, p + row.bytes);
+  if (staged_.empty() && static_cast<int64_t>(row.bytes) >= kDirectWriteBytes) {
+    // A large row goes straight into the file: no copy into the staging buffer.
+    MAESTRO_RETURN_IF_ERROR(WriteValues(end_values_, row.data, count));
+    staged_offset_ = end_values_ + count;
+  } else {
+    const auto* p = static_cast<const std::byte*>(row.data);
+    staged_.insert(staged_.end(), p, p + row.bytes);
+  }
   end_values_ += count;
   pending_.push_back(std::move(pending));
   ++stats_.rows_put;
@@ -327,24 +335,29 @@ StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowV
   return true;
 }
 
-Status ActivationSpool::WriteStaged() {
-  if (staged_.empty()) return Status::Ok();
+Status ActivationSpool::WriteValues(int64_t offset, const void* data, int64_t elems) {
   MAESTRO_RETURN_IF_ERROR(env_->BeforeDurableOp(DurableOp::kSpoolWrite, path_));
-  const hsize_t elems = staged_.size() / DTypeSize(options_.dtype);
-  hsize_t new_extent[1] = {static_cast<hsize_t>(staged_offset_) + elems};
+  hsize_t new_extent[1] = {static_cast<hsize_t>(offset + elems)};
   hsize_t extent[1] = {0};
   {
     H5Handle space(H5Dget_space(values_), H5Sclose);
     H5_CHECK(H5Sget_simple_extent_dims(space.get(), extent, nullptr), path_);
   }
   if (new_extent[0] > extent[0]) H5_CHECK(H5Dset_extent(values_, new_extent), path_ + ":/values");
-  hsize_t start[1] = {static_cast<hsize_t>(staged_offset_)}, count[1] = {elems};
+  hsize_t start[1] = {static_cast<hsize_t>(offset)}, count[1] = {static_cast<hsize_t>(elems)};
   H5Handle fspace(H5Dget_space(values_), H5Sclose);
   H5Handle mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
   H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path_);
-  H5_CHECK(H5Dwrite(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, staged_.data()),
+  H5_CHECK(H5Dwrite(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, data),
            path_ + ":/values (is the disk full?)");
-  staged_offset_ += static_cast<int64_t>(elems);
+  return Status::Ok();
+}
+
+Status ActivationSpool::WriteStaged() {
+  if (staged_.empty()) return Status::Ok();
+  const auto elems = static_cast<int64_t>(staged_.size() / DTypeSize(options_.dtype));
+  MAESTRO_RETURN_IF_ERROR(WriteValues(staged_offset_, staged_.data(), elems));
+  staged_offset_ += elems;
   staged_.clear();
   return Status::Ok();
 }

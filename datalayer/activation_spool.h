@@ -5,7 +5,8 @@
 // resume and, when the spec allows it, in later epochs. Layout in
 // docs/datalayer.md; `h5dump` reads it.
 //
-// Durability: Put() stages rows in memory; Commit() (called at step
+// Durability: Put() stages rows in memory (rows of 64 KiB or more go to the
+// file at once, uncommitted); Commit() (called at step
 // boundaries, or when a preempted step is abandoned) writes them into the
 // chunked, extensible /values dataset, flushes and fsyncs the file, and only
 // then records the rows as complete in SQLite (table spool_rows). A row is
@@ -116,6 +117,8 @@ class ActivationSpool {
   Status OpenOrCreateFile();
   Status LoadRecords();
   Status WriteStaged();
+  // Writes `elems` values at element `offset` of /values, extending it.
+  Status WriteValues(int64_t offset, const void* data, int64_t elems);
   Status AppendRowTable();
   void CloseFile();
 

@@ -78,6 +78,39 @@ TEST(ActivationSpool, CommittedRowsRoundTripAcrossReopenAndUncommittedOnesDoNot)
   EXPECT_EQ(f.spool->stats().corrupt_rows, 0);
 }
 
+TEST(ActivationSpool, LargeRowsWrittenDirectlyMixWithStagedOnes) {
+  SpoolFixture f(testing::FreshDir("spool_large"));
+  f.Open(Options());
+  // (128, 256) f32 rows = 128 KiB go straight to the file; 16-value rows are staged.
+  for (int64_t s = 0; s < 12; ++s) {
+    const bool large = s % 3 != 1;
+    auto row = Row(s, large ? 128 * 256 : 16);
+    ASSERT_TRUE(f.spool->Put(s, 0, View(row, large ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{16}))
+                    .ValueOrDie());
+    if (s == 5) {
+      ASSERT_TRUE(f.spool->Commit().ok());
+    }
+  }
+  ASSERT_TRUE(f.spool->Commit().ok());
+  auto lost = Row(50, 128 * 256);  // written to the file, never committed
+  ASSERT_TRUE(f.spool->Put(50, 0, View(lost, {128, 256})).ValueOrDie());
+  f.Open(Options());
+  for (int64_t s = 0; s < 12; ++s) {
+    auto got = f.spool->Get(s, 0).ValueOrDie();
+    ASSERT_TRUE(got.has_value()) << s;
+    EXPECT_EQ(Floats(*got), Row(s, s % 3 != 1 ? 128 * 256 : 16)) << s;
+  }
+  EXPECT_FALSE(f.spool->Get(50, 0).ValueOrDie().has_value());
+  // The uncommitted row's space is reused by the next row.
+  auto next = Row(60, 16);
+  ASSERT_TRUE(f.spool->Put(60, 0, View(next, {16})).ValueOrDie());
+  ASSERT_TRUE(f.spool->Commit().ok());
+  f.Open(Options());
+  EXPECT_EQ(Floats(*f.spool->Get(60, 0).ValueOrDie()), next);
+  EXPECT_EQ(Floats(*f.spool->Get(11, 0).ValueOrDie()), Row(11, 128 * 256));
+  EXPECT_EQ(f.spool->stats().corrupt_rows, 0);
+}
+
 TEST(ActivationSpool, EpochReuseFollowsTheOption) {
   SpoolFixture f(testing::FreshDir("spool_epochs"));
   f.Open(Options(/*reuse_across_epochs=*/false));

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "datalayer/sample_index.h"
@@ -29,7 +30,7 @@ testing::FakeTrainerOptions Options(const std::string& dir, const std::string& m
   o.batch = 5;  // 5 steps per epoch, the last one short
   o.epochs = 2;
   o.checkpoint_every = 2;
-  o.row_values = 64;
+  o.row_values = 16384;  // 64 KiB rows: written to the file at Put (the direct path)
   return o;
 }
 
@@ -77,6 +78,7 @@ TEST(FaultInjection, CrashAtEveryDurableOperationThenRecoverExactlyOnce) {
     testing::RemoveDir(dir);
   }
   EXPECT_EQ(crashed, total_ops);
+  std::printf("crashed and recovered at each of %ld durable operations\n", total_ops);
   testing::RemoveDir(root);
 }
 
