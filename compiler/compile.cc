@@ -129,6 +129,9 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
     EdgeWork ew;
     ew.from = spec.section_index(e.from);
     ew.to = spec.section_index(e.to);
+    if (ew.from < 0 || ew.to < 0 || ew.from == ew.to) {  // ParseSpec* rejects these; a Spec built by hand may not
+      return Status::InvalidArgument(AtPos(spec.path, e.pos, "edge " + e.from + " -> " + e.to + ": unknown section"));
+    }
     ew.tensor = e.tensor;
     const SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
     const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];

@@ -605,18 +605,18 @@ void CheckGraph(Diagnostics& d, Spec& spec) {
     }
   }
   for (const auto& p : spec.profiles) {
-    if (spec.section_index(p.section) < 0 && !p.section.empty()) {
+    if (spec.section_index(p.section) < 0) {
       d.Error(p.pos, fmt::format("profile of unknown section '{}'{}", p.section, Suggest(p.section, names)));
     }
   }
   bool edges_ok = true;
   for (const auto& e : spec.edges) {
     const int u = spec.section_index(e.from), v = spec.section_index(e.to);
-    if (u < 0 && !e.from.empty()) {
+    if (u < 0) {
       d.Error(e.from_pos, fmt::format("edge {} -> {}: unknown section '{}'{}", e.from, e.to, e.from, Suggest(e.from, names)));
       edges_ok = false;
     }
-    if (v < 0 && !e.to.empty()) {
+    if (v < 0) {
       d.Error(e.to_pos, fmt::format("edge {} -> {}: unknown section '{}'{}", e.from, e.to, e.to, Suggest(e.to, names)));
       edges_ok = false;
     }
