@@ -138,9 +138,12 @@ Status ActivationSpool::OpenOrCreateFile() {
   // place in the file (one pwrite, like fwrite) instead of being copied into
   // the cache first; the spool stages whole rows itself.
   H5_CHECK(H5Pset_chunk_cache(dapl.get(), 0, 0, 1.0), path_);
+  // Chunks (>= 64 KiB) start on a 4 KiB page: writes then cover whole pages.
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5_CHECK(H5Pset_alignment(fapl.get(), 64 << 10, 4096), path_);
   bool fresh = true;
   if (env_->FileExists(path_)) {
-    file_ = H5Fopen(path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    file_ = H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl.get());
     if (file_ >= 0) {
       values_ = H5Dopen2(file_, "/values", dapl.get());
       rows_ = H5Dopen2(file_, "/rows", H5P_DEFAULT);
@@ -164,7 +167,7 @@ Status ActivationSpool::OpenOrCreateFile() {
   if (fresh) {
     // Default (earliest) file format: after kill -9 a flushed file reopens
     // with its data up to the last flush, without h5clear.
-    file_ = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    file_ = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
     H5_CHECK(file_, "cannot create spool file " + path_ + "; check that its directory is writable");
     const hsize_t elem = DTypeSize(options_.dtype);
     const hsize_t chunk_elems = std::max<hsize_t>(1, static_cast<hsize_t>(options_.chunk_bytes) / elem);
@@ -183,7 +186,7 @@ Status ActivationSpool::OpenOrCreateFile() {
     }
     {
       hsize_t dims[2] = {0, kRowColumns}, maxdims[2] = {H5S_UNLIMITED, kRowColumns};
-      hsize_t chunk[2] = {1024, kRowColumns};
+      hsize_t chunk[2] = {128, kRowColumns};  // 10 KiB: a flush rewrites little
       H5Handle space(H5Screate_simple(2, dims, maxdims), H5Sclose);
       H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       H5_CHECK(H5Pset_chunk(dcpl.get(), 2, chunk), path_);
