@@ -480,6 +480,14 @@ void RenderExplain(const CostModel& model, const PlannerOptions& o, CompileResul
 
 StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options) {
   CompileResult r;
+  for (const auto& p : options.extra_profiles) {
+    if (spec.section_index(p.section) < 0) {
+      std::vector<std::string> names;
+      for (const auto& s : spec.sections) names.push_back(s.name);
+      return Status::InvalidArgument(fmt::format("--profiles: a profile of unknown section '{}'{}", p.section,
+                                                 Suggest(p.section, names)));
+    }
+  }
   const std::vector<DeviceType> devices = DevicesOf(spec);
   MAESTRO_ASSIGN_OR_RETURN(r.workload, BuildWorkload(spec, devices, options.extra_profiles));
   const CostModel model(devices, spec.data.global_batch);

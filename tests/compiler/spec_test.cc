@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "compiler/compile.h"
 
 namespace maestro::compiler {
 namespace {
+
+namespace fs = std::filesystem;
 
 // A valid two-section spec; tests replace parts of it.
 std::string Base(const std::string& job_extra = "", const std::string& tail = "") {
@@ -156,6 +160,33 @@ TEST(Compile, SectionThatFitsNowhereAndTooSmallBudgetPointAtTheSpec) {
   r = Compile(*spec, CompileOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("too small"), std::string::npos) << r.status().message();
+}
+
+TEST(Compile, ProfilesFromTheRuntimeReplaceAnalyticTimesAndNameKnownSections) {
+  auto spec = ParseSpecString(Base(), "spec.toml", ".");
+  ASSERT_TRUE(spec.ok());
+  auto without = Compile(*spec, CompileOptions{});
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  const auto chosen = without->assignment.sections[1].cost.config;
+  // Measured: the chosen replica shape of 'llm' is far slower than predicted.
+  const fs::path file = fs::path(MAESTRO_TEST_TMP) / "profiles_test.json";
+  std::ofstream(file) << R"([{"section": "llm", "gpus": )" << chosen.tp * chosen.pp * chosen.cp
+                      << R"(, "micro_batch": )" << chosen.micro_batch << R"(, "seconds": 1000.0}])";
+  auto profiles = ReadProfilesJson(file.string());
+  ASSERT_TRUE(profiles.ok()) << profiles.status().ToString();
+  CompileOptions options;
+  options.extra_profiles = *profiles;
+  auto with = Compile(*spec, options);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  const auto& c = with->assignment.sections[1].cost.config;
+  EXPECT_FALSE(c.tp * c.pp * c.cp == chosen.tp * chosen.pp * chosen.cp && c.micro_batch == chosen.micro_batch)
+      << "the planner kept the shape measured to be slow";
+  options.extra_profiles[0].section = "lmm";
+  auto bad = Compile(*spec, options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("did you mean 'llm'?"), std::string::npos);
+  std::ofstream(file) << "{not json";
+  EXPECT_FALSE(ReadProfilesJson(file.string()).ok());
 }
 
 TEST(Suggest, OnlyCloseWordsAreSuggested) {
