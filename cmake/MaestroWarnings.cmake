@@ -4,8 +4,13 @@
 # Third-party headers come in as SYSTEM includes, so their warnings stay silent.
 function(maestro_target_defaults target)
   target_compile_options(${target} PRIVATE
-    -Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor -Wnull-dereference
+    -Wall -Wextra -Wpedantic -Wnon-virtual-dtor -Wnull-dereference
     -Wimplicit-fallthrough -Wformat=2)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE -Wshadow=local)
+  else()
+    target_compile_options(${target} PRIVATE -Wshadow-uncaptured-local)
+  endif()
   if(MAESTRO_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
