@@ -228,15 +228,10 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
       break;
     }
     case ModelKind::kProjector: {
-      const int64_t mid = d.ffn_hidden;
-      int64_t w = 0, p = 0;
-      if (mid > 0) {
-        w = d.in_dim * mid + mid * d.out_dim;
-        p = w + mid + d.out_dim;
-      } else {
-        w = d.in_dim * d.out_dim;
-        p = w + d.out_dim;
-      }
+      // The runtime's MLP projector (runtime/models/encoders.cc, LLaVA's
+      // "mlp2x_gelu"): Linear(in_dim -> out_dim), GELU, Linear(out_dim -> out_dim).
+      const int64_t w = d.in_dim * d.out_dim + d.out_dim * d.out_dim;
+      const int64_t p = w + 2 * d.out_dim;
       f.params = p;
       f.active_params = p;
       f.matmul_params = w;
