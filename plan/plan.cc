@@ -192,6 +192,21 @@ Status Validate(const Plan& plan) {
   return Status::Ok();
 }
 
+SectionPlan& AppendSingleNodeSection(Plan& plan, const std::string& name, int tp, int cp, int dp, int pp) {
+  SectionPlan s;
+  s.name = name;
+  s.config.tp = tp;
+  s.config.cp = cp;
+  s.config.dp = dp;
+  s.config.pp = pp;
+  s.placement.het_component = static_cast<int>(plan.sections.size());
+  s.placement.first_rank = plan.world_size();
+  s.placement.nodes = 1;
+  s.placement.tasks_per_node = s.config.ranks();
+  plan.sections.push_back(std::move(s));
+  return plan.sections.back();
+}
+
 StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank) {
   for (size_t i = 0; i < plan.sections.size(); ++i) {
     const auto& s = plan.sections[i];

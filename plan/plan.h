@@ -187,6 +187,11 @@ Status SavePlan(const Plan& plan, const std::string& path);
 // edge's sections exist and their DP degrees divide one another, no cycles.
 Status Validate(const Plan& plan);
 
+// Appends a section with the given degrees after the plan's last rank, all
+// its ranks on one node, in its own het component (tests and tools that
+// build plans by hand; the compiler places sections itself).
+SectionPlan& AppendSingleNodeSection(Plan& plan, const std::string& name, int tp, int cp, int dp, int pp);
+
 // ---- rank layout -------------------------------------------------------------
 struct RankCoords {
   int section = -1;        // index into plan.sections (== het component)

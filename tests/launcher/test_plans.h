@@ -9,17 +9,7 @@
 namespace maestro::launcher::testing {
 
 inline void AddSection(plan::Plan& p, const std::string& name, int tp, int cp, int dp, int pp) {
-  plan::SectionPlan s;
-  s.name = name;
-  s.config.tp = tp;
-  s.config.cp = cp;
-  s.config.dp = dp;
-  s.config.pp = pp;
-  s.placement.het_component = static_cast<int>(p.sections.size());
-  s.placement.first_rank = p.world_size();
-  s.placement.nodes = 1;
-  s.placement.tasks_per_node = s.config.ranks();
-  p.sections.push_back(s);
+  plan::AppendSingleNodeSection(p, name, tp, cp, dp, pp);
 }
 
 // Fan-out 1: a (dp 2) -> b (dp 2). 4 ranks.

@@ -8,19 +8,8 @@
 namespace maestro::plan {
 namespace {
 
-// Adds a section with the given degrees at the end of the plan's rank space.
 void AddSection(Plan& p, const std::string& name, int tp, int cp, int dp, int pp) {
-  SectionPlan s;
-  s.name = name;
-  s.config.tp = tp;
-  s.config.cp = cp;
-  s.config.dp = dp;
-  s.config.pp = pp;
-  s.placement.het_component = static_cast<int>(p.sections.size());
-  s.placement.first_rank = p.world_size();
-  s.placement.nodes = 1;
-  s.placement.tasks_per_node = s.config.ranks();
-  p.sections.push_back(s);
+  AppendSingleNodeSection(p, name, tp, cp, dp, pp);
 }
 
 Plan VlmPlan(int vit_dp, int llm_dp) {
