@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -102,7 +103,10 @@ TEST(LauncherSlurm, HungRankInAHetjobIsNamedAndTheStepEnds) {
         << "#SBATCH hetjob\n"
         << "#SBATCH --nodes=1 --ntasks=2\n"
         << "export MAESTRO_COMM_TIMEOUT_S=3\n"
-        << "timeout -s KILL 60 srun --mpi=pmix --het-group=0-1 '" << MAESTRO_BIN_DIR << "/launcher_comm_probe' '"
+        // Slurm 22.05.8's srun can hang after an aborted PMIx step whose tasks
+        // have all ended (docs/ARCHITECTURE.md, "Facts"): bound it well inside
+        // the test's wait.
+        << "timeout -s KILL 20 srun --mpi=pmix --het-group=0-1 '" << MAESTRO_BIN_DIR << "/launcher_comm_probe' '"
         << (work / "plan.json").string() << "' hang 3\n";
   }
   auto id = cluster->Submit(script.string());
@@ -112,7 +116,13 @@ TEST(LauncherSlurm, HungRankInAHetjobIsNamedAndTheStepEnds) {
   auto output = cluster->ReadJobOutput(*job);
   ASSERT_TRUE(output.ok()) << output.status().ToString();
   EXPECT_NE(job->state(), "COMPLETED") << *output;
-  EXPECT_EQ(job->exit_code(), kExitPeerFailure) << *output;
+  // Either srun returned the tasks' exit code, or srun hung after they all
+  // ended (killed by `timeout`: 137) and srun's own log shows their code.
+  if (job->exit_code() == 128 + SIGKILL) {
+    EXPECT_NE(output->find("Exited with exit code " + std::to_string(kExitPeerFailure)), std::string::npos) << *output;
+  } else {
+    EXPECT_EQ(job->exit_code(), kExitPeerFailure) << *output;
+  }
   EXPECT_NE(output->find("rank 2: all_reduce #1 of 4 MiB on dp group of section 'llm' (ranks 2,3) did not complete "
                          "within 3.0 s"),
             std::string::npos)
