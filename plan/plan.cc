@@ -22,6 +22,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, hidden,
                                                 channels, mel_bins, audio_frames, in_dim, out_dim, extra)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_decay, beta1, beta2, grad_clip,
                                                 warmup_steps, schedule)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute,
                                                 zero_stage)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
@@ -29,16 +30,17 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
                                                 placement, predicted_step_seconds, predicted_memory_bytes,
                                                 tokens_per_sample, active_fraction, predicted_utilization,
-                                                planner_only)
+                                                planner_only, init_from, init_section, loss)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient,
                                                 fanout, fanin)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_component, first_rank, ranks, order,
                                                 tp_groups, cp_groups, dp_groups, pp_groups)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, tokens)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities, dataset)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
-                                                predicted_step_seconds, work_dir, layout, links)
+                                                predicted_step_seconds, work_dir, layout, links, checkpoint_every,
+                                                comm_timeout_s, schedule_policy)
 
 const char* SectionModeName(SectionMode mode) { return mode == SectionMode::kTrain ? "train" : "forward"; }
 

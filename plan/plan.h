@@ -73,6 +73,19 @@ struct OptimizerDesc {
   std::string schedule = "cosine";  // "constant" | "cosine"
 };
 
+// The loss a training section computes when it is a sink of the graph.
+//   "lm": next-token cross-entropy over the sample's target tokens.
+//   "kd": (1 - kd_alpha) * CE + kd_alpha * T^2 * KL(teacher_T || student_T),
+//         T = temperature; teacher logits = the teacher's output head applied
+//         (in this section) to the hidden states that arrive on the edge;
+//         top_k > 0 restricts the KL to the teacher's top-k tokens per position.
+struct LossDesc {
+  std::string kind = "lm";
+  double kd_alpha = 0.5;
+  double temperature = 1.0;
+  int top_k = 0;
+};
+
 // One section's parallel configuration (chosen by the planner).
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
@@ -110,6 +123,13 @@ struct SectionPlan {
   double active_fraction = 1.0;       // share of the global batch that activates it
   double predicted_utilization = 0.0; // useful FLOPs / (GPUs * peak * step)
   std::string planner_only;           // runtime features it lacks ("" = the runtime runs it)
+  // Added in schema 1 (optional), read by the runtime:
+  // Initial weights: "" = from the run's seed; else a checkpoint file (.mckpt)
+  // or a run directory (its last committed checkpoint) whose state of section
+  // `init_section` ("" = this section's name) is loaded before step 0.
+  std::string init_from;
+  std::string init_section;
+  LossDesc loss;
 };
 
 struct EdgePlan {
@@ -146,6 +166,10 @@ struct DataPlan {
   int64_t seq_len = 1;
   uint64_t seed = 0;
   int64_t steps = 0;             // 0 = one epoch
+  // Added in schema 1 (optional): a built-in dataset used when `manifest` is
+  // "": "fashion_mnist_captions" (images + captions mixed with text) or
+  // "text" (text only); "" = chosen from the modalities (image -> captions).
+  std::string dataset;
   std::vector<ModalityDesc> modalities;
 };
 
@@ -170,6 +194,10 @@ struct Plan {
   // every edge (FillLayout); empty when absent.
   std::vector<SectionLayout> layout;
   std::vector<Link> links;
+  // Added in schema 1 (optional), read by the runtime:
+  int64_t checkpoint_every = 0;          // steps between checkpoints (0: at the end and on a signal)
+  double comm_timeout_s = 0.0;           // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
+  std::string schedule_policy = "wavefront";  // scheduler::PolicyFromName
 
   int world_size() const;
   // REQUIRES: name is a section of this plan; returns -1 otherwise.
