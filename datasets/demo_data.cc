@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "datasets/demo_data.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <string_view>
+#include <utility>
+
+#include "base/checks.h"
+#include "base/log.h"
+#include "datasets/idx_file.h"
+
+namespace maestro::datasets {
+
+namespace {
+
+constexpr const char* kFashionPackageHint =
+    "install the Debian package dataset-fashion-mnist (scripts/setup.sh does), or set fashion_dir";
+constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+// fortunes-min's three cookie files, in this order (literature first: the
+// most natural prose).
+constexpr std::array<const char*, 3> kFortuneFiles = {"literature", "fortunes", "riddles"};
+constexpr const char* kGplPath = "/usr/share/common-licenses/GPL-3";
+
+// Caption prefixes, each followed by the class word token. The longest fixes
+// MinCaptionSeqLen(); every template is used at every valid seq_len.
+constexpr std::array<std::string_view, 3> kCaptionTemplates = {"a photo of a ", "this is a ", "it shows a "};
+
+constexpr std::array<const char*, kNumClasses> kClassNames = {
+    "t-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "ankle boot"};
+
+// Held-out share of the text chunks (the text test split is the last ones).
+constexpr int64_t kTextTestDivisor = 20;  // 1/20 = 5%
+constexpr double kMinImageFraction = 0.01;
+constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The caption template of sample `id` of split `split` (0 train, 1 test).
+std::string_view CaptionTemplate(uint64_t seed, int split, int64_t id) {
+  const uint64_t h = SplitMix64(SplitMix64(seed * 2 + static_cast<uint64_t>(split)) ^ static_cast<uint64_t>(id));
+  return kCaptionTemplates[h % kCaptionTemplates.size()];
+}
+
+// Text tokens (non-pad, non-image positions) of a caption: <bos> prefix <class> <eos>.
+int64_t CaptionTextTokens(std::string_view prefix) { return 3 + static_cast<int64_t>(prefix.size()); }
+
+// target[t] = input[t+1], except: the last position, positions whose next
+// token is a pad or an image placeholder, and image positions themselves.
+void FillTargets(DemoSample& s) {
+  const size_t n = s.input_ids.size();
+  s.target_ids.assign(n, kIgnoreTarget);
+  for (size_t t = 0; t + 1 < n; ++t) {
+    const int64_t cur = s.input_ids[t];
+    const int64_t next = s.input_ids[t + 1];
+    if (cur == kImage || cur == kPad || next == kImage || next == kPad) continue;
+    s.target_ids[t] = next;
+  }
+}
+
+StatusOr<std::string> ReadFile(const std::string& path, const std::string& hint) {
+  return ReadMaybeGzipFile(path, hint);
+}
+
+// fortunes-min's cookie files without the "%" separator lines.
+StatusOr<std::string> ReadFortunes() {
+  std::string text;
+  for (const char* name : kFortuneFiles) {
+    const std::string path = fmt::format("{}/{}", kFortunesDir, name);
+    MAESTRO_ASSIGN_OR_RETURN(std::string raw, ReadFile(path, "install the Debian package fortunes-min"));
+    size_t pos = 0;
+    while (pos < raw.size()) {
+      size_t end = raw.find('\n', pos);
+      if (end == std::string::npos) end = raw.size() - 1;
+      const std::string_view line(raw.data() + pos, end - pos + 1);
+      if (line != "%\n" && line != "%") text.append(line);
+      pos = end + 1;
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+StatusOr<DemoKind> DemoKindFromName(const std::string& name) {
+  if (name == "fashion_mnist_captions") return DemoKind::kFashionMnistCaptions;
+  if (name == "text") return DemoKind::kText;
+  return Status::InvalidArgument(
+      fmt::format("unknown demo dataset '{}' (expected fashion_mnist_captions or text)", name));
+}
+
+const char* DemoKindName(DemoKind kind) {
+  return kind == DemoKind::kFashionMnistCaptions ? "fashion_mnist_captions" : "text";
+}
+
+int64_t MinCaptionSeqLen() {
+  int64_t longest = 0;
+  for (std::string_view t : kCaptionTemplates) longest = std::max(longest, CaptionTextTokens(t));
+  return kImageTokens + longest;
+}
+
+struct DemoDataset::Impl {
+  // Fashion-MNIST, raw bytes (normalized when a sample is built).
+  std::vector<uint8_t> train_images;  // (num_train_images, 28, 28)
+  std::vector<uint8_t> train_labels;  // (num_train_images)
+  std::vector<uint8_t> test_images;   // (num_test_images, 28, 28)
+  std::vector<uint8_t> test_labels;   // (num_test_images)
+  int64_t num_train_images = 0;
+  int64_t num_test_images = 0;
+
+  std::string text;
+  int64_t chunk_bytes = 0;  // seq_len - 1
+  int64_t num_chunks = 0;
+  int64_t num_train_chunks = 0;
+
+  int64_t num_train = 0;  // train ids
+
+  // Captions set: id -> (has image, image index or text index), by the
+  // Bresenham rule: ids 0..i-1 hold floor(i*I/M) images.
+  bool IdHasImage(int64_t id) const {
+    const int64_t images = num_train_images;
+    return (id + 1) * images / num_train - id * images / num_train == 1;
+  }
+  int64_t ImageIndexOfId(int64_t id) const { return id * num_train_images / num_train; }
+  int64_t TextIndexOfId(int64_t id) const { return id - id * num_train_images / num_train; }
+};
+
+DemoDataset::DemoDataset(DemoOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {}
+DemoDataset::~DemoDataset() = default;
+
+namespace {
+
+Status LoadFashionSplit(const std::string& dir, const std::string& split, std::vector<uint8_t>& images,
+                        std::vector<uint8_t>& labels, int64_t& count) {
+  const std::string images_path = fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split);
+  const std::string labels_path = fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split);
+  MAESTRO_ASSIGN_OR_RETURN(std::string image_bytes, ReadFile(images_path, kFashionPackageHint));
+  MAESTRO_ASSIGN_OR_RETURN(IdxArray image_array, ParseIdx(image_bytes, 3, images_path));
+  image_bytes = std::string();
+  MAESTRO_ASSIGN_OR_RETURN(std::string label_bytes, ReadFile(labels_path, kFashionPackageHint));
+  MAESTRO_ASSIGN_OR_RETURN(IdxArray label_array, ParseIdx(label_bytes, 1, labels_path));
+  if (image_array.dims[1] != kImageSide || image_array.dims[2] != kImageSide) {
+    return Status::Corruption(fmt::format("{}: images are {}x{}, expected {}x{}", images_path, image_array.dims[1],
+                                          image_array.dims[2], kImageSide, kImageSide));
+  }
+  if (image_array.dims[0] != label_array.dims[0]) {
+    return Status::Corruption(fmt::format("{} has {} images but {} has {} labels", images_path, image_array.dims[0],
+                                          labels_path, label_array.dims[0]));
+  }
+  if (image_array.dims[0] == 0) return Status::Corruption(fmt::format("{}: no images", images_path));
+  for (size_t i = 0; i < label_array.data.size(); ++i) {
+    if (label_array.data[i] >= kNumClasses) {
+      return Status::Corruption(
+          fmt::format("{}: label {} of sample {} is not a class 0..9", labels_path, label_array.data[i], i));
+    }
+  }
+  count = image_array.dims[0];
+  images = std::move(image_array.data);
+  labels = std::move(label_array.data);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& options) {
+  const bool captions = options.kind == DemoKind::kFashionMnistCaptions;
+  const int64_t min_len = captions ? MinCaptionSeqLen() : 2;
+  if (options.seq_len < min_len || options.seq_len > kMaxSeqLen) {
+    return Status::InvalidArgument(fmt::format(
+        "demo dataset '{}': seq_len {} is out of range: it must be at least {}{} and at most {}",
+        DemoKindName(options.kind), options.seq_len, min_len,
+        captions ? fmt::format(" (<bos>, {} image tokens, the caption \"{}\", the class word, <eos>)", kImageTokens,
+                               kCaptionTemplates[0])
+                 : std::string(" (<bos> and one byte)"),
+        kMaxSeqLen));
+  }
+  if (captions && !(options.image_fraction >= kMinImageFraction && options.image_fraction <= 1.0)) {
+    return Status::InvalidArgument(
+        fmt::format("demo dataset 'fashion_mnist_captions': image_fraction {} must be in [{}, 1]",
+                    options.image_fraction, kMinImageFraction));
+  }
+
+  std::unique_ptr<DemoDataset> ds(new DemoDataset(options));
+  Impl& impl = *ds->impl_;
+
+  if (captions) {
+    MAESTRO_RETURN_IF_ERROR(LoadFashionSplit(options.fashion_dir, "train", impl.train_images, impl.train_labels,
+                                             impl.num_train_images));
+    MAESTRO_RETURN_IF_ERROR(
+        LoadFashionSplit(options.fashion_dir, "t10k", impl.test_images, impl.test_labels, impl.num_test_images));
+  }
+
+  // The text (always for the text set; for captions only when text is mixed in).
+  const bool needs_text = !captions || options.image_fraction < 1.0;
+  if (needs_text) {
+    if (!options.text_path.empty()) {
+      MAESTRO_ASSIGN_OR_RETURN(impl.text, ReadFile(options.text_path, "check the dataset's text_path"));
+      ds->text_source_ = options.text_path;
+    } else {
+      StatusOr<std::string> fortunes = ReadFortunes();
+      if (fortunes.ok()) {
+        impl.text = std::move(fortunes).value();
+        ds->text_source_ = fmt::format("fortunes-min ({}/{{literature,fortunes,riddles}})", kFortunesDir);
+      } else if (fortunes.status().code() == StatusCode::kNotFound) {
+        StatusOr<std::string> gpl = ReadFile(kGplPath, "");
+        if (!gpl.ok()) {
+          return Status::NotFound(fmt::format(
+              "no default text for the demo: {} and {} are both missing; install the Debian package fortunes-min "
+              "(scripts/setup.sh does) or base-files, or set text_path",
+              fortunes.status().message(), kGplPath));
+        }
+        Log(LogLevel::kWarn, "demo text: {}; falling back to {} (a much smaller text)", fortunes.status().message(),
+            kGplPath);
+        impl.text = std::move(gpl).value();
+        ds->text_source_ = fmt::format("base-files ({})", kGplPath);
+      } else {
+        return fortunes.status();
+      }
+    }
+    impl.chunk_bytes = options.seq_len - 1;
+    impl.num_chunks = static_cast<int64_t>(impl.text.size()) / impl.chunk_bytes;
+    if (impl.num_chunks < 2) {
+      return Status::InvalidArgument(fmt::format(
+          "demo text {} has {} bytes: too short for seq_len {} (need at least 2 chunks of {} bytes, one to train on "
+          "and one held out); use a smaller seq_len or a longer text_path",
+          ds->text_source_, impl.text.size(), options.seq_len, impl.chunk_bytes));
+    }
+    const int64_t test_chunks = std::max<int64_t>(1, impl.num_chunks / kTextTestDivisor);
+    impl.num_train_chunks = impl.num_chunks - test_chunks;
+  }
+
+  if (captions) {
+    impl.num_train = options.image_fraction >= 1.0
+                         ? impl.num_train_images
+                         : std::max<int64_t>(impl.num_train_images,
+                                             std::llround(static_cast<double>(impl.num_train_images) /
+                                                          options.image_fraction));
+  } else {
+    impl.num_train = impl.num_train_chunks;
+  }
+  return ds;
+}
+
+int64_t DemoDataset::NumTrain() const { return impl_->num_train; }
+
+int64_t DemoDataset::NumTest() const {
+  return options_.kind == DemoKind::kFashionMnistCaptions ? impl_->num_test_images
+                                                          : impl_->num_chunks - impl_->num_train_chunks;
+}
+
+int64_t DemoDataset::NumTextChunks() const { return impl_->num_chunks; }
+int64_t DemoDataset::NumTrainTextChunks() const { return impl_->num_train_chunks; }
+
+namespace {
+
+DemoSample BuildTextSample(int64_t id, const std::string& text, int64_t chunk, int64_t chunk_bytes, int64_t seq_len) {
+  DemoSample s;
+  s.id = id;
+  s.input_ids.resize(static_cast<size_t>(seq_len));
+  s.input_ids[0] = kBos;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data()) + chunk * chunk_bytes;
+  for (int64_t i = 0; i < chunk_bytes; ++i) s.input_ids[static_cast<size_t>(i + 1)] = bytes[i];
+  FillTargets(s);
+  return s;
+}
+
+DemoSample BuildCaptionSample(int64_t id, const uint8_t* pixels, int label, std::string_view prefix,
+                              int64_t seq_len) {
+  DemoSample s;
+  s.id = id;
+  s.has_image = true;
+  s.label = label;
+  s.input_ids.assign(static_cast<size_t>(seq_len), kPad);
+  size_t pos = 0;
+  s.input_ids[pos++] = kBos;
+  for (int i = 0; i < kImageTokens; ++i) s.input_ids[pos++] = kImage;
+  for (char c : prefix) s.input_ids[pos++] = static_cast<unsigned char>(c);
+  s.answer_position = static_cast<int64_t>(pos) - 1;
+  s.input_ids[pos++] = ClassToken(label);
+  s.input_ids[pos++] = kEos;
+  FillTargets(s);
+  s.image.resize(kImagePixels);
+  constexpr float kScale = 1.0f / (255.0f * kPixelStd);
+  constexpr float kShift = kPixelMean / kPixelStd;
+  for (int i = 0; i < kImagePixels; ++i) s.image[static_cast<size_t>(i)] = static_cast<float>(pixels[i]) * kScale - kShift;
+  return s;
+}
+
+}  // namespace
+
+StatusOr<DemoSample> DemoDataset::LoadTrain(int64_t sample_id) const {
+  const Impl& impl = *impl_;
+  if (sample_id < 0 || sample_id >= impl.num_train) {
+    return Status::InvalidArgument(fmt::format("demo dataset '{}': train sample id {} is out of range [0, {})",
+                                               DemoKindName(options_.kind), sample_id, impl.num_train));
+  }
+  if (options_.kind == DemoKind::kText) {
+    return BuildTextSample(sample_id, impl.text, sample_id, impl.chunk_bytes, options_.seq_len);
+  }
+  if (impl.IdHasImage(sample_id)) {
+    const int64_t image = impl.ImageIndexOfId(sample_id);
+    return BuildCaptionSample(sample_id, impl.train_images.data() + image * kImagePixels,
+                              impl.train_labels[static_cast<size_t>(image)],
+                              CaptionTemplate(options_.seed, 0, sample_id), options_.seq_len);
+  }
+  const int64_t chunk = impl.TextIndexOfId(sample_id) % impl.num_train_chunks;
+  return BuildTextSample(sample_id, impl.text, chunk, impl.chunk_bytes, options_.seq_len);
+}
+
+StatusOr<DemoSample> DemoDataset::LoadTest(int64_t index) const {
+  const Impl& impl = *impl_;
+  if (index < 0 || index >= NumTest()) {
+    return Status::InvalidArgument(fmt::format("demo dataset '{}': test index {} is out of range [0, {})",
+                                               DemoKindName(options_.kind), index, NumTest()));
+  }
+  if (options_.kind == DemoKind::kText) {
+    return BuildTextSample(index, impl.text, impl.num_train_chunks + index, impl.chunk_bytes, options_.seq_len);
+  }
+  return BuildCaptionSample(index, impl.test_images.data() + index * kImagePixels,
+                            impl.test_labels[static_cast<size_t>(index)], CaptionTemplate(options_.seed, 1, index),
+                            options_.seq_len);
+}
+
+StatusOr<int64_t> DemoDataset::WriteManifest(const std::string& path) const {
+  const Impl& impl = *impl_;
+  fmt::memory_buffer out;
+  for (int64_t id = 0; id < impl.num_train; ++id) {
+    if (options_.kind == DemoKind::kText) {
+      fmt::format_to(std::back_inserter(out), "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n",
+                     id, id, options_.seq_len);
+    } else if (impl.IdHasImage(id)) {
+      fmt::format_to(std::back_inserter(out),
+                     "{{\"id\": {}, \"location\": \"fmnist:train:{}\", \"tokens\": {{\"text\": {}, \"image\": {}}}}}\n",
+                     id, impl.ImageIndexOfId(id), CaptionTextTokens(CaptionTemplate(options_.seed, 0, id)),
+                     kImageTokens);
+    } else {
+      fmt::format_to(std::back_inserter(out), "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n",
+                     id, impl.TextIndexOfId(id) % impl.num_train_chunks, options_.seq_len);
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::IOError(fmt::format("manifest {}: cannot create {}: {}", path, tmp, std::strerror(errno)));
+  }
+  const char* p = out.data();
+  size_t left = out.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::IOError(fmt::format("manifest {}: write to {} failed: {}", path, tmp, std::strerror(err)));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::IOError(fmt::format("manifest {}: cannot flush {}: {}", path, tmp, std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::IOError(fmt::format("manifest {}: cannot rename {} into place: {}", path, tmp, std::strerror(err)));
+  }
+  return impl.num_train;
+}
+
+std::string DemoDataset::ClassName(int label) {
+  if (label < 0 || label >= kNumClasses) return fmt::format("<class {}?>", label);
+  return kClassNames[static_cast<size_t>(label)];
+}
+
+std::string DemoDataset::Decode(const std::vector<int64_t>& ids) const {
+  std::string out;
+  size_t i = 0;
+  while (i < ids.size()) {
+    const int64_t id = ids[i];
+    if (id == kImage || id == kPad) {
+      size_t j = i;
+      while (j < ids.size() && ids[j] == id) ++j;
+      out += id == kImage ? "<image>" : "<pad>";
+      if (j - i > 1) out += fmt::format("x{}", j - i);
+      i = j;
+      continue;
+    }
+    if (id >= 0 && id < 256) {
+      const auto c = static_cast<unsigned char>(id);
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (c == '\\') {
+        out += "\\\\";
+      } else if (c >= 0x20 && c < 0x7f) {
+        out += static_cast<char>(c);
+      } else {
+        out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
+      }
+    } else if (id == kBos) {
+      out += "<bos>";
+    } else if (id == kEos) {
+      out += "<eos>";
+    } else if (LabelOfToken(id) >= 0) {
+      out += fmt::format("<class:{}>", ClassName(LabelOfToken(id)));
+    } else {
+      out += fmt::format("<id:{}>", id);
+    }
+    ++i;
+  }
+  return out;
+}
+
+}  // namespace maestro::datasets
