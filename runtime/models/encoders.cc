@@ -93,7 +93,22 @@ VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params
   pos_embed = register_parameter("pos_embed", params.Normal({1, num_patches(), desc.hidden}));
   blocks = register_module("blocks", MakeEncoderBlocks(desc, params));
   final_norm = register_module("final_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
+  const int64_t merge = SpatialMerge(desc);
+  if (merge > 0) {
+    const int64_t in = desc.hidden * merge * merge;
+    const int64_t mid = MergerHidden(desc);
+    merger_norm = register_module("merger_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
+    merger_fc1 = register_module("merger_fc1", Linear(in, mid, /*with_bias=*/true, params));
+    merger_fc2 = register_module("merger_fc2", Linear(mid, desc.out_dim, /*with_bias=*/true, params));
+  }
 }
+
+int64_t VitEncoderImpl::output_tokens() const {
+  const int64_t merge = SpatialMerge(desc_);
+  return merge > 0 ? num_patches() / (merge * merge) : num_patches();
+}
+
+int64_t VitEncoderImpl::output_dim() const { return SpatialMerge(desc_) > 0 ? desc_.out_dim : desc_.hidden; }
 
 int64_t VitEncoderImpl::num_patches() const {
   const int64_t side = desc_.image_size / desc_.patch_size;
@@ -106,7 +121,14 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
               "VitEncoder: images must be (B, ", desc_.channels, ", ", desc_.image_size, ", ", desc_.image_size,
               "), got ", images.sizes());
   auto x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
-  return final_norm(RunBlocks(blocks, x + pos_embed));
+  x = final_norm(RunBlocks(blocks, x + pos_embed));
+  const int64_t merge = SpatialMerge(desc_);
+  if (merge == 0) return x;
+  // (B, N, C) -> (B, side/m, m, side/m, m, C) -> (B, N/m^2, m^2 C), row-major blocks.
+  const int64_t b = x.size(0), c = x.size(2), side = desc_.image_size / desc_.patch_size;
+  x = merger_norm(x).reshape({b, side / merge, merge, side / merge, merge, c});
+  x = x.permute({0, 1, 3, 2, 4, 5}).reshape({b, output_tokens(), merge * merge * c});
+  return merger_fc2(compat::Gelu(merger_fc1(x)));
 }
 
 torch::Tensor SinusoidalPositions(int64_t length, int64_t channels) {

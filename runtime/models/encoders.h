@@ -86,10 +86,21 @@ class VitEncoderImpl : public torch::nn::Module {
   const plan::ModelDesc& desc() const { return desc_; }
   int64_t num_patches() const;
 
+  // Output rows per image: N / spatial_merge^2 (N without a merger).
+  int64_t output_tokens() const;
+  // Output width: out_dim with a merger, else hidden.
+  int64_t output_dim() const;
+
   Conv patch_embed{nullptr};
   torch::Tensor pos_embed;  // (1, N, C)
   torch::nn::ModuleList blocks;
   LayerNorm final_norm{nullptr};
+  // Qwen2-VL-style patch merger, present when extra.spatial_merge = m > 0:
+  // LayerNorm(C) -> each m x m block of neighbouring patches concatenated
+  // (m^2 C) -> Linear(m^2 C, merger_hidden) -> GELU -> Linear(merger_hidden,
+  // out_dim). merger_hidden defaults to m^2 C.
+  LayerNorm merger_norm{nullptr};
+  Linear merger_fc1{nullptr}, merger_fc2{nullptr};
 
  private:
   plan::ModelDesc desc_;

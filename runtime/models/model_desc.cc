@@ -74,6 +74,14 @@ int64_t MoeFfnHidden(const plan::ModelDesc& desc) {
   return desc.moe_ffn_hidden != 0 ? desc.moe_ffn_hidden : desc.ffn_hidden;
 }
 
+int64_t SpatialMerge(const plan::ModelDesc& desc) { return static_cast<int64_t>(ExtraOr(desc, "spatial_merge", 0)); }
+
+int64_t MergerHidden(const plan::ModelDesc& desc) {
+  const auto mid = static_cast<int64_t>(ExtraOr(desc, "merger_hidden", 0));
+  const int64_t merge = SpatialMerge(desc);
+  return mid > 0 ? mid : merge * merge * desc.hidden;
+}
+
 Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
   DescChecker c(d, where);
   for (auto [value, field] : {std::pair{d.hidden, "hidden"},
@@ -128,6 +136,12 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
       c.Require(d.patch_size <= 0 || d.image_size % d.patch_size == 0, "image_size divisible by patch_size (" +
                                                                            std::to_string(d.image_size) + " % " +
                                                                            std::to_string(d.patch_size) + " != 0)");
+      c.Require(SpatialMerge(d) >= 0 && SpatialMerge(d) <= 8, "0 <= extra.spatial_merge <= 8");
+      if (SpatialMerge(d) > 0 && d.patch_size > 0 && d.image_size % d.patch_size == 0) {
+        c.Require((d.image_size / d.patch_size) % SpatialMerge(d) == 0,
+                  "patches per side (image_size / patch_size) divisible by extra.spatial_merge");
+        c.Positive(d.out_dim, "out_dim (the patch merger's output width)");
+      }
       break;
     case plan::ModelKind::kAudioEncoder:
       CheckEncoderBlocks(d, c);

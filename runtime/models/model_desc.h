@@ -31,6 +31,10 @@ int64_t HeadDim(const plan::ModelDesc& desc);
 int64_t KvHeads(const plan::ModelDesc& desc);
 // moe_ffn_hidden, or ffn_hidden when moe_ffn_hidden is 0.
 int64_t MoeFfnHidden(const plan::ModelDesc& desc);
+// ViT patch merger: extra.spatial_merge (0 = none) and extra.merger_hidden
+// (0 or absent = spatial_merge^2 * hidden).
+int64_t SpatialMerge(const plan::ModelDesc& desc);
+int64_t MergerHidden(const plan::ModelDesc& desc);
 
 // OK when a model of desc.kind can be built from desc; otherwise
 // InvalidArgument naming the field and what it must be. `where` names the
