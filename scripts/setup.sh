@@ -21,6 +21,7 @@ PACKAGES=(
   python3-torch                               # reference outputs for numerical tests
   # data for the demo
   dataset-fashion-mnist
+  fortunes-min                                # the demo's English text (datasets/, docs/datasets.md)
 )
 
 check_only=0
