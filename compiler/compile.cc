@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "base/checks.h"
 #include "compiler/compile.h"
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/checks.h"
 #include "base/exit_codes.h"
 #include "base/shell.h"
 #include "compiler/model.h"
@@ -23,7 +23,9 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string Gib(double bytes) { return fmt::format("{:.1f}", bytes / kGiB); }
+std::string Gib(double bytes) {
+  return fmt::format("{:.1f}", bytes / kGiB);
+}
 
 std::string HumanCount(double x) {
   if (x >= 1e12) return fmt::format("{:.1f}T", x / 1e12);
@@ -78,9 +80,102 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     d.nodes = g.nodes;
     d.partition = g.partition.empty() ? spec.job.partition : g.partition;
     d.constraint = g.constraint;
+    if (spec.cluster.local) {
+      d.shared_node = true;
+      d.nodes = g.gpus_per_node;  // the budget counts slots
+    }
     out.push_back(d);
   }
   return out;
+}
+
+StatusOr<PinOverride> ParsePin(const std::string& text) {
+  static const std::vector<std::string> kKeys = {"tp", "dp", "pp", "micro_batch"};
+  const auto dot = text.find('.');
+  const auto eq = text.find('=');
+  if (dot == std::string::npos || eq == std::string::npos || dot == 0 || eq < dot + 2 || eq + 1 == text.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--pin '{}' must be SECTION.KEY=VALUE, e.g. --pin llm.dp=2 (KEY: tp, dp, pp, micro_batch)", text));
+  }
+  PinOverride p;
+  p.text = text;
+  p.section = text.substr(0, dot);
+  p.key = text.substr(dot + 1, eq - dot - 1);
+  const std::string value = text.substr(eq + 1);
+  if (std::find(kKeys.begin(), kKeys.end(), p.key) == kKeys.end()) {
+    return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'; pin one of tp, dp, pp, micro_batch{}",
+                                               text, p.key, Suggest(p.key, kKeys)));
+  }
+  long long v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || v < 1 || v > (1 << 20)) {
+    return Status::InvalidArgument(
+        fmt::format("--pin '{}': the value '{}' must be a whole number in [1, {}]", text, value, 1 << 20));
+  }
+  p.value = static_cast<int>(v);
+  return p;
+}
+
+StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
+  Spec s = spec;
+  std::vector<std::string> names;
+  for (const auto& sec : s.sections) names.push_back(sec.name);
+  for (const PinOverride& p : options.pins) {
+    const int i = s.section_index(p.section);
+    if (i < 0) {
+      return Status::InvalidArgument(fmt::format("--pin '{}': unknown section '{}'{}; the spec's sections are {}",
+                                                 p.text, p.section, Suggest(p.section, names), fmt::join(names, ", ")));
+    }
+    SectionSpec& sec = s.sections[static_cast<size_t>(i)];
+    if (p.key == "tp")
+      sec.tp = p.value;
+    else if (p.key == "dp")
+      sec.dp = p.value;
+    else if (p.key == "pp")
+      sec.pp = p.value;
+    else if (p.key == "micro_batch")
+      sec.micro_batch = p.value;
+    else
+      return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'", p.text, p.key));
+  }
+  if (options.local_ranks <= 0) return s;
+  if (options.allow_planner_only) {
+    return Status::InvalidArgument("--local plans only what the runtime runs; drop --allow-planner-only");
+  }
+  if (options.local_ranks < static_cast<int>(s.sections.size())) {
+    return Status::InvalidArgument(
+        fmt::format("--local {}: the spec has {} sections and each needs at least one rank; "
+                    "give --local {} or more",
+                    options.local_ranks, s.sections.size(), s.sections.size()));
+  }
+  GpuTypeSpec cpu;
+  cpu.name = "cpu";
+  cpu.cpu = true;
+  cpu.memory_gb = 4;
+  cpu.tflops_bf16 = 0.05;
+  cpu.intra_node_gbps = 5;
+  cpu.inter_node_gbps = 1;
+  cpu.mfu = 0.5;
+  for (const auto& g : s.cluster.gpu_types) {
+    if (g.cpu) {
+      cpu = g;
+      break;
+    }
+  }
+  cpu.nodes = 1;
+  cpu.gpus_per_node = options.local_ranks;
+  s.cluster.nodes = 1;
+  s.cluster.gpus_per_node = options.local_ranks;
+  s.cluster.default_gpu = cpu.name;
+  s.cluster.gpu_types = {cpu};
+  s.cluster.local = true;
+  for (auto& sec : s.sections) sec.gpu_type.clear();
+  return s;
 }
 
 StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
@@ -135,9 +230,15 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
     ew.tensor = e.tensor;
     const SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
     const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
-    ew.bytes_per_sample = e.bytes_per_sample > 0
-                              ? static_cast<double>(e.bytes_per_sample)
-                              : static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
+    if (e.bytes_per_sample > 0) {
+      ew.bytes_per_sample = static_cast<double>(e.bytes_per_sample);
+    } else if (e.tensor == "teacher_hidden" && up.model.kind == plan::ModelKind::kDecoder) {
+      // A teacher sends its final hidden states in fp32 (the student applies
+      // the teacher's head): the hidden size crosses, not the vocabulary.
+      ew.bytes_per_sample = static_cast<double>(up.tokens) * static_cast<double>(up.model.hidden) * 4.0;
+    } else {
+      ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
+    }
     ew.active_fraction = std::min(up.active_fraction, down.active_fraction);
     ew.carries_gradient = up.trains();
     ew.fanout = e.fanout;
@@ -170,15 +271,15 @@ std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const Compile
     line("#SBATCH --requeue");
     line("#SBATCH --open-mode=append");  // keep every run's log after a requeue
   }
-  if (spec.job.signal_seconds > 0) line(fmt::format("#SBATCH --signal=B:{}@{}", spec.job.signal, spec.job.signal_seconds));
+  if (spec.job.signal_seconds > 0)
+    line(fmt::format("#SBATCH --signal=B:{}@{}", spec.job.signal, spec.job.signal_seconds));
   for (int i = 0; i < k; ++i) {
     const plan::SectionPlan& sec = plan.sections[static_cast<size_t>(i)];
     const plan::Placement& p = sec.placement;
     if (i > 0) line("#SBATCH hetjob");
     line(fmt::format("# het component {}: section '{}' ({}, {}), {} {} rank(s) on {} node(s): {}", i, sec.name,
                      plan::ModelKindName(sec.model.kind), plan::SectionModeName(sec.mode), sec.config.ranks(),
-                     p.gpus_per_task > 0 ? p.gpu_type + " GPU" : p.gpu_type + " CPU", p.nodes,
-                     ConfigText(sec.config)));
+                     p.gpus_per_task > 0 ? p.gpu_type + " GPU" : p.gpu_type + " CPU", p.nodes, ConfigText(sec.config)));
     if (!p.partition.empty()) line("#SBATCH --partition=" + p.partition);
     line(fmt::format("#SBATCH --nodes={}", p.nodes));
     line(fmt::format("#SBATCH --ntasks-per-node={}", p.tasks_per_node));
@@ -199,7 +300,10 @@ std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const Compile
   line("}");
   line("trap 'forward_signal USR1' USR1");
   line("trap 'forward_signal TERM' TERM");
-  line(fmt::format("srun --mpi=pmix --het-group=0-{} {} \"$MAESTRO_PLAN\" &", k - 1, ShellQuote(options.worker)));
+  std::string extra;
+  for (const auto& a : options.worker_args) extra += " " + ShellQuote(a);
+  line(fmt::format("srun --mpi=pmix --het-group=0-{} {} \"$MAESTRO_PLAN\"{} &", k - 1, ShellQuote(options.worker),
+                   extra));
   line("step_pid=$!");
   line("while kill -0 \"$step_pid\" 2>/dev/null; do");
   line("  wait \"$step_pid\"");
@@ -223,7 +327,9 @@ struct SectionRow {
   std::string name, model, mode, gpus, type, tp, pp, cp, dp, mb, recompute, share, memory, util, runs;
 };
 
-std::string PadRight(const std::string& s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+std::string PadRight(const std::string& s, size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
 
 std::string Table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
@@ -255,13 +361,21 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
   t += fmt::format("global batch {} samples, seq_len {}; {} section(s), {} edge(s)\n", spec.data.global_batch,
                    spec.data.seq_len, w.sections.size(), w.edges.size());
   for (size_t d = 0; d < devs.size(); ++d) {
+    if (devs[d].shared_node) {
+      t += fmt::format(
+          "local mode: one node of {} '{}' slot(s) ({:.0f} GB, {:.4g} TFLOP/s each) that the sections "
+          "share; plan uses {}\n",
+          devs[d].gpus_per_node, devs[d].name, devs[d].memory_bytes / 1e9, devs[d].peak_flops / 1e12,
+          a.nodes_per_device[d]);
+      continue;
+    }
     t += fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each); plan holds {} node(s)\n",
                      devs[d].name, devs[d].nodes, devs[d].gpus_per_node, devs[d].cpu ? "CPU slots" : "GPUs",
                      devs[d].memory_bytes / 1e9, devs[d].peak_flops / 1e12, a.nodes_per_device[d]);
   }
   t += "\n";
-  std::vector<std::vector<std::string>> rows = {{"section", "model", "mode", "active", "GPUs", "type", "TP", "PP",
-                                                 "CP", "DP", "mb", "recomp", "share", "mem/GPU GiB", "util", "runtime"}};
+  std::vector<std::vector<std::string>> rows = {{"section", "model", "mode", "active", "GPUs", "type", "TP", "PP", "CP",
+                                                 "DP", "mb", "recomp", "share", "mem/GPU GiB", "util", "runtime"}};
   nlohmann::json js;
   js["job"] = spec.job.name;
   js["spec"] = spec.path;
@@ -274,13 +388,14 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
     const double share = step > 0 ? c.step_seconds / step : 0;
     const double util = Utilization(c, d, step);
     const std::string runtime = a.sections[i].planner_only.empty() ? "yes" : "planner-only";
-    rows.push_back({s.name, fmt::format("{} {}", plan::ModelKindName(s.model.kind), HumanCount(static_cast<double>(s.facts.params))),
-                    plan::SectionModeName(s.mode), fmt::format("{:.0f}%", 100 * s.active_fraction),
-                    std::to_string(c.gpus), d.name, std::to_string(c.config.tp), std::to_string(c.config.pp),
-                    std::to_string(c.config.cp), std::to_string(c.config.dp), std::to_string(c.config.micro_batch),
-                    c.config.recompute ? "yes" : "no", fmt::format("{:.0f}%", 100 * share),
-                    fmt::format("{}/{:.0f}", Gib(c.memory.total()), d.memory_bytes / kGiB), fmt::format("{:.0f}%", 100 * util),
-                    runtime});
+    rows.push_back(
+        {s.name,
+         fmt::format("{} {}", plan::ModelKindName(s.model.kind), HumanCount(static_cast<double>(s.facts.params))),
+         plan::SectionModeName(s.mode), fmt::format("{:.0f}%", 100 * s.active_fraction), std::to_string(c.gpus), d.name,
+         std::to_string(c.config.tp), std::to_string(c.config.pp), std::to_string(c.config.cp),
+         std::to_string(c.config.dp), std::to_string(c.config.micro_batch), c.config.recompute ? "yes" : "no",
+         fmt::format("{:.0f}%", 100 * share), fmt::format("{}/{:.0f}", Gib(c.memory.total()), d.memory_bytes / kGiB),
+         fmt::format("{:.0f}%", 100 * util), runtime});
     nlohmann::json j;
     j["name"] = s.name;
     j["model"] = plan::ModelKindName(s.model.kind);
@@ -289,7 +404,7 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
     j["active_fraction"] = s.active_fraction;
     j["tokens_per_sample"] = s.tokens;
     j["gpus"] = c.gpus;
-    j["nodes"] = c.nodes;
+    j["nodes"] = d.shared_node ? 1 : c.nodes;
     j["gpu_type"] = d.name;
     j["tp"] = c.config.tp;
     j["pp"] = c.config.pp;
@@ -299,12 +414,9 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
     j["recompute"] = c.config.recompute;
     j["step_seconds"] = c.step_seconds;
     j["share_of_step"] = share;
-    j["memory_bytes"] = {{"weights", c.memory.weights},
-                         {"gradients", c.memory.gradients},
-                         {"optimizer", c.memory.optimizer},
-                         {"activations", c.memory.activations},
-                         {"reserved", c.memory.reserved},
-                         {"total", c.memory.total()},
+    j["memory_bytes"] = {{"weights", c.memory.weights},     {"gradients", c.memory.gradients},
+                         {"optimizer", c.memory.optimizer}, {"activations", c.memory.activations},
+                         {"reserved", c.memory.reserved},   {"total", c.memory.total()},
                          {"capacity", d.memory_bytes}};
     j["flops_forward_per_sample"] = c.flops_forward_per_sample;
     j["flops_backward_per_sample"] = c.flops_backward_per_sample;
@@ -320,7 +432,8 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
     const EdgeWork& ew = w.edges[e];
     const int a_dp = a.sections[static_cast<size_t>(ew.from)].cost.config.dp;
     const int b_dp = a.sections[static_cast<size_t>(ew.to)].cost.config.dp;
-    const std::string fan = b_dp >= a_dp ? fmt::format("fan-out {}", b_dp / a_dp) : fmt::format("fan-in {}", a_dp / b_dp);
+    const std::string fan =
+        b_dp >= a_dp ? fmt::format("fan-out {}", b_dp / a_dp) : fmt::format("fan-in {}", a_dp / b_dp);
     t += fmt::format("edge {} -> {} ({}): {} (DP {} -> {}), {}/sample{}, {:.3g} s/step of transfer\n",
                      w.sections[static_cast<size_t>(ew.from)].name, w.sections[static_cast<size_t>(ew.to)].name,
                      ew.tensor, fan, a_dp, b_dp, HumanBytes(ew.bytes_per_sample),
@@ -342,10 +455,11 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
   if (m.found) {
     speedup = a.throughput / m.throughput;
     per_gpu = (a.throughput / std::max(1, a.gpus)) / (m.throughput / std::max(1, m.gpus));
-    t += fmt::format("monolithic baseline: every section on all {} GPU(s), one after another; {}: {:.4g} s/step -> "
-                     "{:.4g} samples/s, {} GiB/GPU{}\n",
-                     m.gpus, ConfigText(m.config), m.step_seconds, m.throughput, Gib(m.memory.total()),
-                     m.planner_only.empty() ? "" : " (uses features our runtime lacks: " + m.planner_only + ")");
+    t += fmt::format(
+        "monolithic baseline: every section on all {} GPU(s), one after another; {}: {:.4g} s/step -> "
+        "{:.4g} samples/s, {} GiB/GPU{}\n",
+        m.gpus, ConfigText(m.config), m.step_seconds, m.throughput, Gib(m.memory.total()),
+        m.planner_only.empty() ? "" : " (uses features our runtime lacks: " + m.planner_only + ")");
     t += fmt::format("speed-up vs monolithic: {:.2f}x (per GPU: {:.2f}x)\n", speedup, per_gpu);
   } else {
     t += "monolithic baseline: none: " + m.why_not + "\n";
@@ -367,11 +481,16 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
   js["gpus"] = a.gpus;
   js["nodes_per_gpu_type"] = a.nodes_per_device;
   if (m.found) {
-    js["monolithic"] = {{"gpus", m.gpus},           {"tp", m.config.tp},
-                        {"pp", m.config.pp},        {"cp", m.config.cp},
-                        {"dp", m.config.dp},        {"micro_batch", m.config.micro_batch},
-                        {"recompute", m.config.recompute}, {"step_seconds", m.step_seconds},
-                        {"samples_per_second", m.throughput}, {"memory_bytes", m.memory.total()},
+    js["monolithic"] = {{"gpus", m.gpus},
+                        {"tp", m.config.tp},
+                        {"pp", m.config.pp},
+                        {"cp", m.config.cp},
+                        {"dp", m.config.dp},
+                        {"micro_batch", m.config.micro_batch},
+                        {"recompute", m.config.recompute},
+                        {"step_seconds", m.step_seconds},
+                        {"samples_per_second", m.throughput},
+                        {"memory_bytes", m.memory.total()},
                         {"planner_only", m.planner_only}};
     js["speedup_vs_monolithic"] = speedup;
     js["speedup_per_gpu"] = per_gpu;
@@ -390,7 +509,8 @@ std::string Alternative(const CostModel& model, const SectionWork& s, const plan
   const SectionCost alt = model.Evaluate(s, c);
   const DeviceType& d = model.devices()[static_cast<size_t>(s.device)];
   const std::string only = PlannerOnlyFeatures(s.model, c, o.support);
-  if (!only.empty() && !o.allow_planner_only) return fmt::format("    {}: the runtime cannot run it ({})\n", what, only);
+  if (!only.empty() && !o.allow_planner_only)
+    return fmt::format("    {}: the runtime cannot run it ({})\n", what, only);
   if (!alt.fits) {
     return fmt::format("    {}: needs {} GiB per GPU > {:.1f}\n", what, Gib(alt.memory.total()), d.memory_bytes / kGiB);
   }
@@ -405,25 +525,29 @@ void RenderExplain(const CostModel& model, const PlannerOptions& o, CompileResul
   for (size_t i = 0; i < a.sections.size(); ++i) {
     if (a.sections[i].cost.step_seconds > a.sections[bottleneck].cost.step_seconds) bottleneck = i;
   }
-  t += fmt::format("objective: the highest steady-state throughput = global batch / the slowest section or edge; "
-                   "then the fewest nodes.\n");
+  t += fmt::format(
+      "objective: the highest steady-state throughput = global batch / the slowest section or edge; "
+      "then the fewest nodes.\n");
   for (size_t i = 0; i < w.sections.size(); ++i) {
     const SectionWork& s = w.sections[i];
     const SectionCost& c = a.sections[i].cost;
     const DeviceType& d = model.devices()[static_cast<size_t>(s.device)];
     t += fmt::format("section '{}': {} on {} {} ({} node(s)); {} configurations evaluated, {} fit in memory\n", s.name,
-                     ConfigText(c.config), c.gpus, d.name, c.nodes, outcome.evaluated[i], outcome.fitting[i]);
+                     ConfigText(c.config), c.gpus, d.name, d.shared_node ? 1 : c.nodes, outcome.evaluated[i],
+                     outcome.fitting[i]);
     t += fmt::format("  work: {:.0f}% of the samples x {} tokens; {:.3g} GFLOP forward{} per sample\n",
                      100 * s.active_fraction, s.tokens, c.flops_forward_per_sample / 1e9,
                      s.trains() ? fmt::format(" + {:.3g} backward", c.flops_backward_per_sample / 1e9) : "");
-    t += fmt::format("  memory per GPU: weights {} + gradients {} + optimizer {} (ZeRO-1 over DP {}) + activations {} "
-                     "+ reserve {} = {} of {}\n",
-                     HumanBytes(c.memory.weights), HumanBytes(c.memory.gradients), HumanBytes(c.memory.optimizer),
-                     c.config.dp, HumanBytes(c.memory.activations), HumanBytes(c.memory.reserved),
-                     HumanBytes(c.memory.total()), HumanBytes(d.memory_bytes));
-    t += fmt::format("  time per step: {:.4g} micro-batches x {:.4g} s per stage{} + DP sync {:.4g} s = {:.4g} s{}\n",
-                     c.microbatches, c.stage_seconds, c.config.pp > 1 ? fmt::format(" (+{} fill)", c.config.pp - 1) : "",
-                     c.dp_sync_seconds, c.step_seconds, c.measured ? " (measured profile)" : "");
+    t += fmt::format(
+        "  memory per GPU: weights {} + gradients {} + optimizer {} (ZeRO-1 over DP {}) + activations {} "
+        "+ reserve {} = {} of {}\n",
+        HumanBytes(c.memory.weights), HumanBytes(c.memory.gradients), HumanBytes(c.memory.optimizer), c.config.dp,
+        HumanBytes(c.memory.activations), HumanBytes(c.memory.reserved), HumanBytes(c.memory.total()),
+        HumanBytes(d.memory_bytes));
+    t +=
+        fmt::format("  time per step: {:.4g} micro-batches x {:.4g} s per stage{} + DP sync {:.4g} s = {:.4g} s{}\n",
+                    c.microbatches, c.stage_seconds, c.config.pp > 1 ? fmt::format(" (+{} fill)", c.config.pp - 1) : "",
+                    c.dp_sync_seconds, c.step_seconds, c.measured ? " (measured profile)" : "");
     if (i == bottleneck) {
       t += "  this is the bottleneck section: the other sections got the fewest nodes that keep up with it\n";
     } else {
@@ -478,14 +602,15 @@ void RenderExplain(const CostModel& model, const PlannerOptions& o, CompileResul
 
 }  // namespace
 
-StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options) {
+StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& options) {
   CompileResult r;
+  MAESTRO_ASSIGN_OR_RETURN(const Spec spec, EffectiveSpec(given_spec, options));
   for (const auto& p : options.extra_profiles) {
     if (spec.section_index(p.section) < 0) {
       std::vector<std::string> names;
       for (const auto& s : spec.sections) names.push_back(s.name);
-      return Status::InvalidArgument(fmt::format("--profiles: a profile of unknown section '{}'{}", p.section,
-                                                 Suggest(p.section, names)));
+      return Status::InvalidArgument(
+          fmt::format("--profiles: a profile of unknown section '{}'{}", p.section, Suggest(p.section, names)));
     }
   }
   const std::vector<DeviceType> devices = DevicesOf(spec);
@@ -497,13 +622,25 @@ StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options)
   if (!outcome.ok()) {
     const PlanFailure& f = outcome.failure;
     SourcePos pos = spec.cluster.pos;
-    if (f.kind == PlanFailure::Kind::kNoConfigFits && f.section >= 0) pos = spec.sections[static_cast<size_t>(f.section)].pos;
+    if (f.kind == PlanFailure::Kind::kNoConfigFits && f.section >= 0)
+      pos = spec.sections[static_cast<size_t>(f.section)].pos;
     if (f.kind == PlanFailure::Kind::kFanOutImpossible && f.edge >= 0 && f.edge < static_cast<int>(spec.edges.size())) {
       pos = spec.edges[static_cast<size_t>(f.edge)].pos;
     }
     return Status::InvalidArgument(AtPos(spec.path, pos, f.message));
   }
   r.assignment = outcome.assignment;
+  if (spec.cluster.local) {
+    for (size_t i = 0; i < r.assignment.sections.size(); ++i) {
+      if (!r.assignment.sections[i].planner_only.empty()) {
+        return Status::InvalidArgument(
+            AtPos(spec.path, spec.sections[i].pos,
+                  fmt::format("--local: section '{}' needs what the runtime cannot run "
+                              "yet ({}); it runs only under Slurm with a runtime that has it",
+                              spec.sections[i].name, r.assignment.sections[i].planner_only)));
+      }
+    }
+  }
   r.monolithic = PlanMonolithic(model, r.workload, DeviceIndex(spec, spec.cluster.default_gpu), po);
   const AnalyticStepPredictor predictor;  // seam: the scheduler's simulator replaces it
   r.prediction = predictor.Predict(model, r.workload, r.assignment);
@@ -529,8 +666,8 @@ StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options)
     sp.config = c.config;
     sp.placement.het_component = static_cast<int>(i);
     sp.placement.first_rank = next_rank;
-    sp.placement.nodes = c.nodes;
-    sp.placement.tasks_per_node = c.gpus / c.nodes;
+    sp.placement.nodes = d.shared_node ? 1 : c.nodes;
+    sp.placement.tasks_per_node = c.gpus / sp.placement.nodes;
     sp.placement.gpus_per_task = d.cpu ? 0 : 1;
     sp.placement.gpu_type = d.name;
     sp.placement.partition = d.partition;
@@ -541,6 +678,9 @@ StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options)
     sp.active_fraction = sw.active_fraction;
     sp.predicted_utilization = Utilization(c, d, r.assignment.bottleneck_seconds);
     sp.planner_only = r.assignment.sections[i].planner_only;
+    sp.init_from = ss.init_from;
+    sp.init_section = ss.init_section;
+    sp.loss = ss.loss;
     next_rank += c.gpus;
     p.sections.push_back(std::move(sp));
   }
@@ -559,6 +699,10 @@ StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options)
   p.data.seed = spec.data.seed;
   p.data.steps = spec.job.steps;
   p.data.modalities = spec.data.modalities;
+  p.data.dataset = spec.data.dataset;
+  p.checkpoint_every = spec.job.checkpoint_every;
+  p.comm_timeout_s = spec.job.comm_timeout_s;
+  p.schedule_policy = spec.job.schedule;
   Status valid = plan::Validate(p);
   if (!valid.ok()) return Status::Internal("maestro-compile built an invalid plan (a bug): " + valid.message());
   plan::FillLayout(p);
@@ -636,7 +780,8 @@ StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
       return Status::InvalidArgument(fmt::format("{}: profile {}: {}", path, i, e.what()));
     }
     if (p.gpus < 1 || p.micro_batch < 1 || !(p.seconds > 0)) {
-      return Status::InvalidArgument(fmt::format("{}: profile {}: gpus, micro_batch and seconds must be positive", path, i));
+      return Status::InvalidArgument(
+          fmt::format("{}: profile {}: gpus, micro_batch and seconds must be positive", path, i));
     }
     out.push_back(p);
   }

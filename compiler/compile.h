@@ -22,11 +22,29 @@
 
 namespace maestro::compiler {
 
+// One `--pin SECTION.KEY=VALUE`: overrides (or adds) a pin of the spec.
+struct PinOverride {
+  std::string section;
+  std::string key;  // tp | dp | pp | micro_batch
+  int value = 0;
+  std::string text;  // as given, for messages
+};
+
+// Parses "SECTION.KEY=VALUE" (KEY one of tp, dp, pp, micro_batch; VALUE a
+// positive integer). InvalidArgument with the fix otherwise.
+StatusOr<PinOverride> ParsePin(const std::string& text);
+
 struct CompileOptions {
   std::string out_dir = ".";              // as given: job.sbatch names plan.json through it
   std::string worker = "maestro-worker";  // the step's program (a stub in Slurm tests)
+  std::vector<std::string> worker_args;   // appended (shell-quoted) to the worker's command line
   bool allow_planner_only = false;
   std::vector<ProfileSpec> extra_profiles;  // from --profiles (measured by the runtime)
+  std::vector<PinOverride> pins;            // from --pin, applied over the spec's pins
+  // > 0: local mode (`maestro run`): ignore [cluster]'s node and GPU counts and
+  // plan for this machine: one node of `local_ranks` CPU slots that every
+  // section shares (no whole-node rule), only configurations the runtime runs.
+  int local_ranks = 0;
 };
 
 struct CompileResult {
@@ -42,6 +60,12 @@ struct CompileResult {
 };
 
 std::vector<DeviceType> DevicesOf(const Spec& spec);
+
+// The spec as compiled under `options`: --pin applied (an unknown section is
+// InvalidArgument), and in local mode [cluster] replaced by one node of
+// options.local_ranks slots of the spec's first CPU type (else a synthetic
+// "cpu" type: 4 GB, 0.05 TFLOP/s) that every section runs on.
+StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options);
 StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
                                  const std::vector<ProfileSpec>& extra_profiles = {});
 

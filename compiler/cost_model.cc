@@ -31,6 +31,7 @@ CostModel::CostModel(std::vector<DeviceType> devices, int64_t global_batch)
 int CostModel::NodesFor(int device, int gpus) const {
   const int gpn = devices_[static_cast<size_t>(device)].gpus_per_node;
   if (gpus <= 0 || gpn <= 0) return 0;
+  if (devices_[static_cast<size_t>(device)].shared_node) return gpus <= gpn ? gpus : 0;
   if (gpus <= gpn) return gpn % gpus == 0 ? 1 : 0;
   return gpus % gpn == 0 ? gpus / gpn : 0;
 }
@@ -60,8 +61,7 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   // FLOPs.
   out.flops_forward_per_sample = tokens * s.facts.flops_per_token;
   out.flops_backward_per_sample = train ? 2.0 * out.flops_forward_per_sample : 0.0;
-  const double flops_per_sample_run =
-      out.flops_forward_per_sample * (train ? (c.recompute ? 4.0 : 3.0) : 1.0);
+  const double flops_per_sample_run = out.flops_forward_per_sample * (train ? (c.recompute ? 4.0 : 3.0) : 1.0);
   out.microbatches = microbatches;
   out.useful_flops_per_step = static_cast<double>(global_batch_) * s.active_fraction *
                               (out.flops_forward_per_sample + out.flops_backward_per_sample);
@@ -130,8 +130,8 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
 }
 
 double CostModel::EdgeSeconds(const EdgeWork& e, int dp_from, int dp_to) const {
-  const double bytes = static_cast<double>(global_batch_) * e.active_fraction * e.bytes_per_sample *
-                       (e.carries_gradient ? 2.0 : 1.0);
+  const double bytes =
+      static_cast<double>(global_batch_) * e.active_fraction * e.bytes_per_sample * (e.carries_gradient ? 2.0 : 1.0);
   const double links = std::max(1, std::min(dp_from, dp_to));
   return bytes / links / std::max(e.link_bytes_per_s, 1.0);
 }

@@ -40,8 +40,8 @@ struct DeviceType {
   std::string name;
   bool cpu = false;
   double memory_bytes = 0;
-  double reserved_bytes = 0;     // framework, NCCL buffers, fragmentation
-  double peak_flops = 0;         // per GPU
+  double reserved_bytes = 0;  // framework, NCCL buffers, fragmentation
+  double peak_flops = 0;      // per GPU
   double mfu = 0.55;
   // GEMM size (tokens x hidden per GPU) at which kernels reach half of mfu.
   double half_efficiency_size = double(1 << 19);
@@ -50,18 +50,22 @@ struct DeviceType {
   int gpus_per_node = 1;
   int nodes = 1;
   std::string partition, constraint;
+  // Local mode: one node whose `gpus_per_node` slots the sections share
+  // (no whole-node rule). Then `nodes` is the budget in slots, and NodesFor
+  // returns the slots a section holds.
+  bool shared_node = false;
 };
 
 // One section as the cost model sees it.
 struct SectionWork {
   std::string name;
   plan::ModelDesc model;
-  ModelFacts facts;                 // at `tokens`
+  ModelFacts facts;  // at `tokens`
   plan::SectionMode mode = plan::SectionMode::kTrain;
   std::string activation = "always";
-  double active_fraction = 1.0;     // share of the samples that activate it
-  int64_t tokens = 1;               // tokens per active sample
-  int device = 0;                   // index into the DeviceType list
+  double active_fraction = 1.0;  // share of the samples that activate it
+  int64_t tokens = 1;            // tokens per active sample
+  int device = 0;                // index into the DeviceType list
   // Pins (0 = free).
   int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
   std::vector<ProfileSpec> profiles;
@@ -69,13 +73,13 @@ struct SectionWork {
 };
 
 struct EdgeWork {
-  int from = -1, to = -1;           // section indices
+  int from = -1, to = -1;  // section indices
   std::string tensor;
-  double bytes_per_sample = 0;      // activation bytes per active sample
-  double active_fraction = 1.0;     // share of samples that send on this edge
+  double bytes_per_sample = 0;   // activation bytes per active sample
+  double active_fraction = 1.0;  // share of samples that send on this edge
   bool carries_gradient = false;
-  int fanout = 0, fanin = 0;        // pins (0 = free)
-  double link_bytes_per_s = 1;      // one link's bandwidth (the slower network side)
+  int fanout = 0, fanin = 0;    // pins (0 = free)
+  double link_bytes_per_s = 1;  // one link's bandwidth (the slower network side)
 };
 
 struct MemoryBreakdown {
@@ -86,17 +90,17 @@ struct MemoryBreakdown {
 struct SectionCost {
   plan::ParallelConfig config;
   int gpus = 0;
-  int nodes = 0;                    // whole nodes the het component holds
+  int nodes = 0;  // whole nodes the het component holds
   MemoryBreakdown memory;
   bool fits = false;
   double flops_forward_per_sample = 0;
   double flops_backward_per_sample = 0;
-  double stage_seconds = 0;         // one micro-batch on one pipeline stage
-  double microbatches = 0;          // per replica per step
+  double stage_seconds = 0;  // one micro-batch on one pipeline stage
+  double microbatches = 0;   // per replica per step
   double dp_sync_seconds = 0;
-  double step_seconds = 0;          // the section's busy time per step
-  double useful_flops_per_step = 0; // forward (+ backward) of its active samples
-  bool measured = false;            // a profile replaced the analytic compute
+  double step_seconds = 0;           // the section's busy time per step
+  double useful_flops_per_step = 0;  // forward (+ backward) of its active samples
+  bool measured = false;             // a profile replaced the analytic compute
 };
 
 class CostModel {
@@ -108,7 +112,8 @@ class CostModel {
 
   // Nodes a het component of `gpus` GPUs holds on `device` (components do not
   // share nodes), or 0 when `gpus` is neither a divisor of gpus_per_node nor
-  // a multiple of it.
+  // a multiple of it. On a shared_node device: `gpus` (slots), or 0 when more
+  // than the node has.
   int NodesFor(int device, int gpus) const;
 
   // REQUIRES: config degrees >= 1.

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // maestro-compile: spec.toml -> plan.json + job.sbatch + report.
 //   maestro-compile spec.toml -o outdir [--dry-run] [--explain] [--json]
-//                   [--worker PATH] [--allow-planner-only] [--profiles FILE]
+//                   [--worker PATH] [--worker-arg ARG]... [--allow-planner-only]
+//                   [--profiles FILE] [--local N] [--pin SECTION.KEY=VALUE]...
 //   maestro-compile --model-info config.json [--json] [--seq-len N]
 // Exit status: 0 ok, 1 an I/O error, 2 bad input (the message says where).
 #include <CLI/CLI.hpp>
@@ -51,10 +52,20 @@ int Run(int argc, char** argv) {
   app.add_flag("--dry-run", dry_run, "plan and report, write nothing");
   app.add_flag("--explain", explain, "say why each choice was made");
   app.add_flag("--json", json, "print the report (or --model-info) as JSON");
-  app.add_option("--worker", options.worker, "program the job step runs on every rank (default: maestro-worker from PATH)");
+  app.add_option("--worker", options.worker,
+                 "program the job step runs on every rank (default: maestro-worker from PATH)");
   app.add_flag("--allow-planner-only", options.allow_planner_only,
                "also search configurations the runtime cannot run yet (marked planner-only)");
   app.add_option("--profiles", profiles, "measured section times (JSON array written by the runtime)");
+  std::vector<std::string> pins;
+  app.add_option("--local", options.local_ranks,
+                 "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--pin", pins,
+                 "SECTION.KEY=VALUE (KEY: tp, dp, pp, micro_batch); overrides the spec's pin; repeatable")
+      ->allow_extra_args(false);
+  app.add_option("--worker-arg", options.worker_args, "an argument appended to the worker's command line; repeatable")
+      ->allow_extra_args(false);
   app.add_option("--model-info", model_info, "print parameters and FLOPs of a Hugging Face config.json");
   app.add_option("--seq-len", seq_len, "sequence length for --model-info FLOPs (default: 4096 for decoders)");
   try {
@@ -65,8 +76,17 @@ int Run(int argc, char** argv) {
   }
   if (!model_info.empty()) return ModelInfo(model_info, json, seq_len);
   if (spec_path.empty()) {
-    std::fprintf(stderr, "maestro-compile: give a spec (maestro-compile spec.toml -o outdir) or --model-info config.json\n");
+    std::fprintf(stderr,
+                 "maestro-compile: give a spec (maestro-compile spec.toml -o outdir) or --model-info config.json\n");
     return maestro::kExitUsage;
+  }
+  for (const auto& text : pins) {
+    auto pin = maestro::compiler::ParsePin(text);
+    if (!pin.ok()) {
+      std::fprintf(stderr, "maestro-compile: %s\n", pin.status().message().c_str());
+      return maestro::kExitUsage;
+    }
+    options.pins.push_back(*pin);
   }
   auto spec = maestro::compiler::ParseSpecFile(spec_path);
   if (!spec.ok()) {
@@ -85,7 +105,7 @@ int Run(int argc, char** argv) {
   if (!result.ok()) {
     std::fprintf(stderr, "%s\n", result.status().message().c_str());
     return result.status().code() == maestro::StatusCode::kInvalidArgument ? maestro::kExitUsage
-                                                                            : maestro::kExitFailure;
+                                                                           : maestro::kExitFailure;
   }
   if (json) {
     std::printf("%s\n", result->report_json.c_str());

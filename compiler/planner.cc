@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "base/checks.h"
 #include "compiler/planner.h"
 
 #include <fmt/format.h>
@@ -12,6 +11,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "base/checks.h"
+
 namespace maestro::compiler {
 
 namespace {
@@ -19,7 +20,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-bool IsEncoder(const plan::ModelDesc& m) { return m.kind != plan::ModelKind::kDecoder; }
+bool IsEncoder(const plan::ModelDesc& m) {
+  return m.kind != plan::ModelKind::kDecoder;
+}
 
 // The largest number of DP replicas that can all get work.
 int MaxUsefulDp(const CostModel& model, const SectionWork& s) {
@@ -67,10 +70,14 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
   const int64_t layers = projector ? 1 : m.layers;
 
   std::vector<int> gpu_counts;  // valid component sizes, ascending
-  for (int g = 1; g < gpn; ++g) {
-    if (gpn % g == 0) gpu_counts.push_back(g);
+  if (dev.shared_node) {
+    for (int g = 1; g <= std::min(gpn, dev.nodes); ++g) gpu_counts.push_back(g);
+  } else {
+    for (int g = 1; g < gpn; ++g) {
+      if (gpn % g == 0) gpu_counts.push_back(g);
+    }
+    for (int k = 1; k <= dev.nodes; ++k) gpu_counts.push_back(k * gpn);
   }
-  for (int k = 1; k <= dev.nodes; ++k) gpu_counts.push_back(k * gpn);
 
   std::vector<int> tps;
   for (int tp = 1; tp <= gpn; tp *= 2) {
@@ -248,7 +255,11 @@ class FrontPlanner {
     for (const auto& s : w.sections) single_device_ = single_device_ && s.device == w.sections[0].device;
     std::vector<int> parent(n);
     std::iota(parent.begin(), parent.end(), 0);
-    std::function<int(int)> find = [&](int x) { return parent[static_cast<size_t>(x)] == x ? x : parent[static_cast<size_t>(x)] = find(parent[static_cast<size_t>(x)]); };
+    std::function<int(int)> find = [&](int x) {
+      return parent[static_cast<size_t>(x)] == x
+                 ? x
+                 : parent[static_cast<size_t>(x)] = find(parent[static_cast<size_t>(x)]);
+    };
     forest_ = true;
     for (const auto& p : pairs_) {
       const int ra = find(p.a), rb = find(p.b);
@@ -270,7 +281,10 @@ class FrontPlanner {
         int lo = 0, hi = static_cast<int>(opt.front.size());
         while (lo < hi) {
           const int mid = (lo + hi) / 2;
-          if (opt.front[static_cast<size_t>(mid)].seconds <= T) hi = mid; else lo = mid + 1;
+          if (opt.front[static_cast<size_t>(mid)].seconds <= T)
+            hi = mid;
+          else
+            lo = mid + 1;
         }
         if (lo < static_cast<int>(opt.front.size())) {
           nodes[s].push_back(opt.front[static_cast<size_t>(lo)].nodes);
@@ -493,7 +507,9 @@ class FrontPlanner {
   bool single_device_ = true;
 };
 
-std::string GiB(double bytes) { return fmt::format("{:.1f} GiB", bytes / kGiB); }
+std::string GiB(double bytes) {
+  return fmt::format("{:.1f} GiB", bytes / kGiB);
+}
 
 }  // namespace
 
@@ -539,8 +555,8 @@ PlanOutcome PlanSections(const CostModel& model, const Workload& w, const Planne
             "DP={} micro-batch {}{}) but a '{}' GPU has {}; give it a larger GPU type, more nodes, {}or make it "
             "mode = \"forward\"",
             sw.name, GiB(least_memory), least_config.tp, least_config.pp, least_config.cp, least_config.dp,
-            least_config.micro_batch, least_config.recompute ? ", recompute" : "", dev.name,
-            GiB(dev.memory_bytes), o.allow_planner_only ? "" : "--allow-planner-only (CP, recomputation), ");
+            least_config.micro_batch, least_config.recompute ? ", recompute" : "", dev.name, GiB(dev.memory_bytes),
+            o.allow_planner_only ? "" : "--allow-planner-only (CP, recomputation), ");
       }
       return out;
     }
@@ -573,6 +589,13 @@ PlanOutcome PlanSections(const CostModel& model, const Workload& w, const Planne
     for (size_t d = 0; d < need.size(); ++d) {
       if (need[d] > model.devices()[d].nodes) {
         out.failure.kind = PlanFailure::Kind::kBudgetTooSmall;
+        if (model.devices()[d].shared_node) {
+          out.failure.message = fmt::format(
+              "--local {} is too few ranks: with their pins the sections need at least {} ({}); give more ranks or "
+              "lower the pins",
+              model.devices()[d].nodes, need[d], parts[d]);
+          return out;
+        }
         out.failure.message = fmt::format(
             "the budget of {} node(s) of type '{}' is too small: the sections need at least {} ({}), since a "
             "section that fits in no fewer nodes holds them whole; raise nodes or use fewer sections",
@@ -600,7 +623,9 @@ PlanOutcome PlanSections(const CostModel& model, const Workload& w, const Planne
           "the fan-out on edge {} -> {} is impossible: no DP degrees of '{}' and '{}' that fit satisfy "
           "DP_from * fanout = DP_to{}; unpin fanout/fanin or the sections' dp",
           from, to, from, to,
-          e.fanout ? fmt::format(" with fanout = {}", e.fanout) : e.fanin ? fmt::format(" with fanin = {}", e.fanin) : "");
+          e.fanout  ? fmt::format(" with fanout = {}", e.fanout)
+          : e.fanin ? fmt::format(" with fanin = {}", e.fanin)
+                    : "");
       return out;
     }
   }
@@ -621,8 +646,11 @@ PlanOutcome PlanSections(const CostModel& model, const Workload& w, const Planne
   if (!planner.Solve(kInf, true).found) {
     out.failure.kind = PlanFailure::Kind::kBudgetTooSmall;
     out.failure.message =
-        "the budget is too small: no allocation of whole nodes satisfies every edge's fan-out rule within the "
-        "node counts of [cluster]; raise nodes or unpin fan-outs";
+        model.devices().size() == 1 && model.devices()[0].shared_node
+            ? "--local: too few ranks for an allocation that satisfies every edge's fan-out rule; give more ranks or "
+              "unpin fan-outs"
+            : "the budget is too small: no allocation of whole nodes satisfies every edge's fan-out rule within the "
+              "node counts of [cluster]; raise nodes or unpin fan-outs";
     return out;
   }
   for (const auto& p : planner.pairs()) {
@@ -695,7 +723,9 @@ PlanOutcome ExhaustiveSearch(const CostModel& model, const Workload& w, const Pl
       double t = std::max(worst, c.step_seconds);
       bool ok = true;
       for (const auto& e : w.edges) {
-        const size_t other = static_cast<size_t>(e.from == static_cast<int>(k) ? e.to : e.to == static_cast<int>(k) ? e.from : -1);
+        const size_t other = static_cast<size_t>(e.from == static_cast<int>(k) ? e.to
+                                                 : e.to == static_cast<int>(k) ? e.from
+                                                                               : -1);
         if (other == static_cast<size_t>(-1) || other > k || (other == k)) continue;
         if (pick[other] < 0) continue;
         const int dp_other = fitting[other][static_cast<size_t>(pick[other])].config.dp;
@@ -734,7 +764,7 @@ PlanOutcome ExhaustiveSearch(const CostModel& model, const Workload& w, const Pl
 MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int device, const PlannerOptions& o) {
   MonolithicPlan best;
   const DeviceType& dev = model.devices()[static_cast<size_t>(device)];
-  const int gpus = dev.nodes * dev.gpus_per_node;
+  const int gpus = dev.shared_node ? dev.gpus_per_node : dev.nodes * dev.gpus_per_node;
   best.gpus = gpus;
   int64_t min_layers = std::numeric_limits<int64_t>::max();
   for (const auto& s : w.sections) {
@@ -801,7 +831,8 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
                 probe.recompute = false;
                 plan::ModelDesc dense = s.model;
                 dense.experts = 0;
-                if (!PlannerOnlyFeatures(dense, probe, o.support).empty() || s.model.kind == plan::ModelKind::kProjector) {
+                if (!PlannerOnlyFeatures(dense, probe, o.support).empty() ||
+                    s.model.kind == plan::ModelKind::kProjector) {
                   sc_config.tp = 1;
                   sc_config.pp = 1;
                 }

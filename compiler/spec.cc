@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "base/checks.h"
 #include "compiler/spec.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <fstream>
@@ -11,8 +11,8 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
+#include "base/checks.h"
 #include "base/shell.h"
 #include "compiler/model.h"
 
@@ -100,8 +100,8 @@ class TableReader {
       return false;
     }
     if (v->get() < lo || v->get() > hi) {
-      d_.Error(PosOf(n->source()), fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", prefix_, key,
-                                               v->get(), lo, hi));
+      d_.Error(PosOf(n->source()),
+               fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", prefix_, key, v->get(), lo, hi));
       return false;
     }
     *out = v->get();
@@ -126,7 +126,8 @@ class TableReader {
       return false;
     }
     if (!(x >= lo && x <= hi)) {  // also rejects NaN
-      d_.Error(PosOf(n->source()), fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", prefix_, key, x, lo, hi));
+      d_.Error(PosOf(n->source()),
+               fmt::format("{}.{} = {} is out of range; it must be in [{}, {}]", prefix_, key, x, lo, hi));
       return false;
     }
     *out = x;
@@ -167,9 +168,7 @@ class TableReader {
     TypeError(key, *n, "a table");
     return nullptr;
   }
-  void RequireMissing(const std::string& key) {
-    d_.Error(pos(), fmt::format("{} needs the key '{}'", where_, key));
-  }
+  void RequireMissing(const std::string& key) { d_.Error(pos(), fmt::format("{} needs the key '{}'", where_, key)); }
   // Reports keys that no Get() asked for.
   void Finish() {
     for (const auto& [k, v] : t_) {
@@ -269,6 +268,26 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
     d.Error(r.PosOfKey("work_dir"), "job.work_dir must be one line");
   }
   r.Int("steps", &job.steps, 0, int64_t{1} << 40);
+  r.Int("checkpoint_every", &job.checkpoint_every, 0, int64_t{1} << 40);
+  r.Number("comm_timeout_s", &job.comm_timeout_s, 0, 7 * 24 * 3600.0);
+  std::string schedule;
+  if (r.String("schedule", &schedule)) {
+    // The spec's spellings -> scheduler::PolicyName (what plan.schedule_policy holds).
+    static const std::vector<std::pair<std::string, std::string>> kPolicies = {{"wavefront", "wavefront"},
+                                                                               {"fifo", "fifo"},
+                                                                               {"fifo_contiguous", "fifo-contiguous"},
+                                                                               {"fifo-contiguous", "fifo-contiguous"},
+                                                                               {"balance_only", "balance"},
+                                                                               {"balance", "balance"}};
+    auto it = std::find_if(kPolicies.begin(), kPolicies.end(), [&](const auto& p) { return p.first == schedule; });
+    if (it == kPolicies.end()) {
+      d.Error(r.PosOfKey("schedule"),
+              fmt::format("job.schedule = '{}' must be wavefront, fifo, fifo_contiguous or balance_only{}", schedule,
+                          Suggest(schedule, {"wavefront", "fifo", "fifo_contiguous", "balance_only"})));
+    } else {
+      job.schedule = it->second;
+    }
+  }
   r.Finish();
 }
 
@@ -283,7 +302,8 @@ void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c) {
       GpuTypeSpec g;
       g.name = std::string(k.str());
       g.pos = PosOf(k.source());
-      if (!IsIdentifier(g.name)) d.Error(g.pos, fmt::format("GPU type name '{}' must be letters, digits, '_' or '-'", g.name));
+      if (!IsIdentifier(g.name))
+        d.Error(g.pos, fmt::format("GPU type name '{}' must be letters, digits, '_' or '-'", g.name));
       const toml::table* gt = v.as_table();
       if (!gt) {
         d.Error(PosOf(v.source()), fmt::format("[cluster.gpu.{}] must be a table", g.name));
@@ -325,10 +345,18 @@ void ReadData(Diagnostics& d, const toml::table& t, DataSpec& data) {
   if (r.String("manifest", &data.manifest) && !IsSingleLine(data.manifest)) {
     d.Error(r.PosOfKey("manifest"), "data.manifest must be one line");
   }
-  if (!r.Int("global_batch", &data.global_batch, 1, 1 << 24) && !t.get("global_batch")) r.RequireMissing("global_batch");
+  if (!r.Int("global_batch", &data.global_batch, 1, 1 << 24) && !t.get("global_batch"))
+    r.RequireMissing("global_batch");
   if (!r.Int("seq_len", &data.seq_len, 1, 1 << 24) && !t.get("seq_len")) r.RequireMissing("seq_len");
   int64_t seed = 0;
   if (r.Int("seed", &seed, 0, std::numeric_limits<int64_t>::max())) data.seed = static_cast<uint64_t>(seed);
+  if (r.String("dataset", &data.dataset) && !data.dataset.empty() && data.dataset != "fashion_mnist_captions" &&
+      data.dataset != "text") {
+    d.Error(r.PosOfKey("dataset"),
+            fmt::format("data.dataset = '{}' must be \"fashion_mnist_captions\", \"text\" or \"\" (chosen from the "
+                        "modalities){}",
+                        data.dataset, Suggest(data.dataset, {"fashion_mnist_captions", "text"})));
+  }
   if (const toml::node* n = r.Get("modality")) {
     const toml::array* arr = n->as_array();
     if (!arr) {
@@ -345,7 +373,8 @@ void ReadData(Diagnostics& d, const toml::table& t, DataSpec& data) {
         if (!mr.String("name", &m.name)) {
           if (!mt->get("name")) mr.RequireMissing("name");
         } else if (!IsIdentifier(m.name) || m.name == "always") {
-          d.Error(mr.PosOfKey("name"), fmt::format("modality name '{}' must be an identifier other than 'always'", m.name));
+          d.Error(mr.PosOfKey("name"),
+                  fmt::format("modality name '{}' must be an identifier other than 'always'", m.name));
         }
         if (!mr.Number("fraction", &m.fraction, 1e-9, 1.0) && !mt->get("fraction")) mr.RequireMissing("fraction");
         mr.Int("tokens", &m.tokens, 0, 1 << 24);
@@ -363,14 +392,15 @@ void ReadData(Diagnostics& d, const toml::table& t, DataSpec& data) {
 
 const std::vector<std::string>& ShapeKeys(plan::ModelKind kind) {
   static const std::vector<std::string> decoder = {
-      "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "tie_embeddings", "experts",
-      "experts_per_token", "moe_ffn_hidden", "qkv_bias", "attn_out_bias", "mlp_bias", "mlp_gated", "norm_bias"};
-  static const std::vector<std::string> vit = {"hidden", "layers", "heads", "ffn_hidden", "image_size", "patch_size",
-                                               "channels", "temporal_patch", "cls_token", "pos_embed", "patch_bias",
-                                               "pre_norm", "final_norm", "pooler", "qkv_bias", "spatial_merge",
-                                               "merger_hidden", "out_dim"};
-  static const std::vector<std::string> audio = {"hidden", "layers", "heads", "ffn_hidden", "mel_bins", "audio_frames",
-                                                 "max_source_positions"};
+      "hidden",        "layers",         "heads",     "kv_heads",          "head_dim",       "ffn_hidden",
+      "vocab",         "tie_embeddings", "experts",   "experts_per_token", "moe_ffn_hidden", "qkv_bias",
+      "attn_out_bias", "mlp_bias",       "mlp_gated", "norm_bias"};
+  static const std::vector<std::string> vit = {
+      "hidden",     "layers",         "heads",     "ffn_hidden",    "image_size",    "patch_size",
+      "channels",   "temporal_patch", "cls_token", "pos_embed",     "patch_bias",    "pre_norm",
+      "final_norm", "pooler",         "qkv_bias",  "spatial_merge", "merger_hidden", "out_dim"};
+  static const std::vector<std::string> audio = {
+      "hidden", "layers", "heads", "ffn_hidden", "mel_bins", "audio_frames", "max_source_positions"};
   static const std::vector<std::string> projector = {"in_dim", "out_dim", "ffn_hidden"};
   switch (kind) {
     case plan::ModelKind::kDecoder: return decoder;
@@ -402,7 +432,8 @@ void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, So
   }
   std::string kind;
   if (!r.String("kind", &kind)) {
-    if (!t.get("kind")) d.Error(r.pos(), where + " needs 'kind' (decoder, vit, audio_encoder, projector) or 'hf_config'");
+    if (!t.get("kind"))
+      d.Error(r.pos(), where + " needs 'kind' (decoder, vit, audio_encoder, projector) or 'hf_config'");
     r.Finish();
     return;
   }
@@ -439,24 +470,42 @@ void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, So
     }
     int64_t v = 0;
     if (!r.Int(key, &v, 0, big)) continue;
-    if (key == "hidden") desc.hidden = v;
-    else if (key == "layers") desc.layers = v;
-    else if (key == "heads") desc.heads = v;
-    else if (key == "kv_heads") desc.kv_heads = v;
-    else if (key == "head_dim") desc.head_dim = v;
-    else if (key == "ffn_hidden") desc.ffn_hidden = v;
-    else if (key == "vocab") desc.vocab = v;
-    else if (key == "experts") desc.experts = v;
-    else if (key == "experts_per_token") desc.experts_per_token = v;
-    else if (key == "moe_ffn_hidden") desc.moe_ffn_hidden = v;
-    else if (key == "image_size") desc.image_size = v;
-    else if (key == "patch_size") desc.patch_size = v;
-    else if (key == "channels") desc.channels = v;
-    else if (key == "mel_bins") desc.mel_bins = v;
-    else if (key == "audio_frames") desc.audio_frames = v;
-    else if (key == "in_dim") desc.in_dim = v;
-    else if (key == "out_dim") desc.out_dim = v;
-    else desc.extra[key] = static_cast<double>(v);
+    if (key == "hidden")
+      desc.hidden = v;
+    else if (key == "layers")
+      desc.layers = v;
+    else if (key == "heads")
+      desc.heads = v;
+    else if (key == "kv_heads")
+      desc.kv_heads = v;
+    else if (key == "head_dim")
+      desc.head_dim = v;
+    else if (key == "ffn_hidden")
+      desc.ffn_hidden = v;
+    else if (key == "vocab")
+      desc.vocab = v;
+    else if (key == "experts")
+      desc.experts = v;
+    else if (key == "experts_per_token")
+      desc.experts_per_token = v;
+    else if (key == "moe_ffn_hidden")
+      desc.moe_ffn_hidden = v;
+    else if (key == "image_size")
+      desc.image_size = v;
+    else if (key == "patch_size")
+      desc.patch_size = v;
+    else if (key == "channels")
+      desc.channels = v;
+    else if (key == "mel_bins")
+      desc.mel_bins = v;
+    else if (key == "audio_frames")
+      desc.audio_frames = v;
+    else if (key == "in_dim")
+      desc.in_dim = v;
+    else if (key == "out_dim")
+      desc.out_dim = v;
+    else
+      desc.extra[key] = static_cast<double>(v);
   }
   r.Get("kind");
   if (desc.kind == plan::ModelKind::kDecoder && desc.kv_heads == 0) desc.kv_heads = desc.heads;
@@ -488,7 +537,31 @@ void ReadOptimizer(Diagnostics& d, const toml::table& t, const std::string& wher
   r.Finish();
 }
 
-void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vector<EdgeSpec>& edges) {
+void ReadLoss(Diagnostics& d, const toml::table& t, const std::string& where, plan::LossDesc& loss) {
+  TableReader r(d, t, where + " loss");
+  if (r.String("kind", &loss.kind) && loss.kind != "lm" && loss.kind != "kd") {
+    d.Error(r.PosOfKey("kind"), fmt::format("{}: loss kind '{}' must be lm (next-token cross-entropy) or kd "
+                                            "(distillation from a teacher's hidden states){}",
+                                            where, loss.kind, Suggest(loss.kind, {"lm", "kd"})));
+  }
+  r.Number("alpha", &loss.kd_alpha, 0.0, 1.0);
+  r.Number("temperature", &loss.temperature, 1e-3, 1e3);
+  int64_t top_k = 0;
+  if (r.Int("top_k", &top_k, 0, int64_t{1} << 22)) loss.top_k = static_cast<int>(top_k);
+  if (loss.kind == "lm") {
+    for (const char* key : {"alpha", "temperature", "top_k"}) {
+      if (t.get(key)) {
+        d.Error(r.PosOfKey(key), fmt::format("{}: loss.{} applies to kind = \"kd\" only; remove it or set "
+                                             "kind = \"kd\"",
+                                             where, key));
+      }
+    }
+  }
+  r.Finish();
+}
+
+void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vector<EdgeSpec>& edges,
+                 const std::string& base_dir) {
   TableReader r(d, t, "[[section]]");
   s.pos = r.pos();
   if (!r.String("name", &s.name)) {
@@ -523,6 +596,33 @@ void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vect
   r.String("gpu_type", &s.gpu_type);
   s.gpu_type_pos = r.PosOfKey("gpu_type");
   if (const toml::table* o = r.Table("optimizer")) ReadOptimizer(d, *o, where + " optimizer", s.optimizer);
+  std::string init;
+  if (r.String("init", &init)) {
+    if (init.empty() || !IsSingleLine(init)) {
+      d.Error(r.PosOfKey("init"), fmt::format("{}: init must be the path of a .mckpt checkpoint or of a run "
+                                              "directory, on one line",
+                                              where));
+    } else {
+      s.init_from = JoinPath(base_dir, init);  // may not exist yet: an earlier run writes it
+    }
+  }
+  if (r.String("init_section", &s.init_section)) {
+    if (!IsIdentifier(s.init_section)) {
+      d.Error(r.PosOfKey("init_section"),
+              fmt::format("{}: init_section '{}' must be a section name (letters, digits, '_' or '-')", where,
+                          s.init_section));
+    } else if (!t.get("init")) {
+      d.Error(r.PosOfKey("init_section"),
+              fmt::format("{}: init_section names a section of the checkpoint in 'init'; add init = \"<run dir "
+                          "or .mckpt>\"",
+                          where));
+    }
+  }
+  if (const toml::table* l = r.Table("loss")) {
+    s.has_loss = true;
+    s.loss_pos = r.PosOfKey("loss");
+    ReadLoss(d, *l, where, s.loss);
+  }
   std::vector<std::string> inputs;
   std::vector<SourcePos> input_pos;
   if (r.StringList("inputs", &inputs, &input_pos)) {
@@ -567,6 +667,60 @@ void ReadProfile(Diagnostics& d, const toml::table& t, ProfileSpec& p) {
 
 // ---- whole-spec checks --------------------------------------------------------
 
+// A section's `loss`: only a training sink computes one; kd reads a frozen
+// decoder's final hidden states (tensor "teacher_hidden") and applies the
+// teacher's output head, so teacher and student share the vocabulary.
+// REQUIRES: every edge names existing sections.
+void CheckLoss(Diagnostics& d, const Spec& spec, const SectionSpec& s) {
+  const std::string where = "section '" + s.name + "'";
+  if (s.mode != plan::SectionMode::kTrain) {
+    d.Error(s.loss_pos, fmt::format("{}: a frozen section (mode = \"forward\") computes no loss; remove loss or "
+                                    "make it mode = \"train\"",
+                                    where));
+    return;
+  }
+  for (const auto& e : spec.edges) {
+    if (e.from == s.name) {
+      d.Error(s.loss_pos, fmt::format("{}: only a sink section computes a loss, and this one feeds '{}'", where, e.to));
+      return;
+    }
+  }
+  if (s.loss.kind != "kd") return;
+  const ModelSpec* student = spec.FindModel(s.model);
+  if (student && student->desc.kind != plan::ModelKind::kDecoder) {
+    d.Error(s.loss_pos, fmt::format("{}: loss kind = \"kd\" needs a decoder student (its model '{}' is a {})", where,
+                                    s.model, plan::ModelKindName(student->desc.kind)));
+    return;
+  }
+  bool found = false;
+  std::string inputs;
+  for (const auto& e : spec.edges) {
+    if (e.to != s.name) continue;
+    inputs += (inputs.empty() ? "" : ", ") + e.from + "." + e.tensor;
+    const SectionSpec& up = spec.sections[static_cast<size_t>(spec.section_index(e.from))];
+    const ModelSpec* teacher = spec.FindModel(up.model);
+    if (up.mode != plan::SectionMode::kForward || !teacher || teacher->desc.kind != plan::ModelKind::kDecoder) continue;
+    found = true;
+    if (e.tensor != "teacher_hidden") {
+      d.Error(e.pos, fmt::format("edge {} -> {} carries '{}', but the kd loss of '{}' reads the teacher's final hidden "
+                                 "states: name the tensor \"teacher_hidden\" (inputs = [\"{}.teacher_hidden\"] or "
+                                 "tensor = \"teacher_hidden\")",
+                                 e.from, e.to, e.tensor, s.name, e.from));
+    }
+    if (student && teacher->desc.vocab != student->desc.vocab) {
+      d.Error(s.loss_pos, fmt::format("{}: loss kind = \"kd\" compares token distributions, but the teacher '{}' has "
+                                      "vocab {} and the student vocab {}; they must be equal",
+                                      where, e.from, teacher->desc.vocab, student->desc.vocab));
+    }
+  }
+  if (!found) {
+    d.Error(s.loss_pos,
+            fmt::format("{}: loss kind = \"kd\" needs an input edge from a frozen (mode = \"forward\") decoder "
+                        "section that sends its hidden states (tensor \"teacher_hidden\"); its inputs are {}",
+                        where, inputs.empty() ? "none" : inputs));
+  }
+}
+
 void CheckGraph(Diagnostics& d, Spec& spec) {
   std::vector<std::string> names;
   for (const auto& s : spec.sections) names.push_back(s.name);
@@ -582,26 +736,29 @@ void CheckGraph(Diagnostics& d, Spec& spec) {
     d.Error(spec.cluster.pos, "declare at least one GPU type, e.g. [cluster.gpu.h100] with memory_gb and tflops_bf16");
   }
   if (!spec.cluster.default_gpu.empty() && !spec.cluster.Find(spec.cluster.default_gpu)) {
-    d.Error(spec.cluster.pos, fmt::format("cluster.default_gpu '{}' is not a declared GPU type{}", spec.cluster.default_gpu,
-                                          Suggest(spec.cluster.default_gpu, gpu_names)));
+    d.Error(spec.cluster.pos, fmt::format("cluster.default_gpu '{}' is not a declared GPU type{}",
+                                          spec.cluster.default_gpu, Suggest(spec.cluster.default_gpu, gpu_names)));
   }
   for (size_t i = 0; i < spec.sections.size(); ++i) {
     const SectionSpec& s = spec.sections[i];
     for (size_t j = 0; j < i; ++j) {
       if (spec.sections[j].name == s.name && !s.name.empty()) {
-        d.Error(s.pos, fmt::format("section '{}' is declared twice (first at line {})", s.name, spec.sections[j].pos.line));
+        d.Error(s.pos,
+                fmt::format("section '{}' is declared twice (first at line {})", s.name, spec.sections[j].pos.line));
       }
     }
     if (!s.model.empty() && !spec.FindModel(s.model)) {
-      d.Error(s.model_pos, fmt::format("section '{}': unknown model '{}'{}", s.name, s.model, Suggest(s.model, model_names)));
+      d.Error(s.model_pos,
+              fmt::format("section '{}': unknown model '{}'{}", s.name, s.model, Suggest(s.model, model_names)));
     }
     if (std::find(modality_names.begin(), modality_names.end(), s.activation) == modality_names.end()) {
-      d.Error(s.activation_pos, fmt::format("section '{}': activation '{}' is neither 'always' nor a [[data.modality]]{}",
-                                            s.name, s.activation, Suggest(s.activation, modality_names)));
+      d.Error(s.activation_pos,
+              fmt::format("section '{}': activation '{}' is neither 'always' nor a [[data.modality]]{}", s.name,
+                          s.activation, Suggest(s.activation, modality_names)));
     }
     if (!s.gpu_type.empty() && !spec.cluster.Find(s.gpu_type)) {
-      d.Error(s.gpu_type_pos, fmt::format("section '{}': unknown gpu_type '{}'{}", s.name, s.gpu_type,
-                                          Suggest(s.gpu_type, gpu_names)));
+      d.Error(s.gpu_type_pos,
+              fmt::format("section '{}': unknown gpu_type '{}'{}", s.name, s.gpu_type, Suggest(s.gpu_type, gpu_names)));
     }
   }
   for (const auto& p : spec.profiles) {
@@ -613,7 +770,8 @@ void CheckGraph(Diagnostics& d, Spec& spec) {
   for (const auto& e : spec.edges) {
     const int u = spec.section_index(e.from), v = spec.section_index(e.to);
     if (u < 0) {
-      d.Error(e.from_pos, fmt::format("edge {} -> {}: unknown section '{}'{}", e.from, e.to, e.from, Suggest(e.from, names)));
+      d.Error(e.from_pos,
+              fmt::format("edge {} -> {}: unknown section '{}'{}", e.from, e.to, e.from, Suggest(e.from, names)));
       edges_ok = false;
     }
     if (v < 0) {
@@ -631,19 +789,23 @@ void CheckGraph(Diagnostics& d, Spec& spec) {
     const SectionSpec& su = spec.sections[static_cast<size_t>(u)];
     const SectionSpec& sv = spec.sections[static_cast<size_t>(v)];
     if (su.dp && sv.dp) {
-      const bool ok = e.fanout   ? sv.dp == su.dp * e.fanout
-                      : e.fanin  ? su.dp == sv.dp * e.fanin
-                                 : (sv.dp % su.dp == 0 || su.dp % sv.dp == 0);
+      const bool ok = e.fanout  ? sv.dp == su.dp * e.fanout
+                      : e.fanin ? su.dp == sv.dp * e.fanin
+                                : (sv.dp % su.dp == 0 || su.dp % sv.dp == 0);
       if (!ok) {
         d.Error(e.pos, fmt::format("the fan-out on edge {} -> {} is impossible: pinned dp {} and {}{} break "
                                    "DP_from * fanout = DP_to (fan-in likewise)",
                                    e.from, e.to, su.dp, sv.dp,
-                                   e.fanout ? fmt::format(" with fanout = {}", e.fanout)
-                                            : e.fanin ? fmt::format(" with fanin = {}", e.fanin) : ""));
+                                   e.fanout  ? fmt::format(" with fanout = {}", e.fanout)
+                                   : e.fanin ? fmt::format(" with fanin = {}", e.fanin)
+                                             : ""));
       }
     }
   }
   if (!edges_ok) return;
+  for (const SectionSpec& s : spec.sections) {
+    if (s.has_loss) CheckLoss(d, spec, s);
+  }
   // Cycles: depth-first search; report the cycle's path at its closing edge.
   const size_t n = spec.sections.size();
   std::vector<std::vector<size_t>> out(n);
@@ -714,7 +876,8 @@ int EditDistance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     for (size_t j = 1; j <= b.size(); ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
   return d[a.size()][b.size()];
@@ -788,7 +951,7 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
   };
   each_table("section", [&](const toml::table& t) {
     SectionSpec s;
-    ReadSection(d, t, s, spec.edges);
+    ReadSection(d, t, s, spec.edges, base_dir);
     spec.sections.push_back(std::move(s));
   });
   each_table("edge", [&](const toml::table& t) {

@@ -35,12 +35,15 @@ struct JobSpec {
   std::string qos;
   std::string time = "01:00:00";
   bool requeue = false;
-  int signal_seconds = 0;          // > 0: #SBATCH --signal=B:<signal>@<seconds>
-  std::string signal = "USR1";     // USR1 | USR2 | TERM
+  int signal_seconds = 0;       // > 0: #SBATCH --signal=B:<signal>@<seconds>
+  std::string signal = "USR1";  // USR1 | USR2 | TERM
   std::string output = "maestro-%j.out";
-  std::string error;               // "" = merged with output
+  std::string error;  // "" = merged with output
   std::string work_dir = ".";
-  int64_t steps = 0;               // 0 = one epoch
+  int64_t steps = 0;                   // 0 = one epoch
+  int64_t checkpoint_every = 0;        // steps between checkpoints (0: at the end and on a signal)
+  double comm_timeout_s = 0.0;         // 0: the worker's default
+  std::string schedule = "wavefront";  // a scheduler::PolicyName (canonical spelling)
   SourcePos pos;
 };
 
@@ -64,8 +67,11 @@ struct GpuTypeSpec {
 struct ClusterSpec {
   int nodes = 1;
   int gpus_per_node = 8;
-  std::string default_gpu;         // "" = the first declared type
+  std::string default_gpu;  // "" = the first declared type
   std::vector<GpuTypeSpec> gpu_types;
+  // Set by EffectiveSpec for --local (never by the reader): one node whose
+  // gpus_per_node slots every section shares.
+  bool local = false;
   SourcePos pos;
   const GpuTypeSpec* Find(const std::string& name) const;
 };
@@ -75,6 +81,7 @@ struct DataSpec {
   int64_t global_batch = 0;
   int64_t seq_len = 0;
   uint64_t seed = 0;
+  std::string dataset;  // "" | "fashion_mnist_captions" | "text" (built-in data when manifest is "")
   std::vector<plan::ModalityDesc> modalities;
   std::vector<SourcePos> modality_pos;
   SourcePos pos;
@@ -89,23 +96,29 @@ struct ModelSpec {
 
 struct SectionSpec {
   std::string name;
-  std::string model;                 // a key of [models]
+  std::string model;  // a key of [models]
   plan::SectionMode mode = plan::SectionMode::kTrain;
-  std::string activation = "always"; // "always" or a modality name
-  int64_t tokens = 0;                // tokens per active sample; 0 = derived
+  std::string activation = "always";  // "always" or a modality name
+  int64_t tokens = 0;                 // tokens per active sample; 0 = derived
   plan::OptimizerDesc optimizer;
   // Pins (0 / empty = the planner chooses).
   int tp = 0, pp = 0, cp = 0, dp = 0, micro_batch = 0;
   std::optional<bool> recompute;
   std::string gpu_type;
-  SourcePos pos, model_pos, activation_pos, gpu_type_pos;
+  // Initial weights: "" = the run's seed; else a .mckpt file or a run
+  // directory, already joined to the spec's directory (need not exist yet).
+  std::string init_from;
+  std::string init_section;  // "" = this section's name
+  plan::LossDesc loss;
+  bool has_loss = false;  // `loss` was written in the spec
+  SourcePos pos, model_pos, activation_pos, gpu_type_pos, loss_pos;
 };
 
 struct EdgeSpec {
   std::string from, to, tensor;
-  int fanout = 0;                  // pinned DP_to / DP_from (0 = planner)
-  int fanin = 0;                   // pinned DP_from / DP_to (0 = planner)
-  int64_t bytes_per_sample = 0;    // 0 = derived from the upstream model
+  int fanout = 0;                // pinned DP_to / DP_from (0 = planner)
+  int fanin = 0;                 // pinned DP_from / DP_to (0 = planner)
+  int64_t bytes_per_sample = 0;  // 0 = derived from the upstream model
   SourcePos pos, from_pos, to_pos;
 };
 
@@ -121,8 +134,8 @@ struct ProfileSpec {
 };
 
 struct Spec {
-  std::string path;       // as given (messages use it)
-  std::string base_dir;   // directory of the spec; relative paths start here
+  std::string path;      // as given (messages use it)
+  std::string base_dir;  // directory of the spec; relative paths start here
   JobSpec job;
   ClusterSpec cluster;
   DataSpec data;
