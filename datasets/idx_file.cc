@@ -49,6 +49,14 @@ StatusOr<std::string> ReadMaybeGzipFile(const std::string& path, const std::stri
     out.resize(old + static_cast<size_t>(n));
     if (n == 0) break;
   }
+  // A truncated gzip stream is not a read error for gzread: it returns what
+  // it could decompress and leaves Z_BUF_ERROR for gzerror.
+  int zerr = Z_OK;
+  const char* msg = gzerror(file.get(), &zerr);
+  if (zerr != Z_OK) {
+    return Status::Corruption(
+        fmt::format("{}: gzip stream incomplete: {} (the file is damaged; reinstall it: {})", path, msg, package_hint));
+  }
   return out;
 }
 
