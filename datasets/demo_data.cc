@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "base/checks.h"
-#include "base/log.h"
+#include "datasets/default_text.h"
 #include "datasets/idx_file.h"
 
 namespace maestro::datasets {
@@ -25,11 +25,6 @@ namespace {
 
 constexpr const char* kFashionPackageHint =
     "install the Debian package dataset-fashion-mnist (scripts/setup.sh does), or set fashion_dir";
-constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
-// fortunes-min's three cookie files, in this order (literature first: the
-// most natural prose).
-constexpr std::array<const char*, 3> kFortuneFiles = {"literature", "fortunes", "riddles"};
-constexpr const char* kGplPath = "/usr/share/common-licenses/GPL-3";
 
 // Caption prefixes, each followed by the class word token. The longest fixes
 // MinCaptionSeqLen(); every template is used at every valid seq_len.
@@ -57,7 +52,9 @@ std::string_view CaptionTemplate(uint64_t seed, int split, int64_t id) {
 }
 
 // Text tokens (non-pad, non-image positions) of a caption: <bos> prefix <class> <eos>.
-int64_t CaptionTextTokens(std::string_view prefix) { return 3 + static_cast<int64_t>(prefix.size()); }
+int64_t CaptionTextTokens(std::string_view prefix) {
+  return 3 + static_cast<int64_t>(prefix.size());
+}
 
 // target[t] = input[t+1], except: the last position, positions whose next
 // token is a pad or an image placeholder, and image positions themselves.
@@ -70,28 +67,6 @@ void FillTargets(DemoSample& s) {
     if (cur == kImage || cur == kPad || next == kImage || next == kPad) continue;
     s.target_ids[t] = next;
   }
-}
-
-StatusOr<std::string> ReadFile(const std::string& path, const std::string& hint) {
-  return ReadMaybeGzipFile(path, hint);
-}
-
-// fortunes-min's cookie files without the "%" separator lines.
-StatusOr<std::string> ReadFortunes() {
-  std::string text;
-  for (const char* name : kFortuneFiles) {
-    const std::string path = fmt::format("{}/{}", kFortunesDir, name);
-    MAESTRO_ASSIGN_OR_RETURN(std::string raw, ReadFile(path, "install the Debian package fortunes-min"));
-    size_t pos = 0;
-    while (pos < raw.size()) {
-      size_t end = raw.find('\n', pos);
-      if (end == std::string::npos) end = raw.size() - 1;
-      const std::string_view line(raw.data() + pos, end - pos + 1);
-      if (line != "%\n" && line != "%") text.append(line);
-      pos = end + 1;
-    }
-  }
-  return text;
 }
 
 }  // namespace
@@ -148,10 +123,10 @@ Status LoadFashionSplit(const std::string& dir, const std::string& split, std::v
                         std::vector<uint8_t>& labels, int64_t& count) {
   const std::string images_path = fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split);
   const std::string labels_path = fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split);
-  MAESTRO_ASSIGN_OR_RETURN(std::string image_bytes, ReadFile(images_path, kFashionPackageHint));
+  MAESTRO_ASSIGN_OR_RETURN(std::string image_bytes, ReadMaybeGzipFile(images_path, kFashionPackageHint));
   MAESTRO_ASSIGN_OR_RETURN(IdxArray image_array, ParseIdx(image_bytes, 3, images_path));
   image_bytes = std::string();
-  MAESTRO_ASSIGN_OR_RETURN(std::string label_bytes, ReadFile(labels_path, kFashionPackageHint));
+  MAESTRO_ASSIGN_OR_RETURN(std::string label_bytes, ReadMaybeGzipFile(labels_path, kFashionPackageHint));
   MAESTRO_ASSIGN_OR_RETURN(IdxArray label_array, ParseIdx(label_bytes, 1, labels_path));
   if (image_array.dims[1] != kImageSide || image_array.dims[2] != kImageSide) {
     return Status::Corruption(fmt::format("{}: images are {}x{}, expected {}x{}", images_path, image_array.dims[1],
@@ -180,13 +155,13 @@ StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& opti
   const bool captions = options.kind == DemoKind::kFashionMnistCaptions;
   const int64_t min_len = captions ? MinCaptionSeqLen() : 2;
   if (options.seq_len < min_len || options.seq_len > kMaxSeqLen) {
-    return Status::InvalidArgument(fmt::format(
-        "demo dataset '{}': seq_len {} is out of range: it must be at least {}{} and at most {}",
-        DemoKindName(options.kind), options.seq_len, min_len,
-        captions ? fmt::format(" (<bos>, {} image tokens, the caption \"{}\", the class word, <eos>)", kImageTokens,
-                               kCaptionTemplates[0])
-                 : std::string(" (<bos> and one byte)"),
-        kMaxSeqLen));
+    return Status::InvalidArgument(
+        fmt::format("demo dataset '{}': seq_len {} is out of range: it must be at least {}{} and at most {}",
+                    DemoKindName(options.kind), options.seq_len, min_len,
+                    captions ? fmt::format(" (<bos>, {} image tokens, the caption \"{}\", the class word, <eos>)",
+                                           kImageTokens, kCaptionTemplates[0])
+                             : std::string(" (<bos> and one byte)"),
+                    kMaxSeqLen));
   }
   if (captions && !(options.image_fraction >= kMinImageFraction && options.image_fraction <= 1.0)) {
     return Status::InvalidArgument(
@@ -198,8 +173,8 @@ StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& opti
   Impl& impl = *ds->impl_;
 
   if (captions) {
-    MAESTRO_RETURN_IF_ERROR(LoadFashionSplit(options.fashion_dir, "train", impl.train_images, impl.train_labels,
-                                             impl.num_train_images));
+    MAESTRO_RETURN_IF_ERROR(
+        LoadFashionSplit(options.fashion_dir, "train", impl.train_images, impl.train_labels, impl.num_train_images));
     MAESTRO_RETURN_IF_ERROR(
         LoadFashionSplit(options.fashion_dir, "t10k", impl.test_images, impl.test_labels, impl.num_test_images));
   }
@@ -208,28 +183,12 @@ StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& opti
   const bool needs_text = !captions || options.image_fraction < 1.0;
   if (needs_text) {
     if (!options.text_path.empty()) {
-      MAESTRO_ASSIGN_OR_RETURN(impl.text, ReadFile(options.text_path, "check the dataset's text_path"));
+      MAESTRO_ASSIGN_OR_RETURN(impl.text, ReadMaybeGzipFile(options.text_path, "check the dataset's text_path"));
       ds->text_source_ = options.text_path;
     } else {
-      StatusOr<std::string> fortunes = ReadFortunes();
-      if (fortunes.ok()) {
-        impl.text = std::move(fortunes).value();
-        ds->text_source_ = fmt::format("fortunes-min ({}/{{literature,fortunes,riddles}})", kFortunesDir);
-      } else if (fortunes.status().code() == StatusCode::kNotFound) {
-        StatusOr<std::string> gpl = ReadFile(kGplPath, "");
-        if (!gpl.ok()) {
-          return Status::NotFound(fmt::format(
-              "no default text for the demo: {} and {} are both missing; install the Debian package fortunes-min "
-              "(scripts/setup.sh does) or base-files, or set text_path",
-              fortunes.status().message(), kGplPath));
-        }
-        Log(LogLevel::kWarn, "demo text: {}; falling back to {} (a much smaller text)", fortunes.status().message(),
-            kGplPath);
-        impl.text = std::move(gpl).value();
-        ds->text_source_ = fmt::format("base-files ({})", kGplPath);
-      } else {
-        return fortunes.status();
-      }
+      MAESTRO_ASSIGN_OR_RETURN(DefaultText text, ReadDefaultText());
+      impl.text = std::move(text.text);
+      ds->text_source_ = std::move(text.source);
     }
     impl.chunk_bytes = options.seq_len - 1;
     impl.num_chunks = static_cast<int64_t>(impl.text.size()) / impl.chunk_bytes;
@@ -244,26 +203,32 @@ StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& opti
   }
 
   if (captions) {
-    impl.num_train = options.image_fraction >= 1.0
-                         ? impl.num_train_images
-                         : std::max<int64_t>(impl.num_train_images,
-                                             std::llround(static_cast<double>(impl.num_train_images) /
-                                                          options.image_fraction));
+    impl.num_train =
+        options.image_fraction >= 1.0
+            ? impl.num_train_images
+            : std::max<int64_t>(impl.num_train_images,
+                                std::llround(static_cast<double>(impl.num_train_images) / options.image_fraction));
   } else {
     impl.num_train = impl.num_train_chunks;
   }
   return ds;
 }
 
-int64_t DemoDataset::NumTrain() const { return impl_->num_train; }
+int64_t DemoDataset::NumTrain() const {
+  return impl_->num_train;
+}
 
 int64_t DemoDataset::NumTest() const {
   return options_.kind == DemoKind::kFashionMnistCaptions ? impl_->num_test_images
                                                           : impl_->num_chunks - impl_->num_train_chunks;
 }
 
-int64_t DemoDataset::NumTextChunks() const { return impl_->num_chunks; }
-int64_t DemoDataset::NumTrainTextChunks() const { return impl_->num_train_chunks; }
+int64_t DemoDataset::NumTextChunks() const {
+  return impl_->num_chunks;
+}
+int64_t DemoDataset::NumTrainTextChunks() const {
+  return impl_->num_train_chunks;
+}
 
 namespace {
 
@@ -278,8 +243,7 @@ DemoSample BuildTextSample(int64_t id, const std::string& text, int64_t chunk, i
   return s;
 }
 
-DemoSample BuildCaptionSample(int64_t id, const uint8_t* pixels, int label, std::string_view prefix,
-                              int64_t seq_len) {
+DemoSample BuildCaptionSample(int64_t id, const uint8_t* pixels, int label, std::string_view prefix, int64_t seq_len) {
   DemoSample s;
   s.id = id;
   s.has_image = true;
@@ -296,7 +260,8 @@ DemoSample BuildCaptionSample(int64_t id, const uint8_t* pixels, int label, std:
   s.image.resize(kImagePixels);
   constexpr float kScale = 1.0f / (255.0f * kPixelStd);
   constexpr float kShift = kPixelMean / kPixelStd;
-  for (int i = 0; i < kImagePixels; ++i) s.image[static_cast<size_t>(i)] = static_cast<float>(pixels[i]) * kScale - kShift;
+  for (int i = 0; i < kImagePixels; ++i)
+    s.image[static_cast<size_t>(i)] = static_cast<float>(pixels[i]) * kScale - kShift;
   return s;
 }
 
@@ -340,16 +305,18 @@ StatusOr<int64_t> DemoDataset::WriteManifest(const std::string& path) const {
   fmt::memory_buffer out;
   for (int64_t id = 0; id < impl.num_train; ++id) {
     if (options_.kind == DemoKind::kText) {
-      fmt::format_to(std::back_inserter(out), "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n",
-                     id, id, options_.seq_len);
+      fmt::format_to(std::back_inserter(out),
+                     "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n", id, id,
+                     options_.seq_len);
     } else if (impl.IdHasImage(id)) {
       fmt::format_to(std::back_inserter(out),
                      "{{\"id\": {}, \"location\": \"fmnist:train:{}\", \"tokens\": {{\"text\": {}, \"image\": {}}}}}\n",
                      id, impl.ImageIndexOfId(id), CaptionTextTokens(CaptionTemplate(options_.seed, 0, id)),
                      kImageTokens);
     } else {
-      fmt::format_to(std::back_inserter(out), "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n",
-                     id, impl.TextIndexOfId(id) % impl.num_train_chunks, options_.seq_len);
+      fmt::format_to(std::back_inserter(out),
+                     "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n", id,
+                     impl.TextIndexOfId(id) % impl.num_train_chunks, options_.seq_len);
     }
   }
   const std::string tmp = path + ".tmp";

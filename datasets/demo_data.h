@@ -40,7 +40,9 @@ inline constexpr float kPixelMean = 0.2860f;                  // Fashion-MNIST t
 inline constexpr float kPixelStd = 0.3530f;                   // ... and its standard deviation
 
 // The class word token of garment class `label` (0..9).
-inline constexpr int64_t ClassToken(int label) { return kFirstClassToken + label; }
+inline constexpr int64_t ClassToken(int label) {
+  return kFirstClassToken + label;
+}
 // The garment class of a class word token, or -1 when `token` is not one.
 inline constexpr int LabelOfToken(int64_t token) {
   return (token >= kFirstClassToken && token < kFirstClassToken + kNumClasses)
@@ -75,10 +77,10 @@ struct DemoSample {
   std::vector<int64_t> target_ids;  // (seq_len); next-token target of each position, kIgnoreTarget where none
                                     // (pads, image positions, the position before an image token, the last position)
   bool has_image = false;
-  std::vector<float> image;         // (1*28*28) normalized (x/255 - 0.2860)/0.3530 when has_image, else empty
-  int label = -1;                   // garment class 0..9 for captions, -1 for text
-  int64_t answer_position = -1;     // position t whose logits predict the class token
-                                    // (input_ids[t+1] is the class token); -1 for text
+  std::vector<float> image;      // (1*28*28) normalized (x/255 - 0.2860)/0.3530 when has_image, else empty
+  int label = -1;                // garment class 0..9 for captions, -1 for text
+  int64_t answer_position = -1;  // position t whose logits predict the class token
+                                 // (input_ids[t+1] is the class token); -1 for text
 };
 
 class DemoDataset {

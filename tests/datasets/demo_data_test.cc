@@ -26,12 +26,15 @@ namespace fs = std::filesystem;
 const std::string kFashionDir = "/usr/share/datasets/fashion-mnist";
 const std::string kLiterature = "/usr/share/games/fortunes/literature";
 
-bool HaveFashion() { return fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz"); }
+bool HaveFashion() {
+  return fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz");
+}
 
-#define SKIP_WITHOUT_FASHION()                                                                 \
-  if (!HaveFashion()) GTEST_SKIP() << "Fashion-MNIST files absent under " << kFashionDir       \
-                                   << ": install the Debian package dataset-fashion-mnist " \
-                                      "(scripts/setup.sh)"
+#define SKIP_WITHOUT_FASHION()                                          \
+  if (!HaveFashion())                                                   \
+  GTEST_SKIP() << "Fashion-MNIST files absent under " << kFashionDir    \
+               << ": install the Debian package dataset-fashion-mnist " \
+                  "(scripts/setup.sh)"
 
 std::string ScratchDir(const std::string& name) {
   const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-datasets-" + std::to_string(::getpid())) / name;

@@ -71,7 +71,8 @@ TEST(GzipRead, GzipAndPlainFilesReadTheSame) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ((*a)->NumTrain(), (*b)->NumTrain());
   EXPECT_EQ((*a)->NumTextChunks(), static_cast<int64_t>(text.size()) / 32);
-  for (int64_t id = 0; id < (*a)->NumTrain(); ++id) EXPECT_EQ((*a)->LoadTrain(id)->input_ids, (*b)->LoadTrain(id)->input_ids);
+  for (int64_t id = 0; id < (*a)->NumTrain(); ++id)
+    EXPECT_EQ((*a)->LoadTrain(id)->input_ids, (*b)->LoadTrain(id)->input_ids);
   EXPECT_EQ((*a)->Decode((*a)->LoadTrain(0)->input_ids), "<bos>line 0 of a made-up text\\nline 1 ");
 }
 
@@ -96,24 +97,19 @@ TEST(GzipRead, TruncatedOrDamagedGzipIsCorruption) {
 
 TEST(IdxFile, RandomBytesNeverCrashAndNeverDisagreeWithTheDims) {
   std::mt19937_64 rng(42);
-  const std::string valid("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02"
-                          "\x01\x02\x03\x04\x05\x06\x07\x08",
-                          24);
+  const std::string valid(
+      "\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02"
+      "\x01\x02\x03\x04\x05\x06\x07\x08",
+      24);
   int accepted = 0;
   for (int trial = 0; trial < 5000; ++trial) {
     std::string bytes = valid;
     const int edits = 1 + static_cast<int>(rng() % 4);
     for (int e = 0; e < edits; ++e) {
       switch (rng() % 3) {
-        case 0:
-          bytes[rng() % bytes.size()] = static_cast<char>(rng());
-          break;
-        case 1:
-          bytes.resize(rng() % (bytes.size() + 1));
-          break;
-        default:
-          bytes.push_back(static_cast<char>(rng()));
-          break;
+        case 0: bytes[rng() % bytes.size()] = static_cast<char>(rng()); break;
+        case 1: bytes.resize(rng() % (bytes.size() + 1)); break;
+        default: bytes.push_back(static_cast<char>(rng())); break;
       }
       if (bytes.empty()) break;
     }
