@@ -3,8 +3,10 @@
 // mpirun (`maestro run`, one machine) starts on every rank.
 //
 //   maestro-worker --version
-//   maestro-worker [--comm-timeout S] plan.json              train (runtime: later)
+//   maestro-worker [options] plan.json                      train this rank's section
 //   maestro-worker [--comm-timeout S] --selftest plan.json   check groups and links
+//   maestro-worker --reference plan.json                     one process, every section
+//                                                            (the monolithic reference)
 //
 // Start-up (launcher/worker_context.h): PMIx_Init, MPI_Init, the allocation
 // checked against the plan, this rank placed, groups and links built. Any
@@ -12,6 +14,7 @@
 // waiting for one that gave up.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 
 #include "base/exit_codes.h"
 #include "base/log.h"
@@ -22,6 +25,8 @@
 #include "launcher/versions.h"
 #include "launcher/worker_context.h"
 #include "plan/plan.h"
+#include "runtime/executor.h"
+#include "runtime/reference.h"
 #include "runtime/runtime_info.h"
 
 namespace {
@@ -57,7 +62,23 @@ int main(int argc, char** argv) {
   app.add_option("--selftest-iterations", selftest_options.bandwidth_iterations,
                  "messages per bandwidth measurement (0: checks only)")
       ->check(CLI::NonNegativeNumber);
+  bool reference = false;
+  maestro::runtime::TrainOptions train;
+  bool no_eval = false;
+  app.add_flag("--reference", reference,
+               "train every section in this one process (no MPI): the monolithic reference run");
+  app.add_option("--run-dir", train.run_dir, "index, spool, checkpoints, metrics (default: the plan's work_dir)");
+  app.add_option("--steps", train.steps, "train until this global step count (default: the plan's data.steps)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stop-after-steps", train.stop_after_steps,
+                 "behave as if preempted after this many steps: checkpoint, exit 85 (tests)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-eval", no_eval, "skip the caption-accuracy evaluation at the end");
+  app.add_option("--eval-samples", train.eval_samples, "evaluate on the first N test samples (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-progress", train.progress, "no per-step log line");
   CLI11_PARSE(app, argc, argv);
+  train.evaluate = !no_eval;
 
   if (version) {
     const auto info = maestro::runtime::GetRuntimeInfo();
@@ -79,12 +100,34 @@ int main(int argc, char** argv) {
     return maestro::kExitUsage;
   }
 
-  // Timeout: --comm-timeout, else MAESTRO_COMM_TIMEOUT_S, else 60 s.
+  if (train.run_dir.empty()) train.run_dir = plan->work_dir.empty() ? std::string("run") : plan->work_dir;
+  if (reference) {
+    maestro::runtime::ReferenceOptions ro;
+    ro.run_dir = train.run_dir;
+    ro.steps = train.steps;
+    ro.metrics_path = train.run_dir + "/metrics.jsonl";
+    std::error_code ec;
+    std::filesystem::create_directories(train.run_dir, ec);
+    auto losses = maestro::runtime::RunReference(*plan, ro);
+    if (!losses.ok()) {
+      std::fprintf(stderr, "maestro-worker --reference: %s\n", losses.status().ToString().c_str());
+      return ExitCodeFor(losses.status());
+    }
+    for (const auto& l : *losses) std::printf("step %lld loss %.9g\n", static_cast<long long>(l.step), l.loss);
+    if (train.evaluate && plan->data.dataset != "text") {
+      auto accuracy = maestro::runtime::EvaluateRunCaptions(*plan, train.run_dir, train.eval_samples);
+      if (accuracy.ok()) std::printf("caption accuracy %.4f\n", *accuracy);
+    }
+    return maestro::kExitOk;
+  }
+
+  // Timeout: --comm-timeout, else the plan's comm_timeout_s, else MAESTRO_COMM_TIMEOUT_S, else 60 s.
   auto options = maestro::launcher::CommOptionsFromEnv(maestro::launcher::ProcessEnv(), {});
   if (!options.ok()) {
     std::fprintf(stderr, "maestro-worker: %s\n", options.status().ToString().c_str());
     return maestro::kExitUsage;
   }
+  if (comm_timeout_s <= 0 && plan->comm_timeout_s > 0) comm_timeout_s = plan->comm_timeout_s;
   if (comm_timeout_s > 0) options->timeout = maestro::launcher::Millis(static_cast<int64_t>(comm_timeout_s * 1000));
 
   int rank = -1;
@@ -105,18 +148,9 @@ int main(int argc, char** argv) {
     return maestro::kExitOk;
   }
 
-  // ==== RUNTIME ENTRY POINT ====================================================
-  // The section runtime (issue 7) plugs in here: it gets the plan, this rank's
-  // place (ctx.place(): section, TP/CP/DP/PP, local GPU) and its groups and
-  // links (ctx.comms()), runs the training loop and returns a Status. On an
-  // error it must call AbortJob(rank, status, ExitCodeFor(status)) as above,
-  // so that no other rank waits for this one.
-  //   auto s = maestro::runtime::RunSection(*plan, ctx.place(), ctx.comms());
-  // ============================================================================
-  if (rank == 0) {
-    std::fprintf(stderr,
-                 "maestro-worker: the section runtime is not built yet (issue 7); bootstrap and "
-                 "communicators are up (try --selftest)\n");
-  }
-  return maestro::kExitNotBuilt;
+  // The section runtime: this rank's loop (runtime/executor.h). Any error
+  // ends the whole job (AbortJob), so no rank waits for one that gave up.
+  auto summary = maestro::runtime::RunTraining(*plan, ctx.place(), ctx.comms(), train);
+  if (!summary.ok()) maestro::launcher::AbortJob(rank, summary.status(), ExitCodeFor(summary.status()));
+  return summary->preempted ? maestro::kExitRequeue : maestro::kExitOk;
 }

@@ -1,0 +1,852 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/executor.h"
+
+#include <fmt/format.h>
+
+#include "base/checks.h"
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <tuple>
+#include <unordered_map>
+
+#include "base/log.h"
+#include "datalayer/activation_spool.h"
+#include "datalayer/preemption.h"
+#include "datalayer/sqlite_db.h"
+#include "datalayer/training_run.h"
+#include "runtime/models/model_desc.h"
+#include "runtime/reference.h"
+#include "runtime/section_runner.h"
+#include "scheduler/problem.h"
+#include "scheduler/scheduler.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+using launcher::Backend;
+using launcher::Buffer;
+using launcher::LinkChannel;
+using launcher::WorkPtr;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int64_t WallMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Buffer FloatBuffer(const torch::Tensor& t) {
+  return Buffer{t.data_ptr(), static_cast<size_t>(t.numel()), launcher::DType::kF32, launcher::Device::kCpu};
+}
+
+template <typename T>
+Buffer VectorBuffer(std::vector<T>& v) {
+  return launcher::CpuBuffer(v);
+}
+
+Status Wait(StatusOr<WorkPtr> work) { return launcher::Complete(std::move(work)); }
+
+// ---- control plane over the world backend -----------------------------------
+
+Status BroadcastInts(Backend& world, std::vector<int64_t>& values) {
+  int64_t n = static_cast<int64_t>(values.size());
+  Buffer nb{&n, 1, launcher::DType::kI64, launcher::Device::kCpu};
+  MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(nb, 0)));
+  values.resize(static_cast<size_t>(n));
+  if (n > 0) MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(VectorBuffer(values), 0)));
+  return Status::Ok();
+}
+
+Status SendBytes(Backend& world, const std::string& bytes, int peer, int tag) {
+  int64_t n = static_cast<int64_t>(bytes.size());
+  MAESTRO_RETURN_IF_ERROR(Wait(world.Send(Buffer{&n, 1, launcher::DType::kI64, launcher::Device::kCpu}, peer, tag)));
+  if (n == 0) return Status::Ok();
+  std::string copy = bytes;
+  return Wait(world.Send(Buffer{copy.data(), copy.size(), launcher::DType::kU8, launcher::Device::kCpu}, peer, tag));
+}
+
+StatusOr<std::string> RecvBytes(Backend& world, int peer, int tag) {
+  int64_t n = 0;
+  MAESTRO_RETURN_IF_ERROR(Wait(world.Recv(Buffer{&n, 1, launcher::DType::kI64, launcher::Device::kCpu}, peer, tag)));
+  std::string bytes(static_cast<size_t>(n), '\0');
+  if (n > 0) {
+    MAESTRO_RETURN_IF_ERROR(
+        Wait(world.Recv(Buffer{bytes.data(), bytes.size(), launcher::DType::kU8, launcher::Device::kCpu}, peer, tag)));
+  }
+  return bytes;
+}
+
+// ---- the step's batch, as rank 0 broadcasts it -------------------------------
+// [step, epoch, n, then n x (id, modality mask, text tokens, tokens of each modality...)]
+
+struct StepBatch {
+  int64_t step = -1;  // -1: no more steps
+  int64_t epoch = 0;
+  std::vector<scheduler::Sample> samples;
+  std::vector<int64_t> ids;
+};
+
+std::vector<int64_t> EncodeBatch(const datalayer::GlobalBatch& batch, const std::vector<datalayer::SampleInfo>& infos,
+                                 const std::vector<std::string>& modalities) {
+  std::vector<int64_t> v{batch.step, batch.epoch, static_cast<int64_t>(infos.size())};
+  for (const auto& info : infos) {
+    int64_t mask = 0;
+    std::vector<int64_t> tokens(modalities.size(), 0);
+    for (size_t m = 0; m < modalities.size(); ++m) {
+      auto it = info.tokens.find(modalities[m]);
+      if (it != info.tokens.end() && it->second > 0) {
+        mask |= int64_t{1} << m;
+        tokens[m] = it->second;
+      }
+    }
+    auto text = info.tokens.find("text");
+    v.push_back(info.sample_id);
+    v.push_back(mask);
+    v.push_back(text == info.tokens.end() ? 0 : text->second);
+    v.insert(v.end(), tokens.begin(), tokens.end());
+  }
+  return v;
+}
+
+StepBatch DecodeBatch(const std::vector<int64_t>& v, size_t modalities) {
+  StepBatch b;
+  if (v.size() < 3) return b;
+  b.step = v[0];
+  b.epoch = v[1];
+  const auto n = static_cast<size_t>(v[2]);
+  size_t at = 3;
+  for (size_t i = 0; i < n; ++i) {
+    scheduler::Sample s;
+    s.id = static_cast<uint64_t>(v[at]);
+    s.modalities = static_cast<uint32_t>(v[at + 1]);
+    s.text_tokens = v[at + 2];
+    for (size_t m = 0; m < modalities && m < scheduler::kMaxModalities; ++m) s.modality_tokens[m] = v[at + 3 + m];
+    at += 3 + modalities;
+    b.ids.push_back(static_cast<int64_t>(s.id));
+    b.samples.push_back(s);
+  }
+  return b;
+}
+
+// Costs the scheduler orders by: 2 (forward) or 4 (backward) x parameters x
+// tokens seen, in arbitrary units at 1 TFLOP/s. Only the order depends on
+// them, never the result.
+std::shared_ptr<const scheduler::SectionCostModel> RuntimeCostModel(const plan::Plan& plan) {
+  std::vector<scheduler::SectionSpec> specs;
+  std::vector<scheduler::LinearCostModel::SectionCost> costs;
+  const auto names = scheduler::ModalityNamesOf(plan);
+  for (const auto& s : plan.sections) {
+    scheduler::SectionSpec spec;
+    spec.name = s.name;
+    spec.trains = s.mode == plan::SectionMode::kTrain;
+    spec.dp = s.config.dp;
+    spec.micro_batch = s.config.micro_batch;
+    for (size_t m = 0; m < names.size(); ++m) {
+      if (names[m] == s.activation) spec.modality = static_cast<int>(m);
+    }
+    specs.push_back(spec);
+    auto params = ParameterCount(s.model);
+    scheduler::LinearCostModel::SectionCost c;
+    c.seconds_per_token = 2.0 * static_cast<double>(params.ok() ? *params : 1) * 1e-12;
+    c.fixed_seconds = 1e-4;
+    c.backward_factor = 2.0;
+    costs.push_back(c);
+  }
+  std::vector<scheduler::EdgeSpec> edges;
+  std::vector<scheduler::LinearCostModel::EdgeCost> edge_costs;
+  for (const auto& e : plan.edges) {
+    edges.push_back({plan.section_index(e.from), plan.section_index(e.to)});
+    edge_costs.push_back({1e-5, 0.0});
+  }
+  return std::make_shared<scheduler::LinearCostModel>(specs, costs, edges, edge_costs);
+}
+
+// ---- one rank's loop -----------------------------------------------------------
+
+struct TraceEvent {
+  std::string name;
+  int64_t step = 0;
+  int64_t start_us = 0, dur_us = 0;
+  int samples = 0;
+};
+
+struct PendingSend {
+  torch::Tensor keep_alive;
+  WorkPtr work;
+};
+
+// A message of this step seen from this rank: which transfer, which link, which tag.
+struct Message {
+  const scheduler::Transfer* transfer = nullptr;
+  LinkChannel* link = nullptr;
+  int tag_index = 0;
+};
+
+class RankLoop {
+ public:
+  RankLoop(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
+           const TrainOptions& options)
+      : plan_(plan), place_(place), comms_(comms), options_(options), section_(place.coords.section),
+        replica_(place.coords.dp) {}
+
+  StatusOr<TrainSummary> Run();
+
+ private:
+  Status Setup();
+  Status RunStep(const StepBatch& batch);
+  Status Forward(int mb_index);
+  Status Backward(int mb_index);
+  Status OptimizerStep(int64_t step);
+  Status Checkpoint(int64_t step);
+  Status FinishStep(const StepBatch& batch, double step_seconds, bool* stop);
+  Status WriteTrace();
+  StatusOr<torch::Tensor> SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed);
+  LinkChannel* FindLink(int edge, int up_dp, int down_dp);
+  bool Rank0() const { return place_.world_rank == 0; }
+  bool SectionLeader() const { return place_.coords.local_rank == 0; }
+  bool UpstreamTrains(int edge) const {
+    const auto& up = plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].from))];
+    return up.mode == plan::SectionMode::kTrain;
+  }
+  bool DownstreamTrains(int edge) const {
+    const auto& down = plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].to))];
+    return down.mode == plan::SectionMode::kTrain;
+  }
+  void Trace(const std::string& name, int64_t start_us, int samples) {
+    trace_.push_back({name, current_step_, start_us, WallMicros() - start_us, samples});
+  }
+
+  const plan::Plan& plan_;
+  const launcher::RankPlace& place_;
+  launcher::Communicators& comms_;
+  TrainOptions options_;
+  int section_, replica_;
+  std::vector<std::string> modality_names_;
+  std::shared_ptr<const scheduler::SectionCostModel> costs_;
+
+  std::unique_ptr<datasets::DemoDataset> dataset_;
+  std::unique_ptr<SectionRunner> runner_;
+  std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
+  std::unique_ptr<datalayer::SqliteDb> spool_db_;
+  std::unique_ptr<datalayer::ActivationSpool> spool_;
+  std::unique_ptr<datalayer::PreemptionSignal> signal_;
+  std::ofstream metrics_;
+  std::vector<TraceEvent> trace_;
+
+  // The step in flight.
+  int64_t current_step_ = 0;
+  int64_t current_epoch_ = 0;
+  scheduler::Problem problem_;
+  scheduler::Schedule schedule_;
+  std::vector<scheduler::Transfer> transfers_;
+  const scheduler::RankProgram* program_ = nullptr;
+  std::map<std::tuple<int, int>, std::vector<Message>> incoming_;  // (edge, down micro-batch) -> messages
+  std::map<std::tuple<int, int>, std::vector<Message>> outgoing_;  // (edge, up micro-batch) -> messages
+  struct MicroBatchState {
+    MicroBatchData data;
+    std::map<int, torch::Tensor> inputs;
+    SectionRunner::Output out;
+  };
+  std::vector<MicroBatchState> states_;
+  std::vector<PendingSend> pending_;
+  double busy_seconds_ = 0.0;
+  double loss_sum_ = 0.0;
+  int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
+  int64_t spool_hits_ = 0, spool_computed_ = 0;
+  double last_loss_ = 0.0;
+  std::vector<double> losses_;
+};
+
+LinkChannel* RankLoop::FindLink(int edge, int up_dp, int down_dp) {
+  for (auto& link : comms_.links()) {
+    if (link.link().edge == edge && link.link().up_dp == up_dp && link.link().down_dp == down_dp) return &link;
+  }
+  return nullptr;
+}
+
+Status RankLoop::Setup() {
+  for (const auto& s : plan_.sections) {
+    if (s.config.tp != 1 || s.config.pp != 1 || s.config.cp != 1) {
+      return Status::FailedPrecondition(fmt::format(
+          "section '{}': the runtime runs TP = PP = CP = 1 today (plan has tp {} pp {} cp {}); recompile with "
+          "--pin {}.tp=1 or let the planner choose (it only emits what the runtime runs)",
+          s.name, s.config.tp, s.config.pp, s.config.cp, s.name));
+    }
+  }
+  modality_names_ = scheduler::ModalityNamesOf(plan_);
+  costs_ = RuntimeCostModel(plan_);
+  MAESTRO_ASSIGN_OR_RETURN(dataset_, OpenPlanDataset(plan_));
+  MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_));
+  MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
+
+  // Resume: rank 0 owns the run directory and sends each training rank its state.
+  std::vector<int64_t> header{0};
+  std::optional<datalayer::CheckpointData> resumed;
+  Status rank0_status;
+  if (Rank0()) {
+    auto run = OpenPlanRun(plan_, *dataset_, options_.run_dir);
+    if (run.ok()) {
+      run_ = std::move(*run);
+      auto state = run_->Resume();
+      if (state.ok()) {
+        resumed = std::move(*state);
+        header[0] = resumed ? 1 : 0;
+      } else {
+        rank0_status = state.status();
+      }
+    } else {
+      rank0_status = run.status();
+    }
+    if (!rank0_status.ok()) header[0] = -1;
+    metrics_.open(options_.run_dir + "/metrics.jsonl", std::ios::app);
+  }
+  MAESTRO_RETURN_IF_ERROR(BroadcastInts(comms_.world(), header));
+  if (header[0] < 0) {
+    return rank0_status.ok() ? Status::Aborted("rank 0 could not open the run directory") : rank0_status;
+  }
+  if (header[0] == 1 && runner_->trains()) {
+    constexpr int kTagModel = 900001, kTagOptimizer = 900002;
+    if (Rank0()) {
+      for (int r = 0; r < plan_.world_size(); ++r) {
+        MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan_, r));
+        const auto& s = plan_.sections[static_cast<size_t>(coords.section)];
+        if (s.mode != plan::SectionMode::kTrain) continue;
+        auto it = resumed->sections.find(s.name);
+        if (it == resumed->sections.end()) {
+          return Status::Corruption(fmt::format("the checkpoint of step {} has no section '{}'", resumed->step, s.name));
+        }
+        if (r == 0) {
+          MAESTRO_RETURN_IF_ERROR(runner_->LoadModel(it->second.model));
+          MAESTRO_RETURN_IF_ERROR(runner_->LoadOptimizer(it->second.optimizer));
+        } else {
+          MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.model, r, kTagModel));
+          MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.optimizer, r, kTagOptimizer));
+        }
+      }
+    } else {
+      MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(comms_.world(), 0, kTagModel));
+      MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(comms_.world(), 0, kTagOptimizer));
+      MAESTRO_RETURN_IF_ERROR(runner_->LoadModel(model));
+      MAESTRO_RETURN_IF_ERROR(runner_->LoadOptimizer(optimizer));
+    }
+  } else if (header[0] == 1 && Rank0()) {
+    // Rank 0's section is forward-only; others still need their states.
+    for (int r = 1; r < plan_.world_size(); ++r) {
+      MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan_, r));
+      const auto& s = plan_.sections[static_cast<size_t>(coords.section)];
+      if (s.mode != plan::SectionMode::kTrain) continue;
+      auto it = resumed->sections.find(s.name);
+      if (it == resumed->sections.end()) {
+        return Status::Corruption(fmt::format("the checkpoint of step {} has no section '{}'", resumed->step, s.name));
+      }
+      MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.model, r, 900001));
+      MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.optimizer, r, 900002));
+    }
+  }
+
+  // A forward-only section that feeds others keeps its outputs in a spool.
+  if (!runner_->trains() && !runner_->is_sink()) {
+    const std::string base = fmt::format("{}/spool/{}-dp{}", options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name,
+                                         replica_);
+    std::error_code ec;
+    std::filesystem::create_directories(options_.run_dir + "/spool", ec);
+    MAESTRO_ASSIGN_OR_RETURN(spool_db_, datalayer::SqliteDb::Open(base + ".sqlite"));
+    datalayer::SpoolOptions spool_options;
+    spool_options.name = fmt::format("{}.out", plan_.sections[static_cast<size_t>(section_)].name);
+    spool_options.reuse_across_epochs = true;  // a frozen section's output never changes
+    MAESTRO_ASSIGN_OR_RETURN(spool_, datalayer::ActivationSpool::Open(base + ".h5", spool_db_.get(), spool_options));
+  }
+  return Status::Ok();
+}
+
+StatusOr<torch::Tensor> RankLoop::SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed) {
+  const auto shape = runner_->OutputRowShape();
+  std::vector<int64_t> full{static_cast<int64_t>(data.sample_ids.size())};
+  full.insert(full.end(), shape.begin(), shape.end());
+  auto rows = torch::empty(full, torch::kFloat32);
+  std::vector<int64_t> missing;
+  std::vector<int64_t> missing_pos;
+  for (size_t b = 0; b < data.sample_ids.size(); ++b) {
+    MAESTRO_ASSIGN_OR_RETURN(auto row, spool_->Get(data.sample_ids[b], current_epoch_));
+    if (row && static_cast<int64_t>(row->data.size()) == rows[static_cast<int64_t>(b)].numel() * 4) {
+      std::memcpy(rows[static_cast<int64_t>(b)].data_ptr(), row->data.data(), row->data.size());
+      ++spool_hits_;
+    } else {
+      missing.push_back(data.sample_ids[b]);
+      missing_pos.push_back(static_cast<int64_t>(b));
+    }
+  }
+  if (!missing.empty()) {
+    MAESTRO_ASSIGN_OR_RETURN(auto sub, LoadMicroBatch(*dataset_, missing));
+    MAESTRO_ASSIGN_OR_RETURN(auto out, runner_->Forward(sub, {}));
+    auto computed_rows = out.rows.contiguous();
+    for (size_t i = 0; i < missing.size(); ++i) {
+      auto row = computed_rows[static_cast<int64_t>(i)];
+      rows[missing_pos[i]].copy_(row);
+      datalayer::RowView view{shape, row.data_ptr(), static_cast<size_t>(row.numel()) * sizeof(float)};
+      MAESTRO_RETURN_IF_ERROR(spool_->Put(missing[i], current_epoch_, view).status());
+      ++spool_computed_;
+    }
+    *computed = missing;
+  }
+  return rows;
+}
+
+Status RankLoop::Forward(int mb_index) {
+  const int64_t start_us = WallMicros();
+  auto& state = states_[static_cast<size_t>(mb_index)];
+  const auto& ids_u = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
+  std::vector<int64_t> ids(ids_u.begin(), ids_u.end());
+  std::unordered_map<int64_t, int64_t> position;
+  for (size_t b = 0; b < ids.size(); ++b) position[ids[b]] = static_cast<int64_t>(b);
+
+  // Receive every upstream row of this micro-batch, then order them as the micro-batch.
+  for (int e : runner_->in_edges()) {
+    auto it = incoming_.find({e, mb_index});
+    if (it == incoming_.end()) continue;
+    const int up = plan_.section_index(plan_.edges[static_cast<size_t>(e)].from);
+    std::vector<int64_t> row_shape;
+    {
+      // The upstream's row shape: ask a runner-independent source (the plan).
+      const auto& us = plan_.sections[static_cast<size_t>(up)];
+      if (us.model.kind == plan::ModelKind::kDecoder) {
+        row_shape = {plan_.data.seq_len, us.model.hidden};
+      } else if (us.model.kind == plan::ModelKind::kVit) {
+        const int64_t side = us.model.image_size / us.model.patch_size;
+        const int64_t merge = SpatialMerge(us.model);
+        row_shape = {merge > 0 ? side * side / (merge * merge) : side * side, merge > 0 ? us.model.out_dim : us.model.hidden};
+      } else {
+        return Status::FailedPrecondition(fmt::format("edge from a {} section", plan::ModelKindName(us.model.kind)));
+      }
+    }
+    std::unordered_map<int64_t, torch::Tensor> by_id;
+    for (const auto& msg : it->second) {
+      std::vector<int64_t> shape{static_cast<int64_t>(msg.transfer->sample_ids.size())};
+      shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+      auto buf = torch::empty(shape, torch::kFloat32);
+      MAESTRO_RETURN_IF_ERROR(Wait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index)));
+      for (size_t i = 0; i < msg.transfer->sample_ids.size(); ++i) {
+        by_id[static_cast<int64_t>(msg.transfer->sample_ids[i])] = buf[static_cast<int64_t>(i)];
+      }
+    }
+    std::vector<torch::Tensor> ordered;
+    for (int64_t id : ids) {
+      auto r = by_id.find(id);
+      if (r != by_id.end()) ordered.push_back(r->second);
+    }
+    if (ordered.size() != by_id.size()) {
+      return Status::Internal(fmt::format("step {}: edge {} delivered rows of samples outside micro-batch {}",
+                                          current_step_, e, mb_index));
+    }
+    auto input = torch::stack(ordered);
+    if (runner_->trains() && UpstreamTrains(e)) input.set_requires_grad(true);
+    state.inputs[e] = input;
+  }
+
+  const auto start = Clock::now();  // busy = compute, not the wait for inputs
+  MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*dataset_, ids));
+  if (spool_) {
+    std::vector<int64_t> computed;
+    MAESTRO_ASSIGN_OR_RETURN(state.out.rows, SpooledOrComputed(state.data, &computed));
+  } else {
+    MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, state.inputs));
+  }
+  loss_sum_ += state.out.loss_sum;
+  loss_samples_ += state.out.loss_samples;
+  answers_ += state.out.answers;
+  answers_right_ += state.out.answers_right;
+  busy_seconds_ += SecondsSince(start);
+
+  // Send the rows down every outgoing message of this micro-batch.
+  for (int e : runner_->out_edges()) {
+    auto it = outgoing_.find({e, mb_index});
+    if (it == outgoing_.end()) continue;
+    for (const auto& msg : it->second) {
+      std::vector<int64_t> pos;
+      for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
+      auto rows = state.out.rows.detach().index_select(0, torch::tensor(pos, torch::kInt64)).contiguous();
+      MAESTRO_ASSIGN_OR_RETURN(auto work, msg.link->SendActivation(FloatBuffer(rows), msg.tag_index));
+      pending_.push_back({rows, std::move(work)});
+    }
+  }
+  Trace(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()));
+  return Status::Ok();
+}
+
+Status RankLoop::Backward(int mb_index) {
+  const int64_t start_us = WallMicros();
+  auto& state = states_[static_cast<size_t>(mb_index)];
+  const auto& ids_u = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
+  std::unordered_map<int64_t, int64_t> position;
+  for (size_t b = 0; b < ids_u.size(); ++b) position[static_cast<int64_t>(ids_u[b])] = static_cast<int64_t>(b);
+
+  if (runner_->is_sink()) {
+    const auto start = Clock::now();
+    if (state.out.loss.defined()) state.out.loss.backward();
+    busy_seconds_ += SecondsSince(start);
+  } else {
+    // Gradients of this micro-batch's rows from every training consumer.
+    auto grad = torch::zeros_like(state.out.rows);
+    bool any = false;
+    for (int e : runner_->out_edges()) {
+      if (!DownstreamTrains(e)) continue;
+      auto it = outgoing_.find({e, mb_index});
+      if (it == outgoing_.end()) continue;
+      for (const auto& msg : it->second) {
+        std::vector<int64_t> pos;
+        for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
+        std::vector<int64_t> shape{static_cast<int64_t>(pos.size())};
+        for (int64_t d = 1; d < state.out.rows.dim(); ++d) shape.push_back(state.out.rows.size(d));
+        auto buf = torch::empty(shape, torch::kFloat32);
+        MAESTRO_RETURN_IF_ERROR(Wait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index)));
+        grad.index_add_(0, torch::tensor(pos, torch::kInt64), buf);
+        any = true;
+      }
+    }
+    const auto start = Clock::now();
+    if (any) torch::autograd::backward({state.out.rows}, {grad});
+    busy_seconds_ += SecondsSince(start);
+  }
+  // Send the input gradients up to training producers.
+  for (auto& [e, input] : state.inputs) {
+    if (!UpstreamTrains(e)) continue;
+    auto it = incoming_.find({e, mb_index});
+    if (it == incoming_.end()) continue;
+    // input rows are in micro-batch order of the samples the upstream processed.
+    std::unordered_map<int64_t, int64_t> input_pos;
+    int64_t k = 0;
+    std::unordered_map<int64_t, bool> in_edge;
+    for (const auto& msg : it->second) {
+      for (auto id : msg.transfer->sample_ids) in_edge[static_cast<int64_t>(id)] = true;
+    }
+    for (auto id : ids_u) {
+      if (in_edge.count(static_cast<int64_t>(id))) input_pos[static_cast<int64_t>(id)] = k++;
+    }
+    auto input_grad = input.grad().defined() ? input.grad() : torch::zeros_like(input);
+    for (const auto& msg : it->second) {
+      std::vector<int64_t> pos;
+      for (auto id : msg.transfer->sample_ids) pos.push_back(input_pos.at(static_cast<int64_t>(id)));
+      auto rows = input_grad.index_select(0, torch::tensor(pos, torch::kInt64)).contiguous();
+      MAESTRO_ASSIGN_OR_RETURN(auto work, msg.link->SendGradient(FloatBuffer(rows), msg.tag_index));
+      pending_.push_back({rows, std::move(work)});
+    }
+  }
+  state = MicroBatchState();  // frees the graph and activations
+  Trace(fmt::format("B{}", mb_index), start_us, static_cast<int>(ids_u.size()));
+  return Status::Ok();
+}
+
+Status RankLoop::OptimizerStep(int64_t step) {
+  const int64_t start_us = WallMicros();
+  runner_->EnsureGradients();
+  auto& dp = comms_.group(plan::GroupKind::kDP);
+  if (dp.group().size() > 1) {
+    auto params = runner_->Parameters();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad().reshape({-1}));
+    auto flat = torch::cat(grads).contiguous();
+    MAESTRO_RETURN_IF_ERROR(Wait(dp.AllReduce(FloatBuffer(flat), launcher::ReduceOp::kSum)));
+    int64_t offset = 0;
+    for (auto& p : params) {
+      const int64_t n = p.numel();
+      p.mutable_grad().copy_(flat.slice(0, offset, offset + n).view_as(p));
+      offset += n;
+    }
+  }
+  const auto start = Clock::now();
+  runner_->OptimizerStep(step);
+  busy_seconds_ += SecondsSince(start);
+  Trace("O", start_us, 0);
+  return Status::Ok();
+}
+
+Status RankLoop::RunStep(const StepBatch& batch) {
+  current_step_ = batch.step;
+  current_epoch_ = batch.epoch;
+  MAESTRO_ASSIGN_OR_RETURN(problem_, scheduler::FromPlan(plan_, costs_, batch.samples));
+  scheduler::ScheduleOptions so;
+  MAESTRO_ASSIGN_OR_RETURN(so.policy, scheduler::PolicyFromName(plan_.schedule_policy));
+  so.seed = plan_.data.seed;
+  so.step = batch.step;
+  MAESTRO_ASSIGN_OR_RETURN(schedule_, scheduler::BuildSchedule(problem_, so));
+  MAESTRO_ASSIGN_OR_RETURN(transfers_, scheduler::ImpliedTransfers(problem_, schedule_));
+  const int rank_index = schedule_.RankIndex(section_, replica_);
+  if (rank_index < 0) return Status::Internal(fmt::format("the schedule has no program for section {} dp {}", section_, replica_));
+  program_ = &schedule_.ranks[static_cast<size_t>(rank_index)];
+
+  // Messages of this rank, with their link and tag (k-th message of its link).
+  incoming_.clear();
+  outgoing_.clear();
+  std::map<std::tuple<int, int, int>, int> next_tag;
+  for (const auto& t : transfers_) {
+    const int tag = next_tag[{t.edge, t.up_replica, t.down_replica}]++;
+    const bool down_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ && t.down_replica == replica_;
+    const bool up_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ && t.up_replica == replica_;
+    if (!down_here && !up_here) continue;
+    LinkChannel* link = FindLink(t.edge, t.up_replica, t.down_replica);
+    if (link == nullptr) {
+      return Status::Internal(fmt::format("no link for edge {} dp {} -> dp {}", t.edge, t.up_replica, t.down_replica));
+    }
+    if (down_here) incoming_[{t.edge, t.down_micro_batch}].push_back({&t, link, tag});
+    if (up_here) outgoing_[{t.edge, t.up_micro_batch}].push_back({&t, link, tag});
+  }
+  states_.assign(program_->micro_batches.size(), MicroBatchState());
+  for (const auto& op : program_->ops) {
+    switch (op.kind) {
+      case scheduler::OpKind::kForward: MAESTRO_RETURN_IF_ERROR(Forward(op.micro_batch)); break;
+      case scheduler::OpKind::kBackward: MAESTRO_RETURN_IF_ERROR(Backward(op.micro_batch)); break;
+      case scheduler::OpKind::kOptimizer: MAESTRO_RETURN_IF_ERROR(OptimizerStep(batch.step)); break;
+    }
+  }
+  // A training section that received no sample still steps (zero gradient).
+  if (runner_->trains() && std::none_of(program_->ops.begin(), program_->ops.end(), [](const scheduler::Op& op) {
+        return op.kind == scheduler::OpKind::kOptimizer;
+      })) {
+    MAESTRO_RETURN_IF_ERROR(OptimizerStep(batch.step));
+  }
+  for (auto& send : pending_) MAESTRO_RETURN_IF_ERROR(send.work->Wait());
+  pending_.clear();
+  return Status::Ok();
+}
+
+Status RankLoop::Checkpoint(int64_t step) {
+  const int64_t start_us = WallMicros();
+  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  constexpr int kTagModel = 900011, kTagOptimizer = 900012;
+  datalayer::CheckpointData state;
+  state.step = step;
+  // Section leaders of training sections send their state to rank 0.
+  if (runner_->trains() && SectionLeader()) {
+    MAESTRO_ASSIGN_OR_RETURN(auto model, runner_->SaveModel());
+    MAESTRO_ASSIGN_OR_RETURN(auto optimizer, runner_->SaveOptimizer());
+    if (Rank0()) {
+      state.sections[runner_->section_plan().name] = {model, optimizer};
+    } else {
+      MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), model, 0, kTagModel));
+      MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), optimizer, 0, kTagOptimizer));
+    }
+  }
+  if (Rank0()) {
+    for (size_t s = 0; s < plan_.sections.size(); ++s) {
+      const auto& sp = plan_.sections[s];
+      if (sp.mode != plan::SectionMode::kTrain || sp.placement.first_rank == 0) continue;
+      datalayer::SectionState section_state;
+      MAESTRO_ASSIGN_OR_RETURN(section_state.model, RecvBytes(comms_.world(), sp.placement.first_rank, kTagModel));
+      MAESTRO_ASSIGN_OR_RETURN(section_state.optimizer,
+                               RecvBytes(comms_.world(), sp.placement.first_rank, kTagOptimizer));
+      state.sections[sp.name] = std::move(section_state);
+    }
+    MAESTRO_RETURN_IF_ERROR(run_->Checkpoint(std::move(state)));
+  }
+  // Nobody runs ahead of a checkpoint that is not durable yet.
+  MAESTRO_RETURN_IF_ERROR(Wait(comms_.world().Barrier()));
+  Trace("checkpoint", start_us, 0);
+  return Status::Ok();
+}
+
+Status RankLoop::FinishStep(const StepBatch& batch, double step_seconds, bool* stop) {
+  // [loss_sum, loss_samples, answers, right, stop, busy per section...]
+  const size_t sections = plan_.sections.size();
+  std::vector<double> stats(5 + sections, 0.0);
+  stats[0] = loss_sum_;
+  stats[1] = static_cast<double>(loss_samples_);
+  stats[2] = static_cast<double>(answers_);
+  stats[3] = static_cast<double>(answers_right_);
+  stats[4] = signal_->requested() ? 1.0 : 0.0;
+  stats[5 + static_cast<size_t>(section_)] = busy_seconds_;
+  MAESTRO_RETURN_IF_ERROR(Wait(comms_.world().AllReduce(launcher::CpuBuffer(stats), launcher::ReduceOp::kSum)));
+  loss_sum_ = 0;
+  loss_samples_ = answers_ = answers_right_ = 0;
+  busy_seconds_ = 0;
+  *stop = stats[4] > 0;
+  last_loss_ = stats[1] > 0 ? stats[0] / stats[1] : 0.0;
+  losses_.push_back(last_loss_);
+  if (!Rank0()) return Status::Ok();
+  MAESTRO_RETURN_IF_ERROR(run_->StepDone({batch.step, batch.ids, scheduler::ScheduleToJson(schedule_)}));
+  nlohmann::json busy = nlohmann::json::object();
+  std::string busy_text;
+  for (size_t s = 0; s < sections; ++s) {
+    const auto& sp = plan_.sections[s];
+    const double share = step_seconds > 0 ? stats[5 + s] / (sp.config.ranks() * step_seconds) : 0.0;
+    busy[sp.name] = share;
+    busy_text += fmt::format(" {} {:.0f}%", sp.name, 100.0 * share);
+  }
+  const double samples_per_s = step_seconds > 0 ? static_cast<double>(batch.ids.size()) / step_seconds : 0.0;
+  const int64_t total = options_.steps > 0 ? options_.steps : plan_.data.steps;
+  nlohmann::json line{{"step", batch.step},
+                      {"epoch", batch.epoch},
+                      {"loss", last_loss_},
+                      {"samples", batch.ids.size()},
+                      {"step_seconds", step_seconds},
+                      {"samples_per_s", samples_per_s},
+                      {"busy", busy}};
+  if (stats[2] > 0) line["answer_accuracy"] = stats[3] / stats[2];
+  if (metrics_) metrics_ << line.dump() << "\n" << std::flush;
+  if (options_.progress) {
+    const std::string text = fmt::format("step {}/{} loss {:.4f} {:.1f} samples/s busy{}", batch.step + 1, total,
+                                         last_loss_, samples_per_s, busy_text);
+    if (isatty(fileno(stderr))) {
+      const int width = 30;
+      const int filled = total > 0 ? static_cast<int>(width * (batch.step + 1) / total) : 0;
+      std::fprintf(stderr, "\r[%s%s] %s", std::string(static_cast<size_t>(filled), '#').c_str(),
+                   std::string(static_cast<size_t>(width - filled), '.').c_str(), text.c_str());
+      if (batch.step + 1 >= total) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "%s\n", text.c_str());
+    }
+    std::fflush(stderr);
+  }
+  return Status::Ok();
+}
+
+Status RankLoop::WriteTrace() {
+  // Every rank writes its events; rank 0 merges them into trace.json.
+  const std::string dir = options_.run_dir + "/trace";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : trace_) {
+    events.push_back({{"name", e.name},
+                      {"ph", "X"},
+                      {"ts", e.start_us},
+                      {"dur", e.dur_us},
+                      {"pid", section_},
+                      {"tid", place_.world_rank},
+                      {"args", {{"step", e.step}, {"samples", e.samples}}}});
+  }
+  const std::string mine = fmt::format("{}/rank-{}.json", dir, place_.world_rank);
+  {
+    std::ofstream out(mine + ".tmp");
+    out << events.dump();
+    if (!out) return Status::IOError(fmt::format("cannot write {}", mine));
+  }
+  std::filesystem::rename(mine + ".tmp", mine, ec);
+  MAESTRO_RETURN_IF_ERROR(Wait(comms_.world().Barrier()));
+  if (!Rank0()) return Status::Ok();
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t s = 0; s < plan_.sections.size(); ++s) {
+    all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", s},
+                   {"args", {{"name", fmt::format("section {}", plan_.sections[s].name)}}}});
+  }
+  for (int r = 0; r < plan_.world_size(); ++r) {
+    std::ifstream in(fmt::format("{}/rank-{}.json", dir, r));
+    if (!in) continue;
+    auto part = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (part.is_array()) {
+      for (auto& e : part) all.push_back(std::move(e));
+    }
+  }
+  std::ofstream out(options_.run_dir + "/trace.json");
+  out << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump();
+  return Status::Ok();
+}
+
+StatusOr<TrainSummary> RankLoop::Run() {
+  MAESTRO_RETURN_IF_ERROR(Setup());
+  TrainSummary summary;
+  const int64_t total = options_.steps > 0 ? options_.steps : plan_.data.steps;
+  bool first = true;
+  int64_t steps_this_start = 0;
+  for (;;) {
+    const auto t0 = Clock::now();
+    std::vector<int64_t> encoded;
+    Status rank0_status;
+    if (Rank0()) {
+      if (run_->next_step() >= total) {
+        encoded = {-1};
+      } else {
+        auto batch = run_->NextBatch();
+        std::vector<datalayer::SampleInfo> infos;
+        if (batch.ok()) {
+          auto got = run_->index().GetSamples(batch->sample_ids);
+          if (got.ok()) {
+            encoded = EncodeBatch(*batch, *got, modality_names_);
+          } else {
+            rank0_status = got.status();
+          }
+        } else {
+          rank0_status = batch.status();
+        }
+        if (!rank0_status.ok()) encoded = {-2};
+      }
+    }
+    MAESTRO_RETURN_IF_ERROR(BroadcastInts(comms_.world(), encoded));
+    if (encoded.size() == 1 && encoded[0] == -2) {
+      return rank0_status.ok() ? Status::Aborted("rank 0 could not read the next batch") : rank0_status;
+    }
+    if (encoded.size() == 1) break;  // done
+    auto batch = DecodeBatch(encoded, modality_names_.size());
+    if (first) {
+      summary.first_step = batch.step;
+      first = false;
+    }
+    MAESTRO_RETURN_IF_ERROR(RunStep(batch));
+    bool stop = false;
+    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, SecondsSince(t0), &stop));
+    ++steps_this_start;
+    ++summary.steps_done;
+    if (options_.stop_after_steps >= 0 && steps_this_start >= options_.stop_after_steps) stop = true;
+    const bool last = batch.step + 1 >= total;
+    const bool due = plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0;
+    if (stop || last || due) MAESTRO_RETURN_IF_ERROR(Checkpoint(batch.step));
+    if (stop && !last) {
+      summary.preempted = true;
+      if (Rank0()) {
+        std::fprintf(stderr, "maestro: stopped after step %lld (checkpoint written); run again to resume\n",
+                     static_cast<long long>(batch.step));
+      }
+      break;
+    }
+  }
+  summary.final_loss = last_loss_;
+  MAESTRO_RETURN_IF_ERROR(WriteTrace());
+  if (spool_ && Rank0()) {
+    // nothing: spool stats are logged by their rank below
+  }
+  if (spool_) {
+    Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}", plan_.sections[static_cast<size_t>(section_)].name,
+        replica_, spool_hits_, spool_computed_);
+  }
+  if (!summary.preempted && options_.evaluate && Rank0() &&
+      dataset_->options().kind == datasets::DemoKind::kFashionMnistCaptions) {
+    MAESTRO_ASSIGN_OR_RETURN(auto commit, run_->index().LastCommit());
+    if (commit.checkpoint_step >= 0) {
+      MAESTRO_ASSIGN_OR_RETURN(auto state, run_->checkpoints().Read(commit.checkpoint_file));
+      std::map<std::string, std::string> models;
+      for (auto& [name, section_state] : state.sections) models[name] = section_state.model;
+      const auto t0 = Clock::now();
+      MAESTRO_ASSIGN_OR_RETURN(summary.caption_accuracy, EvaluateCaptions(plan_, models, options_.eval_samples));
+      std::fprintf(stderr, "caption accuracy on the Fashion-MNIST test split: %.2f%% (%.1f s)\n",
+                   100.0 * summary.caption_accuracy, SecondsSince(t0));
+      if (metrics_) {
+        metrics_ << nlohmann::json{{"eval", "caption_accuracy"}, {"value", summary.caption_accuracy}}.dump() << "\n";
+      }
+    }
+  }
+  return summary;
+}
+
+}  // namespace
+
+StatusOr<TrainSummary> RunTraining(const plan::Plan& plan, const launcher::RankPlace& place,
+                                   launcher::Communicators& comms, const TrainOptions& options) {
+  try {
+    RankLoop loop(plan, place, comms, options);
+    return loop.Run();
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("rank {}: torch: {}", place.world_rank, e.what_without_backtrace()));
+  }
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// The section executor: what maestro-worker runs on every rank of a plan.
+//
+// Owns the training loop of one rank: the global batch of each step (global
+// rank 0 reads it from the SampleIndex and broadcasts it), the schedule
+// (every rank builds the same one from the batch, the plan and the step:
+// scheduler/scheduler.h), the execution of this rank's ops in order (forward
+// = receive upstream rows, compute, send rows down; backward = receive
+// gradients from downstream, backprop, send input gradients up; optimizer =
+// DP all-reduce, clip, AdamW), the spool of a forward-only section's outputs,
+// checkpoints (rank 0 writes them through datalayer::TrainingRun), the stop
+// on a preemption signal (exit 85 after a checkpoint), and what the run
+// reports: a log line per step (a progress bar on a terminal), metrics as
+// JSONL and a Perfetto trace.
+//
+// Wire protocol of a step. Messages are those of scheduler::ImpliedTransfers
+// (one per edge, upstream micro-batch, downstream micro-batch); the k-th
+// message of a link in that order travels with tag k (activations down,
+// gradients up: launcher::LinkChannel). A message is the fp32 rows of its
+// samples, in the transfer's sample order, each row of the upstream
+// section's OutputRowShape().
+//
+// May call: runtime/section_runner, runtime/reference (evaluation), scheduler,
+// datalayer, launcher, datasets, plan, base, libtorch.
+// Thread safety: one thread per process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "launcher/communicators.h"
+#include "launcher/launch_env.h"
+#include "plan/plan.h"
+
+namespace maestro::runtime {
+
+struct TrainOptions {
+  std::string run_dir;            // index, spool, checkpoints, metrics.jsonl, trace.json
+  int64_t steps = 0;              // stop after this global step count (0: plan.data.steps)
+  int64_t stop_after_steps = -1;  // test hook: behave as if preempted after this many steps of this start
+  bool progress = true;           // rank 0 prints a line (or a bar on a terminal) per step
+  bool evaluate = true;           // captions: caption accuracy on the test split at the end
+  int64_t eval_samples = 0;       // 0: the whole test split
+};
+
+// The result of one start of the loop (rank 0's view; other ranks see the
+// same step numbers).
+struct TrainSummary {
+  int64_t first_step = 0;     // the step this start resumed at
+  int64_t steps_done = 0;     // steps run by this start
+  bool preempted = false;     // stopped on a signal (or stop_after_steps) after a checkpoint
+  double final_loss = 0.0;
+  double caption_accuracy = -1.0;  // -1: not evaluated
+};
+
+// Runs the plan's training loop on this rank. Collective: every rank of the
+// plan calls it. Returns kAborted("preempted") after a checkpoint when a
+// preemption was requested, so the caller exits with kExitRequeue.
+StatusOr<TrainSummary> RunTraining(const plan::Plan& plan, const launcher::RankPlace& place,
+                                   launcher::Communicators& comms, const TrainOptions& options);
+
+}  // namespace maestro::runtime

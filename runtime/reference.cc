@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/reference.h"
+
+#include <fmt/format.h>
+
+#include "base/checks.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "runtime/section_runner.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+double ModalityFraction(const plan::Plan& plan, const std::string& name, double fallback) {
+  for (const auto& m : plan.data.modalities) {
+    if (m.name == name) return m.fraction;
+  }
+  return fallback;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<datasets::DemoDataset>> OpenPlanDataset(const plan::Plan& plan) {
+  if (!plan.data.manifest.empty()) {
+    return Status::FailedPrecondition(fmt::format(
+        "[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
+        "(set manifest = \"\" and dataset = \"fashion_mnist_captions\" or \"text\")",
+        plan.data.manifest));
+  }
+  datasets::DemoOptions options;
+  std::string kind = plan.data.dataset;
+  if (kind.empty()) {
+    bool image = false;
+    for (const auto& s : plan.sections) image = image || s.activation == "image";
+    for (const auto& m : plan.data.modalities) image = image || m.name == "image";
+    kind = image ? "fashion_mnist_captions" : "text";
+  }
+  MAESTRO_ASSIGN_OR_RETURN(options.kind, datasets::DemoKindFromName(kind));
+  options.seq_len = plan.data.seq_len;
+  options.seed = plan.data.seed;
+  options.image_fraction = ModalityFraction(plan, "image", 0.5);
+  return datasets::DemoDataset::Open(options);
+}
+
+StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& plan,
+                                                              const datasets::DemoDataset& dataset,
+                                                              const std::string& run_dir) {
+  datalayer::RunOptions options;
+  options.run_dir = run_dir;
+  options.seed = plan.data.seed;
+  options.global_batch_size = plan.data.global_batch;
+  options.keep_last_checkpoints = 2;
+  MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
+  if (run->index().NumSamples() == 0) {
+    const std::string manifest = run_dir + "/manifest.jsonl";
+    MAESTRO_RETURN_IF_ERROR(dataset.WriteManifest(manifest).status());
+    MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(manifest).status());
+  }
+  return run;
+}
+
+std::vector<int> TopologicalSections(const plan::Plan& plan) {
+  const int n = static_cast<int>(plan.sections.size());
+  std::vector<int> indegree(static_cast<size_t>(n), 0), order;
+  for (const auto& e : plan.edges) ++indegree[static_cast<size_t>(plan.section_index(e.to))];
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  while (static_cast<int>(order.size()) < n) {
+    bool progressed = false;
+    for (int s = 0; s < n; ++s) {
+      if (done[static_cast<size_t>(s)] || indegree[static_cast<size_t>(s)] != 0) continue;
+      done[static_cast<size_t>(s)] = true;
+      order.push_back(s);
+      progressed = true;
+      for (const auto& e : plan.edges) {
+        if (plan.section_index(e.from) == s) --indegree[static_cast<size_t>(plan.section_index(e.to))];
+      }
+    }
+    if (!progressed) break;  // a cycle: Validate() refuses such plans
+  }
+  return order;
+}
+
+namespace {
+
+bool Activates(const plan::SectionPlan& s, bool has_image) {
+  if (s.activation == "always" || s.activation.empty()) return true;
+  return s.activation == "image" && has_image;
+}
+
+struct GraphResult {
+  torch::Tensor loss;  // undefined when no sink trains
+  double loss_sum = 0.0;
+  int64_t loss_samples = 0;
+  int64_t answers = 0, answers_right = 0;
+};
+
+// Runs every section over `ids` in one process, micro-batch by micro-batch
+// (chunk = the section's micro_batch, or `chunk` when > 0), connecting the
+// sections' tensors directly so autograd spans the graph.
+StatusOr<GraphResult> GraphForward(const plan::Plan& plan, std::vector<std::unique_ptr<SectionRunner>>& runners,
+                                   const datasets::DemoDataset& dataset, const std::vector<int64_t>& ids, bool train,
+                                   int64_t chunk) {
+  std::unordered_map<int64_t, bool> has_image;
+  for (int64_t id : ids) {
+    auto sample = train ? dataset.LoadTrain(id) : dataset.LoadTest(id);
+    if (!sample.ok()) return sample.status();
+    has_image[id] = sample->has_image;
+  }
+  // rows[section][sample id] = that sample's output row (with its graph).
+  std::vector<std::unordered_map<int64_t, torch::Tensor>> rows(plan.sections.size());
+  GraphResult result;
+  for (int s : TopologicalSections(plan)) {
+    auto& runner = *runners[static_cast<size_t>(s)];
+    const auto& sp = plan.sections[static_cast<size_t>(s)];
+    std::vector<int64_t> active;
+    for (int64_t id : ids) {
+      if (Activates(sp, has_image[id])) active.push_back(id);
+    }
+    const int64_t step = chunk > 0 ? chunk : std::max(1, sp.config.micro_batch);
+    for (size_t begin = 0; begin < active.size(); begin += static_cast<size_t>(step)) {
+      const size_t end = std::min(active.size(), begin + static_cast<size_t>(step));
+      std::vector<int64_t> mb(active.begin() + static_cast<std::ptrdiff_t>(begin),
+                              active.begin() + static_cast<std::ptrdiff_t>(end));
+      MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(dataset, mb, train));
+      std::map<int, torch::Tensor> inputs;
+      for (int e : runner.in_edges()) {
+        const int up = plan.section_index(plan.edges[static_cast<size_t>(e)].from);
+        std::vector<torch::Tensor> in_rows;
+        for (int64_t id : mb) {
+          auto it = rows[static_cast<size_t>(up)].find(id);
+          if (it != rows[static_cast<size_t>(up)].end()) in_rows.push_back(it->second);
+        }
+        if (!in_rows.empty()) inputs[e] = torch::stack(in_rows);
+      }
+      MAESTRO_ASSIGN_OR_RETURN(auto out, runner.Forward(data, inputs));
+      if (out.rows.defined()) {
+        for (size_t b = 0; b < mb.size(); ++b) rows[static_cast<size_t>(s)][mb[b]] = out.rows[static_cast<int64_t>(b)];
+      }
+      if (out.loss.defined()) result.loss = result.loss.defined() ? result.loss + out.loss : out.loss;
+      result.loss_sum += out.loss_sum;
+      result.loss_samples += out.loss_samples;
+      result.answers += out.answers;
+      result.answers_right += out.answers_right;
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const ReferenceOptions& options) {
+  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
+  MAESTRO_ASSIGN_OR_RETURN(auto run, OpenPlanRun(plan, *dataset, options.run_dir));
+  MAESTRO_ASSIGN_OR_RETURN(auto resumed, run->Resume());
+  std::vector<std::unique_ptr<SectionRunner>> runners;
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s)));
+    if (resumed) {
+      auto it = resumed->sections.find(plan.sections[s].name);
+      if (it != resumed->sections.end()) {
+        MAESTRO_RETURN_IF_ERROR(runner->LoadModel(it->second.model));
+        MAESTRO_RETURN_IF_ERROR(runner->LoadOptimizer(it->second.optimizer));
+      }
+    }
+    runners.push_back(std::move(runner));
+  }
+  std::unique_ptr<std::ofstream> metrics;
+  if (!options.metrics_path.empty()) {
+    metrics = std::make_unique<std::ofstream>(options.metrics_path, std::ios::app);
+    if (!*metrics) return Status::Internal(fmt::format("cannot write {}", options.metrics_path));
+  }
+  const int64_t steps = options.steps > 0 ? options.steps : plan.data.steps;
+  std::vector<StepLoss> losses;
+  while (run->next_step() < steps) {
+    MAESTRO_ASSIGN_OR_RETURN(auto batch, run->NextBatch());
+    MAESTRO_ASSIGN_OR_RETURN(auto result, GraphForward(plan, runners, *dataset, batch.sample_ids, true, 0));
+    if (result.loss.defined()) result.loss.backward();
+    for (auto& runner : runners) {
+      if (runner->trains()) runner->OptimizerStep(batch.step);
+    }
+    StepLoss loss{batch.step, result.loss_samples > 0 ? result.loss_sum / static_cast<double>(result.loss_samples) : 0.0,
+                  result.loss_samples};
+    losses.push_back(loss);
+    if (metrics) {
+      nlohmann::json line{{"step", loss.step}, {"loss", loss.loss}, {"samples", loss.samples}, {"mode", "reference"}};
+      *metrics << line.dump() << "\n" << std::flush;
+    }
+    MAESTRO_RETURN_IF_ERROR(run->StepDone({batch.step, batch.sample_ids, ""}));
+  }
+  if (run->pending_steps() > 0) {
+    datalayer::CheckpointData state;
+    state.step = run->next_step() - 1;
+    for (auto& runner : runners) {
+      if (!runner->trains()) continue;
+      datalayer::SectionState section_state;
+      MAESTRO_ASSIGN_OR_RETURN(section_state.model, runner->SaveModel());
+      MAESTRO_ASSIGN_OR_RETURN(section_state.optimizer, runner->SaveOptimizer());
+      state.sections[runner->section_plan().name] = std::move(section_state);
+    }
+    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+  }
+  return losses;
+}
+
+StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::string, std::string>& models,
+                                  int64_t max_samples) {
+  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
+  if (dataset->options().kind != datasets::DemoKind::kFashionMnistCaptions) {
+    return Status::FailedPrecondition("caption accuracy needs the fashion_mnist_captions dataset");
+  }
+  std::vector<std::unique_ptr<SectionRunner>> runners;
+  RunnerOptions runner_options;
+  runner_options.build_optimizer = false;
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s), runner_options));
+    auto it = models.find(plan.sections[s].name);
+    if (it != models.end()) MAESTRO_RETURN_IF_ERROR(runner->LoadModel(it->second));
+    runners.push_back(std::move(runner));
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t n = max_samples > 0 ? std::min(max_samples, dataset->NumTest()) : dataset->NumTest();
+  int64_t answers = 0, right = 0;
+  constexpr int64_t kChunk = 500;
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    std::vector<int64_t> ids;
+    for (int64_t i = begin; i < std::min(n, begin + kChunk); ++i) ids.push_back(i);
+    MAESTRO_ASSIGN_OR_RETURN(auto result, GraphForward(plan, runners, *dataset, ids, false, kChunk));
+    answers += result.answers;
+    right += result.answers_right;
+  }
+  if (answers == 0) return Status::FailedPrecondition("no caption answers in the test split");
+  return static_cast<double>(right) / static_cast<double>(answers);
+}
+
+StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples) {
+  std::map<std::string, std::string> models;
+  for (const auto& s : plan.sections) {
+    if (s.mode != plan::SectionMode::kTrain) continue;
+    MAESTRO_ASSIGN_OR_RETURN(models[s.name], ReadSectionModelBytes(run_dir, s.name));
+  }
+  return EvaluateCaptions(plan, models, max_samples);
+}
+
+}  // namespace maestro::runtime

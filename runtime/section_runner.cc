@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/section_runner.h"
+
+#include <fmt/format.h>
+
+#include "base/checks.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "datalayer/checkpoint_store.h"
+#include "datalayer/sample_index.h"
+#include "datasets/demo_data.h"
+#include "runtime/models/decoder.h"
+#include "runtime/models/encoders.h"
+#include "runtime/models/model_desc.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Runs `fn` and turns a c10::Error (a shape mismatch, a bad archive) into a
+// Status naming `what`.
+template <typename Fn>
+Status TorchCall(const std::string& what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("{}: {}", what, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("{}: {}", what, e.what()));
+  }
+  return Status::Ok();
+}
+
+bool IsDecoder(const plan::SectionPlan& s) { return s.model.kind == plan::ModelKind::kDecoder; }
+
+}  // namespace
+
+uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a of the name
+  for (unsigned char c : section_name) h = (h ^ c) * 1099511628211ULL;
+  return SplitMix64(run_seed ^ h);
+}
+
+double LearningRate(const plan::OptimizerDesc& opt, int64_t step, int64_t total_steps) {
+  if (opt.warmup_steps > 0 && step < opt.warmup_steps) {
+    return opt.lr * static_cast<double>(step + 1) / static_cast<double>(opt.warmup_steps);
+  }
+  if (opt.schedule != "cosine" || total_steps <= 0) return opt.lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total_steps - opt.warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - opt.warmup_steps) / span);
+  const double min_lr = opt.lr / 10.0;
+  return min_lr + (opt.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, const std::vector<int64_t>& sample_ids,
+                                        bool train) {
+  MicroBatchData mb;
+  mb.sample_ids = sample_ids;
+  const int64_t b = static_cast<int64_t>(sample_ids.size());
+  std::vector<int64_t> inputs, targets;
+  std::vector<float> pixels;
+  int64_t seq_len = -1, image_elems = 0, image_side = 0;
+  for (int64_t id : sample_ids) {
+    auto sample = train ? dataset.LoadTrain(id) : dataset.LoadTest(id);
+    if (!sample.ok()) return sample.status();
+    if (seq_len < 0) seq_len = static_cast<int64_t>(sample->input_ids.size());
+    if (static_cast<int64_t>(sample->input_ids.size()) != seq_len ||
+        static_cast<int64_t>(sample->target_ids.size()) != seq_len) {
+      return Status::Internal(fmt::format("sample {}: {} tokens, the micro-batch has {}", id,
+                                          sample->input_ids.size(), seq_len));
+    }
+    inputs.insert(inputs.end(), sample->input_ids.begin(), sample->input_ids.end());
+    targets.insert(targets.end(), sample->target_ids.begin(), sample->target_ids.end());
+    mb.has_image.push_back(sample->has_image);
+    mb.answer_positions.push_back(sample->answer_position);
+    mb.labels.push_back(sample->label);
+    if (sample->has_image) {
+      image_elems = static_cast<int64_t>(sample->image.size());
+      pixels.insert(pixels.end(), sample->image.begin(), sample->image.end());
+    }
+  }
+  if (b == 0) return mb;
+  mb.input_ids = torch::from_blob(inputs.data(), {b, seq_len}, torch::kInt64).clone();
+  mb.target_ids = torch::from_blob(targets.data(), {b, seq_len}, torch::kInt64).clone();
+  if (!pixels.empty()) {
+    image_side = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(image_elems))));
+    const int64_t n = static_cast<int64_t>(pixels.size()) / image_elems;
+    mb.images = torch::from_blob(pixels.data(), {n, 1, image_side, image_side}, torch::kFloat32).clone();
+  }
+  return mb;
+}
+
+StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string dir, file;
+  if (fs::is_directory(path, ec)) {
+    const std::string index_path = (fs::path(path) / "index.sqlite").string();
+    if (!fs::exists(index_path, ec)) {
+      return Status::NotFound(fmt::format("init '{}': no index.sqlite in this run directory (train that run first, "
+                                          "e.g. `maestro run` its spec)",
+                                          path));
+    }
+    MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open(index_path));
+    MAESTRO_ASSIGN_OR_RETURN(auto commit, index->LastCommit());
+    if (commit.checkpoint_step < 0) {
+      return Status::NotFound(fmt::format("init '{}': the run has no committed checkpoint yet", path));
+    }
+    dir = (fs::path(path) / "checkpoints").string();
+    file = commit.checkpoint_file;
+  } else if (fs::is_regular_file(path, ec)) {
+    dir = fs::path(path).parent_path().string();
+    file = fs::path(path).filename().string();
+  } else {
+    return Status::NotFound(
+        fmt::format("init '{}': no such checkpoint file or run directory (fix [[section]] init in the spec)", path));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1000));
+  MAESTRO_ASSIGN_OR_RETURN(auto data, store->Read(file));
+  auto it = data.sections.find(section_name);
+  if (it == data.sections.end()) {
+    std::string names;
+    for (const auto& [name, state] : data.sections) names += (names.empty() ? "" : ", ") + name;
+    return Status::NotFound(fmt::format("init '{}': the checkpoint has no section '{}' (it has: {}); set init_section",
+                                        path, section_name, names));
+  }
+  return it->second.model;
+}
+
+namespace {
+
+Status LoadModuleBytes(torch::nn::Module& module, const std::string& bytes, const std::string& what) {
+  return TorchCall(what, [&] {
+    torch::serialize::InputArchive archive;
+    std::istringstream in(bytes);
+    archive.load_from(in);
+    module.load(archive);
+  });
+}
+
+// Builds the model of section `s` of `plan` with its initial weights.
+StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan& plan, const plan::SectionPlan& s,
+                                                               const RunnerOptions& options) {
+  ModelBuildOptions build;
+  build.seed = SectionSeed(plan.data.seed, s.name);
+  build.device = options.device;
+  MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(s.model, build));
+  if (!s.init_from.empty()) {
+    const std::string from = s.init_section.empty() ? s.name : s.init_section;
+    MAESTRO_ASSIGN_OR_RETURN(auto bytes, ReadSectionModelBytes(s.init_from, from));
+    MAESTRO_RETURN_IF_ERROR(LoadModuleBytes(
+        *module, bytes,
+        fmt::format("section '{}': loading section '{}' of '{}' (is it the same model shape?)", s.name, from,
+                    s.init_from)));
+  }
+  return module;
+}
+
+}  // namespace
+
+struct SectionRunner::Impl {
+  const plan::Plan* plan = nullptr;
+  plan::SectionPlan section;
+  RunnerOptions options;
+  std::shared_ptr<torch::nn::Module> module;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  // KD student: the teacher's output head (V, C_teacher), frozen.
+  torch::Tensor teacher_head;
+  int kd_edge = -1;
+};
+
+SectionRunner::~SectionRunner() = default;
+
+const plan::SectionPlan& SectionRunner::section_plan() const { return impl_->section; }
+bool SectionRunner::trains() const { return impl_->section.mode == plan::SectionMode::kTrain; }
+torch::nn::Module& SectionRunner::module() { return *impl_->module; }
+
+StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan& plan, int section,
+                                                                const RunnerOptions& options) {
+  if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
+    return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
+  }
+  std::unique_ptr<SectionRunner> runner(new SectionRunner());
+  runner->section_ = section;
+  runner->impl_ = std::make_unique<Impl>();
+  auto& impl = *runner->impl_;
+  impl.plan = &plan;
+  impl.section = plan.sections[static_cast<size_t>(section)];
+  impl.options = options;
+  const auto& s = impl.section;
+  MAESTRO_RETURN_IF_ERROR(ValidateModelDesc(s.model, fmt::format("section '{}'", s.name)));
+  for (size_t e = 0; e < plan.edges.size(); ++e) {
+    if (plan.edges[e].to == s.name) runner->in_edges_.push_back(static_cast<int>(e));
+    if (plan.edges[e].from == s.name) runner->out_edges_.push_back(static_cast<int>(e));
+  }
+  // What the runtime can wire: say it in words rather than fail later.
+  for (int e : runner->in_edges_) {
+    const auto& up = plan.sections[static_cast<size_t>(plan.section_index(plan.edges[static_cast<size_t>(e)].from))];
+    if (s.mode == plan::SectionMode::kTrain || up.mode == plan::SectionMode::kForward) continue;
+    return Status::InvalidArgument(fmt::format(
+        "edge '{}' -> '{}': a training section feeds a forward-only one, so its gradient has nowhere to come from "
+        "(make '{}' train, or '{}' forward-only)",
+        up.name, s.name, s.name, up.name));
+  }
+  for (int e : runner->in_edges_) {
+    const auto& up = plan.sections[static_cast<size_t>(plan.section_index(plan.edges[static_cast<size_t>(e)].from))];
+    if (IsDecoder(up)) {
+      if (!IsDecoder(s)) {
+        return Status::InvalidArgument(
+            fmt::format("edge '{}' -> '{}': decoder hidden states can only feed a decoder (KD)", up.name, s.name));
+      }
+      if (impl.kd_edge >= 0) {
+        return Status::InvalidArgument(fmt::format("section '{}': more than one teacher edge", s.name));
+      }
+      impl.kd_edge = e;
+    } else if (s.model.kind == plan::ModelKind::kVit || s.model.kind == plan::ModelKind::kAudioEncoder) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}' ({}) reads its inputs from the data, not from edge '{}' -> '{}'", s.name,
+                      plan::ModelKindName(s.model.kind), up.name, s.name));
+    }
+  }
+  if (s.model.kind == plan::ModelKind::kAudioEncoder) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}': the built-in datasets carry no audio yet, so the runtime cannot feed an audio encoder", s.name));
+  }
+  if (s.loss.kind == "kd" && impl.kd_edge < 0) {
+    return Status::InvalidArgument(
+        fmt::format("section '{}': loss kind 'kd' needs an input edge from a forward-only decoder (the teacher)", s.name));
+  }
+
+  MAESTRO_ASSIGN_OR_RETURN(impl.module, BuildSectionModel(plan, s, options));
+  if (s.mode == plan::SectionMode::kForward) {
+    impl.module->eval();
+    for (auto& p : impl.module->parameters()) p.set_requires_grad(false);
+  } else if (options.build_optimizer) {
+    const auto& o = s.optimizer;
+    impl.optimizer = std::make_unique<torch::optim::AdamW>(
+        impl.module->parameters(),
+        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay).eps(1e-8));
+  }
+  if (impl.kd_edge >= 0) {
+    const auto& teacher =
+        plan.sections[static_cast<size_t>(plan.section_index(plan.edges[static_cast<size_t>(impl.kd_edge)].from))];
+    if (teacher.model.vocab != s.model.vocab) {
+      return Status::InvalidArgument(fmt::format("KD edge '{}' -> '{}': teacher vocab {} != student vocab {}",
+                                                 teacher.name, s.name, teacher.model.vocab, s.model.vocab));
+    }
+    RunnerOptions head_options = options;
+    head_options.build_optimizer = false;
+    MAESTRO_ASSIGN_OR_RETURN(auto teacher_module, BuildSectionModel(plan, teacher, head_options));
+    auto* lm = teacher_module->as<DecoderLMImpl>();
+    impl.teacher_head = (lm->lm_head ? lm->lm_head->weight : lm->embed_tokens->weight).detach().clone();
+  }
+  return runner;
+}
+
+std::vector<int64_t> SectionRunner::OutputRowShape() const {
+  const auto& s = impl_->section;
+  switch (s.model.kind) {
+    case plan::ModelKind::kDecoder: return {impl_->plan->data.seq_len, s.model.hidden};
+    case plan::ModelKind::kVit: {
+      auto* vit = impl_->module->as<VitEncoderImpl>();
+      return {vit->output_tokens(), vit->output_dim()};
+    }
+    case plan::ModelKind::kProjector: {
+      // Rows of the projector's input (its upstream's row count).
+      int64_t rows = 1;
+      for (int e : in_edges_) {
+        const auto& up = impl_->plan->sections[static_cast<size_t>(
+            impl_->plan->section_index(impl_->plan->edges[static_cast<size_t>(e)].from))];
+        if (up.model.kind == plan::ModelKind::kVit) {
+          const int64_t side = up.model.image_size / up.model.patch_size;
+          const int64_t merge = SpatialMerge(up.model);
+          rows = merge > 0 ? side * side / (merge * merge) : side * side;
+        }
+      }
+      return {rows, s.model.out_dim};
+    }
+    case plan::ModelKind::kAudioEncoder: return {(s.model.audio_frames + 1) / 2, s.model.hidden};
+  }
+  return {};
+}
+
+namespace {
+
+// Per-sample loss of a decoder sink: the mean over the sample's target
+// positions of (1 - a) CE + a T^2 KL (a = 0 without a teacher).
+// logits: (B, T, V); targets: (B, T); teacher_logits: (B, T, V) or undefined.
+// Returns (B).
+torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& targets,
+                            const torch::Tensor& teacher_logits, const plan::LossDesc& loss) {
+  const auto b = logits.size(0), t = logits.size(1), v = logits.size(2);
+  auto mask = targets.ne(datasets::kIgnoreTarget);  // (B, T)
+  auto safe_targets = targets.masked_fill(~mask, 0);
+  auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);                // (B, T, V)
+  auto ce = -log_probs.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1);          // (B, T)
+  torch::Tensor per_position = ce;
+  if (teacher_logits.defined()) {
+    const double temp = loss.temperature;
+    auto s_scaled = torch::log_softmax(logits.to(torch::kFloat32) / temp, -1);  // (B, T, V)
+    auto t_scaled = teacher_logits.to(torch::kFloat32) / temp;
+    torch::Tensor kl;
+    if (loss.top_k > 0 && loss.top_k < v) {
+      auto top = t_scaled.topk(loss.top_k, -1);                   // values, indices (B, T, k)
+      auto t_logp = torch::log_softmax(std::get<0>(top), -1);     // teacher renormalized over its top-k
+      auto s_logp = s_scaled.gather(-1, std::get<1>(top));        // student log-probs at those tokens
+      kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1);            // (B, T)
+    } else {
+      auto t_logp = torch::log_softmax(t_scaled, -1);
+      kl = (t_logp.exp() * (t_logp - s_scaled)).sum(-1);
+    }
+    per_position = (1.0 - loss.kd_alpha) * ce + loss.kd_alpha * temp * temp * kl;
+  }
+  auto maskf = mask.to(torch::kFloat32);
+  auto counts = maskf.sum(-1).clamp_min(1.0);                  // (B)
+  (void)t;
+  (void)b;
+  return (per_position * maskf).sum(-1) / counts;              // (B)
+}
+
+}  // namespace
+
+StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& data,
+                                                       const std::map<int, torch::Tensor>& inputs) {
+  auto& impl = *impl_;
+  const auto& s = impl.section;
+  Output out;
+  Status status = TorchCall(fmt::format("section '{}': forward", s.name), [&] {
+    std::unique_ptr<torch::NoGradGuard> no_grad;
+    if (!trains()) no_grad = std::make_unique<torch::NoGradGuard>();
+    const auto device = impl.options.device;
+    switch (s.model.kind) {
+      case plan::ModelKind::kVit: {
+        TORCH_CHECK(data.images.defined() && data.images.size(0) == static_cast<int64_t>(data.sample_ids.size()),
+                    "every sample of an encoder micro-batch must carry an image");
+        out.rows = impl.module->as<VitEncoderImpl>()->forward(data.images.to(device));
+        break;
+      }
+      case plan::ModelKind::kProjector: {
+        TORCH_CHECK(inputs.size() == 1, "a projector reads exactly one input edge");
+        out.rows = impl.module->as<MlpProjectorImpl>()->forward(inputs.begin()->second.to(device));
+        break;
+      }
+      case plan::ModelKind::kAudioEncoder: TORCH_CHECK(false, "no audio data"); break;
+      case plan::ModelKind::kDecoder: {
+        auto* lm = impl.module->as<DecoderLMImpl>();
+        auto ids = data.input_ids.to(device);
+        auto embeds = lm->Embed(ids);  // (B, T, C)
+        torch::Tensor teacher_hidden;
+        for (const auto& [edge, rows] : inputs) {
+          if (edge == impl.kd_edge) {
+            teacher_hidden = rows.to(device);  // (B, T, C_teacher)
+            continue;
+          }
+          // Splice encoder rows (n, tokens, C) at the image-token positions, row-major.
+          auto mask = ids.eq(datasets::kImage);  // (B, T)
+          const int64_t slots = mask.sum().item<int64_t>();
+          TORCH_CHECK(slots == rows.size(0) * rows.size(1), "the micro-batch has ", slots,
+                      " image-token positions but the encoder sent ", rows.size(0), " x ", rows.size(1), " rows");
+          embeds = embeds.masked_scatter(mask.unsqueeze(-1), rows.to(device).to(embeds.scalar_type()));
+        }
+        auto hidden = lm->ForwardEmbeds(embeds);  // (B, T, C)
+        if (!out_edges_.empty()) {
+          out.rows = hidden;
+          break;
+        }
+        if (!trains()) break;
+        auto logits = lm->Logits(hidden);  // (B, T, V)
+        torch::Tensor teacher_logits;
+        if (teacher_hidden.defined()) {
+          TORCH_CHECK(impl.teacher_head.defined(), "KD rows without a teacher head");
+          teacher_logits = torch::matmul(teacher_hidden, impl.teacher_head.to(device).t()).detach();  // (B, T, V)
+        }
+        plan::LossDesc loss = s.loss;
+        if (loss.kind != "kd") loss.kd_alpha = 0.0;
+        auto per_sample = PerSampleLoss(logits, data.target_ids.to(device), teacher_logits, loss);  // (B)
+        out.loss = per_sample.sum() / static_cast<double>(impl.plan->data.global_batch);
+        out.loss_sum = per_sample.sum().item<double>();
+        out.loss_samples = per_sample.size(0);
+        // Caption answers: argmax at the answer position vs the label's token.
+        for (size_t b = 0; b < data.answer_positions.size(); ++b) {
+          const int64_t pos = data.answer_positions[b];
+          if (pos < 0) continue;
+          const int64_t want = data.input_ids[static_cast<int64_t>(b)][pos + 1].item<int64_t>();
+          const int64_t got = logits[static_cast<int64_t>(b)][pos].argmax().item<int64_t>();
+          ++out.answers;
+          if (got == want) ++out.answers_right;
+        }
+        break;
+      }
+    }
+  });
+  if (!status.ok()) return status;
+  return out;
+}
+
+std::vector<torch::Tensor> SectionRunner::Parameters() {
+  std::vector<torch::Tensor> params;
+  for (auto& p : impl_->module->parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  return params;
+}
+
+void SectionRunner::EnsureGradients() {
+  for (auto& p : Parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  }
+}
+
+double SectionRunner::OptimizerStep(int64_t step) {
+  auto& impl = *impl_;
+  if (!impl.optimizer) return 0.0;
+  EnsureGradients();
+  auto params = Parameters();
+  const double clip = impl.section.optimizer.grad_clip;
+  double norm = 0.0;
+  {
+    torch::NoGradGuard guard;
+    double sq = 0.0;
+    for (auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    norm = std::sqrt(sq);
+    if (clip > 0 && norm > clip) {
+      const double scale = clip / (norm + 1e-6);
+      for (auto& p : params) p.mutable_grad().mul_(scale);
+    }
+  }
+  const double lr = LearningRate(impl.section.optimizer, step, impl.plan->data.steps);
+  for (auto& group : impl.optimizer->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+  impl.optimizer->step();
+  impl.optimizer->zero_grad();
+  return norm;
+}
+
+StatusOr<std::string> SectionRunner::SaveModel() {
+  std::string bytes;
+  MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
+    torch::serialize::OutputArchive archive;
+    impl_->module->save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }));
+  return bytes;
+}
+
+StatusOr<std::string> SectionRunner::SaveOptimizer() {
+  if (!impl_->optimizer) return std::string();
+  std::string bytes;
+  MAESTRO_RETURN_IF_ERROR(TorchCall("saving the optimizer", [&] {
+    torch::serialize::OutputArchive archive;
+    impl_->optimizer->save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }));
+  return bytes;
+}
+
+Status SectionRunner::LoadModel(const std::string& bytes) {
+  return LoadModuleBytes(*impl_->module, bytes, fmt::format("section '{}': loading the model", impl_->section.name));
+}
+
+Status SectionRunner::LoadOptimizer(const std::string& bytes) {
+  if (!impl_->optimizer || bytes.empty()) return Status::Ok();
+  return TorchCall(fmt::format("section '{}': loading the optimizer", impl_->section.name), [&] {
+    torch::serialize::InputArchive archive;
+    std::istringstream in(bytes);
+    archive.load_from(in);
+    impl_->optimizer->load(archive);
+  });
+}
+
+}  // namespace maestro::runtime

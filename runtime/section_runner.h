@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+// SectionRunner: one section's model, loss and optimizer on one rank — the
+// compute both executors share (the distributed one in executor.h and the
+// one-process monolithic reference in reference.h), so that they differ only
+// in where activations come from and where gradients go.
+//
+// Owns: building the section's model from the plan (weights from the run's
+// seed or from `init_from`), the forward of one micro-batch (image embeddings
+// spliced into a decoder's sequence, a KD student's teacher head, the loss of
+// a sink), AdamW with per-section gradient clipping and the LR schedule, and
+// the section's checkpoint state (model + optimizer bytes).
+// May call: runtime/models, datasets (token ids), datalayer (init_from),
+// plan, base, libtorch. Torch-internal: include only from runtime/*.cc and
+// tests/runtime.
+//
+// Loss scaling. A sink's micro-batch loss is sum_b loss_b / global_batch,
+// where loss_b is sample b's mean over its target tokens. The step's gradient
+// is then the sum of the micro-batches' gradients, whatever the placement
+// and order of the samples (DP gradients are summed, not averaged).
+//
+// Thread safety: one thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/plan.h"
+
+namespace maestro::datasets {
+class DemoDataset;
+}
+
+namespace maestro::runtime {
+
+// The payloads of one micro-batch, stacked. B samples; a section reads the
+// fields it needs.
+struct MicroBatchData {
+  std::vector<int64_t> sample_ids;      // (B)
+  torch::Tensor input_ids;              // (B, T) int64 (decoder sections)
+  torch::Tensor target_ids;             // (B, T) int64, -100 where no loss
+  torch::Tensor images;                 // (B_img, channels, S, S) fp32: the samples that carry an image, in order
+  std::vector<bool> has_image;          // (B)
+  std::vector<int64_t> answer_positions;  // (B), -1 when the sample has no caption answer
+  std::vector<int> labels;              // (B), -1 when none
+};
+
+// Loads the payloads of `sample_ids` (in that order) from the built-in
+// dataset: `train` selects the train split (ids) or the test split (indices).
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, const std::vector<int64_t>& sample_ids,
+                                        bool train = true);
+
+struct RunnerOptions {
+  torch::Device device = torch::kCPU;
+  bool build_optimizer = true;  // false: inference only (evaluation)
+};
+
+// The seed of a section's initial weights: the run's seed mixed with the
+// section's name (splitmix64), so every process builds the same weights.
+uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name);
+
+// LR of `step` (0-based): linear warmup over warmup_steps to lr, then
+// constant or a cosine to lr / 10 at `total_steps` (0 = constant).
+double LearningRate(const plan::OptimizerDesc& opt, int64_t step, int64_t total_steps);
+
+class SectionRunner {
+ public:
+  // Builds section `section` of `plan`. Weights: from SectionSeed, or loaded
+  // from section.init_from (a .mckpt or a run directory) when set.
+  static StatusOr<std::unique_ptr<SectionRunner>> Create(const plan::Plan& plan, int section,
+                                                         const RunnerOptions& options = {});
+  ~SectionRunner();
+
+  int section() const { return section_; }
+  const plan::SectionPlan& section_plan() const;
+  bool trains() const;
+  // True when no edge leaves the section: it computes a loss (train) or
+  // nothing useful (forward).
+  bool is_sink() const { return out_edges_.empty(); }
+  const std::vector<int>& in_edges() const { return in_edges_; }
+  const std::vector<int>& out_edges() const { return out_edges_; }
+
+  // The shape of one sample's row on the edges that leave this section:
+  // ViT (tokens, width), decoder (T, C), projector (rows, out_dim); the row
+  // count of a projector is that of its input.
+  std::vector<int64_t> OutputRowShape() const;
+
+  struct Output {
+    torch::Tensor rows;   // (B, OutputRowShape...) when edges leave the section
+    torch::Tensor loss;   // scalar, a sink that trains: sum_b loss_b / global_batch
+    double loss_sum = 0.0;  // sum_b loss_b (for logs)
+    int64_t loss_samples = 0;
+    int64_t answers_right = 0;   // caption samples whose answer token is the argmax
+    int64_t answers = 0;
+  };
+  // One micro-batch. `data`: its B samples, every one activating this
+  // section. `inputs`: per input edge (plan edge index), the rows of the
+  // samples the upstream section processed, in micro-batch order:
+  // (n_e, upstream OutputRowShape...). For a training section the caller
+  // makes them leaves with requires_grad to read their gradients.
+  StatusOr<Output> Forward(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs);
+
+  // Trainable parameters, in a fixed order (DP all-reduce, clipping).
+  std::vector<torch::Tensor> Parameters();
+  // Gives every parameter without a gradient a zero one (a section that saw
+  // no sample in a step, an MoE expert no token picked): the optimizer then
+  // steps every parameter the same way on every rank and in the reference.
+  void EnsureGradients();
+  // Clips the (already DP-summed) gradients to optimizer.grad_clip, sets the
+  // LR of `step`, steps AdamW and zeroes the gradients. Returns the norm
+  // before clipping.
+  double OptimizerStep(int64_t step);
+
+  // Checkpoint state: model and optimizer as torch archives (bytes).
+  StatusOr<std::string> SaveModel();
+  StatusOr<std::string> SaveOptimizer();
+  Status LoadModel(const std::string& bytes);
+  Status LoadOptimizer(const std::string& bytes);
+
+  torch::nn::Module& module();
+
+ private:
+  SectionRunner() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int section_ = -1;
+  std::vector<int> in_edges_, out_edges_;
+};
+
+// Reads the model bytes of `section_name` from `path`: a checkpoint file
+// (.mckpt) or a run directory (its last committed checkpoint).
+StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name);
+
+}  // namespace maestro::runtime
