@@ -21,7 +21,7 @@
 #include "base/log.h"
 #include "datalayer/activation_spool.h"
 #include "datalayer/preemption.h"
-#include "datalayer/sqlite_db.h"
+#include "datalayer/sample_index.h"
 #include "datalayer/training_run.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/reference.h"
@@ -238,7 +238,7 @@ class RankLoop {
   std::unique_ptr<datasets::DemoDataset> dataset_;
   std::unique_ptr<SectionRunner> runner_;
   std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
-  std::unique_ptr<datalayer::SqliteDb> spool_db_;
+  std::unique_ptr<datalayer::SampleIndex> spool_index_;
   std::unique_ptr<datalayer::ActivationSpool> spool_;
   std::unique_ptr<datalayer::PreemptionSignal> signal_;
   std::ofstream metrics_;
@@ -361,11 +361,12 @@ Status RankLoop::Setup() {
                                          replica_);
     std::error_code ec;
     std::filesystem::create_directories(options_.run_dir + "/spool", ec);
-    MAESTRO_ASSIGN_OR_RETURN(spool_db_, datalayer::SqliteDb::Open(base + ".sqlite"));
+    // The spool's commit records live in a SampleIndex database of this rank's own.
+    MAESTRO_ASSIGN_OR_RETURN(spool_index_, datalayer::SampleIndex::Open(base + ".sqlite"));
     datalayer::SpoolOptions spool_options;
     spool_options.name = fmt::format("{}.out", plan_.sections[static_cast<size_t>(section_)].name);
     spool_options.reuse_across_epochs = true;  // a frozen section's output never changes
-    MAESTRO_ASSIGN_OR_RETURN(spool_, datalayer::ActivationSpool::Open(base + ".h5", spool_db_.get(), spool_options));
+    MAESTRO_ASSIGN_OR_RETURN(spool_, datalayer::ActivationSpool::Open(base + ".h5", &spool_index_->db(), spool_options));
   }
   return Status::Ok();
 }
