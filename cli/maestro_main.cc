@@ -4,28 +4,96 @@
 //   maestro doctor                   what this machine has: libraries, BLAS, launchers
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 
+#include "base/exit_codes.h"
 #include "base/log.h"
+#include "plan/plan.h"
 #include "cli/subprocess.h"
 #include "datalayer/versions.h"
 #include "launcher/versions.h"
 
 namespace {
 
-int RunCommand(const std::string& spec, const std::string& out_dir) {
+struct RunArgs {
+  std::string spec;
+  std::string out_dir = "maestro-out";
+  int ranks = 0;            // 0: the cores of this machine, at least 2
+  int64_t steps = 0;        // 0: the spec's
+  bool fresh = false;
+  bool reference = false;
+  bool no_eval = false;
+  int64_t eval_samples = 0;
+  std::vector<std::string> pins;
+  std::vector<std::string> worker_args;
+};
+
+int RunCommand(const RunArgs& args) {
+  namespace fs = std::filesystem;
   const std::string bin = maestro::cli::SelfDirectory();
-  std::filesystem::create_directories(out_dir);
-  auto rc = maestro::cli::RunProcess({bin + "/maestro-compile", spec, "-o", out_dir});
+  std::error_code ec;
+  fs::create_directories(args.out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "maestro run: cannot create %s: %s\n", args.out_dir.c_str(), ec.message().c_str());
+    return maestro::kExitUsage;
+  }
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const int ranks = args.ranks > 0 ? args.ranks : std::max(2, cores);
+
+  // 1. Compile for this machine: one node, `ranks` CPU slots.
+  std::vector<std::string> compile{bin + "/maestro-compile", args.spec, "-o", args.out_dir, "--local",
+                                   std::to_string(ranks)};
+  for (const auto& pin : args.pins) compile.insert(compile.end(), {"--pin", pin});
+  auto rc = maestro::cli::RunProcess(compile);
   if (!rc.ok()) {
     std::fprintf(stderr, "maestro run: %s\n", rc.status().message().c_str());
-    return 2;
+    return maestro::kExitUsage;
   }
   if (*rc != 0) return *rc;
-  std::fprintf(stderr,
-               "maestro run: compiled %s into %s. Training on this machine arrives with the runtime (issue 7).\n",
-               spec.c_str(), out_dir.c_str());
-  return 0;
+  const std::string plan_path = args.out_dir + "/plan.json";
+  auto plan = maestro::plan::LoadPlan(plan_path);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "maestro run: %s\n", plan.status().ToString().c_str());
+    return maestro::kExitFailure;
+  }
+  const std::string run_dir = args.out_dir + "/run";
+  if (args.fresh) fs::remove_all(run_dir, ec);
+  fs::create_directories(run_dir, ec);
+
+  // 2. Train: the reference in this process's child, or every rank under mpirun.
+  std::vector<std::string> worker{bin + "/maestro-worker", "--run-dir", run_dir};
+  if (args.steps > 0) worker.insert(worker.end(), {"--steps", std::to_string(args.steps)});
+  if (args.no_eval) worker.push_back("--no-eval");
+  if (args.eval_samples > 0) worker.insert(worker.end(), {"--eval-samples", std::to_string(args.eval_samples)});
+  worker.insert(worker.end(), args.worker_args.begin(), args.worker_args.end());
+  std::vector<std::string> command;
+  if (args.reference) {
+    command = worker;
+    command.insert(command.begin() + 1, "--reference");
+  } else {
+    command = {"mpirun"};
+    if (geteuid() == 0) command.push_back("--allow-run-as-root");
+    // Sections of one machine share its cores: ranks may outnumber them.
+    command.insert(command.end(), {"--oversubscribe", "--mca", "btl", "self,vader", "-np",
+                                   std::to_string(plan->world_size())});
+    command.insert(command.end(), worker.begin(), worker.end());
+  }
+  command.push_back(plan_path);
+  std::fprintf(stderr, "maestro run: %d ranks, %zu sections; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
+               plan->world_size(), plan->sections.size(), run_dir.c_str(), run_dir.c_str());
+  rc = maestro::cli::RunProcess(command);
+  if (!rc.ok()) {
+    std::fprintf(stderr, "maestro run: %s (is openmpi-bin installed? scripts/setup.sh installs it)\n",
+                 rc.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  if (*rc == maestro::kExitRequeue) {
+    std::fprintf(stderr, "maestro run: stopped after a checkpoint; run the same command again to resume\n");
+  }
+  return *rc;
 }
 
 int DoctorCommand() {
@@ -45,16 +113,27 @@ int main(int argc, char** argv) {
   CLI::App app{"maestro: train compound LLM workloads (distillation, multimodal) section by section"};
   app.require_subcommand(1);
 
-  std::string spec;
-  std::string out_dir = "maestro-out";
+  RunArgs run_args;
   auto* run = app.add_subcommand("run", "compile a spec and train it on this machine (the embedded default)");
-  run->add_option("spec", spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
-  run->add_option("-o,--out", out_dir, "output directory (plan, checkpoints, metrics)")->capture_default_str();
+  run->add_option("spec", run_args.spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
+  run->add_option("-o,--out", run_args.out_dir, "output directory (plan, report, run/: index, checkpoints, metrics)")
+      ->capture_default_str();
+  run->add_option("--ranks", run_args.ranks, "CPU ranks to plan for (default: the cores, at least 2)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--steps", run_args.steps, "train until this step (default: the spec's job.steps)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--pin", run_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+  run->add_flag("--fresh", run_args.fresh, "start over: remove the run directory first (default: resume it)");
+  run->add_flag("--reference", run_args.reference,
+                "train every section in one process (the monolithic reference), for comparison");
+  run->add_flag("--no-eval", run_args.no_eval, "skip the final evaluation");
+  run->add_option("--eval-samples", run_args.eval_samples, "evaluate on the first N test samples (default: all)");
+  run->add_option("--worker-arg", run_args.worker_args, "extra argument for maestro-worker (repeatable)");
 
   auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
 
   CLI11_PARSE(app, argc, argv);
-  if (*run) return RunCommand(spec, out_dir);
+  if (*run) return RunCommand(run_args);
   if (*doctor) return DoctorCommand();
   return 0;
 }

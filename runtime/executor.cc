@@ -209,7 +209,7 @@ class RankLoop {
   Status Backward(int mb_index);
   Status OptimizerStep(int64_t step);
   Status Checkpoint(int64_t step);
-  Status FinishStep(const StepBatch& batch, double step_seconds, bool* stop);
+  Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
   Status WriteTrace();
   StatusOr<torch::Tensor> SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed);
   LinkChannel* FindLink(int edge, int up_dp, int down_dp);
@@ -222,6 +222,14 @@ class RankLoop {
   bool DownstreamTrains(int edge) const {
     const auto& down = plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].to))];
     return down.mode == plan::SectionMode::kTrain;
+  }
+  // Waits for a transfer or collective, counting the time as blocked (not
+  // compute, not framework overhead).
+  Status TimedWait(StatusOr<WorkPtr> work) {
+    const auto start = Clock::now();
+    Status s = Wait(std::move(work));
+    blocked_seconds_ += SecondsSince(start);
+    return s;
   }
   void Trace(const std::string& name, int64_t start_us, int samples) {
     trace_.push_back({name, current_step_, start_us, WallMicros() - start_us, samples});
@@ -261,6 +269,7 @@ class RankLoop {
   std::vector<MicroBatchState> states_;
   std::vector<PendingSend> pending_;
   double busy_seconds_ = 0.0;
+  double blocked_seconds_ = 0.0;
   double loss_sum_ = 0.0;
   int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
   int64_t spool_hits_ = 0, spool_computed_ = 0;
@@ -275,7 +284,26 @@ LinkChannel* RankLoop::FindLink(int edge, int up_dp, int down_dp) {
   return nullptr;
 }
 
+// Intra-op threads of this rank: $MAESTRO_THREADS_PER_RANK, else the cores
+// divided among the ranks on this node (mpirun and srun both say how many).
+int ThreadsPerRank() {
+  if (const char* v = std::getenv("MAESTRO_THREADS_PER_RANK")) {
+    const int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  int local = 1;
+  for (const char* key : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (const char* v = std::getenv(key)) {
+      local = std::max(1, std::atoi(v));
+      break;
+    }
+  }
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return std::max(1, cores / local);
+}
+
 Status RankLoop::Setup() {
+  torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
     if (s.config.tp != 1 || s.config.pp != 1 || s.config.cp != 1) {
       return Status::FailedPrecondition(fmt::format(
@@ -436,7 +464,7 @@ Status RankLoop::Forward(int mb_index) {
       std::vector<int64_t> shape{static_cast<int64_t>(msg.transfer->sample_ids.size())};
       shape.insert(shape.end(), row_shape.begin(), row_shape.end());
       auto buf = torch::empty(shape, torch::kFloat32);
-      MAESTRO_RETURN_IF_ERROR(Wait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index)));
+      MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index)));
       for (size_t i = 0; i < msg.transfer->sample_ids.size(); ++i) {
         by_id[static_cast<int64_t>(msg.transfer->sample_ids[i])] = buf[static_cast<int64_t>(i)];
       }
@@ -510,7 +538,7 @@ Status RankLoop::Backward(int mb_index) {
         std::vector<int64_t> shape{static_cast<int64_t>(pos.size())};
         for (int64_t d = 1; d < state.out.rows.dim(); ++d) shape.push_back(state.out.rows.size(d));
         auto buf = torch::empty(shape, torch::kFloat32);
-        MAESTRO_RETURN_IF_ERROR(Wait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index)));
+        MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index)));
         grad.index_add_(0, torch::tensor(pos, torch::kInt64), buf);
         any = true;
       }
@@ -557,7 +585,7 @@ Status RankLoop::OptimizerStep(int64_t step) {
     std::vector<torch::Tensor> grads;
     for (auto& p : params) grads.push_back(p.grad().reshape({-1}));
     auto flat = torch::cat(grads).contiguous();
-    MAESTRO_RETURN_IF_ERROR(Wait(dp.AllReduce(FloatBuffer(flat), launcher::ReduceOp::kSum)));
+    MAESTRO_RETURN_IF_ERROR(TimedWait(dp.AllReduce(FloatBuffer(flat), launcher::ReduceOp::kSum)));
     int64_t offset = 0;
     for (auto& p : params) {
       const int64_t n = p.numel();
@@ -616,8 +644,10 @@ Status RankLoop::RunStep(const StepBatch& batch) {
       })) {
     MAESTRO_RETURN_IF_ERROR(OptimizerStep(batch.step));
   }
+  const auto drain = Clock::now();
   for (auto& send : pending_) MAESTRO_RETURN_IF_ERROR(send.work->Wait());
   pending_.clear();
+  blocked_seconds_ += SecondsSince(drain);
   return Status::Ok();
 }
 
@@ -656,20 +686,26 @@ Status RankLoop::Checkpoint(int64_t step) {
   return Status::Ok();
 }
 
-Status RankLoop::FinishStep(const StepBatch& batch, double step_seconds, bool* stop) {
-  // [loss_sum, loss_samples, answers, right, stop, busy per section...]
+Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop) {
+  // [loss_sum, loss_samples, answers, right, stop, busy per section..., framework seconds per section...]
   const size_t sections = plan_.sections.size();
-  std::vector<double> stats(5 + sections, 0.0);
+  std::vector<double> stats(5 + 2 * sections, 0.0);
   stats[0] = loss_sum_;
   stats[1] = static_cast<double>(loss_samples_);
   stats[2] = static_cast<double>(answers_);
   stats[3] = static_cast<double>(answers_right_);
   stats[4] = signal_->requested() ? 1.0 : 0.0;
   stats[5 + static_cast<size_t>(section_)] = busy_seconds_;
+  // Framework time: neither compute nor blocked on a peer (data loading,
+  // scheduling, bookkeeping), up to the end of this rank's last op.
+  stats[5 + sections + static_cast<size_t>(section_)] =
+      std::max(0.0, SecondsSince(step_start) - busy_seconds_ - blocked_seconds_);
   MAESTRO_RETURN_IF_ERROR(Wait(comms_.world().AllReduce(launcher::CpuBuffer(stats), launcher::ReduceOp::kSum)));
+  const double step_seconds = SecondsSince(step_start);  // every rank's work of the step is in
   loss_sum_ = 0;
   loss_samples_ = answers_ = answers_right_ = 0;
   busy_seconds_ = 0;
+  blocked_seconds_ = 0;
   *stop = stats[4] > 0;
   last_loss_ = stats[1] > 0 ? stats[0] / stats[1] : 0.0;
   losses_.push_back(last_loss_);
@@ -677,6 +713,9 @@ Status RankLoop::FinishStep(const StepBatch& batch, double step_seconds, bool* s
   MAESTRO_RETURN_IF_ERROR(run_->StepDone({batch.step, batch.ids, scheduler::ScheduleToJson(schedule_)}));
   nlohmann::json busy = nlohmann::json::object();
   std::string busy_text;
+  double framework = 0.0;
+  for (size_t s = 0; s < sections; ++s) framework += stats[5 + sections + s];
+  const double overhead = step_seconds > 0 ? framework / (plan_.world_size() * step_seconds) : 0.0;
   for (size_t s = 0; s < sections; ++s) {
     const auto& sp = plan_.sections[s];
     const double share = step_seconds > 0 ? stats[5 + s] / (sp.config.ranks() * step_seconds) : 0.0;
@@ -691,7 +730,8 @@ Status RankLoop::FinishStep(const StepBatch& batch, double step_seconds, bool* s
                       {"samples", batch.ids.size()},
                       {"step_seconds", step_seconds},
                       {"samples_per_s", samples_per_s},
-                      {"busy", busy}};
+                      {"busy", busy},
+                      {"overhead", overhead}};
   if (stats[2] > 0) line["answer_accuracy"] = stats[3] / stats[2];
   if (metrics_) metrics_ << line.dump() << "\n" << std::flush;
   if (options_.progress) {
@@ -782,7 +822,9 @@ StatusOr<TrainSummary> RankLoop::Run() {
         if (!rank0_status.ok()) encoded = {-2};
       }
     }
+    const auto broadcast_start = Clock::now();
     MAESTRO_RETURN_IF_ERROR(BroadcastInts(comms_.world(), encoded));
+    if (!Rank0()) blocked_seconds_ += SecondsSince(broadcast_start);  // rank 0's reading is framework time
     if (encoded.size() == 1 && encoded[0] == -2) {
       return rank0_status.ok() ? Status::Aborted("rank 0 could not read the next batch") : rank0_status;
     }
@@ -794,7 +836,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
     }
     MAESTRO_RETURN_IF_ERROR(RunStep(batch));
     bool stop = false;
-    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, SecondsSince(t0), &stop));
+    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, t0, &stop));
     ++steps_this_start;
     ++summary.steps_done;
     if (options_.stop_after_steps >= 0 && steps_this_start >= options_.stop_after_steps) stop = true;

@@ -6,6 +6,7 @@
 #include "base/checks.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -179,6 +180,7 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
   const int64_t steps = options.steps > 0 ? options.steps : plan.data.steps;
   std::vector<StepLoss> losses;
   while (run->next_step() < steps) {
+    const auto step_start = std::chrono::steady_clock::now();
     MAESTRO_ASSIGN_OR_RETURN(auto batch, run->NextBatch());
     MAESTRO_ASSIGN_OR_RETURN(auto result, GraphForward(plan, runners, *dataset, batch.sample_ids, true, 0));
     if (result.loss.defined()) result.loss.backward();
@@ -189,7 +191,13 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
                   result.loss_samples};
     losses.push_back(loss);
     if (metrics) {
-      nlohmann::json line{{"step", loss.step}, {"loss", loss.loss}, {"samples", loss.samples}, {"mode", "reference"}};
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      nlohmann::json line{{"step", loss.step},
+                          {"loss", loss.loss},
+                          {"samples", batch.sample_ids.size()},
+                          {"step_seconds", seconds},
+                          {"samples_per_s", seconds > 0 ? static_cast<double>(batch.sample_ids.size()) / seconds : 0.0},
+                          {"mode", "reference"}};
       *metrics << line.dump() << "\n" << std::flush;
     }
     MAESTRO_RETURN_IF_ERROR(run->StepDone({batch.step, batch.sample_ids, ""}));
