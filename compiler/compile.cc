@@ -74,6 +74,7 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     d.peak_flops = g.tflops_bf16 * 1e12;
     d.mfu = g.mfu;
     d.half_efficiency_size = g.cpu ? double(1 << 12) : double(1 << 19);
+    d.half_efficiency_width = g.cpu ? 0.0 : 128.0;
     d.intra_bytes_per_s = g.intra_node_gbps * 1e9;
     d.inter_bytes_per_s = g.inter_node_gbps * 1e9;
     d.gpus_per_node = g.gpus_per_node;
@@ -121,6 +122,54 @@ StatusOr<PinOverride> ParsePin(const std::string& text) {
   return p;
 }
 
+namespace {
+
+struct SupportFlag {
+  const char* name;
+  bool RuntimeSupport::*field;
+};
+constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
+                                         {"micro_batch", &RuntimeSupport::micro_batching},
+                                         {"tp_decoder", &RuntimeSupport::tensor_parallel_decoder},
+                                         {"pp_decoder", &RuntimeSupport::pipeline_parallel_decoder},
+                                         {"tp_encoder", &RuntimeSupport::tensor_parallel_encoder},
+                                         {"pp_encoder", &RuntimeSupport::pipeline_parallel_encoder},
+                                         {"cp", &RuntimeSupport::context_parallel},
+                                         {"ep", &RuntimeSupport::expert_parallel},
+                                         {"moe", &RuntimeSupport::mixture_of_experts},
+                                         {"recompute", &RuntimeSupport::activation_recompute}};
+
+}  // namespace
+
+StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
+  RuntimeSupport out;
+  for (const auto& f : kSupportFlags) out.*(f.field) = list == "all";
+  if (list == "all") return out;
+  std::vector<std::string> names;
+  for (const auto& f : kSupportFlags) names.push_back(f.name);
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto it = std::find_if(std::begin(kSupportFlags), std::end(kSupportFlags),
+                                 [&](const SupportFlag& f) { return item == f.name; });
+    if (it == std::end(kSupportFlags)) {
+      return Status::InvalidArgument(fmt::format("--runtime-support: unknown feature '{}'{}; features: {} (or all)",
+                                                 item, Suggest(item, names), fmt::join(names, ", ")));
+    }
+    out.*(it->field) = true;
+  }
+  return out;
+}
+
+std::string RuntimeSupportText(const RuntimeSupport& support) {
+  std::string out;
+  for (const auto& f : kSupportFlags) {
+    if (support.*(f.field)) out += (out.empty() ? "" : ",") + std::string(f.name);
+  }
+  return out.empty() ? "none" : out;
+}
+
 StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
   Spec s = spec;
   std::vector<std::string> names;
@@ -144,8 +193,10 @@ StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
       return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'", p.text, p.key));
   }
   if (options.local_ranks <= 0) return s;
-  if (options.allow_planner_only) {
-    return Status::InvalidArgument("--local plans only what the runtime runs; drop --allow-planner-only");
+  if (options.allow_planner_only || options.support_given) {
+    return Status::InvalidArgument(
+        fmt::format("--local plans only what this build's runtime runs; drop {}",
+                    options.allow_planner_only ? "--allow-planner-only" : "--runtime-support"));
   }
   if (options.local_ranks < static_cast<int>(s.sections.size())) {
     return Status::InvalidArgument(
@@ -448,19 +499,58 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
                       {"seconds_per_step", a.edge_seconds[e]}});
   }
   t += "\n";
-  t += fmt::format("steady-state step: {:.4g} s -> {:.4g} samples/s on {} GPU(s); with pipeline fill: {:.4g} s ({})\n",
-                   step, a.throughput, a.gpus, r.prediction.step_seconds, r.prediction.predictor);
-  const MonolithicPlan& m = r.monolithic;
-  double speedup = 0, per_gpu = 0;
-  if (m.found) {
-    speedup = a.throughput / m.throughput;
-    per_gpu = (a.throughput / std::max(1, a.gpus)) / (m.throughput / std::max(1, m.gpus));
+  t += fmt::format(
+      "analytic steady state: {:.4g} s/step -> {:.4g} samples/s on {} GPU(s) (the slowest section or "
+      "edge)\n",
+      step, a.throughput, a.gpus);
+  const SimulatedStep& sim = r.simulated;
+  const SimulatedStep& msim = r.monolithic_simulated;
+  if (sim.ok) {
     t += fmt::format(
-        "monolithic baseline: every section on all {} GPU(s), one after another; {}: {:.4g} s/step -> "
-        "{:.4g} samples/s, {} GiB/GPU{}\n",
-        m.gpus, ConfigText(m.config), m.step_seconds, m.throughput, Gib(m.memory.total()),
+        "simulated step: {:.4g} s -> {:.4g} samples/s ({} schedule, mean of {} sampled global batches, "
+        "{:.4g}..{:.4g} s)\n",
+        sim.step_seconds, r.prediction.samples_per_second, sim.policy, sim.batches, sim.min_step_seconds,
+        sim.max_step_seconds);
+    std::vector<std::vector<std::string>> srows = {
+        {"  section", "replicas", "busy", "idle s/replica", "bubbles/replica"}};
+    for (const auto& ss : sim.sections) {
+      srows.push_back({"  " + ss.name, std::to_string(ss.replicas), fmt::format("{:.0f}%", 100 * ss.utilization),
+                       fmt::format("{:.4g}", ss.bubble_seconds), fmt::format("{:.1f}", ss.bubbles)});
+    }
+    t += Table(srows);
+  } else {
+    t += fmt::format("simulated step: none ({}); predicted {:.4g} s ({})\n", sim.error, r.prediction.step_seconds,
+                     r.prediction.predictor);
+  }
+  const MonolithicPlan& m = r.monolithic;
+  double speedup = 0, per_gpu = 0, per_flops = 0, speedup_analytic = 0;
+  const bool simulated = sim.ok && msim.ok && sim.step_seconds > 0;
+  double held_peak = 0;  // peak FLOP/s of the GPUs the sectioned plan runs on
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    held_peak += a.sections[i].cost.gpus * devs[static_cast<size_t>(w.sections[i].device)].peak_flops;
+  }
+  if (m.found) {
+    speedup_analytic = a.throughput / m.throughput;
+    speedup = simulated ? msim.step_seconds / sim.step_seconds : speedup_analytic;
+    per_gpu = speedup * m.gpus / std::max(1, a.gpus);
+    const double mono_peak = m.gpus * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
+    per_flops = held_peak > 0 ? speedup * mono_peak / held_peak : 0;
+    t += fmt::format(
+        "monolithic baseline: every section on all {} GPU(s), one after another; {}: analytic {:.4g} s/step, "
+        "{} GiB/GPU{}\n",
+        m.gpus, ConfigText(m.config), m.step_seconds, Gib(m.memory.total()),
         m.planner_only.empty() ? "" : " (uses features our runtime lacks: " + m.planner_only + ")");
-    t += fmt::format("speed-up vs monolithic: {:.2f}x (per GPU: {:.2f}x)\n", speedup, per_gpu);
+    if (msim.ok) {
+      t += fmt::format(
+          "  simulated: {:.4g} s -> {:.4g} samples/s ({} over the same sampled batches, {:.4g}..{:.4g} s; "
+          "busy {:.0f}%)\n",
+          msim.step_seconds, spec.data.global_batch / msim.step_seconds, msim.policy, msim.min_step_seconds,
+          msim.max_step_seconds, 100 * msim.utilization);
+    }
+    t += fmt::format(
+        "speed-up vs monolithic: {:.2f}x ({}; per GPU: {:.2f}x, per peak FLOP/s: {:.2f}x); analytic steady "
+        "state: {:.2f}x\n",
+        speedup, simulated ? "simulated step times" : "analytic", per_gpu, per_flops, speedup_analytic);
   } else {
     t += "monolithic baseline: none: " + m.why_not + "\n";
   }
@@ -477,7 +567,28 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
   js["edges"] = jedges;
   js["step_seconds"] = step;
   js["samples_per_second"] = a.throughput;
-  js["predicted_step_seconds_with_fill"] = r.prediction.step_seconds;
+  js["predicted_step_seconds"] = r.prediction.step_seconds;
+  js["predictor"] = r.prediction.predictor;
+  const auto sim_json = [](const SimulatedStep& x) -> nlohmann::json {
+    if (!x.ok) return {{"ok", false}, {"error", x.error}};
+    nlohmann::json secs = nlohmann::json::array();
+    for (const auto& ss : x.sections) {
+      secs.push_back({{"name", ss.name},
+                      {"replicas", ss.replicas},
+                      {"utilization", ss.utilization},
+                      {"idle_seconds_per_replica", ss.bubble_seconds},
+                      {"bubbles_per_replica", ss.bubbles}});
+    }
+    return {{"ok", true},
+            {"policy", x.policy},
+            {"batches", x.batches},
+            {"step_seconds", x.step_seconds},
+            {"min_step_seconds", x.min_step_seconds},
+            {"max_step_seconds", x.max_step_seconds},
+            {"utilization", x.utilization},
+            {"sections", secs}};
+  };
+  js["simulation"] = sim_json(sim);
   js["gpus"] = a.gpus;
   js["nodes_per_gpu_type"] = a.nodes_per_device;
   if (m.found) {
@@ -492,8 +603,12 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
                         {"samples_per_second", m.throughput},
                         {"memory_bytes", m.memory.total()},
                         {"planner_only", m.planner_only}};
+    js["monolithic"]["simulation"] = sim_json(msim);
     js["speedup_vs_monolithic"] = speedup;
+    js["speedup_source"] = simulated ? "simulated" : "analytic";
+    js["speedup_vs_monolithic_analytic"] = speedup_analytic;
     js["speedup_per_gpu"] = per_gpu;
+    js["speedup_per_peak_flops"] = per_flops;
   } else {
     js["monolithic"] = nullptr;
     js["speedup_vs_monolithic"] = nullptr;
@@ -593,6 +708,11 @@ void RenderExplain(const CostModel& model, const PlannerOptions& o, CompileResul
                      b_dp >= a_dp ? fmt::format("fan-out {}", b_dp / a_dp) : fmt::format("(1/{}) fan-in", a_dp / b_dp),
                      b_dp, ew.fanout || ew.fanin ? " (pinned)" : "");
   }
+  t += "simulation (FromPlan -> BuildSchedule -> Simulate over sampled global batches): ";
+  t += r.refinement_log.empty() ? "no other micro-batch size or DP inside the held nodes shortens the simulated step\n"
+                                : "changed what the steady-state objective cannot see (fill and drain between "
+                                  "sections):\n" +
+                                      r.refinement_log;
   if (r.monolithic.found) {
     t += fmt::format("monolithic: best single configuration {} on all {} GPUs ({:.4g} s/step)\n",
                      ConfigText(r.monolithic.config), r.monolithic.gpus, r.monolithic.step_seconds);
@@ -618,6 +738,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   const CostModel model(devices, spec.data.global_batch);
   PlannerOptions po;
   po.allow_planner_only = options.allow_planner_only;
+  po.support = spec.cluster.local ? kRuntimeSupport : options.support;
   const PlanOutcome outcome = PlanSections(model, r.workload, po);
   if (!outcome.ok()) {
     const PlanFailure& f = outcome.failure;
@@ -642,8 +763,16 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
     }
   }
   r.monolithic = PlanMonolithic(model, r.workload, DeviceIndex(spec, spec.cluster.default_gpu), po);
-  const AnalyticStepPredictor predictor;  // seam: the scheduler's simulator replaces it
-  r.prediction = predictor.Predict(model, r.workload, r.assignment);
+  SimulationSettings sim;
+  sim.seed = spec.data.seed;
+  sim.seq_len = spec.data.seq_len;
+  sim.modalities = spec.data.modalities;
+  const SimulatorStepPredictor predictor(sim);
+  r.assignment = RefineBySimulation(model, r.workload, r.assignment, po, sim, &r.refinement_log);
+  r.simulated = predictor.Run(model, r.workload, r.assignment);
+  r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
+  r.monolithic_device = DeviceIndex(spec, spec.cluster.default_gpu);
+  r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
 
   // The plan.
   plan::Plan& p = r.plan;
@@ -709,6 +838,10 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
 
   r.sbatch = RenderSbatch(p, spec, options);
   RenderReport(spec, model, r);
+  if (options.support_given && !spec.cluster.local) {
+    r.report += fmt::format("planned for a runtime with: {} (--runtime-support; this build's runtime has: {})\n",
+                            RuntimeSupportText(options.support), RuntimeSupportText(kRuntimeSupport));
+  }
   RenderExplain(model, po, r, outcome);
   return r;
 }

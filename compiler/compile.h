@@ -18,6 +18,7 @@
 #include "compiler/cost_model.h"
 #include "compiler/planner.h"
 #include "compiler/spec.h"
+#include "compiler/step_simulation.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
@@ -34,11 +35,21 @@ struct PinOverride {
 // positive integer). InvalidArgument with the fix otherwise.
 StatusOr<PinOverride> ParsePin(const std::string& text);
 
+// Parses --runtime-support: a comma list of the features the target runtime
+// has, from dp, micro_batch, tp_decoder, pp_decoder, tp_encoder, pp_encoder,
+// cp, ep, moe, recompute; or "all". InvalidArgument names an unknown one.
+StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list);
+std::string RuntimeSupportText(const RuntimeSupport& support);
+
 struct CompileOptions {
   std::string out_dir = ".";              // as given: job.sbatch names plan.json through it
   std::string worker = "maestro-worker";  // the step's program (a stub in Slurm tests)
   std::vector<std::string> worker_args;   // appended (shell-quoted) to the worker's command line
   bool allow_planner_only = false;
+  // What the target runtime runs (--runtime-support); this build's table by
+  // default. Local mode always plans for this build's runtime.
+  RuntimeSupport support = kRuntimeSupport;
+  bool support_given = false;               // --runtime-support was used
   std::vector<ProfileSpec> extra_profiles;  // from --profiles (measured by the runtime)
   std::vector<PinOverride> pins;            // from --pin, applied over the spec's pins
   // > 0: local mode (`maestro run`): ignore [cluster]'s node and GPU counts and
@@ -50,9 +61,13 @@ struct CompileOptions {
 struct CompileResult {
   plan::Plan plan;
   Workload workload;
-  Assignment assignment;
+  Assignment assignment;       // after RefineBySimulation
+  std::string refinement_log;  // what the simulation changed, one line per change
   MonolithicPlan monolithic;
-  StepPrediction prediction;
+  int monolithic_device = 0;           // the GPU type it runs on (index into DevicesOf)
+  StepPrediction prediction;           // the sectioned plan's step (simulated)
+  SimulatedStep simulated;             // its simulation: per-section utilization and bubbles
+  SimulatedStep monolithic_simulated;  // the baseline's, FIFO
   std::string sbatch;
   std::string report;       // the human table
   std::string report_json;  // the same as one JSON object

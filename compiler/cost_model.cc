@@ -101,7 +101,9 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   }
   if (!measured) {
     const double gemm = samples_per_mb * tokens / cp * h / tp;
-    const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size);
+    const double width = h / tp;
+    const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;
+    const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size) * width_eff;
     stage = samples_per_mb * flops_per_sample_run / (tp * pp * cp) / (dev.peak_flops * std::max(eff, 1e-6));
     const int gpn = dev.gpus_per_node;
     const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;

@@ -11,7 +11,8 @@
 //   compute of one micro-batch on one pipeline stage =
 //       mb * FLOPs/sample * (train: 3, +1 with recompute; forward: 1)
 //       / (tp * pp * cp) / (peak * mfu * x / (x + x_half)),
-//   x = mb * tokens / cp * hidden / tp (small GEMMs run below peak);
+//   x = mb * tokens / cp * hidden / tp (small GEMMs run below peak),
+//   times w / (w + w_half), w = hidden / tp (narrow per-GPU matrices);
 //   + TP all-reduces (2 per layer forward, 2 more backward) over NVLink, CP
 //   ring exchanges of K/V, PP sends; a replica runs m micro-batches in
 //   (m + pp - 1) stage times (1F1B); DP: ZeRO-1 reduce-scatter + all-gather of
@@ -45,6 +46,12 @@ struct DeviceType {
   double mfu = 0.55;
   // GEMM size (tokens x hidden per GPU) at which kernels reach half of mfu.
   double half_efficiency_size = double(1 << 19);
+  // Per-GPU matrix width (hidden / TP) at which GEMMs reach half of mfu:
+  // kernels tile the output in 128-256-wide blocks, so a GEMM only a few
+  // tiles wide (a small model split by TP) loses to tile-edge waste and
+  // wave quantization. An estimate (w = 896 -> 0.88, w = 3584 -> 0.97);
+  // 0 turns the effect off (CPU slots: no basis for a number).
+  double half_efficiency_width = 128.0;
   double intra_bytes_per_s = 0;  // per GPU
   double inter_bytes_per_s = 0;  // per GPU
   int gpus_per_node = 1;

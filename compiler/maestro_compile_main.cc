@@ -3,6 +3,7 @@
 //   maestro-compile spec.toml -o outdir [--dry-run] [--explain] [--json]
 //                   [--worker PATH] [--worker-arg ARG]... [--allow-planner-only]
 //                   [--profiles FILE] [--local N] [--pin SECTION.KEY=VALUE]...
+//                   [--runtime-support FEATURES]
 //   maestro-compile --model-info config.json [--json] [--seq-len N]
 // Exit status: 0 ok, 1 an I/O error, 2 bad input (the message says where).
 #include <CLI/CLI.hpp>
@@ -58,6 +59,10 @@ int Run(int argc, char** argv) {
                "also search configurations the runtime cannot run yet (marked planner-only)");
   app.add_option("--profiles", profiles, "measured section times (JSON array written by the runtime)");
   std::vector<std::string> pins;
+  std::string support;
+  app.add_option("--runtime-support", support,
+                 "plan for a runtime with these features instead of this build's: comma list of dp, micro_batch, "
+                 "tp_decoder, pp_decoder, tp_encoder, pp_encoder, cp, ep, moe, recompute; or all");
   app.add_option("--local", options.local_ranks,
                  "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
       ->check(CLI::Range(1, 4096));
@@ -87,6 +92,15 @@ int Run(int argc, char** argv) {
       return maestro::kExitUsage;
     }
     options.pins.push_back(*pin);
+  }
+  if (!support.empty()) {
+    auto parsed = maestro::compiler::ParseRuntimeSupport(support);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "maestro-compile: %s\n", parsed.status().message().c_str());
+      return maestro::kExitUsage;
+    }
+    options.support = *parsed;
+    options.support_given = true;
   }
   auto spec = maestro::compiler::ParseSpecFile(spec_path);
   if (!spec.ok()) {

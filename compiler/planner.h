@@ -55,10 +55,10 @@ struct SectionChoice {
 struct Assignment {
   std::vector<SectionChoice> sections;
   std::vector<double> edge_seconds;
-  double bottleneck_seconds = 0;     // max over sections and edges
-  double throughput = 0;             // samples / s at steady state
+  double bottleneck_seconds = 0;  // max over sections and edges
+  double throughput = 0;          // samples / s at steady state
   std::vector<int> nodes_per_device;
-  int gpus = 0;                      // GPUs held (whole nodes)
+  int gpus = 0;  // GPUs held (whole nodes)
 };
 
 // Why planning failed, pointing at what the spec must change.
@@ -96,27 +96,26 @@ void Summarize(const CostModel& model, const Workload& work, Assignment& a);
 
 struct MonolithicPlan {
   bool found = false;
-  plan::ParallelConfig config;       // one configuration for every section
+  plan::ParallelConfig config;  // one configuration for every section
   int gpus = 0;
-  std::vector<SectionCost> sections; // each section under `config`
-  MemoryBreakdown memory;            // all sections' memory per GPU, summed
+  std::vector<SectionCost> sections;  // each section under `config`
+  MemoryBreakdown memory;             // all sections' memory per GPU, summed
   double step_seconds = 0;
   double throughput = 0;
   std::string planner_only;
-  std::string why_not;               // when !found
+  std::string why_not;  // when !found
 };
 
 // All sections on all GPUs of the default device (index `device`), one after
 // another per micro-batch, as single-model trainers run them.
-MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& work, int device,
-                              const PlannerOptions& options);
+MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& work, int device, const PlannerOptions& options);
 
 // ---- the simulator seam --------------------------------------------------------
 struct StepPrediction {
-  double step_seconds = 0;        // one global batch, fill and drain included
+  double step_seconds = 0;  // one global batch, fill and drain included
   double steady_state_seconds = 0;
   double samples_per_second = 0;
-  std::string predictor;          // which model produced it
+  std::string predictor;  // which model produced it
 };
 
 class StepPredictor {

@@ -73,6 +73,9 @@ class CompileSlurmTest : public ::testing::Test {
     CompileOptions options;
     options.out_dir = (dir / "out").string();
     options.worker = worker;
+    // The GPU examples need TP/PP; what this build's runtime runs is not what this test is about.
+    options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder");
+    options.support_given = true;
     spec.job.output = (dir / "job-%j.txt").string();
     auto r = Compile(spec, options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();

@@ -241,3 +241,41 @@ inputs = ["teacher.teacher_hidden"]
 
 }  // namespace
 }  // namespace maestro::compiler
+
+namespace maestro::compiler {
+namespace {
+
+TEST(RuntimeSupportFlag, ParsesFeatureListsAndPlansForThem) {
+  auto none = ParseRuntimeSupport("dp");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->data_parallel);
+  EXPECT_FALSE(none->tensor_parallel_decoder);
+  EXPECT_FALSE(none->micro_batching);
+  auto all = ParseRuntimeSupport("all");
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->context_parallel && all->activation_recompute && all->tensor_parallel_encoder);
+  EXPECT_EQ(RuntimeSupportText(*ParseRuntimeSupport("tp_decoder,dp")), "dp,tp_decoder");
+  auto bad = ParseRuntimeSupport("dp,tp_decodr");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("did you mean 'tp_decoder'"), std::string::npos) << bad.status().message();
+
+  // A runtime without micro-batching or TP gets plans without them.
+  const Spec spec = Load("tiny_vlm.toml");
+  CompileOptions o;
+  o.support = *ParseRuntimeSupport("dp");
+  o.support_given = true;
+  auto r = Compile(spec, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (const auto& s : r->plan.sections) {
+    EXPECT_EQ(s.config.tp, 1) << s.name;
+    EXPECT_EQ(s.config.micro_batch, 1) << s.name;
+    EXPECT_EQ(s.planner_only, "") << s.name;
+  }
+  EXPECT_NE(r->report.find("planned for a runtime with: dp"), std::string::npos);
+  // Local mode plans for this build's runtime only.
+  o.local_ranks = 4;
+  EXPECT_FALSE(Compile(spec, o).ok());
+}
+
+}  // namespace
+}  // namespace maestro::compiler

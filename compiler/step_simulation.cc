@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/step_simulation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+
+#include "scheduler/simulator.h"
+
+namespace maestro::compiler {
+
+namespace {
+
+// Forward's share of a micro-batch's stage time: forward 1, backward 2
+// (+1 recomputed forward).
+double ForwardShare(const SectionWork& s, const plan::ParallelConfig& c) {
+  if (!s.trains()) return 1.0;
+  return c.recompute ? 0.25 : 1.0 / 3.0;
+}
+
+int ModalityBit(const std::string& activation, const std::vector<std::string>& names) {
+  if (activation == "always") return -1;
+  const auto it = std::find(names.begin(), names.end(), activation);
+  return it == names.end() ? -1 : static_cast<int>(it - names.begin());
+}
+
+// Stage seconds of one micro-batch of k = 0..max_k samples on one replica.
+std::vector<double> StageTable(const CostModel& model, const SectionWork& s, const plan::ParallelConfig& c, int max_k) {
+  std::vector<double> t(static_cast<size_t>(max_k) + 1, 0.0);
+  for (int k = 1; k <= max_k; ++k) {
+    t[static_cast<size_t>(k)] = model.EvaluateWith(s, c, 1.0, static_cast<double>(k)).stage_seconds;
+  }
+  return t;
+}
+
+double StageAt(const CostModel& model, const SectionWork& s, const plan::ParallelConfig& c,
+               const std::vector<double>& table, size_t k) {
+  if (k == 0) return 0.0;
+  if (k < table.size()) return table[k];
+  return model.EvaluateWith(s, c, 1.0, static_cast<double>(k)).stage_seconds;
+}
+
+// The sectioned plan: section i of the problem is workload section i.
+class SectionedCosts : public scheduler::SectionCostModel {
+ public:
+  SectionedCosts(const CostModel& model, const Workload& work, const Assignment& a) : model_(model), work_(work) {
+    for (size_t i = 0; i < work.sections.size(); ++i) {
+      const SectionWork& s = work.sections[i];
+      const plan::ParallelConfig& c = a.sections[i].cost.config;
+      configs_.push_back(c);
+      stages_.push_back(StageTable(model, s, c, c.micro_batch));
+      const double full = stages_.back()[static_cast<size_t>(c.micro_batch)];
+      const double fill = (c.pp - 1) * full;
+      optimizer_.push_back(s.trains() ? a.sections[i].cost.dp_sync_seconds + fill : 0.0);
+      latency_.push_back((c.pp - 1) * full * ForwardShare(s, c));
+    }
+  }
+  double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
+    return Stage(section, samples.size()) * ForwardShare(Work(section), configs_[static_cast<size_t>(section)]);
+  }
+  double BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
+    return Stage(section, samples.size()) * (1.0 - ForwardShare(Work(section), configs_[static_cast<size_t>(section)]));
+  }
+  double TransferSeconds(int edge, const scheduler::Sample& sample) const override {
+    (void)sample;  // every active sample of a section carries the same tensor size
+    const EdgeWork& e = work_.edges[static_cast<size_t>(edge)];
+    return e.bytes_per_sample / std::max(e.link_bytes_per_s, 1.0) + latency_[static_cast<size_t>(e.from)];
+  }
+  double OptimizerSeconds(int section) const override { return optimizer_[static_cast<size_t>(section)]; }
+
+ private:
+  const SectionWork& Work(int section) const { return work_.sections[static_cast<size_t>(section)]; }
+  double Stage(int section, size_t k) const {
+    const size_t i = static_cast<size_t>(section);
+    return StageAt(model_, work_.sections[i], configs_[i], stages_[i], k);
+  }
+
+  const CostModel& model_;
+  const Workload& work_;
+  std::vector<plan::ParallelConfig> configs_;
+  std::vector<std::vector<double>> stages_;
+  std::vector<double> optimizer_, latency_;
+};
+
+// The monolithic baseline: one problem section whose micro-batch runs every
+// workload section on the samples that activate it.
+class MonolithicCosts : public scheduler::SectionCostModel {
+ public:
+  MonolithicCosts(const CostModel& model, const Workload& work, const MonolithicPlan& m, int device,
+                  const std::vector<std::string>& modality_names)
+      : model_(model) {
+    const int mb = m.config.micro_batch;
+    double stage0_full = 0;  // stage 0 of a micro-batch with the expected modality mix
+    double sync = 0;
+    for (size_t i = 0; i < work.sections.size(); ++i) {
+      SectionWork s = work.sections[i];
+      s.device = device;
+      const plan::ParallelConfig& c = m.sections[i].config;
+      bits_.push_back(ModalityBit(s.activation, modality_names));
+      stages_.push_back(StageTable(model, s, c, mb));
+      configs_.push_back(c);
+      stage0_full += model.EvaluateWith(s, c, 1.0, std::max(1e-9, mb * s.active_fraction)).stage_seconds;
+      if (s.trains()) sync += m.sections[i].dp_sync_seconds;
+      sections_.push_back(std::move(s));
+    }
+    optimizer_ = sync + (m.config.pp - 1) * stage0_full;
+  }
+  double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
+    (void)section;
+    return Sum(samples, true);
+  }
+  double BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
+    (void)section;
+    return Sum(samples, false);
+  }
+  double TransferSeconds(int edge, const scheduler::Sample& sample) const override {
+    (void)edge;
+    (void)sample;
+    return 0.0;  // one section: no edges
+  }
+  double OptimizerSeconds(int section) const override {
+    (void)section;
+    return optimizer_;
+  }
+
+ private:
+  double Sum(const std::vector<const scheduler::Sample*>& samples, bool forward) const {
+    double t = 0;
+    for (size_t i = 0; i < sections_.size(); ++i) {
+      size_t k = 0;
+      for (const scheduler::Sample* x : samples) k += (bits_[i] < 0 || x->Has(bits_[i])) ? 1 : 0;
+      const double stage = StageAt(model_, sections_[i], configs_[i], stages_[i], k);
+      const double share = ForwardShare(sections_[i], configs_[i]);
+      t += stage * (forward ? share : 1.0 - share);
+    }
+    return t;
+  }
+
+  const CostModel& model_;
+  std::vector<SectionWork> sections_;
+  std::vector<plan::ParallelConfig> configs_;
+  std::vector<int> bits_;
+  std::vector<std::vector<double>> stages_;
+  double optimizer_ = 0;
+};
+
+uint64_t SplitMix(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+SimulatedStep RunBatches(const plan::Plan& skeleton, const std::shared_ptr<const scheduler::SectionCostModel>& costs,
+                         const SimulationSettings& settings, scheduler::Policy policy) {
+  SimulatedStep out;
+  out.policy = scheduler::PolicyName(policy);
+  const std::vector<std::string> names = scheduler::ModalityNamesOf(skeleton);
+  out.min_step_seconds = std::numeric_limits<double>::infinity();
+  const int batches = std::max(1, settings.batches);
+  for (int b = 0; b < batches; ++b) {
+    auto problem =
+        scheduler::FromPlan(skeleton, costs, SampleGlobalBatch(skeleton.data.global_batch, settings, b, names));
+    if (!problem.ok()) {
+      out.error = problem.status().message();
+      return out;
+    }
+    scheduler::ScheduleOptions so;
+    so.policy = policy;
+    so.seed = settings.seed;
+    so.step = b;
+    auto schedule = scheduler::BuildSchedule(*problem, so);
+    if (!schedule.ok()) {
+      out.error = schedule.status().message();
+      return out;
+    }
+    auto sim = scheduler::Simulate(*problem, *schedule);
+    if (!sim.ok()) {
+      out.error = sim.status().message();
+      return out;
+    }
+    out.step_seconds += sim->step_seconds / batches;
+    out.min_step_seconds = std::min(out.min_step_seconds, sim->step_seconds);
+    out.max_step_seconds = std::max(out.max_step_seconds, sim->step_seconds);
+    out.utilization += sim->utilization / batches;
+    out.sections.resize(sim->sections.size());
+    std::vector<double> gaps(sim->sections.size(), 0.0);
+    for (const auto& r : sim->ranks) gaps[static_cast<size_t>(r.section)] += r.bubbles;
+    for (size_t s = 0; s < sim->sections.size(); ++s) {
+      const scheduler::SectionStats& st = sim->sections[s];
+      SectionSimulation& o = out.sections[s];
+      o.name = st.name;
+      o.replicas = st.replicas;
+      const double reps = std::max(1, st.replicas);
+      o.utilization += st.utilization / batches;
+      o.bubble_seconds += st.bubble_seconds / reps / batches;
+      o.bubbles += gaps[s] / reps / batches;
+    }
+  }
+  out.batches = batches;
+  out.ok = true;
+  return out;
+}
+
+}  // namespace
+
+std::vector<scheduler::Sample> SampleGlobalBatch(int64_t global_batch, const SimulationSettings& settings, int batch,
+                                                 const std::vector<std::string>& modality_names) {
+  std::vector<scheduler::Sample> out;
+  out.reserve(static_cast<size_t>(std::max<int64_t>(global_batch, 0)));
+  uint64_t state = settings.seed * 0x100000001B3ull + static_cast<uint64_t>(batch) + 1;
+  for (int64_t i = 0; i < global_batch; ++i) {
+    scheduler::Sample s;
+    s.id = static_cast<uint64_t>(batch) * static_cast<uint64_t>(global_batch) + static_cast<uint64_t>(i);
+    s.text_tokens = settings.seq_len;
+    for (const auto& m : settings.modalities) {
+      const double u = static_cast<double>(SplitMix(state) >> 11) * 0x1.0p-53;
+      const int bit = ModalityBit(m.name, modality_names);
+      if (bit < 0 || bit >= scheduler::kMaxModalities || u >= m.fraction) continue;
+      s.modalities |= 1u << bit;
+      s.modality_tokens[static_cast<size_t>(bit)] = m.tokens;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+SimulatedStep SimulateSectioned(const CostModel& model, const Workload& work, const Assignment& a,
+                                const SimulationSettings& settings, scheduler::Policy policy) {
+  plan::Plan p;
+  p.job_name = "sectioned";
+  p.data.global_batch = model.global_batch();
+  p.data.modalities = settings.modalities;
+  for (size_t i = 0; i < work.sections.size(); ++i) {
+    plan::SectionPlan s;
+    s.name = work.sections[i].name;
+    s.mode = work.sections[i].mode;
+    s.activation = work.sections[i].activation;
+    s.config = a.sections[i].cost.config;
+    p.sections.push_back(std::move(s));
+  }
+  for (const auto& e : work.edges) {
+    plan::EdgePlan ep;
+    ep.from = work.sections[static_cast<size_t>(e.from)].name;
+    ep.to = work.sections[static_cast<size_t>(e.to)].name;
+    p.edges.push_back(ep);
+  }
+  return RunBatches(p, std::make_shared<SectionedCosts>(model, work, a), settings, policy);
+}
+
+SimulatedStep SimulateMonolithic(const CostModel& model, const Workload& work, const MonolithicPlan& m, int device,
+                                 const SimulationSettings& settings) {
+  if (!m.found) {
+    SimulatedStep out;
+    out.error = "no monolithic baseline";
+    return out;
+  }
+  plan::Plan p;
+  p.job_name = "monolithic";
+  p.data.global_batch = model.global_batch();
+  p.data.modalities = settings.modalities;
+  plan::SectionPlan s;
+  s.name = "monolithic";
+  s.mode = plan::SectionMode::kForward;
+  for (const auto& w : work.sections) {
+    if (w.trains()) s.mode = plan::SectionMode::kTrain;
+  }
+  s.config = m.config;
+  p.sections.push_back(std::move(s));
+  const std::vector<std::string> names = scheduler::ModalityNamesOf(p);
+  return RunBatches(p, std::make_shared<MonolithicCosts>(model, work, m, device, names), settings,
+                    scheduler::Policy::kFifo);
+}
+
+SimulatedStep SimulatorStepPredictor::Run(const CostModel& model, const Workload& work, const Assignment& a) const {
+  return SimulateSectioned(model, work, a, settings_);
+}
+
+namespace {
+
+// Simulations one refinement may run (~20 ms each for 4096 samples on
+// hundreds of replicas; a few ms for typical specs).
+constexpr int kMaxRefinementSimulations = 24;
+
+bool EdgeRuleHolds(const EdgeWork& e, int from_dp, int to_dp) {
+  if (e.fanout > 0) return to_dp == from_dp * e.fanout;
+  if (e.fanin > 0) return from_dp == to_dp * e.fanin;
+  return to_dp % from_dp == 0 || from_dp % to_dp == 0;
+}
+
+std::string Describe(const plan::ParallelConfig& c) {
+  return fmt::format("DP {} micro-batch {}", c.dp, c.micro_batch);
+}
+
+}  // namespace
+
+Assignment RefineBySimulation(const CostModel& model, const Workload& work, const Assignment& a,
+                              const PlannerOptions& options, const SimulationSettings& settings, std::string* log,
+                              int rounds) {
+  Assignment best = a;
+  SimulationSettings search = settings;
+  search.batches = 1;  // the search compares on one sampled batch; the caller judges on all
+  SimulatedStep current = SimulateSectioned(model, work, best, search);
+  if (!current.ok) return best;
+  const size_t n = work.sections.size();
+  int budget = kMaxRefinementSimulations;
+  for (int round = 0; round < rounds; ++round) {
+    bool improved = false;
+    // Biggest fill first: sections others wait for, by the latency of their
+    // first micro-batch (PP stages of one micro-batch), then the rest.
+    std::vector<size_t> order(n);
+    std::vector<double> latency(n, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      order[i] = i;
+      const SectionCost& c = best.sections[i].cost;
+      bool feeds = false;
+      for (const EdgeWork& e : work.edges) feeds = feeds || e.from == static_cast<int>(i);
+      latency[i] = (feeds ? 1e9 : 0.0) + c.stage_seconds * c.config.pp;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return latency[x] > latency[y]; });
+    for (size_t i : order) {
+      // Line search: after a change, try the same section's neighbours again.
+      for (bool again = true; again && budget > 0;) {
+        again = false;
+        const SectionWork& s = work.sections[i];
+        const SectionCost& now = best.sections[i].cost;
+        Assignment winner;
+        double winner_step = current.step_seconds * (1.0 - 0.005);
+        bool found = false;
+        for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
+          if (c.tp != now.config.tp || c.pp != now.config.pp || c.cp != now.config.cp ||
+              c.recompute != now.config.recompute) {
+            continue;
+          }
+          if (c.dp == now.config.dp && c.micro_batch == now.config.micro_batch) continue;
+          // Neighbours only: halve or double the micro-batch or DP (one or both).
+          const auto near = [](int x, int y) { return x == y || x == 2 * y || 2 * x == y; };
+          if (!near(c.dp, now.config.dp) || !near(c.micro_batch, now.config.micro_batch)) continue;
+          if (budget <= 0) break;
+          // A micro-batch larger than what a replica gets runs as the smaller one.
+          const double per_replica =
+              std::ceil(static_cast<double>(model.global_batch()) * s.active_fraction / c.dp - 1e-9);
+          if (c.micro_batch > 1 && c.micro_batch / 2 >= per_replica) continue;
+          const SectionCost cost = model.Evaluate(s, c);
+          if (!cost.fits || cost.nodes != now.nodes) continue;
+          // A section busy longer than the step to beat cannot shorten it.
+          if (cost.step_seconds >= winner_step) continue;
+          bool edges_ok = true;
+          for (const EdgeWork& e : work.edges) {
+            if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
+            const int from_dp =
+                e.from == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.from)].cost.config.dp;
+            const int to_dp =
+                e.to == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.to)].cost.config.dp;
+            edges_ok = edges_ok && EdgeRuleHolds(e, from_dp, to_dp);
+          }
+          if (!edges_ok) continue;
+          Assignment trial = best;
+          trial.sections[i].cost = cost;
+          trial.sections[i].planner_only = PlannerOnlyFeatures(s.model, c, options.support);
+          Summarize(model, work, trial);
+          --budget;
+          const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
+          if (!sim.ok || sim.step_seconds >= winner_step) continue;
+          // Transfers are latencies in the simulator; keep the links' volume under the step.
+          bool links_ok = true;
+          for (double t : trial.edge_seconds) links_ok = links_ok && t <= sim.step_seconds;
+          if (!links_ok) continue;
+          winner = std::move(trial);
+          winner_step = sim.step_seconds;
+          found = true;
+        }
+        if (!found) break;
+        if (log) {
+          *log += fmt::format("  section '{}': {} -> {}: simulated step {:.4g} s -> {:.4g} s\n", s.name,
+                              Describe(now.config), Describe(winner.sections[i].cost.config), current.step_seconds,
+                              winner_step);
+        }
+        best = std::move(winner);
+        current.step_seconds = winner_step;
+        improved = true;
+        again = true;
+      }
+    }
+    if (!improved) break;
+  }
+  // Idle GPUs of a held node: a section on part of its node(s) takes the
+  // largest DP that fits there when that does not lengthen the step (more
+  // slack for the samples that arrive late).
+  for (size_t i = 0; i < n; ++i) {
+    const SectionWork& s = work.sections[i];
+    const DeviceType& dev = model.devices()[static_cast<size_t>(s.device)];
+    const SectionCost now = best.sections[i].cost;
+    if (dev.shared_node || now.gpus >= now.nodes * dev.gpus_per_node) continue;
+    std::vector<plan::ParallelConfig> wider;
+    for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
+      if (c.tp == now.config.tp && c.pp == now.config.pp && c.cp == now.config.cp &&
+          c.recompute == now.config.recompute && c.micro_batch == now.config.micro_batch && c.dp > now.config.dp) {
+        wider.push_back(c);
+      }
+    }
+    std::sort(wider.begin(), wider.end(),
+              [](const plan::ParallelConfig& x, const plan::ParallelConfig& y) { return x.dp > y.dp; });
+    for (const plan::ParallelConfig& c : wider) {
+      const SectionCost cost = model.Evaluate(s, c);
+      if (!cost.fits || cost.nodes != now.nodes) continue;
+      bool edges_ok = true;
+      for (const EdgeWork& e : work.edges) {
+        if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
+        const int from_dp =
+            e.from == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.from)].cost.config.dp;
+        const int to_dp = e.to == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.to)].cost.config.dp;
+        edges_ok = edges_ok && EdgeRuleHolds(e, from_dp, to_dp);
+      }
+      if (!edges_ok) continue;
+      Assignment trial = best;
+      trial.sections[i].cost = cost;
+      trial.sections[i].planner_only = PlannerOnlyFeatures(s.model, c, options.support);
+      Summarize(model, work, trial);
+      const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
+      if (!sim.ok || sim.step_seconds > current.step_seconds * 1.001) continue;
+      if (log) {
+        *log += fmt::format(
+            "  section '{}': {} -> {} (the rest of its node(s) was idle): simulated step {:.4g} s -> "
+            "{:.4g} s\n",
+            s.name, Describe(now.config), Describe(c), current.step_seconds, sim.step_seconds);
+      }
+      best = std::move(trial);
+      current.step_seconds = sim.step_seconds;
+      break;
+    }
+  }
+  return best;
+}
+
+StepPrediction PredictionOf(const SimulatedStep& sim, const CostModel& model, const Workload& work,
+                            const Assignment& a) {
+  if (!sim.ok) {
+    StepPrediction p = AnalyticStepPredictor().Predict(model, work, a);
+    p.predictor += " (the simulator failed: " + sim.error + ")";
+    return p;
+  }
+  StepPrediction p;
+  p.predictor = fmt::format("simulator: {} schedule, mean of {} sampled global batches", sim.policy, sim.batches);
+  p.step_seconds = sim.step_seconds;
+  p.steady_state_seconds = a.bottleneck_seconds;
+  p.samples_per_second = sim.step_seconds > 0 ? static_cast<double>(model.global_batch()) / sim.step_seconds : 0;
+  return p;
+}
+
+StepPrediction SimulatorStepPredictor::Predict(const CostModel& model, const Workload& work,
+                                               const Assignment& a) const {
+  return PredictionOf(Run(model, work, a), model, work, a);
+}
+
+}  // namespace maestro::compiler

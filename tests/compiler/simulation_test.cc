@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// Step prediction by simulation: sampled batches, the compiler's cost model
+// behind the scheduler's interface (agrees with the analytic model where no
+// cross-section effect exists), the monolithic baseline's DP stragglers, and
+// the refinement of a plan by simulated step time.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/compile.h"
+#include "compiler/model.h"
+#include "compiler/step_simulation.h"
+
+namespace maestro::compiler {
+namespace {
+
+const std::string kSpecs = std::string(MAESTRO_SOURCE_DIR) + "/specs/";
+
+DeviceType Gpu() {
+  DeviceType d;
+  d.name = "h100";
+  d.memory_bytes = 80e9;
+  d.reserved_bytes = 2e9;
+  d.peak_flops = 989e12;
+  d.intra_bytes_per_s = 450e9;
+  d.inter_bytes_per_s = 50e9;
+  d.gpus_per_node = 8;
+  d.nodes = 4;
+  return d;
+}
+
+SectionWork Decoder(const std::string& name, double fraction, const std::string& activation) {
+  SectionWork s;
+  s.name = name;
+  s.model.kind = plan::ModelKind::kDecoder;
+  s.model.hidden = 2048;
+  s.model.layers = 16;
+  s.model.heads = 16;
+  s.model.kv_heads = 16;
+  s.model.ffn_hidden = 8192;
+  s.model.vocab = 32000;
+  s.tokens = 2048;
+  s.facts = ComputeModelFacts(s.model, s.tokens);
+  s.active_fraction = fraction;
+  s.activation = activation;
+  return s;
+}
+
+TEST(SampleGlobalBatch, IsDeterministicAndDrawsTheModalityShare) {
+  SimulationSettings s;
+  s.seed = 3;
+  s.seq_len = 128;
+  s.modalities = {{"image", 0.25, 64}};
+  const std::vector<std::string> names = {"image"};
+  const auto a = SampleGlobalBatch(20000, s, 0, names);
+  const auto b = SampleGlobalBatch(20000, s, 0, names);
+  const auto c = SampleGlobalBatch(20000, s, 1, names);
+  ASSERT_EQ(a.size(), 20000u);
+  int images = 0, same = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].modalities, b[i].modalities);
+    EXPECT_EQ(a[i].text_tokens, 128);
+    if (a[i].Has(0)) {
+      ++images;
+      EXPECT_EQ(a[i].modality_tokens[0], 64);
+    }
+    same += a[i].modalities == c[i].modalities ? 1 : 0;
+  }
+  EXPECT_NEAR(images / 20000.0, 0.25, 0.02);
+  EXPECT_LT(same, 19000);  // another batch is another draw
+}
+
+TEST(Simulation, OneSectionAgreesWithTheCostModel) {
+  const CostModel model({Gpu()}, 64);
+  Workload w;
+  w.sections = {Decoder("llm", 1.0, "always")};
+  for (const plan::ParallelConfig c :
+       {plan::ParallelConfig{1, 1, 1, 1, 8, 2, false, 1}, plan::ParallelConfig{2, 2, 1, 1, 4, 4, false, 1}}) {
+    Assignment a;
+    a.sections.push_back({model.Evaluate(w.sections[0], c), ""});
+    Summarize(model, w, a);
+    SimulationSettings s;
+    s.seq_len = 2048;
+    const SimulatedStep sim = SimulateSectioned(model, w, a, s);
+    ASSERT_TRUE(sim.ok) << sim.error;
+    EXPECT_NEAR(sim.step_seconds, a.sections[0].cost.step_seconds, 1e-6 * a.sections[0].cost.step_seconds)
+        << "tp " << c.tp << " pp " << c.pp;
+    ASSERT_EQ(sim.sections.size(), 1u);
+    EXPECT_EQ(sim.sections[0].replicas, c.dp);
+  }
+}
+
+TEST(Simulation, TheMonolithicBaselineWaitsForTheReplicaWithTheMostImages) {
+  // A heavy image encoder that only some samples activate: FIFO deals the data
+  // order round-robin, so the DP replicas draw different image counts.
+  DeviceType d = Gpu();
+  const CostModel model({d}, 256);
+  Workload w;
+  SectionWork enc = Decoder("encoder", 0.3, "image");
+  enc.model.kind = plan::ModelKind::kVit;
+  enc.model.image_size = 448;
+  enc.model.patch_size = 14;
+  enc.model.channels = 3;
+  enc.facts = ComputeModelFacts(enc.model, enc.tokens);
+  w.sections = {enc, Decoder("llm", 1.0, "always")};
+  PlannerOptions o;
+  const MonolithicPlan m = PlanMonolithic(model, w, 0, o);
+  ASSERT_TRUE(m.found) << m.why_not;
+  SimulationSettings s;
+  s.seq_len = 2048;
+  s.modalities = {{"image", 0.3, 1024}};
+  s.batches = 4;
+  const SimulatedStep sim = SimulateMonolithic(model, w, m, 0, s);
+  ASSERT_TRUE(sim.ok) << sim.error;
+  // The step if every replica had drawn exactly the mean share of images.
+  const double per_replica = 256.0 / m.config.dp;
+  const double mbs = std::ceil(per_replica / m.config.micro_batch);
+  double even = 0;
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    SectionWork x = w.sections[i];
+    const double samples = per_replica * x.active_fraction / mbs;
+    even += model.EvaluateWith(x, m.sections[i].config, mbs, samples).step_seconds;
+  }
+  EXPECT_GT(sim.max_step_seconds, even * 1.001);
+  // ... but only the samples that carry an image run the encoder.
+  double all_images = 0;
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    all_images += model.EvaluateWith(w.sections[i], m.sections[i].config, mbs, per_replica / mbs).step_seconds;
+  }
+  EXPECT_LT(sim.max_step_seconds, all_images);
+}
+
+TEST(Refinement, NeverSlowerKeepsNodesPinsAndFanOutRules) {
+  for (const char* name : {"kd_72b_to_7b.toml", "tiny_vlm.toml", "omni_audio_vision_llm.toml"}) {
+    auto spec = ParseSpecFile(kSpecs + name);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    const auto devices = DevicesOf(*spec);
+    auto work = BuildWorkload(*spec, devices);
+    ASSERT_TRUE(work.ok());
+    const CostModel model(devices, spec->data.global_batch);
+    PlannerOptions o;  // a GPU runtime, whatever this build's runtime_support.h says
+    o.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder");
+    const PlanOutcome planned = PlanSections(model, *work, o);
+    ASSERT_TRUE(planned.ok()) << planned.failure.message;
+    SimulationSettings s;
+    s.seq_len = spec->data.seq_len;
+    s.modalities = spec->data.modalities;
+    s.seed = spec->data.seed;
+    std::string log;
+    const Assignment refined = RefineBySimulation(model, *work, planned.assignment, o, s, &log);
+    const SimulatedStep before = SimulateSectioned(model, *work, planned.assignment, s);
+    const SimulatedStep after = SimulateSectioned(model, *work, refined, s);
+    ASSERT_TRUE(before.ok && after.ok) << before.error << after.error;
+    EXPECT_LE(after.step_seconds, before.step_seconds * 1.02) << name;  // searched on 2 batches, judged on 4
+    for (size_t i = 0; i < refined.sections.size(); ++i) {
+      const auto& c = refined.sections[i].cost;
+      EXPECT_EQ(c.nodes, planned.assignment.sections[i].cost.nodes) << name;
+      EXPECT_TRUE(c.fits) << name;
+      EXPECT_EQ(refined.sections[i].planner_only, "") << name;
+    }
+    for (const auto& e : work->edges) {
+      const int a = refined.sections[static_cast<size_t>(e.from)].cost.config.dp;
+      const int b = refined.sections[static_cast<size_t>(e.to)].cost.config.dp;
+      EXPECT_TRUE(a % b == 0 || b % a == 0) << name;
+    }
+    // A micro-batch/DP change is kept only when it shortens the step; filling
+    // an idle node only when it does not lengthen it.
+    bool shortened = false;
+    for (size_t at = log.find("simulated step"); at != std::string::npos; at = log.find("simulated step", at + 1)) {
+      const size_t line = log.rfind('\n', at);
+      shortened =
+          shortened || log.substr(line == std::string::npos ? 0 : line, at - line).find("idle") == std::string::npos;
+    }
+    if (shortened) {
+      EXPECT_LT(after.step_seconds, before.step_seconds) << name << "\n" << log;
+    }
+  }
+}
+
+TEST(Refinement, SmallerTeacherMicroBatchesLetTheStudentStartEarlier) {
+  // The analytic objective (steady state) picks a large teacher micro-batch;
+  // with ~10 samples per teacher replica that is one micro-batch the student
+  // waits for. The simulation sees the fill and shrinks it.
+  auto spec = ParseSpecFile(kSpecs + "kd_72b_to_7b.toml");
+  ASSERT_TRUE(spec.ok());
+  CompileOptions o;
+  o.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder");
+  o.support_given = true;
+  auto r = Compile(*spec, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->simulated.ok) << r->simulated.error;
+  EXPECT_TRUE(r->monolithic_simulated.ok) << r->monolithic_simulated.error;
+  EXPECT_NE(r->refinement_log.find("teacher"), std::string::npos) << r->refinement_log;
+  EXPECT_DOUBLE_EQ(r->plan.predicted_step_seconds, r->simulated.step_seconds);
+  EXPECT_NE(r->report.find("simulated step"), std::string::npos);
+  EXPECT_NE(r->report_json.find("\"bubbles_per_replica\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace maestro::compiler
