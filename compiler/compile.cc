@@ -714,8 +714,37 @@ void RenderExplain(const CostModel& model, const PlannerOptions& o, CompileResul
                                   "sections):\n" +
                                       r.refinement_log;
   if (r.monolithic.found) {
-    t += fmt::format("monolithic: best single configuration {} on all {} GPUs ({:.4g} s/step)\n",
-                     ConfigText(r.monolithic.config), r.monolithic.gpus, r.monolithic.step_seconds);
+    const MonolithicPlan& m = r.monolithic;
+    t += fmt::format("monolithic: best single configuration {} on all {} GPUs ({:.4g} s/step analytic)\n",
+                     ConfigText(m.config), m.gpus, m.step_seconds);
+    for (size_t i = 0; i < w.sections.size() && i < m.sections.size(); ++i) {
+      const SectionWork& s = w.sections[i];
+      const plan::ParallelConfig& c = m.sections[i].config;
+      if (c.tp != m.config.tp || c.pp != m.config.pp) {
+        t += fmt::format(
+            "  '{}' cannot be split like the LLM (TP {} PP {}): it runs whole on pipeline stage 0 of "
+            "every TP rank, {}x its FLOPs per replica, and stage 0 sets the pipeline's pace\n",
+            s.name, m.config.tp, m.config.pp, m.config.tp);
+      } else if (!s.trains()) {
+        t += fmt::format(
+            "  frozen '{}' runs at the trainer's TP {} PP {} and micro-batch {}, its replica in the same "
+            "GPU memory as the training states\n",
+            s.name, c.tp, c.pp, c.micro_batch);
+      }
+      if (s.active_fraction < 1.0) {
+        t += fmt::format(
+            "  '{}' runs for {:.0f}% of the samples: FIFO deals the data order round-robin, so DP "
+            "replicas draw different counts and the step waits for the one with the most\n",
+            s.name, 100 * s.active_fraction);
+      }
+    }
+    if (r.monolithic_simulated.ok) {
+      t += fmt::format(
+          "  simulated (FIFO, {} sampled batches): {:.4g} s per step (slowest batch {:.4g} s); the "
+          "analytic formula expects {:.4g} s\n",
+          r.monolithic_simulated.batches, r.monolithic_simulated.step_seconds, r.monolithic_simulated.max_step_seconds,
+          m.step_seconds);
+    }
   }
   r.explain = t;
 }

@@ -8,7 +8,8 @@
 // fan-out; reported as file:line:col), and the three emitters. Every user
 // string that reaches job.sbatch is shell-quoted or was rejected by the spec
 // reader.
-// May call: base, plan, compiler/*. Thread safety: pure functions.
+// May call: base, plan, scheduler (through compiler/step_simulation.h),
+// compiler/*. Thread safety: pure functions.
 #pragma once
 
 #include <string>

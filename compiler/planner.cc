@@ -556,7 +556,9 @@ PlanOutcome PlanSections(const CostModel& model, const Workload& w, const Planne
             "mode = \"forward\"",
             sw.name, GiB(least_memory), least_config.tp, least_config.pp, least_config.cp, least_config.dp,
             least_config.micro_batch, least_config.recompute ? ", recompute" : "", dev.name, GiB(dev.memory_bytes),
-            o.allow_planner_only ? "" : "--allow-planner-only (CP, recomputation), ");
+            o.allow_planner_only
+                ? ""
+                : "--allow-planner-only (CP, recomputation), --runtime-support (a runtime with more), ");
       }
       return out;
     }

@@ -18,9 +18,10 @@
 // type; branch and bound otherwise). ExhaustiveSearch is the oracle the tests
 // compare with; PlanMonolithic is the single-configuration baseline.
 //
-// Seam: StepPredictor is where the discrete-event simulator (scheduler/)
-// plugs in to predict the step of a chosen plan; AnalyticStepPredictor is the
-// steady-state formula used until then.
+// Seam: StepPredictor predicts the step of a chosen plan; the compiler uses
+// the scheduler's discrete-event simulator (SimulatorStepPredictor,
+// compiler/step_simulation.h); AnalyticStepPredictor is the steady-state
+// formula it falls back to.
 // May call: base, plan, compiler/cost_model.h, compiler/runtime_support.h.
 // Thread safety: pure functions of their arguments.
 #pragma once
