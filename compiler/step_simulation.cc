@@ -293,7 +293,7 @@ bool EdgeRuleHolds(const EdgeWork& e, int from_dp, int to_dp) {
 }
 
 std::string Describe(const plan::ParallelConfig& c) {
-  return fmt::format("DP {} micro-batch {}", c.dp, c.micro_batch);
+  return fmt::format("TP {} PP {} DP {} micro-batch {}", c.tp, c.pp, c.dp, c.micro_batch);
 }
 
 }  // namespace
@@ -332,14 +332,20 @@ Assignment RefineBySimulation(const CostModel& model, const Workload& work, cons
         double winner_step = current.step_seconds * (1.0 - 0.005);
         bool found = false;
         for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
-          if (c.tp != now.config.tp || c.pp != now.config.pp || c.cp != now.config.cp ||
-              c.recompute != now.config.recompute) {
+          if (c.cp != now.config.cp || c.recompute != now.config.recompute) continue;
+          if (c.tp == now.config.tp && c.pp == now.config.pp && c.dp == now.config.dp &&
+              c.micro_batch == now.config.micro_batch) {
             continue;
           }
-          if (c.dp == now.config.dp && c.micro_batch == now.config.micro_batch) continue;
-          // Neighbours only: halve or double the micro-batch or DP (one or both).
+          // Neighbours only: halve or double the micro-batch, DP, TP or PP;
+          // TP and PP move one at a time (a wider replica shortens the
+          // latency of the first micro-batch the downstream section waits for).
           const auto near = [](int x, int y) { return x == y || x == 2 * y || 2 * x == y; };
-          if (!near(c.dp, now.config.dp) || !near(c.micro_batch, now.config.micro_batch)) continue;
+          if (!near(c.dp, now.config.dp) || !near(c.micro_batch, now.config.micro_batch) ||
+              !near(c.tp, now.config.tp) || !near(c.pp, now.config.pp) ||
+              (c.tp != now.config.tp && c.pp != now.config.pp)) {
+            continue;
+          }
           if (budget <= 0) break;
           // A micro-batch larger than what a replica gets runs as the smaller one.
           const double per_replica =

@@ -82,8 +82,8 @@ SimulatedStep SimulateMonolithic(const CostModel& model, const Workload& work, c
                                  const SimulationSettings& settings);
 
 // Refines a planned assignment by simulation: for one section at a time, the
-// neighbouring configurations (micro-batch and DP halved or doubled, same
-// TP/PP/CP and recomputation) that hold the same nodes (so a section of a
+// neighbouring configurations (micro-batch, DP, and TP or PP halved or
+// doubled; same CP and recomputation) that hold the same nodes (so a section of a
 // few GPUs may grow its DP into the rest of its node instead of idling it),
 // fit in memory, keep every edge's fan-out rule and pins; the one with the
 // shortest simulated step (wavefront, one sampled batch) wins when it beats
