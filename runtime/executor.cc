@@ -23,6 +23,7 @@
 #include "datalayer/preemption.h"
 #include "datalayer/sample_index.h"
 #include "datalayer/training_run.h"
+#include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/reference.h"
 #include "runtime/section_runner.h"
@@ -172,6 +173,27 @@ std::shared_ptr<const scheduler::SectionCostModel> RuntimeCostModel(const plan::
   return std::make_shared<scheduler::LinearCostModel>(specs, costs, edges, edge_costs);
 }
 
+// Checkpoint key of TP rank t's optimizer state of section `name`.
+std::string OptimizerKey(const std::string& name, int t) {
+  return t == 0 ? name : fmt::format("{}#tp{}", name, t);
+}
+
+// The TP group's all-reduce for the model's tensor-parallel layers.
+class GroupReducer : public TensorParallelReducer {
+ public:
+  explicit GroupReducer(Backend& group) : group_(group) {}
+  void AllReduceSum(torch::Tensor& t) override {
+    TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32, "TP all-reduce needs contiguous fp32");
+    Status s = Wait(group_.AllReduce(FloatBuffer(t), launcher::ReduceOp::kSum));
+    if (!s.ok()) throw std::runtime_error(s.ToString());
+  }
+  int rank() const override { return group_.group().my_index; }
+  int size() const override { return group_.group().size(); }
+
+ private:
+  Backend& group_;
+};
+
 // ---- one rank's loop -----------------------------------------------------------
 
 struct TraceEvent {
@@ -214,7 +236,13 @@ class RankLoop {
   StatusOr<torch::Tensor> SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed);
   LinkChannel* FindLink(int edge, int up_dp, int down_dp);
   bool Rank0() const { return place_.world_rank == 0; }
-  bool SectionLeader() const { return place_.coords.local_rank == 0; }
+  bool Tp0() const { return place_.coords.tp == 0; }
+  int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
+  // Tensor-parallel ranks of a replica share what arrives at its TP rank 0.
+  Status BroadcastInTp(torch::Tensor& t) {
+    if (TpSize() == 1) return Status::Ok();
+    return TimedWait(comms_.group(plan::GroupKind::kTP).Broadcast(FloatBuffer(t), 0));
+  }
   bool UpstreamTrains(int edge) const {
     const auto& up = plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].from))];
     return up.mode == plan::SectionMode::kTrain;
@@ -244,6 +272,7 @@ class RankLoop {
   std::shared_ptr<const scheduler::SectionCostModel> costs_;
 
   std::unique_ptr<datasets::DemoDataset> dataset_;
+  std::unique_ptr<GroupReducer> tp_reducer_;  // outlives runner_
   std::unique_ptr<SectionRunner> runner_;
   std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
   std::unique_ptr<datalayer::SampleIndex> spool_index_;
@@ -305,17 +334,22 @@ int ThreadsPerRank() {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    if (s.config.tp != 1 || s.config.pp != 1 || s.config.cp != 1) {
+    if (s.config.pp != 1 || s.config.cp != 1) {
       return Status::FailedPrecondition(fmt::format(
-          "section '{}': the runtime runs TP = PP = CP = 1 today (plan has tp {} pp {} cp {}); recompile with "
-          "--pin {}.tp=1 or let the planner choose (it only emits what the runtime runs)",
-          s.name, s.config.tp, s.config.pp, s.config.cp, s.name));
+          "section '{}': the runtime runs PP = CP = 1 today (plan has pp {} cp {}); recompile with "
+          "--pin {}.pp=1 or let the planner choose (it only emits what the runtime runs)",
+          s.name, s.config.pp, s.config.cp, s.name));
     }
   }
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(dataset_, OpenPlanDataset(plan_));
-  MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_));
+  RunnerOptions runner_options;
+  if (TpSize() > 1) {
+    tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
+    runner_options.tensor_parallel = tp_reducer_.get();
+  }
+  MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
   // Resume: rank 0 owns the run directory and sends each training rank its state.
@@ -343,48 +377,39 @@ Status RankLoop::Setup() {
   if (header[0] < 0) {
     return rank0_status.ok() ? Status::Aborted("rank 0 could not open the run directory") : rank0_status;
   }
-  if (header[0] == 1 && runner_->trains()) {
+  if (header[0] == 1) {
+    // Every rank of a training section gets the full model and its own
+    // optimizer shard ("<section>" for TP rank 0, "<section>#tp<t>" else).
     constexpr int kTagModel = 900001, kTagOptimizer = 900002;
     if (Rank0()) {
       for (int r = 0; r < plan_.world_size(); ++r) {
         MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan_, r));
         const auto& s = plan_.sections[static_cast<size_t>(coords.section)];
         if (s.mode != plan::SectionMode::kTrain) continue;
-        auto it = resumed->sections.find(s.name);
-        if (it == resumed->sections.end()) {
-          return Status::Corruption(fmt::format("the checkpoint of step {} has no section '{}'", resumed->step, s.name));
+        auto model = resumed->sections.find(s.name);
+        auto optimizer = resumed->sections.find(OptimizerKey(s.name, coords.tp));
+        if (model == resumed->sections.end() || optimizer == resumed->sections.end()) {
+          return Status::Corruption(fmt::format("the checkpoint of step {} has no state for section '{}' tp {}",
+                                                resumed->step, s.name, coords.tp));
         }
         if (r == 0) {
-          MAESTRO_RETURN_IF_ERROR(runner_->LoadModel(it->second.model));
-          MAESTRO_RETURN_IF_ERROR(runner_->LoadOptimizer(it->second.optimizer));
+          MAESTRO_RETURN_IF_ERROR(runner_->LoadModel(model->second.model));
+          MAESTRO_RETURN_IF_ERROR(runner_->LoadOptimizer(optimizer->second.optimizer));
         } else {
-          MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.model, r, kTagModel));
-          MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.optimizer, r, kTagOptimizer));
+          MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), model->second.model, r, kTagModel));
+          MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), optimizer->second.optimizer, r, kTagOptimizer));
         }
       }
-    } else {
+    } else if (runner_->trains()) {
       MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(comms_.world(), 0, kTagModel));
       MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(comms_.world(), 0, kTagOptimizer));
       MAESTRO_RETURN_IF_ERROR(runner_->LoadModel(model));
       MAESTRO_RETURN_IF_ERROR(runner_->LoadOptimizer(optimizer));
     }
-  } else if (header[0] == 1 && Rank0()) {
-    // Rank 0's section is forward-only; others still need their states.
-    for (int r = 1; r < plan_.world_size(); ++r) {
-      MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan_, r));
-      const auto& s = plan_.sections[static_cast<size_t>(coords.section)];
-      if (s.mode != plan::SectionMode::kTrain) continue;
-      auto it = resumed->sections.find(s.name);
-      if (it == resumed->sections.end()) {
-        return Status::Corruption(fmt::format("the checkpoint of step {} has no section '{}'", resumed->step, s.name));
-      }
-      MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.model, r, 900001));
-      MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), it->second.optimizer, r, 900002));
-    }
   }
 
   // A forward-only section that feeds others keeps its outputs in a spool.
-  if (!runner_->trains() && !runner_->is_sink()) {
+  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1) {
     const std::string base = fmt::format("{}/spool/{}-dp{}", options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name,
                                          replica_);
     std::error_code ec;
@@ -459,26 +484,36 @@ Status RankLoop::Forward(int mb_index) {
         return Status::FailedPrecondition(fmt::format("edge from a {} section", plan::ModelKindName(us.model.kind)));
       }
     }
-    std::unordered_map<int64_t, torch::Tensor> by_id;
-    for (const auto& msg : it->second) {
-      std::vector<int64_t> shape{static_cast<int64_t>(msg.transfer->sample_ids.size())};
-      shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-      auto buf = torch::empty(shape, torch::kFloat32);
-      MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index)));
-      for (size_t i = 0; i < msg.transfer->sample_ids.size(); ++i) {
-        by_id[static_cast<int64_t>(msg.transfer->sample_ids[i])] = buf[static_cast<int64_t>(i)];
+    torch::Tensor input;
+    if (Tp0()) {
+      std::unordered_map<int64_t, torch::Tensor> by_id;
+      for (const auto& msg : it->second) {
+        std::vector<int64_t> shape{static_cast<int64_t>(msg.transfer->sample_ids.size())};
+        shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+        auto buf = torch::empty(shape, torch::kFloat32);
+        MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index)));
+        for (size_t i = 0; i < msg.transfer->sample_ids.size(); ++i) {
+          by_id[static_cast<int64_t>(msg.transfer->sample_ids[i])] = buf[static_cast<int64_t>(i)];
+        }
       }
+      std::vector<torch::Tensor> ordered;
+      for (int64_t id : ids) {
+        auto r = by_id.find(id);
+        if (r != by_id.end()) ordered.push_back(r->second);
+      }
+      if (ordered.size() != by_id.size()) {
+        return Status::Internal(fmt::format("step {}: edge {} delivered rows of samples outside micro-batch {}",
+                                            current_step_, e, mb_index));
+      }
+      input = torch::stack(ordered).contiguous();
+    } else {
+      int64_t rows = 0;
+      for (const auto& msg : it->second) rows += static_cast<int64_t>(msg.transfer->sample_ids.size());
+      std::vector<int64_t> shape{rows};
+      shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+      input = torch::empty(shape, torch::kFloat32);
     }
-    std::vector<torch::Tensor> ordered;
-    for (int64_t id : ids) {
-      auto r = by_id.find(id);
-      if (r != by_id.end()) ordered.push_back(r->second);
-    }
-    if (ordered.size() != by_id.size()) {
-      return Status::Internal(fmt::format("step {}: edge {} delivered rows of samples outside micro-batch {}",
-                                          current_step_, e, mb_index));
-    }
-    auto input = torch::stack(ordered);
+    MAESTRO_RETURN_IF_ERROR(BroadcastInTp(input));
     if (runner_->trains() && UpstreamTrains(e)) input.set_requires_grad(true);
     state.inputs[e] = input;
   }
@@ -497,8 +532,10 @@ Status RankLoop::Forward(int mb_index) {
   answers_right_ += state.out.answers_right;
   busy_seconds_ += SecondsSince(start);
 
-  // Send the rows down every outgoing message of this micro-batch.
+  // Send the rows down every outgoing message of this micro-batch (TP rank 0;
+  // the rows are the same on every TP rank).
   for (int e : runner_->out_edges()) {
+    if (!Tp0()) break;
     auto it = outgoing_.find({e, mb_index});
     if (it == outgoing_.end()) continue;
     for (const auto& msg : it->second) {
@@ -537,19 +574,24 @@ Status RankLoop::Backward(int mb_index) {
         for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
         std::vector<int64_t> shape{static_cast<int64_t>(pos.size())};
         for (int64_t d = 1; d < state.out.rows.dim(); ++d) shape.push_back(state.out.rows.size(d));
-        auto buf = torch::empty(shape, torch::kFloat32);
-        MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index)));
-        grad.index_add_(0, torch::tensor(pos, torch::kInt64), buf);
+        if (Tp0()) {
+          auto buf = torch::empty(shape, torch::kFloat32);
+          MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index)));
+          grad.index_add_(0, torch::tensor(pos, torch::kInt64), buf);
+        }
         any = true;
       }
     }
+    grad = grad.contiguous();
+    if (any) MAESTRO_RETURN_IF_ERROR(BroadcastInTp(grad));
     const auto start = Clock::now();
     if (any) torch::autograd::backward({state.out.rows}, {grad});
     busy_seconds_ += SecondsSince(start);
   }
-  // Send the input gradients up to training producers.
+  // Send the input gradients up to training producers (TP rank 0: the
+  // gradients of the replicated inputs are whole on every TP rank).
   for (auto& [e, input] : state.inputs) {
-    if (!UpstreamTrains(e)) continue;
+    if (!UpstreamTrains(e) || !Tp0()) continue;
     auto it = incoming_.find({e, mb_index});
     if (it == incoming_.end()) continue;
     // input rows are in micro-batch order of the samples the upstream processed.
@@ -623,8 +665,9 @@ Status RankLoop::RunStep(const StepBatch& batch) {
     const bool down_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ && t.down_replica == replica_;
     const bool up_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ && t.up_replica == replica_;
     if (!down_here && !up_here) continue;
-    LinkChannel* link = FindLink(t.edge, t.up_replica, t.down_replica);
-    if (link == nullptr) {
+    // Links end at TP rank 0 of a replica; the other TP ranks get its data by broadcast.
+    LinkChannel* link = Tp0() ? FindLink(t.edge, t.up_replica, t.down_replica) : nullptr;
+    if (link == nullptr && Tp0()) {
       return Status::Internal(fmt::format("no link for edge {} dp {} -> dp {}", t.edge, t.up_replica, t.down_replica));
     }
     if (down_here) incoming_[{t.edge, t.down_micro_batch}].push_back({&t, link, tag});
@@ -657,12 +700,17 @@ Status RankLoop::Checkpoint(int64_t step) {
   constexpr int kTagModel = 900011, kTagOptimizer = 900012;
   datalayer::CheckpointData state;
   state.step = step;
-  // Section leaders of training sections send their state to rank 0.
-  if (runner_->trains() && SectionLeader()) {
+  // The DP-0 replica of each training section sends its state to rank 0:
+  // the full model (gathered over TP: collective) and one optimizer shard per
+  // TP rank.
+  if (runner_->trains() && place_.coords.dp == 0) {
+    const std::string& name = runner_->section_plan().name;
     MAESTRO_ASSIGN_OR_RETURN(auto model, runner_->SaveModel());
     MAESTRO_ASSIGN_OR_RETURN(auto optimizer, runner_->SaveOptimizer());
+    if (place_.coords.tp != 0) model.clear();
     if (Rank0()) {
-      state.sections[runner_->section_plan().name] = {model, optimizer};
+      state.sections[name].model = std::move(model);
+      state.sections[OptimizerKey(name, 0)].optimizer = std::move(optimizer);
     } else {
       MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), model, 0, kTagModel));
       MAESTRO_RETURN_IF_ERROR(SendBytes(comms_.world(), optimizer, 0, kTagOptimizer));
@@ -671,12 +719,15 @@ Status RankLoop::Checkpoint(int64_t step) {
   if (Rank0()) {
     for (size_t s = 0; s < plan_.sections.size(); ++s) {
       const auto& sp = plan_.sections[s];
-      if (sp.mode != plan::SectionMode::kTrain || sp.placement.first_rank == 0) continue;
-      datalayer::SectionState section_state;
-      MAESTRO_ASSIGN_OR_RETURN(section_state.model, RecvBytes(comms_.world(), sp.placement.first_rank, kTagModel));
-      MAESTRO_ASSIGN_OR_RETURN(section_state.optimizer,
-                               RecvBytes(comms_.world(), sp.placement.first_rank, kTagOptimizer));
-      state.sections[sp.name] = std::move(section_state);
+      if (sp.mode != plan::SectionMode::kTrain) continue;
+      for (int t = 0; t < sp.config.tp; ++t) {
+        const int from = plan::GlobalRankOf(plan_, static_cast<int>(s), t, 0, 0, 0);
+        if (from == 0) continue;
+        MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(comms_.world(), from, kTagModel));
+        MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(comms_.world(), from, kTagOptimizer));
+        if (t == 0) state.sections[sp.name].model = std::move(model);
+        state.sections[OptimizerKey(sp.name, t)].optimizer = std::move(optimizer);
+      }
     }
     MAESTRO_RETURN_IF_ERROR(run_->Checkpoint(std::move(state)));
   }
@@ -690,10 +741,12 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   // [loss_sum, loss_samples, answers, right, stop, busy per section..., framework seconds per section...]
   const size_t sections = plan_.sections.size();
   std::vector<double> stats(5 + 2 * sections, 0.0);
-  stats[0] = loss_sum_;
-  stats[1] = static_cast<double>(loss_samples_);
-  stats[2] = static_cast<double>(answers_);
-  stats[3] = static_cast<double>(answers_right_);
+  if (Tp0()) {  // every TP rank computes the same loss: count it once
+    stats[0] = loss_sum_;
+    stats[1] = static_cast<double>(loss_samples_);
+    stats[2] = static_cast<double>(answers_);
+    stats[3] = static_cast<double>(answers_right_);
+  }
   stats[4] = signal_->requested() ? 1.0 : 0.0;
   stats[5 + static_cast<size_t>(section_)] = busy_seconds_;
   // Framework time: neither compute nor blocked on a peer (data loading,
@@ -889,6 +942,8 @@ StatusOr<TrainSummary> RunTraining(const plan::Plan& plan, const launcher::RankP
     return loop.Run();
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("rank {}: torch: {}", place.world_rank, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("rank {}: {}", place.world_rank, e.what()));
   }
 }
 

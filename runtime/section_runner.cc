@@ -168,6 +168,14 @@ StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan&
 
 }  // namespace
 
+// The unsharded twin of a TP-sharded decoder: same desc, for moving full
+// weights in and out.
+StatusOr<std::shared_ptr<torch::nn::Module>> UnshardedTwin(const plan::SectionPlan& s) {
+  ModelBuildOptions build;
+  build.seed = 0;
+  return BuildModel(s.model, build);
+}
+
 struct SectionRunner::Impl {
   const plan::Plan* plan = nullptr;
   plan::SectionPlan section;
@@ -239,6 +247,12 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   }
 
   MAESTRO_ASSIGN_OR_RETURN(impl.module, BuildSectionModel(plan, s, options));
+  if (options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1) {
+    if (!IsDecoder(s)) {
+      return Status::InvalidArgument(fmt::format("section '{}': tensor parallelism is for decoder sections", s.name));
+    }
+    MAESTRO_RETURN_IF_ERROR(ShardDecoderForTensorParallel(*impl.module->as<DecoderLMImpl>(), options.tensor_parallel));
+  }
   if (s.mode == plan::SectionMode::kForward) {
     impl.module->eval();
     for (auto& p : impl.module->parameters()) p.set_requires_grad(false);
@@ -427,9 +441,21 @@ double SectionRunner::OptimizerStep(int64_t step) {
   double norm = 0.0;
   {
     torch::NoGradGuard guard;
-    double sq = 0.0;
-    for (auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-    norm = std::sqrt(sq);
+    // Sharded parameters' squares are summed over the TP group; replicated
+    // ones (identical on every TP rank) count once.
+    double sq_replicated = 0.0;
+    auto sq_sharded = torch::zeros({1}, torch::kFloat32);
+    for (const auto& item : impl.module->named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      const double sq = item.value().grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      if (Sharded() && TensorParallelShardDim(item.key()) >= 0) {
+        sq_sharded += sq;
+      } else {
+        sq_replicated += sq;
+      }
+    }
+    if (Sharded()) impl.options.tensor_parallel->AllReduceSum(sq_sharded);
+    norm = std::sqrt(sq_replicated + sq_sharded.item<double>());
     if (clip > 0 && norm > clip) {
       const double scale = clip / (norm + 1e-6);
       for (auto& p : params) p.mutable_grad().mul_(scale);
@@ -444,11 +470,35 @@ double SectionRunner::OptimizerStep(int64_t step) {
   return norm;
 }
 
+bool SectionRunner::Sharded() const {
+  return impl_->options.tensor_parallel != nullptr && impl_->options.tensor_parallel->size() > 1;
+}
+
 StatusOr<std::string> SectionRunner::SaveModel() {
+  std::shared_ptr<torch::nn::Module> full = impl_->module;
+  if (Sharded()) {
+    // Gather: each rank writes its shard into a zero full tensor; the TP sum is the whole.
+    auto* tp = impl_->options.tensor_parallel;
+    MAESTRO_ASSIGN_OR_RETURN(full, UnshardedTwin(impl_->section));
+    auto mine = impl_->module->named_parameters();
+    torch::NoGradGuard guard;
+    for (auto& item : full->named_parameters()) {
+      const auto& shard = mine[item.key()];
+      const int dim = TensorParallelShardDim(item.key());
+      if (dim < 0) {
+        item.value().copy_(shard);
+        continue;
+      }
+      auto whole = torch::zeros_like(item.value());
+      whole.narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)).copy_(shard);
+      tp->AllReduceSum(whole);
+      item.value().copy_(whole);
+    }
+  }
   std::string bytes;
   MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
     torch::serialize::OutputArchive archive;
-    impl_->module->save(archive);
+    full->save(archive);
     std::ostringstream os;
     archive.save_to(os);
     bytes = os.str();
@@ -470,7 +520,20 @@ StatusOr<std::string> SectionRunner::SaveOptimizer() {
 }
 
 Status SectionRunner::LoadModel(const std::string& bytes) {
-  return LoadModuleBytes(*impl_->module, bytes, fmt::format("section '{}': loading the model", impl_->section.name));
+  const std::string what = fmt::format("section '{}': loading the model", impl_->section.name);
+  if (!Sharded()) return LoadModuleBytes(*impl_->module, bytes, what);
+  // Full weights in, this rank's shard kept.
+  auto* tp = impl_->options.tensor_parallel;
+  MAESTRO_ASSIGN_OR_RETURN(auto full, UnshardedTwin(impl_->section));
+  MAESTRO_RETURN_IF_ERROR(LoadModuleBytes(*full, bytes, what));
+  auto mine = impl_->module->named_parameters();
+  torch::NoGradGuard guard;
+  for (const auto& item : full->named_parameters()) {
+    auto& shard = mine[item.key()];
+    const int dim = TensorParallelShardDim(item.key());
+    shard.copy_(dim < 0 ? item.value() : item.value().narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)));
+  }
+  return Status::Ok();
 }
 
 Status SectionRunner::LoadOptimizer(const std::string& bytes) {

@@ -54,9 +54,16 @@ struct MicroBatchData {
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, const std::vector<int64_t>& sample_ids,
                                         bool train = true);
 
+class TensorParallelReducer;
+
 struct RunnerOptions {
   torch::Device device = torch::kCPU;
   bool build_optimizer = true;  // false: inference only (evaluation)
+  // Decoder sections with tp > 1: the all-reduce over this rank's TP group
+  // (must outlive the runner). The model is sharded; SaveModel() gathers the
+  // full weights (collective over the TP group), LoadModel() takes full
+  // weights and keeps this rank's shard; the optimizer state is per shard.
+  TensorParallelReducer* tensor_parallel = nullptr;
 };
 
 // The seed of a section's initial weights: the run's seed mixed with the
@@ -115,13 +122,16 @@ class SectionRunner {
   // before clipping.
   double OptimizerStep(int64_t step);
 
-  // Checkpoint state: model and optimizer as torch archives (bytes).
+  // Checkpoint state: model and optimizer as torch archives (bytes). With TP,
+  // SaveModel() is collective over the TP group and returns the full model.
   StatusOr<std::string> SaveModel();
   StatusOr<std::string> SaveOptimizer();
   Status LoadModel(const std::string& bytes);
   Status LoadOptimizer(const std::string& bytes);
 
   torch::nn::Module& module();
+  // True when the model is a TP shard (RunnerOptions::tensor_parallel, size > 1).
+  bool Sharded() const;
 
  private:
   SectionRunner() = default;

@@ -26,6 +26,102 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
   return x * rope.cos + rotated * rope.sin;
 }
 
+namespace {
+
+struct EnterTp : public torch::autograd::Function<EnterTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<TensorParallelReducer*>(ctx->saved_data["tp"].toInt());
+    auto g = grads[0].contiguous().clone();
+    tp->AllReduceSum(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+struct LeaveTp : public torch::autograd::Function<LeaveTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& y, int64_t tp) {
+    auto out = y.contiguous().clone();
+    reinterpret_cast<TensorParallelReducer*>(tp)->AllReduceSum(out);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+// Replaces `param`'s data by its slice [start, start+length) along `dim`.
+void Slice(torch::Tensor& param, int64_t dim, int64_t start, int64_t length) {
+  torch::NoGradGuard guard;
+  param.set_data(param.narrow(dim, start, length).clone());
+}
+
+}  // namespace
+
+torch::Tensor EnterTensorParallel(const torch::Tensor& x, TensorParallelReducer* tp) {
+  if (tp == nullptr || tp->size() == 1) return x;
+  return EnterTp::apply(x, reinterpret_cast<int64_t>(tp));
+}
+
+torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer* tp) {
+  if (tp == nullptr || tp->size() == 1) return y;
+  return LeaveTp::apply(y, reinterpret_cast<int64_t>(tp));
+}
+
+void GqaAttentionImpl::Shard(int rank, int size) {
+  const int64_t h = heads_ / size, k = kv_heads_ / size;
+  Slice(q_proj->weight, 0, rank * h * head_dim_, h * head_dim_);
+  Slice(k_proj->weight, 0, rank * k * head_dim_, k * head_dim_);
+  Slice(v_proj->weight, 0, rank * k * head_dim_, k * head_dim_);
+  Slice(o_proj->weight, 1, rank * h * head_dim_, h * head_dim_);
+  heads_ = h;
+  kv_heads_ = k;
+}
+
+void SwiGluMlpImpl::Shard(int rank, int size) {
+  const int64_t f = gate_proj->weight.size(0) / size;
+  Slice(gate_proj->weight, 0, rank * f, f);
+  Slice(up_proj->weight, 0, rank * f, f);
+  Slice(down_proj->weight, 1, rank * f, f);
+}
+
+int TensorParallelShardDim(const std::string& name) {
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  for (const char* rows : {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "mlp.gate_proj.weight",
+                           "mlp.up_proj.weight"}) {
+    if (ends_with(rows)) return 0;
+  }
+  for (const char* cols : {"attn.o_proj.weight", "mlp.down_proj.weight"}) {
+    if (ends_with(cols)) return 1;
+  }
+  return -1;
+}
+
+Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer* tp) {
+  const auto& d = model.desc();
+  const int n = tp->size();
+  if (d.experts > 0) return Status::InvalidArgument("tensor parallelism of MoE blocks is not supported (set tp = 1)");
+  if (d.heads % n != 0 || KvHeads(d) % n != 0 || d.ffn_hidden % n != 0) {
+    return Status::InvalidArgument(std::string("tp = ") + std::to_string(n) + " must divide heads (" +
+                                   std::to_string(d.heads) + "), kv_heads (" + std::to_string(KvHeads(d)) +
+                                   ") and ffn_hidden (" + std::to_string(d.ffn_hidden) + ")");
+  }
+  for (const auto& block : *model.blocks) {
+    auto* b = block->as<DecoderBlockImpl>();
+    b->attn->Shard(tp->rank(), n);
+    b->mlp->Shard(tp->rank(), n);
+    b->tp = tp;
+  }
+  return Status::Ok();
+}
+
 GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                    ParamFactory& params)
     : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim) {
@@ -98,9 +194,9 @@ DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& pa
 }
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  auto h = x + attn(attn_norm(x), rope);
+  auto h = x + LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope), tp);
   auto normed = mlp_norm(h);
-  return h + (moe ? moe(normed) : mlp(normed));
+  return h + (moe ? moe(normed) : LeaveTensorParallel(mlp(EnterTensorParallel(normed, tp)), tp));
 }
 
 DecoderLMImpl::DecoderLMImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {

@@ -43,6 +43,24 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 
 // Causal self-attention with H query heads sharing K key/value heads (query
 // head h uses kv head h / (H/K)).
+// Tensor parallelism (Megatron-style) inside a decoder section. The caller
+// supplies the all-reduce over the section's TP group; the model shards its
+// own weights (ShardDecoderForTensorParallel) and calls two autograd
+// functions around each column-parallel -> row-parallel pair:
+//   EnterTensorParallel(x): identity forward, all-reduce of the gradient backward
+//   LeaveTensorParallel(y): all-reduce forward (partial sums), identity backward
+class TensorParallelReducer {
+ public:
+  virtual ~TensorParallelReducer() = default;
+  // In place, sum over the TP group. t: any shape, contiguous, CPU or CUDA.
+  virtual void AllReduceSum(torch::Tensor& t) = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+};
+
+torch::Tensor EnterTensorParallel(const torch::Tensor& x, TensorParallelReducer* tp);  // x: any -> same
+torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer* tp);  // y: any -> same
+
 class GqaAttentionImpl : public torch::nn::Module {
  public:
   GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, ParamFactory& params);
@@ -50,6 +68,10 @@ class GqaAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // (H*D,C) (K*D,C) (K*D,C) (C,H*D)
+  // Keeps heads [r*H/n, (r+1)*H/n) and kv heads [r*K/n, (r+1)*K/n): rows of
+  // q/k/v (column-parallel), columns of o (row-parallel; its output is a
+  // partial sum). REQUIRES: n divides H and K.
+  void Shard(int rank, int size);
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -64,6 +86,8 @@ class SwiGluMlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // (F,C) (F,C) (C,F)
+  // Keeps F/n of the inner units: rows of gate/up, columns of down.
+  void Shard(int rank, int size);
 };
 TORCH_MODULE(SwiGluMlp);
 
@@ -94,6 +118,7 @@ class DecoderBlockImpl : public torch::nn::Module {
   GqaAttention attn{nullptr};
   SwiGluMlp mlp{nullptr};  // dense blocks
   MoeMlp moe{nullptr};     // MoE blocks (desc.experts > 0)
+  TensorParallelReducer* tp = nullptr;  // set by ShardDecoderForTensorParallel
 };
 TORCH_MODULE(DecoderBlock);
 
@@ -128,6 +153,16 @@ TORCH_MODULE(DecoderLM);
 
 // The decoder of desc with weights drawn from options.seed, or
 // InvalidArgument when desc is not a valid decoder.
+// Shards every block of `model` for TP rank `rank` of `size` (attention
+// heads, MLP inner units; embeddings, norms and the head stay replicated) and
+// wires `tp` (which must outlive the model). The weights are slices of the
+// unsharded model's, so a TP run computes what the unsharded one does.
+// REQUIRES: dense blocks; size divides heads, kv_heads and ffn_hidden.
+Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer* tp);
+// Whether parameter `name` (as in named_parameters()) is sharded by TP, and
+// along which dim (0: rows, 1: columns); -1 when replicated.
+int TensorParallelShardDim(const std::string& name);
+
 StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOptions& options = {});
 
 }  // namespace maestro::runtime

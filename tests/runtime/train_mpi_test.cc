@@ -39,6 +39,7 @@ const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 struct SectionChoice {
   int dp = 1;
   int micro_batch = 4;
+  int tp = 1;
 };
 
 // The spec's plan, re-placed on this machine with the given DP degrees and
@@ -54,15 +55,16 @@ plan::Plan LocalPlan(const std::string& spec_name, const std::map<std::string, S
   for (size_t i = 0; i < p.sections.size(); ++i) {
     auto& s = p.sections[i];
     const auto& c = choice.at(s.name);
-    s.config.tp = s.config.pp = s.config.cp = 1;
+    s.config.pp = s.config.cp = 1;
+    s.config.tp = c.tp;
     s.config.dp = c.dp;
     s.config.micro_batch = c.micro_batch;
     s.placement.het_component = static_cast<int>(i);
     s.placement.first_rank = rank;
     s.placement.nodes = 1;
-    s.placement.tasks_per_node = c.dp;
+    s.placement.tasks_per_node = c.dp * c.tp;
     s.placement.gpus_per_task = 0;
-    rank += c.dp;
+    rank += c.dp * c.tp;
   }
   for (auto& e : p.edges) e.fanout = e.fanin = 0;
   p.layout.clear();
@@ -73,8 +75,8 @@ plan::Plan LocalPlan(const std::string& spec_name, const std::map<std::string, S
   return p;
 }
 
-plan::Plan KdPlan(int student_dp, int64_t steps) {
-  auto p = LocalPlan("tiny_kd.toml", {{"teacher", {1, 8}}, {"student", {student_dp, 4}}}, steps);
+plan::Plan KdPlan(int student_dp, int64_t steps, int student_tp = 1) {
+  auto p = LocalPlan("tiny_kd.toml", {{"teacher", {1, 8}}, {"student", {student_dp, 4, student_tp}}}, steps);
   for (auto& s : p.sections) {
     if (s.name == "student" && s.loss.kind != "kd") {
       s.loss.kind = "kd";
@@ -85,8 +87,8 @@ plan::Plan KdPlan(int student_dp, int64_t steps) {
   return p;
 }
 
-plan::Plan VlmPlan(int llm_dp, int64_t steps) {
-  return LocalPlan("tiny_vlm.toml", {{"vit", {1, 8}}, {"llm", {llm_dp, 4}}}, steps);
+plan::Plan VlmPlan(int llm_dp, int64_t steps, int llm_tp = 1) {
+  return LocalPlan("tiny_vlm.toml", {{"vit", {1, 8}}, {"llm", {llm_dp, 4, llm_tp}}}, steps);
 }
 
 std::string Fresh(const std::string& name) {
@@ -152,6 +154,11 @@ TEST(RuntimeTrain, VlmSectionedEqualsMonolithicFanOut2) { ExpectSameLosses("vlm_
 TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut1) { ExpectSameLosses("kd_fanout1", KdPlan(1, 6)); }
 TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) { ExpectSameLosses("kd_fanout2", KdPlan(2, 6)); }
 
+// Tensor parallelism: the decoder's heads and MLP units split over 2 ranks
+// (column-parallel q/k/v/gate/up, row-parallel o/down), with DP on top.
+TEST(RuntimeTrain, VlmTensorParallel2EqualsMonolithic) { ExpectSameLosses("vlm_tp2", VlmPlan(1, 5, 2)); }
+TEST(RuntimeTrain, KdStudentTp2Dp2EqualsMonolithic) { ExpectSameLosses("kd_tp2_dp2", KdPlan(2, 5, 2)); }
+
 TEST(RuntimeTrain, KdTopKLossDiffersFromFullKlAndStillAgrees) {
   auto p = KdPlan(2, 4);
   for (auto& s : p.sections) {
@@ -179,7 +186,7 @@ datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
 }
 
 TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
-  for (const auto& [what, p] : {std::pair<std::string, plan::Plan>{"vlm", VlmPlan(2, 6)}, {"kd", KdPlan(2, 6)}}) {
+  for (const auto& [what, p] : {std::pair<std::string, plan::Plan>{"vlm", VlmPlan(2, 6)}, {"kd_tp2", KdPlan(1, 6, 2)}}) {
     const std::string dir = Fresh("resume_" + what);
     const std::string plan_path = WritePlan(p, dir);
     const auto whole = RunSectioned(p, plan_path, dir + "/whole");
@@ -206,7 +213,8 @@ TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
     ASSERT_EQ(x.sections.size(), y.sections.size());
     for (const auto& [name, state] : x.sections) {
       ASSERT_TRUE(y.sections.count(name)) << name;
-      EXPECT_FALSE(state.model.empty());
+      // "<section>#tp<t>" entries hold TP rank t's optimizer shard only.
+      EXPECT_EQ(state.model.empty(), name.find("#tp") != std::string::npos) << name;
       EXPECT_TRUE(state.model == y.sections.at(name).model) << what << ": weights of " << name;
       EXPECT_FALSE(y.sections.at(name).optimizer.empty()) << what << ": optimizer of " << name;
     }
