@@ -256,7 +256,11 @@ DemoSample BuildCaptionSample(int64_t id, const uint8_t* pixels, int label, std:
   s.answer_position = static_cast<int64_t>(pos) - 1;
   s.input_ids[pos++] = ClassToken(label);
   s.input_ids[pos++] = kEos;
-  FillTargets(s);
+  // The caption's prefix is the prompt; the loss covers the response only
+  // (the class token and <eos>), as in instruction tuning of VLMs.
+  s.target_ids.assign(static_cast<size_t>(seq_len), kIgnoreTarget);
+  s.target_ids[static_cast<size_t>(s.answer_position)] = ClassToken(label);
+  s.target_ids[static_cast<size_t>(s.answer_position + 1)] = kEos;
   s.image.resize(kImagePixels);
   constexpr float kScale = 1.0f / (255.0f * kPixelStd);
   constexpr float kShift = kPixelMean / kPixelStd;

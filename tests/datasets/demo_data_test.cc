@@ -161,8 +161,9 @@ void ExpectCaptionLayout(const DemoSample& s, int64_t seq_len) {
     if (p >= kImageTokens + 1 && p <= t) {
       EXPECT_LT(s.input_ids[i], 256) << "prefix byte at " << p;
     }
-    // No loss on <bos> (followed by an image), the image positions, <eos> and pads.
-    const bool loss = p > kImageTokens && p <= t + 1;
+    // Loss on the response only (the class token and <eos>): not on <bos>,
+    // the image positions, the prompt prefix, <eos> itself or pads.
+    const bool loss = p == t || p == t + 1;
     if (loss) {
       EXPECT_EQ(s.target_ids[i], s.input_ids[i + 1]) << p;
     } else {
