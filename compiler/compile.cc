@@ -868,8 +868,8 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   r.sbatch = RenderSbatch(p, spec, options);
   RenderReport(spec, model, r);
   if (options.support_given && !spec.cluster.local) {
-    r.report += fmt::format("planned for a runtime with: {} (--runtime-support; this build's runtime has: {})\n",
-                            RuntimeSupportText(options.support), RuntimeSupportText(kRuntimeSupport));
+    r.report += fmt::format("planned for a runtime with: {} (--runtime-support, not this build's table)\n",
+                            RuntimeSupportText(options.support));
   }
   RenderExplain(model, po, r, outcome);
   return r;

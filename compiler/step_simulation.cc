@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <random>
+#include <numeric>
 
 #include "scheduler/simulator.h"
 
@@ -155,10 +155,36 @@ uint64_t SplitMix(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
+// The scheduler runs in O(N * L * S) for N samples, S sections and L = the
+// lcm of the DP degrees; beyond these bounds the compiler keeps the analytic
+// prediction rather than spend minutes (a fuzzed or huge spec).
+constexpr int64_t kMaxSimulatedSamples = int64_t{1} << 16;
+constexpr double kMaxSimulationWork = 2e8;
+
+std::string TooBigToSimulate(const plan::Plan& p) {
+  if (p.data.global_batch > kMaxSimulatedSamples) {
+    return fmt::format("a global batch of {} samples is more than the {} the simulator takes", p.data.global_batch,
+                       kMaxSimulatedSamples);
+  }
+  double lcm = 1;
+  for (const auto& s : p.sections) {
+    const double dp = std::max(1, s.config.dp);
+    lcm = lcm / static_cast<double>(std::gcd(static_cast<int64_t>(lcm), static_cast<int64_t>(dp))) * dp;
+    if (lcm > kMaxSimulationWork) break;
+  }
+  const double work = static_cast<double>(p.data.global_batch) * lcm * static_cast<double>(p.sections.size());
+  if (work > kMaxSimulationWork) {
+    return fmt::format("the DP degrees' least common multiple ({:.0f}) makes scheduling too costly to simulate", lcm);
+  }
+  return "";
+}
+
 SimulatedStep RunBatches(const plan::Plan& skeleton, const std::shared_ptr<const scheduler::SectionCostModel>& costs,
                          const SimulationSettings& settings, scheduler::Policy policy) {
   SimulatedStep out;
   out.policy = scheduler::PolicyName(policy);
+  out.error = TooBigToSimulate(skeleton);
+  if (!out.error.empty()) return out;
   const std::vector<std::string> names = scheduler::ModalityNamesOf(skeleton);
   out.min_step_seconds = std::numeric_limits<double>::infinity();
   const int batches = std::max(1, settings.batches);
@@ -447,7 +473,7 @@ StepPrediction PredictionOf(const SimulatedStep& sim, const CostModel& model, co
                             const Assignment& a) {
   if (!sim.ok) {
     StepPrediction p = AnalyticStepPredictor().Predict(model, work, a);
-    p.predictor += " (the simulator failed: " + sim.error + ")";
+    p.predictor += " (not simulated: " + sim.error + ")";
     return p;
   }
   StepPrediction p;
