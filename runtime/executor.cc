@@ -470,20 +470,7 @@ Status RankLoop::Forward(int mb_index) {
     auto it = incoming_.find({e, mb_index});
     if (it == incoming_.end()) continue;
     const int up = plan_.section_index(plan_.edges[static_cast<size_t>(e)].from);
-    std::vector<int64_t> row_shape;
-    {
-      // The upstream's row shape: ask a runner-independent source (the plan).
-      const auto& us = plan_.sections[static_cast<size_t>(up)];
-      if (us.model.kind == plan::ModelKind::kDecoder) {
-        row_shape = {plan_.data.seq_len, us.model.hidden};
-      } else if (us.model.kind == plan::ModelKind::kVit) {
-        const int64_t side = us.model.image_size / us.model.patch_size;
-        const int64_t merge = SpatialMerge(us.model);
-        row_shape = {merge > 0 ? side * side / (merge * merge) : side * side, merge > 0 ? us.model.out_dim : us.model.hidden};
-      } else {
-        return Status::FailedPrecondition(fmt::format("edge from a {} section", plan::ModelKindName(us.model.kind)));
-      }
-    }
+    const std::vector<int64_t> row_shape = RowShapeOf(plan_, up);
     torch::Tensor input;
     if (Tp0()) {
       std::unordered_map<int64_t, torch::Tensor> by_id;

@@ -278,32 +278,30 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   return runner;
 }
 
-std::vector<int64_t> SectionRunner::OutputRowShape() const {
-  const auto& s = impl_->section;
+std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
+  const auto& s = plan.sections[static_cast<size_t>(section)];
   switch (s.model.kind) {
-    case plan::ModelKind::kDecoder: return {impl_->plan->data.seq_len, s.model.hidden};
+    case plan::ModelKind::kDecoder: return {plan.data.seq_len, s.model.hidden};
     case plan::ModelKind::kVit: {
-      auto* vit = impl_->module->as<VitEncoderImpl>();
-      return {vit->output_tokens(), vit->output_dim()};
+      const int64_t side = s.model.image_size / s.model.patch_size;
+      const int64_t merge = SpatialMerge(s.model);
+      return {merge > 0 ? side * side / (merge * merge) : side * side, merge > 0 ? s.model.out_dim : s.model.hidden};
     }
     case plan::ModelKind::kProjector: {
-      // Rows of the projector's input (its upstream's row count).
-      int64_t rows = 1;
-      for (int e : in_edges_) {
-        const auto& up = impl_->plan->sections[static_cast<size_t>(
-            impl_->plan->section_index(impl_->plan->edges[static_cast<size_t>(e)].from))];
-        if (up.model.kind == plan::ModelKind::kVit) {
-          const int64_t side = up.model.image_size / up.model.patch_size;
-          const int64_t merge = SpatialMerge(up.model);
-          rows = merge > 0 ? side * side / (merge * merge) : side * side;
-        }
+      // As many rows as its input carries.
+      for (size_t e = 0; e < plan.edges.size(); ++e) {
+        if (plan.edges[e].to != s.name) continue;
+        auto up = RowShapeOf(plan, plan.section_index(plan.edges[e].from));
+        return {up.empty() ? 1 : up[0], s.model.out_dim};
       }
-      return {rows, s.model.out_dim};
+      return {1, s.model.out_dim};
     }
     case plan::ModelKind::kAudioEncoder: return {(s.model.audio_frames + 1) / 2, s.model.hidden};
   }
   return {};
 }
+
+std::vector<int64_t> SectionRunner::OutputRowShape() const { return RowShapeOf(*impl_->plan, section_); }
 
 namespace {
 

@@ -141,6 +141,10 @@ class SectionRunner {
   std::vector<int> in_edges_, out_edges_;
 };
 
+// The shape of one sample's row on the edges leaving section `section` of
+// `plan` (what SectionRunner::OutputRowShape says, from the plan alone).
+std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section);
+
 // Reads the model bytes of `section_name` from `path`: a checkpoint file
 // (.mckpt) or a run directory (its last committed checkpoint).
 StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name);
