@@ -18,7 +18,7 @@ struct RuntimeSupport {
   bool micro_batching = true;
   bool tensor_parallel_decoder = true;
   bool tensor_parallel_encoder = false;  // ViT / audio encoder / projector
-  bool pipeline_parallel_decoder = true;
+  bool pipeline_parallel_decoder = false;  // runtime: PP = 1 today
   bool pipeline_parallel_encoder = false;
   bool context_parallel = false;
   bool expert_parallel = false;

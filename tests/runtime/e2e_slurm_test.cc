@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// End to end on the local Slurm cluster (labels slurm;e2e;runtime): the
+// three-section tiny VLM (specs/tiny_vlm3.toml: ViT -> projector -> decoder
+// with TP 2 x DP 2) compiled by maestro-compile runs, unchanged, as a
+// three-component heterogeneous job and trains for real;
+//  * its losses equal the one-process reference on the same plan;
+//  * preempted mid-training (USR1 to the batch script, as Slurm's
+//    --signal=B:USR1 or a preempt_send_user_signal preemption sends), it
+//    checkpoints, exits 85, is requeued, resumes at the next step and ends
+//    with weights bit-identical to the uninterrupted job;
+//  * a worker killed with SIGKILL ends the job quickly with a clear error,
+//    and a resubmission resumes from the last checkpoint.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "datalayer/checkpoint_store.h"
+#include "datalayer/sample_index.h"
+#include "plan/plan.h"
+#include "tests/slurm/slurm_test_util.h"
+
+namespace maestro {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using testing::LocalSlurmCluster;
+using testing::SlurmJobInfo;
+
+constexpr int64_t kSteps = 40;
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// step -> loss of a run directory's metrics.jsonl (the last line of a step wins).
+std::map<int64_t, double> Losses(const fs::path& run_dir) {
+  std::map<int64_t, double> losses;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.contains("loss")) losses[j["step"].get<int64_t>()] = j["loss"];
+  }
+  return losses;
+}
+
+datalayer::CheckpointData LastCheckpoint(const fs::path& run_dir) {
+  auto index = datalayer::SampleIndex::Open((run_dir / "index.sqlite").string());
+  EXPECT_TRUE(index.ok()) << index.status().ToString();
+  if (!index.ok()) return {};
+  auto commit = (*index)->LastCommit();
+  auto store = datalayer::CheckpointStore::Open((run_dir / "checkpoints").string(), 10);
+  auto data = (*store)->Read(commit->checkpoint_file);
+  EXPECT_TRUE(data.ok()) << data.status().ToString();
+  return data.ok() ? *data : datalayer::CheckpointData{};
+}
+
+// A work directory with the compiled spec: job.sbatch + plan.json (40 steps,
+// a checkpoint every 5), and a worker wrapper that evaluates on 200 samples.
+struct CompiledJob {
+  fs::path dir;
+  fs::path run_dir;  // the plan's work_dir, relative to the job's --chdir
+};
+
+CompiledJob Compile(const std::string& name) {
+  CompiledJob job;
+  job.dir = fs::path(MAESTRO_TEST_TMP) / ("e2e_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(job.dir);
+  fs::create_directories(job.dir);
+  const fs::path wrapper = job.dir / "worker.sh";
+  {
+    std::ofstream out(wrapper);
+    out << "#!/bin/sh\nexec '" << MAESTRO_BIN_DIR << "/maestro-worker' --eval-samples 200 --no-progress \"$@\"\n";
+  }
+  fs::permissions(wrapper, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  auto compile = testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
+                                      std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm3.toml", "-o",
+                                      job.dir.string(), "--worker", wrapper.string()},
+                                     {}, seconds(60));
+  EXPECT_TRUE(compile.ok() && compile->exit_code == 0) << (compile.ok() ? compile->output : "");
+  auto plan = plan::LoadPlan((job.dir / "plan.json").string());
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  plan->data.steps = kSteps;
+  plan->checkpoint_every = 5;
+  EXPECT_TRUE(plan::SavePlan(*plan, (job.dir / "plan.json").string()).ok());
+  EXPECT_EQ(plan->sections.size(), 3u);
+  job.run_dir = job.dir / plan->work_dir;
+  return job;
+}
+
+// Waits for the job's end; Slurm 22.05's srun may hang after a het step ended
+// (docs/ARCHITECTURE.md): then the job is cancelled and the run's own record
+// (metrics, checkpoints) is the verdict.
+StatusOr<SlurmJobInfo> WaitOrCancel(const LocalSlurmCluster& cluster, const std::string& id, seconds timeout) {
+  auto job = cluster.WaitForJob(id, timeout);
+  if (job.ok()) return job;
+  (void)cluster.Cancel(id);
+  return cluster.ShowJob(id);
+}
+
+TEST(E2eSlurm, HeterogeneousJobTrainsAndSurvivesPreemptionBitIdentically) {
+  auto cluster = LocalSlurmCluster::FromEnvironment();
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+
+  // 1. Uninterrupted.
+  const auto whole = Compile("whole");
+  auto id = cluster->Submit((whole.dir / "job.sbatch").string(), {"--chdir=" + whole.dir.string()});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto job = WaitOrCancel(*cluster, *id, seconds(240));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto output = cluster->ReadJobOutput(*job);
+  ASSERT_TRUE(output.ok());
+  EXPECT_EQ(job->components.size(), 3u) << *output;
+  const auto whole_losses = Losses(whole.run_dir);
+  ASSERT_EQ(static_cast<int64_t>(whole_losses.size()), kSteps) << *output;
+  EXPECT_LT(whole_losses.rbegin()->second, whole_losses.begin()->second) << "it trains";
+  EXPECT_TRUE(fs::exists(whole.run_dir / "trace.json"));
+  EXPECT_NE(output->find("caption accuracy"), std::string::npos) << *output;
+
+  // The same plan in one process gives the same losses.
+  auto reference = testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-worker", "--reference", "--no-eval",
+                                        "--run-dir", (whole.dir / "reference").string(),
+                                        (whole.dir / "plan.json").string()},
+                                       {}, seconds(240));
+  ASSERT_TRUE(reference.ok() && reference->exit_code == 0) << (reference.ok() ? reference->output : "");
+  const auto reference_losses = Losses(whole.dir / "reference");
+  ASSERT_EQ(reference_losses.size(), whole_losses.size());
+  for (const auto& [step, loss] : whole_losses) {
+    EXPECT_NEAR(loss, reference_losses.at(step), 1e-5 * std::abs(loss)) << "step " << step;
+  }
+
+  // 2. Preempted after a few steps: USR1 to the batch script only.
+  const auto split = Compile("preempted");
+  id = cluster->Submit((split.dir / "job.sbatch").string(), {"--chdir=" + split.dir.string()});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + seconds(120);
+  while (Losses(split.run_dir).size() < 8) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no training progress";
+    auto state = cluster->ShowJob(*id);
+    ASSERT_TRUE(state.ok());
+    ASSERT_FALSE(state->finished()) << "the job ended before it could be preempted";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
+  }
+  ASSERT_TRUE(cluster->Run({"scancel", "--batch", "--signal=USR1", *id}).ok());
+  auto requeued = cluster->WaitForJobState(
+      *id, [](const SlurmJobInfo& j) { return j.components[0].restarts >= 1; }, seconds(120));
+  ASSERT_TRUE(requeued.ok()) << requeued.status().ToString();
+  const auto stopped_at = Losses(split.run_dir).size();
+  EXPECT_LT(static_cast<int64_t>(stopped_at), kSteps) << "the preemption came too late to test anything";
+  // A restart in the second of the requeue gets "Job credential revoked".
+  const std::time_t requeue_second = std::time(nullptr);
+  while (std::time(nullptr) <= requeue_second) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(cluster->MakeEligibleNow(*id).ok());
+  auto done = cluster->WaitForJobState(
+      *id,
+      [&](const SlurmJobInfo& j) {
+        return j.finished() && static_cast<int64_t>(Losses(split.run_dir).size()) == kSteps;
+      },
+      seconds(240));
+  if (!done.ok()) (void)cluster->Cancel(*id);
+  output = cluster->ReadJobOutput(*cluster->ShowJob(*id));
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << (output.ok() ? *output : "");
+  EXPECT_NE(output->find("got SIGUSR1"), std::string::npos) << *output;
+  EXPECT_NE(output->find("requeueing job"), std::string::npos) << *output;
+  const auto split_losses = Losses(split.run_dir);
+  for (const auto& [step, loss] : whole_losses) EXPECT_EQ(loss, split_losses.at(step)) << "step " << step;
+  const auto a = LastCheckpoint(whole.run_dir);
+  const auto b = LastCheckpoint(split.run_dir);
+  EXPECT_EQ(a.step, kSteps - 1);
+  EXPECT_EQ(b.step, kSteps - 1);
+  for (const auto& [name, state] : a.sections) {
+    if (state.model.empty()) continue;
+    ASSERT_TRUE(b.sections.count(name)) << name;
+    EXPECT_TRUE(state.model == b.sections.at(name).model) << "weights of " << name;
+  }
+  // Every sample of the 40 steps consumed exactly once, across both lives.
+  auto index = datalayer::SampleIndex::Open((split.run_dir / "index.sqlite").string());
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ((*index)->ConsumedCount(0).ValueOrDie(), kSteps * 16);
+  if (!HasFailure()) {
+    fs::remove_all(whole.dir);
+    fs::remove_all(split.dir);
+  }
+}
+
+// The pids of the maestro-worker processes running `plan` (every "node" of
+// the local cluster is this machine).
+std::vector<pid_t> WorkerPids(const fs::path& plan) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadAll(entry.path() / "cmdline");
+    for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+    if (cmdline.find("maestro-worker") != std::string::npos && cmdline.find(plan.string()) != std::string::npos &&
+        cmdline.find("/bin/sh") == std::string::npos) {
+      pids.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  return pids;
+}
+
+TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
+  auto cluster = LocalSlurmCluster::FromEnvironment();
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  const auto job_dir = Compile("kill9");
+  auto id = cluster->Submit((job_dir.dir / "job.sbatch").string(), {"--chdir=" + job_dir.dir.string()});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  // Once a checkpoint is committed (every 5 steps), kill one worker.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(120);
+  while (Losses(job_dir.run_dir).size() < 7) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no training progress";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
+  }
+  const auto pids = WorkerPids(job_dir.dir / "plan.json");
+  ASSERT_EQ(pids.size(), 6u) << "one worker per rank";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pids[pids.size() / 2], SIGKILL), 0);
+  auto job = WaitOrCancel(*cluster, *id, seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const double seconds_to_end = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  auto output = cluster->ReadJobOutput(*job);
+  ASSERT_TRUE(output.ok());
+  EXPECT_NE(job->state(), "COMPLETED") << *output;
+  EXPECT_LT(seconds_to_end, 90.0) << "fail fast, not at the communication timeout of every rank in turn";
+  const auto trained = Losses(job_dir.run_dir).size();
+  EXPECT_LT(static_cast<int64_t>(trained), kSteps);
+
+  // Resubmit: it resumes from the last checkpoint (step 4, 9, ...), not from 0.
+  const int64_t resume_from = LastCheckpoint(job_dir.run_dir).step + 1;
+  EXPECT_GE(resume_from, 5);
+  id = cluster->Submit((job_dir.dir / "job.sbatch").string(), {"--chdir=" + job_dir.dir.string()});
+  ASSERT_TRUE(id.ok());
+  job = WaitOrCancel(*cluster, *id, seconds(240));
+  ASSERT_TRUE(job.ok());
+  const auto losses = Losses(job_dir.run_dir);
+  EXPECT_EQ(static_cast<int64_t>(losses.size()), kSteps);
+  EXPECT_EQ(LastCheckpoint(job_dir.run_dir).step, kSteps - 1);
+  auto index = datalayer::SampleIndex::Open((job_dir.run_dir / "index.sqlite").string());
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ((*index)->ConsumedCount(0).ValueOrDie(), kSteps * 16) << "every sample exactly once";
+  if (!HasFailure()) fs::remove_all(job_dir.dir);
+}
+
+}  // namespace
+}  // namespace maestro
