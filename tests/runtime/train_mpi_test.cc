@@ -78,6 +78,7 @@ plan::Plan LocalPlan(const std::string& spec_name, const std::map<std::string, S
 plan::Plan KdPlan(int student_dp, int64_t steps, int student_tp = 1) {
   auto p = LocalPlan("tiny_kd.toml", {{"teacher", {1, 8}}, {"student", {student_dp, 4, student_tp}}}, steps);
   for (auto& s : p.sections) {
+    s.init_from.clear();  // the spec's teacher comes from a trained run; here it is built from the seed
     if (s.name == "student" && s.loss.kind != "kd") {
       s.loss.kind = "kd";
       s.loss.kd_alpha = 0.5;
