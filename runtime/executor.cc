@@ -29,6 +29,7 @@
 #include "runtime/section_runner.h"
 #include "scheduler/problem.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/simulator.h"
 
 namespace maestro::runtime {
 
@@ -233,6 +234,7 @@ class RankLoop {
   Status Checkpoint(int64_t step);
   Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
   Status WriteTrace();
+  Status WriteTimelines(const nlohmann::json& events);
   StatusOr<torch::Tensor> SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed);
   LinkChannel* FindLink(int edge, int up_dp, int down_dp);
   bool Rank0() const { return place_.world_rank == 0; }
@@ -259,7 +261,10 @@ class RankLoop {
     blocked_seconds_ += SecondsSince(start);
     return s;
   }
+  // Long runs keep the trace of their first 20 and last 100 steps.
   void Trace(const std::string& name, int64_t start_us, int samples) {
+    const int64_t total = options_.steps > 0 ? options_.steps : plan_.data.steps;
+    if (current_step_ >= 20 && current_step_ < total - 100) return;
     trace_.push_back({name, current_step_, start_us, WallMicros() - start_us, samples});
   }
 
@@ -830,6 +835,110 @@ Status RankLoop::WriteTrace() {
   }
   std::ofstream out(options_.run_dir + "/trace.json");
   out << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump();
+  return WriteTimelines(all);
+}
+
+// The last step as it ran (from the merged trace) and as the simulator
+// predicts it with per-section costs fitted to the same step's measured ops
+// (seconds per token seen, backward / forward ratio, optimizer time): two
+// Gantt charts with the same rows, and the step times side by side.
+Status RankLoop::WriteTimelines(const nlohmann::json& events) {
+  if (schedule_.ranks.empty()) return Status::Ok();
+  scheduler::Simulation measured;
+  measured.policy = schedule_.policy;
+  for (const auto& rp : schedule_.ranks) measured.ranks.push_back({rp.section, rp.replica, 0.0, 0.0, 0});
+  for (const auto& sp : plan_.sections) measured.sections.push_back({sp.name, sp.config.dp, 0.0, 0.0, 0.0});
+  int64_t t0 = INT64_MAX, t1 = 0;
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X" || !e.contains("args") || e["args"].value("step", int64_t{-1}) != current_step_) continue;
+    const std::string name = e.value("name", "");
+    if (name.empty() || (name[0] != 'F' && name[0] != 'B' && name[0] != 'O')) continue;
+    auto coords = plan::CoordsOfRank(plan_, e.value("tid", -1));
+    if (!coords.ok() || coords->tp != 0) continue;
+    scheduler::OpInterval op;
+    op.rank = schedule_.RankIndex(coords->section, coords->dp);
+    if (op.rank < 0) continue;
+    op.kind = name[0] == 'F' ? scheduler::OpKind::kForward
+                             : name[0] == 'B' ? scheduler::OpKind::kBackward : scheduler::OpKind::kOptimizer;
+    op.micro_batch = name.size() > 1 ? std::atoi(name.c_str() + 1) : -1;
+    op.samples = e["args"].value("samples", 0);
+    const int64_t ts = e.value("ts", int64_t{0}), dur = e.value("dur", int64_t{0});
+    op.start = static_cast<double>(ts);
+    op.end = static_cast<double>(ts + dur);
+    t0 = std::min(t0, ts);
+    t1 = std::max(t1, ts + dur);
+    measured.ops.push_back(op);
+  }
+  if (measured.ops.empty()) return Status::Ok();
+  for (auto& op : measured.ops) {
+    op.start = (op.start - static_cast<double>(t0)) / 1e6;
+    op.end = (op.end - static_cast<double>(t0)) / 1e6;
+  }
+  measured.step_seconds = static_cast<double>(t1 - t0) / 1e6;
+  double busy_all = 0.0;
+  for (const auto& op : measured.ops) {
+    auto& rank = measured.ranks[static_cast<size_t>(op.rank)];
+    rank.busy_seconds += op.end - op.start;
+    busy_all += op.end - op.start;
+  }
+  measured.utilization = busy_all / (static_cast<double>(measured.ranks.size()) * measured.step_seconds);
+
+  // Fit: per section, forward seconds per token seen, backward factor, optimizer.
+  std::vector<scheduler::LinearCostModel::SectionCost> costs(plan_.sections.size());
+  {
+    auto unit = std::dynamic_pointer_cast<const scheduler::LinearCostModel>(costs_);
+    std::vector<double> f_sec(plan_.sections.size()), f_tok(plan_.sections.size()), b_sec(plan_.sections.size()),
+        o_sec(plan_.sections.size());
+    std::vector<int> o_n(plan_.sections.size());
+    std::unordered_map<uint64_t, const scheduler::Sample*> by_id;
+    for (const auto& sample : problem_.samples) by_id[sample.id] = &sample;
+    for (const auto& op : measured.ops) {
+      const auto& rp = schedule_.ranks[static_cast<size_t>(op.rank)];
+      const auto s = static_cast<size_t>(rp.section);
+      const double d = op.end - op.start;
+      if (op.kind == scheduler::OpKind::kOptimizer) {
+        o_sec[s] += d;
+        ++o_n[s];
+        continue;
+      }
+      double tokens = 0.0;
+      for (auto id : rp.micro_batches[static_cast<size_t>(op.micro_batch)].sample_ids) {
+        tokens += unit ? unit->TokensSeen(rp.section, *by_id.at(id)) : 1.0;
+      }
+      if (op.kind == scheduler::OpKind::kForward) {
+        f_sec[s] += d;
+        f_tok[s] += tokens;
+      } else {
+        b_sec[s] += d;
+      }
+    }
+    for (size_t s = 0; s < costs.size(); ++s) {
+      costs[s].seconds_per_token = f_tok[s] > 0 ? f_sec[s] / f_tok[s] : 0.0;
+      costs[s].backward_factor = f_sec[s] > 0 ? b_sec[s] / f_sec[s] : 0.0;
+      costs[s].optimizer_seconds = o_n[s] > 0 ? o_sec[s] / o_n[s] : 0.0;
+    }
+  }
+  std::vector<scheduler::EdgeSpec> edges;
+  std::vector<scheduler::LinearCostModel::EdgeCost> edge_costs;
+  for (const auto& e : problem_.edges) {
+    edges.push_back(e);
+    edge_costs.push_back({0.0, 0.0});
+  }
+  scheduler::Problem fitted = problem_;
+  fitted.costs = std::make_shared<scheduler::LinearCostModel>(problem_.sections, costs, edges, edge_costs);
+  auto predicted = scheduler::Simulate(fitted, schedule_);
+  if (!predicted.ok()) return Status::Ok();  // the picture is a report, not the run's result
+  const std::string title = fmt::format("step {} of {}", current_step_, plan_.job_name);
+  MAESTRO_RETURN_IF_ERROR(measured.WriteGanttSvg(options_.run_dir + "/timeline_measured.svg", "measured: " + title));
+  MAESTRO_RETURN_IF_ERROR(
+      predicted->WriteGanttSvg(options_.run_dir + "/timeline_predicted.svg", "simulated (fitted costs): " + title));
+  std::ofstream summary(options_.run_dir + "/timeline.json");
+  summary << nlohmann::json{{"step", current_step_},
+                            {"measured_step_seconds", measured.step_seconds},
+                            {"predicted_step_seconds", predicted->step_seconds},
+                            {"relative_error",
+                             (predicted->step_seconds - measured.step_seconds) / measured.step_seconds}}
+                 .dump(2);
   return Status::Ok();
 }
 
