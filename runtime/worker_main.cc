@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "base/exit_codes.h"
 #include "base/log.h"
@@ -77,6 +78,13 @@ int main(int argc, char** argv) {
   app.add_option("--eval-samples", train.eval_samples, "evaluate on the first N test samples (default: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", train.progress, "no per-step log line");
+  std::string profile_out;
+  int profile_threads = 1;
+  app.add_option("--profile", profile_out,
+                 "measure every section's micro-batch time in this process (no MPI) and write the JSON the "
+                 "compiler reads with --profiles to this file");
+  app.add_option("--profile-threads", profile_threads, "intra-op threads while profiling (one rank's share)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   train.evaluate = !no_eval;
 
@@ -100,6 +108,25 @@ int main(int argc, char** argv) {
     return maestro::kExitUsage;
   }
 
+  if (!profile_out.empty()) {
+    maestro::runtime::ProfileOptions po;
+    po.threads = profile_threads;
+    auto points = maestro::runtime::ProfileSections(*plan, po);
+    if (!points.ok()) {
+      std::fprintf(stderr, "maestro-worker --profile: %s\n", points.status().ToString().c_str());
+      return ExitCodeFor(points.status());
+    }
+    std::ofstream out(profile_out);
+    out << maestro::runtime::ProfilesToJson(*points) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "maestro-worker --profile: cannot write %s\n", profile_out.c_str());
+      return maestro::kExitFailure;
+    }
+    for (const auto& p : *points) {
+      std::printf("%-12s micro-batch %3d: %.6f s\n", p.section.c_str(), p.micro_batch, p.seconds);
+    }
+    return maestro::kExitOk;
+  }
   if (train.run_dir.empty()) train.run_dir = plan->work_dir.empty() ? std::string("run") : plan->work_dir;
   if (reference) {
     maestro::runtime::ReferenceOptions ro;
