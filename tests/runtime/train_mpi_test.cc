@@ -173,6 +173,41 @@ TEST(RuntimeTrain, KdTopKLossDiffersFromFullKlAndStillAgrees) {
   EXPECT_NE(full.begin()->second, topk.begin()->second);
 }
 
+// The frozen teacher's outputs go to its spool; in the second epoch they are
+// read back instead of recomputed, and the losses still equal the
+// reference's, which recomputes everything.
+TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
+  auto p = KdPlan(1, 1);
+  p.data.global_batch = 128;
+  const std::string dir = Fresh("kd_spool");
+  // Steps per epoch from the dataset's own manifest (written by a first, 1-step start).
+  std::string plan_path = WritePlan(p, dir);
+  const auto first = RunSectioned(p, plan_path, dir + "/sectioned");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  int64_t samples = 0;
+  {
+    std::ifstream manifest(dir + "/sectioned/manifest.jsonl");
+    std::string line;
+    while (std::getline(manifest, line)) ++samples;
+  }
+  ASSERT_GT(samples, 0);
+  const int64_t steps_per_epoch = (samples + p.data.global_batch - 1) / p.data.global_batch;
+  ASSERT_LT(steps_per_epoch, 20) << "keep the test short";
+  p.data.steps = steps_per_epoch + 2;
+  plan_path = WritePlan(p, dir);
+  const auto rest = RunSectioned(p, plan_path, dir + "/sectioned");  // resumes at step 1
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_NE(rest.output.find("spool hits"), std::string::npos) << rest.output;
+  EXPECT_EQ(rest.output.find("spool hits 0,"), std::string::npos) << "epoch 1 reuses epoch 0's rows\n" << rest.output;
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto a = Losses(dir + "/sectioned");
+  const auto b = Losses(dir + "/reference");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
+}
+
 // The state of the last committed checkpoint of a run directory.
 datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
   auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
