@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "datalayer/sample_index.h"
+#include "base/splitmix.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -12,13 +13,6 @@
 
 namespace maestro::datalayer {
 namespace {
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // A meta value written by us as a decimal number; nullopt when it is not one.
 std::optional<uint64_t> ParseU64(const std::string& text) {
@@ -353,7 +347,7 @@ std::vector<int64_t> SampleIndex::EpochPermutation(int64_t epoch) const {
   std::vector<int64_t> ids = sample_ids_;
   uint64_t state = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(epoch + 1));
   for (size_t i = ids.size(); i > 1; --i) {
-    const uint64_t j = SplitMix64(state) % i;  // modulo bias is irrelevant here
+    const uint64_t j = SplitMix64Next(state) % i;  // modulo bias is irrelevant here
     std::swap(ids[i - 1], ids[j]);
   }
   if (permutation_cache_.size() > 2) permutation_cache_.erase(permutation_cache_.begin());

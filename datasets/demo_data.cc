@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "datasets/demo_data.h"
+#include "base/splitmix.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -37,13 +38,6 @@ constexpr std::array<const char*, kNumClasses> kClassNames = {
 constexpr int64_t kTextTestDivisor = 20;  // 1/20 = 5%
 constexpr double kMinImageFraction = 0.01;
 constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The caption template of sample `id` of split `split` (0 train, 1 test).
 std::string_view CaptionTemplate(uint64_t seed, int split, int64_t id) {

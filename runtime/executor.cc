@@ -52,11 +52,6 @@ Buffer FloatBuffer(const torch::Tensor& t) {
   return Buffer{t.data_ptr(), static_cast<size_t>(t.numel()), launcher::DType::kF32, launcher::Device::kCpu};
 }
 
-template <typename T>
-Buffer VectorBuffer(std::vector<T>& v) {
-  return launcher::CpuBuffer(v);
-}
-
 Status Wait(StatusOr<WorkPtr> work) { return launcher::Complete(std::move(work)); }
 
 // ---- control plane over the world backend -----------------------------------
@@ -66,7 +61,7 @@ Status BroadcastInts(Backend& world, std::vector<int64_t>& values) {
   Buffer nb{&n, 1, launcher::DType::kI64, launcher::Device::kCpu};
   MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(nb, 0)));
   values.resize(static_cast<size_t>(n));
-  if (n > 0) MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(VectorBuffer(values), 0)));
+  if (n > 0) MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(launcher::CpuBuffer(values), 0)));
   return Status::Ok();
 }
 
@@ -235,7 +230,7 @@ class RankLoop {
   Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
   Status WriteTrace();
   Status WriteTimelines(const nlohmann::json& events);
-  StatusOr<torch::Tensor> SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed);
+  StatusOr<torch::Tensor> SpooledOrComputed(const MicroBatchData& data);
   LinkChannel* FindLink(int edge, int up_dp, int down_dp);
   bool Rank0() const { return place_.world_rank == 0; }
   bool Tp0() const { return place_.coords.tp == 0; }
@@ -429,7 +424,7 @@ Status RankLoop::Setup() {
   return Status::Ok();
 }
 
-StatusOr<torch::Tensor> RankLoop::SpooledOrComputed(const MicroBatchData& data, std::vector<int64_t>* computed) {
+StatusOr<torch::Tensor> RankLoop::SpooledOrComputed(const MicroBatchData& data) {
   const auto shape = runner_->OutputRowShape();
   std::vector<int64_t> full{static_cast<int64_t>(data.sample_ids.size())};
   full.insert(full.end(), shape.begin(), shape.end());
@@ -457,7 +452,6 @@ StatusOr<torch::Tensor> RankLoop::SpooledOrComputed(const MicroBatchData& data, 
       MAESTRO_RETURN_IF_ERROR(spool_->Put(missing[i], current_epoch_, view).status());
       ++spool_computed_;
     }
-    *computed = missing;
   }
   return rows;
 }
@@ -513,8 +507,7 @@ Status RankLoop::Forward(int mb_index) {
   const int64_t start_us = WallMicros();  // so is the op in the trace
   MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*dataset_, ids));
   if (spool_) {
-    std::vector<int64_t> computed;
-    MAESTRO_ASSIGN_OR_RETURN(state.out.rows, SpooledOrComputed(state.data, &computed));
+    MAESTRO_ASSIGN_OR_RETURN(state.out.rows, SpooledOrComputed(state.data));
   } else {
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, state.inputs));
   }
@@ -1004,27 +997,20 @@ StatusOr<TrainSummary> RankLoop::Run() {
   }
   summary.final_loss = last_loss_;
   MAESTRO_RETURN_IF_ERROR(WriteTrace());
-  if (spool_ && Rank0()) {
-    // nothing: spool stats are logged by their rank below
-  }
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}", plan_.sections[static_cast<size_t>(section_)].name,
         replica_, spool_hits_, spool_computed_);
   }
-  if (!summary.preempted && options_.evaluate && Rank0() &&
+  // Evaluate the last checkpoint (the loop writes one at its last step).
+  if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 &&
       dataset_->options().kind == datasets::DemoKind::kFashionMnistCaptions) {
-    MAESTRO_ASSIGN_OR_RETURN(auto commit, run_->index().LastCommit());
-    if (commit.checkpoint_step >= 0) {
-      MAESTRO_ASSIGN_OR_RETURN(auto state, run_->checkpoints().Read(commit.checkpoint_file));
-      std::map<std::string, std::string> models;
-      for (auto& [name, section_state] : state.sections) models[name] = section_state.model;
-      const auto t0 = Clock::now();
-      MAESTRO_ASSIGN_OR_RETURN(summary.caption_accuracy, EvaluateCaptions(plan_, models, options_.eval_samples));
-      std::fprintf(stderr, "caption accuracy on the Fashion-MNIST test split: %.2f%% (%.1f s)\n",
-                   100.0 * summary.caption_accuracy, SecondsSince(t0));
-      if (metrics_) {
-        metrics_ << nlohmann::json{{"eval", "caption_accuracy"}, {"value", summary.caption_accuracy}}.dump() << "\n";
-      }
+    const auto t0 = Clock::now();
+    MAESTRO_ASSIGN_OR_RETURN(summary.caption_accuracy,
+                             EvaluateRunCaptions(plan_, options_.run_dir, options_.eval_samples));
+    std::fprintf(stderr, "caption accuracy on the Fashion-MNIST test split: %.2f%% (%.1f s)\n",
+                 100.0 * summary.caption_accuracy, SecondsSince(t0));
+    if (metrics_) {
+      metrics_ << nlohmann::json{{"eval", "caption_accuracy"}, {"value", summary.caption_accuracy}}.dump() << "\n";
     }
   }
   return summary;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/section_runner.h"
+#include "base/splitmix.h"
 
 #include <fmt/format.h>
 
@@ -19,13 +20,6 @@
 namespace maestro::runtime {
 
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Runs `fn` and turns a c10::Error (a shape mismatch, a bad archive) into a
 // Status naming `what`.
@@ -311,7 +305,7 @@ namespace {
 // Returns (B).
 torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& targets,
                             const torch::Tensor& teacher_logits, const plan::LossDesc& loss) {
-  const auto b = logits.size(0), t = logits.size(1), v = logits.size(2);
+  const auto v = logits.size(2);
   auto mask = targets.ne(datasets::kIgnoreTarget);  // (B, T)
   auto safe_targets = targets.masked_fill(~mask, 0);
   auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);                // (B, T, V)
@@ -335,8 +329,6 @@ torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& ta
   }
   auto maskf = mask.to(torch::kFloat32);
   auto counts = maskf.sum(-1).clamp_min(1.0);                  // (B)
-  (void)t;
-  (void)b;
   return (per_position * maskf).sum(-1) / counts;              // (B)
 }
 

@@ -20,6 +20,7 @@
 //     (downstream is kept fed); a loss section runs F then B; a producer's
 //     first micro-batch is a quarter size so its consumers start sooner.
 #include "scheduler/scheduler.h"
+#include "base/splitmix.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,13 +34,6 @@
 
 namespace maestro::scheduler {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 size_t Idx(int section, int sample, int n) {
   return static_cast<size_t>(section) * static_cast<size_t>(n) + static_cast<size_t>(sample);

@@ -27,6 +27,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "tests/runtime/run_dir_util.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro {
@@ -37,6 +38,12 @@ using std::chrono::seconds;
 using testing::LocalSlurmCluster;
 using testing::SlurmJobInfo;
 
+// The run directory's helpers take paths as strings.
+std::map<int64_t, double> Losses(const fs::path& run_dir) { return runtime_testing::Losses(run_dir.string()); }
+datalayer::CheckpointData LastCheckpoint(const fs::path& run_dir) {
+  return runtime_testing::LastCheckpoint(run_dir.string());
+}
+
 constexpr int64_t kSteps = 40;
 
 [[maybe_unused]] std::string ReadAll(const fs::path& path) {
@@ -44,29 +51,6 @@ constexpr int64_t kSteps = 40;
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// step -> loss of a run directory's metrics.jsonl (the last line of a step wins).
-std::map<int64_t, double> Losses(const fs::path& run_dir) {
-  std::map<int64_t, double> losses;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step") && j.contains("loss")) losses[j["step"].get<int64_t>()] = j["loss"];
-  }
-  return losses;
-}
-
-datalayer::CheckpointData LastCheckpoint(const fs::path& run_dir) {
-  auto index = datalayer::SampleIndex::Open((run_dir / "index.sqlite").string());
-  EXPECT_TRUE(index.ok()) << index.status().ToString();
-  if (!index.ok()) return {};
-  auto commit = (*index)->LastCommit();
-  auto store = datalayer::CheckpointStore::Open((run_dir / "checkpoints").string(), 10);
-  auto data = (*store)->Read(commit->checkpoint_file);
-  EXPECT_TRUE(data.ok()) << data.status().ToString();
-  return data.ok() ? *data : datalayer::CheckpointData{};
 }
 
 // A work directory with the compiled spec: job.sbatch + plan.json (40 steps,

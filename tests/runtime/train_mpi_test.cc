@@ -25,6 +25,7 @@
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
@@ -33,6 +34,8 @@ namespace fs = std::filesystem;
 using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
+using runtime_testing::LastCheckpoint;
+using runtime_testing::Losses;
 
 const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
@@ -118,18 +121,6 @@ RunResult RunReference(const std::string& plan_path, const std::string& run_dir)
   return RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", run_dir, plan_path}, {});
 }
 
-// step -> loss from a run's metrics.jsonl.
-std::map<int64_t, double> Losses(const std::string& run_dir) {
-  std::map<int64_t, double> losses;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step") && j.contains("loss")) losses[j["step"].get<int64_t>()] = j["loss"];
-  }
-  return losses;
-}
-
 void ExpectSameLosses(const std::string& what, const plan::Plan& p) {
   const std::string dir = Fresh(what);
   const std::string plan_path = WritePlan(p, dir);
@@ -206,19 +197,6 @@ TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
   ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
-}
-
-// The state of the last committed checkpoint of a run directory.
-datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
-  auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
-  EXPECT_TRUE(index.ok());
-  auto commit = (*index)->LastCommit();
-  EXPECT_TRUE(commit.ok());
-  auto store = datalayer::CheckpointStore::Open(run_dir + "/checkpoints", 10);
-  EXPECT_TRUE(store.ok());
-  auto data = (*store)->Read(commit->checkpoint_file);
-  EXPECT_TRUE(data.ok()) << data.status().ToString();
-  return data.ok() ? *data : datalayer::CheckpointData{};
 }
 
 TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
