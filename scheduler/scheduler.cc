@@ -186,6 +186,21 @@ Placement PlaceRoundRobin(const Prepared& pr) {
   return place;
 }
 
+// PyTorch's DistributedSampler (shuffle off): sample i to replica i mod world
+// of the widest section; the other sections follow through the fan-out maps.
+Placement PlaceStrided(const Prepared& pr) {
+  Placement place(static_cast<size_t>(pr.S) * static_cast<size_t>(pr.n), -1);
+  for (int i = 0; i < pr.n; ++i) {
+    const int64_t g = static_cast<int64_t>(i);
+    const int64_t per = pr.L / pr.dp_max;
+    const int64_t slot = (g % pr.dp_max) * per + (g / pr.dp_max) % per;
+    for (int s = 0; s < pr.S; ++s) {
+      if (Activ(pr, s, i)) place[Idx(s, i, pr.n)] = ReplicaOfSlot(pr, s, slot);
+    }
+  }
+  return place;
+}
+
 Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
   const Problem& p = *pr.p;
   Placement place(static_cast<size_t>(pr.S) * static_cast<size_t>(pr.n), -1);
@@ -693,6 +708,7 @@ const char* PolicyName(Policy policy) {
     case Policy::kFifo: return "fifo";
     case Policy::kBalanceOnly: return "balance";
     case Policy::kFifoContiguous: return "fifo-contiguous";
+    case Policy::kFifoStrided: return "fifo-strided";
   }
   return "?";
 }
@@ -702,7 +718,7 @@ StatusOr<Policy> PolicyFromName(const std::string& name) {
     if (name == PolicyName(p)) return p;
   }
   return Status::InvalidArgument("unknown scheduling policy '" + name +
-                                 "' (expected wavefront, fifo, balance or fifo-contiguous)");
+                                 "' (expected wavefront, fifo, balance, fifo-contiguous or fifo-strided)");
 }
 
 int Schedule::RankIndex(int section, int replica) const {
@@ -726,6 +742,9 @@ StatusOr<Schedule> BuildSchedule(const Problem& problem, const ScheduleOptions& 
       break;
     case Policy::kFifoContiguous:
       sch = StaticSchedule(pr, PlaceContiguous(pr));
+      break;
+    case Policy::kFifoStrided:
+      sch = StaticSchedule(pr, PlaceStrided(pr));
       break;
     case Policy::kBalanceOnly:
       sch = StaticSchedule(pr, PlaceBalanced(pr, tie_seed));

@@ -46,6 +46,9 @@ enum class Policy {
                     // each rank runs its samples in data order
   kBalanceOnly,     // balanced placement, data-order micro-batches
   kFifoContiguous,  // one contiguous slice of the batch per replica, data order
+  kFifoStrided,     // data order dealt round-robin one sample at a time over the
+                    // replicas of the widest section (PyTorch's DistributedSampler,
+                    // indices[rank::world]), then contiguous micro-batches per rank
 };
 const char* PolicyName(Policy policy);
 StatusOr<Policy> PolicyFromName(const std::string& name);
@@ -105,7 +108,7 @@ struct ScheduleOptions {
 
 // Every policy, for loops in tests and benchmarks.
 inline constexpr Policy kAllPolicies[] = {Policy::kWavefront, Policy::kFifo, Policy::kBalanceOnly,
-                                          Policy::kFifoContiguous};
+                                          Policy::kFifoContiguous, Policy::kFifoStrided};
 
 // Schedules one global batch. Fails (InvalidArgument) on a problem that
 // ValidateProblem() rejects. Runs in O(N log N + N * L * S) for N samples,

@@ -47,6 +47,13 @@ int PairedDp(int neighbour_dp, int max_fanout, double wanted) {
   return feasible.back();
 }
 
+// The means of the realistic distributions below: log-normal(median 512,
+// sigma 1) has mean 512·e^0.5 ≈ 844; log-uniform on [64, 2304] has mean
+// (2304 − 64) / ln 36 ≈ 625; uniform 200..800 has mean 500.
+constexpr int64_t kMeanTextTokens = 844;
+constexpr int64_t kMeanImageTokens = 625;
+constexpr int64_t kMeanAudioTokens = 500;
+
 }  // namespace
 
 Problem MakeSyntheticPlan(const SyntheticPlanOptions& opt) {
@@ -155,14 +162,23 @@ std::vector<Sample> MakeSyntheticBatch(const Problem& plan, const SyntheticBatch
     const double u1 = std::max(rng.Uniform(), 1e-12), u2 = rng.Uniform();
     const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     s.text_tokens = std::clamp<int64_t>(static_cast<int64_t>(512.0 * std::exp(z)), 16, 16384);
+    if (opt.uniform_lengths) s.text_tokens = kMeanTextTokens;
     if (has_image && !plan.modality_names.empty()) {
-      // Dynamic resolution: 64..2304 patch tokens, log-uniform.
+      // Dynamic resolution: 64..2304 patch tokens per image, log-uniform.
+      int images = 1;
+      while (images < opt.max_images && rng.Uniform() < 0.5) ++images;
       s.modalities |= 1u;
-      s.modality_tokens[0] = static_cast<int64_t>(64.0 * std::exp(rng.Uniform() * std::log(36.0)));
+      int64_t tokens = 0;
+      for (int k = 0; k < images; ++k) {
+        const int64_t t = static_cast<int64_t>(64.0 * std::exp(rng.Uniform() * std::log(36.0)));
+        tokens += opt.uniform_lengths ? kMeanImageTokens : t;
+      }
+      s.modality_tokens[0] = tokens;
     }
     if (plan.modality_names.size() > 1 && has_audio) {
       s.modalities |= 2u;
-      s.modality_tokens[1] = rng.Int(200, 800);
+      const int64_t t = rng.Int(200, 800);
+      s.modality_tokens[1] = opt.uniform_lengths ? kMeanAudioTokens : t;
     }
   }
   return out;

@@ -29,6 +29,14 @@ struct SyntheticBatchOptions {
   // of R consecutive samples, as when a batch is read from shards of one
   // source each (images come in bursts).
   int run_length = 1;
+  // Images per image-bearing sample: 1 with probability 1/2, 2 with 1/4, ...
+  // truncated at max_images (the last count takes the remaining mass); each
+  // image's tokens drawn independently. 1 = one image per sample.
+  int max_images = 1;
+  // Every sample's text, image and audio token counts set to the means of
+  // the realistic distributions (844, 625 per image, 500): the same samples
+  // and modalities, no length heterogeneity. For comparison only.
+  bool uniform_lengths = false;
   uint64_t seed = 1;
 };
 

@@ -4,6 +4,7 @@
 // worked out by hand, deadlock detection, and the trace/SVG outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "plan/plan.h"
 #include "scheduler/scheduler.h"
@@ -327,6 +329,99 @@ TEST(SchedulerPolicy, NamesRoundTrip) {
     EXPECT_EQ(PolicyFromName(PolicyName(policy)).ValueOrDie(), policy);
   }
   EXPECT_FALSE(PolicyFromName("lifo").ok());
+}
+
+TEST(SchedulerPolicy, FifoStridedDealsSamplesLikeDistributedSampler) {
+  // One section, dp 3, micro-batch 2, 10 samples in data order: replica r gets
+  // indices r, r+3, r+6, ... (indices[rank::world]) and cuts them into
+  // contiguous micro-batches in that order; Megatron's round-robin (fifo)
+  // deals whole micro-batches instead.
+  Problem p;
+  p.sections = {SectionSpec{"llm", true, -1, 3, 2}};
+  for (int i = 0; i < 10; ++i) {
+    Sample s;
+    s.id = 100 + static_cast<uint64_t>(i);
+    p.samples.push_back(s);
+  }
+  p.costs = std::make_shared<FlatCosts>(0.0, 1.0, 0.0);
+  ScheduleOptions o;
+  o.policy = Policy::kFifoStrided;
+  const Schedule sch = BuildSchedule(p, o).ValueOrDie();
+  ASSERT_EQ(sch.ranks.size(), 3u);
+  EXPECT_EQ(sch.policy, "fifo-strided");
+  const std::vector<std::vector<std::vector<uint64_t>>> want = {
+      {{100, 103}, {106, 109}}, {{101, 104}, {107}}, {{102, 105}, {108}}};
+  for (size_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(sch.ranks[r].micro_batches.size(), want[r].size()) << "replica " << r;
+    for (size_t b = 0; b < want[r].size(); ++b) {
+      EXPECT_EQ(sch.ranks[r].micro_batches[b].sample_ids, want[r][b]) << "replica " << r << " micro-batch " << b;
+    }
+  }
+  o.policy = Policy::kFifo;
+  const Schedule rr = BuildSchedule(p, o).ValueOrDie();
+  EXPECT_EQ(rr.ranks[0].micro_batches[0].sample_ids, (std::vector<uint64_t>{100, 101}));
+  EXPECT_EQ(rr.ranks[1].micro_batches[0].sample_ids, (std::vector<uint64_t>{102, 103}));
+}
+
+TEST(SchedulerSynthetic, UniformLengthsKeepTheSamplesAndSetEveryLengthToTheMean) {
+  SyntheticPlanOptions po;
+  po.sections = 4;  // an image and an audio branch
+  const Problem plan = MakeSyntheticPlan(po);
+  SyntheticBatchOptions bo;
+  bo.samples = 500;
+  bo.image_ratio = 0.5;
+  bo.seed = 5;
+  const std::vector<Sample> real = MakeSyntheticBatch(plan, bo);
+  bo.uniform_lengths = true;
+  const std::vector<Sample> flat = MakeSyntheticBatch(plan, bo);
+  ASSERT_EQ(real.size(), flat.size());
+  std::set<int64_t> text_lengths, image_lengths;
+  for (size_t i = 0; i < real.size(); ++i) {
+    EXPECT_EQ(real[i].id, flat[i].id);
+    EXPECT_EQ(real[i].modalities, flat[i].modalities) << "sample " << i;
+    EXPECT_EQ(flat[i].text_tokens, 844);
+    if (flat[i].Has(0)) {
+      EXPECT_EQ(flat[i].modality_tokens[0], 625);
+    }
+    if (flat[i].Has(1)) {
+      EXPECT_EQ(flat[i].modality_tokens[1], 500);
+    }
+    text_lengths.insert(real[i].text_tokens);
+    if (real[i].Has(0)) image_lengths.insert(real[i].modality_tokens[0]);
+  }
+  // The realistic batch does vary (long-tailed text, dynamic-resolution images).
+  EXPECT_GT(text_lengths.size(), 100u);
+  EXPECT_GT(image_lengths.size(), 50u);
+}
+
+TEST(SchedulerSynthetic, SeveralImagesPerSampleAddTheirTokens) {
+  SyntheticPlanOptions po;
+  po.sections = 3;
+  const Problem plan = MakeSyntheticPlan(po);
+  SyntheticBatchOptions bo;
+  bo.samples = 2000;
+  bo.image_ratio = 1.0;
+  bo.seed = 9;
+  int64_t max_one = 0, max_multi = 0;
+  double sum_one = 0, sum_multi = 0;
+  for (const Sample& s : MakeSyntheticBatch(plan, bo)) {
+    ASSERT_TRUE(s.Has(0));
+    EXPECT_GE(s.modality_tokens[0], 64);
+    max_one = std::max(max_one, s.modality_tokens[0]);
+    sum_one += static_cast<double>(s.modality_tokens[0]);
+  }
+  bo.max_images = 4;
+  for (const Sample& s : MakeSyntheticBatch(plan, bo)) {
+    ASSERT_TRUE(s.Has(0));
+    EXPECT_GE(s.modality_tokens[0], 64);
+    EXPECT_LE(s.modality_tokens[0], 4 * 2304);
+    max_multi = std::max(max_multi, s.modality_tokens[0]);
+    sum_multi += static_cast<double>(s.modality_tokens[0]);
+  }
+  EXPECT_LE(max_one, 2304);
+  EXPECT_GT(max_multi, 2304);
+  // E[images] = 1 + 1/2 + 1/4 + 1/8 = 1.875 with max_images 4.
+  EXPECT_NEAR(sum_multi / sum_one, 1.875, 0.15);
 }
 
 }  // namespace
