@@ -839,6 +839,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
     sp.init_from = ss.init_from;
     sp.init_section = ss.init_section;
     sp.loss = ss.loss;
+    sp.cost = MicroBatchCostOf(model, sw, c);
     next_rank += c.gpus;
     p.sections.push_back(std::move(sp));
   }
@@ -849,6 +850,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
     ep.tensor = ew.tensor;
     ep.bytes_per_sample = static_cast<int64_t>(ew.bytes_per_sample);
     ep.carries_gradient = ew.carries_gradient;
+    ep.seconds_per_sample = ew.bytes_per_sample / std::max(ew.link_bytes_per_s, 1.0);
     p.edges.push_back(ep);
   }
   p.data.manifest = spec.data.manifest;
@@ -938,12 +940,18 @@ StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
       p.gpus = o.at("gpus").get<int>();
       p.micro_batch = o.at("micro_batch").get<int>();
       p.seconds = o.at("seconds").get<double>();
+      p.forward_seconds = o.value("forward_seconds", 0.0);
+      p.optimizer_seconds = o.value("optimizer_seconds", 0.0);
     } catch (const nlohmann::json::exception& e) {
       return Status::InvalidArgument(fmt::format("{}: profile {}: {}", path, i, e.what()));
     }
     if (p.gpus < 1 || p.micro_batch < 1 || !(p.seconds > 0)) {
       return Status::InvalidArgument(
           fmt::format("{}: profile {}: gpus, micro_batch and seconds must be positive", path, i));
+    }
+    if (p.forward_seconds < 0 || p.forward_seconds > p.seconds || p.optimizer_seconds < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: profile {}: forward_seconds must lie in [0, seconds] and optimizer_seconds be >= 0", path, i));
     }
     out.push_back(p);
   }

@@ -23,6 +23,43 @@ double KvWidth(const plan::ModelDesc& m) {
   return static_cast<double>(m.kv_heads) * hd;
 }
 
+// A section's measured time at `samples` samples per micro-batch on replicas
+// of `gpus` GPUs: piecewise linear through the profile's points (sorted by
+// micro-batch), extended by the nearest segment's line outside them (one
+// point: proportional), so a partial micro-batch of a data-dependent section
+// costs what its samples cost. seconds = 0: no profile for `gpus`.
+struct MeasuredStage {
+  double seconds = 0, forward_share = 0, optimizer_seconds = 0;
+};
+MeasuredStage InterpolateProfiles(const std::vector<ProfileSpec>& profiles, int gpus, double samples) {
+  std::vector<const ProfileSpec*> points;
+  for (const auto& p : profiles) {
+    if (p.gpus == gpus) points.push_back(&p);
+  }
+  MeasuredStage out;
+  if (points.empty() || !(samples > 0)) return out;
+  std::sort(points.begin(), points.end(),
+            [](const ProfileSpec* a, const ProfileSpec* b) { return a->micro_batch < b->micro_batch; });
+  const auto at = [](const ProfileSpec* p, bool forward) { return forward ? p->forward_seconds : p->seconds; };
+  const auto line = [&](bool forward) {
+    if (points.size() == 1) return at(points[0], forward) * samples / points[0]->micro_batch;
+    size_t hi = 1;
+    while (hi + 1 < points.size() && points[hi]->micro_batch < samples) ++hi;
+    const ProfileSpec* a = points[hi - 1];
+    const ProfileSpec* b = points[hi];
+    const double slope = (at(b, forward) - at(a, forward)) / (b->micro_batch - a->micro_batch);
+    // Never below the proportional share of the smallest point (fixed costs
+    // do not go negative when extrapolating down to one sample).
+    const double floor = samples < points[0]->micro_batch ? at(points[0], forward) * samples / points[0]->micro_batch : 0.0;
+    return std::max(floor, at(a, forward) + slope * (samples - a->micro_batch));
+  };
+  out.seconds = std::max(line(false), 1e-12);
+  const bool have_forward = std::all_of(points.begin(), points.end(), [](const ProfileSpec* p) { return p->forward_seconds > 0; });
+  if (have_forward) out.forward_share = std::clamp(line(true) / out.seconds, 0.0, 1.0);
+  for (const ProfileSpec* p : points) out.optimizer_seconds = std::max(out.optimizer_seconds, p->optimizer_seconds);
+  return out;
+}
+
 }  // namespace
 
 CostModel::CostModel(std::vector<DeviceType> devices, int64_t global_batch)
@@ -90,16 +127,14 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
 
   // Time of one micro-batch on one pipeline stage.
   const double passes = train ? (c.recompute ? 4.0 : 3.0) : 1.0;
-  bool measured = false;
   double stage = 0.0;
-  for (const auto& prof : s.profiles) {
-    if (prof.gpus == c.tp * c.pp * c.cp && prof.micro_batch == c.micro_batch) {
-      stage = prof.seconds / pp;
-      measured = true;
-      break;
-    }
-  }
-  if (!measured) {
+  const MeasuredStage m = InterpolateProfiles(s.profiles, c.tp * c.pp * c.cp, samples_per_mb);
+  const bool measured = m.seconds > 0;
+  if (measured) {
+    stage = m.seconds / pp;
+    out.forward_share = m.forward_share;
+    out.optimizer_seconds = m.optimizer_seconds;
+  } else {
     const double gemm = samples_per_mb * tokens / cp * h / tp;
     const double width = h / tp;
     const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;

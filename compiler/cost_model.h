@@ -108,6 +108,8 @@ struct SectionCost {
   double step_seconds = 0;           // the section's busy time per step
   double useful_flops_per_step = 0;  // forward (+ backward) of its active samples
   bool measured = false;             // a profile replaced the analytic compute
+  double forward_share = 0;          // measured forward / (forward + backward); 0: unknown
+  double optimizer_seconds = 0;      // measured optimizer step per replica per step; 0: unknown
 };
 
 class CostModel {

@@ -662,6 +662,11 @@ void ReadProfile(Diagnostics& d, const toml::table& t, ProfileSpec& p) {
   r.Int("gpus", &p.gpus, 1, 1 << 20);
   r.Int("micro_batch", &p.micro_batch, 1, 1 << 16);
   if (!r.Number("seconds", &p.seconds, 1e-9, 1e9) && !t.get("seconds")) r.RequireMissing("seconds");
+  r.Number("forward_seconds", &p.forward_seconds, 1e-9, 1e9);
+  r.Number("optimizer_seconds", &p.optimizer_seconds, 0.0, 1e9);
+  if (p.forward_seconds > p.seconds) {
+    d.Error(r.PosOfKey("forward_seconds"), "forward_seconds is part of seconds (forward + backward): at most seconds");
+  }
   r.Finish();
 }
 

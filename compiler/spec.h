@@ -129,7 +129,9 @@ struct ProfileSpec {
   std::string section;
   int gpus = 1;
   int micro_batch = 1;
-  double seconds = 0.0;
+  double seconds = 0.0;            // forward (+ backward) of one micro-batch on one replica
+  double forward_seconds = 0.0;    // its forward part (0: unknown; the model's 1 : 2 split)
+  double optimizer_seconds = 0.0;  // the replica's optimizer step per training step (0: unknown)
   SourcePos pos;
 };
 

@@ -55,15 +55,17 @@ class SectionedCosts : public scheduler::SectionCostModel {
       stages_.push_back(StageTable(model, s, c, c.micro_batch));
       const double full = stages_.back()[static_cast<size_t>(c.micro_batch)];
       const double fill = (c.pp - 1) * full;
-      optimizer_.push_back(s.trains() ? a.sections[i].cost.dp_sync_seconds + fill : 0.0);
-      latency_.push_back((c.pp - 1) * full * ForwardShare(s, c));
+      const SectionCost& cost = a.sections[i].cost;
+      shares_.push_back(cost.forward_share > 0 ? cost.forward_share : ForwardShare(s, c));
+      optimizer_.push_back(s.trains() ? cost.dp_sync_seconds + cost.optimizer_seconds + fill : 0.0);
+      latency_.push_back((c.pp - 1) * full * shares_.back());
     }
   }
   double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
-    return Stage(section, samples.size()) * ForwardShare(Work(section), configs_[static_cast<size_t>(section)]);
+    return Stage(section, samples.size()) * shares_[static_cast<size_t>(section)];
   }
   double BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
-    return Stage(section, samples.size()) * (1.0 - ForwardShare(Work(section), configs_[static_cast<size_t>(section)]));
+    return Stage(section, samples.size()) * (1.0 - shares_[static_cast<size_t>(section)]);
   }
   double TransferSeconds(int edge, const scheduler::Sample& sample) const override {
     (void)sample;  // every active sample of a section carries the same tensor size
@@ -83,8 +85,27 @@ class SectionedCosts : public scheduler::SectionCostModel {
   const Workload& work_;
   std::vector<plan::ParallelConfig> configs_;
   std::vector<std::vector<double>> stages_;
+  std::vector<double> shares_;  // forward's share of a micro-batch: measured, else the model's
   std::vector<double> optimizer_, latency_;
 };
+
+}  // namespace
+
+plan::MicroBatchCost MicroBatchCostOf(const CostModel& model, const SectionWork& s, const SectionCost& cost) {
+  const plan::ParallelConfig& c = cost.config;
+  const double one = model.EvaluateWith(s, c, 1.0, 1.0).stage_seconds;
+  const double full = model.EvaluateWith(s, c, 1.0, static_cast<double>(c.micro_batch)).stage_seconds;
+  plan::MicroBatchCost out;
+  out.seconds_per_sample = c.micro_batch > 1 ? (full - one) / (c.micro_batch - 1) : full;
+  if (out.seconds_per_sample <= 0) out.seconds_per_sample = full / c.micro_batch;
+  out.fixed_seconds = std::max(0.0, full - out.seconds_per_sample * c.micro_batch);
+  out.forward_share = cost.forward_share > 0 ? cost.forward_share : ForwardShare(s, c);
+  out.optimizer_seconds = s.trains() ? cost.dp_sync_seconds + cost.optimizer_seconds + (c.pp - 1) * full : 0.0;
+  out.measured = cost.measured;
+  return out;
+}
+
+namespace {
 
 // The monolithic baseline: one problem section whose micro-batch runs every
 // workload section on the samples that activate it.
@@ -104,7 +125,8 @@ class MonolithicCosts : public scheduler::SectionCostModel {
       stages_.push_back(StageTable(model, s, c, mb));
       configs_.push_back(c);
       stage0_full += model.EvaluateWith(s, c, 1.0, std::max(1e-9, mb * s.active_fraction)).stage_seconds;
-      if (s.trains()) sync += m.sections[i].dp_sync_seconds;
+      if (s.trains()) sync += m.sections[i].dp_sync_seconds + m.sections[i].optimizer_seconds;
+      shares_.push_back(m.sections[i].forward_share > 0 ? m.sections[i].forward_share : ForwardShare(s, c));
       sections_.push_back(std::move(s));
     }
     optimizer_ = sync + (m.config.pp - 1) * stage0_full;
@@ -134,8 +156,7 @@ class MonolithicCosts : public scheduler::SectionCostModel {
       size_t k = 0;
       for (const scheduler::Sample* x : samples) k += (bits_[i] < 0 || x->Has(bits_[i])) ? 1 : 0;
       const double stage = StageAt(model_, sections_[i], configs_[i], stages_[i], k);
-      const double share = ForwardShare(sections_[i], configs_[i]);
-      t += stage * (forward ? share : 1.0 - share);
+      t += stage * (forward ? shares_[i] : 1.0 - shares_[i]);
     }
     return t;
   }
@@ -144,6 +165,7 @@ class MonolithicCosts : public scheduler::SectionCostModel {
   std::vector<SectionWork> sections_;
   std::vector<plan::ParallelConfig> configs_;
   std::vector<int> bits_;
+  std::vector<double> shares_;
   std::vector<std::vector<double>> stages_;
   double optimizer_ = 0;
 };

@@ -67,6 +67,12 @@ struct SimulatedStep {
   std::vector<SectionSimulation> sections;
 };
 
+// What the sectioned simulation charges one micro-batch of section `s` under
+// `cost` (its planned configuration), as a line in the samples it holds
+// (through 1 and micro_batch samples), for plan.json: the runtime schedules
+// with it and draws its predicted timeline with it.
+plan::MicroBatchCost MicroBatchCostOf(const CostModel& model, const SectionWork& s, const SectionCost& cost);
+
 // The global batch number `batch` of the settings' distribution, with bits
 // over `modality_names` (those of scheduler::ModalityNamesOf).
 std::vector<scheduler::Sample> SampleGlobalBatch(int64_t global_batch, const SimulationSettings& settings, int batch,

@@ -23,6 +23,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, hidden,
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_decay, beta1, beta2, grad_clip,
                                                 warmup_steps, schedule)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MicroBatchCost, fixed_seconds, seconds_per_sample, forward_share,
+                                                optimizer_seconds, measured)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute,
                                                 zero_stage)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
@@ -30,9 +32,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
                                                 placement, predicted_step_seconds, predicted_memory_bytes,
                                                 tokens_per_sample, active_fraction, predicted_utilization,
-                                                planner_only, init_from, init_section, loss)
+                                                planner_only, init_from, init_section, loss, cost)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient,
-                                                fanout, fanin)
+                                                fanout, fanin, seconds_per_sample)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_component, first_rank, ranks, order,
                                                 tp_groups, cp_groups, dp_groups, pp_groups)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)

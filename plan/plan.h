@@ -86,6 +86,20 @@ struct LossDesc {
   int top_k = 0;
 };
 
+// What one micro-batch of n samples costs on one replica of a section, as the
+// compiler predicted it (from measured profiles when it had them): forward
+// share * (fixed_seconds + n * seconds_per_sample), the rest is backward when
+// the section trains; optimizer_seconds once per step (DP sync included). The
+// runtime's scheduler and its predicted timeline use the same numbers.
+// seconds_per_sample == 0: absent (plans of older compilers).
+struct MicroBatchCost {
+  double fixed_seconds = 0.0;
+  double seconds_per_sample = 0.0;
+  double forward_share = 1.0;
+  double optimizer_seconds = 0.0;
+  bool measured = false;  // from a profile rather than the analytic model
+};
+
 // One section's parallel configuration (chosen by the planner).
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
@@ -130,6 +144,7 @@ struct SectionPlan {
   std::string init_from;
   std::string init_section;
   LossDesc loss;
+  MicroBatchCost cost;  // added in schema 1 (optional)
 };
 
 struct EdgePlan {
@@ -141,6 +156,7 @@ struct EdgePlan {
   // downstream DP is the larger (fan-out), DP_from / DP_to otherwise (fan-in).
   int fanout = 0;
   int fanin = 0;
+  double seconds_per_sample = 0.0;  // transfer time of one sample's tensor (optional; 0: unknown)
 };
 
 // Written for readers of plan.json (tools, people); derived by FillLayout()

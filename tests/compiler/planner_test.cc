@@ -126,14 +126,39 @@ TEST(CostModel, AMeasuredProfileReplacesTheAnalyticTime) {
   c.dp = 2;
   c.micro_batch = 4;
   const SectionCost analytic = model.Evaluate(s, c);
-  s.profiles.push_back(ProfileSpec{"llm", 2, 4, 0.5, {}});
+  ProfileSpec point{"llm", 2, 4, 0.5, 0.2, 0.05, {}};
+  s.profiles.push_back(point);
   const SectionCost measured = model.Evaluate(s, c);
   EXPECT_FALSE(analytic.measured);
   EXPECT_TRUE(measured.measured);
   EXPECT_DOUBLE_EQ(measured.stage_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(measured.forward_share, 0.2 / 0.5);
+  EXPECT_DOUBLE_EQ(measured.optimizer_seconds, 0.05);
   EXPECT_DOUBLE_EQ(measured.step_seconds, 4 * 0.5 + measured.dp_sync_seconds);  // 16 samples / mb 4
-  c.micro_batch = 2;  // no profile at this micro-batch: analytic again
+  c.micro_batch = 2;  // one point: proportional to the samples
+  EXPECT_TRUE(model.Evaluate(s, c).measured);
+  EXPECT_DOUBLE_EQ(model.Evaluate(s, c).stage_seconds, 0.25);
+  c.tp = 1;  // no profile on replicas of 1 GPU: analytic again
   EXPECT_FALSE(model.Evaluate(s, c).measured);
+}
+
+TEST(CostModel, ProfilesInterpolateLinearlyBetweenMicroBatchSizes) {
+  const CostModel model({Gpu("g", 2, 4, 40, 300)}, 32);
+  SectionWork s = Decoder("llm", 1024, 8, true, 1, 1024);
+  // Micro-batch sizes that divide the 32 samples: every micro-batch is full.
+  s.profiles.push_back(ProfileSpec{"llm", 1, 8, 0.9, 0.0, 0.0, {}});
+  s.profiles.push_back(ProfileSpec{"llm", 1, 2, 0.3, 0.0, 0.0, {}});  // out of order on purpose
+  plan::ParallelConfig c;
+  const auto stage = [&](int mb) {
+    c.micro_batch = mb;
+    return model.Evaluate(s, c).stage_seconds;
+  };
+  EXPECT_DOUBLE_EQ(stage(2), 0.3);
+  EXPECT_NEAR(stage(4), 0.5, 1e-12);   // between the points
+  EXPECT_NEAR(stage(16), 1.7, 1e-12);  // beyond: the last segment's line
+  EXPECT_NEAR(stage(1), 0.2, 1e-12);   // below: the first segment's line (0.2 > 0.3 / 2)
+  c.micro_batch = 8;
+  EXPECT_DOUBLE_EQ(model.Evaluate(s, c).forward_share, 0.0);  // no forward split measured: unknown
 }
 
 TEST(Planner, ExactOnACycleTwoGpuTypesAndPinnedFanOut) {
