@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // maestro: the user CLI.
-//   maestro run spec.toml [-o DIR]   compile, then train on this machine (mpirun)
-//   maestro doctor                   what this machine has: libraries, BLAS, launchers
+//   maestro run spec.toml [-o DIR]       compile, then train on this machine (mpirun)
+//   maestro profile spec.toml [-o DIR]   measure each section's micro-batch times on this
+//                                        machine, in the run's layout, and recompile with them
+//   maestro doctor                       what this machine has: libraries, BLAS, launchers
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <unistd.h>
@@ -27,39 +29,82 @@ struct RunArgs {
   bool reference = false;
   bool no_eval = false;
   int64_t eval_samples = 0;
+  std::string profiles;     // measured profiles for the compiler ("" = analytic)
   std::vector<std::string> pins;
   std::vector<std::string> worker_args;
 };
 
-int RunCommand(const RunArgs& args) {
+struct ProfileArgs {
+  std::string spec;
+  std::string out_dir = "maestro-profile";
+  int ranks = 0;
+  std::vector<int> micro_batches;
+  int repeats = 5;
+  std::vector<std::string> pins;
+};
+
+// Compiles `spec` for this machine (one node, `ranks` CPU slots) into
+// out_dir; on success loads the plan. Returns the exit code to stop with, or
+// -1 to go on.
+int CompileForThisMachine(const std::string& spec, const std::string& out_dir, int ranks,
+                          const std::vector<std::string>& pins, const std::string& profiles, const char* who,
+                          maestro::plan::Plan* plan) {
   namespace fs = std::filesystem;
-  const std::string bin = maestro::cli::SelfDirectory();
   std::error_code ec;
-  fs::create_directories(args.out_dir, ec);
+  fs::create_directories(out_dir, ec);
   if (ec) {
-    std::fprintf(stderr, "maestro run: cannot create %s: %s\n", args.out_dir.c_str(), ec.message().c_str());
+    std::fprintf(stderr, "%s: cannot create %s: %s\n", who, out_dir.c_str(), ec.message().c_str());
     return maestro::kExitUsage;
   }
-  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  const int ranks = args.ranks > 0 ? args.ranks : std::max(2, cores);
-
-  // 1. Compile for this machine: one node, `ranks` CPU slots.
-  std::vector<std::string> compile{bin + "/maestro-compile", args.spec, "-o", args.out_dir, "--local",
-                                   std::to_string(ranks)};
-  for (const auto& pin : args.pins) compile.insert(compile.end(), {"--pin", pin});
+  std::vector<std::string> compile{maestro::cli::SelfDirectory() + "/maestro-compile", spec, "-o", out_dir,
+                                   "--local", std::to_string(ranks)};
+  for (const auto& pin : pins) compile.insert(compile.end(), {"--pin", pin});
+  if (!profiles.empty()) compile.insert(compile.end(), {"--profiles", profiles});
   auto rc = maestro::cli::RunProcess(compile);
   if (!rc.ok()) {
-    std::fprintf(stderr, "maestro run: %s\n", rc.status().message().c_str());
+    std::fprintf(stderr, "%s: %s\n", who, rc.status().message().c_str());
     return maestro::kExitUsage;
   }
   if (*rc != 0) return *rc;
-  const std::string plan_path = args.out_dir + "/plan.json";
-  auto plan = maestro::plan::LoadPlan(plan_path);
-  if (!plan.ok()) {
-    std::fprintf(stderr, "maestro run: %s\n", plan.status().ToString().c_str());
+  auto loaded = maestro::plan::LoadPlan(out_dir + "/plan.json");
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s: %s\n", who, loaded.status().ToString().c_str());
     return maestro::kExitFailure;
   }
+  *plan = std::move(*loaded);
+  return -1;
+}
+
+int DefaultRanks(int ranks) {
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return ranks > 0 ? ranks : std::max(2, cores);
+}
+
+// mpirun with one process per rank of `plan` on this machine, running `worker`.
+std::vector<std::string> MpirunCommand(const maestro::plan::Plan& plan, const std::vector<std::string>& worker) {
+  std::vector<std::string> command{"mpirun"};
+  if (geteuid() == 0) command.push_back("--allow-run-as-root");
+  // Sections of one machine share its cores: ranks may outnumber them.
+  command.insert(command.end(),
+                 {"--oversubscribe", "--mca", "btl", "self,vader", "-np", std::to_string(plan.world_size())});
+  command.insert(command.end(), worker.begin(), worker.end());
+  return command;
+}
+
+int RunCommand(const RunArgs& args) {
+  namespace fs = std::filesystem;
+  const std::string bin = maestro::cli::SelfDirectory();
+  const int ranks = DefaultRanks(args.ranks);
+
+  // 1. Compile for this machine: one node, `ranks` CPU slots.
+  maestro::plan::Plan plan;
+  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, args.profiles, "maestro run", &plan);
+      rc >= 0) {
+    return rc;
+  }
+  const std::string plan_path = args.out_dir + "/plan.json";
   const std::string run_dir = args.out_dir + "/run";
+  std::error_code ec;
   if (args.fresh) fs::remove_all(run_dir, ec);
   fs::create_directories(run_dir, ec);
 
@@ -74,17 +119,12 @@ int RunCommand(const RunArgs& args) {
     command = worker;
     command.insert(command.begin() + 1, "--reference");
   } else {
-    command = {"mpirun"};
-    if (geteuid() == 0) command.push_back("--allow-run-as-root");
-    // Sections of one machine share its cores: ranks may outnumber them.
-    command.insert(command.end(), {"--oversubscribe", "--mca", "btl", "self,vader", "-np",
-                                   std::to_string(plan->world_size())});
-    command.insert(command.end(), worker.begin(), worker.end());
+    command = MpirunCommand(plan, worker);
   }
   command.push_back(plan_path);
   std::fprintf(stderr, "maestro run: %d ranks, %zu sections; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
-               plan->world_size(), plan->sections.size(), run_dir.c_str(), run_dir.c_str());
-  rc = maestro::cli::RunProcess(command);
+               plan.world_size(), plan.sections.size(), run_dir.c_str(), run_dir.c_str());
+  auto rc = maestro::cli::RunProcess(command);
   if (!rc.ok()) {
     std::fprintf(stderr, "maestro run: %s (is openmpi-bin installed? scripts/setup.sh installs it)\n",
                  rc.status().message().c_str());
@@ -94,6 +134,44 @@ int RunCommand(const RunArgs& args) {
     std::fprintf(stderr, "maestro run: stopped after a checkpoint; run the same command again to resume\n");
   }
   return *rc;
+}
+
+// Compile -> every rank measures its own section, side by side, in the
+// run's layout -> compile again with the measured profile.
+int ProfileCommand(const ProfileArgs& args) {
+  const std::string bin = maestro::cli::SelfDirectory();
+  const int ranks = DefaultRanks(args.ranks);
+  maestro::plan::Plan plan;
+  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, "", "maestro profile", &plan);
+      rc >= 0) {
+    return rc;
+  }
+  const std::string profile = args.out_dir + "/profile.json";
+  std::vector<std::string> worker{bin + "/maestro-worker", "--profile", profile, "--profile-repeats",
+                                  std::to_string(args.repeats)};
+  if (!args.micro_batches.empty()) {
+    std::string sizes;
+    for (int b : args.micro_batches) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+    worker.insert(worker.end(), {"--profile-micro-batches", sizes});
+  }
+  worker.push_back(args.out_dir + "/plan.json");
+  std::fprintf(stderr, "maestro profile: %d ranks measure their sections side by side\n", plan.world_size());
+  auto rc = maestro::cli::RunProcess(MpirunCommand(plan, worker));
+  if (!rc.ok()) {
+    std::fprintf(stderr, "maestro profile: %s (is openmpi-bin installed? scripts/setup.sh installs it)\n",
+                 rc.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  if (*rc != 0) return *rc;
+  if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
+      code >= 0) {
+    return code;
+  }
+  std::fprintf(stderr,
+               "maestro profile: wrote %s; %s/plan.json now predicts %.4f s per step with it "
+               "(maestro run --profiles %s trains with this plan)\n",
+               profile.c_str(), args.out_dir.c_str(), plan.predicted_step_seconds, profile.c_str());
+  return maestro::kExitOk;
 }
 
 int DoctorCommand() {
@@ -130,10 +208,32 @@ int main(int argc, char** argv) {
   run->add_option("--eval-samples", run_args.eval_samples, "evaluate on the first N test samples (default: all)");
   run->add_option("--worker-arg", run_args.worker_args, "extra argument for maestro-worker (repeatable)");
 
+  run->add_option("--profiles", run_args.profiles,
+                  "measured section profiles for the compiler (what `maestro profile` wrote)")
+      ->check(CLI::ExistingFile);
+
+  ProfileArgs profile_args;
+  auto* profile = app.add_subcommand(
+      "profile", "measure each section's micro-batch times on this machine and recompile the spec with them");
+  profile->add_option("spec", profile_args.spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
+  profile->add_option("-o,--out", profile_args.out_dir, "output directory (plan, report, profile.json)")
+      ->capture_default_str();
+  profile->add_option("--ranks", profile_args.ranks, "CPU ranks to plan for (default: the cores, at least 2)")
+      ->check(CLI::PositiveNumber);
+  profile->add_option("--pin", profile_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+  profile->add_option("--micro-batches", profile_args.micro_batches,
+                      "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  profile->add_option("--repeats", profile_args.repeats, "timed runs per size; the median is kept")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
   auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
 
   CLI11_PARSE(app, argc, argv);
   if (*run) return RunCommand(run_args);
+  if (*profile) return ProfileCommand(profile_args);
   if (*doctor) return DoctorCommand();
   return 0;
 }

@@ -23,6 +23,7 @@
 #include "datalayer/preemption.h"
 #include "datalayer/sample_index.h"
 #include "datalayer/training_run.h"
+#include "runtime/collectives.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/reference.h"
@@ -46,42 +47,6 @@ double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>
 int64_t WallMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-Buffer FloatBuffer(const torch::Tensor& t) {
-  return Buffer{t.data_ptr(), static_cast<size_t>(t.numel()), launcher::DType::kF32, launcher::Device::kCpu};
-}
-
-Status Wait(StatusOr<WorkPtr> work) { return launcher::Complete(std::move(work)); }
-
-// ---- control plane over the world backend -----------------------------------
-
-Status BroadcastInts(Backend& world, std::vector<int64_t>& values) {
-  int64_t n = static_cast<int64_t>(values.size());
-  Buffer nb{&n, 1, launcher::DType::kI64, launcher::Device::kCpu};
-  MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(nb, 0)));
-  values.resize(static_cast<size_t>(n));
-  if (n > 0) MAESTRO_RETURN_IF_ERROR(Wait(world.Broadcast(launcher::CpuBuffer(values), 0)));
-  return Status::Ok();
-}
-
-Status SendBytes(Backend& world, const std::string& bytes, int peer, int tag) {
-  int64_t n = static_cast<int64_t>(bytes.size());
-  MAESTRO_RETURN_IF_ERROR(Wait(world.Send(Buffer{&n, 1, launcher::DType::kI64, launcher::Device::kCpu}, peer, tag)));
-  if (n == 0) return Status::Ok();
-  std::string copy = bytes;
-  return Wait(world.Send(Buffer{copy.data(), copy.size(), launcher::DType::kU8, launcher::Device::kCpu}, peer, tag));
-}
-
-StatusOr<std::string> RecvBytes(Backend& world, int peer, int tag) {
-  int64_t n = 0;
-  MAESTRO_RETURN_IF_ERROR(Wait(world.Recv(Buffer{&n, 1, launcher::DType::kI64, launcher::Device::kCpu}, peer, tag)));
-  std::string bytes(static_cast<size_t>(n), '\0');
-  if (n > 0) {
-    MAESTRO_RETURN_IF_ERROR(
-        Wait(world.Recv(Buffer{bytes.data(), bytes.size(), launcher::DType::kU8, launcher::Device::kCpu}, peer, tag)));
-  }
-  return bytes;
 }
 
 // ---- the step's batch, as rank 0 broadcasts it -------------------------------
@@ -139,7 +104,49 @@ StepBatch DecodeBatch(const std::vector<int64_t>& v, size_t modalities) {
 // Costs the scheduler orders by: 2 (forward) or 4 (backward) x parameters x
 // tokens seen, in arbitrary units at 1 TFLOP/s. Only the order depends on
 // them, never the result.
+// The costs the compiler planned with (plan.json's per-section MicroBatchCost
+// and per-edge seconds_per_sample): a micro-batch of n samples costs
+// fixed + n * per_sample, split forward : backward by the measured (or
+// modelled) share. The schedule and the predicted timeline use them.
+class PlannedCostModel : public scheduler::SectionCostModel {
+ public:
+  explicit PlannedCostModel(const plan::Plan& plan) {
+    for (const auto& s : plan.sections) {
+      costs_.push_back(s.cost);
+      trains_.push_back(s.mode == plan::SectionMode::kTrain);
+    }
+    for (const auto& e : plan.edges) edges_.push_back(e.seconds_per_sample);
+  }
+  double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
+    const auto& c = costs_[static_cast<size_t>(section)];
+    return trains_[static_cast<size_t>(section)] ? Total(c, samples.size()) * c.forward_share
+                                                 : Total(c, samples.size());
+  }
+  double BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
+    const auto& c = costs_[static_cast<size_t>(section)];
+    return trains_[static_cast<size_t>(section)] ? Total(c, samples.size()) * (1.0 - c.forward_share) : 0.0;
+  }
+  double TransferSeconds(int edge, const scheduler::Sample& sample) const override {
+    (void)sample;
+    return edges_[static_cast<size_t>(edge)];
+  }
+  double OptimizerSeconds(int section) const override { return costs_[static_cast<size_t>(section)].optimizer_seconds; }
+
+ private:
+  static double Total(const plan::MicroBatchCost& c, size_t n) {
+    return n == 0 ? 0.0 : c.fixed_seconds + static_cast<double>(n) * c.seconds_per_sample;
+  }
+  std::vector<plan::MicroBatchCost> costs_;
+  std::vector<bool> trains_;
+  std::vector<double> edges_;
+};
+
+// The scheduler's costs: the plan's when the compiler wrote them, else a
+// proxy (2 * parameters FLOPs per token at 1 TFLOP/s) that only ranks sections.
 std::shared_ptr<const scheduler::SectionCostModel> RuntimeCostModel(const plan::Plan& plan) {
+  const bool planned = std::all_of(plan.sections.begin(), plan.sections.end(),
+                                   [](const plan::SectionPlan& s) { return s.cost.seconds_per_sample > 0; });
+  if (planned) return std::make_shared<PlannedCostModel>(plan);
   std::vector<scheduler::SectionSpec> specs;
   std::vector<scheduler::LinearCostModel::SectionCost> costs;
   const auto names = scheduler::ModalityNamesOf(plan);
@@ -175,21 +182,6 @@ std::string OptimizerKey(const std::string& name, int t) {
 }
 
 // The TP group's all-reduce for the model's tensor-parallel layers.
-class GroupReducer : public TensorParallelReducer {
- public:
-  explicit GroupReducer(Backend& group) : group_(group) {}
-  void AllReduceSum(torch::Tensor& t) override {
-    TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32, "TP all-reduce needs contiguous fp32");
-    Status s = Wait(group_.AllReduce(FloatBuffer(t), launcher::ReduceOp::kSum));
-    if (!s.ok()) throw std::runtime_error(s.ToString());
-  }
-  int rank() const override { return group_.group().my_index; }
-  int size() const override { return group_.group().size(); }
-
- private:
-  Backend& group_;
-};
-
 // ---- one rank's loop -----------------------------------------------------------
 
 struct TraceEvent {
@@ -313,23 +305,6 @@ LinkChannel* RankLoop::FindLink(int edge, int up_dp, int down_dp) {
   return nullptr;
 }
 
-// Intra-op threads of this rank: $MAESTRO_THREADS_PER_RANK, else the cores
-// divided among the ranks on this node (mpirun and srun both say how many).
-int ThreadsPerRank() {
-  if (const char* v = std::getenv("MAESTRO_THREADS_PER_RANK")) {
-    const int n = std::atoi(v);
-    if (n > 0) return n;
-  }
-  int local = 1;
-  for (const char* key : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
-    if (const char* v = std::getenv(key)) {
-      local = std::max(1, std::atoi(v));
-      break;
-    }
-  }
-  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  return std::max(1, cores / local);
-}
 
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
@@ -877,61 +852,61 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
   }
   measured.utilization = busy_all / (static_cast<double>(measured.ranks.size()) * measured.step_seconds);
 
-  // Fit: per section, forward seconds per token seen, backward factor, optimizer.
-  std::vector<scheduler::LinearCostModel::SectionCost> costs(plan_.sections.size());
+  // Two predictions of this step (its batch, its schedule): with the costs the
+  // compiler planned with (profiled when `maestro profile` measured them), and
+  // with costs fitted to this very step (per sample, forward share,
+  // optimizer), which isolates what the simulator misses beyond costs.
+  plan::Plan fitted_plan = plan_;
   {
-    auto unit = std::dynamic_pointer_cast<const scheduler::LinearCostModel>(costs_);
-    std::vector<double> f_sec(plan_.sections.size()), f_tok(plan_.sections.size()), b_sec(plan_.sections.size()),
-        o_sec(plan_.sections.size());
-    std::vector<int> o_n(plan_.sections.size());
-    std::unordered_map<uint64_t, const scheduler::Sample*> by_id;
-    for (const auto& sample : problem_.samples) by_id[sample.id] = &sample;
+    const size_t n = plan_.sections.size();
+    std::vector<double> f_sec(n), b_sec(n), samples(n), o_sec(n);
+    std::vector<int> o_n(n);
     for (const auto& op : measured.ops) {
-      const auto& rp = schedule_.ranks[static_cast<size_t>(op.rank)];
-      const auto s = static_cast<size_t>(rp.section);
+      const auto s = static_cast<size_t>(schedule_.ranks[static_cast<size_t>(op.rank)].section);
       const double d = op.end - op.start;
       if (op.kind == scheduler::OpKind::kOptimizer) {
         o_sec[s] += d;
         ++o_n[s];
-        continue;
-      }
-      double tokens = 0.0;
-      for (auto id : rp.micro_batches[static_cast<size_t>(op.micro_batch)].sample_ids) {
-        tokens += unit ? unit->TokensSeen(rp.section, *by_id.at(id)) : 1.0;
-      }
-      if (op.kind == scheduler::OpKind::kForward) {
+      } else if (op.kind == scheduler::OpKind::kForward) {
         f_sec[s] += d;
-        f_tok[s] += tokens;
+        samples[s] += op.samples;
       } else {
         b_sec[s] += d;
       }
     }
-    for (size_t s = 0; s < costs.size(); ++s) {
-      costs[s].seconds_per_token = f_tok[s] > 0 ? f_sec[s] / f_tok[s] : 0.0;
-      costs[s].backward_factor = f_sec[s] > 0 ? b_sec[s] / f_sec[s] : 0.0;
-      costs[s].optimizer_seconds = o_n[s] > 0 ? o_sec[s] / o_n[s] : 0.0;
+    for (size_t s = 0; s < n; ++s) {
+      plan::MicroBatchCost& c = fitted_plan.sections[s].cost;
+      c.fixed_seconds = 0.0;
+      c.seconds_per_sample = samples[s] > 0 ? (f_sec[s] + b_sec[s]) / samples[s] : 1e-9;
+      c.forward_share = f_sec[s] + b_sec[s] > 0 ? f_sec[s] / (f_sec[s] + b_sec[s]) : 1.0;
+      c.optimizer_seconds = o_n[s] > 0 ? o_sec[s] / o_n[s] : 0.0;
+      c.measured = true;
     }
+    for (auto& e : fitted_plan.edges) e.seconds_per_sample = 0.0;
   }
-  std::vector<scheduler::EdgeSpec> edges;
-  std::vector<scheduler::LinearCostModel::EdgeCost> edge_costs;
-  for (const auto& e : problem_.edges) {
-    edges.push_back(e);
-    edge_costs.push_back({0.0, 0.0});
-  }
-  scheduler::Problem fitted = problem_;
-  fitted.costs = std::make_shared<scheduler::LinearCostModel>(problem_.sections, costs, edges, edge_costs);
-  auto predicted = scheduler::Simulate(fitted, schedule_);
-  if (!predicted.ok()) return Status::Ok();  // the picture is a report, not the run's result
+  scheduler::Problem with_plan = problem_;
+  scheduler::Problem with_fit = problem_;
+  with_fit.costs = std::make_shared<PlannedCostModel>(fitted_plan);
+  auto predicted = scheduler::Simulate(with_plan, schedule_);
+  auto fitted = scheduler::Simulate(with_fit, schedule_);
+  if (!predicted.ok() || !fitted.ok()) return Status::Ok();  // the pictures are a report, not the run's result
+  const bool profiled = std::all_of(plan_.sections.begin(), plan_.sections.end(),
+                                    [](const plan::SectionPlan& s) { return s.cost.measured; });
   const std::string title = fmt::format("step {} of {}", current_step_, plan_.job_name);
   MAESTRO_RETURN_IF_ERROR(measured.WriteGanttSvg(options_.run_dir + "/timeline_measured.svg", "measured: " + title));
-  MAESTRO_RETURN_IF_ERROR(
-      predicted->WriteGanttSvg(options_.run_dir + "/timeline_predicted.svg", "simulated (fitted costs): " + title));
+  MAESTRO_RETURN_IF_ERROR(predicted->WriteGanttSvg(
+      options_.run_dir + "/timeline_predicted.svg",
+      fmt::format("simulated ({} costs of the plan): {}", profiled ? "profiled" : "modelled", title)));
   std::ofstream summary(options_.run_dir + "/timeline.json");
   summary << nlohmann::json{{"step", current_step_},
                             {"measured_step_seconds", measured.step_seconds},
                             {"predicted_step_seconds", predicted->step_seconds},
+                            {"predicted_costs", profiled ? "profiled" : "modelled"},
                             {"relative_error",
-                             (predicted->step_seconds - measured.step_seconds) / measured.step_seconds}}
+                             (predicted->step_seconds - measured.step_seconds) / measured.step_seconds},
+                            {"fitted_step_seconds", fitted->step_seconds},
+                            {"fitted_relative_error",
+                             (fitted->step_seconds - measured.step_seconds) / measured.step_seconds}}
                  .dump(2);
   return Status::Ok();
 }
@@ -1017,6 +992,22 @@ StatusOr<TrainSummary> RankLoop::Run() {
 }
 
 }  // namespace
+
+int ThreadsPerRank() {
+  if (const char* v = std::getenv("MAESTRO_THREADS_PER_RANK")) {
+    const int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  int local = 1;
+  for (const char* key : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (const char* v = std::getenv(key)) {
+      local = std::max(1, std::atoi(v));
+      break;
+    }
+  }
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return std::max(1, cores / local);
+}
 
 StatusOr<TrainSummary> RunTraining(const plan::Plan& plan, const launcher::RankPlace& place,
                                    launcher::Communicators& comms, const TrainOptions& options) {

@@ -54,6 +54,10 @@ struct TrainSummary {
   double caption_accuracy = -1.0;  // -1: not evaluated
 };
 
+// Intra-op threads of one rank: $MAESTRO_THREADS_PER_RANK, else the cores
+// divided among the ranks on this node (mpirun and srun both say how many).
+int ThreadsPerRank();
+
 // Runs the plan's training loop on this rank. Collective: every rank of the
 // plan calls it. Returns kAborted("preempted") after a checkpoint when a
 // preemption was requested, so the caller exits with kExitRequeue.

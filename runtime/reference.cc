@@ -88,12 +88,12 @@ std::vector<int> TopologicalSections(const plan::Plan& plan) {
   return order;
 }
 
-namespace {
-
-bool Activates(const plan::SectionPlan& s, bool has_image) {
+bool SectionActivates(const plan::SectionPlan& s, bool has_image) {
   if (s.activation == "always" || s.activation.empty()) return true;
   return s.activation == "image" && has_image;
 }
+
+namespace {
 
 struct GraphResult {
   torch::Tensor loss;  // undefined when no sink trains
@@ -122,7 +122,7 @@ StatusOr<GraphResult> GraphForward(const plan::Plan& plan, std::vector<std::uniq
     const auto& sp = plan.sections[static_cast<size_t>(s)];
     std::vector<int64_t> active;
     for (int64_t id : ids) {
-      if (Activates(sp, has_image[id])) active.push_back(id);
+      if (SectionActivates(sp, has_image[id])) active.push_back(id);
     }
     const int64_t step = chunk > 0 ? chunk : std::max(1, sp.config.micro_batch);
     for (size_t begin = 0; begin < active.size(); begin += static_cast<size_t>(step)) {
@@ -254,77 +254,6 @@ StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& 
     MAESTRO_ASSIGN_OR_RETURN(models[s.name], ReadSectionModelBytes(run_dir, s.name));
   }
   return EvaluateCaptions(plan, models, max_samples);
-}
-
-StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, const ProfileOptions& options) {
-  torch::set_num_threads(std::max(1, options.threads));
-  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
-  std::vector<ProfilePoint> points;
-  for (size_t s = 0; s < plan.sections.size(); ++s) {
-    const auto& sp = plan.sections[s];
-    plan::Plan solo = plan;  // TP 1: the profiler is one process
-    solo.sections[s].config.tp = 1;
-    MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(solo, static_cast<int>(s)));
-    std::vector<int> sizes = options.micro_batches;
-    sizes.push_back(sp.config.micro_batch);
-    std::sort(sizes.begin(), sizes.end());
-    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-    for (int b : sizes) {
-      if (b < 1 || b > plan.data.global_batch) continue;
-      // b samples that activate the section, from the start of the train split.
-      std::vector<int64_t> ids;
-      std::vector<bool> image;
-      for (int64_t id = 0; id < dataset->NumTrain() && static_cast<int>(ids.size()) < b; ++id) {
-        MAESTRO_ASSIGN_OR_RETURN(auto sample, dataset->LoadTrain(id));
-        if (!Activates(sp, sample.has_image)) continue;
-        ids.push_back(id);
-        image.push_back(sample.has_image);
-      }
-      if (static_cast<int>(ids.size()) < b) break;
-      MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*dataset, ids));
-      std::map<int, torch::Tensor> inputs;
-      for (int e : runner->in_edges()) {
-        const int up = plan.section_index(plan.edges[static_cast<size_t>(e)].from);
-        int64_t rows = 0;
-        for (bool has : image) rows += Activates(plan.sections[static_cast<size_t>(up)], has) ? 1 : 0;
-        std::vector<int64_t> shape{rows};
-        for (int64_t d : RowShapeOf(plan, up)) shape.push_back(d);
-        inputs[e] = torch::randn(shape) * 0.02;
-        if (runner->trains() && plan.sections[static_cast<size_t>(up)].mode == plan::SectionMode::kTrain) {
-          inputs[e].set_requires_grad(true);
-        }
-      }
-      std::vector<double> times;
-      for (int rep = 0; rep < 2 + options.repeats; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        MAESTRO_ASSIGN_OR_RETURN(auto out, runner->Forward(data, inputs));
-        if (runner->trains()) {
-          if (out.loss.defined()) {
-            out.loss.backward();
-          } else if (out.rows.defined()) {
-            out.rows.backward(torch::ones_like(out.rows));
-          }
-        }
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        runner->module().zero_grad();
-        for (auto& [e, t] : inputs) {
-          if (t.grad().defined()) t.mutable_grad().reset();
-        }
-        if (rep >= 2) times.push_back(seconds);
-      }
-      std::sort(times.begin(), times.end());
-      points.push_back({sp.name, 1, b, times[times.size() / 2]});
-    }
-  }
-  return points;
-}
-
-std::string ProfilesToJson(const std::vector<ProfilePoint>& points) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& p : points) {
-    out.push_back({{"section", p.section}, {"gpus", p.gpus}, {"micro_batch", p.micro_batch}, {"seconds", p.seconds}});
-  }
-  return out.dump(2);
 }
 
 }  // namespace maestro::runtime

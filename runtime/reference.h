@@ -65,29 +65,7 @@ StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::st
 // run directory `run_dir`.
 StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples = 0);
 
-// One measured point of a section's cost: a micro-batch of `micro_batch`
-// samples through one replica (forward, and backward when it trains), as the
-// compiler's [[profile]] / --profiles reads it.
-struct ProfilePoint {
-  std::string section;
-  int gpus = 1;          // tp * pp * cp of the replica (1: the profiler runs TP 1)
-  int micro_batch = 1;
-  double seconds = 0.0;  // median of `repeats` timed runs after 2 warm-ups
-};
-
-struct ProfileOptions {
-  std::vector<int> micro_batches{1, 2, 4, 8, 16, 32, 64};  // capped at the global batch
-  int repeats = 5;
-  int threads = 1;  // intra-op threads: what one rank of the run gets
-};
-
-// Measures every section of the plan alone, in this process, on real samples
-// of the plan's dataset (inputs from upstream sections are random rows of the
-// right shape). The run's own scheduling, transfers and contention are not
-// in it: the simulator adds the first two.
-StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, const ProfileOptions& options);
-
-// The JSON array the compiler reads with --profiles.
-std::string ProfilesToJson(const std::vector<ProfilePoint>& points);
+// True when a sample (with or without an image) activates section `s`.
+bool SectionActivates(const plan::SectionPlan& s, bool has_image);
 
 }  // namespace maestro::runtime

@@ -7,6 +7,8 @@
 //   maestro-worker [--comm-timeout S] --selftest plan.json   check groups and links
 //   maestro-worker --reference plan.json                     one process, every section
 //                                                            (the monolithic reference)
+//   maestro-worker --profile FILE plan.json                  every rank measures its section
+//                                                            (`maestro profile` runs it)
 //
 // Start-up (launcher/worker_context.h): PMIx_Init, MPI_Init, the allocation
 // checked against the plan, this rank placed, groups and links built. Any
@@ -27,6 +29,7 @@
 #include "launcher/worker_context.h"
 #include "plan/plan.h"
 #include "runtime/executor.h"
+#include "runtime/profiler.h"
 #include "runtime/reference.h"
 #include "runtime/runtime_info.h"
 
@@ -40,6 +43,20 @@ int ExitCodeFor(const maestro::Status& s) {
     case maestro::StatusCode::kFailedPrecondition: return maestro::kExitUsage;
     default: return maestro::kExitFailure;
   }
+}
+
+int WriteProfile(const std::string& path, const std::vector<maestro::runtime::ProfilePoint>& points) {
+  std::ofstream out(path);
+  out << maestro::runtime::ProfilesToJson(points) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "maestro-worker --profile: cannot write %s\n", path.c_str());
+    return maestro::kExitFailure;
+  }
+  for (const auto& p : points) {
+    std::printf("%-12s gpus %d micro-batch %3d: %.6f s (forward %.6f s, optimizer %.6f s)\n", p.section.c_str(),
+                p.gpus, p.micro_batch, p.seconds, p.forward_seconds, p.optimizer_seconds);
+  }
+  return maestro::kExitOk;
 }
 
 }  // namespace
@@ -80,10 +97,21 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-progress", train.progress, "no per-step log line");
   std::string profile_out;
   int profile_threads = 1;
+  bool profile_alone = false;
+  std::vector<int> profile_micro_batches;
+  int profile_repeats = 5;
   app.add_option("--profile", profile_out,
-                 "measure every section's micro-batch time in this process (no MPI) and write the JSON the "
-                 "compiler reads with --profiles to this file");
-  app.add_option("--profile-threads", profile_threads, "intra-op threads while profiling (one rank's share)")
+                 "measure each section's micro-batch time (every rank its own section, side by side) and write "
+                 "the JSON the compiler reads with --profiles to this file (rank 0)");
+  app.add_flag("--profile-alone", profile_alone,
+               "with --profile: measure every section in turn in this one process (TP 1, no MPI)");
+  app.add_option("--profile-threads", profile_threads, "intra-op threads with --profile-alone (one rank's share)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--profile-micro-batches", profile_micro_batches,
+                 "micro-batch sizes to measure (default 1 2 4 8 16 32 64 and each section's own)")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',');
+  app.add_option("--profile-repeats", profile_repeats, "timed runs per size (the median is kept)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   train.evaluate = !no_eval;
@@ -108,24 +136,17 @@ int main(int argc, char** argv) {
     return maestro::kExitUsage;
   }
 
-  if (!profile_out.empty()) {
-    maestro::runtime::ProfileOptions po;
-    po.threads = profile_threads;
-    auto points = maestro::runtime::ProfileSections(*plan, po);
+  maestro::runtime::ProfileOptions profile_options;
+  profile_options.threads = profile_threads;
+  if (!profile_micro_batches.empty()) profile_options.micro_batches = profile_micro_batches;
+  profile_options.repeats = profile_repeats;
+  if (!profile_out.empty() && profile_alone) {
+    auto points = maestro::runtime::ProfileSections(*plan, profile_options);
     if (!points.ok()) {
       std::fprintf(stderr, "maestro-worker --profile: %s\n", points.status().ToString().c_str());
       return ExitCodeFor(points.status());
     }
-    std::ofstream out(profile_out);
-    out << maestro::runtime::ProfilesToJson(*points) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "maestro-worker --profile: cannot write %s\n", profile_out.c_str());
-      return maestro::kExitFailure;
-    }
-    for (const auto& p : *points) {
-      std::printf("%-12s micro-batch %3d: %.6f s\n", p.section.c_str(), p.micro_batch, p.seconds);
-    }
-    return maestro::kExitOk;
+    return WriteProfile(profile_out, *points);
   }
   if (train.run_dir.empty()) train.run_dir = plan->work_dir.empty() ? std::string("run") : plan->work_dir;
   if (reference) {
@@ -173,6 +194,12 @@ int main(int argc, char** argv) {
     auto summary = maestro::launcher::RunSelfTest(*plan, ctx.place(), ctx.comms(), selftest_options, stdout);
     if (!summary.ok()) maestro::launcher::AbortJob(rank, summary.status(), ExitCodeFor(summary.status()));
     return maestro::kExitOk;
+  }
+
+  if (!profile_out.empty()) {
+    auto points = maestro::runtime::ProfileRanks(*plan, ctx.place(), ctx.comms(), profile_options);
+    if (!points.ok()) maestro::launcher::AbortJob(rank, points.status(), ExitCodeFor(points.status()));
+    return rank == 0 ? WriteProfile(profile_out, *points) : maestro::kExitOk;
   }
 
   // The section runtime: this rank's loop (runtime/executor.h). Any error
