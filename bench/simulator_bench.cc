@@ -40,7 +40,8 @@ struct SimulatorCase {
 };
 
 void Run(const std::vector<std::string>& argv, const std::string& what) {
-  auto rc = maestro::cli::RunProcess(argv);
+  // Our stdout is the benchmark's JSON: the tools' reports go to stderr.
+  auto rc = maestro::cli::RunProcess(argv, maestro::cli::ChildStdout::kToStderr);
   if (!rc.ok()) throw std::runtime_error(what + ": " + rc.status().ToString());
   if (*rc != 0) throw std::runtime_error(what + " exited with status " + std::to_string(*rc));
 }

@@ -23,14 +23,18 @@ std::string SelfDirectory() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-StatusOr<int> RunProcess(const std::vector<std::string>& argv) {
+StatusOr<int> RunProcess(const std::vector<std::string>& argv, ChildStdout child_stdout) {
   if (argv.empty()) return Status::InvalidArgument("RunProcess: empty argv");
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (child_stdout == ChildStdout::kToStderr) posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return Status::NotFound(fmt::format("cannot start '{}': {}", argv[0], std::strerror(rc)));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {

@@ -14,8 +14,12 @@ namespace maestro::cli {
 // tools (maestro-compile, maestro-worker) live after a build or an install.
 std::string SelfDirectory();
 
+// Where a child's standard output goes: ours, or our standard error (for
+// callers whose own stdout is a machine-readable result, e.g. --json).
+enum class ChildStdout { kInherit, kToStderr };
+
 // Runs argv[0] (searched in PATH when it has no '/') with argv; waits; returns
 // the exit status (128+signal when killed), or an error when it cannot start.
-StatusOr<int> RunProcess(const std::vector<std::string>& argv);
+StatusOr<int> RunProcess(const std::vector<std::string>& argv, ChildStdout child_stdout = ChildStdout::kInherit);
 
 }  // namespace maestro::cli
