@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/crash_report.h"
 #include "base/exit_codes.h"
 #include "base/log.h"
 #include "datalayer/versions.h"
@@ -62,6 +63,7 @@ int WriteProfile(const std::string& path, const std::vector<maestro::runtime::Pr
 }  // namespace
 
 int main(int argc, char** argv) {
+  maestro::InstallCrashReporter("maestro-worker");
   CLI::App app{"maestro-worker: runs one rank of a Maestro plan (started by srun --mpi=pmix or by `maestro run`)"};
   std::string plan_path;
   bool selftest = false;
@@ -188,6 +190,9 @@ int main(int argc, char** argv) {
     maestro::launcher::AbortJob(rank, context.status(), ExitCodeFor(context.status()));
   }
   auto& ctx = **context;
+  // After PMIx and MPI, whose own handlers print no frames under srun.
+  maestro::SetCrashReportRank(rank);
+  maestro::InstallCrashReporter("maestro-worker");
   maestro::Log(maestro::LogLevel::kDebug, "{}", ctx.place().ToString());
 
   if (selftest) {

@@ -18,7 +18,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -69,7 +72,9 @@ CompiledJob Compile(const std::string& name) {
   const fs::path wrapper = job.dir / "worker.sh";
   {
     std::ofstream out(wrapper);
-    out << "#!/bin/sh\nexec '" << MAESTRO_BIN_DIR << "/maestro-worker' --eval-samples 200 --no-progress \"$@\"\n";
+    // Core dumps on (a crash also prints its stack: base/crash_report.h).
+    out << "#!/bin/sh\nulimit -c unlimited 2>/dev/null\nexec '" << MAESTRO_BIN_DIR
+        << "/maestro-worker' --eval-samples 200 --no-progress \"$@\"\n";
   }
   fs::permissions(wrapper, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
   auto compile = testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
@@ -204,28 +209,51 @@ std::vector<pid_t> WorkerPids(const fs::path& plan) {
   return pids;
 }
 
+// A random moment: after 6..30 logged steps (a checkpoint every 5), one
+// random worker. MAESTRO_E2E_KILL_SEED=N replays a draw; the seed is printed.
+struct KillMoment {
+  uint64_t seed = 0;
+  size_t after_steps = 0;
+  size_t victim = 0;  // index into the worker pids
+};
+
+KillMoment DrawKillMoment(int ranks) {
+  KillMoment k;
+  const char* env = std::getenv("MAESTRO_E2E_KILL_SEED");
+  k.seed = env != nullptr ? std::strtoull(env, nullptr, 10)
+                          : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::mt19937_64 rng(k.seed);
+  k.after_steps = 6 + static_cast<size_t>(rng() % 25);
+  k.victim = static_cast<size_t>(rng() % static_cast<uint64_t>(ranks));
+  std::printf("kill -9 draw: MAESTRO_E2E_KILL_SEED=%llu -> after %zu steps, worker %zu of %d\n",
+              static_cast<unsigned long long>(k.seed), k.after_steps, k.victim, ranks);
+  return k;
+}
+
 TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
   auto cluster = LocalSlurmCluster::FromEnvironment();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   const auto job_dir = Compile("kill9");
+  const KillMoment moment = DrawKillMoment(job_dir.ranks);
+  RecordProperty("kill_seed", std::to_string(moment.seed));
   auto id = cluster->Submit((job_dir.dir / "job.sbatch").string(), {"--chdir=" + job_dir.dir.string()});
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  // Once a checkpoint is committed (every 5 steps), kill one worker.
   const auto deadline = std::chrono::steady_clock::now() + seconds(120);
-  while (Losses(job_dir.run_dir).size() < 7) {
+  while (Losses(job_dir.run_dir).size() < moment.after_steps) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no training progress";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
   }
   const auto pids = WorkerPids(job_dir.dir / "plan.json");
   ASSERT_EQ(static_cast<int>(pids.size()), job_dir.ranks) << "one worker per rank";
   const auto killed_at = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(pids[pids.size() / 2], SIGKILL), 0);
+  ASSERT_EQ(::kill(pids[moment.victim], SIGKILL), 0);
   auto job = WaitOrCancel(*cluster, *id, seconds(120));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const double seconds_to_end = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   auto output = cluster->ReadJobOutput(*job);
   ASSERT_TRUE(output.ok());
   EXPECT_NE(job->state(), "COMPLETED") << *output;
+  EXPECT_EQ(output->find("fatal signal"), std::string::npos) << "a worker crashed:\n" << *output;
   EXPECT_LT(seconds_to_end, 90.0) << "fail fast, not at the communication timeout of every rank in turn";
   const auto trained = Losses(job_dir.run_dir).size();
   EXPECT_LT(static_cast<int64_t>(trained), kSteps);
@@ -237,8 +265,11 @@ TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
   ASSERT_TRUE(id.ok());
   job = WaitOrCancel(*cluster, *id, seconds(240));
   ASSERT_TRUE(job.ok());
+  output = cluster->ReadJobOutput(*job);
+  ASSERT_TRUE(output.ok());
+  EXPECT_EQ(output->find("fatal signal"), std::string::npos) << "a worker crashed:\n" << *output;
   const auto losses = Losses(job_dir.run_dir);
-  EXPECT_EQ(static_cast<int64_t>(losses.size()), kSteps);
+  EXPECT_EQ(static_cast<int64_t>(losses.size()), kSteps) << *output;
   EXPECT_EQ(LastCheckpoint(job_dir.run_dir).step, kSteps - 1);
   auto index = datalayer::SampleIndex::Open((job_dir.run_dir / "index.sqlite").string());
   ASSERT_TRUE(index.ok());
