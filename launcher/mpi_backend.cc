@@ -398,11 +398,12 @@ class MpiBackend final : public Backend {
 
 MpiSession::MpiSession() : impl_(std::make_unique<Impl>()) {}
 
-StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init() {
+StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(const std::function<Status()>& barrier) {
   std::unique_ptr<MpiSession> s(new MpiSession());
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (barrier) MAESTRO_RETURN_IF_ERROR(barrier());  // every rank out of MPI_Init before the first message
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &s->impl_->rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &s->impl_->size));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s->impl_->health));

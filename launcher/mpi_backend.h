@@ -18,6 +18,7 @@
 // session.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +30,18 @@ namespace maestro::launcher {
 
 class MpiSession {
  public:
-  // MPI_Init_thread (FUNNELED). Call after PmixStore::Connect().
-  static StatusOr<std::unique_ptr<MpiSession>> Init();
+  // MPI_Init_thread (FUNNELED), then `barrier` (when given) before the first
+  // MPI message. Call after PmixStore::Connect().
+  // Why the barrier: under Slurm's direct launch (srun --mpi=pmix), Open MPI
+  // 4.1 may return from MPI_Init on one rank while another is still inside it,
+  // before its PML has registered its receive callbacks (the modex fence runs
+  // in the background); a message that reaches that rank over the TCP BTL
+  // then calls a null callback and the rank dies of SIGSEGV in MPI_Init
+  // (seen in ~1 of 10 starts of 8 ranks on the local cluster; core dump:
+  // btl_tcp's receive handler calling the active-message callback of tag
+  // 0x41, ob1's MATCH, which was still null). A PMIx fence after every rank
+  // returned from MPI_Init closes that window.
+  static StatusOr<std::unique_ptr<MpiSession>> Init(const std::function<Status()>& barrier = nullptr);
   ~MpiSession();  // MPI_Finalize
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

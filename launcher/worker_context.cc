@@ -19,7 +19,9 @@ StatusOr<std::unique_ptr<WorkerContext>> WorkerContext::Start(const plan::Plan& 
   MAESTRO_ASSIGN_OR_RETURN(w->store_, PmixStore::Connect());
   if (rank_for_errors != nullptr) *rank_for_errors = w->store_->rank();
   SetLogRank(w->store_->rank());
-  MAESTRO_ASSIGN_OR_RETURN(w->mpi_, MpiSession::Init());
+  // A PMIx fence between MPI_Init and the first MPI message (mpi_backend.h).
+  PmixStore* store = w->store_.get();
+  MAESTRO_ASSIGN_OR_RETURN(w->mpi_, MpiSession::Init([store, &options] { return store->Fence(options.timeout); }));
   InstallTerminationReporter(w->store_->rank());
   const Status s = w->Connect(plan);
   if (!s.ok()) {
