@@ -6,6 +6,7 @@
 //   maestro doctor                       what this machine has: libraries, BLAS, launchers
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "base/exit_codes.h"
 #include "base/log.h"
 #include "plan/plan.h"
+#include "cli/profile_calibration.h"
 #include "cli/subprocess.h"
 #include "datalayer/versions.h"
 #include "launcher/versions.h"
@@ -40,6 +42,7 @@ struct ProfileArgs {
   int ranks = 0;
   std::vector<int> micro_batches;
   int repeats = 5;
+  int calibration_steps = 15;  // 0: keep the sweep as measured
   std::vector<std::string> pins;
 };
 
@@ -136,6 +139,62 @@ int RunCommand(const RunArgs& args) {
   return *rc;
 }
 
+// Trains `plan` (compiled with the sweep) for a few steps in out_dir/calibration
+// and scales profile.json to what each section cost in that run
+// (cli/profile_calibration.h); the sweep as measured stays in
+// profile-sweep.json. Returns the exit code to stop with, or -1 to go on.
+int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, const std::string& profile) {
+  namespace fs = std::filesystem;
+  const int64_t warmup = 5;
+  const std::string run_dir = args.out_dir + "/calibration";
+  std::error_code ec;
+  fs::remove_all(run_dir, ec);
+  const std::vector<std::string> worker{maestro::cli::SelfDirectory() + "/maestro-worker",
+                                        "--no-progress",
+                                        "--no-eval",
+                                        "--run-dir",
+                                        run_dir,
+                                        "--steps",
+                                        std::to_string(warmup + args.calibration_steps),
+                                        args.out_dir + "/plan.json"};
+  std::fprintf(stderr, "maestro profile: calibrating: %d steps of the plan in %s\n", args.calibration_steps,
+               run_dir.c_str());
+  auto rc = maestro::cli::RunProcess(MpirunCommand(plan, worker));
+  if (!rc.ok() || *rc != 0) {
+    std::fprintf(stderr, "maestro profile: the calibration run failed (%s); see the messages above\n",
+                 rc.ok() ? ("exit code " + std::to_string(*rc)).c_str() : rc.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  std::ifstream profile_in(profile), trace_in(run_dir + "/trace.json");
+  auto points = nlohmann::json::parse(profile_in, nullptr, /*allow_exceptions=*/false);
+  auto trace = nlohmann::json::parse(trace_in, nullptr, /*allow_exceptions=*/false);
+  if (points.is_discarded() || trace.is_discarded()) {
+    std::fprintf(stderr, "maestro profile: cannot read %s or %s/trace.json\n", profile.c_str(), run_dir.c_str());
+    return maestro::kExitFailure;
+  }
+  fs::copy_file(profile, args.out_dir + "/profile-sweep.json", fs::copy_options::overwrite_existing, ec);
+  auto calibration = maestro::cli::CalibrateProfile(plan, trace, warmup, &points);
+  if (!calibration.ok()) {
+    std::fprintf(stderr, "maestro profile: %s\n", calibration.status().ToString().c_str());
+    return maestro::kExitFailure;
+  }
+  for (const auto& c : *calibration) {
+    if (c.samples == 0) {
+      std::fprintf(stderr, "  %-12s no comparable micro-batches in the run: the sweep is kept\n", c.section.c_str());
+      continue;
+    }
+    std::fprintf(stderr, "  %-12s micro-batch %d: sweep %.5f s, in the run %.5f s (median of %d) -> x%.3f\n",
+                 c.section.c_str(), c.samples, c.sweep_seconds, c.in_run_seconds, c.ops, c.ratio);
+  }
+  std::ofstream out(profile);
+  out << points.dump(2) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "maestro profile: cannot write %s\n", profile.c_str());
+    return maestro::kExitFailure;
+  }
+  return -1;
+}
+
 // Compile -> every rank measures its own section, side by side, in the
 // run's layout -> compile again with the measured profile.
 int ProfileCommand(const ProfileArgs& args) {
@@ -166,6 +225,25 @@ int ProfileCommand(const ProfileArgs& args) {
   if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
       code >= 0) {
     return code;
+  }
+  // Calibrate in a real run of the plan; a calibrated profile may change the
+  // plan (another micro-batch size), whose sizes are then calibrated too: at
+  // most three rounds, until the plan stays the same.
+  for (int round = 0; args.calibration_steps > 0 && round < 3; ++round) {
+    if (int code = CalibrateInRun(args, plan, profile); code >= 0) return code;
+    const maestro::plan::Plan calibrated_with = plan;
+    if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
+        code >= 0) {
+      return code;
+    }
+    bool same = true;
+    for (size_t i = 0; i < plan.sections.size(); ++i) {
+      const auto& a = plan.sections[i].config;
+      const auto& b = calibrated_with.sections[i].config;
+      same = same && a.micro_batch == b.micro_batch && a.dp == b.dp && a.tp == b.tp && a.pp == b.pp;
+    }
+    if (same) break;
+    std::fprintf(stderr, "maestro profile: the calibrated profile changed the plan; calibrating it again\n");
   }
   std::fprintf(stderr,
                "maestro profile: wrote %s; %s/plan.json now predicts %.4f s per step with it "
@@ -227,6 +305,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   profile->add_option("--repeats", profile_args.repeats, "timed runs per size; the median is kept")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  profile->add_option("--calibration-steps", profile_args.calibration_steps,
+                      "train the compiled plan this many steps (after 5 of warm-up) and scale each section's "
+                      "profile to its in-run time; 0: keep the sweep as measured")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
   auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
