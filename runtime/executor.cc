@@ -893,10 +893,13 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
   const bool profiled = std::all_of(plan_.sections.begin(), plan_.sections.end(),
                                     [](const plan::SectionPlan& s) { return s.cost.measured; });
   const std::string title = fmt::format("step {} of {}", current_step_, plan_.job_name);
-  MAESTRO_RETURN_IF_ERROR(measured.WriteGanttSvg(options_.run_dir + "/timeline_measured.svg", "measured: " + title));
+  // One time scale for both pictures: they are meant to be seen side by side.
+  const double axis = std::max(measured.step_seconds, predicted->step_seconds);
+  MAESTRO_RETURN_IF_ERROR(
+      measured.WriteGanttSvg(options_.run_dir + "/timeline_measured.svg", "measured: " + title, axis));
   MAESTRO_RETURN_IF_ERROR(predicted->WriteGanttSvg(
       options_.run_dir + "/timeline_predicted.svg",
-      fmt::format("simulated ({} costs of the plan): {}", profiled ? "profiled" : "modelled", title)));
+      fmt::format("simulated ({} costs of the plan): {}", profiled ? "profiled" : "modelled", title), axis));
   std::ofstream summary(options_.run_dir + "/timeline.json");
   summary << nlohmann::json{{"step", current_step_},
                             {"measured_step_seconds", measured.step_seconds},

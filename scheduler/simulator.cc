@@ -259,7 +259,7 @@ std::string Simulation::ChromeTraceJson() const {
 
 Status Simulation::WriteChromeTrace(const std::string& path) const { return WriteText(path, ChromeTraceJson()); }
 
-std::string Simulation::GanttSvg(const std::string& title) const {
+std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) const {
   static const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
                                    "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
   auto colour = [](int s) { return std::string(kPalette[static_cast<size_t>(s) % 8]); };
@@ -276,7 +276,7 @@ std::string Simulation::GanttSvg(const std::string& title) const {
   const double legend_y = axis_y + 40;
   const double width = left + plot_w + right;
   const double height = legend_y + 30;
-  const double span = step_seconds > 0 ? step_seconds : 1.0;
+  const double span = std::max(axis_seconds, step_seconds > 0 ? step_seconds : 1.0);
   auto x_of = [&](double t) { return left + t / span * plot_w; };
   std::ostringstream o;
   o.setf(std::ios::fixed);
@@ -343,8 +343,8 @@ std::string Simulation::GanttSvg(const std::string& title) const {
   return o.str();
 }
 
-Status Simulation::WriteGanttSvg(const std::string& path, const std::string& title) const {
-  return WriteText(path, GanttSvg(title));
+Status Simulation::WriteGanttSvg(const std::string& path, const std::string& title, double axis_seconds) const {
+  return WriteText(path, GanttSvg(title, axis_seconds));
 }
 
 }  // namespace maestro::scheduler

@@ -66,9 +66,11 @@ struct Simulation {
   // Chrome-trace JSON (open in ui.perfetto.dev or chrome://tracing).
   std::string ChromeTraceJson() const;
   Status WriteChromeTrace(const std::string& path) const;
-  // A Gantt chart a person can open in a browser.
-  std::string GanttSvg(const std::string& title = "") const;
-  Status WriteGanttSvg(const std::string& path, const std::string& title = "") const;
+  // A Gantt chart a person can open in a browser. axis_seconds > 0 draws the
+  // time axis to at least that many seconds, so that two charts (a measured
+  // step and its prediction) share one scale side by side.
+  std::string GanttSvg(const std::string& title = "", double axis_seconds = 0.0) const;
+  Status WriteGanttSvg(const std::string& path, const std::string& title = "", double axis_seconds = 0.0) const;
 };
 
 // Runs the schedule. Fails (InvalidArgument) when the schedule breaks a
