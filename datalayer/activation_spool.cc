@@ -148,20 +148,19 @@ Status ActivationSpool::OpenOrCreateFile() {
       values_ = H5Dopen2(file_, "/values", dapl.get());
       rows_ = H5Dopen2(file_, "/rows", H5P_DEFAULT);
     }
+    std::string why;
     if (file_ < 0 || values_ < 0 || rows_ < 0) {
-      const std::string why = internal::Hdf5Detail("");
+      why = internal::Hdf5Detail("");
+    } else {
+      MAESTRO_ASSIGN_OR_RETURN(why, CheckOpenedFile());
+    }
+    if (!why.empty()) {
       CloseFile();
       Log(LogLevel::kWarn, "spool {}: {} is unreadable ({}); moving it to {}.corrupt, its rows will be recomputed",
           name, path_, why, path_);
       MAESTRO_RETURN_IF_ERROR(env_->RenameFile(path_, path_ + ".corrupt"));
     } else {
       fresh = false;
-      auto dtype = ReadStringAttribute(values_, "dtype");
-      if (!dtype.ok() || *dtype != DTypeName(options_.dtype)) {
-        return Status::FailedPrecondition(fmt::format(
-            "spool {}: {} holds dtype {} but the run asks for {}; use a new run directory",
-            name, path_, dtype.ok() ? *dtype : "(unknown)", DTypeName(options_.dtype)));
-      }
     }
   }
   if (fresh) {
@@ -220,6 +219,108 @@ Status ActivationSpool::OpenOrCreateFile() {
   return Status::Ok();
 }
 
+StatusOr<std::string> ActivationSpool::CheckOpenedFile() {
+  const std::string& name = options_.name;
+  // The attributes: a dtype that reads back but differs is the caller's
+  // mistake (an error); one that does not read back is a torn file.
+  auto dtype = ReadStringAttribute(values_, "dtype");
+  if (!dtype.ok()) return "attribute /values:dtype unreadable: " + dtype.status().message();
+  if (*dtype != DTypeName(options_.dtype)) {
+    return Status::FailedPrecondition(fmt::format(
+        "spool {}: {} holds dtype {} but the run asks for {}; use a new run directory", name, path_, *dtype,
+        DTypeName(options_.dtype)));
+  }
+  for (const char* attr : {"spool", "layout_version"}) {
+    auto value = ReadStringAttribute(values_, attr);
+    if (!value.ok()) return fmt::format("attribute /values:{} unreadable: {}", attr, value.status().message());
+  }
+  if (auto columns = ReadStringAttribute(rows_, "columns"); !columns.ok()) {
+    return "attribute /rows:columns unreadable: " + columns.status().message();
+  }
+  // The extents, against the commit records in SQLite.
+  hsize_t values_extent[1] = {0}, rows_extent[2] = {0, 0};
+  {
+    H5Handle space(H5Dget_space(values_), H5Sclose);
+    if (space.get() < 0 || H5Sget_simple_extent_dims(space.get(), values_extent, nullptr) != 1) {
+      return "/values extent unreadable: " + internal::Hdf5Detail("");
+    }
+  }
+  {
+    H5Handle space(H5Dget_space(rows_), H5Sclose);
+    if (space.get() < 0 || H5Sget_simple_extent_dims(space.get(), rows_extent, nullptr) != 2 ||
+        rows_extent[1] != kRowColumns) {
+      return "/rows extent unreadable or not (n, 10): " + internal::Hdf5Detail("");
+    }
+  }
+  int64_t committed_values = 0, committed_rows = 0;
+  {
+    MAESTRO_ASSIGN_OR_RETURN(auto meta, db_->Prepare("SELECT committed_values, committed_rows FROM spools WHERE spool=?"));
+    meta.Bind(1, name);
+    MAESTRO_ASSIGN_OR_RETURN(bool have, meta.Step());
+    if (have) {
+      committed_values = meta.Int(0);
+      committed_rows = meta.Int(1);
+    }
+  }
+  if (static_cast<hsize_t>(committed_values) > values_extent[0] ||
+      static_cast<hsize_t>(committed_rows) > rows_extent[0]) {
+    return fmt::format("the file holds {} values and {} rows but {} records {} and {}", values_extent[0],
+                       rows_extent[0], db_->path(), committed_values, committed_rows);
+  }
+  // The chunk index: one value of every committed chunk of /values, the last
+  // committed value, and the whole committed /rows table (80 bytes a row).
+  // A torn file's metadata fails here ("addr overflow") instead of later.
+  const size_t elem = DTypeSize(options_.dtype);
+  const auto chunk_elems = static_cast<int64_t>(std::max<hsize_t>(1, static_cast<hsize_t>(options_.chunk_bytes) / elem));
+  std::vector<std::byte> one(elem);
+  auto read_value = [&](int64_t at) -> bool {
+    hsize_t start[1] = {static_cast<hsize_t>(at)}, count[1] = {1};
+    H5Handle fspace(H5Dget_space(values_), H5Sclose);
+    H5Handle mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
+    return fspace.get() >= 0 && mspace.get() >= 0 &&
+           H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+           H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, one.data()) >= 0;
+  };
+  for (int64_t at = 0; at < committed_values; at += chunk_elems) {
+    if (!read_value(at)) return fmt::format("/values element {} unreadable: {}", at, internal::Hdf5Detail(""));
+  }
+  if (committed_values > 0 && !read_value(committed_values - 1)) {
+    return fmt::format("/values element {} unreadable: {}", committed_values - 1, internal::Hdf5Detail(""));
+  }
+  if (committed_rows > 0) {
+    std::vector<int64_t> table(static_cast<size_t>(committed_rows) * kRowColumns);
+    hsize_t start[2] = {0, 0}, count[2] = {static_cast<hsize_t>(committed_rows), kRowColumns};
+    H5Handle fspace(H5Dget_space(rows_), H5Sclose);
+    H5Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+    const bool ok = fspace.get() >= 0 && mspace.get() >= 0 &&
+                    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+                    H5Dread(rows_, H5T_NATIVE_INT64, mspace.get(), fspace.get(), H5P_DEFAULT, table.data()) >= 0;
+    if (!ok) return "/rows unreadable: " + internal::Hdf5Detail("");
+  }
+  return std::string();
+}
+
+Status ActivationSpool::StartFresh(const std::string& why) {
+  Log(LogLevel::kWarn,
+      "spool {}: {} failed ({}); moving it to {}.corrupt and starting a fresh file, its {} committed and {} staged "
+      "rows will be recomputed",
+      options_.name, path_, why, path_, committed_.size(), pending_.size());
+  stats_.corrupt_rows += static_cast<int64_t>(committed_.size());
+  committed_.clear();
+  pending_.clear();
+  staged_.clear();
+  torn_ = false;
+  CloseFile();
+  if (env_->FileExists(path_)) MAESTRO_RETURN_IF_ERROR(env_->RenameFile(path_, path_ + ".corrupt"));
+  // No file: OpenOrCreateFile creates one and drops this spool's records
+  // (one transaction on spool_rows/spools only; the sample index is untouched).
+  MAESTRO_RETURN_IF_ERROR(OpenOrCreateFile());
+  const int64_t corrupt = stats_.corrupt_rows;
+  MAESTRO_RETURN_IF_ERROR(LoadRecords());
+  stats_.corrupt_rows = corrupt;
+  return Status::Ok();
+}
+
 Status ActivationSpool::LoadRecords() {
   const std::string& name = options_.name;
   MAESTRO_ASSIGN_OR_RETURN(auto meta, db_->Prepare("SELECT dtype, committed_values, committed_rows FROM spools WHERE spool=?"));
@@ -238,7 +339,11 @@ Status ActivationSpool::LoadRecords() {
   hsize_t extent[1] = {0};
   {
     H5Handle space(H5Dget_space(values_), H5Sclose);
-    H5_CHECK(H5Sget_simple_extent_dims(space.get(), extent, nullptr), path_);
+    if (space.get() < 0 || H5Sget_simple_extent_dims(space.get(), extent, nullptr) < 0) {
+      // Torn metadata that CheckOpenedFile() did not reach. A fresh file's
+      // extent always reads, so this recursion ends.
+      return StartFresh("/values extent unreadable: " + internal::Hdf5Detail(""));
+    }
   }
   MAESTRO_ASSIGN_OR_RETURN(auto rows, db_->Prepare("SELECT sample_id, epoch, value_offset, value_count, dims, crc32c "
                                                    "FROM spool_rows WHERE spool=?"));
@@ -304,6 +409,15 @@ StatusOr<std::optional<SpoolRow>> ActivationSpool::Get(int64_t sample_id, int64_
 }
 
 StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowView& row) {
+  StatusOr<bool> put = PutOnce(sample_id, epoch, row);
+  if (put.ok() || !torn_) return put;
+  // The file failed under HDF5 (torn metadata): start a fresh one and stage
+  // the row again there. A fresh file that fails too is a real error.
+  MAESTRO_RETURN_IF_ERROR(StartFresh(put.status().message()));
+  return PutOnce(sample_id, epoch, row);
+}
+
+StatusOr<bool> ActivationSpool::PutOnce(int64_t sample_id, int64_t epoch, const RowView& row) {
   const size_t elem = DTypeSize(options_.dtype);
   int64_t count = 1;
   for (int64_t d : row.dims) {
@@ -340,6 +454,12 @@ StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowV
 
 Status ActivationSpool::WriteValues(int64_t offset, const void* data, int64_t elems) {
   MAESTRO_RETURN_IF_ERROR(env_->BeforeDurableOp(DurableOp::kSpoolWrite, path_));
+  Status s = WriteValuesToFile(offset, data, elems);
+  if (!s.ok()) torn_ = true;
+  return s;
+}
+
+Status ActivationSpool::WriteValuesToFile(int64_t offset, const void* data, int64_t elems) {
   hsize_t new_extent[1] = {static_cast<hsize_t>(offset + elems)};
   hsize_t extent[1] = {0};
   {
@@ -391,12 +511,26 @@ Status ActivationSpool::AppendRowTable() {
 
 Status ActivationSpool::Commit() {
   if (pending_.empty()) return Status::Ok();
-  // 1. values and the row table into the file.
-  MAESTRO_RETURN_IF_ERROR(WriteStaged());
-  MAESTRO_RETURN_IF_ERROR(AppendRowTable());
-  // 2. flush HDF5's caches and fsync the file.
-  MAESTRO_RETURN_IF_ERROR(env_->BeforeDurableOp(DurableOp::kSpoolFlush, path_));
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), path_);
+  // 1. values and the row table into the file; 2. flush HDF5's caches. An
+  // HDF5 failure here (a file torn by an earlier crash) drops the file and
+  // its rows, staged ones included: they are recomputed, the run goes on.
+  Status written = WriteStaged();
+  if (written.ok()) {
+    written = AppendRowTable();
+    if (!written.ok()) torn_ = true;
+  }
+  if (written.ok()) {
+    written = env_->BeforeDurableOp(DurableOp::kSpoolFlush, path_);
+    if (written.ok() && H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) {
+      written = Status::IOError(internal::Hdf5Detail(path_));
+      torn_ = true;
+    }
+  }
+  if (!written.ok()) {
+    if (!torn_) return written;
+    return StartFresh(written.message());
+  }
+  // 2b. fsync the file.
   void* handle = nullptr;
   H5_CHECK(H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle), path_);
   if (handle != nullptr && ::fsync(*static_cast<int*>(handle)) != 0) {

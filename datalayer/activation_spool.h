@@ -14,6 +14,13 @@
 // dataset, and their CRC-32C matches the record; otherwise Get() reports a
 // miss (counted in stats().corrupt_rows) and the caller recomputes it.
 // Rows written after the last commit are garbage and get overwritten.
+// A torn file is never fatal: Open() checks attributes, extents (against
+// SQLite), every committed chunk of /values and the committed /rows, and
+// moves a file that fails to <path>.corrupt (records dropped, fresh file).
+// An HDF5 failure later is a miss in Get() and, in Put()/Commit(), moves the
+// file aside the same way and goes on with a fresh one (staged rows are
+// dropped and recomputed). Only this spool's records change; the sample
+// index's state is never touched.
 //
 // Buffers: a row is a typed, C-contiguous buffer of shape `dims` (e.g.
 // (T, K) top-k logits for T tokens, or (P, H) patch embeddings) whose element
@@ -77,9 +84,9 @@ struct SpoolStats {
 class ActivationSpool {
  public:
   // Opens or creates the spool file `h5_path` and its commit records in `db`
-  // (which must outlive the spool). A file that HDF5 cannot open (torn by a
-  // crash) is moved aside to <path>.corrupt and its records dropped: every
-  // row is then recomputed.
+  // (which must outlive the spool). A file that HDF5 cannot open or that
+  // fails the checks above (torn by a crash) is moved aside to
+  // <path>.corrupt and its records dropped: every row is then recomputed.
   static StatusOr<std::unique_ptr<ActivationSpool>> Open(const std::string& h5_path, SqliteDb* db,
                                                           const SpoolOptions& options,
                                                           Env* env = Env::Default());
@@ -115,6 +122,16 @@ class ActivationSpool {
   };
   ActivationSpool(std::string path, SqliteDb* db, SpoolOptions options, Env* env);
   Status OpenOrCreateFile();
+  // Reads what a later call would need from a just-opened file: attributes,
+  // extents (against the SQLite records), every committed chunk of /values
+  // and the committed /rows. Returns why the file is torn, or "" when it is
+  // usable; an error only for a dtype mismatch or an SQLite failure.
+  StatusOr<std::string> CheckOpenedFile();
+  // Moves the file aside to <path>.corrupt, drops its commit records and
+  // every staged row, and creates a fresh file.
+  Status StartFresh(const std::string& why);
+  StatusOr<bool> PutOnce(int64_t sample_id, int64_t epoch, const RowView& row);
+  Status WriteValuesToFile(int64_t offset, const void* data, int64_t elems);
   Status LoadRecords();
   Status WriteStaged();
   // Writes `elems` values at element `offset` of /values, extending it.
@@ -137,6 +154,7 @@ class ActivationSpool {
   int64_t committed_values_ = 0;
   int64_t committed_table_rows_ = 0;
   SpoolStats stats_;
+  bool torn_ = false;  // an HDF5 call on the file failed: StartFresh() it
 };
 
 }  // namespace maestro::datalayer
