@@ -6,7 +6,9 @@
 //   maestro run spec.toml -o DIR --ranks R --pin ... --profiles DIR/profile.json
 // Cases: tiny VLM and tiny KD, each with fan-out 1 (one rank per section) and
 // fan-out 2 (the downstream section on two DP ranks: 3 ranks on this
-// machine's cores). Per case: predicted = plan.json's predicted_step_seconds
+// machine's cores); micro-batch sizes are pinned too, so that what is
+// measured is the simulator, not the planner changing its mind between noisy
+// profiles. Per case: predicted = plan.json's predicted_step_seconds
 // (the wavefront simulation of the plan with the measured costs); measured =
 // the median step_seconds of metrics.jsonl after the warm-up steps.
 //   max_abs_error   max over cases of |predicted - measured| / measured (goal <= 0.15)
@@ -67,7 +69,7 @@ double MedianStepSeconds(const std::string& metrics, int64_t warmup, int* counte
 
 MAESTRO_BENCHMARK(simulator, "simulated vs measured step time of the tiny specs, compiled with a measured profile") {
   const int64_t warmup = 5;
-  const int64_t steps = options.quick ? 20 : 60;
+  const int64_t steps = options.quick ? 20 : 100;
   const std::string bin = maestro::cli::SelfDirectory();
   const std::string source = MAESTRO_SOURCE_DIR;
   char tmpl[] = "/tmp/maestro-simulator-bench-XXXXXX";
@@ -84,10 +86,12 @@ MAESTRO_BENCHMARK(simulator, "simulated vs measured step time of the tiny specs,
       "training the tiny teacher");
 
   const std::vector<SimulatorCase> cases = {
-      {"tiny_vlm_fanout1", "tiny_vlm.toml", 2, {"vit.dp=1", "llm.dp=1"}},
-      {"tiny_vlm_fanout2", "tiny_vlm.toml", 3, {"vit.dp=1", "llm.dp=2"}},
-      {"tiny_kd_fanout1", "tiny_kd.toml", 2, {"teacher.dp=1", "student.dp=1"}},
-      {"tiny_kd_fanout2", "tiny_kd.toml", 3, {"teacher.dp=1", "student.dp=2"}},
+      {"tiny_vlm_fanout1", "tiny_vlm.toml", 2, {"vit.dp=1", "llm.dp=1", "vit.micro_batch=16", "llm.micro_batch=16"}},
+      {"tiny_vlm_fanout2", "tiny_vlm.toml", 3, {"vit.dp=1", "llm.dp=2", "vit.micro_batch=16", "llm.micro_batch=16"}},
+      {"tiny_kd_fanout1", "tiny_kd.toml", 2,
+       {"teacher.dp=1", "student.dp=1", "teacher.micro_batch=4", "student.micro_batch=4"}},
+      {"tiny_kd_fanout2", "tiny_kd.toml", 3,
+       {"teacher.dp=1", "student.dp=2", "teacher.micro_batch=4", "student.micro_batch=4"}},
   };
   nlohmann::json out;
   out["cases"] = nlohmann::json::object();

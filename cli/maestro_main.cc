@@ -42,7 +42,7 @@ struct ProfileArgs {
   int ranks = 0;
   std::vector<int> micro_batches;
   int repeats = 5;
-  int calibration_steps = 15;  // 0: keep the sweep as measured
+  int calibration_steps = 30;  // 0: keep the sweep as measured
   std::vector<std::string> pins;
 };
 
