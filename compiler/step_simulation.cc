@@ -111,25 +111,45 @@ namespace {
 // workload section on the samples that activate it.
 class MonolithicCosts : public scheduler::SectionCostModel {
  public:
+  // On several GPU types (m.devices) the replicas run in lockstep: every
+  // micro-batch costs what it costs on the slowest type.
   MonolithicCosts(const CostModel& model, const Workload& work, const MonolithicPlan& m, int device,
                   const std::vector<std::string>& modality_names)
       : model_(model) {
     const int mb = m.config.micro_batch;
-    double stage0_full = 0;  // stage 0 of a micro-batch with the expected modality mix
-    double sync = 0;
+    std::vector<int> devices;
+    for (const MonolithicDevice& d : m.devices) devices.push_back(d.device);
+    if (devices.empty()) devices.push_back(device);
     for (size_t i = 0; i < work.sections.size(); ++i) {
-      SectionWork s = work.sections[i];
-      s.device = device;
-      const plan::ParallelConfig& c = m.sections[i].config;
-      bits_.push_back(ModalityBit(s.activation, modality_names));
-      stages_.push_back(StageTable(model, s, c, mb));
-      configs_.push_back(c);
-      stage0_full += model.EvaluateWith(s, c, 1.0, std::max(1e-9, mb * s.active_fraction)).stage_seconds;
-      if (s.trains()) sync += m.sections[i].dp_sync_seconds + m.sections[i].optimizer_seconds;
+      bits_.push_back(ModalityBit(work.sections[i].activation, modality_names));
+      configs_.push_back(m.sections[i].config);
+      const SectionWork& s = work.sections[i];
+      const plan::ParallelConfig& c = configs_.back();
       shares_.push_back(m.sections[i].forward_share > 0 ? m.sections[i].forward_share : ForwardShare(s, c));
-      sections_.push_back(std::move(s));
     }
-    optimizer_ = sync + (m.config.pp - 1) * stage0_full;
+    for (int d : devices) {
+      double stage0_full = 0;  // stage 0 of a micro-batch with the expected modality mix
+      double sync = 0;
+      std::vector<SectionWork> on;
+      std::vector<std::vector<double>> tables;
+      for (size_t i = 0; i < work.sections.size(); ++i) {
+        SectionWork s = work.sections[i];
+        s.device = d;
+        const plan::ParallelConfig& c = configs_[i];
+        tables.push_back(StageTable(model, s, c, mb));
+        stage0_full += model.EvaluateWith(s, c, 1.0, std::max(1e-9, mb * s.active_fraction)).stage_seconds;
+        if (s.trains()) {
+          const SectionCost one = model.EvaluateWith(s, c, 1.0, 1.0);
+          sync += one.dp_sync_seconds + one.optimizer_seconds;
+        }
+        on.push_back(std::move(s));
+      }
+      // 1F1B fill and drain: PP - 1 stage-0 times (stage 0 also runs the
+      // encoders that cannot be split, so it paces the pipeline).
+      optimizer_ = std::max(optimizer_, sync + (m.config.pp - 1) * stage0_full);
+      sections_.push_back(std::move(on));
+      stages_.push_back(std::move(tables));
+    }
   }
   double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
     (void)section;
@@ -151,22 +171,26 @@ class MonolithicCosts : public scheduler::SectionCostModel {
 
  private:
   double Sum(const std::vector<const scheduler::Sample*>& samples, bool forward) const {
-    double t = 0;
-    for (size_t i = 0; i < sections_.size(); ++i) {
-      size_t k = 0;
-      for (const scheduler::Sample* x : samples) k += (bits_[i] < 0 || x->Has(bits_[i])) ? 1 : 0;
-      const double stage = StageAt(model_, sections_[i], configs_[i], stages_[i], k);
-      t += stage * (forward ? shares_[i] : 1.0 - shares_[i]);
+    double slowest = 0;
+    for (size_t d = 0; d < sections_.size(); ++d) {
+      double t = 0;
+      for (size_t i = 0; i < configs_.size(); ++i) {
+        size_t k = 0;
+        for (const scheduler::Sample* x : samples) k += (bits_[i] < 0 || x->Has(bits_[i])) ? 1 : 0;
+        const double stage = StageAt(model_, sections_[d][i], configs_[i], stages_[d][i], k);
+        t += stage * (forward ? shares_[i] : 1.0 - shares_[i]);
+      }
+      slowest = std::max(slowest, t);
     }
-    return t;
+    return slowest;
   }
 
   const CostModel& model_;
-  std::vector<SectionWork> sections_;
+  std::vector<std::vector<SectionWork>> sections_;  // per GPU type, per section
   std::vector<plan::ParallelConfig> configs_;
   std::vector<int> bits_;
   std::vector<double> shares_;
-  std::vector<std::vector<double>> stages_;
+  std::vector<std::vector<std::vector<double>>> stages_;  // per GPU type, per section
   double optimizer_ = 0;
 };
 
