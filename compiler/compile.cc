@@ -533,13 +533,15 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
     speedup_analytic = a.throughput / m.throughput;
     speedup = simulated ? msim.step_seconds / sim.step_seconds : speedup_analytic;
     per_gpu = speedup * m.gpus / std::max(1, a.gpus);
-    const double mono_peak = m.gpus * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
+    const double mono_peak =
+        m.peak_flops > 0 ? m.peak_flops : m.gpus * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
     per_flops = held_peak > 0 ? speedup * mono_peak / held_peak : 0;
     t += fmt::format(
         "monolithic baseline: every section on all {} GPU(s), one after another; {}: analytic {:.4g} s/step, "
         "{} GiB/GPU{}\n",
         m.gpus, ConfigText(m.config), m.step_seconds, Gib(m.memory.total()),
         m.planner_only.empty() ? "" : " (uses features our runtime lacks: " + m.planner_only + ")");
+    t += DescribeMonolithic(m);
     if (msim.ok) {
       t += fmt::format(
           "  simulated: {:.4g} s -> {:.4g} samples/s ({} over the same sampled batches, {:.4g}..{:.4g} s; "
@@ -602,7 +604,14 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
                         {"step_seconds", m.step_seconds},
                         {"samples_per_second", m.throughput},
                         {"memory_bytes", m.memory.total()},
-                        {"planner_only", m.planner_only}};
+                        {"planner_only", m.planner_only},
+                        {"basis", m.basis}};
+    nlohmann::json terms = nlohmann::json::array();
+    for (const auto& term : m.terms) terms.push_back({{"name", term.name}, {"seconds", term.seconds}, {"why", term.why}});
+    js["monolithic"]["terms"] = terms;
+    nlohmann::json on = nlohmann::json::array();
+    for (const auto& d : m.devices) on.push_back({{"gpu_type", devs[static_cast<size_t>(d.device)].name}, {"gpus", d.gpus}});
+    js["monolithic"]["gpu_types"] = on;
     js["monolithic"]["simulation"] = sim_json(msim);
     js["speedup_vs_monolithic"] = speedup;
     js["speedup_source"] = simulated ? "simulated" : "analytic";

@@ -1104,6 +1104,7 @@ std::string DescribeMonolithic(const MonolithicPlan& m) {
   std::string t;
   if (!m.basis.empty()) t += "  on " + m.basis + "\n";
   for (const MonolithicTerm& term : m.terms) {
+    if (term.seconds <= 0) continue;  // an effect that costs nothing here is not news (the JSON lists every term)
     t += fmt::format("  {}: +{:.4g} s/step ({})\n", term.name, term.seconds, term.why);
   }
   return t;
