@@ -13,10 +13,11 @@
 // null) and runs the same measurement on the CPU in fp32 with a small
 // decoder (`cpu_smoke_*`), so the code path is exercised everywhere.
 //   maestro-bench gpu --json [-- --peak-tflops 989.4 --micro-batch 4 --seq-len 2048]
-#include <cstdlib>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "bench/registry.h"
 #include "compiler/model.h"
@@ -38,12 +39,6 @@ maestro::plan::ModelDesc Llama1B() {
   return d;
 }
 
-double Arg(const std::vector<std::string>& args, const std::string& name, double fallback) {
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == name) return std::strtod(args[i + 1].c_str(), nullptr);
-  }
-  return fallback;
-}
 
 }  // namespace
 
@@ -53,9 +48,13 @@ MAESTRO_BENCHMARK(gpu, "MFU of a ~1B decoder section training in bf16 on CUDA (s
   const bool cuda = maestro::runtime::CudaUsable(&why);
   out["cuda_available"] = cuda;
   maestro::runtime::DecoderSpeedOptions o;
-  o.micro_batch = static_cast<int>(Arg(options.args, "--micro-batch", 4));
-  o.seq_len = static_cast<int>(Arg(options.args, "--seq-len", 2048));
-  const double peak_tflops = Arg(options.args, "--peak-tflops", 989.4);
+  double peak_tflops = 989.4;
+  CLI::App cli{"maestro-bench gpu -- [options]"};
+  cli.add_option("--micro-batch", o.micro_batch, "samples per micro-batch")->check(CLI::PositiveNumber);
+  cli.add_option("--seq-len", o.seq_len, "tokens per sample")->check(CLI::Range(2, 1 << 20));
+  cli.add_option("--peak-tflops", peak_tflops, "the device's dense bf16 peak")->check(CLI::PositiveNumber);
+  std::vector<std::string> args(options.args.rbegin(), options.args.rend());  // CLI11 takes them reversed
+  cli.parse(args);  // a CLI::ParseError names the bad argument
   maestro::plan::ModelDesc desc = Llama1B();
   if (!cuda) {
     out["reason"] = why;

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "base/exit_codes.h"
 #include "base/log.h"
 #include "plan/plan.h"
+#include "plan/profile.h"
 #include "cli/profile_calibration.h"
 #include "cli/subprocess.h"
 #include "datalayer/versions.h"
@@ -166,14 +168,16 @@ int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, con
     return maestro::kExitFailure;
   }
   std::ifstream profile_in(profile), trace_in(run_dir + "/trace.json");
-  auto points = nlohmann::json::parse(profile_in, nullptr, /*allow_exceptions=*/false);
+  std::stringstream profile_text;
+  profile_text << profile_in.rdbuf();
+  auto points = maestro::plan::ProfilePointsFromJson(profile_text.str());
   auto trace = nlohmann::json::parse(trace_in, nullptr, /*allow_exceptions=*/false);
-  if (points.is_discarded() || trace.is_discarded()) {
+  if (!points.ok() || trace.is_discarded()) {
     std::fprintf(stderr, "maestro profile: cannot read %s or %s/trace.json\n", profile.c_str(), run_dir.c_str());
     return maestro::kExitFailure;
   }
   fs::copy_file(profile, args.out_dir + "/profile-sweep.json", fs::copy_options::overwrite_existing, ec);
-  auto calibration = maestro::cli::CalibrateProfile(plan, trace, warmup, &points);
+  auto calibration = maestro::cli::CalibrateProfile(plan, trace, warmup, &*points);
   if (!calibration.ok()) {
     std::fprintf(stderr, "maestro profile: %s\n", calibration.status().ToString().c_str());
     return maestro::kExitFailure;
@@ -187,7 +191,7 @@ int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, con
                  c.section.c_str(), c.samples, c.sweep_seconds, c.in_run_seconds, c.ops, c.ratio);
   }
   std::ofstream out(profile);
-  out << points.dump(2) << "\n";
+  out << maestro::plan::ProfilePointsToJson(*points) << "\n";
   if (!out) {
     std::fprintf(stderr, "maestro profile: cannot write %s\n", profile.c_str());
     return maestro::kExitFailure;

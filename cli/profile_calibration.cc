@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli/profile_calibration.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <map>
 
@@ -26,31 +24,10 @@ struct SectionOps {
 }  // namespace
 
 StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& plan, const nlohmann::json& trace,
-                                                           int64_t skip_steps, nlohmann::json* profile) {
-  if (profile == nullptr || !profile->is_array()) {
-    return Status::InvalidArgument("CalibrateProfile: the profile must be a JSON array of points");
-  }
-  // The points as plain values (index j of the array).
-  struct Point {
-    std::string section;
-    int gpus = 0, micro_batch = 0;
-    double seconds = 0.0, forward_seconds = 0.0, optimizer_seconds = 0.0;
-  };
-  std::vector<Point> points;
-  try {
-    for (const auto& p : *profile) {
-      Point q;
-      q.section = p.at("section").get<std::string>();
-      q.gpus = p.at("gpus").get<int>();
-      q.micro_batch = p.at("micro_batch").get<int>();
-      q.seconds = p.at("seconds").get<double>();
-      q.forward_seconds = p.value("forward_seconds", 0.0);
-      q.optimizer_seconds = p.value("optimizer_seconds", 0.0);
-      points.push_back(q);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("CalibrateProfile: a profile point is malformed: {}", e.what()));
-  }
+                                                           int64_t skip_steps,
+                                                           std::vector<plan::ProfilePoint>* profile) {
+  if (profile == nullptr) return Status::InvalidArgument("CalibrateProfile: no profile");
+  std::vector<plan::ProfilePoint>& points = *profile;
   const bool wrapped = trace.is_object() && trace.contains("traceEvents");
   const nlohmann::json& events = wrapped ? trace.at("traceEvents") : trace;
   if (!events.is_array()) return Status::InvalidArgument("CalibrateProfile: the trace has no traceEvents array");
@@ -114,12 +91,11 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
       if (c.sweep_seconds > 0 && c.in_run_seconds > 0) c.ratio = c.in_run_seconds / c.sweep_seconds;
     }
     if (!ops[i].optimizer.empty()) c.optimizer_seconds = Median(ops[i].optimizer);
-    for (size_t j = 0; j < points.size(); ++j) {
-      if (points[j].section != sp.name) continue;
-      nlohmann::json& p = (*profile)[j];
-      p["seconds"] = points[j].seconds * c.ratio;
-      p["forward_seconds"] = points[j].forward_seconds * c.ratio;
-      if (c.optimizer_seconds >= 0) p["optimizer_seconds"] = c.optimizer_seconds;
+    for (auto& p : points) {
+      if (p.section != sp.name) continue;
+      p.seconds *= c.ratio;
+      p.forward_seconds *= c.ratio;
+      if (c.optimizer_seconds >= 0) p.optimizer_seconds = c.optimizer_seconds;
     }
     out.push_back(c);
   }

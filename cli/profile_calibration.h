@@ -10,7 +10,7 @@
 // measures that factor per section at its planned micro-batch size and scales
 // the section's profile points by it; the optimizer step is replaced by its
 // in-run median.
-// May call: plan, base, nlohmann-json. Thread safety: pure functions.
+// May call: plan, base, nlohmann-json (the trace). Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "plan/plan.h"
+#include "plan/profile.h"
 
 namespace maestro::cli {
 
@@ -37,12 +38,12 @@ struct SectionCalibration {
   double optimizer_seconds = -1;  // in-run median optimizer step (-1: none seen, the profile's kept)
 };
 
-// profile: the JSON array maestro-worker --profile wrote (objects with
-// section, gpus, micro_batch, seconds, forward_seconds, optimizer_seconds),
-// scaled in place. trace: the run's trace.json (Chrome trace: "X" events
+// profile: the points maestro-worker --profile wrote (plan/profile.h), scaled
+// in place. trace: the run's trace.json (Chrome trace: "X" events
 // named F<n>/B<n>/O with pid = section index, args.step, args.samples,
 // dur in microseconds). Steps below skip_steps (warm-up) are ignored.
 StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& plan, const nlohmann::json& trace,
-                                                           int64_t skip_steps, nlohmann::json* profile);
+                                                           int64_t skip_steps,
+                                                           std::vector<plan::ProfilePoint>* profile);
 
 }  // namespace maestro::cli

@@ -16,6 +16,7 @@
 #include "base/exit_codes.h"
 #include "base/shell.h"
 #include "compiler/model.h"
+#include "plan/profile.h"
 
 namespace maestro::compiler {
 
@@ -933,27 +934,18 @@ StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
   if (!in) return Status::NotFound(fmt::format("cannot open profiles '{}'", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
-  if (!j.is_array()) return Status::InvalidArgument(path + ": profiles must be a JSON array of objects");
+  auto points = plan::ProfilePointsFromJson(ss.str());
+  if (!points.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, points.status().message()));
   std::vector<ProfileSpec> out;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const auto& o = j[i];
+  for (size_t i = 0; i < points->size(); ++i) {
+    const plan::ProfilePoint& q = (*points)[i];
     ProfileSpec p;
-    try {
-      p.section = o.at("section").get<std::string>();
-      p.gpus = o.at("gpus").get<int>();
-      p.micro_batch = o.at("micro_batch").get<int>();
-      p.seconds = o.at("seconds").get<double>();
-      p.forward_seconds = o.value("forward_seconds", 0.0);
-      p.optimizer_seconds = o.value("optimizer_seconds", 0.0);
-    } catch (const nlohmann::json::exception& e) {
-      return Status::InvalidArgument(fmt::format("{}: profile {}: {}", path, i, e.what()));
-    }
+    p.section = q.section;
+    p.gpus = q.gpus;
+    p.micro_batch = q.micro_batch;
+    p.seconds = q.seconds;
+    p.forward_seconds = q.forward_seconds;
+    p.optimizer_seconds = q.optimizer_seconds;
     if (p.gpus < 1 || p.micro_batch < 1 || !(p.seconds > 0)) {
       return Status::InvalidArgument(
           fmt::format("{}: profile {}: gpus, micro_batch and seconds must be positive", path, i));

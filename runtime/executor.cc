@@ -101,9 +101,6 @@ StepBatch DecodeBatch(const std::vector<int64_t>& v, size_t modalities) {
   return b;
 }
 
-// Costs the scheduler orders by: 2 (forward) or 4 (backward) x parameters x
-// tokens seen, in arbitrary units at 1 TFLOP/s. Only the order depends on
-// them, never the result.
 // The costs the compiler planned with (plan.json's per-section MicroBatchCost
 // and per-edge seconds_per_sample): a micro-batch of n samples costs
 // fixed + n * per_sample, split forward : backward by the measured (or
@@ -142,7 +139,9 @@ class PlannedCostModel : public scheduler::SectionCostModel {
 };
 
 // The scheduler's costs: the plan's when the compiler wrote them, else a
-// proxy (2 * parameters FLOPs per token at 1 TFLOP/s) that only ranks sections.
+// proxy — 2 (forward) or 4 (backward) x parameters x tokens seen, at 1
+// TFLOP/s — that only ranks sections. Only the order of work depends on the
+// costs, never the result.
 std::shared_ptr<const scheduler::SectionCostModel> RuntimeCostModel(const plan::Plan& plan) {
   const bool planned = std::all_of(plan.sections.begin(), plan.sections.end(),
                                    [](const plan::SectionPlan& s) { return s.cost.seconds_per_sample > 0; });
@@ -181,7 +180,6 @@ std::string OptimizerKey(const std::string& name, int t) {
   return t == 0 ? name : fmt::format("{}#tp{}", name, t);
 }
 
-// The TP group's all-reduce for the model's tensor-parallel layers.
 // ---- one rank's loop -----------------------------------------------------------
 
 struct TraceEvent {
@@ -304,7 +302,6 @@ LinkChannel* RankLoop::FindLink(int edge, int up_dp, int down_dp) {
   }
   return nullptr;
 }
-
 
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());

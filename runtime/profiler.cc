@@ -8,7 +8,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "base/checks.h"
 #include "runtime/collectives.h"
@@ -178,7 +177,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
   // Rank 0 gathers every rank's points; a section's replicas give one median.
   constexpr int kTagProfile = 900101;
   if (place.world_rank != 0) {
-    MAESTRO_RETURN_IF_ERROR(SendBytes(comms.world(), ProfilesToJson(mine), 0, kTagProfile));
+    MAESTRO_RETURN_IF_ERROR(SendBytes(comms.world(), plan::ProfilePointsToJson(mine), 0, kTagProfile));
     return std::vector<ProfilePoint>{};
   }
   std::map<std::pair<std::string, int>, std::vector<ProfilePoint>> by_size;
@@ -188,7 +187,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
   add(mine);
   for (int r = 1; r < place.world_size; ++r) {
     MAESTRO_ASSIGN_OR_RETURN(auto text, RecvBytes(comms.world(), r, kTagProfile));
-    MAESTRO_ASSIGN_OR_RETURN(auto points, ProfilesFromJson(text));
+    MAESTRO_ASSIGN_OR_RETURN(auto points, plan::ProfilePointsFromJson(text));
     add(points);
   }
   std::vector<ProfilePoint> merged;
@@ -209,38 +208,6 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
     }
   }
   return merged;
-}
-
-std::string ProfilesToJson(const std::vector<ProfilePoint>& points) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& p : points) {
-    out.push_back({{"section", p.section},
-                   {"gpus", p.gpus},
-                   {"micro_batch", p.micro_batch},
-                   {"seconds", p.seconds},
-                   {"forward_seconds", p.forward_seconds},
-                   {"optimizer_seconds", p.optimizer_seconds}});
-  }
-  return out.dump(2);
-}
-
-StatusOr<std::vector<ProfilePoint>> ProfilesFromJson(const std::string& text) {
-  std::vector<ProfilePoint> out;
-  try {
-    for (const auto& o : nlohmann::json::parse(text)) {
-      ProfilePoint p;
-      p.section = o.at("section").get<std::string>();
-      p.gpus = o.at("gpus").get<int>();
-      p.micro_batch = o.at("micro_batch").get<int>();
-      p.seconds = o.at("seconds").get<double>();
-      p.forward_seconds = o.value("forward_seconds", 0.0);
-      p.optimizer_seconds = o.value("optimizer_seconds", 0.0);
-      out.push_back(p);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("profile points: {}", e.what()));
-  }
-  return out;
 }
 
 }  // namespace maestro::runtime

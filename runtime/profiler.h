@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Section profiles: each section's measured time per micro-batch against its
-// size (forward, backward, and the optimizer step), written as the JSON array
-// the compiler reads with --profiles, so the cost model and the step
-// simulator predict with this machine's numbers (`maestro profile`).
+// size (forward, backward, and the optimizer step), written as the profile
+// file the compiler reads with --profiles (plan/profile.h), so the cost model
+// and the step simulator predict with this machine's numbers
+// (`maestro profile`).
 //
 // Two ways to measure:
 //  - ProfileRanks: collective under the run's launcher (mpirun or srun) with
@@ -25,19 +26,14 @@
 #include "launcher/communicators.h"
 #include "launcher/launch_env.h"
 #include "plan/plan.h"
+#include "plan/profile.h"
 
 namespace maestro::runtime {
 
-// One measured point: a micro-batch of `micro_batch` samples through one
-// replica of `gpus` ranks (its TP degree).
-struct ProfilePoint {
-  std::string section;
-  int gpus = 1;
-  int micro_batch = 1;
-  double seconds = 0.0;            // forward + backward (forward alone when frozen), median
-  double forward_seconds = 0.0;    // its forward part, median
-  double optimizer_seconds = 0.0;  // clip + AdamW of the replica's shard, median (0 when frozen)
-};
+// One measured point (plan/profile.h): seconds and forward_seconds are
+// medians of the timed runs; optimizer_seconds is clip + AdamW of the
+// replica's shard.
+using ProfilePoint = plan::ProfilePoint;
 
 struct ProfileOptions {
   std::vector<int> micro_batches{1, 2, 4, 8, 16, 32, 64};  // each capped at the global batch
@@ -51,9 +47,5 @@ StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, cons
 // (the median over a section's replicas); the others return an empty list.
 StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const launcher::RankPlace& place,
                                                  launcher::Communicators& comms, const ProfileOptions& options);
-
-// The JSON array the compiler reads with --profiles, and back.
-std::string ProfilesToJson(const std::vector<ProfilePoint>& points);
-StatusOr<std::vector<ProfilePoint>> ProfilesFromJson(const std::string& text);
 
 }  // namespace maestro::runtime

@@ -29,6 +29,7 @@
 #include "launcher/versions.h"
 #include "launcher/worker_context.h"
 #include "plan/plan.h"
+#include "plan/profile.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/reference.h"
@@ -48,7 +49,7 @@ int ExitCodeFor(const maestro::Status& s) {
 
 int WriteProfile(const std::string& path, const std::vector<maestro::runtime::ProfilePoint>& points) {
   std::ofstream out(path);
-  out << maestro::runtime::ProfilesToJson(points) << "\n";
+  out << maestro::plan::ProfilePointsToJson(points) << "\n";
   if (!out) {
     std::fprintf(stderr, "maestro-worker --profile: cannot write %s\n", path.c_str());
     return maestro::kExitFailure;

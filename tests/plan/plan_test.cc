@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plan/plan.h"
+#include "plan/profile.h"
 
 #include <gtest/gtest.h>
 
@@ -116,6 +117,26 @@ TEST(FillLayout, WritesGroupsLinksAndFanOutThatMatchTheFunctions) {
   const Plan q = PlanFromJson(PlanToJson(p)).ValueOrDie();
   EXPECT_EQ(PlanToJson(q), PlanToJson(p));
   EXPECT_EQ(q.layout[1].dp_groups, p.layout[1].dp_groups);
+}
+
+TEST(ProfileFile, RoundTripsAndNamesTheBadPoint) {
+  const std::vector<ProfilePoint> points = {{"vit", 1, 16, 0.012, 0.004, 0.002}, {"llm", 2, 8, 0.02, 0.0, 0.0}};
+  auto back = ProfilePointsFromJson(ProfilePointsToJson(points));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].section, "llm");
+  EXPECT_EQ((*back)[1].gpus, 2);
+  EXPECT_EQ((*back)[0].micro_batch, 16);
+  EXPECT_DOUBLE_EQ((*back)[0].forward_seconds, 0.004);
+  EXPECT_DOUBLE_EQ((*back)[0].optimizer_seconds, 0.002);
+  // The optional parts may be absent; a required one may not.
+  auto minimal = ProfilePointsFromJson(R"([{"section": "a", "gpus": 1, "micro_batch": 2, "seconds": 0.5}])");
+  ASSERT_TRUE(minimal.ok());
+  EXPECT_DOUBLE_EQ((*minimal)[0].forward_seconds, 0.0);
+  auto bad = ProfilePointsFromJson(R"([{"section": "a", "gpus": 1, "micro_batch": 2, "seconds": 0.5}, {"gpus": 1}])");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("profile point 1"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(ProfilePointsFromJson("{not json").ok());
 }
 
 }  // namespace

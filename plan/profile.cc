@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plan/profile.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace maestro::plan {
+
+std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : points) {
+    out.push_back({{"section", p.section},
+                   {"gpus", p.gpus},
+                   {"micro_batch", p.micro_batch},
+                   {"seconds", p.seconds},
+                   {"forward_seconds", p.forward_seconds},
+                   {"optimizer_seconds", p.optimizer_seconds}});
+  }
+  return out.dump(2);
+}
+
+StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument("profile points: not valid JSON");
+  if (!j.is_array()) return Status::InvalidArgument("profile points: must be a JSON array of objects");
+  std::vector<ProfilePoint> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& o = j[i];
+    ProfilePoint p;
+    try {
+      p.section = o.at("section").get<std::string>();
+      p.gpus = o.at("gpus").get<int>();
+      p.micro_batch = o.at("micro_batch").get<int>();
+      p.seconds = o.at("seconds").get<double>();
+      p.forward_seconds = o.value("forward_seconds", 0.0);
+      p.optimizer_seconds = o.value("optimizer_seconds", 0.0);
+    } catch (const nlohmann::json::exception& e) {
+      return Status::InvalidArgument(fmt::format("profile point {}: {}", i, e.what()));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace maestro::plan

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The profile file: measured section times per micro-batch size, the JSON
+// array that `maestro-worker --profile` (and `maestro profile`) writes and
+// `maestro-compile --profiles` reads (docs/spec.md, `[[profile]]`):
+//   [{"section", "gpus", "micro_batch", "seconds",
+//     "forward_seconds" (optional), "optimizer_seconds" (optional)}, ...]
+// One format, read and written here only.
+// May call: base, nlohmann-json. Thread safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace maestro::plan {
+
+// One measured point: a micro-batch of `micro_batch` samples through one
+// replica of `gpus` GPUs/ranks (tp * pp * cp).
+struct ProfilePoint {
+  std::string section;
+  int gpus = 1;
+  int micro_batch = 1;
+  double seconds = 0.0;            // forward + backward (forward alone when frozen)
+  double forward_seconds = 0.0;    // its forward part (0: unknown)
+  double optimizer_seconds = 0.0;  // the replica's optimizer step per training step (0: unknown or frozen)
+};
+
+std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points);
+// InvalidArgument naming the point ("profile point 3: ...") when the text is
+// not a JSON array of such objects; values are not range-checked here.
+StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& text);
+
+}  // namespace maestro::plan
