@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +49,15 @@ struct ProfileArgs {
   std::vector<std::string> pins;
 };
 
+// The cores this process may run on (its affinity mask: what mpirun's
+// children get too), at least 1.
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
 // Compiles `spec` for this machine (one node, `ranks` CPU slots) into
 // out_dir; on success loads the plan. Returns the exit code to stop with, or
 // -1 to go on.
@@ -61,8 +71,16 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
     std::fprintf(stderr, "%s: cannot create %s: %s\n", who, out_dir.c_str(), ec.message().c_str());
     return maestro::kExitUsage;
   }
-  std::vector<std::string> compile{maestro::cli::SelfDirectory() + "/maestro-compile", spec, "-o", out_dir,
-                                   "--local", std::to_string(ranks)};
+  // The ranks share this machine's cores: the compiler's step simulation
+  // shares them too (--local-cores).
+  std::vector<std::string> compile{maestro::cli::SelfDirectory() + "/maestro-compile",
+                                   spec,
+                                   "-o",
+                                   out_dir,
+                                   "--local",
+                                   std::to_string(ranks),
+                                   "--local-cores",
+                                   std::to_string(UsableCores())};
   for (const auto& pin : pins) compile.insert(compile.end(), {"--pin", pin});
   if (!profiles.empty()) compile.insert(compile.end(), {"--profiles", profiles});
   auto rc = maestro::cli::RunProcess(compile);
@@ -80,10 +98,7 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
   return -1;
 }
 
-int DefaultRanks(int ranks) {
-  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  return ranks > 0 ? ranks : std::max(2, cores);
-}
+int DefaultRanks(int ranks) { return ranks > 0 ? ranks : std::max(2, UsableCores()); }
 
 // mpirun with one process per rank of `plan` on this machine, running `worker`.
 std::vector<std::string> MpirunCommand(const maestro::plan::Plan& plan, const std::vector<std::string>& worker) {
@@ -183,12 +198,16 @@ int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, con
     return maestro::kExitFailure;
   }
   for (const auto& c : *calibration) {
-    if (c.samples == 0) {
-      std::fprintf(stderr, "  %-12s no comparable micro-batches in the run: the sweep is kept\n", c.section.c_str());
+    if (c.sizes == 0) {
+      std::fprintf(stderr, "  %-12s no micro-batch size ran %d times: the sweep is kept\n", c.section.c_str(),
+                   maestro::cli::kMinOps);
       continue;
     }
-    std::fprintf(stderr, "  %-12s micro-batch %d: sweep %.5f s, in the run %.5f s (median of %d) -> x%.3f\n",
-                 c.section.c_str(), c.samples, c.sweep_seconds, c.in_run_seconds, c.ops, c.ratio);
+    std::fprintf(stderr,
+                 "  %-12s %d micro-batches of %d size(s) %d..%d: %.3g s + %.3g s/sample alone on a core; at the "
+                 "planned size sweep %.5f s -> %.5f s (x%.3f); optimizer %.5f s\n",
+                 c.section.c_str(), c.ops, c.sizes, c.smallest, c.largest, c.fixed_seconds, c.seconds_per_sample,
+                 c.sweep_seconds, c.in_run_seconds, c.ratio, c.optimizer_seconds);
   }
   std::ofstream out(profile);
   out << maestro::plan::ProfilePointsToJson(*points) << "\n";
@@ -226,6 +245,28 @@ int ProfileCommand(const ProfileArgs& args) {
     return maestro::kExitFailure;
   }
   if (*rc != 0) return *rc;
+  // Every rank measured at once: with more ranks than cores, each point is
+  // that many ranks' share of the cores; the profile holds times alone on a
+  // core (what the simulator shares out).
+  if (plan.shared_cores > 0 && plan.world_size() > plan.shared_cores) {
+    std::ifstream in(profile);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto points = maestro::plan::ProfilePointsFromJson(text.str());
+    if (!points.ok()) {
+      std::fprintf(stderr, "maestro profile: %s: %s\n", profile.c_str(), points.status().ToString().c_str());
+      return maestro::kExitFailure;
+    }
+    maestro::cli::ScaleSweepToOneCore(plan.shared_cores, plan.world_size(), &*points);
+    std::ofstream out(profile);
+    out << maestro::plan::ProfilePointsToJson(*points) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "maestro profile: cannot write %s\n", profile.c_str());
+      return maestro::kExitFailure;
+    }
+    std::fprintf(stderr, "maestro profile: %d ranks shared %d cores in the sweep: its times x%.3f (alone on a core)\n",
+                 plan.world_size(), plan.shared_cores, static_cast<double>(plan.shared_cores) / plan.world_size());
+  }
   if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
       code >= 0) {
     return code;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "scheduler/simulator.h"
+
 namespace maestro::cli {
 namespace {
 
@@ -14,14 +16,67 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// In-run durations (seconds) of one section by kind ('F', 'B', 'O') and
-// micro-batch size.
+struct TraceOp {
+  char kind = 0;       // 'F', 'B', 'O'; 0: another event (computing, not calibrated)
+  int section = -1;
+  int64_t step = -1;
+  int samples = 0;
+  double start = 0, end = 0;  // microseconds
+  double alone = 0;           // seconds alone on a core
+};
+
+// In-run alone times (seconds) of one section by micro-batch size.
 struct SectionOps {
   std::map<int, std::vector<double>> forward, backward;
   std::vector<double> optimizer;
 };
 
+// Piecewise-linear value of the sweep points `pts` (sorted by micro-batch)
+// at `samples`, extended by the nearest segment (one point: proportional).
+double SweepAt(const std::vector<const plan::ProfilePoint*>& pts, double samples, bool forward) {
+  const auto v = [&](const plan::ProfilePoint* p) { return forward ? p->forward_seconds : p->seconds; };
+  if (pts.empty()) return 0.0;
+  if (pts.size() == 1) return v(pts[0]) * samples / pts[0]->micro_batch;
+  size_t hi = 1;
+  while (hi + 1 < pts.size() && pts[hi]->micro_batch < samples) ++hi;
+  const auto* a = pts[hi - 1];
+  const auto* b = pts[hi];
+  const double slope = (v(b) - v(a)) / (b->micro_batch - a->micro_batch);
+  return std::max(0.0, v(a) + slope * (samples - a->micro_batch));
+}
+
+// Weighted least squares y = a + b x; false when x does not vary.
+bool FitLine(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w, double* a,
+             double* b) {
+  double sw = 0, sx = 0, sy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sw += w[i];
+    sx += w[i] * x[i];
+    sy += w[i] * y[i];
+  }
+  const double mx = sx / sw, my = sy / sw;
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxx += w[i] * (x[i] - mx) * (x[i] - mx);
+    sxy += w[i] * (x[i] - mx) * (y[i] - my);
+  }
+  if (!(sxx > 0)) return false;
+  *b = sxy / sxx;
+  *a = my - *b * mx;
+  return true;
+}
+
 }  // namespace
+
+void ScaleSweepToOneCore(int shared_cores, int world, std::vector<plan::ProfilePoint>* profile) {
+  if (shared_cores <= 0 || world <= shared_cores) return;
+  const double factor = static_cast<double>(shared_cores) / world;
+  for (auto& p : *profile) {
+    p.seconds *= factor;
+    p.forward_seconds *= factor;
+    p.optimizer_seconds *= factor;
+  }
+}
 
 StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& plan, const nlohmann::json& trace,
                                                            int64_t skip_steps,
@@ -32,20 +87,37 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
   const nlohmann::json& events = wrapped ? trace.at("traceEvents") : trace;
   if (!events.is_array()) return Status::InvalidArgument("CalibrateProfile: the trace has no traceEvents array");
 
-  std::vector<SectionOps> ops(plan.sections.size());
+  std::vector<TraceOp> all;
   for (const auto& e : events) {
-    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("args")) continue;
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    TraceOp op;
+    op.start = e.value("ts", 0.0);
+    op.end = op.start + std::max(0.0, e.value("dur", 0.0));
     const std::string name = e.value("name", "");
-    const int section = e.value("pid", -1);
-    if (name.empty() || section < 0 || section >= static_cast<int>(ops.size())) continue;
-    const nlohmann::json& args = e.at("args");
-    if (args.value("step", int64_t{-1}) < skip_steps) continue;
-    const double seconds = e.value("dur", 0.0) * 1e-6;
-    const int samples = args.value("samples", 0);
-    auto& s = ops[static_cast<size_t>(section)];
-    if (name[0] == 'F') s.forward[samples].push_back(seconds);
-    if (name[0] == 'B') s.backward[samples].push_back(seconds);
-    if (name == "O") s.optimizer.push_back(seconds);
+    if (e.contains("args") && e.at("args").is_object() && !name.empty()) {
+      const nlohmann::json& args = e.at("args");
+      op.step = args.value("step", int64_t{-1});
+      op.samples = args.value("samples", 0);
+      op.section = e.value("pid", -1);
+      if (name[0] == 'F' || name[0] == 'B') op.kind = name[0];
+      if (name == "O") op.kind = 'O';
+    }
+    all.push_back(op);
+  }
+  {
+    std::vector<std::pair<double, double>> intervals;
+    for (const auto& op : all) intervals.push_back({op.start * 1e-6, op.end * 1e-6});
+    const std::vector<double> alone = scheduler::AloneSeconds(intervals, plan.shared_cores);
+    for (size_t i = 0; i < all.size(); ++i) all[i].alone = alone[i];
+  }
+
+  std::vector<SectionOps> ops(plan.sections.size());
+  for (const auto& op : all) {
+    if (op.kind == 0 || op.step < skip_steps || op.section < 0 || op.section >= static_cast<int>(ops.size())) continue;
+    auto& s = ops[static_cast<size_t>(op.section)];
+    if (op.kind == 'F') s.forward[op.samples].push_back(op.alone);
+    if (op.kind == 'B') s.backward[op.samples].push_back(op.alone);
+    if (op.kind == 'O') s.optimizer.push_back(op.alone);
   }
 
   std::vector<SectionCalibration> out;
@@ -54,49 +126,91 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
     SectionCalibration c;
     c.section = sp.name;
     const int gpus = sp.config.tp * sp.config.pp * sp.config.cp;
-    // The index of the sweep's point of this section at `samples`; -1: none.
-    const auto point = [&](int samples) {
-      for (size_t j = 0; j < points.size(); ++j) {
-        if (points[j].section == sp.name && points[j].gpus == gpus && points[j].micro_batch == samples) {
-          return static_cast<int>(j);
-        }
-      }
-      return -1;
-    };
-    // Compare at the planned micro-batch size; else at the size with the most
-    // in-run micro-batches (at least 3) that the sweep measured too.
-    const auto& fwd = ops[i].forward;
-    const auto count = [&](int k) {
-      auto it = fwd.find(k);
-      return it == fwd.end() ? 0 : static_cast<int>(it->second.size());
-    };
-    int best = 0, best_ops = 0;
-    if (count(sp.config.micro_batch) >= 3 && point(sp.config.micro_batch) >= 0) {
-      best = sp.config.micro_batch;
-      best_ops = count(best);
-    } else {
-      for (const auto& [k, v] : fwd) {
-        if (static_cast<int>(v.size()) >= 3 && static_cast<int>(v.size()) > best_ops && point(k) >= 0) {
-          best = k;
-          best_ops = static_cast<int>(v.size());
-        }
-      }
+    std::vector<const plan::ProfilePoint*> sweep;
+    for (const auto& p : points) {
+      if (p.section == sp.name && p.gpus == gpus) sweep.push_back(&p);
     }
-    if (best > 0) {
-      c.samples = best;
-      c.ops = best_ops;
-      c.sweep_seconds = points[static_cast<size_t>(point(best))].seconds;
-      auto b = ops[i].backward.find(best);
-      c.in_run_seconds = Median(fwd.at(best)) + (b == ops[i].backward.end() ? 0.0 : Median(b->second));
-      if (c.sweep_seconds > 0 && c.in_run_seconds > 0) c.ratio = c.in_run_seconds / c.sweep_seconds;
+    std::sort(sweep.begin(), sweep.end(), [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) {
+      return a->micro_batch < b->micro_batch;
+    });
+    // Per size with enough ops: median forward + median backward.
+    std::vector<double> x, y, f, w;
+    for (const auto& [k, fwd] : ops[i].forward) {
+      if (k <= 0 || static_cast<int>(fwd.size()) < kMinOps) continue;
+      auto b = ops[i].backward.find(k);
+      const double forward = Median(fwd);
+      x.push_back(k);
+      f.push_back(forward);
+      y.push_back(forward + (b == ops[i].backward.end() ? 0.0 : Median(b->second)));
+      w.push_back(static_cast<double>(fwd.size()));
+      c.ops += static_cast<int>(fwd.size());
+    }
+    c.sizes = static_cast<int>(x.size());
+    const double planned = sp.config.micro_batch;
+    if (!sweep.empty()) c.sweep_seconds = SweepAt(sweep, planned, false);
+    if (!x.empty() && !sweep.empty()) {
+      c.smallest = static_cast<int>(x.front());
+      c.largest = static_cast<int>(x.back());
+      double a = 0, b = 0, af = 0, bf = 0;
+      const bool line = x.size() >= 2 && FitLine(x, y, w, &a, &b) && FitLine(x, f, w, &af, &bf) && b > 0 &&
+                        a + b * x.front() > 0;
+      if (!line) {  // one size (or no usable line): a ratio at the commonest size
+        const size_t best = static_cast<size_t>(std::max_element(w.begin(), w.end()) - w.begin());
+        a = af = 0;
+        b = y[best] / x[best];
+        bf = f[best] / x[best];
+        const double ratio = y[best] / std::max(1e-12, SweepAt(sweep, x[best], false));
+        for (auto& p : points) {
+          if (p.section != sp.name || p.gpus != gpus) continue;
+          p.seconds *= ratio;
+          p.forward_seconds *= ratio;
+        }
+      } else {
+        const auto line_at = [&](double k) { return a + b * k; };
+        const auto forward_at = [&](double k) { return std::clamp(af + bf * k, 0.0, line_at(k)); };
+        const double lo = x.front(), hi = x.back();
+        const double ratio_lo = line_at(lo) / std::max(1e-12, SweepAt(sweep, lo, false));
+        const double ratio_hi = line_at(hi) / std::max(1e-12, SweepAt(sweep, hi, false));
+        const bool have_forward =
+            std::all_of(sweep.begin(), sweep.end(), [](const plan::ProfilePoint* p) { return p->forward_seconds > 0; });
+        const plan::ProfilePoint model = *sweep.front();
+        std::vector<plan::ProfilePoint> kept;
+        for (const auto& p : points) {
+          if (p.section != sp.name || p.gpus != gpus) {
+            kept.push_back(p);
+            continue;
+          }
+          if (p.micro_batch >= lo && p.micro_batch <= hi) continue;  // the line replaces it
+          plan::ProfilePoint q = p;
+          const double r = p.micro_batch < lo ? ratio_lo : ratio_hi;
+          q.seconds *= r;
+          q.forward_seconds *= r;
+          kept.push_back(q);
+        }
+        for (const double k : {lo, hi}) {
+          plan::ProfilePoint q = model;
+          q.micro_batch = static_cast<int>(k);
+          q.seconds = line_at(k);
+          q.forward_seconds = have_forward ? forward_at(k) : 0.0;
+          kept.push_back(q);
+        }
+        points = std::move(kept);
+      }
+      c.fixed_seconds = a;
+      c.seconds_per_sample = b;
     }
     if (!ops[i].optimizer.empty()) c.optimizer_seconds = Median(ops[i].optimizer);
+    std::vector<const plan::ProfilePoint*> now;
     for (auto& p : points) {
       if (p.section != sp.name) continue;
-      p.seconds *= c.ratio;
-      p.forward_seconds *= c.ratio;
       if (c.optimizer_seconds >= 0) p.optimizer_seconds = c.optimizer_seconds;
+      if (p.gpus == gpus) now.push_back(&p);
     }
+    std::sort(now.begin(), now.end(), [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) {
+      return a->micro_batch < b->micro_batch;
+    });
+    if (!now.empty()) c.in_run_seconds = SweepAt(now, planned, false);
+    if (c.sweep_seconds > 0 && c.in_run_seconds > 0) c.ratio = c.in_run_seconds / c.sweep_seconds;
     out.push_back(c);
   }
   return out;

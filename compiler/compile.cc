@@ -85,6 +85,7 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     if (spec.cluster.local) {
       d.shared_node = true;
       d.nodes = g.gpus_per_node;  // the budget counts slots
+      d.shared_cores = spec.cluster.local_cores;
     }
     out.push_back(d);
   }
@@ -193,7 +194,10 @@ StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
     else
       return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'", p.text, p.key));
   }
-  if (options.local_ranks <= 0) return s;
+  if (options.local_ranks <= 0) {
+    if (options.local_cores > 0) return Status::InvalidArgument("--local-cores needs --local N");
+    return s;
+  }
   if (options.allow_planner_only || options.support_given) {
     return Status::InvalidArgument(
         fmt::format("--local plans only what this build's runtime runs; drop {}",
@@ -226,6 +230,7 @@ StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
   s.cluster.default_gpu = cpu.name;
   s.cluster.gpu_types = {cpu};
   s.cluster.local = true;
+  s.cluster.local_cores = options.local_cores;
   for (auto& sec : s.sections) sec.gpu_type.clear();
   return s;
 }
@@ -416,9 +421,10 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
     if (devs[d].shared_node) {
       t += fmt::format(
           "local mode: one node of {} '{}' slot(s) ({:.0f} GB, {:.4g} TFLOP/s each) that the sections "
-          "share; plan uses {}\n",
+          "share; plan uses {}{}\n",
           devs[d].gpus_per_node, devs[d].name, devs[d].memory_bytes / 1e9, devs[d].peak_flops / 1e12,
-          a.nodes_per_device[d]);
+          a.nodes_per_device[d],
+          devs[d].shared_cores > 0 ? fmt::format("; the ranks share {} core(s)", devs[d].shared_cores) : "");
       continue;
     }
     t += fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each); plan holds {} node(s)\n",
@@ -872,6 +878,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   p.data.dataset = spec.data.dataset;
   p.checkpoint_every = spec.job.checkpoint_every;
   p.comm_timeout_s = spec.job.comm_timeout_s;
+  p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;
   p.schedule_policy = spec.job.schedule;
   Status valid = plan::Validate(p);
   if (!valid.ok()) return Status::Internal("maestro-compile built an invalid plan (a bug): " + valid.message());

@@ -57,6 +57,10 @@ struct CompileOptions {
   // plan for this machine: one node of `local_ranks` CPU slots that every
   // section shares (no whole-node rule), only configurations the runtime runs.
   int local_ranks = 0;
+  // Local mode: the cores those ranks share (--local-cores; 0: one each).
+  // Fewer cores than ranks makes the step simulation share them
+  // (plan.shared_cores), as the operating system does.
+  int local_cores = 0;
 };
 
 struct CompileResult {

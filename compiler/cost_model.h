@@ -61,6 +61,10 @@ struct DeviceType {
   // (no whole-node rule). Then `nodes` is the budget in slots, and NodesFor
   // returns the slots a section holds.
   bool shared_node = false;
+  // Local mode: the cores of this machine that those slots (processes)
+  // share; 0 = as many as slots. The step simulation shares them among the
+  // processes computing at each moment (scheduler::Problem::shared_cores).
+  int shared_cores = 0;
 };
 
 // One section as the cost model sees it.

@@ -66,6 +66,10 @@ int Run(int argc, char** argv) {
   app.add_option("--local", options.local_ranks,
                  "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--local-cores", options.local_cores,
+                 "with --local: the cores those ranks share (default: one per rank); fewer cores than ranks "
+                 "makes the simulated step share them")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--pin", pins,
                  "SECTION.KEY=VALUE (KEY: tp, dp, pp, micro_batch); overrides the spec's pin; repeatable")
       ->allow_extra_args(false);

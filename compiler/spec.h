@@ -72,6 +72,7 @@ struct ClusterSpec {
   // Set by EffectiveSpec for --local (never by the reader): one node whose
   // gpus_per_node slots every section shares.
   bool local = false;
+  int local_cores = 0;  // --local-cores (0: one core per slot)
   SourcePos pos;
   const GpuTypeSpec* Find(const std::string& name) const;
 };

@@ -301,10 +301,21 @@ std::vector<scheduler::Sample> SampleGlobalBatch(int64_t global_batch, const Sim
   return out;
 }
 
+namespace {
+// The cores a local-mode machine's processes share (0: one device each).
+int SharedCoresOf(const CostModel& model) {
+  for (const DeviceType& d : model.devices()) {
+    if (d.shared_node && d.shared_cores > 0) return d.shared_cores;
+  }
+  return 0;
+}
+}  // namespace
+
 SimulatedStep SimulateSectioned(const CostModel& model, const Workload& work, const Assignment& a,
                                 const SimulationSettings& settings, scheduler::Policy policy) {
   plan::Plan p;
   p.job_name = "sectioned";
+  p.shared_cores = SharedCoresOf(model);
   p.data.global_batch = model.global_batch();
   p.data.modalities = settings.modalities;
   for (size_t i = 0; i < work.sections.size(); ++i) {
@@ -333,6 +344,7 @@ SimulatedStep SimulateMonolithic(const CostModel& model, const Workload& work, c
   }
   plan::Plan p;
   p.job_name = "monolithic";
+  p.shared_cores = SharedCoresOf(model);
   p.data.global_batch = model.global_batch();
   p.data.modalities = settings.modalities;
   plan::SectionPlan s;

@@ -92,12 +92,19 @@ constexpr int kQueryTag = 1;
 constexpr int kReplyTag = 2;
 constexpr size_t kReplyBytes = 512;
 constexpr auto kServeAfter = std::chrono::milliseconds(20);
+// On an oversubscribed node a wait spins this long, then sleeps as long
+// between polls (a message waits at most ~this + the timer's slack).
+constexpr long kSpinNanos = 50000;
 
 }  // namespace
 
 // ---- the session --------------------------------------------------------------
 struct MpiSession::Impl {
   int rank = -1, size = 0;
+  // More ranks on this node than cores this process may use (`maestro run`
+  // on a laptop, the loopback cluster): a waiting rank then sleeps between
+  // polls instead of spinning, so that the ranks computing get the cores.
+  bool oversubscribed = false;
   MPI_Comm health = MPI_COMM_NULL;  // dup of world: "what are you waiting in?"
   std::array<MPI_Op, 6> ops16{};    // {bf16, f16} x {sum, max, min}
   std::deque<std::pair<MPI_Request, std::array<char, kReplyBytes>>> replies;  // in-flight answers
@@ -236,13 +243,18 @@ class MpiWork final : public Work {
       }
       const int64_t now = MonotonicNanos();
       if (now >= deadline) break;
+      const int64_t waited = now - record_.start_ns;
       if (now >= serve_after) {
         session_->Serve();
         // Past the first 20 ms: give the core to the other ranks of an
         // oversubscribed node (tests run 6 ranks on 2 cores).
-        timespec ts{0, now - record_.start_ns > 1000000000LL ? 1000000L : 100000L};
+        timespec ts{0, waited > 1000000000LL ? 1000000L : 100000L};
         nanosleep(&ts, nullptr);
-      } else if (now - record_.start_ns > 2000000) {
+      } else if (session_->oversubscribed && waited > kSpinNanos) {
+        // A spinning waiter would take a core from a rank that computes.
+        timespec ts{0, kSpinNanos};
+        nanosleep(&ts, nullptr);
+      } else if (waited > 2000000) {
         sched_yield();
       }
     }
@@ -407,6 +419,17 @@ StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(const std::function<Statu
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &s->impl_->rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &s->impl_->size));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s->impl_->health));
+  {
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s->impl_->rank, MPI_INFO_NULL, &node));
+    int on_node = 1;
+    MPI_CHECK(MPI_Comm_size(node, &on_node));
+    MPI_Comm_free(&node);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    s->impl_->oversubscribed = cores > 0 && on_node > cores;
+  }
   auto& ops = s->impl_->ops16;
   MPI_CHECK(MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 0>, 1, &ops[0]));
   MPI_CHECK(MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 1>, 1, &ops[1]));

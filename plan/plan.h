@@ -214,6 +214,11 @@ struct Plan {
   int64_t checkpoint_every = 0;          // steps between checkpoints (0: at the end and on a signal)
   double comm_timeout_s = 0.0;           // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
   std::string schedule_policy = "wavefront";  // scheduler::PolicyFromName
+  // Added in schema 1 (optional): > 0 when every rank runs on one machine
+  // whose `shared_cores` cores they share (the embedded default, `maestro
+  // run`; ranks may outnumber cores): the step simulator then shares the
+  // cores among the ranks computing at each moment. 0: one device per rank.
+  int shared_cores = 0;
 
   int world_size() const;
   // REQUIRES: name is a section of this plan; returns -1 otherwise.

@@ -577,7 +577,6 @@ Status RankLoop::Backward(int mb_index) {
 }
 
 Status RankLoop::OptimizerStep(int64_t step) {
-  const int64_t start_us = WallMicros();
   runner_->EnsureGradients();
   auto& dp = comms_.group(plan::GroupKind::kDP);
   if (dp.group().size() > 1) {
@@ -593,6 +592,10 @@ Status RankLoop::OptimizerStep(int64_t step) {
       offset += n;
     }
   }
+  // The trace's "O" is the optimizer's compute: the DP all-reduce above is
+  // mostly the wait for the slowest replica, a barrier the simulator models
+  // as such (scheduler/simulator.h), not a cost of the step.
+  const int64_t start_us = WallMicros();
   const auto start = Clock::now();
   runner_->OptimizerStep(step);
   busy_seconds_ += SecondsSince(start);
@@ -815,10 +818,16 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
   for (const auto& rp : schedule_.ranks) measured.ranks.push_back({rp.section, rp.replica, 0.0, 0.0, 0});
   for (const auto& sp : plan_.sections) measured.sections.push_back({sp.name, sp.config.dp, 0.0, 0.0, 0.0});
   int64_t t0 = INT64_MAX, t1 = 0;
+  // Every rank's computing intervals of this step (TP ranks too: with shared
+  // cores they compete), and each TP-0 op's time alone on a core.
+  std::vector<std::pair<double, double>> computing;
+  std::vector<size_t> op_interval;  // measured.ops[i] <-> computing[op_interval[i]]
   for (const auto& e : events) {
     if (e.value("ph", "") != "X" || !e.contains("args") || e["args"].value("step", int64_t{-1}) != current_step_) continue;
     const std::string name = e.value("name", "");
     if (name.empty() || (name[0] != 'F' && name[0] != 'B' && name[0] != 'O')) continue;
+    const double ts_s = e.value("ts", 0.0) * 1e-6;
+    computing.push_back({ts_s, ts_s + e.value("dur", 0.0) * 1e-6});
     auto coords = plan::CoordsOfRank(plan_, e.value("tid", -1));
     if (!coords.ok() || coords->tp != 0) continue;
     scheduler::OpInterval op;
@@ -834,7 +843,9 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
     t0 = std::min(t0, ts);
     t1 = std::max(t1, ts + dur);
     measured.ops.push_back(op);
+    op_interval.push_back(computing.size() - 1);
   }
+  const std::vector<double> alone = scheduler::AloneSeconds(computing, plan_.shared_cores);
   if (measured.ops.empty()) return Status::Ok();
   for (auto& op : measured.ops) {
     op.start = (op.start - static_cast<double>(t0)) / 1e6;
@@ -852,15 +863,17 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
   // Two predictions of this step (its batch, its schedule): with the costs the
   // compiler planned with (profiled when `maestro profile` measured them), and
   // with costs fitted to this very step (per sample, forward share,
-  // optimizer), which isolates what the simulator misses beyond costs.
+  // optimizer; each op's time alone on a core when the ranks share cores),
+  // which isolates what the simulator misses beyond costs.
   plan::Plan fitted_plan = plan_;
   {
     const size_t n = plan_.sections.size();
     std::vector<double> f_sec(n), b_sec(n), samples(n), o_sec(n);
     std::vector<int> o_n(n);
-    for (const auto& op : measured.ops) {
+    for (size_t i = 0; i < measured.ops.size(); ++i) {
+      const scheduler::OpInterval& op = measured.ops[i];
       const auto s = static_cast<size_t>(schedule_.ranks[static_cast<size_t>(op.rank)].section);
-      const double d = op.end - op.start;
+      const double d = alone[op_interval[i]];
       if (op.kind == scheduler::OpKind::kOptimizer) {
         o_sec[s] += d;
         ++o_n[s];

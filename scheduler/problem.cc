@@ -73,12 +73,20 @@ Status ValidateProblem(const Problem& p) {
     return Status::InvalidArgument("scheduler problem: " + std::to_string(p.modality_names.size()) +
                                    " modalities; at most " + std::to_string(kMaxModalities));
   }
+  if (p.shared_cores < 0) {
+    return Status::InvalidArgument("scheduler problem: shared_cores (" + std::to_string(p.shared_cores) +
+                                   ") must be >= 0 (0: nothing shared)");
+  }
   const int n_sections = static_cast<int>(p.sections.size());
   const int n_modalities = static_cast<int>(p.modality_names.size());
   for (const SectionSpec& s : p.sections) {
     if (s.dp < 1 || s.micro_batch < 1) {
       return Status::InvalidArgument("section '" + s.name + "': dp (" + std::to_string(s.dp) +
                                      ") and micro_batch (" + std::to_string(s.micro_batch) +
+                                     ") must be >= 1");
+    }
+    if (s.processes < 1) {
+      return Status::InvalidArgument("section '" + s.name + "': processes (" + std::to_string(s.processes) +
                                      ") must be >= 1");
     }
     if (s.modality >= n_modalities || s.modality < -1) {
@@ -190,6 +198,7 @@ StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const Section
     spec.trains = s.mode == plan::SectionMode::kTrain;
     spec.dp = s.config.dp;
     spec.micro_batch = s.config.micro_batch;
+    spec.processes = std::max(1, s.config.tp * s.config.pp * s.config.cp);
     if (s.activation != "always") {
       spec.modality = static_cast<int>(
           std::find(p.modality_names.begin(), p.modality_names.end(), s.activation) -
@@ -208,6 +217,7 @@ StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const Section
   }
   p.samples = std::move(samples);
   p.costs = std::move(costs);
+  p.shared_cores = std::max(0, plan.shared_cores);
   Status st = ValidateProblem(p);
   if (!st.ok()) return st.WithContext("plan '" + plan.job_name + "'");
   return p;

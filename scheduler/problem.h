@@ -52,6 +52,7 @@ struct SectionSpec {
   int modality = -1;    // -1: every sample; else only samples carrying it
   int dp = 1;           // DP replicas (= scheduler ranks of this section)
   int micro_batch = 1;  // most samples in one micro-batch of one replica
+  int processes = 1;    // processes (ranks) of one replica: tp * pp * cp
 };
 
 // A dependency: `to` consumes the activation of `from`, sample by sample.
@@ -131,6 +132,12 @@ struct Problem {
   std::vector<EdgeSpec> edges;
   std::vector<Sample> samples;               // the global batch, in data order
   std::shared_ptr<const SectionCostModel> costs;
+  // > 0: every process of every replica shares this many cores (the embedded
+  // default: one machine, ranks may outnumber its cores), and the simulator
+  // shares them fairly among the processes computing at each moment; costs
+  // are then the times of an op alone on a core. 0: each process has its own
+  // device (a GPU cluster), nothing is shared.
+  int shared_cores = 0;
 
   // True when sample `s` is processed by section `section`.
   bool Activates(int section, const Sample& s) const {
@@ -143,11 +150,12 @@ struct Problem {
 // unique sample ids, and that costs are set. Messages name the offending part.
 Status ValidateProblem(const Problem& problem);
 
-// Builds a Problem from a plan: one SectionSpec per plan section (dp and
-// micro_batch from its ParallelConfig, activation "always" or a modality
+// Builds a Problem from a plan: one SectionSpec per plan section (dp,
+// micro_batch and processes = tp * pp * cp from its ParallelConfig, activation "always" or a modality
 // name), one EdgeSpec per plan edge. Modality names are those of
 // plan.data.modalities followed by any other activation name, in order.
 // `samples` carry bitmasks over those names (see ModalityIndex).
+// shared_cores comes from plan.shared_cores.
 StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const SectionCostModel> costs,
                            std::vector<Sample> samples);
 // The modality names FromPlan() would use for `plan`.

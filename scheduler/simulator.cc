@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The op graph of a schedule is a DAG (program order on each rank, plus one
 // arc per sample and edge from the producing op to the consuming op, lagged
-// by the transfer). A rank that runs its ops in order and blocks on receives
-// starts each op at the latest end (+ lag) of its predecessors, so one pass
-// in topological order is the discrete-event simulation; ops left over mean
-// a deadlock.
+// by the transfer, plus a barrier node per DP all-reduce). A rank that runs
+// its ops in order and blocks on receives starts each op at the latest end
+// (+ lag) of its predecessors, so one pass in topological order is the
+// discrete-event simulation; ops left over mean a deadlock. With shared cores
+// an op's length depends on what else runs meanwhile: a second, event-driven
+// pass over the same graph advances every running op at the shared rate.
 #include "scheduler/simulator.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -97,10 +100,11 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
       duration.push_back(d);
     }
   }
-  const int num_nodes = static_cast<int>(sim.ops.size());
+  const int num_ops = static_cast<int>(sim.ops.size());
+  const auto op_at = [&](int v) -> OpInterval& { return sim.ops[static_cast<size_t>(v)]; };
   std::vector<Arc> arcs;
-  for (int v = 1; v < num_nodes; ++v) {
-    if (sim.ops[static_cast<size_t>(v)].rank == sim.ops[static_cast<size_t>(v) - 1].rank) arcs.push_back({v - 1, v, 0.0});
+  for (int v = 1; v < num_ops; ++v) {
+    if (op_at(v).rank == op_at(v - 1).rank) arcs.push_back({v - 1, v, 0.0});
   }
   for (size_t e = 0; e < p.edges.size(); ++e) {
     const EdgeSpec& edge = p.edges[e];
@@ -115,6 +119,28 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
       if (grad) {
         arcs.push_back({node_b[static_cast<size_t>(rd)][static_cast<size_t>(md)],
                         node_b[static_cast<size_t>(ru)][static_cast<size_t>(mu)], lag});
+      }
+    }
+  }
+  // The DP gradient all-reduce of a training section with several replicas
+  // is a barrier: no replica's optimizer step starts before every replica
+  // has run its last op before it. One zero-length node per such section
+  // (nodes past num_ops), after those ops and before the optimizer steps.
+  int num_nodes = num_ops;
+  {
+    std::vector<std::vector<int>> optimizer_ops(p.sections.size());
+    for (int v = 0; v < num_ops; ++v) {
+      if (op_at(v).kind == OpKind::kOptimizer) {
+        optimizer_ops[static_cast<size_t>(sch.ranks[static_cast<size_t>(op_at(v).rank)].section)].push_back(v);
+      }
+    }
+    for (const auto& ops : optimizer_ops) {
+      if (ops.size() < 2) continue;
+      const int barrier = num_nodes++;
+      duration.push_back(0.0);
+      for (int o : ops) {
+        if (o > 0 && op_at(o - 1).rank == op_at(o).rank) arcs.push_back({o - 1, barrier, 0.0});
+        arcs.push_back({barrier, o, 0.0});
       }
     }
   }
@@ -133,7 +159,9 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
     succ[static_cast<size_t>(at)] = a.to;
     succ_lag[static_cast<size_t>(at)] = a.lag;
   }
-  std::vector<double> earliest(static_cast<size_t>(num_nodes), 0.0);
+  const std::vector<int> indeg_at_start = indeg;
+  std::vector<double> earliest(static_cast<size_t>(num_nodes), 0.0), start(static_cast<size_t>(num_nodes), 0.0),
+      end(static_cast<size_t>(num_nodes), 0.0);
   std::vector<int> queue;
   for (int v = 0; v < num_nodes; ++v) {
     if (indeg[static_cast<size_t>(v)] == 0) queue.push_back(v);
@@ -141,13 +169,12 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   size_t head = 0;
   while (head < queue.size()) {
     const int v = queue[head++];
-    OpInterval& op = sim.ops[static_cast<size_t>(v)];
-    op.start = earliest[static_cast<size_t>(v)];
-    op.end = op.start + duration[static_cast<size_t>(v)];
-    sim.step_seconds = std::max(sim.step_seconds, op.end);
+    start[static_cast<size_t>(v)] = earliest[static_cast<size_t>(v)];
+    end[static_cast<size_t>(v)] = start[static_cast<size_t>(v)] + duration[static_cast<size_t>(v)];
     for (int k = out_begin[static_cast<size_t>(v)]; k < out_begin[static_cast<size_t>(v) + 1]; ++k) {
       const int w = succ[static_cast<size_t>(k)];
-      earliest[static_cast<size_t>(w)] = std::max(earliest[static_cast<size_t>(w)], op.end + succ_lag[static_cast<size_t>(k)]);
+      earliest[static_cast<size_t>(w)] =
+          std::max(earliest[static_cast<size_t>(w)], end[static_cast<size_t>(v)] + succ_lag[static_cast<size_t>(k)]);
       if (--indeg[static_cast<size_t>(w)] == 0) queue.push_back(w);
     }
   }
@@ -156,10 +183,10 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
     std::string where;
     int named = 0;
     for (size_t rk = 0; rk < sch.ranks.size() && named < 4; ++rk) {
-      for (int v = 0; v < num_nodes; ++v) {
-        if (sim.ops[static_cast<size_t>(v)].rank == static_cast<int>(rk) && indeg[static_cast<size_t>(v)] > 0) {
+      for (int v = 0; v < num_ops; ++v) {
+        if (op_at(v).rank == static_cast<int>(rk) && indeg[static_cast<size_t>(v)] > 0) {
           where += (named ? ", " : "") + p.sections[static_cast<size_t>(sch.ranks[rk].section)].name + " replica " +
-                   std::to_string(sch.ranks[rk].replica) + " at " + OpLabel(sim.ops[static_cast<size_t>(v)]);
+                   std::to_string(sch.ranks[rk].replica) + " at " + OpLabel(op_at(v));
           ++named;
           break;
         }
@@ -169,6 +196,87 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
                                    std::to_string(num_nodes - static_cast<int>(queue.size())) +
                                    " ops can never start (" + where +
                                    "); a rank orders a backward or forward before one it depends on");
+  }
+  // Shared cores: when the replicas' processes outnumber the cores, replay
+  // the same graph as a fluid simulation in which the processes computing at
+  // each moment share the cores evenly (each op advances at min(1, cores /
+  // demand) of its alone-on-a-core speed).
+  if (p.shared_cores > 0) {
+    std::vector<int> processes(sch.ranks.size(), 1);
+    int demand_all = 0;
+    for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
+      processes[rk] = std::max(1, p.sections[static_cast<size_t>(sch.ranks[rk].section)].processes);
+      demand_all += processes[rk];
+    }
+    if (demand_all > p.shared_cores) {
+      const double cores = static_cast<double>(p.shared_cores);
+      std::vector<int> unmet = indeg_at_start;
+      std::vector<double> ready(static_cast<size_t>(num_nodes), 0.0), remaining = duration;
+      std::vector<int> waiting, running;  // released (all predecessors done) but not started; computing
+      for (int v = 0; v < num_nodes; ++v) {
+        if (unmet[static_cast<size_t>(v)] == 0) waiting.push_back(v);
+      }
+      double t = 0.0;
+      int finished = 0;
+      const auto finish = [&](int v) {
+        end[static_cast<size_t>(v)] = t;
+        ++finished;
+        for (int k = out_begin[static_cast<size_t>(v)]; k < out_begin[static_cast<size_t>(v) + 1]; ++k) {
+          const int w = succ[static_cast<size_t>(k)];
+          ready[static_cast<size_t>(w)] = std::max(ready[static_cast<size_t>(w)], t + succ_lag[static_cast<size_t>(k)]);
+          if (--unmet[static_cast<size_t>(w)] == 0) waiting.push_back(w);
+        }
+      };
+      while (finished < num_nodes) {
+        // Start what is due; zero-length nodes (barriers) end at once and may
+        // release more.
+        for (bool changed = true; changed;) {
+          changed = false;
+          for (size_t i = 0; i < waiting.size();) {
+            const int v = waiting[i];
+            if (ready[static_cast<size_t>(v)] > t) {
+              ++i;
+              continue;
+            }
+            waiting[i] = waiting.back();
+            waiting.pop_back();
+            start[static_cast<size_t>(v)] = t;
+            if (remaining[static_cast<size_t>(v)] > 0.0) {
+              running.push_back(v);
+            } else {
+              finish(v);
+              changed = true;
+            }
+          }
+        }
+        double demand = 0.0;
+        for (int v : running) demand += processes[static_cast<size_t>(op_at(v).rank)];
+        const double rate = demand > cores ? cores / demand : 1.0;
+        double dt = std::numeric_limits<double>::infinity();
+        for (int v : running) dt = std::min(dt, remaining[static_cast<size_t>(v)] / rate);
+        for (int v : waiting) dt = std::min(dt, ready[static_cast<size_t>(v)] - t);
+        if (!std::isfinite(dt)) break;  // cannot happen: the graph has no cycle
+        t += dt;
+        for (size_t i = 0; i < running.size();) {
+          const int v = running[i];
+          double& left = remaining[static_cast<size_t>(v)];
+          left -= dt * rate;
+          if (left <= 1e-12 * (1.0 + duration[static_cast<size_t>(v)])) {
+            left = 0.0;
+            running[i] = running.back();
+            running.pop_back();
+            finish(v);
+          } else {
+            ++i;
+          }
+        }
+      }
+    }
+  }
+  for (int v = 0; v < num_ops; ++v) {
+    op_at(v).start = start[static_cast<size_t>(v)];
+    op_at(v).end = end[static_cast<size_t>(v)];
+    sim.step_seconds = std::max(sim.step_seconds, op_at(v).end);
   }
   // Statistics.
   sim.ranks.resize(sch.ranks.size());
@@ -206,6 +314,44 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
                         ? busy_all / (static_cast<double>(sch.ranks.size()) * sim.step_seconds)
                         : 0.0;
   return sim;
+}
+
+std::vector<double> AloneSeconds(const std::vector<std::pair<double, double>>& intervals, int cores) {
+  std::vector<double> out;
+  out.reserve(intervals.size());
+  for (const auto& [s, e] : intervals) out.push_back(std::max(0.0, e - s));
+  if (cores <= 0 || intervals.empty()) return out;
+  std::vector<std::pair<double, int>> edges;  // (time, +1 start / -1 end)
+  for (const auto& [s, e] : intervals) {
+    edges.push_back({s, +1});
+    edges.push_back({std::max(s, e), -1});
+  }
+  std::sort(edges.begin(), edges.end());  // at one instant, ends (-1) before starts
+  // G(t) = the integral of the rate up to t, at every edge time.
+  std::vector<double> times, integral;
+  int running = 0;
+  double g = 0.0, last = edges.front().first;
+  for (const auto& [t, delta] : edges) {
+    if (t > last) {
+      g += (t - last) * (running > cores ? static_cast<double>(cores) / running : 1.0);
+      last = t;
+    }
+    running += delta;
+    if (times.empty() || times.back() != t) {
+      times.push_back(t);
+      integral.push_back(g);
+    } else {
+      integral.back() = g;
+    }
+  }
+  const auto at = [&](double t) {
+    const size_t i = static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
+    return integral[std::min(i, integral.size() - 1)];
+  };
+  for (size_t i = 0; i < intervals.size(); ++i) {
+    out[i] = at(std::max(intervals[i].first, intervals[i].second)) - at(intervals[i].first);
+  }
+  return out;
 }
 
 std::string Simulation::SummaryJson() const {

@@ -13,7 +13,11 @@
 // Model: one rank = one DP replica of a section (its TP/PP/CP ranks move
 // together); an op lasts what the cost model says; a sample's activation (or
 // gradient) arrives TransferSeconds() after its producer op ends; transfers
-// overlap with everything (no link contention).
+// overlap with everything (no link contention); the DP gradient all-reduce
+// of a training section is a barrier before its replicas' optimizer steps.
+// Problem::shared_cores > 0 (one machine, more processes than cores): the
+// processes computing at each moment share the cores evenly, so an op lasts
+// its cost divided by min(1, cores / processes computing) while it runs.
 //
 // Thread safety: Simulation is a value; Simulate() is reentrant.
 #pragma once
@@ -78,5 +82,12 @@ struct Simulation {
 // waits for an op that itself waits, directly or not, on that rank); the
 // message names the ranks and ops involved.
 StatusOr<Simulation> Simulate(const Problem& problem, const Schedule& schedule);
+
+// The inverse of the shared-cores model, for measured traces: given the
+// [start, end) intervals in which processes computed (one per process and
+// op, every process of the machine), the time each would have taken alone on
+// a core: the integral over it of min(1, cores / processes computing). Same
+// unit as the input. cores <= 0: the durations as they are.
+std::vector<double> AloneSeconds(const std::vector<std::pair<double, double>>& intervals, int cores);
 
 }  // namespace maestro::scheduler

@@ -112,6 +112,39 @@ TEST(LocalMode, TheFirstCpuTypeOrASyntheticOneIsTheDevice) {
   EXPECT_EQ(s->plan.sections[0].placement.gpus_per_task, 0);
 }
 
+TEST(LocalMode, RanksThatOutnumberTheCoresShareThemInTheSimulatedStep) {
+  const Spec spec = Load("tiny_vlm.toml");
+  const std::vector<std::string> pins = {"vit.dp=1", "llm.dp=2", "vit.micro_batch=16", "llm.micro_batch=16"};
+  auto own = Compile(spec, Local(3, pins));
+  CompileOptions shared_options = Local(3, pins);
+  shared_options.local_cores = 2;
+  auto shared = Compile(spec, shared_options);
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  ASSERT_TRUE(shared.ok()) << shared.status().message();
+  EXPECT_EQ(own->plan.shared_cores, 0);
+  EXPECT_EQ(shared->plan.shared_cores, 2);
+  EXPECT_NE(shared->report.find("the ranks share 2 core(s)"), std::string::npos) << shared->report;
+  // Three busy ranks on two cores take longer than on three, and no less
+  // than the sum of the work over two cores allows.
+  EXPECT_GT(shared->plan.predicted_step_seconds, 1.02 * own->plan.predicted_step_seconds);
+  double work = 0.0;
+  for (const auto& s : own->simulated.sections) {
+    work += s.utilization * s.replicas * own->simulated.step_seconds;
+  }
+  EXPECT_GE(shared->simulated.step_seconds, 0.98 * work / 2);  // means over sampled batches
+  // As many cores as ranks: nothing is shared.
+  shared_options.local_cores = 3;
+  auto enough = Compile(spec, shared_options);
+  ASSERT_TRUE(enough.ok()) << enough.status().message();
+  EXPECT_DOUBLE_EQ(enough->plan.predicted_step_seconds, own->plan.predicted_step_seconds);
+  // --local-cores means nothing without --local.
+  CompileOptions cluster;
+  cluster.local_cores = 2;
+  auto refused = Compile(spec, cluster);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--local-cores needs --local"), std::string::npos);
+}
+
 TEST(LocalMode, BadRequestsSayWhatToChange) {
   const Spec spec = Load("tiny_vlm.toml");
   auto few = Compile(spec, Local(1));

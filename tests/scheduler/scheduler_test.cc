@@ -233,6 +233,102 @@ TEST(SchedulerSimulator, ForwardOnlyChainMatchesAHandComputation) {
   EXPECT_DOUBLE_EQ(Simulate(p, BuildSchedule(p, {}).ValueOrDie()).ValueOrDie().step_seconds, 6.5);
 }
 
+// Per-section flat costs: section s costs per_sample[s] per sample (forward
+// and backward alike), optimizer[s] per step; transfers are free.
+class PerSectionCosts : public SectionCostModel {
+ public:
+  PerSectionCosts(std::vector<double> per_sample, std::vector<double> optimizer)
+      : per_sample_(std::move(per_sample)), optimizer_(std::move(optimizer)) {}
+  double ForwardSeconds(int section, const std::vector<const Sample*>& s) const override {
+    return per_sample_[static_cast<size_t>(section)] * static_cast<double>(s.size());
+  }
+  double BackwardSeconds(int section, const std::vector<const Sample*>& s) const override {
+    return ForwardSeconds(section, s);
+  }
+  double TransferSeconds(int, const Sample&) const override { return 0.0; }
+  double OptimizerSeconds(int section) const override { return optimizer_[static_cast<size_t>(section)]; }
+
+ private:
+  std::vector<double> per_sample_, optimizer_;
+};
+
+// Two independent forward-only sections (micro-batch 1) that both see the
+// two samples: a costs 1 s in all, b 2 s.
+Problem TwoIndependentSections() {
+  Problem p;
+  p.sections = {SectionSpec{"a", false, -1, 1, 1}, SectionSpec{"b", false, -1, 1, 1}};
+  for (uint64_t i = 0; i < 2; ++i) {
+    Sample s;
+    s.id = i;
+    p.samples.push_back(s);
+  }
+  p.costs = std::make_shared<PerSectionCosts>(std::vector<double>{0.5, 1.0}, std::vector<double>{0.0, 0.0});
+  return p;
+}
+
+TEST(SchedulerSimulator, SharedCoresAreSharedAmongTheProcessesComputing) {
+  Problem p = TwoIndependentSections();
+  const Schedule sch = BuildSchedule(p, {}).ValueOrDie();
+  // One device each (the default): a ends at 1, b at 2.
+  Simulation alone = Simulate(p, sch).ValueOrDie();
+  EXPECT_DOUBLE_EQ(alone.step_seconds, 2.0);
+  // Two cores for two processes: nothing changes.
+  p.shared_cores = 2;
+  EXPECT_DOUBLE_EQ(Simulate(p, sch).ValueOrDie().step_seconds, 2.0);
+  // One core: both run at half speed until a ends (1 s of work -> t = 2),
+  // then b has 1 s left alone: 3 s, the total work on one core.
+  p.shared_cores = 1;
+  Simulation shared = Simulate(p, sch).ValueOrDie();
+  EXPECT_NEAR(shared.step_seconds, 3.0, 1e-12);
+  double a_ends = 0.0;
+  for (const OpInterval& op : shared.ops) a_ends = op.rank == 0 ? std::max(a_ends, op.end) : a_ends;
+  EXPECT_NEAR(a_ends, 2.0, 1e-12);
+  EXPECT_NEAR(shared.ranks[1].busy_seconds, 3.0, 1e-12);  // wall time, slowed down
+  // b's replica has two processes (TP 2) on two cores: demand 3 > 2, every
+  // process runs at 2/3: a ends at 1.5; b then has 2 - 1 = 1 s left alone
+  // on its two cores: 2.5 s.
+  p.shared_cores = 2;
+  p.sections[1].processes = 2;
+  EXPECT_NEAR(Simulate(p, sch).ValueOrDie().step_seconds, 2.5, 1e-12);
+  // A negative core count is refused.
+  p.shared_cores = -1;
+  EXPECT_FALSE(ValidateProblem(p).ok());
+}
+
+TEST(SchedulerSimulator, DpReplicasStartTheirOptimizerStepTogether) {
+  // One training section with two replicas: replica 0 gets 3 samples,
+  // replica 1 one (1 s per sample, forward and backward); the optimizer
+  // step costs 0.5 s. The gradient all-reduce makes replica 1 wait for
+  // replica 0's backward (ends at 6): both optimizer steps run 6..6.5.
+  Problem p;
+  p.sections = {SectionSpec{"llm", true, -1, 2, 4}};
+  for (uint64_t i = 0; i < 4; ++i) {
+    Sample s;
+    s.id = i;
+    p.samples.push_back(s);
+  }
+  p.costs = std::make_shared<PerSectionCosts>(std::vector<double>{1.0}, std::vector<double>{0.5});
+  Schedule s;
+  s.policy = "hand";
+  s.ranks = {RankProgram{0, 0, {MicroBatch{{0, 1, 2}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}},
+             RankProgram{0, 1, {MicroBatch{{3}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}}};
+  const Simulation sim = Simulate(p, s).ValueOrDie();
+  EXPECT_DOUBLE_EQ(sim.step_seconds, 6.5);
+  for (const OpInterval& op : sim.ops) {
+    if (op.kind == OpKind::kOptimizer) {
+      EXPECT_DOUBLE_EQ(op.start, 6.0) << "replica " << op.rank;
+    }
+  }
+  EXPECT_EQ(sim.ranks[1].bubbles, 1);  // the wait for the all-reduce
+  // The same under shared cores (1 core for 2 processes): F/B of replica 1
+  // (2 s of work) and replica 0 (6 s) share one core: replica 1's ops end at
+  // 4; replica 0 has 4 s left alone: 8; then both optimizer steps (0.5 s
+  // each) share the core: 9.
+  p.shared_cores = 1;
+  const Simulation shared = Simulate(p, s).ValueOrDie();
+  EXPECT_NEAR(shared.step_seconds, 9.0, 1e-12);
+}
+
 TEST(SchedulerSimulator, DetectsADeadlockingOrder) {
   // vit (dp1, mb2) trains; llm (dp2, mb2). Put vit's B0 before F1 while an
   // llm micro-batch mixes samples of vit's micro-batches 0 and 1: vit's B0
