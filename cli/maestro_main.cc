@@ -44,6 +44,7 @@ struct ProfileArgs {
   std::string out_dir = "maestro-profile";
   int ranks = 0;
   std::vector<int> micro_batches;
+  std::vector<int> gpu_counts;  // more TP degrees to measure the decoder sections at
   int repeats = 5;
   int calibration_steps = 30;  // 0: keep the sweep as measured
   std::vector<std::string> pins;
@@ -218,25 +219,22 @@ int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, con
   return -1;
 }
 
-// Compile -> every rank measures its own section, side by side, in the
-// run's layout -> compile again with the measured profile.
-int ProfileCommand(const ProfileArgs& args) {
-  const std::string bin = maestro::cli::SelfDirectory();
-  const int ranks = DefaultRanks(args.ranks);
-  maestro::plan::Plan plan;
-  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, "", "maestro profile", &plan);
-      rc >= 0) {
-    return rc;
-  }
-  const std::string profile = args.out_dir + "/profile.json";
-  std::vector<std::string> worker{bin + "/maestro-worker", "--profile", profile, "--profile-repeats",
-                                  std::to_string(args.repeats)};
+// The sweep of `plan` (compiled into dir/plan.json): every rank times its
+// own section, side by side, into dir/profile.json; `points` gets them as
+// times alone on a core (scaled by cores / ranks when the ranks outnumber
+// the cores: every rank computed at once). Returns the exit code to stop
+// with, or -1 to go on.
+int SweepPlan(const ProfileArgs& args, const maestro::plan::Plan& plan, const std::string& dir,
+              std::vector<maestro::plan::ProfilePoint>* points) {
+  const std::string measured = dir + "/profile.json";
+  std::vector<std::string> worker{maestro::cli::SelfDirectory() + "/maestro-worker", "--profile", measured,
+                                  "--profile-repeats", std::to_string(args.repeats)};
   if (!args.micro_batches.empty()) {
     std::string sizes;
     for (int b : args.micro_batches) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
     worker.insert(worker.end(), {"--profile-micro-batches", sizes});
   }
-  worker.push_back(args.out_dir + "/plan.json");
+  worker.push_back(dir + "/plan.json");
   std::fprintf(stderr, "maestro profile: %d ranks measure their sections side by side\n", plan.world_size());
   auto rc = maestro::cli::RunProcess(MpirunCommand(plan, worker));
   if (!rc.ok()) {
@@ -245,27 +243,76 @@ int ProfileCommand(const ProfileArgs& args) {
     return maestro::kExitFailure;
   }
   if (*rc != 0) return *rc;
-  // Every rank measured at once: with more ranks than cores, each point is
-  // that many ranks' share of the cores; the profile holds times alone on a
-  // core (what the simulator shares out).
+  std::ifstream in(measured);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto read = maestro::plan::ProfilePointsFromJson(text.str());
+  if (!read.ok()) {
+    std::fprintf(stderr, "maestro profile: %s: %s\n", measured.c_str(), read.status().ToString().c_str());
+    return maestro::kExitFailure;
+  }
   if (plan.shared_cores > 0 && plan.world_size() > plan.shared_cores) {
-    std::ifstream in(profile);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto points = maestro::plan::ProfilePointsFromJson(text.str());
-    if (!points.ok()) {
-      std::fprintf(stderr, "maestro profile: %s: %s\n", profile.c_str(), points.status().ToString().c_str());
-      return maestro::kExitFailure;
+    maestro::cli::ScaleSweepToOneCore(plan.shared_cores, plan.world_size(), &*read);
+    std::fprintf(stderr, "maestro profile: %d ranks shared %d cores in the sweep: its times x%.3f (alone on a core)\n",
+                 plan.world_size(), plan.shared_cores, static_cast<double>(plan.shared_cores) / plan.world_size());
+  }
+  *points = std::move(*read);
+  return -1;
+}
+
+// Compile -> every rank measures its own section, side by side, in the
+// run's layout (and the decoder sections at --gpu-counts) -> compile with the
+// sweep -> calibrate in a run of that plan -> compile again.
+int ProfileCommand(const ProfileArgs& args) {
+  const int ranks = DefaultRanks(args.ranks);
+  maestro::plan::Plan plan;
+  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, "", "maestro profile", &plan);
+      rc >= 0) {
+    return rc;
+  }
+  const std::string profile = args.out_dir + "/profile.json";
+  std::vector<maestro::plan::ProfilePoint> points;
+  if (int code = SweepPlan(args, plan, args.out_dir, &points); code >= 0) return code;
+  // Other GPU counts: every decoder section (the sections TP splits) again
+  // at TP t, on a plan of one replica per section.
+  for (int t : args.gpu_counts) {
+    std::vector<std::string> pins = args.pins;
+    int variant_ranks = 0;
+    bool new_count = false;
+    for (const auto& sp : plan.sections) {
+      const bool decoder = sp.model.kind == maestro::plan::ModelKind::kDecoder;
+      const int tp = decoder ? t : sp.config.tp;
+      if (decoder) pins.push_back(sp.name + ".tp=" + std::to_string(t));
+      pins.push_back(sp.name + ".dp=1");
+      variant_ranks += tp * sp.config.pp * sp.config.cp;
+      new_count = new_count || (decoder && sp.config.tp * sp.config.pp * sp.config.cp != t);
     }
-    maestro::cli::ScaleSweepToOneCore(plan.shared_cores, plan.world_size(), &*points);
+    if (!new_count) continue;
+    const std::string dir = args.out_dir + "/gpus-" + std::to_string(t);
+    maestro::plan::Plan variant;
+    std::fprintf(stderr, "maestro profile: the decoder sections at %d GPU(s) (TP %d)\n", t, t);
+    if (int code = CompileForThisMachine(args.spec, dir, variant_ranks, pins, "", "maestro profile", &variant);
+        code >= 0) {
+      return code;
+    }
+    std::vector<maestro::plan::ProfilePoint> more;
+    if (int code = SweepPlan(args, variant, dir, &more); code >= 0) return code;
+    // Only (section, GPU count) pairs not measured before this sweep.
+    const std::vector<maestro::plan::ProfilePoint> before = points;
+    for (const auto& q : more) {
+      const bool known = std::any_of(before.begin(), before.end(), [&](const maestro::plan::ProfilePoint& p) {
+        return p.section == q.section && p.gpus == q.gpus;
+      });
+      if (!known) points.push_back(q);
+    }
+  }
+  {
     std::ofstream out(profile);
-    out << maestro::plan::ProfilePointsToJson(*points) << "\n";
+    out << maestro::plan::ProfilePointsToJson(points) << "\n";
     if (!out) {
       std::fprintf(stderr, "maestro profile: cannot write %s\n", profile.c_str());
       return maestro::kExitFailure;
     }
-    std::fprintf(stderr, "maestro profile: %d ranks shared %d cores in the sweep: its times x%.3f (alone on a core)\n",
-                 plan.world_size(), plan.shared_cores, static_cast<double>(plan.shared_cores) / plan.world_size());
   }
   if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
       code >= 0) {
@@ -347,6 +394,13 @@ int main(int argc, char** argv) {
   profile->add_option("--micro-batches", profile_args.micro_batches,
                       "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
       ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(CLI::PositiveNumber);
+  profile->add_option("--gpu-counts", profile_args.gpu_counts,
+                      "also measure every decoder section at these GPU counts (TP degrees), e.g. 1,2; the compiler "
+                      "then plans TP from measurements too")
+      ->delimiter(',')
+      ->allow_extra_args(false)
       ->check(CLI::PositiveNumber);
   profile->add_option("--repeats", profile_args.repeats, "timed runs per size; the median is kept")
       ->check(CLI::PositiveNumber)

@@ -16,6 +16,7 @@
 // waiting for one that gave up.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -61,6 +62,26 @@ int WriteProfile(const std::string& path, const std::vector<maestro::runtime::Pr
   return maestro::kExitOk;
 }
 
+}  // namespace
+
+namespace {
+// The job script (compiler: job.sbatch) names a file in
+// $MAESTRO_STEP_EXIT_FILE: rank 0 writes the step's exit code there once
+// every rank has finished training, so that the script can end an srun that
+// outlives its tasks (Slurm 22.05's pmix plugin can leave srun joining its
+// abort agent forever) and still exit with the step's code.
+void RecordStepExit(int code) {
+  const char* path = std::getenv("MAESTRO_STEP_EXIT_FILE");
+  if (path == nullptr || *path == '\0') return;
+  const std::string tmp = std::string(path) + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << code << "\n";
+    if (!out) return;  // the script then waits for srun as before
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,7 +134,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile-micro-batches", profile_micro_batches,
                  "micro-batch sizes to measure (default 1 2 4 8 16 32 64 and each section's own)")
       ->check(CLI::PositiveNumber)
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);  // one comma list: never the plan path after it
   app.add_option("--profile-repeats", profile_repeats, "timed runs per size (the median is kept)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
@@ -212,5 +234,7 @@ int main(int argc, char** argv) {
   // ends the whole job (AbortJob), so no rank waits for one that gave up.
   auto summary = maestro::runtime::RunTraining(*plan, ctx.place(), ctx.comms(), train);
   if (!summary.ok()) maestro::launcher::AbortJob(rank, summary.status(), ExitCodeFor(summary.status()));
-  return summary->preempted ? maestro::kExitRequeue : maestro::kExitOk;
+  const int code = summary->preempted ? maestro::kExitRequeue : maestro::kExitOk;
+  if (rank == 0) RecordStepExit(code);
+  return code;
 }
