@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/line_fit.h"
 #include "scheduler/simulator.h"
 
 namespace maestro::cli {
@@ -43,27 +44,6 @@ double SweepAt(const std::vector<const plan::ProfilePoint*>& pts, double samples
   const auto* b = pts[hi];
   const double slope = (v(b) - v(a)) / (b->micro_batch - a->micro_batch);
   return std::max(0.0, v(a) + slope * (samples - a->micro_batch));
-}
-
-// Weighted least squares y = a + b x; false when x does not vary.
-bool FitLine(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w, double* a,
-             double* b) {
-  double sw = 0, sx = 0, sy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sw += w[i];
-    sx += w[i] * x[i];
-    sy += w[i] * y[i];
-  }
-  const double mx = sx / sw, my = sy / sw;
-  double sxx = 0, sxy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sxx += w[i] * (x[i] - mx) * (x[i] - mx);
-    sxy += w[i] * (x[i] - mx) * (y[i] - my);
-  }
-  if (!(sxx > 0)) return false;
-  *b = sxy / sxx;
-  *a = my - *b * mx;
-  return true;
 }
 
 }  // namespace
@@ -152,8 +132,8 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
       c.smallest = static_cast<int>(x.front());
       c.largest = static_cast<int>(x.back());
       double a = 0, b = 0, af = 0, bf = 0;
-      const bool line = x.size() >= 2 && FitLine(x, y, w, &a, &b) && FitLine(x, f, w, &af, &bf) && b > 0 &&
-                        a + b * x.front() > 0;
+      const bool line = x.size() >= 2 && FitWeightedLine(x, y, w, &a, &b) && FitWeightedLine(x, f, w, &af, &bf) &&
+                        b > 0 && a + b * x.front() > 0;
       if (!line) {  // one size (or no usable line): a ratio at the commonest size
         const size_t best = static_cast<size_t>(std::max_element(w.begin(), w.end()) - w.begin());
         a = af = 0;

@@ -30,6 +30,7 @@
 #include "runtime/section_runner.h"
 #include "scheduler/problem.h"
 #include "scheduler/scheduler.h"
+#include "base/line_fit.h"
 #include "scheduler/simulator.h"
 
 namespace maestro::runtime {
@@ -809,7 +810,8 @@ Status RankLoop::WriteTrace() {
 
 // The last step as it ran (from the merged trace) and as the simulator
 // predicts it with per-section costs fitted to the same step's measured ops
-// (seconds per token seen, backward / forward ratio, optimizer time): two
+// (fixed + per-sample seconds of a micro-batch, forward share, optimizer
+// time; times alone on a core when the ranks share cores): two
 // Gantt charts with the same rows, and the step times side by side.
 Status RankLoop::WriteTimelines(const nlohmann::json& events) {
   if (schedule_.ranks.empty()) return Status::Ok();
@@ -870,6 +872,8 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
     const size_t n = plan_.sections.size();
     std::vector<double> f_sec(n), b_sec(n), samples(n), o_sec(n);
     std::vector<int> o_n(n);
+    // Forward + backward of every micro-batch (rank, index) and its samples.
+    std::map<std::pair<int, int>, std::pair<double, int>> micro_batches;
     for (size_t i = 0; i < measured.ops.size(); ++i) {
       const scheduler::OpInterval& op = measured.ops[i];
       const auto s = static_cast<size_t>(schedule_.ranks[static_cast<size_t>(op.rank)].section);
@@ -877,17 +881,33 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
       if (op.kind == scheduler::OpKind::kOptimizer) {
         o_sec[s] += d;
         ++o_n[s];
-      } else if (op.kind == scheduler::OpKind::kForward) {
+        continue;
+      }
+      auto& mb = micro_batches[{op.rank, op.micro_batch}];
+      mb.first += d;
+      if (op.kind == scheduler::OpKind::kForward) {
         f_sec[s] += d;
         samples[s] += op.samples;
+        mb.second = op.samples;
       } else {
         b_sec[s] += d;
       }
     }
+    std::vector<std::vector<double>> x(n), y(n);
+    for (const auto& [key, mb] : micro_batches) {
+      const auto s = static_cast<size_t>(schedule_.ranks[static_cast<size_t>(key.first)].section);
+      x[s].push_back(mb.second);
+      y[s].push_back(mb.first);
+    }
     for (size_t s = 0; s < n; ++s) {
       plan::MicroBatchCost& c = fitted_plan.sections[s].cost;
-      c.fixed_seconds = 0.0;
-      c.seconds_per_sample = samples[s] > 0 ? (f_sec[s] + b_sec[s]) / samples[s] : 1e-9;
+      // fixed + per sample through this step's micro-batches; proportional
+      // when their sizes do not vary (or the line is not a cost).
+      double fixed = 0.0, per_sample = 0.0;
+      const bool line = FitWeightedLine(x[s], y[s], std::vector<double>(x[s].size(), 1.0), &fixed, &per_sample) &&
+                        fixed >= 0.0 && per_sample > 0.0;
+      c.fixed_seconds = line ? fixed : 0.0;
+      c.seconds_per_sample = line ? per_sample : samples[s] > 0 ? (f_sec[s] + b_sec[s]) / samples[s] : 1e-9;
       c.forward_share = f_sec[s] + b_sec[s] > 0 ? f_sec[s] / (f_sec[s] + b_sec[s]) : 1.0;
       c.optimizer_seconds = o_n[s] > 0 ? o_sec[s] / o_n[s] : 0.0;
       c.measured = true;

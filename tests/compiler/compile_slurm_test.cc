@@ -94,7 +94,12 @@ class CompileSlurmTest : public ::testing::Test {
         << "for ((k = 0; k < ${SLURM_HET_SIZE:-1}; k++)); do v=SLURM_NTASKS_HET_GROUP_$k; sum=$((sum + ${!v:-0}));\n"
         << "  if [ \"$SLURM_PROCID\" -lt \"$sum\" ]; then comp=$k; break; fi; done\n"
         // The trap is set before the line the test waits for is printed.
-        << "trap 'echo \"stub procid=$SLURM_PROCID got USR1\"; sleep \"$((comp / 2)).$(((comp % 2) * 5))\"; exit 85' USR1\n"
+        // Like maestro-worker, rank 0 records the step's exit code for the
+        // job script (its watchdog ends an srun that outlives the tasks).
+        << "record() { if [ \"$SLURM_PROCID\" = 0 ] && [ -n \"${MAESTRO_STEP_EXIT_FILE:-}\" ]; then "
+        << "echo \"$1\" > \"$MAESTRO_STEP_EXIT_FILE\"; fi; }\n"
+        << "trap 'echo \"stub procid=$SLURM_PROCID got USR1\"; sleep \"$((comp / 2)).$(((comp % 2) * 5))\"; "
+        << "record 85; exit 85' USR1\n"
         << "echo \"stub procid=$SLURM_PROCID comp=$comp node=$SLURMD_NODENAME gpus=${CUDA_VISIBLE_DEVICES:-none} "
         << "restart=${SLURM_RESTART_COUNT:-0} planok=$([ -f \"$1\" ] && echo yes || echo no)\"\n"
         // Slurm 22.05's srun can hang when two components' tasks end at the
@@ -104,6 +109,7 @@ class CompileSlurmTest : public ::testing::Test {
         << "  for i in $(seq 1 600); do sleep 0.1; done\n"
         << "fi\n"
         << "sleep \"$((comp / 2)).$(((comp % 2) * 5))\"\n"
+        << "record 0\n"
         << "exit 0\n";
     out.close();
     fs::permissions(stub, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
