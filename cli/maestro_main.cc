@@ -159,8 +159,8 @@ int RunCommand(const RunArgs& args) {
 
 // Trains `plan` (compiled with the sweep) for a few steps in out_dir/calibration
 // and scales profile.json to what each section cost in that run
-// (cli/profile_calibration.h); the sweep as measured stays in
-// profile-sweep.json. Returns the exit code to stop with, or -1 to go on.
+// (cli/profile_calibration.h). Returns the exit code to stop with, or -1 to
+// go on.
 int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, const std::string& profile) {
   namespace fs = std::filesystem;
   const int64_t warmup = 5;
@@ -183,16 +183,13 @@ int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, con
                  rc.ok() ? ("exit code " + std::to_string(*rc)).c_str() : rc.status().message().c_str());
     return maestro::kExitFailure;
   }
-  std::ifstream profile_in(profile), trace_in(run_dir + "/trace.json");
-  std::stringstream profile_text;
-  profile_text << profile_in.rdbuf();
-  auto points = maestro::plan::ProfilePointsFromJson(profile_text.str());
+  std::ifstream trace_in(run_dir + "/trace.json");
+  auto points = maestro::plan::ReadProfileFile(profile);
   auto trace = nlohmann::json::parse(trace_in, nullptr, /*allow_exceptions=*/false);
   if (!points.ok() || trace.is_discarded()) {
     std::fprintf(stderr, "maestro profile: cannot read %s or %s/trace.json\n", profile.c_str(), run_dir.c_str());
     return maestro::kExitFailure;
   }
-  fs::copy_file(profile, args.out_dir + "/profile-sweep.json", fs::copy_options::overwrite_existing, ec);
   auto calibration = maestro::cli::CalibrateProfile(plan, trace, warmup, &*points);
   if (!calibration.ok()) {
     std::fprintf(stderr, "maestro profile: %s\n", calibration.status().ToString().c_str());
@@ -210,10 +207,8 @@ int CalibrateInRun(const ProfileArgs& args, const maestro::plan::Plan& plan, con
                  c.section.c_str(), c.ops, c.sizes, c.smallest, c.largest, c.fixed_seconds, c.seconds_per_sample,
                  c.sweep_seconds, c.in_run_seconds, c.ratio, c.optimizer_seconds);
   }
-  std::ofstream out(profile);
-  out << maestro::plan::ProfilePointsToJson(*points) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "maestro profile: cannot write %s\n", profile.c_str());
+  if (auto written = maestro::plan::WriteProfileFile(profile, *points); !written.ok()) {
+    std::fprintf(stderr, "maestro profile: %s\n", written.ToString().c_str());
     return maestro::kExitFailure;
   }
   return -1;
@@ -243,12 +238,9 @@ int SweepPlan(const ProfileArgs& args, const maestro::plan::Plan& plan, const st
     return maestro::kExitFailure;
   }
   if (*rc != 0) return *rc;
-  std::ifstream in(measured);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto read = maestro::plan::ProfilePointsFromJson(text.str());
+  auto read = maestro::plan::ReadProfileFile(measured);
   if (!read.ok()) {
-    std::fprintf(stderr, "maestro profile: %s: %s\n", measured.c_str(), read.status().ToString().c_str());
+    std::fprintf(stderr, "maestro profile: %s\n", read.status().ToString().c_str());
     return maestro::kExitFailure;
   }
   if (plan.shared_cores > 0 && plan.world_size() > plan.shared_cores) {
@@ -306,11 +298,11 @@ int ProfileCommand(const ProfileArgs& args) {
       if (!known) points.push_back(q);
     }
   }
-  {
-    std::ofstream out(profile);
-    out << maestro::plan::ProfilePointsToJson(points) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "maestro profile: cannot write %s\n", profile.c_str());
+  // The sweep as measured stays in profile-sweep.json; calibration rounds
+  // rewrite profile.json.
+  for (const std::string& path : {profile, args.out_dir + "/profile-sweep.json"}) {
+    if (auto written = maestro::plan::WriteProfileFile(path, points); !written.ok()) {
+      std::fprintf(stderr, "maestro profile: %s\n", written.ToString().c_str());
       return maestro::kExitFailure;
     }
   }

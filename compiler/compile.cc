@@ -962,15 +962,10 @@ Status WriteOutputs(const CompileResult& r, const CompileOptions& options) {
 }
 
 StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("cannot open profiles '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto points = plan::ProfilePointsFromJson(ss.str());
-  if (!points.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, points.status().message()));
+  MAESTRO_ASSIGN_OR_RETURN(auto points, plan::ReadProfileFile(path));
   std::vector<ProfileSpec> out;
-  for (size_t i = 0; i < points->size(); ++i) {
-    const plan::ProfilePoint& q = (*points)[i];
+  for (size_t i = 0; i < points.size(); ++i) {
+    const plan::ProfilePoint& q = points[i];
     ProfileSpec p;
     p.section = q.section;
     p.gpus = q.gpus;

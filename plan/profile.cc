@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace maestro::plan {
 
@@ -41,6 +43,24 @@ StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& tex
     out.push_back(p);
   }
   return out;
+}
+
+StatusOr<std::vector<ProfilePoint>> ReadProfileFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open the profile file '{}'", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto points = ProfilePointsFromJson(text.str());
+  if (!points.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, points.status().message()));
+  return points;
+}
+
+Status WriteProfileFile(const std::string& path, const std::vector<ProfilePoint>& points) {
+  std::ofstream out(path);
+  out << ProfilePointsToJson(points) << "\n";
+  out.close();
+  if (!out) return Status::IOError(fmt::format("cannot write the profile file '{}'", path));
+  return Status::Ok();
 }
 
 }  // namespace maestro::plan

@@ -31,4 +31,10 @@ std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points);
 // not a JSON array of such objects; values are not range-checked here.
 StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& text);
 
+// The profile file: NotFound when it cannot be opened; InvalidArgument
+// ("PATH: profile point 3: ...") when it is not one.
+StatusOr<std::vector<ProfilePoint>> ReadProfileFile(const std::string& path);
+// IOError naming the path when it cannot be written.
+Status WriteProfileFile(const std::string& path, const std::vector<ProfilePoint>& points);
+
 }  // namespace maestro::plan

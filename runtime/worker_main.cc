@@ -49,10 +49,8 @@ int ExitCodeFor(const maestro::Status& s) {
 }
 
 int WriteProfile(const std::string& path, const std::vector<maestro::runtime::ProfilePoint>& points) {
-  std::ofstream out(path);
-  out << maestro::plan::ProfilePointsToJson(points) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "maestro-worker --profile: cannot write %s\n", path.c_str());
+  if (auto written = maestro::plan::WriteProfileFile(path, points); !written.ok()) {
+    std::fprintf(stderr, "maestro-worker --profile: %s\n", written.ToString().c_str());
     return maestro::kExitFailure;
   }
   for (const auto& p : points) {

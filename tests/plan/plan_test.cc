@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 namespace maestro::plan {
@@ -117,6 +119,28 @@ TEST(FillLayout, WritesGroupsLinksAndFanOutThatMatchTheFunctions) {
   const Plan q = PlanFromJson(PlanToJson(p)).ValueOrDie();
   EXPECT_EQ(PlanToJson(q), PlanToJson(p));
   EXPECT_EQ(q.layout[1].dp_groups, p.layout[1].dp_groups);
+}
+
+TEST(ProfileFile, ReadsAndWritesFilesNamingThePathOnFailure) {
+  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/profile-file-test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::vector<ProfilePoint> points = {{"vit", 1, 16, 0.012, 0.004, 0.002}};
+  ASSERT_TRUE(WriteProfileFile(dir + "/p.json", points).ok());
+  auto back = ReadProfileFile(dir + "/p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_DOUBLE_EQ((*back)[0].seconds, 0.012);
+  auto missing = ReadProfileFile(dir + "/none.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("none.json"), std::string::npos);
+  std::ofstream(dir + "/bad.json") << R"([{"gpus": 1}])";
+  auto bad = ReadProfileFile(dir + "/bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.json: profile point 0"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(WriteProfileFile(dir + "/no-such-dir/p.json", points).ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ProfileFile, RoundTripsAndNamesTheBadPoint) {
