@@ -46,6 +46,19 @@ double SweepAt(const std::vector<const plan::ProfilePoint*>& pts, double samples
   return std::max(0.0, v(a) + slope * (samples - a->micro_batch));
 }
 
+// The points of `section` at `gpus`, sorted by micro-batch (pointers into `points`).
+std::vector<const plan::ProfilePoint*> PointsOf(const std::vector<plan::ProfilePoint>& points,
+                                                const std::string& section, int gpus) {
+  std::vector<const plan::ProfilePoint*> out;
+  for (const auto& p : points) {
+    if (p.section == section && p.gpus == gpus) out.push_back(&p);
+  }
+  std::sort(out.begin(), out.end(), [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) {
+    return a->micro_batch < b->micro_batch;
+  });
+  return out;
+}
+
 }  // namespace
 
 void ScaleSweepToOneCore(int shared_cores, int world, std::vector<plan::ProfilePoint>* profile) {
@@ -106,13 +119,7 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
     SectionCalibration c;
     c.section = sp.name;
     const int gpus = sp.config.tp * sp.config.pp * sp.config.cp;
-    std::vector<const plan::ProfilePoint*> sweep;
-    for (const auto& p : points) {
-      if (p.section == sp.name && p.gpus == gpus) sweep.push_back(&p);
-    }
-    std::sort(sweep.begin(), sweep.end(), [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) {
-      return a->micro_batch < b->micro_batch;
-    });
+    const std::vector<const plan::ProfilePoint*> sweep = PointsOf(points, sp.name, gpus);
     // Per size with enough ops: median forward + median backward.
     std::vector<double> x, y, f, w;
     for (const auto& [k, fwd] : ops[i].forward) {
@@ -180,15 +187,10 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
       c.seconds_per_sample = b;
     }
     if (!ops[i].optimizer.empty()) c.optimizer_seconds = Median(ops[i].optimizer);
-    std::vector<const plan::ProfilePoint*> now;
     for (auto& p : points) {
-      if (p.section != sp.name) continue;
-      if (c.optimizer_seconds >= 0) p.optimizer_seconds = c.optimizer_seconds;
-      if (p.gpus == gpus) now.push_back(&p);
+      if (p.section == sp.name && c.optimizer_seconds >= 0) p.optimizer_seconds = c.optimizer_seconds;
     }
-    std::sort(now.begin(), now.end(), [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) {
-      return a->micro_batch < b->micro_batch;
-    });
+    const std::vector<const plan::ProfilePoint*> now = PointsOf(points, sp.name, gpus);
     if (!now.empty()) c.in_run_seconds = SweepAt(now, planned, false);
     if (c.sweep_seconds > 0 && c.in_run_seconds > 0) c.ratio = c.in_run_seconds / c.sweep_seconds;
     out.push_back(c);
