@@ -33,16 +33,15 @@
   MAESTRO_ASSIGN_OR_RETURN_IMPL_(MAESTRO_CONCAT_(maestro_statusor_, __LINE__), lhs, expr)
 
 namespace maestro::internal {
-std::string ForeignErrorMessage(const char* api, const char* call, long long rc,
-                                const std::string& detail, const char* file, int line);
+std::string ForeignErrorMessage(const char* api, const char* call, long long rc, const std::string& detail,
+                                const char* file, int line);
 }  // namespace maestro::internal
 
-#define MAESTRO_FOREIGN_CHECK(api, expr, ok_expr, code, detail)                       \
-  do {                                                                                \
-    const auto rc = (expr);                                                           \
-    if (!(ok_expr)) {                                                                 \
-      return ::maestro::Status(code, ::maestro::internal::ForeignErrorMessage(        \
-                                         api, #expr, static_cast<long long>(rc),      \
-                                         (detail), __FILE__, __LINE__));              \
-    }                                                                                 \
+#define MAESTRO_FOREIGN_CHECK(api, expr, ok_expr, code, detail)                                                       \
+  do {                                                                                                                \
+    const auto rc = (expr);                                                                                           \
+    if (!(ok_expr)) {                                                                                                 \
+      return ::maestro::Status(code, ::maestro::internal::ForeignErrorMessage(api, #expr, static_cast<long long>(rc), \
+                                                                              (detail), __FILE__, __LINE__));         \
+    }                                                                                                                 \
   } while (0)

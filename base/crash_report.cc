@@ -76,6 +76,8 @@ void InstallCrashReporter(const char* program) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
 }
 
-void SetCrashReportRank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
+void SetCrashReportRank(int rank) {
+  g_rank.store(rank, std::memory_order_relaxed);
+}
 
 }  // namespace maestro

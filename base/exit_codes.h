@@ -6,9 +6,9 @@
 namespace maestro {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;      // an error; the message says which
-inline constexpr int kExitUsage = 2;        // bad input: CLI flags, spec, plan
-inline constexpr int kExitNotBuilt = 3;     // a capability this build lacks
+inline constexpr int kExitFailure = 1;   // an error; the message says which
+inline constexpr int kExitUsage = 2;     // bad input: CLI flags, spec, plan
+inline constexpr int kExitNotBuilt = 3;  // a capability this build lacks
 // The worker checkpointed after SIGUSR1/SIGTERM (pre-timeout signal or
 // preemption) and wants the job requeued; job.sbatch runs `scontrol requeue`.
 inline constexpr int kExitRequeue = 85;

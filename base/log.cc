@@ -30,7 +30,9 @@ const char* LevelName(LogLevel level) {
 }
 }  // namespace
 
-void SetLogRank(int rank) { g_rank.store(rank); }
+void SetLogRank(int rank) {
+  g_rank.store(rank);
+}
 
 LogLevel CurrentLogLevel() {
   static const LogLevel level = ParseLevel();

@@ -20,9 +20,9 @@ std::string ShellQuote(std::string_view s) {
 bool IsPlainShellWord(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.' || c == ',' || c == ':' || c == '/' || c == '=' ||
-                    c == '+' || c == '@' || c == '%' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == ',' || c == ':' || c == '/' || c == '=' || c == '+' || c == '@' || c == '%' ||
+                    c == '-';
     if (!ok) return false;
   }
   return true;

@@ -22,16 +22,16 @@ namespace maestro {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // bad input from the user (spec, CLI flag, plan)
-  kNotFound,           // a file, key, section that does not exist
-  kAlreadyExists,      // e.g. a port or a directory already in use
-  kFailedPrecondition, // the system is not in a state to do this
-  kCorruption,         // stored data failed a checksum or a schema check
-  kIOError,            // the OS said no
-  kTimeout,            // a peer or a service did not answer in time
-  kUnavailable,        // a service (PMIx, Slurm, a GPU) is not there
-  kAborted,            // stopped on purpose (a signal, a peer failed)
-  kInternal,           // a bug in Maestro
+  kInvalidArgument,     // bad input from the user (spec, CLI flag, plan)
+  kNotFound,            // a file, key, section that does not exist
+  kAlreadyExists,       // e.g. a port or a directory already in use
+  kFailedPrecondition,  // the system is not in a state to do this
+  kCorruption,          // stored data failed a checksum or a schema check
+  kIOError,             // the OS said no
+  kTimeout,             // a peer or a service did not answer in time
+  kUnavailable,         // a service (PMIx, Slurm, a GPU) is not there
+  kAborted,             // stopped on purpose (a signal, a peer failed)
+  kInternal,            // a bug in Maestro
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -81,7 +81,7 @@ class Error : public std::runtime_error {
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "StatusOr built from an OK Status");
   }

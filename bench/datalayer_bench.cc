@@ -17,8 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <vector>
 
 #include "bench/registry.h"
@@ -33,7 +33,8 @@ namespace fs = std::filesystem;
 std::string BenchDir() {
   const char* base = std::getenv("MAESTRO_BENCH_DIR");
   if (base == nullptr) base = std::getenv("TMPDIR");
-  const fs::path dir = fs::path(base != nullptr ? base : "/tmp") / fmt::format("maestro-bench-datalayer-{}", ::getpid());
+  const fs::path dir =
+      fs::path(base != nullptr ? base : "/tmp") / fmt::format("maestro-bench-datalayer-{}", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -143,9 +144,9 @@ MAESTRO_BENCHMARK(datalayer, "HDF5 spool write vs fwrite; SQLite manifest ingest
     const std::string db = fmt::format("{}/ingest-{}.sqlite", dir, rep);
     auto index = OrDie(dl::SampleIndex::Open(db));
     best_ingest = std::min(best_ingest, Seconds([&] {
-      const auto stats = OrDie(index->IngestManifest(manifest));
-      if (stats.samples != samples) throw std::runtime_error("ingest lost samples");
-    }));
+                             const auto stats = OrDie(index->IngestManifest(manifest));
+                             if (stats.samples != samples) throw std::runtime_error("ingest lost samples");
+                           }));
     index.reset();
     for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db + suffix);
   }

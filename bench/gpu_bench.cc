@@ -39,7 +39,6 @@ maestro::plan::ModelDesc Llama1B() {
   return d;
 }
 
-
 }  // namespace
 
 MAESTRO_BENCHMARK(gpu, "MFU of a ~1B decoder section training in bf16 on CUDA (says why when there is no GPU)") {

@@ -20,8 +20,8 @@
 namespace maestro::bench {
 
 struct BenchOptions {
-  bool quick = false;               // --quick: smaller sizes (CI smoke runs)
-  std::vector<std::string> args;    // anything after `--`
+  bool quick = false;             // --quick: smaller sizes (CI smoke runs)
+  std::vector<std::string> args;  // anything after `--`
 };
 
 using BenchFn = std::function<nlohmann::json(const BenchOptions&)>;
@@ -42,8 +42,7 @@ double MedianSeconds(const std::function<void()>& fn, int repeats);
 
 }  // namespace maestro::bench
 
-#define MAESTRO_BENCHMARK(name, description)                                                   \
-  static nlohmann::json maestro_bench_##name(const ::maestro::bench::BenchOptions& options);  \
-  static ::maestro::bench::Registrar maestro_bench_registrar_##name(#name, description,       \
-                                                                    maestro_bench_##name);    \
+#define MAESTRO_BENCHMARK(name, description)                                                                   \
+  static nlohmann::json maestro_bench_##name(const ::maestro::bench::BenchOptions& options);                   \
+  static ::maestro::bench::Registrar maestro_bench_registrar_##name(#name, description, maestro_bench_##name); \
   static nlohmann::json maestro_bench_##name([[maybe_unused]] const ::maestro::bench::BenchOptions& options)

@@ -71,11 +71,11 @@ std::string WritePlan(const Plan& plan, const std::string& path) {
 // Trains `plan_path` with one rank per section under mpirun into run_dir.
 void RunSectioned(const std::string& worker, const Plan& plan, const std::string& plan_path,
                   const std::string& run_dir) {
-  std::vector<std::string> mpirun{"mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "-np",
-                                  std::to_string(plan.world_size())};
+  std::vector<std::string> mpirun{
+      "mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "-np", std::to_string(plan.world_size())};
   if (geteuid() == 0) mpirun.insert(mpirun.begin() + 1, "--allow-run-as-root");
-  for (const std::string& a : {worker, std::string("--no-progress"), std::string("--no-eval"),
-                               std::string("--run-dir"), run_dir, plan_path}) {
+  for (const std::string& a :
+       {worker, std::string("--no-progress"), std::string("--no-eval"), std::string("--run-dir"), run_dir, plan_path}) {
     mpirun.push_back(a);
   }
   auto rc = maestro::cli::RunProcess(mpirun);

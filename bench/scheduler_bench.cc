@@ -13,9 +13,9 @@
 // With --artifacts=DIR it also writes DIR/scheduler-gantt-<policy>.svg
 // and DIR/scheduler-trace.json for a small step (the pictures in docs/).
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -70,8 +70,10 @@ void WriteArtifacts(const std::string& dir) {
     Simulation sim = Simulate(p, s).ValueOrDie();
     const double lb = ComputeLowerBound(p).ValueOrDie().seconds;
     char title[200];
-    std::snprintf(title, sizeof(title), "%s schedule: vit(dp1) -> projector(dp2) -> llm(dp2), 48 samples, half with an image; lower bound %.3g s",
-                  PolicyName(policy), lb);
+    std::snprintf(
+        title, sizeof(title),
+        "%s schedule: vit(dp1) -> projector(dp2) -> llm(dp2), 48 samples, half with an image; lower bound %.3g s",
+        PolicyName(policy), lb);
     (void)sim.WriteGanttSvg(dir + "/scheduler-gantt-" + PolicyName(policy) + ".svg", title);
     if (policy == Policy::kWavefront) (void)sim.WriteChromeTrace(dir + "/scheduler-trace.json");
   }
@@ -88,10 +90,12 @@ struct MixResult {
   nlohmann::json by_size = nlohmann::json::array();
 };
 
-struct PlanShape { int sections, fanout; };
+struct PlanShape {
+  int sections, fanout;
+};
 
-MixResult RunMix(const std::vector<PlanShape>& shapes, int steps, int max_samples, int run_length,
-                 int max_images, bool uniform_lengths, bool with_caps) {
+MixResult RunMix(const std::vector<PlanShape>& shapes, int steps, int max_samples, int run_length, int max_images,
+                 bool uniform_lengths, bool with_caps) {
   MixResult m;
   // Buckets of image ratio for the table in docs/scheduler.md.
   const int kBuckets = 5;
@@ -162,28 +166,36 @@ MixResult RunMix(const std::vector<PlanShape>& shapes, int steps, int max_sample
       ++z_n[z];
       ++m.count;
     }
-    m.per_plan.push_back({{"sections", po.sections}, {"max_fanout", po.max_fanout}, {"dp", dps},
-                          {"wavefront_over_lb", plan_wf / steps}, {"fifo_over_lb", plan_fifo / steps},
-                          {"fifo_strided_over_lb", plan_str / steps}, {"balance_over_lb", plan_bal / steps},
+    m.per_plan.push_back({{"sections", po.sections},
+                          {"max_fanout", po.max_fanout},
+                          {"dp", dps},
+                          {"wavefront_over_lb", plan_wf / steps},
+                          {"fifo_over_lb", plan_fifo / steps},
+                          {"fifo_strided_over_lb", plan_str / steps},
+                          {"balance_over_lb", plan_bal / steps},
                           {"fifo_contiguous_over_lb", plan_cont / steps}});
   }
   for (int b = 0; b < kBuckets; ++b) {
     const size_t bi = static_cast<size_t>(b);
     if (b_n[bi] == 0) continue;
     const double n = b_n[bi];
-    m.by_ratio.push_back({{"image_ratio", std::to_string(b * 0.2).substr(0, 3) + "-" + std::to_string((b + 1) * 0.2).substr(0, 3)},
-                          {"steps", b_n[bi]},
-                          {"wavefront_over_lb", b_wf[bi] / n},
-                          {"fifo_over_lb", b_fifo[bi] / n},
-                          {"fifo_strided_over_lb", b_str[bi] / n},
-                          {"balance_over_lb", b_bal[bi] / n},
-                          {"fifo_contiguous_over_lb", b_cont[bi] / n}});
+    m.by_ratio.push_back(
+        {{"image_ratio", std::to_string(b * 0.2).substr(0, 3) + "-" + std::to_string((b + 1) * 0.2).substr(0, 3)},
+         {"steps", b_n[bi]},
+         {"wavefront_over_lb", b_wf[bi] / n},
+         {"fifo_over_lb", b_fifo[bi] / n},
+         {"fifo_strided_over_lb", b_str[bi] / n},
+         {"balance_over_lb", b_bal[bi] / n},
+         {"fifo_contiguous_over_lb", b_cont[bi] / n}});
   }
   const char* size_names[] = {"256-1023", "1024-2047", "2048-4096"};
   for (size_t z = 0; z < static_cast<size_t>(kSizes); ++z) {
     if (z_n[z] == 0) continue;
-    m.by_size.push_back({{"samples", size_names[z]}, {"steps", z_n[z]}, {"wavefront_over_lb", z_wf[z] / z_n[z]},
-                         {"fifo_over_lb", z_fifo[z] / z_n[z]}, {"fifo_strided_over_lb", z_str[z] / z_n[z]},
+    m.by_size.push_back({{"samples", size_names[z]},
+                         {"steps", z_n[z]},
+                         {"wavefront_over_lb", z_wf[z] / z_n[z]},
+                         {"fifo_over_lb", z_fifo[z] / z_n[z]},
+                         {"fifo_strided_over_lb", z_str[z] / z_n[z]},
                          {"speedup_vs_fifo", z_speedup[z] / z_n[z]},
                          {"speedup_vs_fifo_strided", z_speedup_str[z] / z_n[z]}});
   }
@@ -239,7 +251,8 @@ MAESTRO_BENCHMARK(scheduler, "wavefront vs FIFO / balance-only vs lower bound on
   const double schedule_s = timed(Policy::kWavefront, options.quick ? 5 : 21, &schedule_median);
   const double fifo_s = timed(Policy::kFifo, options.quick ? 5 : 21, &fifo_median);
   const Schedule sch = BuildSchedule(p, ScheduleOptions{}).ValueOrDie();
-  const double simulate_s = maestro::bench::MedianSeconds([&] { (void)Simulate(p, sch).ValueOrDie(); }, options.quick ? 3 : 5);
+  const double simulate_s =
+      maestro::bench::MedianSeconds([&] { (void)Simulate(p, sch).ValueOrDie(); }, options.quick ? 3 : 5);
 
   for (const std::string& a : options.args) {
     if (a.rfind("--artifacts=", 0) == 0) WriteArtifacts(a.substr(12));

@@ -88,9 +88,13 @@ MAESTRO_BENCHMARK(simulator, "simulated vs measured step time of the tiny specs,
   const std::vector<SimulatorCase> cases = {
       {"tiny_vlm_fanout1", "tiny_vlm.toml", 2, {"vit.dp=1", "llm.dp=1", "vit.micro_batch=16", "llm.micro_batch=16"}},
       {"tiny_vlm_fanout2", "tiny_vlm.toml", 3, {"vit.dp=1", "llm.dp=2", "vit.micro_batch=16", "llm.micro_batch=16"}},
-      {"tiny_kd_fanout1", "tiny_kd.toml", 2,
+      {"tiny_kd_fanout1",
+       "tiny_kd.toml",
+       2,
        {"teacher.dp=1", "student.dp=1", "teacher.micro_batch=4", "student.micro_batch=4"}},
-      {"tiny_kd_fanout2", "tiny_kd.toml", 3,
+      {"tiny_kd_fanout2",
+       "tiny_kd.toml",
+       3,
        {"teacher.dp=1", "student.dp=2", "teacher.micro_batch=4", "student.micro_batch=4"}},
   };
   nlohmann::json out;
@@ -115,7 +119,8 @@ MAESTRO_BENCHMARK(simulator, "simulated vs measured step time of the tiny specs,
     auto plan = maestro::plan::LoadPlan(out_dir + "/plan.json");
     if (!plan.ok()) throw std::runtime_error(plan.status().ToString());
     for (const auto& s : plan->sections) {
-      if (!s.cost.measured) throw std::runtime_error(c.name + ": section " + s.name + " was not planned from the profile");
+      if (!s.cost.measured)
+        throw std::runtime_error(c.name + ": section " + s.name + " was not planned from the profile");
     }
     int counted = 0;
     const double measured = MedianStepSeconds(out_dir + "/run/metrics.jsonl", warmup, &counted);

@@ -4,37 +4,37 @@
 //   maestro profile spec.toml [-o DIR]   measure each section's micro-batch times on this
 //                                        machine, in the run's layout, and recompile with them
 //   maestro doctor                       what this machine has: libraries, BLAS, launchers
-#include <CLI/CLI.hpp>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <sched.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "base/exit_codes.h"
 #include "base/log.h"
-#include "plan/plan.h"
-#include "plan/profile.h"
 #include "cli/profile_calibration.h"
 #include "cli/subprocess.h"
 #include "datalayer/versions.h"
 #include "launcher/versions.h"
+#include "plan/plan.h"
+#include "plan/profile.h"
 
 namespace {
 
 struct RunArgs {
   std::string spec;
   std::string out_dir = "maestro-out";
-  int ranks = 0;            // 0: the cores of this machine, at least 2
-  int64_t steps = 0;        // 0: the spec's
+  int ranks = 0;      // 0: the cores of this machine, at least 2
+  int64_t steps = 0;  // 0: the spec's
   bool fresh = false;
   bool reference = false;
   bool no_eval = false;
   int64_t eval_samples = 0;
-  std::string profiles;     // measured profiles for the compiler ("" = analytic)
+  std::string profiles;  // measured profiles for the compiler ("" = analytic)
   std::vector<std::string> pins;
   std::vector<std::string> worker_args;
 };
@@ -99,7 +99,9 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
   return -1;
 }
 
-int DefaultRanks(int ranks) { return ranks > 0 ? ranks : std::max(2, UsableCores()); }
+int DefaultRanks(int ranks) {
+  return ranks > 0 ? ranks : std::max(2, UsableCores());
+}
 
 // mpirun with one process per rank of `plan` on this machine, running `worker`.
 std::vector<std::string> MpirunCommand(const maestro::plan::Plan& plan, const std::vector<std::string>& worker) {
@@ -383,23 +385,26 @@ int main(int argc, char** argv) {
   profile->add_option("--ranks", profile_args.ranks, "CPU ranks to plan for (default: the cores, at least 2)")
       ->check(CLI::PositiveNumber);
   profile->add_option("--pin", profile_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
-  profile->add_option("--micro-batches", profile_args.micro_batches,
-                      "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
+  profile
+      ->add_option("--micro-batches", profile_args.micro_batches,
+                   "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
       ->delimiter(',')
       ->allow_extra_args(false)
       ->check(CLI::PositiveNumber);
-  profile->add_option("--gpu-counts", profile_args.gpu_counts,
-                      "also measure every decoder section at these GPU counts (TP degrees), e.g. 1,2; the compiler "
-                      "then plans TP from measurements too")
+  profile
+      ->add_option("--gpu-counts", profile_args.gpu_counts,
+                   "also measure every decoder section at these GPU counts (TP degrees), e.g. 1,2; the compiler "
+                   "then plans TP from measurements too")
       ->delimiter(',')
       ->allow_extra_args(false)
       ->check(CLI::PositiveNumber);
   profile->add_option("--repeats", profile_args.repeats, "timed runs per size; the median is kept")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  profile->add_option("--calibration-steps", profile_args.calibration_steps,
-                      "train the compiled plan this many steps (after 5 of warm-up) and scale each section's "
-                      "profile to its in-run time; 0: keep the sweep as measured")
+  profile
+      ->add_option("--calibration-steps", profile_args.calibration_steps,
+                   "train the compiled plan this many steps (after 5 of warm-up) and scale each section's "
+                   "profile to its in-run time; 0: keep the sweep as measured")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 

@@ -18,7 +18,7 @@ double Median(std::vector<double> v) {
 }
 
 struct TraceOp {
-  char kind = 0;       // 'F', 'B', 'O'; 0: another event (computing, not calibrated)
+  char kind = 0;  // 'F', 'B', 'O'; 0: another event (computing, not calibrated)
   int section = -1;
   int64_t step = -1;
   int samples = 0;
@@ -53,9 +53,8 @@ std::vector<const plan::ProfilePoint*> PointsOf(const std::vector<plan::ProfileP
   for (const auto& p : points) {
     if (p.section == section && p.gpus == gpus) out.push_back(&p);
   }
-  std::sort(out.begin(), out.end(), [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) {
-    return a->micro_batch < b->micro_batch;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const plan::ProfilePoint* a, const plan::ProfilePoint* b) { return a->micro_batch < b->micro_batch; });
   return out;
 }
 

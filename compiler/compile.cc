@@ -374,8 +374,9 @@ std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const Compile
   line("    if [ -f \"$step_exit\" ]; then");
   line("      sleep \"${MAESTRO_STEP_EXIT_GRACE:-30}\"");
   line("      if kill -0 \"$step_pid\" 2>/dev/null; then");
-  line("        echo \"maestro: every rank finished but srun did not end within ${MAESTRO_STEP_EXIT_GRACE:-30} s "
-       "(the Slurm 22.05 pmix hang); ending it\" >&2");
+  line(
+      "        echo \"maestro: every rank finished but srun did not end within ${MAESTRO_STEP_EXIT_GRACE:-30} s "
+      "(the Slurm 22.05 pmix hang); ending it\" >&2");
   line("        kill -KILL \"$step_pid\" 2>/dev/null || true");
   line("      fi");
   line("      exit 0");
@@ -639,10 +640,12 @@ void RenderReport(const Spec& spec, const CostModel& model, CompileResult& r) {
                         {"planner_only", m.planner_only},
                         {"basis", m.basis}};
     nlohmann::json terms = nlohmann::json::array();
-    for (const auto& term : m.terms) terms.push_back({{"name", term.name}, {"seconds", term.seconds}, {"why", term.why}});
+    for (const auto& term : m.terms)
+      terms.push_back({{"name", term.name}, {"seconds", term.seconds}, {"why", term.why}});
     js["monolithic"]["terms"] = terms;
     nlohmann::json on = nlohmann::json::array();
-    for (const auto& d : m.devices) on.push_back({{"gpu_type", devs[static_cast<size_t>(d.device)].name}, {"gpus", d.gpus}});
+    for (const auto& d : m.devices)
+      on.push_back({{"gpu_type", devs[static_cast<size_t>(d.device)].name}, {"gpus", d.gpus}});
     js["monolithic"]["gpu_types"] = on;
     js["monolithic"]["simulation"] = sim_json(msim);
     js["speedup_vs_monolithic"] = speedup;

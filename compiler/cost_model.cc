@@ -50,11 +50,13 @@ MeasuredStage InterpolateProfiles(const std::vector<ProfileSpec>& profiles, int 
     const double slope = (at(b, forward) - at(a, forward)) / (b->micro_batch - a->micro_batch);
     // Never below the proportional share of the smallest point (fixed costs
     // do not go negative when extrapolating down to one sample).
-    const double floor = samples < points[0]->micro_batch ? at(points[0], forward) * samples / points[0]->micro_batch : 0.0;
+    const double floor =
+        samples < points[0]->micro_batch ? at(points[0], forward) * samples / points[0]->micro_batch : 0.0;
     return std::max(floor, at(a, forward) + slope * (samples - a->micro_batch));
   };
   out.seconds = std::max(line(false), 1e-12);
-  const bool have_forward = std::all_of(points.begin(), points.end(), [](const ProfileSpec* p) { return p->forward_seconds > 0; });
+  const bool have_forward =
+      std::all_of(points.begin(), points.end(), [](const ProfileSpec* p) { return p->forward_seconds > 0; });
   if (have_forward) out.forward_share = std::clamp(line(true) / out.seconds, 0.0, 1.0);
   for (const ProfileSpec* p : points) out.optimizer_seconds = std::max(out.optimizer_seconds, p->optimizer_seconds);
   return out;

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "base/checks.h"
 #include "compiler/model.h"
 
 #include <fmt/format.h>
@@ -8,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+
+#include "base/checks.h"
 
 namespace maestro::compiler {
 
@@ -37,12 +38,15 @@ constexpr int64_t kMaxFrames = int64_t{1} << 20;
 
 Status RequireRange(const std::string& where, const char* what, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
-    return Status::InvalidArgument(fmt::format("{}: {} = {} is out of range; it must be in [{}, {}]", where, what, v, lo, hi));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} = {} is out of range; it must be in [{}, {}]", where, what, v, lo, hi));
   }
   return Status::Ok();
 }
 
-int64_t HeadDim(const ModelDesc& d) { return d.head_dim > 0 ? d.head_dim : d.hidden / d.heads; }
+int64_t HeadDim(const ModelDesc& d) {
+  return d.head_dim > 0 ? d.head_dim : d.hidden / d.heads;
+}
 
 }  // namespace
 
@@ -80,7 +84,8 @@ Status CheckModelShape(const ModelDesc& d, const std::string& where) {
       MAESTRO_RETURN_IF_ERROR(RequireRange(where, "patch_size", d.patch_size, 1, d.image_size));
       MAESTRO_RETURN_IF_ERROR(RequireRange(where, "channels", d.channels, 1, 64));
       if (d.hidden % d.heads != 0) {
-        return Status::InvalidArgument(fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
+        return Status::InvalidArgument(
+            fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
       }
       const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
       MAESTRO_RETURN_IF_ERROR(RequireRange(where, "spatial_merge", merge, 0, 8));
@@ -88,8 +93,8 @@ Status CheckModelShape(const ModelDesc& d, const std::string& where) {
           RequireRange(where, "temporal_patch", static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1)), 1, 16));
       if (merge > 0) {
         MAESTRO_RETURN_IF_ERROR(RequireRange(where, "out_dim", d.out_dim, 1, kMaxHidden));
-        MAESTRO_RETURN_IF_ERROR(RequireRange(
-            where, "merger_hidden", static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)), 0, kMaxFfn));
+        MAESTRO_RETURN_IF_ERROR(
+            RequireRange(where, "merger_hidden", static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)), 0, kMaxFfn));
       }
       return Status::Ok();
     }
@@ -101,7 +106,8 @@ Status CheckModelShape(const ModelDesc& d, const std::string& where) {
       MAESTRO_RETURN_IF_ERROR(RequireRange(where, "mel_bins", d.mel_bins, 1, 4096));
       MAESTRO_RETURN_IF_ERROR(RequireRange(where, "audio_frames", d.audio_frames, 2, kMaxFrames));
       if (d.hidden % d.heads != 0) {
-        return Status::InvalidArgument(fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
+        return Status::InvalidArgument(
+            fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
       }
       return Status::Ok();
     case ModelKind::kProjector:
@@ -206,14 +212,15 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
       f.active_params = p;
       f.matmul_params = d.layers * layer_w + patch_w + merger_mm_per_token;
       f.embedding_params = 0;
-      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) +
-                          4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.flops_per_token =
+          2.0 * static_cast<double>(f.matmul_params) + 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
       f.output_dim = merge > 0 ? d.out_dim : h;
       break;
     }
     case ModelKind::kAudioEncoder: {
       const int64_t ffn = d.ffn_hidden;
-      const int64_t positions = static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>(d.audio_frames / 2)));
+      const int64_t positions =
+          static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>(d.audio_frames / 2)));
       const int64_t conv1 = d.mel_bins * h * 3, conv2 = h * h * 3;
       int64_t p = conv1 + h + conv2 + h + positions * h;
       const int64_t layer_w = 4 * h * h + 2 * h * ffn;
@@ -222,8 +229,8 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
       f.params = p;
       f.active_params = p;
       f.matmul_params = d.layers * layer_w + 2 * conv1 + conv2;  // conv1 runs at twice the output rate
-      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) +
-                          4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.flops_per_token =
+          2.0 * static_cast<double>(f.matmul_params) + 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
       f.output_dim = h;
       break;
     }
@@ -376,10 +383,10 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   } else if (type == "whisper") {
     d = WhisperEncoderFromHf(j, origin);
   } else {
-    return Status::InvalidArgument(fmt::format(
-        "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, vit, clip, "
-        "clip_vision_model, whisper (or describe the model by shape in the spec)",
-        origin, type));
+    return Status::InvalidArgument(
+        fmt::format("{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, vit, clip, "
+                    "clip_vision_model, whisper (or describe the model by shape in the spec)",
+                    origin, type));
   }
   if (!d.ok()) return d.status();
   d->source = origin;

@@ -38,9 +38,9 @@
 namespace maestro::compiler {
 
 struct ModelFacts {
-  int64_t params = 0;          // every parameter
-  int64_t active_params = 0;   // parameters a token passes through (MoE: routed experts only)
-  int64_t matmul_params = 0;   // weights of the matrix products one token goes through
+  int64_t params = 0;         // every parameter
+  int64_t active_params = 0;  // parameters a token passes through (MoE: routed experts only)
+  int64_t matmul_params = 0;  // weights of the matrix products one token goes through
   int64_t embedding_params = 0;
   double flops_per_token = 0;  // forward, at `seq_len`
   int64_t seq_len = 0;         // the sequence length the FLOPs assume

@@ -14,10 +14,10 @@
 namespace maestro::compiler {
 
 struct RuntimeSupport {
-  bool data_parallel = true;       // DP (ZeRO-1 optimizer sharding)
+  bool data_parallel = true;  // DP (ZeRO-1 optimizer sharding)
   bool micro_batching = true;
   bool tensor_parallel_decoder = true;
-  bool tensor_parallel_encoder = false;  // ViT / audio encoder / projector
+  bool tensor_parallel_encoder = false;    // ViT / audio encoder / projector
   bool pipeline_parallel_decoder = false;  // runtime: PP = 1 today
   bool pipeline_parallel_encoder = false;
   bool context_parallel = false;

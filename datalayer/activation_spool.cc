@@ -109,7 +109,9 @@ StatusOr<DType> ParseDType(const std::string& name) {
 ActivationSpool::ActivationSpool(std::string path, SqliteDb* db, SpoolOptions options, Env* env)
     : path_(std::move(path)), db_(db), options_(std::move(options)), env_(env) {}
 
-ActivationSpool::~ActivationSpool() { CloseFile(); }
+ActivationSpool::~ActivationSpool() {
+  CloseFile();
+}
 
 void ActivationSpool::CloseFile() {
   if (rows_ >= 0) H5Dclose(rows_);
@@ -119,11 +121,12 @@ void ActivationSpool::CloseFile() {
 }
 
 StatusOr<std::unique_ptr<ActivationSpool>> ActivationSpool::Open(const std::string& h5_path, SqliteDb* db,
-                                                                  const SpoolOptions& options, Env* env) {
+                                                                 const SpoolOptions& options, Env* env) {
   internal::SilenceHdf5Errors();
   if (options.name.empty()) return Status::InvalidArgument("spool needs a name (e.g. \"teacher.topk_logits\")");
   if (options.chunk_bytes < static_cast<int64_t>(DTypeSize(options.dtype))) {
-    return Status::InvalidArgument(fmt::format("spool {}: chunk_bytes {} is too small", options.name, options.chunk_bytes));
+    return Status::InvalidArgument(
+        fmt::format("spool {}: chunk_bytes {} is too small", options.name, options.chunk_bytes));
   }
   std::unique_ptr<ActivationSpool> spool(new ActivationSpool(h5_path, db, options, env));
   MAESTRO_RETURN_IF_ERROR(spool->OpenOrCreateFile());
@@ -176,8 +179,8 @@ Status ActivationSpool::OpenOrCreateFile() {
       H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk_elems), path_);
       H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), path_);  // every value is written
-      values_ = H5Dcreate2(file_, "/values", NativeType(options_.dtype), space.get(), H5P_DEFAULT, dcpl.get(),
-                           dapl.get());
+      values_ =
+          H5Dcreate2(file_, "/values", NativeType(options_.dtype), space.get(), H5P_DEFAULT, dcpl.get(), dapl.get());
       H5_CHECK(values_, path_ + ":/values");
       MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(values_, "dtype", DTypeName(options_.dtype)));
       MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(values_, "spool", name));
@@ -226,9 +229,9 @@ StatusOr<std::string> ActivationSpool::CheckOpenedFile() {
   auto dtype = ReadStringAttribute(values_, "dtype");
   if (!dtype.ok()) return "attribute /values:dtype unreadable: " + dtype.status().message();
   if (*dtype != DTypeName(options_.dtype)) {
-    return Status::FailedPrecondition(fmt::format(
-        "spool {}: {} holds dtype {} but the run asks for {}; use a new run directory", name, path_, *dtype,
-        DTypeName(options_.dtype)));
+    return Status::FailedPrecondition(
+        fmt::format("spool {}: {} holds dtype {} but the run asks for {}; use a new run directory", name, path_, *dtype,
+                    DTypeName(options_.dtype)));
   }
   for (const char* attr : {"spool", "layout_version"}) {
     auto value = ReadStringAttribute(values_, attr);
@@ -254,7 +257,8 @@ StatusOr<std::string> ActivationSpool::CheckOpenedFile() {
   }
   int64_t committed_values = 0, committed_rows = 0;
   {
-    MAESTRO_ASSIGN_OR_RETURN(auto meta, db_->Prepare("SELECT committed_values, committed_rows FROM spools WHERE spool=?"));
+    MAESTRO_ASSIGN_OR_RETURN(auto meta,
+                             db_->Prepare("SELECT committed_values, committed_rows FROM spools WHERE spool=?"));
     meta.Bind(1, name);
     MAESTRO_ASSIGN_OR_RETURN(bool have, meta.Step());
     if (have) {
@@ -271,7 +275,8 @@ StatusOr<std::string> ActivationSpool::CheckOpenedFile() {
   // committed value, and the whole committed /rows table (80 bytes a row).
   // A torn file's metadata fails here ("addr overflow") instead of later.
   const size_t elem = DTypeSize(options_.dtype);
-  const auto chunk_elems = static_cast<int64_t>(std::max<hsize_t>(1, static_cast<hsize_t>(options_.chunk_bytes) / elem));
+  const auto chunk_elems =
+      static_cast<int64_t>(std::max<hsize_t>(1, static_cast<hsize_t>(options_.chunk_bytes) / elem));
   std::vector<std::byte> one(elem);
   auto read_value = [&](int64_t at) -> bool {
     hsize_t start[1] = {static_cast<hsize_t>(at)}, count[1] = {1};
@@ -323,12 +328,13 @@ Status ActivationSpool::StartFresh(const std::string& why) {
 
 Status ActivationSpool::LoadRecords() {
   const std::string& name = options_.name;
-  MAESTRO_ASSIGN_OR_RETURN(auto meta, db_->Prepare("SELECT dtype, committed_values, committed_rows FROM spools WHERE spool=?"));
+  MAESTRO_ASSIGN_OR_RETURN(auto meta,
+                           db_->Prepare("SELECT dtype, committed_values, committed_rows FROM spools WHERE spool=?"));
   meta.Bind(1, name);
   MAESTRO_ASSIGN_OR_RETURN(bool have, meta.Step());
   if (!have) {
-    return Status::Corruption(fmt::format("spool {}: {} exists but {} has no record of it; delete the spool file",
-                                          name, path_, db_->path()));
+    return Status::Corruption(
+        fmt::format("spool {}: {} exists but {} has no record of it; delete the spool file", name, path_, db_->path()));
   }
   if (meta.Text(0) != DTypeName(options_.dtype)) {
     return Status::FailedPrecondition(fmt::format("spool {}: recorded dtype {} but the run asks for {}", name,
@@ -425,8 +431,8 @@ StatusOr<bool> ActivationSpool::PutOnce(int64_t sample_id, int64_t epoch, const 
     count *= d;
   }
   if (row.dims.size() > 4) {
-    return Status::InvalidArgument(fmt::format("spool {}: rows have at most 4 dimensions, got {}", options_.name,
-                                               row.dims.size()));
+    return Status::InvalidArgument(
+        fmt::format("spool {}: rows have at most 4 dimensions, got {}", options_.name, row.dims.size()));
   }
   if (static_cast<size_t>(count) * elem != row.bytes || (row.bytes > 0 && row.data == nullptr)) {
     return Status::InvalidArgument(fmt::format("spool {}: row of sample {} has {} bytes but shape needs {} x {} bytes",
@@ -561,7 +567,8 @@ Status ActivationSpool::Commit() {
       ins.Bind(7, static_cast<int64_t>(p.record.crc));
       MAESTRO_RETURN_IF_ERROR(ins.Run());
     }
-    MAESTRO_ASSIGN_OR_RETURN(auto up, db_->Prepare("UPDATE spools SET committed_values=?, committed_rows=? WHERE spool=?"));
+    MAESTRO_ASSIGN_OR_RETURN(auto up,
+                             db_->Prepare("UPDATE spools SET committed_values=?, committed_rows=? WHERE spool=?"));
     up.Bind(1, end_values_);
     up.Bind(2, new_table_rows);
     up.Bind(3, options_.name);

@@ -50,11 +50,11 @@ size_t DTypeSize(DType dtype);
 StatusOr<DType> ParseDType(const std::string& name);
 
 struct SpoolOptions {
-  std::string name;                        // unique in the run: "teacher.topk_logits"
+  std::string name;  // unique in the run: "teacher.topk_logits"
   DType dtype = DType::kF32;
-  int64_t budget_bytes = int64_t{1} << 34; // the file never grows past this
-  bool reuse_across_epochs = false;        // reuse rows computed in an earlier epoch
-  int64_t chunk_bytes = int64_t{4} << 20;  // HDF5 chunk of /values (4 MiB: fwrite speed)
+  int64_t budget_bytes = int64_t{1} << 34;  // the file never grows past this
+  bool reuse_across_epochs = false;         // reuse rows computed in an earlier epoch
+  int64_t chunk_bytes = int64_t{4} << 20;   // HDF5 chunk of /values (4 MiB: fwrite speed)
 };
 
 // A row handed to Put(): `data` holds product(dims) elements of the dtype.
@@ -66,7 +66,7 @@ struct RowView {
 
 struct SpoolRow {
   int64_t sample_id = 0;
-  int64_t epoch = 0;               // the epoch that computed it
+  int64_t epoch = 0;  // the epoch that computed it
   std::vector<int64_t> dims;
   std::vector<std::byte> data;
 };
@@ -78,7 +78,7 @@ struct SpoolStats {
   int64_t rows_put = 0;
   int64_t rows_over_budget = 0;  // Put() refused: the budget is spent
   int64_t committed_rows = 0;
-  int64_t committed_bytes = 0;   // bytes of /values in use
+  int64_t committed_bytes = 0;  // bytes of /values in use
 };
 
 class ActivationSpool {
@@ -88,8 +88,7 @@ class ActivationSpool {
   // fails the checks above (torn by a crash) is moved aside to
   // <path>.corrupt and its records dropped: every row is then recomputed.
   static StatusOr<std::unique_ptr<ActivationSpool>> Open(const std::string& h5_path, SqliteDb* db,
-                                                          const SpoolOptions& options,
-                                                          Env* env = Env::Default());
+                                                         const SpoolOptions& options, Env* env = Env::Default());
   ~ActivationSpool();
   ActivationSpool(const ActivationSpool&) = delete;
   ActivationSpool& operator=(const ActivationSpool&) = delete;

@@ -27,7 +27,9 @@ void PutU64(std::string& out, uint64_t v) {
 
 }  // namespace
 
-std::string CheckpointStore::FileName(int64_t step) { return fmt::format("ckpt-{:010d}.mckpt", step); }
+std::string CheckpointStore::FileName(int64_t step) {
+  return fmt::format("ckpt-{:010d}.mckpt", step);
+}
 
 StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::string& dir, int keep_last, Env* env) {
   if (keep_last < 1) return Status::InvalidArgument(fmt::format("keep_last must be >= 1, got {}", keep_last));
@@ -45,7 +47,10 @@ StatusOr<std::string> CheckpointStore::Write(const CheckpointData& data) {
   std::vector<const std::string*> blobs;
   uint64_t offset = 0;
   auto add = [&](const std::string& kind, const std::string& name, const std::string& bytes) {
-    entries.push_back({{"kind", kind}, {"name", name}, {"offset", offset}, {"bytes", bytes.size()},
+    entries.push_back({{"kind", kind},
+                       {"name", name},
+                       {"offset", offset},
+                       {"bytes", bytes.size()},
                        {"crc32c", Crc32c(bytes.data(), bytes.size())}});
     offset += bytes.size();
     blobs.push_back(&bytes);
@@ -90,8 +95,10 @@ StatusOr<CheckpointData> CheckpointStore::Read(const std::string& file_name) {
   const std::string path = dir_ + "/" + file_name;
   MAESTRO_ASSIGN_OR_RETURN(std::string bytes, env_->ReadFile(path));
   auto corrupt = [&](const std::string& why) {
-    return Status::Corruption(fmt::format("checkpoint {} is {}; it is not loaded (an older committed checkpoint "
-                                          "can be restored by hand, see docs/datalayer.md)", path, why));
+    return Status::Corruption(
+        fmt::format("checkpoint {} is {}; it is not loaded (an older committed checkpoint "
+                    "can be restored by hand, see docs/datalayer.md)",
+                    path, why));
   };
   if (bytes.size() < 16 + kTrailerBytes || std::memcmp(bytes.data(), kMagic, 8) != 0) {
     return corrupt("not a Maestro checkpoint (bad magic or too short)");
@@ -104,7 +111,8 @@ StatusOr<CheckpointData> CheckpointStore::Read(const std::string& file_name) {
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data() + 8, 8);
   if (16 + header_len > body) return corrupt("corrupt (header length)");
-  const nlohmann::json header = nlohmann::json::parse(bytes.data() + 16, bytes.data() + 16 + header_len, nullptr, false);
+  const nlohmann::json header =
+      nlohmann::json::parse(bytes.data() + 16, bytes.data() + 16 + header_len, nullptr, false);
   if (header.is_discarded() || !header.is_object()) return corrupt("corrupt (header JSON)");
   const auto version_it = header.find("format_version");
   const int64_t version =

@@ -34,9 +34,9 @@ struct SectionState {
 };
 
 struct CheckpointData {
-  int64_t step = -1;        // the last step whose weight update it includes
-  int64_t epoch = 0;        // epoch of that step
-  int64_t next_step = 0;    // index position: the global step to run next
+  int64_t step = -1;                              // the last step whose weight update it includes
+  int64_t epoch = 0;                              // epoch of that step
+  int64_t next_step = 0;                          // index position: the global step to run next
   std::map<std::string, SectionState> sections;   // section name -> state
   std::map<std::string, std::string> rng_states;  // "torch.cpu", "data", ... -> bytes
 };
@@ -45,7 +45,7 @@ class CheckpointStore {
  public:
   // `dir` is created if missing. keep_last >= 1.
   static StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& dir, int keep_last,
-                                                          Env* env = Env::Default());
+                                                         Env* env = Env::Default());
   static std::string FileName(int64_t step);  // "ckpt-0000000042.mckpt"
 
   // Writes `data` atomically; returns the file name (relative to dir()).

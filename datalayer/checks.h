@@ -30,11 +30,10 @@ std::string Hdf5Detail(const std::string& detail);
 void SilenceHdf5Errors();
 }  // namespace maestro::datalayer::internal
 
-#define SQLITE_CHECK(db, expr, detail)                                                      \
+#define SQLITE_CHECK(db, expr, detail)                                                              \
   MAESTRO_FOREIGN_CHECK("SQLite", expr, (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW), \
-                        ::maestro::StatusCode::kIOError,                                   \
-                        ::maestro::datalayer::internal::SqliteDetail(db, detail))
+                        ::maestro::StatusCode::kIOError, ::maestro::datalayer::internal::SqliteDetail(db, detail))
 
-#define H5_CHECK(expr, detail)                                           \
+#define H5_CHECK(expr, detail)                                                    \
   MAESTRO_FOREIGN_CHECK("HDF5", expr, (rc >= 0), ::maestro::StatusCode::kIOError, \
                         ::maestro::datalayer::internal::Hdf5Detail(detail))

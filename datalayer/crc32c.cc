@@ -76,8 +76,7 @@ uint32_t ShiftBytesOperator(uint64_t n) {
 #if defined(__x86_64__)
 constexpr size_t kLane = 4096;  // bytes per lane per round
 
-__attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const unsigned char* p, size_t n,
-                                                         uint32_t crc) {
+__attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const unsigned char* p, size_t n, uint32_t crc) {
   uint64_t c = crc;
   if (n >= 3 * kLane) {
     // Three independent dependency chains hide the crc32 instruction's

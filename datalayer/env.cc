@@ -73,7 +73,9 @@ Env* Env::Default() {
   return &env;
 }
 
-Status Env::BeforeDurableOp(DurableOp /*op*/, std::string_view /*target*/) { return Status::Ok(); }
+Status Env::BeforeDurableOp(DurableOp /*op*/, std::string_view /*target*/) {
+  return Status::Ok();
+}
 
 StatusOr<std::unique_ptr<WritableFile>> Env::NewWritableFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -135,7 +137,9 @@ StatusOr<std::vector<std::string>> Env::ListDir(const std::string& dir) {
   return names;
 }
 
-bool Env::FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool Env::FileExists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 Status Env::CreateDirs(const std::string& dir) {
   std::string partial;

@@ -28,11 +28,11 @@ namespace maestro::datalayer {
 
 // The durable operations that a library (HDF5, SQLite) performs for us.
 enum class DurableOp {
-  kSpoolWrite,        // H5Dwrite of staged spool values into the HDF5 file
-  kSpoolFlush,        // H5Fflush + fsync of the spool file
-  kSpoolCommit,       // SQLite transaction: commit records of spool rows
-  kStepCommit,        // SQLite transaction: step done + consumption log
-  kIngestCommit,      // SQLite transaction: manifest ingest
+  kSpoolWrite,    // H5Dwrite of staged spool values into the HDF5 file
+  kSpoolFlush,    // H5Fflush + fsync of the spool file
+  kSpoolCommit,   // SQLite transaction: commit records of spool rows
+  kStepCommit,    // SQLite transaction: step done + consumption log
+  kIngestCommit,  // SQLite transaction: manifest ingest
 };
 const char* DurableOpName(DurableOp op);
 

@@ -19,7 +19,7 @@ namespace maestro::datalayer::internal {
 
 struct ManifestLine {
   int64_t id = 0;
-  std::string_view location;                               // points into the line
+  std::string_view location;                                 // points into the line
   std::vector<std::pair<std::string_view, int64_t>> tokens;  // modality -> count (>= 0)
 };
 

@@ -14,7 +14,9 @@ struct sigaction g_old_usr1;
 struct sigaction g_old_term;
 static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be lock-free");
 
-extern "C" void OnPreemptionSignal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
+extern "C" void OnPreemptionSignal(int sig) {
+  g_signal.store(sig, std::memory_order_relaxed);
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<PreemptionSignal>> PreemptionSignal::Install() {
@@ -40,8 +42,12 @@ PreemptionSignal::~PreemptionSignal() {
   g_installed.store(false);
 }
 
-bool PreemptionSignal::requested() const { return g_signal.load(std::memory_order_relaxed) != 0; }
-int PreemptionSignal::signal_number() const { return g_signal.load(std::memory_order_relaxed); }
+bool PreemptionSignal::requested() const {
+  return g_signal.load(std::memory_order_relaxed) != 0;
+}
+int PreemptionSignal::signal_number() const {
+  return g_signal.load(std::memory_order_relaxed);
+}
 
 int SlurmRestartCount() {
   const char* v = std::getenv("SLURM_RESTART_COUNT");

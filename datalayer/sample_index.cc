@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "datalayer/sample_index.h"
-#include "base/splitmix.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/checks.h"
+#include "base/splitmix.h"
 #include "datalayer/manifest_line.h"
 
 namespace maestro::datalayer {
@@ -93,10 +93,10 @@ Status SampleIndex::CreateOrCheckSchema() {
     MAESTRO_ASSIGN_OR_RETURN(auto version, GetMeta("schema_version"));
     const std::string want = std::to_string(kIndexSchemaVersion);
     if (!version || *version != want) {
-      return Status::FailedPrecondition(fmt::format(
-          "{}: sample index schema version {} but this Maestro reads version {}; "
-          "re-ingest the manifest into a new index, or use the Maestro release that wrote it",
-          db_->path(), version ? *version : "(none)", want));
+      return Status::FailedPrecondition(
+          fmt::format("{}: sample index schema version {} but this Maestro reads version {}; "
+                      "re-ingest the manifest into a new index, or use the Maestro release that wrote it",
+                      db_->path(), version ? *version : "(none)", want));
     }
     return Status::Ok();
   }
@@ -147,9 +147,10 @@ Status SampleIndex::LoadSamples() {
     const auto seed_value = ParseU64(*seed);
     const auto batch_value = ParseU64(*batch);
     if (!seed_value || !batch_value) {
-      return Status::Corruption(fmt::format("{}: meta seed '{}' / global_batch_size '{}' are not numbers; "
-                                            "the index was edited by hand or is damaged",
-                                            db_->path(), *seed, *batch));
+      return Status::Corruption(
+          fmt::format("{}: meta seed '{}' / global_batch_size '{}' are not numbers; "
+                      "the index was edited by hand or is damaged",
+                      db_->path(), *seed, *batch));
     }
     seed_ = *seed_value;
     batch_size_ = static_cast<int64_t>(*batch_value);
@@ -172,9 +173,9 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
       stats.already_ingested = true;
       return stats;
     }
-    return Status::FailedPrecondition(fmt::format(
-        "{}: this index already holds manifest {}; ingest {} into a new index (one manifest per run)",
-        db_->path(), *previous, manifest_path));
+    return Status::FailedPrecondition(
+        fmt::format("{}: this index already holds manifest {}; ingest {} into a new index (one manifest per run)",
+                    db_->path(), *previous, manifest_path));
   }
   MAESTRO_ASSIGN_OR_RETURN(std::string text, env_->ReadFile(manifest_path));
 
@@ -233,21 +234,20 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
         return fail(Status::InvalidArgument(fmt::format("{}: \"id\" must be an integer sample id", where())));
       }
       if (location == j.end() || !location->is_string()) {
-        return fail(Status::InvalidArgument(
-            fmt::format("{}: \"location\" must be a string (where the payload is)", where())));
+        return fail(
+            Status::InvalidArgument(fmt::format("{}: \"location\" must be a string (where the payload is)", where())));
       }
       if (toks == j.end() || !toks->is_object() || toks->empty()) {
         return fail(Status::InvalidArgument(fmt::format(
-            "{}: \"tokens\" must be a non-empty object of modality -> token count, e.g. {{\"text\": 412}}",
-            where())));
+            "{}: \"tokens\" must be a non-empty object of modality -> token count, e.g. {{\"text\": 412}}", where())));
       }
       line.id = id->get<int64_t>();
       line.location = location->get_ref<const std::string&>();
       line.tokens.clear();
       for (auto it = toks->begin(); it != toks->end(); ++it) {
         if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
-          return fail(Status::InvalidArgument(fmt::format(
-              "{}: token count of modality '{}' must be a non-negative integer", where(), it.key())));
+          return fail(Status::InvalidArgument(
+              fmt::format("{}: token count of modality '{}' must be a non-negative integer", where(), it.key())));
         }
         line.tokens.emplace_back(it.key(), it.value().get<int64_t>());
       }
@@ -261,8 +261,7 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
         const std::string name(name_view);
         if (!ValidModalityName(name)) {
           return fail(Status::InvalidArgument(fmt::format(
-              "{}: modality name '{}' must be 1-32 characters of [a-z0-9_], starting with a letter", where(),
-              name)));
+              "{}: modality name '{}' must be 1-32 characters of [a-z0-9_], starting with a letter", where(), name)));
         }
         if (modalities_.size() >= 62) {
           return fail(Status::InvalidArgument(fmt::format("{}: more than 62 modalities", where())));
@@ -270,7 +269,8 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
         const int id_of_new = static_cast<int>(modalities_.size());
         insert = SqliteStmt();
         Status s = db_->Exec(fmt::format("ALTER TABLE samples ADD COLUMN tokens_{} INTEGER NOT NULL DEFAULT 0", name));
-        if (s.ok()) s = db_->Exec(fmt::format("INSERT INTO modalities(modality_id, name) VALUES({}, '{}')", id_of_new, name));
+        if (s.ok())
+          s = db_->Exec(fmt::format("INSERT INTO modalities(modality_id, name) VALUES({}, '{}')", id_of_new, name));
         modalities_.push_back(name);
         column_of[name] = id_of_new;
         tokens.push_back(0);
@@ -289,9 +289,8 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
     for (size_t m = 0; m < tokens.size(); ++m) insert.Bind(static_cast<int>(5 + m), tokens[m]);
     if (Status s = insert.Run(); !s.ok()) {
       if (s.code() == StatusCode::kFailedPrecondition) {
-        return fail(Status::InvalidArgument(
-            fmt::format("{}: sample id {} appears twice in the manifest; sample ids must be unique", where(),
-                        line.id)));
+        return fail(Status::InvalidArgument(fmt::format(
+            "{}: sample id {} appears twice in the manifest; sample ids must be unique", where(), line.id)));
       }
       return fail(s.WithContext(where()));
     }
@@ -399,9 +398,9 @@ StatusOr<std::vector<SampleInfo>> SampleIndex::GetSamples(const std::vector<int6
 }
 
 StatusOr<CommitPoint> SampleIndex::LastCommit() {
-  MAESTRO_ASSIGN_OR_RETURN(
-      auto stmt, db_->Prepare("SELECT s.step, s.checkpoint_step, c.file FROM steps s JOIN checkpoints c "
-                              "ON c.checkpoint_step = s.checkpoint_step ORDER BY s.step DESC LIMIT 1"));
+  MAESTRO_ASSIGN_OR_RETURN(auto stmt,
+                           db_->Prepare("SELECT s.step, s.checkpoint_step, c.file FROM steps s JOIN checkpoints c "
+                                        "ON c.checkpoint_step = s.checkpoint_step ORDER BY s.step DESC LIMIT 1"));
   MAESTRO_ASSIGN_OR_RETURN(bool row, stmt.Step());
   CommitPoint point;
   if (row) {
@@ -418,9 +417,9 @@ Status SampleIndex::CommitSteps(const std::vector<StepRecord>& steps, int64_t ch
   MAESTRO_ASSIGN_OR_RETURN(CommitPoint last, LastCommit());
   for (size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].step != last.next_step() + static_cast<int64_t>(i)) {
-      return Status::FailedPrecondition(fmt::format(
-          "{}: step {} committed out of order (the step log ends at step {}); steps commit consecutively",
-          db_->path(), steps[i].step, last.last_step));
+      return Status::FailedPrecondition(
+          fmt::format("{}: step {} committed out of order (the step log ends at step {}); steps commit consecutively",
+                      db_->path(), steps[i].step, last.last_step));
     }
   }
   if (checkpoint_step != steps.back().step) {
@@ -456,9 +455,9 @@ Status SampleIndex::CommitSteps(const std::vector<StepRecord>& steps, int64_t ch
         Status s = consume.Run();
         if (!s.ok()) {
           if (s.code() == StatusCode::kFailedPrecondition) {
-            return Status::Internal(fmt::format(
-                "{}: sample {} of epoch {} would be consumed a second time at step {}; refusing the commit",
-                db_->path(), id, epoch, rec.step));
+            return Status::Internal(
+                fmt::format("{}: sample {} of epoch {} would be consumed a second time at step {}; refusing the commit",
+                            db_->path(), id, epoch, rec.step));
           }
           return s;
         }

@@ -98,8 +98,7 @@ class SampleIndex {
   // (a sample consumed twice in an epoch aborts the transaction), and records
   // checkpoint `checkpoint_step` (file `checkpoint_file`, already durable) as
   // the one holding their weight updates.
-  Status CommitSteps(const std::vector<StepRecord>& steps, int64_t checkpoint_step,
-                     const std::string& checkpoint_file);
+  Status CommitSteps(const std::vector<StepRecord>& steps, int64_t checkpoint_step, const std::string& checkpoint_file);
   // The step log's record of a committed step (its batch and schedule);
   // nullopt when the step is not committed.
   StatusOr<std::optional<StepRecord>> CommittedStep(int64_t step);

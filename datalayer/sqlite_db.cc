@@ -26,8 +26,8 @@ StatusOr<bool> SqliteStmt::Step() {
   const std::string sql = sqlite3_sql(stmt_) ? sqlite3_sql(stmt_) : "";
   sqlite3_reset(stmt_);
   return Status(rc == SQLITE_CONSTRAINT ? StatusCode::kFailedPrecondition : StatusCode::kIOError,
-                ::maestro::internal::ForeignErrorMessage("SQLite", "sqlite3_step", rc,
-                                              internal::SqliteDetail(db_, sql), __FILE__, __LINE__));
+                ::maestro::internal::ForeignErrorMessage("SQLite", "sqlite3_step", rc, internal::SqliteDetail(db_, sql),
+                                                         __FILE__, __LINE__));
 }
 
 Status SqliteStmt::Run() {
@@ -48,8 +48,8 @@ std::string SqliteStmt::Text(int col) const {
 
 StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::unique_ptr<SqliteDb> db(new SqliteDb(raw, path));
   if (rc != SQLITE_OK) {
     return Status::IOError(::maestro::internal::ForeignErrorMessage(

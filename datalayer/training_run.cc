@@ -20,7 +20,9 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Open(const RunOptions& optio
   return run;
 }
 
-TrainingRun::~TrainingRun() { spools_.clear(); }
+TrainingRun::~TrainingRun() {
+  spools_.clear();
+}
 
 StatusOr<ActivationSpool*> TrainingRun::OpenSpool(const SpoolOptions& options) {
   for (const auto& s : spools_) {
@@ -40,16 +42,15 @@ StatusOr<ActivationSpool*> TrainingRun::OpenSpool(const SpoolOptions& options) {
 StatusOr<std::optional<CheckpointData>> TrainingRun::Resume() {
   MAESTRO_RETURN_IF_ERROR(index_->ConfigureRun(options_.seed, options_.global_batch_size));
   if (index_->NumSamples() == 0) {
-    return Status::FailedPrecondition(fmt::format("{}: no samples; ingest a manifest before resuming",
-                                                  options_.run_dir));
+    return Status::FailedPrecondition(
+        fmt::format("{}: no samples; ingest a manifest before resuming", options_.run_dir));
   }
   MAESTRO_ASSIGN_OR_RETURN(CommitPoint point, index_->LastCommit());
   std::optional<CheckpointData> state;
   if (point.last_step >= 0) {
     auto data = checkpoints_->Read(point.checkpoint_file);
     if (!data.ok()) {
-      return data.status().WithContext(fmt::format(
-          "resuming {} at step {}", options_.run_dir, point.next_step()));
+      return data.status().WithContext(fmt::format("resuming {} at step {}", options_.run_dir, point.next_step()));
     }
     if (data->step != point.checkpoint_step) {
       return Status::Corruption(fmt::format("checkpoint {} says step {} but the step log says {}",
@@ -81,7 +82,8 @@ StatusOr<GlobalBatch> TrainingRun::NextBatch() {
 Status TrainingRun::StepDone(StepRecord record) {
   if (!resumed_) return Status::FailedPrecondition("TrainingRun::StepDone before Resume()");
   if (record.step != next_step_) {
-    return Status::InvalidArgument(fmt::format("StepDone for step {} but the run is at step {}", record.step, next_step_));
+    return Status::InvalidArgument(
+        fmt::format("StepDone for step {} but the run is at step {}", record.step, next_step_));
   }
   pending_.push_back(std::move(record));
   ++next_step_;
@@ -96,8 +98,8 @@ Status TrainingRun::CommitSpools() {
 Status TrainingRun::Checkpoint(CheckpointData state) {
   if (pending_.empty()) return Status::FailedPrecondition("TrainingRun::Checkpoint with no finished step");
   if (state.step != pending_.back().step) {
-    return Status::InvalidArgument(fmt::format("checkpoint of step {} but the last finished step is {}", state.step,
-                                               pending_.back().step));
+    return Status::InvalidArgument(
+        fmt::format("checkpoint of step {} but the last finished step is {}", state.step, pending_.back().step));
   }
   state.epoch = state.step / index_->StepsPerEpoch();
   state.next_step = state.step + 1;

@@ -6,7 +6,9 @@
 #include <sqlite3.h>
 
 namespace maestro::datalayer {
-std::string SqliteVersion() { return sqlite3_libversion(); }
+std::string SqliteVersion() {
+  return sqlite3_libversion();
+}
 std::string Hdf5Version() {
   unsigned major = 0, minor = 0, release = 0;
   H5::H5Library::getLibVersion(major, minor, release);

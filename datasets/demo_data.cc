@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "datasets/demo_data.h"
-#include "base/splitmix.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,6 +16,7 @@
 #include <utility>
 
 #include "base/checks.h"
+#include "base/splitmix.h"
 #include "datasets/default_text.h"
 #include "datasets/idx_file.h"
 

@@ -16,35 +16,37 @@ NLOHMANN_JSON_SERIALIZE_ENUM(ModelKind, {{ModelKind::kDecoder, "decoder"},
                                          {ModelKind::kAudioEncoder, "audio_encoder"},
                                          {ModelKind::kProjector, "projector"}})
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, hidden, layers, heads, kv_heads,
-                                                head_dim, ffn_hidden, vocab, tie_embeddings, experts,
-                                                experts_per_token, moe_ffn_hidden, image_size, patch_size,
-                                                channels, mel_bins, audio_frames, in_dim, out_dim, extra)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, hidden, layers, heads, kv_heads, head_dim,
+                                                ffn_hidden, vocab, tie_embeddings, experts, experts_per_token,
+                                                moe_ffn_hidden, image_size, patch_size, channels, mel_bins,
+                                                audio_frames, in_dim, out_dim, extra)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_decay, beta1, beta2, grad_clip,
                                                 warmup_steps, schedule)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MicroBatchCost, fixed_seconds, seconds_per_sample, forward_share,
                                                 optimizer_seconds, measured)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute,
-                                                zero_stage)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute, zero_stage)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
                                                 gpus_per_task, gpu_type, partition, constraint)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
                                                 placement, predicted_step_seconds, predicted_memory_bytes,
-                                                tokens_per_sample, active_fraction, predicted_utilization,
-                                                planner_only, init_from, init_section, loss, cost)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient,
-                                                fanout, fanin, seconds_per_sample)
+                                                tokens_per_sample, active_fraction, predicted_utilization, planner_only,
+                                                init_from, init_section, loss, cost)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient, fanout,
+                                                fanin, seconds_per_sample)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_component, first_rank, ranks, order,
                                                 tp_groups, cp_groups, dp_groups, pp_groups)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, tokens)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities, dataset)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities,
+                                                dataset)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 comm_timeout_s, schedule_policy, shared_cores)
 
-const char* SectionModeName(SectionMode mode) { return mode == SectionMode::kTrain ? "train" : "forward"; }
+const char* SectionModeName(SectionMode mode) {
+  return mode == SectionMode::kTrain ? "train" : "forward";
+}
 
 const char* ModelKindName(ModelKind kind) {
   switch (kind) {
@@ -139,20 +141,20 @@ Status Validate(const Plan& plan) {
     const auto& s = plan.sections[i];
     const auto& c = s.config;
     if (c.tp < 1 || c.pp < 1 || c.cp < 1 || c.dp < 1 || c.ep < 1 || c.micro_batch < 1) {
-      return Status::InvalidArgument(fmt::format("section '{}': parallel degrees and micro_batch must be >= 1", s.name));
+      return Status::InvalidArgument(
+          fmt::format("section '{}': parallel degrees and micro_batch must be >= 1", s.name));
     }
     if (s.placement.het_component != static_cast<int>(i)) {
-      return Status::InvalidArgument(
-          fmt::format("section '{}' is at index {} but placed in het component {}", s.name, i, s.placement.het_component));
+      return Status::InvalidArgument(fmt::format("section '{}' is at index {} but placed in het component {}", s.name,
+                                                 i, s.placement.het_component));
     }
     if (s.placement.first_rank != next_rank) {
       return Status::InvalidArgument(fmt::format("section '{}': first_rank {} but ranks before it sum to {}", s.name,
                                                  s.placement.first_rank, next_rank));
     }
     if (s.placement.nodes * s.placement.tasks_per_node != c.ranks()) {
-      return Status::InvalidArgument(fmt::format(
-          "section '{}': {} nodes x {} tasks per node != tp*pp*cp*dp = {}", s.name, s.placement.nodes,
-          s.placement.tasks_per_node, c.ranks()));
+      return Status::InvalidArgument(fmt::format("section '{}': {} nodes x {} tasks per node != tp*pp*cp*dp = {}",
+                                                 s.name, s.placement.nodes, s.placement.tasks_per_node, c.ranks()));
     }
     if (plan.section_index(s.name) != static_cast<int>(i)) {
       return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));
@@ -165,12 +167,14 @@ Status Validate(const Plan& plan) {
     if (u < 0 || d < 0) {
       return Status::InvalidArgument(fmt::format("edge {} -> {}: unknown section", e.from, e.to));
     }
-    if (u == d) return Status::InvalidArgument(fmt::format("edge {} -> {}: a section cannot feed itself", e.from, e.to));
+    if (u == d)
+      return Status::InvalidArgument(fmt::format("edge {} -> {}: a section cannot feed itself", e.from, e.to));
     const int a = plan.sections[u].config.dp;
     const int b = plan.sections[d].config.dp;
     if (b % a != 0 && a % b != 0) {
-      return Status::InvalidArgument(fmt::format(
-          "edge {} -> {}: DP degrees {} and {} do not divide one another (DP_from * fanout = DP_to)", e.from, e.to, a, b));
+      return Status::InvalidArgument(
+          fmt::format("edge {} -> {}: DP degrees {} and {} do not divide one another (DP_from * fanout = DP_to)",
+                      e.from, e.to, a, b));
     }
   }
   // Cycle check (Kahn).
@@ -231,8 +235,7 @@ StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank) {
       return rc;
     }
   }
-  return Status::InvalidArgument(
-      fmt::format("rank {} is outside the plan's {} ranks", global_rank, plan.world_size()));
+  return Status::InvalidArgument(fmt::format("rank {} is outside the plan's {} ranks", global_rank, plan.world_size()));
 }
 
 int GlobalRankOf(const Plan& plan, int section, int tp, int cp, int dp, int pp) {

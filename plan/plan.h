@@ -43,20 +43,20 @@ const char* ModelKindName(ModelKind kind);
 struct ModelDesc {
   ModelKind kind = ModelKind::kDecoder;
   std::string source;  // "builtin" or the path of an imported HF config.json
-  int64_t hidden = 0;        // d_model
+  int64_t hidden = 0;  // d_model
   int64_t layers = 0;
   int64_t heads = 0;
-  int64_t kv_heads = 0;      // GQA; == heads for MHA
-  int64_t head_dim = 0;      // 0: hidden / heads
-  int64_t ffn_hidden = 0;    // SwiGLU / MLP inner size
-  int64_t vocab = 0;         // decoder only
+  int64_t kv_heads = 0;    // GQA; == heads for MHA
+  int64_t head_dim = 0;    // 0: hidden / heads
+  int64_t ffn_hidden = 0;  // SwiGLU / MLP inner size
+  int64_t vocab = 0;       // decoder only
   bool tie_embeddings = false;
-  int64_t experts = 0;       // MoE: 0 = dense
+  int64_t experts = 0;  // MoE: 0 = dense
   int64_t experts_per_token = 0;
   int64_t moe_ffn_hidden = 0;
   // Encoders
   int64_t image_size = 0, patch_size = 0, channels = 0;  // ViT
-  int64_t mel_bins = 0, audio_frames = 0;                 // audio encoder
+  int64_t mel_bins = 0, audio_frames = 0;                // audio encoder
   // Projector
   int64_t in_dim = 0, out_dim = 0;
   // Everything else an imported config carried that the cost model reads.
@@ -103,22 +103,22 @@ struct MicroBatchCost {
 // One section's parallel configuration (chosen by the planner).
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
-  int micro_batch = 1;       // samples per micro-batch on one DP replica
-  bool recompute = false;    // full activation recomputation
-  int zero_stage = 1;        // 0 or 1 (optimizer states sharded over DP)
+  int micro_batch = 1;     // samples per micro-batch on one DP replica
+  bool recompute = false;  // full activation recomputation
+  int zero_stage = 1;      // 0 or 1 (optimizer states sharded over DP)
   int ranks() const { return tp * pp * cp * dp; }
 };
 
 // Placement of one section = one Slurm het component.
 struct Placement {
   int het_component = 0;
-  int first_rank = 0;        // global rank of the section's local rank 0
+  int first_rank = 0;  // global rank of the section's local rank 0
   int nodes = 1;
   int tasks_per_node = 1;
-  int gpus_per_task = 0;     // 0 on CPU-only runs
-  std::string gpu_type;      // a key of the spec's [cluster.gpu.*]
-  std::string partition;     // Slurm partition ("" = job default)
-  std::string constraint;    // Slurm --constraint ("" = none)
+  int gpus_per_task = 0;   // 0 on CPU-only runs
+  std::string gpu_type;    // a key of the spec's [cluster.gpu.*]
+  std::string partition;   // Slurm partition ("" = job default)
+  std::string constraint;  // Slurm --constraint ("" = none)
 };
 
 struct SectionPlan {
@@ -133,10 +133,10 @@ struct SectionPlan {
   double predicted_step_seconds = 0.0;
   double predicted_memory_bytes = 0.0;
   // Added in schema 1 (optional; 0 / "" when absent).
-  int64_t tokens_per_sample = 0;      // tokens one active sample brings to this section
-  double active_fraction = 1.0;       // share of the global batch that activates it
-  double predicted_utilization = 0.0; // useful FLOPs / (GPUs * peak * step)
-  std::string planner_only;           // runtime features it lacks ("" = the runtime runs it)
+  int64_t tokens_per_sample = 0;       // tokens one active sample brings to this section
+  double active_fraction = 1.0;        // share of the global batch that activates it
+  double predicted_utilization = 0.0;  // useful FLOPs / (GPUs * peak * step)
+  std::string planner_only;            // runtime features it lacks ("" = the runtime runs it)
   // Added in schema 1 (optional), read by the runtime:
   // Initial weights: "" = from the run's seed; else a checkpoint file (.mckpt)
   // or a run directory (its last committed checkpoint) whose state of section
@@ -148,10 +148,10 @@ struct SectionPlan {
 };
 
 struct EdgePlan {
-  std::string from, to;          // section names
-  std::string tensor;            // e.g. "image_embeddings", "teacher_hidden"
-  int64_t bytes_per_sample = 0;  // activation bytes crossing per sample
-  bool carries_gradient = false; // true when `from` trains
+  std::string from, to;           // section names
+  std::string tensor;             // e.g. "image_embeddings", "teacher_hidden"
+  int64_t bytes_per_sample = 0;   // activation bytes crossing per sample
+  bool carries_gradient = false;  // true when `from` trains
   // Added in schema 1 (optional; 0 when absent): DP_to / DP_from when the
   // downstream DP is the larger (fan-out), DP_from / DP_to otherwise (fan-in).
   int fanout = 0;
@@ -171,17 +171,17 @@ struct SectionLayout {
 };
 
 struct ModalityDesc {
-  std::string name;              // e.g. "image"
-  double fraction = 0.0;         // share of samples that carry it
-  int64_t tokens = 0;            // tokens it adds to a sample
+  std::string name;       // e.g. "image"
+  double fraction = 0.0;  // share of samples that carry it
+  int64_t tokens = 0;     // tokens it adds to a sample
 };
 
 struct DataPlan {
-  std::string manifest;          // JSONL sample manifest ("" = built-in demo data)
+  std::string manifest;  // JSONL sample manifest ("" = built-in demo data)
   int64_t global_batch = 1;
   int64_t seq_len = 1;
   uint64_t seed = 0;
-  int64_t steps = 0;             // 0 = one epoch
+  int64_t steps = 0;  // 0 = one epoch
   // Added in schema 1 (optional): a built-in dataset used when `manifest` is
   // "": "fashion_mnist_captions" (images + captions mixed with text) or
   // "text" (text only); "" = chosen from the modalities (image -> captions).
@@ -191,28 +191,28 @@ struct DataPlan {
 
 // One cross-section link (see LinksOfEdge below).
 struct Link {
-  int edge = -1;            // index into plan.edges
+  int edge = -1;  // index into plan.edges
   int up_dp = 0, down_dp = 0;
-  int up_rank = -1;         // global rank that sends activations
-  int down_rank = -1;       // global rank that receives them
+  int up_rank = -1;    // global rank that sends activations
+  int down_rank = -1;  // global rank that receives them
 };
 
 struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string job_name;
   std::string spec_path;
-  std::vector<SectionPlan> sections;   // index == het component
+  std::vector<SectionPlan> sections;  // index == het component
   std::vector<EdgePlan> edges;
   DataPlan data;
   double predicted_step_seconds = 0.0;
-  std::string work_dir = ".";           // checkpoints, spool, metrics
+  std::string work_dir = ".";  // checkpoints, spool, metrics
   // Added in schema 1 (optional): the derived rank layout and every link of
   // every edge (FillLayout); empty when absent.
   std::vector<SectionLayout> layout;
   std::vector<Link> links;
   // Added in schema 1 (optional), read by the runtime:
-  int64_t checkpoint_every = 0;          // steps between checkpoints (0: at the end and on a signal)
-  double comm_timeout_s = 0.0;           // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
+  int64_t checkpoint_every = 0;               // steps between checkpoints (0: at the end and on a signal)
+  double comm_timeout_s = 0.0;                // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
   std::string schedule_policy = "wavefront";  // scheduler::PolicyFromName
   // Added in schema 1 (optional): > 0 when every rank runs on one machine
   // whose `shared_cores` cores they share (the embedded default, `maestro
@@ -243,8 +243,8 @@ SectionPlan& AppendSingleNodeSection(Plan& plan, const std::string& name, int tp
 
 // ---- rank layout -------------------------------------------------------------
 struct RankCoords {
-  int section = -1;        // index into plan.sections (== het component)
-  int local_rank = 0;      // rank inside the section
+  int section = -1;    // index into plan.sections (== het component)
+  int local_rank = 0;  // rank inside the section
   int tp = 0, cp = 0, dp = 0, pp = 0;
 };
 

@@ -9,7 +9,9 @@ namespace maestro::runtime {
 
 using launcher::Buffer;
 
-Status Wait(StatusOr<launcher::WorkPtr> work) { return launcher::Complete(std::move(work)); }
+Status Wait(StatusOr<launcher::WorkPtr> work) {
+  return launcher::Complete(std::move(work));
+}
 
 Buffer FloatBuffer(const torch::Tensor& t) {
   return Buffer{t.data_ptr(), static_cast<size_t>(t.numel()), launcher::DType::kF32, launcher::Device::kCpu};

@@ -31,8 +31,8 @@ struct DecoderSpeed {
   int64_t params = 0;             // parameters of the built model
   double seconds_per_step = 0.0;  // mean over the timed steps
   double tokens_per_second = 0.0;
-  std::string device;             // what it ran on
-  std::string dtype;              // "bf16" or "fp32"
+  std::string device;  // what it ran on
+  std::string dtype;   // "bf16" or "fp32"
 };
 
 // Whether libtorch can run on CUDA here; when not, *why says why (built

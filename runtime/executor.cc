@@ -2,8 +2,6 @@
 #include "runtime/executor.h"
 
 #include <fmt/format.h>
-
-#include "base/checks.h"
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -18,6 +16,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "base/checks.h"
+#include "base/line_fit.h"
 #include "base/log.h"
 #include "datalayer/activation_spool.h"
 #include "datalayer/preemption.h"
@@ -30,7 +30,6 @@
 #include "runtime/section_runner.h"
 #include "scheduler/problem.h"
 #include "scheduler/scheduler.h"
-#include "base/line_fit.h"
 #include "scheduler/simulator.h"
 
 namespace maestro::runtime {
@@ -43,7 +42,9 @@ using launcher::LinkChannel;
 using launcher::WorkPtr;
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 int64_t WallMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -206,7 +207,11 @@ class RankLoop {
  public:
   RankLoop(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
            const TrainOptions& options)
-      : plan_(plan), place_(place), comms_(comms), options_(options), section_(place.coords.section),
+      : plan_(plan),
+        place_(place),
+        comms_(comms),
+        options_(options),
+        section_(place.coords.section),
         replica_(place.coords.dp) {}
 
   StatusOr<TrainSummary> Run();
@@ -232,11 +237,13 @@ class RankLoop {
     return TimedWait(comms_.group(plan::GroupKind::kTP).Broadcast(FloatBuffer(t), 0));
   }
   bool UpstreamTrains(int edge) const {
-    const auto& up = plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].from))];
+    const auto& up =
+        plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].from))];
     return up.mode == plan::SectionMode::kTrain;
   }
   bool DownstreamTrains(int edge) const {
-    const auto& down = plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].to))];
+    const auto& down =
+        plan_.sections[static_cast<size_t>(plan_.section_index(plan_.edges[static_cast<size_t>(edge)].to))];
     return down.mode == plan::SectionMode::kTrain;
   }
   // Waits for a transfer or collective, counting the time as blocked (not
@@ -308,10 +315,10 @@ Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
     if (s.config.pp != 1 || s.config.cp != 1) {
-      return Status::FailedPrecondition(fmt::format(
-          "section '{}': the runtime runs PP = CP = 1 today (plan has pp {} cp {}); recompile with "
-          "--pin {}.pp=1 or let the planner choose (it only emits what the runtime runs)",
-          s.name, s.config.pp, s.config.cp, s.name));
+      return Status::FailedPrecondition(
+          fmt::format("section '{}': the runtime runs PP = CP = 1 today (plan has pp {} cp {}); recompile with "
+                      "--pin {}.pp=1 or let the planner choose (it only emits what the runtime runs)",
+                      s.name, s.config.pp, s.config.cp, s.name));
     }
   }
   modality_names_ = scheduler::ModalityNamesOf(plan_);
@@ -383,8 +390,8 @@ Status RankLoop::Setup() {
 
   // A forward-only section that feeds others keeps its outputs in a spool.
   if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1) {
-    const std::string base = fmt::format("{}/spool/{}-dp{}", options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name,
-                                         replica_);
+    const std::string base =
+        fmt::format("{}/spool/{}-dp{}", options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_);
     std::error_code ec;
     std::filesystem::create_directories(options_.run_dir + "/spool", ec);
     // The spool's commit records live in a SampleIndex database of this rank's own.
@@ -392,7 +399,8 @@ Status RankLoop::Setup() {
     datalayer::SpoolOptions spool_options;
     spool_options.name = fmt::format("{}.out", plan_.sections[static_cast<size_t>(section_)].name);
     spool_options.reuse_across_epochs = true;  // a frozen section's output never changes
-    MAESTRO_ASSIGN_OR_RETURN(spool_, datalayer::ActivationSpool::Open(base + ".h5", &spool_index_->db(), spool_options));
+    MAESTRO_ASSIGN_OR_RETURN(spool_,
+                             datalayer::ActivationSpool::Open(base + ".h5", &spool_index_->db(), spool_options));
   }
   return Status::Ok();
 }
@@ -476,7 +484,7 @@ Status RankLoop::Forward(int mb_index) {
     state.inputs[e] = input;
   }
 
-  const auto start = Clock::now();  // busy = compute, not the wait for inputs
+  const auto start = Clock::now();        // busy = compute, not the wait for inputs
   const int64_t start_us = WallMicros();  // so is the op in the trace
   MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*dataset_, ids));
   if (spool_) {
@@ -615,7 +623,8 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   MAESTRO_ASSIGN_OR_RETURN(schedule_, scheduler::BuildSchedule(problem_, so));
   MAESTRO_ASSIGN_OR_RETURN(transfers_, scheduler::ImpliedTransfers(problem_, schedule_));
   const int rank_index = schedule_.RankIndex(section_, replica_);
-  if (rank_index < 0) return Status::Internal(fmt::format("the schedule has no program for section {} dp {}", section_, replica_));
+  if (rank_index < 0)
+    return Status::Internal(fmt::format("the schedule has no program for section {} dp {}", section_, replica_));
   program_ = &schedule_.ranks[static_cast<size_t>(rank_index)];
 
   // Messages of this rank, with their link and tag (k-th message of its link).
@@ -624,8 +633,10 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   std::map<std::tuple<int, int, int>, int> next_tag;
   for (const auto& t : transfers_) {
     const int tag = next_tag[{t.edge, t.up_replica, t.down_replica}]++;
-    const bool down_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ && t.down_replica == replica_;
-    const bool up_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ && t.up_replica == replica_;
+    const bool down_here =
+        plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ && t.down_replica == replica_;
+    const bool up_here =
+        plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ && t.up_replica == replica_;
     if (!down_here && !up_here) continue;
     // Links end at TP rank 0 of a replica; the other TP ranks get its data by broadcast.
     LinkChannel* link = Tp0() ? FindLink(t.edge, t.up_replica, t.down_replica) : nullptr;
@@ -792,7 +803,9 @@ Status RankLoop::WriteTrace() {
   if (!Rank0()) return Status::Ok();
   nlohmann::json all = nlohmann::json::array();
   for (size_t s = 0; s < plan_.sections.size(); ++s) {
-    all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", s},
+    all.push_back({{"name", "process_name"},
+                   {"ph", "M"},
+                   {"pid", s},
                    {"args", {{"name", fmt::format("section {}", plan_.sections[s].name)}}}});
   }
   for (int r = 0; r < plan_.world_size(); ++r) {
@@ -825,7 +838,8 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
   std::vector<std::pair<double, double>> computing;
   std::vector<size_t> op_interval;  // measured.ops[i] <-> computing[op_interval[i]]
   for (const auto& e : events) {
-    if (e.value("ph", "") != "X" || !e.contains("args") || e["args"].value("step", int64_t{-1}) != current_step_) continue;
+    if (e.value("ph", "") != "X" || !e.contains("args") || e["args"].value("step", int64_t{-1}) != current_step_)
+      continue;
     const std::string name = e.value("name", "");
     if (name.empty() || (name[0] != 'F' && name[0] != 'B' && name[0] != 'O')) continue;
     const double ts_s = e.value("ts", 0.0) * 1e-6;
@@ -835,8 +849,9 @@ Status RankLoop::WriteTimelines(const nlohmann::json& events) {
     scheduler::OpInterval op;
     op.rank = schedule_.RankIndex(coords->section, coords->dp);
     if (op.rank < 0) continue;
-    op.kind = name[0] == 'F' ? scheduler::OpKind::kForward
-                             : name[0] == 'B' ? scheduler::OpKind::kBackward : scheduler::OpKind::kOptimizer;
+    op.kind = name[0] == 'F'   ? scheduler::OpKind::kForward
+              : name[0] == 'B' ? scheduler::OpKind::kBackward
+                               : scheduler::OpKind::kOptimizer;
     op.micro_batch = name.size() > 1 ? std::atoi(name.c_str() + 1) : -1;
     op.samples = e["args"].value("samples", 0);
     const int64_t ts = e.value("ts", int64_t{0}), dur = e.value("dur", int64_t{0});
@@ -1006,8 +1021,8 @@ StatusOr<TrainSummary> RankLoop::Run() {
   summary.final_loss = last_loss_;
   MAESTRO_RETURN_IF_ERROR(WriteTrace());
   if (spool_) {
-    Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}", plan_.sections[static_cast<size_t>(section_)].name,
-        replica_, spool_hits_, spool_computed_);
+    Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",
+        plan_.sections[static_cast<size_t>(section_)].name, replica_, spool_hits_, spool_computed_);
   }
   // Evaluate the last checkpoint (the loop writes one at its last step).
   if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 &&

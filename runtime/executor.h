@@ -47,9 +47,9 @@ struct TrainOptions {
 // The result of one start of the loop (rank 0's view; other ranks see the
 // same step numbers).
 struct TrainSummary {
-  int64_t first_step = 0;     // the step this start resumed at
-  int64_t steps_done = 0;     // steps run by this start
-  bool preempted = false;     // stopped on a signal (or stop_after_steps) after a checkpoint
+  int64_t first_step = 0;  // the step this start resumed at
+  int64_t steps_done = 0;  // steps run by this start
+  bool preempted = false;  // stopped on a signal (or stop_after_steps) after a checkpoint
   double final_loss = 0.0;
   double caption_accuracy = -1.0;  // -1: not evaluated
 };

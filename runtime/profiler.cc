@@ -21,7 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -36,8 +38,7 @@ std::vector<int> Sizes(const plan::Plan& plan, const ProfileOptions& options) {
   for (const auto& s : plan.sections) sizes.push_back(s.config.micro_batch);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
-                             [&](int b) { return b < 1 || b > plan.data.global_batch; }),
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int b) { return b < 1 || b > plan.data.global_batch; }),
               sizes.end());
   return sizes;
 }

@@ -37,8 +37,8 @@ using ProfilePoint = plan::ProfilePoint;
 
 struct ProfileOptions {
   std::vector<int> micro_batches{1, 2, 4, 8, 16, 32, 64};  // each capped at the global batch
-  int repeats = 5;   // timed runs per size, after 2 warm-ups
-  int threads = 1;   // intra-op threads (ProfileSections; ProfileRanks uses the run's share)
+  int repeats = 5;                                         // timed runs per size, after 2 warm-ups
+  int threads = 1;  // intra-op threads (ProfileSections; ProfileRanks uses the run's share)
 };
 
 StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, const ProfileOptions& options);

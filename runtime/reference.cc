@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "base/checks.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "base/checks.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
@@ -30,10 +29,10 @@ double ModalityFraction(const plan::Plan& plan, const std::string& name, double 
 
 StatusOr<std::unique_ptr<datasets::DemoDataset>> OpenPlanDataset(const plan::Plan& plan) {
   if (!plan.data.manifest.empty()) {
-    return Status::FailedPrecondition(fmt::format(
-        "[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
-        "(set manifest = \"\" and dataset = \"fashion_mnist_captions\" or \"text\")",
-        plan.data.manifest));
+    return Status::FailedPrecondition(
+        fmt::format("[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
+                    "(set manifest = \"\" and dataset = \"fashion_mnist_captions\" or \"text\")",
+                    plan.data.manifest));
   }
   datasets::DemoOptions options;
   std::string kind = plan.data.dataset;
@@ -187,7 +186,8 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
     for (auto& runner : runners) {
       if (runner->trains()) runner->OptimizerStep(batch.step);
     }
-    StepLoss loss{batch.step, result.loss_samples > 0 ? result.loss_sum / static_cast<double>(result.loss_samples) : 0.0,
+    StepLoss loss{batch.step,
+                  result.loss_samples > 0 ? result.loss_sum / static_cast<double>(result.loss_samples) : 0.0,
                   result.loss_samples};
     losses.push_back(loss);
     if (metrics) {

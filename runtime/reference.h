@@ -42,14 +42,14 @@ std::vector<int> TopologicalSections(const plan::Plan& plan);
 
 struct StepLoss {
   int64_t step = 0;
-  double loss = 0.0;        // mean per-sample loss of the step's sink sections
+  double loss = 0.0;  // mean per-sample loss of the step's sink sections
   int64_t samples = 0;
 };
 
 struct ReferenceOptions {
-  std::string run_dir;      // its own index and checkpoints
-  int64_t steps = 0;        // 0: plan.data.steps
-  std::string metrics_path; // "" = none; else one JSON line per step
+  std::string run_dir;       // its own index and checkpoints
+  int64_t steps = 0;         // 0: plan.data.steps
+  std::string metrics_path;  // "" = none; else one JSON line per step
 };
 
 // Trains the plan in one process (see above). Returns each step's loss.

@@ -24,7 +24,7 @@ double MeasureMatmulGflops(int n) {
   auto b = torch::randn({n, n});  // (n, n) fp32
   (void)torch::mm(a, b);          // warm-up
   const auto t0 = std::chrono::steady_clock::now();
-  auto c = torch::mm(a, b);       // (n, n)
+  auto c = torch::mm(a, b);  // (n, n)
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (void)c.sum().item<float>();
   return 2.0 * n * n * static_cast<double>(n) / s / 1e9;

@@ -5,11 +5,11 @@
 #include <string>
 namespace maestro::runtime {
 struct RuntimeInfo {
-  std::string torch_version;   // e.g. "1.13.1"
-  int intra_op_threads = 0;    // at::get_num_threads()
+  std::string torch_version;  // e.g. "1.13.1"
+  int intra_op_threads = 0;   // at::get_num_threads()
   bool cuda_available = false;
   int cuda_devices = 0;
-  std::string parallel_info;   // at::get_parallel_info(): OpenMP/BLAS backends
+  std::string parallel_info;  // at::get_parallel_info(): OpenMP/BLAS backends
 };
 RuntimeInfo GetRuntimeInfo();
 // Multiplies two n x n fp32 matrices once and returns GFLOP/s measured, so

@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/section_runner.h"
-#include "base/splitmix.h"
 
 #include <fmt/format.h>
-
-#include "base/checks.h"
 
 #include <cmath>
 #include <filesystem>
 #include <sstream>
 
+#include "base/checks.h"
+#include "base/splitmix.h"
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "datasets/demo_data.h"
@@ -35,7 +34,9 @@ Status TorchCall(const std::string& what, Fn&& fn) {
   return Status::Ok();
 }
 
-bool IsDecoder(const plan::SectionPlan& s) { return s.model.kind == plan::ModelKind::kDecoder; }
+bool IsDecoder(const plan::SectionPlan& s) {
+  return s.model.kind == plan::ModelKind::kDecoder;
+}
 
 }  // namespace
 
@@ -70,8 +71,8 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, co
     if (seq_len < 0) seq_len = static_cast<int64_t>(sample->input_ids.size());
     if (static_cast<int64_t>(sample->input_ids.size()) != seq_len ||
         static_cast<int64_t>(sample->target_ids.size()) != seq_len) {
-      return Status::Internal(fmt::format("sample {}: {} tokens, the micro-batch has {}", id,
-                                          sample->input_ids.size(), seq_len));
+      return Status::Internal(
+          fmt::format("sample {}: {} tokens, the micro-batch has {}", id, sample->input_ids.size(), seq_len));
     }
     inputs.insert(inputs.end(), sample->input_ids.begin(), sample->input_ids.end());
     targets.insert(targets.end(), sample->target_ids.begin(), sample->target_ids.end());
@@ -101,9 +102,10 @@ StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::
   if (fs::is_directory(path, ec)) {
     const std::string index_path = (fs::path(path) / "index.sqlite").string();
     if (!fs::exists(index_path, ec)) {
-      return Status::NotFound(fmt::format("init '{}': no index.sqlite in this run directory (train that run first, "
-                                          "e.g. `maestro run` its spec)",
-                                          path));
+      return Status::NotFound(
+          fmt::format("init '{}': no index.sqlite in this run directory (train that run first, "
+                      "e.g. `maestro run` its spec)",
+                      path));
     }
     MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open(index_path));
     MAESTRO_ASSIGN_OR_RETURN(auto commit, index->LastCommit());
@@ -152,10 +154,10 @@ StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan&
   if (!s.init_from.empty()) {
     const std::string from = s.init_section.empty() ? s.name : s.init_section;
     MAESTRO_ASSIGN_OR_RETURN(auto bytes, ReadSectionModelBytes(s.init_from, from));
-    MAESTRO_RETURN_IF_ERROR(LoadModuleBytes(
-        *module, bytes,
-        fmt::format("section '{}': loading section '{}' of '{}' (is it the same model shape?)", s.name, from,
-                    s.init_from)));
+    MAESTRO_RETURN_IF_ERROR(
+        LoadModuleBytes(*module, bytes,
+                        fmt::format("section '{}': loading section '{}' of '{}' (is it the same model shape?)", s.name,
+                                    from, s.init_from)));
   }
   return module;
 }
@@ -183,12 +185,18 @@ struct SectionRunner::Impl {
 
 SectionRunner::~SectionRunner() = default;
 
-const plan::SectionPlan& SectionRunner::section_plan() const { return impl_->section; }
-bool SectionRunner::trains() const { return impl_->section.mode == plan::SectionMode::kTrain; }
-torch::nn::Module& SectionRunner::module() { return *impl_->module; }
+const plan::SectionPlan& SectionRunner::section_plan() const {
+  return impl_->section;
+}
+bool SectionRunner::trains() const {
+  return impl_->section.mode == plan::SectionMode::kTrain;
+}
+torch::nn::Module& SectionRunner::module() {
+  return *impl_->module;
+}
 
 StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan& plan, int section,
-                                                                const RunnerOptions& options) {
+                                                               const RunnerOptions& options) {
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
@@ -236,8 +244,8 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
         "section '{}': the built-in datasets carry no audio yet, so the runtime cannot feed an audio encoder", s.name));
   }
   if (s.loss.kind == "kd" && impl.kd_edge < 0) {
-    return Status::InvalidArgument(
-        fmt::format("section '{}': loss kind 'kd' needs an input edge from a forward-only decoder (the teacher)", s.name));
+    return Status::InvalidArgument(fmt::format(
+        "section '{}': loss kind 'kd' needs an input edge from a forward-only decoder (the teacher)", s.name));
   }
 
   MAESTRO_ASSIGN_OR_RETURN(impl.module, BuildSectionModel(plan, s, options));
@@ -295,7 +303,9 @@ std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
   return {};
 }
 
-std::vector<int64_t> SectionRunner::OutputRowShape() const { return RowShapeOf(*impl_->plan, section_); }
+std::vector<int64_t> SectionRunner::OutputRowShape() const {
+  return RowShapeOf(*impl_->plan, section_);
+}
 
 namespace {
 
@@ -308,8 +318,8 @@ torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& ta
   const auto v = logits.size(2);
   auto mask = targets.ne(datasets::kIgnoreTarget);  // (B, T)
   auto safe_targets = targets.masked_fill(~mask, 0);
-  auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);                // (B, T, V)
-  auto ce = -log_probs.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1);          // (B, T)
+  auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);      // (B, T, V)
+  auto ce = -log_probs.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1);  // (B, T)
   torch::Tensor per_position = ce;
   if (teacher_logits.defined()) {
     const double temp = loss.temperature;
@@ -317,10 +327,10 @@ torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& ta
     auto t_scaled = teacher_logits.to(torch::kFloat32) / temp;
     torch::Tensor kl;
     if (loss.top_k > 0 && loss.top_k < v) {
-      auto top = t_scaled.topk(loss.top_k, -1);                   // values, indices (B, T, k)
-      auto t_logp = torch::log_softmax(std::get<0>(top), -1);     // teacher renormalized over its top-k
-      auto s_logp = s_scaled.gather(-1, std::get<1>(top));        // student log-probs at those tokens
-      kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1);            // (B, T)
+      auto top = t_scaled.topk(loss.top_k, -1);                // values, indices (B, T, k)
+      auto t_logp = torch::log_softmax(std::get<0>(top), -1);  // teacher renormalized over its top-k
+      auto s_logp = s_scaled.gather(-1, std::get<1>(top));     // student log-probs at those tokens
+      kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1);         // (B, T)
     } else {
       auto t_logp = torch::log_softmax(t_scaled, -1);
       kl = (t_logp.exp() * (t_logp - s_scaled)).sum(-1);
@@ -328,8 +338,8 @@ torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& ta
     per_position = (1.0 - loss.kd_alpha) * ce + loss.kd_alpha * temp * temp * kl;
   }
   auto maskf = mask.to(torch::kFloat32);
-  auto counts = maskf.sum(-1).clamp_min(1.0);                  // (B)
-  return (per_position * maskf).sum(-1) / counts;              // (B)
+  auto counts = maskf.sum(-1).clamp_min(1.0);      // (B)
+  return (per_position * maskf).sum(-1) / counts;  // (B)
 }
 
 }  // namespace

@@ -40,13 +40,13 @@ namespace maestro::runtime {
 // The payloads of one micro-batch, stacked. B samples; a section reads the
 // fields it needs.
 struct MicroBatchData {
-  std::vector<int64_t> sample_ids;      // (B)
-  torch::Tensor input_ids;              // (B, T) int64 (decoder sections)
-  torch::Tensor target_ids;             // (B, T) int64, -100 where no loss
-  torch::Tensor images;                 // (B_img, channels, S, S) fp32: the samples that carry an image, in order
-  std::vector<bool> has_image;          // (B)
+  std::vector<int64_t> sample_ids;        // (B)
+  torch::Tensor input_ids;                // (B, T) int64 (decoder sections)
+  torch::Tensor target_ids;               // (B, T) int64, -100 where no loss
+  torch::Tensor images;                   // (B_img, channels, S, S) fp32: the samples that carry an image, in order
+  std::vector<bool> has_image;            // (B)
   std::vector<int64_t> answer_positions;  // (B), -1 when the sample has no caption answer
-  std::vector<int> labels;              // (B), -1 when none
+  std::vector<int> labels;                // (B), -1 when none
 };
 
 // Loads the payloads of `sample_ids` (in that order) from the built-in
@@ -97,11 +97,11 @@ class SectionRunner {
   std::vector<int64_t> OutputRowShape() const;
 
   struct Output {
-    torch::Tensor rows;   // (B, OutputRowShape...) when edges leave the section
-    torch::Tensor loss;   // scalar, a sink that trains: sum_b loss_b / global_batch
+    torch::Tensor rows;     // (B, OutputRowShape...) when edges leave the section
+    torch::Tensor loss;     // scalar, a sink that trains: sum_b loss_b / global_batch
     double loss_sum = 0.0;  // sum_b loss_b (for logs)
     int64_t loss_samples = 0;
-    int64_t answers_right = 0;   // caption samples whose answer token is the argmax
+    int64_t answers_right = 0;  // caption samples whose answer token is the argmax
     int64_t answers = 0;
   };
   // One micro-batch. `data`: its B samples, every one activating this

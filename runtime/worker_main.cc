@@ -54,8 +54,8 @@ int WriteProfile(const std::string& path, const std::vector<maestro::runtime::Pr
     return maestro::kExitFailure;
   }
   for (const auto& p : points) {
-    std::printf("%-12s gpus %d micro-batch %3d: %.6f s (forward %.6f s, optimizer %.6f s)\n", p.section.c_str(),
-                p.gpus, p.micro_batch, p.seconds, p.forward_seconds, p.optimizer_seconds);
+    std::printf("%-12s gpus %d micro-batch %3d: %.6f s (forward %.6f s, optimizer %.6f s)\n", p.section.c_str(), p.gpus,
+                p.micro_batch, p.seconds, p.forward_seconds, p.optimizer_seconds);
   }
   return maestro::kExitOk;
 }

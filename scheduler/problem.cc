@@ -6,9 +6,8 @@
 
 namespace maestro::scheduler {
 
-LinearCostModel::LinearCostModel(std::vector<SectionSpec> sections,
-                                 std::vector<SectionCost> section_costs, std::vector<EdgeSpec> edges,
-                                 std::vector<EdgeCost> edge_costs)
+LinearCostModel::LinearCostModel(std::vector<SectionSpec> sections, std::vector<SectionCost> section_costs,
+                                 std::vector<EdgeSpec> edges, std::vector<EdgeCost> edge_costs)
     : sections_(std::move(sections)),
       costs_(std::move(section_costs)),
       edges_(std::move(edges)),
@@ -66,8 +65,8 @@ Status ValidateProblem(const Problem& p) {
   if (!p.costs) return Status::InvalidArgument("scheduler problem: no cost model set (Problem::costs)");
   if (p.sections.empty()) return Status::InvalidArgument("scheduler problem: no sections");
   if (p.sections.size() > static_cast<size_t>(kMaxSections)) {
-    return Status::InvalidArgument("scheduler problem: " + std::to_string(p.sections.size()) +
-                                   " sections; at most " + std::to_string(kMaxSections) + " are supported");
+    return Status::InvalidArgument("scheduler problem: " + std::to_string(p.sections.size()) + " sections; at most " +
+                                   std::to_string(kMaxSections) + " are supported");
   }
   if (p.modality_names.size() > static_cast<size_t>(kMaxModalities)) {
     return Status::InvalidArgument("scheduler problem: " + std::to_string(p.modality_names.size()) +
@@ -81,34 +80,30 @@ Status ValidateProblem(const Problem& p) {
   const int n_modalities = static_cast<int>(p.modality_names.size());
   for (const SectionSpec& s : p.sections) {
     if (s.dp < 1 || s.micro_batch < 1) {
-      return Status::InvalidArgument("section '" + s.name + "': dp (" + std::to_string(s.dp) +
-                                     ") and micro_batch (" + std::to_string(s.micro_batch) +
-                                     ") must be >= 1");
+      return Status::InvalidArgument("section '" + s.name + "': dp (" + std::to_string(s.dp) + ") and micro_batch (" +
+                                     std::to_string(s.micro_batch) + ") must be >= 1");
     }
     if (s.processes < 1) {
       return Status::InvalidArgument("section '" + s.name + "': processes (" + std::to_string(s.processes) +
                                      ") must be >= 1");
     }
     if (s.modality >= n_modalities || s.modality < -1) {
-      return Status::InvalidArgument("section '" + s.name + "': modality index " +
-                                     std::to_string(s.modality) + " is not one of the " +
-                                     std::to_string(n_modalities) + " modalities");
+      return Status::InvalidArgument("section '" + s.name + "': modality index " + std::to_string(s.modality) +
+                                     " is not one of the " + std::to_string(n_modalities) + " modalities");
     }
   }
   for (size_t e = 0; e < p.edges.size(); ++e) {
     const EdgeSpec& edge = p.edges[e];
-    if (edge.from < 0 || edge.from >= n_sections || edge.to < 0 || edge.to >= n_sections ||
-        edge.from == edge.to) {
-      return Status::InvalidArgument("edge " + std::to_string(e) + ": sections " +
-                                     std::to_string(edge.from) + " -> " + std::to_string(edge.to) +
-                                     " are not two distinct sections");
+    if (edge.from < 0 || edge.from >= n_sections || edge.to < 0 || edge.to >= n_sections || edge.from == edge.to) {
+      return Status::InvalidArgument("edge " + std::to_string(e) + ": sections " + std::to_string(edge.from) + " -> " +
+                                     std::to_string(edge.to) + " are not two distinct sections");
     }
     const int a = p.sections[static_cast<size_t>(edge.from)].dp;
     const int b = p.sections[static_cast<size_t>(edge.to)].dp;
     if (a % b != 0 && b % a != 0) {
-      return Status::InvalidArgument("edge '" + p.sections[static_cast<size_t>(edge.from)].name +
-                                     "' -> '" + p.sections[static_cast<size_t>(edge.to)].name +
-                                     "': dp " + std::to_string(a) + " and " + std::to_string(b) +
+      return Status::InvalidArgument("edge '" + p.sections[static_cast<size_t>(edge.from)].name + "' -> '" +
+                                     p.sections[static_cast<size_t>(edge.to)].name + "': dp " + std::to_string(a) +
+                                     " and " + std::to_string(b) +
                                      " do not divide one another (fan-out rule DP_from * k = DP_to)");
     }
   }
@@ -142,8 +137,7 @@ Status ValidateProblem(const Problem& p) {
   const uint32_t known = n_modalities >= 32 ? ~0u : ((1u << n_modalities) - 1u);
   for (const Sample& s : p.samples) {
     if ((s.modalities & ~known) != 0) {
-      return Status::InvalidArgument("sample " + std::to_string(s.id) +
-                                     " carries a modality bit beyond the " +
+      return Status::InvalidArgument("sample " + std::to_string(s.id) + " carries a modality bit beyond the " +
                                      std::to_string(n_modalities) + " known modalities");
     }
   }
@@ -156,8 +150,7 @@ std::vector<std::string> ModalityNamesOf(const plan::Plan& plan) {
     if (std::find(names.begin(), names.end(), m.name) == names.end()) names.push_back(m.name);
   }
   for (const plan::SectionPlan& s : plan.sections) {
-    if (s.activation != "always" &&
-        std::find(names.begin(), names.end(), s.activation) == names.end()) {
+    if (s.activation != "always" && std::find(names.begin(), names.end(), s.activation) == names.end()) {
       names.push_back(s.activation);
     }
   }
@@ -200,9 +193,8 @@ StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const Section
     spec.micro_batch = s.config.micro_batch;
     spec.processes = std::max(1, s.config.tp * s.config.pp * s.config.cp);
     if (s.activation != "always") {
-      spec.modality = static_cast<int>(
-          std::find(p.modality_names.begin(), p.modality_names.end(), s.activation) -
-          p.modality_names.begin());
+      spec.modality = static_cast<int>(std::find(p.modality_names.begin(), p.modality_names.end(), s.activation) -
+                                       p.modality_names.begin());
     }
     p.sections.push_back(std::move(spec));
   }

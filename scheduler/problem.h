@@ -79,7 +79,10 @@ class SectionCostModel {
   // each other (an asynchronous resharding queue).
   virtual double TransferSeconds(int edge, const Sample& sample) const = 0;
   // Seconds of the DP gradient reduction + optimizer step of a training section.
-  virtual double OptimizerSeconds(int section) const { (void)section; return 0.0; }
+  virtual double OptimizerSeconds(int section) const {
+    (void)section;
+    return 0.0;
+  }
 };
 
 // A cost model of the usual shape, per section:
@@ -92,13 +95,13 @@ class SectionCostModel {
 class LinearCostModel : public SectionCostModel {
  public:
   struct SectionCost {
-    double fixed_seconds = 0.0;          // per micro-batch (launch, pipeline fill)
+    double fixed_seconds = 0.0;  // per micro-batch (launch, pipeline fill)
     double seconds_per_token = 0.0;
-    double seconds_per_token_sq = 0.0;   // attention-like term, per sample
+    double seconds_per_token_sq = 0.0;  // attention-like term, per sample
     double backward_factor = 2.0;
     double optimizer_seconds = 0.0;
     // Weight of text tokens and of each modality's tokens; empty: the default.
-    std::vector<double> token_weights;   // [0] = text, [1 + m] = modality m
+    std::vector<double> token_weights;  // [0] = text, [1 + m] = modality m
   };
   struct EdgeCost {
     double seconds_per_sample = 0.0;
@@ -130,7 +133,7 @@ struct Problem {
   std::vector<std::string> modality_names;  // bit m of Sample::modalities
   std::vector<SectionSpec> sections;
   std::vector<EdgeSpec> edges;
-  std::vector<Sample> samples;               // the global batch, in data order
+  std::vector<Sample> samples;  // the global batch, in data order
   std::shared_ptr<const SectionCostModel> costs;
   // > 0: every process of every replica shares this many cores (the embedded
   // default: one machine, ranks may outnumber its cores), and the simulator

@@ -20,7 +20,6 @@
 //     (downstream is kept fed); a loss section runs F then B; a producer's
 //     first micro-batch is a quarter size so its consumers start sooner.
 #include "scheduler/scheduler.h"
-#include "base/splitmix.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +30,8 @@
 #include <queue>
 #include <tuple>
 #include <utility>
+
+#include "base/splitmix.h"
 
 namespace maestro::scheduler {
 namespace {
@@ -47,14 +48,14 @@ struct Prepared {
   int64_t L = 1;
   int64_t dp_max = 0;
   int64_t fifo_block = 1;  // micro_batch of the section with the most replicas
-  std::vector<int> topo;                         // sections in topological order
+  std::vector<int> topo;   // sections in topological order
   std::vector<std::vector<int>> in_edges, out_edges;
-  std::vector<char> grad_edge;                   // per edge: a gradient comes back
-  std::vector<char> loss_section;                // trains, no gradient out-edge
-  std::vector<uint32_t> section_mask;            // per sample: sections it activates
-  std::vector<double> fwd1, bwd1;                // (section, sample): single-sample seconds
-  std::vector<double> xfer;                      // (edge, sample): transfer seconds
-  std::vector<int> rank_base;                    // first rank index of each section
+  std::vector<char> grad_edge;         // per edge: a gradient comes back
+  std::vector<char> loss_section;      // trains, no gradient out-edge
+  std::vector<uint32_t> section_mask;  // per sample: sections it activates
+  std::vector<double> fwd1, bwd1;      // (section, sample): single-sample seconds
+  std::vector<double> xfer;            // (edge, sample): transfer seconds
+  std::vector<int> rank_base;          // first rank index of each section
   int num_ranks = 0;
 };
 
@@ -72,8 +73,8 @@ Status Prepare(const Problem& p, Prepared* out) {
     const EdgeSpec& edge = p.edges[e];
     pr.out_edges[static_cast<size_t>(edge.from)].push_back(static_cast<int>(e));
     pr.in_edges[static_cast<size_t>(edge.to)].push_back(static_cast<int>(e));
-    pr.grad_edge[e] = p.sections[static_cast<size_t>(edge.from)].trains &&
-                      p.sections[static_cast<size_t>(edge.to)].trains;
+    pr.grad_edge[e] =
+        p.sections[static_cast<size_t>(edge.from)].trains && p.sections[static_cast<size_t>(edge.to)].trains;
   }
   pr.loss_section.assign(static_cast<size_t>(pr.S), 0);
   for (int s = 0; s < pr.S; ++s) {
@@ -105,13 +106,15 @@ Status Prepare(const Problem& p, Prepared* out) {
       pr.fifo_block = s.micro_batch;
     }
     if (pr.L > (1 << 16)) {
-      return Status::InvalidArgument("scheduler problem: the lcm of the DP degrees exceeds 65536; "
-                                     "use DP degrees that divide one another");
+      return Status::InvalidArgument(
+          "scheduler problem: the lcm of the DP degrees exceeds 65536; "
+          "use DP degrees that divide one another");
     }
   }
   pr.rank_base.assign(static_cast<size_t>(pr.S) + 1, 0);
   for (int s = 0; s < pr.S; ++s) {
-    pr.rank_base[static_cast<size_t>(s) + 1] = pr.rank_base[static_cast<size_t>(s)] + p.sections[static_cast<size_t>(s)].dp;
+    pr.rank_base[static_cast<size_t>(s) + 1] =
+        pr.rank_base[static_cast<size_t>(s)] + p.sections[static_cast<size_t>(s)].dp;
   }
   pr.num_ranks = pr.rank_base[static_cast<size_t>(pr.S)];
   pr.section_mask.assign(static_cast<size_t>(pr.n), 0);
@@ -153,7 +156,9 @@ Status Prepare(const Problem& p, Prepared* out) {
   return Status::Ok();
 }
 
-bool Activ(const Prepared& pr, int s, int i) { return (pr.section_mask[static_cast<size_t>(i)] >> s) & 1u; }
+bool Activ(const Prepared& pr, int s, int i) {
+  return (pr.section_mask[static_cast<size_t>(i)] >> s) & 1u;
+}
 
 int ReplicaOfSlot(const Prepared& pr, int s, int64_t slot) {
   return static_cast<int>(slot * pr.p->sections[static_cast<size_t>(s)].dp / pr.L);
@@ -212,14 +217,20 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
   }
   std::vector<double> inv_mean(static_cast<size_t>(pr.S), 0.0);
   for (int s = 0; s < pr.S; ++s) {
-    inv_mean[static_cast<size_t>(s)] = mean_load[static_cast<size_t>(s)] > 0 ? 1.0 / mean_load[static_cast<size_t>(s)] : 0.0;
+    inv_mean[static_cast<size_t>(s)] =
+        mean_load[static_cast<size_t>(s)] > 0 ? 1.0 / mean_load[static_cast<size_t>(s)] : 0.0;
   }
   // Longest first: a sample's weight is its share of each section's mean load.
-  struct Item { double weight; uint64_t tie; int index; };
+  struct Item {
+    double weight;
+    uint64_t tie;
+    int index;
+  };
   std::vector<Item> order(static_cast<size_t>(pr.n));
   for (int i = 0; i < pr.n; ++i) {
     double w = 0;
-    for (int s = 0; s < pr.S; ++s) w += (pr.fwd1[Idx(s, i, pr.n)] + pr.bwd1[Idx(s, i, pr.n)]) * inv_mean[static_cast<size_t>(s)];
+    for (int s = 0; s < pr.S; ++s)
+      w += (pr.fwd1[Idx(s, i, pr.n)] + pr.bwd1[Idx(s, i, pr.n)]) * inv_mean[static_cast<size_t>(s)];
     order[static_cast<size_t>(i)] = {w, SplitMix64(tie_seed ^ p.samples[static_cast<size_t>(i)].id), i};
   }
   std::sort(order.begin(), order.end(), [](const Item& a, const Item& b) {
@@ -228,7 +239,8 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
     return a.index < b.index;
   });
   std::vector<std::vector<double>> load(static_cast<size_t>(pr.S));
-  for (int s = 0; s < pr.S; ++s) load[static_cast<size_t>(s)].assign(static_cast<size_t>(p.sections[static_cast<size_t>(s)].dp), 0.0);
+  for (int s = 0; s < pr.S; ++s)
+    load[static_cast<size_t>(s)].assign(static_cast<size_t>(p.sections[static_cast<size_t>(s)].dp), 0.0);
   // replica of each slot, per section (L <= 65536).
   std::vector<std::vector<int32_t>> slot_replica(static_cast<size_t>(pr.S));
   for (int s = 0; s < pr.S; ++s) {
@@ -259,7 +271,9 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
       double mx = 0, sum = 0;
       for (size_t k = 0; k < act.size(); ++k) {
         const int s = act[k];
-        const double v = (load[static_cast<size_t>(s)][static_cast<size_t>(slot_replica[static_cast<size_t>(s)][static_cast<size_t>(slot)])] + cost[k]) *
+        const double v = (load[static_cast<size_t>(s)]
+                              [static_cast<size_t>(slot_replica[static_cast<size_t>(s)][static_cast<size_t>(slot)])] +
+                          cost[k]) *
                          inv_mean[static_cast<size_t>(s)];
         mx = std::max(mx, v);
         sum += v;
@@ -301,8 +315,9 @@ Schedule StaticSchedule(const Prepared& pr, const Placement& place) {
       const auto& m = members[static_cast<size_t>(r)];
       for (size_t k = 0; k < m.size(); k += static_cast<size_t>(spec.micro_batch)) {
         MicroBatch mb;
-        mb.sample_ids.assign(m.begin() + static_cast<std::ptrdiff_t>(k),
-                             m.begin() + static_cast<std::ptrdiff_t>(std::min(m.size(), k + static_cast<size_t>(spec.micro_batch))));
+        mb.sample_ids.assign(
+            m.begin() + static_cast<std::ptrdiff_t>(k),
+            m.begin() + static_cast<std::ptrdiff_t>(std::min(m.size(), k + static_cast<size_t>(spec.micro_batch))));
         prog.micro_batches.push_back(std::move(mb));
       }
       const int nmb = static_cast<int>(prog.micro_batches.size());
@@ -327,7 +342,7 @@ struct Event {
   uint64_t seq = 0;
   EventKind kind = EventKind::kRankFree;
   int rank = 0;
-  int payload = 0;  // sample (kArrive) or micro-batch (kGradReady)
+  int payload = 0;                        // sample (kArrive) or micro-batch (kGradReady)
   bool operator<(const Event& o) const {  // min-heap on (time, seq)
     return time != o.time ? time > o.time : seq > o.seq;
   }
@@ -338,16 +353,16 @@ struct RankState {
   // Samples whose inputs have arrived; the smallest key goes first.
   // A min-heap (std::greater) of keys tier * n + wave rank; unique per sample.
   std::vector<int> available;
-  int to_arrive = 0;             // samples of this rank not yet available
-  int unformed = 0;              // samples not yet in a micro-batch
+  int to_arrive = 0;  // samples of this rank not yet available
+  int unformed = 0;   // samples not yet in a micro-batch
   bool busy = false;
-  int loss_backward = -1;        // loss section: the mb whose B comes next
+  int loss_backward = -1;  // loss section: the mb whose B comes next
   std::priority_queue<int, std::vector<int>, std::greater<int>> backward_ready;
   int backwards_left = 0;
   bool optimizer_done = false;
-  int cap_relief = 0;            // in-flight micro-batches allowed over the cap (deadlock relief)
-  std::vector<int> pending_grad;        // per micro-batch
-  std::vector<double> grad_ready_at;    // per micro-batch
+  int cap_relief = 0;                        // in-flight micro-batches allowed over the cap (deadlock relief)
+  std::vector<int> pending_grad;             // per micro-batch
+  std::vector<double> grad_ready_at;         // per micro-batch
   std::vector<std::vector<int>> mb_samples;  // sample indices
 };
 
@@ -388,8 +403,7 @@ std::vector<double> SampleChains(const Prepared& pr) {
   return out;
 }
 
-StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t tie_seed,
-                                     int max_in_flight) {
+StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place, uint64_t tie_seed, int max_in_flight) {
   const Problem& p = *pr.p;
   const int n = pr.n;
   // The wave order: one global priority shared by every section, so that
@@ -419,10 +433,15 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
       lead[static_cast<size_t>(i)] = chain[static_cast<size_t>(i)] - heaviest;
       total[static_cast<size_t>(i)] = sum;
     }
-    struct WaveKey { double lead, total; uint64_t tie; int index; };
+    struct WaveKey {
+      double lead, total;
+      uint64_t tie;
+      int index;
+    };
     std::vector<WaveKey> keys(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
-      keys[static_cast<size_t>(i)] = {lead[static_cast<size_t>(i)], total[static_cast<size_t>(i)], tie[static_cast<size_t>(i)], i};
+      keys[static_cast<size_t>(i)] = {lead[static_cast<size_t>(i)], total[static_cast<size_t>(i)],
+                                      tie[static_cast<size_t>(i)], i};
     }
     std::sort(keys.begin(), keys.end(), [](const WaveKey& a, const WaveKey& b) {
       if (a.lead != b.lead) return a.lead > b.lead;
@@ -443,7 +462,8 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
     }
     std::sort(timed.begin(), timed.end());
     std::vector<int> order(static_cast<size_t>(n));
-    for (int k = 0; k < n; ++k) order[static_cast<size_t>(k)] = keys[static_cast<size_t>(timed[static_cast<size_t>(k)].second)].index;
+    for (int k = 0; k < n; ++k)
+      order[static_cast<size_t>(k)] = keys[static_cast<size_t>(timed[static_cast<size_t>(k)].second)].index;
     for (int k = 0; k < n; ++k) wave_rank[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
     wave_order = std::move(order);
   }
@@ -459,11 +479,10 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
     std::push_heap(rs.available.begin(), rs.available.end(), std::greater<int>());
   };
 
-
-
   std::vector<RankState> ranks(static_cast<size_t>(pr.num_ranks));
   for (int s = 0; s < pr.S; ++s) {
-    for (int r = 0; r < p.sections[static_cast<size_t>(s)].dp; ++r) ranks[static_cast<size_t>(pr.rank_base[static_cast<size_t>(s)] + r)].section = s;
+    for (int r = 0; r < p.sections[static_cast<size_t>(s)].dp; ++r)
+      ranks[static_cast<size_t>(pr.rank_base[static_cast<size_t>(s)] + r)].section = s;
   }
   std::vector<int> pending_in(static_cast<size_t>(pr.S) * static_cast<size_t>(n), 0);
   std::vector<char> has_upstream(pending_in.size(), 0);
@@ -519,7 +538,8 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
     }
   }
   for (int rk = 0; rk < pr.num_ranks; ++rk) {
-    if (ranks[static_cast<size_t>(rk)].unformed == 0 && p.sections[static_cast<size_t>(ranks[static_cast<size_t>(rk)].section)].trains) {
+    if (ranks[static_cast<size_t>(rk)].unformed == 0 &&
+        p.sections[static_cast<size_t>(ranks[static_cast<size_t>(rk)].section)].trains) {
       events.push({0.0, seq++, EventKind::kRankFree, rk, 0});  // optimizer only
     }
   }
@@ -578,7 +598,8 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
           const int umb = mb_of[Idx(u, i, n)];
           double& at = us.grad_ready_at[static_cast<size_t>(umb)];
           at = std::max(at, tf + pr.xfer[Idx(e, i, n)]);
-          if (--us.pending_grad[static_cast<size_t>(umb)] == 0) events.push({at, seq++, EventKind::kGradReady, urk, umb});
+          if (--us.pending_grad[static_cast<size_t>(umb)] == 0)
+            events.push({at, seq++, EventKind::kGradReady, urk, umb});
         }
       }
     }
@@ -623,8 +644,7 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
     }
     // A memory cap: a training section that waits for gradients holds at
     // most max_in_flight micro-batches between their forward and backward.
-    const bool may_forward =
-        max_in_flight <= 0 || !spec.trains || rs.backwards_left < max_in_flight + rs.cap_relief;
+    const bool may_forward = max_in_flight <= 0 || !spec.trains || rs.backwards_left < max_in_flight + rs.cap_relief;
     const int avail = may_forward ? static_cast<int>(rs.available.size()) : 0;
     if (avail >= spec.micro_batch || (avail > 0 && rs.to_arrive == 0)) {
       form_forward(rk, t);
@@ -665,16 +685,12 @@ StatusOr<Schedule> WavefrontSchedule(const Prepared& pr, const Placement& place,
       events.pop();
       RankState& rs = ranks[static_cast<size_t>(ev.rank)];
       switch (ev.kind) {
-        case EventKind::kRankFree:
-          rs.busy = false;
-          break;
+        case EventKind::kRankFree: rs.busy = false; break;
         case EventKind::kArrive:
           --rs.to_arrive;
           push_available(rs, priority_of(ev.payload, has_upstream[Idx(rs.section, ev.payload, n)] != 0));
           break;
-        case EventKind::kGradReady:
-          rs.backward_ready.push(ev.payload);
-          break;
+        case EventKind::kGradReady: rs.backward_ready.push(ev.payload); break;
       }
       if (!is_touched[static_cast<size_t>(ev.rank)]) {
         is_touched[static_cast<size_t>(ev.rank)] = 1;
@@ -722,10 +738,9 @@ StatusOr<Policy> PolicyFromName(const std::string& name) {
 }
 
 int Schedule::RankIndex(int section, int replica) const {
-  auto it = std::lower_bound(ranks.begin(), ranks.end(), std::make_pair(section, replica),
-                             [](const RankProgram& r, const std::pair<int, int>& key) {
-                               return std::make_pair(r.section, r.replica) < key;
-                             });
+  auto it = std::lower_bound(
+      ranks.begin(), ranks.end(), std::make_pair(section, replica),
+      [](const RankProgram& r, const std::pair<int, int>& key) { return std::make_pair(r.section, r.replica) < key; });
   if (it == ranks.end() || it->section != section || it->replica != replica) return -1;
   return static_cast<int>(it - ranks.begin());
 }
@@ -737,18 +752,10 @@ StatusOr<Schedule> BuildSchedule(const Problem& problem, const ScheduleOptions& 
   const uint64_t tie_seed = SplitMix64(options.seed ^ SplitMix64(static_cast<uint64_t>(options.step)));
   Schedule sch;
   switch (options.policy) {
-    case Policy::kFifo:
-      sch = StaticSchedule(pr, PlaceRoundRobin(pr));
-      break;
-    case Policy::kFifoContiguous:
-      sch = StaticSchedule(pr, PlaceContiguous(pr));
-      break;
-    case Policy::kFifoStrided:
-      sch = StaticSchedule(pr, PlaceStrided(pr));
-      break;
-    case Policy::kBalanceOnly:
-      sch = StaticSchedule(pr, PlaceBalanced(pr, tie_seed));
-      break;
+    case Policy::kFifo: sch = StaticSchedule(pr, PlaceRoundRobin(pr)); break;
+    case Policy::kFifoContiguous: sch = StaticSchedule(pr, PlaceContiguous(pr)); break;
+    case Policy::kFifoStrided: sch = StaticSchedule(pr, PlaceStrided(pr)); break;
+    case Policy::kBalanceOnly: sch = StaticSchedule(pr, PlaceBalanced(pr, tie_seed)); break;
     case Policy::kWavefront: {
       auto wf = WavefrontSchedule(pr, PlaceBalanced(pr, tie_seed), tie_seed, options.max_in_flight);
       if (!wf.ok()) return wf.status();
@@ -778,8 +785,7 @@ StatusOr<ScheduleIndex> IndexSchedule(const Problem& p, const Schedule& sch) {
   for (int s = 0; s < S; ++s) expected += static_cast<size_t>(p.sections[static_cast<size_t>(s)].dp);
   if (sch.ranks.size() != expected) {
     return Status::InvalidArgument("schedule has " + std::to_string(sch.ranks.size()) +
-                                   " rank programs; the problem has " + std::to_string(expected) +
-                                   " section replicas");
+                                   " rank programs; the problem has " + std::to_string(expected) + " section replicas");
   }
   size_t k = 0;
   for (int s = 0; s < S; ++s) {
@@ -829,16 +835,20 @@ StatusOr<ScheduleIndex> IndexSchedule(const Problem& p, const Schedule& sch) {
           continue;
         }
         if (op.micro_batch < 0 || static_cast<size_t>(op.micro_batch) >= prog.micro_batches.size()) {
-          return Status::InvalidArgument(where + ": op names micro-batch " + std::to_string(op.micro_batch) +
-                                         " of " + std::to_string(prog.micro_batches.size()));
+          return Status::InvalidArgument(where + ": op names micro-batch " + std::to_string(op.micro_batch) + " of " +
+                                         std::to_string(prog.micro_batches.size()));
         }
         const size_t b = static_cast<size_t>(op.micro_batch);
         if (op.kind == OpKind::kForward) {
-          if (f[b]++ != 0) return Status::InvalidArgument(where + ": micro-batch " + std::to_string(b) + " has two forwards");
+          if (f[b]++ != 0)
+            return Status::InvalidArgument(where + ": micro-batch " + std::to_string(b) + " has two forwards");
         } else {
           if (!spec.trains) return Status::InvalidArgument(where + ": a forward-only section has a backward op");
-          if (f[b] == 0) return Status::InvalidArgument(where + ": backward of micro-batch " + std::to_string(b) + " before its forward");
-          if (bw[b]++ != 0) return Status::InvalidArgument(where + ": micro-batch " + std::to_string(b) + " has two backwards");
+          if (f[b] == 0)
+            return Status::InvalidArgument(where + ": backward of micro-batch " + std::to_string(b) +
+                                           " before its forward");
+          if (bw[b]++ != 0)
+            return Status::InvalidArgument(where + ": micro-batch " + std::to_string(b) + " has two backwards");
         }
       }
       for (size_t b = 0; b < prog.micro_batches.size(); ++b) {
@@ -847,20 +857,23 @@ StatusOr<ScheduleIndex> IndexSchedule(const Problem& p, const Schedule& sch) {
                                          " is missing its forward or backward op");
         }
       }
-      if (spec.trains && opt != 1) return Status::InvalidArgument(where + ": a training section needs one optimizer op");
+      if (spec.trains && opt != 1)
+        return Status::InvalidArgument(where + ": a training section needs one optimizer op");
     }
   }
   for (int s = 0; s < S; ++s) {
     for (int i = 0; i < n; ++i) {
       if (p.Activates(s, p.samples[static_cast<size_t>(i)]) && idx.rank[Idx(s, i, n)] < 0) {
         return Status::InvalidArgument("schedule: sample " + std::to_string(p.samples[static_cast<size_t>(i)].id) +
-                                       " is never processed by section '" + p.sections[static_cast<size_t>(s)].name + "'");
+                                       " is never processed by section '" + p.sections[static_cast<size_t>(s)].name +
+                                       "'");
       }
     }
   }
   // Fan-out maps.
   std::vector<int> base(static_cast<size_t>(S) + 1, 0);
-  for (int s = 0; s < S; ++s) base[static_cast<size_t>(s) + 1] = base[static_cast<size_t>(s)] + p.sections[static_cast<size_t>(s)].dp;
+  for (int s = 0; s < S; ++s)
+    base[static_cast<size_t>(s) + 1] = base[static_cast<size_t>(s)] + p.sections[static_cast<size_t>(s)].dp;
   for (const EdgeSpec& e : p.edges) {
     const int a = p.sections[static_cast<size_t>(e.from)].dp;
     const int b = p.sections[static_cast<size_t>(e.to)].dp;
@@ -911,8 +924,7 @@ StatusOr<std::vector<Transfer>> ImpliedTransfers(const Problem& p, const Schedul
   std::vector<Transfer> out;
   for (const Key& k : keys) {
     if (out.empty() || out.back().edge != k.edge || out.back().up_replica != k.ur ||
-        out.back().up_micro_batch != k.umb || out.back().down_replica != k.dr ||
-        out.back().down_micro_batch != k.dmb) {
+        out.back().up_micro_batch != k.umb || out.back().down_replica != k.dr || out.back().down_micro_batch != k.dmb) {
       Transfer t;
       t.edge = k.edge;
       t.up_replica = k.ur;
@@ -955,7 +967,8 @@ StatusOr<LowerBound> ComputeLowerBound(const Problem& p) {
     double v = work / spec.dp;
     if (spec.trains) v += p.costs->OptimizerSeconds(s);
     lb.section_seconds[static_cast<size_t>(s)] = v;
-    if (lb.bottleneck_section < 0 || v > lb.section_seconds[static_cast<size_t>(lb.bottleneck_section)]) lb.bottleneck_section = s;
+    if (lb.bottleneck_section < 0 || v > lb.section_seconds[static_cast<size_t>(lb.bottleneck_section)])
+      lb.bottleneck_section = s;
   }
   // Longest chain of one sample: forward down the DAG, backward back up.
   for (double c : SampleChains(pr)) lb.critical_path_seconds = std::max(lb.critical_path_seconds, c);

@@ -73,8 +73,7 @@ struct RankProgram {
   std::vector<MicroBatch> micro_batches;
   std::vector<Op> ops;
   bool operator==(const RankProgram& o) const {
-    return section == o.section && replica == o.replica && micro_batches == o.micro_batches &&
-           ops == o.ops;
+    return section == o.section && replica == o.replica && micro_batches == o.micro_batches && ops == o.ops;
   }
 };
 
@@ -96,7 +95,7 @@ struct Schedule {
 
 struct ScheduleOptions {
   Policy policy = Policy::kWavefront;
-  uint64_t seed = 0;   // tie-breaking only; (seed, step) fix the schedule
+  uint64_t seed = 0;  // tie-breaking only; (seed, step) fix the schedule
   int64_t step = 0;
   // Wavefront only: a training section that waits for gradients from
   // downstream keeps at most this many micro-batches between forward and

@@ -108,7 +108,8 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   }
   for (size_t e = 0; e < p.edges.size(); ++e) {
     const EdgeSpec& edge = p.edges[e];
-    const bool grad = p.sections[static_cast<size_t>(edge.from)].trains && p.sections[static_cast<size_t>(edge.to)].trains;
+    const bool grad =
+        p.sections[static_cast<size_t>(edge.from)].trains && p.sections[static_cast<size_t>(edge.to)].trains;
     for (int i = 0; i < n; ++i) {
       const int ru = idx.RankOf(edge.from, i), rd = idx.RankOf(edge.to, i);
       if (ru < 0 || rd < 0) continue;
@@ -192,10 +193,9 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
         }
       }
     }
-    return Status::InvalidArgument("schedule '" + sch.policy + "' deadlocks: " +
-                                   std::to_string(num_nodes - static_cast<int>(queue.size())) +
-                                   " ops can never start (" + where +
-                                   "); a rank orders a backward or forward before one it depends on");
+    return Status::InvalidArgument(
+        "schedule '" + sch.policy + "' deadlocks: " + std::to_string(num_nodes - static_cast<int>(queue.size())) +
+        " ops can never start (" + where + "); a rank orders a backward or forward before one it depends on");
   }
   // Shared cores: when the replicas' processes outnumber the cores, replay
   // the same graph as a fluid simulation in which the processes computing at
@@ -361,14 +361,20 @@ std::string Simulation::SummaryJson() const {
   j["utilization"] = utilization;
   nlohmann::json secs = nlohmann::json::array();
   for (const SectionStats& s : sections) {
-    secs.push_back({{"name", s.name}, {"replicas", s.replicas}, {"utilization", s.utilization},
-                    {"busy_seconds", s.busy_seconds}, {"bubble_seconds", s.bubble_seconds}});
+    secs.push_back({{"name", s.name},
+                    {"replicas", s.replicas},
+                    {"utilization", s.utilization},
+                    {"busy_seconds", s.busy_seconds},
+                    {"bubble_seconds", s.bubble_seconds}});
   }
   j["sections"] = std::move(secs);
   nlohmann::json rks = nlohmann::json::array();
   for (const RankStats& r : ranks) {
-    rks.push_back({{"section", r.section}, {"replica", r.replica}, {"busy_seconds", r.busy_seconds},
-                   {"idle_seconds", r.idle_seconds}, {"bubbles", r.bubbles}});
+    rks.push_back({{"section", r.section},
+                   {"replica", r.replica},
+                   {"busy_seconds", r.busy_seconds},
+                   {"idle_seconds", r.idle_seconds},
+                   {"bubbles", r.bubbles}});
   }
   j["ranks"] = std::move(rks);
   return j.dump();
@@ -378,21 +384,28 @@ std::string Simulation::ChromeTraceJson() const {
   nlohmann::json events = nlohmann::json::array();
   std::vector<char> named_thread;
   for (size_t s = 0; s < sections.size(); ++s) {
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", s}, {"tid", 0},
-                      {"args", {{"name", sections[s].name}}}});
-    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", s}, {"tid", 0},
-                      {"args", {{"sort_index", s}}}});
+    events.push_back(
+        {{"name", "process_name"}, {"ph", "M"}, {"pid", s}, {"tid", 0}, {"args", {{"name", sections[s].name}}}});
+    events.push_back(
+        {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", s}, {"tid", 0}, {"args", {{"sort_index", s}}}});
   }
   for (const RankStats& r : ranks) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r.section}, {"tid", r.replica},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", r.section},
+                      {"tid", r.replica},
                       {"args", {{"name", "dp " + std::to_string(r.replica)}}}});
   }
   for (const OpInterval& op : ops) {
     const RankStats& r = ranks[static_cast<size_t>(op.rank)];
     const char* cat = op.kind == OpKind::kForward ? "forward" : op.kind == OpKind::kBackward ? "backward" : "optimizer";
-    nlohmann::json ev = {{"name", OpLabel(op)}, {"cat", cat}, {"ph", "X"},
-                         {"ts", op.start * 1e6}, {"dur", (op.end - op.start) * 1e6},
-                         {"pid", r.section}, {"tid", r.replica}};
+    nlohmann::json ev = {{"name", OpLabel(op)},
+                         {"cat", cat},
+                         {"ph", "X"},
+                         {"ts", op.start * 1e6},
+                         {"dur", (op.end - op.start) * 1e6},
+                         {"pid", r.section},
+                         {"tid", r.replica}};
     if (op.kind != OpKind::kOptimizer) ev["args"] = {{"micro_batch", op.micro_batch}, {"samples", op.samples}};
     events.push_back(std::move(ev));
   }
@@ -403,7 +416,9 @@ std::string Simulation::ChromeTraceJson() const {
   return j.dump();
 }
 
-Status Simulation::WriteChromeTrace(const std::string& path) const { return WriteText(path, ChromeTraceJson()); }
+Status Simulation::WriteChromeTrace(const std::string& path) const {
+  return WriteText(path, ChromeTraceJson());
+}
 
 std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) const {
   static const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
@@ -427,8 +442,8 @@ std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) 
   std::ostringstream o;
   o.setf(std::ios::fixed);
   o.precision(2);
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height << "\" viewBox=\"0 0 "
+    << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   std::string head = title.empty() ? ("policy " + policy) : title;
   char stats[160];
@@ -453,8 +468,8 @@ std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) 
     const std::string fill = op.kind == OpKind::kForward    ? colour(r.section)
                              : op.kind == OpKind::kBackward ? darker(colour(r.section))
                                                             : std::string("#888888");
-    o << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << row_h - gap
-      << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.3\"><title>"
+    o << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << row_h - gap << "\" fill=\""
+      << fill << "\" stroke=\"white\" stroke-width=\"0.3\"><title>"
       << XmlEscape(sections[static_cast<size_t>(r.section)].name) << " dp" << r.replica << ' ' << OpLabel(op) << " ["
       << op.start << ", " << op.end << "] s</title></rect>\n";
   }
@@ -476,9 +491,9 @@ std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) 
   // Legend.
   double lx = left;
   for (size_t s = 0; s < sections.size(); ++s) {
-    o << "<rect x=\"" << lx << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\"" << colour(static_cast<int>(s))
-      << "\"/><rect x=\"" << lx + 12 << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\""
-      << darker(colour(static_cast<int>(s))) << "\"/>";
+    o << "<rect x=\"" << lx << "\" y=\"" << legend_y << "\" width=\"12\" height=\"12\" fill=\""
+      << colour(static_cast<int>(s)) << "\"/><rect x=\"" << lx + 12 << "\" y=\"" << legend_y
+      << "\" width=\"12\" height=\"12\" fill=\"" << darker(colour(static_cast<int>(s))) << "\"/>";
     o << "<text x=\"" << lx + 30 << "\" y=\"" << legend_y + 11 << "\">" << XmlEscape(sections[s].name) << "</text>\n";
     lx += 40 + 8.0 * static_cast<double>(sections[s].name.size()) + 20;
   }

@@ -32,35 +32,35 @@
 namespace maestro::scheduler {
 
 struct OpInterval {
-  int rank = 0;          // index into Schedule::ranks
+  int rank = 0;  // index into Schedule::ranks
   OpKind kind = OpKind::kForward;
   int micro_batch = -1;
-  int samples = 0;       // samples in the micro-batch
+  int samples = 0;                // samples in the micro-batch
   double start = 0.0, end = 0.0;  // seconds from the start of the step
 };
 
 struct RankStats {
   int section = 0, replica = 0;
   double busy_seconds = 0.0;
-  double idle_seconds = 0.0;     // step_seconds - busy_seconds
-  int bubbles = 0;               // idle gaps (leading and trailing included)
+  double idle_seconds = 0.0;  // step_seconds - busy_seconds
+  int bubbles = 0;            // idle gaps (leading and trailing included)
 };
 
 struct SectionStats {
   std::string name;
   int replicas = 0;
-  double busy_seconds = 0.0;     // summed over replicas
-  double utilization = 0.0;      // busy / (replicas * step_seconds)
-  double bubble_seconds = 0.0;   // idle, summed over replicas
+  double busy_seconds = 0.0;    // summed over replicas
+  double utilization = 0.0;     // busy / (replicas * step_seconds)
+  double bubble_seconds = 0.0;  // idle, summed over replicas
 };
 
 struct Simulation {
   std::string policy;
   double step_seconds = 0.0;
-  std::vector<OpInterval> ops;   // every op, grouped by rank, in program order
+  std::vector<OpInterval> ops;  // every op, grouped by rank, in program order
   std::vector<RankStats> ranks;
   std::vector<SectionStats> sections;
-  double utilization = 0.0;      // over all ranks
+  double utilization = 0.0;  // over all ranks
 
   // The figures of the step as one JSON object, for reports:
   // {"policy","step_seconds","utilization",

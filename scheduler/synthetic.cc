@@ -82,9 +82,15 @@ Problem MakeSyntheticPlan(const SyntheticPlanOptions& opt) {
     d.cost.backward_factor = 2.0;
     d.cost.optimizer_seconds = trains ? 5e-3 * jitter() : 0.0;
     double tokens = 0, share = 1;
-    if (modality == 0) { tokens = image_avg; share = image_design; }
-    else if (modality == 1) { tokens = audio_avg; share = audio_design; }
-    else { tokens = text_avg + image_design * image_avg + audio_design * audio_avg; }
+    if (modality == 0) {
+      tokens = image_avg;
+      share = image_design;
+    } else if (modality == 1) {
+      tokens = audio_avg;
+      share = audio_design;
+    } else {
+      tokens = text_avg + image_design * image_avg + audio_design * audio_avg;
+    }
     d.work_per_sample = share * tokens * d.cost.seconds_per_token * (trains ? 3.0 : 1.0);
     defs.push_back(std::move(d));
     return static_cast<int>(defs.size()) - 1;
@@ -105,11 +111,19 @@ Problem MakeSyntheticPlan(const SyntheticPlanOptions& opt) {
   const int llm = add("llm", -1, true, 2e-5, rng.Pick({1, 2, 4}));
   defs[static_cast<size_t>(llm)].cost.seconds_per_token_sq = 2e-9 * jitter();
   std::vector<std::pair<int, int>> edges;
-  if (proj >= 0) { edges.push_back({vit, proj}); edges.push_back({proj, llm}); }
-  else { edges.push_back({vit, llm}); }
+  if (proj >= 0) {
+    edges.push_back({vit, proj});
+    edges.push_back({proj, llm});
+  } else {
+    edges.push_back({vit, llm});
+  }
   if (audio >= 0) {
-    if (audio_proj >= 0) { edges.push_back({audio, audio_proj}); edges.push_back({audio_proj, llm}); }
-    else { edges.push_back({audio, llm}); }
+    if (audio_proj >= 0) {
+      edges.push_back({audio, audio_proj});
+      edges.push_back({audio_proj, llm});
+    } else {
+      edges.push_back({audio, llm});
+    }
   }
   if (teacher >= 0) edges.push_back({teacher, llm});
   // DP: the LLM first, then each producer sized to its expected load.
@@ -120,10 +134,19 @@ Problem MakeSyntheticPlan(const SyntheticPlanOptions& opt) {
     const double wanted = D * defs[static_cast<size_t>(section)].work_per_sample / llm_work;
     defs[static_cast<size_t>(section)].spec.dp = PairedDp(defs[static_cast<size_t>(neighbour)].spec.dp, maxf, wanted);
   };
-  if (proj >= 0) { size_from(proj, llm); size_from(vit, proj); } else { size_from(vit, llm); }
+  if (proj >= 0) {
+    size_from(proj, llm);
+    size_from(vit, proj);
+  } else {
+    size_from(vit, llm);
+  }
   if (audio >= 0) {
-    if (audio_proj >= 0) { size_from(audio_proj, llm); size_from(audio, audio_proj); }
-    else { size_from(audio, llm); }
+    if (audio_proj >= 0) {
+      size_from(audio_proj, llm);
+      size_from(audio, audio_proj);
+    } else {
+      size_from(audio, llm);
+    }
   }
   if (teacher >= 0) size_from(teacher, llm);
   std::vector<LinearCostModel::SectionCost> costs;

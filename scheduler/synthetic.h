@@ -15,8 +15,8 @@
 namespace maestro::scheduler {
 
 struct SyntheticPlanOptions {
-  int sections = 2;        // 2..6
-  int max_fanout = 2;      // 1..4: the largest DP ratio on an edge
+  int sections = 2;           // 2..6
+  int max_fanout = 2;         // 1..4: the largest DP ratio on an edge
   bool random_modes = false;  // encoders/projectors train or are frozen at random
   uint64_t seed = 1;
 };

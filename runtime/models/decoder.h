@@ -116,8 +116,8 @@ class DecoderBlockImpl : public torch::nn::Module {
 
   RmsNorm attn_norm{nullptr}, mlp_norm{nullptr};
   GqaAttention attn{nullptr};
-  SwiGluMlp mlp{nullptr};  // dense blocks
-  MoeMlp moe{nullptr};     // MoE blocks (desc.experts > 0)
+  SwiGluMlp mlp{nullptr};               // dense blocks
+  MoeMlp moe{nullptr};                  // MoE blocks (desc.experts > 0)
   TensorParallelReducer* tp = nullptr;  // set by ShardDecoderForTensorParallel
 };
 TORCH_MODULE(DecoderBlock);

@@ -108,7 +108,9 @@ int64_t VitEncoderImpl::output_tokens() const {
   return merge > 0 ? num_patches() / (merge * merge) : num_patches();
 }
 
-int64_t VitEncoderImpl::output_dim() const { return SpatialMerge(desc_) > 0 ? desc_.out_dim : desc_.hidden; }
+int64_t VitEncoderImpl::output_dim() const {
+  return SpatialMerge(desc_) > 0 ? desc_.out_dim : desc_.hidden;
+}
 
 int64_t VitEncoderImpl::num_patches() const {
   const int64_t side = desc_.image_size / desc_.patch_size;

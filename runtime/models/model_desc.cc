@@ -74,7 +74,9 @@ int64_t MoeFfnHidden(const plan::ModelDesc& desc) {
   return desc.moe_ffn_hidden != 0 ? desc.moe_ffn_hidden : desc.ffn_hidden;
 }
 
-int64_t SpatialMerge(const plan::ModelDesc& desc) { return static_cast<int64_t>(ExtraOr(desc, "spatial_merge", 0)); }
+int64_t SpatialMerge(const plan::ModelDesc& desc) {
+  return static_cast<int64_t>(ExtraOr(desc, "spatial_merge", 0));
+}
 
 int64_t MergerHidden(const plan::ModelDesc& desc) {
   const auto mid = static_cast<int64_t>(ExtraOr(desc, "merger_hidden", 0));

@@ -22,7 +22,8 @@ TEST(CrashReportDeathTest, ASegfaultNamesTheRankTheSignalAndTheStack) {
         SetCrashReportRank(7);
         DereferenceNull();
       },
-      testing::KilledBySignal(SIGSEGV), "crash-test rank 7 \\(pid [0-9]+\\): fatal signal SEGV at address 0x0; native stack:");
+      testing::KilledBySignal(SIGSEGV),
+      "crash-test rank 7 \\(pid [0-9]+\\): fatal signal SEGV at address 0x0; native stack:");
 }
 
 TEST(CrashReportDeathTest, AnAbortIsReportedAndStillAborts) {

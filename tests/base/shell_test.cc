@@ -27,8 +27,8 @@ std::string EchoThroughShell(const std::string& word) {
 }
 
 TEST(ShellQuote, HostileStringsComeBackUnchanged) {
-  for (const std::string s : {"plain", "", "with space", "it's", "$(touch /tmp/pwned)", "`id`", "a;b|c&d",
-                              "\"dq\"", "back\\slash", "new\nline", "*glob?", "-dash", "'''"}) {
+  for (const std::string s : {"plain", "", "with space", "it's", "$(touch /tmp/pwned)", "`id`", "a;b|c&d", "\"dq\"",
+                              "back\\slash", "new\nline", "*glob?", "-dash", "'''"}) {
     EXPECT_EQ(EchoThroughShell(s), s) << "input: " << s;
   }
 }

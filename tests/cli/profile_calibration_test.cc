@@ -44,7 +44,8 @@ const plan::ProfilePoint* Find(const std::vector<plan::ProfilePoint>& points, co
 
 TEST(ProfileCalibration, OneSizeScalesEverySweepPointOfTheSection) {
   std::vector<plan::ProfilePoint> profile = {Point("vit", 4, 0.010, 0.004, 0.001), Point("vit", 8, 0.018, 0.006, 0.001),
-                                             Point("llm", 8, 0.020, 0.008, 0.002), Point("llm", 16, 0.040, 0.015, 0.002)};
+                                             Point("llm", 8, 0.020, 0.008, 0.002),
+                                             Point("llm", 16, 0.040, 0.015, 0.002)};
   nlohmann::json events = nlohmann::json::array();
   events.push_back(Op("F0", 1, 0, 8, 1.0));  // warm-up step: ignored
   double t = 0.0;
@@ -52,7 +53,7 @@ TEST(ProfileCalibration, OneSizeScalesEverySweepPointOfTheSection) {
     events.push_back(Op("F0", 0, step, 4, 0.006, t));   // vit: 0.006 + 0.009 = 0.015 = 1.5x the sweep
     events.push_back(Op("B0", 0, step, 4, 0.009, t + 0.01));
     if (step < 4) events.push_back(Op("F1", 0, step, 3, 0.100, t + 0.02));  // twice in all: too few to count
-    events.push_back(Op("F0", 1, step, 8, 0.008, t + 0.2));   // llm: 0.008 + 0.012 = 0.020 = 1.0x
+    events.push_back(Op("F0", 1, step, 8, 0.008, t + 0.2));                 // llm: 0.008 + 0.012 = 0.020 = 1.0x
     events.push_back(Op("B0", 1, step, 8, 0.012, t + 0.21));
     events.push_back(Op("O", 1, step, 0, 0.005, t + 0.3));
   }
@@ -112,8 +113,8 @@ TEST(ProfileCalibration, SeveralSizesReplaceTheSweepBetweenThemByTheInRunLine) {
   EXPECT_NEAR(Find(profile, "llm", 12)->seconds, 0.014, 1e-9);
   EXPECT_NEAR(Find(profile, "llm", 1)->seconds, 0.004 * 0.6, 1e-9);
   EXPECT_NEAR(Find(profile, "llm", 16)->seconds, 0.034 * 0.014 / 0.026, 1e-9);
-  EXPECT_EQ(std::count_if(profile.begin(), profile.end(), [](const plan::ProfilePoint& p) { return p.section == "llm"; }),
-            4);
+  EXPECT_EQ(
+      std::count_if(profile.begin(), profile.end(), [](const plan::ProfilePoint& p) { return p.section == "llm"; }), 4);
   // vit had no ops: its sweep is kept.
   EXPECT_EQ((*result)[0].sizes, 0);
   EXPECT_DOUBLE_EQ((*result)[0].ratio, 1.0);
@@ -137,8 +138,8 @@ TEST(ProfileCalibration, SharedCoresTurnEachOpIntoItsTimeAloneOnACore) {
   }
   auto result = CalibrateProfile(plan, events, 0, &profile);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_NEAR(Find(profile, "vit", 4)->seconds, 1.0, 1e-9);         // 2 s at half speed
-  EXPECT_NEAR(Find(profile, "llm", 4)->seconds, 2.0, 1e-9);         // 1 s + 1 s
+  EXPECT_NEAR(Find(profile, "vit", 4)->seconds, 1.0, 1e-9);  // 2 s at half speed
+  EXPECT_NEAR(Find(profile, "llm", 4)->seconds, 2.0, 1e-9);  // 1 s + 1 s
   EXPECT_NEAR(Find(profile, "llm", 4)->forward_seconds, 1.0, 1e-9);
   // The same trace without shared cores: the durations as they are.
   plan.shared_cores = 0;

@@ -9,7 +9,6 @@
 //  - the pre-timeout signal reaches the step, and its exit 85 requeues the
 //    job, which then runs again and completes.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <chrono>

@@ -76,8 +76,9 @@ TEST_P(Golden, OutputsMatch) {
     return;
   }
   ASSERT_EQ(rc, 0) << Slurp(work / "stderr.txt");
-  const std::vector<std::pair<fs::path, std::string>> outputs = {
-      {work / "stdout.txt", "report.txt"}, {work / "out" / "plan.json", "plan.json"}, {work / "out" / "job.sbatch", "job.sbatch"}};
+  const std::vector<std::pair<fs::path, std::string>> outputs = {{work / "stdout.txt", "report.txt"},
+                                                                 {work / "out" / "plan.json", "plan.json"},
+                                                                 {work / "out" / "job.sbatch", "job.sbatch"}};
   for (const auto& [actual, expected] : outputs) {
     // --dry-run writes no files: a case without an expected file expects none.
     if (!fs::exists(src / expected) && !(update && fs::exists(actual))) {
@@ -85,8 +86,8 @@ TEST_P(Golden, OutputsMatch) {
       continue;
     }
     if (update) Spit(src / expected, Slurp(actual));
-    EXPECT_EQ(Slurp(actual), Slurp(src / expected)) << GetParam() << "/" << expected
-                                                    << " differs; MAESTRO_UPDATE_GOLDEN=1 regenerates it";
+    EXPECT_EQ(Slurp(actual), Slurp(src / expected))
+        << GetParam() << "/" << expected << " differs; MAESTRO_UPDATE_GOLDEN=1 regenerates it";
   }
 }
 

@@ -28,8 +28,8 @@ ModelFacts FactsOf(const std::string& file, int64_t seq = 4096) {
 TEST(ModelFacts, DecodersMatchPublishedParameterCounts) {
   EXPECT_EQ(FactsOf("llama2_7b.json").params, 6'738'415'616);
   EXPECT_EQ(FactsOf("mistral_7b_v0.1.json").params, 7'241'732'096);
-  EXPECT_EQ(FactsOf("qwen2_7b.json").params, 7'615'616'512);       // q/k/v biases
-  EXPECT_EQ(FactsOf("qwen2_0.5b.json").params, 494'032'768);       // tied embeddings
+  EXPECT_EQ(FactsOf("qwen2_7b.json").params, 7'615'616'512);  // q/k/v biases
+  EXPECT_EQ(FactsOf("qwen2_0.5b.json").params, 494'032'768);  // tied embeddings
 }
 
 TEST(ModelFacts, MixtralCountsAllExpertsAndActivatesTwo) {
@@ -63,10 +63,10 @@ TEST(ModelFacts, RejectsUnsupportedAndMalformedConfigs) {
   EXPECT_FALSE(ModelFromHfConfig("{\"model_type\": \"gpt2\"}", "x.json").ok());
   EXPECT_FALSE(ModelFromHfConfig("[1,2]", "x.json").ok());
   EXPECT_FALSE(ModelFromHfConfig("{\"model_type\": \"llama\"}", "x.json").ok());
-  auto bad = ModelFromHfConfig(
-      R"({"model_type":"llama","hidden_size":4096,"num_hidden_layers":2,"num_attention_heads":32,)"
-      R"("num_key_value_heads":5,"intermediate_size":8,"vocab_size":10})",
-      "x.json");
+  auto bad =
+      ModelFromHfConfig(R"({"model_type":"llama","hidden_size":4096,"num_hidden_layers":2,"num_attention_heads":32,)"
+                        R"("num_key_value_heads":5,"intermediate_size":8,"vocab_size":10})",
+                        "x.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("kv_heads"), std::string::npos);
 }
@@ -84,8 +84,8 @@ std::string RunCapture(const std::string& cmd, int* rc) {
 
 TEST(ModelInfoCli, PrintsParamsActiveParamsAndFlopsAsJson) {
   int rc = -1;
-  const std::string out = RunCapture(ShellQuote(std::string(MAESTRO_BIN_DIR) + "/maestro-compile") +
-                                         " --model-info " + ShellQuote(kHf + "mixtral_8x7b.json") + " --json",
+  const std::string out = RunCapture(ShellQuote(std::string(MAESTRO_BIN_DIR) + "/maestro-compile") + " --model-info " +
+                                         ShellQuote(kHf + "mixtral_8x7b.json") + " --json",
                                      &rc);
   ASSERT_EQ(rc, 0) << out;
   const auto j = nlohmann::json::parse(out);

@@ -151,9 +151,7 @@ TEST(Monolithic, ReplicasThatDrawMoreImagesAreStragglers) {
   // replicas draws ~ 8/3 + sqrt(8 * 1/3 * 2/3 * 2 ln 32) = 5.2 images, in
   // its 8 micro-batches.
   const double busiest = 8.0 / 3 + std::sqrt(8.0 / 3 * 2 / 3 * 2 * std::log(32.0));
-  const auto vit = [&](double images) {
-    return 8 * model.EvaluateWith(w.sections[0], c, 8, images / 8).stage_seconds;
-  };
+  const auto vit = [&](double images) { return 8 * model.EvaluateWith(w.sections[0], c, 8, images / 8).stage_seconds; };
   EXPECT_NEAR(m.step_seconds - mean.step_seconds, vit(busiest) - vit(8.0 / 3), 1e-9 * m.step_seconds);
   EXPECT_GT(m.step_seconds, mean.step_seconds);
 }
@@ -249,33 +247,34 @@ TEST(Monolithic, AWorkloadOnTwoGpuTypesIsComparedOnTheGpusTheSectionedPlanHolds)
 TEST(Monolithic, RealisticSpecsReportTheirTerms) {
   for (const char* name : {"qwen2vl_7b_mllm.toml", "kd_72b_to_7b.toml", "omni_audio_vision_llm.toml",
                            "kd_72b_to_7b_two_partitions.toml"}) {
-   for (const bool everything : {false, true}) {
-    auto spec = ParseSpecFile(kSpecs + name);
-    ASSERT_TRUE(spec.ok()) << spec.status().message();
-    CompileOptions o;
-    o.allow_planner_only = everything;  // CP, recomputation, encoder TP/PP on both sides
-    auto r = Compile(*spec, o);
-    ASSERT_TRUE(r.ok()) << r.status().message();
-    const MonolithicPlan& m = r->monolithic;
-    ASSERT_TRUE(m.found) << name << ": " << m.why_not;
-    ASSERT_TRUE(r->simulated.ok && r->monolithic_simulated.ok) << name;
-    std::cout << name << (everything ? " (--allow-planner-only)" : "") << ": sectioned " << r->simulated.step_seconds << " s, monolithic "
-              << r->monolithic_simulated.step_seconds << " s simulated (" << m.step_seconds << " analytic), "
-              << "speed-up " << r->monolithic_simulated.step_seconds / r->simulated.step_seconds << "x; TP "
-              << m.config.tp << " PP " << m.config.pp << " CP " << m.config.cp << " DP " << m.config.dp << " mb " << m.config.micro_batch
-              << "\n"
-              << DescribeMonolithic(m);
-    for (const auto& t : m.terms) EXPECT_GE(t.seconds, -1e-9 * m.step_seconds) << name << " " << t.name;
-    if (std::string(name) == "kd_72b_to_7b_two_partitions.toml") {
-      // Not the 128 H100s the sectioned plan leaves to other jobs: the 16
-      // A100 and 2 H100 nodes it holds.
-      EXPECT_LE(m.gpus, r->assignment.gpus) << m.basis;
-      for (const auto& d : m.devices) {
-        EXPECT_LE(d.gpus, r->assignment.nodes_per_device[static_cast<size_t>(d.device)] * 8) << m.basis;
+    for (const bool everything : {false, true}) {
+      auto spec = ParseSpecFile(kSpecs + name);
+      ASSERT_TRUE(spec.ok()) << spec.status().message();
+      CompileOptions o;
+      o.allow_planner_only = everything;  // CP, recomputation, encoder TP/PP on both sides
+      auto r = Compile(*spec, o);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      const MonolithicPlan& m = r->monolithic;
+      ASSERT_TRUE(m.found) << name << ": " << m.why_not;
+      ASSERT_TRUE(r->simulated.ok && r->monolithic_simulated.ok) << name;
+      std::cout << name << (everything ? " (--allow-planner-only)" : "") << ": sectioned " << r->simulated.step_seconds
+                << " s, monolithic " << r->monolithic_simulated.step_seconds << " s simulated (" << m.step_seconds
+                << " analytic), "
+                << "speed-up " << r->monolithic_simulated.step_seconds / r->simulated.step_seconds << "x; TP "
+                << m.config.tp << " PP " << m.config.pp << " CP " << m.config.cp << " DP " << m.config.dp << " mb "
+                << m.config.micro_batch << "\n"
+                << DescribeMonolithic(m);
+      for (const auto& t : m.terms) EXPECT_GE(t.seconds, -1e-9 * m.step_seconds) << name << " " << t.name;
+      if (std::string(name) == "kd_72b_to_7b_two_partitions.toml") {
+        // Not the 128 H100s the sectioned plan leaves to other jobs: the 16
+        // A100 and 2 H100 nodes it holds.
+        EXPECT_LE(m.gpus, r->assignment.gpus) << m.basis;
+        for (const auto& d : m.devices) {
+          EXPECT_LE(d.gpus, r->assignment.nodes_per_device[static_cast<size_t>(d.device)] * 8) << m.basis;
+        }
+        EXPECT_NE(m.basis.find("the sectioned plan holds"), std::string::npos) << m.basis;
       }
-      EXPECT_NE(m.basis.find("the sectioned plan holds"), std::string::npos) << m.basis;
     }
-   }
   }
 }
 

@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 std::string Base(const std::string& job_extra = "", const std::string& tail = "") {
   return R"([job]
 name = "t"
-)" + job_extra + R"(
+)" + job_extra +
+         R"(
 [cluster]
 nodes = 4
 gpus_per_node = 8

@@ -5,8 +5,8 @@
 #include <hdf5.h>
 
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -85,8 +85,8 @@ TEST(ActivationSpool, LargeRowsWrittenDirectlyMixWithStagedOnes) {
   for (int64_t s = 0; s < 12; ++s) {
     const bool large = s % 3 != 1;
     auto row = Row(s, large ? 128 * 256 : 16);
-    ASSERT_TRUE(f.spool->Put(s, 0, View(row, large ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{16}))
-                    .ValueOrDie());
+    ASSERT_TRUE(
+        f.spool->Put(s, 0, View(row, large ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{16})).ValueOrDie());
     if (s == 5) {
       ASSERT_TRUE(f.spool->Commit().ok());
     }

@@ -22,15 +22,24 @@ int main(int argc, char** argv) {
   std::string compute_log;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--run-dir") o.run_dir = v;
-    else if (k == "--manifest") o.manifest = v;
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--epochs") o.epochs = std::stoll(v);
-    else if (k == "--checkpoint-every") o.checkpoint_every = std::stoi(v);
-    else if (k == "--row-values") o.row_values = std::stoll(v);
-    else if (k == "--compute-log") compute_log = v;
-    else if (k == "--gate-stdin") o.gate_fd = v == "1" ? STDIN_FILENO : -1;
-    else if (k == "--wait-for-signal") o.wait_for_signal = v == "1";
+    if (k == "--run-dir")
+      o.run_dir = v;
+    else if (k == "--manifest")
+      o.manifest = v;
+    else if (k == "--batch")
+      o.batch = std::stoll(v);
+    else if (k == "--epochs")
+      o.epochs = std::stoll(v);
+    else if (k == "--checkpoint-every")
+      o.checkpoint_every = std::stoi(v);
+    else if (k == "--row-values")
+      o.row_values = std::stoll(v);
+    else if (k == "--compute-log")
+      compute_log = v;
+    else if (k == "--gate-stdin")
+      o.gate_fd = v == "1" ? STDIN_FILENO : -1;
+    else if (k == "--wait-for-signal")
+      o.wait_for_signal = v == "1";
     else {
       std::fprintf(stderr, "fake_trainer: unknown flag %s\n", k.c_str());
       return maestro::kExitUsage;

@@ -24,7 +24,8 @@ uint64_t Mix(uint64_t h, uint64_t v) {
 
 std::vector<float> TeacherOutput(int64_t sample_id, int64_t n) {
   std::vector<float> row(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) row[static_cast<size_t>(i)] = static_cast<float>((sample_id * 31 + i * 7) % 1009) / 8.0f;
+  for (int64_t i = 0; i < n; ++i)
+    row[static_cast<size_t>(i)] = static_cast<float>((sample_id * 31 + i * 7) % 1009) / 8.0f;
   return row;
 }
 
@@ -35,7 +36,9 @@ void WriteAll(int fd, const std::string& s) {
   (void)n;
 }
 
-std::string U64Bytes(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
+std::string U64Bytes(uint64_t v) {
+  return std::string(reinterpret_cast<const char*>(&v), 8);
+}
 uint64_t BytesU64(const std::string& s) {
   uint64_t v = 0;
   std::memcpy(&v, s.data(), std::min<size_t>(8, s.size()));

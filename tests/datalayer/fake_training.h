@@ -24,12 +24,13 @@ struct FakeTrainerOptions {
   uint64_t seed = 7;
   int64_t batch = 8;
   int64_t epochs = 2;
-  int checkpoint_every = 2;     // steps per checkpoint
-  int64_t row_values = 256;     // f32 values per teacher row
+  int checkpoint_every = 2;  // steps per checkpoint
+  int64_t row_values = 256;  // f32 values per teacher row
   bool reuse_across_epochs = true;
-  int progress_fd = -1;         // if >= 0: "committed <step>\n" written after each checkpoint
+  int progress_fd = -1;  // if >= 0: "committed <step>\n" written after each checkpoint
   int compute_log_fd = -1;
-  int gate_fd = -1;             // if >= 0: after the first checkpoint, block until a byte arrives on it      // if >= 0: "compute <epoch> <sample>\n" per teacher forward
+  int gate_fd = -1;  // if >= 0: after the first checkpoint, block until a byte arrives on it      // if >= 0: "compute
+                     // <epoch> <sample>\n" per teacher forward
   const PreemptionSignal* preempt = nullptr;
   // With `preempt`: after the first checkpoint, block (sigsuspend, no
   // polling) until a preemption signal arrives, so a test can signal a run
@@ -42,7 +43,7 @@ struct FakeTrainerResult {
   int64_t steps_run = 0;         // steps run by this call
   int64_t teacher_computes = 0;  // teacher forwards by this call
   int64_t spool_hits = 0;
-  int64_t wrong_rows_used = 0;   // spool rows whose values were wrong (must stay 0)
+  int64_t wrong_rows_used = 0;  // spool rows whose values were wrong (must stay 0)
   bool preempted = false;
 };
 

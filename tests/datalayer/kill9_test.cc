@@ -40,10 +40,19 @@ TEST(Kill9, TwentyRandomKillsThenResumeLosesNothingAndRepeatsNothing) {
   ref.row_values = 1024;
   const uint64_t want = testing::RunFakeTrainer(ref).ValueOrDie().weights;
 
-  const std::vector<std::string> argv = {
-      MAESTRO_BIN_DIR "/fake_trainer", "--run-dir", dir + "/run", "--manifest", manifest, "--batch",
-      std::to_string(kBatch), "--checkpoint-every", std::to_string(kCheckpointEvery), "--row-values", "1024",
-      "--compute-log", dir + "/computes.log"};
+  const std::vector<std::string> argv = {MAESTRO_BIN_DIR "/fake_trainer",
+                                         "--run-dir",
+                                         dir + "/run",
+                                         "--manifest",
+                                         manifest,
+                                         "--batch",
+                                         std::to_string(kBatch),
+                                         "--checkpoint-every",
+                                         std::to_string(kCheckpointEvery),
+                                         "--row-values",
+                                         "1024",
+                                         "--compute-log",
+                                         dir + "/computes.log"};
   // Each life: wait for its first commit (progress), sometimes for one more,
   // then kill it after a random fraction of the time between two commits, so
   // the kills land anywhere inside a step: spool writes, flushes, checkpoint
@@ -114,8 +123,10 @@ TEST(Kill9, TwentyRandomKillsThenResumeLosesNothingAndRepeatsNothing) {
   std::string word;
   int64_t epoch = 0, sample = 0;
   while (log >> word >> epoch >> sample) {
-    if (epoch == 0) ++epoch0[sample];
-    else ++epoch1;
+    if (epoch == 0)
+      ++epoch0[sample];
+    else
+      ++epoch1;
   }
   EXPECT_EQ(static_cast<int64_t>(epoch0.size()), kSamples);
   int64_t recomputed = 0;

@@ -9,7 +9,9 @@
 namespace maestro::datalayer::internal {
 namespace {
 
-bool Scan(const std::string& s, ManifestLine& out) { return ScanSimpleManifestLine(s.data(), s.data() + s.size(), out); }
+bool Scan(const std::string& s, ManifestLine& out) {
+  return ScanSimpleManifestLine(s.data(), s.data() + s.size(), out);
+}
 
 // Whenever the fast scanner accepts a line, it must read what nlohmann reads.
 void ExpectAgreesWithNlohmann(const std::string& s) {
@@ -32,18 +34,18 @@ TEST(ManifestLine, FastScannerReadsSimpleLinesLikeNlohmann) {
 TEST(ManifestLine, LeavesEverythingElseToNlohmann) {
   ManifestLine line;
   for (const std::string s : {
-           R"({"id": 1.5, "location": "a", "tokens": {"text": 1}})",            // float
-           R"({"id": 1e3, "location": "a", "tokens": {"text": 1}})",            // exponent
-           R"({"id": 1, "location": "a\"b", "tokens": {"text": 1}})",           // escape
-           R"({"id": 1, "location": "a", "tokens": {"text": -1}})",             // negative count
-           R"({"id": 1, "location": "a", "tokens": {}})",                       // no modality
-           R"({"id": 1, "location": "a", "tokens": {"text": 1}, "extra": 2})",  // unknown key
-           R"({"id": 1, "location": "a", "tokens": {"text": 1, "text": 2}})",   // duplicate modality
-           R"({"id": 1, "location": "a"})",                                     // missing key
-           R"({"id": 01, "location": "a", "tokens": {"text": 1}})",             // leading zero
+           R"({"id": 1.5, "location": "a", "tokens": {"text": 1}})",               // float
+           R"({"id": 1e3, "location": "a", "tokens": {"text": 1}})",               // exponent
+           R"({"id": 1, "location": "a\"b", "tokens": {"text": 1}})",              // escape
+           R"({"id": 1, "location": "a", "tokens": {"text": -1}})",                // negative count
+           R"({"id": 1, "location": "a", "tokens": {}})",                          // no modality
+           R"({"id": 1, "location": "a", "tokens": {"text": 1}, "extra": 2})",     // unknown key
+           R"({"id": 1, "location": "a", "tokens": {"text": 1, "text": 2}})",      // duplicate modality
+           R"({"id": 1, "location": "a"})",                                        // missing key
+           R"({"id": 01, "location": "a", "tokens": {"text": 1}})",                // leading zero
            R"({"id": 1234567890123456789, "location": "a", "tokens": {"t": 1}})",  // 19 digits
            R"({"id": 1, "location": "a", "tokens": {"text": 1}} trailing)",
-           R"({"id": 1, "location": "a", "tokens": {"text": 1})",               // unterminated
+           R"({"id": 1, "location": "a", "tokens": {"text": 1})",  // unterminated
            "not json",
        }) {
     EXPECT_FALSE(Scan(s, line)) << s;

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <stdlib.h>
 
-
 #include "base/exit_codes.h"
 #include "tests/datalayer/child_process.h"
 #include "tests/datalayer/fake_training.h"
@@ -50,8 +49,13 @@ TEST(PreemptionSignal, FakeTrainerCheckpointsExitsWithRequeueCodeAndResumesExact
   ref.checkpoint_every = 4;
   const uint64_t want = testing::RunFakeTrainer(ref).ValueOrDie().weights;
 
-  std::vector<std::string> argv = {MAESTRO_BIN_DIR "/fake_trainer", "--run-dir", dir + "/run", "--manifest",
-                                   dir + "/m.jsonl", "--checkpoint-every", "4"};
+  std::vector<std::string> argv = {MAESTRO_BIN_DIR "/fake_trainer",
+                                   "--run-dir",
+                                   dir + "/run",
+                                   "--manifest",
+                                   dir + "/m.jsonl",
+                                   "--checkpoint-every",
+                                   "4"};
   {
     // The child blocks after its first checkpoint until we write a byte, so
     // the signal lands mid-run by construction.

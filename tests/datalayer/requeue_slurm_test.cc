@@ -48,27 +48,30 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
                            "#SBATCH --requeue\n"
                            "#SBATCH --ntasks=1\n"
                            "#SBATCH --open-mode=append\n"
-                           "#SBATCH --output=" + out + "\n"
-                           "set -u\n"
-                           "echo \"batch start restart=${SLURM_RESTART_COUNT:-0}\"\n"
-                           "wait_args=()\n"
-                           "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then wait_args=(--wait-for-signal 1); fi\n"
-                           "step_pid=\"\"\n"
-                           "forward_signal() {\n"
-                           "  echo \"batch got SIG$1\"\n"
-                           "  if [ -n \"$step_pid\" ]; then kill -s \"$1\" \"$step_pid\" 2>/dev/null || true; fi\n"
-                           "}\n"
-                           "trap 'forward_signal USR1' USR1\n"
-                           "trap 'forward_signal TERM' TERM\n"
-                           "srun --unbuffered --ntasks=1 " MAESTRO_BIN_DIR "/fake_trainer --run-dir " + dir +
-                               "/run --manifest " + manifest + " --checkpoint-every 2 \"${wait_args[@]}\" &\n"
-                           "step_pid=$!\n"
-                           "while kill -0 \"$step_pid\" 2>/dev/null; do wait \"$step_pid\"; done\n"
-                           "wait \"$step_pid\"\n"
-                           "rc=$?\n"
-                           "echo \"batch step rc=$rc\"\n"
-                           "if [ \"$rc\" -eq 85 ]; then scontrol requeue \"$SLURM_JOB_ID\"; exit 0; fi\n"
-                           "exit \"$rc\"\n";
+                           "#SBATCH --output=" +
+                               out +
+                               "\n"
+                               "set -u\n"
+                               "echo \"batch start restart=${SLURM_RESTART_COUNT:-0}\"\n"
+                               "wait_args=()\n"
+                               "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then wait_args=(--wait-for-signal 1); fi\n"
+                               "step_pid=\"\"\n"
+                               "forward_signal() {\n"
+                               "  echo \"batch got SIG$1\"\n"
+                               "  if [ -n \"$step_pid\" ]; then kill -s \"$1\" \"$step_pid\" 2>/dev/null || true; fi\n"
+                               "}\n"
+                               "trap 'forward_signal USR1' USR1\n"
+                               "trap 'forward_signal TERM' TERM\n"
+                               "srun --unbuffered --ntasks=1 " MAESTRO_BIN_DIR "/fake_trainer --run-dir " +
+                               dir + "/run --manifest " + manifest +
+                               " --checkpoint-every 2 \"${wait_args[@]}\" &\n"
+                               "step_pid=$!\n"
+                               "while kill -0 \"$step_pid\" 2>/dev/null; do wait \"$step_pid\"; done\n"
+                               "wait \"$step_pid\"\n"
+                               "rc=$?\n"
+                               "echo \"batch step rc=$rc\"\n"
+                               "if [ \"$rc\" -eq 85 ]; then scontrol requeue \"$SLURM_JOB_ID\"; exit 0; fi\n"
+                               "exit \"$rc\"\n";
   auto id = cluster->Submit(script);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
 
@@ -107,11 +110,13 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
       std::chrono::seconds(90));
   ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << ReadAll(out);
   const std::string text = ReadAll(out);
-  EXPECT_EQ(done->state(), "COMPLETED") << text << "\n" << [&] {
-    std::string all;
-    for (const auto& [k, v] : done->components[0].fields) all += k + "=" + v + " ";
-    return all;
-  }();
+  EXPECT_EQ(done->state(), "COMPLETED") << text << "\n"
+                                        << [&] {
+                                             std::string all;
+                                             for (const auto& [k, v] : done->components[0].fields)
+                                               all += k + "=" + v + " ";
+                                             return all;
+                                           }();
   EXPECT_EQ(done->components[0].restarts, 1) << text;
   EXPECT_NE(text.find("batch got SIGUSR1"), std::string::npos) << text;
   EXPECT_NE(text.find("preempted"), std::string::npos) << text;

@@ -22,11 +22,12 @@ std::string WriteText(const std::string& path, const std::string& text) {
 
 TEST(SampleIndex, IngestsManifestWithModalitiesAndTokenCounts) {
   const std::string dir = testing::FreshDir("ingest");
-  const std::string manifest = WriteText(dir + "/m.jsonl",
-                                         "{\"id\": 3, \"location\": \"a.tar:0\", \"tokens\": {\"text\": 10}}\n"
-                                         "\n"
-                                         "{\"id\": 1, \"location\": \"a.tar:1\", \"tokens\": {\"text\": 5, \"image\": 64}}\n"
-                                         "{\"id\": 2, \"location\": \"b.tar:0\", \"tokens\": {\"audio\": 7}}\n");
+  const std::string manifest =
+      WriteText(dir + "/m.jsonl",
+                "{\"id\": 3, \"location\": \"a.tar:0\", \"tokens\": {\"text\": 10}}\n"
+                "\n"
+                "{\"id\": 1, \"location\": \"a.tar:1\", \"tokens\": {\"text\": 5, \"image\": 64}}\n"
+                "{\"id\": 2, \"location\": \"b.tar:0\", \"tokens\": {\"audio\": 7}}\n");
   auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
   auto stats = index->IngestManifest(manifest).ValueOrDie();
   EXPECT_EQ(stats.samples, 3);
@@ -39,7 +40,8 @@ TEST(SampleIndex, IngestsManifestWithModalitiesAndTokenCounts) {
   EXPECT_EQ(samples[1].tokens, (std::map<std::string, int64_t>{{"audio", 7}}));
   // Same manifest again: a no-op. Another one: refused.
   EXPECT_TRUE(index->IngestManifest(manifest).ValueOrDie().already_ingested);
-  const std::string other = WriteText(dir + "/other.jsonl", "{\"id\": 9, \"location\": \"x\", \"tokens\": {\"text\": 1}}\n");
+  const std::string other =
+      WriteText(dir + "/other.jsonl", "{\"id\": 9, \"location\": \"x\", \"tokens\": {\"text\": 1}}\n");
   EXPECT_EQ(index->IngestManifest(other).status().code(), StatusCode::kFailedPrecondition);
   // Survives reopening.
   index.reset();
@@ -61,7 +63,8 @@ TEST(SampleIndex, BadManifestLinesNameFileAndLineAndIngestNothing) {
       {"{\"id\": 1, \"location\": \"a\", \"tokens\": {}}\n", "\"tokens\" must be a non-empty object"},
       {"{\"id\": 1, \"location\": \"a\", \"tokens\": {\"Bad-Name\": 1}}\n", "modality name 'Bad-Name'"},
       {"{\"id\": 1, \"location\": \"a\", \"tokens\": {\"text\": -4}}\n", "non-negative integer"},
-      {"{\"id\": 1, \"location\": \"a\", \"tokens\": {\"text\": 1}}\n{\"id\": 1, \"location\": \"b\", \"tokens\": {\"text\": 1}}\n",
+      {"{\"id\": 1, \"location\": \"a\", \"tokens\": {\"text\": 1}}\n{\"id\": 1, \"location\": \"b\", \"tokens\": "
+       "{\"text\": 1}}\n",
        "m.jsonl:2: sample id 1 appears twice"},
   };
   for (const Case& c : cases) {
@@ -80,7 +83,8 @@ TEST(SampleIndex, SchemaVersionMismatchIsAClearError) {
   { auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie(); }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir + "/index.sqlite").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value='99' WHERE key='schema_version'", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value='99' WHERE key='schema_version'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
   sqlite3_close(db);
   auto reopened = SampleIndex::Open(dir + "/index.sqlite");
   ASSERT_FALSE(reopened.ok());
@@ -171,8 +175,11 @@ TEST(SampleIndex, TheSqliteCliReadsIt) {
     ASSERT_TRUE(index->IngestManifest(dir + "/m.jsonl").ok());
   }
   const std::string out = dir + "/out.txt";
-  ASSERT_EQ(std::system(("sqlite3 " + dir + "/index.sqlite \"SELECT count(*), sum(tokens_image > 0) FROM samples; "
-                         "SELECT value FROM meta WHERE key='schema_version'\" > " + out).c_str()),
+  ASSERT_EQ(std::system(("sqlite3 " + dir +
+                         "/index.sqlite \"SELECT count(*), sum(tokens_image > 0) FROM samples; "
+                         "SELECT value FROM meta WHERE key='schema_version'\" > " +
+                         out)
+                            .c_str()),
             0);
   std::ifstream in(out);
   std::string counts, version;

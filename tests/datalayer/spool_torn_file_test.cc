@@ -104,7 +104,9 @@ void CheckSurvives(const std::string& name, Tear tear, bool expect_all_lost) {
   }
 }
 
-void Truncate(const std::string& path, int64_t length) { std::filesystem::resize_file(path, static_cast<uintmax_t>(length)); }
+void Truncate(const std::string& path, int64_t length) {
+  std::filesystem::resize_file(path, static_cast<uintmax_t>(length));
+}
 
 void Overwrite(const std::string& path, int64_t at, int64_t n, char byte) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -114,19 +116,26 @@ void Overwrite(const std::string& path, int64_t at, int64_t n, char byte) {
 }
 
 TEST(SpoolTornFile, TruncatedToAnyLengthReopensAndRecomputes) {
-  CheckSurvives("trunc_empty", [](const std::string& p, int64_t) { Truncate(p, 0); }, true);
-  CheckSurvives("trunc_superblock", [](const std::string& p, int64_t) { Truncate(p, 96); }, true);
-  CheckSurvives("trunc_past_superblock", [](const std::string& p, int64_t) { Truncate(p, 800); }, true);
-  CheckSurvives("trunc_4k", [](const std::string& p, int64_t) { Truncate(p, 4096); }, false);
-  CheckSurvives("trunc_half", [](const std::string& p, int64_t size) { Truncate(p, size / 2); }, false);
-  CheckSurvives("trunc_last_byte", [](const std::string& p, int64_t size) { Truncate(p, size - 1); }, false);
+  CheckSurvives(
+      "trunc_empty", [](const std::string& p, int64_t) { Truncate(p, 0); }, true);
+  CheckSurvives(
+      "trunc_superblock", [](const std::string& p, int64_t) { Truncate(p, 96); }, true);
+  CheckSurvives(
+      "trunc_past_superblock", [](const std::string& p, int64_t) { Truncate(p, 800); }, true);
+  CheckSurvives(
+      "trunc_4k", [](const std::string& p, int64_t) { Truncate(p, 4096); }, false);
+  CheckSurvives(
+      "trunc_half", [](const std::string& p, int64_t size) { Truncate(p, size / 2); }, false);
+  CheckSurvives(
+      "trunc_last_byte", [](const std::string& p, int64_t size) { Truncate(p, size - 1); }, false);
 }
 
 TEST(SpoolTornFile, OverwrittenMetadataReopensAndRecomputes) {
   for (int64_t at : {0, 40, 96, 200, 400, 800, 1200, 1600, 2000}) {
     for (char byte : {'\0', '\xff'}) {
-      CheckSurvives("overwrite_" + std::to_string(at) + "_" + std::to_string(static_cast<int>(byte) & 0xff),
-                    [at, byte](const std::string& p, int64_t) { Overwrite(p, at, 64, byte); }, false);
+      CheckSurvives(
+          "overwrite_" + std::to_string(at) + "_" + std::to_string(static_cast<int>(byte) & 0xff),
+          [at, byte](const std::string& p, int64_t) { Overwrite(p, at, 64, byte); }, false);
     }
   }
 }

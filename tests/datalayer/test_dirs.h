@@ -22,6 +22,8 @@ inline std::string FreshDir(const std::string& name, bool fast_fsync = false) {
   return dir.string();
 }
 
-inline void RemoveDir(const std::string& dir) { std::filesystem::remove_all(dir); }
+inline void RemoveDir(const std::string& dir) {
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace maestro::datalayer::testing

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plan/plan.h"
-#include "plan/profile.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
+
+#include "plan/profile.h"
 
 namespace maestro::plan {
 namespace {
@@ -101,7 +102,6 @@ TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
   EXPECT_NE(bad.status().message().find("recompile"), std::string::npos);
   EXPECT_FALSE(PlanFromJson("{not json").ok());
 }
-
 
 TEST(FillLayout, WritesGroupsLinksAndFanOutThatMatchTheFunctions) {
   Plan p = VlmPlan(1, 2);

@@ -2,11 +2,11 @@
 // The decoder training-speed probe behind `maestro-bench gpu`: on the CPU it
 // runs forward, backward and AdamW and reports consistent
 // figures; on CUDA (label gpu) the same in bf16, skipped without a device.
+#include "runtime/decoder_speed.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "runtime/decoder_speed.h"
 
 namespace maestro::runtime {
 namespace {
@@ -26,7 +26,8 @@ plan::ModelDesc TinyDecoder() {
 void ExpectConsistent(const DecoderSpeed& s, const DecoderSpeedOptions& o) {
   EXPECT_GT(s.params, 0);
   EXPECT_GT(s.seconds_per_step, 0.0);
-  EXPECT_NEAR(s.tokens_per_second * s.seconds_per_step, static_cast<double>(o.micro_batch) * o.seq_len, 1e-6 * o.seq_len);
+  EXPECT_NEAR(s.tokens_per_second * s.seconds_per_step, static_cast<double>(o.micro_batch) * o.seq_len,
+              1e-6 * o.seq_len);
 }
 
 TEST(DecoderSpeed, TrainsOnTheCpuAndReportsConsistentFigures) {

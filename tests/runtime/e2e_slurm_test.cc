@@ -15,14 +15,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,7 +42,9 @@ using testing::LocalSlurmCluster;
 using testing::SlurmJobInfo;
 
 // The run directory's helpers take paths as strings.
-std::map<int64_t, double> Losses(const fs::path& run_dir) { return runtime_testing::Losses(run_dir.string()); }
+std::map<int64_t, double> Losses(const fs::path& run_dir) {
+  return runtime_testing::Losses(run_dir.string());
+}
 datalayer::CheckpointData LastCheckpoint(const fs::path& run_dir) {
   return runtime_testing::LastCheckpoint(run_dir.string());
 }
@@ -77,10 +79,10 @@ CompiledJob Compile(const std::string& name) {
         << "/maestro-worker' --eval-samples 200 --no-progress \"$@\"\n";
   }
   fs::permissions(wrapper, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
-  auto compile = testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
-                                      std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm3.toml", "-o",
-                                      job.dir.string(), "--worker", wrapper.string()},
-                                     {}, seconds(60));
+  auto compile = testing::RunCommand(
+      {std::string(MAESTRO_BIN_DIR) + "/maestro-compile", std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm3.toml",
+       "-o", job.dir.string(), "--worker", wrapper.string()},
+      {}, seconds(60));
   EXPECT_TRUE(compile.ok() && compile->exit_code == 0) << (compile.ok() ? compile->output : "");
   auto plan = plan::LoadPlan((job.dir / "plan.json").string());
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
@@ -124,10 +126,10 @@ TEST(E2eSlurm, HeterogeneousJobTrainsAndSurvivesPreemptionBitIdentically) {
   EXPECT_NE(output->find("caption accuracy"), std::string::npos) << *output;
 
   // The same plan in one process gives the same losses.
-  auto reference = testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-worker", "--reference", "--no-eval",
-                                        "--run-dir", (whole.dir / "reference").string(),
-                                        (whole.dir / "plan.json").string()},
-                                       {}, seconds(240));
+  auto reference =
+      testing::RunCommand({std::string(MAESTRO_BIN_DIR) + "/maestro-worker", "--reference", "--no-eval", "--run-dir",
+                           (whole.dir / "reference").string(), (whole.dir / "plan.json").string()},
+                          {}, seconds(240));
   ASSERT_TRUE(reference.ok() && reference->exit_code == 0) << (reference.ok() ? reference->output : "");
   const auto reference_losses = Losses(whole.dir / "reference");
   ASSERT_EQ(reference_losses.size(), whole_losses.size());
@@ -189,7 +191,7 @@ TEST(E2eSlurm, HeterogeneousJobTrainsAndSurvivesPreemptionBitIdentically) {
   }
 }
 
-#else  // MAESTRO_E2E_KILL_TEST
+#else   // MAESTRO_E2E_KILL_TEST
 
 // The pids of the maestro-worker processes running `plan` (every "node" of
 // the local cluster is this machine).
@@ -204,7 +206,8 @@ std::vector<pid_t> WorkerPids(const fs::path& plan) {
     const std::string suffix = "/maestro-worker";
     const bool is_worker =
         argv0.size() >= suffix.size() && argv0.compare(argv0.size() - suffix.size(), suffix.size(), suffix) == 0;
-    if (is_worker && cmdline.find(plan.string()) != std::string::npos) pids.push_back(static_cast<pid_t>(std::stol(name)));
+    if (is_worker && cmdline.find(plan.string()) != std::string::npos)
+      pids.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return pids;
 }
@@ -261,8 +264,7 @@ TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
   const double seconds_to_end = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   auto output = cluster->ReadJobOutput(*job);
   ASSERT_TRUE(output.ok());
-  std::printf("kill -9: workers gone after %.1f s, job ended after %.1f s%s\n", seconds_to_workers_end,
-              seconds_to_end,
+  std::printf("kill -9: workers gone after %.1f s, job ended after %.1f s%s\n", seconds_to_workers_end, seconds_to_end,
               job->state() == "CANCELLED" ? " (cancelled: srun outlived its tasks, the Slurm 22.05 hang of "
                                             "docs/ARCHITECTURE.md)"
                                           : "");

@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -141,15 +141,27 @@ void ExpectSameLosses(const std::string& what, const plan::Plan& p) {
   EXPECT_LT(a.rbegin()->second, a.begin()->second) << what;
 }
 
-TEST(RuntimeTrain, VlmSectionedEqualsMonolithicFanOut1) { ExpectSameLosses("vlm_fanout1", VlmPlan(1, 6)); }
-TEST(RuntimeTrain, VlmSectionedEqualsMonolithicFanOut2) { ExpectSameLosses("vlm_fanout2", VlmPlan(2, 6)); }
-TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut1) { ExpectSameLosses("kd_fanout1", KdPlan(1, 6)); }
-TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) { ExpectSameLosses("kd_fanout2", KdPlan(2, 6)); }
+TEST(RuntimeTrain, VlmSectionedEqualsMonolithicFanOut1) {
+  ExpectSameLosses("vlm_fanout1", VlmPlan(1, 6));
+}
+TEST(RuntimeTrain, VlmSectionedEqualsMonolithicFanOut2) {
+  ExpectSameLosses("vlm_fanout2", VlmPlan(2, 6));
+}
+TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut1) {
+  ExpectSameLosses("kd_fanout1", KdPlan(1, 6));
+}
+TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) {
+  ExpectSameLosses("kd_fanout2", KdPlan(2, 6));
+}
 
 // Tensor parallelism: the decoder's heads and MLP units split over 2 ranks
 // (column-parallel q/k/v/gate/up, row-parallel o/down), with DP on top.
-TEST(RuntimeTrain, VlmTensorParallel2EqualsMonolithic) { ExpectSameLosses("vlm_tp2", VlmPlan(1, 5, 2)); }
-TEST(RuntimeTrain, KdStudentTp2Dp2EqualsMonolithic) { ExpectSameLosses("kd_tp2_dp2", KdPlan(2, 5, 2)); }
+TEST(RuntimeTrain, VlmTensorParallel2EqualsMonolithic) {
+  ExpectSameLosses("vlm_tp2", VlmPlan(1, 5, 2));
+}
+TEST(RuntimeTrain, KdStudentTp2Dp2EqualsMonolithic) {
+  ExpectSameLosses("kd_tp2_dp2", KdPlan(2, 5, 2));
+}
 
 TEST(RuntimeTrain, KdTopKLossDiffersFromFullKlAndStillAgrees) {
   auto p = KdPlan(2, 4);
@@ -200,7 +212,8 @@ TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
 }
 
 TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
-  for (const auto& [what, p] : {std::pair<std::string, plan::Plan>{"vlm", VlmPlan(2, 6)}, {"kd_tp2", KdPlan(1, 6, 2)}}) {
+  for (const auto& [what, p] :
+       {std::pair<std::string, plan::Plan>{"vlm", VlmPlan(2, 6)}, {"kd_tp2", KdPlan(1, 6, 2)}}) {
     const std::string dir = Fresh("resume_" + what);
     const std::string plan_path = WritePlan(p, dir);
     const auto whole = RunSectioned(p, plan_path, dir + "/whole");

@@ -51,7 +51,6 @@ Case RandomCase(uint64_t seed) {
   return c;
 }
 
-
 // Where each (section, sample id) ran: (replica, micro-batch), from the raw schedule.
 using Where = std::map<std::pair<int, uint64_t>, std::vector<std::pair<int, int>>>;
 Where Locate(const Schedule& s) {

@@ -2,6 +2,8 @@
 // Unit tests of the scheduler: problem validation, FromPlan, the lower bound,
 // transfers vs the plan's links, JSON round trip, the simulator on cases
 // worked out by hand, deadlock detection, and the trace/SVG outputs.
+#include "scheduler/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "plan/plan.h"
-#include "scheduler/scheduler.h"
 #include "scheduler/simulator.h"
 #include "scheduler/synthetic.h"
 
@@ -26,7 +27,8 @@ namespace {
 // same; transfers cost `transfer` per sample.
 class FlatCosts : public SectionCostModel {
  public:
-  FlatCosts(double per_mb, double per_sample, double transfer) : per_mb_(per_mb), per_sample_(per_sample), transfer_(transfer) {}
+  FlatCosts(double per_mb, double per_sample, double transfer)
+      : per_mb_(per_mb), per_sample_(per_sample), transfer_(transfer) {}
   double ForwardSeconds(int, const std::vector<const Sample*>& s) const override {
     return per_mb_ + per_sample_ * static_cast<double>(s.size());
   }
@@ -181,7 +183,8 @@ TEST(SchedulerJson, RoundTripsEveryPolicy) {
   }
   EXPECT_FALSE(ScheduleFromJson("{not json").ok());
   EXPECT_FALSE(ScheduleFromJson(R"({"v":2,"policy":"fifo","seed":0,"step":0,"ranks":[]})").ok());
-  auto bad = ScheduleFromJson(R"({"v":1,"policy":"fifo","seed":0,"step":0,"ranks":[{"s":0,"r":0,"mb":[[1]],"ops":"F0 X1"}]})");
+  auto bad =
+      ScheduleFromJson(R"({"v":1,"policy":"fifo","seed":0,"step":0,"ranks":[{"s":0,"r":0,"mb":[[1]],"ops":"F0 X1"}]})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("bad op"), std::string::npos);
   EXPECT_FALSE(ScheduleFromJson(R"({"v":1,"policy":"fifo","seed":0,"step":0,"ranks":[{"s":"x"}]})").ok());
@@ -310,8 +313,10 @@ TEST(SchedulerSimulator, DpReplicasStartTheirOptimizerStepTogether) {
   p.costs = std::make_shared<PerSectionCosts>(std::vector<double>{1.0}, std::vector<double>{0.5});
   Schedule s;
   s.policy = "hand";
-  s.ranks = {RankProgram{0, 0, {MicroBatch{{0, 1, 2}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}},
-             RankProgram{0, 1, {MicroBatch{{3}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}}};
+  s.ranks = {
+      RankProgram{
+          0, 0, {MicroBatch{{0, 1, 2}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}},
+      RankProgram{0, 1, {MicroBatch{{3}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}}};
   const Simulation sim = Simulate(p, s).ValueOrDie();
   EXPECT_DOUBLE_EQ(sim.step_seconds, 6.5);
   for (const OpInterval& op : sim.ops) {
@@ -337,15 +342,25 @@ TEST(SchedulerSimulator, DetectsADeadlockingOrder) {
   Schedule s;
   s.policy = "hand";
   RankProgram vit{0, 0, {MicroBatch{{1000, 1001}}, MicroBatch{{1002, 1003}}}, {}};
-  vit.ops = {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kForward, 1}, {OpKind::kBackward, 1}, {OpKind::kOptimizer, -1}};
-  RankProgram llm0{1, 0, {MicroBatch{{1000, 1002}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}};
-  RankProgram llm1{1, 1, {MicroBatch{{1001, 1003}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}};
+  vit.ops = {{OpKind::kForward, 0},
+             {OpKind::kBackward, 0},
+             {OpKind::kForward, 1},
+             {OpKind::kBackward, 1},
+             {OpKind::kOptimizer, -1}};
+  RankProgram llm0{
+      1, 0, {MicroBatch{{1000, 1002}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}};
+  RankProgram llm1{
+      1, 1, {MicroBatch{{1001, 1003}}}, {{OpKind::kForward, 0}, {OpKind::kBackward, 0}, {OpKind::kOptimizer, -1}}};
   s.ranks = {vit, llm0, llm1};
   auto sim = Simulate(p, s);
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("deadlock"), std::string::npos) << sim.status().message();
   // The same micro-batches with all forwards first run fine.
-  s.ranks[0].ops = {{OpKind::kForward, 0}, {OpKind::kForward, 1}, {OpKind::kBackward, 0}, {OpKind::kBackward, 1}, {OpKind::kOptimizer, -1}};
+  s.ranks[0].ops = {{OpKind::kForward, 0},
+                    {OpKind::kForward, 1},
+                    {OpKind::kBackward, 0},
+                    {OpKind::kBackward, 1},
+                    {OpKind::kOptimizer, -1}};
   EXPECT_TRUE(Simulate(p, s).ok());
   // A sample missing from the schedule is caught before simulating.
   s.ranks[1].micro_batches[0].sample_ids = {1000};
@@ -409,13 +424,17 @@ TEST(SchedulerEdgeCases, EmptyBatchAndSamplesThatActivateNothing) {
   for (int i = 0; i < 6; ++i) {
     Sample s;
     s.id = static_cast<uint64_t>(i);
-    if (i < 3) { s.modalities = 1; s.modality_tokens[0] = 10; }
+    if (i < 3) {
+      s.modalities = 1;
+      s.modality_tokens[0] = 10;
+    }
     q.samples.push_back(s);
   }
   q.costs = std::make_shared<FlatCosts>(0.0, 1.0, 0.0);
   const Schedule sch = BuildSchedule(q, {}).ValueOrDie();
   size_t total = 0;
-  for (const RankProgram& r : sch.ranks) for (const MicroBatch& mb : r.micro_batches) total += mb.sample_ids.size();
+  for (const RankProgram& r : sch.ranks)
+    for (const MicroBatch& mb : r.micro_batches) total += mb.sample_ids.size();
   EXPECT_EQ(total, 3u);
   EXPECT_TRUE(Simulate(q, sch).ok());
 }

@@ -12,7 +12,6 @@
 // (CUDA_VISIBLE_DEVICES, else SLURM_STEP_GPUS); ranksum is an MPI_Allreduce
 // of the ranks, which proves that the ranks of all components can talk.
 #include <mpi.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -84,9 +83,10 @@ int main(int argc, char** argv) {
   if (gpus.empty()) gpus = Env("SLURM_STEP_GPUS");
   const std::string node = Env("SLURMD_NODENAME");
 
-  std::printf("probe world=%d rank=%d procid=%ld component=%ld component_tasks=%ld ranksum=%ld gpus=%s ngpus=%ld node=%s\n",
-              world, rank, procid, component, component_tasks, rank_sum, gpus.empty() ? "-" : gpus.c_str(),
-              CountList(gpus), node.empty() ? "-" : node.c_str());
+  std::printf(
+      "probe world=%d rank=%d procid=%ld component=%ld component_tasks=%ld ranksum=%ld gpus=%s ngpus=%ld node=%s\n",
+      world, rank, procid, component, component_tasks, rank_sum, gpus.empty() ? "-" : gpus.c_str(), CountList(gpus),
+      node.empty() ? "-" : node.c_str());
   std::fflush(stdout);
   MPI_Finalize();
   // Slurm 22.05's srun stops the PMIx abort agent once per het component,

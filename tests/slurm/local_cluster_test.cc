@@ -4,7 +4,6 @@
 // across its components, with the tasks and GPUs each component asked for;
 // and the script's start/status/env subcommands behave on a running cluster.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -89,7 +88,8 @@ TEST_F(LocalSlurmClusterTest, HetJobRunsOneMpiWorldWithPerComponentTasksAndGpus)
         << "#SBATCH --time=1\n"
         << "#SBATCH --nodes=1 --ntasks=" << kTasks0 << " --gpus-per-task=" << kGpusPerTask0 << "\n"
         << "#SBATCH hetjob\n"
-        << "#SBATCH --nodes=1 --ntasks=" << kTasks1 << " --gres=gpu:" << kGpusPerNode1 << "\n"
+        << "#SBATCH --nodes=1 --ntasks=" << kTasks1 << " --gres=gpu:" << kGpusPerNode1
+        << "\n"
         // Slurm 22.05's srun may hang after every task of a het step ended
         // (see het_probe.cc); the watchdog ends such an srun, and says so.
         << "timeout -s KILL " << kSrunWatchdogSeconds << " srun --mpi=pmix --het-group=0,1 " << probe << "\n"
@@ -182,8 +182,9 @@ TEST_F(LocalSlurmClusterTest, EnvPointsSlurmCommandsAtTheCluster) {
   EXPECT_NE(env->output.find("export SLURM_CONF=" + fs::canonical(cluster.slurm_conf()).string()), std::string::npos)
       << env->output;
   // The exports work in a shell: sinfo through them sees the 4 nodes.
-  auto sinfo = RunCommand({"bash", "-c", "eval \"$(bash " + LocalSlurmCluster::ScriptPath() + " env " + cluster.dir() +
-                                             ")\" && sinfo -h -N -p batch -o %N"},
+  auto sinfo = RunCommand({"bash", "-c",
+                           "eval \"$(bash " + LocalSlurmCluster::ScriptPath() + " env " + cluster.dir() +
+                               ")\" && sinfo -h -N -p batch -o %N"},
                           {"SLURM_CONF=/nonexistent"}, seconds(30));
   ASSERT_TRUE(sinfo.ok()) << sinfo.status().ToString();
   EXPECT_EQ(sinfo->exit_code, 0) << sinfo->output;

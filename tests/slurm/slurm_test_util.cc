@@ -31,7 +31,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string Errno(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 // The inherited environment with `overrides` ("KEY=VALUE") replacing or
 // adding entries.
@@ -105,8 +107,8 @@ bool StartsField(const std::string& token) {
   if (eq == std::string::npos || eq == 0) return false;
   for (size_t i = 0; i < eq; ++i) {
     const char c = token[i];
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == ':' || c == '/';
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == ':' || c == '/';
     if (!ok) return false;
   }
   return true;
@@ -136,8 +138,7 @@ std::string Field(const std::map<std::string, std::string>& fields, const std::s
 
 }  // namespace
 
-StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                   const std::vector<std::string>& extra_env,
+StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                                    std::chrono::milliseconds timeout) {
   if (argv.empty()) return Status::InvalidArgument("RunCommand: empty argv");
   int fds[2];
@@ -287,16 +288,14 @@ StatusOr<LocalSlurmCluster> LocalSlurmCluster::FromEnvironment() {
 
 LocalSlurmCluster::LocalSlurmCluster(std::string dir) : dir_(std::move(dir)) {}
 
-std::string LocalSlurmCluster::ScriptPath() { return MAESTRO_LOCAL_CLUSTER_SCRIPT; }
+std::string LocalSlurmCluster::ScriptPath() {
+  return MAESTRO_LOCAL_CLUSTER_SCRIPT;
+}
 
 std::vector<std::string> LocalSlurmCluster::Environment() const {
   // Keep in step with `local-cluster.sh env`.
-  return {"SLURM_CONF=" + slurm_conf(),
-          "MAESTRO_SLURM_DIR=" + dir_,
-          "OMPI_MCA_btl=self,tcp",
-          "OMPI_MCA_btl_tcp_if_include=lo",
-          "OMPI_MCA_oob_tcp_if_include=lo",
-          "OMPI_MCA_pml=ob1"};
+  return {"SLURM_CONF=" + slurm_conf(),     "MAESTRO_SLURM_DIR=" + dir_,      "OMPI_MCA_btl=self,tcp",
+          "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo", "OMPI_MCA_pml=ob1"};
 }
 
 StatusOr<CommandResult> LocalSlurmCluster::Run(const std::vector<std::string>& argv,
@@ -343,9 +342,9 @@ StatusOr<SlurmJobInfo> LocalSlurmCluster::ShowJob(const std::string& job_id) con
     if (run->output.find("Invalid job id") != std::string::npos) {
       return Status::NotFound("Slurm does not know job " + job_id + ": " + Trim(run->output));
     }
-    return Status::Unavailable("'scontrol show job " + job_id + "' failed (exit " +
-                               std::to_string(run->exit_code) + "): " + Trim(run->output) +
-                               "; is the cluster in " + dir_ + " up? (" + ScriptPath() + " status " + dir_ + ")");
+    return Status::Unavailable("'scontrol show job " + job_id + "' failed (exit " + std::to_string(run->exit_code) +
+                               "): " + Trim(run->output) + "; is the cluster in " + dir_ + " up? (" + ScriptPath() +
+                               " status " + dir_ + ")");
   }
   return ParseScontrolShowJob(job_id, run->output);
 }
@@ -365,8 +364,7 @@ StatusOr<SlurmJobInfo> LocalSlurmCluster::WaitForJobState(const std::string& job
     }
     if (Clock::now() >= deadline) {
       return Status::Timeout("job " + job_id + " did not reach the awaited state within " +
-                             std::to_string(timeout.count()) + " ms; last seen: " + last +
-                             "(logs: " + dir_ + "/log)");
+                             std::to_string(timeout.count()) + " ms; last seen: " + last + "(logs: " + dir_ + "/log)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -374,7 +372,8 @@ StatusOr<SlurmJobInfo> LocalSlurmCluster::WaitForJobState(const std::string& job
 
 StatusOr<SlurmJobInfo> LocalSlurmCluster::WaitForJob(const std::string& job_id,
                                                      std::chrono::milliseconds timeout) const {
-  return WaitForJobState(job_id, [](const SlurmJobInfo& j) { return j.finished(); }, timeout);
+  return WaitForJobState(
+      job_id, [](const SlurmJobInfo& j) { return j.finished(); }, timeout);
 }
 
 StatusOr<std::string> LocalSlurmCluster::ReadJobOutput(const SlurmJobInfo& job) const {
@@ -403,7 +402,8 @@ Status LocalSlurmCluster::MakeEligibleNow(const std::string& job_id) const {
   auto run = Run({"scontrol", "update", "JobId=" + job_id, "StartTime=now"});
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
-    return Status::FailedPrecondition("scontrol update JobId=" + job_id + " StartTime=now failed: " + Trim(run->output));
+    return Status::FailedPrecondition("scontrol update JobId=" + job_id +
+                                      " StartTime=now failed: " + Trim(run->output));
   }
   return Status::Ok();
 }
@@ -411,7 +411,8 @@ Status LocalSlurmCluster::MakeEligibleNow(const std::string& job_id) const {
 Status LocalSlurmCluster::Requeue(const std::string& job_id) const {
   auto run = Run({"scontrol", "requeue", job_id});
   if (!run.ok()) return run.status();
-  if (run->exit_code != 0) return Status::FailedPrecondition("scontrol requeue " + job_id + " failed: " + Trim(run->output));
+  if (run->exit_code != 0)
+    return Status::FailedPrecondition("scontrol requeue " + job_id + " failed: " + Trim(run->output));
   return MakeEligibleNow(job_id);
 }
 

@@ -47,27 +47,26 @@ struct CommandResult {
 // Runs argv[0] (looked up in PATH; no shell) with `extra_env` ("KEY=VALUE"
 // entries that override the inherited environment). Kills the child and
 // returns Timeout when it runs longer than `timeout`.
-StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                   const std::vector<std::string>& extra_env,
+StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                                    std::chrono::milliseconds timeout);
 
 // One job record of `scontrol show job -o`: a plain job has one, a
 // heterogeneous job one per component (component 0 first).
 struct SlurmJobComponent {
-  std::string job_id;      // JobId (a component's own id)
-  int het_offset = 0;      // HetJobOffset; 0 for a plain job
-  std::string state;       // JobState, e.g. RUNNING, COMPLETED, FAILED
-  std::string reason;      // Reason, e.g. NonZeroExitCode, Priority
-  int exit_code = 0;       // ExitCode=<code>:<signal>
+  std::string job_id;  // JobId (a component's own id)
+  int het_offset = 0;  // HetJobOffset; 0 for a plain job
+  std::string state;   // JobState, e.g. RUNNING, COMPLETED, FAILED
+  std::string reason;  // Reason, e.g. NonZeroExitCode, Priority
+  int exit_code = 0;   // ExitCode=<code>:<signal>
   int exit_signal = 0;
-  int restarts = 0;        // Restarts (how often it was requeued)
-  std::string node_list;   // NodeList, e.g. node[1-2]
-  std::string std_out;     // StdOut path, %j already expanded
+  int restarts = 0;                           // Restarts (how often it was requeued)
+  std::string node_list;                      // NodeList, e.g. node[1-2]
+  std::string std_out;                        // StdOut path, %j already expanded
   std::map<std::string, std::string> fields;  // every Key=Value of the record
 };
 
 struct SlurmJobInfo {
-  std::string job_id;  // the id asked for (the leader's id for a hetjob)
+  std::string job_id;                         // the id asked for (the leader's id for a hetjob)
   std::vector<SlurmJobComponent> components;  // never empty
 
   // COMPLETED when every component completed, else the state of the first
@@ -111,8 +110,7 @@ class LocalSlurmCluster {
 
   // sbatch [sbatch_args...] script_path; returns the job id (for a hetjob the
   // leader's id, which `scontrol show job` expands to all components).
-  StatusOr<std::string> Submit(const std::string& script_path,
-                               const std::vector<std::string>& sbatch_args = {}) const;
+  StatusOr<std::string> Submit(const std::string& script_path, const std::vector<std::string>& sbatch_args = {}) const;
   // NotFound when Slurm no longer (or never) knew the job.
   StatusOr<SlurmJobInfo> ShowJob(const std::string& job_id) const;
   // Polls ShowJob until `done(job)` holds; Timeout (with the last state seen)

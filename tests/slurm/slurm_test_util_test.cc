@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Unit tests of maestro_slurm_testutil's parts that need no cluster: the
 // parser of `scontrol show job -o` and the child-process runner.
-#include <gtest/gtest.h>
-
 #include "tests/slurm/slurm_test_util.h"
+
+#include <gtest/gtest.h>
 
 namespace maestro::testing {
 namespace {
@@ -30,8 +30,8 @@ TEST(SlurmTestUtil, ParsesHetJobRecordsInComponentOrder) {
 }
 
 TEST(SlurmTestUtil, RunCommandReportsExitCodeOutputAndTimeout) {
-  auto ok = RunCommand({"bash", "-c", "echo out; echo err >&2; echo \"$MAESTRO_X\"; exit 3"}, {"MAESTRO_X=42"},
-                       seconds(10));
+  auto ok =
+      RunCommand({"bash", "-c", "echo out; echo err >&2; echo \"$MAESTRO_X\"; exit 3"}, {"MAESTRO_X=42"}, seconds(10));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->exit_code, 3);
   EXPECT_NE(ok->output.find("out\n"), std::string::npos);
