@@ -9,6 +9,7 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   g++ cmake ninja-build ccache pkg-config make
+  clang-format-14                             # scripts/format.sh; the test command checks formatting
   # libraries (see cmake/MaestroDeps.cmake)
   libtorch-dev libopenblas0-openmp           # libtorch; without OpenBLAS it runs ~17x slower
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev

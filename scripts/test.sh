@@ -8,6 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+# Formatting is checked first and reported last: the tests still run.
+format_ok=1
+scripts/format.sh --check || format_ok=0
 scripts/build.sh
 
 dir=build
@@ -15,4 +18,10 @@ dir=build
 exclude=(-LE slow)
 [[ "${MAESTRO_SLOW:-0}" == 1 ]] && exclude=()
 cd "$dir"
-exec ctest --output-on-failure -j "$(nproc)" "${exclude[@]}" "$@"
+rc=0
+ctest --output-on-failure -j "$(nproc)" "${exclude[@]}" "$@" || rc=$?
+if ((format_ok == 0)); then
+  echo "test.sh: FAILED: C++ files differ from .clang-format (listed above); run scripts/format.sh" >&2
+  ((rc != 0)) || rc=1
+fi
+exit "$rc"
