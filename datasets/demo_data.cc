@@ -1,13 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "datasets/demo_data.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +13,7 @@
 #include <utility>
 
 #include "base/checks.h"
+#include "base/files.h"
 #include "base/splitmix.h"
 #include "datasets/default_text.h"
 #include "datasets/idx_file.h"
@@ -317,35 +315,8 @@ StatusOr<int64_t> DemoDataset::WriteManifest(const std::string& path) const {
                      impl.TextIndexOfId(id) % impl.num_train_chunks, options_.seq_len);
     }
   }
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Status::IOError(fmt::format("manifest {}: cannot create {}: {}", path, tmp, std::strerror(errno)));
-  }
-  const char* p = out.data();
-  size_t left = out.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::IOError(fmt::format("manifest {}: write to {} failed: {}", path, tmp, std::strerror(err)));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::IOError(fmt::format("manifest {}: cannot flush {}: {}", path, tmp, std::strerror(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::IOError(fmt::format("manifest {}: cannot rename {} into place: {}", path, tmp, std::strerror(err)));
-  }
+  Status written = WriteFileAtomically(path, std::string_view(out.data(), out.size()));
+  if (!written.ok()) return written.WithContext(fmt::format("manifest {}", path));
   return impl.num_train;
 }
 

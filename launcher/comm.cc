@@ -51,19 +51,6 @@ Buffer Buffer::Slice(size_t offset, size_t n) const {
   return b;
 }
 
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 4) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  if (u == 0 || bytes == static_cast<double>(static_cast<long long>(bytes))) {
-    return fmt::format("{} {}", static_cast<long long>(bytes), units[u]);
-  }
-  return fmt::format("{:.1f} {}", bytes, units[u]);
-}
-
 Status Complete(StatusOr<WorkPtr> work) {
   if (!work.ok()) return work.status();
   return (*work)->Wait();

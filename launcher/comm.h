@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/units.h"
 
 namespace maestro::launcher {
 
@@ -88,8 +89,11 @@ Buffer CpuBuffer(std::vector<T>& v) {
 enum class ReduceOp : uint8_t { kSum, kMax, kMin };
 const char* ReduceOpName(ReduceOp op);
 
-// "4 MiB", "64 KiB", "12 B": sizes in messages and tables.
-std::string HumanBytes(double bytes);
+// "4 MiB", "1.5 KiB", "12 B": sizes in messages and tables (base/units.h,
+// whole units without a decimal).
+inline std::string HumanBytes(double bytes) {
+  return ::maestro::HumanBytes(bytes, WholeUnits::kTrimDecimal);
+}
 
 using Millis = std::chrono::milliseconds;
 

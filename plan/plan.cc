@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/files.h"
+#include "base/graph.h"
+
 namespace maestro::plan {
 
 NLOHMANN_JSON_SERIALIZE_ENUM(SectionMode, {{SectionMode::kTrain, "train"}, {SectionMode::kForward, "forward"}})
@@ -121,17 +124,13 @@ StatusOr<Plan> LoadPlan(const std::string& path) {
 }
 
 Status SavePlan(const Plan& plan, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Status::IOError(fmt::format("cannot write '{}'", tmp));
-    out << PlanToJson(plan) << "\n";
-    if (!out.flush()) return Status::IOError(fmt::format("short write to '{}'", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError(fmt::format("cannot rename '{}' to '{}'", tmp, path));
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, PlanToJson(plan) + "\n");
+}
+
+bool EdgeDpRuleHolds(int from_dp, int to_dp, int fanout, int fanin) {
+  if (fanout > 0) return to_dp == from_dp * fanout;
+  if (fanin > 0) return from_dp == to_dp * fanin;
+  return to_dp % from_dp == 0 || from_dp % to_dp == 0;
 }
 
 Status Validate(const Plan& plan) {
@@ -171,32 +170,17 @@ Status Validate(const Plan& plan) {
       return Status::InvalidArgument(fmt::format("edge {} -> {}: a section cannot feed itself", e.from, e.to));
     const int a = plan.sections[u].config.dp;
     const int b = plan.sections[d].config.dp;
-    if (b % a != 0 && a % b != 0) {
+    if (!EdgeDpRuleHolds(a, b)) {
       return Status::InvalidArgument(
           fmt::format("edge {} -> {}: DP degrees {} and {} do not divide one another (DP_from * fanout = DP_to)",
                       e.from, e.to, a, b));
     }
   }
-  // Cycle check (Kahn).
-  const size_t n = plan.sections.size();
-  std::vector<int> indeg(n, 0);
-  for (const auto& e : plan.edges) ++indeg[plan.section_index(e.to)];
-  std::vector<size_t> ready;
-  for (size_t i = 0; i < n; ++i) {
-    if (indeg[i] == 0) ready.push_back(i);
+  DirectedEdges graph;
+  for (const auto& e : plan.edges) graph.emplace_back(plan.section_index(e.from), plan.section_index(e.to));
+  if (FindCycle(static_cast<int>(plan.sections.size()), graph).found()) {
+    return Status::InvalidArgument("the section graph has a cycle");
   }
-  size_t seen = 0;
-  while (!ready.empty()) {
-    const size_t v = ready.back();
-    ready.pop_back();
-    ++seen;
-    for (const auto& e : plan.edges) {
-      if (plan.section_index(e.from) == static_cast<int>(v) && --indeg[plan.section_index(e.to)] == 0) {
-        ready.push_back(static_cast<size_t>(plan.section_index(e.to)));
-      }
-    }
-  }
-  if (seen != n) return Status::InvalidArgument("the section graph has a cycle");
   return Status::Ok();
 }
 

@@ -147,6 +147,11 @@ struct SectionPlan {
   MicroBatchCost cost;  // added in schema 1 (optional)
 };
 
+// The fan-out rule of an edge, the one every module checks (docs/spec.md):
+// DP_from * fanout = DP_to when `fanout` is pinned (> 0), DP_from = DP_to *
+// fanin when `fanin` is pinned, and otherwise one DP degree divides the other.
+bool EdgeDpRuleHolds(int from_dp, int to_dp, int fanout = 0, int fanin = 0);
+
 struct EdgePlan {
   std::string from, to;           // section names
   std::string tensor;             // e.g. "image_embeddings", "teacher_hidden"

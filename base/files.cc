@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "base/files.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace maestro {
+
+Status CreateDirectories(const std::string& dir) {
+  if (dir.empty()) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError(fmt::format("cannot create directory '{}': {}", dir, ec.message()));
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::IOError(fmt::format("cannot create directory '{}': a file of that name is in the way", dir));
+  }
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](const char* what, int err) {
+    ::unlink(tmp.c_str());
+    return Status::IOError(fmt::format("cannot write '{}': {} '{}': {}", path, what, tmp, std::strerror(err)));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return Status::IOError(
+        fmt::format("cannot write '{}': create '{}': {} (does the directory exist and is it "
+                    "writable?)",
+                    path, tmp, std::strerror(errno)));
+  }
+  const char* p = contents.data();
+  size_t left = contents.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return fail("write to", err);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fchmod(fd, mode) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fail("chmod", err);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fail("fsync", err);
+  }
+  if (::close(fd) != 0) return fail("close", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
+  return Status::Ok();
+}
+
+}  // namespace maestro

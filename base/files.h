@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// Files every module writes whole: the one way to create a directory and the
+// one write-then-rename (plan.json, job.sbatch, report.txt, manifests, trace
+// and timeline files, the step's exit file). The datalayer's durable files
+// (index, spool, checkpoints) go through datalayer::Env instead, whose seam
+// lets tests inject faults.
+//
+// Owns: CreateDirectories, WriteFileAtomically.
+// May call: the C and C++ standard libraries, POSIX.
+// Thread safety: two writers of the same path race on its ".tmp" file; every
+// path has one writer in Maestro.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace maestro {
+
+// Creates `dir` and its missing parents (mode 0755); an existing directory is
+// fine. "" is the current directory. IOError names the path and the reason.
+Status CreateDirectories(const std::string& dir);
+
+// Writes `contents` to `path` atomically: to "<path>.tmp", fsync, chmod
+// `mode`, rename over `path`. A failure leaves `path` as it was, removes the
+// temporary file, and names the path and the reason.
+Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode = 0644);
+
+}  // namespace maestro
