@@ -51,6 +51,34 @@ Buffer Buffer::Slice(size_t offset, size_t n) const {
   return b;
 }
 
+StatusOr<WorkPtr> Backend::AllToAll(Buffer /*in*/, Buffer /*out*/) {
+  return Unsupported("all_to_all");
+}
+
+Status Backend::Unsupported(const char* op) const {
+  return Status::FailedPrecondition(
+      fmt::format("backend {} does not support {} (on {})", name(), op, group().description));
+}
+
+Status CheckBlockShapes(const char* op, const GroupInfo& group, const Buffer& small, const Buffer& big) {
+  if (big.count != small.count * static_cast<size_t>(group.size()) || big.dtype != small.dtype) {
+    return Status::InvalidArgument(fmt::format("{} on {}: the larger buffer must be {} x {} {} elements, got {} {}", op,
+                                               group.description, group.size(), small.count, DTypeName(small.dtype),
+                                               big.count, DTypeName(big.dtype)));
+  }
+  return Status::Ok();
+}
+
+Status CheckAllToAllShapes(const GroupInfo& group, const Buffer& in, const Buffer& out) {
+  const size_t g = static_cast<size_t>(group.size());
+  if (in.count != out.count || in.dtype != out.dtype || in.count % g != 0) {
+    return Status::InvalidArgument(
+        fmt::format("all_to_all on {}: in and out must both be {} blocks of one size and dtype, got {} {} and {} {}",
+                    group.description, g, in.count, DTypeName(in.dtype), out.count, DTypeName(out.dtype)));
+  }
+  return Status::Ok();
+}
+
 Status Complete(StatusOr<WorkPtr> work) {
   if (!work.ok()) return work.status();
   return (*work)->Wait();

@@ -12,6 +12,8 @@
 //   AllGather(in, out)        in (n) -> out (G*n); rank i's part at [i*n, (i+1)*n)
 //   ReduceScatter(in, out)    in (G*n) -> out (n); rank i gets the reduction of block i
 //   Broadcast(buf, root)      buf (n) from group rank `root` to everyone
+//   AllToAll(in, out)         in (G*n) -> out (G*n); block j of rank i's in
+//                             lands in block i of rank j's out (expert parallelism)
 //   Send/Recv(buf, peer, tag) buf (n) to/from group rank `peer`
 // Group ranks are indices into GroupInfo::ranks, not global ranks.
 //
@@ -21,6 +23,10 @@
 // ("all_reduce of 4 MiB") and what the group's other ranks were doing (or
 // that they did not answer). After a timeout the group is unusable: the
 // caller reports the error and ends the job (failure.h: AbortJob).
+//
+// Operations a backend lacks. Backend's own implementation of an optional
+// operation (AllToAll today) returns kFailedPrecondition "backend X does not
+// support Y" (the c10d way), so a new operation does not touch every backend.
 //
 // Thread safety: a Backend and its Work objects are used by one thread.
 #pragma once
@@ -146,7 +152,19 @@ class Backend {
   virtual StatusOr<WorkPtr> Send(Buffer buf, int peer, int tag) = 0;
   virtual StatusOr<WorkPtr> Recv(Buffer buf, int peer, int tag) = 0;
   virtual StatusOr<WorkPtr> Barrier() = 0;
+  // Optional operations: the default says this backend does not support them.
+  virtual StatusOr<WorkPtr> AllToAll(Buffer in, Buffer out);
+
+ protected:
+  // "backend mpi does not support all_to_all (group ...)": kFailedPrecondition.
+  Status Unsupported(const char* op) const;
 };
+
+// The shape rules of the block collectives (header comment), one home for
+// every backend: `small` (n) and `big` (G*n) of one dtype (AllGather: in is
+// small; ReduceScatter: out is small); AllToAll: in and out of G*n elements.
+Status CheckBlockShapes(const char* op, const GroupInfo& group, const Buffer& small, const Buffer& big);
+Status CheckAllToAllShapes(const GroupInfo& group, const Buffer& in, const Buffer& out);
 
 // Issues and waits with the backend's timeout: `Complete(backend.AllReduce(b, op))`.
 Status Complete(StatusOr<WorkPtr> work);

@@ -303,11 +303,7 @@ class MpiBackend final : public Backend {
   StatusOr<WorkPtr> AllGather(Buffer in, Buffer out) override {
     MAESTRO_RETURN_IF_ERROR(CheckBuffer(in, "all_gather"));
     MAESTRO_RETURN_IF_ERROR(CheckBuffer(out, "all_gather"));
-    if (out.count != in.count * static_cast<size_t>(group_.size()) || out.dtype != in.dtype) {
-      return Status::InvalidArgument(fmt::format("all_gather on {}: out must be {} x {} {} elements, got {} {}",
-                                                 group_.description, group_.size(), in.count, DTypeName(in.dtype),
-                                                 out.count, DTypeName(out.dtype)));
-    }
+    MAESTRO_RETURN_IF_ERROR(CheckBlockShapes("all_gather", group_, in, out));
     auto work = NewWork("all_gather", out.bytes(), -1);
     MPI_CHECK(MPI_Iallgather(in.data, static_cast<int>(in.count), MpiTypeOf(in.dtype), out.data,
                              static_cast<int>(in.count), MpiTypeOf(in.dtype), comm_, work->request()));
@@ -317,14 +313,21 @@ class MpiBackend final : public Backend {
   StatusOr<WorkPtr> ReduceScatter(Buffer in, Buffer out, ReduceOp op) override {
     MAESTRO_RETURN_IF_ERROR(CheckBuffer(in, "reduce_scatter"));
     MAESTRO_RETURN_IF_ERROR(CheckBuffer(out, "reduce_scatter"));
-    if (in.count != out.count * static_cast<size_t>(group_.size()) || out.dtype != in.dtype) {
-      return Status::InvalidArgument(fmt::format("reduce_scatter on {}: in must be {} x {} {} elements, got {} {}",
-                                                 group_.description, group_.size(), out.count, DTypeName(out.dtype),
-                                                 in.count, DTypeName(in.dtype)));
-    }
+    MAESTRO_RETURN_IF_ERROR(CheckBlockShapes("reduce_scatter", group_, out, in));
     auto work = NewWork("reduce_scatter", in.bytes(), -1);
     MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(out.count), MpiTypeOf(in.dtype),
                                         OpOf(in.dtype, op), comm_, work->request()));
+    return WorkPtr(std::move(work));
+  }
+
+  StatusOr<WorkPtr> AllToAll(Buffer in, Buffer out) override {
+    MAESTRO_RETURN_IF_ERROR(CheckBuffer(in, "all_to_all"));
+    MAESTRO_RETURN_IF_ERROR(CheckBuffer(out, "all_to_all"));
+    MAESTRO_RETURN_IF_ERROR(CheckAllToAllShapes(group_, in, out));
+    const int block = static_cast<int>(in.count / static_cast<size_t>(group_.size()));
+    auto work = NewWork("all_to_all", in.bytes(), -1);
+    MPI_CHECK(MPI_Ialltoall(in.data, block, MpiTypeOf(in.dtype), out.data, block, MpiTypeOf(in.dtype), comm_,
+                            work->request()));
     return WorkPtr(std::move(work));
   }
 

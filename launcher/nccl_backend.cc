@@ -109,22 +109,33 @@ class NcclBackend final : public Backend {
   StatusOr<WorkPtr> AllGather(Buffer in, Buffer out) override {
     MAESTRO_RETURN_IF_ERROR(Check(in, "all_gather"));
     MAESTRO_RETURN_IF_ERROR(Check(out, "all_gather"));
-    if (out.count != in.count * static_cast<size_t>(group_.size()) || out.dtype != in.dtype) {
-      return Status::InvalidArgument(
-          fmt::format("all_gather on {}: out must be {} x {} elements", group_.description, group_.size(), in.count));
-    }
+    MAESTRO_RETURN_IF_ERROR(CheckBlockShapes("all_gather", group_, in, out));
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.count, NcclTypeOf(in.dtype), comm_, stream_));
     return Record("all_gather", out.bytes(), -1);
   }
   StatusOr<WorkPtr> ReduceScatter(Buffer in, Buffer out, ReduceOp op) override {
     MAESTRO_RETURN_IF_ERROR(Check(in, "reduce_scatter"));
     MAESTRO_RETURN_IF_ERROR(Check(out, "reduce_scatter"));
-    if (in.count != out.count * static_cast<size_t>(group_.size()) || out.dtype != in.dtype) {
-      return Status::InvalidArgument(fmt::format("reduce_scatter on {}: in must be {} x {} elements",
-                                                 group_.description, group_.size(), out.count));
-    }
+    MAESTRO_RETURN_IF_ERROR(CheckBlockShapes("reduce_scatter", group_, out, in));
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, out.count, NcclTypeOf(in.dtype), NcclOpOf(op), comm_, stream_));
     return Record("reduce_scatter", in.bytes(), -1);
+  }
+  // One grouped send and receive per peer (NCCL has no all-to-all of its own).
+  StatusOr<WorkPtr> AllToAll(Buffer in, Buffer out) override {
+    MAESTRO_RETURN_IF_ERROR(Check(in, "all_to_all"));
+    MAESTRO_RETURN_IF_ERROR(Check(out, "all_to_all"));
+    MAESTRO_RETURN_IF_ERROR(CheckAllToAllShapes(group_, in, out));
+    const size_t g = static_cast<size_t>(group_.size());
+    const size_t block = in.count / g;
+    NCCL_CHECK(ncclGroupStart());
+    for (size_t peer = 0; peer < g; ++peer) {
+      NCCL_CHECK(ncclSend(in.Slice(peer * block, block).data, block, NcclTypeOf(in.dtype), static_cast<int>(peer),
+                          comm_, stream_));
+      NCCL_CHECK(ncclRecv(out.Slice(peer * block, block).data, block, NcclTypeOf(out.dtype), static_cast<int>(peer),
+                          comm_, stream_));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    return Record("all_to_all", in.bytes(), -1);
   }
   StatusOr<WorkPtr> Broadcast(Buffer buf, int root) override {
     MAESTRO_RETURN_IF_ERROR(Check(buf, "broadcast"));

@@ -2,7 +2,7 @@
 // launcher_comm_probe: started by the mpi-labelled tests under mpirun; checks
 // the launcher's pieces from inside a real multi-rank job and exits 0 only
 // when every check passed ("PROBE OK" on rank 0). Scenarios:
-//   probe PLAN collectives       every op x dtype on every group; links both ways,
+//   probe PLAN collectives       every op (all_to_all too) x dtype on every group; links both ways,
 //                                micro-batches received out of order
 //   probe PLAN store             PMIx put/commit/get rounds and a fence
 //   probe PLAN kill RANK         RANK dies (SIGKILL) before a DP all-reduce
@@ -189,6 +189,18 @@ void CheckGroupOps(ml::Backend& g) {
       PROBE_EXPECT(Load(rs_out, dt, i) == want, "reduce_scatter {} on {}: element {} is {}, want {}", ml::DTypeName(dt),
                    g.group().description, i, Load(rs_out, dt, i), want);
     }
+    // all_to_all: (G*n) -> (G*n); block b of rank r's in = Value(r, i) + b lands in block r of rank b's out
+    std::vector<uint8_t> a2a_in(G * n * es), a2a_out(G * n * es);
+    for (int blk = 0; blk < G; ++blk) {
+      for (size_t i = 0; i < n; ++i) Store(a2a_in, dt, blk * n + i, Value(me, i) + blk);
+    }
+    PROBE_OK(ml::Complete(g.AllToAll(Buf(a2a_in, dt), Buf(a2a_out, dt))));
+    for (int r = 0; r < G; ++r) {
+      for (size_t i = 0; i < n; ++i) {
+        PROBE_EXPECT(Load(a2a_out, dt, r * n + i) == Value(r, i) + me, "all_to_all {} on {}: block {} element {} is {}",
+                     ml::DTypeName(dt), g.group().description, r, i, Load(a2a_out, dt, r * n + i));
+      }
+    }
     // broadcast from the last group rank
     std::vector<uint8_t> bc(n * es);
     for (size_t i = 0; i < n; ++i) Store(bc, dt, i, Value(me, i));
@@ -200,10 +212,12 @@ void CheckGroupOps(ml::Backend& g) {
   }
   PROBE_OK(ml::Complete(g.Barrier()));
   // Errors are Status, not crashes.
-  std::vector<uint8_t> small(4);
+  std::vector<uint8_t> small(4), in_small_3(3);
   PROBE_EXPECT(!g.Send(Buf(small, ml::DType::kU8), G, 0).ok(), "send to a rank outside the group must fail");
   PROBE_EXPECT(!g.AllGather(Buf(small, ml::DType::kU8), Buf(small, ml::DType::kU8)).ok() || G == 1,
                "all_gather with a too small output must fail");
+  PROBE_EXPECT(!g.AllToAll(Buf(small, ml::DType::kU8), Buf(in_small_3, ml::DType::kU8)).ok(),
+               "all_to_all with buffers of different sizes must fail");
   PROBE_EXPECT(!g.AllReduce(ml::Buffer{small.data(), 4, ml::DType::kU8, ml::Device::kCuda}, ml::ReduceOp::kSum).ok(),
                "the MPI backend must refuse a CUDA buffer");
 }
