@@ -13,6 +13,7 @@
 #include "compiler/model.h"
 #include "compiler/planner.h"
 #include "compiler/step_simulation.h"
+#include "tests/fixtures/workloads.h"
 
 namespace {
 
@@ -25,38 +26,26 @@ using maestro::plan::ModelKind;
 
 SectionWork Section(const std::string& name, ModelKind kind, int64_t hidden, int64_t layers, int64_t heads, bool train,
                     double fraction, int64_t tokens, const std::string& activation = "always") {
-  SectionWork s;
-  s.name = name;
-  s.activation = activation;
-  s.model.kind = kind;
-  s.model.hidden = hidden;
-  s.model.layers = layers;
-  s.model.heads = heads;
-  s.model.kv_heads = kind == ModelKind::kDecoder ? 8 : heads;
-  s.model.ffn_hidden = hidden * 4;
-  s.model.vocab = 152064;
-  s.model.image_size = 448;
-  s.model.patch_size = 14;
-  s.model.channels = 3;
-  s.model.mel_bins = 128;
-  s.model.audio_frames = 3000;
-  s.model.in_dim = hidden;
-  s.model.out_dim = 8192;
-  s.mode = train ? maestro::plan::SectionMode::kTrain : maestro::plan::SectionMode::kForward;
-  s.active_fraction = fraction;
-  s.tokens = tokens;
-  s.facts = maestro::compiler::ComputeModelFacts(s.model, tokens);
-  return s;
+  maestro::plan::ModelDesc m;
+  m.kind = kind;
+  m.hidden = hidden;
+  m.layers = layers;
+  m.heads = heads;
+  m.kv_heads = kind == ModelKind::kDecoder ? 8 : heads;
+  m.ffn_hidden = hidden * 4;
+  m.vocab = 152064;
+  m.image_size = 448;
+  m.patch_size = 14;
+  m.channels = 3;
+  m.mel_bins = 128;
+  m.audio_frames = 3000;
+  m.in_dim = hidden;
+  m.out_dim = 8192;
+  return maestro::fixtures::SectionOf(name, m, train, tokens, fraction, activation);
 }
 
 EdgeWork Edge(int from, int to, double bytes, bool grad) {
-  EdgeWork e;
-  e.from = from;
-  e.to = to;
-  e.bytes_per_sample = bytes;
-  e.carries_gradient = grad;
-  e.link_bytes_per_s = 50e9;
-  return e;
+  return maestro::fixtures::EdgeBetween(from, to, bytes, grad, 50e9);
 }
 
 // The GPU runtime the search space assumes (DP, micro-batching, TP and PP for
@@ -83,15 +72,7 @@ double PlanMs(const CostModel& model, const Workload& w, int repeats) {
 }  // namespace
 
 MAESTRO_BENCHMARK(planner, "maestro-compile planner time: 6 sections on 4096 GPUs (target < 1 s)") {
-  DeviceType h100;
-  h100.name = "h100";
-  h100.memory_bytes = 80e9;
-  h100.reserved_bytes = 2e9;
-  h100.peak_flops = 989e12;
-  h100.intra_bytes_per_s = 450e9;
-  h100.inter_bytes_per_s = 50e9;
-  h100.gpus_per_node = 8;
-  h100.nodes = 512;
+  DeviceType h100 = maestro::fixtures::H100Like(512);
   const CostModel big({h100}, 4096);
   Workload w;
   w.sections = {Section("vit", ModelKind::kVit, 1280, 32, 16, true, 1.0 / 3, 1024, "image"),

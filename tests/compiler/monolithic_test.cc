@@ -14,6 +14,7 @@
 #include "compiler/model.h"
 #include "compiler/planner.h"
 #include "compiler/step_simulation.h"
+#include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {
 namespace {
@@ -21,60 +22,19 @@ namespace {
 const std::string kSpecs = std::string(MAESTRO_SOURCE_DIR) + "/specs/";
 
 DeviceType Gpu(const std::string& name = "h100", double tflops = 989, int nodes = 4) {
-  DeviceType d;
-  d.name = name;
-  d.memory_bytes = 80e9;
-  d.reserved_bytes = 2e9;
-  d.peak_flops = tflops * 1e12;
-  d.intra_bytes_per_s = 450e9;
-  d.inter_bytes_per_s = 50e9;
-  d.gpus_per_node = 8;
-  d.nodes = nodes;
-  return d;
+  return fixtures::H100Like(nodes, tflops, 8, name);
 }
 
 SectionWork Decoder(const std::string& name, int64_t hidden, int64_t layers, bool train, int64_t tokens = 2048) {
-  SectionWork s;
-  s.name = name;
-  s.model.kind = plan::ModelKind::kDecoder;
-  s.model.hidden = hidden;
-  s.model.layers = layers;
-  s.model.heads = 32;
-  s.model.kv_heads = 8;
-  s.model.ffn_hidden = hidden * 3;
-  s.model.vocab = 32000;
-  s.mode = train ? plan::SectionMode::kTrain : plan::SectionMode::kForward;
-  s.tokens = tokens;
-  s.facts = ComputeModelFacts(s.model, tokens);
-  return s;
+  return fixtures::DecoderWork(name, {hidden, layers, 32, 8, 0, 32000}, train, tokens);
 }
 
 SectionWork Vit(double fraction) {
-  SectionWork s;
-  s.name = "vit";
-  s.model.kind = plan::ModelKind::kVit;
-  s.model.hidden = 1280;
-  s.model.layers = 32;
-  s.model.heads = 16;
-  s.model.ffn_hidden = 5120;
-  s.model.image_size = 896;
-  s.model.patch_size = 14;
-  s.model.channels = 3;
-  s.activation = "image";
-  s.active_fraction = fraction;
-  s.tokens = 4096;
-  s.facts = ComputeModelFacts(s.model, s.tokens);
-  return s;
+  return fixtures::SectionOf("vit", fixtures::LargeVitModel(), true, 4096, fraction, "image");
 }
 
 plan::ParallelConfig Config(int tp, int pp, int dp, int mb) {
-  plan::ParallelConfig c;
-  c.tp = tp;
-  c.pp = pp;
-  c.dp = dp;
-  c.micro_batch = mb;
-  c.zero_stage = 1;
-  return c;
+  return fixtures::ConfigOf(tp, pp, dp, mb);
 }
 
 // What a GPU runtime runs (PP on decoders too).

@@ -9,50 +9,27 @@
 #include <random>
 
 #include "compiler/model.h"
+#include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {
 namespace {
 
 DeviceType Gpu(const std::string& name, int nodes, int gpn, double mem_gb, double tflops) {
-  DeviceType d;
-  d.name = name;
+  DeviceType d = fixtures::H100Like(nodes, tflops, gpn, name);
   d.memory_bytes = mem_gb * 1e9;
   d.reserved_bytes = 1e9;
-  d.peak_flops = tflops * 1e12;
   d.intra_bytes_per_s = 300e9;
   d.inter_bytes_per_s = 25e9;
-  d.gpus_per_node = gpn;
-  d.nodes = nodes;
   return d;
 }
 
 SectionWork Decoder(const std::string& name, int64_t hidden, int64_t layers, bool train, double fraction,
                     int64_t tokens, int device = 0) {
-  SectionWork s;
-  s.name = name;
-  s.model.kind = plan::ModelKind::kDecoder;
-  s.model.hidden = hidden;
-  s.model.layers = layers;
-  s.model.heads = 16;
-  s.model.kv_heads = 4;
-  s.model.ffn_hidden = hidden * 3;
-  s.model.vocab = 32000;
-  s.mode = train ? plan::SectionMode::kTrain : plan::SectionMode::kForward;
-  s.active_fraction = fraction;
-  s.tokens = tokens;
-  s.facts = ComputeModelFacts(s.model, tokens);
-  s.device = device;
-  return s;
+  return fixtures::DecoderWork(name, {hidden, layers, 16, 4, 0, 32000}, train, tokens, fraction, "always", device);
 }
 
 EdgeWork Edge(int from, int to, double bytes, bool grad) {
-  EdgeWork e;
-  e.from = from;
-  e.to = to;
-  e.bytes_per_sample = bytes;
-  e.carries_gradient = grad;
-  e.link_bytes_per_s = 25e9;
-  return e;
+  return fixtures::EdgeBetween(from, to, bytes, grad, 25e9);
 }
 
 void ExpectValid(const CostModel& model, const Workload& w, const Assignment& a) {

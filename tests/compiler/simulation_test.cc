@@ -10,6 +10,7 @@
 #include "compiler/compile.h"
 #include "compiler/model.h"
 #include "compiler/step_simulation.h"
+#include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {
 namespace {
@@ -17,33 +18,11 @@ namespace {
 const std::string kSpecs = std::string(MAESTRO_SOURCE_DIR) + "/specs/";
 
 DeviceType Gpu() {
-  DeviceType d;
-  d.name = "h100";
-  d.memory_bytes = 80e9;
-  d.reserved_bytes = 2e9;
-  d.peak_flops = 989e12;
-  d.intra_bytes_per_s = 450e9;
-  d.inter_bytes_per_s = 50e9;
-  d.gpus_per_node = 8;
-  d.nodes = 4;
-  return d;
+  return fixtures::H100Like(4);
 }
 
 SectionWork Decoder(const std::string& name, double fraction, const std::string& activation) {
-  SectionWork s;
-  s.name = name;
-  s.model.kind = plan::ModelKind::kDecoder;
-  s.model.hidden = 2048;
-  s.model.layers = 16;
-  s.model.heads = 16;
-  s.model.kv_heads = 16;
-  s.model.ffn_hidden = 8192;
-  s.model.vocab = 32000;
-  s.tokens = 2048;
-  s.facts = ComputeModelFacts(s.model, s.tokens);
-  s.active_fraction = fraction;
-  s.activation = activation;
-  return s;
+  return fixtures::DecoderWork(name, {2048, 16, 16, 16, 8192, 32000}, true, 2048, fraction, activation);
 }
 
 TEST(SampleGlobalBatch, IsDeterministicAndDrawsTheModalityShare) {
