@@ -26,6 +26,10 @@ Status CreateDirectories(const std::string& dir) {
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode) {
+  return WriteFileAtomically(path, std::vector<std::string_view>{contents}, mode);
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode) {
   const std::string tmp = path + ".tmp";
   auto fail = [&](const char* what, int err) {
     ::unlink(tmp.c_str());
@@ -38,18 +42,20 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, m
                     "writable?)",
                     path, tmp, std::strerror(errno)));
   }
-  const char* p = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return fail("write to", err);
+  for (std::string_view piece : pieces) {
+    const char* p = piece.data();
+    size_t left = piece.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        const int err = errno;
+        ::close(fd);
+        return fail("write to", err);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
   }
   if (::fchmod(fd, mode) != 0) {
     const int err = errno;

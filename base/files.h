@@ -15,6 +15,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -28,5 +29,8 @@ Status CreateDirectories(const std::string& dir);
 // `mode`, rename over `path`. A failure leaves `path` as it was, removes the
 // temporary file, and names the path and the reason.
 Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode = 0644);
+// The same for a file written from pieces, back to back (a header and the
+// tensors of a weight file, without first copying them into one string).
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode = 0644);
 
 }  // namespace maestro

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "hf/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include "base/checks.h"
+#include "base/files.h"
+
+namespace maestro::hf {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("cannot read '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The shard names an index maps to, each opened once.
+StatusOr<std::map<std::string, std::string>> ReadWeightMap(const std::string& index_path) {
+  MAESTRO_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(index_path));
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(fmt::format("'{}' is not valid JSON: {}", index_path, e.what()));
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return Status::Corruption(fmt::format("'{}' has no \"weight_map\" object", index_path));
+  }
+  std::map<std::string, std::string> map;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) {
+      return Status::Corruption(fmt::format("'{}': weight_map[\"{}\"] is not a file name", index_path, name));
+    }
+    const std::string file = shard.get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      return Status::Corruption(fmt::format("'{}': weight_map[\"{}\"] = \"{}\" is not a file name inside the directory",
+                                            index_path, name, file));
+    }
+    map[name] = file;
+  }
+  return map;
+}
+
+Status FsyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(fmt::format("cannot open '{}' to flush it", path));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Status::IOError(fmt::format("cannot flush '{}'", path));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::Open(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return Status::NotFound(
+        fmt::format("weights '{}': no such directory (a Hugging Face checkpoint directory with "
+                    "config.json and model.safetensors)",
+                    dir));
+  }
+  auto ckpt = std::unique_ptr<HfCheckpoint>(new HfCheckpoint());
+  ckpt->dir_ = dir;
+  const std::string config = (fs::path(dir) / kConfigFileName).string();
+  auto config_text = ReadWholeFile(config);
+  if (!config_text.ok()) {
+    return Status::NotFound(fmt::format("weights '{}': no config.json (every Hugging Face checkpoint has one)", dir));
+  }
+  ckpt->config_json_ = std::move(*config_text);
+
+  const std::string single = (fs::path(dir) / kSingleFileName).string();
+  const std::string index = (fs::path(dir) / kIndexFileName).string();
+  std::map<std::string, std::string> weight_map;  // tensor -> shard; empty for one file
+  std::vector<std::string> shard_names;
+  if (fs::exists(index, ec)) {
+    MAESTRO_ASSIGN_OR_RETURN(weight_map, ReadWeightMap(index));
+    std::set<std::string> unique;
+    for (const auto& [name, shard] : weight_map) unique.insert(shard);
+    shard_names.assign(unique.begin(), unique.end());
+  } else if (fs::exists(single, ec)) {
+    shard_names = {kSingleFileName};
+  } else {
+    return Status::NotFound(
+        fmt::format("weights '{}': neither model.safetensors nor model.safetensors.index.json "
+                    "(only safetensors checkpoints are read; convert .bin files with "
+                    "transformers' save_pretrained(safe_serialization=True))",
+                    dir));
+  }
+  for (const std::string& shard : shard_names) {
+    MAESTRO_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open((fs::path(dir) / shard).string()));
+    for (const TensorInfo& t : file->tensors()) {
+      if (!weight_map.empty()) {
+        auto it = weight_map.find(t.name);
+        if (it == weight_map.end() || it->second != shard) {
+          return Status::Corruption(fmt::format("'{}' holds tensor '{}', which the index {}", file->path(), t.name,
+                                                it == weight_map.end() ? "does not name" : "maps to " + it->second));
+        }
+      }
+      ckpt->tensors_[t.name] = Located{file.get(), &t};
+    }
+    ckpt->files_.push_back(std::move(file));
+  }
+  for (const auto& [name, shard] : weight_map) {
+    if (ckpt->tensors_.count(name) == 0) {
+      return Status::Corruption(
+          fmt::format("'{}' maps tensor '{}' to '{}', which does not hold it", index, name, shard));
+    }
+  }
+  return ckpt;
+}
+
+std::vector<std::string> HfCheckpoint::TensorNames() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, unused] : tensors_) names.push_back(name);
+  return names;
+}
+
+StatusOr<HfCheckpoint::Located> HfCheckpoint::Find(std::string_view name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return Status::NotFound(fmt::format("weights '{}': no tensor '{}'", dir_, name));
+  }
+  return it->second;
+}
+
+Status WriteHfCheckpoint(const std::string& dir, std::string_view config_json,
+                         const std::vector<TensorToWrite>& tensors, uint64_t max_shard_bytes,
+                         const std::map<std::string, std::string>& metadata) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    return Status::FailedPrecondition(fmt::format("'{}' already exists: remove it or choose another output", dir));
+  }
+  // Shards: consecutive tensors while they fit.
+  std::vector<std::vector<TensorToWrite>> shards(1);
+  uint64_t shard_bytes = 0, total = 0;
+  for (const TensorToWrite& t : tensors) {
+    if (!shards.back().empty() && shard_bytes + t.bytes.size() > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(t);
+    shard_bytes += t.bytes.size();
+    total += t.bytes.size();
+  }
+  const std::string partial = fmt::format("{}.partial-{}", dir, ::getpid());
+  fs::remove_all(partial, ec);
+  MAESTRO_RETURN_IF_ERROR(CreateDirectories(partial));
+  auto write_all = [&]() -> Status {
+    MAESTRO_RETURN_IF_ERROR(WriteFileAtomically((fs::path(partial) / kConfigFileName).string(), config_json));
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = shards.size() == 1
+                                   ? std::string(kSingleFileName)
+                                   : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      MAESTRO_RETURN_IF_ERROR(WriteSafetensors((fs::path(partial) / name).string(), shards[i], metadata));
+      for (const TensorToWrite& t : shards[i]) weight_map[t.name] = name;
+    }
+    if (shards.size() > 1) {
+      nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+      MAESTRO_RETURN_IF_ERROR(WriteFileAtomically((fs::path(partial) / kIndexFileName).string(), index.dump(2) + "\n"));
+    }
+    MAESTRO_RETURN_IF_ERROR(FsyncPath(partial));
+    fs::rename(partial, dir, ec);
+    if (ec) return Status::IOError(fmt::format("cannot rename '{}' to '{}': {}", partial, dir, ec.message()));
+    const fs::path parent = fs::absolute(dir, ec).parent_path();
+    return FsyncPath(parent.string());
+  };
+  Status written = write_all();
+  if (!written.ok()) fs::remove_all(partial, ec);
+  return written;
+}
+
+}  // namespace maestro::hf

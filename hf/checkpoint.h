@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// A Hugging Face checkpoint directory: config.json beside one
+// model.safetensors, or beside shards model-0000i-of-0000n.safetensors named
+// by model.safetensors.index.json ({"metadata": {...}, "weight_map":
+// {"<tensor>": "<shard file>"}}). Reading maps every file (no tensor is read
+// until asked for); writing produces a whole directory atomically.
+//
+// Owns: HfCheckpoint (open, look up a tensor across shards), WriteHfCheckpoint.
+// May call: hf/safetensors, base, nlohmann-json.
+// Thread safety: an HfCheckpoint is immutable after Open().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "hf/safetensors.h"
+
+namespace maestro::hf {
+
+inline constexpr const char* kSingleFileName = "model.safetensors";
+inline constexpr const char* kIndexFileName = "model.safetensors.index.json";
+inline constexpr const char* kConfigFileName = "config.json";
+
+class HfCheckpoint {
+ public:
+  // Opens `dir`. NotFound names the directory and what is missing (config.json,
+  // or both model.safetensors and the index); Corruption names the file when
+  // the index and the shards disagree (a tensor the index maps to a shard that
+  // lacks it, a shard tensor the index does not name, a name in two shards).
+  static StatusOr<std::unique_ptr<HfCheckpoint>> Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& config_json() const { return config_json_; }  // config.json's text
+  // Every tensor name, sorted.
+  std::vector<std::string> TensorNames() const;
+  struct Located {
+    const SafetensorsFile* file = nullptr;
+    const TensorInfo* info = nullptr;
+  };
+  // NotFound naming the tensor and the directory when it has none of that name.
+  StatusOr<Located> Find(std::string_view name) const;
+  TensorView View(const Located& t) const { return t.file->View(*t.info); }
+
+ private:
+  std::string dir_;
+  std::string config_json_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Located, std::less<>> tensors_;
+};
+
+// Writes `dir` as a checkpoint: config.json, and the tensors in order into
+// shards of at most `max_shard_bytes` each (a tensor larger than that gets a
+// shard of its own); one shard is model.safetensors, more are
+// model-0000i-of-0000n.safetensors with the index (metadata.total_size = the
+// tensors' bytes). Atomic: everything goes to a fresh "<dir>.partial-<pid>"
+// directory first, each file fsync'ed, then the directory is renamed to
+// `dir`; an interrupted write never leaves a `dir` that looks complete.
+// FailedPrecondition when `dir` already exists (the caller decides to remove it).
+Status WriteHfCheckpoint(const std::string& dir, std::string_view config_json,
+                         const std::vector<TensorToWrite>& tensors, uint64_t max_shard_bytes = 5ull << 30,
+                         const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+}  // namespace maestro::hf
