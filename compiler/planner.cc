@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "base/units.h"
 #include "compiler/sectioned_search.h"

@@ -30,10 +30,10 @@
 //                               predictor; the simulator fills the seam
 //                               (SimulatorStepPredictor,
 //                               compiler/step_simulation.h)
-// This header includes them all but sectioned_search.h, so its callers see
-// the whole planner.
-// May call: base, plan, compiler/cost_model.h, compiler/runtime_support.h.
-// Thread safety: pure functions of their arguments.
+// This header includes the headers above but sectioned_search.h, so its
+// callers see the whole planner.
+// May call: base, plan, compiler/cost_model.h, compiler/runtime_support.h and
+// the parts above. Thread safety: pure functions of their arguments.
 #pragma once
 
 #include "compiler/assignment.h"

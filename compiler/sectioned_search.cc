@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <utility>
 
 namespace maestro::compiler::internal {
 
