@@ -370,118 +370,132 @@ namespace {
 // hundreds of replicas; a few ms for typical specs).
 constexpr int kMaxRefinementSimulations = 24;
 
-bool EdgeRuleHolds(const EdgeWork& e, int from_dp, int to_dp) {
-  if (e.fanout > 0) return to_dp == from_dp * e.fanout;
-  if (e.fanin > 0) return from_dp == to_dp * e.fanin;
-  return to_dp % from_dp == 0 || from_dp % to_dp == 0;
-}
-
 std::string Describe(const plan::ParallelConfig& c) {
   return fmt::format("TP {} PP {} DP {} micro-batch {}", c.tp, c.pp, c.dp, c.micro_batch);
 }
 
-}  // namespace
+// Does every edge at section `i` keep its fan-out rule with `i` at DP `dp`
+// and the other sections as in `a`?
+bool EdgesHoldWith(const Workload& work, const Assignment& a, size_t i, int dp) {
+  for (const EdgeWork& e : work.edges) {
+    if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
+    const int from_dp = e.from == static_cast<int>(i) ? dp : a.sections[static_cast<size_t>(e.from)].cost.config.dp;
+    const int to_dp = e.to == static_cast<int>(i) ? dp : a.sections[static_cast<size_t>(e.to)].cost.config.dp;
+    if (!plan::EdgeDpRuleHolds(from_dp, to_dp, e.fanout, e.fanin)) return false;
+  }
+  return true;
+}
 
-Assignment RefineBySimulation(const CostModel& model, const Workload& work, const Assignment& a,
-                              const PlannerOptions& options, const SimulationSettings& settings, std::string* log,
-                              int rounds) {
-  Assignment best = a;
-  SimulationSettings search = settings;
-  search.batches = 1;  // the search compares on one sampled batch; the caller judges on all
-  SimulatedStep current = SimulateSectioned(model, work, best, search);
-  if (!current.ok) return best;
+// `a` with section `i` under `c` (evaluated as `cost`), summarized.
+Assignment WithSection(const CostModel& model, const Workload& work, const Assignment& a, size_t i,
+                       const plan::ParallelConfig& c, const SectionCost& cost, const PlannerOptions& options) {
+  Assignment trial = a;
+  trial.sections[i].cost = cost;
+  trial.sections[i].planner_only = PlannerOnlyFeatures(work.sections[i].model, c, options.support);
+  Summarize(model, work, trial);
+  return trial;
+}
+
+// Biggest fill first: sections others wait for, by the latency of their
+// first micro-batch (PP stages of one micro-batch), then the rest.
+std::vector<size_t> RefinementOrder(const Workload& work, const Assignment& a) {
   const size_t n = work.sections.size();
+  std::vector<size_t> order(n);
+  std::vector<double> latency(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    order[i] = i;
+    const SectionCost& c = a.sections[i].cost;
+    bool feeds = false;
+    for (const EdgeWork& e : work.edges) feeds = feeds || e.from == static_cast<int>(i);
+    latency[i] = (feeds ? 1e9 : 0.0) + c.stage_seconds * c.config.pp;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return latency[x] > latency[y]; });
+  return order;
+}
+
+// The neighbour of section `i`'s configuration in `best` (RefineBySimulation
+// says which) whose simulated step beats `step` by > 0.5%, the shortest:
+// `winner` and `winner_step`; false when none does. Each simulation costs one
+// of `budget`.
+bool FindBetterNeighbour(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                         const SimulationSettings& search, size_t i, const Assignment& best, double step, int& budget,
+                         Assignment& winner, double& winner_step) {
+  const SectionWork& s = work.sections[i];
+  const SectionCost& now = best.sections[i].cost;
+  winner_step = step * (1.0 - 0.005);
+  bool found = false;
+  for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
+    if (c.cp != now.config.cp || c.recompute != now.config.recompute) continue;
+    if (c.tp == now.config.tp && c.pp == now.config.pp && c.dp == now.config.dp &&
+        c.micro_batch == now.config.micro_batch) {
+      continue;
+    }
+    // Neighbours only: halve or double the micro-batch, DP, TP or PP;
+    // TP and PP move one at a time (a wider replica shortens the
+    // latency of the first micro-batch the downstream section waits for).
+    const auto near = [](int x, int y) { return x == y || x == 2 * y || 2 * x == y; };
+    if (!near(c.dp, now.config.dp) || !near(c.micro_batch, now.config.micro_batch) || !near(c.tp, now.config.tp) ||
+        !near(c.pp, now.config.pp) || (c.tp != now.config.tp && c.pp != now.config.pp)) {
+      continue;
+    }
+    if (budget <= 0) break;
+    // A micro-batch larger than what a replica gets runs as the smaller one.
+    const double per_replica = std::ceil(static_cast<double>(model.global_batch()) * s.active_fraction / c.dp - 1e-9);
+    if (c.micro_batch > 1 && c.micro_batch / 2 >= per_replica) continue;
+    const SectionCost cost = model.Evaluate(s, c);
+    if (!cost.fits || cost.nodes != now.nodes) continue;
+    // A section busy longer than the step to beat cannot shorten it.
+    if (cost.step_seconds >= winner_step) continue;
+    if (!EdgesHoldWith(work, best, i, c.dp)) continue;
+    Assignment trial = WithSection(model, work, best, i, c, cost, options);
+    --budget;
+    const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
+    if (!sim.ok || sim.step_seconds >= winner_step) continue;
+    // Transfers are latencies in the simulator; keep the links' volume under the step.
+    bool links_ok = true;
+    for (double t : trial.edge_seconds) links_ok = links_ok && t <= sim.step_seconds;
+    if (!links_ok) continue;
+    winner = std::move(trial);
+    winner_step = sim.step_seconds;
+    found = true;
+  }
+  return found;
+}
+
+// Rounds of neighbour moves over the sections (a line search per section:
+// after a change, its neighbours again) until nothing improves, at most
+// `rounds`, within kMaxRefinementSimulations.
+void ImproveByNeighbours(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                         const SimulationSettings& search, int rounds, Assignment& best, double& step,
+                         std::string* log) {
   int budget = kMaxRefinementSimulations;
   for (int round = 0; round < rounds; ++round) {
     bool improved = false;
-    // Biggest fill first: sections others wait for, by the latency of their
-    // first micro-batch (PP stages of one micro-batch), then the rest.
-    std::vector<size_t> order(n);
-    std::vector<double> latency(n, 0.0);
-    for (size_t i = 0; i < n; ++i) {
-      order[i] = i;
-      const SectionCost& c = best.sections[i].cost;
-      bool feeds = false;
-      for (const EdgeWork& e : work.edges) feeds = feeds || e.from == static_cast<int>(i);
-      latency[i] = (feeds ? 1e9 : 0.0) + c.stage_seconds * c.config.pp;
-    }
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return latency[x] > latency[y]; });
-    for (size_t i : order) {
-      // Line search: after a change, try the same section's neighbours again.
-      for (bool again = true; again && budget > 0;) {
-        again = false;
-        const SectionWork& s = work.sections[i];
-        const SectionCost& now = best.sections[i].cost;
+    for (size_t i : RefinementOrder(work, best)) {
+      while (budget > 0) {
         Assignment winner;
-        double winner_step = current.step_seconds * (1.0 - 0.005);
-        bool found = false;
-        for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
-          if (c.cp != now.config.cp || c.recompute != now.config.recompute) continue;
-          if (c.tp == now.config.tp && c.pp == now.config.pp && c.dp == now.config.dp &&
-              c.micro_batch == now.config.micro_batch) {
-            continue;
-          }
-          // Neighbours only: halve or double the micro-batch, DP, TP or PP;
-          // TP and PP move one at a time (a wider replica shortens the
-          // latency of the first micro-batch the downstream section waits for).
-          const auto near = [](int x, int y) { return x == y || x == 2 * y || 2 * x == y; };
-          if (!near(c.dp, now.config.dp) || !near(c.micro_batch, now.config.micro_batch) ||
-              !near(c.tp, now.config.tp) || !near(c.pp, now.config.pp) ||
-              (c.tp != now.config.tp && c.pp != now.config.pp)) {
-            continue;
-          }
-          if (budget <= 0) break;
-          // A micro-batch larger than what a replica gets runs as the smaller one.
-          const double per_replica =
-              std::ceil(static_cast<double>(model.global_batch()) * s.active_fraction / c.dp - 1e-9);
-          if (c.micro_batch > 1 && c.micro_batch / 2 >= per_replica) continue;
-          const SectionCost cost = model.Evaluate(s, c);
-          if (!cost.fits || cost.nodes != now.nodes) continue;
-          // A section busy longer than the step to beat cannot shorten it.
-          if (cost.step_seconds >= winner_step) continue;
-          bool edges_ok = true;
-          for (const EdgeWork& e : work.edges) {
-            if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
-            const int from_dp =
-                e.from == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.from)].cost.config.dp;
-            const int to_dp =
-                e.to == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.to)].cost.config.dp;
-            edges_ok = edges_ok && EdgeRuleHolds(e, from_dp, to_dp);
-          }
-          if (!edges_ok) continue;
-          Assignment trial = best;
-          trial.sections[i].cost = cost;
-          trial.sections[i].planner_only = PlannerOnlyFeatures(s.model, c, options.support);
-          Summarize(model, work, trial);
-          --budget;
-          const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
-          if (!sim.ok || sim.step_seconds >= winner_step) continue;
-          // Transfers are latencies in the simulator; keep the links' volume under the step.
-          bool links_ok = true;
-          for (double t : trial.edge_seconds) links_ok = links_ok && t <= sim.step_seconds;
-          if (!links_ok) continue;
-          winner = std::move(trial);
-          winner_step = sim.step_seconds;
-          found = true;
-        }
-        if (!found) break;
+        double winner_step = 0;
+        if (!FindBetterNeighbour(model, work, options, search, i, best, step, budget, winner, winner_step)) break;
         if (log) {
-          *log += fmt::format("  section '{}': {} -> {}: simulated step {:.4g} s -> {:.4g} s\n", s.name,
-                              Describe(now.config), Describe(winner.sections[i].cost.config), current.step_seconds,
+          *log += fmt::format("  section '{}': {} -> {}: simulated step {:.4g} s -> {:.4g} s\n", work.sections[i].name,
+                              Describe(best.sections[i].cost.config), Describe(winner.sections[i].cost.config), step,
                               winner_step);
         }
         best = std::move(winner);
-        current.step_seconds = winner_step;
+        step = winner_step;
         improved = true;
-        again = true;
       }
     }
     if (!improved) break;
   }
-  // Idle GPUs of a held node: a section on part of its node(s) takes the
-  // largest DP that fits there when that does not lengthen the step (more
-  // slack for the samples that arrive late).
-  for (size_t i = 0; i < n; ++i) {
+}
+
+// Idle GPUs of a held node: a section on part of its node(s) takes the
+// largest DP that fits there when that does not lengthen the step (more
+// slack for the samples that arrive late).
+void WidenIntoIdleGpus(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                       const SimulationSettings& search, Assignment& best, double& step, std::string* log) {
+  for (size_t i = 0; i < work.sections.size(); ++i) {
     const SectionWork& s = work.sections[i];
     const DeviceType& dev = model.devices()[static_cast<size_t>(s.device)];
     const SectionCost now = best.sections[i].cost;
@@ -498,32 +512,36 @@ Assignment RefineBySimulation(const CostModel& model, const Workload& work, cons
     for (const plan::ParallelConfig& c : wider) {
       const SectionCost cost = model.Evaluate(s, c);
       if (!cost.fits || cost.nodes != now.nodes) continue;
-      bool edges_ok = true;
-      for (const EdgeWork& e : work.edges) {
-        if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
-        const int from_dp =
-            e.from == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.from)].cost.config.dp;
-        const int to_dp = e.to == static_cast<int>(i) ? c.dp : best.sections[static_cast<size_t>(e.to)].cost.config.dp;
-        edges_ok = edges_ok && EdgeRuleHolds(e, from_dp, to_dp);
-      }
-      if (!edges_ok) continue;
-      Assignment trial = best;
-      trial.sections[i].cost = cost;
-      trial.sections[i].planner_only = PlannerOnlyFeatures(s.model, c, options.support);
-      Summarize(model, work, trial);
+      if (!EdgesHoldWith(work, best, i, c.dp)) continue;
+      Assignment trial = WithSection(model, work, best, i, c, cost, options);
       const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
-      if (!sim.ok || sim.step_seconds > current.step_seconds * 1.001) continue;
+      if (!sim.ok || sim.step_seconds > step * 1.001) continue;
       if (log) {
         *log += fmt::format(
             "  section '{}': {} -> {} (the rest of its node(s) was idle): simulated step {:.4g} s -> "
             "{:.4g} s\n",
-            s.name, Describe(now.config), Describe(c), current.step_seconds, sim.step_seconds);
+            s.name, Describe(now.config), Describe(c), step, sim.step_seconds);
       }
       best = std::move(trial);
-      current.step_seconds = sim.step_seconds;
+      step = sim.step_seconds;
       break;
     }
   }
+}
+
+}  // namespace
+
+Assignment RefineBySimulation(const CostModel& model, const Workload& work, const Assignment& a,
+                              const PlannerOptions& options, const SimulationSettings& settings, std::string* log,
+                              int rounds) {
+  Assignment best = a;
+  SimulationSettings search = settings;
+  search.batches = 1;  // the search compares on one sampled batch; the caller judges on all
+  const SimulatedStep current = SimulateSectioned(model, work, best, search);
+  if (!current.ok) return best;
+  double step = current.step_seconds;
+  ImproveByNeighbours(model, work, options, search, rounds, best, step, log);
+  WidenIntoIdleGpus(model, work, options, search, best, step, log);
   return best;
 }
 

@@ -25,16 +25,22 @@
 // deterministic in (seed, batch)), with the modality's tokens; text tokens =
 // seq_len. The prediction is the mean over `batches` sampled global batches.
 // May call: base, plan, scheduler (problem, scheduler, simulator),
-// compiler/cost_model.h, compiler/planner.h. Thread safety: pure functions;
-// the cost-model adapters are immutable after construction.
+// compiler/cost_model.h and the planner's parts (compiler/assignment.h,
+// compiler/candidates.h, compiler/monolithic.h, compiler/step_prediction.h:
+// AnalyticStepPredictor is the fallback when a simulation fails).
+// Thread safety: pure functions; the cost-model adapters are immutable after
+// construction.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "compiler/assignment.h"
+#include "compiler/candidates.h"
 #include "compiler/cost_model.h"
-#include "compiler/planner.h"
+#include "compiler/monolithic.h"
+#include "compiler/step_prediction.h"
 #include "plan/plan.h"
 #include "scheduler/problem.h"
 #include "scheduler/scheduler.h"

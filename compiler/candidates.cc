@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/candidates.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace maestro::compiler {
+
+namespace {
+
+// The GPU counts a component of `dev` may have, ascending: the divisors of a
+// node's GPUs, then whole nodes (any count of slots on a shared node).
+std::vector<int> ComponentSizes(const DeviceType& dev) {
+  const int gpn = dev.gpus_per_node;
+  std::vector<int> gpu_counts;
+  if (dev.shared_node) {
+    for (int g = 1; g <= std::min(gpn, dev.nodes); ++g) gpu_counts.push_back(g);
+  } else {
+    for (int g = 1; g < gpn; ++g) {
+      if (gpn % g == 0) gpu_counts.push_back(g);
+    }
+    for (int k = 1; k <= dev.nodes; ++k) gpu_counts.push_back(k * gpn);
+  }
+  return gpu_counts;
+}
+
+}  // namespace
+
+bool IsEncoder(const plan::ModelDesc& m) {
+  return m.kind != plan::ModelKind::kDecoder;
+}
+
+bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
+  if (m.heads % tp != 0) return false;
+  return m.kind != plan::ModelKind::kDecoder || m.kv_heads % tp == 0 || tp % m.kv_heads == 0;
+}
+
+plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute) {
+  plan::ParallelConfig c;
+  c.tp = tp;
+  c.pp = pp;
+  c.cp = cp;
+  c.dp = dp;
+  c.micro_batch = micro_batch;
+  c.recompute = recompute;
+  c.zero_stage = 1;
+  return c;
+}
+
+int MaxUsefulDp(const CostModel& model, const SectionWork& s) {
+  const double active = static_cast<double>(model.global_batch()) * s.active_fraction;
+  return std::max(1, static_cast<int>(std::ceil(active - 1e-9)));
+}
+
+std::string ConfigOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+  plan::ModelDesc dense = m;
+  dense.experts = 0;
+  return PlannerOnlyFeatures(dense, c, rs);
+}
+
+std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+  std::vector<std::string> f;
+  const bool enc = IsEncoder(m);
+  if (c.tp > 1 && !(enc ? rs.tensor_parallel_encoder : rs.tensor_parallel_decoder)) {
+    f.push_back(fmt::format("TP={} on {}", c.tp, plan::ModelKindName(m.kind)));
+  }
+  if (c.pp > 1 && !(enc ? rs.pipeline_parallel_encoder : rs.pipeline_parallel_decoder)) {
+    f.push_back(fmt::format("PP={} on {}", c.pp, plan::ModelKindName(m.kind)));
+  }
+  if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
+  if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
+  if (c.recompute && !rs.activation_recompute) f.push_back("recompute");
+  if (m.experts > 0 && !rs.mixture_of_experts) f.push_back("MoE");
+  if (c.dp > 1 && !rs.data_parallel) f.push_back("DP");
+  if (c.micro_batch > 1 && !rs.micro_batching) f.push_back("micro-batching");
+  std::string out;
+  for (const auto& x : f) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const SectionWork& s,
+                                                   const PlannerOptions& o) {
+  std::vector<plan::ParallelConfig> out;
+  const DeviceType& dev = model.devices()[static_cast<size_t>(s.device)];
+  const int gpn = dev.gpus_per_node;
+  const plan::ModelDesc& m = s.model;
+  const bool projector = m.kind == plan::ModelKind::kProjector;
+  const int64_t layers = projector ? 1 : m.layers;
+
+  const std::vector<int> gpu_counts = ComponentSizes(dev);
+  std::vector<int> tps;
+  for (int tp = 1; tp <= gpn; tp *= 2) {
+    if (projector && tp > 1) break;
+    if (tp > 1 && !TpSplitsHeads(m, tp)) continue;
+    tps.push_back(tp);
+  }
+  std::vector<int> pps;
+  for (int pp = 1; pp <= std::min<int64_t>(layers, o.max_pp); ++pp) {
+    if (layers % pp == 0) pps.push_back(pp);
+  }
+  std::vector<int> cps;
+  for (int cp = 1; cp <= o.max_cp; cp *= 2) {
+    if (cp > 1 && (s.tokens % (2 * cp) != 0 || projector)) continue;
+    cps.push_back(cp);
+  }
+  const int max_dp = MaxUsefulDp(model, s);
+  std::vector<int> mbs;
+  for (int mb : o.micro_batches) {
+    if (mb <= max_dp || mb == 1) mbs.push_back(mb);
+  }
+  std::vector<int> rcs = {0};
+  if (s.trains()) rcs.push_back(1);
+
+  for (int tp : tps) {
+    if (s.pin_tp && tp != s.pin_tp) continue;
+    for (int pp : pps) {
+      if (s.pin_pp && pp != s.pin_pp) continue;
+      for (int cp : cps) {
+        if (s.pin_cp && cp != s.pin_cp) continue;
+        const int mp = tp * pp * cp;
+        for (int g : gpu_counts) {
+          if (g % mp != 0) continue;
+          const int dp = g / mp;
+          if (dp > max_dp) break;
+          if (s.pin_dp && dp != s.pin_dp) continue;
+          for (int mb : mbs) {
+            if (s.pin_micro_batch && mb != s.pin_micro_batch) continue;
+            for (int rc : rcs) {
+              if (s.pin_recompute >= 0 && rc != s.pin_recompute) continue;
+              const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0);
+              if (!o.allow_planner_only && !ConfigOnlyFeatures(m, c, o.support).empty()) continue;
+              out.push_back(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace maestro::compiler

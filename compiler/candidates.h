@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// The configurations the planner may choose for a section, and the rules that
+// gate them (the one home of each):
+//   - TP must split the attention heads (and a decoder's KV heads, or be a
+//     multiple of them): TpSplitsHeads;
+//   - PP splits the layers evenly, CP splits the tokens into 2 * CP chunks;
+//   - the GPU count is a divisor of a node or whole nodes (a het component
+//     is part of one node or whole nodes);
+//   - no more DP replicas than samples to give them (MaxUsefulDp);
+//   - pins hold;
+//   - the parallel features of a configuration that the runtime lacks
+//     (ConfigOnlyFeatures; PlannerOnlyFeatures, compiler/runtime_support.h,
+//     adds the model's own features such as MoE) exclude it unless
+//     PlannerOptions::allow_planner_only.
+// Memory is not checked here: the cost model says what fits.
+// May call: base, plan, compiler/cost_model.h, compiler/runtime_support.h.
+// Thread safety: pure functions of their arguments.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/cost_model.h"
+#include "compiler/runtime_support.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+struct PlannerOptions {
+  bool allow_planner_only = false;  // search configurations the runtime cannot run yet
+  RuntimeSupport support = kRuntimeSupport;
+  std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32};
+  int max_pp = 64;
+  int max_cp = 8;
+};
+
+// Every structurally valid configuration of a section (degrees divide the
+// model, the GPU count is a divisor or multiple of a node, pins hold,
+// runtime-supported unless options.allow_planner_only). Memory not checked.
+std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const SectionWork& section,
+                                                   const PlannerOptions& options);
+
+// A configuration with these degrees, micro-batch and recomputation, ZeRO-1
+// (the optimizer sharding every candidate uses).
+plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute);
+
+// Encoders and projectors: every kind but the decoder.
+bool IsEncoder(const plan::ModelDesc& model);
+
+// Does TP degree `tp` split the model's attention heads (a decoder's KV heads
+// too, or `tp` a multiple of them)?
+bool TpSplitsHeads(const plan::ModelDesc& model, int tp);
+
+// The largest number of DP replicas that can all get work.
+int MaxUsefulDp(const CostModel& model, const SectionWork& section);
+
+// Parallel features of a config that the runtime lacks (model features such
+// as MoE excluded: those make a section planner-only whatever its config).
+std::string ConfigOnlyFeatures(const plan::ModelDesc& model, const plan::ParallelConfig& config,
+                               const RuntimeSupport& support);
+
+}  // namespace maestro::compiler
