@@ -9,7 +9,8 @@
 // PredictedUtilization (plan.json's predicted_utilization is the report's).
 // May call: base (units), plan, compiler/compile.h (CompileResult),
 // compiler/cost_model.h, compiler/planner.h, compiler/step_simulation.h,
-// nlohmann-json, fmt. Thread safety: pure functions.
+// compiler/workload_builder.h (RuntimeSupportText), nlohmann-json, fmt.
+// Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>

@@ -134,11 +134,13 @@ std::string RuntimeSupportText(const RuntimeSupport& support) {
   return out.empty() ? "none" : out;
 }
 
-StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
-  Spec s = spec;
+namespace {
+
+// Applies --pin over the spec's pins.
+Status ApplyPins(const std::vector<PinOverride>& pins, Spec& s) {
   std::vector<std::string> names;
   for (const auto& sec : s.sections) names.push_back(sec.name);
-  for (const PinOverride& p : options.pins) {
+  for (const PinOverride& p : pins) {
     const int i = s.section_index(p.section);
     if (i < 0) {
       return Status::InvalidArgument(fmt::format("--pin '{}': unknown section '{}'{}; the spec's sections are {}",
@@ -156,10 +158,13 @@ StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
     else
       return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'", p.text, p.key));
   }
-  if (options.local_ranks <= 0) {
-    if (options.local_cores > 0) return Status::InvalidArgument("--local-cores needs --local N");
-    return s;
-  }
+  return Status::Ok();
+}
+
+// Local mode: [cluster] becomes one node of options.local_ranks slots of the
+// spec's first CPU type (else a synthetic "cpu" type) that every section
+// runs on.
+Status MakeLocal(const CompileOptions& options, Spec& s) {
   if (options.allow_planner_only || options.support_given) {
     return Status::InvalidArgument(
         fmt::format("--local plans only what this build's runtime runs; drop {}",
@@ -194,6 +199,19 @@ StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
   s.cluster.local = true;
   s.cluster.local_cores = options.local_cores;
   for (auto& sec : s.sections) sec.gpu_type.clear();
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
+  Spec s = spec;
+  MAESTRO_RETURN_IF_ERROR(ApplyPins(options.pins, s));
+  if (options.local_ranks <= 0) {
+    if (options.local_cores > 0) return Status::InvalidArgument("--local-cores needs --local N");
+    return s;
+  }
+  MAESTRO_RETURN_IF_ERROR(MakeLocal(options, s));
   return s;
 }
 
@@ -209,73 +227,93 @@ Status CheckProfileSections(const Spec& spec, const std::vector<ProfileSpec>& pr
   return Status::Ok();
 }
 
+namespace {
+
+// Section `s` as the cost model sees it: its model, tokens per active sample,
+// activation share, GPU type, pins and measured profiles.
+StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int default_device,
+                                    const std::vector<ProfileSpec>& extra_profiles) {
+  SectionWork sw;
+  sw.name = s.name;
+  const ModelSpec* m = spec.FindModel(s.model);
+  if (!m) return Status::InvalidArgument(AtPos(spec.path, s.model_pos, "unknown model '" + s.model + "'"));
+  sw.model = m->desc;
+  sw.mode = s.mode;
+  sw.activation = s.activation;
+  int64_t modality_tokens = 0;
+  for (const auto& mod : spec.data.modalities) {
+    if (mod.name == s.activation) {
+      sw.active_fraction = mod.fraction;
+      modality_tokens = mod.tokens;
+    }
+  }
+  if (s.tokens > 0) {
+    sw.tokens = s.tokens;
+  } else if (sw.model.kind == plan::ModelKind::kProjector) {
+    sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
+  } else {
+    sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
+  }
+  sw.facts = ComputeModelFacts(sw.model, sw.tokens);
+  sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
+  sw.pin_tp = s.tp;
+  sw.pin_pp = s.pp;
+  sw.pin_cp = s.cp;
+  sw.pin_dp = s.dp;
+  sw.pin_micro_batch = s.micro_batch;
+  sw.pin_recompute = s.recompute ? (*s.recompute ? 1 : 0) : -1;
+  for (const auto& p : spec.profiles) {
+    if (p.section == s.name) sw.profiles.push_back(p);
+  }
+  for (const auto& p : extra_profiles) {
+    if (p.section == s.name) sw.profiles.push_back(p);
+  }
+  return sw;
+}
+
+// Edge `e` between the sections `w` holds: the bytes per sample it carries
+// (and the gradient back) over the slower side's link.
+StatusOr<EdgeWork> EdgeWorkOf(const Spec& spec, const EdgeSpec& e, const Workload& w,
+                              const std::vector<DeviceType>& devices) {
+  EdgeWork ew;
+  ew.from = spec.section_index(e.from);
+  ew.to = spec.section_index(e.to);
+  if (ew.from < 0 || ew.to < 0 || ew.from == ew.to) {  // ParseSpec* rejects these; a Spec built by hand may not
+    return Status::InvalidArgument(AtPos(spec.path, e.pos, "edge " + e.from + " -> " + e.to + ": unknown section"));
+  }
+  ew.tensor = e.tensor;
+  const SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
+  const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
+  if (e.bytes_per_sample > 0) {
+    ew.bytes_per_sample = static_cast<double>(e.bytes_per_sample);
+  } else if (e.tensor == "teacher_hidden" && up.model.kind == plan::ModelKind::kDecoder) {
+    // A teacher sends its final hidden states in fp32 (the student applies
+    // the teacher's head): the hidden size crosses, not the vocabulary.
+    ew.bytes_per_sample = static_cast<double>(up.tokens) * static_cast<double>(up.model.hidden) * 4.0;
+  } else {
+    ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
+  }
+  ew.active_fraction = std::min(up.active_fraction, down.active_fraction);
+  ew.carries_gradient = up.trains();
+  ew.fanout = e.fanout;
+  ew.fanin = e.fanin;
+  ew.link_bytes_per_s = std::min(devices[static_cast<size_t>(up.device)].inter_bytes_per_s,
+                                 devices[static_cast<size_t>(down.device)].inter_bytes_per_s);
+  return ew;
+}
+
+}  // namespace
+
 StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
                                  const std::vector<ProfileSpec>& extra_profiles) {
   Workload w;
   const int default_device = DeviceIndex(spec, spec.cluster.default_gpu);
   for (const auto& s : spec.sections) {
-    SectionWork sw;
-    sw.name = s.name;
-    const ModelSpec* m = spec.FindModel(s.model);
-    if (!m) return Status::InvalidArgument(AtPos(spec.path, s.model_pos, "unknown model '" + s.model + "'"));
-    sw.model = m->desc;
-    sw.mode = s.mode;
-    sw.activation = s.activation;
-    int64_t modality_tokens = 0;
-    for (const auto& mod : spec.data.modalities) {
-      if (mod.name == s.activation) {
-        sw.active_fraction = mod.fraction;
-        modality_tokens = mod.tokens;
-      }
-    }
-    if (s.tokens > 0) {
-      sw.tokens = s.tokens;
-    } else if (sw.model.kind == plan::ModelKind::kProjector) {
-      sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
-    } else {
-      sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
-    }
-    sw.facts = ComputeModelFacts(sw.model, sw.tokens);
-    sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
-    sw.pin_tp = s.tp;
-    sw.pin_pp = s.pp;
-    sw.pin_cp = s.cp;
-    sw.pin_dp = s.dp;
-    sw.pin_micro_batch = s.micro_batch;
-    sw.pin_recompute = s.recompute ? (*s.recompute ? 1 : 0) : -1;
-    for (const auto& p : spec.profiles) {
-      if (p.section == s.name) sw.profiles.push_back(p);
-    }
-    for (const auto& p : extra_profiles) {
-      if (p.section == s.name) sw.profiles.push_back(p);
-    }
+    MAESTRO_ASSIGN_OR_RETURN(SectionWork sw, SectionWorkOf(spec, s, default_device, extra_profiles));
     w.sections.push_back(std::move(sw));
   }
   for (const auto& e : spec.edges) {
-    EdgeWork ew;
-    ew.from = spec.section_index(e.from);
-    ew.to = spec.section_index(e.to);
-    if (ew.from < 0 || ew.to < 0 || ew.from == ew.to) {  // ParseSpec* rejects these; a Spec built by hand may not
-      return Status::InvalidArgument(AtPos(spec.path, e.pos, "edge " + e.from + " -> " + e.to + ": unknown section"));
-    }
-    ew.tensor = e.tensor;
-    const SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
-    const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
-    if (e.bytes_per_sample > 0) {
-      ew.bytes_per_sample = static_cast<double>(e.bytes_per_sample);
-    } else if (e.tensor == "teacher_hidden" && up.model.kind == plan::ModelKind::kDecoder) {
-      // A teacher sends its final hidden states in fp32 (the student applies
-      // the teacher's head): the hidden size crosses, not the vocabulary.
-      ew.bytes_per_sample = static_cast<double>(up.tokens) * static_cast<double>(up.model.hidden) * 4.0;
-    } else {
-      ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
-    }
-    ew.active_fraction = std::min(up.active_fraction, down.active_fraction);
-    ew.carries_gradient = up.trains();
-    ew.fanout = e.fanout;
-    ew.fanin = e.fanin;
-    ew.link_bytes_per_s = std::min(devices[static_cast<size_t>(up.device)].inter_bytes_per_s,
-                                   devices[static_cast<size_t>(down.device)].inter_bytes_per_s);
+    MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
     w.edges.push_back(ew);
   }
   return w;
