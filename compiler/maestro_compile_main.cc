@@ -12,18 +12,23 @@
 #include <nlohmann/json.hpp>
 
 #include "base/exit_codes.h"
+#include "base/status.h"
 #include "compiler/compile.h"
 #include "compiler/model.h"
 #include "compiler/spec.h"
 
 namespace {
 
+// Prints the message of `status` (after `prefix`); the exit status of bad
+// input.
+int BadInput(const maestro::Status& status, const char* prefix = "") {
+  std::fprintf(stderr, "%s%s\n", prefix, status.message().c_str());
+  return maestro::kExitUsage;
+}
+
 int ModelInfo(const std::string& path, bool json, int64_t seq_len) {
   auto desc = maestro::compiler::ModelFromHfConfigFile(path);
-  if (!desc.ok()) {
-    std::fprintf(stderr, "maestro-compile: %s\n", desc.status().message().c_str());
-    return maestro::kExitUsage;
-  }
+  if (!desc.ok()) return BadInput(desc.status(), "maestro-compile: ");
   const auto f = maestro::compiler::ComputeModelFacts(*desc, seq_len);
   if (json) {
     nlohmann::json j = {{"params", f.params},
@@ -91,32 +96,20 @@ int Run(int argc, char** argv) {
   }
   for (const auto& text : pins) {
     auto pin = maestro::compiler::ParsePin(text);
-    if (!pin.ok()) {
-      std::fprintf(stderr, "maestro-compile: %s\n", pin.status().message().c_str());
-      return maestro::kExitUsage;
-    }
+    if (!pin.ok()) return BadInput(pin.status(), "maestro-compile: ");
     options.pins.push_back(*pin);
   }
   if (!support.empty()) {
     auto parsed = maestro::compiler::ParseRuntimeSupport(support);
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "maestro-compile: %s\n", parsed.status().message().c_str());
-      return maestro::kExitUsage;
-    }
+    if (!parsed.ok()) return BadInput(parsed.status(), "maestro-compile: ");
     options.support = *parsed;
     options.support_given = true;
   }
   auto spec = maestro::compiler::ParseSpecFile(spec_path);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
-    return maestro::kExitUsage;
-  }
+  if (!spec.ok()) return BadInput(spec.status());
   if (!profiles.empty()) {
     auto p = maestro::compiler::ReadProfilesJson(profiles);
-    if (!p.ok()) {
-      std::fprintf(stderr, "%s\n", p.status().message().c_str());
-      return maestro::kExitUsage;
-    }
+    if (!p.ok()) return BadInput(p.status());
     options.extra_profiles = *p;
   }
   auto result = maestro::compiler::Compile(*spec, options);

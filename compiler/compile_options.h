@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// What maestro-compile (and `maestro run`'s local mode) asks of one compile:
+// the command line's choices, before any spec is read.
+//
+// Owns: PinOverride (one --pin), CompileOptions.
+// May call: compiler/spec.h, compiler/runtime_support.h. Thread safety: plain
+// data.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/runtime_support.h"
+#include "compiler/spec.h"
+
+namespace maestro::compiler {
+
+// One `--pin SECTION.KEY=VALUE`: overrides (or adds) a pin of the spec.
+struct PinOverride {
+  std::string section;
+  std::string key;  // tp | dp | pp | micro_batch
+  int value = 0;
+  std::string text;  // as given, for messages
+};
+
+struct CompileOptions {
+  std::string out_dir = ".";              // as given: job.sbatch names plan.json through it
+  std::string worker = "maestro-worker";  // the step's program (a stub in Slurm tests)
+  std::vector<std::string> worker_args;   // appended (shell-quoted) to the worker's command line
+  bool allow_planner_only = false;
+  // What the target runtime runs (--runtime-support); this build's table by
+  // default. Local mode always plans for this build's runtime.
+  RuntimeSupport support = kRuntimeSupport;
+  bool support_given = false;               // --runtime-support was used
+  std::vector<ProfileSpec> extra_profiles;  // from --profiles (measured by the runtime)
+  std::vector<PinOverride> pins;            // from --pin, applied over the spec's pins
+  // > 0: local mode (`maestro run`): ignore [cluster]'s node and GPU counts and
+  // plan for this machine: one node of `local_ranks` CPU slots that every
+  // section shares (no whole-node rule), only configurations the runtime runs.
+  int local_ranks = 0;
+  // Local mode: the cores those ranks share (--local-cores; 0: one each).
+  // Fewer cores than ranks makes the step simulation share them
+  // (plan.shared_cores), as the operating system does.
+  int local_cores = 0;
+};
+
+}  // namespace maestro::compiler

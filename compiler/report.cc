@@ -1,0 +1,386 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "base/units.h"
+#include "compiler/config_text.h"
+#include "compiler/workload_builder.h"
+
+namespace maestro::compiler {
+
+double PredictedUtilization(const SectionCost& c, const DeviceType& d, double step_seconds) {
+  if (step_seconds <= 0 || c.gpus <= 0) return 0;
+  return c.useful_flops_per_step / (c.gpus * d.peak_flops * step_seconds);
+}
+
+// ---- the model ------------------------------------------------------------------
+
+namespace {
+
+ReportSection SectionRowOf(const SectionWork& s, const SectionChoice& choice, const DeviceType& d, double step) {
+  const SectionCost& c = choice.cost;
+  ReportSection row;
+  row.name = s.name;
+  row.kind = s.model.kind;
+  row.params = s.facts.params;
+  row.mode = s.mode;
+  row.active_fraction = s.active_fraction;
+  row.tokens_per_sample = s.tokens;
+  row.gpus = c.gpus;
+  row.nodes = d.shared_node ? 1 : c.nodes;
+  row.gpu_type = d.name;
+  row.config = c.config;
+  row.step_seconds = c.step_seconds;
+  row.share_of_step = step > 0 ? c.step_seconds / step : 0;
+  row.memory = c.memory;
+  row.memory_capacity = d.memory_bytes;
+  row.flops_forward_per_sample = c.flops_forward_per_sample;
+  row.flops_backward_per_sample = c.flops_backward_per_sample;
+  row.utilization = PredictedUtilization(c, d, step);
+  row.measured_profile = c.measured;
+  row.planner_only = choice.planner_only;
+  return row;
+}
+
+ReportEdge EdgeRowOf(const Workload& w, const Assignment& a, size_t e) {
+  const EdgeWork& ew = w.edges[e];
+  ReportEdge row;
+  row.from = w.sections[static_cast<size_t>(ew.from)].name;
+  row.to = w.sections[static_cast<size_t>(ew.to)].name;
+  row.tensor = ew.tensor;
+  row.dp_from = a.sections[static_cast<size_t>(ew.from)].cost.config.dp;
+  row.dp_to = a.sections[static_cast<size_t>(ew.to)].cost.config.dp;
+  row.bytes_per_sample = ew.bytes_per_sample;
+  row.carries_gradient = ew.carries_gradient;
+  row.seconds_per_step = a.edge_seconds[e];
+  return row;
+}
+
+// The baseline and the speed-up: simulated step times when both plans were
+// simulated, else the analytic steady states; per GPU and per peak FLOP/s of
+// the GPUs each plan holds.
+ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
+  const auto& devs = model.devices();
+  const Workload& w = r.workload;
+  const Assignment& a = r.assignment;
+  const MonolithicPlan& m = r.monolithic;
+  ReportMonolithic out;
+  out.plan = m;
+  out.simulated = r.monolithic_simulated;
+  if (!m.found) return out;
+  for (const auto& d : m.devices) out.gpu_type_names.push_back(devs[static_cast<size_t>(d.device)].name);
+  out.description = DescribeMonolithic(m);
+  const SimulatedStep& sim = r.simulated;
+  const SimulatedStep& msim = r.monolithic_simulated;
+  out.speedup_simulated = sim.ok && msim.ok && sim.step_seconds > 0;
+  double held_peak = 0;  // peak FLOP/s of the GPUs the sectioned plan runs on
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    held_peak += a.sections[i].cost.gpus * devs[static_cast<size_t>(w.sections[i].device)].peak_flops;
+  }
+  out.speedup_analytic = a.throughput / m.throughput;
+  out.speedup = out.speedup_simulated ? msim.step_seconds / sim.step_seconds : out.speedup_analytic;
+  out.speedup_per_gpu = out.speedup * m.gpus / std::max(1, a.gpus);
+  const double mono_peak =
+      m.peak_flops > 0 ? m.peak_flops : m.gpus * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
+  out.speedup_per_peak_flops = held_peak > 0 ? out.speedup * mono_peak / held_peak : 0;
+  return out;
+}
+
+}  // namespace
+
+Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult& r, const CompileOptions& options) {
+  const Workload& w = r.workload;
+  const Assignment& a = r.assignment;
+  const auto& devs = model.devices();
+  Report out;
+  out.job = spec.job.name;
+  out.spec_path = spec.path;
+  out.global_batch = spec.data.global_batch;
+  out.seq_len = spec.data.seq_len;
+  for (size_t d = 0; d < devs.size(); ++d) out.budgets.push_back({devs[d], a.nodes_per_device[d]});
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    out.sections.push_back(SectionRowOf(w.sections[i], a.sections[i], devs[static_cast<size_t>(w.sections[i].device)],
+                                        a.bottleneck_seconds));
+  }
+  for (size_t e = 0; e < w.edges.size(); ++e) out.edges.push_back(EdgeRowOf(w, a, e));
+  out.step_seconds = a.bottleneck_seconds;
+  out.samples_per_second = a.throughput;
+  out.gpus = a.gpus;
+  out.nodes_per_gpu_type = a.nodes_per_device;
+  out.prediction = r.prediction;
+  out.simulated = r.simulated;
+  out.monolithic = MonolithicOf(model, r);
+  if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
+  return out;
+}
+
+// ---- the text -------------------------------------------------------------------
+
+namespace {
+
+std::string PadRight(const std::string& s, size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
+
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    width.resize(std::max(width.size(), r.size()), 0);
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string l;
+    for (size_t i = 0; i < r.size(); ++i) l += (i ? "  " : "") + (i + 1 < r.size() ? PadRight(r[i], width[i]) : r[i]);
+    out += l + "\n";
+  }
+  return out;
+}
+
+std::string BudgetText(const ReportBudget& b) {
+  const DeviceType& d = b.device;
+  if (d.shared_node) {
+    return fmt::format(
+        "local mode: one node of {} '{}' slot(s) ({:.0f} GB, {:.4g} TFLOP/s each) that the sections "
+        "share; plan uses {}{}\n",
+        d.gpus_per_node, d.name, d.memory_bytes / 1e9, d.peak_flops / 1e12, b.nodes_held,
+        d.shared_cores > 0 ? fmt::format("; the ranks share {} core(s)", d.shared_cores) : "");
+  }
+  return fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each); plan holds {} node(s)\n",
+                     d.name, d.nodes, d.gpus_per_node, d.cpu ? "CPU slots" : "GPUs", d.memory_bytes / 1e9,
+                     d.peak_flops / 1e12, b.nodes_held);
+}
+
+std::string SectionTable(const std::vector<ReportSection>& sections) {
+  std::vector<std::vector<std::string>> rows = {{"section", "model", "mode", "active", "GPUs", "type", "TP", "PP", "CP",
+                                                 "DP", "mb", "recomp", "share", "mem/GPU GiB", "util", "runtime"}};
+  for (const ReportSection& s : sections) {
+    rows.push_back({s.name,
+                    fmt::format("{} {}", plan::ModelKindName(s.kind), HumanCount(static_cast<double>(s.params))),
+                    plan::SectionModeName(s.mode), fmt::format("{:.0f}%", 100 * s.active_fraction),
+                    std::to_string(s.gpus), s.gpu_type, std::to_string(s.config.tp), std::to_string(s.config.pp),
+                    std::to_string(s.config.cp), std::to_string(s.config.dp), std::to_string(s.config.micro_batch),
+                    s.config.recompute ? "yes" : "no", fmt::format("{:.0f}%", 100 * s.share_of_step),
+                    fmt::format("{}/{:.0f}", GiBText(s.memory.total()), s.memory_capacity / kGiB),
+                    fmt::format("{:.0f}%", 100 * s.utilization), s.planner_only.empty() ? "yes" : "planner-only"});
+  }
+  return Table(rows);
+}
+
+std::string EdgeText(const ReportEdge& e) {
+  const std::string fan = e.dp_to >= e.dp_from ? fmt::format("fan-out {}", e.dp_to / e.dp_from)
+                                               : fmt::format("fan-in {}", e.dp_from / e.dp_to);
+  return fmt::format("edge {} -> {} ({}): {} (DP {} -> {}), {}/sample{}, {:.3g} s/step of transfer\n", e.from, e.to,
+                     e.tensor, fan, e.dp_from, e.dp_to, HumanBytes(e.bytes_per_sample),
+                     e.carries_gradient ? " (+ gradient back)" : "", e.seconds_per_step);
+}
+
+std::string StepText(const Report& r) {
+  std::string t = fmt::format(
+      "analytic steady state: {:.4g} s/step -> {:.4g} samples/s on {} GPU(s) (the slowest section or "
+      "edge)\n",
+      r.step_seconds, r.samples_per_second, r.gpus);
+  const SimulatedStep& sim = r.simulated;
+  if (!sim.ok) {
+    return t + fmt::format("simulated step: none ({}); predicted {:.4g} s ({})\n", sim.error, r.prediction.step_seconds,
+                           r.prediction.predictor);
+  }
+  t += fmt::format(
+      "simulated step: {:.4g} s -> {:.4g} samples/s ({} schedule, mean of {} sampled global batches, "
+      "{:.4g}..{:.4g} s)\n",
+      sim.step_seconds, r.prediction.samples_per_second, sim.policy, sim.batches, sim.min_step_seconds,
+      sim.max_step_seconds);
+  std::vector<std::vector<std::string>> srows = {
+      {"  section", "replicas", "busy", "idle s/replica", "bubbles/replica"}};
+  for (const auto& ss : sim.sections) {
+    srows.push_back({"  " + ss.name, std::to_string(ss.replicas), fmt::format("{:.0f}%", 100 * ss.utilization),
+                     fmt::format("{:.4g}", ss.bubble_seconds), fmt::format("{:.1f}", ss.bubbles)});
+  }
+  return t + Table(srows);
+}
+
+std::string MonolithicText(const ReportMonolithic& mono, int64_t global_batch) {
+  const MonolithicPlan& m = mono.plan;
+  if (!m.found) return "monolithic baseline: none: " + m.why_not + "\n";
+  std::string t = fmt::format(
+      "monolithic baseline: every section on all {} GPU(s), one after another; {}: analytic {:.4g} s/step, "
+      "{} GiB/GPU{}\n",
+      m.gpus, ConfigText(m.config), m.step_seconds, GiBText(m.memory.total()),
+      m.planner_only.empty() ? "" : " (uses features our runtime lacks: " + m.planner_only + ")");
+  t += mono.description;
+  const SimulatedStep& msim = mono.simulated;
+  if (msim.ok) {
+    t += fmt::format(
+        "  simulated: {:.4g} s -> {:.4g} samples/s ({} over the same sampled batches, {:.4g}..{:.4g} s; "
+        "busy {:.0f}%)\n",
+        msim.step_seconds, global_batch / msim.step_seconds, msim.policy, msim.min_step_seconds, msim.max_step_seconds,
+        100 * msim.utilization);
+  }
+  t += fmt::format(
+      "speed-up vs monolithic: {:.2f}x ({}; per GPU: {:.2f}x, per peak FLOP/s: {:.2f}x); analytic steady "
+      "state: {:.2f}x\n",
+      mono.speedup, mono.speedup_simulated ? "simulated step times" : "analytic", mono.speedup_per_gpu,
+      mono.speedup_per_peak_flops, mono.speedup_analytic);
+  return t;
+}
+
+}  // namespace
+
+std::string ReportText(const Report& r) {
+  std::string t;
+  t += fmt::format("maestro-compile: job '{}' from {}\n", r.job, r.spec_path);
+  t += fmt::format("global batch {} samples, seq_len {}; {} section(s), {} edge(s)\n", r.global_batch, r.seq_len,
+                   r.sections.size(), r.edges.size());
+  for (const ReportBudget& b : r.budgets) t += BudgetText(b);
+  t += "\n";
+  t += SectionTable(r.sections);
+  for (const ReportEdge& e : r.edges) t += EdgeText(e);
+  t += "\n";
+  t += StepText(r);
+  t += MonolithicText(r.monolithic, r.global_batch);
+  std::string planner_only;
+  for (const ReportSection& s : r.sections) {
+    if (!s.planner_only.empty()) planner_only += fmt::format("  {}: {}\n", s.name, s.planner_only);
+  }
+  if (!planner_only.empty()) t += "planner-only (the runtime cannot run these yet):\n" + planner_only;
+  if (!r.planned_runtime_support.empty()) {
+    t += fmt::format("planned for a runtime with: {} (--runtime-support, not this build's table)\n",
+                     r.planned_runtime_support);
+  }
+  return t;
+}
+
+// ---- the JSON -------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json SectionJson(const ReportSection& s) {
+  nlohmann::json j;
+  j["name"] = s.name;
+  j["model"] = plan::ModelKindName(s.kind);
+  j["params"] = s.params;
+  j["mode"] = plan::SectionModeName(s.mode);
+  j["active_fraction"] = s.active_fraction;
+  j["tokens_per_sample"] = s.tokens_per_sample;
+  j["gpus"] = s.gpus;
+  j["nodes"] = s.nodes;
+  j["gpu_type"] = s.gpu_type;
+  j["tp"] = s.config.tp;
+  j["pp"] = s.config.pp;
+  j["cp"] = s.config.cp;
+  j["dp"] = s.config.dp;
+  j["micro_batch"] = s.config.micro_batch;
+  j["recompute"] = s.config.recompute;
+  j["step_seconds"] = s.step_seconds;
+  j["share_of_step"] = s.share_of_step;
+  j["memory_bytes"] = {{"weights", s.memory.weights},     {"gradients", s.memory.gradients},
+                       {"optimizer", s.memory.optimizer}, {"activations", s.memory.activations},
+                       {"reserved", s.memory.reserved},   {"total", s.memory.total()},
+                       {"capacity", s.memory_capacity}};
+  j["flops_forward_per_sample"] = s.flops_forward_per_sample;
+  j["flops_backward_per_sample"] = s.flops_backward_per_sample;
+  j["utilization"] = s.utilization;
+  j["measured_profile"] = s.measured_profile;
+  j["runtime_supported"] = s.planner_only.empty();
+  j["planner_only"] = s.planner_only;
+  return j;
+}
+
+nlohmann::json EdgeJson(const ReportEdge& e) {
+  return {{"from", e.from},
+          {"to", e.to},
+          {"tensor", e.tensor},
+          {"dp_from", e.dp_from},
+          {"dp_to", e.dp_to},
+          {"bytes_per_sample", e.bytes_per_sample},
+          {"carries_gradient", e.carries_gradient},
+          {"seconds_per_step", e.seconds_per_step}};
+}
+
+nlohmann::json SimulationJson(const SimulatedStep& x) {
+  if (!x.ok) return {{"ok", false}, {"error", x.error}};
+  nlohmann::json secs = nlohmann::json::array();
+  for (const auto& ss : x.sections) {
+    secs.push_back({{"name", ss.name},
+                    {"replicas", ss.replicas},
+                    {"utilization", ss.utilization},
+                    {"idle_seconds_per_replica", ss.bubble_seconds},
+                    {"bubbles_per_replica", ss.bubbles}});
+  }
+  return {{"ok", true},
+          {"policy", x.policy},
+          {"batches", x.batches},
+          {"step_seconds", x.step_seconds},
+          {"min_step_seconds", x.min_step_seconds},
+          {"max_step_seconds", x.max_step_seconds},
+          {"utilization", x.utilization},
+          {"sections", secs}};
+}
+
+// Adds "monolithic" and the speed-ups to `js` (null without a baseline).
+void AddMonolithicJson(const ReportMonolithic& mono, nlohmann::json& js) {
+  const MonolithicPlan& m = mono.plan;
+  if (!m.found) {
+    js["monolithic"] = nullptr;
+    js["speedup_vs_monolithic"] = nullptr;
+    return;
+  }
+  js["monolithic"] = {{"gpus", m.gpus},
+                      {"tp", m.config.tp},
+                      {"pp", m.config.pp},
+                      {"cp", m.config.cp},
+                      {"dp", m.config.dp},
+                      {"micro_batch", m.config.micro_batch},
+                      {"recompute", m.config.recompute},
+                      {"step_seconds", m.step_seconds},
+                      {"samples_per_second", m.throughput},
+                      {"memory_bytes", m.memory.total()},
+                      {"planner_only", m.planner_only},
+                      {"basis", m.basis}};
+  nlohmann::json terms = nlohmann::json::array();
+  for (const auto& term : m.terms) terms.push_back({{"name", term.name}, {"seconds", term.seconds}, {"why", term.why}});
+  js["monolithic"]["terms"] = terms;
+  nlohmann::json on = nlohmann::json::array();
+  for (size_t i = 0; i < m.devices.size(); ++i) {
+    on.push_back({{"gpu_type", mono.gpu_type_names[i]}, {"gpus", m.devices[i].gpus}});
+  }
+  js["monolithic"]["gpu_types"] = on;
+  js["monolithic"]["simulation"] = SimulationJson(mono.simulated);
+  js["speedup_vs_monolithic"] = mono.speedup;
+  js["speedup_source"] = mono.speedup_simulated ? "simulated" : "analytic";
+  js["speedup_vs_monolithic_analytic"] = mono.speedup_analytic;
+  js["speedup_per_gpu"] = mono.speedup_per_gpu;
+  js["speedup_per_peak_flops"] = mono.speedup_per_peak_flops;
+}
+
+}  // namespace
+
+std::string ReportJson(const Report& r) {
+  nlohmann::json js;
+  js["job"] = r.job;
+  js["spec"] = r.spec_path;
+  js["global_batch"] = r.global_batch;
+  nlohmann::json sections = nlohmann::json::array();
+  for (const ReportSection& s : r.sections) sections.push_back(SectionJson(s));
+  js["sections"] = sections;
+  nlohmann::json edges = nlohmann::json::array();
+  for (const ReportEdge& e : r.edges) edges.push_back(EdgeJson(e));
+  js["edges"] = edges;
+  js["step_seconds"] = r.step_seconds;
+  js["samples_per_second"] = r.samples_per_second;
+  js["predicted_step_seconds"] = r.prediction.step_seconds;
+  js["predictor"] = r.prediction.predictor;
+  js["simulation"] = SimulationJson(r.simulated);
+  js["gpus"] = r.gpus;
+  js["nodes_per_gpu_type"] = r.nodes_per_gpu_type;
+  AddMonolithicJson(r.monolithic, js);
+  js["planner_only"] =
+      std::any_of(r.sections.begin(), r.sections.end(), [](const ReportSection& s) { return !s.planner_only.empty(); });
+  return js.dump(2);
+}
+
+}  // namespace maestro::compiler

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// The report of one compile: built ONCE as a model (BuildReport: the GPU
+// budgets, one row per section and per edge, the totals, both simulations,
+// the monolithic comparison with its named terms, the planner-only
+// sections), then written as the human text (report.txt, what
+// maestro-compile prints) and as JSON (--json), so the two cannot disagree.
+//
+// Owns: Report and its parts, BuildReport, ReportText, ReportJson,
+// PredictedUtilization (plan.json's predicted_utilization is the report's).
+// May call: base (units), plan, compiler/compile.h (CompileResult),
+// compiler/cost_model.h, compiler/planner.h, compiler/step_simulation.h,
+// compiler/workload_builder.h (RuntimeSupportText), nlohmann-json, fmt.
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "compiler/cost_model.h"
+#include "compiler/planner.h"
+#include "compiler/spec.h"
+#include "compiler/step_simulation.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+// The share of its GPUs' peak FLOP/s a section's useful work fills over a
+// step of `step_seconds` (0 without a step or GPUs).
+double PredictedUtilization(const SectionCost& c, const DeviceType& d, double step_seconds);
+
+// One GPU type of the budget and the nodes (local mode: slots) the plan holds.
+struct ReportBudget {
+  DeviceType device;
+  int nodes_held = 0;
+};
+
+// One section of the sectioned plan.
+struct ReportSection {
+  std::string name;
+  plan::ModelKind kind = plan::ModelKind::kDecoder;
+  int64_t params = 0;
+  plan::SectionMode mode = plan::SectionMode::kTrain;
+  double active_fraction = 1.0;
+  int64_t tokens_per_sample = 0;
+  int gpus = 0;
+  int nodes = 0;  // 1 on a shared (local) node
+  std::string gpu_type;
+  plan::ParallelConfig config;
+  double step_seconds = 0;
+  double share_of_step = 0;  // of the bottleneck's step
+  MemoryBreakdown memory;    // per GPU
+  double memory_capacity = 0;
+  double flops_forward_per_sample = 0;
+  double flops_backward_per_sample = 0;
+  double utilization = 0;
+  bool measured_profile = false;
+  std::string planner_only;  // "" when the runtime runs it
+};
+
+// One edge: the fan-out (fan-in) the DP degrees give it and its transfer.
+struct ReportEdge {
+  std::string from, to, tensor;
+  int dp_from = 0, dp_to = 0;
+  double bytes_per_sample = 0;
+  bool carries_gradient = false;
+  double seconds_per_step = 0;
+};
+
+// The monolithic baseline and the speed-up over it.
+struct ReportMonolithic {
+  MonolithicPlan plan;                      // plan.found false: no baseline (plan.why_not)
+  std::vector<std::string> gpu_type_names;  // of plan.devices, in order
+  std::string description;                  // DescribeMonolithic: the terms as lines
+  SimulatedStep simulated;                  // FIFO
+  bool speedup_simulated = false;           // the speed-up compares simulated step times
+  double speedup = 0, speedup_analytic = 0, speedup_per_gpu = 0, speedup_per_peak_flops = 0;
+};
+
+struct Report {
+  std::string job, spec_path;
+  int64_t global_batch = 0, seq_len = 0;
+  std::vector<ReportBudget> budgets;
+  std::vector<ReportSection> sections;
+  std::vector<ReportEdge> edges;
+  double step_seconds = 0;        // analytic steady state: the slowest section or edge
+  double samples_per_second = 0;  // analytic
+  int gpus = 0;
+  std::vector<int> nodes_per_gpu_type;
+  StepPrediction prediction;
+  SimulatedStep simulated;  // the sectioned plan's
+  ReportMonolithic monolithic;
+  // Set when --runtime-support planned for another runtime (a text line only).
+  std::string planned_runtime_support;
+};
+
+// The report of `r` (its workload, assignment, simulations and baseline).
+Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult& r, const CompileOptions& options);
+
+// report.txt: the budget, the section table, the edges, the step (analytic
+// and simulated), the monolithic comparison, the planner-only sections.
+std::string ReportText(const Report& report);
+
+// The same as one JSON object (2-space indent).
+std::string ReportJson(const Report& report);
+
+}  // namespace maestro::compiler

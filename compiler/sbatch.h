@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// job.sbatch: the Slurm heterogeneous job of a plan, one het component per
+// section, and the batch script that runs the training step (srun over every
+// component), forwards USR1/TERM to it, works around the Slurm 22.05 pmix
+// hang, and requeues the job when the step asks for it (exit kExitRequeue).
+//
+// Owns: RenderSbatch. Every user string that reaches the script is
+// shell-quoted or was rejected by the spec reader.
+// May call: base (shell quoting, exit codes), plan, compiler/spec.h,
+// compiler/compile_options.h. Thread safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "compiler/compile_options.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+// The job script of a plan (exposed for tests).
+std::string RenderSbatch(const plan::Plan& plan, const Spec& spec, const CompileOptions& options);
+
+}  // namespace maestro::compiler

@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/workload_builder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "base/checks.h"
+#include "compiler/model.h"
+#include "plan/profile.h"
+
+namespace maestro::compiler {
+
+namespace {
+
+// Tokens of the tensor a section hands downstream, per active sample.
+int64_t OutputTokens(const SectionWork& s) {
+  const int64_t merge = static_cast<int64_t>(ExtraValue(s.model, "spatial_merge", 0));
+  if (s.model.kind == plan::ModelKind::kVit && merge > 0) return std::max<int64_t>(1, s.tokens / (merge * merge));
+  return s.tokens;
+}
+
+struct SupportFlag {
+  const char* name;
+  bool RuntimeSupport::*field;
+};
+constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
+                                         {"micro_batch", &RuntimeSupport::micro_batching},
+                                         {"tp_decoder", &RuntimeSupport::tensor_parallel_decoder},
+                                         {"pp_decoder", &RuntimeSupport::pipeline_parallel_decoder},
+                                         {"tp_encoder", &RuntimeSupport::tensor_parallel_encoder},
+                                         {"pp_encoder", &RuntimeSupport::pipeline_parallel_encoder},
+                                         {"cp", &RuntimeSupport::context_parallel},
+                                         {"ep", &RuntimeSupport::expert_parallel},
+                                         {"moe", &RuntimeSupport::mixture_of_experts},
+                                         {"recompute", &RuntimeSupport::activation_recompute}};
+
+}  // namespace
+
+int DeviceIndex(const Spec& spec, const std::string& name) {
+  for (size_t i = 0; i < spec.cluster.gpu_types.size(); ++i) {
+    if (spec.cluster.gpu_types[i].name == name) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+std::vector<DeviceType> DevicesOf(const Spec& spec) {
+  std::vector<DeviceType> out;
+  for (const auto& g : spec.cluster.gpu_types) {
+    DeviceType d;
+    d.name = g.name;
+    d.cpu = g.cpu;
+    d.memory_bytes = g.memory_gb * 1e9;
+    d.reserved_bytes = g.cpu ? 0.05 * d.memory_bytes : std::min(2e9, 0.1 * d.memory_bytes);
+    d.peak_flops = g.tflops_bf16 * 1e12;
+    d.mfu = g.mfu;
+    d.half_efficiency_size = g.cpu ? double(1 << 12) : double(1 << 19);
+    d.half_efficiency_width = g.cpu ? 0.0 : 128.0;
+    d.intra_bytes_per_s = g.intra_node_gbps * 1e9;
+    d.inter_bytes_per_s = g.inter_node_gbps * 1e9;
+    d.gpus_per_node = g.gpus_per_node;
+    d.nodes = g.nodes;
+    d.partition = g.partition.empty() ? spec.job.partition : g.partition;
+    d.constraint = g.constraint;
+    if (spec.cluster.local) {
+      d.shared_node = true;
+      d.nodes = g.gpus_per_node;  // the budget counts slots
+      d.shared_cores = spec.cluster.local_cores;
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
+StatusOr<PinOverride> ParsePin(const std::string& text) {
+  static const std::vector<std::string> kKeys = {"tp", "dp", "pp", "micro_batch"};
+  const auto dot = text.find('.');
+  const auto eq = text.find('=');
+  if (dot == std::string::npos || eq == std::string::npos || dot == 0 || eq < dot + 2 || eq + 1 == text.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--pin '{}' must be SECTION.KEY=VALUE, e.g. --pin llm.dp=2 (KEY: tp, dp, pp, micro_batch)", text));
+  }
+  PinOverride p;
+  p.text = text;
+  p.section = text.substr(0, dot);
+  p.key = text.substr(dot + 1, eq - dot - 1);
+  const std::string value = text.substr(eq + 1);
+  if (std::find(kKeys.begin(), kKeys.end(), p.key) == kKeys.end()) {
+    return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'; pin one of tp, dp, pp, micro_batch{}",
+                                               text, p.key, Suggest(p.key, kKeys)));
+  }
+  long long v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || v < 1 || v > (1 << 20)) {
+    return Status::InvalidArgument(
+        fmt::format("--pin '{}': the value '{}' must be a whole number in [1, {}]", text, value, 1 << 20));
+  }
+  p.value = static_cast<int>(v);
+  return p;
+}
+
+StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
+  RuntimeSupport out;
+  for (const auto& f : kSupportFlags) out.*(f.field) = list == "all";
+  if (list == "all") return out;
+  std::vector<std::string> names;
+  for (const auto& f : kSupportFlags) names.push_back(f.name);
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto it = std::find_if(std::begin(kSupportFlags), std::end(kSupportFlags),
+                                 [&](const SupportFlag& f) { return item == f.name; });
+    if (it == std::end(kSupportFlags)) {
+      return Status::InvalidArgument(fmt::format("--runtime-support: unknown feature '{}'{}; features: {} (or all)",
+                                                 item, Suggest(item, names), fmt::join(names, ", ")));
+    }
+    out.*(it->field) = true;
+  }
+  return out;
+}
+
+std::string RuntimeSupportText(const RuntimeSupport& support) {
+  std::string out;
+  for (const auto& f : kSupportFlags) {
+    if (support.*(f.field)) out += (out.empty() ? "" : ",") + std::string(f.name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+namespace {
+
+// Applies --pin over the spec's pins.
+Status ApplyPins(const std::vector<PinOverride>& pins, Spec& s) {
+  std::vector<std::string> names;
+  for (const auto& sec : s.sections) names.push_back(sec.name);
+  for (const PinOverride& p : pins) {
+    const int i = s.section_index(p.section);
+    if (i < 0) {
+      return Status::InvalidArgument(fmt::format("--pin '{}': unknown section '{}'{}; the spec's sections are {}",
+                                                 p.text, p.section, Suggest(p.section, names), fmt::join(names, ", ")));
+    }
+    SectionSpec& sec = s.sections[static_cast<size_t>(i)];
+    if (p.key == "tp")
+      sec.tp = p.value;
+    else if (p.key == "dp")
+      sec.dp = p.value;
+    else if (p.key == "pp")
+      sec.pp = p.value;
+    else if (p.key == "micro_batch")
+      sec.micro_batch = p.value;
+    else
+      return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'", p.text, p.key));
+  }
+  return Status::Ok();
+}
+
+// Local mode: [cluster] becomes one node of options.local_ranks slots of the
+// spec's first CPU type (else a synthetic "cpu" type) that every section
+// runs on.
+Status MakeLocal(const CompileOptions& options, Spec& s) {
+  if (options.allow_planner_only || options.support_given) {
+    return Status::InvalidArgument(
+        fmt::format("--local plans only what this build's runtime runs; drop {}",
+                    options.allow_planner_only ? "--allow-planner-only" : "--runtime-support"));
+  }
+  if (options.local_ranks < static_cast<int>(s.sections.size())) {
+    return Status::InvalidArgument(
+        fmt::format("--local {}: the spec has {} sections and each needs at least one rank; "
+                    "give --local {} or more",
+                    options.local_ranks, s.sections.size(), s.sections.size()));
+  }
+  GpuTypeSpec cpu;
+  cpu.name = "cpu";
+  cpu.cpu = true;
+  cpu.memory_gb = 4;
+  cpu.tflops_bf16 = 0.05;
+  cpu.intra_node_gbps = 5;
+  cpu.inter_node_gbps = 1;
+  cpu.mfu = 0.5;
+  for (const auto& g : s.cluster.gpu_types) {
+    if (g.cpu) {
+      cpu = g;
+      break;
+    }
+  }
+  cpu.nodes = 1;
+  cpu.gpus_per_node = options.local_ranks;
+  s.cluster.nodes = 1;
+  s.cluster.gpus_per_node = options.local_ranks;
+  s.cluster.default_gpu = cpu.name;
+  s.cluster.gpu_types = {cpu};
+  s.cluster.local = true;
+  s.cluster.local_cores = options.local_cores;
+  for (auto& sec : s.sections) sec.gpu_type.clear();
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
+  Spec s = spec;
+  MAESTRO_RETURN_IF_ERROR(ApplyPins(options.pins, s));
+  if (options.local_ranks <= 0) {
+    if (options.local_cores > 0) return Status::InvalidArgument("--local-cores needs --local N");
+    return s;
+  }
+  MAESTRO_RETURN_IF_ERROR(MakeLocal(options, s));
+  return s;
+}
+
+Status CheckProfileSections(const Spec& spec, const std::vector<ProfileSpec>& profiles) {
+  for (const auto& p : profiles) {
+    if (spec.section_index(p.section) < 0) {
+      std::vector<std::string> names;
+      for (const auto& s : spec.sections) names.push_back(s.name);
+      return Status::InvalidArgument(
+          fmt::format("--profiles: a profile of unknown section '{}'{}", p.section, Suggest(p.section, names)));
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Section `s` as the cost model sees it: its model, tokens per active sample,
+// activation share, GPU type, pins and measured profiles.
+StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int default_device,
+                                    const std::vector<ProfileSpec>& extra_profiles) {
+  SectionWork sw;
+  sw.name = s.name;
+  const ModelSpec* m = spec.FindModel(s.model);
+  if (!m) return Status::InvalidArgument(AtPos(spec.path, s.model_pos, "unknown model '" + s.model + "'"));
+  sw.model = m->desc;
+  sw.mode = s.mode;
+  sw.activation = s.activation;
+  int64_t modality_tokens = 0;
+  for (const auto& mod : spec.data.modalities) {
+    if (mod.name == s.activation) {
+      sw.active_fraction = mod.fraction;
+      modality_tokens = mod.tokens;
+    }
+  }
+  if (s.tokens > 0) {
+    sw.tokens = s.tokens;
+  } else if (sw.model.kind == plan::ModelKind::kProjector) {
+    sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
+  } else {
+    sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
+  }
+  sw.facts = ComputeModelFacts(sw.model, sw.tokens);
+  sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
+  sw.pin_tp = s.tp;
+  sw.pin_pp = s.pp;
+  sw.pin_cp = s.cp;
+  sw.pin_dp = s.dp;
+  sw.pin_micro_batch = s.micro_batch;
+  sw.pin_recompute = s.recompute ? (*s.recompute ? 1 : 0) : -1;
+  for (const auto& p : spec.profiles) {
+    if (p.section == s.name) sw.profiles.push_back(p);
+  }
+  for (const auto& p : extra_profiles) {
+    if (p.section == s.name) sw.profiles.push_back(p);
+  }
+  return sw;
+}
+
+// Edge `e` between the sections `w` holds: the bytes per sample it carries
+// (and the gradient back) over the slower side's link.
+StatusOr<EdgeWork> EdgeWorkOf(const Spec& spec, const EdgeSpec& e, const Workload& w,
+                              const std::vector<DeviceType>& devices) {
+  EdgeWork ew;
+  ew.from = spec.section_index(e.from);
+  ew.to = spec.section_index(e.to);
+  if (ew.from < 0 || ew.to < 0 || ew.from == ew.to) {  // ParseSpec* rejects these; a Spec built by hand may not
+    return Status::InvalidArgument(AtPos(spec.path, e.pos, "edge " + e.from + " -> " + e.to + ": unknown section"));
+  }
+  ew.tensor = e.tensor;
+  const SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
+  const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
+  if (e.bytes_per_sample > 0) {
+    ew.bytes_per_sample = static_cast<double>(e.bytes_per_sample);
+  } else if (e.tensor == "teacher_hidden" && up.model.kind == plan::ModelKind::kDecoder) {
+    // A teacher sends its final hidden states in fp32 (the student applies
+    // the teacher's head): the hidden size crosses, not the vocabulary.
+    ew.bytes_per_sample = static_cast<double>(up.tokens) * static_cast<double>(up.model.hidden) * 4.0;
+  } else {
+    ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
+  }
+  ew.active_fraction = std::min(up.active_fraction, down.active_fraction);
+  ew.carries_gradient = up.trains();
+  ew.fanout = e.fanout;
+  ew.fanin = e.fanin;
+  ew.link_bytes_per_s = std::min(devices[static_cast<size_t>(up.device)].inter_bytes_per_s,
+                                 devices[static_cast<size_t>(down.device)].inter_bytes_per_s);
+  return ew;
+}
+
+}  // namespace
+
+StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
+                                 const std::vector<ProfileSpec>& extra_profiles) {
+  Workload w;
+  const int default_device = DeviceIndex(spec, spec.cluster.default_gpu);
+  for (const auto& s : spec.sections) {
+    MAESTRO_ASSIGN_OR_RETURN(SectionWork sw, SectionWorkOf(spec, s, default_device, extra_profiles));
+    w.sections.push_back(std::move(sw));
+  }
+  for (const auto& e : spec.edges) {
+    MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
+    w.edges.push_back(ew);
+  }
+  return w;
+}
+
+StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
+  MAESTRO_ASSIGN_OR_RETURN(auto points, plan::ReadProfileFile(path));
+  std::vector<ProfileSpec> out;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const plan::ProfilePoint& q = points[i];
+    ProfileSpec p;
+    p.section = q.section;
+    p.gpus = q.gpus;
+    p.micro_batch = q.micro_batch;
+    p.seconds = q.seconds;
+    p.forward_seconds = q.forward_seconds;
+    p.optimizer_seconds = q.optimizer_seconds;
+    if (p.gpus < 1 || p.micro_batch < 1 || !(p.seconds > 0)) {
+      return Status::InvalidArgument(
+          fmt::format("{}: profile {}: gpus, micro_batch and seconds must be positive", path, i));
+    }
+    if (p.forward_seconds < 0 || p.forward_seconds > p.seconds || p.optimizer_seconds < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: profile {}: forward_seconds must lie in [0, seconds] and optimizer_seconds be >= 0", path, i));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace maestro::compiler

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// From a spec and the command line's choices to the cost model's inputs:
+// the effective spec (--pin, --local), the GPU types as DeviceTypes, measured
+// profiles (--profiles), the runtime features planned for
+// (--runtime-support), and the Workload (tokens per section, activation
+// shares, edge bytes).
+//
+// Owns: ParsePin, ParseRuntimeSupport / RuntimeSupportText, EffectiveSpec,
+// DevicesOf, DeviceIndex, BuildWorkload, ReadProfilesJson,
+// CheckProfileSections. Their messages are user-facing (maestro-compile
+// prints them as they are).
+// May call: base, plan (profile files), compiler/spec.h, compiler/model.h,
+// compiler/cost_model.h, compiler/planner.h (Workload). Thread safety: pure
+// functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/compile_options.h"
+#include "compiler/cost_model.h"
+#include "compiler/planner.h"
+#include "compiler/runtime_support.h"
+#include "compiler/spec.h"
+
+namespace maestro::compiler {
+
+// Parses "SECTION.KEY=VALUE" (KEY one of tp, dp, pp, micro_batch; VALUE a
+// positive integer). InvalidArgument with the fix otherwise.
+StatusOr<PinOverride> ParsePin(const std::string& text);
+
+// Parses --runtime-support: a comma list of the features the target runtime
+// has, from dp, micro_batch, tp_decoder, pp_decoder, tp_encoder, pp_encoder,
+// cp, ep, moe, recompute; or "all". InvalidArgument names an unknown one.
+StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list);
+std::string RuntimeSupportText(const RuntimeSupport& support);
+
+// The spec's GPU types as the cost model sees them (local mode: one shared
+// node whose budget counts slots).
+std::vector<DeviceType> DevicesOf(const Spec& spec);
+
+// The index of GPU type `name` in the spec's [cluster] (0 when unknown).
+int DeviceIndex(const Spec& spec, const std::string& name);
+
+// The spec as compiled under `options`: --pin applied (an unknown section is
+// InvalidArgument), and in local mode [cluster] replaced by one node of
+// options.local_ranks slots of the spec's first CPU type (else a synthetic
+// "cpu" type: 4 GB, 0.05 TFLOP/s) that every section runs on.
+StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options);
+
+// InvalidArgument when a --profiles entry names a section the spec lacks.
+Status CheckProfileSections(const Spec& spec, const std::vector<ProfileSpec>& profiles);
+
+StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>& devices,
+                                 const std::vector<ProfileSpec>& extra_profiles = {});
+
+// Reads a JSON array of {"section","gpus","micro_batch","seconds"} objects
+// (what the runtime writes) into profiles.
+StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path);
+
+}  // namespace maestro::compiler
