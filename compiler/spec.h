@@ -9,6 +9,9 @@
 // pins. The checks that need the cost model (a section that fits at no
 // configuration, a budget too small) live in compiler/compile.cc.
 // May call: base, plan (ModelDesc), compiler/model.h, TOML++, nlohmann-json.
+// Where: spec.cc (the entry points below), compiler/toml_reader.h (the TOML
+// reader, its messages and suggestions), compiler/spec_tables.h (each
+// table's keys), compiler/spec_graph.h (the checks across tables).
 // Thread safety: ParseSpec* are pure functions; the structs are values.
 #pragma once
 

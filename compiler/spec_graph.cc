@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/spec_graph.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "base/graph.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler::internal {
+
+namespace {
+
+std::vector<std::string> SectionNames(const Spec& spec) {
+  std::vector<std::string> names;
+  for (const auto& s : spec.sections) names.push_back(s.name);
+  return names;
+}
+
+// A section's `loss`: only a training sink computes one; kd reads a frozen
+// decoder's final hidden states (tensor "teacher_hidden") and applies the
+// teacher's output head, so teacher and student share the vocabulary.
+// REQUIRES: every edge names existing sections.
+void CheckLoss(Diagnostics& d, const Spec& spec, const SectionSpec& s) {
+  const std::string where = "section '" + s.name + "'";
+  if (s.mode != plan::SectionMode::kTrain) {
+    d.Error(s.loss_pos, fmt::format("{}: a frozen section (mode = \"forward\") computes no loss; remove loss or "
+                                    "make it mode = \"train\"",
+                                    where));
+    return;
+  }
+  for (const auto& e : spec.edges) {
+    if (e.from == s.name) {
+      d.Error(s.loss_pos, fmt::format("{}: only a sink section computes a loss, and this one feeds '{}'", where, e.to));
+      return;
+    }
+  }
+  if (s.loss.kind != "kd") return;
+  const ModelSpec* student = spec.FindModel(s.model);
+  if (student && student->desc.kind != plan::ModelKind::kDecoder) {
+    d.Error(s.loss_pos, fmt::format("{}: loss kind = \"kd\" needs a decoder student (its model '{}' is a {})", where,
+                                    s.model, plan::ModelKindName(student->desc.kind)));
+    return;
+  }
+  bool found = false;
+  std::string inputs;
+  for (const auto& e : spec.edges) {
+    if (e.to != s.name) continue;
+    inputs += (inputs.empty() ? "" : ", ") + e.from + "." + e.tensor;
+    const SectionSpec& up = spec.sections[static_cast<size_t>(spec.section_index(e.from))];
+    const ModelSpec* teacher = spec.FindModel(up.model);
+    if (up.mode != plan::SectionMode::kForward || !teacher || teacher->desc.kind != plan::ModelKind::kDecoder) continue;
+    found = true;
+    if (e.tensor != "teacher_hidden") {
+      d.Error(e.pos, fmt::format("edge {} -> {} carries '{}', but the kd loss of '{}' reads the teacher's final hidden "
+                                 "states: name the tensor \"teacher_hidden\" (inputs = [\"{}.teacher_hidden\"] or "
+                                 "tensor = \"teacher_hidden\")",
+                                 e.from, e.to, e.tensor, s.name, e.from));
+    }
+    if (student && teacher->desc.vocab != student->desc.vocab) {
+      d.Error(s.loss_pos, fmt::format("{}: loss kind = \"kd\" compares token distributions, but the teacher '{}' has "
+                                      "vocab {} and the student vocab {}; they must be equal",
+                                      where, e.from, teacher->desc.vocab, student->desc.vocab));
+    }
+  }
+  if (!found) {
+    d.Error(s.loss_pos,
+            fmt::format("{}: loss kind = \"kd\" needs an input edge from a frozen (mode = \"forward\") decoder "
+                        "section that sends its hidden states (tensor \"teacher_hidden\"); its inputs are {}",
+                        where, inputs.empty() ? "none" : inputs));
+  }
+}
+
+// The GPU types, the sections and what each names (model, activation,
+// gpu_type), the profiles' sections.
+void CheckSections(Diagnostics& d, const Spec& spec) {
+  std::vector<std::string> model_names;
+  for (const auto& m : spec.models) model_names.push_back(m.name);
+  std::vector<std::string> modality_names = {"always"};
+  for (const auto& m : spec.data.modalities) modality_names.push_back(m.name);
+  std::vector<std::string> gpu_names;
+  for (const auto& g : spec.cluster.gpu_types) gpu_names.push_back(g.name);
+
+  if (spec.sections.empty()) d.Error({}, "the spec declares no [[section]]");
+  if (spec.cluster.gpu_types.empty()) {
+    d.Error(spec.cluster.pos, "declare at least one GPU type, e.g. [cluster.gpu.h100] with memory_gb and tflops_bf16");
+  }
+  if (!spec.cluster.default_gpu.empty() && !spec.cluster.Find(spec.cluster.default_gpu)) {
+    d.Error(spec.cluster.pos, fmt::format("cluster.default_gpu '{}' is not a declared GPU type{}",
+                                          spec.cluster.default_gpu, Suggest(spec.cluster.default_gpu, gpu_names)));
+  }
+  for (size_t i = 0; i < spec.sections.size(); ++i) {
+    const SectionSpec& s = spec.sections[i];
+    for (size_t j = 0; j < i; ++j) {
+      if (spec.sections[j].name == s.name && !s.name.empty()) {
+        d.Error(s.pos,
+                fmt::format("section '{}' is declared twice (first at line {})", s.name, spec.sections[j].pos.line));
+      }
+    }
+    if (!s.model.empty() && !spec.FindModel(s.model)) {
+      d.Error(s.model_pos,
+              fmt::format("section '{}': unknown model '{}'{}", s.name, s.model, Suggest(s.model, model_names)));
+    }
+    if (std::find(modality_names.begin(), modality_names.end(), s.activation) == modality_names.end()) {
+      d.Error(s.activation_pos,
+              fmt::format("section '{}': activation '{}' is neither 'always' nor a [[data.modality]]{}", s.name,
+                          s.activation, Suggest(s.activation, modality_names)));
+    }
+    if (!s.gpu_type.empty() && !spec.cluster.Find(s.gpu_type)) {
+      d.Error(s.gpu_type_pos,
+              fmt::format("section '{}': unknown gpu_type '{}'{}", s.name, s.gpu_type, Suggest(s.gpu_type, gpu_names)));
+    }
+  }
+  const std::vector<std::string> names = SectionNames(spec);
+  for (const auto& p : spec.profiles) {
+    if (spec.section_index(p.section) < 0) {
+      d.Error(p.pos, fmt::format("profile of unknown section '{}'{}", p.section, Suggest(p.section, names)));
+    }
+  }
+}
+
+// Each edge's ends and its pinned fan-out. False when an edge names an
+// unknown section or feeds its own section (the checks after it need every
+// edge to join two distinct known sections).
+bool CheckEdges(Diagnostics& d, const Spec& spec) {
+  const std::vector<std::string> names = SectionNames(spec);
+  bool edges_ok = true;
+  for (const auto& e : spec.edges) {
+    const int u = spec.section_index(e.from), v = spec.section_index(e.to);
+    if (u < 0) {
+      d.Error(e.from_pos,
+              fmt::format("edge {} -> {}: unknown section '{}'{}", e.from, e.to, e.from, Suggest(e.from, names)));
+      edges_ok = false;
+    }
+    if (v < 0) {
+      d.Error(e.to_pos, fmt::format("edge {} -> {}: unknown section '{}'{}", e.from, e.to, e.to, Suggest(e.to, names)));
+      edges_ok = false;
+    }
+    if (u < 0 || v < 0) {
+      edges_ok = false;
+      continue;
+    }
+    if (u == v) {
+      d.Error(e.pos, fmt::format("edge {} -> {}: a section cannot feed itself", e.from, e.to));
+      edges_ok = false;
+    }
+    const SectionSpec& su = spec.sections[static_cast<size_t>(u)];
+    const SectionSpec& sv = spec.sections[static_cast<size_t>(v)];
+    if (su.dp && sv.dp && !plan::EdgeDpRuleHolds(su.dp, sv.dp, e.fanout, e.fanin)) {
+      d.Error(e.pos, fmt::format("the fan-out on edge {} -> {} is impossible: pinned dp {} and {}{} break "
+                                 "DP_from * fanout = DP_to (fan-in likewise)",
+                                 e.from, e.to, su.dp, sv.dp,
+                                 e.fanout  ? fmt::format(" with fanout = {}", e.fanout)
+                                 : e.fanin ? fmt::format(" with fanin = {}", e.fanin)
+                                           : ""));
+    }
+  }
+  return edges_ok;
+}
+
+// The first cycle base/graph.h's FindCycle meets, reported with its path at
+// its closing edge. REQUIRES: every edge names existing sections.
+void CheckCycles(Diagnostics& d, const Spec& spec) {
+  DirectedEdges edges;
+  for (const auto& e : spec.edges) edges.emplace_back(spec.section_index(e.from), spec.section_index(e.to));
+  const GraphCycle cycle = FindCycle(static_cast<int>(spec.sections.size()), edges);
+  if (!cycle.found()) return;
+  std::string path;
+  for (int v : cycle.vertices) path += spec.sections[static_cast<size_t>(v)].name + " -> ";
+  path += spec.sections[static_cast<size_t>(cycle.vertices.front())].name;
+  d.Error(spec.edges[static_cast<size_t>(cycle.closing_edge)].pos,
+          fmt::format("the section graph has a cycle: {}; sections must form a DAG", path));
+}
+
+}  // namespace
+
+void CheckGraph(Diagnostics& d, const Spec& spec) {
+  CheckSections(d, spec);
+  if (!CheckEdges(d, spec)) return;
+  for (const SectionSpec& s : spec.sections) {
+    if (s.has_loss) CheckLoss(d, spec, s);
+  }
+  CheckCycles(d, spec);
+}
+
+}  // namespace maestro::compiler::internal

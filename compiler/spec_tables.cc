@@ -1,0 +1,543 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/spec_tables.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/shell.h"
+#include "compiler/model.h"
+
+namespace maestro::compiler::internal {
+
+namespace {
+
+// Values that go on an `#SBATCH --opt=VALUE` line: no whitespace, quotes or
+// shell metacharacters, so neither Slurm's parser nor a shell can split them.
+bool IsSbatchValue(const std::string& s, const std::string& extra_chars) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const bool plain = IsPlainShellWord(std::string(1, c));
+    if (!plain && extra_chars.find(c) == std::string::npos) return false;
+  }
+  return true;
+}
+
+bool IsIdentifier(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsSlurmTime(const std::string& s) {
+  if (s == "UNLIMITED" || s == "infinite") return true;
+  if (s.empty() || s.size() > 16) return false;
+  int colons = 0, dashes = 0;
+  for (char c : s) {
+    if (c == ':') {
+      ++colons;
+    } else if (c == '-') {
+      ++dashes;
+    } else if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  return colons <= 2 && dashes <= 1 && s.front() != ':' && s.back() != ':' && s.front() != '-' && s.back() != '-';
+}
+
+std::string JoinPath(const std::string& base, const std::string& rel) {
+  if (rel.empty() || rel.front() == '/' || base.empty() || base == ".") return rel;
+  return base + "/" + rel;
+}
+
+}  // namespace
+
+// ---- [job], [cluster], [data] ----------------------------------------------------
+
+void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
+  TableReader r(d, t, "[job]");
+  job.pos = r.pos();
+  if (r.String("name", &job.name) && !IsIdentifier(job.name)) {
+    d.Error(r.PosOfKey("name"), "job.name must be 1-64 letters, digits, '_' or '-'");
+  }
+  auto sbatch_word = [&](const char* key, std::string* out, const std::string& extra) {
+    if (r.String(key, out) && !out->empty() && !IsSbatchValue(*out, extra)) {
+      d.Error(r.PosOfKey(key), fmt::format("job.{} = '{}' contains a character that cannot go on an #SBATCH line "
+                                           "(whitespace, quotes or shell metacharacters)",
+                                           key, *out));
+    }
+  };
+  sbatch_word("account", &job.account, "");
+  sbatch_word("partition", &job.partition, "");
+  sbatch_word("qos", &job.qos, "");
+  sbatch_word("output", &job.output, "");
+  sbatch_word("error", &job.error, "");
+  if (r.String("time", &job.time) && !IsSlurmTime(job.time)) {
+    d.Error(r.PosOfKey("time"), fmt::format("job.time = '{}' is not a Slurm time limit (e.g. \"90\", \"04:00:00\", "
+                                            "\"2-00:00:00\")",
+                                            job.time));
+  }
+  r.Bool("requeue", &job.requeue);
+  r.Int("signal_seconds", &job.signal_seconds, 0, 65535);
+  if (r.String("signal", &job.signal) && job.signal != "USR1" && job.signal != "USR2" && job.signal != "TERM") {
+    d.Error(r.PosOfKey("signal"), fmt::format("job.signal = '{}' must be USR1, USR2 or TERM (the worker checkpoints "
+                                              "on USR1 and TERM){}",
+                                              job.signal, Suggest(job.signal, {"USR1", "USR2", "TERM"})));
+  }
+  if (r.String("work_dir", &job.work_dir) && !IsSingleLine(job.work_dir)) {
+    d.Error(r.PosOfKey("work_dir"), "job.work_dir must be one line");
+  }
+  r.Int("steps", &job.steps, 0, int64_t{1} << 40);
+  r.Int("checkpoint_every", &job.checkpoint_every, 0, int64_t{1} << 40);
+  r.Number("comm_timeout_s", &job.comm_timeout_s, 0, 7 * 24 * 3600.0);
+  std::string schedule;
+  if (r.String("schedule", &schedule)) {
+    // The spec's spellings -> scheduler::PolicyName (what plan.schedule_policy holds).
+    static const std::vector<std::pair<std::string, std::string>> kPolicies = {{"wavefront", "wavefront"},
+                                                                               {"fifo", "fifo"},
+                                                                               {"fifo_contiguous", "fifo-contiguous"},
+                                                                               {"fifo-contiguous", "fifo-contiguous"},
+                                                                               {"balance_only", "balance"},
+                                                                               {"balance", "balance"}};
+    auto it = std::find_if(kPolicies.begin(), kPolicies.end(), [&](const auto& p) { return p.first == schedule; });
+    if (it == kPolicies.end()) {
+      d.Error(r.PosOfKey("schedule"),
+              fmt::format("job.schedule = '{}' must be wavefront, fifo, fifo_contiguous or balance_only{}", schedule,
+                          Suggest(schedule, {"wavefront", "fifo", "fifo_contiguous", "balance_only"})));
+    } else {
+      job.schedule = it->second;
+    }
+  }
+  r.Finish();
+}
+
+void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c) {
+  TableReader r(d, t, "[cluster]");
+  c.pos = r.pos();
+  r.Int("nodes", &c.nodes, 1, 100000);
+  r.Int("gpus_per_node", &c.gpus_per_node, 1, 1024);
+  r.String("default_gpu", &c.default_gpu);
+  if (const toml::table* gpus = r.Table("gpu")) {
+    for (const auto& [k, v] : *gpus) {
+      GpuTypeSpec g;
+      g.name = std::string(k.str());
+      g.pos = PosOf(k.source());
+      if (!IsIdentifier(g.name))
+        d.Error(g.pos, fmt::format("GPU type name '{}' must be letters, digits, '_' or '-'", g.name));
+      const toml::table* gt = v.as_table();
+      if (!gt) {
+        d.Error(PosOf(v.source()), fmt::format("[cluster.gpu.{}] must be a table", g.name));
+        continue;
+      }
+      TableReader gr(d, *gt, "[cluster.gpu." + g.name + "]");
+      gr.Bool("cpu", &g.cpu);
+      if (g.cpu) {
+        g.memory_gb = 4;
+        g.tflops_bf16 = 0.1;
+        g.intra_node_gbps = 5;
+        g.inter_node_gbps = 1;
+        g.mfu = 0.5;
+      }
+      gr.Number("memory_gb", &g.memory_gb, 1e-3, 1e6);
+      gr.Number("tflops_bf16", &g.tflops_bf16, 1e-6, 1e9);
+      gr.Number("intra_node_gbps", &g.intra_node_gbps, 1e-6, 1e9);
+      gr.Number("inter_node_gbps", &g.inter_node_gbps, 1e-6, 1e9);
+      gr.Number("mfu", &g.mfu, 0.01, 1.0);
+      gr.Int("nodes", &g.nodes, 1, 100000);
+      gr.Int("gpus_per_node", &g.gpus_per_node, 1, 1024);
+      if (gr.String("partition", &g.partition) && !g.partition.empty() && !IsSbatchValue(g.partition, "")) {
+        d.Error(gr.PosOfKey("partition"), fmt::format("partition '{}' cannot go on an #SBATCH line", g.partition));
+      }
+      if (gr.String("constraint", &g.constraint) && !g.constraint.empty() && !IsSbatchValue(g.constraint, "&|[]*!()")) {
+        d.Error(gr.PosOfKey("constraint"),
+                fmt::format("constraint '{}' may hold only letters, digits and _.,:/=+@%-&|[]*!()", g.constraint));
+      }
+      gr.Finish();
+      c.gpu_types.push_back(std::move(g));
+    }
+  }
+  r.Finish();
+}
+
+void ReadData(Diagnostics& d, const toml::table& t, DataSpec& data) {
+  TableReader r(d, t, "[data]");
+  data.pos = r.pos();
+  if (r.String("manifest", &data.manifest) && !IsSingleLine(data.manifest)) {
+    d.Error(r.PosOfKey("manifest"), "data.manifest must be one line");
+  }
+  if (!r.Int("global_batch", &data.global_batch, 1, 1 << 24) && !t.get("global_batch"))
+    r.RequireMissing("global_batch");
+  if (!r.Int("seq_len", &data.seq_len, 1, 1 << 24) && !t.get("seq_len")) r.RequireMissing("seq_len");
+  int64_t seed = 0;
+  if (r.Int("seed", &seed, 0, std::numeric_limits<int64_t>::max())) data.seed = static_cast<uint64_t>(seed);
+  if (r.String("dataset", &data.dataset) && !data.dataset.empty() && data.dataset != "fashion_mnist_captions" &&
+      data.dataset != "text") {
+    d.Error(r.PosOfKey("dataset"),
+            fmt::format("data.dataset = '{}' must be \"fashion_mnist_captions\", \"text\" or \"\" (chosen from the "
+                        "modalities){}",
+                        data.dataset, Suggest(data.dataset, {"fashion_mnist_captions", "text"})));
+  }
+  if (const toml::node* n = r.Get("modality")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) {
+      d.Error(PosOf(n->source()), "data.modality must be an array of tables: [[data.modality]]");
+    } else {
+      for (const auto& el : *arr) {
+        const toml::table* mt = el.as_table();
+        if (!mt) {
+          d.Error(PosOf(el.source()), "each [[data.modality]] must be a table");
+          continue;
+        }
+        TableReader mr(d, *mt, "[[data.modality]]");
+        plan::ModalityDesc m;
+        if (!mr.String("name", &m.name)) {
+          if (!mt->get("name")) mr.RequireMissing("name");
+        } else if (!IsIdentifier(m.name) || m.name == "always") {
+          d.Error(mr.PosOfKey("name"),
+                  fmt::format("modality name '{}' must be an identifier other than 'always'", m.name));
+        }
+        if (!mr.Number("fraction", &m.fraction, 1e-9, 1.0) && !mt->get("fraction")) mr.RequireMissing("fraction");
+        mr.Int("tokens", &m.tokens, 0, 1 << 24);
+        mr.Finish();
+        for (const auto& other : data.modalities) {
+          if (other.name == m.name) d.Error(mr.pos(), fmt::format("modality '{}' is declared twice", m.name));
+        }
+        data.modalities.push_back(m);
+        data.modality_pos.push_back(mr.pos());
+      }
+    }
+  }
+  r.Finish();
+}
+
+// ---- [models.<name>] ----------------------------------------------------------
+
+namespace {
+
+// Bit masks of the model kinds a shape key applies to.
+constexpr unsigned kDecoderKey = 1u << 0;
+constexpr unsigned kVitKey = 1u << 1;
+constexpr unsigned kAudioKey = 1u << 2;
+constexpr unsigned kProjectorKey = 1u << 3;
+
+unsigned KindBit(plan::ModelKind kind) {
+  switch (kind) {
+    case plan::ModelKind::kDecoder: return kDecoderKey;
+    case plan::ModelKind::kVit: return kVitKey;
+    case plan::ModelKind::kAudioEncoder: return kAudioKey;
+    case plan::ModelKind::kProjector: return kProjectorKey;
+  }
+  return kDecoderKey;
+}
+
+// One key of a built-in shape ([models.<name>] with a `kind`). Every key
+// takes an integer in [0, kMaxShapeValue] or a boolean: an integer sets
+// `as_int`, a boolean `as_bool`, and a value with no field to set lands in
+// ModelDesc::extra[key] (a boolean as 1 or 0), where the cost model reads it.
+struct ShapeKey {
+  const char* key;
+  unsigned kinds;                    // kDecoderKey | kVitKey | ...
+  int64_t plan::ModelDesc::*as_int;  // nullptr: extra[key]
+  bool plan::ModelDesc::*as_bool;    // nullptr: extra[key]
+};
+
+constexpr int64_t kMaxShapeValue = int64_t{1} << 40;
+
+// The keys of each kind, read in this order (which is also the order of
+// their messages and of the "did you mean" candidates); docs/spec.md lists
+// them kind by kind.
+const ShapeKey kShapeKeys[] = {
+    {"hidden", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::hidden, nullptr},
+    {"layers", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::layers, nullptr},
+    {"heads", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::heads, nullptr},
+    {"kv_heads", kDecoderKey, &plan::ModelDesc::kv_heads, nullptr},
+    {"head_dim", kDecoderKey, &plan::ModelDesc::head_dim, nullptr},
+    {"ffn_hidden", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::ffn_hidden, nullptr},
+    {"vocab", kDecoderKey, &plan::ModelDesc::vocab, nullptr},
+    {"tie_embeddings", kDecoderKey, nullptr, &plan::ModelDesc::tie_embeddings},
+    {"experts", kDecoderKey, &plan::ModelDesc::experts, nullptr},
+    {"experts_per_token", kDecoderKey, &plan::ModelDesc::experts_per_token, nullptr},
+    {"moe_ffn_hidden", kDecoderKey, &plan::ModelDesc::moe_ffn_hidden, nullptr},
+    {"image_size", kVitKey, &plan::ModelDesc::image_size, nullptr},
+    {"patch_size", kVitKey, &plan::ModelDesc::patch_size, nullptr},
+    {"channels", kVitKey, &plan::ModelDesc::channels, nullptr},
+    {"temporal_patch", kVitKey, nullptr, nullptr},
+    {"cls_token", kVitKey, nullptr, nullptr},
+    {"pos_embed", kVitKey, nullptr, nullptr},
+    {"patch_bias", kVitKey, nullptr, nullptr},
+    {"pre_norm", kVitKey, nullptr, nullptr},
+    {"final_norm", kVitKey, nullptr, nullptr},
+    {"pooler", kVitKey, nullptr, nullptr},
+    {"qkv_bias", kDecoderKey | kVitKey, nullptr, nullptr},
+    {"attn_out_bias", kDecoderKey, nullptr, nullptr},
+    {"mlp_bias", kDecoderKey, nullptr, nullptr},
+    {"mlp_gated", kDecoderKey, nullptr, nullptr},
+    {"norm_bias", kDecoderKey, nullptr, nullptr},
+    {"spatial_merge", kVitKey, nullptr, nullptr},
+    {"merger_hidden", kVitKey, nullptr, nullptr},
+    {"mel_bins", kAudioKey, &plan::ModelDesc::mel_bins, nullptr},
+    {"audio_frames", kAudioKey, &plan::ModelDesc::audio_frames, nullptr},
+    {"max_source_positions", kAudioKey, nullptr, nullptr},
+    {"in_dim", kProjectorKey, &plan::ModelDesc::in_dim, nullptr},
+    {"out_dim", kVitKey | kProjectorKey, &plan::ModelDesc::out_dim, nullptr},
+    // A projector lists ffn_hidden after in_dim and out_dim.
+    {"ffn_hidden", kProjectorKey, &plan::ModelDesc::ffn_hidden, nullptr},
+};
+
+// REQUIRES: `n` is the node of k.key in the model's table.
+void ReadShapeKey(TableReader& r, const toml::node& n, const ShapeKey& k, plan::ModelDesc& desc) {
+  const std::string key = k.key;
+  if (n.is_boolean()) {
+    bool b = false;
+    r.Bool(key, &b);
+    if (k.as_bool) {
+      desc.*k.as_bool = b;
+    } else {
+      desc.extra[key] = b ? 1.0 : 0.0;
+    }
+    return;
+  }
+  int64_t v = 0;
+  if (!r.Int(key, &v, 0, kMaxShapeValue)) return;
+  if (k.as_int) {
+    desc.*k.as_int = v;
+  } else {
+    desc.extra[key] = static_cast<double>(v);
+  }
+}
+
+// [models.<name>] with hf_config = "<path>": the imported config.
+void ReadHfModel(Diagnostics& d, TableReader& r, const std::string& hf, const std::string& base_dir, ModelSpec& m) {
+  const std::string path = JoinPath(base_dir, hf);
+  auto desc = ModelFromHfConfigFile(path);
+  if (!desc.ok()) {
+    d.Error(r.PosOfKey("hf_config"), desc.status().message());
+  } else {
+    m.desc = *desc;
+    m.desc.source = hf;  // as written in the spec: stable across machines
+  }
+  r.Finish();
+}
+
+}  // namespace
+
+void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, SourcePos pos,
+               const std::string& base_dir, ModelSpec& m) {
+  const std::string where = "[models." + name + "]";
+  TableReader r(d, t, where);
+  m.name = name;
+  m.pos = pos;
+  std::string hf;
+  if (r.String("hf_config", &hf)) {
+    ReadHfModel(d, r, hf, base_dir, m);
+    return;
+  }
+  std::string kind;
+  if (!r.String("kind", &kind)) {
+    if (!t.get("kind"))
+      d.Error(r.pos(), where + " needs 'kind' (decoder, vit, audio_encoder, projector) or 'hf_config'");
+    r.Finish();
+    return;
+  }
+  static const std::map<std::string, plan::ModelKind> kinds = {{"decoder", plan::ModelKind::kDecoder},
+                                                               {"vit", plan::ModelKind::kVit},
+                                                               {"audio_encoder", plan::ModelKind::kAudioEncoder},
+                                                               {"projector", plan::ModelKind::kProjector}};
+  auto it = kinds.find(kind);
+  if (it == kinds.end()) {
+    d.Error(r.PosOfKey("kind"), fmt::format("unknown model kind '{}'{}", kind,
+                                            Suggest(kind, {"decoder", "vit", "audio_encoder", "projector"})));
+    r.Finish();
+    return;
+  }
+  plan::ModelDesc& desc = m.desc;
+  desc.kind = it->second;
+  desc.source = "builtin";
+  for (const ShapeKey& k : kShapeKeys) {
+    if (!(k.kinds & KindBit(desc.kind))) continue;
+    if (const toml::node* n = t.get(k.key)) {
+      ReadShapeKey(r, *n, k, desc);
+    } else {
+      r.Get(k.key);  // absent: known all the same
+    }
+  }
+  r.Get("kind");
+  if (desc.kind == plan::ModelKind::kDecoder && desc.kv_heads == 0) desc.kv_heads = desc.heads;
+  if (desc.kind == plan::ModelKind::kVit && desc.channels == 0) desc.channels = 3;
+  if (desc.kind != plan::ModelKind::kDecoder && desc.kind != plan::ModelKind::kProjector) desc.kv_heads = desc.heads;
+  r.Finish();
+  if (d.ok()) {
+    Status s = CheckModelShape(desc, where);
+    if (!s.ok()) d.Error(pos, s.message());
+  }
+}
+
+// ---- [[section]], [[edge]], [[profile]] ----------------------------------------
+
+namespace {
+
+void ReadOptimizer(Diagnostics& d, const toml::table& t, const std::string& where, plan::OptimizerDesc& o) {
+  TableReader r(d, t, where);
+  if (r.String("kind", &o.kind) && o.kind != "adamw" && o.kind != "sgd") {
+    d.Error(r.PosOfKey("kind"), fmt::format("optimizer kind '{}' is not supported (adamw, sgd){}", o.kind,
+                                            Suggest(o.kind, {"adamw", "sgd"})));
+  }
+  r.Number("lr", &o.lr, 0, 10);
+  r.Number("weight_decay", &o.weight_decay, 0, 10);
+  r.Number("beta1", &o.beta1, 0, 1);
+  r.Number("beta2", &o.beta2, 0, 1);
+  r.Number("grad_clip", &o.grad_clip, 0, 1e9);
+  r.Int("warmup_steps", &o.warmup_steps, 0, int64_t{1} << 40);
+  if (r.String("schedule", &o.schedule) && o.schedule != "cosine" && o.schedule != "constant") {
+    d.Error(r.PosOfKey("schedule"), fmt::format("schedule '{}' must be cosine or constant{}", o.schedule,
+                                                Suggest(o.schedule, {"cosine", "constant"})));
+  }
+  r.Finish();
+}
+
+void ReadLoss(Diagnostics& d, const toml::table& t, const std::string& where, plan::LossDesc& loss) {
+  TableReader r(d, t, where + " loss");
+  if (r.String("kind", &loss.kind) && loss.kind != "lm" && loss.kind != "kd") {
+    d.Error(r.PosOfKey("kind"), fmt::format("{}: loss kind '{}' must be lm (next-token cross-entropy) or kd "
+                                            "(distillation from a teacher's hidden states){}",
+                                            where, loss.kind, Suggest(loss.kind, {"lm", "kd"})));
+  }
+  r.Number("alpha", &loss.kd_alpha, 0.0, 1.0);
+  r.Number("temperature", &loss.temperature, 1e-3, 1e3);
+  int64_t top_k = 0;
+  if (r.Int("top_k", &top_k, 0, int64_t{1} << 22)) loss.top_k = static_cast<int>(top_k);
+  if (loss.kind == "lm") {
+    for (const char* key : {"alpha", "temperature", "top_k"}) {
+      if (t.get(key)) {
+        d.Error(r.PosOfKey(key), fmt::format("{}: loss.{} applies to kind = \"kd\" only; remove it or set "
+                                             "kind = \"kd\"",
+                                             where, key));
+      }
+    }
+  }
+  r.Finish();
+}
+
+}  // namespace
+
+void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vector<EdgeSpec>& edges,
+                 const std::string& base_dir) {
+  TableReader r(d, t, "[[section]]");
+  s.pos = r.pos();
+  if (!r.String("name", &s.name)) {
+    if (!t.get("name")) r.RequireMissing("name");
+  } else if (!IsIdentifier(s.name)) {
+    d.Error(r.PosOfKey("name"), fmt::format("section name '{}' must be 1-64 letters, digits, '_' or '-'", s.name));
+  }
+  const std::string where = s.name.empty() ? "[[section]]" : "section '" + s.name + "'";
+  if (!r.String("model", &s.model) && !t.get("model")) r.RequireMissing("model");
+  s.model_pos = r.PosOfKey("model");
+  std::string mode;
+  if (r.String("mode", &mode)) {
+    if (mode == "train") {
+      s.mode = plan::SectionMode::kTrain;
+    } else if (mode == "forward") {
+      s.mode = plan::SectionMode::kForward;
+    } else {
+      d.Error(r.PosOfKey("mode"), fmt::format("{}: mode '{}' must be train or forward{}", where, mode,
+                                              Suggest(mode, {"train", "forward"})));
+    }
+  }
+  r.String("activation", &s.activation);
+  s.activation_pos = r.PosOfKey("activation");
+  r.Int("tokens", &s.tokens, 1, 1 << 24);
+  r.Int("tp", &s.tp, 1, 1024);
+  r.Int("pp", &s.pp, 1, 1024);
+  r.Int("cp", &s.cp, 1, 1024);
+  r.Int("dp", &s.dp, 1, 1 << 20);
+  r.Int("micro_batch", &s.micro_batch, 1, 1 << 16);
+  bool rc = false;
+  if (r.Bool("recompute", &rc)) s.recompute = rc;
+  r.String("gpu_type", &s.gpu_type);
+  s.gpu_type_pos = r.PosOfKey("gpu_type");
+  if (const toml::table* o = r.Table("optimizer")) ReadOptimizer(d, *o, where + " optimizer", s.optimizer);
+  std::string init;
+  if (r.String("init", &init)) {
+    if (init.empty() || !IsSingleLine(init)) {
+      d.Error(r.PosOfKey("init"), fmt::format("{}: init must be the path of a .mckpt checkpoint or of a run "
+                                              "directory, on one line",
+                                              where));
+    } else {
+      s.init_from = JoinPath(base_dir, init);  // may not exist yet: an earlier run writes it
+    }
+  }
+  if (r.String("init_section", &s.init_section)) {
+    if (!IsIdentifier(s.init_section)) {
+      d.Error(r.PosOfKey("init_section"),
+              fmt::format("{}: init_section '{}' must be a section name (letters, digits, '_' or '-')", where,
+                          s.init_section));
+    } else if (!t.get("init")) {
+      d.Error(r.PosOfKey("init_section"),
+              fmt::format("{}: init_section names a section of the checkpoint in 'init'; add init = \"<run dir "
+                          "or .mckpt>\"",
+                          where));
+    }
+  }
+  if (const toml::table* l = r.Table("loss")) {
+    s.has_loss = true;
+    s.loss_pos = r.PosOfKey("loss");
+    ReadLoss(d, *l, where, s.loss);
+  }
+  std::vector<std::string> inputs;
+  std::vector<SourcePos> input_pos;
+  if (r.StringList("inputs", &inputs, &input_pos)) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EdgeSpec e;
+      const auto dot = inputs[i].find('.');
+      e.from = inputs[i].substr(0, dot);
+      e.tensor = dot == std::string::npos ? e.from + "_out" : inputs[i].substr(dot + 1);
+      e.to = s.name;
+      e.pos = e.from_pos = input_pos[i];
+      e.to_pos = s.pos;
+      edges.push_back(e);
+    }
+  }
+  r.Finish();
+}
+
+void ReadEdge(Diagnostics& d, const toml::table& t, EdgeSpec& e) {
+  TableReader r(d, t, "[[edge]]");
+  e.pos = r.pos();
+  if (!r.String("from", &e.from) && !t.get("from")) r.RequireMissing("from");
+  if (!r.String("to", &e.to) && !t.get("to")) r.RequireMissing("to");
+  e.from_pos = r.PosOfKey("from");
+  e.to_pos = r.PosOfKey("to");
+  if (!r.String("tensor", &e.tensor)) e.tensor = e.from + "_out";
+  r.Int("fanout", &e.fanout, 1, 1 << 20);
+  r.Int("fanin", &e.fanin, 1, 1 << 20);
+  r.Int("bytes_per_sample", &e.bytes_per_sample, 1, int64_t{1} << 40);
+  if (e.fanout && e.fanin) d.Error(r.PosOfKey("fanin"), "an edge pins fanout or fanin, not both");
+  r.Finish();
+}
+
+void ReadProfile(Diagnostics& d, const toml::table& t, ProfileSpec& p) {
+  TableReader r(d, t, "[[profile]]");
+  p.pos = r.pos();
+  if (!r.String("section", &p.section) && !t.get("section")) r.RequireMissing("section");
+  r.Int("gpus", &p.gpus, 1, 1 << 20);
+  r.Int("micro_batch", &p.micro_batch, 1, 1 << 16);
+  if (!r.Number("seconds", &p.seconds, 1e-9, 1e9) && !t.get("seconds")) r.RequireMissing("seconds");
+  r.Number("forward_seconds", &p.forward_seconds, 1e-9, 1e9);
+  r.Number("optimizer_seconds", &p.optimizer_seconds, 0.0, 1e9);
+  if (p.forward_seconds > p.seconds) {
+    d.Error(r.PosOfKey("forward_seconds"), "forward_seconds is part of seconds (forward + backward): at most seconds");
+  }
+  r.Finish();
+}
+
+}  // namespace maestro::compiler::internal
