@@ -108,8 +108,7 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   }
   for (size_t e = 0; e < p.edges.size(); ++e) {
     const EdgeSpec& edge = p.edges[e];
-    const bool grad =
-        p.sections[static_cast<size_t>(edge.from)].trains && p.sections[static_cast<size_t>(edge.to)].trains;
+    const bool grad = p.CarriesGradient(edge);
     for (int i = 0; i < n; ++i) {
       const int ru = idx.RankOf(edge.from, i), rd = idx.RankOf(edge.to, i);
       if (ru < 0 || rd < 0) continue;
