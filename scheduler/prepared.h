@@ -7,16 +7,19 @@
 // which edges carry gradients, the loss sections, the lcm L of the DP
 // degrees, each sample's activated sections, single-sample costs, the first
 // scheduler rank of each section), Prepare(), the (section, sample) flat
-// index, the slot -> replica map, and each sample's dependency chain.
+// index, the slot -> replica map, each sample's dependency chain, and the
+// sample index by id (IndexSchedule and Simulate read ids back).
 // May call: base, scheduler/problem.h.
-// Called by: the rest of scheduler/ only.
+// Called by: the rest of scheduler/ (the simulator included) only.
 //
 // Thread safety: Prepared is a value (it points at its Problem, which must
 // outlive it); the functions are pure.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -64,6 +67,24 @@ inline bool Activ(const Prepared& pr, int s, int i) {
 inline int ReplicaOfSlot(const Prepared& pr, int s, int64_t slot) {
   return static_cast<int>(slot * pr.p->sections[static_cast<size_t>(s)].dp / pr.L);
 }
+
+// Sample indices (positions in Problem::samples) by Sample::id, for the ids
+// a schedule's micro-batches list.
+class SamplesById {
+ public:
+  explicit SamplesById(const Problem& p) : by_id_(p.samples.size()) {
+    for (size_t i = 0; i < p.samples.size(); ++i) by_id_[i] = {p.samples[i].id, static_cast<int>(i)};
+    std::sort(by_id_.begin(), by_id_.end());
+  }
+  // The index of the sample with `id`, or -1 when the batch has none.
+  int Find(uint64_t id) const {
+    auto it = std::lower_bound(by_id_.begin(), by_id_.end(), std::make_pair(id, -1));
+    return it == by_id_.end() || it->first != id ? -1 : it->second;
+  }
+
+ private:
+  std::vector<std::pair<uint64_t, int>> by_id_;  // sorted
+};
 
 // Per sample: the longest dependency chain of the sample alone (forward
 // down the DAG, backward back up, optimizer after), with single-sample costs.

@@ -109,9 +109,7 @@ StatusOr<ScheduleIndex> IndexSchedule(const Problem& p, const Schedule& sch) {
   if (!st.ok()) return st;
   const int n = static_cast<int>(p.samples.size());
   const int S = static_cast<int>(p.sections.size());
-  std::vector<std::pair<uint64_t, int>> by_id(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) by_id[static_cast<size_t>(i)] = {p.samples[static_cast<size_t>(i)].id, i};
-  std::sort(by_id.begin(), by_id.end());
+  const internal::SamplesById by_id(p);
   ScheduleIndex idx;
   idx.num_samples = n;
   idx.rank.assign(static_cast<size_t>(S) * static_cast<size_t>(n), -1);
@@ -139,11 +137,10 @@ StatusOr<ScheduleIndex> IndexSchedule(const Problem& p, const Schedule& sch) {
                                          std::to_string(spec.micro_batch) + ")");
         }
         for (uint64_t id : ids) {
-          auto it = std::lower_bound(by_id.begin(), by_id.end(), std::make_pair(id, -1));
-          if (it == by_id.end() || it->first != id) {
+          const int i = by_id.Find(id);
+          if (i < 0) {
             return Status::InvalidArgument(where + ": sample " + std::to_string(id) + " is not in the global batch");
           }
-          const int i = it->second;
           if (!p.Activates(s, p.samples[static_cast<size_t>(i)])) {
             return Status::InvalidArgument(where + ": sample " + std::to_string(id) +
                                            " does not activate this section");
