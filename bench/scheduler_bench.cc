@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/splitmix.h"
 #include "bench/registry.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/simulator.h"
@@ -36,13 +37,6 @@ double SimulatedSeconds(const Problem& p, Policy policy, int64_t step, int max_i
   o.step = step;
   Schedule s = BuildSchedule(p, o).ValueOrDie();
   return Simulate(p, s).ValueOrDie().step_seconds;
-}
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 void WriteArtifacts(const std::string& dir) {
@@ -115,7 +109,7 @@ MixResult RunMix(const std::vector<PlanShape>& shapes, int steps, int max_sample
     std::string dps;
     for (const SectionSpec& s : p.sections) dps += (dps.empty() ? "" : " ") + s.name + ":" + std::to_string(s.dp);
     for (int step = 0; step < steps; ++step) {
-      const uint64_t r = Mix(po.seed * 1000 + static_cast<uint64_t>(step));
+      const uint64_t r = maestro::SplitMix64(po.seed * 1000 + static_cast<uint64_t>(step));
       SyntheticBatchOptions bo;
       bo.samples = 256 + static_cast<int>(r % static_cast<uint64_t>(max_samples - 256 + 1));
       bo.image_ratio = static_cast<double>((r >> 20) % 1001) / 1000.0;

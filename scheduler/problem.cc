@@ -61,6 +61,13 @@ double LinearCostModel::OptimizerSeconds(int section) const {
   return costs_[static_cast<size_t>(section)].optimizer_seconds;
 }
 
+DirectedEdges Problem::SectionGraph() const {
+  DirectedEdges out;
+  out.reserve(edges.size());
+  for (const EdgeSpec& e : edges) out.emplace_back(e.from, e.to);
+  return out;
+}
+
 Status ValidateProblem(const Problem& p) {
   if (!p.costs) return Status::InvalidArgument("scheduler problem: no cost model set (Problem::costs)");
   if (p.sections.empty()) return Status::InvalidArgument("scheduler problem: no sections");
@@ -100,30 +107,17 @@ Status ValidateProblem(const Problem& p) {
     }
     const int a = p.sections[static_cast<size_t>(edge.from)].dp;
     const int b = p.sections[static_cast<size_t>(edge.to)].dp;
-    if (a % b != 0 && b % a != 0) {
+    if (!plan::EdgeDpRuleHolds(a, b)) {
       return Status::InvalidArgument("edge '" + p.sections[static_cast<size_t>(edge.from)].name + "' -> '" +
                                      p.sections[static_cast<size_t>(edge.to)].name + "': dp " + std::to_string(a) +
                                      " and " + std::to_string(b) +
                                      " do not divide one another (fan-out rule DP_from * k = DP_to)");
     }
   }
-  // Acyclic (Kahn).
-  std::vector<int> indegree(static_cast<size_t>(n_sections), 0);
-  for (const EdgeSpec& e : p.edges) ++indegree[static_cast<size_t>(e.to)];
-  std::vector<int> ready;
-  for (int s = 0; s < n_sections; ++s) {
-    if (indegree[static_cast<size_t>(s)] == 0) ready.push_back(s);
+  // Acyclic: a topological order reaches every section.
+  if (TopologicalOrder(n_sections, p.SectionGraph()).size() != static_cast<size_t>(n_sections)) {
+    return Status::InvalidArgument("scheduler problem: the section graph has a cycle");
   }
-  int seen = 0;
-  while (!ready.empty()) {
-    const int s = ready.back();
-    ready.pop_back();
-    ++seen;
-    for (const EdgeSpec& e : p.edges) {
-      if (e.from == s && --indegree[static_cast<size_t>(e.to)] == 0) ready.push_back(e.to);
-    }
-  }
-  if (seen != n_sections) return Status::InvalidArgument("scheduler problem: the section graph has a cycle");
   // Unique sample ids.
   std::vector<uint64_t> ids;
   ids.reserve(p.samples.size());

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "base/graph.h"
 #include "base/status.h"
 #include "plan/plan.h"
 
@@ -147,6 +148,12 @@ struct Problem {
     const int m = sections[static_cast<size_t>(section)].modality;
     return m < 0 || s.Has(m);
   }
+  // True when a gradient comes back over `edge`: both of its sections train.
+  bool CarriesGradient(const EdgeSpec& edge) const {
+    return sections[static_cast<size_t>(edge.from)].trains && sections[static_cast<size_t>(edge.to)].trains;
+  }
+  // The edges as (from, to) section indices, for base/graph.h.
+  DirectedEdges SectionGraph() const;
 };
 
 // Checks sizes, modality indices, DP divisibility on every edge, acyclicity,

@@ -17,6 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/checks.h"
+#include "scheduler/prepared.h"
+
 namespace maestro::scheduler {
 namespace {
 
@@ -54,30 +57,35 @@ std::string OpLabel(const OpInterval& op) {
   return std::string(op.kind == OpKind::kForward ? "F" : "B") + std::to_string(op.micro_batch);
 }
 
-}  // namespace
+// The op graph of a schedule: nodes are the ops (in Simulation::ops order)
+// and, past them, one barrier per DP all-reduce; successors in CSR form.
+struct OpGraph {
+  int num_ops = 0;
+  int num_nodes = 0;
+  std::vector<double> duration;  // per node: seconds with a core of its own
+  std::vector<int> out_begin;    // successors of v: succ[out_begin[v] .. out_begin[v + 1])
+  std::vector<int> succ;
+  std::vector<double> succ_lag;  // per successor arc: the transfer's seconds
+  std::vector<int> indeg;        // per node: predecessors
+};
 
-StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
-  auto index = IndexSchedule(p, sch);
-  if (!index.ok()) return index.status();
-  const ScheduleIndex& idx = *index;
-  const int n = idx.num_samples;
+// node[rank][micro-batch]: the node of that micro-batch's forward (or backward).
+using NodeTable = std::vector<std::vector<int>>;
+
+// One node per op of every rank, in program order (sim->ops without times,
+// g->duration), and the nodes of each micro-batch's forward and backward.
+void AddOpNodes(const Problem& p, const Schedule& sch, Simulation* sim, OpGraph* g, NodeTable* node_f,
+                NodeTable* node_b) {
   // Sample index by id, for the micro-batches' ids.
-  std::vector<std::pair<uint64_t, int>> by_id(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) by_id[static_cast<size_t>(i)] = {p.samples[static_cast<size_t>(i)].id, i};
-  std::sort(by_id.begin(), by_id.end());
-  auto index_of = [&](uint64_t id) {
-    return std::lower_bound(by_id.begin(), by_id.end(), std::make_pair(id, -1))->second;
-  };
-  // Nodes: every op; node_of_f/b[rank][mb].
-  Simulation sim;
-  sim.policy = sch.policy;
-  std::vector<std::vector<int>> node_f(sch.ranks.size()), node_b(sch.ranks.size());
-  std::vector<double> duration;
+  const internal::SamplesById by_id(p);
+  std::vector<double>& duration = g->duration;
   std::vector<const Sample*> buf;
+  node_f->resize(sch.ranks.size());
+  node_b->resize(sch.ranks.size());
   for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
     const RankProgram& prog = sch.ranks[rk];
-    node_f[rk].assign(prog.micro_batches.size(), -1);
-    node_b[rk].assign(prog.micro_batches.size(), -1);
+    (*node_f)[rk].assign(prog.micro_batches.size(), -1);
+    (*node_b)[rk].assign(prog.micro_batches.size(), -1);
     for (const Op& op : prog.ops) {
       OpInterval oi;
       oi.rank = static_cast<int>(rk);
@@ -89,27 +97,38 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
       } else {
         const auto& ids = prog.micro_batches[static_cast<size_t>(op.micro_batch)].sample_ids;
         buf.clear();
-        for (uint64_t id : ids) buf.push_back(&p.samples[static_cast<size_t>(index_of(id))]);
+        for (uint64_t id : ids) buf.push_back(&p.samples[static_cast<size_t>(by_id.Find(id))]);
         oi.samples = static_cast<int>(ids.size());
         d = op.kind == OpKind::kForward ? p.costs->ForwardSeconds(prog.section, buf)
                                         : p.costs->BackwardSeconds(prog.section, buf);
-        (op.kind == OpKind::kForward ? node_f : node_b)[rk][static_cast<size_t>(op.micro_batch)] =
-            static_cast<int>(sim.ops.size());
+        (op.kind == OpKind::kForward ? *node_f : *node_b)[rk][static_cast<size_t>(op.micro_batch)] =
+            static_cast<int>(sim->ops.size());
       }
-      sim.ops.push_back(oi);
+      sim->ops.push_back(oi);
       duration.push_back(d);
     }
   }
-  const int num_ops = static_cast<int>(sim.ops.size());
-  const auto op_at = [&](int v) -> OpInterval& { return sim.ops[static_cast<size_t>(v)]; };
+  g->num_ops = static_cast<int>(sim->ops.size());
+  g->num_nodes = g->num_ops;
+}
+
+// The arcs: program order on each rank; per sample and edge, the upstream
+// forward before the downstream one (and, when a gradient comes back, the
+// downstream backward before the upstream one), lagged by the transfer; and
+// the DP all-reduce barriers, whose nodes this adds to `g`.
+std::vector<Arc> OpArcs(const Problem& p, const Schedule& sch, const ScheduleIndex& idx,
+                        const std::vector<OpInterval>& ops, const NodeTable& node_f, const NodeTable& node_b,
+                        OpGraph* g) {
+  const int n = idx.num_samples;
+  const int num_ops = g->num_ops;
+  const auto op_at = [&](int v) -> const OpInterval& { return ops[static_cast<size_t>(v)]; };
   std::vector<Arc> arcs;
   for (int v = 1; v < num_ops; ++v) {
     if (op_at(v).rank == op_at(v - 1).rank) arcs.push_back({v - 1, v, 0.0});
   }
   for (size_t e = 0; e < p.edges.size(); ++e) {
     const EdgeSpec& edge = p.edges[e];
-    const bool grad =
-        p.sections[static_cast<size_t>(edge.from)].trains && p.sections[static_cast<size_t>(edge.to)].trains;
+    const bool grad = p.CarriesGradient(edge);
     for (int i = 0; i < n; ++i) {
       const int ru = idx.RankOf(edge.from, i), rd = idx.RankOf(edge.to, i);
       if (ru < 0 || rd < 0) continue;
@@ -127,42 +146,52 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   // is a barrier: no replica's optimizer step starts before every replica
   // has run its last op before it. One zero-length node per such section
   // (nodes past num_ops), after those ops and before the optimizer steps.
-  int num_nodes = num_ops;
-  {
-    std::vector<std::vector<int>> optimizer_ops(p.sections.size());
-    for (int v = 0; v < num_ops; ++v) {
-      if (op_at(v).kind == OpKind::kOptimizer) {
-        optimizer_ops[static_cast<size_t>(sch.ranks[static_cast<size_t>(op_at(v).rank)].section)].push_back(v);
-      }
-    }
-    for (const auto& ops : optimizer_ops) {
-      if (ops.size() < 2) continue;
-      const int barrier = num_nodes++;
-      duration.push_back(0.0);
-      for (int o : ops) {
-        if (o > 0 && op_at(o - 1).rank == op_at(o).rank) arcs.push_back({o - 1, barrier, 0.0});
-        arcs.push_back({barrier, o, 0.0});
-      }
+  std::vector<std::vector<int>> optimizer_ops(p.sections.size());
+  for (int v = 0; v < num_ops; ++v) {
+    if (op_at(v).kind == OpKind::kOptimizer) {
+      optimizer_ops[static_cast<size_t>(sch.ranks[static_cast<size_t>(op_at(v).rank)].section)].push_back(v);
     }
   }
-  // CSR successors, Kahn's order.
-  std::vector<int> out_begin(static_cast<size_t>(num_nodes) + 1, 0), indeg(static_cast<size_t>(num_nodes), 0);
+  for (const auto& section_ops : optimizer_ops) {
+    if (section_ops.size() < 2) continue;
+    const int barrier = g->num_nodes++;
+    g->duration.push_back(0.0);
+    for (int o : section_ops) {
+      if (o > 0 && op_at(o - 1).rank == op_at(o).rank) arcs.push_back({o - 1, barrier, 0.0});
+      arcs.push_back({barrier, o, 0.0});
+    }
+  }
+  return arcs;
+}
+
+// CSR successors and in-degrees of `arcs`.
+void LinkSuccessors(const std::vector<Arc>& arcs, OpGraph* g) {
+  const int num_nodes = g->num_nodes;
+  g->out_begin.assign(static_cast<size_t>(num_nodes) + 1, 0);
+  g->indeg.assign(static_cast<size_t>(num_nodes), 0);
   for (const Arc& a : arcs) {
-    ++out_begin[static_cast<size_t>(a.from) + 1];
-    ++indeg[static_cast<size_t>(a.to)];
+    ++g->out_begin[static_cast<size_t>(a.from) + 1];
+    ++g->indeg[static_cast<size_t>(a.to)];
   }
-  for (int v = 0; v < num_nodes; ++v) out_begin[static_cast<size_t>(v) + 1] += out_begin[static_cast<size_t>(v)];
-  std::vector<int> fill(out_begin.begin(), out_begin.end() - 1);
-  std::vector<int> succ(arcs.size());
-  std::vector<double> succ_lag(arcs.size());
+  for (int v = 0; v < num_nodes; ++v) g->out_begin[static_cast<size_t>(v) + 1] += g->out_begin[static_cast<size_t>(v)];
+  std::vector<int> fill(g->out_begin.begin(), g->out_begin.end() - 1);
+  g->succ.resize(arcs.size());
+  g->succ_lag.resize(arcs.size());
   for (const Arc& a : arcs) {
     const int at = fill[static_cast<size_t>(a.from)]++;
-    succ[static_cast<size_t>(at)] = a.to;
-    succ_lag[static_cast<size_t>(at)] = a.lag;
+    g->succ[static_cast<size_t>(at)] = a.to;
+    g->succ_lag[static_cast<size_t>(at)] = a.lag;
   }
-  const std::vector<int> indeg_at_start = indeg;
-  std::vector<double> earliest(static_cast<size_t>(num_nodes), 0.0), start(static_cast<size_t>(num_nodes), 0.0),
-      end(static_cast<size_t>(num_nodes), 0.0);
+}
+
+// One pass in Kahn's order: each node starts at the latest end (+ lag) of its
+// predecessors. Fails, naming the first stuck op of up to 4 ranks, when some
+// nodes never become ready (the schedule deadlocks).
+Status TimeInTopologicalOrder(const Problem& p, const Schedule& sch, const std::vector<OpInterval>& ops,
+                              const OpGraph& g, std::vector<double>* start, std::vector<double>* end) {
+  const int num_nodes = g.num_nodes;
+  std::vector<int> indeg = g.indeg;
+  std::vector<double> earliest(static_cast<size_t>(num_nodes), 0.0);
   std::vector<int> queue;
   for (int v = 0; v < num_nodes; ++v) {
     if (indeg[static_cast<size_t>(v)] == 0) queue.push_back(v);
@@ -170,115 +199,115 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   size_t head = 0;
   while (head < queue.size()) {
     const int v = queue[head++];
-    start[static_cast<size_t>(v)] = earliest[static_cast<size_t>(v)];
-    end[static_cast<size_t>(v)] = start[static_cast<size_t>(v)] + duration[static_cast<size_t>(v)];
-    for (int k = out_begin[static_cast<size_t>(v)]; k < out_begin[static_cast<size_t>(v) + 1]; ++k) {
-      const int w = succ[static_cast<size_t>(k)];
-      earliest[static_cast<size_t>(w)] =
-          std::max(earliest[static_cast<size_t>(w)], end[static_cast<size_t>(v)] + succ_lag[static_cast<size_t>(k)]);
+    (*start)[static_cast<size_t>(v)] = earliest[static_cast<size_t>(v)];
+    (*end)[static_cast<size_t>(v)] = (*start)[static_cast<size_t>(v)] + g.duration[static_cast<size_t>(v)];
+    for (int k = g.out_begin[static_cast<size_t>(v)]; k < g.out_begin[static_cast<size_t>(v) + 1]; ++k) {
+      const int w = g.succ[static_cast<size_t>(k)];
+      earliest[static_cast<size_t>(w)] = std::max(earliest[static_cast<size_t>(w)],
+                                                  (*end)[static_cast<size_t>(v)] + g.succ_lag[static_cast<size_t>(k)]);
       if (--indeg[static_cast<size_t>(w)] == 0) queue.push_back(w);
     }
   }
-  if (static_cast<int>(queue.size()) != num_nodes) {
-    // Name the first stuck op of each rank (at most 4).
-    std::string where;
-    int named = 0;
-    for (size_t rk = 0; rk < sch.ranks.size() && named < 4; ++rk) {
-      for (int v = 0; v < num_ops; ++v) {
-        if (op_at(v).rank == static_cast<int>(rk) && indeg[static_cast<size_t>(v)] > 0) {
-          where += (named ? ", " : "") + p.sections[static_cast<size_t>(sch.ranks[rk].section)].name + " replica " +
-                   std::to_string(sch.ranks[rk].replica) + " at " + OpLabel(op_at(v));
-          ++named;
-          break;
-        }
-      }
-    }
-    return Status::InvalidArgument(
-        "schedule '" + sch.policy + "' deadlocks: " + std::to_string(num_nodes - static_cast<int>(queue.size())) +
-        " ops can never start (" + where + "); a rank orders a backward or forward before one it depends on");
-  }
-  // Shared cores: when the replicas' processes outnumber the cores, replay
-  // the same graph as a fluid simulation in which the processes computing at
-  // each moment share the cores evenly (each op advances at min(1, cores /
-  // demand) of its alone-on-a-core speed).
-  if (p.shared_cores > 0) {
-    std::vector<int> processes(sch.ranks.size(), 1);
-    int demand_all = 0;
-    for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
-      processes[rk] = std::max(1, p.sections[static_cast<size_t>(sch.ranks[rk].section)].processes);
-      demand_all += processes[rk];
-    }
-    if (demand_all > p.shared_cores) {
-      const double cores = static_cast<double>(p.shared_cores);
-      std::vector<int> unmet = indeg_at_start;
-      std::vector<double> ready(static_cast<size_t>(num_nodes), 0.0), remaining = duration;
-      std::vector<int> waiting, running;  // released (all predecessors done) but not started; computing
-      for (int v = 0; v < num_nodes; ++v) {
-        if (unmet[static_cast<size_t>(v)] == 0) waiting.push_back(v);
-      }
-      double t = 0.0;
-      int finished = 0;
-      const auto finish = [&](int v) {
-        end[static_cast<size_t>(v)] = t;
-        ++finished;
-        for (int k = out_begin[static_cast<size_t>(v)]; k < out_begin[static_cast<size_t>(v) + 1]; ++k) {
-          const int w = succ[static_cast<size_t>(k)];
-          ready[static_cast<size_t>(w)] = std::max(ready[static_cast<size_t>(w)], t + succ_lag[static_cast<size_t>(k)]);
-          if (--unmet[static_cast<size_t>(w)] == 0) waiting.push_back(w);
-        }
-      };
-      while (finished < num_nodes) {
-        // Start what is due; zero-length nodes (barriers) end at once and may
-        // release more.
-        for (bool changed = true; changed;) {
-          changed = false;
-          for (size_t i = 0; i < waiting.size();) {
-            const int v = waiting[i];
-            if (ready[static_cast<size_t>(v)] > t) {
-              ++i;
-              continue;
-            }
-            waiting[i] = waiting.back();
-            waiting.pop_back();
-            start[static_cast<size_t>(v)] = t;
-            if (remaining[static_cast<size_t>(v)] > 0.0) {
-              running.push_back(v);
-            } else {
-              finish(v);
-              changed = true;
-            }
-          }
-        }
-        double demand = 0.0;
-        for (int v : running) demand += processes[static_cast<size_t>(op_at(v).rank)];
-        const double rate = demand > cores ? cores / demand : 1.0;
-        double dt = std::numeric_limits<double>::infinity();
-        for (int v : running) dt = std::min(dt, remaining[static_cast<size_t>(v)] / rate);
-        for (int v : waiting) dt = std::min(dt, ready[static_cast<size_t>(v)] - t);
-        if (!std::isfinite(dt)) break;  // cannot happen: the graph has no cycle
-        t += dt;
-        for (size_t i = 0; i < running.size();) {
-          const int v = running[i];
-          double& left = remaining[static_cast<size_t>(v)];
-          left -= dt * rate;
-          if (left <= 1e-12 * (1.0 + duration[static_cast<size_t>(v)])) {
-            left = 0.0;
-            running[i] = running.back();
-            running.pop_back();
-            finish(v);
-          } else {
-            ++i;
-          }
-        }
+  if (static_cast<int>(queue.size()) == num_nodes) return Status::Ok();
+  // Name the first stuck op of each rank (at most 4).
+  std::string where;
+  int named = 0;
+  for (size_t rk = 0; rk < sch.ranks.size() && named < 4; ++rk) {
+    for (int v = 0; v < g.num_ops; ++v) {
+      if (ops[static_cast<size_t>(v)].rank == static_cast<int>(rk) && indeg[static_cast<size_t>(v)] > 0) {
+        where += (named ? ", " : "") + p.sections[static_cast<size_t>(sch.ranks[rk].section)].name + " replica " +
+                 std::to_string(sch.ranks[rk].replica) + " at " + OpLabel(ops[static_cast<size_t>(v)]);
+        ++named;
+        break;
       }
     }
   }
-  for (int v = 0; v < num_ops; ++v) {
-    op_at(v).start = start[static_cast<size_t>(v)];
-    op_at(v).end = end[static_cast<size_t>(v)];
-    sim.step_seconds = std::max(sim.step_seconds, op_at(v).end);
+  return Status::InvalidArgument(
+      "schedule '" + sch.policy + "' deadlocks: " + std::to_string(num_nodes - static_cast<int>(queue.size())) +
+      " ops can never start (" + where + "); a rank orders a backward or forward before one it depends on");
+}
+
+// Shared cores: when the replicas' processes outnumber the cores, replay the
+// same graph as a fluid simulation in which the processes computing at each
+// moment share the cores evenly (each op advances at min(1, cores / demand)
+// of its alone-on-a-core speed). Leaves start/end as they are otherwise.
+void ShareCores(const Problem& p, const Schedule& sch, const std::vector<OpInterval>& ops, const OpGraph& g,
+                std::vector<double>* start, std::vector<double>* end) {
+  const int num_nodes = g.num_nodes;
+  std::vector<int> processes(sch.ranks.size(), 1);
+  int demand_all = 0;
+  for (size_t rk = 0; rk < sch.ranks.size(); ++rk) {
+    processes[rk] = std::max(1, p.sections[static_cast<size_t>(sch.ranks[rk].section)].processes);
+    demand_all += processes[rk];
   }
-  // Statistics.
+  if (demand_all <= p.shared_cores) return;
+  const double cores = static_cast<double>(p.shared_cores);
+  std::vector<int> unmet = g.indeg;
+  std::vector<double> ready(static_cast<size_t>(num_nodes), 0.0), remaining = g.duration;
+  std::vector<int> waiting, running;  // released (all predecessors done) but not started; computing
+  for (int v = 0; v < num_nodes; ++v) {
+    if (unmet[static_cast<size_t>(v)] == 0) waiting.push_back(v);
+  }
+  double t = 0.0;
+  int finished = 0;
+  const auto finish = [&](int v) {
+    (*end)[static_cast<size_t>(v)] = t;
+    ++finished;
+    for (int k = g.out_begin[static_cast<size_t>(v)]; k < g.out_begin[static_cast<size_t>(v) + 1]; ++k) {
+      const int w = g.succ[static_cast<size_t>(k)];
+      ready[static_cast<size_t>(w)] = std::max(ready[static_cast<size_t>(w)], t + g.succ_lag[static_cast<size_t>(k)]);
+      if (--unmet[static_cast<size_t>(w)] == 0) waiting.push_back(w);
+    }
+  };
+  while (finished < num_nodes) {
+    // Start what is due; zero-length nodes (barriers) end at once and may
+    // release more.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < waiting.size();) {
+        const int v = waiting[i];
+        if (ready[static_cast<size_t>(v)] > t) {
+          ++i;
+          continue;
+        }
+        waiting[i] = waiting.back();
+        waiting.pop_back();
+        (*start)[static_cast<size_t>(v)] = t;
+        if (remaining[static_cast<size_t>(v)] > 0.0) {
+          running.push_back(v);
+        } else {
+          finish(v);
+          changed = true;
+        }
+      }
+    }
+    double demand = 0.0;
+    for (int v : running) demand += processes[static_cast<size_t>(ops[static_cast<size_t>(v)].rank)];
+    const double rate = demand > cores ? cores / demand : 1.0;
+    double dt = std::numeric_limits<double>::infinity();
+    for (int v : running) dt = std::min(dt, remaining[static_cast<size_t>(v)] / rate);
+    for (int v : waiting) dt = std::min(dt, ready[static_cast<size_t>(v)] - t);
+    if (!std::isfinite(dt)) break;  // cannot happen: the graph has no cycle
+    t += dt;
+    for (size_t i = 0; i < running.size();) {
+      const int v = running[i];
+      double& left = remaining[static_cast<size_t>(v)];
+      left -= dt * rate;
+      if (left <= 1e-12 * (1.0 + g.duration[static_cast<size_t>(v)])) {
+        left = 0.0;
+        running[i] = running.back();
+        running.pop_back();
+        finish(v);
+      } else {
+        ++i;
+      }
+    }
+  }
+}
+
+// Per-rank and per-section statistics of the timed ops.
+void CollectStatistics(const Problem& p, const Schedule& sch, Simulation* sim_out) {
+  Simulation& sim = *sim_out;
   sim.ranks.resize(sch.ranks.size());
   sim.sections.resize(p.sections.size());
   for (size_t s = 0; s < p.sections.size(); ++s) {
@@ -313,6 +342,29 @@ StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
   sim.utilization = sim.step_seconds > 0 && !sch.ranks.empty()
                         ? busy_all / (static_cast<double>(sch.ranks.size()) * sim.step_seconds)
                         : 0.0;
+}
+
+}  // namespace
+
+StatusOr<Simulation> Simulate(const Problem& p, const Schedule& sch) {
+  auto index = IndexSchedule(p, sch);
+  if (!index.ok()) return index.status();
+  Simulation sim;
+  sim.policy = sch.policy;
+  OpGraph g;
+  NodeTable node_f, node_b;
+  AddOpNodes(p, sch, &sim, &g, &node_f, &node_b);
+  LinkSuccessors(OpArcs(p, sch, *index, sim.ops, node_f, node_b, &g), &g);
+  std::vector<double> start(static_cast<size_t>(g.num_nodes), 0.0), end(static_cast<size_t>(g.num_nodes), 0.0);
+  MAESTRO_RETURN_IF_ERROR(TimeInTopologicalOrder(p, sch, sim.ops, g, &start, &end));
+  if (p.shared_cores > 0) ShareCores(p, sch, sim.ops, g, &start, &end);
+  for (int v = 0; v < g.num_ops; ++v) {
+    OpInterval& op = sim.ops[static_cast<size_t>(v)];
+    op.start = start[static_cast<size_t>(v)];
+    op.end = end[static_cast<size_t>(v)];
+    sim.step_seconds = std::max(sim.step_seconds, op.end);
+  }
+  CollectStatistics(p, sch, &sim);
   return sim;
 }
 

@@ -7,7 +7,8 @@
 // bubbles, utilization), and the two pictures of a step: a Chrome-trace /
 // Perfetto JSON (pid = section, tid = DP replica) and an SVG Gantt chart (one
 // row per rank, one colour per section, backward darker, optimizer grey).
-// May call: base, scheduler/problem.h, scheduler/scheduler.h, nlohmann-json.
+// May call: base, scheduler/problem.h, scheduler/scheduler.h, scheduler/prepared.h
+// (internal: the sample index by id), nlohmann-json.
 // Called by: compiler (report), bench, tests.
 //
 // Model: one rank = one DP replica of a section (its TP/PP/CP ranks move

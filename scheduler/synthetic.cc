@@ -6,19 +6,16 @@
 #include <memory>
 #include <utility>
 
+#include "base/splitmix.h"
+
 namespace maestro::scheduler {
 namespace {
 
 // SplitMix64: the same numbers on every platform (std distributions are not).
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  explicit Rng(uint64_t seed) : state_(seed * kSplitMixGamma + 0x632be59bd9b4e019ULL) {}
+  uint64_t Next() { return SplitMix64Next(state_); }
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   int64_t Int(int64_t lo, int64_t hi) {  // inclusive
     return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
