@@ -12,12 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/files.h"
 #include "scheduler/prepared.h"
 
 namespace maestro::scheduler {
@@ -27,15 +27,6 @@ struct Arc {
   int from = 0, to = 0;
   double lag = 0.0;
 };
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return Status::IOError(path + ": cannot open for writing (does the folder exist?)");
-  f << text;
-  f.close();
-  if (!f) return Status::IOError(path + ": write failed (disk full?)");
-  return Status::Ok();
-}
 
 // Text for an SVG element (section names come from the user's spec).
 std::string XmlEscape(const std::string& in) {
@@ -469,7 +460,7 @@ std::string Simulation::ChromeTraceJson() const {
 }
 
 Status Simulation::WriteChromeTrace(const std::string& path) const {
-  return WriteText(path, ChromeTraceJson());
+  return WriteFileAtomically(path, ChromeTraceJson());
 }
 
 std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) const {
@@ -557,7 +548,7 @@ std::string Simulation::GanttSvg(const std::string& title, double axis_seconds) 
 }
 
 Status Simulation::WriteGanttSvg(const std::string& path, const std::string& title, double axis_seconds) const {
-  return WriteText(path, GanttSvg(title, axis_seconds));
+  return WriteFileAtomically(path, GanttSvg(title, axis_seconds));
 }
 
 }  // namespace maestro::scheduler
