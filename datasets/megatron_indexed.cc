@@ -683,6 +683,17 @@ int64_t MegatronSamples::ReadWindow(int64_t k, int64_t* tokens) const {
 
 void MegatronSamples::ReadSample(int64_t k, MegatronTokenSample* out) const {
   const size_t seq_len = static_cast<size_t>(options_.seq_len);
+  if (options_.rule == MegatronSampleRule::kPack && !options_.eos_id) {
+    // Inputs and labels straight from the .bin (one conversion each).
+    CheckId(k);
+    out->input_ids.resize(seq_len);
+    out->labels.resize(seq_len);
+    dataset_.ReadTokens(k * options_.seq_len, options_.seq_len, out->input_ids.data());
+    dataset_.ReadTokens(k * options_.seq_len + 1, options_.seq_len, out->labels.data());
+    out->real_tokens = options_.seq_len;
+    out->loss_tokens = options_.seq_len;
+    return;
+  }
   out->input_ids.resize(seq_len + 1);
   const int64_t real = ReadWindow(k, out->input_ids.data());
   out->labels.assign(out->input_ids.begin() + 1, out->input_ids.end());
