@@ -42,6 +42,12 @@ add_library(maestro::mpi INTERFACE IMPORTED)
 target_link_libraries(maestro::mpi INTERFACE MPI::MPI_C)
 target_compile_definitions(maestro::mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 
+# Image decoding for vision towers (datasets/image_decode.h).
+find_package(JPEG QUIET)
+maestro_require(JPEG_FOUND "libjpeg-turbo (JPEG decoding)" "libjpeg62-turbo-dev")
+find_package(PNG QUIET)
+maestro_require(PNG_FOUND "libpng (PNG decoding)" "libpng-dev")
+
 pkg_check_modules(PMIX QUIET IMPORTED_TARGET pmix)
 maestro_require(PMIX_FOUND "PMIx" "libpmix-dev")
 add_library(maestro::pmix ALIAS PkgConfig::PMIX)

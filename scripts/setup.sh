@@ -15,6 +15,7 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libsqlite3-dev sqlite3 libhdf5-dev hdf5-tools
   libopenmpi-dev openmpi-bin libpmix-dev
+  libjpeg62-turbo-dev libpng-dev              # image decoding (datasets/image_decode.h, docs/data.md)
   # the local Slurm cluster (slurm/local-cluster.sh) and srun --mpi=pmix
   slurmctld slurmd slurm-client munge
   # tests and benchmarks

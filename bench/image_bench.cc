@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+// image: how many user images one core turns into a vision tower's input.
+//   images_decoded_per_s         448x448 JPEG file -> decode (libjpeg-turbo)
+//                                -> resize to 224x224 (antialiased bilinear)
+//                                -> normalise (CLIP mean/std) -> float32
+//                                (3, 224, 224); single thread.
+//   decode_only_per_s            the baseline in the same run: read + decode
+//                                alone (uint8 HWC).
+//   resize_normalize_overhead    time(decode + resize + normalise) /
+//                                time(decode): what the resize costs on top.
+//   png_images_decoded_per_s     the same pipeline on 448x448 RGB PNGs.
+// The images (200 JPEGs, quality 90, 4:2:0, like camera/web photos: smooth
+// shading, texture noise and hard edges) go to $MAESTRO_BENCH_DIR, else
+// $TMPDIR, else /tmp, and are removed afterwards.
+#include <fmt/format.h>
+#include <jpeglib.h>
+#include <png.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/registry.h"
+#include "datasets/image_decode.h"
+
+namespace {
+
+namespace ds = maestro::datasets;
+namespace fs = std::filesystem;
+
+constexpr int kSide = 448;
+
+fs::path BenchDir() {
+  const char* base = std::getenv("MAESTRO_BENCH_DIR");
+  if (base == nullptr) base = std::getenv("TMPDIR");
+  const fs::path dir = fs::path(base != nullptr ? base : "/tmp") / fmt::format("maestro-bench-image-{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A photo-like picture: a few shaded blobs, hard-edged rectangles, noise.
+std::vector<uint8_t> PhotoLike(int seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<double> noise(0.0, 6.0);
+  double base[3] = {u(rng) * 255, u(rng) * 255, u(rng) * 255};
+  struct Blob {
+    double x, y, r, col[3];
+  };
+  std::vector<Blob> blobs(6);
+  for (auto& b : blobs)
+    b = {u(rng) * kSide, u(rng) * kSide, 40 + u(rng) * 120, {u(rng) * 255, u(rng) * 255, u(rng) * 255}};
+  const int rx0 = static_cast<int>(u(rng) * kSide / 2), ry0 = static_cast<int>(u(rng) * kSide / 2);
+  const int rx1 = rx0 + 60 + static_cast<int>(u(rng) * 150), ry1 = ry0 + 60 + static_cast<int>(u(rng) * 150);
+  std::vector<uint8_t> px(static_cast<size_t>(kSide * kSide * 3));
+  for (int y = 0; y < kSide; ++y) {
+    for (int x = 0; x < kSide; ++x) {
+      double c[3] = {base[0] * (1 - 0.3 * y / kSide), base[1], base[2] * (0.7 + 0.3 * x / kSide)};
+      for (const auto& b : blobs) {
+        const double d2 = ((x - b.x) * (x - b.x) + (y - b.y) * (y - b.y)) / (b.r * b.r);
+        const double w = std::exp(-d2);
+        for (int k = 0; k < 3; ++k) c[k] = (1 - w) * c[k] + w * b.col[k];
+      }
+      const bool in_rect = x >= rx0 && x < rx1 && y >= ry0 && y < ry1;
+      const double n = noise(rng);
+      for (int k = 0; k < 3; ++k) {
+        const double v = (in_rect ? 255 - c[k] : c[k]) + n;
+        px[static_cast<size_t>((y * kSide + x) * 3 + k)] = static_cast<uint8_t>(std::min(255.0, std::max(0.0, v)));
+      }
+    }
+  }
+  return px;
+}
+
+void WriteJpeg(const std::string& path, std::vector<uint8_t> px) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot write " + path);
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr err{};
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  jpeg_stdio_dest(&cinfo, f);
+  cinfo.image_width = kSide;
+  cinfo.image_height = kSide;
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = px.data() + static_cast<size_t>(cinfo.next_scanline) * kSide * 3;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::fclose(f);
+}
+
+void WritePng(const std::string& path, std::vector<uint8_t> px) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot write " + path);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_init_io(png, f);
+  png_set_IHDR(png, info, kSide, kSide, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int y = 0; y < kSide; ++y) png_write_row(png, px.data() + static_cast<size_t>(y) * kSide * 3);
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(f);
+}
+
+}  // namespace
+
+MAESTRO_BENCHMARK(image, "448x448 JPEG -> (3, 224, 224) float32 per second per core, vs decode alone") {
+  const fs::path dir = BenchDir();
+  const int images = options.quick ? 40 : 200;
+  const int png_images = options.quick ? 10 : 50;
+  std::vector<std::string> jpegs;
+  std::vector<std::string> pngs;
+  double jpeg_bytes = 0;
+  for (int i = 0; i < images; ++i) {
+    jpegs.push_back((dir / fmt::format("img{:04d}.jpg", i)).string());
+    WriteJpeg(jpegs.back(), PhotoLike(i));
+    jpeg_bytes += static_cast<double>(fs::file_size(jpegs.back()));
+  }
+  for (int i = 0; i < png_images; ++i) {
+    pngs.push_back((dir / fmt::format("img{:04d}.png", i)).string());
+    WritePng(pngs.back(), PhotoLike(1000 + i));
+  }
+
+  ds::ImageSpec spec;
+  spec.height = 224;
+  spec.width = 224;
+  spec.mean = ds::kOpenAiClipMean;
+  spec.std = ds::kOpenAiClipStd;
+  double checksum = 0;  // keeps the work observable
+  auto decode_all = [&] {
+    for (const auto& p : jpegs) {
+      auto img = ds::DecodeImageFile(p);
+      if (!img.ok()) throw maestro::Error(img.status());
+      checksum += img->pixels[0];
+    }
+  };
+  auto pipeline = [&](const std::vector<std::string>& files) {
+    for (const auto& p : files) {
+      auto chw = ds::LoadImageForModel(p, spec);
+      if (!chw.ok()) throw maestro::Error(chw.status());
+      checksum += (*chw)[0];
+    }
+  };
+  const int repeats = options.quick ? 1 : 3;
+  const double t_decode = maestro::bench::MedianSeconds(decode_all, repeats);
+  const double t_pipeline = maestro::bench::MedianSeconds([&] { pipeline(jpegs); }, repeats);
+  const double t_png = maestro::bench::MedianSeconds([&] { pipeline(pngs); }, repeats);
+  fs::remove_all(dir);
+
+  nlohmann::json out;
+  out["images_decoded_per_s"] = images / t_pipeline;
+  out["decode_only_per_s"] = images / t_decode;
+  out["resize_normalize_overhead"] = t_pipeline / t_decode;
+  out["png_images_decoded_per_s"] = png_images / t_png;
+  out["images"] = images;
+  out["mean_jpeg_bytes"] = jpeg_bytes / images;
+  out["checksum"] = checksum;
+  return out;
+}
