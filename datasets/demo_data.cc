@@ -8,12 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
 #include <string_view>
 #include <utility>
 
 #include "base/checks.h"
-#include "base/files.h"
 #include "base/splitmix.h"
 #include "datasets/default_text.h"
 #include "datasets/idx_file.h"
@@ -297,27 +295,33 @@ StatusOr<DemoSample> DemoDataset::LoadTest(int64_t index) const {
 }
 
 StatusOr<int64_t> DemoDataset::WriteManifest(const std::string& path) const {
+  return datasets::WriteManifest(*this, path);
+}
+
+SampleTokens DemoDataset::TokensOf(int64_t id) const {
   const Impl& impl = *impl_;
-  fmt::memory_buffer out;
-  for (int64_t id = 0; id < impl.num_train; ++id) {
-    if (options_.kind == DemoKind::kText) {
-      fmt::format_to(std::back_inserter(out),
-                     "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n", id, id,
-                     options_.seq_len);
-    } else if (impl.IdHasImage(id)) {
-      fmt::format_to(std::back_inserter(out),
-                     "{{\"id\": {}, \"location\": \"fmnist:train:{}\", \"tokens\": {{\"text\": {}, \"image\": {}}}}}\n",
-                     id, impl.ImageIndexOfId(id), CaptionTextTokens(CaptionTemplate(options_.seed, 0, id)),
-                     kImageTokens);
-    } else {
-      fmt::format_to(std::back_inserter(out),
-                     "{{\"id\": {}, \"location\": \"text:{}\", \"tokens\": {{\"text\": {}}}}}\n", id,
-                     impl.TextIndexOfId(id) % impl.num_train_chunks, options_.seq_len);
-    }
+  if (options_.kind == DemoKind::kText) return {fmt::format("text:{}", id), {{"text", options_.seq_len}}};
+  if (impl.IdHasImage(id)) {
+    return {fmt::format("fmnist:train:{}", impl.ImageIndexOfId(id)),
+            {{"text", CaptionTextTokens(CaptionTemplate(options_.seed, 0, id))}, {"image", kImageTokens}}};
   }
-  Status written = WriteFileAtomically(path, std::string_view(out.data(), out.size()));
-  if (!written.ok()) return written.WithContext(fmt::format("manifest {}", path));
-  return impl.num_train;
+  return {fmt::format("text:{}", impl.TextIndexOfId(id) % impl.num_train_chunks), {{"text", options_.seq_len}}};
+}
+
+int64_t DemoDataset::NumSamples(Split split) const {
+  return split == Split::kTrain ? NumTrain() : NumTest();
+}
+
+StatusOr<SampleRecord> DemoDataset::Load(Split split, int64_t id) const {
+  MAESTRO_ASSIGN_OR_RETURN(DemoSample sample, split == Split::kTrain ? LoadTrain(id) : LoadTest(id));
+  SampleRecord record;
+  record.id = sample.id;
+  record.input_ids = std::move(sample.input_ids);
+  record.target_ids = std::move(sample.target_ids);
+  if (sample.has_image) record.images.push_back({1, kImageSide, kImageSide, std::move(sample.image)});
+  record.answer_position = sample.answer_position;
+  record.label = sample.label;
+  return record;
 }
 
 std::string DemoDataset::ClassName(int label) {

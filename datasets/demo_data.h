@@ -7,8 +7,9 @@
 // Owns: a byte-level tokenizer with a few special tokens; the in-memory copy
 // of the Fashion-MNIST idx files and of the text; the mapping from a stable
 // sample id to a fully built sample (token ids, targets, image); the JSONL
-// manifest the datalayer's SampleIndex ingests.
-// May call: base, zlib (gzip-compressed idx files).
+// manifest the datalayer's SampleIndex ingests. A DemoDataset is a
+// SampleSource (sample_source.h): the runtime reads it through that seam only.
+// May call: base, datasets/sample_source, zlib (gzip-compressed idx files).
 // Thread safety: a DemoDataset is immutable after Open(); every const method
 // may be called from many threads at once.
 #pragma once
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "datasets/sample_source.h"
 
 namespace maestro::datasets {
 
@@ -83,7 +85,7 @@ struct DemoSample {
                                  // (input_ids[t+1] is the class token); -1 for text
 };
 
-class DemoDataset {
+class DemoDataset : public SampleSource {
  public:
   // Reads every file once (gzip via zlib) and keeps it in memory (~56 MB for
   // the captions set). Errors name the missing file and the Debian package to
@@ -94,7 +96,7 @@ class DemoDataset {
   // per sample in id order:
   //   {"id": 17, "location": "fmnist:train:123" | "text:<chunk>", "tokens": {"text": n, "image": 16}}
   // ("image" only for samples with an image; "text" counts the non-pad,
-  // non-image positions). Written atomically (tmp + rename). Returns the count.
+  // non-image positions). Written by datasets::WriteManifest. Returns the count.
   StatusOr<int64_t> WriteManifest(const std::string& path) const;
 
   int64_t NumTrain() const;
@@ -117,7 +119,15 @@ class DemoDataset {
   int64_t NumTextChunks() const;       // all chunks of seq_len-1 bytes
   int64_t NumTrainTextChunks() const;  // the first ~95%; the rest is the text test split
 
-  ~DemoDataset();
+  // SampleSource: the train and test splits above as SampleRecords (one
+  // image of (1, 28, 28) when has_image), the manifest's token counts, and
+  // caption answers for the captions set.
+  int64_t NumSamples(Split split) const override;
+  StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
+  SampleTokens TokensOf(int64_t id) const override;
+  bool HasCaptionAnswers() const override { return options_.kind == DemoKind::kFashionMnistCaptions; }
+
+  ~DemoDataset() override;
 
  private:
   struct Impl;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/collectives.h"
 
-#include <stdexcept>
+#include <chrono>
 
 #include "base/checks.h"
 
@@ -13,8 +13,11 @@ Status Wait(StatusOr<launcher::WorkPtr> work) {
   return launcher::Complete(std::move(work));
 }
 
-Buffer FloatBuffer(const torch::Tensor& t) {
-  return Buffer{t.data_ptr(), static_cast<size_t>(t.numel()), launcher::DType::kF32, launcher::Device::kCpu};
+Status TimedWait(StatusOr<launcher::WorkPtr> work, double* blocked_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  Status s = Wait(std::move(work));
+  *blocked_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
 }
 
 Status BroadcastInts(launcher::Backend& group, std::vector<int64_t>& values) {
@@ -43,12 +46,6 @@ StatusOr<std::string> RecvBytes(launcher::Backend& group, int peer, int tag) {
         Wait(group.Recv(Buffer{bytes.data(), bytes.size(), launcher::DType::kU8, launcher::Device::kCpu}, peer, tag)));
   }
   return bytes;
-}
-
-void GroupReducer::AllReduceSum(torch::Tensor& t) {
-  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32, "TP all-reduce needs contiguous fp32");
-  Status s = Wait(group_.AllReduce(FloatBuffer(t), launcher::ReduceOp::kSum));
-  if (!s.ok()) throw std::runtime_error(s.ToString());
 }
 
 }  // namespace maestro::runtime

@@ -1,27 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // The section executor: what maestro-worker runs on every rank of a plan.
 //
-// Owns the training loop of one rank: the global batch of each step (global
-// rank 0 reads it from the SampleIndex and broadcasts it), the schedule
+// Owns the training loop of one rank (RankLoop in executor.cc): each step's
+// global batch (step_batch.h: rank 0 reads, everyone gets it), the schedule
 // (every rank builds the same one from the batch, the plan and the step:
-// scheduler/scheduler.h), the execution of this rank's ops in order (forward
-// = receive upstream rows, compute, send rows down; backward = receive
-// gradients from downstream, backprop, send input gradients up; optimizer =
-// DP all-reduce, clip, AdamW), the spool of a forward-only section's outputs,
-// checkpoints (rank 0 writes them through datalayer::TrainingRun), the stop
-// on a preemption signal (exit 85 after a checkpoint), and what the run
-// reports: a log line per step (a progress bar on a terminal), metrics as
-// JSONL and a Perfetto trace.
+// scheduler/scheduler.h, costs from cost_model.h), and the dispatch of this
+// rank's ops in order: forward = receive upstream rows, compute, send rows
+// down; backward = receive gradients from downstream, backprop, send input
+// gradients up (edge_exchange.h: the wire protocol); optimizer = DP
+// all-reduce (parallel/data_parallel.h), clip, AdamW. The rooms around it:
+// the spool of a forward-only section's outputs (output_spool.h), the resume
+// handoff and checkpoints (checkpointing.h; rank 0 writes them through
+// datalayer::TrainingRun), what a step reports (step_metrics.h: metrics.jsonl
+// and the progress line), the Perfetto trace (trace.h) and the measured vs
+// predicted timelines (timeline.h). Samples come through the plan's
+// datasets::SampleSource (plan_data.h). The loop stops on a preemption signal
+// (exit 85 after a checkpoint).
 //
-// Wire protocol of a step. Messages are those of scheduler::ImpliedTransfers
-// (one per edge, upstream micro-batch, downstream micro-batch); the k-th
-// message of a link in that order travels with tag k (activations down,
-// gradients up: launcher::LinkChannel). A message is the fp32 rows of its
-// samples, in the transfer's sample order, each row of the upstream
-// section's OutputRowShape().
-//
-// May call: runtime/section_runner, runtime/reference (evaluation), scheduler,
-// datalayer, launcher, datasets, plan, base, libtorch.
+// May call: the runtime files above, runtime/section_runner, runtime/reference
+// (evaluation), scheduler, datalayer, launcher, datasets, plan, base, libtorch.
 // Thread safety: one thread per process.
 #pragma once
 

@@ -12,6 +12,9 @@
 #include "base/checks.h"
 #include "runtime/collectives.h"
 #include "runtime/executor.h"
+#include "runtime/message_tags.h"
+#include "runtime/parallel/tensor_parallel.h"
+#include "runtime/plan_data.h"
 #include "runtime/reference.h"
 #include "runtime/section_runner.h"
 
@@ -48,21 +51,22 @@ std::vector<int> Sizes(const plan::Plan& plan, const ProfileOptions& options) {
 // activate the section in its first part.
 class SectionProfiler {
  public:
-  SectionProfiler(const plan::Plan& plan, int section, SectionRunner& runner, const datasets::DemoDataset& dataset)
-      : plan_(plan), section_(section), runner_(runner), dataset_(dataset) {}
+  SectionProfiler(const plan::Plan& plan, int section, SectionRunner& runner, const datasets::SampleSource& samples)
+      : plan_(plan), section_(section), runner_(runner), samples_(samples) {}
 
   StatusOr<bool> Measure(int b, int repeats, ProfilePoint* point) {
     const auto& sp = plan_.sections[static_cast<size_t>(section_)];
     std::vector<int64_t> ids;
     std::vector<bool> image;
-    for (int64_t id = 0; id < dataset_.NumTrain() && static_cast<int>(ids.size()) < b; ++id) {
-      MAESTRO_ASSIGN_OR_RETURN(auto sample, dataset_.LoadTrain(id));
-      if (!SectionActivates(sp, sample.has_image)) continue;
+    for (int64_t id = 0; id < samples_.NumSamples(datasets::Split::kTrain) && static_cast<int>(ids.size()) < b; ++id) {
+      MAESTRO_ASSIGN_OR_RETURN(auto sample, samples_.Load(datasets::Split::kTrain, id));
+      const bool has_image = !sample.images.empty();
+      if (!SectionActivates(sp, has_image)) continue;
       ids.push_back(id);
-      image.push_back(sample.has_image);
+      image.push_back(has_image);
     }
     if (static_cast<int>(ids.size()) < b) return false;
-    MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(dataset_, ids));
+    MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(samples_, ids));
     std::map<int, torch::Tensor> inputs;
     for (int e : runner_.in_edges()) {
       const int up = plan_.section_index(plan_.edges[static_cast<size_t>(e)].from);
@@ -123,20 +127,20 @@ class SectionProfiler {
   const plan::Plan& plan_;
   int section_;
   SectionRunner& runner_;
-  const datasets::DemoDataset& dataset_;
+  const datasets::SampleSource& samples_;
 };
 
 }  // namespace
 
 StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, const ProfileOptions& options) {
   torch::set_num_threads(std::max(1, options.threads));
-  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
+  MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
   std::vector<ProfilePoint> points;
   for (size_t s = 0; s < plan.sections.size(); ++s) {
     plan::Plan solo = plan;  // TP 1: one process
     solo.sections[s].config.tp = 1;
     MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(solo, static_cast<int>(s)));
-    SectionProfiler profiler(solo, static_cast<int>(s), *runner, *dataset);
+    SectionProfiler profiler(solo, static_cast<int>(s), *runner, *samples);
     for (int b : Sizes(plan, options)) {
       ProfilePoint point;
       MAESTRO_ASSIGN_OR_RETURN(bool measured, profiler.Measure(b, options.repeats, &point));
@@ -152,7 +156,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
   torch::set_num_threads(ThreadsPerRank());
   const int section = place.coords.section;
   const auto& sp = plan.sections[static_cast<size_t>(section)];
-  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
+  MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
   RunnerOptions runner_options;
   std::unique_ptr<GroupReducer> tp_reducer;
   if (sp.config.tp > 1) {
@@ -160,7 +164,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
     runner_options.tensor_parallel = tp_reducer.get();
   }
   MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, section, runner_options));
-  SectionProfiler profiler(plan, section, *runner, *dataset);
+  SectionProfiler profiler(plan, section, *runner, *samples);
   std::vector<ProfilePoint> mine;
   bool exhausted = false;
   for (int b : Sizes(plan, options)) {
@@ -176,9 +180,8 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
     }
   }
   // Rank 0 gathers every rank's points; a section's replicas give one median.
-  constexpr int kTagProfile = 900101;
   if (place.world_rank != 0) {
-    MAESTRO_RETURN_IF_ERROR(SendBytes(comms.world(), plan::ProfilePointsToJson(mine), 0, kTagProfile));
+    MAESTRO_RETURN_IF_ERROR(SendBytes(comms.world(), plan::ProfilePointsToJson(mine), 0, kTagProfilePoints));
     return std::vector<ProfilePoint>{};
   }
   std::map<std::pair<std::string, int>, std::vector<ProfilePoint>> by_size;
@@ -187,7 +190,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const l
   };
   add(mine);
   for (int r = 1; r < place.world_size; ++r) {
-    MAESTRO_ASSIGN_OR_RETURN(auto text, RecvBytes(comms.world(), r, kTagProfile));
+    MAESTRO_ASSIGN_OR_RETURN(auto text, RecvBytes(comms.world(), r, kTagProfilePoints));
     MAESTRO_ASSIGN_OR_RETURN(auto points, plan::ProfilePointsFromJson(text));
     add(points);
   }

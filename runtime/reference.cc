@@ -12,59 +12,10 @@
 #include <unordered_map>
 
 #include "base/checks.h"
+#include "runtime/plan_data.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
-
-namespace {
-
-double ModalityFraction(const plan::Plan& plan, const std::string& name, double fallback) {
-  for (const auto& m : plan.data.modalities) {
-    if (m.name == name) return m.fraction;
-  }
-  return fallback;
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<datasets::DemoDataset>> OpenPlanDataset(const plan::Plan& plan) {
-  if (!plan.data.manifest.empty()) {
-    return Status::FailedPrecondition(
-        fmt::format("[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
-                    "(set manifest = \"\" and dataset = \"fashion_mnist_captions\" or \"text\")",
-                    plan.data.manifest));
-  }
-  datasets::DemoOptions options;
-  std::string kind = plan.data.dataset;
-  if (kind.empty()) {
-    bool image = false;
-    for (const auto& s : plan.sections) image = image || s.activation == "image";
-    for (const auto& m : plan.data.modalities) image = image || m.name == "image";
-    kind = image ? "fashion_mnist_captions" : "text";
-  }
-  MAESTRO_ASSIGN_OR_RETURN(options.kind, datasets::DemoKindFromName(kind));
-  options.seq_len = plan.data.seq_len;
-  options.seed = plan.data.seed;
-  options.image_fraction = ModalityFraction(plan, "image", 0.5);
-  return datasets::DemoDataset::Open(options);
-}
-
-StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& plan,
-                                                              const datasets::DemoDataset& dataset,
-                                                              const std::string& run_dir) {
-  datalayer::RunOptions options;
-  options.run_dir = run_dir;
-  options.seed = plan.data.seed;
-  options.global_batch_size = plan.data.global_batch;
-  options.keep_last_checkpoints = 2;
-  MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
-  if (run->index().NumSamples() == 0) {
-    const std::string manifest = run_dir + "/manifest.jsonl";
-    MAESTRO_RETURN_IF_ERROR(dataset.WriteManifest(manifest).status());
-    MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(manifest).status());
-  }
-  return run;
-}
 
 std::vector<int> TopologicalSections(const plan::Plan& plan) {
   const int n = static_cast<int>(plan.sections.size());
@@ -105,13 +56,13 @@ struct GraphResult {
 // (chunk = the section's micro_batch, or `chunk` when > 0), connecting the
 // sections' tensors directly so autograd spans the graph.
 StatusOr<GraphResult> GraphForward(const plan::Plan& plan, std::vector<std::unique_ptr<SectionRunner>>& runners,
-                                   const datasets::DemoDataset& dataset, const std::vector<int64_t>& ids, bool train,
-                                   int64_t chunk) {
+                                   const datasets::SampleSource& samples, const std::vector<int64_t>& ids,
+                                   datasets::Split split, int64_t chunk) {
   std::unordered_map<int64_t, bool> has_image;
   for (int64_t id : ids) {
-    auto sample = train ? dataset.LoadTrain(id) : dataset.LoadTest(id);
+    auto sample = samples.Load(split, id);
     if (!sample.ok()) return sample.status();
-    has_image[id] = sample->has_image;
+    has_image[id] = !sample->images.empty();
   }
   // rows[section][sample id] = that sample's output row (with its graph).
   std::vector<std::unordered_map<int64_t, torch::Tensor>> rows(plan.sections.size());
@@ -128,7 +79,7 @@ StatusOr<GraphResult> GraphForward(const plan::Plan& plan, std::vector<std::uniq
       const size_t end = std::min(active.size(), begin + static_cast<size_t>(step));
       std::vector<int64_t> mb(active.begin() + static_cast<std::ptrdiff_t>(begin),
                               active.begin() + static_cast<std::ptrdiff_t>(end));
-      MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(dataset, mb, train));
+      MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(samples, mb, split));
       std::map<int, torch::Tensor> inputs;
       for (int e : runner.in_edges()) {
         const int up = plan.section_index(plan.edges[static_cast<size_t>(e)].from);
@@ -156,8 +107,8 @@ StatusOr<GraphResult> GraphForward(const plan::Plan& plan, std::vector<std::uniq
 }  // namespace
 
 StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const ReferenceOptions& options) {
-  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
-  MAESTRO_ASSIGN_OR_RETURN(auto run, OpenPlanRun(plan, *dataset, options.run_dir));
+  MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
+  MAESTRO_ASSIGN_OR_RETURN(auto run, OpenPlanRun(plan, *samples, options.run_dir));
   MAESTRO_ASSIGN_OR_RETURN(auto resumed, run->Resume());
   std::vector<std::unique_ptr<SectionRunner>> runners;
   for (size_t s = 0; s < plan.sections.size(); ++s) {
@@ -181,7 +132,8 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
   while (run->next_step() < steps) {
     const auto step_start = std::chrono::steady_clock::now();
     MAESTRO_ASSIGN_OR_RETURN(auto batch, run->NextBatch());
-    MAESTRO_ASSIGN_OR_RETURN(auto result, GraphForward(plan, runners, *dataset, batch.sample_ids, true, 0));
+    MAESTRO_ASSIGN_OR_RETURN(auto result,
+                             GraphForward(plan, runners, *samples, batch.sample_ids, datasets::Split::kTrain, 0));
     if (result.loss.defined()) result.loss.backward();
     for (auto& runner : runners) {
       if (runner->trains()) runner->OptimizerStep(batch.step);
@@ -219,8 +171,8 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
 
 StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::string, std::string>& models,
                                   int64_t max_samples) {
-  MAESTRO_ASSIGN_OR_RETURN(auto dataset, OpenPlanDataset(plan));
-  if (dataset->options().kind != datasets::DemoKind::kFashionMnistCaptions) {
+  MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
+  if (!samples->HasCaptionAnswers()) {
     return Status::FailedPrecondition("caption accuracy needs the fashion_mnist_captions dataset");
   }
   std::vector<std::unique_ptr<SectionRunner>> runners;
@@ -233,13 +185,14 @@ StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::st
     runners.push_back(std::move(runner));
   }
   torch::NoGradGuard no_grad;
-  const int64_t n = max_samples > 0 ? std::min(max_samples, dataset->NumTest()) : dataset->NumTest();
+  const int64_t test = samples->NumSamples(datasets::Split::kTest);
+  const int64_t n = max_samples > 0 ? std::min(max_samples, test) : test;
   int64_t answers = 0, right = 0;
   constexpr int64_t kChunk = 500;
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     std::vector<int64_t> ids;
     for (int64_t i = begin; i < std::min(n, begin + kChunk); ++i) ids.push_back(i);
-    MAESTRO_ASSIGN_OR_RETURN(auto result, GraphForward(plan, runners, *dataset, ids, false, kChunk));
+    MAESTRO_ASSIGN_OR_RETURN(auto result, GraphForward(plan, runners, *samples, ids, datasets::Split::kTest, kChunk));
     answers += result.answers;
     right += result.answers_right;
   }

@@ -7,10 +7,10 @@
 //   scaling and optimizer. A sectioned, wavefront-scheduled run must give
 //   the same loss at every step (tests/runtime: within 1e-5 relative, fp32).
 //   EvaluateCaptions: caption accuracy of a trained VLM on the test split.
-//   OpenPlanDataset / OpenPlanRun: the built-in dataset and the run
-//   directory (index ingested) of a plan — shared with the executor.
+// Both read samples through the plan's SampleSource (runtime/plan_data.h).
 //
-// May call: runtime/section_runner, datalayer, datasets, plan, base, libtorch.
+// May call: runtime/section_runner, runtime/plan_data, datalayer, datasets,
+// plan, base, libtorch.
 #pragma once
 
 #include <cstdint>
@@ -20,22 +20,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "datalayer/training_run.h"
-#include "datasets/demo_data.h"
 #include "plan/plan.h"
 
 namespace maestro::runtime {
-
-// The plan's built-in dataset (plan.data.dataset, or captions when a section
-// activates on "image", else text). A plan with a manifest is refused: the
-// runtime reads only the built-in datasets' payloads today.
-StatusOr<std::unique_ptr<datasets::DemoDataset>> OpenPlanDataset(const plan::Plan& plan);
-
-// Opens (creating) the run directory's TrainingRun and ingests the dataset's
-// manifest (written to <run_dir>/manifest.jsonl) the first time.
-StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& plan,
-                                                              const datasets::DemoDataset& dataset,
-                                                              const std::string& run_dir);
 
 // Sections in an order where every edge goes forward (plan.edges are acyclic).
 std::vector<int> TopologicalSections(const plan::Plan& plan);

@@ -12,6 +12,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "datasets/demo_data.h"
+#include "datasets/sample_source.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
@@ -57,16 +58,17 @@ double LearningRate(const plan::OptimizerDesc& opt, int64_t step, int64_t total_
   return min_lr + (opt.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, const std::vector<int64_t>& sample_ids,
-                                        bool train) {
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
+                                        datasets::Split split) {
   MicroBatchData mb;
   mb.sample_ids = sample_ids;
   const int64_t b = static_cast<int64_t>(sample_ids.size());
   std::vector<int64_t> inputs, targets;
   std::vector<float> pixels;
-  int64_t seq_len = -1, image_elems = 0, image_side = 0;
+  int64_t seq_len = -1, images = 0;
+  std::vector<int64_t> image_shape;  // (channels, H, W) of the first image
   for (int64_t id : sample_ids) {
-    auto sample = train ? dataset.LoadTrain(id) : dataset.LoadTest(id);
+    auto sample = samples.Load(split, id);
     if (!sample.ok()) return sample.status();
     if (seq_len < 0) seq_len = static_cast<int64_t>(sample->input_ids.size());
     if (static_cast<int64_t>(sample->input_ids.size()) != seq_len ||
@@ -76,23 +78,34 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, co
     }
     inputs.insert(inputs.end(), sample->input_ids.begin(), sample->input_ids.end());
     targets.insert(targets.end(), sample->target_ids.begin(), sample->target_ids.end());
-    mb.has_image.push_back(sample->has_image);
+    mb.image_counts.push_back(static_cast<int64_t>(sample->images.size()));
     mb.answer_positions.push_back(sample->answer_position);
     mb.labels.push_back(sample->label);
-    if (sample->has_image) {
-      image_elems = static_cast<int64_t>(sample->image.size());
-      pixels.insert(pixels.end(), sample->image.begin(), sample->image.end());
+    for (const auto& image : sample->images) {
+      const std::vector<int64_t> shape{image.channels, image.height, image.width};
+      if (image_shape.empty()) image_shape = shape;
+      if (shape != image_shape || static_cast<int64_t>(image.pixels.size()) != shape[0] * shape[1] * shape[2]) {
+        return Status::Internal(fmt::format("sample {}: an image of {}x{}x{} ({} values) in a micro-batch of {}x{}x{}",
+                                            id, shape[0], shape[1], shape[2], image.pixels.size(), image_shape[0],
+                                            image_shape[1], image_shape[2]));
+      }
+      pixels.insert(pixels.end(), image.pixels.begin(), image.pixels.end());
+      ++images;
     }
   }
   if (b == 0) return mb;
   mb.input_ids = torch::from_blob(inputs.data(), {b, seq_len}, torch::kInt64).clone();
   mb.target_ids = torch::from_blob(targets.data(), {b, seq_len}, torch::kInt64).clone();
-  if (!pixels.empty()) {
-    image_side = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(image_elems))));
-    const int64_t n = static_cast<int64_t>(pixels.size()) / image_elems;
-    mb.images = torch::from_blob(pixels.data(), {n, 1, image_side, image_side}, torch::kFloat32).clone();
+  if (images > 0) {
+    mb.images =
+        torch::from_blob(pixels.data(), {images, image_shape[0], image_shape[1], image_shape[2]}, torch::kFloat32)
+            .clone();
   }
   return mb;
+}
+
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids) {
+  return LoadMicroBatch(samples, sample_ids, datasets::Split::kTrain);
 }
 
 StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name) {

@@ -9,7 +9,8 @@
 // spliced into a decoder's sequence, a KD student's teacher head, the loss of
 // a sink), AdamW with per-section gradient clipping and the LR schedule, and
 // the section's checkpoint state (model + optimizer bytes).
-// May call: runtime/models, datasets (token ids), datalayer (init_from),
+// May call: runtime/models, runtime/parallel, datasets (SampleSource, token
+// ids), datalayer (init_from),
 // plan, base, libtorch. Torch-internal: include only from runtime/*.cc and
 // tests/runtime.
 //
@@ -29,11 +30,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "datasets/sample_source.h"
 #include "plan/plan.h"
-
-namespace maestro::datasets {
-class DemoDataset;
-}
 
 namespace maestro::runtime {
 
@@ -43,18 +41,20 @@ struct MicroBatchData {
   std::vector<int64_t> sample_ids;        // (B)
   torch::Tensor input_ids;                // (B, T) int64 (decoder sections)
   torch::Tensor target_ids;               // (B, T) int64, -100 where no loss
-  torch::Tensor images;                   // (B_img, channels, S, S) fp32: the samples that carry an image, in order
-  std::vector<bool> has_image;            // (B)
+  torch::Tensor images;                   // (N_img, channels, H, W) fp32: every sample's images, in sample order
+  std::vector<int64_t> image_counts;      // (B) images of each sample
   std::vector<int64_t> answer_positions;  // (B), -1 when the sample has no caption answer
   std::vector<int> labels;                // (B), -1 when none
 };
 
-// Loads the payloads of `sample_ids` (in that order) from the built-in
-// dataset: `train` selects the train split (ids) or the test split (indices).
-StatusOr<MicroBatchData> LoadMicroBatch(const datasets::DemoDataset& dataset, const std::vector<int64_t>& sample_ids,
-                                        bool train = true);
+// Loads the payloads of `sample_ids` (in that order) of `split` (train ids
+// or test indices) from `samples` and stacks them. Every sample has the same
+// token count, every image the same (channels, H, W).
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
+                                        datasets::Split split);
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
-class TensorParallelReducer;
+class TensorParallelReducer;  // runtime/parallel/tensor_parallel.h
 
 struct RunnerOptions {
   torch::Device device = torch::kCPU;

@@ -28,32 +28,6 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
 
 namespace {
 
-struct EnterTp : public torch::autograd::Function<EnterTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
-    ctx->saved_data["tp"] = tp;
-    return x.view_as(x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* tp = reinterpret_cast<TensorParallelReducer*>(ctx->saved_data["tp"].toInt());
-    auto g = grads[0].contiguous().clone();
-    tp->AllReduceSum(g);
-    return {g, torch::Tensor()};
-  }
-};
-
-struct LeaveTp : public torch::autograd::Function<LeaveTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& y, int64_t tp) {
-    auto out = y.contiguous().clone();
-    reinterpret_cast<TensorParallelReducer*>(tp)->AllReduceSum(out);
-    return out;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list grads) {
-    return {grads[0], torch::Tensor()};
-  }
-};
-
 // Replaces `param`'s data by its slice [start, start+length) along `dim`.
 void Slice(torch::Tensor& param, int64_t dim, int64_t start, int64_t length) {
   torch::NoGradGuard guard;
@@ -61,16 +35,6 @@ void Slice(torch::Tensor& param, int64_t dim, int64_t start, int64_t length) {
 }
 
 }  // namespace
-
-torch::Tensor EnterTensorParallel(const torch::Tensor& x, TensorParallelReducer* tp) {
-  if (tp == nullptr || tp->size() == 1) return x;
-  return EnterTp::apply(x, reinterpret_cast<int64_t>(tp));
-}
-
-torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer* tp) {
-  if (tp == nullptr || tp->size() == 1) return y;
-  return LeaveTp::apply(y, reinterpret_cast<int64_t>(tp));
-}
 
 void GqaAttentionImpl::Shard(int rank, int size) {
   const int64_t h = heads_ / size, k = kv_heads_ / size;

@@ -20,13 +20,14 @@
 // gradient (its .grad() stays undefined): callers that all-reduce gradients
 // treat undefined as zero.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
-// May call: libtorch, runtime/torch_compat.h, plan. Thread-safety: one thread
+// May call: libtorch, runtime/torch_compat.h, runtime/parallel/tensor_parallel.h, plan. Thread-safety: one thread
 // per module at a time.
 #pragma once
 
 #include "base/status.h"
 #include "plan/plan.h"
 #include "runtime/models/layers.h"
+#include "runtime/parallel/tensor_parallel.h"
 
 namespace maestro::runtime {
 
@@ -41,26 +42,12 @@ RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, tor
 // rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 
+// Tensor parallelism: the decoder shards itself (Shard, ShardDecoderForTensorParallel)
+// and calls the f/g functions of runtime/parallel/tensor_parallel.h around
+// each column-parallel -> row-parallel pair.
+
 // Causal self-attention with H query heads sharing K key/value heads (query
 // head h uses kv head h / (H/K)).
-// Tensor parallelism (Megatron-style) inside a decoder section. The caller
-// supplies the all-reduce over the section's TP group; the model shards its
-// own weights (ShardDecoderForTensorParallel) and calls two autograd
-// functions around each column-parallel -> row-parallel pair:
-//   EnterTensorParallel(x): identity forward, all-reduce of the gradient backward
-//   LeaveTensorParallel(y): all-reduce forward (partial sums), identity backward
-class TensorParallelReducer {
- public:
-  virtual ~TensorParallelReducer() = default;
-  // In place, sum over the TP group. t: any shape, contiguous, CPU or CUDA.
-  virtual void AllReduceSum(torch::Tensor& t) = 0;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-};
-
-torch::Tensor EnterTensorParallel(const torch::Tensor& x, TensorParallelReducer* tp);  // x: any -> same
-torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer* tp);  // y: any -> same
-
 class GqaAttentionImpl : public torch::nn::Module {
  public:
   GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, ParamFactory& params);

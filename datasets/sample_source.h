@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// The data seam: what the runtime (executor, section runner, reference,
+// profiler) and ingestion read samples through, torch-free. A data set is one
+// implementation of SampleSource (the built-in demo sets: DemoDataset in
+// demo_data.h; Megatron .bin/.idx and JSONL + images arrive as new classes
+// beside it, not as branches).
+//
+// Owns: the sample record (token ids, targets, 0..N images of (channels, H,
+// W), the optional caption answer), the splits, the per-sample token counts
+// per modality that the datalayer's SampleIndex ingests, and the one writer of
+// the JSONL manifest built from them.
+// May call: base.
+// Thread safety: a SampleSource is immutable once opened; every const method
+// may be called from many threads at once (implementations promise it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace maestro::datasets {
+
+enum class Split { kTrain, kTest };
+
+// One image of a sample: fp32 pixels, row-major (channels, height, width),
+// already normalized the way the encoder expects.
+struct SampleImage {
+  int64_t channels = 0, height = 0, width = 0;
+  std::vector<float> pixels;  // (channels * height * width)
+};
+
+// A sample as the runtime turns it into tensors.
+struct SampleRecord {
+  int64_t id = 0;                   // train: the manifest id; test: the test index
+  std::vector<int64_t> input_ids;   // (seq_len); image placeholders where image embeddings are spliced in
+  std::vector<int64_t> target_ids;  // (seq_len); the loss target of each position, -100 where none
+  std::vector<SampleImage> images;  // 0..N, in the order of their placeholders in input_ids
+  // Optional, for caption evaluation (SampleSource::HasCaptionAnswers()):
+  // the position t whose logits predict the answer token input_ids[t+1], and
+  // the answer's class; -1 when the sample has none.
+  int64_t answer_position = -1;
+  int label = -1;
+};
+
+// What the SampleIndex knows of a train sample: where it lives (a free-form
+// string of the data set) and its tokens per modality, in manifest order
+// ("text" first).
+struct SampleTokens {
+  std::string location;
+  std::vector<std::pair<std::string, int64_t>> tokens;
+};
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+
+  // Samples of `split`: train ids are [0, NumSamples(kTrain)), test indices
+  // [0, NumSamples(kTest)).
+  virtual int64_t NumSamples(Split split) const = 0;
+  // The payload of sample `id` of `split`; an id out of range is
+  // InvalidArgument. Deterministic: the same source gives the same record.
+  virtual StatusOr<SampleRecord> Load(Split split, int64_t id) const = 0;
+  // The token counts of train sample `id` (REQUIRES: 0 <= id < NumSamples(kTrain)).
+  virtual SampleTokens TokensOf(int64_t id) const = 0;
+  // True when the test split's samples carry caption answers
+  // (SampleRecord::answer_position, label): caption accuracy can be measured.
+  virtual bool HasCaptionAnswers() const { return false; }
+};
+
+// JSONL manifest of the TRAIN split of `source` for the datalayer's
+// SampleIndex, one line per sample in id order:
+//   {"id": 17, "location": "<location>", "tokens": {"text": n, "image": 16}}
+// Written atomically (base/files.h). Returns the sample count.
+StatusOr<int64_t> WriteManifest(const SampleSource& source, const std::string& path);
+
+}  // namespace maestro::datasets

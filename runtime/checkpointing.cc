@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/checkpointing.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "base/checks.h"
+#include "runtime/collectives.h"
+#include "runtime/message_tags.h"
+#include "runtime/section_runner.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+// Rank 0: every rank of a training section gets the full model and its own
+// optimizer shard (rank 0 loads its own).
+Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const datalayer::CheckpointData& resumed,
+                        SectionRunner& runner) {
+  for (int r = 0; r < plan.world_size(); ++r) {
+    MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan, r));
+    const auto& s = plan.sections[static_cast<size_t>(coords.section)];
+    if (s.mode != plan::SectionMode::kTrain) continue;
+    auto model = resumed.sections.find(s.name);
+    auto optimizer = resumed.sections.find(OptimizerKey(s.name, coords.tp));
+    if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
+      return Status::Corruption(fmt::format("the checkpoint of step {} has no state for section '{}' tp {}",
+                                            resumed.step, s.name, coords.tp));
+    }
+    if (r == 0) {
+      MAESTRO_RETURN_IF_ERROR(runner.LoadModel(model->second.model));
+      MAESTRO_RETURN_IF_ERROR(runner.LoadOptimizer(optimizer->second.optimizer));
+    } else {
+      MAESTRO_RETURN_IF_ERROR(SendBytes(world, model->second.model, r, kTagResumeModel));
+      MAESTRO_RETURN_IF_ERROR(SendBytes(world, optimizer->second.optimizer, r, kTagResumeOptimizer));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string OptimizerKey(const std::string& name, int t) {
+  return t == 0 ? name : fmt::format("{}#tp{}", name, t);
+}
+
+Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                         const Status& rank0_status, const std::optional<datalayer::CheckpointData>& resumed,
+                         SectionRunner& runner) {
+  const bool rank0 = place.world_rank == 0;
+  std::vector<int64_t> header{0};
+  if (rank0) header[0] = !rank0_status.ok() ? -1 : resumed ? 1 : 0;
+  MAESTRO_RETURN_IF_ERROR(BroadcastInts(world, header));
+  if (header[0] < 0) {
+    return rank0_status.ok() ? Status::Aborted("rank 0 could not open the run directory") : rank0_status;
+  }
+  if (header[0] != 1) return Status::Ok();
+  if (rank0) return SendResumedState(plan, world, *resumed, runner);
+  if (!runner.trains()) return Status::Ok();
+  MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, 0, kTagResumeModel));
+  MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, 0, kTagResumeOptimizer));
+  MAESTRO_RETURN_IF_ERROR(runner.LoadModel(model));
+  return runner.LoadOptimizer(optimizer);
+}
+
+Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                       SectionRunner& runner, datalayer::TrainingRun* run, int64_t step) {
+  const bool rank0 = place.world_rank == 0;
+  datalayer::CheckpointData state;
+  state.step = step;
+  // The DP-0 replica of each training section sends its state to rank 0:
+  // the full model (gathered over TP: collective) and one optimizer shard per
+  // TP rank.
+  if (runner.trains() && place.coords.dp == 0) {
+    const std::string& name = runner.section_plan().name;
+    MAESTRO_ASSIGN_OR_RETURN(auto model, runner.SaveModel());
+    MAESTRO_ASSIGN_OR_RETURN(auto optimizer, runner.SaveOptimizer());
+    if (place.coords.tp != 0) model.clear();
+    if (rank0) {
+      state.sections[name].model = std::move(model);
+      state.sections[OptimizerKey(name, 0)].optimizer = std::move(optimizer);
+    } else {
+      MAESTRO_RETURN_IF_ERROR(SendBytes(world, model, 0, kTagCheckpointModel));
+      MAESTRO_RETURN_IF_ERROR(SendBytes(world, optimizer, 0, kTagCheckpointOptimizer));
+    }
+  }
+  if (rank0) {
+    for (size_t s = 0; s < plan.sections.size(); ++s) {
+      const auto& sp = plan.sections[s];
+      if (sp.mode != plan::SectionMode::kTrain) continue;
+      for (int t = 0; t < sp.config.tp; ++t) {
+        const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, 0, 0);
+        if (from == 0) continue;
+        MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
+        MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
+        if (t == 0) state.sections[sp.name].model = std::move(model);
+        state.sections[OptimizerKey(sp.name, t)].optimizer = std::move(optimizer);
+      }
+    }
+    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+  }
+  // Nobody runs ahead of a checkpoint that is not durable yet.
+  return Wait(world.Barrier());
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/edge_exchange.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <unordered_map>
+
+#include "base/checks.h"
+#include "runtime/collectives.h"
+#include "runtime/section_runner.h"
+#include "runtime/tensor_buffer.h"
+
+namespace maestro::runtime {
+
+using launcher::LinkChannel;
+
+bool EdgeProducerTrains(const plan::Plan& plan, int edge) {
+  const auto& up = plan.sections[static_cast<size_t>(plan.section_index(plan.edges[static_cast<size_t>(edge)].from))];
+  return up.mode == plan::SectionMode::kTrain;
+}
+
+bool EdgeConsumerTrains(const plan::Plan& plan, int edge) {
+  const auto& down = plan.sections[static_cast<size_t>(plan.section_index(plan.edges[static_cast<size_t>(edge)].to))];
+  return down.mode == plan::SectionMode::kTrain;
+}
+
+EdgeExchange::EdgeExchange(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
+                           double* blocked_seconds)
+    : plan_(plan),
+      place_(place),
+      comms_(comms),
+      blocked_seconds_(blocked_seconds),
+      section_(place.coords.section),
+      replica_(place.coords.dp) {}
+
+LinkChannel* EdgeExchange::FindLink(int edge, int up_dp, int down_dp) {
+  for (auto& link : comms_.links()) {
+    if (link.link().edge == edge && link.link().up_dp == up_dp && link.link().down_dp == down_dp) return &link;
+  }
+  return nullptr;
+}
+
+Status EdgeExchange::PlanStep(int64_t step, std::vector<scheduler::Transfer> transfers) {
+  step_ = step;
+  transfers_ = std::move(transfers);
+  incoming_.clear();
+  outgoing_.clear();
+  std::map<std::tuple<int, int, int>, int> next_tag;
+  for (const auto& t : transfers_) {
+    const int tag = next_tag[{t.edge, t.up_replica, t.down_replica}]++;
+    const bool down_here =
+        plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ && t.down_replica == replica_;
+    const bool up_here =
+        plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ && t.up_replica == replica_;
+    if (!down_here && !up_here) continue;
+    // Links end at TP rank 0 of a replica; the other TP ranks get its data by broadcast.
+    LinkChannel* link = Tp0() ? FindLink(t.edge, t.up_replica, t.down_replica) : nullptr;
+    if (link == nullptr && Tp0()) {
+      return Status::Internal(fmt::format("no link for edge {} dp {} -> dp {}", t.edge, t.up_replica, t.down_replica));
+    }
+    if (down_here) incoming_[{t.edge, t.down_micro_batch}].push_back({&t, link, tag});
+    if (up_here) outgoing_[{t.edge, t.up_micro_batch}].push_back({&t, link, tag});
+  }
+  return Status::Ok();
+}
+
+Status EdgeExchange::BroadcastInTp(torch::Tensor& t) {
+  if (plan_.sections[static_cast<size_t>(section_)].config.tp == 1) return Status::Ok();
+  return TimedWait(comms_.group(plan::GroupKind::kTP).Broadcast(FloatBuffer(t), 0), blocked_seconds_);
+}
+
+Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const std::vector<int>& in_edges, bool trains,
+                                 std::map<int, torch::Tensor>* inputs) {
+  // Receive every upstream row of this micro-batch, then order them as the micro-batch.
+  for (int e : in_edges) {
+    auto it = incoming_.find({e, mb});
+    if (it == incoming_.end()) continue;
+    const int up = plan_.section_index(plan_.edges[static_cast<size_t>(e)].from);
+    const std::vector<int64_t> row_shape = RowShapeOf(plan_, up);
+    torch::Tensor input;
+    if (Tp0()) {
+      std::unordered_map<int64_t, torch::Tensor> by_id;
+      for (const auto& msg : it->second) {
+        std::vector<int64_t> shape{static_cast<int64_t>(msg.transfer->sample_ids.size())};
+        shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+        auto buf = torch::empty(shape, torch::kFloat32);
+        MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index), blocked_seconds_));
+        for (size_t i = 0; i < msg.transfer->sample_ids.size(); ++i) {
+          by_id[static_cast<int64_t>(msg.transfer->sample_ids[i])] = buf[static_cast<int64_t>(i)];
+        }
+      }
+      std::vector<torch::Tensor> ordered;
+      for (int64_t id : ids) {
+        auto r = by_id.find(id);
+        if (r != by_id.end()) ordered.push_back(r->second);
+      }
+      if (ordered.size() != by_id.size()) {
+        return Status::Internal(
+            fmt::format("step {}: edge {} delivered rows of samples outside micro-batch {}", step_, e, mb));
+      }
+      input = torch::stack(ordered).contiguous();
+    } else {
+      int64_t rows = 0;
+      for (const auto& msg : it->second) rows += static_cast<int64_t>(msg.transfer->sample_ids.size());
+      std::vector<int64_t> shape{rows};
+      shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+      input = torch::empty(shape, torch::kFloat32);
+    }
+    MAESTRO_RETURN_IF_ERROR(BroadcastInTp(input));
+    if (trains && EdgeProducerTrains(plan_, e)) input.set_requires_grad(true);
+    (*inputs)[e] = input;
+  }
+  return Status::Ok();
+}
+
+Status EdgeExchange::SendRows(int mb, const std::vector<int64_t>& ids, const torch::Tensor& rows,
+                              const std::vector<int>& out_edges) {
+  if (!Tp0()) return Status::Ok();
+  std::unordered_map<int64_t, int64_t> position;
+  for (size_t b = 0; b < ids.size(); ++b) position[ids[b]] = static_cast<int64_t>(b);
+  for (int e : out_edges) {
+    auto it = outgoing_.find({e, mb});
+    if (it == outgoing_.end()) continue;
+    for (const auto& msg : it->second) {
+      std::vector<int64_t> pos;
+      for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
+      auto selected = rows.detach().index_select(0, torch::tensor(pos, torch::kInt64)).contiguous();
+      MAESTRO_ASSIGN_OR_RETURN(auto work, msg.link->SendActivation(FloatBuffer(selected), msg.tag_index));
+      pending_.push_back({selected, std::move(work)});
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<torch::Tensor> EdgeExchange::ReceiveGradients(int mb, const std::vector<int64_t>& ids,
+                                                       const torch::Tensor& rows, const std::vector<int>& out_edges,
+                                                       bool* any) {
+  std::unordered_map<int64_t, int64_t> position;
+  for (size_t b = 0; b < ids.size(); ++b) position[ids[b]] = static_cast<int64_t>(b);
+  // Gradients of this micro-batch's rows from every training consumer.
+  auto grad = torch::zeros_like(rows);
+  *any = false;
+  for (int e : out_edges) {
+    if (!EdgeConsumerTrains(plan_, e)) continue;
+    auto it = outgoing_.find({e, mb});
+    if (it == outgoing_.end()) continue;
+    for (const auto& msg : it->second) {
+      std::vector<int64_t> pos;
+      for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
+      std::vector<int64_t> shape{static_cast<int64_t>(pos.size())};
+      for (int64_t d = 1; d < rows.dim(); ++d) shape.push_back(rows.size(d));
+      if (Tp0()) {
+        auto buf = torch::empty(shape, torch::kFloat32);
+        MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index), blocked_seconds_));
+        grad.index_add_(0, torch::tensor(pos, torch::kInt64), buf);
+      }
+      *any = true;
+    }
+  }
+  grad = grad.contiguous();
+  if (*any) MAESTRO_RETURN_IF_ERROR(BroadcastInTp(grad));
+  return grad;
+}
+
+Status EdgeExchange::SendInputGradients(int mb, const std::vector<int64_t>& ids,
+                                        const std::map<int, torch::Tensor>& inputs) {
+  // TP rank 0: the gradients of the replicated inputs are whole on every TP rank.
+  for (const auto& [e, input] : inputs) {
+    if (!EdgeProducerTrains(plan_, e) || !Tp0()) continue;
+    auto it = incoming_.find({e, mb});
+    if (it == incoming_.end()) continue;
+    // input rows are in micro-batch order of the samples the upstream processed.
+    std::unordered_map<int64_t, int64_t> input_pos;
+    int64_t k = 0;
+    std::unordered_map<int64_t, bool> in_edge;
+    for (const auto& msg : it->second) {
+      for (auto id : msg.transfer->sample_ids) in_edge[static_cast<int64_t>(id)] = true;
+    }
+    for (int64_t id : ids) {
+      if (in_edge.count(id)) input_pos[id] = k++;
+    }
+    auto input_grad = input.grad().defined() ? input.grad() : torch::zeros_like(input);
+    for (const auto& msg : it->second) {
+      std::vector<int64_t> pos;
+      for (auto id : msg.transfer->sample_ids) pos.push_back(input_pos.at(static_cast<int64_t>(id)));
+      auto rows = input_grad.index_select(0, torch::tensor(pos, torch::kInt64)).contiguous();
+      MAESTRO_ASSIGN_OR_RETURN(auto work, msg.link->SendGradient(FloatBuffer(rows), msg.tag_index));
+      pending_.push_back({rows, std::move(work)});
+    }
+  }
+  return Status::Ok();
+}
+
+Status EdgeExchange::DrainSends() {
+  const auto drain = std::chrono::steady_clock::now();
+  for (auto& send : pending_) MAESTRO_RETURN_IF_ERROR(send.work->Wait());
+  pending_.clear();
+  *blocked_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - drain).count();
+  return Status::Ok();
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cross-section links of one rank: the activations and gradients a step
+// sends and receives over them.
+//
+// Wire protocol of a step. Messages are those of scheduler::ImpliedTransfers
+// (one per edge, upstream micro-batch, downstream micro-batch); the k-th
+// message of a link in that order travels with tag k (activations down,
+// gradients up: launcher::LinkChannel). A message is the fp32 rows of its
+// samples, in the transfer's sample order, each row of the upstream
+// section's OutputRowShape(). Receivers reorder rows by sample id into
+// micro-batch order. Links end at TP rank 0 of a replica; it broadcasts what
+// arrives to the other TP ranks of its group, and only it sends (the rows are
+// the same on every TP rank). Other point-to-point tags: runtime/message_tags.h.
+//
+// Runtime-internal (torch). May call: runtime/collectives, scheduler,
+// launcher, plan, base, libtorch. Thread safety: one thread per process.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "base/status.h"
+#include "launcher/communicators.h"
+#include "launcher/launch_env.h"
+#include "plan/plan.h"
+#include "scheduler/scheduler.h"
+
+namespace maestro::runtime {
+
+// True when the section at the upstream (producer) / downstream (consumer)
+// end of plan edge `edge` trains.
+bool EdgeProducerTrains(const plan::Plan& plan, int edge);
+bool EdgeConsumerTrains(const plan::Plan& plan, int edge);
+
+class EdgeExchange {
+ public:
+  // Waits on peers add to *blocked_seconds (must outlive the exchange).
+  EdgeExchange(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
+               double* blocked_seconds);
+
+  // This rank's messages of step `step`, with their link and tag.
+  Status PlanStep(int64_t step, std::vector<scheduler::Transfer> transfers);
+
+  // Forward of micro-batch `mb` (samples `ids`, in micro-batch order): per
+  // input edge of `in_edges` with messages, the upstream rows of its samples
+  // that the upstream section processed, in micro-batch order:
+  // (n_e, upstream row shape...) fp32, leaves with requires_grad when this
+  // section (`trains`) and the producer train.
+  Status ReceiveRows(int mb, const std::vector<int64_t>& ids, const std::vector<int>& in_edges, bool trains,
+                     std::map<int, torch::Tensor>* inputs);
+  // Sends `rows` (B, row shape...) of micro-batch `mb` down every outgoing
+  // message of `out_edges` (TP rank 0; asynchronous until DrainSends).
+  Status SendRows(int mb, const std::vector<int64_t>& ids, const torch::Tensor& rows,
+                  const std::vector<int>& out_edges);
+  // Backward: the gradient of `rows` (B, row shape...) summed over every
+  // training consumer of `out_edges`; *any is false when none sends one.
+  StatusOr<torch::Tensor> ReceiveGradients(int mb, const std::vector<int64_t>& ids, const torch::Tensor& rows,
+                                           const std::vector<int>& out_edges, bool* any);
+  // Sends the gradients of `inputs` (as ReceiveRows gave them, after
+  // backward) up to training producers (TP rank 0).
+  Status SendInputGradients(int mb, const std::vector<int64_t>& ids, const std::map<int, torch::Tensor>& inputs);
+  // Waits for every send of the step.
+  Status DrainSends();
+  // The TP ranks of a replica share what arrives at its TP rank 0: t
+  // (contiguous fp32) is broadcast from TP rank 0 in place.
+  Status BroadcastInTp(torch::Tensor& t);
+
+ private:
+  // A message of this step seen from this rank: which transfer, which link, which tag.
+  struct Message {
+    const scheduler::Transfer* transfer = nullptr;
+    launcher::LinkChannel* link = nullptr;
+    int tag_index = 0;
+  };
+  struct PendingSend {
+    torch::Tensor keep_alive;
+    launcher::WorkPtr work;
+  };
+  bool Tp0() const { return place_.coords.tp == 0; }
+  launcher::LinkChannel* FindLink(int edge, int up_dp, int down_dp);
+
+  const plan::Plan& plan_;
+  const launcher::RankPlace& place_;
+  launcher::Communicators& comms_;
+  double* blocked_seconds_;
+  int section_, replica_;
+  int64_t step_ = 0;
+  std::vector<scheduler::Transfer> transfers_;
+  std::map<std::tuple<int, int>, std::vector<Message>> incoming_;  // (edge, down micro-batch) -> messages
+  std::map<std::tuple<int, int>, std::vector<Message>> outgoing_;  // (edge, up micro-batch) -> messages
+  std::vector<PendingSend> pending_;
+};
+
+}  // namespace maestro::runtime

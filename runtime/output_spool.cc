@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/output_spool.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "base/checks.h"
+#include "base/files.h"
+
+namespace maestro::runtime {
+
+StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_dir, const std::string& section_name,
+                                                         int replica) {
+  std::unique_ptr<OutputSpool> spool(new OutputSpool());
+  const std::string base = fmt::format("{}/spool/{}-dp{}", run_dir, section_name, replica);
+  (void)CreateDirectories(run_dir + "/spool");  // a failure shows when the spool opens
+  // The spool's commit records live in a SampleIndex database of this rank's own.
+  MAESTRO_ASSIGN_OR_RETURN(spool->index_, datalayer::SampleIndex::Open(base + ".sqlite"));
+  datalayer::SpoolOptions options;
+  options.name = fmt::format("{}.out", section_name);
+  options.reuse_across_epochs = true;  // a frozen section's output never changes
+  MAESTRO_ASSIGN_OR_RETURN(spool->spool_,
+                           datalayer::ActivationSpool::Open(base + ".h5", &spool->index_->db(), options));
+  return spool;
+}
+
+StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
+                                          const datasets::SampleSource& samples) {
+  const auto shape = runner.OutputRowShape();
+  std::vector<int64_t> full{static_cast<int64_t>(data.sample_ids.size())};
+  full.insert(full.end(), shape.begin(), shape.end());
+  auto rows = torch::empty(full, torch::kFloat32);
+  std::vector<int64_t> missing;
+  std::vector<int64_t> missing_pos;
+  for (size_t b = 0; b < data.sample_ids.size(); ++b) {
+    MAESTRO_ASSIGN_OR_RETURN(auto row, spool_->Get(data.sample_ids[b], epoch));
+    if (row && static_cast<int64_t>(row->data.size()) == rows[static_cast<int64_t>(b)].numel() * 4) {
+      std::memcpy(rows[static_cast<int64_t>(b)].data_ptr(), row->data.data(), row->data.size());
+      ++hits_;
+    } else {
+      missing.push_back(data.sample_ids[b]);
+      missing_pos.push_back(static_cast<int64_t>(b));
+    }
+  }
+  if (!missing.empty()) {
+    MAESTRO_ASSIGN_OR_RETURN(auto sub, LoadMicroBatch(samples, missing));
+    MAESTRO_ASSIGN_OR_RETURN(auto out, runner.Forward(sub, {}));
+    auto computed_rows = out.rows.contiguous();
+    for (size_t i = 0; i < missing.size(); ++i) {
+      auto row = computed_rows[static_cast<int64_t>(i)];
+      rows[missing_pos[i]].copy_(row);
+      datalayer::RowView view{shape, row.data_ptr(), static_cast<size_t>(row.numel()) * sizeof(float)};
+      MAESTRO_RETURN_IF_ERROR(spool_->Put(missing[i], epoch, view).status());
+      ++computed_;
+    }
+  }
+  return rows;
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// The spool of a forward-only section that feeds others: its output rows,
+// one per (sample, epoch), kept in <run_dir>/spool/<section>-dp<r>.h5 with
+// the commit records in a SampleIndex database of the rank's own
+// (<section>-dp<r>.sqlite), reused across resumes and epochs (a frozen
+// section's output never changes). Rows it holds are read back; the others
+// are computed and added.
+// Runtime-internal (torch). May call: runtime/section_runner, datalayer,
+// datasets (SampleSource), base, libtorch. Thread safety: one thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "datalayer/activation_spool.h"
+#include "datalayer/sample_index.h"
+#include "datasets/sample_source.h"
+#include "runtime/section_runner.h"
+
+namespace maestro::runtime {
+
+class OutputSpool {
+ public:
+  // The spool of section `section_name`'s replica `replica` under `run_dir`.
+  static StatusOr<std::unique_ptr<OutputSpool>> Open(const std::string& run_dir, const std::string& section_name,
+                                                     int replica);
+
+  // The rows of `data`'s samples at `epoch`: (B, runner.OutputRowShape()...)
+  // fp32, from the spool where it has them, else computed by `runner` (the
+  // samples' payloads from `samples`) and spooled.
+  StatusOr<torch::Tensor> Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
+                               const datasets::SampleSource& samples);
+  // Makes the rows spooled so far durable (at a checkpoint).
+  Status Commit() { return spool_->Commit(); }
+
+  int64_t hits() const { return hits_; }
+  int64_t computed() const { return computed_; }
+
+ private:
+  OutputSpool() = default;
+  std::unique_ptr<datalayer::SampleIndex> index_;
+  std::unique_ptr<datalayer::ActivationSpool> spool_;
+  int64_t hits_ = 0, computed_ = 0;
+};
+
+}  // namespace maestro::runtime

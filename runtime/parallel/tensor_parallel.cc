@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/parallel/tensor_parallel.h"
+
+#include <stdexcept>
+
+#include "runtime/collectives.h"
+#include "runtime/tensor_buffer.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+struct EnterTp : public torch::autograd::Function<EnterTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<TensorParallelReducer*>(ctx->saved_data["tp"].toInt());
+    auto g = grads[0].contiguous().clone();
+    tp->AllReduceSum(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+struct LeaveTp : public torch::autograd::Function<LeaveTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& y, int64_t tp) {
+    auto out = y.contiguous().clone();
+    reinterpret_cast<TensorParallelReducer*>(tp)->AllReduceSum(out);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor EnterTensorParallel(const torch::Tensor& x, TensorParallelReducer* tp) {
+  if (tp == nullptr || tp->size() == 1) return x;
+  return EnterTp::apply(x, reinterpret_cast<int64_t>(tp));
+}
+
+torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer* tp) {
+  if (tp == nullptr || tp->size() == 1) return y;
+  return LeaveTp::apply(y, reinterpret_cast<int64_t>(tp));
+}
+
+void GroupReducer::AllReduceSum(torch::Tensor& t) {
+  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32, "TP all-reduce needs contiguous fp32");
+  Status s = Wait(group_.AllReduce(FloatBuffer(t), launcher::ReduceOp::kSum));
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/plan_data.h"
+
+#include <fmt/format.h>
+
+#include "base/checks.h"
+#include "datasets/demo_data.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+double ModalityFraction(const plan::Plan& plan, const std::string& name, double fallback) {
+  for (const auto& m : plan.data.modalities) {
+    if (m.name == name) return m.fraction;
+  }
+  return fallback;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan) {
+  if (!plan.data.manifest.empty()) {
+    return Status::FailedPrecondition(
+        fmt::format("[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
+                    "(set manifest = \"\" and dataset = \"fashion_mnist_captions\" or \"text\")",
+                    plan.data.manifest));
+  }
+  datasets::DemoOptions options;
+  std::string kind = plan.data.dataset;
+  if (kind.empty()) {
+    bool image = false;
+    for (const auto& s : plan.sections) image = image || s.activation == "image";
+    for (const auto& m : plan.data.modalities) image = image || m.name == "image";
+    kind = image ? "fashion_mnist_captions" : "text";
+  }
+  MAESTRO_ASSIGN_OR_RETURN(options.kind, datasets::DemoKindFromName(kind));
+  options.seq_len = plan.data.seq_len;
+  options.seed = plan.data.seed;
+  options.image_fraction = ModalityFraction(plan, "image", 0.5);
+  MAESTRO_ASSIGN_OR_RETURN(auto demo, datasets::DemoDataset::Open(options));
+  return std::unique_ptr<datasets::SampleSource>(std::move(demo));
+}
+
+StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& plan,
+                                                              const datasets::SampleSource& samples,
+                                                              const std::string& run_dir) {
+  datalayer::RunOptions options;
+  options.run_dir = run_dir;
+  options.seed = plan.data.seed;
+  options.global_batch_size = plan.data.global_batch;
+  options.keep_last_checkpoints = 2;
+  MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
+  if (run->index().NumSamples() == 0) {
+    const std::string manifest = run_dir + "/manifest.jsonl";
+    MAESTRO_RETURN_IF_ERROR(datasets::WriteManifest(samples, manifest).status());
+    MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(manifest).status());
+  }
+  return run;
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/step_metrics.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "base/checks.h"
+#include "runtime/collectives.h"
+
+namespace maestro::runtime {
+
+StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int section, const RankStepStats& mine) {
+  // [loss_sum, loss_samples, answers, right, stop, busy per section..., framework seconds per section...]
+  std::vector<double> stats(5 + 2 * sections, 0.0);
+  if (mine.counts_loss) {
+    stats[0] = mine.loss_sum;
+    stats[1] = static_cast<double>(mine.loss_samples);
+    stats[2] = static_cast<double>(mine.answers);
+    stats[3] = static_cast<double>(mine.answers_right);
+  }
+  stats[4] = mine.stop_requested ? 1.0 : 0.0;
+  stats[5 + static_cast<size_t>(section)] = mine.busy_seconds;
+  stats[5 + sections + static_cast<size_t>(section)] = mine.framework_seconds;
+  MAESTRO_RETURN_IF_ERROR(Wait(world.AllReduce(launcher::CpuBuffer(stats), launcher::ReduceOp::kSum)));
+  StepTotals totals;
+  totals.loss_sum = stats[0];
+  totals.loss_samples = stats[1];
+  totals.answers = stats[2];
+  totals.answers_right = stats[3];
+  totals.stop = stats[4] > 0;
+  totals.busy.assign(stats.begin() + 5, stats.begin() + 5 + static_cast<std::ptrdiff_t>(sections));
+  totals.framework.assign(stats.begin() + 5 + static_cast<std::ptrdiff_t>(sections), stats.end());
+  return totals;
+}
+
+void StepReporter::Open(const std::string& run_dir) {
+  metrics_.open(run_dir + "/metrics.jsonl", std::ios::app);
+}
+
+void StepReporter::Report(int64_t step, int64_t epoch, size_t samples, double loss, const StepTotals& totals,
+                          double step_seconds) {
+  const size_t sections = plan_.sections.size();
+  nlohmann::json busy = nlohmann::json::object();
+  std::string busy_text;
+  double framework = 0.0;
+  for (size_t s = 0; s < sections; ++s) framework += totals.framework[s];
+  const double overhead = step_seconds > 0 ? framework / (plan_.world_size() * step_seconds) : 0.0;
+  for (size_t s = 0; s < sections; ++s) {
+    const auto& sp = plan_.sections[s];
+    const double share = step_seconds > 0 ? totals.busy[s] / (sp.config.ranks() * step_seconds) : 0.0;
+    busy[sp.name] = share;
+    busy_text += fmt::format(" {} {:.0f}%", sp.name, 100.0 * share);
+  }
+  const double samples_per_s = step_seconds > 0 ? static_cast<double>(samples) / step_seconds : 0.0;
+  const int64_t total = total_steps_;
+  nlohmann::json line{{"step", step},
+                      {"epoch", epoch},
+                      {"loss", loss},
+                      {"samples", samples},
+                      {"step_seconds", step_seconds},
+                      {"samples_per_s", samples_per_s},
+                      {"busy", busy},
+                      {"overhead", overhead}};
+  if (totals.answers > 0) line["answer_accuracy"] = totals.answers_right / totals.answers;
+  if (metrics_) metrics_ << line.dump() << "\n" << std::flush;
+  if (!progress_) return;
+  const std::string text =
+      fmt::format("step {}/{} loss {:.4f} {:.1f} samples/s busy{}", step + 1, total, loss, samples_per_s, busy_text);
+  if (isatty(fileno(stderr))) {
+    const int width = 30;
+    const int filled = total > 0 ? static_cast<int>(width * (step + 1) / total) : 0;
+    std::fprintf(stderr, "\r[%s%s] %s", std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(width - filled), '.').c_str(), text.c_str());
+    if (step + 1 >= total) std::fprintf(stderr, "\n");
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void StepReporter::ReportEval(const std::string& name, double value) {
+  if (metrics_) metrics_ << nlohmann::json{{"eval", name}, {"value", value}}.dump() << "\n";
+}
+
+}  // namespace maestro::runtime
