@@ -25,6 +25,21 @@ Status CreateDirectories(const std::string& dir) {
   return Status::Ok();
 }
 
+int WriteFully(int fd, std::string_view data) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode) {
   return WriteFileAtomically(path, std::vector<std::string_view>{contents}, mode);
 }
@@ -43,18 +58,9 @@ Status WriteFileAtomically(const std::string& path, const std::vector<std::strin
                     path, tmp, std::strerror(errno)));
   }
   for (std::string_view piece : pieces) {
-    const char* p = piece.data();
-    size_t left = piece.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const int err = errno;
-        ::close(fd);
-        return fail("write to", err);
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
+    if (const int err = WriteFully(fd, piece); err != 0) {
+      ::close(fd);
+      return fail("write to", err);
     }
   }
   if (::fchmod(fd, mode) != 0) {

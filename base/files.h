@@ -5,7 +5,7 @@
 // (index, spool, checkpoints) go through datalayer::Env instead, whose seam
 // lets tests inject faults.
 //
-// Owns: CreateDirectories, WriteFileAtomically.
+// Owns: CreateDirectories, WriteFully, WriteFileAtomically.
 // May call: the C and C++ standard libraries, POSIX.
 // Thread safety: two writers of the same path race on its ".tmp" file; every
 // path has one writer in Maestro.
@@ -24,6 +24,11 @@ namespace maestro {
 // Creates `dir` and its missing parents (mode 0755); an existing directory is
 // fine. "" is the current directory. IOError names the path and the reason.
 Status CreateDirectories(const std::string& dir);
+
+// Writes all of `data` to the open descriptor `fd`, retrying short writes and
+// EINTR. Returns 0, or the errno of the write that failed (the caller names
+// the file). The one write loop of the tree (this file, datalayer::Env).
+int WriteFully(int fd, std::string_view data);
 
 // Writes `contents` to `path` atomically: to "<path>.tmp", fsync, chmod
 // `mode`, rename over `path`. A failure leaves `path` as it was, removes the

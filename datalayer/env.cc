@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/files.h"
+
 namespace maestro::datalayer {
 namespace {
 
@@ -25,16 +27,9 @@ class PosixWritableFile final : public WritableFile {
   PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   ~PosixWritableFile() override { (void)Close(); }
   Status Append(std::string_view data) override {
-    const char* p = data.data();
-    size_t left = data.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd_, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return Errno("write", path_, "is the disk full?");
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
+    if (const int err = WriteFully(fd_, data); err != 0) {
+      errno = err;
+      return Errno("write", path_, "is the disk full?");
     }
     return Status::Ok();
   }
