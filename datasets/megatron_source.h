@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// A Megatron-LM indexed corpus (.bin + .idx) as a SampleSource: the runtime,
+// the reference and the SampleIndex read its samples through the data seam
+// (datasets/sample_source.h) like any other data set.
+//
+// Owns: the mapping from MegatronSamples (datasets/megatron_indexed.h: the
+// pack/split rule) to SampleRecords: inputs, next-token targets (-100 where a
+// window is padded), no images; the "text" token count of each sample; the
+// token-id check against the model's vocabulary.
+// May call: datasets/megatron_indexed, datasets/sample_source, base.
+// Thread safety: immutable after Open(); every const method may be called
+// from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "datasets/megatron_indexed.h"
+#include "datasets/sample_source.h"
+
+namespace maestro::datasets {
+
+class MegatronSampleSource final : public SampleSource {
+ public:
+  // Opens `prefix` (or its .bin/.idx path) with the checks of
+  // MegatronIndexedDataset::Open and builds the samples of `options`.
+  // options.vocab_size > 0 is required: every sample read is checked against it.
+  static StatusOr<std::unique_ptr<MegatronSampleSource>> Open(const std::string& prefix,
+                                                              const MegatronSampleOptions& options);
+
+  // Train: every sample of the rule; test: none (hold out a corpus of its own).
+  int64_t NumSamples(Split split) const override;
+  // A sample whose tokens reach vocab_size is InvalidArgument naming the
+  // corpus, the sample, the document and the token (MegatronIndexedDataset
+  // is checked whole at ingestion: CheckWholeCorpus).
+  StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
+  // location "<prefix>#<id>"; tokens {"text": real input tokens}.
+  SampleTokens TokensOf(int64_t id) const override;
+
+  // Every token id of the corpus below vocab_size (a scan of the .bin; run
+  // once, before the corpus is ingested into a run's SampleIndex).
+  Status CheckWholeCorpus() const;
+  const MegatronSamples& samples() const { return samples_; }
+
+ private:
+  MegatronSampleSource(std::string prefix, MegatronSamples samples)
+      : prefix_(std::move(prefix)), samples_(std::move(samples)) {}
+  std::string prefix_;
+  MegatronSamples samples_;
+};
+
+}  // namespace maestro::datasets
