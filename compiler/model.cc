@@ -126,7 +126,7 @@ int64_t NaturalTokens(const ModelDesc& d, int64_t seq_len) {
       const int64_t side = d.image_size / d.patch_size;
       return side * side + (ExtraFlag(d, "cls_token", true) ? 1 : 0);
     }
-    case ModelKind::kAudioEncoder: return d.audio_frames / 2;
+    case ModelKind::kAudioEncoder: return (d.audio_frames + 1) / 2;  // the stride-2 conv's output
     case ModelKind::kProjector: return 1;
   }
   return seq_len;
@@ -220,7 +220,7 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
     case ModelKind::kAudioEncoder: {
       const int64_t ffn = d.ffn_hidden;
       const int64_t positions =
-          static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>(d.audio_frames / 2)));
+          static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>((d.audio_frames + 1) / 2)));
       const int64_t conv1 = d.mel_bins * h * 3, conv2 = h * h * 3;
       int64_t p = conv1 + h + conv2 + h + positions * h;
       const int64_t layer_w = 4 * h * h + 2 * h * ffn;
@@ -272,6 +272,19 @@ class HfReader {
   bool Bool(const char* key, bool fallback) const {
     return j_.contains(key) && j_.at(key).is_boolean() ? j_.at(key).get<bool>() : fallback;
   }
+  StatusOr<double> Double(const char* key, double fallback) const {
+    if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number()) {
+      return Status::InvalidArgument(fmt::format("{}: key '{}' must be a number, got {}", origin_, key, v.dump()));
+    }
+    return v.get<double>();
+  }
+  std::string String(const char* key, const std::string& fallback) const {
+    return j_.contains(key) && j_.at(key).is_string() ? j_.at(key).get<std::string>() : fallback;
+  }
+  // Whether the key is there with a non-null value.
+  bool Has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
 
  private:
   const nlohmann::json& j_;
@@ -309,6 +322,19 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   int64_t max_pos = 0;
   MAESTRO_ASSIGN_OR_RETURN(max_pos, r.Int("max_position_embeddings", 0));
   if (max_pos > 0) d.extra["max_position_embeddings"] = static_cast<double>(max_pos);
+  // What the runtime's decoder computes with (runtime/models/model_desc.h);
+  // the defaults are those of transformers' LlamaConfig / MistralConfig /
+  // Qwen2Config (rms_norm_eps 1e-6) and MixtralConfig (1e-5).
+  MAESTRO_ASSIGN_OR_RETURN(d.extra["rope_theta"], r.Double("rope_theta", 10000.0));
+  MAESTRO_ASSIGN_OR_RETURN(d.extra["rms_norm_eps"], r.Double("rms_norm_eps", type == "mixtral" ? 1e-5 : 1e-6));
+  // Mistral's window (null in later Mistral configs); Qwen2 only with use_sliding_window.
+  const bool window_on = type == "qwen2" ? r.Bool("use_sliding_window", false) : true;
+  int64_t window = 0;
+  MAESTRO_ASSIGN_OR_RETURN(window, r.Int("sliding_window", 0));
+  if (window_on && window > 0) d.extra["sliding_window"] = static_cast<double>(window);
+  // rope_scaling (Llama 3.1's "llama3", YaRN, ...) changes every position's
+  // angles; the runtime refuses it rather than compute something else.
+  if (r.Has("rope_scaling")) d.extra["rope_scaling"] = 1;
   return d;
 }
 
@@ -325,14 +351,59 @@ StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin
   MAESTRO_ASSIGN_OR_RETURN(d.patch_size, r.Int("patch_size", clip ? 32 : 16));
   MAESTRO_ASSIGN_OR_RETURN(d.channels, r.Int("num_channels", 3));
   d.kv_heads = d.heads;
+  // The layouts are hf/name_map.h's kVitLayout* (hf is not a compiler dependency).
   if (clip) {
+    d.extra["vit_layout"] = 1;  // CLIPVisionModel
+    d.extra["cls_token"] = 1;
     d.extra["patch_bias"] = 0;
     d.extra["pre_norm"] = 1;
     d.extra["pooler"] = 0;
+    d.extra["quick_gelu"] = r.String("hidden_act", "quick_gelu") == "quick_gelu" ? 1 : 0;
   } else {
+    d.extra["vit_layout"] = 3;  // HF ViTModel: planned, not built by the runtime
     d.extra["qkv_bias"] = r.Bool("qkv_bias", true) ? 1 : 0;
     d.extra["pooler"] = 1;  // ViTModel(add_pooling_layer=True), as from_pretrained builds it
   }
+  MAESTRO_ASSIGN_OR_RETURN(d.extra["layer_norm_eps"], r.Double("layer_norm_eps", clip ? 1e-5 : 1e-12));
+  return d;
+}
+
+// Qwen2-VL's vision tower (transformers' Qwen2VisionTransformerPretrainedModel)
+// from a qwen2_vl config's vision_config. Qwen2-VL takes any resolution; a
+// section takes one: image_size when the vision_config has it, else 448.
+StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::string& origin) {
+  HfReader r(j, origin);
+  ModelDesc d;
+  d.kind = ModelKind::kVit;
+  // Defaults are those of transformers' Qwen2VLVisionConfig.
+  MAESTRO_ASSIGN_OR_RETURN(d.hidden, r.Int("embed_dim", 1280));
+  MAESTRO_ASSIGN_OR_RETURN(d.layers, r.Int("depth", 32));
+  MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("num_heads", 16));
+  double mlp_ratio = 4;
+  MAESTRO_ASSIGN_OR_RETURN(mlp_ratio, r.Double("mlp_ratio", 4.0));
+  d.ffn_hidden = static_cast<int64_t>(static_cast<double>(d.hidden) * mlp_ratio);  // int(embed_dim * mlp_ratio)
+  MAESTRO_ASSIGN_OR_RETURN(d.patch_size, r.Int("patch_size", 14));
+  int64_t channels = 3;
+  MAESTRO_ASSIGN_OR_RETURN(channels, r.Int("in_chans", 3));  // older configs
+  MAESTRO_ASSIGN_OR_RETURN(d.channels, r.Int("in_channels", channels));
+  MAESTRO_ASSIGN_OR_RETURN(d.out_dim, r.Int("hidden_size", 3584));
+  int64_t merge = 2, temporal = 2;
+  MAESTRO_ASSIGN_OR_RETURN(merge, r.Int("spatial_merge_size", 2));
+  MAESTRO_ASSIGN_OR_RETURN(temporal, r.Int("temporal_patch_size", 2));
+  MAESTRO_ASSIGN_OR_RETURN(d.image_size, r.Int("image_size", 448));
+  d.kv_heads = d.heads;
+  d.extra["vit_layout"] = 2;  // hf/name_map.h kVitLayoutQwen2Vl
+  d.extra["temporal_patch"] = static_cast<double>(temporal);
+  d.extra["spatial_merge"] = static_cast<double>(merge);
+  d.extra["merger_hidden"] = static_cast<double>(merge * merge * d.hidden);
+  d.extra["cls_token"] = 0;
+  d.extra["pos_embed"] = 0;  // 2-D rotary embeddings
+  d.extra["patch_bias"] = 0;
+  d.extra["final_norm"] = 0;  // the merger's ln_q is the last norm
+  d.extra["pooler"] = 0;
+  d.extra["qkv_bias"] = 1;
+  d.extra["layer_norm_eps"] = 1e-6;
+  d.extra["quick_gelu"] = r.String("hidden_act", "quick_gelu") == "quick_gelu" ? 1 : 0;
   return d;
 }
 
@@ -382,10 +453,15 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
     d = VitFromHf(j.at("vision_config"), origin + " (vision_config)", true);
   } else if (type == "whisper") {
     d = WhisperEncoderFromHf(j, origin);
+  } else if (type == "qwen2_vl") {
+    if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
+      return Status::InvalidArgument(origin + ": a qwen2_vl config needs an object 'vision_config'");
+    }
+    d = Qwen2VlVisionFromHf(j.at("vision_config"), origin + " (vision_config)");
   } else {
     return Status::InvalidArgument(
         fmt::format("{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, vit, clip, "
-                    "clip_vision_model, whisper (or describe the model by shape in the spec)",
+                    "clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
                     origin, type));
   }
   if (!d.ok()) return d.status();

@@ -41,6 +41,11 @@ void GqaAttentionImpl::Shard(int rank, int size) {
   Slice(q_proj->weight, 0, rank * h * head_dim_, h * head_dim_);
   Slice(k_proj->weight, 0, rank * k * head_dim_, k * head_dim_);
   Slice(v_proj->weight, 0, rank * k * head_dim_, k * head_dim_);
+  if (q_proj->bias.defined()) {
+    Slice(q_proj->bias, 0, rank * h * head_dim_, h * head_dim_);
+    Slice(k_proj->bias, 0, rank * k * head_dim_, k * head_dim_);
+    Slice(v_proj->bias, 0, rank * k * head_dim_, k * head_dim_);
+  }
   Slice(o_proj->weight, 1, rank * h * head_dim_, h * head_dim_);
   heads_ = h;
   kv_heads_ = k;
@@ -58,8 +63,8 @@ int TensorParallelShardDim(const std::string& name) {
     const std::string s(suffix);
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  for (const char* rows : {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "mlp.gate_proj.weight",
-                           "mlp.up_proj.weight"}) {
+  for (const char* rows : {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.q_proj.bias",
+                           "attn.k_proj.bias", "attn.v_proj.bias", "mlp.gate_proj.weight", "mlp.up_proj.weight"}) {
     if (ends_with(rows)) return 0;
   }
   for (const char* cols : {"attn.o_proj.weight", "mlp.down_proj.weight"}) {
@@ -86,12 +91,12 @@ Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer
   return Status::Ok();
 }
 
-GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
                                    ParamFactory& params)
     : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim) {
-  q_proj = register_module("q_proj", Linear(hidden, heads * head_dim, false, params));
-  k_proj = register_module("k_proj", Linear(hidden, kv_heads * head_dim, false, params));
-  v_proj = register_module("v_proj", Linear(hidden, kv_heads * head_dim, false, params));
+  q_proj = register_module("q_proj", Linear(hidden, heads * head_dim, qkv_bias, params));
+  k_proj = register_module("k_proj", Linear(hidden, kv_heads * head_dim, qkv_bias, params));
+  v_proj = register_module("v_proj", Linear(hidden, kv_heads * head_dim, qkv_bias, params));
   o_proj = register_module("o_proj", Linear(heads * head_dim, hidden, false, params));
 }
 
@@ -148,7 +153,8 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
 
 DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params) {
   attn_norm = register_module("attn_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
-  attn = register_module("attn", GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), params));
+  attn = register_module("attn",
+                         GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), QkvBias(desc), params));
   mlp_norm = register_module("mlp_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
   if (desc.experts > 0) {
     moe = register_module("moe", MoeMlp(desc.hidden, desc.experts, desc.experts_per_token, MoeFfnHidden(desc), params));
@@ -180,6 +186,10 @@ torch::Tensor DecoderLMImpl::Embed(const torch::Tensor& ids) {
 torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
   TORCH_CHECK(embeds.dim() == 3 && embeds.size(2) == desc_.hidden, "DecoderLM::ForwardEmbeds: embeds must be (B, T, ",
               desc_.hidden, "), got ", embeds.sizes());
+  const int64_t window = SlidingWindow(desc_);
+  TORCH_CHECK(window == 0 || embeds.size(1) <= window, "DecoderLM: ", embeds.size(1),
+              " tokens are longer than the sliding window (", window,
+              "); the runtime has no windowed mask: use sequences of at most ", window, " tokens");
   auto rope = MakeRopeTables(embeds.size(1), HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
   auto x = embeds;
   for (const auto& block : *blocks) x = block->as<DecoderBlockImpl>()->forward(x, rope);

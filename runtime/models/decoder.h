@@ -10,13 +10,19 @@
 //   -> lm_head (or the tied embedding) -> logits (B,T,V)
 // Letters: B batch, T tokens, C hidden, H heads, K kv_heads, D head_dim,
 // F ffn_hidden, E experts, V vocab, N = B*T tokens.
-// Parameter names (stable: checkpoints and the PyTorch reference use them):
+// Llama, Mistral and Qwen2 are this module: Qwen2 adds q/k/v biases
+// (extra.qkv_bias), Mistral a sliding window (extra.sliding_window: longer
+// sequences are refused, see CheckSequenceLength), each its rope_theta and
+// rms_norm_eps; head_dim may differ from hidden / heads.
+// Parameter names (stable: checkpoints and the PyTorch reference use them;
+// hf/name_map.cc maps them to Hugging Face's):
 //   embed_tokens.weight, blocks.<i>.attn_norm.weight,
-//   blocks.<i>.attn.{q,k,v,o}_proj.weight, blocks.<i>.mlp_norm.weight,
+//   blocks.<i>.attn.{q,k,v,o}_proj.weight, blocks.<i>.attn.{q,k,v}_proj.bias (qkv_bias),
+//   blocks.<i>.mlp_norm.weight,
 //   blocks.<i>.mlp.{gate,up,down}_proj.weight (dense) or
 //   blocks.<i>.moe.router.weight, blocks.<i>.moe.experts.<e>.{gate,up,down}_proj.weight,
 //   final_norm.weight, lm_head.weight (absent when tie_embeddings).
-// No biases anywhere. An expert that no token picked in a step gets no
+// No other biases. An expert that no token picked in a step gets no
 // gradient (its .grad() stays undefined): callers that all-reduce gradients
 // treat undefined as zero.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
@@ -50,14 +56,15 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 // head h uses kv head h / (H/K)).
 class GqaAttentionImpl : public torch::nn::Module {
  public:
-  GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, ParamFactory& params);
+  GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
+                   ParamFactory& params);
   // x: (B, T, C); rope: (T, D) tables -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // (H*D,C) (K*D,C) (K*D,C) (C,H*D)
   // Keeps heads [r*H/n, (r+1)*H/n) and kv heads [r*K/n, (r+1)*K/n): rows of
-  // q/k/v (column-parallel), columns of o (row-parallel; its output is a
-  // partial sum). REQUIRES: n divides H and K.
+  // q/k/v and their biases (column-parallel), columns of o (row-parallel; its
+  // output is a partial sum). REQUIRES: n divides H and K.
   void Shard(int rank, int size);
 
  private:

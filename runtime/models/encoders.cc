@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "hf/name_map.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/torch_compat.h"
@@ -32,84 +33,147 @@ StatusOr<Holder> Build(const plan::ModelDesc& desc, const ModelBuildOptions& opt
 
 }  // namespace
 
-ConvImpl::ConvImpl(int spatial_dims, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                   int64_t padding, ParamFactory& params)
-    : spatial_dims_(spatial_dims), stride_(stride), padding_(padding) {
+ConvImpl::ConvImpl(std::vector<int64_t> kernel, int64_t in_channels, int64_t out_channels, int64_t stride,
+                   int64_t padding, bool with_bias, ParamFactory& params, bool stride_is_kernel)
+    : stride_(stride_is_kernel ? kernel : std::vector<int64_t>(kernel.size(), stride)),
+      padding_(kernel.size(), padding) {
   std::vector<int64_t> shape{out_channels, in_channels};
-  for (int i = 0; i < spatial_dims; ++i) shape.push_back(kernel);
+  shape.insert(shape.end(), kernel.begin(), kernel.end());
   weight = register_parameter("weight", params.Normal(shape));
-  bias = register_parameter("bias", params.Zeros({out_channels}));
+  if (with_bias) bias = register_parameter("bias", params.Zeros({out_channels}));
 }
 
 torch::Tensor ConvImpl::forward(const torch::Tensor& x) {
-  if (spatial_dims_ == 1) return torch::conv1d(x, weight, bias, {stride_}, {padding_});
-  return torch::conv2d(x, weight, bias, {stride_, stride_}, {padding_, padding_});
+  switch (stride_.size()) {
+    case 1: return torch::conv1d(x, weight, bias, stride_, padding_);
+    case 2: return torch::conv2d(x, weight, bias, stride_, padding_);
+    default: return torch::conv3d(x, weight, bias, stride_, padding_);
+  }
 }
 
-SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads, ParamFactory& params) : heads_(heads) {
-  qkv = register_module("qkv", Linear(hidden, 3 * hidden, true, params));
+SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads, QkvLayout layout, ParamFactory& params)
+    : heads_(heads) {
+  if (layout == QkvLayout::kFused) {
+    qkv = register_module("qkv", Linear(hidden, 3 * hidden, true, params));
+  } else {
+    q_proj = register_module("q_proj", Linear(hidden, hidden, true, params));
+    k_proj = register_module("k_proj", Linear(hidden, hidden, layout != QkvLayout::kWhisper, params));
+    v_proj = register_module("v_proj", Linear(hidden, hidden, true, params));
+  }
   out = register_module("out", Linear(hidden, hidden, true, params));
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-  auto qkv_heads = qkv(x).view({b, t, 3, heads_, c / heads_}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
-  auto y = compat::ScaledDotProductAttention(qkv_heads[0], qkv_heads[1], qkv_heads[2], /*causal=*/false);
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTables* rope) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
+  torch::Tensor q, k, v;  // (B, H, T, D)
+  if (qkv) {
+    auto heads = qkv(x).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+    q = heads[0];
+    k = heads[1];
+    v = heads[2];
+  } else {
+    q = q_proj(x).view({b, t, heads_, d}).transpose(1, 2);
+    k = k_proj(x).view({b, t, heads_, d}).transpose(1, 2);
+    v = v_proj(x).view({b, t, heads_, d}).transpose(1, 2);
+  }
+  if (rope != nullptr) {  // in fp32, as HF's apply_rotary_pos_emb_vision
+    q = ApplyRope(q.to(torch::kFloat32), *rope).to(x.scalar_type());
+    k = ApplyRope(k.to(torch::kFloat32), *rope).to(x.scalar_type());
+  }
+  auto y = compat::ScaledDotProductAttention(q, k, v, /*causal=*/false);
   return out(y.transpose(1, 2).reshape({b, t, c}));  // (B, T, C)
 }
 
-EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps,
-                                   ParamFactory& params) {
+EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
+                                   MlpActivation activation, ParamFactory& params)
+    : activation_(activation) {
   attn_norm = register_module("attn_norm", LayerNorm(hidden, eps, params));
-  attn = register_module("attn", SelfAttention(hidden, heads, params));
+  attn = register_module("attn", SelfAttention(hidden, heads, layout, params));
   mlp_norm = register_module("mlp_norm", LayerNorm(hidden, eps, params));
   fc1 = register_module("fc1", Linear(hidden, ffn_hidden, true, params));
   fc2 = register_module("fc2", Linear(ffn_hidden, hidden, true, params));
 }
 
-torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + attn(attn_norm(x));
-  return h + fc2(compat::Gelu(fc1(mlp_norm(h))));
+torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const RopeTables* rope) {
+  auto h = x + attn(attn_norm(x), rope);
+  auto inner = fc1(mlp_norm(h));
+  return h + fc2(activation_ == MlpActivation::kQuickGelu ? QuickGelu(inner) : compat::Gelu(inner));
 }
 
 namespace {
-torch::nn::ModuleList MakeEncoderBlocks(const plan::ModelDesc& desc, ParamFactory& params) {
+torch::nn::ModuleList MakeEncoderBlocks(const plan::ModelDesc& desc, QkvLayout layout, MlpActivation activation,
+                                        ParamFactory& params) {
   torch::nn::ModuleList blocks;
   for (int64_t i = 0; i < desc.layers; ++i) {
-    blocks->push_back(EncoderBlock(desc.hidden, desc.heads, desc.ffn_hidden, LayerNormEps(desc), params));
+    blocks->push_back(
+        EncoderBlock(desc.hidden, desc.heads, desc.ffn_hidden, LayerNormEps(desc), layout, activation, params));
   }
   return blocks;
 }
 
-torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x) {
-  for (const auto& block : *blocks) x = block->as<EncoderBlockImpl>()->forward(x);
+torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x, const RopeTables* rope = nullptr) {
+  for (const auto& block : *blocks) x = block->as<EncoderBlockImpl>()->forward(x, rope);
   return x;
 }
 }  // namespace
 
-VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
-  patch_embed =
-      register_module("patch_embed", Conv(2, desc.channels, desc.hidden, desc.patch_size, desc.patch_size, 0, params));
-  pos_embed = register_parameter("pos_embed", params.Normal({1, num_patches(), desc.hidden}));
-  blocks = register_module("blocks", MakeEncoderBlocks(desc, params));
-  final_norm = register_module("final_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
+RopeTables MakeVisionRope2d(int64_t side, int64_t head_dim, torch::Device device) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  const int64_t dim = head_dim / 2;  // each axis rotates a quarter of the head twice over
+  auto inv_freq = 1.0 / torch::pow(10000.0, torch::arange(0, dim, 2, f32) / static_cast<double>(dim));  // (D/4)
+  auto coord = torch::arange(side, f32);
+  auto row = coord.repeat_interleave(side);                                                 // (N): 0,0,..,1,1,..
+  auto col = coord.repeat({side});                                                          // (N): 0,1,..,0,1,..
+  auto freqs = torch::cat({torch::outer(row, inv_freq), torch::outer(col, inv_freq)}, -1);  // (N, D/2)
+  auto angles = torch::cat({freqs, freqs}, -1);                                             // (N, D)
+  return {angles.cos(), angles.sin()};
+}
+
+VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params)
+    : desc_(desc), layout_(VitLayout(desc)) {
+  const int64_t c = desc.hidden, p = desc.patch_size;
+  const auto activation = QuickGelu(desc) ? MlpActivation::kQuickGelu : MlpActivation::kGelu;
+  const double eps = LayerNormEps(desc);
+  if (layout_ == hf::kVitLayoutClip) {
+    patch_embed =
+        register_module("patch_embed", Conv(std::vector<int64_t>{p, p}, desc.channels, c, p, 0, false, params));
+    class_embedding = register_parameter("class_embedding", params.Normal({c}));
+    pos_embed = register_parameter("pos_embed", params.Normal({num_patches() + 1, c}));
+    pre_norm = register_module("pre_norm", LayerNorm(c, eps, params));
+    blocks = register_module("blocks", MakeEncoderBlocks(desc, QkvLayout::kSeparate, activation, params));
+    final_norm = register_module("final_norm", LayerNorm(c, eps, params));
+    return;
+  }
+  if (layout_ == hf::kVitLayoutQwen2Vl) {
+    auto it = desc.extra.find("temporal_patch");
+    const int64_t temporal = it == desc.extra.end() ? 1 : static_cast<int64_t>(it->second);
+    patch_embed = register_module("patch_embed", Conv(std::vector<int64_t>{temporal, p, p}, desc.channels, c, 0, 0,
+                                                      false, params, /*stride_is_kernel=*/true));
+    blocks = register_module("blocks", MakeEncoderBlocks(desc, QkvLayout::kFused, activation, params));
+    rope_ = MakeVisionRope2d(desc.image_size / p, HeadDim(desc), torch::kCPU);  // moved to the input's device on use
+  } else {
+    patch_embed =
+        register_module("patch_embed", Conv(std::vector<int64_t>{p, p}, desc.channels, c, p, 0, true, params));
+    pos_embed = register_parameter("pos_embed", params.Normal({1, num_patches(), c}));
+    blocks = register_module("blocks", MakeEncoderBlocks(desc, QkvLayout::kFused, activation, params));
+    final_norm = register_module("final_norm", LayerNorm(c, eps, params));
+  }
   const int64_t merge = SpatialMerge(desc);
   if (merge > 0) {
-    const int64_t in = desc.hidden * merge * merge;
+    const int64_t in = c * merge * merge;
     const int64_t mid = MergerHidden(desc);
-    merger_norm = register_module("merger_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
+    merger_norm = register_module("merger_norm", LayerNorm(c, eps, params));
     merger_fc1 = register_module("merger_fc1", Linear(in, mid, /*with_bias=*/true, params));
     merger_fc2 = register_module("merger_fc2", Linear(mid, desc.out_dim, /*with_bias=*/true, params));
   }
 }
 
 int64_t VitEncoderImpl::output_tokens() const {
-  const int64_t merge = SpatialMerge(desc_);
-  return merge > 0 ? num_patches() / (merge * merge) : num_patches();
+  return VitOutputTokens(desc_);
 }
 
 int64_t VitEncoderImpl::output_dim() const {
-  return SpatialMerge(desc_) > 0 ? desc_.out_dim : desc_.hidden;
+  return VitOutputDim(desc_);
 }
 
 int64_t VitEncoderImpl::num_patches() const {
@@ -122,12 +186,28 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
                   images.size(3) == desc_.image_size,
               "VitEncoder: images must be (B, ", desc_.channels, ", ", desc_.image_size, ", ", desc_.image_size,
               "), got ", images.sizes());
-  auto x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
-  x = final_norm(RunBlocks(blocks, x + pos_embed));
+  const int64_t b = images.size(0), c = desc_.hidden, side = desc_.image_size / desc_.patch_size;
+  torch::Tensor x;
+  if (layout_ == hf::kVitLayoutClip) {
+    x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
+    x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
+    return RunBlocks(blocks, pre_norm(x));  // (B, 1+N, C): last_hidden_state
+  }
+  if (layout_ == hf::kVitLayoutQwen2Vl) {
+    // A still image is repeated over the temporal patch (Qwen2-VL's processor does the same).
+    const int64_t temporal = patch_embed->weight.size(2);
+    auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
+    x = patch_embed(frames).flatten(2).transpose(1, 2);  // (B, N, C), patches row-major
+    if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
+    x = RunBlocks(blocks, x, &rope_);
+  } else {
+    x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
+    x = final_norm(RunBlocks(blocks, x + pos_embed));
+  }
   const int64_t merge = SpatialMerge(desc_);
   if (merge == 0) return x;
-  // (B, N, C) -> (B, side/m, m, side/m, m, C) -> (B, N/m^2, m^2 C), row-major blocks.
-  const int64_t b = x.size(0), c = x.size(2), side = desc_.image_size / desc_.patch_size;
+  // (B, N, C) -> (B, side/m, m, side/m, m, C) -> (B, N/m^2, m^2 C): each m x m
+  // block of neighbouring patches (row-major inside), blocks row-major.
   x = merger_norm(x).reshape({b, side / merge, merge, side / merge, merge, c});
   x = x.permute({0, 1, 3, 2, 4, 5}).reshape({b, output_tokens(), merge * merge * c});
   return merger_fc2(compat::Gelu(merger_fc1(x)));
@@ -142,10 +222,11 @@ torch::Tensor SinusoidalPositions(int64_t length, int64_t channels) {
 }
 
 AudioEncoderImpl::AudioEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
-  conv1 = register_module("conv1", Conv(1, desc.mel_bins, desc.hidden, 3, 1, 1, params));
-  conv2 = register_module("conv2", Conv(1, desc.hidden, desc.hidden, 3, 2, 1, params));
-  positions = register_buffer("positions", params.Fixed(SinusoidalPositions((desc.audio_frames + 1) / 2, desc.hidden)));
-  blocks = register_module("blocks", MakeEncoderBlocks(desc, params));
+  conv1 = register_module("conv1", Conv(std::vector<int64_t>{3}, desc.mel_bins, desc.hidden, 1, 1, true, params));
+  conv2 = register_module("conv2", Conv(std::vector<int64_t>{3}, desc.hidden, desc.hidden, 2, 1, true, params));
+  embed_positions = register_parameter(
+      "embed_positions", params.Fixed(SinusoidalPositions(AudioPositions(desc), desc.hidden)), /*requires_grad=*/false);
+  blocks = register_module("blocks", MakeEncoderBlocks(desc, QkvLayout::kWhisper, MlpActivation::kGelu, params));
   final_norm = register_module("final_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
 }
 
@@ -155,7 +236,7 @@ torch::Tensor AudioEncoderImpl::forward(const torch::Tensor& mel) {
               mel.sizes());
   auto x = compat::Gelu(conv2(compat::Gelu(conv1(mel))));  // (B, C, ceil(F/2))
   x = x.transpose(1, 2);                                   // (B, ceil(F/2), C)
-  x = x + positions.narrow(0, 0, x.size(1));
+  x = x + embed_positions.narrow(0, 0, x.size(1));
   return final_norm(RunBlocks(blocks, x));
 }
 

@@ -3,76 +3,115 @@
 // the MLP projector, plus BuildModel for any ModelDesc.
 //
 // Owns:
-//   EncoderBlock (pre-LN, as torch.nn.TransformerEncoderLayer(norm_first=True)):
-//     x + attn(ln(x)), then x + fc2(gelu(fc1(ln(x)))); exact (erf) GELU;
-//     attention: fused qkv (3C, C) + bias, non-causal, out (C, C) + bias.
-//   VitEncoder:  images (B, Cin, S, S) -> Conv2d(Cin, C, P, stride P) ->
-//     (B, N, C), N = (S/P)^2, + learned positions (1, N, C) -> blocks ->
-//     final LayerNorm -> (B, N, C). No class token.
-//   AudioEncoder (Whisper-like): mel (B, M, F) -> Conv1d(M, C, 3, pad 1) ->
+//   EncoderBlock (pre-LN): x + attn(ln(x)), then x + fc2(act(fc1(ln(x))));
+//     act: exact (erf) GELU, or quick_gelu (CLIP, Qwen2-VL); attention
+//     non-causal, either a fused qkv (3C, C) + bias, or separate q/k/v
+//     projections (CLIP; Whisper: k without bias), and out (C, C) + bias;
+//     optionally rotary positions on q and k (Qwen2-VL's 2-D RoPE).
+//   VitEncoder, one of three layouts (extra.vit_layout, hf/name_map.h):
+//     built-in: images (B, Cin, S, S) -> Conv2d(Cin, C, P, stride P) + bias ->
+//       (B, N, C), N = (S/P)^2, + learned positions (1, N, C) -> blocks ->
+//       final LayerNorm -> (B, N, C), optionally the patch merger.
+//     CLIP (CLIPVisionModel): Conv2d without bias -> [class_embedding;
+//       patches] (B, 1+N, C) + position embedding (1+N, C) -> pre_layrnorm ->
+//       blocks (separate q/k/v/out with biases, quick_gelu) -> (B, 1+N, C):
+//       HF's last_hidden_state, the CLS row first. post_layernorm
+//       (final_norm) is kept for loading and export but, as in HF, only
+//       feeds the pooled CLS output, which a section does not produce: it
+//       gets no gradient.
+//     Qwen2-VL (its vision tower): the image repeated over temporal_patch
+//       frames -> Conv3d(Cin, C, (T, P, P)) without bias -> (B, N, C) ->
+//       blocks (fused qkv + bias, 2-D RoPE over patch row / column, quick_gelu,
+//       LayerNorm eps 1e-6) -> PatchMerger -> (B, N/m^2, out_dim); no final
+//       norm.
+//   AudioEncoder (WhisperEncoder): mel (B, M, F) -> Conv1d(M, C, 3, pad 1) ->
 //     GELU -> Conv1d(C, C, 3, stride 2, pad 1) -> GELU -> (B, ceil(F/2), C)
-//     + fixed sinusoidal positions (a buffer, not a parameter) -> blocks ->
-//     final LayerNorm -> (B, ceil(F/2), C).
-//   MlpProjector: x (..., in_dim) -> Linear -> GELU -> Linear -> (..., out_dim).
+//     + embed_positions (a frozen parameter, Whisper's sinusoids at init) ->
+//     blocks (q/v/out with bias, k without) -> final LayerNorm.
+//   MlpProjector (LLaVA's mlp2x_gelu): x (..., in_dim) -> Linear -> GELU ->
+//     Linear -> (..., out_dim).
 // Letters: B batch, C hidden, F ffn_hidden in blocks / frames in audio,
-// N patches, M mel bins, S image side, P patch side.
-// Parameter names: patch_embed.{weight,bias}, pos_embed, conv1.*, conv2.*,
-//   blocks.<i>.{attn_norm,mlp_norm}.{weight,bias}, blocks.<i>.attn.{qkv,out}.{weight,bias},
-//   blocks.<i>.{fc1,fc2}.{weight,bias}, final_norm.{weight,bias}; projector fc1.*, fc2.*.
+// N patches, M mel bins, S image side, P patch side, T temporal patch.
+// Parameter names (hf/name_map.cc maps them to Hugging Face's):
+//   built-in ViT: patch_embed.{weight,bias}, pos_embed,
+//     blocks.<i>.{attn_norm,mlp_norm}.{weight,bias}, blocks.<i>.attn.{qkv,out}.{weight,bias},
+//     blocks.<i>.{fc1,fc2}.{weight,bias}, final_norm.*, merger_norm.*, merger_fc1.*, merger_fc2.*;
+//   CLIP: class_embedding, patch_embed.weight, pos_embed, pre_norm.*,
+//     blocks.<i>.attn.{q_proj,k_proj,v_proj,out}.*, the block norms and fc's, final_norm.*;
+//   Qwen2-VL: patch_embed.weight, blocks (as built-in), merger_*;
+//   audio: conv1.*, conv2.*, embed_positions, blocks.<i>.attn.{q_proj,k_proj.weight,v_proj,out}.*,
+//     the block norms and fc's, final_norm.*; projector fc1.*, fc2.*.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
-// May call: libtorch, runtime/torch_compat.h, plan. Thread-safety: one thread
+// May call: libtorch, runtime/torch_compat.h, plan, hf/name_map.h. Thread-safety: one thread
 // per module at a time.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "base/status.h"
 #include "plan/plan.h"
+#include "runtime/models/decoder.h"
 #include "runtime/models/layers.h"
 
 namespace maestro::runtime {
 
-// Conv over the last 1 or 2 dims: weight (Cout, Cin, k[, k]), bias (Cout).
+// Conv over the last 1, 2 or 3 dims: weight (Cout, Cin, k...), bias (Cout) or none.
 class ConvImpl : public torch::nn::Module {
  public:
-  // spatial_dims: 1 (Conv1d) or 2 (Conv2d); square kernels.
-  ConvImpl(int spatial_dims, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
-           ParamFactory& params);
-  // x: (B, Cin, L) -> (B, Cout, L') for 1 dim; (B, Cin, H, W) -> (B, Cout, H', W') for 2.
+  // kernel: one size per spatial dim (1: Conv1d, 2: Conv2d, 3: Conv3d); stride
+  // and padding the same in every dim, or stride = kernel when stride_is_kernel.
+  ConvImpl(std::vector<int64_t> kernel, int64_t in_channels, int64_t out_channels, int64_t stride, int64_t padding,
+           bool with_bias, ParamFactory& params, bool stride_is_kernel = false);
+  // x: (B, Cin, L...) -> (B, Cout, L'...)
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::Tensor weight, bias;
+  torch::Tensor weight, bias;  // bias undefined when built without one
 
  private:
-  int spatial_dims_;
-  int64_t stride_, padding_;
+  std::vector<int64_t> stride_, padding_;
 };
 TORCH_MODULE(Conv);
 
-// Bidirectional multi-head self-attention with a fused qkv projection.
+// How an attention block holds its input projections.
+enum class QkvLayout {
+  kFused,     // qkv (3C, C) + bias: rows q, then k, then v (built-in ViT, Qwen2-VL)
+  kSeparate,  // q_proj, k_proj, v_proj (C, C) + biases (CLIP)
+  kWhisper,   // as kSeparate, k_proj without bias
+};
+
+// Bidirectional multi-head self-attention.
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  SelfAttentionImpl(int64_t hidden, int64_t heads, ParamFactory& params);
-  // x: (B, T, C) -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x);
+  SelfAttentionImpl(int64_t hidden, int64_t heads, QkvLayout layout, ParamFactory& params);
+  // x: (B, T, C); rope: nullptr, or (T, D) tables applied to q and k in fp32
+  // -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr);
 
-  Linear qkv{nullptr};  // (3C, C) + (3C): rows q, then k, then v
-  Linear out{nullptr};  // (C, C) + (C)
+  Linear qkv{nullptr};                                       // kFused
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};  // kSeparate, kWhisper
+  Linear out{nullptr};                                       // (C, C) + (C)
 
  private:
   int64_t heads_;
 };
 TORCH_MODULE(SelfAttention);
 
+enum class MlpActivation { kGelu, kQuickGelu };
+
 class EncoderBlockImpl : public torch::nn::Module {
  public:
-  EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, ParamFactory& params);
-  // x: (B, T, C) -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x);
+  EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
+                   MlpActivation activation, ParamFactory& params);
+  // x: (B, T, C); rope as SelfAttention -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr);
 
   LayerNorm attn_norm{nullptr}, mlp_norm{nullptr};
   SelfAttention attn{nullptr};
   Linear fc1{nullptr}, fc2{nullptr};  // (F, C), (C, F), with biases
+
+ private:
+  MlpActivation activation_;
 };
 TORCH_MODULE(EncoderBlock);
 
@@ -80,21 +119,25 @@ class VitEncoderImpl : public torch::nn::Module {
  public:
   // REQUIRES: ValidateModelDesc(desc).ok() and desc.kind == kVit.
   VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params);
-  // images: (B, channels, image_size, image_size) float -> (B, N, C), N = (image_size/patch_size)^2
+  // images: (B, channels, image_size, image_size) float -> (B, output_tokens(), output_dim())
   torch::Tensor forward(const torch::Tensor& images);
 
   const plan::ModelDesc& desc() const { return desc_; }
+  int layout() const { return layout_; }  // hf::kVitLayout*
   int64_t num_patches() const;
 
-  // Output rows per image: N / spatial_merge^2 (N without a merger).
+  // Output rows per image: N / spatial_merge^2 with a merger, N + 1 for CLIP
+  // (the class token first), else N.
   int64_t output_tokens() const;
   // Output width: out_dim with a merger, else hidden.
   int64_t output_dim() const;
 
   Conv patch_embed{nullptr};
-  torch::Tensor pos_embed;  // (1, N, C)
+  torch::Tensor class_embedding;  // CLIP: (C)
+  torch::Tensor pos_embed;        // built-in: (1, N, C); CLIP: (1+N, C); Qwen2-VL: none (RoPE)
+  LayerNorm pre_norm{nullptr};    // CLIP's pre_layrnorm
   torch::nn::ModuleList blocks;
-  LayerNorm final_norm{nullptr};
+  LayerNorm final_norm{nullptr};  // built-in, CLIP (post_layernorm)
   // Qwen2-VL-style patch merger, present when extra.spatial_merge = m > 0:
   // LayerNorm(C) -> each m x m block of neighbouring patches concatenated
   // (m^2 C) -> Linear(m^2 C, merger_hidden) -> GELU -> Linear(merger_hidden,
@@ -104,8 +147,16 @@ class VitEncoderImpl : public torch::nn::Module {
 
  private:
   plan::ModelDesc desc_;
+  int layout_;
+  RopeTables rope_;  // Qwen2-VL: (N, D) fp32 tables over patch (row, column), row-major patches
 };
 TORCH_MODULE(VitEncoder);
+
+// Qwen2-VL's 2-D rotary tables for a side x side grid of patches in
+// row-major order: per patch, angles [row * inv_freq, col * inv_freq] twice
+// over (rotate_half convention), inv_freq = 10000^(-2j / (D/2)), j < D/4.
+// Returns fp32 (side^2, head_dim) tables. REQUIRES: head_dim % 4 == 0.
+RopeTables MakeVisionRope2d(int64_t side, int64_t head_dim, torch::Device device);
 
 // Whisper's sinusoids: (length, C) with [sin | cos] halves, timescales
 // 10000^(-i/(C/2-1)), i < C/2. REQUIRES: C even, >= 4.
@@ -121,7 +172,9 @@ class AudioEncoderImpl : public torch::nn::Module {
   const plan::ModelDesc& desc() const { return desc_; }
 
   Conv conv1{nullptr}, conv2{nullptr};
-  torch::Tensor positions;  // buffer (ceil(audio_frames/2), C)
+  // (AudioPositions(desc), C), requires_grad false (HF freezes it too): an
+  // optimizer must leave it out.
+  torch::Tensor embed_positions;
   torch::nn::ModuleList blocks;
   LayerNorm final_norm{nullptr};
 

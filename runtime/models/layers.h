@@ -5,7 +5,7 @@
 // Owns: ModelBuildOptions (seed, device, dtype), ParamFactory (creates every
 // parameter in construction order from one seeded generator, or only its
 // shape on the meta device), and the small layers: Linear, RmsNorm,
-// LayerNorm, Embedding. They are written on the functional torch API rather
+// LayerNorm, Embedding, QuickGelu. They are written on the functional torch API rather
 // than torch::nn::Linear & co. so that the same code builds on the meta
 // device (parameter counting), on CPU and on CUDA, with one init scheme.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
@@ -111,6 +111,11 @@ class LayerNormImpl : public torch::nn::Module {
   double eps_;
 };
 TORCH_MODULE(LayerNorm);
+
+// CLIP's and Qwen2-VL's "quick_gelu": x * sigmoid(1.702 x).
+inline torch::Tensor QuickGelu(const torch::Tensor& x) {
+  return x * torch::sigmoid(1.702 * x);
+}
 
 // Token embedding table.
 class EmbeddingImpl : public torch::nn::Module {

@@ -2,7 +2,10 @@
 // ModelDesc checks and defaults (no torch in this file).
 #include "runtime/models/model_desc.h"
 
+#include <algorithm>
 #include <string>
+
+#include "hf/name_map.h"
 
 namespace maestro::runtime {
 namespace {
@@ -10,6 +13,16 @@ namespace {
 double ExtraOr(const plan::ModelDesc& desc, const char* key, double fallback) {
   auto it = desc.extra.find(key);
   return it == desc.extra.end() ? fallback : it->second;
+}
+
+const char* VitLayoutName(int layout) {
+  switch (layout) {
+    case hf::kVitLayoutBuiltin: return "built-in";
+    case hf::kVitLayoutClip: return "CLIP";
+    case hf::kVitLayoutQwen2Vl: return "Qwen2-VL";
+    case hf::kVitLayoutHfVit: return "HF ViTModel";
+  }
+  return "unknown";
 }
 
 // Collects the first failed requirement as an InvalidArgument.
@@ -51,6 +64,48 @@ void CheckEncoderBlocks(const plan::ModelDesc& d, DescChecker& c) {
   c.Require(LayerNormEps(d) > 0, "extra.layer_norm_eps > 0");
 }
 
+// The structure flags the compiler counts parameters by (compiler/model.cc,
+// with its defaults) must describe what the layout builds, or the planner
+// would plan a model that never runs.
+void CheckVitFlags(const plan::ModelDesc& d, DescChecker& c) {
+  const int layout = VitLayout(d);
+  const std::string name = VitLayoutName(layout);
+  c.Require(layout >= hf::kVitLayoutBuiltin && layout <= hf::kVitLayoutQwen2Vl,
+            "extra.vit_layout 0 (built-in), 1 (CLIP) or 2 (Qwen2-VL); " + name +
+                " is counted by the planner but not built by the runtime");
+  struct Flag {
+    const char* key;
+    double compiler_default;
+    double builtin, clip, qwen2_vl;  // what each layout builds; -1: any
+  };
+  static const Flag flags[] = {
+      {"pos_embed", 1, 1, 1, 0}, {"patch_bias", 1, 1, 0, 0}, {"pre_norm", 0, 0, 1, 0},  {"final_norm", 1, 1, 1, 0},
+      {"pooler", 0, 0, 0, 0},    {"qkv_bias", 1, 1, 1, 1},   {"cls_token", 1, 0, 1, 0}, {"temporal_patch", 1, 1, 1, -1},
+  };
+  for (const Flag& f : flags) {
+    const double want = layout == hf::kVitLayoutClip      ? f.clip
+                        : layout == hf::kVitLayoutQwen2Vl ? f.qwen2_vl
+                                                          : f.builtin;
+    if (want < 0) continue;
+    // The built-in ViT predates cls_token: absent means no class token there.
+    const bool lenient = layout == hf::kVitLayoutBuiltin && std::string(f.key) == "cls_token";
+    const double got = lenient ? ExtraOr(d, f.key, 0) : ExtraOr(d, f.key, f.compiler_default);
+    c.Require(got == want, "extra." + std::string(f.key) + " = " + std::to_string(static_cast<int>(want)) + " (the " +
+                               name + " ViT is built that way), got " + std::to_string(static_cast<int>(got)));
+  }
+  const int64_t merge = SpatialMerge(d);
+  if (layout == hf::kVitLayoutClip) {
+    c.Require(merge == 0, "no extra.spatial_merge: the CLIP tower has no patch merger");
+  }
+  if (layout == hf::kVitLayoutQwen2Vl) {
+    c.Require(merge >= 1, "extra.spatial_merge >= 1: the Qwen2-VL tower ends in its PatchMerger");
+    c.Require(MergerHidden(d) == merge * merge * d.hidden, "extra.merger_hidden = spatial_merge^2 * hidden (Qwen2-VL)");
+    c.Require(d.heads > 0 && (d.hidden / std::max<int64_t>(d.heads, 1)) % 4 == 0,
+              "a head dim (hidden / heads) divisible by 4 for the 2-D rotary embedding");
+    c.Require(ExtraOr(d, "temporal_patch", 1) >= 1, "extra.temporal_patch >= 1");
+  }
+}
+
 }  // namespace
 
 double RopeTheta(const plan::ModelDesc& desc) {
@@ -60,7 +115,45 @@ double RmsNormEps(const plan::ModelDesc& desc) {
   return ExtraOr(desc, kRmsNormEpsKey, 1e-5);
 }
 double LayerNormEps(const plan::ModelDesc& desc) {
-  return ExtraOr(desc, kLayerNormEpsKey, 1e-5);
+  const bool qwen2_vl = desc.kind == plan::ModelKind::kVit && VitLayout(desc) == hf::kVitLayoutQwen2Vl;
+  return ExtraOr(desc, kLayerNormEpsKey, qwen2_vl ? 1e-6 : 1e-5);
+}
+bool QkvBias(const plan::ModelDesc& desc) {
+  return ExtraOr(desc, kQkvBiasKey, 0) != 0;
+}
+int64_t SlidingWindow(const plan::ModelDesc& desc) {
+  return static_cast<int64_t>(ExtraOr(desc, kSlidingWindowKey, 0));
+}
+bool QuickGelu(const plan::ModelDesc& desc) {
+  const int layout = VitLayout(desc);
+  const bool published = layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl;
+  return ExtraOr(desc, kQuickGeluKey, published ? 1 : 0) != 0;
+}
+int VitLayout(const plan::ModelDesc& desc) {
+  return hf::VitLayoutOf(desc);
+}
+int64_t VitOutputTokens(const plan::ModelDesc& desc) {
+  const int64_t side = desc.patch_size > 0 ? desc.image_size / desc.patch_size : 0;
+  const int64_t merge = SpatialMerge(desc);
+  if (merge > 0) return side * side / (merge * merge);
+  return VitLayout(desc) == hf::kVitLayoutClip ? side * side + 1 : side * side;
+}
+int64_t VitOutputDim(const plan::ModelDesc& desc) {
+  return SpatialMerge(desc) > 0 ? desc.out_dim : desc.hidden;
+}
+int64_t AudioPositions(const plan::ModelDesc& desc) {
+  return static_cast<int64_t>(ExtraOr(desc, "max_source_positions", static_cast<double>((desc.audio_frames + 1) / 2)));
+}
+
+Status CheckSequenceLength(const plan::ModelDesc& desc, int64_t tokens, const std::string& where) {
+  const int64_t window = desc.kind == plan::ModelKind::kDecoder ? SlidingWindow(desc) : 0;
+  if (window > 0 && tokens > window) {
+    return Status::InvalidArgument(
+        where + ": sequences of " + std::to_string(tokens) + " tokens are longer than the model's sliding window (" +
+        std::to_string(window) +
+        "); the runtime has no windowed attention mask: set seq_len <= " + std::to_string(window));
+  }
+  return Status::Ok();
 }
 
 int64_t HeadDim(const plan::ModelDesc& desc) {
@@ -128,6 +221,14 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
       }
       c.Require(RopeTheta(d) > 0, "extra.rope_theta > 0");
       c.Require(RmsNormEps(d) > 0, "extra.rms_norm_eps > 0");
+      c.Require(SlidingWindow(d) >= 0, "extra.sliding_window >= 0");
+      // Counted by the compiler for some configs, not built by the runtime.
+      c.Require(ExtraOr(d, "attn_out_bias", 0) == 0, "no extra.attn_out_bias (an o_proj bias is not built)");
+      c.Require(ExtraOr(d, "mlp_bias", 0) == 0, "no extra.mlp_bias (MLP biases are not built)");
+      c.Require(ExtraOr(d, "mlp_gated", 1) != 0, "a gated (SwiGLU) MLP (extra.mlp_gated = 0 is not built)");
+      c.Require(ExtraOr(d, "norm_bias", 0) == 0, "no extra.norm_bias (RMSNorm has no bias)");
+      c.Require(ExtraOr(d, "rope_scaling", 0) == 0,
+                "no rope_scaling (the config's rope_scaling is not implemented: positions would be wrong)");
       break;
     }
     case plan::ModelKind::kVit:
@@ -139,6 +240,7 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
                                                                            std::to_string(d.image_size) + " % " +
                                                                            std::to_string(d.patch_size) + " != 0)");
       c.Require(SpatialMerge(d) >= 0 && SpatialMerge(d) <= 8, "0 <= extra.spatial_merge <= 8");
+      CheckVitFlags(d, c);
       if (SpatialMerge(d) > 0 && d.patch_size > 0 && d.image_size % d.patch_size == 0) {
         c.Require((d.image_size / d.patch_size) % SpatialMerge(d) == 0,
                   "patches per side (image_size / patch_size) divisible by extra.spatial_merge");
@@ -150,6 +252,8 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
       c.Positive(d.mel_bins, "mel_bins");
       c.Positive(d.audio_frames, "audio_frames");
       c.Require(d.hidden % 2 == 0 && d.hidden >= 4, "an even hidden >= 4 (sinusoidal positions)");
+      c.Require(AudioPositions(d) >= (d.audio_frames + 1) / 2,
+                "2 * extra.max_source_positions >= audio_frames (the position table covers the conv output)");
       break;
     case plan::ModelKind::kProjector:
       c.Positive(d.in_dim, "in_dim");

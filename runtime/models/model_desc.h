@@ -6,24 +6,50 @@
 // the model the runtime would build. No torch types here: any module may
 // include this header (the torch-side models are in decoder.h / encoders.h,
 // which only runtime/*.cc include).
-// May call: base, plan. Thread-safety: pure functions.
+// May call: base, plan, hf/name_map.h (the layouts). Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "base/status.h"
 #include "plan/plan.h"
 
 namespace maestro::runtime {
 
-// Keys of ModelDesc::extra the models read (HF config.json names), with the
-// value used when the key is absent.
-inline constexpr const char* kRopeThetaKey = "rope_theta";         // decoder, 10000
-inline constexpr const char* kRmsNormEpsKey = "rms_norm_eps";      // decoder, 1e-5
-inline constexpr const char* kLayerNormEpsKey = "layer_norm_eps";  // ViT / audio, 1e-5
+// Keys of ModelDesc::extra the models read (HF config.json names where HF
+// has one), with the value used when the key is absent. compiler/model.cc
+// sets them when it imports a config.json and counts parameters by them.
+inline constexpr const char* kRopeThetaKey = "rope_theta";          // decoder, 10000
+inline constexpr const char* kRmsNormEpsKey = "rms_norm_eps";       // decoder, 1e-5
+inline constexpr const char* kLayerNormEpsKey = "layer_norm_eps";   // ViT / audio, 1e-5 (Qwen2-VL tower: 1e-6)
+inline constexpr const char* kQkvBiasKey = "qkv_bias";              // decoder: q/k/v biases (Qwen2), 0
+inline constexpr const char* kSlidingWindowKey = "sliding_window";  // decoder: Mistral's window, 0 = none
+inline constexpr const char* kQuickGeluKey = "quick_gelu";  // ViT MLP activation; CLIP / Qwen2-VL: 1, built-in: 0
 double RopeTheta(const plan::ModelDesc& desc);
 double RmsNormEps(const plan::ModelDesc& desc);
 double LayerNormEps(const plan::ModelDesc& desc);
+bool QkvBias(const plan::ModelDesc& desc);
+int64_t SlidingWindow(const plan::ModelDesc& desc);
+bool QuickGelu(const plan::ModelDesc& desc);
+
+// The ViT the runtime builds (hf::kVitLayout*: built-in, CLIP, Qwen2-VL);
+// see hf/name_map.h for how it is chosen.
+int VitLayout(const plan::ModelDesc& desc);
+// What a ViT section hands on per image (VitEncoderImpl::output_tokens() /
+// output_dim() without building it): N / m^2 rows of out_dim with a patch
+// merger, N + 1 rows (the class token first) for CLIP, else N rows of hidden.
+int64_t VitOutputTokens(const plan::ModelDesc& desc);
+int64_t VitOutputDim(const plan::ModelDesc& desc);
+// Rows of the audio encoder's position table: extra.max_source_positions, or
+// ceil(audio_frames / 2) (what the stride-2 conv makes of audio_frames).
+int64_t AudioPositions(const plan::ModelDesc& desc);
+
+// OK when the model of desc can run `tokens` positions; InvalidArgument
+// otherwise: a decoder with a sliding window (Mistral) refuses sequences
+// longer than the window (the runtime has no windowed mask; within the window
+// the model is exact).
+Status CheckSequenceLength(const plan::ModelDesc& desc, int64_t tokens, const std::string& where = "model");
 
 // head_dim, or hidden / heads when head_dim is 0.
 int64_t HeadDim(const plan::ModelDesc& desc);
@@ -43,8 +69,8 @@ Status ValidateModelDesc(const plan::ModelDesc& desc, const std::string& where =
 
 // The number of trainable parameters of the model the runtime builds from
 // desc, counted on the built module (on torch's meta device: nothing is
-// allocated, so a 70B desc is fine). Tied embeddings count once; fixed
-// sinusoidal positions (audio encoder) are buffers, not parameters.
+// allocated, so a 70B desc is fine). Tied embeddings count once; the audio
+// encoder's position table is a (frozen) parameter, as in Whisper.
 StatusOr<int64_t> ParameterCount(const plan::ModelDesc& desc);
 
 }  // namespace maestro::runtime

@@ -46,6 +46,50 @@ TEST(ModelFacts, EncodersMatchTheirHuggingFaceModules) {
   EXPECT_EQ(FactsOf("clip_vit_large_patch14.json").params, 303'179'776);
   // WhisperEncoder of large-v3 (position table counted, as HF does).
   EXPECT_EQ(FactsOf("whisper_large_v3.json").params, 636'968'960);
+  // Qwen2-VL-7B's vision tower (the ~675M of the Qwen2-VL report), by hand:
+  // Conv3d 3x2x14x14 -> 1280 without bias; 32 blocks of 2 LayerNorms, qkv
+  // (3840 x 1280 + 3840), proj (1280^2 + 1280), fc1 / fc2 (5120) with
+  // biases; the merger: ln_q, 5120 -> 5120, 5120 -> 3584.
+  const int64_t block =
+      4 * 1280 + (3840 * 1280 + 3840) + (1280 * 1280 + 1280) + (5120 * 1280 + 5120) + (1280 * 5120 + 1280);
+  EXPECT_EQ(FactsOf("qwen2_vl_7b.json").params,
+            3 * 2 * 14 * 14 * 1280 + 32 * block + 2 * 1280 + (5120 * 5120 + 5120) + (5120 * 3584 + 3584));
+  EXPECT_EQ(FactsOf("qwen2_vl_7b.json").params, 675'759'104);
+}
+
+TEST(ModelFacts, ImportedConfigsCarryWhatTheRuntimeComputesWith) {
+  auto qwen = ModelFromHfConfigFile(kHf + "qwen2_7b.json");
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_EQ(qwen->extra.at("rope_theta"), 1e6);
+  EXPECT_EQ(qwen->extra.at("rms_norm_eps"), 1e-6);
+  EXPECT_EQ(qwen->extra.at("qkv_bias"), 1);
+  EXPECT_EQ(qwen->extra.count("sliding_window"), 0u);  // use_sliding_window is false
+  auto mistral = ModelFromHfConfigFile(kHf + "mistral_7b_v0.1.json");
+  ASSERT_TRUE(mistral.ok());
+  EXPECT_EQ(mistral->extra.at("sliding_window"), 4096);
+  EXPECT_EQ(mistral->extra.at("rms_norm_eps"), 1e-5);
+  auto llama = ModelFromHfConfigFile(kHf + "llama2_7b.json");
+  ASSERT_TRUE(llama.ok());
+  EXPECT_EQ(llama->extra.at("rope_theta"), 10000.0);  // LlamaConfig's default: the file has none
+  auto clip = ModelFromHfConfigFile(kHf + "clip_vit_large_patch14.json");
+  ASSERT_TRUE(clip.ok());
+  EXPECT_EQ(clip->extra.at("vit_layout"), 1);
+  EXPECT_EQ(clip->extra.at("quick_gelu"), 1);
+  EXPECT_EQ(NaturalTokens(*clip, 0), 16 * 16 + 1);
+  auto vl = ModelFromHfConfigFile(kHf + "qwen2_vl_7b.json");
+  ASSERT_TRUE(vl.ok()) << vl.status().ToString();
+  EXPECT_EQ(vl->hidden, 1280);
+  EXPECT_EQ(vl->ffn_hidden, 5120);
+  EXPECT_EQ(vl->out_dim, 3584);
+  EXPECT_EQ(vl->extra.at("vit_layout"), 2);
+  EXPECT_EQ(vl->extra.at("temporal_patch"), 2);
+  EXPECT_EQ(vl->extra.at("spatial_merge"), 2);
+  auto scaled = ModelFromHfConfig(
+      R"({"model_type":"llama","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"intermediate_size":8,)"
+      R"("vocab_size":10,"rope_scaling":{"rope_type":"llama3","factor":8.0}})",
+      "x.json");
+  ASSERT_TRUE(scaled.ok());
+  EXPECT_EQ(scaled->extra.at("rope_scaling"), 1);  // the runtime refuses it (runtime/models/model_desc.cc)
 }
 
 TEST(ModelFacts, FlopsPerTokenFollowTheDocumentedFormula) {

@@ -45,11 +45,15 @@ TEST(CompilerRuntimeAgreement, DecoderDenseMoeAndTied) {
   ExpectAgree(Decoder(false, true), "tied decoder");
 }
 
-// The ViT the runtime builds has no CLS token (as in Qwen2-VL / SigLIP
-// encoders); the spec says so with cls_token = false, and the compiler then
-// counts what is built, patch merger included. The audio encoder still
-// disagrees: the compiler counts Whisper's stem, the runtime builds a simpler
-// one (22,240 vs 21,824 for a 2-layer, 32-wide encoder over 16 mel bins).
+TEST(CompilerRuntimeAgreement, DecoderWithQkvBiasAndHeadDim) {
+  ModelDesc d = Decoder(false, true);
+  d.head_dim = 24;
+  d.extra["qkv_bias"] = 1;
+  ExpectAgree(d, "qwen2-like decoder");
+}
+
+// The built-in ViT has no CLS token; the spec says so with cls_token = false,
+// and the compiler then counts what is built, patch merger included.
 ModelDesc Vit(int64_t merge) {
   ModelDesc d;
   d.kind = ModelKind::kVit;
@@ -73,6 +77,67 @@ TEST(CompilerRuntimeAgreement, VitWithoutClsTokenWithAndWithoutPatchMerger) {
   ExpectAgree(Vit(0), "vit");
   ExpectAgree(Vit(1), "vit with a 1x1 merger");
   ExpectAgree(Vit(2), "vit with a 2x2 merger");
+}
+
+TEST(CompilerRuntimeAgreement, WhisperAudioEncoder) {
+  ModelDesc d;
+  d.kind = ModelKind::kAudioEncoder;
+  d.hidden = 32;
+  d.layers = 2;
+  d.heads = 4;
+  d.ffn_hidden = 64;
+  d.mel_bins = 16;
+  d.audio_frames = 16;
+  ExpectAgree(d, "audio encoder");
+  // By hand: conv1 16x32x3 + 32, conv2 32x32x3 + 32, positions 8 x 32, per
+  // layer q/k/v/o 4 x 32^2 + fc1/fc2 2 x 32 x 64 + biases (q, v, o: 3 x 32;
+  // fc1 64, fc2 32) + 2 LayerNorms 4 x 32, the final LayerNorm 2 x 32.
+  EXPECT_EQ(runtime::ParameterCount(d).value(),
+            (16 * 32 * 3 + 32) + (32 * 32 * 3 + 32) + 8 * 32 + 2 * (8192 + 96 + 64 + 32 + 128) + 64);
+  d.audio_frames = 15;  // odd: ceil(15 / 2) = 8 positions
+  ExpectAgree(d, "audio encoder, odd frames");
+  d.extra["max_source_positions"] = 10;
+  ExpectAgree(d, "audio encoder, max_source_positions");
+}
+
+// Every published config the compiler imports builds at runtime with the
+// parameter count the planner uses (built on the meta device: nothing is
+// allocated), except HF ViTModel, which the runtime refuses by name.
+TEST(CompilerRuntimeAgreement, EveryImportedHuggingFaceConfig) {
+  const std::string dir = std::string(MAESTRO_SOURCE_DIR) + "/tests/compiler/data/hf/";
+  for (const char* file :
+       {"llama2_7b.json", "mistral_7b_v0.1.json", "qwen2_7b.json", "qwen2_0.5b.json", "mixtral_8x7b.json",
+        "clip_vit_large_patch14.json", "qwen2_vl_7b.json", "whisper_large_v3.json"}) {
+    auto d = compiler::ModelFromHfConfigFile(dir + file);
+    ASSERT_TRUE(d.ok()) << file << ": " << d.status().ToString();
+    ExpectAgree(*d, file);
+  }
+  auto vit = compiler::ModelFromHfConfigFile(dir + "vit_base_patch16_224.json");
+  ASSERT_TRUE(vit.ok());
+  auto refused = runtime::ParameterCount(*vit);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not built by the runtime"), std::string::npos)
+      << refused.status().message();
+}
+
+// Specs may describe the published towers by shape: the Qwen2-VL tower of
+// specs/qwen2vl_7b_mllm.toml (pos_embed = false) and a CLIP one.
+TEST(CompilerRuntimeAgreement, ClipAndQwen2VlTowersDescribedByShape) {
+  ModelDesc clip = Vit(0);
+  clip.extra.clear();
+  clip.extra["vit_layout"] = 1;
+  clip.extra["cls_token"] = 1;
+  clip.extra["patch_bias"] = 0;
+  clip.extra["pre_norm"] = 1;
+  ExpectAgree(clip, "clip");
+  ModelDesc qwen = Vit(2);
+  qwen.extra["cls_token"] = 0;
+  qwen.extra["pos_embed"] = 0;
+  qwen.extra["patch_bias"] = 0;
+  qwen.extra["final_norm"] = 0;
+  qwen.extra["temporal_patch"] = 2;
+  qwen.extra["merger_hidden"] = 4 * 32;
+  ExpectAgree(qwen, "qwen2-vl tower by shape");
 }
 
 TEST(CompilerRuntimeAgreement, Projector) {

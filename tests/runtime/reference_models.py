@@ -108,12 +108,14 @@ def repeat_kv(hidden_states, n_rep):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, head_dim):
+    """Llama / Mistral attention; Qwen2's when bias (q/k/v biases, o without)."""
+
+    def __init__(self, hidden, heads, kv_heads, head_dim, bias=False):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
 
     def forward(self, x, cos, sin):
@@ -179,7 +181,7 @@ class LlamaDecoderLayer(nn.Module):
         head_dim = d["head_dim"] or d["hidden"] // heads
         eps = d["extra"].get("rms_norm_eps", 1e-5)
         self.attn_norm = LlamaRMSNorm(d["hidden"], eps)
-        self.attn = LlamaAttention(d["hidden"], heads, kv_heads, head_dim)
+        self.attn = LlamaAttention(d["hidden"], heads, kv_heads, head_dim, bias=bool(d["extra"].get("qkv_bias", 0)))
         self.mlp_norm = LlamaRMSNorm(d["hidden"], eps)
         if d["experts"]:
             self.moe = MixtralSparseMoeBlock(d["hidden"], d["experts"], d["experts_per_token"],
@@ -209,6 +211,9 @@ class LlamaForCausalLM(nn.Module):
     def run(self, inputs, delta):
         embeds = self.embed_tokens(inputs["ids"]) + delta
         d = self.d
+        window = d["extra"].get("sliding_window", 0)
+        if window and embeds.shape[1] > window:
+            sys.exit("sequence longer than the sliding window: the C++ side must have refused it")
         cos, sin = rotary_cos_sin(embeds.shape[1], d["head_dim"] or d["hidden"] // d["heads"],
                                   d["extra"].get("rope_theta", 10000.0))
         x = embeds
@@ -252,7 +257,192 @@ def encoder_param_map(layers, final_norm):
     return m
 
 
-class Vit(nn.Module):
+# ---- published encoders, written after their HF module structure ------------
+
+
+def quick_gelu(x):
+    return x * torch.sigmoid(1.702 * x)
+
+
+class SeparateQkvAttention(nn.Module):
+    """CLIPAttention / WhisperAttention: q, k, v, out_proj; q scaled by D^-0.5."""
+
+    def __init__(self, dim, heads, k_bias=True):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.k_proj = nn.Linear(dim, dim, bias=k_bias)
+        self.v_proj = nn.Linear(dim, dim)
+        self.q_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        shape = lambda y: y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        q = shape(self.q_proj(x) * self.head_dim ** -0.5)
+        k, v = shape(self.k_proj(x)), shape(self.v_proj(x))
+        probs = F.softmax(q @ k.transpose(2, 3), dim=-1)
+        return self.out_proj((probs @ v).transpose(1, 2).reshape(b, t, c))
+
+
+class ClipEncoderLayer(nn.Module):
+    def __init__(self, d, act):
+        super().__init__()
+        eps = d["extra"].get("layer_norm_eps", 1e-5)
+        self.self_attn = SeparateQkvAttention(d["hidden"], d["heads"])
+        self.layer_norm1 = nn.LayerNorm(d["hidden"], eps=eps)
+        self.fc1 = nn.Linear(d["hidden"], d["ffn_hidden"])
+        self.fc2 = nn.Linear(d["ffn_hidden"], d["hidden"])
+        self.layer_norm2 = nn.LayerNorm(d["hidden"], eps=eps)
+        self.act = act
+
+    def forward(self, x):
+        x = x + self.self_attn(self.layer_norm1(x))
+        return x + self.fc2(self.act(self.fc1(self.layer_norm2(x))))
+
+
+class ClipVision(nn.Module):
+    """CLIPVisionTransformer; the output is last_hidden_state (CLS row first)."""
+
+    def __init__(self, d):
+        super().__init__()
+        c, eps = d["hidden"], d["extra"].get("layer_norm_eps", 1e-5)
+        n = (d["image_size"] // d["patch_size"]) ** 2
+        act = quick_gelu if d["extra"].get("quick_gelu", 1) else F.gelu
+        self.class_embedding = nn.Parameter(torch.randn(c))
+        self.patch_embedding = nn.Conv2d(d["channels"], c, d["patch_size"], stride=d["patch_size"], bias=False)
+        self.position_embedding = nn.Embedding(n + 1, c)
+        self.pre_layrnorm = nn.LayerNorm(c, eps=eps)
+        self.layers = nn.ModuleList([ClipEncoderLayer(d, act) for _ in range(d["layers"])])
+        self.post_layernorm = nn.LayerNorm(c, eps=eps)
+
+    def param_map(self):
+        m = {"class_embedding": self.class_embedding, "patch_embed.weight": self.patch_embedding.weight,
+             "pos_embed": self.position_embedding.weight, "pre_norm.weight": self.pre_layrnorm.weight,
+             "pre_norm.bias": self.pre_layrnorm.bias, "final_norm.weight": self.post_layernorm.weight,
+             "final_norm.bias": self.post_layernorm.bias}
+        for i, layer in enumerate(self.layers):
+            for ours, theirs in [("attn.q_proj", layer.self_attn.q_proj), ("attn.k_proj", layer.self_attn.k_proj),
+                                 ("attn.v_proj", layer.self_attn.v_proj), ("attn.out", layer.self_attn.out_proj),
+                                 ("attn_norm", layer.layer_norm1), ("mlp_norm", layer.layer_norm2),
+                                 ("fc1", layer.fc1), ("fc2", layer.fc2)]:
+                m[f"blocks.{i}.{ours}.weight"] = theirs.weight
+                m[f"blocks.{i}.{ours}.bias"] = theirs.bias
+        return m
+
+    def run(self, inputs, delta):
+        pixel_values = inputs["x"] + delta
+        b = pixel_values.shape[0]
+        patches = self.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_embedding.expand(b, 1, -1), patches], dim=1)
+        x = x + self.position_embedding(torch.arange(x.shape[1]))
+        x = self.pre_layrnorm(x)
+        for layer in self.layers:
+            x = layer(x)
+        # HF's pooler_output = post_layernorm(x[:, 0]); the section hands on last_hidden_state.
+        return {"output": x}
+
+
+class Qwen2VlVisionBlock(nn.Module):
+    def __init__(self, d, act):
+        super().__init__()
+        c = d["hidden"]
+        eps = d["extra"].get("layer_norm_eps", 1e-6)
+        self.heads = d["heads"]
+        self.norm1 = nn.LayerNorm(c, eps=eps)
+        self.norm2 = nn.LayerNorm(c, eps=eps)
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+        self.fc1 = nn.Linear(c, d["ffn_hidden"])
+        self.fc2 = nn.Linear(d["ffn_hidden"], c)
+        self.act = act
+
+    def attn(self, x, cos, sin, lengths):
+        # x: (L, C) over every image's patches; attention inside each image only.
+        seq = x.shape[0]
+        q, k, v = self.qkv(x).reshape(seq, 3, self.heads, -1).permute(1, 0, 2, 3).unbind(0)  # (L, H, D)
+        q = q * cos[:, None, :] + rotate_half(q) * sin[:, None, :]
+        k = k * cos[:, None, :] + rotate_half(k) * sin[:, None, :]
+        outs = []
+        for qi, ki, vi in zip(q.split(lengths), k.split(lengths), v.split(lengths)):
+            qi, ki, vi = (t.transpose(0, 1) for t in (qi, ki, vi))  # (H, l, D)
+            probs = F.softmax(qi @ ki.transpose(1, 2) * qi.shape[-1] ** -0.5, dim=-1)
+            outs.append((probs @ vi).transpose(0, 1).reshape(-1, x.shape[1]))
+        return self.proj(torch.cat(outs, dim=0))
+
+    def forward(self, x, cos, sin, lengths):
+        x = x + self.attn(self.norm1(x), cos, sin, lengths)
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+class Qwen2VlVision(nn.Module):
+    """Qwen2VisionTransformerPretrainedModel, fed the way Qwen2VLImageProcessor
+    flattens a still image: repeated over temporal_patch_size frames, patches
+    ordered merge-window by merge-window, each patch (C, T, P, P) flattened."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.d = d
+        c, ex = d["hidden"], d["extra"]
+        self.t = int(ex.get("temporal_patch", 2))
+        self.m = int(ex["spatial_merge"])
+        act = quick_gelu if ex.get("quick_gelu", 1) else F.gelu
+        p = d["patch_size"]
+        self.proj = nn.Conv3d(d["channels"], c, kernel_size=[self.t, p, p], stride=[self.t, p, p], bias=False)
+        self.blocks = nn.ModuleList([Qwen2VlVisionBlock(d, act) for _ in range(d["layers"])])
+        eps = ex.get("layer_norm_eps", 1e-6)
+        self.ln_q = nn.LayerNorm(c, eps=eps)
+        g = c * self.m * self.m
+        self.mlp0 = nn.Linear(g, g)
+        self.mlp2 = nn.Linear(g, d["out_dim"])
+
+    def param_map(self):
+        m = {"patch_embed.weight": self.proj.weight}
+        for ours, theirs in [("merger_norm", self.ln_q), ("merger_fc1", self.mlp0), ("merger_fc2", self.mlp2)]:
+            m[ours + ".weight"], m[ours + ".bias"] = theirs.weight, theirs.bias
+        for i, blk in enumerate(self.blocks):
+            for ours, theirs in [("attn_norm", blk.norm1), ("mlp_norm", blk.norm2), ("attn.qkv", blk.qkv),
+                                 ("attn.out", blk.proj), ("fc1", blk.fc1), ("fc2", blk.fc2)]:
+                m[f"blocks.{i}.{ours}.weight"], m[f"blocks.{i}.{ours}.bias"] = theirs.weight, theirs.bias
+        return m
+
+    def flatten_patches(self, images):
+        b, ch, s, _ = images.shape
+        p, m, t = self.d["patch_size"], self.m, self.t
+        g = s // p
+        frames = images[:, None].expand(b, t, ch, s, s)  # (B, T, C, S, S)
+        x = frames.reshape(b, t, ch, g // m, m, p, g // m, m, p)
+        x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (B, gh/m, gw/m, m, m, C, T, P, P)
+        return x.reshape(b * g * g, ch * t * p * p), g
+
+    def rotary(self, g, count):
+        head_dim = self.d["hidden"] // self.d["heads"]
+        dim = head_dim // 2
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        hpos = torch.arange(g)[:, None].expand(-1, g).reshape(g // self.m, self.m, g // self.m, self.m)
+        wpos = torch.arange(g)[None, :].expand(g, -1).reshape(g // self.m, self.m, g // self.m, self.m)
+        pos = torch.stack([hpos.permute(0, 2, 1, 3).flatten(), wpos.permute(0, 2, 1, 3).flatten()], dim=-1)
+        pos = pos.repeat(count, 1)
+        full = torch.outer(torch.arange(g, dtype=torch.float64), inv_freq)
+        rot = full[pos].flatten(1)
+        emb = torch.cat([rot, rot], dim=-1)
+        return emb.cos(), emb.sin()
+
+    def run(self, inputs, delta):
+        images = inputs["x"] + delta
+        b = images.shape[0]
+        flat, g = self.flatten_patches(images)
+        c, p = self.d["hidden"], self.d["patch_size"]
+        x = self.proj(flat.view(-1, self.d["channels"], self.t, p, p)).view(-1, c)
+        cos, sin = self.rotary(g, b)
+        for blk in self.blocks:
+            x = blk(x, cos, sin, [g * g] * b)
+        merged = self.mlp2(F.gelu(self.mlp0(self.ln_q(x).view(-1, c * self.m * self.m))))
+        return {"output": merged.view(b, -1, merged.shape[-1])}
+
+
+class BuiltinVit(nn.Module):
+    """Maestro's own ViT: torch.nn.TransformerEncoderLayer blocks."""
+
     def __init__(self, d):
         super().__init__()
         n = (d["image_size"] // d["patch_size"]) ** 2
@@ -273,36 +463,66 @@ class Vit(nn.Module):
         return {"output": self.norm(x)}
 
 
-def whisper_sinusoids(length, channels, max_timescale=10000):
-    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
-    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
-    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
-    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+def Vit(d):
+    layout = d["extra"].get("vit_layout")
+    if layout is None:
+        layout = 2 if d["extra"].get("pos_embed", 1) == 0 else 0
+    return {0: BuiltinVit, 1: ClipVision, 2: Qwen2VlVision}[int(layout)](d)
+
+
+class WhisperEncoderLayer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        c = d["hidden"]
+        self.self_attn = SeparateQkvAttention(c, d["heads"], k_bias=False)
+        self.self_attn_layer_norm = nn.LayerNorm(c)
+        self.fc1 = nn.Linear(c, d["ffn_hidden"])
+        self.fc2 = nn.Linear(d["ffn_hidden"], c)
+        self.final_layer_norm = nn.LayerNorm(c)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.self_attn_layer_norm(x))
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
 
 
 class AudioEncoder(nn.Module):
+    """WhisperEncoder (embed_positions frozen, Whisper's sinusoids at init)."""
+
     def __init__(self, d):
         super().__init__()
-        self.conv1 = nn.Conv1d(d["mel_bins"], d["hidden"], kernel_size=3, padding=1)
-        self.conv2 = nn.Conv1d(d["hidden"], d["hidden"], kernel_size=3, stride=2, padding=1)
-        self.register_buffer("positional_embedding", whisper_sinusoids((d["audio_frames"] + 1) // 2, d["hidden"]))
-        self.layers = encoder_layers(d)
-        self.ln_post = nn.LayerNorm(d["hidden"], eps=d["extra"].get("layer_norm_eps", 1e-5))
+        c = d["hidden"]
+        positions = int(d["extra"].get("max_source_positions", (d["audio_frames"] + 1) // 2))
+        self.conv1 = nn.Conv1d(d["mel_bins"], c, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(c, c, kernel_size=3, stride=2, padding=1)
+        self.embed_positions = nn.Embedding(positions, c)
+        self.embed_positions.requires_grad_(False)
+        self.layers = nn.ModuleList([WhisperEncoderLayer(d) for _ in range(d["layers"])])
+        self.layer_norm = nn.LayerNorm(c)
 
     def param_map(self):
-        m = encoder_param_map(self.layers, self.ln_post)
+        m = {"embed_positions": self.embed_positions.weight, "final_norm.weight": self.layer_norm.weight,
+             "final_norm.bias": self.layer_norm.bias}
         for name in ("conv1", "conv2"):
             m[name + ".weight"] = getattr(self, name).weight
             m[name + ".bias"] = getattr(self, name).bias
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn
+            m[f"blocks.{i}.attn.k_proj.weight"] = a.k_proj.weight
+            for ours, theirs in [("attn.q_proj", a.q_proj), ("attn.v_proj", a.v_proj), ("attn.out", a.out_proj),
+                                 ("attn_norm", layer.self_attn_layer_norm), ("mlp_norm", layer.final_layer_norm),
+                                 ("fc1", layer.fc1), ("fc2", layer.fc2)]:
+                m[f"blocks.{i}.{ours}.weight"], m[f"blocks.{i}.{ours}.bias"] = theirs.weight, theirs.bias
         return m
 
     def run(self, inputs, delta):
         x = F.gelu(self.conv1(inputs["x"] + delta))
         x = F.gelu(self.conv2(x)).permute(0, 2, 1)
-        x = x + self.positional_embedding[: x.shape[1]]
+        # HF requires exactly 2 * max_source_positions frames and adds the whole
+        # table; a shorter input takes the table's first rows.
+        x = x + self.embed_positions.weight[: x.shape[1]]
         for layer in self.layers:
             x = layer(x)
-        return {"output": self.ln_post(x)}
+        return {"output": self.layer_norm(x)}
 
 
 class Projector(nn.Module):

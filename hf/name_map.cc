@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: Apache-2.0
+// The name tables (one per layout) and their expansion for a ModelDesc.
+#include "hf/name_map.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+
+#include "base/checks.h"
+
+namespace maestro::hf {
+namespace {
+
+double Extra(const plan::ModelDesc& d, const char* key, double fallback) {
+  auto it = d.extra.find(key);
+  return it == d.extra.end() ? fallback : it->second;
+}
+
+// The sizes the shapes are written in (letters as in docs/weights.md).
+struct Dims {
+  int64_t C = 0;    // hidden
+  int64_t H = 0;    // heads
+  int64_t K = 0;    // kv heads
+  int64_t D = 0;    // head dim
+  int64_t F = 0;    // ffn hidden (MoE: per expert)
+  int64_t V = 0;    // vocab
+  int64_t E = 0;    // experts
+  int64_t Cin = 0;  // image channels
+  int64_t P = 0;    // patch side
+  int64_t T = 1;    // temporal patch
+  int64_t N = 0;    // patches per image
+  int64_t M = 0;    // mel bins
+  int64_t Pos = 0;  // audio positions
+  int64_t G = 0;    // merge^2 * C: the merger's input width
+  int64_t MH = 0;   // merger hidden
+  int64_t Out = 0;  // out_dim
+  int64_t In = 0;   // in_dim
+  bool qkv_bias = false;
+  bool tied = false;
+};
+
+Dims DimsOf(const plan::ModelDesc& d) {
+  Dims x;
+  x.C = d.hidden;
+  x.H = d.heads;
+  x.K = d.kv_heads != 0 ? d.kv_heads : d.heads;
+  x.D = d.head_dim != 0 ? d.head_dim : (d.heads > 0 ? d.hidden / d.heads : 0);
+  x.F = d.experts > 0 ? (d.moe_ffn_hidden != 0 ? d.moe_ffn_hidden : d.ffn_hidden) : d.ffn_hidden;
+  x.V = d.vocab;
+  x.E = d.experts;
+  x.Cin = d.channels;
+  x.P = d.patch_size;
+  x.T = static_cast<int64_t>(Extra(d, "temporal_patch", 1));
+  const int64_t side = d.patch_size > 0 ? d.image_size / d.patch_size : 0;
+  x.N = side * side;
+  x.M = d.mel_bins;
+  x.Pos = static_cast<int64_t>(Extra(d, "max_source_positions", static_cast<double>((d.audio_frames + 1) / 2)));
+  const auto merge = static_cast<int64_t>(Extra(d, "spatial_merge", 0));
+  x.G = merge * merge * d.hidden;
+  const auto mh = static_cast<int64_t>(Extra(d, "merger_hidden", 0));
+  x.MH = mh > 0 ? mh : x.G;
+  x.Out = d.out_dim;
+  x.In = d.in_dim;
+  x.qkv_bias = Extra(d, "qkv_bias", 0) != 0;
+  x.tied = d.tie_embeddings;
+  return x;
+}
+
+using Shape = std::vector<int64_t>;
+using ShapeOf = Shape (*)(const Dims&);
+enum class Scope { kModel, kLayer, kExpert };
+
+// One row of a table. "{p}" in `hf` is the layout's prefix, "{i}" the layer,
+// "{e}" the expert.
+struct Rule {
+  std::string hf;
+  std::string maestro;
+  std::string shape_text;
+  ShapeOf shape;
+  int tp_dim = -1;
+  Scope scope = Scope::kModel;
+  std::string when;  // "", "qkv_bias" or "untied"
+};
+
+bool Holds(const std::string& when, const Dims& x) {
+  if (when.empty()) return true;
+  if (when == "qkv_bias") return x.qkv_bias;
+  if (when == "untied") return !x.tied;
+  return false;
+}
+
+#define SHAPE(...) [](const Dims& x) -> Shape { return {__VA_ARGS__}; }
+
+// weight + bias of a Linear, Conv or LayerNorm ("{p}" prepended to hf).
+void AddPair(std::vector<Rule>& rules, const std::string& hf, const std::string& ours, Scope scope,
+             const std::string& weight_text, ShapeOf weight_shape, const std::string& bias_text, ShapeOf bias_shape) {
+  rules.push_back({"{p}" + hf + ".weight", ours + ".weight", weight_text, weight_shape, -1, scope, ""});
+  rules.push_back({"{p}" + hf + ".bias", ours + ".bias", bias_text, bias_shape, -1, scope, ""});
+}
+
+// Embedding, attention and norms shared by the dense and the MoE decoder;
+// `mlp` goes between the post-attention norm and the final norm.
+std::vector<Rule> DecoderRules(const std::vector<Rule>& mlp) {
+  const Scope L = Scope::kLayer;
+  std::vector<Rule> r = {
+      {"model.embed_tokens.weight", "embed_tokens.weight", "(V, C)", SHAPE(x.V, x.C), -1, Scope::kModel, ""},
+      {"model.layers.{i}.input_layernorm.weight", "blocks.{i}.attn_norm.weight", "(C)", SHAPE(x.C), -1, L, ""},
+      {"model.layers.{i}.self_attn.q_proj.weight", "blocks.{i}.attn.q_proj.weight", "(H*D, C)", SHAPE(x.H * x.D, x.C),
+       0, L, ""},
+      {"model.layers.{i}.self_attn.q_proj.bias", "blocks.{i}.attn.q_proj.bias", "(H*D)", SHAPE(x.H * x.D), 0, L,
+       "qkv_bias"},
+      {"model.layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k_proj.weight", "(K*D, C)", SHAPE(x.K * x.D, x.C),
+       0, L, ""},
+      {"model.layers.{i}.self_attn.k_proj.bias", "blocks.{i}.attn.k_proj.bias", "(K*D)", SHAPE(x.K * x.D), 0, L,
+       "qkv_bias"},
+      {"model.layers.{i}.self_attn.v_proj.weight", "blocks.{i}.attn.v_proj.weight", "(K*D, C)", SHAPE(x.K * x.D, x.C),
+       0, L, ""},
+      {"model.layers.{i}.self_attn.v_proj.bias", "blocks.{i}.attn.v_proj.bias", "(K*D)", SHAPE(x.K * x.D), 0, L,
+       "qkv_bias"},
+      {"model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.o_proj.weight", "(C, H*D)", SHAPE(x.C, x.H * x.D),
+       1, L, ""},
+      {"model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.mlp_norm.weight", "(C)", SHAPE(x.C), -1, L, ""},
+  };
+  r.insert(r.end(), mlp.begin(), mlp.end());
+  r.push_back({"model.norm.weight", "final_norm.weight", "(C)", SHAPE(x.C), -1, Scope::kModel, ""});
+  r.push_back({"lm_head.weight", "lm_head.weight", "(V, C)", SHAPE(x.V, x.C), -1, Scope::kModel, "untied"});
+  return r;
+}
+
+const std::vector<Rule>& DenseDecoderRules() {
+  static const std::vector<Rule> rules = DecoderRules({
+      {"model.layers.{i}.mlp.gate_proj.weight", "blocks.{i}.mlp.gate_proj.weight", "(F, C)", SHAPE(x.F, x.C), 0,
+       Scope::kLayer, ""},
+      {"model.layers.{i}.mlp.up_proj.weight", "blocks.{i}.mlp.up_proj.weight", "(F, C)", SHAPE(x.F, x.C), 0,
+       Scope::kLayer, ""},
+      {"model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down_proj.weight", "(C, F)", SHAPE(x.C, x.F), 1,
+       Scope::kLayer, ""},
+  });
+  return rules;
+}
+
+const std::vector<Rule>& MixtralRules() {
+  static const std::vector<Rule> rules = DecoderRules({
+      {"model.layers.{i}.block_sparse_moe.gate.weight", "blocks.{i}.moe.router.weight", "(E, C)", SHAPE(x.E, x.C), -1,
+       Scope::kLayer, ""},
+      {"model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight", "blocks.{i}.moe.experts.{e}.gate_proj.weight",
+       "(F, C)", SHAPE(x.F, x.C), -1, Scope::kExpert, ""},
+      {"model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", "blocks.{i}.moe.experts.{e}.down_proj.weight",
+       "(C, F)", SHAPE(x.C, x.F), -1, Scope::kExpert, ""},
+      {"model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight", "blocks.{i}.moe.experts.{e}.up_proj.weight", "(F, C)",
+       SHAPE(x.F, x.C), -1, Scope::kExpert, ""},
+  });
+  return rules;
+}
+
+std::vector<Rule> MakeClipRules() {
+  const Scope M = Scope::kModel, L = Scope::kLayer;
+  std::vector<Rule> r = {
+      {"{p}embeddings.class_embedding", "class_embedding", "(C)", SHAPE(x.C), -1, M, ""},
+      {"{p}embeddings.patch_embedding.weight", "patch_embed.weight", "(C, Cin, P, P)", SHAPE(x.C, x.Cin, x.P, x.P), -1,
+       M, ""},
+      {"{p}embeddings.position_embedding.weight", "pos_embed", "(N+1, C)", SHAPE(x.N + 1, x.C), -1, M, ""},
+  };
+  AddPair(r, "pre_layrnorm", "pre_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  for (const char* p : {"k", "v", "q"}) {
+    AddPair(r, std::string("encoder.layers.{i}.self_attn.") + p + "_proj",
+            std::string("blocks.{i}.attn.") + p + "_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+  }
+  AddPair(r, "encoder.layers.{i}.self_attn.out_proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)",
+          SHAPE(x.C));
+  AddPair(r, "encoder.layers.{i}.layer_norm1", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "encoder.layers.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
+  AddPair(r, "encoder.layers.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  AddPair(r, "encoder.layers.{i}.layer_norm2", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "post_layernorm", "final_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  return r;
+}
+
+std::vector<Rule> MakeQwen2VlVisionRules() {
+  const Scope M = Scope::kModel, L = Scope::kLayer;
+  std::vector<Rule> r = {
+      {"{p}patch_embed.proj.weight", "patch_embed.weight", "(C, Cin, T, P, P)", SHAPE(x.C, x.Cin, x.T, x.P, x.P), -1, M,
+       ""},
+  };
+  AddPair(r, "blocks.{i}.norm1", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "blocks.{i}.norm2", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "blocks.{i}.attn.qkv", "blocks.{i}.attn.qkv", L, "(3C, C)", SHAPE(3 * x.C, x.C), "(3C)", SHAPE(3 * x.C));
+  AddPair(r, "blocks.{i}.attn.proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "blocks.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
+  AddPair(r, "blocks.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  AddPair(r, "merger.ln_q", "merger_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "merger.mlp.0", "merger_fc1", M, "(MH, G)", SHAPE(x.MH, x.G), "(MH)", SHAPE(x.MH));
+  AddPair(r, "merger.mlp.2", "merger_fc2", M, "(Out, MH)", SHAPE(x.Out, x.MH), "(Out)", SHAPE(x.Out));
+  return r;
+}
+
+std::vector<Rule> MakeWhisperEncoderRules() {
+  const Scope M = Scope::kModel, L = Scope::kLayer;
+  std::vector<Rule> r;
+  AddPair(r, "conv1", "conv1", M, "(C, M, 3)", SHAPE(x.C, x.M, 3), "(C)", SHAPE(x.C));
+  AddPair(r, "conv2", "conv2", M, "(C, C, 3)", SHAPE(x.C, x.C, 3), "(C)", SHAPE(x.C));
+  r.push_back({"{p}embed_positions.weight", "embed_positions", "(Pos, C)", SHAPE(x.Pos, x.C), -1, M, ""});
+  r.push_back(
+      {"{p}layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k_proj.weight", "(C, C)", SHAPE(x.C, x.C), -1, L, ""});
+  AddPair(r, "layers.{i}.self_attn.v_proj", "blocks.{i}.attn.v_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "layers.{i}.self_attn.q_proj", "blocks.{i}.attn.q_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "layers.{i}.self_attn.out_proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "layers.{i}.self_attn_layer_norm", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "layers.{i}.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
+  AddPair(r, "layers.{i}.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  AddPair(r, "layers.{i}.final_layer_norm", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "layer_norm", "final_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  return r;
+}
+
+std::vector<Rule> MakeLlavaProjectorRules() {
+  std::vector<Rule> r;
+  AddPair(r, "linear_1", "fc1", Scope::kModel, "(Out, In)", SHAPE(x.Out, x.In), "(Out)", SHAPE(x.Out));
+  AddPair(r, "linear_2", "fc2", Scope::kModel, "(Out, Out)", SHAPE(x.Out, x.Out), "(Out)", SHAPE(x.Out));
+  return r;
+}
+#undef SHAPE
+
+const std::vector<Rule>& ClipRules() {
+  static const std::vector<Rule> rules = MakeClipRules();
+  return rules;
+}
+const std::vector<Rule>& Qwen2VlVisionRules() {
+  static const std::vector<Rule> rules = MakeQwen2VlVisionRules();
+  return rules;
+}
+const std::vector<Rule>& WhisperEncoderRules() {
+  static const std::vector<Rule> rules = MakeWhisperEncoderRules();
+  return rules;
+}
+const std::vector<Rule>& LlavaProjectorRules() {
+  static const std::vector<Rule> rules = MakeLlavaProjectorRules();
+  return rules;
+}
+
+struct Table {
+  const std::vector<Rule>* rules;
+  const char* prefix;  // substituted for "{p}"
+  std::vector<std::string> own_prefixes;
+  std::vector<std::string> passed_over;
+};
+
+StatusOr<Table> TableOf(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::kDecoder: return Table{&DenseDecoderRules(), "", {"model.", "lm_head."}, {}};
+    case WeightLayout::kMixtral: return Table{&MixtralRules(), "", {"model.", "lm_head."}, {}};
+    case WeightLayout::kClipVision:
+      return Table{&ClipRules(), "vision_model.", {"vision_model."}, {"vision_model.embeddings.position_ids"}};
+    case WeightLayout::kQwen2VlVision: return Table{&Qwen2VlVisionRules(), "visual.", {"visual."}, {}};
+    case WeightLayout::kWhisperEncoder: return Table{&WhisperEncoderRules(), "model.encoder.", {"model.encoder."}, {}};
+    case WeightLayout::kLlavaProjector:
+      return Table{&LlavaProjectorRules(), "multi_modal_projector.", {"multi_modal_projector."}, {}};
+    case WeightLayout::kBuiltinVit: break;
+  }
+  return Status::InvalidArgument(
+      "Maestro's built-in ViT follows no published layout, so it has no Hugging Face weights to load or export; "
+      "import the tower with hf_config (clip, clip_vision_model or qwen2_vl) to use published weights");
+}
+
+std::string Replace(std::string s, const std::string& what, const std::string& with) {
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + with.size())) {
+    s.replace(at, what.size(), with);
+  }
+  return s;
+}
+
+std::string Substitute(const std::string& pattern, const char* prefix, int64_t layer, int64_t expert) {
+  std::string s = Replace(pattern, "{p}", prefix);
+  if (layer >= 0) s = Replace(s, "{i}", std::to_string(layer));
+  if (expert >= 0) s = Replace(s, "{e}", std::to_string(expert));
+  return s;
+}
+
+// Matches `name` against `pattern` whose "{i}" / "{e}" stand for decimal
+// numbers; fills them in (-1 when the pattern has none).
+bool Match(const std::string& pattern, const std::string& name, int64_t* layer, int64_t* expert) {
+  *layer = -1;
+  *expert = -1;
+  size_t p = 0, n = 0;
+  while (p < pattern.size()) {
+    if (pattern.compare(p, 3, "{i}") == 0 || pattern.compare(p, 3, "{e}") == 0) {
+      const bool is_layer = pattern[p + 1] == 'i';
+      size_t digits = 0;
+      while (n + digits < name.size() && std::isdigit(static_cast<unsigned char>(name[n + digits]))) ++digits;
+      if (digits == 0 || digits > 9) return false;
+      (is_layer ? *layer : *expert) = std::stoll(name.substr(n, digits));
+      n += digits;
+      p += 3;
+      continue;
+    }
+    if (n >= name.size() || pattern[p] != name[n]) return false;
+    ++p;
+    ++n;
+  }
+  return n == name.size();
+}
+
+StatusOr<std::string> Translate(WeightLayout layout, const std::string& name, bool from_maestro) {
+  MAESTRO_ASSIGN_OR_RETURN(Table table, TableOf(layout));
+  for (const Rule& rule : *table.rules) {
+    const std::string hf = Replace(rule.hf, "{p}", table.prefix);
+    const std::string& from = from_maestro ? rule.maestro : hf;
+    int64_t layer = -1, expert = -1;
+    if (!Match(from, name, &layer, &expert)) continue;
+    return Substitute(from_maestro ? hf : rule.maestro, "", layer, expert);
+  }
+  return Status::NotFound(fmt::format("no {} tensor corresponds to '{}' (docs/weights.md lists the table)",
+                                      from_maestro ? "Hugging Face" : "Maestro", name));
+}
+
+}  // namespace
+
+const char* WeightLayoutName(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::kDecoder: return "decoder";
+    case WeightLayout::kMixtral: return "mixtral";
+    case WeightLayout::kClipVision: return "clip_vision";
+    case WeightLayout::kQwen2VlVision: return "qwen2_vl_vision";
+    case WeightLayout::kWhisperEncoder: return "whisper_encoder";
+    case WeightLayout::kLlavaProjector: return "llava_projector";
+    case WeightLayout::kBuiltinVit: return "builtin_vit";
+  }
+  return "unknown";
+}
+
+int VitLayoutOf(const plan::ModelDesc& desc) {
+  auto it = desc.extra.find(kVitLayoutKey);
+  if (it != desc.extra.end()) return static_cast<int>(it->second);
+  auto pos = desc.extra.find("pos_embed");
+  if (pos != desc.extra.end() && pos->second == 0.0) return kVitLayoutQwen2Vl;
+  return kVitLayoutBuiltin;
+}
+
+WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
+  switch (desc.kind) {
+    case plan::ModelKind::kDecoder: return desc.experts > 0 ? WeightLayout::kMixtral : WeightLayout::kDecoder;
+    case plan::ModelKind::kVit:
+      switch (VitLayoutOf(desc)) {
+        case kVitLayoutClip: return WeightLayout::kClipVision;
+        case kVitLayoutQwen2Vl: return WeightLayout::kQwen2VlVision;
+        default: return WeightLayout::kBuiltinVit;
+      }
+    case plan::ModelKind::kAudioEncoder: return WeightLayout::kWhisperEncoder;
+    case plan::ModelKind::kProjector: return WeightLayout::kLlavaProjector;
+  }
+  return WeightLayout::kBuiltinVit;
+}
+
+const WeightName* WeightNames::ByHfName(const std::string& hf_name) const {
+  auto it = by_hf.find(hf_name);
+  return it == by_hf.end() ? nullptr : &weights[it->second];
+}
+
+const WeightName* WeightNames::ByMaestroName(const std::string& maestro_name) const {
+  auto it = by_maestro.find(maestro_name);
+  return it == by_maestro.end() ? nullptr : &weights[it->second];
+}
+
+bool WeightNames::Owns(const std::string& hf_name) const {
+  for (const auto& prefix : own_prefixes) {
+    if (hf_name.compare(0, prefix.size(), prefix) == 0) return true;
+  }
+  return false;
+}
+
+bool WeightNames::PassedOver(const std::string& hf_name) const {
+  for (const auto& name : passed_over) {
+    if (hf_name == name) return true;
+  }
+  return false;
+}
+
+StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
+  if (desc.kind == plan::ModelKind::kVit && VitLayoutOf(desc) == kVitLayoutHfVit) {
+    return Status::InvalidArgument(
+        "HF ViTModel (model_type vit) is counted by the planner but not built by the runtime; use a CLIP or "
+        "Qwen2-VL vision tower");
+  }
+  const WeightLayout layout = WeightLayoutOf(desc);
+  MAESTRO_ASSIGN_OR_RETURN(Table table, TableOf(layout));
+  const Dims x = DimsOf(desc);
+  WeightNames out;
+  out.layout = layout;
+  out.own_prefixes = table.own_prefixes;
+  out.passed_over = table.passed_over;
+  if (x.tied && (layout == WeightLayout::kDecoder || layout == WeightLayout::kMixtral)) {
+    out.passed_over.push_back("lm_head.weight");  // tied: the head is the embedding
+  }
+  auto add = [&](const Rule& rule, int64_t layer, int64_t expert) {
+    WeightName w;
+    w.hf_name = Substitute(rule.hf, table.prefix, layer, expert);
+    w.maestro_name = Substitute(rule.maestro, "", layer, expert);
+    w.shape = rule.shape(x);
+    w.tp_dim = rule.tp_dim;
+    out.weights.push_back(std::move(w));
+  };
+  // Model-scope rules before the first layer rule come first, the layers
+  // next (each layer's rules in table order), the rest last.
+  const auto& rules = *table.rules;
+  size_t first_layer = rules.size(), last_layer = 0;
+  for (size_t r = 0; r < rules.size(); ++r) {
+    if (rules[r].scope != Scope::kModel) {
+      first_layer = std::min(first_layer, r);
+      last_layer = r;
+    }
+  }
+  for (size_t r = 0; r < rules.size() && r < first_layer; ++r) {
+    if (Holds(rules[r].when, x)) add(rules[r], -1, -1);
+  }
+  for (int64_t i = 0; first_layer < rules.size() && i < desc.layers; ++i) {
+    for (size_t r = first_layer; r <= last_layer; ++r) {
+      if (!Holds(rules[r].when, x)) continue;
+      if (rules[r].scope == Scope::kExpert) {
+        for (int64_t e = 0; e < x.E; ++e) add(rules[r], i, e);
+      } else {
+        add(rules[r], i, -1);
+      }
+    }
+  }
+  for (size_t r = first_layer < rules.size() ? last_layer + 1 : rules.size(); r < rules.size(); ++r) {
+    if (Holds(rules[r].when, x)) add(rules[r], -1, -1);
+  }
+  for (size_t k = 0; k < out.weights.size(); ++k) {
+    out.by_hf[out.weights[k].hf_name] = k;
+    out.by_maestro[out.weights[k].maestro_name] = k;
+  }
+  return out;
+}
+
+std::vector<WeightNameRule> WeightNameRules(WeightLayout layout) {
+  std::vector<WeightNameRule> out;
+  auto table = TableOf(layout);
+  if (!table.ok()) return out;
+  for (const Rule& rule : *table->rules) {
+    out.push_back({Replace(rule.hf, "{p}", table->prefix), rule.maestro, rule.shape_text, rule.when, rule.tp_dim});
+  }
+  return out;
+}
+
+StatusOr<std::string> HfNameOf(WeightLayout layout, const std::string& maestro_name) {
+  return Translate(layout, maestro_name, /*from_maestro=*/true);
+}
+
+StatusOr<std::string> MaestroNameOf(WeightLayout layout, const std::string& hf_name) {
+  return Translate(layout, hf_name, /*from_maestro=*/false);
+}
+
+}  // namespace maestro::hf
