@@ -62,7 +62,7 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
     d.Error({}, "the spec needs a [cluster] table (nodes, gpus_per_node, [cluster.gpu.<type>])");
   }
   if (const toml::table* t = top.Table("data")) {
-    internal::ReadData(d, *t, spec.data);
+    internal::ReadData(d, *t, base_dir, spec.data);
   } else if (!root.get("data")) {
     d.Error({}, "the spec needs a [data] table (global_batch, seq_len)");
   }

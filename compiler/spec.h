@@ -86,6 +86,12 @@ struct DataSpec {
   int64_t seq_len = 0;
   uint64_t seed = 0;
   std::string dataset;  // "" | "fashion_mnist_captions" | "text" (built-in data when manifest is "")
+  // A Megatron-LM indexed corpus (<prefix>.bin + .idx), resolved against the
+  // spec's folder, and how its documents become samples.
+  std::string corpus;
+  std::string sample_rule = "pack";  // "pack" | "split"
+  int64_t eos_id = -1;               // appended after every document (-1 = none)
+  int64_t pad_id = 0;
   std::vector<plan::ModalityDesc> modalities;
   std::vector<SourcePos> modality_pos;
   SourcePos pos;

@@ -169,19 +169,35 @@ void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c) {
   r.Finish();
 }
 
-void ReadData(Diagnostics& d, const toml::table& t, DataSpec& data) {
+void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir, DataSpec& data) {
   TableReader r(d, t, "[data]");
   data.pos = r.pos();
   if (r.String("manifest", &data.manifest) && !IsSingleLine(data.manifest)) {
     d.Error(r.PosOfKey("manifest"), "data.manifest must be one line");
   }
+  if (r.String("corpus", &data.corpus)) {
+    if (!IsSingleLine(data.corpus) || data.corpus.empty()) {
+      d.Error(r.PosOfKey("corpus"), "data.corpus must be one non-empty line: a Megatron corpus prefix");
+    } else if (!data.manifest.empty()) {
+      d.Error(r.PosOfKey("corpus"), "data.corpus and data.manifest exclude each other: keep one");
+    }
+    data.corpus = JoinPath(base_dir, data.corpus);
+  }
+  if (r.String("sample_rule", &data.sample_rule) && data.sample_rule != "pack" && data.sample_rule != "split") {
+    d.Error(r.PosOfKey("sample_rule"), fmt::format("data.sample_rule = '{}' must be \"pack\" or \"split\"{}",
+                                                   data.sample_rule, Suggest(data.sample_rule, {"pack", "split"})));
+  }
+  r.Int("eos_id", &data.eos_id, -1, int64_t{1} << 40);
+  r.Int("pad_id", &data.pad_id, 0, int64_t{1} << 40);
   if (!r.Int("global_batch", &data.global_batch, 1, 1 << 24) && !t.get("global_batch"))
     r.RequireMissing("global_batch");
   if (!r.Int("seq_len", &data.seq_len, 1, 1 << 24) && !t.get("seq_len")) r.RequireMissing("seq_len");
   int64_t seed = 0;
   if (r.Int("seed", &seed, 0, std::numeric_limits<int64_t>::max())) data.seed = static_cast<uint64_t>(seed);
-  if (r.String("dataset", &data.dataset) && !data.dataset.empty() && data.dataset != "fashion_mnist_captions" &&
-      data.dataset != "text") {
+  if (r.String("dataset", &data.dataset) && !data.dataset.empty() && !data.corpus.empty()) {
+    d.Error(r.PosOfKey("dataset"), "data.dataset (built-in data) and data.corpus exclude each other: keep one");
+  }
+  if (!data.dataset.empty() && data.dataset != "fashion_mnist_captions" && data.dataset != "text") {
     d.Error(r.PosOfKey("dataset"),
             fmt::format("data.dataset = '{}' must be \"fashion_mnist_captions\", \"text\" or \"\" (chosen from the "
                         "modalities){}",

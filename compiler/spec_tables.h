@@ -23,7 +23,7 @@ namespace maestro::compiler::internal {
 
 void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job);
 void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c);
-void ReadData(Diagnostics& d, const toml::table& t, DataSpec& data);
+void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir, DataSpec& data);
 // [models.<name>] (`pos` is the name's position): an imported hf_config
 // (joined to `base_dir`) or a built-in shape of a `kind`.
 void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, SourcePos pos,

@@ -192,6 +192,13 @@ struct DataPlan {
   // "text" (text only); "" = chosen from the modalities (image -> captions).
   std::string dataset;
   std::vector<ModalityDesc> modalities;
+  // Added in schema 1 (optional): a Megatron-LM indexed corpus
+  // (<prefix>.bin + .idx; "" = none) and how its documents become samples
+  // ("pack" | "split", docs/data.md), the end-of-document and pad token ids.
+  std::string corpus;
+  std::string sample_rule = "pack";
+  int64_t eos_id = -1;
+  int64_t pad_id = 0;
 };
 
 // One cross-section link (see LinksOfEdge below).

@@ -5,6 +5,7 @@
 
 #include "base/checks.h"
 #include "datasets/demo_data.h"
+#include "datasets/megatron_source.h"
 
 namespace maestro::runtime {
 
@@ -17,9 +18,41 @@ double ModalityFraction(const plan::Plan& plan, const std::string& name, double 
   return fallback;
 }
 
+// The smallest vocabulary of the plan's decoders: every token id of the
+// corpus must embed in each of them. 0 when the plan has no decoder.
+int64_t SmallestDecoderVocab(const plan::Plan& plan) {
+  int64_t vocab = 0;
+  for (const auto& s : plan.sections) {
+    if (s.model.kind != plan::ModelKind::kDecoder) continue;
+    vocab = vocab == 0 ? s.model.vocab : std::min(vocab, s.model.vocab);
+  }
+  return vocab;
+}
+
+StatusOr<std::unique_ptr<datasets::SampleSource>> OpenCorpus(const plan::Plan& plan) {
+  datasets::MegatronSampleOptions options;
+  if (plan.data.sample_rule == "split") {
+    options.rule = datasets::MegatronSampleRule::kSplit;
+  } else if (plan.data.sample_rule != "pack") {
+    return Status::InvalidArgument(
+        fmt::format("plan data.sample_rule = '{}' must be \"pack\" or \"split\"", plan.data.sample_rule));
+  }
+  options.seq_len = plan.data.seq_len;
+  if (plan.data.eos_id >= 0) options.eos_id = plan.data.eos_id;
+  options.pad_id = plan.data.pad_id;
+  options.vocab_size = SmallestDecoderVocab(plan);
+  if (options.vocab_size <= 0) {
+    return Status::InvalidArgument(
+        fmt::format("[data] corpus = '{}': a token corpus needs a decoder section to read it", plan.data.corpus));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto source, datasets::MegatronSampleSource::Open(plan.data.corpus, options));
+  return std::unique_ptr<datasets::SampleSource>(std::move(source));
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan) {
+  if (!plan.data.corpus.empty()) return OpenCorpus(plan);
   if (!plan.data.manifest.empty()) {
     return Status::FailedPrecondition(
         fmt::format("[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
@@ -52,6 +85,10 @@ StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& 
   options.keep_last_checkpoints = 2;
   MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
   if (run->index().NumSamples() == 0) {
+    // A corpus is checked whole once, before its samples enter the index.
+    if (const auto* corpus = dynamic_cast<const datasets::MegatronSampleSource*>(&samples)) {
+      MAESTRO_RETURN_IF_ERROR(corpus->CheckWholeCorpus());
+    }
     const std::string manifest = run_dir + "/manifest.jsonl";
     MAESTRO_RETURN_IF_ERROR(datasets::WriteManifest(samples, manifest).status());
     MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(manifest).status());

@@ -16,13 +16,15 @@
 
 namespace maestro::runtime {
 
-// The plan's samples: the built-in dataset plan.data.dataset (or captions
-// when a section activates on "image", else text). A plan with a manifest is
-// refused: the runtime reads only the built-in datasets' payloads today.
+// The plan's samples: a Megatron corpus (plan.data.corpus, checked against
+// the smallest vocabulary of the plan's decoders), else the built-in dataset
+// plan.data.dataset (or captions when a section activates on "image", else
+// text). A plan with a JSONL manifest is refused until its source is wired.
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan);
 
 // Opens (creating) the run directory's TrainingRun and ingests the source's
-// manifest (written to <run_dir>/manifest.jsonl) the first time.
+// manifest (written to <run_dir>/manifest.jsonl) the first time; a corpus's
+// token ids are checked whole before that.
 StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& plan,
                                                               const datasets::SampleSource& samples,
                                                               const std::string& run_dir);

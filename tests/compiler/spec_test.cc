@@ -84,6 +84,26 @@ TEST(Spec, ValidSpecParsesIntoSectionsAndEdges) {
   EXPECT_EQ(s->cluster.gpu_types[0].nodes, 4);  // inherited from [cluster]
 }
 
+// [data] corpus: a Megatron corpus prefix, relative to the spec's folder.
+TEST(Spec, ACorpusIsResolvedAgainstTheSpecFolderAndExcludesAManifest) {
+  auto with = [](const std::string& keys) {
+    std::string text = Base();
+    const std::string at = "seq_len = 2048\n";
+    text.insert(text.find(at) + at.size(), keys);
+    return text;
+  };
+  auto s = ParseSpecString(with("corpus = \"data/web_text_document\"\nsample_rule = \"split\"\neos_id = 2\n"),
+                           "specs/x.toml", "specs");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data.corpus, "specs/data/web_text_document");
+  EXPECT_EQ(s->data.sample_rule, "split");
+  EXPECT_EQ(s->data.eos_id, 2);
+  EXPECT_NE(ErrorOf(with("corpus = \"c\"\nmanifest = \"m.jsonl\"\n")).find("exclude each other"), std::string::npos);
+  EXPECT_NE(ErrorOf(with("corpus = \"c\"\ndataset = \"text\"\n")).find("exclude each other"), std::string::npos);
+  const std::string e = ErrorOf(with("corpus = \"c\"\nsample_rule = \"packed\"\n"));
+  EXPECT_NE(e.find("did you mean"), std::string::npos) << e;
+}
+
 TEST(Spec, TomlSyntaxErrorsCarryLineAndColumn) {
   const std::string e = ErrorOf("[job]\nname = \"x\"\nnodes = = 3\n");
   EXPECT_EQ(e.rfind("spec.toml:3:", 0), 0u) << e;

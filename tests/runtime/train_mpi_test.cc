@@ -23,6 +23,7 @@
 #include "compiler/spec.h"
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
+#include "datasets/megatron_indexed.h"
 #include "plan/plan.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -152,6 +153,48 @@ TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut1) {
 }
 TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) {
   ExpectSameLosses("kd_fanout2", KdPlan(2, 6));
+}
+
+// A user's Megatron corpus instead of the demo text ([data] corpus): the
+// sectioned run and the reference read the same packed samples, agree at every
+// step, and the sample index names the corpus; a token id the models cannot
+// embed stops the run before training, naming the corpus.
+std::string WriteCorpus(const std::string& dir, int64_t first_token) {
+  std::vector<std::vector<int64_t>> documents;
+  uint64_t x = 12345;
+  for (int d = 0; d < 120; ++d) {
+    std::vector<int64_t> doc;
+    const int64_t start = static_cast<int64_t>(x % 50);
+    for (int t = 0; t < 40 + d % 30; ++t) doc.push_back(first_token + (start + t) % 250);  // learnable: counting
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    documents.push_back(doc);
+  }
+  const std::string prefix = dir + "/corpus_text_document";
+  EXPECT_TRUE(datasets::WriteMegatronIndexedDataset(prefix, documents, datasets::MegatronDType::kUint16).ok());
+  return prefix;
+}
+
+TEST(RuntimeTrain, KdFromAMegatronCorpusEqualsMonolithic) {
+  auto p = KdPlan(1, 6);
+  const std::string corpus_dir = Fresh("kd_corpus_data");
+  p.data.corpus = WriteCorpus(corpus_dir, 0);  // ids 0..249
+  p.data.eos_id = 300;
+  ExpectSameLosses("kd_corpus", p);
+  std::ifstream manifest(std::string(MAESTRO_TEST_TMP) + "/runtime_train/kd_corpus/sectioned/manifest.jsonl");
+  std::string first;
+  ASSERT_TRUE(std::getline(manifest, first));
+  EXPECT_NE(first.find(p.data.corpus + "#0"), std::string::npos) << first;
+}
+
+TEST(RuntimeTrain, ACorpusTokenOutsideTheVocabularyStopsTheRunNamingTheCorpus) {
+  auto p = KdPlan(1, 2);
+  const std::string dir = Fresh("kd_corpus_bad");
+  p.data.corpus = WriteCorpus(dir, 400);  // ids 400..649; the tiny models have vocab 512
+  const std::string plan_path = WritePlan(p, dir);
+  const auto run = RunReference(plan_path, dir + "/reference");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find(p.data.corpus), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("vocab"), std::string::npos) << run.output;
 }
 
 // Tensor parallelism: the decoder's heads and MLP units split over 2 ranks
