@@ -23,18 +23,12 @@
 #include "compiler/model.h"
 #include "plan/plan.h"
 #include "runtime/decoder_speed.h"
+#include "tests/fixtures/models.h"
 
 namespace {
 
 maestro::plan::ModelDesc Llama1B() {
-  maestro::plan::ModelDesc d;
-  d.kind = maestro::plan::ModelKind::kDecoder;
-  d.hidden = 2048;
-  d.layers = 16;
-  d.heads = 32;
-  d.kv_heads = 8;
-  d.ffn_hidden = 8192;
-  d.vocab = 128256;
+  maestro::plan::ModelDesc d = maestro::fixtures::DecoderModel({2048, 16, 32, 8, 8192, 128256});
   d.tie_embeddings = true;
   return d;
 }

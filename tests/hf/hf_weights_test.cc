@@ -38,8 +38,8 @@
 #include "hf/name_map.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
-
-extern char** environ;
+#include "tests/fixtures/models.h"
+#include "tests/fixtures/python3.h"
 
 namespace maestro::runtime {
 namespace {
@@ -56,38 +56,11 @@ std::string ReadText(const fs::path& path) {
   return ss.str();
 }
 
-int RunProcess(const std::vector<std::string>& argv, const fs::path& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
 // The first of $MAESTRO_PYTHON3, /usr/bin/python3, python3 that has torch
 // (as tests/runtime/models_test.cc; exit 3 = no torch).
 Status MakeCheckpoints(const fs::path& out) {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("MAESTRO_PYTHON3"); env != nullptr && *env != '\0') candidates.push_back(env);
-  candidates.push_back("/usr/bin/python3");
-  candidates.push_back("python3");
-  const std::string script = std::string(MAESTRO_SOURCE_DIR) + "/tests/hf/make_tiny_checkpoints.py";
-  const fs::path log = out.string() + ".log";
-  for (const auto& py : candidates) {
-    const int rc = RunProcess({py, script, out.string()}, log);
-    if (rc == 0) return Status::Ok();
-    if (rc != 3 && rc != -1 && rc != 127) return Status::Internal(py + " " + script + " failed:\n" + ReadText(log));
-  }
-  return Status::Unavailable("no python3 with torch (python3-torch, installed by scripts/setup.sh)");
+  return fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/tests/hf/make_tiny_checkpoints.py",
+                                       {out.string()}, out.string() + ".log");
 }
 
 TensorMap LoadTensors(const fs::path& dir) {
@@ -392,15 +365,7 @@ TEST_F(HfWeightsTest, ErrorsNameTheTensorTheFileAndTheShapes) {
   expect_error(LoadHfWeights(*biased, desc, **ckpt, 0, 1, torch::kFloat32), StatusCode::kInvalidArgument,
                {"was it built from this desc"});
   // No published layout: the built-in ViT.
-  plan::ModelDesc vit;
-  vit.kind = plan::ModelKind::kVit;
-  vit.hidden = 32;
-  vit.layers = 1;
-  vit.heads = 4;
-  vit.ffn_hidden = 64;
-  vit.image_size = 8;
-  vit.patch_size = 4;
-  vit.channels = 3;
+  const plan::ModelDesc vit = fixtures::VitModel({32, 1, 4, 64, 8, 4, 3});
   auto vit_model = Build(vit);
   expect_error(LoadHfWeights(*vit_model, vit, **ckpt, 0, 1, torch::kFloat32), StatusCode::kInvalidArgument,
                {"built-in ViT"});

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/fixtures/models.h"
+
 namespace maestro::hf {
 namespace {
 
@@ -23,15 +25,8 @@ using plan::ModelKind;
 using Shape = std::vector<int64_t>;
 
 ModelDesc Qwen2Like() {
-  ModelDesc d;
-  d.kind = ModelKind::kDecoder;
-  d.hidden = 32;
-  d.layers = 2;
-  d.heads = 4;
-  d.kv_heads = 2;
+  ModelDesc d = fixtures::DecoderModel({32, 2, 4, 2, 48, 50});
   d.head_dim = 12;
-  d.ffn_hidden = 48;
-  d.vocab = 50;
   d.extra["qkv_bias"] = 1;
   return d;
 }
@@ -104,15 +99,7 @@ TEST(HfNameMap, MixtralExperts) {
 }
 
 ModelDesc Clip() {
-  ModelDesc d;
-  d.kind = ModelKind::kVit;
-  d.hidden = 16;
-  d.layers = 2;
-  d.heads = 2;
-  d.ffn_hidden = 40;
-  d.image_size = 12;
-  d.patch_size = 4;
-  d.channels = 3;
+  ModelDesc d = fixtures::VitModel({16, 2, 2, 40, 12, 4, 3});
   d.extra["vit_layout"] = kVitLayoutClip;
   return d;
 }
@@ -161,14 +148,7 @@ TEST(HfNameMap, Qwen2VlVisionTowerAndItsInferredLayout) {
 }
 
 TEST(HfNameMap, WhisperEncoderKHasNoBias) {
-  ModelDesc d;
-  d.kind = ModelKind::kAudioEncoder;
-  d.hidden = 16;
-  d.layers = 1;
-  d.heads = 2;
-  d.ffn_hidden = 32;
-  d.mel_bins = 8;
-  d.audio_frames = 9;
+  ModelDesc d = fixtures::AudioEncoderModel({16, 1, 2, 32, 8, 9});
   auto names = ExpandWeightNames(d);
   ASSERT_TRUE(names.ok());
   ExpectWeight(*names, "model.encoder.conv1.weight", "conv1.weight", {16, 8, 3}, -1);

@@ -7,6 +7,7 @@
 
 #include "compiler/model.h"
 #include "runtime/models/model_desc.h"
+#include "tests/fixtures/models.h"
 
 namespace maestro {
 namespace {
@@ -15,14 +16,7 @@ using plan::ModelDesc;
 using plan::ModelKind;
 
 ModelDesc Decoder(bool moe, bool tied) {
-  ModelDesc d;
-  d.kind = ModelKind::kDecoder;
-  d.hidden = 64;
-  d.layers = 2;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.ffn_hidden = 176;
-  d.vocab = 97;
+  ModelDesc d = fixtures::DecoderModel({64, 2, 4, 2, 176, 97});
   d.tie_embeddings = tied;
   if (moe) {
     d.experts = 4;
@@ -55,15 +49,7 @@ TEST(CompilerRuntimeAgreement, DecoderWithQkvBiasAndHeadDim) {
 // The built-in ViT has no CLS token; the spec says so with cls_token = false,
 // and the compiler then counts what is built, patch merger included.
 ModelDesc Vit(int64_t merge) {
-  ModelDesc d;
-  d.kind = ModelKind::kVit;
-  d.hidden = 32;
-  d.layers = 2;
-  d.heads = 4;
-  d.ffn_hidden = 64;
-  d.image_size = 28;
-  d.patch_size = 7;
-  d.channels = 1;
+  ModelDesc d = fixtures::VitModel({32, 2, 4, 64, 28, 7, 1});
   d.extra["cls_token"] = 0;
   if (merge > 0) {
     d.extra["spatial_merge"] = static_cast<double>(merge);

@@ -8,19 +8,13 @@
 
 #include <string>
 
+#include "tests/fixtures/models.h"
+
 namespace maestro::runtime {
 namespace {
 
 plan::ModelDesc TinyDecoder() {
-  plan::ModelDesc d;
-  d.kind = plan::ModelKind::kDecoder;
-  d.hidden = 64;
-  d.layers = 2;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.ffn_hidden = 128;
-  d.vocab = 256;
-  return d;
+  return fixtures::DecoderModel({64, 2, 4, 2, 128, 256});
 }
 
 void ExpectConsistent(const DecoderSpeed& s, const DecoderSpeedOptions& o) {

@@ -15,6 +15,8 @@
 //
 // Tensor files: <dir>/index.json = [{"name", "dtype": "f32"|"i64", "shape",
 // "offset"}] and <dir>/data.bin, raw little-endian, contiguous.
+#include "tests/fixtures/models.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -38,8 +40,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/torch_compat.h"
-
-extern char** environ;
+#include "tests/fixtures/python3.h"
 
 namespace maestro::runtime {
 namespace {
@@ -88,32 +89,6 @@ StatusOr<TensorMap> LoadTensors(const fs::path& dir) {
 
 // ---- python3 ------------------------------------------------------------------
 
-// Runs argv, stdout and stderr to log; returns the exit code (-1 when it
-// could not start or did not exit normally).
-int RunProcess(const std::vector<std::string>& argv, const fs::path& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 fs::path ScratchDir(const std::string& name) {
   fs::path dir = fs::path(MAESTRO_TEST_TMP) / "runtime_models" / name;
   fs::remove_all(dir);
@@ -127,25 +102,8 @@ fs::path ScratchDir(const std::string& name) {
 // cannot import torch (the script exits 3) passes to the next; no python3
 // with torch at all is an error (python3-torch is a declared dependency).
 Status RunReference(const fs::path& in, const fs::path& out, const fs::path& log) {
-  constexpr int kNoTorch = 3;  // reference_models.py's NO_TORCH_EXIT_CODE
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("MAESTRO_PYTHON3"); env != nullptr && *env != '\0') candidates.push_back(env);
-  candidates.push_back("/usr/bin/python3");
-  candidates.push_back("python3");
-  const std::string script = std::string(MAESTRO_SOURCE_DIR) + "/tests/runtime/reference_models.py";
-  std::string tried;
-  for (const auto& py : candidates) {
-    const int rc = RunProcess({py, script, in.string(), out.string()}, log);
-    if (rc == 0) return Status::Ok();
-    if (rc != kNoTorch && rc != -1 && rc != 127) {
-      return Status::Internal(py + " " + script + " failed (exit " + std::to_string(rc) + "):\n" + ReadFile(log));
-    }
-    tried += "\n  " + py + ": " + (rc == kNoTorch ? ReadFile(log) : std::string("cannot run it"));
-  }
-  return Status::Unavailable(
-      "no python3 with torch found; the reference tests need Debian's python3-torch (a declared dependency: "
-      "scripts/setup.sh installs it), or set MAESTRO_PYTHON3 to a python3 that has torch. Tried:" +
-      tried);
+  return fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/tests/runtime/reference_models.py",
+                                       {in.string(), out.string()}, log);
 }
 
 // ---- reference comparison --------------------------------------------------------
@@ -272,15 +230,7 @@ void CheckAgainstPyTorch(const ReferenceCase& c) {
 // ---- the descs -----------------------------------------------------------------
 
 ModelDesc TinyDecoder() {
-  ModelDesc d;
-  d.kind = ModelKind::kDecoder;
-  d.hidden = 32;
-  d.layers = 2;
-  d.heads = 4;
-  d.kv_heads = 2;  // GQA: 2 query heads per kv head
-  d.ffn_hidden = 48;
-  d.vocab = 50;
-  return d;
+  return fixtures::DecoderModel({32, 2, 4, 2, 48, 50});  // GQA: 2 query heads per kv head
 }
 
 ModelDesc TinyMoeDecoder() {
@@ -296,28 +246,11 @@ ModelDesc TinyMoeDecoder() {
 }
 
 ModelDesc TinyVit() {
-  ModelDesc d;
-  d.kind = ModelKind::kVit;
-  d.hidden = 32;
-  d.layers = 2;
-  d.heads = 4;
-  d.ffn_hidden = 64;
-  d.image_size = 8;
-  d.patch_size = 4;
-  d.channels = 3;
-  return d;
+  return fixtures::VitModel({32, 2, 4, 64, 8, 4, 3});
 }
 
 ModelDesc TinyAudio() {
-  ModelDesc d;
-  d.kind = ModelKind::kAudioEncoder;
-  d.hidden = 32;
-  d.layers = 2;
-  d.heads = 4;
-  d.ffn_hidden = 64;
-  d.mel_bins = 10;
-  d.audio_frames = 12;
-  return d;
+  return fixtures::AudioEncoderModel({32, 2, 4, 64, 10, 12});
 }
 
 // Qwen2's decoder: q/k/v biases, tied embeddings, a head_dim that is not
