@@ -9,6 +9,9 @@
 //                        into a uint16 buffer.
 //   idx_read_vs_pread    idx_tokens_per_s / pread_tokens_per_s. Goal >= 0.8.
 //   idx_sample_vs_pread  the same through ReadSample (input_ids + labels).
+//   images_decoded_per_s, decode_only_per_s, resize_normalize_overhead,
+//   png_images_decoded_per_s: image files to a vision tower's input, per
+//                        core (bench/image_bench.cc, also `maestro-bench image`).
 // Options after `--`: --idx-mb=N (corpus size, default 200; --quick: 16),
 // --seq-len=N (default 2048). Files go to $MAESTRO_BENCH_DIR, else $TMPDIR,
 // else /tmp, and are removed afterwards.
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "base/splitmix.h"
+#include "bench/data_benches.h"
 #include "bench/registry.h"
 #include "datasets/megatron_indexed.h"
 
@@ -107,7 +111,9 @@ int64_t PreadAllSamples(const std::string& bin_path, int64_t samples, int64_t se
 }
 
 // The Megatron corpus figures (the keys above); `maestro-bench data` runs it.
-nlohmann::json MegatronIdxBench(const maestro::bench::BenchOptions& options) {
+}  // namespace
+
+nlohmann::json maestro::bench::MegatronIdxBench(const maestro::bench::BenchOptions& options) {
   int64_t megabytes = options.quick ? 16 : 200;
   int64_t seq_len = 2048;
   for (const std::string& a : options.args) {
@@ -151,8 +157,8 @@ nlohmann::json MegatronIdxBench(const maestro::bench::BenchOptions& options) {
   return out;
 }
 
-}  // namespace
-
-MAESTRO_BENCHMARK(data, "reading users' corpora: Megatron .bin/.idx samples vs pread of the same bytes") {
-  return MegatronIdxBench(options);
+MAESTRO_BENCHMARK(data, "users' data in: Megatron .bin/.idx samples vs pread of the same bytes; images per core") {
+  nlohmann::json out = maestro::bench::MegatronIdxBench(options);
+  out.update(maestro::bench::ImageDecodeBench(options));
+  return out;
 }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/data_benches.h"
 #include "bench/registry.h"
 #include "datasets/image_decode.h"
 
@@ -121,7 +122,7 @@ void WritePng(const std::string& path, std::vector<uint8_t> px) {
 
 }  // namespace
 
-MAESTRO_BENCHMARK(image, "448x448 JPEG -> (3, 224, 224) float32 per second per core, vs decode alone") {
+nlohmann::json maestro::bench::ImageDecodeBench(const maestro::bench::BenchOptions& options) {
   const fs::path dir = BenchDir();
   const int images = options.quick ? 40 : 200;
   const int png_images = options.quick ? 10 : 50;
@@ -173,4 +174,8 @@ MAESTRO_BENCHMARK(image, "448x448 JPEG -> (3, 224, 224) float32 per second per c
   out["mean_jpeg_bytes"] = jpeg_bytes / images;
   out["checksum"] = checksum;
   return out;
+}
+
+MAESTRO_BENCHMARK(image, "448x448 JPEG -> (3, 224, 224) float32 per second per core, vs decode alone") {
+  return maestro::bench::ImageDecodeBench(options);
 }

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// The measurements behind `maestro-bench data` (users' data in), each also a
+// benchmark of its own: the Megatron corpus reader against pread
+// (data_bench.cc) and image files to a vision tower's input (image_bench.cc).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "bench/registry.h"
+
+namespace maestro::bench {
+
+nlohmann::json MegatronIdxBench(const BenchOptions& options);
+nlohmann::json ImageDecodeBench(const BenchOptions& options);
+
+}  // namespace maestro::bench
