@@ -61,7 +61,7 @@ SampleTokens MegatronSampleSource::TokensOf(int64_t id) const {
   return t;
 }
 
-Status MegatronSampleSource::CheckWholeCorpus() const {
+Status MegatronSampleSource::CheckBeforeIngest() const {
   return samples_.dataset().CheckTokenIds(samples_.options().vocab_size);
 }
 

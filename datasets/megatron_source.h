@@ -34,14 +34,14 @@ class MegatronSampleSource final : public SampleSource {
   int64_t NumSamples(Split split) const override;
   // A sample whose tokens reach vocab_size is InvalidArgument naming the
   // corpus, the sample, the document and the token (MegatronIndexedDataset
-  // is checked whole at ingestion: CheckWholeCorpus).
+  // is checked whole at ingestion: CheckBeforeIngest).
   StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
   // location "<prefix>#<id>"; tokens {"text": real input tokens}.
   SampleTokens TokensOf(int64_t id) const override;
 
   // Every token id of the corpus below vocab_size (a scan of the .bin; run
   // once, before the corpus is ingested into a run's SampleIndex).
-  Status CheckWholeCorpus() const;
+  Status CheckBeforeIngest() const override;
   const MegatronSamples& samples() const { return samples_; }
 
  private:

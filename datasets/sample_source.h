@@ -68,6 +68,10 @@ class SampleSource {
   // True when the test split's samples carry caption answers
   // (SampleRecord::answer_position, label): caption accuracy can be measured.
   virtual bool HasCaptionAnswers() const { return false; }
+  // Checks a source may need before its samples enter a run's SampleIndex
+  // (once, at ingestion): a corpus scans every token id against the
+  // vocabulary. OK by default.
+  virtual Status CheckBeforeIngest() const { return Status::Ok(); }
 };
 
 // JSONL manifest of the TRAIN split of `source` for the datalayer's

@@ -85,10 +85,7 @@ StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& 
   options.keep_last_checkpoints = 2;
   MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
   if (run->index().NumSamples() == 0) {
-    // A corpus is checked whole once, before its samples enter the index.
-    if (const auto* corpus = dynamic_cast<const datasets::MegatronSampleSource*>(&samples)) {
-      MAESTRO_RETURN_IF_ERROR(corpus->CheckWholeCorpus());
-    }
+    MAESTRO_RETURN_IF_ERROR(samples.CheckBeforeIngest());
     const std::string manifest = run_dir + "/manifest.jsonl";
     MAESTRO_RETURN_IF_ERROR(datasets::WriteManifest(samples, manifest).status());
     MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(manifest).status());

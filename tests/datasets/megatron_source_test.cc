@@ -68,7 +68,7 @@ TEST_F(MegatronSourceTest, TokenIdsOutsideTheVocabularyAreNamed) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(prefix_), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("sample 2"), std::string::npos) << bad.status().message();
-  const Status whole = (*source)->CheckWholeCorpus();
+  const Status whole = (*source)->CheckBeforeIngest();
   ASSERT_FALSE(whole.ok());
   EXPECT_NE(whole.message().find("20"), std::string::npos) << whole.message();
   o.vocab_size = 0;
