@@ -4,6 +4,7 @@
 //   maestro profile spec.toml [-o DIR]   measure each section's micro-batch times on this
 //                                        machine, in the run's layout, and recompile with them
 //   maestro doctor                       what this machine has: libraries, BLAS, launchers
+//   maestro export OUT --section S -o D  a trained section as a Hugging Face folder (maestro-export)
 #include <sched.h>
 #include <unistd.h>
 
@@ -28,8 +29,8 @@ namespace {
 struct RunArgs {
   std::string spec;
   std::string out_dir = "maestro-out";
-  int ranks = 0;      // 0: the cores of this machine, at least 2
-  int64_t steps = 0;  // 0: the spec's
+  int ranks = 0;       // 0: the cores of this machine, at least 2
+  int64_t steps = -1;  // -1: the spec's
   bool fresh = false;
   bool reference = false;
   bool no_eval = false;
@@ -133,7 +134,7 @@ int RunCommand(const RunArgs& args) {
 
   // 2. Train: the reference in this process's child, or every rank under mpirun.
   std::vector<std::string> worker{bin + "/maestro-worker", "--run-dir", run_dir};
-  if (args.steps > 0) worker.insert(worker.end(), {"--steps", std::to_string(args.steps)});
+  if (args.steps >= 0) worker.insert(worker.end(), {"--steps", std::to_string(args.steps)});
   if (args.no_eval) worker.push_back("--no-eval");
   if (args.eval_samples > 0) worker.insert(worker.end(), {"--eval-samples", std::to_string(args.eval_samples)});
   worker.insert(worker.end(), args.worker_args.begin(), args.worker_args.end());
@@ -362,8 +363,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--ranks", run_args.ranks, "CPU ranks to plan for (default: the cores, at least 2)")
       ->check(CLI::PositiveNumber);
-  run->add_option("--steps", run_args.steps, "train until this step (default: the spec's job.steps)")
-      ->check(CLI::PositiveNumber);
+  run->add_option("--steps", run_args.steps,
+                  "train until this step (default: the spec's job.steps); 0 on a fresh run writes the initial "
+                  "weights (for `maestro export`) and trains nothing")
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--pin", run_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
   run->add_flag("--fresh", run_args.fresh, "start over: remove the run directory first (default: resume it)");
   run->add_flag("--reference", run_args.reference,
@@ -410,9 +413,26 @@ int main(int argc, char** argv) {
 
   auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
 
+  // Everything after `export` goes to maestro-export (its --help lists the options).
+  auto* export_cmd = app.add_subcommand(
+      "export",
+      "write a trained section as a Hugging Face checkpoint folder: maestro export OUT --section NAME -o DIR");
+  export_cmd->prefix_command();
+  export_cmd->set_help_flag();
+
   CLI11_PARSE(app, argc, argv);
   if (*run) return RunCommand(run_args);
   if (*profile) return ProfileCommand(profile_args);
   if (*doctor) return DoctorCommand();
+  if (*export_cmd) {
+    std::vector<std::string> command{maestro::cli::SelfDirectory() + "/maestro-export"};
+    for (const auto& arg : export_cmd->remaining()) command.push_back(arg);
+    auto rc = maestro::cli::RunProcess(command);
+    if (!rc.ok()) {
+      std::fprintf(stderr, "maestro export: %s\n", rc.status().message().c_str());
+      return maestro::kExitFailure;
+    }
+    return *rc;
+  }
   return 0;
 }

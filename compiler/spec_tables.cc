@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
@@ -13,6 +14,8 @@
 
 #include "base/shell.h"
 #include "compiler/model.h"
+#include "hf/checkpoint.h"
+#include "hf/name_map.h"
 
 namespace maestro::compiler::internal {
 
@@ -333,16 +336,51 @@ void ReadShapeKey(TableReader& r, const toml::node& n, const ShapeKey& k, plan::
 }
 
 // [models.<name>] with hf_config = "<path>": the imported config.
-void ReadHfModel(Diagnostics& d, TableReader& r, const std::string& hf, const std::string& base_dir, ModelSpec& m) {
+// `key` is where the config came from: "hf_config", or "weights" (its
+// folder's config.json).
+void ReadHfModel(Diagnostics& d, TableReader& r, const std::string& hf, const std::string& key,
+                 const std::string& base_dir, ModelSpec& m) {
   const std::string path = JoinPath(base_dir, hf);
   auto desc = ModelFromHfConfigFile(path);
   if (!desc.ok()) {
-    d.Error(r.PosOfKey("hf_config"), desc.status().message());
+    d.Error(r.PosOfKey(key), desc.status().message());
   } else {
     m.desc = *desc;
     m.desc.source = hf;  // as written in the spec: stable across machines
   }
-  r.Finish();
+}
+
+// [models.<name>] weights = "<dir>": a Hugging Face checkpoint folder. Its
+// config.json is the model (unless hf_config names another); its tensors are
+// checked now against the names and shapes the runtime will load, so a
+// wrong folder fails here and not on every rank of a started job.
+void ReadWeights(Diagnostics& d, TableReader& r, const std::string& where, const std::string& weights,
+                 const std::string& base_dir, ModelSpec& m) {
+  const SourcePos pos = r.PosOfKey("weights");
+  if (weights.empty() || !IsSingleLine(weights)) {
+    d.Error(pos, fmt::format("{}: weights must be the path of a Hugging Face checkpoint folder (config.json and "
+                             "*.safetensors), on one line",
+                             where));
+    return;
+  }
+  const std::string dir = JoinPath(base_dir, weights);
+  std::string hf;
+  if (!r.String("hf_config", &hf)) {
+    hf = (std::filesystem::path(weights) / hf::kConfigFileName).string();
+    ReadHfModel(d, r, hf, "weights", base_dir, m);
+  } else {
+    ReadHfModel(d, r, hf, "hf_config", base_dir, m);
+  }
+  if (!d.ok()) return;
+  m.desc.weights = dir;
+  auto ckpt = hf::HfCheckpoint::Open(dir);
+  if (!ckpt.ok()) {
+    d.Error(pos, fmt::format("{}: weights = '{}': {}", where, weights, ckpt.status().message()));
+    return;
+  }
+  auto names = hf::ExpandWeightNames(m.desc);
+  Status matches = names.ok() ? hf::CheckCheckpointMatches(**ckpt, *names, m.desc.source) : names.status();
+  if (!matches.ok()) d.Error(pos, fmt::format("{}: weights = '{}': {}", where, weights, matches.message()));
 }
 
 }  // namespace
@@ -353,15 +391,21 @@ void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, So
   TableReader r(d, t, where);
   m.name = name;
   m.pos = pos;
-  std::string hf;
+  std::string hf, weights;
+  if (r.String("weights", &weights)) {
+    ReadWeights(d, r, where, weights, base_dir, m);
+    r.Finish();
+    return;
+  }
   if (r.String("hf_config", &hf)) {
-    ReadHfModel(d, r, hf, base_dir, m);
+    ReadHfModel(d, r, hf, "hf_config", base_dir, m);
+    r.Finish();
     return;
   }
   std::string kind;
   if (!r.String("kind", &kind)) {
     if (!t.get("kind"))
-      d.Error(r.pos(), where + " needs 'kind' (decoder, vit, audio_encoder, projector) or 'hf_config'");
+      d.Error(r.pos(), where + " needs 'kind' (decoder, vit, audio_encoder, projector), 'hf_config' or 'weights'");
     r.Finish();
     return;
   }

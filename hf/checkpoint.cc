@@ -65,7 +65,64 @@ Status FsyncPath(const std::string& path) {
   return Status::Ok();
 }
 
+std::string ShapeList(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape.begin(), shape.end(), ", "));
+}
+
+std::string JoinProblems(const std::vector<std::string>& problems) {
+  constexpr size_t kShown = 8;
+  std::string out;
+  for (size_t i = 0; i < problems.size() && i < kShown; ++i) out += "\n  " + problems[i];
+  if (problems.size() > kShown) out += fmt::format("\n  ... and {} more", problems.size() - kShown);
+  return out;
+}
+
+bool IsWeightDType(TensorDType dtype) {
+  return dtype == TensorDType::kBF16 || dtype == TensorDType::kF16 || dtype == TensorDType::kF32 ||
+         dtype == TensorDType::kF64;
+}
+
 }  // namespace
+
+Status CheckCheckpointMatches(const HfCheckpoint& ckpt, const WeightNames& names, const std::string& desc_source) {
+  std::vector<std::string> unexpected;
+  for (const auto& name : ckpt.TensorNames()) {
+    if (!names.Owns(name) || names.PassedOver(name) || names.ByHfName(name) != nullptr) continue;
+    MAESTRO_ASSIGN_OR_RETURN(auto located, ckpt.Find(name));
+    unexpected.push_back(fmt::format("'{}' {} in {}", name, located.info->ShapeText(), located.file->path()));
+  }
+  if (!unexpected.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: {} tensor(s) that the {} model described by '{}' does not have (a different architecture, "
+        "or a desc that does not match the checkpoint's config.json; docs/weights.md lists the names):{}",
+        ckpt.dir(), unexpected.size(), WeightLayoutName(names.layout), desc_source, JoinProblems(unexpected)));
+  }
+  std::vector<std::string> missing;
+  for (const auto& w : names.weights) {
+    if (!ckpt.Find(w.hf_name).ok()) missing.push_back(fmt::format("'{}' {}", w.hf_name, ShapeList(w.shape)));
+  }
+  if (!missing.empty()) {
+    return Status::NotFound(fmt::format("{}: {} tensor(s) the {} model needs are missing (name, expected shape):{}",
+                                        ckpt.dir(), missing.size(), WeightLayoutName(names.layout),
+                                        JoinProblems(missing)));
+  }
+  for (const auto& w : names.weights) {
+    MAESTRO_ASSIGN_OR_RETURN(auto located, ckpt.Find(w.hf_name));
+    const TensorInfo& info = *located.info;
+    if (info.shape != w.shape) {
+      return Status::InvalidArgument(
+          fmt::format("tensor '{}' in {} has shape {}, but the model needs {} (is the desc "
+                      "the one of this checkpoint's config.json?)",
+                      w.hf_name, located.file->path(), info.ShapeText(), ShapeList(w.shape)));
+    }
+    if (!IsWeightDType(info.dtype)) {
+      return Status::InvalidArgument(
+          fmt::format("tensor '{}' in {}: dtype {} is not a floating-point weight dtype (BF16, F16, F32, F64)",
+                      w.hf_name, located.file->path(), TensorDTypeName(info.dtype)));
+    }
+  }
+  return Status::Ok();
+}
 
 StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::Open(const std::string& dir) {
   std::error_code ec;

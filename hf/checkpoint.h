@@ -5,8 +5,10 @@
 // {"<tensor>": "<shard file>"}}). Reading maps every file (no tensor is read
 // until asked for); writing produces a whole directory atomically.
 //
-// Owns: HfCheckpoint (open, look up a tensor across shards), WriteHfCheckpoint.
-// May call: hf/safetensors, base, nlohmann-json.
+// Owns: HfCheckpoint (open, look up a tensor across shards),
+// CheckCheckpointMatches (a directory against a model's name table, without
+// reading any tensor data), WriteHfCheckpoint.
+// May call: hf/safetensors, hf/name_map, base, nlohmann-json.
 // Thread safety: an HfCheckpoint is immutable after Open().
 #pragma once
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "hf/name_map.h"
 #include "hf/safetensors.h"
 
 namespace maestro::hf {
@@ -52,6 +55,16 @@ class HfCheckpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Located, std::less<>> tensors_;
 };
+
+// Whether `ckpt` holds exactly the tensors of `names` (a model's table,
+// hf::ExpandWeightNames): every tensor present with its full shape and a
+// floating-point dtype (BF16, F16, F32, F64), and no tensor under the model's
+// own prefixes that the table does not name (tensors of other towers are
+// passed over). Only the headers are read. Errors name the tensors, the file
+// and both shapes, at most 8 per list; `desc_source` names the model's config.
+//   NotFound         tensors the model needs are missing;
+//   InvalidArgument  unexpected tensors, a wrong shape, a non-float dtype.
+Status CheckCheckpointMatches(const HfCheckpoint& ckpt, const WeightNames& names, const std::string& desc_source);
 
 // Writes `dir` as a checkpoint: config.json, and the tensors in order into
 // shards of at most `max_shard_bytes` each (a tensor larger than that gets a

@@ -19,8 +19,8 @@ NLOHMANN_JSON_SERIALIZE_ENUM(ModelKind, {{ModelKind::kDecoder, "decoder"},
                                          {ModelKind::kAudioEncoder, "audio_encoder"},
                                          {ModelKind::kProjector, "projector"}})
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, hidden, layers, heads, kv_heads, head_dim,
-                                                ffn_hidden, vocab, tie_embeddings, experts, experts_per_token,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, weights, hidden, layers, heads, kv_heads,
+                                                head_dim, ffn_hidden, vocab, tie_embeddings, experts, experts_per_token,
                                                 moe_ffn_hidden, image_size, patch_size, channels, mel_bins,
                                                 audio_frames, in_dim, out_dim, extra)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_decay, beta1, beta2, grad_clip,

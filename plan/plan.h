@@ -43,6 +43,11 @@ const char* ModelKindName(ModelKind kind);
 struct ModelDesc {
   ModelKind kind = ModelKind::kDecoder;
   std::string source;  // "builtin" or the path of an imported HF config.json
+  // A Hugging Face checkpoint folder (config.json + *.safetensors, joined to
+  // the spec's folder) whose tensors are the model's initial weights, loaded
+  // by every rank (its TP slice only) before step 0; "" = none. A section's
+  // `init_from` (a Maestro run) takes precedence. Added in schema 1 (optional).
+  std::string weights;
   int64_t hidden = 0;  // d_model
   int64_t layers = 0;
   int64_t heads = 0;

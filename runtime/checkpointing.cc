@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "base/checks.h"
+#include "base/files.h"
 #include "runtime/collectives.h"
 #include "runtime/message_tags.h"
 #include "runtime/section_runner.h"
@@ -45,18 +47,24 @@ std::string OptimizerKey(const std::string& name, int t) {
   return t == 0 ? name : fmt::format("{}#tp{}", name, t);
 }
 
-Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                         const Status& rank0_status, const std::optional<datalayer::CheckpointData>& resumed,
-                         SectionRunner& runner) {
+StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::Backend& world,
+                                   const Status& rank0_status, bool rank0_resumed) {
   const bool rank0 = place.world_rank == 0;
   std::vector<int64_t> header{0};
-  if (rank0) header[0] = !rank0_status.ok() ? -1 : resumed ? 1 : 0;
+  if (rank0) header[0] = !rank0_status.ok() ? -1 : rank0_resumed ? 1 : 0;
   MAESTRO_RETURN_IF_ERROR(BroadcastInts(world, header));
   if (header[0] < 0) {
     return rank0_status.ok() ? Status::Aborted("rank 0 could not open the run directory") : rank0_status;
   }
-  if (header[0] != 1) return Status::Ok();
-  if (rank0) return SendResumedState(plan, world, *resumed, runner);
+  return header[0] == 1;
+}
+
+Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner) {
+  if (place.world_rank == 0) {
+    if (!resumed) return Status::Internal("ShareResumedState: rank 0 resumed from no state");
+    return SendResumedState(plan, world, *resumed, runner);
+  }
   if (!runner.trains()) return Status::Ok();
   MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, 0, kTagResumeModel));
   MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, 0, kTagResumeOptimizer));
@@ -64,8 +72,12 @@ Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& plac
   return runner.LoadOptimizer(optimizer);
 }
 
-Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                       SectionRunner& runner, datalayer::TrainingRun* run, int64_t step) {
+namespace {
+
+// Collective: the state of every training section after step `step`,
+// gathered on rank 0 (other ranks get an empty state).
+StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const launcher::RankPlace& place,
+                                                launcher::Backend& world, SectionRunner& runner, int64_t step) {
   const bool rank0 = place.world_rank == 0;
   datalayer::CheckpointData state;
   state.step = step;
@@ -98,10 +110,55 @@ Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
         state.sections[OptimizerKey(sp.name, t)].optimizer = std::move(optimizer);
       }
     }
-    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
   }
+  return state;
+}
+
+}  // namespace
+
+Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                       SectionRunner& runner, datalayer::TrainingRun* run, int64_t step) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, step));
+  if (place.world_rank == 0) MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
   // Nobody runs ahead of a checkpoint that is not durable yet.
   return Wait(world.Barrier());
+}
+
+std::string InitialWeightsDir(const std::string& run_dir) {
+  return run_dir + "/initial";
+}
+
+Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::CheckpointData state) {
+  const std::string dir = InitialWeightsDir(run_dir);
+  MAESTRO_RETURN_IF_ERROR(CreateDirectories(dir));
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1));
+  state.step = 0;
+  state.epoch = 0;
+  state.next_step = 0;
+  MAESTRO_RETURN_IF_ERROR(store->Write(state).status());
+  return store->RemoveAllBut({0});
+}
+
+StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir) {
+  const std::string dir = InitialWeightsDir(run_dir);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(fmt::format("{}: no initial weights (`maestro run ... --steps 0` writes them)", dir));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1));
+  MAESTRO_ASSIGN_OR_RETURN(auto steps, store->ListSteps());
+  if (steps.empty()) return Status::NotFound(fmt::format("{}: no initial-weights checkpoint in it", dir));
+  return store->Read(datalayer::CheckpointStore::FileName(steps.back()));
+}
+
+Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                           SectionRunner& runner, const std::string& run_dir) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, 0));
+  Status written;
+  if (place.world_rank == 0) written = WriteInitialWeightsFile(run_dir, std::move(state));
+  // Every rank waits for rank 0's file, whatever came of it.
+  MAESTRO_RETURN_IF_ERROR(Wait(world.Barrier()));
+  return written;
 }
 
 }  // namespace maestro::runtime

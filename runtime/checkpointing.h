@@ -16,6 +16,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "datalayer/checkpoint_store.h"
 #include "datalayer/training_run.h"
 #include "launcher/communicators.h"
 #include "launcher/launch_env.h"
@@ -29,18 +30,39 @@ class SectionRunner;
 std::string OptimizerKey(const std::string& name, int t);
 
 // Collective over `world`. Rank 0 passes how opening the run went
-// (`rank0_status`) and the state it resumed from (`resumed`, nullopt for a
-// fresh run); other ranks pass Ok and nullopt. Every rank of a training
-// section loads the full model and its own optimizer shard into `runner`.
-// An error of rank 0 is every rank's error.
+// (`rank0_status`) and whether it resumed from a checkpoint; every rank
+// learns whether the run resumes (true) or starts fresh (false), before any
+// SectionRunner is built (a resumed training section skips its initial
+// weights). An error of rank 0 is every rank's error.
+StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::Backend& world,
+                                   const Status& rank0_status, bool rank0_resumed);
+
+// Collective over `world`, after ShareResumeDecision said true: every rank of
+// a training section loads the full model and its own optimizer shard into
+// `runner`. Rank 0 passes the state it resumed from; other ranks nullopt.
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                         const Status& rank0_status, const std::optional<datalayer::CheckpointData>& resumed,
-                         SectionRunner& runner);
+                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner);
 
 // Collective over `world`: gathers the state of every training section after
 // step `step` on rank 0, which writes it (`run`: non-null on rank 0 only);
 // returns once the checkpoint is durable on every rank (a barrier).
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                        SectionRunner& runner, datalayer::TrainingRun* run, int64_t step);
+
+// The initial weights of a run that trains for zero steps (`maestro run
+// --steps 0`): collective like WriteCheckpoint; rank 0 writes the state of
+// every training section before step 0 to <run_dir>/initial/ (InitialWeights
+// below), outside the run's commit protocol (nothing was consumed).
+Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                           SectionRunner& runner, const std::string& run_dir);
+
+// The folder of a run's initial-weights checkpoint (one .mckpt, step 0,
+// next_step 0): "<run_dir>/initial".
+std::string InitialWeightsDir(const std::string& run_dir);
+// Writes `state` (the training sections' models and optimizers before step
+// 0) as the run's initial-weights checkpoint, atomically, replacing any.
+Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::CheckpointData state);
+// Reads it back (verified); NotFound naming the folder when there is none.
+StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir);
 
 }  // namespace maestro::runtime

@@ -54,7 +54,7 @@ class RankLoop {
         options_(options),
         section_(place.coords.section),
         replica_(place.coords.dp),
-        total_steps_(options.steps > 0 ? options.steps : plan.data.steps),
+        total_steps_(options.steps >= 0 ? options.steps : plan.data.steps),
         reporter_(plan, options.progress, total_steps_),
         trace_(total_steps_),
         edges_(plan, place, comms, &blocked_seconds_) {}
@@ -85,6 +85,7 @@ class RankLoop {
   TrainOptions options_;
   int section_, replica_;
   int64_t total_steps_;
+  bool resumed_ = false;  // the run resumed from a checkpoint
   std::vector<std::string> modality_names_;
   std::shared_ptr<const scheduler::SectionCostModel> costs_;
 
@@ -130,14 +131,8 @@ Status RankLoop::Setup() {
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(samples_, OpenPlanDataset(plan_));
-  RunnerOptions runner_options;
-  if (TpSize() > 1) {
-    tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
-    runner_options.tensor_parallel = tp_reducer_.get();
-  }
-  MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
-  MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
   MAESTRO_RETURN_IF_ERROR(Resume());
+  MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
   // A forward-only section that feeds others keeps its outputs in a spool.
   if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1) {
@@ -147,7 +142,9 @@ Status RankLoop::Setup() {
   return Status::Ok();
 }
 
-// Rank 0 owns the run directory and sends each training rank its state.
+// Rank 0 owns the run directory and says whether the run resumes; then every
+// rank builds its section (a resumed training section skips its initial
+// weights) and rank 0 sends each training rank its state.
 Status RankLoop::Resume() {
   std::optional<datalayer::CheckpointData> resumed;
   Status rank0_status;
@@ -166,7 +163,18 @@ Status RankLoop::Resume() {
     }
     reporter_.Open(options_.run_dir);
   }
-  return ShareResumedState(plan_, place_, comms_.world(), rank0_status, resumed, *runner_);
+  MAESTRO_ASSIGN_OR_RETURN(const bool resuming,
+                           ShareResumeDecision(place_, comms_.world(), rank0_status, resumed.has_value()));
+  RunnerOptions runner_options;
+  runner_options.resuming = resuming;
+  if (TpSize() > 1) {
+    tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
+    runner_options.tensor_parallel = tp_reducer_.get();
+  }
+  MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
+  resumed_ = resuming;
+  if (!resuming) return Status::Ok();
+  return ShareResumedState(plan_, place_, comms_.world(), resumed, *runner_);
 }
 
 Status RankLoop::Forward(int mb_index) {
@@ -340,6 +348,14 @@ StatusOr<TrainSummary> RankLoop::Run() {
                      static_cast<long long>(batch.step));
       }
       break;
+    }
+  }
+  // Zero steps asked of a fresh run: its initial weights, for `maestro export`.
+  if (total_steps_ == 0 && !resumed_) {
+    MAESTRO_RETURN_IF_ERROR(WriteInitialWeights(plan_, place_, comms_.world(), *runner_, options_.run_dir));
+    if (Rank0()) {
+      std::fprintf(stderr, "maestro: zero steps: initial weights written to %s\n",
+                   InitialWeightsDir(options_.run_dir).c_str());
     }
   }
   summary.final_loss = last_loss_;

@@ -34,7 +34,8 @@ namespace maestro::runtime {
 
 struct TrainOptions {
   std::string run_dir;            // index, spool, checkpoints, metrics.jsonl, trace.json
-  int64_t steps = 0;              // stop after this global step count (0: plan.data.steps)
+  int64_t steps = -1;             // stop after this global step count (-1: plan.data.steps; 0 on a
+                                  // fresh run: write the initial weights, train nothing)
   int64_t stop_after_steps = -1;  // test hook: behave as if preempted after this many steps of this start
   bool progress = true;           // rank 0 prints a line (or a bar on a terminal) per step
   bool evaluate = true;           // captions: caption accuracy on the test split at the end

@@ -62,12 +62,25 @@ StatusOr<std::map<std::string, torch::Tensor>> ParametersMatching(torch::nn::Mod
   return params;
 }
 
-std::string Join(const std::vector<std::string>& problems) {
-  constexpr size_t kShown = 8;
-  std::string out;
-  for (size_t i = 0; i < problems.size() && i < kShown; ++i) out += "\n  " + problems[i];
-  if (problems.size() > kShown) out += fmt::format("\n  ... and {} more", problems.size() - kShown);
-  return out;
+// The stored bytes of `located` as a tensor of its stored dtype and shape:
+// a view over the mapping (read-only: only ever read from), or a copy when
+// the tensor is not aligned to its element size (so kernels may load whole
+// elements). Valid while `ckpt` lives.
+StatusOr<torch::Tensor> StoredTensor(const hf::HfCheckpoint& ckpt, const hf::HfCheckpoint::Located& located) {
+  const hf::TensorInfo& info = *located.info;
+  auto stored = TorchDtypeOf(info.dtype);
+  if (!stored.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("tensor '{}' in {}: {}", info.name, located.file->path(), stored.status().message()));
+  }
+  const hf::TensorView view = ckpt.View(located);
+  const auto element = static_cast<uintptr_t>(hf::TensorDTypeSize(info.dtype));
+  if (reinterpret_cast<uintptr_t>(view.data) % element == 0) {
+    return torch::from_blob(const_cast<std::byte*>(view.data), info.shape, torch::TensorOptions().dtype(*stored));
+  }
+  auto copy = torch::empty(info.shape, torch::TensorOptions().dtype(*stored));
+  std::memcpy(copy.data_ptr(), view.data, view.bytes);
+  return copy;
 }
 
 }  // namespace
@@ -80,54 +93,13 @@ Status LoadHfWeights(torch::nn::Module& model, const plan::ModelDesc& desc, cons
   MAESTRO_ASSIGN_OR_RETURN(hf::WeightNames names, hf::ExpandWeightNames(desc));
   MAESTRO_ASSIGN_OR_RETURN(auto params, ParametersMatching(model, names));
 
-  // Every tensor the file holds under this model's prefixes must be one of its weights.
-  std::vector<std::string> unexpected;
-  for (const auto& name : ckpt.TensorNames()) {
-    if (!names.Owns(name) || names.PassedOver(name) || names.ByHfName(name) != nullptr) continue;
-    MAESTRO_ASSIGN_OR_RETURN(auto located, ckpt.Find(name));
-    unexpected.push_back(fmt::format("'{}' {} in {}", name, located.info->ShapeText(), located.file->path()));
-  }
-  if (!unexpected.empty()) {
-    return Status::InvalidArgument(
-        fmt::format("{}: {} tensor(s) that the {} model described by '{}' does not have (a different architecture, "
-                    "or a desc that does not match the checkpoint's config.json; docs/weights.md lists the names):{}",
-                    ckpt.dir(), unexpected.size(), hf::WeightLayoutName(names.layout), desc.source, Join(unexpected)));
-  }
-
-  std::vector<std::string> missing;
-  for (const auto& w : names.weights) {
-    if (!ckpt.Find(w.hf_name).ok()) missing.push_back(fmt::format("'{}' {}", w.hf_name, ShapeText(w.shape)));
-  }
-  if (!missing.empty()) {
-    return Status::NotFound(fmt::format("{}: {} tensor(s) the {} model needs are missing (name, expected shape):{}",
-                                        ckpt.dir(), missing.size(), hf::WeightLayoutName(names.layout), Join(missing)));
-  }
+  MAESTRO_RETURN_IF_ERROR(hf::CheckCheckpointMatches(ckpt, names, desc.source));
 
   torch::NoGradGuard no_grad;
   for (const auto& w : names.weights) {
     MAESTRO_ASSIGN_OR_RETURN(auto located, ckpt.Find(w.hf_name));
-    const hf::TensorInfo& info = *located.info;
     const std::string& file = located.file->path();
-    if (info.shape != w.shape) {
-      return Status::InvalidArgument(
-          fmt::format("tensor '{}' in {} has shape {}, but the model needs {} (is the desc "
-                      "the one of this checkpoint's config.json?)",
-                      w.hf_name, file, info.ShapeText(), ShapeText(w.shape)));
-    }
-    auto stored = TorchDtypeOf(info.dtype);
-    if (!stored.ok()) {
-      return Status::InvalidArgument(fmt::format("tensor '{}' in {}: {}", w.hf_name, file, stored.status().message()));
-    }
-    const hf::TensorView view = ckpt.View(located);
-    const auto element = static_cast<uintptr_t>(hf::TensorDTypeSize(info.dtype));
-    torch::Tensor full;
-    if (reinterpret_cast<uintptr_t>(view.data) % element == 0) {
-      // The mapped bytes themselves (read-only: only ever read from).
-      full = torch::from_blob(const_cast<std::byte*>(view.data), w.shape, torch::TensorOptions().dtype(*stored));
-    } else {  // an unaligned tensor: copied once so the kernels may load whole elements
-      full = torch::empty(w.shape, torch::TensorOptions().dtype(*stored));
-      std::memcpy(full.data_ptr(), view.data, view.bytes);
-    }
+    MAESTRO_ASSIGN_OR_RETURN(torch::Tensor full, StoredTensor(ckpt, located));
     torch::Tensor slice = full;
     if (tp_size > 1 && w.tp_dim >= 0) {
       const int64_t n = w.shape[static_cast<size_t>(w.tp_dim)];
@@ -149,9 +121,21 @@ Status LoadHfWeights(torch::nn::Module& model, const plan::ModelDesc& desc, cons
   return Status::Ok();
 }
 
+StatusOr<torch::Tensor> LoadHfTensor(const hf::HfCheckpoint& ckpt, const std::string& hf_name,
+                                     const std::vector<int64_t>& shape, torch::Dtype dtype) {
+  MAESTRO_ASSIGN_OR_RETURN(auto located, ckpt.Find(hf_name));
+  if (located.info->shape != shape) {
+    return Status::InvalidArgument(fmt::format("tensor '{}' in {} has shape {}, but {} is needed", hf_name,
+                                               located.file->path(), located.info->ShapeText(), ShapeText(shape)));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(torch::Tensor stored, StoredTensor(ckpt, located));
+  return stored.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+}
+
 StatusOr<std::vector<HfTensor>> ExportHfTensors(torch::nn::Module& model, const plan::ModelDesc& desc,
-                                                torch::Dtype dtype_out) {
-  MAESTRO_ASSIGN_OR_RETURN(hf::TensorDType hf_dtype, HfDtypeOf(dtype_out));
+                                                torch::Dtype dtype_out,
+                                                const std::map<std::string, torch::Dtype>& dtype_by_hf_name) {
+  MAESTRO_RETURN_IF_ERROR(HfDtypeOf(dtype_out).status());
   MAESTRO_ASSIGN_OR_RETURN(hf::WeightNames names, hf::ExpandWeightNames(desc));
   MAESTRO_ASSIGN_OR_RETURN(auto params, ParametersMatching(model, names));
   std::vector<HfTensor> out;
@@ -163,7 +147,10 @@ StatusOr<std::vector<HfTensor>> ExportHfTensors(torch::nn::Module& model, const 
           fmt::format("parameter '{}' has shape {}, but '{}' is {}: gather the tensor-parallel shards before exporting",
                       w.maestro_name, ShapeText(param.sizes()), w.hf_name, ShapeText(w.shape)));
     }
-    auto t = param.detach().to(torch::kCPU).to(dtype_out).contiguous();
+    auto it = dtype_by_hf_name.find(w.hf_name);
+    const torch::Dtype dtype = it == dtype_by_hf_name.end() ? dtype_out : it->second;
+    MAESTRO_ASSIGN_OR_RETURN(hf::TensorDType hf_dtype, HfDtypeOf(dtype));
+    auto t = param.detach().to(torch::kCPU).to(dtype).contiguous();
     HfTensor tensor;
     tensor.name = w.hf_name;
     tensor.dtype = hf_dtype;

@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,13 +53,21 @@ struct HfTensor {
   std::string bytes;  // little-endian, C order
 };
 
+// One tensor `hf_name` of `ckpt`, checked to have `shape`, converted to
+// `dtype` (a copy, on the CPU): e.g. a KD teacher's output head, without
+// loading the teacher. NotFound / InvalidArgument name the tensor and file.
+StatusOr<torch::Tensor> LoadHfTensor(const hf::HfCheckpoint& ckpt, const std::string& hf_name,
+                                     const std::vector<int64_t>& shape, torch::Dtype dtype);
+
 // Every parameter of `model` (built from desc, full: the caller gathers TP
 // shards first) under its HF name, converted to dtype_out (kBFloat16, kHalf,
-// kFloat32 or kFloat64), in the table's order. A tied LM head is left out
-// (HF files do not carry it). FailedPrecondition for a sharded parameter,
-// InvalidArgument for a desc with no published layout or an unsupported dtype.
+// kFloat32 or kFloat64) or to dtype_by_hf_name[its HF name] when listed
+// there, in the table's order. A tied LM head is left out (HF files do not
+// carry it). FailedPrecondition for a sharded parameter, InvalidArgument for
+// a desc with no published layout or an unsupported dtype.
 StatusOr<std::vector<HfTensor>> ExportHfTensors(torch::nn::Module& model, const plan::ModelDesc& desc,
-                                                torch::Dtype dtype_out);
+                                                torch::Dtype dtype_out,
+                                                const std::map<std::string, torch::Dtype>& dtype_by_hf_name = {});
 
 // Views of `tensors` for hf::WriteHfCheckpoint / hf::WriteSafetensors
 // (valid while `tensors` lives).

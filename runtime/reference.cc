@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "base/checks.h"
+#include "runtime/checkpointing.h"
 #include "runtime/plan_data.h"
 #include "runtime/section_runner.h"
 
@@ -111,8 +112,10 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
   MAESTRO_ASSIGN_OR_RETURN(auto run, OpenPlanRun(plan, *samples, options.run_dir));
   MAESTRO_ASSIGN_OR_RETURN(auto resumed, run->Resume());
   std::vector<std::unique_ptr<SectionRunner>> runners;
+  RunnerOptions runner_options;
+  runner_options.resuming = resumed.has_value();
   for (size_t s = 0; s < plan.sections.size(); ++s) {
-    MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s)));
+    MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s), runner_options));
     if (resumed) {
       auto it = resumed->sections.find(plan.sections[s].name);
       if (it != resumed->sections.end()) {
@@ -127,7 +130,7 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
     metrics = std::make_unique<std::ofstream>(options.metrics_path, std::ios::app);
     if (!*metrics) return Status::Internal(fmt::format("cannot write {}", options.metrics_path));
   }
-  const int64_t steps = options.steps > 0 ? options.steps : plan.data.steps;
+  const int64_t steps = options.steps >= 0 ? options.steps : plan.data.steps;
   std::vector<StepLoss> losses;
   while (run->next_step() < steps) {
     const auto step_start = std::chrono::steady_clock::now();
@@ -154,7 +157,8 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
     }
     MAESTRO_RETURN_IF_ERROR(run->StepDone({batch.step, batch.sample_ids, ""}));
   }
-  if (run->pending_steps() > 0) {
+  const bool initial_only = steps == 0 && !resumed;  // --steps 0: the initial weights, for `maestro export`
+  if (run->pending_steps() > 0 || initial_only) {
     datalayer::CheckpointData state;
     state.step = run->next_step() - 1;
     for (auto& runner : runners) {
@@ -164,7 +168,11 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
       MAESTRO_ASSIGN_OR_RETURN(section_state.optimizer, runner->SaveOptimizer());
       state.sections[runner->section_plan().name] = std::move(section_state);
     }
-    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+    if (initial_only) {
+      MAESTRO_RETURN_IF_ERROR(WriteInitialWeightsFile(options.run_dir, std::move(state)));
+    } else {
+      MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+    }
   }
   return losses;
 }

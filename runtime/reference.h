@@ -35,7 +35,7 @@ struct StepLoss {
 
 struct ReferenceOptions {
   std::string run_dir;       // its own index and checkpoints
-  int64_t steps = 0;         // 0: plan.data.steps
+  int64_t steps = -1;        // -1: plan.data.steps; 0 on a fresh run: the initial weights only
   std::string metrics_path;  // "" = none; else one JSON line per step
 };
 

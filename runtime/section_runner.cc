@@ -13,6 +13,9 @@
 #include "datalayer/sample_index.h"
 #include "datasets/demo_data.h"
 #include "datasets/sample_source.h"
+#include "hf/checkpoint.h"
+#include "hf/name_map.h"
+#include "runtime/hf_weights.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
@@ -157,14 +160,16 @@ Status LoadModuleBytes(torch::nn::Module& module, const std::string& bytes, cons
   });
 }
 
-// Builds the model of section `s` of `plan` with its initial weights.
+// Builds the model of section `s` of `plan` with its initial weights from
+// the seed, or from `init_from` unless `skip_init`. HF `weights` are loaded
+// by the caller, after tensor-parallel sharding (LoadSectionHfWeights).
 StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan& plan, const plan::SectionPlan& s,
-                                                               const RunnerOptions& options) {
+                                                               const RunnerOptions& options, bool skip_init) {
   ModelBuildOptions build;
   build.seed = SectionSeed(plan.data.seed, s.name);
   build.device = options.device;
   MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(s.model, build));
-  if (!s.init_from.empty()) {
+  if (!s.init_from.empty() && !skip_init) {
     const std::string from = s.init_section.empty() ? s.name : s.init_section;
     MAESTRO_ASSIGN_OR_RETURN(auto bytes, ReadSectionModelBytes(s.init_from, from));
     MAESTRO_RETURN_IF_ERROR(
@@ -173,6 +178,49 @@ StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan&
                                     from, s.init_from)));
   }
   return module;
+}
+
+// Section `s`'s model (this TP rank's shard when sharded) from its Hugging
+// Face `weights` folder, converted to the dtype of its parameters.
+Status LoadSectionHfWeights(const plan::SectionPlan& s, torch::nn::Module& module, int tp_rank, int tp_size) {
+  MAESTRO_ASSIGN_OR_RETURN(auto ckpt, hf::HfCheckpoint::Open(s.model.weights));
+  const auto params = module.parameters();
+  const torch::Dtype dtype = params.empty() ? torch::kFloat32 : params.front().scalar_type();
+  Status loaded;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("section '{}': loading weights '{}'", s.name, s.model.weights),
+                                    [&] { loaded = LoadHfWeights(module, s.model, *ckpt, tp_rank, tp_size, dtype); }));
+  if (!loaded.ok()) {
+    return Status(loaded.code(), fmt::format("section '{}': weights: {}", s.name, loaded.message()));
+  }
+  return Status::Ok();
+}
+
+// A KD teacher's output head (V, C_teacher), fp32: read alone from its HF
+// weights (the rest of the teacher stays in the file), or taken from the
+// teacher built as its own section would be (seed or init_from).
+StatusOr<torch::Tensor> TeacherHead(const plan::Plan& plan, const plan::SectionPlan& teacher,
+                                    const RunnerOptions& options) {
+  const bool tied = teacher.model.tie_embeddings;
+  if (teacher.init_from.empty() && !teacher.model.weights.empty()) {
+    MAESTRO_ASSIGN_OR_RETURN(auto names, hf::ExpandWeightNames(teacher.model));
+    const hf::WeightName* head = names.ByMaestroName(tied ? "embed_tokens.weight" : "lm_head.weight");
+    if (head == nullptr) {
+      return Status::InvalidArgument(fmt::format("teacher '{}': its {} layout has no output head", teacher.name,
+                                                 hf::WeightLayoutName(names.layout)));
+    }
+    MAESTRO_ASSIGN_OR_RETURN(auto ckpt, hf::HfCheckpoint::Open(teacher.model.weights));
+    auto tensor = LoadHfTensor(*ckpt, head->hf_name, head->shape, torch::kFloat32);
+    if (!tensor.ok()) {
+      return Status(tensor.status().code(),
+                    fmt::format("teacher '{}' output head: {}", teacher.name, tensor.status().message()));
+    }
+    return *tensor;
+  }
+  RunnerOptions head_options = options;
+  head_options.build_optimizer = false;
+  MAESTRO_ASSIGN_OR_RETURN(auto module, BuildSectionModel(plan, teacher, head_options, /*skip_init=*/false));
+  auto* lm = module->as<DecoderLMImpl>();
+  return (tied || !lm->lm_head ? lm->embed_tokens->weight : lm->lm_head->weight).detach().clone();
 }
 
 }  // namespace
@@ -261,20 +309,32 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
         "section '{}': loss kind 'kd' needs an input edge from a forward-only decoder (the teacher)", s.name));
   }
 
-  MAESTRO_ASSIGN_OR_RETURN(impl.module, BuildSectionModel(plan, s, options));
+  if (IsDecoder(s)) {
+    MAESTRO_RETURN_IF_ERROR(CheckSequenceLength(s.model, plan.data.seq_len, fmt::format("section '{}'", s.name)));
+  }
+  // A resumed training section gets its state from the checkpoint next.
+  const bool skip_init = options.resuming && s.mode == plan::SectionMode::kTrain;
+  MAESTRO_ASSIGN_OR_RETURN(impl.module, BuildSectionModel(plan, s, options, skip_init));
+  int tp_rank = 0, tp_size = 1;
   if (options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1) {
     if (!IsDecoder(s)) {
       return Status::InvalidArgument(fmt::format("section '{}': tensor parallelism is for decoder sections", s.name));
     }
     MAESTRO_RETURN_IF_ERROR(ShardDecoderForTensorParallel(*impl.module->as<DecoderLMImpl>(), options.tensor_parallel));
+    tp_rank = options.tensor_parallel->rank();
+    tp_size = options.tensor_parallel->size();
+  }
+  if (!s.model.weights.empty() && s.init_from.empty() && !skip_init) {
+    MAESTRO_RETURN_IF_ERROR(LoadSectionHfWeights(s, *impl.module, tp_rank, tp_size));
   }
   if (s.mode == plan::SectionMode::kForward) {
     impl.module->eval();
     for (auto& p : impl.module->parameters()) p.set_requires_grad(false);
   } else if (options.build_optimizer) {
+    // Frozen parameters (Whisper's position table) are not optimized.
     const auto& o = s.optimizer;
     impl.optimizer = std::make_unique<torch::optim::AdamW>(
-        impl.module->parameters(),
+        runner->Parameters(),
         torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay).eps(1e-8));
   }
   if (impl.kd_edge >= 0) {
@@ -284,11 +344,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       return Status::InvalidArgument(fmt::format("KD edge '{}' -> '{}': teacher vocab {} != student vocab {}",
                                                  teacher.name, s.name, teacher.model.vocab, s.model.vocab));
     }
-    RunnerOptions head_options = options;
-    head_options.build_optimizer = false;
-    MAESTRO_ASSIGN_OR_RETURN(auto teacher_module, BuildSectionModel(plan, teacher, head_options));
-    auto* lm = teacher_module->as<DecoderLMImpl>();
-    impl.teacher_head = (lm->lm_head ? lm->lm_head->weight : lm->embed_tokens->weight).detach().clone();
+    MAESTRO_ASSIGN_OR_RETURN(impl.teacher_head, TeacherHead(plan, teacher, options));
   }
   return runner;
 }

@@ -9,8 +9,9 @@
 // spliced into a decoder's sequence, a KD student's teacher head, the loss of
 // a sink), AdamW with per-section gradient clipping and the LR schedule, and
 // the section's checkpoint state (model + optimizer bytes).
-// May call: runtime/models, runtime/parallel, datasets (SampleSource, token
-// ids), datalayer (init_from),
+// May call: runtime/models, runtime/parallel, runtime/hf_weights, hf
+// (checkpoint folders), datasets (SampleSource, token ids), datalayer
+// (init_from),
 // plan, base, libtorch. Torch-internal: include only from runtime/*.cc and
 // tests/runtime.
 //
@@ -64,6 +65,11 @@ struct RunnerOptions {
   // full weights (collective over the TP group), LoadModel() takes full
   // weights and keeps this rank's shard; the optimizer state is per shard.
   TensorParallelReducer* tensor_parallel = nullptr;
+  // True when the caller loads this section's state from a Maestro
+  // checkpoint right after Create (a resumed run): a training section then
+  // skips its initial weights (`init_from`, HF `weights`). Forward-only
+  // sections are not in checkpoints and always load theirs.
+  bool resuming = false;
 };
 
 // The seed of a section's initial weights: the run's seed mixed with the
@@ -76,8 +82,10 @@ double LearningRate(const plan::OptimizerDesc& opt, int64_t step, int64_t total_
 
 class SectionRunner {
  public:
-  // Builds section `section` of `plan`. Weights: from SectionSeed, or loaded
-  // from section.init_from (a .mckpt or a run directory) when set.
+  // Builds section `section` of `plan`. Initial weights: loaded from
+  // section.init_from (a .mckpt or a run directory) when set, else from the
+  // model's Hugging Face `weights` folder when set (this TP rank's slice
+  // only, converted to the model's dtype), else from SectionSeed.
   static StatusOr<std::unique_ptr<SectionRunner>> Create(const plan::Plan& plan, int section,
                                                          const RunnerOptions& options = {});
   ~SectionRunner();

@@ -110,7 +110,9 @@ void AddOptions(CLI::App& app, WorkerArgs& a) {
   app.add_flag("--reference", a.reference,
                "train every section in this one process (no MPI): the monolithic reference run");
   app.add_option("--run-dir", a.train.run_dir, "index, spool, checkpoints, metrics (default: the plan's work_dir)");
-  app.add_option("--steps", a.train.steps, "train until this global step count (default: the plan's data.steps)")
+  app.add_option("--steps", a.train.steps,
+                 "train until this global step count (default: the plan's data.steps; 0 on a fresh run: "
+                 "write the initial weights to RUN_DIR/initial and train nothing)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stop-after-steps", a.train.stop_after_steps,
                  "behave as if preempted after this many steps: checkpoint, exit 85 (tests)")

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/hf_export.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/checks.h"
+#include "datalayer/checkpoint_store.h"
+#include "datalayer/sample_index.h"
+#include "hf/checkpoint.h"
+#include "hf/name_map.h"
+#include "runtime/checkpointing.h"
+#include "runtime/hf_weights.h"
+#include "runtime/models/encoders.h"
+#include "runtime/models/model_desc.h"
+
+namespace maestro::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool IsFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// (plan.json, run directory) of options.run.
+Status LocateRun(const ExportOptions& options, ExportSummary* summary) {
+  const fs::path run(options.run);
+  std::error_code ec;
+  if (!fs::is_directory(run, ec)) {
+    return Status::NotFound(
+        fmt::format("'{}': no such directory (give the `maestro run -o` folder or its run/)", options.run));
+  }
+  if (IsFile(run / "run" / "index.sqlite")) {
+    summary->run_dir = (run / "run").string();
+  } else if (IsFile(run / "index.sqlite")) {
+    summary->run_dir = run.string();
+  } else {
+    return Status::NotFound(
+        fmt::format("'{}' holds no run (no index.sqlite in it or in its run/): has it been trained with `maestro "
+                    "run`?",
+                    options.run));
+  }
+  if (!options.plan_path.empty()) {
+    summary->plan_path = options.plan_path;
+    return Status::Ok();
+  }
+  for (const fs::path& candidate : {run / "plan.json", fs::path(summary->run_dir) / "plan.json",
+                                    fs::path(summary->run_dir).parent_path() / "plan.json"}) {
+    if (IsFile(candidate)) {
+      summary->plan_path = candidate.string();
+      return Status::Ok();
+    }
+  }
+  return Status::NotFound(
+      fmt::format("no plan.json in '{}' or beside its run directory: pass --plan PLAN.json", options.run));
+}
+
+// The checkpoint to export: a committed step, the last commit, or the
+// initial weights.
+StatusOr<datalayer::CheckpointData> ReadCheckpoint(const ExportOptions& options, ExportSummary* summary) {
+  MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open(summary->run_dir + "/index.sqlite"));
+  MAESTRO_ASSIGN_OR_RETURN(std::vector<int64_t> committed, index->CommittedCheckpoints());
+  const std::string checkpoints = summary->run_dir + "/checkpoints";
+  std::string file;
+  if (options.step >= 0) {
+    if (std::find(committed.begin(), committed.end(), options.step) == committed.end()) {
+      return Status::NotFound(fmt::format(
+          "{}: no committed checkpoint of step {} (committed and kept: {}; leave out --step for the last)",
+          summary->run_dir, options.step, committed.empty() ? "none" : fmt::format("{}", fmt::join(committed, ", "))));
+    }
+    file = datalayer::CheckpointStore::FileName(options.step);
+  } else {
+    MAESTRO_ASSIGN_OR_RETURN(auto commit, index->LastCommit());
+    if (commit.checkpoint_step < 0) {
+      auto initial = ReadInitialWeightsFile(summary->run_dir);
+      if (!initial.ok()) {
+        return Status::NotFound(
+            fmt::format("{}: no committed checkpoint and no initial weights: train it (`maestro run`), or write its "
+                        "initial weights with `maestro run ... --steps 0`",
+                        summary->run_dir));
+      }
+      summary->checkpoint = InitialWeightsDir(summary->run_dir);
+      summary->step = -1;
+      return initial;
+    }
+    file = commit.checkpoint_file;
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(checkpoints, 1000));
+  MAESTRO_ASSIGN_OR_RETURN(auto data, store->Read(file));
+  summary->checkpoint = checkpoints + "/" + file;
+  summary->step = data.step;
+  return data;
+}
+
+StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("cannot read '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The config.json of the export: the section's weights folder's, its
+// imported hf_config (relative to the spec), or one written from the desc.
+StatusOr<std::string> ExportConfig(const plan::Plan& plan, const plan::SectionPlan& s, const std::string& torch_dtype) {
+  if (!s.model.weights.empty()) return ReadText((fs::path(s.model.weights) / hf::kConfigFileName).string());
+  if (s.model.source != "builtin" && !s.model.source.empty()) {
+    fs::path source(s.model.source);
+    if (source.is_relative()) source = fs::path(plan.spec_path).parent_path() / source;
+    auto text = ReadText(source.string());
+    if (text.ok()) return text;
+    return Status::NotFound(fmt::format("section '{}': its config '{}' ({}) cannot be read: {}", s.name, s.model.source,
+                                        source.string(), text.status().message()));
+  }
+  if (s.model.kind == plan::ModelKind::kDecoder) {
+    const auto it = s.model.extra.find("max_position_embeddings");
+    const int64_t max_positions =
+        it != s.model.extra.end() ? static_cast<int64_t>(it->second) : std::max<int64_t>(plan.data.seq_len, 1);
+    return DecoderConfigJson(s.model, max_positions, torch_dtype);
+  }
+  if (s.model.kind == plan::ModelKind::kProjector) {
+    nlohmann::json j{{"model_type", "llava_projector"},
+                     {"maestro_layout", "llava_projector"},
+                     {"in_dim", s.model.in_dim},
+                     {"out_dim", s.model.out_dim},
+                     {"torch_dtype", torch_dtype}};
+    return j.dump(2) + "\n";
+  }
+  return Status::InvalidArgument(fmt::format(
+      "section '{}': a built-in {} has no published Hugging Face layout to export to (describe it with hf_config)",
+      s.name, plan::ModelKindName(s.model.kind)));
+}
+
+StatusOr<torch::Dtype> DtypeOfName(const std::string& name) {
+  if (name == "bf16" || name == "bfloat16") return torch::kBFloat16;
+  if (name == "fp16" || name == "float16") return torch::kHalf;
+  if (name == "fp32" || name == "float32") return torch::kFloat32;
+  return Status::InvalidArgument(fmt::format("--dtype '{}': use auto, bf16, fp16 or fp32", name));
+}
+
+const char* TorchDtypeName(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    default: return "float32";
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max_positions,
+                                        const std::string& torch_dtype) {
+  if (desc.kind != plan::ModelKind::kDecoder) {
+    return Status::InvalidArgument("DecoderConfigJson: the model is not a decoder");
+  }
+  if (desc.experts > 0) {
+    return Status::FailedPrecondition("exporting a mixture-of-experts decoder needs the runtime's MoE (issue #17)");
+  }
+  auto flag = [&](const char* key) {
+    auto it = desc.extra.find(key);
+    return it != desc.extra.end() && it->second != 0.0;
+  };
+  const bool qkv_bias = QkvBias(desc);
+  const bool attention_bias = flag("attn_out_bias");
+  const bool qwen2 = qkv_bias && !attention_bias;
+  nlohmann::json j;
+  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = qwen2 ? "qwen2" : "llama";
+  j["hidden_size"] = desc.hidden;
+  j["intermediate_size"] = desc.ffn_hidden;
+  j["num_hidden_layers"] = desc.layers;
+  j["num_attention_heads"] = desc.heads;
+  j["num_key_value_heads"] = KvHeads(desc);
+  j["head_dim"] = HeadDim(desc);
+  j["vocab_size"] = desc.vocab;
+  j["max_position_embeddings"] = max_positions;
+  j["rms_norm_eps"] = RmsNormEps(desc);
+  j["rope_theta"] = RopeTheta(desc);
+  j["tie_word_embeddings"] = desc.tie_embeddings;
+  j["hidden_act"] = "silu";
+  if (!qwen2) {
+    j["attention_bias"] = attention_bias;
+    j["mlp_bias"] = flag("mlp_bias");
+  }
+  j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
+StatusOr<ExportSummary> ExportSectionToHf(const ExportOptions& options) {
+  ExportSummary summary;
+  if (options.out_dir.empty()) return Status::InvalidArgument("no output folder: pass -o DIR");
+  std::error_code ec;
+  if (fs::exists(options.out_dir, ec)) {
+    return Status::AlreadyExists(
+        fmt::format("'{}' exists: export into a new folder (an export never overwrites one)", options.out_dir));
+  }
+  MAESTRO_RETURN_IF_ERROR(LocateRun(options, &summary));
+  MAESTRO_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(summary.plan_path));
+  const int index = plan.section_index(options.section);
+  if (index < 0) {
+    std::vector<std::string> names;
+    for (const auto& s : plan.sections) names.push_back(s.name);
+    return Status::NotFound(
+        fmt::format("{}: no section '{}' (sections: {})", summary.plan_path, options.section, fmt::join(names, ", ")));
+  }
+  const plan::SectionPlan& s = plan.sections[static_cast<size_t>(index)];
+  if (s.mode != plan::SectionMode::kTrain) {
+    return Status::InvalidArgument(fmt::format(
+        "section '{}' is forward-only: it never changes, so its weights are those it was loaded from ({})", s.name,
+        s.model.weights.empty() ? (s.init_from.empty() ? "the run's seed" : s.init_from) : s.model.weights));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(hf::WeightNames names, hf::ExpandWeightNames(s.model));
+  summary.layout = hf::WeightLayoutName(names.layout);
+
+  // Per-tensor dtypes: those of the section's own weights under "auto".
+  torch::Dtype dtype_out = torch::kFloat32;
+  std::map<std::string, torch::Dtype> dtype_by_name;
+  std::string config_dtype = "float32";
+  if (options.dtype == "auto") {
+    if (!s.model.weights.empty()) {
+      MAESTRO_ASSIGN_OR_RETURN(auto source, hf::HfCheckpoint::Open(s.model.weights));
+      for (const auto& w : names.weights) {
+        auto located = source->Find(w.hf_name);
+        if (!located.ok()) continue;
+        switch (located->info->dtype) {
+          case hf::TensorDType::kBF16: dtype_by_name[w.hf_name] = torch::kBFloat16; break;
+          case hf::TensorDType::kF16: dtype_by_name[w.hf_name] = torch::kHalf; break;
+          case hf::TensorDType::kF64: dtype_by_name[w.hf_name] = torch::kFloat64; break;
+          default: dtype_by_name[w.hf_name] = torch::kFloat32; break;
+        }
+      }
+    }
+  } else {
+    MAESTRO_ASSIGN_OR_RETURN(dtype_out, DtypeOfName(options.dtype));
+    config_dtype = TorchDtypeName(dtype_out);
+  }
+
+  MAESTRO_ASSIGN_OR_RETURN(auto checkpoint, ReadCheckpoint(options, &summary));
+  auto state = checkpoint.sections.find(s.name);
+  if (state == checkpoint.sections.end() || state->second.model.empty()) {
+    return Status::Corruption(fmt::format("{}: holds no model of section '{}'", summary.checkpoint, s.name));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(std::string config, ExportConfig(plan, s, config_dtype));
+
+  ModelBuildOptions build;
+  build.seed = 0;
+  MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(s.model, build));
+  try {
+    torch::serialize::InputArchive archive;
+    std::istringstream in(state->second.model);
+    archive.load_from(in);
+    module->load(archive);
+  } catch (const c10::Error& e) {
+    return Status::Corruption(fmt::format("{}: section '{}': the model does not load into the plan's desc: {}",
+                                          summary.checkpoint, s.name, e.what_without_backtrace()));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto tensors, ExportHfTensors(*module, s.model, dtype_out, dtype_by_name));
+  std::map<std::string, std::string> metadata{
+      {"format", "pt"}, {"maestro_section", s.name}, {"maestro_step", std::to_string(summary.step)}};
+  MAESTRO_RETURN_IF_ERROR(
+      hf::WriteHfCheckpoint(options.out_dir, config, TensorsToWrite(tensors), options.max_shard_bytes, metadata));
+  summary.tensors = static_cast<int64_t>(tensors.size());
+  for (const auto& t : tensors) summary.bytes += t.bytes.size();
+  for (const auto& entry : fs::directory_iterator(options.out_dir, ec)) {
+    summary.files.push_back(entry.path().filename().string());
+  }
+  std::sort(summary.files.begin(), summary.files.end());
+  return summary;
+}
+
+}  // namespace maestro::runtime

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hugging Face weights through whole runs (labels mpi;runtime): a KD spec
+// whose teacher and student are HF folders (`weights = "..."`),
+//  - run for zero steps (`maestro run --steps 0`, which writes the initial
+//    weights) and exported (`maestro export`) gives back every tensor of the
+//    student bit for bit, under the same names and dtypes, tied embeddings
+//    still tied: in the one-process reference, under mpirun, and with the
+//    student split over two TP ranks (each loads its slice; the checkpoint
+//    gathers them);
+//  - trained a few steps, exported from the last committed checkpoint or a
+//    chosen step; a step that was never committed is an error naming the
+//    ones that were;
+//  - resumed without its training section's weights folder (a resumed
+//    training section takes its state from the checkpoint, not the folder).
+// No torch headers: checkpoints are written by tests/fixtures/hf_checkpoints.h
+// and runs are processes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hf/checkpoint.h"
+#include "plan/plan.h"
+#include "tests/fixtures/hf_checkpoints.h"
+#include "tests/launcher/run_util.h"
+#include "tests/runtime/run_dir_util.h"
+
+namespace maestro {
+namespace {
+
+namespace fs = std::filesystem;
+using launcher::testing::RunCaptured;
+using launcher::testing::RunResult;
+
+const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
+
+std::string ReadText(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// teacher: 2 layers, 64 wide, untied (its head is lm_head); student: 2
+// layers, 32 wide, tied, sharded into several files. Both bf16, vocab 512
+// (the built-in text data's).
+std::string KdSpec(const std::string& teacher_dir, const std::string& student_dir) {
+  return R"([job]
+name = "hf-kd"
+steps = 3
+
+[cluster]
+nodes = 1
+gpus_per_node = 4
+[cluster.gpu.cpu]
+cpu = true
+memory_gb = 2
+tflops_bf16 = 0.05
+
+[data]
+global_batch = 4
+seq_len = 32
+seed = 11
+
+[models.teacher]
+weights = ")" + teacher_dir +
+         R"("
+
+[models.student]
+weights = ")" + student_dir +
+         R"("
+
+[[section]]
+name = "teacher"
+model = "teacher"
+mode = "forward"
+
+[[section]]
+name = "student"
+model = "student"
+mode = "train"
+optimizer = { lr = 1e-3 }
+loss = { kind = "kd", alpha = 0.5, temperature = 2.0 }
+
+[[edge]]
+from = "teacher"
+to = "student"
+tensor = "teacher_hidden"
+)";
+}
+
+class HfRunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(fs::path(MAESTRO_TEST_TMP) / "hf_run");
+    fs::remove_all(*root_);
+    fs::create_directories(*root_);
+    auto teacher = fixtures::WriteRandomHfCheckpoint((*root_ / "teacher").string(),
+                                                     fixtures::TinyQwen2Config(64, 2, 4, 2, 128, 512, false),
+                                                     hf::TensorDType::kBF16, 1);
+    ASSERT_TRUE(teacher.ok()) << teacher.status().ToString();
+    auto student = fixtures::WriteRandomHfCheckpoint((*root_ / "student").string(),
+                                                     fixtures::TinyQwen2Config(32, 2, 4, 2, 64, 512, true),
+                                                     hf::TensorDType::kBF16, 2, /*max_shard_bytes=*/24000);
+    ASSERT_TRUE(student.ok()) << student.status().ToString();
+    std::ofstream(*root_ / "kd.toml") << KdSpec("teacher", "student");
+  }
+  static void TearDownTestSuite() { delete root_; }
+
+  static RunResult Maestro(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{"timeout", "-s", "KILL", "300", kMaestro};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCaptured(argv);
+  }
+
+  // Every tensor of `exported` equals the student's: names, dtypes, shapes, bytes.
+  static void ExpectSameTensors(const fs::path& exported, const fs::path& source) {
+    auto a = hf::HfCheckpoint::Open(exported.string());
+    auto b = hf::HfCheckpoint::Open(source.string());
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ((*a)->TensorNames(), (*b)->TensorNames());
+    for (const auto& name : (*b)->TensorNames()) {
+      auto x = (*a)->Find(name);
+      auto y = (*b)->Find(name);
+      ASSERT_TRUE(x.ok() && y.ok()) << name;
+      EXPECT_EQ(x->info->dtype, y->info->dtype) << name;
+      EXPECT_EQ(x->info->shape, y->info->shape) << name;
+      const auto vx = (*a)->View(*x);
+      const auto vy = (*b)->View(*y);
+      ASSERT_EQ(vx.bytes, vy.bytes) << name;
+      EXPECT_EQ(std::memcmp(vx.data, vy.data, vx.bytes), 0) << name << " differs";
+    }
+    EXPECT_EQ(ReadText(exported / "config.json"), ReadText(source / "config.json"));
+  }
+
+  static fs::path* root_;
+};
+
+fs::path* HfRunTest::root_ = nullptr;
+
+// --steps 0 then export, in three layouts.
+void ZeroStepsRoundTrip(const fs::path& root, const std::string& name, const std::vector<std::string>& layout) {
+  const fs::path out = root / name;
+  fs::remove_all(out);
+  std::vector<std::string> run{"run", (root / "kd.toml").string(), "-o", out.string(), "--steps", "0", "--no-eval"};
+  run.insert(run.end(), layout.begin(), layout.end());
+  auto r = [&] {
+    std::vector<std::string> argv{"timeout", "-s", "KILL", "300", kMaestro};
+    argv.insert(argv.end(), run.begin(), run.end());
+    return RunCaptured(argv);
+  }();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out / "run" / "initial")) << r.output;
+  EXPECT_TRUE(runtime_testing::Losses((out / "run").string()).empty());  // nothing trained
+  auto e = RunCaptured({kMaestro, "export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("initial weights"), std::string::npos) << e.output;
+}
+
+TEST_F(HfRunTest, ZeroStepsThenExportGivesEveryTensorBackBitForBitInTheReference) {
+  ZeroStepsRoundTrip(*root_, "zero-reference", {"--reference"});
+  ExpectSameTensors(*root_ / "zero-reference" / "student-hf", *root_ / "student");
+}
+
+TEST_F(HfRunTest, ZeroStepsThenExportGivesEveryTensorBackBitForBitUnderMpirun) {
+  ZeroStepsRoundTrip(*root_, "zero-mpi", {"--ranks", "2"});
+  ExpectSameTensors(*root_ / "zero-mpi" / "student-hf", *root_ / "student");
+}
+
+TEST_F(HfRunTest, ZeroStepsThenExportGivesEveryTensorBackBitForBitWithTensorParallelism) {
+  ZeroStepsRoundTrip(*root_, "zero-tp2", {"--ranks", "3", "--pin", "student.tp=2", "--pin", "teacher.dp=1"});
+  auto plan = plan::LoadPlan((*root_ / "zero-tp2" / "plan.json").string());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->sections.at(static_cast<size_t>(plan->section_index("student"))).config.tp, 2);
+  ExpectSameTensors(*root_ / "zero-tp2" / "student-hf", *root_ / "student");
+}
+
+TEST_F(HfRunTest, TrainedStudentExportsFromTheLastOrAChosenCommittedStep) {
+  const fs::path out = *root_ / "trained";
+  fs::remove_all(out);
+  auto r = Maestro({"run", (*root_ / "kd.toml").string(), "-o", out.string(), "--no-eval", "--ranks", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto losses = runtime_testing::Losses((out / "run").string());
+  ASSERT_EQ(losses.size(), 3u) << r.output;
+
+  auto last = Maestro({"export", out.string(), "--section", "student", "-o", (out / "last").string()});
+  ASSERT_EQ(last.exit_code, 0) << last.output;
+  EXPECT_NE(last.output.find("after step 2"), std::string::npos) << last.output;
+  auto exported = hf::HfCheckpoint::Open((out / "last").string());
+  auto source = hf::HfCheckpoint::Open((*root_ / "student").string());
+  ASSERT_TRUE(exported.ok() && source.ok());
+  EXPECT_EQ((*exported)->TensorNames(), (*source)->TensorNames());
+  auto q = (*exported)->Find("model.layers.0.self_attn.q_proj.weight");
+  auto q0 = (*source)->Find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok() && q0.ok());
+  EXPECT_EQ(q->info->dtype, hf::TensorDType::kBF16);  // as the student's weights stored it
+  EXPECT_NE(std::memcmp((*exported)->View(*q).data, (*source)->View(*q0).data, (*source)->View(*q0).bytes), 0)
+      << "three steps of training changed nothing";
+  EXPECT_FALSE((*exported)->Find("lm_head.weight").ok()) << "a tied head stays tied: no lm_head in the file";
+
+  auto fp32 = Maestro(
+      {"export", out.string(), "--section", "student", "-o", (out / "fp32").string(), "--dtype", "fp32"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  auto f = hf::HfCheckpoint::Open((out / "fp32").string());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->Find("model.norm.weight")->info->dtype, hf::TensorDType::kF32);
+
+  auto never = Maestro({"export", out.string(), "--section", "student", "-o", (out / "x").string(), "--step", "7"});
+  EXPECT_NE(never.exit_code, 0);
+  EXPECT_NE(never.output.find("no committed checkpoint of step 7"), std::string::npos) << never.output;
+  EXPECT_NE(never.output.find("2"), std::string::npos) << never.output;
+  EXPECT_FALSE(fs::exists(out / "x"));
+
+  auto teacher = Maestro({"export", out.string(), "--section", "teacher", "-o", (out / "t").string()});
+  EXPECT_NE(teacher.exit_code, 0);
+  EXPECT_NE(teacher.output.find("forward-only"), std::string::npos) << teacher.output;
+
+  auto again = Maestro({"export", out.string(), "--section", "student", "-o", (out / "last").string()});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.output.find("exists"), std::string::npos) << again.output;
+}
+
+TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
+  const fs::path dir = *root_ / "resume";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy(*root_ / "student", dir / "student-copy");
+  std::ofstream(dir / "kd.toml") << KdSpec((*root_ / "teacher").string(), "student-copy");
+  auto first = Maestro({"run", (dir / "kd.toml").string(), "-o", (dir / "out").string(), "--no-eval", "--ranks", "2",
+                        "--steps", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  fs::remove_all(dir / "student-copy");
+  // Resume with the compiled plan (a recompile would refuse the missing folder).
+  auto second = RunCaptured({"timeout", "-s", "KILL", "300", std::string(MAESTRO_BIN_DIR) + "/maestro-worker",
+                             "--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(), "--steps", "3",
+                             (dir / "out" / "plan.json").string()});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(runtime_testing::Losses((dir / "out" / "run").string()).size(), 3u) << second.output;
+  // A fresh run cannot start without it, and says which folder is missing.
+  fs::remove_all(dir / "out" / "run");
+  auto fresh = RunCaptured({"timeout", "-s", "KILL", "300", std::string(MAESTRO_BIN_DIR) + "/maestro-worker",
+                            "--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(), "--steps", "1",
+                            (dir / "out" / "plan.json").string()});
+  EXPECT_NE(fresh.exit_code, 0);
+  EXPECT_NE(fresh.output.find("student-copy"), std::string::npos) << fresh.output;
+}
+
+}  // namespace
+}  // namespace maestro
