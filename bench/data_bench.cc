@@ -1,20 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
-// data: reading users' corpora, each against a baseline measured in the same
-// run.
+// data: users' models and data in, each against a baseline measured in the
+// same run.
 //   idx_tokens_per_s     tokens/s reading every "pack" sample (seq_len + 1
 //                        tokens as int64) of a uint16 Megatron corpus through
 //                        MegatronIndexedDataset + MegatronSamples, Open and
-//                        validation included in every timed pass.
+//                        validation included in every timed pass (a fresh
+//                        mapping: its page faults count).
 //   pread_tokens_per_s   the baseline: pread of the same bytes per sample
-//                        into a uint16 buffer.
-//   idx_read_vs_pread    idx_tokens_per_s / pread_tokens_per_s. Goal >= 0.8.
+//                        into a reused uint16 buffer.
+//   idx_read_vs_pread    pread seconds / reader seconds (= idx_tokens_per_s /
+//                        pread_tokens_per_s; higher is better). Goal >= 0.8.
 //   idx_sample_vs_pread  the same through ReadSample (input_ids + labels).
+//   Each side: median of 5 passes, the sides interleaved pass by pass after
+//   one warm-up pass of each (page cache warm for both); idx_method says so.
 //   images_decoded_per_s, decode_only_per_s, resize_normalize_overhead,
 //   png_images_decoded_per_s: image files to a vision tower's input, per
 //                        core (bench/image_bench.cc, also `maestro-bench image`).
+//   safetensors_load_vs_read, safetensors_load_same_dtype_vs_read, ...: a
+//                        ~1 GB checkpoint into a section's model vs read() of
+//                        the same bytes (bench/weights_bench.cc, also
+//                        `maestro-bench weights`).
 // Options after `--`: --idx-mb=N (corpus size, default 200; --quick: 16),
-// --seq-len=N (default 2048). Files go to $MAESTRO_BENCH_DIR, else $TMPDIR,
-// else /tmp, and are removed afterwards.
+// --seq-len=N (default 2048), --weights-mb=N (checkpoint size, default 1000;
+// --quick: 64). Files go to $MAESTRO_BENCH_DIR, else $TMPDIR, else /tmp, and
+// are removed afterwards.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -37,15 +46,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace ds = maestro::datasets;
-
-std::string DataBenchDir() {
-  const char* base = std::getenv("MAESTRO_BENCH_DIR");
-  if (base == nullptr) base = std::getenv("TMPDIR");
-  const fs::path dir = fs::path(base != nullptr ? base : "/tmp") / fmt::format("maestro-bench-data-{}", ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 void OrThrow(const maestro::Status& s) {
   if (!s.ok()) throw maestro::Error(s);
@@ -120,7 +120,7 @@ nlohmann::json maestro::bench::MegatronIdxBench(const maestro::bench::BenchOptio
     if (a.rfind("--idx-mb=", 0) == 0) megabytes = std::max<int64_t>(1, std::atoll(a.c_str() + 9));
     if (a.rfind("--seq-len=", 0) == 0) seq_len = std::max<int64_t>(1, std::atoll(a.c_str() + 10));
   }
-  const std::string dir = DataBenchDir();
+  const std::string dir = maestro::bench::ScratchDir("data");
   const std::string prefix = dir + "/corpus_text_document";
   WriteCorpus(prefix, megabytes);
 
@@ -131,15 +131,15 @@ nlohmann::json maestro::bench::MegatronIdxBench(const maestro::bench::BenchOptio
   const double tokens = static_cast<double>(samples) * static_cast<double>(seq_len + 1);
 
   int64_t sum_idx = 0, sum_sample = 0, sum_pread = 0;
-  const int repeats = 5;
-  const double t_pread =
-      maestro::bench::MedianSeconds([&] { sum_pread = PreadAllSamples(prefix + ".bin", samples, seq_len); }, repeats);
-  const double t_idx =
-      maestro::bench::MedianSeconds([&] { sum_idx = ReadAllSamples(prefix, seq_len, false); }, repeats);
-  const double t_sample =
-      maestro::bench::MedianSeconds([&] { sum_sample = ReadAllSamples(prefix, seq_len, true); }, repeats);
+  const int passes = 5;
+  const std::vector<double> t =
+      maestro::bench::InterleavedMedianSeconds({[&] { sum_pread = PreadAllSamples(prefix + ".bin", samples, seq_len); },
+                                                [&] { sum_idx = ReadAllSamples(prefix, seq_len, false); },
+                                                [&] { sum_sample = ReadAllSamples(prefix, seq_len, true); }},
+                                               passes);
+  const double t_pread = t[0], t_idx = t[1], t_sample = t[2];
   const double t_open = maestro::bench::MedianSeconds(
-      [&] { (void)ds::MegatronIndexedDataset::Open(prefix).ValueOrDie().total_tokens(); }, repeats);
+      [&] { (void)ds::MegatronIndexedDataset::Open(prefix).ValueOrDie().total_tokens(); }, passes);
   if (sum_idx != sum_pread) throw std::runtime_error("the reader and pread read different tokens");
   (void)sum_sample;
 
@@ -153,12 +153,20 @@ nlohmann::json maestro::bench::MegatronIdxBench(const maestro::bench::BenchOptio
   out["idx_documents"] = corpus.document_count();
   out["idx_samples"] = samples;
   out["idx_seq_len"] = seq_len;
+  out["idx_method"] = fmt::format(
+      "every pack sample of a uint16 corpus as int64 through Open + Build + ReadWindow vs pread of the same bytes "
+      "per sample into a reused uint16 buffer; ratio = pread seconds / reader seconds (higher is better); median "
+      "of {} passes of each side, interleaved, after one warm-up pass of each (page cache warm for both)",
+      passes);
   fs::remove_all(dir);
   return out;
 }
 
-MAESTRO_BENCHMARK(data, "users' data in: Megatron .bin/.idx samples vs pread of the same bytes; images per core") {
+MAESTRO_BENCHMARK(data,
+                  "users' models and data in: Megatron .bin/.idx samples vs pread of the same bytes; images per "
+                  "core; a ~1 GB safetensors checkpoint into a model vs read()") {
   nlohmann::json out = maestro::bench::MegatronIdxBench(options);
   out.update(maestro::bench::ImageDecodeBench(options));
+  out.update(maestro::bench::SafetensorsLoadBench(options));
   return out;
 }

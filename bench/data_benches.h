@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The measurements behind `maestro-bench data` (users' data in), each also a
-// benchmark of its own: the Megatron corpus reader against pread
-// (data_bench.cc) and image files to a vision tower's input (image_bench.cc).
+// The measurements behind `maestro-bench data` (users' models and data in),
+// each also a benchmark of its own: the Megatron corpus reader against pread
+// (data_bench.cc), image files to a vision tower's input (image_bench.cc) and
+// a safetensors checkpoint into a section's model against read()
+// (weights_bench.cc).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,5 +14,6 @@ namespace maestro::bench {
 
 nlohmann::json MegatronIdxBench(const BenchOptions& options);
 nlohmann::json ImageDecodeBench(const BenchOptions& options);
+nlohmann::json SafetensorsLoadBench(const BenchOptions& options);
 
 }  // namespace maestro::bench

@@ -15,11 +15,9 @@
 #include <fmt/format.h>
 #include <jpeglib.h>
 #include <png.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,15 +35,6 @@ namespace ds = maestro::datasets;
 namespace fs = std::filesystem;
 
 constexpr int kSide = 448;
-
-fs::path BenchDir() {
-  const char* base = std::getenv("MAESTRO_BENCH_DIR");
-  if (base == nullptr) base = std::getenv("TMPDIR");
-  const fs::path dir = fs::path(base != nullptr ? base : "/tmp") / fmt::format("maestro-bench-image-{}", ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // A photo-like picture: a few shaded blobs, hard-edged rectangles, noise.
 std::vector<uint8_t> PhotoLike(int seed) {
@@ -123,7 +112,7 @@ void WritePng(const std::string& path, std::vector<uint8_t> px) {
 }  // namespace
 
 nlohmann::json maestro::bench::ImageDecodeBench(const maestro::bench::BenchOptions& options) {
-  const fs::path dir = BenchDir();
+  const fs::path dir = maestro::bench::ScratchDir("image");
   const int images = options.quick ? 40 : 200;
   const int png_images = options.quick ? 10 : 50;
   std::vector<std::string> jpegs;
@@ -171,6 +160,7 @@ nlohmann::json maestro::bench::ImageDecodeBench(const maestro::bench::BenchOptio
   out["resize_normalize_overhead"] = t_pipeline / t_decode;
   out["png_images_decoded_per_s"] = png_images / t_png;
   out["images"] = images;
+  out["image_threads"] = 1;  // every *_per_s above is one core's
   out["mean_jpeg_bytes"] = jpeg_bytes / images;
   out["checksum"] = checksum;
   return out;

@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "bench/registry.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 
 namespace maestro::bench {
 
@@ -15,16 +20,44 @@ Registrar::Registrar(const std::string& name, const std::string& description, Be
   Registry()[name] = BenchEntry{description, std::move(fn)};
 }
 
+namespace {
+double Seconds(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+double Median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+}  // namespace
+
 double MedianSeconds(const std::function<void()>& fn, int repeats) {
   fn();  // warm-up
   std::vector<double> t;
+  for (int i = 0; i < std::max(1, repeats); ++i) t.push_back(Seconds(fn));
+  return Median(std::move(t));
+}
+
+std::vector<double> InterleavedMedianSeconds(const std::vector<std::function<void()>>& fns, int repeats) {
+  for (const auto& fn : fns) fn();  // warm-up
+  std::vector<std::vector<double>> t(fns.size());
   for (int i = 0; i < std::max(1, repeats); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (size_t f = 0; f < fns.size(); ++f) t[f].push_back(Seconds(fns[f]));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::vector<double> medians;
+  for (auto& times : t) medians.push_back(Median(std::move(times)));
+  return medians;
+}
+
+std::string ScratchDir(const std::string& name) {
+  const char* base = std::getenv("MAESTRO_BENCH_DIR");
+  if (base == nullptr) base = std::getenv("TMPDIR");
+  const std::filesystem::path dir =
+      std::filesystem::path(base != nullptr ? base : "/tmp") / fmt::format("maestro-bench-{}-{}", name, ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
 }
 
 }  // namespace maestro::bench

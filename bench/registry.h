@@ -40,6 +40,16 @@ struct Registrar {
 // Runs `fn` `repeats` times after one warm-up and returns the median seconds.
 double MedianSeconds(const std::function<void()>& fn, int repeats);
 
+// Runs every fn once (warm-up), then `repeats` rounds of all of them in turn,
+// and returns each one's median seconds, in the order given. A benchmark and
+// its baseline timed this way see the same page-cache state (warm after the
+// warm-up) and the same share of a busy shared machine.
+std::vector<double> InterleavedMedianSeconds(const std::vector<std::function<void()>>& fns, int repeats);
+
+// A fresh scratch folder "<base>/maestro-bench-<name>-<pid>", where base is
+// $MAESTRO_BENCH_DIR, else $TMPDIR, else /tmp. The caller removes it.
+std::string ScratchDir(const std::string& name);
+
 }  // namespace maestro::bench
 
 #define MAESTRO_BENCHMARK(name, description)                                                                   \

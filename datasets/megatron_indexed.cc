@@ -95,12 +95,21 @@ void Unmap(const Mapping& m) {
   if (m.data != nullptr) ::munmap(const_cast<uint8_t*>(m.data), m.size);
 }
 
+// Widens count tokens of type T to int64. The .bin mapping is page-aligned and
+// every token offset is a multiple of sizeof(T) (validated at Open), so `src`
+// is aligned for T. The fixed-size inner loop is what GCC's -O2 vectoriser
+// takes (its cost model leaves a loop of unknown trip count scalar): 16
+// tokens per step in SSE2 unpacks instead of one load and one store per
+// token, 2x faster on a cached window (docs/data.md, "Measured").
 template <typename T>
 void ConvertTokens(const uint8_t* src, int64_t count, int64_t* __restrict out) {
-  // The .bin mapping is page-aligned and every token offset is a multiple of
-  // sizeof(T) (validated at Open), so `src` is aligned for T.
   const T* __restrict s = reinterpret_cast<const T*>(src);
-  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(s[i]);
+  constexpr int64_t kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= count; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) out[i + j] = static_cast<int64_t>(s[i + j]);
+  }
+  for (; i < count; ++i) out[i] = static_cast<int64_t>(s[i]);
 }
 
 // The index of the first id outside [0, vocab_size) in src[0, count), or -1.
@@ -684,12 +693,14 @@ int64_t MegatronSamples::ReadWindow(int64_t k, int64_t* tokens) const {
 void MegatronSamples::ReadSample(int64_t k, MegatronTokenSample* out) const {
   const size_t seq_len = static_cast<size_t>(options_.seq_len);
   if (options_.rule == MegatronSampleRule::kPack && !options_.eos_id) {
-    // Inputs and labels straight from the .bin (one conversion each).
+    // The window converted once from the .bin; the labels are its last
+    // seq_len tokens, copied while they are still in the cache.
     CheckId(k);
-    out->input_ids.resize(seq_len);
+    out->input_ids.resize(seq_len + 1);
     out->labels.resize(seq_len);
-    dataset_.ReadTokens(k * options_.seq_len, options_.seq_len, out->input_ids.data());
-    dataset_.ReadTokens(k * options_.seq_len + 1, options_.seq_len, out->labels.data());
+    dataset_.ReadTokens(k * options_.seq_len, options_.seq_len + 1, out->input_ids.data());
+    std::memcpy(out->labels.data(), out->input_ids.data() + 1, seq_len * sizeof(int64_t));
+    out->input_ids.resize(seq_len);
     out->real_tokens = options_.seq_len;
     out->loss_tokens = options_.seq_len;
     return;

@@ -116,7 +116,14 @@ Status LoadHfWeights(torch::nn::Module& model, const plan::ModelDesc& desc, cons
           w.hf_name, file, ShapeText(param.sizes()), tp_rank, tp_size, ShapeText(slice.sizes()), ShapeText(w.shape),
           tp_size > 1 ? " (shard the model with ShardDecoderForTensorParallel before loading)" : ""));
     }
-    param.copy_(slice.to(dtype));
+    // One pass from the mapped bytes into the parameter: copy_ converts as
+    // .to(dtype) does, without a full-size temporary (which cost a fresh
+    // allocation and a second pass: half the speed of a bf16 -> fp32 load).
+    if (param.scalar_type() == dtype) {
+      param.copy_(slice);
+    } else {
+      param.copy_(slice.to(dtype));
+    }
   }
   return Status::Ok();
 }

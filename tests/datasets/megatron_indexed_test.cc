@@ -163,6 +163,43 @@ TEST(MegatronIndexedTest, RoundTripsEveryIntegerDtype) {
   }
 }
 
+// ReadTokens widens 16 tokens at a time and the rest one by one: every dtype,
+// extremes and negatives at every position of a block, read from every start
+// within two blocks and with counts that end inside, at and past a block.
+TEST(MegatronIndexedTest, ReadTokensWidensWholeBlocksAndTailsOfEveryDtype) {
+  const std::vector<DTypeCase> cases = {
+      {MegatronDType::kUint8, 0, 255},
+      {MegatronDType::kInt8, -128, 127},
+      {MegatronDType::kInt16, -32768, 32767},
+      {MegatronDType::kUint16, 0, 65535},
+      {MegatronDType::kInt32, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()},
+      {MegatronDType::kInt64, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()},
+  };
+  for (const DTypeCase& c : cases) {
+    SCOPED_TRACE(MegatronDTypeName(c.dtype));
+    // 3 blocks and 5: the pattern's period (7) is prime to the block (16), so
+    // every value lands on every lane.
+    const std::vector<int64_t> pattern = {c.min,     c.max,     c.min + 1,          c.max - 1,
+                                          c.min / 2, c.max / 2, c.min == 0 ? 1 : -1};
+    std::vector<int64_t> doc(16 * 3 + 5);
+    for (size_t i = 0; i < doc.size(); ++i) doc[i] = pattern[i % pattern.size()];
+    const std::string prefix = ScratchDir(std::string("widen-") + MegatronDTypeName(c.dtype)) + "/corpus";
+    ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {doc}, c.dtype).ok());
+    const MegatronIndexedDataset ds = OpenOrDie(prefix);
+    const int64_t n = static_cast<int64_t>(doc.size());
+    for (int64_t first = 0; first < 33; ++first) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{32}, n - first}) {
+        if (first + count > n) continue;
+        std::vector<int64_t> got(static_cast<size_t>(count) + 1, 42);  // one past: must stay untouched
+        ds.ReadTokens(first, count, got.data());
+        const std::vector<int64_t> want(doc.begin() + first, doc.begin() + first + count);
+        ASSERT_EQ(std::vector<int64_t>(got.begin(), got.end() - 1), want) << "first " << first << " count " << count;
+        ASSERT_EQ(got.back(), 42) << "first " << first << " count " << count;
+      }
+    }
+  }
+}
+
 TEST(MegatronIndexedTest, DocumentsOfSeveralSequencesAndModes) {
   const std::string prefix = ScratchDir("multi") + "/corpus";
   auto writer = MegatronIndexedDatasetWriter::Create(prefix, MegatronDType::kUint16, /*with_sequence_modes=*/true);

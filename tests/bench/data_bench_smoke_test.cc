@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// `maestro-bench data --quick --json` at small sizes (a 4 MB corpus, a 16 MB
+// checkpoint): every key the issue asks for is in the output and positive,
+// the sizes asked for are the sizes measured, and the output says how each
+// side was timed. Not a timing test: no figure is compared with a goal.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs argv with stdout and stderr in files of `dir` (no shell), with
+// MAESTRO_BENCH_DIR=dir/scratch.
+ToolRun RunTool(const std::vector<std::string>& argv, const fs::path& dir) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::string scratch = "MAESTRO_BENCH_DIR=" + (dir / "scratch").string();
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("MAESTRO_BENCH_DIR=", 0) != 0) env.push_back(*e);
+  }
+  env.push_back(scratch.data());
+  env.push_back(nullptr);
+  ToolRun run;
+  pid_t pid = 0;
+  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data()) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  run.out = Slurp(dir / "stdout");
+  run.err = Slurp(dir / "stderr");
+  return run;
+}
+
+TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
+  const std::string bench = std::string(MAESTRO_BIN_DIR) + "/maestro-bench";
+  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("bench-data-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "scratch");
+  const ToolRun run = RunTool({bench, "data", "--quick", "--json", "--", "--idx-mb=4", "--weights-mb=16"}, dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json out = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(out.is_object()) << run.out;
+
+  for (const char* key :
+       {"idx_tokens_per_s", "pread_tokens_per_s", "idx_read_vs_pread", "idx_sample_vs_pread", "images_decoded_per_s",
+        "decode_only_per_s", "png_images_decoded_per_s", "safetensors_load_vs_read",
+        "safetensors_load_same_dtype_vs_read", "safetensors_mmap_copy_vs_read", "safetensors_read_gb_per_s",
+        "safetensors_load_gb_per_s", "safetensors_load_same_dtype_gb_per_s", "safetensors_read_buffer_kib"}) {
+    SCOPED_TRACE(key);
+    ASSERT_TRUE(out.contains(key)) << run.out;
+    ASSERT_TRUE(out[key].is_number()) << out[key];
+    EXPECT_GT(out[key].get<double>(), 0.0);
+  }
+  // The sizes asked for after `--` are the ones measured.
+  EXPECT_NEAR(out["idx_corpus_mb"].get<double>(), 4.0, 0.5);
+  EXPECT_NEAR(out["safetensors_checkpoint_mb"].get<double>(), 16.0, 8.0);
+  EXPECT_GT(out["safetensors_tensors"].get<int64_t>(), 0);
+  // images_decoded_per_s is one core's.
+  EXPECT_EQ(out["image_threads"], 1);
+  // How the sides were timed is part of the output.
+  for (const char* key : {"idx_method", "safetensors_method"}) {
+    ASSERT_TRUE(out[key].is_string()) << key;
+    EXPECT_NE(out[key].get<std::string>().find("median"), std::string::npos) << out[key];
+    EXPECT_NE(out[key].get<std::string>().find("interleaved"), std::string::npos) << out[key];
+  }
+  // The corpus, the images and the checkpoint were written under
+  // MAESTRO_BENCH_DIR and removed afterwards.
+  EXPECT_TRUE(fs::is_empty(dir / "scratch"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
