@@ -247,14 +247,22 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
       modality_tokens = mod.tokens;
     }
   }
+  int64_t context = 0;  // tokens one attention sees, when not sw.tokens
   if (s.tokens > 0) {
     sw.tokens = s.tokens;
   } else if (sw.model.kind == plan::ModelKind::kProjector) {
     sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
+  } else if (sw.model.kind == plan::ModelKind::kVit) {
+    // A manifest's sample carries up to max_images_per_sample (K) images,
+    // each its own attention context: the plan is for K (the memory a
+    // micro-batch of such samples needs; the edge carries K images' rows,
+    // zero-padded, for every sample). docs/data.md, "### Training on a manifest".
+    context = NaturalTokens(sw.model, spec.data.seq_len);
+    sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, spec.data.max_images_per_sample));
   } else {
     sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
   }
-  sw.facts = ComputeModelFacts(sw.model, sw.tokens);
+  sw.facts = ComputeModelFacts(sw.model, context > 0 ? context : sw.tokens);
   sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
   sw.pin_tp = s.tp;
   sw.pin_pp = s.pp;

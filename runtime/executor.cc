@@ -130,6 +130,7 @@ Status RankLoop::Setup() {
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(samples_, OpenPlanDataset(plan_));
+  if (plan_.data.on_bad_sample == "skip") reporter_.SetSkippedSamples(samples_->SkippedSamples());
   RunnerOptions runner_options;
   if (TpSize() > 1) {
     tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
