@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 #include "base/checks.h"
 #include "base/log.h"
 
@@ -39,33 +43,69 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
   source->skipped_ = source->manifest_.skipped();
   const bool skip = options.manifest.on_bad_sample == BadSamplePolicy::kSkip;
 
-  // Per line: at most K images, every image decodes. A bad line is the error
-  // (kError) or is left out (kSkip), which renumbers the samples after it.
+  // Every image of every line with 1..K images is decoded once, on up to
+  // verify_threads threads (each sample's first failure is kept); then, in
+  // file order, a bad line is the error (kError) or left out (kSkip), which
+  // renumbers the samples after it.
   const JsonlManifest& m = source->manifest_;
+  const int64_t n = m.size();
+  const int64_t k_max = options.max_images_per_sample;
+  struct ImageCheck {
+    int64_t image = -1;  // the first image that failed; -1: none
+    Status status;       // why (OK when every image decoded)
+  };
+  std::vector<ImageCheck> checks(static_cast<size_t>(n));
+  if (options.verify_images) {
+    DecodeOptions decode = options.decode;
+    decode.channels = 0;
+    std::atomic<int64_t> next{0};
+    const auto work = [&] {
+      for (int64_t i = next++; i < n; i = next++) {
+        const int64_t images = m.Counts(i).images;
+        if (images == 0 || images > k_max) continue;
+        StatusOr<JsonlSample> sample = m.Sample(i);
+        ImageCheck& check = checks[static_cast<size_t>(i)];
+        if (!sample.ok()) {
+          check.status = sample.status();
+          continue;
+        }
+        for (size_t k = 0; k < sample->image_paths.size(); ++k) {
+          StatusOr<DecodedImage> image = DecodeImageFile(sample->image_paths[k], decode);
+          if (!image.ok()) {
+            check = {static_cast<int64_t>(k), image.status()};
+            break;
+          }
+        }
+      }
+    };
+    int threads = options.verify_threads;
+    if (threads <= 0) threads = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+    threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, n)));
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& h : helpers) h.join();
+  }
   std::vector<int64_t> kept;
-  kept.reserve(static_cast<size_t>(m.size()));
-  DecodeOptions decode = options.decode;
-  decode.channels = 0;
-  for (int64_t i = 0; i < m.size(); ++i) {
+  kept.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
     const int64_t id = static_cast<int64_t>(kept.size());  // the id this sample gets when kept
     const JsonlTokenCounts counts = m.Counts(i);
+    const ImageCheck& check = checks[static_cast<size_t>(i)];
     Status bad;
-    if (counts.images > options.max_images_per_sample) {
+    if (counts.images > k_max) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
       bad = Status::InvalidArgument(
           fmt::format("{}: the line lists {} images, more than max_images_per_sample = {}; raise [data] "
                       "max_images_per_sample, or split the sample",
-                      source->Where(sample.line, id, sample.user_id), counts.images, options.max_images_per_sample));
-    } else if (options.verify_images && counts.images > 0) {
+                      source->Where(sample.line, id, sample.user_id), counts.images, k_max));
+    } else if (check.image < 0 && !check.status.ok()) {
+      return check.status;  // the manifest itself failed (Corruption, IOError)
+    } else if (check.image >= 0) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
-      for (size_t k = 0; k < sample.image_paths.size() && bad.ok(); ++k) {
-        StatusOr<DecodedImage> image = DecodeImageFile(sample.image_paths[k], decode);
-        if (!image.ok()) {
-          bad = Status(image.status().code(),
-                       fmt::format("{}: images[{}]: {}; {}", source->Where(sample.line, id, sample.user_id), k,
-                                   image.status().message(), kImageFix));
-        }
-      }
+      bad = Status(check.status.code(), fmt::format("{}: images[{}]: {}; {}",
+                                                    source->Where(sample.line, id, sample.user_id), check.image,
+                                                    check.status.message(), kImageFix));
     }
     if (bad.ok()) {
       kept.push_back(i);

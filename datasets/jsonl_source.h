@@ -13,8 +13,9 @@
 // SampleIndex ingests; the count of skipped samples.
 // May call: datasets/jsonl_manifest, datasets/image_decode,
 // datasets/sample_source, base. No libtorch.
-// Thread safety: immutable after Open(); every const method may be called
-// from many threads at once.
+// Thread safety: immutable after Open() (which decodes the images on a few
+// threads of its own); every const method may be called from many threads at
+// once.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,8 @@ struct JsonlSourceOptions {
   // Decode every image once at Open (a bad one is a bad sample: the error of
   // Open, or skipped). Off only for tests of Load's own checks.
   bool verify_images = true;
+  // Threads that decode at Open (0: the machine's hardware threads, at most 16).
+  int verify_threads = 0;
 };
 
 class JsonlSampleSource final : public SampleSource {

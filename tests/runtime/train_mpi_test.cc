@@ -260,6 +260,7 @@ plan::Plan JsonlVlmPlan(const std::string& manifest, int llm_dp, int64_t steps) 
 
 // The bad lines of the tests below, appended after the good ones.
 std::vector<std::string> BadVlmLines(const std::string& dir) {
+  fs::create_directories(dir + "/img");
   EXPECT_TRUE(testing::WriteBytes(dir + "/img/broken.png", "\x89PNG\r\n\x1a\nnot really"));
   std::vector<int64_t> one_image{257};
   one_image.insert(one_image.end(), 16, kVlmImageToken);
