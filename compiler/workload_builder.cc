@@ -320,6 +320,19 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
     MAESTRO_ASSIGN_OR_RETURN(SectionWork sw, SectionWorkOf(spec, s, default_device, extra_profiles));
     w.sections.push_back(std::move(sw));
   }
+  // A manifest's projector after a ViT maps every row the ViT hands on: K
+  // images' rows per sample, padding included (docs/data.md).
+  if (!spec.data.manifest.empty()) {
+    for (const auto& e : spec.edges) {
+      const int from = spec.section_index(e.from), to = spec.section_index(e.to);
+      if (from < 0 || to < 0 || spec.sections[static_cast<size_t>(to)].tokens > 0) continue;
+      const SectionWork& up = w.sections[static_cast<size_t>(from)];
+      SectionWork& down = w.sections[static_cast<size_t>(to)];
+      if (up.model.kind != plan::ModelKind::kVit || down.model.kind != plan::ModelKind::kProjector) continue;
+      down.tokens = OutputTokens(up);
+      down.facts = ComputeModelFacts(down.model, down.tokens);
+    }
+  }
   for (const auto& e : spec.edges) {
     MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
     w.edges.push_back(ew);

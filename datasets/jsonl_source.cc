@@ -103,9 +103,9 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
       return check.status;  // the manifest itself failed (Corruption, IOError)
     } else if (check.image >= 0) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
-      bad = Status(check.status.code(), fmt::format("{}: images[{}]: {}; {}",
-                                                    source->Where(sample.line, id, sample.user_id), check.image,
-                                                    check.status.message(), kImageFix));
+      bad = Status(check.status.code(),
+                   fmt::format("{}: images[{}]: {}; {}", source->Where(sample.line, id, sample.user_id), check.image,
+                               check.status.message(), kImageFix));
     }
     if (bad.ok()) {
       kept.push_back(i);

@@ -142,6 +142,30 @@ TEST(Spec, AManifestCarriesItsKeysIntoThePlanAndWrongCombinationsAreNamed) {
   ASSERT_TRUE(compiled1.ok()) << compiled1.status().ToString();
   EXPECT_EQ(compiled->plan.edges[0].bytes_per_sample, 3 * compiled1->plan.edges[0].bytes_per_sample);
 
+  // A projector after the ViT maps all K images' rows of a sample.
+  std::string with_projector = with("manifest = \"m.jsonl\"\nimage_token_id = 7\nmax_images_per_sample = 2\n");
+  const std::string llm_inputs = "inputs = [\"vit.image_embeddings\"]";
+  with_projector.replace(with_projector.find(llm_inputs), llm_inputs.size(), "inputs = [\"proj.image_embeddings\"]");
+  with_projector += R"(
+[models.proj]
+kind = "projector"
+in_dim = 1024
+out_dim = 2048
+
+[[section]]
+name = "proj"
+model = "proj"
+activation = "image"
+inputs = ["vit.image_embeddings"]
+)";
+  auto projected = ParseSpecString(with_projector, "x.toml", ".");
+  ASSERT_TRUE(projected.ok()) << projected.status().ToString();
+  auto compiled_projected = Compile(*projected, CompileOptions{});
+  ASSERT_TRUE(compiled_projected.ok()) << compiled_projected.status().ToString();
+  const int proj = compiled_projected->plan.section_index("proj");
+  ASSERT_GE(proj, 0);
+  EXPECT_EQ(compiled_projected->plan.sections[static_cast<size_t>(proj)].tokens_per_sample, 2 * (16 * 16 + 1));
+
   const auto error_has = [&](const std::string& keys, const std::vector<std::string>& words) {
     const std::string e = ErrorOf(with(keys));
     for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << keys << " -> " << e;
