@@ -6,7 +6,8 @@
 // each sample's first count * rows-per-image rows at its placeholder
 // positions, in order; the loss equals a direct computation that writes the
 // projector's rows into the embeddings by hand; padding rows get exactly zero
-// gradient; RowShapeOf carries K images' rows (and CLIP's class token).
+// gradient; RowShapeOf carries K images' rows (and CLIP's class token); the
+// scheduler's planned cost of a ViT sample follows its own image count.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "runtime/cost_model.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
@@ -241,6 +243,25 @@ TEST(ImageRows, CountsThatDoNotMatchThePlaceholdersOrKAreErrors) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("sample 2 has 8 image-token positions"), std::string::npos)
       << out.status().message();
+}
+
+// The wavefront scheduler sees a ViT sample's own images: with K = 2 a
+// one-image sample costs half a planned sample, a two-image one a whole; the
+// projector (which maps every padded row) and the decoder count per sample.
+TEST(ImageRows, TheScheduledViTCostFollowsEachSamplesImages) {
+  auto p = ImagePlan(2, "image");
+  for (auto& s : p.sections) s.cost = {0.5, 2.0, 0.25, 0.0, false};  // fixed, per sample, forward share
+  PlannedCostModel costs(p);
+  scheduler::Sample one, two;
+  one.modalities = two.modalities = 1u;  // "image" is modality 0
+  one.modality_tokens[0] = 1 * kRowsPerImage;
+  two.modality_tokens[0] = 2 * kRowsPerImage;
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(0, {&one}), 0.25 * (0.5 + 1.0));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(0, {&two}), 0.25 * (0.5 + 2.0));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(0, {&one, &two}), 0.25 * (0.5 + 3.0));
+  EXPECT_DOUBLE_EQ(costs.BackwardSeconds(0, {&one}), 0.75 * (0.5 + 1.0));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(1, {&one}), costs.ForwardSeconds(1, {&two}));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(2, {&one, &two}), 0.25 * (0.5 + 4.0));
 }
 
 }  // namespace
