@@ -136,6 +136,12 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.sample_rule = spec.data.sample_rule;
   p.data.eos_id = spec.data.eos_id;
   p.data.pad_id = spec.data.pad_id;
+  p.data.image_token_id = spec.data.image_token_id;
+  p.data.max_images_per_sample = spec.data.max_images_per_sample;
+  p.data.on_bad_sample = spec.data.on_bad_sample;
+  p.data.allow_absolute_image_paths = spec.data.allow_absolute_image_paths;
+  p.data.image_mean = spec.data.image_mean;
+  p.data.image_std = spec.data.image_std;
   p.checkpoint_every = spec.job.checkpoint_every;
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;

@@ -81,7 +81,7 @@ struct ClusterSpec {
 };
 
 struct DataSpec {
-  std::string manifest;
+  std::string manifest;  // resolved against the spec's folder ("" = none)
   int64_t global_batch = 0;
   int64_t seq_len = 0;
   uint64_t seed = 0;
@@ -92,6 +92,14 @@ struct DataSpec {
   std::string sample_rule = "pack";  // "pack" | "split"
   int64_t eos_id = -1;               // appended after every document (-1 = none)
   int64_t pad_id = 0;
+  // A JSONL manifest's samples (docs/data.md, "### Training on a manifest"):
+  // the placeholder id (-1 = unset), K images per sample at most, the bad
+  // sample policy, paths outside the manifest's folder, mean/std overrides.
+  int64_t image_token_id = -1;
+  int64_t max_images_per_sample = 1;
+  std::string on_bad_sample = "error";  // "error" | "skip"
+  bool allow_absolute_image_paths = false;
+  std::vector<double> image_mean, image_std;
   std::vector<plan::ModalityDesc> modalities;
   std::vector<SourcePos> modality_pos;
   SourcePos pos;

@@ -175,10 +175,56 @@ void CheckCycles(Diagnostics& d, const Spec& spec) {
           fmt::format("the section graph has a cycle: {}; sections must form a DAG", path));
 }
 
+// A JSONL manifest's placeholder against the sections that read it: a ViT
+// section needs data.image_token_id (its rows replace those positions), an
+// image_token_id needs exactly one ViT section, and the id must embed in every
+// decoder.
+void CheckManifestData(Diagnostics& d, const Spec& spec) {
+  if (spec.data.manifest.empty()) return;
+  std::vector<std::string> vits;
+  int64_t vocab = 0;
+  for (const SectionSpec& s : spec.sections) {
+    const ModelSpec* m = spec.FindModel(s.model);
+    if (!m) continue;
+    if (m->desc.kind == plan::ModelKind::kVit) vits.push_back(s.name);
+    if (m->desc.kind == plan::ModelKind::kDecoder && m->desc.vocab > 0) {
+      vocab = vocab == 0 ? m->desc.vocab : std::min(vocab, m->desc.vocab);
+    }
+  }
+  const int64_t id = spec.data.image_token_id;
+  if (vits.size() > 1) {
+    d.Error(spec.data.pos,
+            fmt::format("[data] manifest: sections '{}' and '{}' are both ViTs; a manifest's images feed "
+                        "one vision section (keep one)",
+                        vits[0], vits[1]));
+  }
+  if (!vits.empty() && id < 0) {
+    d.Error(spec.data.pos,
+            fmt::format("[data] needs the key 'image_token_id': section '{}' encodes the manifest's images and the "
+                        "decoder takes its rows at the placeholder token; set image_token_id to the id your processor "
+                        "repeats per image (e.g. Qwen2-VL's <|image_pad|> = 151655)",
+                        vits[0]));
+  }
+  if (vits.empty() && id >= 0) {
+    d.Error(spec.data.pos, fmt::format("data.image_token_id = {}, but no section encodes images; add a section of a "
+                                       "kind = \"vit\" model, or drop image_token_id (a manifest without images)",
+                                       id));
+  }
+  if (vits.empty() && spec.data.max_images_per_sample != 1) {
+    d.Error(spec.data.pos, "data.max_images_per_sample needs a ViT section to encode the images; drop it");
+  }
+  if (id >= 0 && vocab > 0 && id >= vocab) {
+    d.Error(spec.data.pos, fmt::format("data.image_token_id = {} is outside the decoders' vocabulary [0, {}); use the "
+                                       "tokenizer's image placeholder id",
+                                       id, vocab));
+  }
+}
+
 }  // namespace
 
 void CheckGraph(Diagnostics& d, const Spec& spec) {
   CheckSections(d, spec);
+  CheckManifestData(d, spec);
   if (!CheckEdges(d, spec)) return;
   for (const SectionSpec& s : spec.sections) {
     if (s.has_loss) CheckLoss(d, spec, s);

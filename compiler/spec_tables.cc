@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -172,11 +174,72 @@ void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c) {
   r.Finish();
 }
 
+namespace {
+
+// An array of 1 or 3 positive (`positive`) or any finite numbers.
+void ReadChannelValues(Diagnostics& d, TableReader& r, const std::string& key, bool positive,
+                       std::vector<double>* out) {
+  const toml::node* n = r.Get(key);
+  if (!n) return;
+  const toml::array* arr = n->as_array();
+  const std::string want = fmt::format("data.{} must be an array of 1 or 3 {}numbers (per channel, on x/255)", key,
+                                       positive ? "positive " : "");
+  if (!arr || (arr->size() != 1 && arr->size() != 3)) {
+    d.Error(r.PosOfKey(key), want);
+    return;
+  }
+  for (const auto& el : *arr) {
+    std::optional<double> v = el.value<double>();
+    if (!v || !std::isfinite(*v) || (positive && !(*v > 0))) {
+      d.Error(PosOf(el.source()), want);
+      return;
+    }
+    out->push_back(*v);
+  }
+}
+
+// The keys of a JSONL manifest's samples; each is refused without a manifest.
+void ReadManifestKeys(Diagnostics& d, TableReader& r, DataSpec& data) {
+  const bool manifest = !data.manifest.empty();
+  const auto needs_manifest = [&](const std::string& key) {
+    if (!manifest) {
+      d.Error(r.PosOfKey(key), fmt::format("data.{} applies to the samples of a JSONL manifest; set data.manifest, or "
+                                           "drop {}",
+                                           key, key));
+    }
+  };
+  if (r.Int("image_token_id", &data.image_token_id, 0, int64_t{1} << 40)) needs_manifest("image_token_id");
+  if (r.Int("max_images_per_sample", &data.max_images_per_sample, 1, 4096)) needs_manifest("max_images_per_sample");
+  if (r.String("on_bad_sample", &data.on_bad_sample)) {
+    if (data.on_bad_sample != "error" && data.on_bad_sample != "skip") {
+      d.Error(r.PosOfKey("on_bad_sample"),
+              fmt::format("data.on_bad_sample = '{}' must be \"error\" (stop at the first bad sample) or \"skip\" "
+                          "(log, count and leave it out){}",
+                          data.on_bad_sample, Suggest(data.on_bad_sample, {"error", "skip"})));
+    }
+    needs_manifest("on_bad_sample");
+  }
+  if (r.Bool("allow_absolute_image_paths", &data.allow_absolute_image_paths)) {
+    needs_manifest("allow_absolute_image_paths");
+  }
+  const size_t means = data.image_mean.size(), stds = data.image_std.size();
+  ReadChannelValues(d, r, "image_mean", false, &data.image_mean);
+  ReadChannelValues(d, r, "image_std", true, &data.image_std);
+  if (data.image_mean.size() != means) needs_manifest("image_mean");
+  if (data.image_std.size() != stds) needs_manifest("image_std");
+}
+
+}  // namespace
+
 void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir, DataSpec& data) {
   TableReader r(d, t, "[data]");
   data.pos = r.pos();
-  if (r.String("manifest", &data.manifest) && !IsSingleLine(data.manifest)) {
-    d.Error(r.PosOfKey("manifest"), "data.manifest must be one line");
+  if (r.String("manifest", &data.manifest)) {
+    if (!IsSingleLine(data.manifest)) {
+      d.Error(r.PosOfKey("manifest"), "data.manifest must be one line");
+    } else if (!data.manifest.empty()) {
+      data.manifest = JoinPath(base_dir, data.manifest);
+    }
   }
   if (r.String("corpus", &data.corpus)) {
     if (!IsSingleLine(data.corpus) || data.corpus.empty()) {
@@ -192,6 +255,7 @@ void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir,
   }
   r.Int("eos_id", &data.eos_id, -1, int64_t{1} << 40);
   r.Int("pad_id", &data.pad_id, 0, int64_t{1} << 40);
+  ReadManifestKeys(d, r, data);
   if (!r.Int("global_batch", &data.global_batch, 1, 1 << 24) && !t.get("global_batch"))
     r.RequireMissing("global_batch");
   if (!r.Int("seq_len", &data.seq_len, 1, 1 << 24) && !t.get("seq_len")) r.RequireMissing("seq_len");
@@ -199,6 +263,9 @@ void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir,
   if (r.Int("seed", &seed, 0, std::numeric_limits<int64_t>::max())) data.seed = static_cast<uint64_t>(seed);
   if (r.String("dataset", &data.dataset) && !data.dataset.empty() && !data.corpus.empty()) {
     d.Error(r.PosOfKey("dataset"), "data.dataset (built-in data) and data.corpus exclude each other: keep one");
+  }
+  if (!data.dataset.empty() && !data.manifest.empty()) {
+    d.Error(r.PosOfKey("dataset"), "data.dataset (built-in data) and data.manifest exclude each other: keep one");
   }
   if (!data.dataset.empty() && data.dataset != "fashion_mnist_captions" && data.dataset != "text") {
     d.Error(r.PosOfKey("dataset"),

@@ -247,14 +247,22 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
       modality_tokens = mod.tokens;
     }
   }
+  int64_t context = 0;  // tokens one attention sees, when not sw.tokens
   if (s.tokens > 0) {
     sw.tokens = s.tokens;
   } else if (sw.model.kind == plan::ModelKind::kProjector) {
     sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
+  } else if (sw.model.kind == plan::ModelKind::kVit) {
+    // A manifest's sample carries up to max_images_per_sample (K) images,
+    // each its own attention context: the plan is for K (the memory a
+    // micro-batch of such samples needs; the edge carries K images' rows,
+    // zero-padded, for every sample). docs/data.md, "### Training on a manifest".
+    context = NaturalTokens(sw.model, spec.data.seq_len);
+    sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, spec.data.max_images_per_sample));
   } else {
     sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
   }
-  sw.facts = ComputeModelFacts(sw.model, sw.tokens);
+  sw.facts = ComputeModelFacts(sw.model, context > 0 ? context : sw.tokens);
   sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
   sw.pin_tp = s.tp;
   sw.pin_pp = s.pp;
@@ -311,6 +319,19 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
   for (const auto& s : spec.sections) {
     MAESTRO_ASSIGN_OR_RETURN(SectionWork sw, SectionWorkOf(spec, s, default_device, extra_profiles));
     w.sections.push_back(std::move(sw));
+  }
+  // A manifest's projector after a ViT maps every row the ViT hands on: K
+  // images' rows per sample, padding included (docs/data.md).
+  if (!spec.data.manifest.empty()) {
+    for (const auto& e : spec.edges) {
+      const int from = spec.section_index(e.from), to = spec.section_index(e.to);
+      if (from < 0 || to < 0 || spec.sections[static_cast<size_t>(to)].tokens > 0) continue;
+      const SectionWork& up = w.sections[static_cast<size_t>(from)];
+      SectionWork& down = w.sections[static_cast<size_t>(to)];
+      if (up.model.kind != plan::ModelKind::kVit || down.model.kind != plan::ModelKind::kProjector) continue;
+      down.tokens = OutputTokens(up);
+      down.facts = ComputeModelFacts(down.model, down.tokens);
+    }
   }
   for (const auto& e : spec.edges) {
     MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));

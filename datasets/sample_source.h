@@ -2,8 +2,8 @@
 // The data seam: what the runtime (executor, section runner, reference,
 // profiler) and ingestion read samples through, torch-free. A data set is one
 // implementation of SampleSource (the built-in demo sets: DemoDataset in
-// demo_data.h; Megatron .bin/.idx and JSONL + images arrive as new classes
-// beside it, not as branches).
+// demo_data.h; Megatron .bin/.idx: megatron_source.h; JSONL + images:
+// jsonl_source.h; new sets arrive as new classes beside them, not as branches).
 //
 // Owns: the sample record (token ids, targets, 0..N images of (channels, H,
 // W), the optional caption answer), the splits, the per-sample token counts
@@ -72,6 +72,10 @@ class SampleSource {
   // (once, at ingestion): a corpus scans every token id against the
   // vocabulary. OK by default.
   virtual Status CheckBeforeIngest() const { return Status::Ok(); }
+  // Samples the source left out when it opened (a manifest with
+  // on_bad_sample = "skip": each one logged with its file:line and why);
+  // metrics.jsonl reports the count as "skipped_samples". 0 by default.
+  virtual int64_t SkippedSamples() const { return 0; }
 };
 
 // JSONL manifest of the TRAIN split of `source` for the datalayer's

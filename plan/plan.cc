@@ -42,7 +42,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_comp
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, tokens)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities,
-                                                dataset, corpus, sample_rule, eos_id, pad_id)
+                                                dataset, corpus, sample_rule, eos_id, pad_id, image_token_id,
+                                                max_images_per_sample, on_bad_sample, allow_absolute_image_paths,
+                                                image_mean, image_std)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 comm_timeout_s, schedule_policy, shared_cores)
@@ -135,6 +137,10 @@ bool EdgeDpRuleHolds(int from_dp, int to_dp, int fanout, int fanin) {
 
 Status Validate(const Plan& plan) {
   if (plan.sections.empty()) return Status::InvalidArgument("plan has no sections");
+  if (plan.data.max_images_per_sample < 1) {
+    return Status::InvalidArgument(
+        fmt::format("data.max_images_per_sample = {} must be >= 1", plan.data.max_images_per_sample));
+  }
   int next_rank = 0;
   for (size_t i = 0; i < plan.sections.size(); ++i) {
     const auto& s = plan.sections[i];

@@ -187,7 +187,7 @@ struct ModalityDesc {
 };
 
 struct DataPlan {
-  std::string manifest;  // JSONL sample manifest ("" = built-in demo data)
+  std::string manifest;  // JSONL sample manifest, absolute or relative to the working directory ("" = none)
   int64_t global_batch = 1;
   int64_t seq_len = 1;
   uint64_t seed = 0;
@@ -204,6 +204,19 @@ struct DataPlan {
   std::string sample_rule = "pack";
   int64_t eos_id = -1;
   int64_t pad_id = 0;
+  // Added in schema 1 (optional): how the samples of a JSONL `manifest` are
+  // read (docs/data.md, "### Training on a manifest"). image_token_id: the
+  // placeholder id whose positions take a ViT's rows (-1: none; the built-in
+  // captions use their own, datasets::kImage); max_images_per_sample (K):
+  // a ViT section's output row per sample holds K images' rows, zero-padded
+  // past the sample's own; on_bad_sample: "error" | "skip"; image paths
+  // outside the manifest's folder only with allow_absolute_image_paths;
+  // image_mean / image_std: per channel on x/255 (empty: the ViT layout's).
+  int64_t image_token_id = -1;
+  int64_t max_images_per_sample = 1;
+  std::string on_bad_sample = "error";
+  bool allow_absolute_image_paths = false;
+  std::vector<double> image_mean, image_std;
 };
 
 // One cross-section link (see LinksOfEdge below).

@@ -4,25 +4,38 @@
 #include <algorithm>
 
 #include "runtime/models/model_desc.h"
+#include "runtime/plan_data.h"
 
 namespace maestro::runtime {
 
 PlannedCostModel::PlannedCostModel(const plan::Plan& plan) {
+  const auto names = scheduler::ModalityNamesOf(plan);
   for (const auto& s : plan.sections) {
     costs_.push_back(s.cost);
     trains_.push_back(s.mode == plan::SectionMode::kTrain);
+    int modality = -1;
+    double full = 0.0;
+    if (s.model.kind == plan::ModelKind::kVit) {
+      for (size_t m = 0; m < names.size() && m < static_cast<size_t>(scheduler::kMaxModalities); ++m) {
+        if (names[m] == s.activation) modality = static_cast<int>(m);
+      }
+      full = static_cast<double>(MaxImagesPerSample(plan) * VitOutputTokens(s.model));
+      if (!(full > 0)) modality = -1;
+    }
+    scale_modality_.push_back(modality);
+    full_tokens_.push_back(full);
   }
   for (const auto& e : plan.edges) edges_.push_back(e.seconds_per_sample);
 }
 
 double PlannedCostModel::ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const {
   const auto& c = costs_[static_cast<size_t>(section)];
-  return trains_[static_cast<size_t>(section)] ? Total(c, samples.size()) * c.forward_share : Total(c, samples.size());
+  return trains_[static_cast<size_t>(section)] ? Total(section, samples) * c.forward_share : Total(section, samples);
 }
 
 double PlannedCostModel::BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const {
   const auto& c = costs_[static_cast<size_t>(section)];
-  return trains_[static_cast<size_t>(section)] ? Total(c, samples.size()) * (1.0 - c.forward_share) : 0.0;
+  return trains_[static_cast<size_t>(section)] ? Total(section, samples) * (1.0 - c.forward_share) : 0.0;
 }
 
 double PlannedCostModel::TransferSeconds(int edge, const scheduler::Sample& sample) const {
@@ -34,8 +47,19 @@ double PlannedCostModel::OptimizerSeconds(int section) const {
   return costs_[static_cast<size_t>(section)].optimizer_seconds;
 }
 
-double PlannedCostModel::Total(const plan::MicroBatchCost& c, size_t n) {
-  return n == 0 ? 0.0 : c.fixed_seconds + static_cast<double>(n) * c.seconds_per_sample;
+double PlannedCostModel::Total(int section, const std::vector<const scheduler::Sample*>& samples) const {
+  if (samples.empty()) return 0.0;
+  const auto& c = costs_[static_cast<size_t>(section)];
+  const int modality = scale_modality_[static_cast<size_t>(section)];
+  double weight = static_cast<double>(samples.size());
+  if (modality >= 0) {
+    weight = 0.0;
+    for (const scheduler::Sample* sample : samples) {
+      weight += static_cast<double>(sample->modality_tokens[static_cast<size_t>(modality)]) /
+                full_tokens_[static_cast<size_t>(section)];
+    }
+  }
+  return c.fixed_seconds + weight * c.seconds_per_sample;
 }
 
 std::shared_ptr<const scheduler::SectionCostModel> RuntimeCostModel(const plan::Plan& plan) {

@@ -4,7 +4,7 @@
 // proxy from parameter counts that only ranks sections. Only the order of
 // work depends on the costs, never the result. The timeline (timeline.h)
 // also predicts a measured step with costs fitted to it.
-// May call: scheduler, plan, runtime/models/model_desc (torch-free). Torch-free.
+// May call: scheduler, plan, runtime/models/model_desc, runtime/plan_data (torch-free). Torch-free.
 #pragma once
 
 #include <memory>
@@ -19,6 +19,10 @@ namespace maestro::runtime {
 // and per-edge seconds_per_sample): a micro-batch of n samples costs
 // fixed + n * per_sample, split forward : backward by the measured (or
 // modelled) share. The schedule and the predicted timeline use them.
+// A ViT section that activates on a modality encodes only a sample's own
+// images while the compiler planned for max_images_per_sample (K) of them:
+// each sample counts as (its tokens of that modality) / (K * rows per image),
+// e.g. 1/3 of a planned sample for one image of K = 3.
 class PlannedCostModel : public scheduler::SectionCostModel {
  public:
   explicit PlannedCostModel(const plan::Plan& plan);
@@ -28,8 +32,12 @@ class PlannedCostModel : public scheduler::SectionCostModel {
   double OptimizerSeconds(int section) const override;
 
  private:
-  static double Total(const plan::MicroBatchCost& c, size_t n);
+  double Total(int section, const std::vector<const scheduler::Sample*>& samples) const;
   std::vector<plan::MicroBatchCost> costs_;
+  // Per section: the modality whose tokens scale a sample (-1: every sample
+  // counts 1) and the tokens of a sample that counts 1.
+  std::vector<int> scale_modality_;
+  std::vector<double> full_tokens_;
   std::vector<bool> trains_;
   std::vector<double> edges_;
 };

@@ -131,6 +131,7 @@ Status RankLoop::Setup() {
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(samples_, OpenPlanDataset(plan_));
+  if (plan_.data.on_bad_sample == "skip") reporter_.SetSkippedSamples(samples_->SkippedSamples());
   MAESTRO_RETURN_IF_ERROR(Resume());
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 

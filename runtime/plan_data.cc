@@ -3,9 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <vector>
+
 #include "base/checks.h"
 #include "datasets/demo_data.h"
+#include "datasets/jsonl_source.h"
 #include "datasets/megatron_source.h"
+#include "hf/name_map.h"
+#include "runtime/models/model_desc.h"
 
 namespace maestro::runtime {
 
@@ -49,16 +56,111 @@ StatusOr<std::unique_ptr<datasets::SampleSource>> OpenCorpus(const plan::Plan& p
   return std::unique_ptr<datasets::SampleSource>(std::move(source));
 }
 
+// Per channel from the plan's override (1 value for every channel, or one
+// per channel), else `fallback`.
+Status ChannelValues(const std::vector<double>& given, const char* key, int channels,
+                     const std::array<float, 3>& fallback, std::array<float, 3>* out) {
+  *out = fallback;
+  if (given.empty()) return Status::Ok();
+  if (given.size() != 1 && given.size() != static_cast<size_t>(channels)) {
+    return Status::InvalidArgument(
+        fmt::format("[data] {} has {} values; give 1 (every channel) or {} (one per channel "
+                    "of the ViT)",
+                    key, given.size(), channels));
+  }
+  for (size_t c = 0; c < out->size(); ++c) (*out)[c] = static_cast<float>(given[given.size() == 1 ? 0 : c]);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<datasets::SampleSource>> OpenManifest(const plan::Plan& plan) {
+  const auto& d = plan.data;
+  const std::string where = fmt::format("[data] manifest = '{}'", d.manifest);
+  datasets::JsonlSourceOptions options;
+  options.manifest.seq_len = d.seq_len;
+  options.manifest.vocab_size = SmallestDecoderVocab(plan);
+  if (options.manifest.vocab_size <= 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}: a manifest of token ids needs a decoder section to read it", where));
+  }
+  options.manifest.pad_id = d.pad_id;
+  options.manifest.allow_absolute_paths = d.allow_absolute_image_paths;
+  if (d.on_bad_sample == "skip") {
+    options.manifest.on_bad_sample = datasets::BadSamplePolicy::kSkip;
+  } else if (d.on_bad_sample != "error") {
+    return Status::InvalidArgument(
+        fmt::format("plan data.on_bad_sample = '{}' must be \"error\" or \"skip\"", d.on_bad_sample));
+  }
+  options.max_images_per_sample = MaxImagesPerSample(plan);
+  std::vector<const plan::SectionPlan*> vits;
+  for (const auto& s : plan.sections) {
+    if (s.model.kind == plan::ModelKind::kVit) vits.push_back(&s);
+  }
+  if (vits.size() > 1) {
+    return Status::InvalidArgument(
+        fmt::format("{}: sections '{}' and '{}' are both ViTs; the images of a manifest feed "
+                    "one vision section (keep one)",
+                    where, vits[0]->name, vits[1]->name));
+  }
+  if (vits.empty()) {
+    if (d.image_token_id >= 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: data.image_token_id = {} but no ViT section encodes images; add a [[section]] of a kind = \"vit\" "
+          "model, or drop image_token_id (a manifest without images)",
+          where, d.image_token_id));
+    }
+  } else {
+    if (d.image_token_id < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: ViT section '{}' encodes the images, but data.image_token_id is not set; set [data] image_token_id to "
+          "the placeholder id your processor repeats per image (e.g. Qwen2-VL's <|image_pad|> = 151655)",
+          where, vits[0]->name));
+    }
+    options.manifest.image_token_id = d.image_token_id;
+    options.manifest.tokens_per_image = VitOutputTokens(vits[0]->model);
+    MAESTRO_ASSIGN_OR_RETURN(options.image, ImageSpecOf(plan, *vits[0], &options.decode));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto source, datasets::JsonlSampleSource::Open(d.manifest, options));
+  return std::unique_ptr<datasets::SampleSource>(std::move(source));
+}
+
 }  // namespace
+
+int64_t ImageTokenIdOf(const plan::Plan& plan) {
+  if (plan.data.image_token_id >= 0) return plan.data.image_token_id;
+  if (plan.data.manifest.empty() && plan.data.corpus.empty()) return datasets::kImage;
+  return -1;
+}
+
+int64_t MaxImagesPerSample(const plan::Plan& plan) {
+  return std::max<int64_t>(1, plan.data.max_images_per_sample);
+}
+
+StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::SectionPlan& vit,
+                                          datasets::DecodeOptions* decode) {
+  datasets::ImageSpec spec;
+  const plan::ModelDesc& m = vit.model;
+  spec.channels = static_cast<int>(m.channels > 0 ? m.channels : 3);
+  spec.height = spec.width = static_cast<int>(m.image_size);
+  const int layout = VitLayout(m);
+  std::array<float, 3> mean{datasets::kPixelMean, datasets::kPixelMean, datasets::kPixelMean};
+  std::array<float, 3> stdev{datasets::kPixelStd, datasets::kPixelStd, datasets::kPixelStd};
+  *decode = datasets::DecodeOptions{};
+  if (layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl) {
+    mean = datasets::kOpenAiClipMean;
+    stdev = datasets::kOpenAiClipStd;
+  }
+  if (layout == hf::kVitLayoutClip) spec.fit = datasets::ImageFit::kShortestEdgeThenCenterCrop;
+  if (layout == hf::kVitLayoutQwen2Vl) decode->alpha = datasets::AlphaHandling::kCompositeOnWhite;
+  MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_mean, "image_mean", spec.channels, mean, &spec.mean));
+  MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_std, "image_std", spec.channels, stdev, &spec.std));
+  Status valid = datasets::ValidateImageSpec(spec);
+  if (!valid.ok()) return valid.WithContext(fmt::format("ViT section '{}' ([data] image_mean / image_std)", vit.name));
+  return spec;
+}
 
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan) {
   if (!plan.data.corpus.empty()) return OpenCorpus(plan);
-  if (!plan.data.manifest.empty()) {
-    return Status::FailedPrecondition(
-        fmt::format("[data] manifest = '{}': the runtime reads the payloads of the built-in datasets only "
-                    "(set manifest = \"\" and dataset = \"fashion_mnist_captions\" or \"text\")",
-                    plan.data.manifest));
-  }
+  if (!plan.data.manifest.empty()) return OpenManifest(plan);
   datasets::DemoOptions options;
   std::string kind = plan.data.dataset;
   if (kind.empty()) {

@@ -153,6 +153,7 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
                           {"step_seconds", seconds},
                           {"samples_per_s", seconds > 0 ? static_cast<double>(batch.sample_ids.size()) / seconds : 0.0},
                           {"mode", "reference"}};
+      if (plan.data.on_bad_sample == "skip") line["skipped_samples"] = samples->SkippedSamples();
       *metrics << line.dump() << "\n" << std::flush;
     }
     MAESTRO_RETURN_IF_ERROR(run->StepDone({batch.step, batch.sample_ids, ""}));

@@ -19,6 +19,8 @@
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
+#include "runtime/plan_data.h"
+#include "runtime/reference.h"
 
 namespace maestro::runtime {
 
@@ -353,11 +355,9 @@ std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
   const auto& s = plan.sections[static_cast<size_t>(section)];
   switch (s.model.kind) {
     case plan::ModelKind::kDecoder: return {plan.data.seq_len, s.model.hidden};
-    case plan::ModelKind::kVit: {
-      const int64_t side = s.model.image_size / s.model.patch_size;
-      const int64_t merge = SpatialMerge(s.model);
-      return {merge > 0 ? side * side / (merge * merge) : side * side, merge > 0 ? s.model.out_dim : s.model.hidden};
-    }
+    case plan::ModelKind::kVit:
+      // K images' rows per sample, zero past the sample's own (Forward).
+      return {MaxImagesPerSample(plan) * VitOutputTokens(s.model), VitOutputDim(s.model)};
     case plan::ModelKind::kProjector: {
       // As many rows as its input carries.
       for (size_t e = 0; e < plan.edges.size(); ++e) {
@@ -413,6 +413,78 @@ torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& ta
 
 }  // namespace
 
+torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, int64_t max_images, torch::Device device) {
+  const int64_t b = static_cast<int64_t>(data.sample_ids.size());
+  TORCH_CHECK(static_cast<int64_t>(data.image_counts.size()) == b, "the micro-batch has ", data.image_counts.size(),
+              " image counts for ", b, " samples");
+  int64_t total = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t count = data.image_counts[static_cast<size_t>(i)];
+    TORCH_CHECK(count >= 0 && count <= max_images, "sample ", data.sample_ids[static_cast<size_t>(i)], " carries ",
+                count, " images, more than data.max_images_per_sample = ", max_images);
+    total += count;
+  }
+  const int64_t per_image = vit.output_tokens();
+  const int64_t width = vit.output_dim();
+  torch::Tensor encoded;  // (total, per_image, width)
+  if (total > 0) {
+    TORCH_CHECK(data.images.defined() && data.images.size(0) == total, "the micro-batch's samples list ", total,
+                " images but ", data.images.defined() ? data.images.size(0) : 0, " were loaded");
+    encoded = vit.forward(data.images.to(device));
+  }
+  // Every sample one image and room for one: the rows as the ViT made them.
+  if (max_images == 1 && total == b) return encoded;
+  auto zeros_options =
+      torch::TensorOptions().dtype(encoded.defined() ? encoded.scalar_type() : torch::kFloat32).device(device);
+  std::vector<torch::Tensor> rows;  // per sample (max_images * per_image, width)
+  int64_t next = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t count = data.image_counts[static_cast<size_t>(i)];
+    std::vector<torch::Tensor> parts;
+    if (count > 0) parts.push_back(encoded.narrow(0, next, count).reshape({count * per_image, width}));
+    if (count < max_images) parts.push_back(torch::zeros({(max_images - count) * per_image, width}, zeros_options));
+    next += count;
+    rows.push_back(parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
+  }
+  return torch::stack(rows);
+}
+
+torch::Tensor SpliceImageRows(const torch::Tensor& embeds, const torch::Tensor& ids, int64_t image_token_id,
+                              const torch::Tensor& rows, const MicroBatchData& data, const plan::SectionPlan& upstream,
+                              int64_t max_images) {
+  const int64_t b = ids.size(0);
+  TORCH_CHECK(image_token_id >= 0, "section '", upstream.name,
+              "' sends image rows, but the plan has no image placeholder id (data.image_token_id)");
+  TORCH_CHECK(max_images >= 1 && rows.dim() == 3 && rows.size(1) % max_images == 0, "rows of shape ", rows.sizes(),
+              " do not hold ", max_images, " images' rows per sample");
+  const int64_t per_image = rows.size(1) / max_images;
+  auto mask = ids.eq(image_token_id);                           // (B, T)
+  const auto slots = mask.sum(1).to(torch::kCPU).contiguous();  // (B)
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  std::vector<torch::Tensor> pieces;
+  int64_t sender = 0;  // index into rows: the samples that activate `upstream`, in micro-batch order
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t count = data.image_counts[static_cast<size_t>(i)];
+    const int64_t id = data.sample_ids[static_cast<size_t>(i)];
+    if (!SectionActivates(upstream, count > 0)) {
+      TORCH_CHECK(slot[i] == 0, "sample ", id, " has ", slot[i], " image-token positions but no rows from section '",
+                  upstream.name, "'");
+      continue;
+    }
+    TORCH_CHECK(sender < rows.size(0), "section '", upstream.name, "' sent rows of ", rows.size(0),
+                " samples; the micro-batch has more that activate it");
+    TORCH_CHECK(slot[i] == count * per_image, "sample ", id, " has ", slot[i], " image-token positions (id ",
+                image_token_id, ") but ", count, " image(s) x ", per_image, " rows");
+    if (count > 0) pieces.push_back(rows[sender].narrow(0, 0, count * per_image));
+    ++sender;
+  }
+  TORCH_CHECK(sender == rows.size(0), "section '", upstream.name, "' sent rows of ", rows.size(0), " samples; ", sender,
+              " samples of the micro-batch activate it");
+  if (pieces.empty()) return embeds;
+  auto spliced = pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);  // (slots, C), in the mask's row-major order
+  return embeds.masked_scatter(mask.unsqueeze(-1), spliced.to(embeds.scalar_type()));
+}
+
 StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& data,
                                                        const std::map<int, torch::Tensor>& inputs) {
   auto& impl = *impl_;
@@ -424,9 +496,7 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
     const auto device = impl.options.device;
     switch (s.model.kind) {
       case plan::ModelKind::kVit: {
-        TORCH_CHECK(data.images.defined() && data.images.size(0) == static_cast<int64_t>(data.sample_ids.size()),
-                    "every sample of an encoder micro-batch must carry an image");
-        out.rows = impl.module->as<VitEncoderImpl>()->forward(data.images.to(device));
+        out.rows = VitRows(*impl.module->as<VitEncoderImpl>(), data, MaxImagesPerSample(*impl.plan), device);
         break;
       }
       case plan::ModelKind::kProjector: {
@@ -445,12 +515,10 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
             teacher_hidden = rows.to(device);  // (B, T, C_teacher)
             continue;
           }
-          // Splice encoder rows (n, tokens, C) at the image-token positions, row-major.
-          auto mask = ids.eq(datasets::kImage);  // (B, T)
-          const int64_t slots = mask.sum().item<int64_t>();
-          TORCH_CHECK(slots == rows.size(0) * rows.size(1), "the micro-batch has ", slots,
-                      " image-token positions but the encoder sent ", rows.size(0), " x ", rows.size(1), " rows");
-          embeds = embeds.masked_scatter(mask.unsqueeze(-1), rows.to(device).to(embeds.scalar_type()));
+          const auto& up = impl.plan->sections[static_cast<size_t>(
+              impl.plan->section_index(impl.plan->edges[static_cast<size_t>(edge)].from))];
+          embeds = SpliceImageRows(embeds, ids, ImageTokenIdOf(*impl.plan), rows.to(device), data, up,
+                                   MaxImagesPerSample(*impl.plan));
         }
         auto hidden = lm->ForwardEmbeds(embeds);  // (B, T, C)
         if (!out_edges_.empty()) {

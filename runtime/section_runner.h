@@ -5,13 +5,15 @@
 // in where activations come from and where gradients go.
 //
 // Owns: building the section's model from the plan (weights from the run's
-// seed or from `init_from`), the forward of one micro-batch (image embeddings
-// spliced into a decoder's sequence, a KD student's teacher head, the loss of
-// a sink), AdamW with per-section gradient clipping and the LR schedule, and
+// seed, `init_from` or its Hugging Face `weights`), the forward of one micro-batch (a ViT's rows for
+// 0..K images per sample, image embeddings spliced into a decoder's sequence
+// at the plan's placeholder id, a KD student's teacher head, the loss of a
+// sink), AdamW with per-section gradient clipping and the LR schedule, and
 // the section's checkpoint state (model + optimizer bytes).
 // May call: runtime/models, runtime/parallel, runtime/hf_weights, hf
-// (checkpoint folders), datasets (SampleSource, token ids), datalayer
-// (init_from),
+// (checkpoint folders), runtime/plan_data (placeholder id, images per
+// sample), runtime/reference (SectionActivates), datasets (SampleSource,
+// token ids), datalayer (init_from),
 // plan, base, libtorch. Torch-internal: include only from runtime/*.cc and
 // tests/runtime.
 //
@@ -150,8 +152,31 @@ class SectionRunner {
 };
 
 // The shape of one sample's row on the edges leaving section `section` of
-// `plan` (what SectionRunner::OutputRowShape says, from the plan alone).
+// `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a
+// ViT's (K * VitOutputTokens, VitOutputDim) with K = MaxImagesPerSample
+// (plan_data.h), a decoder's (seq_len, hidden), a projector's (rows of its
+// input, out_dim).
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section);
+
+class VitEncoderImpl;  // runtime/models/encoders.h
+
+// A ViT section's micro-batch with 0..max_images images per sample:
+// data.images (sum of data.image_counts, C, H, W) are encoded (only the real
+// images), and sample b's rows are its images' rows in order, then zeros:
+// returns (B, max_images * vit.output_tokens(), vit.output_dim()). Padding
+// rows are constants, so they carry no gradient into the ViT.
+torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, int64_t max_images, torch::Device device);
+
+// A decoder's input embeddings with an upstream section's image rows spliced
+// in. embeds: (B, T, C); ids: (B, T) int64; rows: (n, max_images * P, C) for
+// the n samples of the micro-batch that activate `upstream` (in micro-batch
+// order; SectionActivates with image_counts[b] > 0), P rows per image. Sample
+// b's first image_counts[b] * P rows fill, in order, its positions holding
+// image_token_id, which must number exactly that many; its other rows (the
+// padding) are not read and get zero gradient. Returns (B, T, C).
+torch::Tensor SpliceImageRows(const torch::Tensor& embeds, const torch::Tensor& ids, int64_t image_token_id,
+                              const torch::Tensor& rows, const MicroBatchData& data, const plan::SectionPlan& upstream,
+                              int64_t max_images);
 
 // Reads the model bytes of `section_name` from `path`: a checkpoint file
 // (.mckpt) or a run directory (its last committed checkpoint).

@@ -65,6 +65,7 @@ void StepReporter::Report(int64_t step, int64_t epoch, size_t samples, double lo
                       {"busy", busy},
                       {"overhead", overhead}};
   if (totals.answers > 0) line["answer_accuracy"] = totals.answers_right / totals.answers;
+  if (skipped_samples_ >= 0) line["skipped_samples"] = skipped_samples_;
   if (metrics_) metrics_ << line.dump() << "\n" << std::flush;
   if (!progress_) return;
   const std::string text =

@@ -52,12 +52,16 @@ class StepReporter {
   void Report(int64_t step, int64_t epoch, size_t samples, double loss, const StepTotals& totals, double step_seconds);
   // A line {"eval": name, "value": value} (no flush).
   void ReportEval(const std::string& name, double value);
+  // From now on every step line carries "skipped_samples": n, the samples
+  // the data source left out (a manifest with on_bad_sample = "skip").
+  void SetSkippedSamples(int64_t n) { skipped_samples_ = n; }
 
  private:
   const plan::Plan& plan_;
   bool progress_;
   int64_t total_steps_;
   std::ofstream metrics_;
+  int64_t skipped_samples_ = -1;  // < 0: not reported
 };
 
 }  // namespace maestro::runtime

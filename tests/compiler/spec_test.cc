@@ -104,6 +104,85 @@ TEST(Spec, ACorpusIsResolvedAgainstTheSpecFolderAndExcludesAManifest) {
   EXPECT_NE(e.find("did you mean"), std::string::npos) << e;
 }
 
+// [data] manifest: a JSONL manifest relative to the spec's folder, with the
+// keys of its samples; wrong combinations name the key and the fix.
+TEST(Spec, AManifestCarriesItsKeysIntoThePlanAndWrongCombinationsAreNamed) {
+  auto with = [](const std::string& keys) {
+    std::string text = Base();
+    const std::string at = "seq_len = 2048\n";
+    text.insert(text.find(at) + at.size(), keys);
+    return text;
+  };
+  const std::string good =
+      "manifest = \"data/train.jsonl\"\nimage_token_id = 31999\nmax_images_per_sample = 3\n"
+      "on_bad_sample = \"skip\"\nallow_absolute_image_paths = true\nimage_mean = [0.5]\nimage_std = [0.2, 0.3, 0.4]\n";
+  auto s = ParseSpecString(with(good), "specs/x.toml", "specs");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data.manifest, "specs/data/train.jsonl");
+  EXPECT_EQ(s->data.image_token_id, 31999);
+  EXPECT_EQ(s->data.max_images_per_sample, 3);
+  EXPECT_EQ(s->data.on_bad_sample, "skip");
+  EXPECT_TRUE(s->data.allow_absolute_image_paths);
+  EXPECT_EQ(s->data.image_mean, std::vector<double>{0.5});
+  EXPECT_EQ(s->data.image_std, (std::vector<double>{0.2, 0.3, 0.4}));
+  auto compiled = Compile(*s, CompileOptions{});
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  EXPECT_EQ(compiled->plan.data.manifest, "specs/data/train.jsonl");
+  EXPECT_EQ(compiled->plan.data.image_token_id, 31999);
+  EXPECT_EQ(compiled->plan.data.max_images_per_sample, 3);
+  EXPECT_EQ(compiled->plan.data.on_bad_sample, "skip");
+  EXPECT_TRUE(compiled->plan.data.allow_absolute_image_paths);
+  // The ViT's work and its edge are planned for K = 3 images per sample:
+  // 3 x (16 x 16 patches + the class token) tokens.
+  const auto& vit = compiled->plan.sections[0];
+  EXPECT_EQ(vit.tokens_per_sample, 3 * (16 * 16 + 1));
+  auto k1 = ParseSpecString(with("manifest = \"m.jsonl\"\nimage_token_id = 7\n"), "x.toml", ".");
+  ASSERT_TRUE(k1.ok()) << k1.status().ToString();
+  auto compiled1 = Compile(*k1, CompileOptions{});
+  ASSERT_TRUE(compiled1.ok()) << compiled1.status().ToString();
+  EXPECT_EQ(compiled->plan.edges[0].bytes_per_sample, 3 * compiled1->plan.edges[0].bytes_per_sample);
+
+  // A projector after the ViT maps all K images' rows of a sample.
+  std::string with_projector = with("manifest = \"m.jsonl\"\nimage_token_id = 7\nmax_images_per_sample = 2\n");
+  const std::string llm_inputs = "inputs = [\"vit.image_embeddings\"]";
+  with_projector.replace(with_projector.find(llm_inputs), llm_inputs.size(), "inputs = [\"proj.image_embeddings\"]");
+  with_projector += R"(
+[models.proj]
+kind = "projector"
+in_dim = 1024
+out_dim = 2048
+
+[[section]]
+name = "proj"
+model = "proj"
+activation = "image"
+inputs = ["vit.image_embeddings"]
+)";
+  auto projected = ParseSpecString(with_projector, "x.toml", ".");
+  ASSERT_TRUE(projected.ok()) << projected.status().ToString();
+  auto compiled_projected = Compile(*projected, CompileOptions{});
+  ASSERT_TRUE(compiled_projected.ok()) << compiled_projected.status().ToString();
+  const int proj = compiled_projected->plan.section_index("proj");
+  ASSERT_GE(proj, 0);
+  EXPECT_EQ(compiled_projected->plan.sections[static_cast<size_t>(proj)].tokens_per_sample, 2 * (16 * 16 + 1));
+
+  const auto error_has = [&](const std::string& keys, const std::vector<std::string>& words) {
+    const std::string e = ErrorOf(with(keys));
+    for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << keys << " -> " << e;
+  };
+  error_has("manifest = \"m.jsonl\"\n", {"image_token_id", "section 'vit'", "placeholder"});
+  error_has("image_token_id = 5\n", {"data.image_token_id", "set data.manifest"});
+  error_has("max_images_per_sample = 2\n", {"data.max_images_per_sample", "set data.manifest"});
+  error_has("on_bad_sample = \"skip\"\n", {"data.on_bad_sample", "set data.manifest"});
+  error_has("manifest = \"m.jsonl\"\nimage_token_id = 5\non_bad_sample = \"skipp\"\n",
+            {"on_bad_sample", "did you mean"});
+  error_has("manifest = \"m.jsonl\"\nimage_token_id = 32000\n", {"image_token_id = 32000", "vocabulary"});
+  error_has("manifest = \"m.jsonl\"\nimage_token_id = 5\nmax_images_per_sample = 0\n", {"max_images_per_sample"});
+  error_has("manifest = \"m.jsonl\"\nimage_token_id = 5\nimage_std = [0.5, 0.0, 0.5]\n", {"image_std", "positive"});
+  error_has("manifest = \"m.jsonl\"\nimage_token_id = 5\nimage_mean = [0.5, 0.5]\n", {"image_mean", "1 or 3"});
+  error_has("manifest = \"m.jsonl\"\ndataset = \"text\"\nimage_token_id = 5\n", {"exclude each other"});
+}
+
 TEST(Spec, TomlSyntaxErrorsCarryLineAndColumn) {
   const std::string e = ErrorOf("[job]\nname = \"x\"\nnodes = = 3\n");
   EXPECT_EQ(e.rfind("spec.toml:3:", 0), 0u) << e;

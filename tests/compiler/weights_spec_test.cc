@@ -30,7 +30,8 @@ tflops_bf16 = 989
 global_batch = 8
 seq_len = 64
 [models.llm]
-)" + model_body + R"(
+)" + model_body +
+         R"(
 [[section]]
 name = "llm"
 model = "llm"
@@ -40,16 +41,16 @@ model = "llm"
 class WeightsSpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(MAESTRO_TEST_TMP) / "weights_spec" /
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    root_ =
+        fs::path(MAESTRO_TEST_TMP) / "weights_spec" / ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
   // A 2-layer Qwen2 checkpoint at root_/name, written for `layers` layers.
   void Write(const std::string& name, int layers, uint64_t max_shard_bytes = uint64_t{1} << 30) {
-    auto desc = fixtures::WriteRandomHfCheckpoint((root_ / name).string(),
-                                                  fixtures::TinyQwen2Config(32, layers, 4, 2, 64, 128),
-                                                  hf::TensorDType::kBF16, 5, max_shard_bytes);
+    auto desc =
+        fixtures::WriteRandomHfCheckpoint((root_ / name).string(), fixtures::TinyQwen2Config(32, layers, 4, 2, 64, 128),
+                                          hf::TensorDType::kBF16, 5, max_shard_bytes);
     ASSERT_TRUE(desc.ok()) << desc.status().ToString();
   }
   void SetConfig(const std::string& name, const std::string& config) {

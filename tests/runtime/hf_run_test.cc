@@ -68,11 +68,13 @@ seq_len = 32
 seed = 11
 
 [models.teacher]
-weights = ")" + teacher_dir +
+weights = ")" +
+         teacher_dir +
          R"("
 
 [models.student]
-weights = ")" + student_dir +
+weights = ")" +
+         student_dir +
          R"("
 
 [[section]]
@@ -204,8 +206,8 @@ TEST_F(HfRunTest, TrainedStudentExportsFromTheLastOrAChosenCommittedStep) {
       << "three steps of training changed nothing";
   EXPECT_FALSE((*exported)->Find("lm_head.weight").ok()) << "a tied head stays tied: no lm_head in the file";
 
-  auto fp32 = Maestro(
-      {"export", out.string(), "--section", "student", "-o", (out / "fp32").string(), "--dtype", "fp32"});
+  auto fp32 =
+      Maestro({"export", out.string(), "--section", "student", "-o", (out / "fp32").string(), "--dtype", "fp32"});
   ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
   auto f = hf::HfCheckpoint::Open((out / "fp32").string());
   ASSERT_TRUE(f.ok());
@@ -232,8 +234,8 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
   fs::create_directories(dir);
   fs::copy(*root_ / "student", dir / "student-copy");
   std::ofstream(dir / "kd.toml") << KdSpec((*root_ / "teacher").string(), "student-copy");
-  auto first = Maestro({"run", (dir / "kd.toml").string(), "-o", (dir / "out").string(), "--no-eval", "--ranks", "2",
-                        "--steps", "2"});
+  auto first = Maestro(
+      {"run", (dir / "kd.toml").string(), "-o", (dir / "out").string(), "--no-eval", "--ranks", "2", "--steps", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   fs::remove_all(dir / "student-copy");
   // Resume with the compiled plan (a recompile would refuse the missing folder).

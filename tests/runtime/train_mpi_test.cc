@@ -5,9 +5,13 @@
 //  (a) give the same loss at every step as the monolithic reference (one
 //      process, every section, `maestro-worker --reference`) within 1e-5
 //      relative, for the tiny VLM and the tiny KD, with fan-out 1 and 2;
+//  (b) read a user's data the same way: a Megatron corpus, a JSONL manifest
+//      with 0..2 PNG/JPEG images per sample; bad samples stop the run or,
+//      with on_bad_sample = "skip", are counted in metrics.jsonl;
 //  (c) a run stopped after a checkpoint (exit 85) and resumed ends with
 //      weights and losses bit-identical to an uninterrupted run.
 // No torch headers here: plans come from the compiler, runs are processes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +29,7 @@
 #include "datalayer/sample_index.h"
 #include "datasets/megatron_indexed.h"
 #include "plan/plan.h"
+#include "tests/fixtures/image_files.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
 
@@ -195,6 +200,139 @@ TEST(RuntimeTrain, ACorpusTokenOutsideTheVocabularyStopsTheRunNamingTheCorpus) {
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find(p.data.corpus), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("vocab"), std::string::npos) << run.output;
+}
+
+// A user's JSONL manifest of pretokenized samples with PNG and JPEG images
+// ([data] manifest): 0, 1 or 2 images per sample (max_images_per_sample = 2),
+// the placeholder id from the plan. The sectioned run (ViT rows zero-padded to
+// two images per sample, the decoder splicing each sample's own) and the
+// reference agree at every step; bad samples stop the run naming the file,
+// the line and the sample with nothing ingested, or are skipped and counted
+// in metrics.jsonl.
+constexpr int64_t kVlmImageToken = 300;  // below the tiny decoder's vocabulary of 512
+
+// Writes <dir>/img/*.png|jpg and <dir>/train.jsonl with `samples` good lines
+// (image counts 0, 1, 2, 0, 1, 2, ...) and then `extra` lines as given.
+std::string WriteVlmManifest(const std::string& dir, int samples, const std::vector<std::string>& extra = {}) {
+  fs::create_directories(dir + "/img");
+  for (int k = 0; k < 6; ++k) {
+    std::vector<uint8_t> gray(28 * 28), rgb(20 * 36 * 3);
+    for (int y = 0; y < 28; ++y) {
+      for (int x = 0; x < 28; ++x)
+        gray[static_cast<size_t>(y * 28 + x)] = static_cast<uint8_t>((x * (k + 1) * 9 + y * 17) % 256);
+    }
+    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * (k + 3)) % 251);
+    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.png", dir, k), testing::EncodePng8(gray, 28, 28, 1)));
+    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.jpg", dir, k), testing::EncodeJpeg8(rgb, 20, 36, 3)));
+  }
+  std::string text;
+  for (int i = 0; i < samples; ++i) {
+    std::vector<int64_t> ids{257};
+    std::vector<std::string> images;
+    for (int k = 0; k < i % 3; ++k) {
+      const int image = (i + k) % 6;
+      images.push_back(fmt::format("img/{}.{}", image, (i + k) % 2 == 0 ? "png" : "jpg"));
+      ids.insert(ids.end(), 16, kVlmImageToken);
+      ids.push_back(260 + image);  // a word naming the image
+    }
+    for (int t = 0; t < 8 + i % 5; ++t) ids.push_back(32 + (i * 7 + t) % 60);  // counting text
+    ids.push_back(258);
+    nlohmann::json line{{"input_ids", ids}, {"id", fmt::format("s{}", i)}};
+    if (!images.empty()) line["images"] = images;
+    text += line.dump() + "\n";
+  }
+  for (const auto& line : extra) text += line + "\n";
+  const std::string path = dir + "/train.jsonl";
+  EXPECT_TRUE(testing::WriteBytes(path, text));
+  return path;
+}
+
+plan::Plan JsonlVlmPlan(const std::string& manifest, int llm_dp, int64_t steps) {
+  auto p = VlmPlan(llm_dp, steps);
+  p.data.dataset.clear();
+  p.data.manifest = manifest;
+  p.data.image_token_id = kVlmImageToken;
+  p.data.max_images_per_sample = 2;
+  p.data.seq_len = 48;
+  p.data.global_batch = 16;
+  return p;
+}
+
+// The bad lines of the tests below, appended after the good ones.
+std::vector<std::string> BadVlmLines(const std::string& dir) {
+  fs::create_directories(dir + "/img");
+  EXPECT_TRUE(testing::WriteBytes(dir + "/img/broken.png", "\x89PNG\r\n\x1a\nnot really"));
+  std::vector<int64_t> one_image{257};
+  one_image.insert(one_image.end(), 16, kVlmImageToken);
+  one_image.push_back(5);
+  return {
+      nlohmann::json{
+          {"input_ids", one_image}, {"images", nlohmann::json::array({"img/missing.png"})}, {"id", "missing"}}
+          .dump(),
+      nlohmann::json{{"input_ids", one_image}, {"images", nlohmann::json::array({"img/broken.png"})}}.dump(),
+      nlohmann::json{{"input_ids", {257, 5, 6}}, {"labels", {5, 6}}}.dump(),
+      nlohmann::json{{"input_ids", {257, 512, 6}}}.dump(),
+  };
+}
+
+TEST(RuntimeTrain, VlmFromAJsonlManifestWithZeroToTwoImagesEqualsMonolithic) {
+  const std::string data = Fresh("vlm_jsonl_data");
+  const auto p = JsonlVlmPlan(WriteVlmManifest(data, 48), 2, 6);
+  ExpectSameLosses("vlm_jsonl", p);
+  std::ifstream manifest(std::string(MAESTRO_TEST_TMP) + "/runtime_train/vlm_jsonl/sectioned/manifest.jsonl");
+  std::string first, second, third;
+  ASSERT_TRUE(std::getline(manifest, first) && std::getline(manifest, second) && std::getline(manifest, third));
+  EXPECT_NE(first.find("train.jsonl:1\""), std::string::npos) << first;
+  EXPECT_EQ(first.find("\"image\""), std::string::npos) << "sample 0 has no image: " << first;
+  EXPECT_NE(second.find("\"image\": 16"), std::string::npos) << second;
+  EXPECT_NE(third.find("\"image\": 32"), std::string::npos) << third;
+}
+
+TEST(RuntimeTrain, ABadManifestSampleStopsTheRunNamingItAndIngestsNothing) {
+  const std::string dir = Fresh("vlm_jsonl_bad");
+  const std::string manifest = WriteVlmManifest(dir, 12, BadVlmLines(dir));
+  const auto p = JsonlVlmPlan(manifest, 1, 2);
+  const std::string plan_path = WritePlan(p, dir);
+  const auto run = RunReference(plan_path, dir + "/reference");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find(manifest + ":13 (sample 12, id \"missing\")"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("img/missing.png"), std::string::npos) << run.output;
+  const std::string index_path = dir + "/reference/index.sqlite";
+  if (fs::exists(index_path)) {
+    auto index = datalayer::SampleIndex::Open(index_path);
+    ASSERT_TRUE(index.ok()) << index.status().ToString();
+    EXPECT_EQ((*index)->NumSamples(), 0) << "nothing of a bad manifest enters the run's index";
+  }
+}
+
+TEST(RuntimeTrain, SkippedManifestSamplesAreCountedInMetrics) {
+  const std::string dir = Fresh("vlm_jsonl_skip");
+  const std::string manifest = WriteVlmManifest(dir, 24, BadVlmLines(dir));
+  auto p = JsonlVlmPlan(manifest, 1, 2);
+  p.data.on_bad_sample = "skip";
+  const std::string plan_path = WritePlan(p, dir);
+  const auto sectioned = RunSectioned(p, plan_path, dir + "/sectioned");
+  ASSERT_EQ(sectioned.exit_code, 0) << sectioned.output;
+  EXPECT_NE(sectioned.output.find(manifest + ":25"), std::string::npos) << "each skipped line is logged\n"
+                                                                        << sectioned.output;
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  for (const std::string run : {"sectioned", "reference"}) {
+    std::ifstream metrics(dir + "/" + run + "/metrics.jsonl");
+    std::string line;
+    int steps = 0;
+    while (std::getline(metrics, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("step")) continue;
+      ++steps;
+      ASSERT_TRUE(j.contains("skipped_samples")) << run << ": " << line;
+      EXPECT_EQ(j["skipped_samples"].get<int64_t>(), 4) << run << ": " << line;
+    }
+    EXPECT_EQ(steps, 2) << run;
+  }
+  auto index = datalayer::SampleIndex::Open(dir + "/sectioned/index.sqlite");
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ((*index)->NumSamples(), 24) << "the good samples only";
 }
 
 // Tensor parallelism: the decoder's heads and MLP units split over 2 ranks

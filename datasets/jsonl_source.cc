@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "datasets/jsonl_source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "base/checks.h"
+#include "base/log.h"
+
+namespace maestro::datasets {
+
+namespace {
+
+// The fix a user reads after an image that does not decode.
+constexpr const char* kImageFix =
+    "replace or re-encode the image (JPEG or PNG), fix the path, or set [data] on_bad_sample = \"skip\"";
+
+}  // namespace
+
+std::string JsonlSampleSource::Where(int64_t line, int64_t id, const std::string& user_id) const {
+  return fmt::format("{}:{} (sample {}{})", manifest_.path(), line, id, user_id.empty() ? "" : ", id " + user_id);
+}
+
+StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::string& path,
+                                                                     const JsonlSourceOptions& options) {
+  if (options.max_images_per_sample < 1) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: max_images_per_sample = {} must be at least 1; set [data] max_images_per_sample to the most images one "
+        "line lists",
+        path, options.max_images_per_sample));
+  }
+  if (options.manifest.image_token_id >= 0) {
+    Status spec = ValidateImageSpec(options.image);
+    if (!spec.ok()) return spec.WithContext(path);
+  }
+  JsonlManifestOptions manifest_options = options.manifest;
+  manifest_options.check_images_exist = true;
+  MAESTRO_ASSIGN_OR_RETURN(JsonlManifest manifest, JsonlManifest::Open(path, manifest_options));
+  std::unique_ptr<JsonlSampleSource> source(new JsonlSampleSource(std::move(manifest), options));
+  source->skipped_ = source->manifest_.skipped();
+  const bool skip = options.manifest.on_bad_sample == BadSamplePolicy::kSkip;
+
+  // Every image of every line with 1..K images is decoded once, on up to
+  // verify_threads threads (each sample's first failure is kept); then, in
+  // file order, a bad line is the error (kError) or left out (kSkip), which
+  // renumbers the samples after it.
+  const JsonlManifest& m = source->manifest_;
+  const int64_t n = m.size();
+  const int64_t k_max = options.max_images_per_sample;
+  struct ImageCheck {
+    int64_t image = -1;  // the first image that failed; -1: none
+    Status status;       // why (OK when every image decoded)
+  };
+  std::vector<ImageCheck> checks(static_cast<size_t>(n));
+  if (options.verify_images) {
+    DecodeOptions decode = options.decode;
+    decode.channels = 0;
+    std::atomic<int64_t> next{0};
+    const auto work = [&] {
+      for (int64_t i = next++; i < n; i = next++) {
+        const int64_t images = m.Counts(i).images;
+        if (images == 0 || images > k_max) continue;
+        StatusOr<JsonlSample> sample = m.Sample(i);
+        ImageCheck& check = checks[static_cast<size_t>(i)];
+        if (!sample.ok()) {
+          check.status = sample.status();
+          continue;
+        }
+        for (size_t k = 0; k < sample->image_paths.size(); ++k) {
+          StatusOr<DecodedImage> image = DecodeImageFile(sample->image_paths[k], decode);
+          if (!image.ok()) {
+            check = {static_cast<int64_t>(k), image.status()};
+            break;
+          }
+        }
+      }
+    };
+    int threads = options.verify_threads;
+    if (threads <= 0) threads = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+    threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, n)));
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& h : helpers) h.join();
+  }
+  std::vector<int64_t> kept;
+  kept.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = static_cast<int64_t>(kept.size());  // the id this sample gets when kept
+    const JsonlTokenCounts counts = m.Counts(i);
+    const ImageCheck& check = checks[static_cast<size_t>(i)];
+    Status bad;
+    if (counts.images > k_max) {
+      MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
+      bad = Status::InvalidArgument(
+          fmt::format("{}: the line lists {} images, more than max_images_per_sample = {}; raise [data] "
+                      "max_images_per_sample, or split the sample",
+                      source->Where(sample.line, id, sample.user_id), counts.images, k_max));
+    } else if (check.image < 0 && !check.status.ok()) {
+      return check.status;  // the manifest itself failed (Corruption, IOError)
+    } else if (check.image >= 0) {
+      MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
+      bad = Status(check.status.code(),
+                   fmt::format("{}: images[{}]: {}; {}", source->Where(sample.line, id, sample.user_id), check.image,
+                               check.status.message(), kImageFix));
+    }
+    if (bad.ok()) {
+      kept.push_back(i);
+      continue;
+    }
+    if (!skip) return bad;
+    Log(LogLevel::kWarn, "skipping a bad manifest line: {}", bad.message());
+    source->skipped_.push_back({m.LineOf(i), bad});
+  }
+  if (static_cast<int64_t>(kept.size()) != m.size()) source->kept_ = std::move(kept);
+  if (source->NumSamples(Split::kTrain) == 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}: no sample to train on ({} lines read, {} skipped); fix the lines "
+                    "the log names, or point [data] manifest at another file",
+                    path, m.lines(), source->skipped_.size()));
+  }
+  return source;
+}
+
+int64_t JsonlSampleSource::NumSamples(Split split) const {
+  if (split != Split::kTrain) return 0;
+  return kept_.empty() ? manifest_.size() : static_cast<int64_t>(kept_.size());
+}
+
+int64_t JsonlSampleSource::ImagesOf(int64_t id) const {
+  return manifest_.Counts(ManifestIndex(id)).images;
+}
+
+StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
+  if (split != Split::kTrain || id < 0 || id >= NumSamples(Split::kTrain)) {
+    return Status::InvalidArgument(
+        fmt::format("manifest '{}': no {} sample {} (it has {} train samples, no test split)", manifest_.path(),
+                    split == Split::kTrain ? "train" : "test", id, NumSamples(Split::kTrain)));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(JsonlSample sample, manifest_.Sample(ManifestIndex(id)));
+  SampleRecord record;
+  record.id = id;
+  record.input_ids = std::move(sample.input_ids);
+  record.target_ids = std::move(sample.target_ids);
+  record.images.reserve(sample.image_paths.size());
+  for (size_t k = 0; k < sample.image_paths.size(); ++k) {
+    StatusOr<std::vector<float>> pixels = LoadImageForModel(sample.image_paths[k], options_.image, options_.decode);
+    if (!pixels.ok()) {
+      return Status(pixels.status().code(),
+                    fmt::format("{}: images[{}] no longer decodes (it changed after the run opened the manifest): {}; "
+                                "restore the file, or restart the run after fixing it",
+                                Where(sample.line, id, sample.user_id), k, pixels.status().message()));
+    }
+    SampleImage image;
+    image.channels = options_.image.channels;
+    image.height = options_.image.height;
+    image.width = options_.image.width;
+    image.pixels = std::move(*pixels);
+    record.images.push_back(std::move(image));
+  }
+  return record;
+}
+
+SampleTokens JsonlSampleSource::TokensOf(int64_t id) const {
+  const int64_t i = ManifestIndex(id);
+  const JsonlTokenCounts c = manifest_.Counts(i);
+  SampleTokens t;
+  t.location = manifest_.Location(i);
+  t.tokens = {{"text", c.text}};
+  if (c.images > 0) t.tokens.emplace_back("image", c.image);
+  return t;
+}
+
+}  // namespace maestro::datasets

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// A JSONL manifest of pretokenized multimodal samples (datasets/jsonl_manifest.h)
+// as a SampleSource: the runtime, the reference and the SampleIndex read a
+// user's samples and images through the data seam (datasets/sample_source.h)
+// like any other data set. Rules: docs/data.md, "## JSONL manifests" and
+// "### Training on a manifest".
+//
+// Owns: the mapping from JsonlSamples to SampleRecords (inputs, targets, the
+// sample's 0..max_images_per_sample images decoded, resized and normalised
+// with the vision tower's ImageSpec); the check of every image at Open (each
+// is decoded once, so an unreadable image stops the run before anything is
+// ingested, or is skipped); the per-sample "text" and "image" token counts the
+// SampleIndex ingests; the count of skipped samples.
+// May call: datasets/jsonl_manifest, datasets/image_decode,
+// datasets/sample_source, base. No libtorch.
+// Thread safety: immutable after Open() (which decodes the images on a few
+// threads of its own); every const method may be called from many threads at
+// once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "datasets/image_decode.h"
+#include "datasets/jsonl_manifest.h"
+#include "datasets/sample_source.h"
+
+namespace maestro::datasets {
+
+struct JsonlSourceOptions {
+  // seq_len, vocab_size, image_token_id, tokens_per_image (= the vision
+  // tower's output rows per image), pad_id, allow_absolute_paths,
+  // on_bad_sample. check_images_exist is forced on.
+  JsonlManifestOptions manifest;
+  ImageSpec image;                    // what the vision tower takes: (channels, side, side), mean, std, fit
+  DecodeOptions decode;               // alpha handling, max_pixels (channels come from `image`)
+  int64_t max_images_per_sample = 1;  // K >= 1: a line with more images is a bad sample
+  // Decode every image once at Open (a bad one is a bad sample: the error of
+  // Open, or skipped). Off only for tests of Load's own checks.
+  bool verify_images = true;
+  // Threads that decode at Open (0: the machine's hardware threads, at most 16).
+  int verify_threads = 0;
+};
+
+class JsonlSampleSource final : public SampleSource {
+ public:
+  // Opens and validates the manifest (JsonlManifest::Open), then, with
+  // verify_images, decodes every image of every accepted line. A line with
+  // more than max_images_per_sample images, or an image that does not decode,
+  // is a bad sample: under BadSamplePolicy::kError the first one is the
+  // error (nothing is returned), under kSkip it is logged (file:line and why)
+  // and left out. Sample ids are dense over the samples kept, in file order.
+  // Every bad sample's message: "<manifest>:<line> (sample <n>[, id <id>]): <what>; <fix>".
+  static StatusOr<std::unique_ptr<JsonlSampleSource>> Open(const std::string& path, const JsonlSourceOptions& options);
+
+  // Train: the kept samples; test: none (a held-out manifest is a run of its own).
+  int64_t NumSamples(Split split) const override;
+  // input_ids / target_ids (seq_len), images (channels, side, side) in the
+  // order of their placeholder runs. An image that no longer decodes (changed
+  // after Open) is an error naming the manifest, its line, the sample and the
+  // image; a line edited in place is Corruption (JsonlManifest::Sample).
+  StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
+  // location "<abs manifest>:<line>"; tokens {"text": n} and, for a sample
+  // with images, {"image": images * tokens_per_image}.
+  SampleTokens TokensOf(int64_t id) const override;
+  // Lines left out under kSkip (bad lines and lines with a bad image).
+  int64_t SkippedSamples() const override { return static_cast<int64_t>(skipped_.size()); }
+
+  // Images of train sample `id` (REQUIRES: 0 <= id < NumSamples(kTrain)).
+  int64_t ImagesOf(int64_t id) const;
+  const std::vector<JsonlSkippedLine>& skipped() const { return skipped_; }
+  const JsonlManifest& manifest() const { return manifest_; }
+  const JsonlSourceOptions& options() const { return options_; }
+
+ private:
+  JsonlSampleSource(JsonlManifest manifest, JsonlSourceOptions options)
+      : manifest_(std::move(manifest)), options_(std::move(options)) {}
+  // The manifest's sample index of source id `id`.
+  int64_t ManifestIndex(int64_t id) const { return kept_.empty() ? id : kept_[static_cast<size_t>(id)]; }
+  // "<manifest>:<line> (sample <id>[, id <user id>])".
+  std::string Where(int64_t line, int64_t id, const std::string& user_id) const;
+
+  JsonlManifest manifest_;
+  JsonlSourceOptions options_;
+  std::vector<int64_t> kept_;  // source id -> manifest sample; empty: the identity
+  std::vector<JsonlSkippedLine> skipped_;
+};
+
+}  // namespace maestro::datasets

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+// Variable image counts per sample through ViT -> projector -> decoder
+// sections (SectionRunner::Forward, VitRows, SpliceImageRows): samples with 0,
+// 1 and 2 images, max_images_per_sample K = 2. The ViT encodes only the real
+// images and zero-pads each sample's rows to K images; the decoder splices
+// each sample's first count * rows-per-image rows at its placeholder
+// positions, in order; the loss equals a direct computation that writes the
+// projector's rows into the embeddings by hand; padding rows get exactly zero
+// gradient; RowShapeOf carries K images' rows (and CLIP's class token); the
+// scheduler's planned cost of a ViT sample follows its own image count.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <vector>
+
+#include "plan/plan.h"
+#include "runtime/cost_model.h"
+#include "runtime/models/decoder.h"
+#include "runtime/models/encoders.h"
+#include "runtime/section_runner.h"
+#include "tests/fixtures/models.h"
+
+namespace maestro::runtime {
+namespace {
+
+using torch::indexing::Slice;
+
+constexpr int64_t kPlaceholder = 60;
+constexpr int64_t kRowsPerImage = 4;  // (8 / 4)^2 patches, no merger, no class token
+
+plan::Plan ImagePlan(int64_t max_images, const std::string& activation) {
+  plan::Plan p;
+  p.data.seq_len = 16;
+  p.data.global_batch = 3;
+  p.data.seed = 11;
+  p.data.manifest = "train.jsonl";  // not opened here
+  p.data.image_token_id = kPlaceholder;
+  p.data.max_images_per_sample = max_images;
+  {
+    auto& vit = plan::AppendSingleNodeSection(p, "vit", 1, 1, 1, 1);
+    vit.model = fixtures::VitModel({16, 1, 2, 32, 8, 4, 3});
+    vit.activation = activation;
+  }
+  {
+    auto& projector = plan::AppendSingleNodeSection(p, "projector", 1, 1, 1, 1);
+    projector.model.kind = plan::ModelKind::kProjector;
+    projector.model.in_dim = 16;
+    projector.model.out_dim = 32;
+    projector.activation = activation;
+  }
+  {
+    auto& llm = plan::AppendSingleNodeSection(p, "llm", 1, 1, 1, 1);
+    llm.model = fixtures::DecoderModel({32, 1, 4, 2, 64, 64});
+  }
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"vit", "projector"}, {"projector", "llm"}}) {
+    plan::EdgePlan e;
+    e.from = from;
+    e.to = to;
+    e.tensor = "image_embeddings";
+    e.carries_gradient = true;
+    p.edges.push_back(e);
+  }
+  EXPECT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
+  plan::FillLayout(p);
+  return p;
+}
+
+// Three samples: text only; one image at 1..4; two images at 1..4 and 6..9.
+MicroBatchData DecoderBatch() {
+  MicroBatchData d;
+  d.sample_ids = {0, 1, 2};
+  auto ids = torch::arange(1, 17, torch::kInt64).repeat({3, 1});  // (3, 16)
+  ids.index_put_({1, Slice(1, 5)}, kPlaceholder);
+  ids.index_put_({2, Slice(1, 5)}, kPlaceholder);
+  ids.index_put_({2, Slice(6, 10)}, kPlaceholder);
+  auto targets = torch::full({3, 16}, -100, torch::kInt64);
+  for (int64_t b = 0; b < 3; ++b) {
+    for (int64_t t = 0; t + 1 < 16; ++t) {
+      const int64_t cur = ids[b][t].item<int64_t>(), next = ids[b][t + 1].item<int64_t>();
+      if (cur != kPlaceholder && next != kPlaceholder) targets[b][t] = next;
+    }
+  }
+  d.input_ids = ids;
+  d.target_ids = targets;
+  d.image_counts = {0, 1, 2};
+  d.answer_positions = {-1, -1, -1};
+  d.labels = {-1, -1, -1};
+  return d;
+}
+
+// The micro-batch of a section that reads images: samples `ids` with their
+// counts, images (sum, 3, 8, 8).
+MicroBatchData ImageBatch(const std::vector<int64_t>& ids, const std::vector<int64_t>& counts,
+                          const torch::Tensor& images) {
+  MicroBatchData d;
+  d.sample_ids = ids;
+  d.image_counts = counts;
+  d.images = images;
+  d.answer_positions.assign(ids.size(), -1);
+  d.labels.assign(ids.size(), -1);
+  return d;
+}
+
+struct Runners {
+  std::unique_ptr<SectionRunner> vit, projector, llm;
+};
+
+Runners Build(const plan::Plan& p) {
+  Runners r;
+  auto vit = SectionRunner::Create(p, 0);
+  auto projector = SectionRunner::Create(p, 1);
+  auto llm = SectionRunner::Create(p, 2);
+  EXPECT_TRUE(vit.ok()) << vit.status().ToString();
+  EXPECT_TRUE(projector.ok()) << projector.status().ToString();
+  EXPECT_TRUE(llm.ok()) << llm.status().ToString();
+  r.vit = std::move(*vit);
+  r.projector = std::move(*projector);
+  r.llm = std::move(*llm);
+  return r;
+}
+
+// Mean CE over each sample's targets, summed, / global batch.
+torch::Tensor DirectLoss(const torch::Tensor& logits, const torch::Tensor& targets, double global_batch) {
+  auto ce = torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(2)}), targets.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone));
+  auto mask = targets.ne(-100).to(torch::kFloat32);
+  auto per_sample = (ce.reshape(targets.sizes()) * mask).sum(1) / mask.sum(1).clamp_min(1.0);
+  return per_sample.sum() / global_batch;
+}
+
+TEST(ImageRows, RowShapesHoldKImagesAndClipsClassToken) {
+  const auto p = ImagePlan(3, "image");
+  EXPECT_EQ(RowShapeOf(p, 0), (std::vector<int64_t>{3 * kRowsPerImage, 16}));
+  EXPECT_EQ(RowShapeOf(p, 1), (std::vector<int64_t>{3 * kRowsPerImage, 32}));
+  EXPECT_EQ(RowShapeOf(p, 2), (std::vector<int64_t>{16, 32}));
+  auto clip = p;
+  clip.sections[0].model.extra["vit_layout"] = 1;  // CLIP: a class token row first
+  EXPECT_EQ(RowShapeOf(clip, 0), (std::vector<int64_t>{3 * (kRowsPerImage + 1), 16}));
+}
+
+TEST(ImageRows, ZeroOneAndTwoImagesAreEncodedPaddedAndSplicedInOrder) {
+  const auto p = ImagePlan(2, "image");
+  Runners r = Build(p);
+  torch::manual_seed(5);
+  const auto images = torch::randn({3, 3, 8, 8});  // sample 1's image, then sample 2's two
+
+  // ViT: only samples 1 and 2 activate it; their rows, K = 2 images each.
+  auto vit_out = r.vit->Forward(ImageBatch({1, 2}, {1, 2}, images), {});
+  ASSERT_TRUE(vit_out.ok()) << vit_out.status().ToString();
+  const auto rows = vit_out->rows;
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{2, 2 * kRowsPerImage, 16}));
+  torch::Tensor encoded;
+  {
+    torch::NoGradGuard no_grad;
+    encoded = r.vit->module().as<VitEncoderImpl>()->forward(images);  // (3, 4, 16)
+  }
+  EXPECT_TRUE(torch::allclose(rows[0].narrow(0, 0, kRowsPerImage), encoded[0], 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(rows[0].narrow(0, kRowsPerImage, kRowsPerImage), torch::zeros({kRowsPerImage, 16})))
+      << "the padding of a one-image sample is zero";
+  EXPECT_TRUE(torch::allclose(rows[1], torch::cat({encoded[1], encoded[2]}), 1e-6, 1e-6));
+
+  // Projector: maps every row, padding included.
+  auto vit_rows = rows.detach().clone().requires_grad_(true);
+  auto projected = r.projector->Forward(ImageBatch({1, 2}, {1, 2}, {}), {{0, vit_rows}});
+  ASSERT_TRUE(projected.ok()) << projected.status().ToString();
+  ASSERT_EQ(projected->rows.sizes(), (std::vector<int64_t>{2, 2 * kRowsPerImage, 32}));
+
+  // Decoder: sample 1 takes its first 4 rows, sample 2 all 8 (4 at 1..4, 4 at 6..9).
+  auto projector_rows = projected->rows.detach().clone().requires_grad_(true);
+  const MicroBatchData batch = DecoderBatch();
+  auto out = r.llm->Forward(batch, {{1, projector_rows}});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_TRUE(out->loss.defined());
+  auto* lm = r.llm->module().as<DecoderLMImpl>();
+  const auto pr = projector_rows.detach();
+  auto embeds = lm->Embed(batch.input_ids).detach().clone();
+  embeds.index_put_({1, Slice(1, 5)}, pr[0].narrow(0, 0, 4));
+  embeds.index_put_({2, Slice(1, 5)}, pr[1].narrow(0, 0, 4));
+  embeds.index_put_({2, Slice(6, 10)}, pr[1].narrow(0, 4, 4));
+  const auto direct = DirectLoss(lm->Logits(lm->ForwardEmbeds(embeds)), batch.target_ids, 3.0);
+  EXPECT_NEAR(out->loss.item<double>(), direct.item<double>(), 1e-6);
+
+  // Gradients: the padding rows of sample 1 get exactly zero, real rows do not.
+  out->loss.backward();
+  const auto g = projector_rows.grad();
+  ASSERT_TRUE(g.defined());
+  EXPECT_TRUE(torch::equal(g[0].narrow(0, kRowsPerImage, kRowsPerImage), torch::zeros({kRowsPerImage, 32})));
+  EXPECT_GT(g[0].narrow(0, 0, kRowsPerImage).abs().sum().item<double>(), 0.0);
+  EXPECT_GT(g[1].abs().min().item<double>(), 0.0) << "every row of the two-image sample is used";
+  projected->rows.backward(g);
+  const auto gv = vit_rows.grad();
+  ASSERT_TRUE(gv.defined());
+  EXPECT_TRUE(torch::equal(gv[0].narrow(0, kRowsPerImage, kRowsPerImage), torch::zeros({kRowsPerImage, 16})))
+      << "the projector passes no gradient back into padding";
+  rows.backward(gv);
+  bool any = false;
+  for (auto& param : r.vit->Parameters())
+    any = any || (param.grad().defined() && param.grad().abs().sum().item<double>() > 0);
+  EXPECT_TRUE(any) << "the ViT's weights get the gradient of the real images";
+}
+
+TEST(ImageRows, AViTThatRunsForEverySampleGivesATextOnlySampleZeroRowsAndTheSameLoss) {
+  torch::manual_seed(6);
+  const auto images = torch::randn({3, 3, 8, 8});
+  double losses[2] = {0, 0};
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool always = pass == 1;
+    const auto p = ImagePlan(2, always ? "always" : "image");
+    Runners r = Build(p);
+    const std::vector<int64_t> ids = always ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{1, 2};
+    const std::vector<int64_t> counts = always ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{1, 2};
+    auto vit_out = r.vit->Forward(ImageBatch(ids, counts, images), {});
+    ASSERT_TRUE(vit_out.ok()) << vit_out.status().ToString();
+    if (always) {
+      ASSERT_EQ(vit_out->rows.size(0), 3);
+      EXPECT_TRUE(torch::equal(vit_out->rows[0], torch::zeros_like(vit_out->rows[0])));
+    }
+    auto projected = r.projector->Forward(ImageBatch(ids, counts, {}), {{0, vit_out->rows}});
+    ASSERT_TRUE(projected.ok()) << projected.status().ToString();
+    auto out = r.llm->Forward(DecoderBatch(), {{1, projected->rows}});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    losses[pass] = out->loss.item<double>();
+  }
+  EXPECT_NEAR(losses[0], losses[1], 1e-6);
+}
+
+TEST(ImageRows, CountsThatDoNotMatchThePlaceholdersOrKAreErrors) {
+  const auto p = ImagePlan(1, "image");
+  Runners r = Build(p);
+  torch::manual_seed(7);
+  // Two images on a sample when K = 1.
+  auto too_many = r.vit->Forward(ImageBatch({2}, {2}, torch::randn({2, 3, 8, 8})), {});
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("max_images_per_sample"), std::string::npos)
+      << too_many.status().message();
+  // Sample 2 has 8 placeholders but one image's rows.
+  MicroBatchData batch = DecoderBatch();
+  batch.image_counts = {0, 1, 1};
+  auto rows = torch::randn({2, kRowsPerImage, 32});
+  auto out = r.llm->Forward(batch, {{1, rows}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("sample 2 has 8 image-token positions"), std::string::npos)
+      << out.status().message();
+}
+
+// The wavefront scheduler sees a ViT sample's own images: with K = 2 a
+// one-image sample costs half a planned sample, a two-image one a whole; the
+// projector (which maps every padded row) and the decoder count per sample.
+TEST(ImageRows, TheScheduledViTCostFollowsEachSamplesImages) {
+  auto p = ImagePlan(2, "image");
+  for (auto& s : p.sections) s.cost = {0.5, 2.0, 0.25, 0.0, false};  // fixed, per sample, forward share
+  PlannedCostModel costs(p);
+  scheduler::Sample one, two;
+  one.modalities = two.modalities = 1u;  // "image" is modality 0
+  one.modality_tokens[0] = 1 * kRowsPerImage;
+  two.modality_tokens[0] = 2 * kRowsPerImage;
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(0, {&one}), 0.25 * (0.5 + 1.0));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(0, {&two}), 0.25 * (0.5 + 2.0));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(0, {&one, &two}), 0.25 * (0.5 + 3.0));
+  EXPECT_DOUBLE_EQ(costs.BackwardSeconds(0, {&one}), 0.75 * (0.5 + 1.0));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(1, {&one}), costs.ForwardSeconds(1, {&two}));
+  EXPECT_DOUBLE_EQ(costs.ForwardSeconds(2, {&one, &two}), 0.25 * (0.5 + 4.0));
+}
+
+}  // namespace
+}  // namespace maestro::runtime
