@@ -136,6 +136,7 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.sample_rule = spec.data.sample_rule;
   p.data.eos_id = spec.data.eos_id;
   p.data.pad_id = spec.data.pad_id;
+  p.data.test_corpus = spec.data.test_corpus;
   p.checkpoint_every = spec.job.checkpoint_every;
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;

@@ -92,6 +92,9 @@ struct DataSpec {
   std::string sample_rule = "pack";  // "pack" | "split"
   int64_t eos_id = -1;               // appended after every document (-1 = none)
   int64_t pad_id = 0;
+  // A held-out corpus of the same tokenizer (resolved like `corpus`): the
+  // test split whose loss the run reports at its end. Needs `corpus`.
+  std::string test_corpus;
   std::vector<plan::ModalityDesc> modalities;
   std::vector<SourcePos> modality_pos;
   SourcePos pos;

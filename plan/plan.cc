@@ -42,7 +42,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_comp
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, tokens)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities,
-                                                dataset, corpus, sample_rule, eos_id, pad_id)
+                                                dataset, corpus, sample_rule, eos_id, pad_id, test_corpus)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 comm_timeout_s, schedule_policy, shared_cores)

@@ -199,6 +199,10 @@ struct DataPlan {
   std::string sample_rule = "pack";
   int64_t eos_id = -1;
   int64_t pad_id = 0;
+  // Added in schema 1 (optional): a held-out Megatron corpus ("" = none),
+  // cut by the same rule: the corpus source's test split, whose next-token
+  // loss the run reports at its end (eval.json).
+  std::string test_corpus;
 };
 
 // One cross-section link (see LinksOfEdge below).
