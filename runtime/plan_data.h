@@ -17,7 +17,8 @@
 namespace maestro::runtime {
 
 // The plan's samples: a Megatron corpus (plan.data.corpus, checked against
-// the smallest vocabulary of the plan's decoders), else the built-in dataset
+// the smallest vocabulary of the plan's decoders; plan.data.test_corpus, when
+// set, is its test split), else the built-in dataset
 // plan.data.dataset (or captions when a section activates on "image", else
 // text). A plan with a JSONL manifest is refused until its source is wired.
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan);
