@@ -416,8 +416,8 @@ def write_manifest(path, images, tokens_per_image, seq_len, rng, lines):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="See README.md, \"Train on your own models and data\".")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="See README.md, \"Train on your own models and data\", and docs/data.md.")
     ap.add_argument("out", help="the folder to write (created; must be empty unless --force)")
     ap.add_argument("--seed", type=int, default=20240615, help="seed of every random choice (default %(default)s)")
     ap.add_argument("--teacher-steps", type=int, default=200,

@@ -12,6 +12,9 @@
 //  - with --no-eval writes no eval.json, and --eval-samples N evaluates N;
 //  - with a held-out corpus holding a token outside the vocabulary stops
 //    before training, naming the held-out .bin, with nothing committed.
+// And the example's Hugging Face folders (bf16 teacher, LLM and CLIP tower,
+// the sharded fp32 student) load into the runtime's models; the pretrained
+// teacher's held-out loss by EvaluateHeldOut is the independent check's.
 // Skips when no python3 has torch and PIL.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,16 +22,19 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "compiler/model.h"
 #include "datasets/megatron_indexed.h"
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
 #include "runtime/hf_weights.h"
 #include "runtime/models/encoders.h"
+#include "runtime/reference.h"
 #include "tests/fixtures/python3.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -248,6 +254,50 @@ TEST_F(HeldOutEvalTest, NoEvalWritesNothingAndEvalSamplesEvaluatesThatMany) {
   ExportStudent(*p, out + "/run", ReadText(workload_ + "/student/config.json"), exported);
   std::string log;
   EXPECT_EQ(Check(exported, eval.at("loss").get<double>(), 7, &log), 0) << log;
+}
+
+TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChecks) {
+  std::map<std::string, std::string> model_bytes;
+  for (const std::string name : {"teacher", "student", "llm", "vit"}) {
+    const std::string dir = workload_ + "/" + name;
+    auto desc = compiler::ModelFromHfConfigFile(dir + "/config.json");
+    ASSERT_TRUE(desc.ok()) << desc.status().ToString();
+    auto ckpt = hf::HfCheckpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    auto model = runtime::BuildModel(*desc);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const Status loaded = runtime::LoadHfWeights(**model, *desc, **ckpt, 0, 1, torch::kFloat32);
+    ASSERT_TRUE(loaded.ok()) << name << ": " << loaded.ToString();
+    torch::serialize::OutputArchive archive;
+    (*model)->save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    model_bytes[name] = bytes.str();
+  }
+  // The KD plan, its sink given the teacher's desc and weights.
+  const std::string compiled = root_ + "/kd_teacher_plan";
+  const RunResult compile =
+      RunCaptured({std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
+                   WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"},
+                  {});
+  ASSERT_EQ(compile.exit_code, 0) << compile.output;
+  auto loaded_plan = plan::LoadPlan(compiled + "/plan.json");
+  ASSERT_TRUE(loaded_plan.ok()) << loaded_plan.status().ToString();
+  plan::Plan p = *loaded_plan;
+  auto& student = p.sections[static_cast<size_t>(p.section_index("student"))];
+  student.model = p.sections[static_cast<size_t>(p.section_index("teacher"))].model;
+  auto teacher = runtime::EvaluateHeldOut(p, model_bytes.at("teacher"));
+  ASSERT_TRUE(teacher.ok()) << teacher.status().ToString();
+  EXPECT_EQ(teacher->section, "student");
+  EXPECT_EQ(teacher->step, -1);
+  std::string log;
+  EXPECT_EQ(Check(workload_ + "/teacher", teacher->loss, 0, &log), 0) << log;
+  // Pretrained (10 steps here) vs seeded: the teacher predicts the held-out text better.
+  student.model = loaded_plan->sections[static_cast<size_t>(p.section_index("student"))].model;
+  auto seeded = runtime::EvaluateHeldOut(p, model_bytes.at("student"));
+  ASSERT_TRUE(seeded.ok()) << seeded.status().ToString();
+  EXPECT_EQ(Check(workload_ + "/student", seeded->loss, 0, &log), 0) << log;
+  EXPECT_LT(teacher->loss, seeded->loss);
 }
 
 TEST_F(HeldOutEvalTest, AHeldOutTokenOutsideTheVocabularyStopsTheRunBeforeTraining) {
