@@ -11,8 +11,8 @@
 //   test split (a held-out corpus, `[data] test_corpus`), and eval.json.
 // All read samples through the plan's SampleSource (runtime/plan_data.h).
 //
-// May call: runtime/section_runner, runtime/plan_data, datalayer, datasets,
-// plan, base, libtorch.
+// May call: runtime/section_runner, runtime/models (the held-out model),
+// runtime/plan_data, datalayer, datasets, plan, base, libtorch.
 #pragma once
 
 #include <cstdint>

@@ -12,9 +12,11 @@
 //  - with --no-eval writes no eval.json, and --eval-samples N evaluates N;
 //  - with a held-out corpus holding a token outside the vocabulary stops
 //    before training, naming the held-out .bin, with nothing committed.
-// And the example's Hugging Face folders (bf16 teacher, LLM and CLIP tower,
-// the sharded fp32 student) load into the runtime's models; the pretrained
-// teacher's held-out loss by EvaluateHeldOut is the independent check's.
+// And the example itself: its Hugging Face folders (bf16 teacher, LLM and CLIP
+// tower, the sharded fp32 student) load into the runtime's models, the
+// pretrained teacher's held-out loss by EvaluateHeldOut is the independent
+// check's, and its manifest and PNG/JPEG images read back through
+// datasets/jsonl_manifest.h and image_decode.h.
 // Skips when no python3 has torch and PIL.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -29,6 +31,8 @@
 #include <vector>
 
 #include "compiler/model.h"
+#include "datasets/image_decode.h"
+#include "datasets/jsonl_manifest.h"
 #include "datasets/megatron_indexed.h"
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
@@ -276,10 +280,10 @@ TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChe
   }
   // The KD plan, its sink given the teacher's desc and weights.
   const std::string compiled = root_ + "/kd_teacher_plan";
-  const RunResult compile =
-      RunCaptured({std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
-                   WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"},
-                  {});
+  const RunResult compile = RunCaptured(
+      {std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
+       WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"},
+      {});
   ASSERT_EQ(compile.exit_code, 0) << compile.output;
   auto loaded_plan = plan::LoadPlan(compiled + "/plan.json");
   ASSERT_TRUE(loaded_plan.ok()) << loaded_plan.status().ToString();
@@ -300,12 +304,70 @@ TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChe
   EXPECT_LT(teacher->loss, seeded->loss);
 }
 
+TEST_F(HeldOutEvalTest, TheExampleManifestAndItsImagesReadBack) {
+  const auto vit = nlohmann::json::parse(ReadText(workload_ + "/vit/config.json"));
+  const int64_t side = vit.at("image_size").get<int64_t>() / vit.at("patch_size").get<int64_t>();
+  datasets::JsonlManifestOptions o;
+  o.seq_len = 48;  // specs/examples/hf_vlm.toml
+  o.vocab_size = 320;
+  o.image_token_id = 4;
+  o.tokens_per_image = side * side + 1;  // CLIP's patches + its class token
+  auto manifest = datasets::JsonlManifest::Open(workload_ + "/manifest.jsonl", o);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  // Every line a sample, with the images its line lists (read here as plain JSON).
+  std::ifstream lines(workload_ + "/manifest.jsonl");
+  std::string line;
+  std::map<int64_t, int> per_count;
+  int64_t i = 0;
+  datasets::ImageSpec spec;
+  spec.height = spec.width = static_cast<int>(vit.at("image_size").get<int64_t>());
+  spec.mean = datasets::kOpenAiClipMean;
+  spec.std = datasets::kOpenAiClipStd;
+  spec.fit = datasets::ImageFit::kShortestEdgeThenCenterCrop;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    const size_t images = j.contains("images") ? j.at("images").size() : 0;
+    ++per_count[static_cast<int64_t>(images)];
+    ASSERT_LT(i, manifest->size());
+    auto sample = manifest->Sample(i);
+    ASSERT_TRUE(sample.ok()) << sample.status().ToString();
+    ASSERT_EQ(sample->image_paths.size(), images) << line;
+    EXPECT_EQ(sample->counts.image, static_cast<int64_t>(images) * o.tokens_per_image) << line;
+    EXPECT_GT(sample->counts.loss, 0) << line;
+    for (const auto& path : sample->image_paths) {
+      auto chw = datasets::LoadImageForModel(path, spec);
+      ASSERT_TRUE(chw.ok()) << chw.status().ToString();
+      // The shape's colour at the centre: red, green or blue dominate where the name says so.
+      const size_t plane = static_cast<size_t>(spec.height * spec.width);
+      const size_t centre = static_cast<size_t>((spec.height / 2) * spec.width + spec.width / 2);
+      float rgb[3];
+      for (size_t c = 0; c < 3; ++c) rgb[c] = (*chw)[c * plane + centre] * spec.std[c] + spec.mean[c];
+      const std::string name = fs::path(path).filename().string();
+      for (const auto& [colour, channel] : {std::pair<std::string, int>{"red_", 0}, {"green_", 1}, {"blue_", 2}}) {
+        if (name.rfind(colour, 0) != 0) continue;
+        for (int c = 0; c < 3; ++c) {
+          if (c == channel) continue;
+          EXPECT_GT(rgb[channel], rgb[c] + 0.3f) << name;
+        }
+      }
+    }
+    ++i;
+  }
+  EXPECT_EQ(i, manifest->size());
+  // Samples with 0, 1 and 2 images, the variable load the wavefront is for.
+  EXPECT_EQ(per_count.size(), 3u);
+  for (const auto& [count, samples] : per_count) EXPECT_GE(samples, 10) << count << " images";
+}
+
 TEST_F(HeldOutEvalTest, AHeldOutTokenOutsideTheVocabularyStopsTheRunBeforeTraining) {
-  // The example's vocabulary is 320 tokens.
+  // The example's vocabulary is 320 tokens; the second document holds 400.
+  std::vector<std::vector<int64_t>> documents(2);
+  for (int64_t t = 0; t < 100; ++t) {
+    documents[0].push_back(40 + t);
+    documents[1].push_back(t == 50 ? 400 : 40 + t);
+  }
   const std::string bad = workload_ + "/corpus/bad_heldout_text_document";
-  ASSERT_TRUE(datasets::WriteMegatronIndexedDataset(bad, {{40, 41, 42, 43}, {44, 400, 46, 47, 48}},
-                                                    datasets::MegatronDType::kUint16)
-                  .ok());
+  ASSERT_TRUE(datasets::WriteMegatronIndexedDataset(bad, documents, datasets::MegatronDType::kUint16).ok());
   const std::string spec = WriteSpec("heldout_kd_bad.toml", "corpus/bad_heldout_text_document");
   const std::string out = root_ + "/kd_bad";
   const RunResult run = RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
