@@ -9,7 +9,8 @@
 //    does), gives that loss again in tests/fixtures/check_exported_loss.py, an
 //    independent python3-torch reader and forward (within 1e-5; a wrong
 //    expectation fails it);
-//  - with --no-eval writes no eval.json, and --eval-samples N evaluates N;
+//  - with --no-eval writes no eval.json, and --eval-samples N evaluates N
+//    (with the "split" rule, which the check follows too);
 //  - with a held-out corpus holding a token outside the vocabulary stops
 //    before training, naming the held-out .bin, with nothing committed.
 // And the example itself: its Hugging Face folders (bf16 teacher, LLM and CLIP
@@ -64,7 +65,7 @@ std::string ReadText(const std::string& path) {
 
 // A KD of the example's models from their configs (weights from the seed:
 // the `weights` key is not needed to measure a held-out loss).
-std::string KdSpec(const std::string& test_corpus) {
+std::string KdSpec(const std::string& test_corpus, const std::string& rule) {
   return R"([job]
 name = "heldout-kd"
 steps = )" +
@@ -88,7 +89,8 @@ corpus = "corpus/train_text_document"
 test_corpus = ")" +
          test_corpus +
          R"("
-sample_rule = "pack"
+sample_rule = ")" +
+         rule + R"("
 eos_id = 1
 
 [models.teacher]
@@ -130,24 +132,26 @@ class HeldOutEvalTest : public ::testing::Test {
     if (made_.code() == StatusCode::kUnavailable) GTEST_SKIP() << made_.ToString();
     ASSERT_TRUE(made_.ok()) << made_.ToString();
   }
-  static std::string WriteSpec(const std::string& name, const std::string& test_corpus) {
+  static std::string WriteSpec(const std::string& name, const std::string& test_corpus,
+                               const std::string& rule = "pack") {
     const std::string path = workload_ + "/" + name;
-    std::ofstream(path) << KdSpec(test_corpus);
+    std::ofstream(path) << KdSpec(test_corpus, rule);
     return path;
   }
   static nlohmann::json EvalJson(const std::string& run_dir) {
     return nlohmann::json::parse(ReadText(run_dir + "/eval.json"), nullptr, false);
   }
   // Runs the independent check; its exit code (0 agree, 1 differ), -1 when it could not run.
-  static int Check(const std::string& export_dir, double expect, int64_t samples, std::string* log) {
+  static int Check(const std::string& export_dir, double expect, int64_t samples, std::string* log,
+                   const std::string& rule = "pack") {
     std::ostringstream want;
     want.precision(17);
     want << expect;
     const std::string log_path = root_ + "/check.log";
     const Status s = fixtures::RunPython3WithTorch(
         kChecker,
-        {export_dir, workload_ + "/corpus/heldout_text_document", "--seq-len", "64", "--sample-rule", "pack",
-         "--eos-id", "1", "--samples", std::to_string(samples), "--expect", want.str()},
+        {export_dir, workload_ + "/corpus/heldout_text_document", "--seq-len", "64", "--sample-rule", rule, "--eos-id",
+         "1", "--samples", std::to_string(samples), "--expect", want.str()},
         log_path);
     *log = fixtures::ReadLog(log_path);
     if (s.ok()) return 0;
@@ -235,8 +239,9 @@ TEST_F(HeldOutEvalTest, TheRunsHeldOutLossIsWhatAnIndependentCheckComputesFromTh
   EXPECT_EQ(Check(exported, loss + 1e-3, 0, &log), 1) << log;
 }
 
+// Also the "split" rule: every document on its own, its last window padded.
 TEST_F(HeldOutEvalTest, NoEvalWritesNothingAndEvalSamplesEvaluatesThatMany) {
-  const std::string spec = WriteSpec("heldout_kd_reference.toml", "corpus/heldout_text_document");
+  const std::string spec = WriteSpec("heldout_kd_split.toml", "corpus/heldout_text_document", "split");
   const std::string out = root_ + "/kd_samples";
   const RunResult first =
       RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--fresh", "--steps", "2", "--no-eval"}, {});
@@ -257,7 +262,8 @@ TEST_F(HeldOutEvalTest, NoEvalWritesNothingAndEvalSamplesEvaluatesThatMany) {
   const std::string exported = root_ + "/student-hf-7";
   ExportStudent(*p, out + "/run", ReadText(workload_ + "/student/config.json"), exported);
   std::string log;
-  EXPECT_EQ(Check(exported, eval.at("loss").get<double>(), 7, &log), 0) << log;
+  EXPECT_EQ(Check(exported, eval.at("loss").get<double>(), 7, &log, "split"), 0) << log;
+  EXPECT_EQ(Check(exported, eval.at("loss").get<double>(), 7, &log, "pack"), 1) << log;
 }
 
 TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChecks) {
