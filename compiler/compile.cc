@@ -142,6 +142,7 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.allow_absolute_image_paths = spec.data.allow_absolute_image_paths;
   p.data.image_mean = spec.data.image_mean;
   p.data.image_std = spec.data.image_std;
+  p.data.test_corpus = spec.data.test_corpus;
   p.checkpoint_every = spec.job.checkpoint_every;
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;

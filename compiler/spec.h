@@ -100,6 +100,9 @@ struct DataSpec {
   std::string on_bad_sample = "error";  // "error" | "skip"
   bool allow_absolute_image_paths = false;
   std::vector<double> image_mean, image_std;
+  // A held-out corpus of the same tokenizer (resolved like `corpus`): the
+  // test split whose loss the run reports at its end. Needs `corpus`.
+  std::string test_corpus;
   std::vector<plan::ModalityDesc> modalities;
   std::vector<SourcePos> modality_pos;
   SourcePos pos;

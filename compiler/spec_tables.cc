@@ -249,6 +249,16 @@ void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir,
     }
     data.corpus = JoinPath(base_dir, data.corpus);
   }
+  if (r.String("test_corpus", &data.test_corpus)) {
+    if (!IsSingleLine(data.test_corpus) || data.test_corpus.empty()) {
+      d.Error(r.PosOfKey("test_corpus"), "data.test_corpus must be one non-empty line: a Megatron corpus prefix");
+    } else if (data.corpus.empty()) {
+      d.Error(r.PosOfKey("test_corpus"),
+              "data.test_corpus is the held-out split of a Megatron corpus: set data.corpus (the training corpus) "
+              "too, or remove test_corpus");
+    }
+    data.test_corpus = JoinPath(base_dir, data.test_corpus);
+  }
   if (r.String("sample_rule", &data.sample_rule) && data.sample_rule != "pack" && data.sample_rule != "split") {
     d.Error(r.PosOfKey("sample_rule"), fmt::format("data.sample_rule = '{}' must be \"pack\" or \"split\"{}",
                                                    data.sample_rule, Suggest(data.sample_rule, {"pack", "split"})));

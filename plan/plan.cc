@@ -44,7 +44,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, to
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities,
                                                 dataset, corpus, sample_rule, eos_id, pad_id, image_token_id,
                                                 max_images_per_sample, on_bad_sample, allow_absolute_image_paths,
-                                                image_mean, image_std)
+                                                image_mean, image_std, test_corpus)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 comm_timeout_s, schedule_policy, shared_cores)

@@ -217,6 +217,10 @@ struct DataPlan {
   std::string on_bad_sample = "error";
   bool allow_absolute_image_paths = false;
   std::vector<double> image_mean, image_std;
+  // Added in schema 1 (optional): a held-out Megatron corpus ("" = none),
+  // cut by the same rule: the corpus source's test split, whose next-token
+  // loss the run reports at its end (eval.json).
+  std::string test_corpus;
 };
 
 // One cross-section link (see LinksOfEdge below).

@@ -71,6 +71,7 @@ class RankLoop {
   Status Checkpoint(int64_t step);
   Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
   Status EvaluateCaptionsAtEnd(TrainSummary* summary);
+  Status EvaluateHeldOutAtEnd(TrainSummary* summary);
   bool Rank0() const { return place_.world_rank == 0; }
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
@@ -319,6 +320,20 @@ Status RankLoop::EvaluateCaptionsAtEnd(TrainSummary* summary) {
   return Status::Ok();
 }
 
+// Rank 0: the sink decoder's loss on the held-out corpus ([data]
+// test_corpus), from the last checkpoint; <run_dir>/eval.json.
+Status RankLoop::EvaluateHeldOutAtEnd(TrainSummary* summary) {
+  const auto t0 = Clock::now();
+  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateRunHeldOut(plan_, options_.run_dir, options_.eval_samples));
+  summary->heldout_loss = result.loss;
+  std::printf("%s\n", HeldOutLine(result).c_str());
+  std::fflush(stdout);
+  Log(LogLevel::kInfo, "held-out loss of section '{}' on {} in {:.1f} s; {}/eval.json", result.section,
+      result.test_corpus, SecondsSince(t0), options_.run_dir);
+  reporter_.ReportEval("heldout_loss", result.loss);
+  return Status::Ok();
+}
+
 StatusOr<TrainSummary> RankLoop::Run() {
   MAESTRO_RETURN_IF_ERROR(Setup());
   TrainSummary summary;
@@ -371,6 +386,9 @@ StatusOr<TrainSummary> RankLoop::Run() {
   }
   if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && samples_->HasCaptionAnswers()) {
     MAESTRO_RETURN_IF_ERROR(EvaluateCaptionsAtEnd(&summary));
+  }
+  if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && !plan_.data.test_corpus.empty()) {
+    MAESTRO_RETURN_IF_ERROR(EvaluateHeldOutAtEnd(&summary));
   }
   return summary;
 }

@@ -38,7 +38,7 @@ struct TrainOptions {
                                   // fresh run: write the initial weights, train nothing)
   int64_t stop_after_steps = -1;  // test hook: behave as if preempted after this many steps of this start
   bool progress = true;           // rank 0 prints a line (or a bar on a terminal) per step
-  bool evaluate = true;           // captions: caption accuracy on the test split at the end
+  bool evaluate = true;           // at the end: caption accuracy (captions), held-out loss (test_corpus)
   int64_t eval_samples = 0;       // 0: the whole test split
 };
 
@@ -50,6 +50,7 @@ struct TrainSummary {
   bool preempted = false;  // stopped on a signal (or stop_after_steps) after a checkpoint
   double final_loss = 0.0;
   double caption_accuracy = -1.0;  // -1: not evaluated
+  double heldout_loss = -1.0;      // -1: not evaluated; else the sink decoder's loss on the test corpus (eval.json)
 };
 
 // Intra-op threads of one rank: $MAESTRO_THREADS_PER_RANK, else the cores

@@ -52,7 +52,8 @@ StatusOr<std::unique_ptr<datasets::SampleSource>> OpenCorpus(const plan::Plan& p
     return Status::InvalidArgument(
         fmt::format("[data] corpus = '{}': a token corpus needs a decoder section to read it", plan.data.corpus));
   }
-  MAESTRO_ASSIGN_OR_RETURN(auto source, datasets::MegatronSampleSource::Open(plan.data.corpus, options));
+  MAESTRO_ASSIGN_OR_RETURN(auto source,
+                           datasets::MegatronSampleSource::Open(plan.data.corpus, options, plan.data.test_corpus));
   return std::unique_ptr<datasets::SampleSource>(std::move(source));
 }
 
@@ -160,6 +161,12 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
 
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan) {
   if (!plan.data.corpus.empty()) return OpenCorpus(plan);
+  if (!plan.data.test_corpus.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("plan data.test_corpus = '{}' without data.corpus: a held-out corpus is the test split of a "
+                    "training corpus (set [data] corpus, or remove test_corpus)",
+                    plan.data.test_corpus));
+  }
   if (!plan.data.manifest.empty()) return OpenManifest(plan);
   datasets::DemoOptions options;
   std::string kind = plan.data.dataset;

@@ -21,10 +21,11 @@
 namespace maestro::runtime {
 
 // The plan's samples: a Megatron corpus (plan.data.corpus, checked against
-// the smallest vocabulary of the plan's decoders), a JSONL manifest
-// (plan.data.manifest: datasets::JsonlSampleSource with the plan's ViT's
-// image size, channels, mean/std and rows per image, image_token_id,
-// max_images_per_sample, on_bad_sample), else the built-in dataset
+// the smallest vocabulary of the plan's decoders; plan.data.test_corpus, when
+// set, is its test split), a JSONL manifest (plan.data.manifest:
+// datasets::JsonlSampleSource with the plan's ViT's image size, channels,
+// mean/std and rows per image, image_token_id, max_images_per_sample,
+// on_bad_sample), else the built-in dataset
 // plan.data.dataset (or captions when a section activates on "image", else
 // text).
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan);

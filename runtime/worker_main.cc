@@ -117,7 +117,8 @@ void AddOptions(CLI::App& app, WorkerArgs& a) {
   app.add_option("--stop-after-steps", a.train.stop_after_steps,
                  "behave as if preempted after this many steps: checkpoint, exit 85 (tests)")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--no-eval", a.no_eval, "skip the caption-accuracy evaluation at the end");
+  app.add_flag("--no-eval", a.no_eval,
+               "skip the evaluation at the end (caption accuracy; the held-out loss of [data] test_corpus)");
   app.add_option("--eval-samples", a.train.eval_samples, "evaluate on the first N test samples (default: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", a.train.progress, "no per-step log line");
@@ -163,6 +164,14 @@ int RunReferenceMode(const maestro::plan::Plan& plan, const maestro::runtime::Tr
   if (train.evaluate && plan.data.dataset != "text") {
     auto accuracy = maestro::runtime::EvaluateRunCaptions(plan, train.run_dir, train.eval_samples);
     if (accuracy.ok()) std::printf("caption accuracy %.4f\n", *accuracy);
+  }
+  if (train.evaluate && !plan.data.test_corpus.empty()) {
+    auto heldout = maestro::runtime::EvaluateRunHeldOut(plan, train.run_dir, train.eval_samples);
+    if (!heldout.ok()) {
+      std::fprintf(stderr, "maestro-worker --reference: %s\n", heldout.status().ToString().c_str());
+      return ExitCodeFor(heldout.status());
+    }
+    std::printf("%s\n", maestro::runtime::HeldOutLine(*heldout).c_str());
   }
   return maestro::kExitOk;
 }

@@ -21,6 +21,7 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch                               # reference outputs for numerical tests
+  python3-pil                                 # scripts/make_example_workload.py writes PNG and JPEG files
   # data for the demo
   dataset-fashion-mnist
   fortunes-min                                # the demo's English text (datasets/, docs/datasets.md)

@@ -183,6 +183,33 @@ inputs = ["vit.image_embeddings"]
   error_has("manifest = \"m.jsonl\"\ndataset = \"text\"\nimage_token_id = 5\n", {"exclude each other"});
 }
 
+// [data] test_corpus: the held-out corpus, resolved like corpus, needs one.
+TEST(Spec, ATestCorpusIsResolvedAgainstTheSpecFolderAndNeedsACorpus) {
+  auto with = [](const std::string& keys) {
+    std::string text = Base();
+    const std::string at = "seq_len = 2048\n";
+    text.insert(text.find(at) + at.size(), keys);
+    return text;
+  };
+  auto s = ParseSpecString(with("corpus = \"data/train_document\"\ntest_corpus = \"data/heldout_document\"\n"),
+                           "specs/x.toml", "specs");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data.test_corpus, "specs/data/heldout_document");
+  auto absolute =
+      ParseSpecString(with("corpus = \"c\"\ntest_corpus = \"/data/heldout_document\"\n"), "specs/x.toml", "specs");
+  ASSERT_TRUE(absolute.ok()) << absolute.status().ToString();
+  EXPECT_EQ(absolute->data.test_corpus, "/data/heldout_document");
+  auto none = ParseSpecString(with("corpus = \"c\"\n"), "specs/x.toml", "specs");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->data.test_corpus, "");
+  const std::string alone = ErrorOf(with("test_corpus = \"h\"\n"));
+  EXPECT_NE(alone.find("data.test_corpus"), std::string::npos) << alone;
+  EXPECT_NE(alone.find("set data.corpus"), std::string::npos) << alone;
+  EXPECT_NE(ErrorOf(with("corpus = \"c\"\ntest_corpus = \"\"\n")).find("non-empty"), std::string::npos);
+  const std::string typo = ErrorOf(with("corpus = \"c\"\ntest_corpos = \"h\"\n"));
+  EXPECT_NE(typo.find("did you mean 'test_corpus'"), std::string::npos) << typo;
+}
+
 TEST(Spec, TomlSyntaxErrorsCarryLineAndColumn) {
   const std::string e = ErrorOf("[job]\nname = \"x\"\nnodes = = 3\n");
   EXPECT_EQ(e.rfind("spec.toml:3:", 0), 0u) << e;
