@@ -21,6 +21,12 @@
 //                                   memory does, a ceiling for the same-dtype
 //                                   ratio (a reused read buffer stays in the
 //                                   CPU cache; parameters do not).
+//   safetensors_load_vs_read_into_memory (and _same_dtype_): the same loads
+//                                   against read() of the files straight into
+//                                   one pre-faulted buffer of their size: a raw
+//                                   sequential read that, like a load, leaves
+//                                   the bytes in memory (both baselines are
+//                                   reported; docs/data.md says why).
 //   safetensors_load_gb_per_s, safetensors_load_same_dtype_gb_per_s: file
 //                                   bytes / load seconds.
 // Every side is timed `passes` times after one warm-up pass of each, the
@@ -170,6 +176,29 @@ int64_t ReadFiles(const std::vector<std::string>& files, std::vector<char>* buff
   return total;
 }
 
+// read() of every file straight into `out` (pre-faulted, as big as the files
+// together): the raw sequential read that leaves the bytes in memory, as a
+// load must. Returns the bytes.
+int64_t ReadFilesIntoMemory(const std::vector<std::string>& files, std::vector<char>* out) {
+  int64_t total = 0;
+  for (const std::string& path : files) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open " + path);
+    for (;;) {
+      const size_t room = out->size() - static_cast<size_t>(total);
+      const ssize_t got = ::read(fd, out->data() + total, std::min<size_t>(room, size_t{1} << 30));
+      if (got < 0) {
+        ::close(fd);
+        throw std::runtime_error("read failed: " + path);
+      }
+      if (got == 0) break;
+      total += got;
+    }
+    ::close(fd);
+  }
+  return total;
+}
+
 // Maps every file (as HfCheckpoint does) and copies its bytes to `out`
 // (pre-faulted, as big as the files together).
 void MapAndCopyFiles(const std::vector<std::string>& files, std::vector<char>* out) {
@@ -230,12 +259,15 @@ nlohmann::json maestro::bench::SafetensorsLoadBench(const maestro::bench::BenchO
   }
   buffer.resize(read_buffer);
   std::vector<char> copy(static_cast<size_t>(file_bytes), 1);  // written: pre-faulted
-  const std::vector<double> t =
-      InterleavedMedianSeconds({[&] { read_bytes = ReadFiles(files, &buffer); }, [&] { load(*to_fp32); },
-                                [&] { load(*to_bf16); }, [&] { MapAndCopyFiles(files, &copy); }},
-                               passes);
-  const double t_read = t[0], t_fp32 = t[1], t_bf16 = t[2], t_copy = t[3];
-  if (read_bytes != file_bytes) throw std::runtime_error("the raw read did not read every file's bytes");
+  int64_t read_into_bytes = 0;
+  const std::vector<double> t = InterleavedMedianSeconds(
+      {[&] { read_bytes = ReadFiles(files, &buffer); }, [&] { load(*to_fp32); }, [&] { load(*to_bf16); },
+       [&] { MapAndCopyFiles(files, &copy); }, [&] { read_into_bytes = ReadFilesIntoMemory(files, &copy); }},
+      passes);
+  const double t_read = t[0], t_fp32 = t[1], t_bf16 = t[2], t_copy = t[3], t_read_into = t[4];
+  if (read_bytes != file_bytes || read_into_bytes != file_bytes) {
+    throw std::runtime_error("the raw read did not read every file's bytes");
+  }
 
   // The loads put the file's values in the parameters.
   for (const ProbeValue& p : probes) {
@@ -253,6 +285,9 @@ nlohmann::json maestro::bench::SafetensorsLoadBench(const maestro::bench::BenchO
   out["safetensors_load_vs_read"] = t_read / t_fp32;
   out["safetensors_load_same_dtype_vs_read"] = t_read / t_bf16;
   out["safetensors_mmap_copy_vs_read"] = t_read / t_copy;
+  out["safetensors_load_vs_read_into_memory"] = t_read_into / t_fp32;
+  out["safetensors_load_same_dtype_vs_read_into_memory"] = t_read_into / t_bf16;
+  out["safetensors_read_into_memory_gb_per_s"] = gb / t_read_into;
   out["safetensors_read_gb_per_s"] = gb / t_read;
   out["safetensors_read_buffer_kib"] = read_buffer / 1024;
   out["safetensors_load_gb_per_s"] = gb / t_fp32;
@@ -263,7 +298,8 @@ nlohmann::json maestro::bench::SafetensorsLoadBench(const maestro::bench::BenchO
   out["safetensors_method"] = fmt::format(
       "bf16 checkpoint (one model.safetensors) -> fp32 model (load_vs_read) and bf16 model (same_dtype): "
       "HfCheckpoint::Open + LoadHfWeights vs read() of the file into a reused {} KiB buffer (the fastest of "
-      "64 KiB .. 1 MiB here); ratio = read seconds / load seconds (higher is better); median of {} warm passes "
+      "64 KiB .. 1 MiB here) and (_vs_read_into_memory) read() into one pre-faulted buffer of the files' size; "
+      "ratio = read seconds / load seconds (higher is better); median of {} warm passes "
       "of each side, interleaved, after one warm-up pass of each (page cache warm for every side)",
       read_buffer / 1024, passes);
   return out;

@@ -81,7 +81,9 @@ TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
        {"idx_tokens_per_s", "pread_tokens_per_s", "idx_read_vs_pread", "idx_sample_vs_pread", "images_decoded_per_s",
         "decode_only_per_s", "png_images_decoded_per_s", "safetensors_load_vs_read",
         "safetensors_load_same_dtype_vs_read", "safetensors_mmap_copy_vs_read", "safetensors_read_gb_per_s",
-        "safetensors_load_gb_per_s", "safetensors_load_same_dtype_gb_per_s", "safetensors_read_buffer_kib"}) {
+        "safetensors_load_gb_per_s", "safetensors_load_same_dtype_gb_per_s", "safetensors_read_buffer_kib",
+        "safetensors_load_vs_read_into_memory", "safetensors_load_same_dtype_vs_read_into_memory",
+        "safetensors_read_into_memory_gb_per_s"}) {
     SCOPED_TRACE(key);
     ASSERT_TRUE(out.contains(key)) << run.out;
     ASSERT_TRUE(out[key].is_number()) << out[key];

@@ -7,7 +7,7 @@
 //                                                 eval.json's held-out loss within 1e-5
 //   maestro run OUT/vlm.toml -o vlm               CLIP tower + Qwen2 from HF weights on images: the loss falls
 // No torch headers: everything is a process. Skips when no python3 has torch
-// and PIL, or when this build's `maestro` has no `export` command.
+// and PIL (the fixture script and the check need them).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,13 +54,6 @@ double Mean(const std::map<int64_t, double>& losses, bool first, size_t n) {
 class UserWorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // `maestro export` (issue #15, "weights out") arrives with the weights
-    // loader; without it this walk-through cannot run.
-    const RunResult help = RunCaptured({kMaestro, "--help"}, {});
-    ASSERT_EQ(help.exit_code, 0) << help.output;
-    if (help.output.find("\n  export ") == std::string::npos) {
-      GTEST_SKIP() << "this build's maestro has no export command:\n" << help.output;
-    }
     root_ = std::string(MAESTRO_TEST_TMP) + "/user_workload";
     fs::remove_all(root_);
     fs::create_directories(root_);
@@ -87,8 +80,6 @@ TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldO
   EXPECT_EQ(eval.at("section"), "student");
   ASSERT_GT(eval.at("samples").get<int64_t>(), 0);
 
-  // TODO(merge #15 export): the command line of `maestro export` as agreed:
-  // OUT_DIR (the `maestro run -o` directory), --section, -o.
   const std::string exported = root_ + "/student-hf";
   const RunResult export_run = RunCaptured({kMaestro, "export", kd, "--section", "student", "-o", exported}, {});
   ASSERT_EQ(export_run.exit_code, 0) << export_run.output;
