@@ -165,7 +165,8 @@ int RunReferenceMode(const maestro::plan::Plan& plan, const maestro::runtime::Tr
     auto accuracy = maestro::runtime::EvaluateRunCaptions(plan, train.run_dir, train.eval_samples);
     if (accuracy.ok()) std::printf("caption accuracy %.4f\n", *accuracy);
   }
-  if (train.evaluate && !plan.data.test_corpus.empty()) {
+  // --steps 0 trains nothing and evaluates nothing (its weights are the initial ones).
+  if (train.evaluate && !plan.data.test_corpus.empty() && train.steps != 0) {
     auto heldout = maestro::runtime::EvaluateRunHeldOut(plan, train.run_dir, train.eval_samples);
     if (!heldout.ok()) {
       std::fprintf(stderr, "maestro-worker --reference: %s\n", heldout.status().ToString().c_str());

@@ -120,15 +120,15 @@ tensor = "teacher_hidden"
 
 class HeldOutEvalTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = std::string(MAESTRO_TEST_TMP) + "/heldout_eval";
+  void SetUp() override {
+    // One folder per test: ctest runs the tests of this file as processes side by side.
+    root_ = std::string(MAESTRO_TEST_TMP) + "/heldout_eval/" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(root_);
     fs::create_directories(root_);
     workload_ = root_ + "/workload";
     made_ = fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/scripts/make_example_workload.py",
                                           {workload_, "--teacher-steps", "10"}, root_ + "/make_example.log");
-  }
-  void SetUp() override {
     if (made_.code() == StatusCode::kUnavailable) GTEST_SKIP() << made_.ToString();
     ASSERT_TRUE(made_.ok()) << made_.ToString();
   }

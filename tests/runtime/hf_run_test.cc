@@ -98,8 +98,11 @@ tensor = "teacher_hidden"
 
 class HfRunTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = new fs::path(fs::path(MAESTRO_TEST_TMP) / "hf_run");
+  void SetUp() override {
+    // One folder per test: ctest runs the tests of this file as processes side by side.
+    delete root_;
+    root_ = new fs::path(fs::path(MAESTRO_TEST_TMP) / "hf_run" /
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(*root_);
     fs::create_directories(*root_);
     auto teacher = fixtures::WriteRandomHfCheckpoint((*root_ / "teacher").string(),

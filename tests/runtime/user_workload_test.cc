@@ -54,7 +54,9 @@ double Mean(const std::map<int64_t, double>& losses, bool first, size_t n) {
 class UserWorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::string(MAESTRO_TEST_TMP) + "/user_workload";
+    // One folder per test: ctest runs the tests of this file as processes side by side.
+    root_ = std::string(MAESTRO_TEST_TMP) + "/user_workload/" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(root_);
     fs::create_directories(root_);
     workload_ = root_ + "/example";
