@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -355,6 +356,11 @@ struct BadCase {
   std::string says;  // a part of the message
   StatusCode code = StatusCode::kInvalidArgument;
 };
+
+// How ctest and gtest name a case (instead of a dump of its bytes).
+void PrintTo(const BadCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 std::string Ints(const Ids& ids) {
   return json(ids).dump();
