@@ -441,6 +441,15 @@ void ReadWeights(Diagnostics& d, TableReader& r, const std::string& where, const
     return;
   }
   const std::string dir = JoinPath(base_dir, weights);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    d.Error(pos, fmt::format("{}: weights = '{}': no folder '{}' (a Hugging Face checkpoint folder: config.json and "
+                             "model.safetensors or shards with model.safetensors.index.json; the path is relative "
+                             "to the spec)",
+                             where, weights, dir));
+    r.Get("hf_config");  // known all the same: one error, not two
+    return;
+  }
   std::string hf;
   if (!r.String("hf_config", &hf)) {
     hf = (std::filesystem::path(weights) / hf::kConfigFileName).string();
