@@ -60,10 +60,11 @@ int UsableCores() {
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
-// Compiles `spec` for this machine (one node, `ranks` CPU slots) into
+// Compiles `spec` for this machine (one node, `ranks` CPU slots; `grow`:
+// at least one per section, when the ranks were not chosen by the user) into
 // out_dir; on success loads the plan. Returns the exit code to stop with, or
 // -1 to go on.
-int CompileForThisMachine(const std::string& spec, const std::string& out_dir, int ranks,
+int CompileForThisMachine(const std::string& spec, const std::string& out_dir, int ranks, bool grow,
                           const std::vector<std::string>& pins, const std::string& profiles, const char* who,
                           maestro::plan::Plan* plan) {
   namespace fs = std::filesystem;
@@ -83,6 +84,7 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
                                    std::to_string(ranks),
                                    "--local-cores",
                                    std::to_string(UsableCores())};
+  if (grow) compile.push_back("--local-grow");
   for (const auto& pin : pins) compile.insert(compile.end(), {"--pin", pin});
   if (!profiles.empty()) compile.insert(compile.end(), {"--profiles", profiles});
   auto rc = maestro::cli::RunProcess(compile);
@@ -122,7 +124,8 @@ int RunCommand(const RunArgs& args) {
 
   // 1. Compile for this machine: one node, `ranks` CPU slots.
   maestro::plan::Plan plan;
-  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, args.profiles, "maestro run", &plan);
+  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, args.profiles,
+                                     "maestro run", &plan);
       rc >= 0) {
     return rc;
   }
@@ -261,7 +264,8 @@ int SweepPlan(const ProfileArgs& args, const maestro::plan::Plan& plan, const st
 int ProfileCommand(const ProfileArgs& args) {
   const int ranks = DefaultRanks(args.ranks);
   maestro::plan::Plan plan;
-  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, "", "maestro profile", &plan);
+  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, "", "maestro profile",
+                                     &plan);
       rc >= 0) {
     return rc;
   }
@@ -286,7 +290,7 @@ int ProfileCommand(const ProfileArgs& args) {
     const std::string dir = args.out_dir + "/gpus-" + std::to_string(t);
     maestro::plan::Plan variant;
     std::fprintf(stderr, "maestro profile: the decoder sections at %d GPU(s) (TP %d)\n", t, t);
-    if (int code = CompileForThisMachine(args.spec, dir, variant_ranks, pins, "", "maestro profile", &variant);
+    if (int code = CompileForThisMachine(args.spec, dir, variant_ranks, false, pins, "", "maestro profile", &variant);
         code >= 0) {
       return code;
     }
@@ -309,7 +313,8 @@ int ProfileCommand(const ProfileArgs& args) {
       return maestro::kExitFailure;
     }
   }
-  if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
+  if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, profile,
+                                       "maestro profile", &plan);
       code >= 0) {
     return code;
   }
@@ -319,7 +324,8 @@ int ProfileCommand(const ProfileArgs& args) {
   for (int round = 0; args.calibration_steps > 0 && round < 3; ++round) {
     if (int code = CalibrateInRun(args, plan, profile); code >= 0) return code;
     const maestro::plan::Plan calibrated_with = plan;
-    if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.pins, profile, "maestro profile", &plan);
+    if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, profile,
+                                         "maestro profile", &plan);
         code >= 0) {
       return code;
     }
@@ -361,7 +367,8 @@ int main(int argc, char** argv) {
   run->add_option("spec", run_args.spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
   run->add_option("-o,--out", run_args.out_dir, "output directory (plan, report, run/: index, checkpoints, metrics)")
       ->capture_default_str();
-  run->add_option("--ranks", run_args.ranks, "CPU ranks to plan for (default: the cores, at least 2)")
+  run->add_option("--ranks", run_args.ranks,
+                  "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
       ->check(CLI::PositiveNumber);
   run->add_option("--steps", run_args.steps,
                   "train until this step (default: the spec's job.steps); 0 on a fresh run writes the initial "
@@ -385,7 +392,9 @@ int main(int argc, char** argv) {
   profile->add_option("spec", profile_args.spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
   profile->add_option("-o,--out", profile_args.out_dir, "output directory (plan, report, profile.json)")
       ->capture_default_str();
-  profile->add_option("--ranks", profile_args.ranks, "CPU ranks to plan for (default: the cores, at least 2)")
+  profile
+      ->add_option("--ranks", profile_args.ranks,
+                   "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
       ->check(CLI::PositiveNumber);
   profile->add_option("--pin", profile_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
   profile

@@ -38,6 +38,9 @@ struct CompileOptions {
   // plan for this machine: one node of `local_ranks` CPU slots that every
   // section shares (no whole-node rule), only configurations the runtime runs.
   int local_ranks = 0;
+  // Local mode: raise local_ranks to the number of sections when it is
+  // smaller (--local-grow; `maestro run` without --ranks on a small machine).
+  bool local_grow = false;
   // Local mode: the cores those ranks share (--local-cores; 0: one each).
   // Fewer cores than ranks makes the step simulation share them
   // (plan.shared_cores), as the operating system does.

@@ -71,6 +71,9 @@ int Run(int argc, char** argv) {
   app.add_option("--local", options.local_ranks,
                  "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
       ->check(CLI::Range(1, 4096));
+  app.add_flag("--local-grow", options.local_grow,
+               "with --local: plan for the ranks the sections need at the least (one each, or their pins) when N is "
+               "smaller (the ranks share the cores)");
   app.add_option("--local-cores", options.local_cores,
                  "with --local: the cores those ranks share (default: one per rank); fewer cores than ranks "
                  "makes the simulated step share them")

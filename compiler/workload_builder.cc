@@ -170,11 +170,20 @@ Status MakeLocal(const CompileOptions& options, Spec& s) {
         fmt::format("--local plans only what this build's runtime runs; drop {}",
                     options.allow_planner_only ? "--allow-planner-only" : "--runtime-support"));
   }
-  if (options.local_ranks < static_cast<int>(s.sections.size())) {
+  const int sections = static_cast<int>(s.sections.size());
+  // --local-grow: as many ranks as the sections need at the least (one each,
+  // or what their pins ask) when the machine has fewer cores (`maestro run`
+  // without --ranks); the ranks then share the cores.
+  int least = 0;
+  for (const auto& sec : s.sections) {
+    least += std::max(1, sec.tp) * std::max(1, sec.pp) * std::max(1, sec.cp) * std::max(1, sec.dp);
+  }
+  const int ranks = options.local_grow ? std::max(options.local_ranks, least) : options.local_ranks;
+  if (ranks < sections) {
     return Status::InvalidArgument(
         fmt::format("--local {}: the spec has {} sections and each needs at least one rank; "
                     "give --local {} or more",
-                    options.local_ranks, s.sections.size(), s.sections.size()));
+                    options.local_ranks, sections, sections));
   }
   GpuTypeSpec cpu;
   cpu.name = "cpu";
@@ -191,9 +200,9 @@ Status MakeLocal(const CompileOptions& options, Spec& s) {
     }
   }
   cpu.nodes = 1;
-  cpu.gpus_per_node = options.local_ranks;
+  cpu.gpus_per_node = ranks;
   s.cluster.nodes = 1;
-  s.cluster.gpus_per_node = options.local_ranks;
+  s.cluster.gpus_per_node = ranks;
   s.cluster.default_gpu = cpu.name;
   s.cluster.gpu_types = {cpu};
   s.cluster.local = true;

@@ -45,17 +45,31 @@ import struct
 import sys
 
 NO_DEPENDENCY_EXIT = 3  # tests/fixtures/python3.h: kPythonNoTorchExit
+DEBIAN_PYTHON = "/usr/bin/python3"  # where Debian's python3-torch and python3-pil are importable
+
+
+def _rerun_with_debian_python(missing):
+    """The first python3 on PATH (a pyenv, a venv) may lack Debian's
+    packages: run this script again with the system interpreter, once."""
+    if os.path.realpath(sys.executable) != os.path.realpath(DEBIAN_PYTHON) and os.path.exists(DEBIAN_PYTHON) \
+            and not os.environ.get("MAESTRO_EXAMPLE_REEXEC"):
+        print(f"{sys.executable}: no {missing}; running {DEBIAN_PYTHON} instead", file=sys.stderr)
+        os.environ["MAESTRO_EXAMPLE_REEXEC"] = "1"
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+
 
 try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as e:
+    _rerun_with_debian_python("torch")
     print(f"{sys.executable}: cannot import torch ({e}); install Debian's python3-torch", file=sys.stderr)
     sys.exit(NO_DEPENDENCY_EXIT)
 try:
     from PIL import Image, ImageDraw
 except ImportError as e:
+    _rerun_with_debian_python("PIL")
     print(f"{sys.executable}: cannot import PIL ({e}); install Debian's python3-pil", file=sys.stderr)
     sys.exit(NO_DEPENDENCY_EXIT)
 

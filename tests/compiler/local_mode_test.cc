@@ -145,6 +145,31 @@ TEST(LocalMode, RanksThatOutnumberTheCoresShareThemInTheSimulatedStep) {
   EXPECT_NE(refused.status().message().find("--local-cores needs --local"), std::string::npos);
 }
 
+// `maestro run` without --ranks on a machine with fewer cores than the spec
+// has sections: --local-grow plans the ranks the sections need at the least
+// (one each, or what their pins ask: tiny_vlm3 pins the LLM's dp = 2), the
+// ranks sharing the cores.
+TEST(LocalMode, GrowGivesEverySectionARankWhenTheMachineHasFewerCores) {
+  const Spec spec = Load("tiny_vlm3.toml");
+  ASSERT_EQ(spec.sections.size(), 3u);
+  CompileOptions grow = Local(2);
+  grow.local_grow = true;
+  grow.local_cores = 2;
+  auto r = Compile(spec, grow);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ExpectLocalPlan(r->plan, 4);
+  EXPECT_EQ(r->plan.world_size(), 4);
+  EXPECT_EQ(r->plan.shared_cores, 2);
+  auto exact = Compile(spec, Local(2));  // without it, two ranks are too few
+  ASSERT_FALSE(exact.ok());
+  EXPECT_NE(exact.status().message().find("--local 3"), std::string::npos) << exact.status().message();
+  CompileOptions five = Local(5);  // grow never shrinks a larger N
+  five.local_grow = true;
+  auto f = Compile(spec, five);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ExpectLocalPlan(f->plan, 5);
+}
+
 TEST(LocalMode, BadRequestsSayWhatToChange) {
   const Spec spec = Load("tiny_vlm.toml");
   auto few = Compile(spec, Local(1));
