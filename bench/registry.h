@@ -9,6 +9,9 @@
 //   }
 //
 // `maestro-bench <name> --json` prints the object; without --json a table.
+// Either way stdout carries only that: while a benchmark runs, descriptor 1
+// points at stderr (bench_main.cc), so its logs and its children's go there.
+// A benchmark that starts a tool says so anyway (cli::ChildStdout::kToStderr).
 #pragma once
 
 #include <functional>

@@ -78,7 +78,8 @@ void RunSectioned(const std::string& worker, const Plan& plan, const std::string
        {worker, std::string("--no-progress"), std::string("--no-eval"), std::string("--run-dir"), run_dir, plan_path}) {
     mpirun.push_back(a);
   }
-  auto rc = maestro::cli::RunProcess(mpirun);
+  // Our stdout is the benchmark's result: the workers' logs go to stderr.
+  auto rc = maestro::cli::RunProcess(mpirun, maestro::cli::ChildStdout::kToStderr);
   if (!rc.ok() || *rc != 0) throw std::runtime_error("a sectioned run failed; is openmpi-bin installed?");
 }
 
@@ -110,7 +111,9 @@ MAESTRO_BENCHMARK(runtime, "tiny KD: sectioned (mpirun, wavefront) vs monolithic
   const std::string worker = maestro::cli::SelfDirectory() + "/maestro-worker";
 
   RunSectioned(worker, plan, plan_path, dir + "/sectioned");
-  auto rc = maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/monolithic", plan_path});
+  // The reference prints `step N loss` lines: to stderr, like every log.
+  auto rc = maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/monolithic", plan_path},
+                                     maestro::cli::ChildStdout::kToStderr);
   if (!rc.ok() || *rc != 0) throw std::runtime_error("the monolithic reference run failed");
 
   // The wavefront schedule vs data order on the VLM, where the order matters.

@@ -3,75 +3,25 @@
 // checkpoint): every key the issue asks for is in the output and positive,
 // the sizes asked for are the sizes measured, and the output says how each
 // side was timed. Not a timing test: no figure is compared with a goal.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
-#include <vector>
 
-extern char** environ;
+#include "tests/bench/bench_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct ToolRun {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string Slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs argv with stdout and stderr in files of `dir` (no shell), with
-// MAESTRO_BENCH_DIR=dir/scratch.
-ToolRun RunTool(const std::vector<std::string>& argv, const fs::path& dir) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::string scratch = "MAESTRO_BENCH_DIR=" + (dir / "scratch").string();
-  std::vector<char*> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string(*e).rfind("MAESTRO_BENCH_DIR=", 0) != 0) env.push_back(*e);
-  }
-  env.push_back(scratch.data());
-  env.push_back(nullptr);
-  ToolRun run;
-  pid_t pid = 0;
-  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data()) == 0) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  run.out = Slurp(dir / "stdout");
-  run.err = Slurp(dir / "stderr");
-  return run;
-}
+using maestro::bench_test::RunTool;
+using maestro::bench_test::ToolRun;
 
 TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
   const std::string bench = std::string(MAESTRO_BIN_DIR) + "/maestro-bench";
   const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("bench-data-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  fs::create_directories(dir / "scratch");
   const ToolRun run = RunTool({bench, "data", "--quick", "--json", "--", "--idx-mb=4", "--weights-mb=16"}, dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json out = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every `maestro-bench NAME --quick --json` prints exactly one JSON document
+// (an object naming the benchmark) on stdout and its logs on stderr
+// (issue #18, "Benchmarks' output"). The benchmarks are the ones
+// `maestro-bench list` names, so a new one is covered without an edit here.
+//
+// One source, two binaries: bench_json_output_test (label unit) runs every
+// benchmark but the slow ones named in kSlowBenchmarks; with
+// MAESTRO_BENCH_SLOW_SET=1 it is bench_json_output_slow_test (label slow),
+// which runs those. Not a timing test: no figure is judged.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/bench/bench_process.h"
+
+#ifndef MAESTRO_BENCH_SLOW_SET
+#define MAESTRO_BENCH_SLOW_SET 0
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using maestro::bench_test::RunTool;
+using maestro::bench_test::ToolRun;
+
+// Quick runs that take minutes on 2 shared cores (measured: simulator ~1 min alone and ~3 min beside a build,
+// it profiles and trains four plans); the others take seconds each.
+const std::set<std::string> kSlowBenchmarks = {"simulator"};
+
+// Benchmarks whose children are known to log on their stdout, and a line of
+// that log: it must reach our stderr (not be dropped, not be on stdout).
+const std::map<std::string, std::string> kChildLogs = {
+    {"runtime", "step 0 loss "},     // maestro-worker --reference's losses
+    {"simulator", "maestro run: "},  // maestro run's report
+};
+
+std::string BenchPath() {
+  return std::string(MAESTRO_BIN_DIR) + "/maestro-bench";
+}
+
+fs::path RunDir(const std::string& what) {
+  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("bench-json-" + what + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The names `maestro-bench list` prints, one per line, first word.
+std::vector<std::string> ListedBenchmarks() {
+  const fs::path dir = RunDir("list");
+  const ToolRun run = RunTool({BenchPath(), "list"}, dir);
+  fs::remove_all(dir);
+  std::vector<std::string> names;
+  if (run.exit_code != 0) return names;
+  std::istringstream lines(run.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string name;
+    if (words >> name) names.push_back(name);
+  }
+  return names;
+}
+
+std::vector<std::string> BenchmarksOfThisBinary() {
+  std::vector<std::string> names;
+  for (const auto& name : ListedBenchmarks()) {
+    if ((kSlowBenchmarks.count(name) != 0) == (MAESTRO_BENCH_SLOW_SET != 0)) names.push_back(name);
+  }
+  return names;
+}
+
+#if !MAESTRO_BENCH_SLOW_SET
+TEST(BenchJsonOutputTest, ListNamesTheBenchmarksThisTestKnows) {
+  const auto names = ListedBenchmarks();
+  ASSERT_FALSE(names.empty()) << "`maestro-bench list` printed no benchmark";
+  // The tables above name benchmarks that exist (a rename must update them).
+  for (const auto& slow : kSlowBenchmarks) {
+    EXPECT_NE(std::find(names.begin(), names.end(), slow), names.end()) << slow;
+  }
+  for (const auto& [name, log] : kChildLogs) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+}
+#endif
+
+class BenchJsonOutput : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BenchJsonOutput, QuickJsonRunPrintsOneJsonObjectOnStdoutAndLogsOnStderr) {
+  const std::string name = GetParam();
+  const fs::path dir = RunDir(name);
+  const ToolRun run = RunTool({BenchPath(), name, "--quick", "--json"}, dir);
+  ASSERT_EQ(run.exit_code, 0) << "maestro-bench " << name << " --quick --json failed; stderr:\n" << run.err;
+
+  // The whole of stdout is one JSON document: a log line before or after it
+  // makes the parse fail.
+  nlohmann::json result;
+  try {
+    result = nlohmann::json::parse(run.out);
+  } catch (const nlohmann::json::parse_error& e) {
+    FAIL() << "stdout of maestro-bench " << name << " --quick --json is not one JSON document (" << e.what()
+           << "); stdout:\n"
+           << run.out;
+  }
+  ASSERT_TRUE(result.is_object()) << run.out;
+  ASSERT_TRUE(result.contains("benchmark")) << run.out;
+  EXPECT_EQ(result["benchmark"], nlohmann::json(name)) << run.out;
+  // One line: the document and its newline, nothing else.
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1) << run.out;
+
+  // The children's logs went to stderr.
+  const auto log = kChildLogs.find(name);
+  if (log != kChildLogs.end()) {
+    EXPECT_NE(run.err.find(log->second), std::string::npos)
+        << "the log line '" << log->second << "' is not on stderr; stderr:\n"
+        << run.err;
+  }
+  // Scratch files were removed.
+  EXPECT_TRUE(fs::is_empty(dir / "scratch"));
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryBenchmark, BenchJsonOutput, ::testing::ValuesIn(BenchmarksOfThisBinary()),
+                         [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BenchJsonOutput);
+
+}  // namespace
