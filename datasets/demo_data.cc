@@ -7,7 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 #include <utility>
 
@@ -21,7 +23,15 @@ namespace maestro::datasets {
 namespace {
 
 constexpr const char* kFashionPackageHint =
-    "install the Debian package dataset-fashion-mnist (scripts/setup.sh does), or set fashion_dir";
+    "install the Debian package dataset-fashion-mnist (scripts/setup.sh does), or set MAESTRO_FASHION_MNIST_DIR to "
+    "a folder holding the four Fashion-MNIST .gz files";
+
+// The idx file of `what` ("images" or "labels") of Fashion-MNIST split
+// `split` ("train" or "t10k") in `dir`: the one name Open and
+// FindFashionMnist use.
+std::string FashionFile(const std::string& dir, const std::string& split, const std::string& what) {
+  return fmt::format("{}/{}-{}-idx{}-ubyte.gz", dir, split, what, what == "images" ? 3 : 1);
+}
 
 // Caption prefixes, each followed by the class word token. The longest fixes
 // MinCaptionSeqLen(); every template is used at every valid seq_len.
@@ -78,6 +88,27 @@ int64_t MinCaptionSeqLen() {
   return kImageTokens + longest;
 }
 
+std::string DefaultFashionMnistDir() {
+  const char* dir = std::getenv(kFashionMnistDirEnv);
+  return dir != nullptr && dir[0] != '\0' ? std::string(dir) : std::string(kDebianFashionMnistDir);
+}
+
+Status FindFashionMnist(const std::string& dir) {
+  for (const char* split : {"train", "t10k"}) {
+    for (const char* what : {"images", "labels"}) {
+      const std::string path = FashionFile(dir, split, what);
+      std::error_code error;
+      if (!std::filesystem::is_regular_file(path, error)) {
+        const char* env_dir = std::getenv(kFashionMnistDirEnv);
+        return Status::NotFound(fmt::format(
+            "{}: no such file ({}{})", path, kFashionPackageHint,
+            env_dir != nullptr ? fmt::format("; {} is '{}' now", kFashionMnistDirEnv, env_dir) : std::string()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 struct DemoDataset::Impl {
   // Fashion-MNIST, raw bytes (normalized when a sample is built).
   std::vector<uint8_t> train_images;  // (num_train_images, 28, 28)
@@ -111,8 +142,8 @@ namespace {
 
 Status LoadFashionSplit(const std::string& dir, const std::string& split, std::vector<uint8_t>& images,
                         std::vector<uint8_t>& labels, int64_t& count) {
-  const std::string images_path = fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split);
-  const std::string labels_path = fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split);
+  const std::string images_path = FashionFile(dir, split, "images");
+  const std::string labels_path = FashionFile(dir, split, "labels");
   MAESTRO_ASSIGN_OR_RETURN(std::string image_bytes, ReadMaybeGzipFile(images_path, kFashionPackageHint));
   MAESTRO_ASSIGN_OR_RETURN(IdxArray image_array, ParseIdx(image_bytes, 3, images_path));
   image_bytes = std::string();

@@ -9,7 +9,8 @@
 // sample id to a fully built sample (token ids, targets, image); the JSONL
 // manifest the datalayer's SampleIndex ingests. A DemoDataset is a
 // SampleSource (sample_source.h): the runtime reads it through that seam only.
-// May call: base, datasets/sample_source, zlib (gzip-compressed idx files).
+// May call: base, datasets/sample_source, zlib (gzip-compressed idx files),
+// std::filesystem and getenv (where Fashion-MNIST is).
 // Thread safety: a DemoDataset is immutable after Open(); every const method
 // may be called from many threads at once.
 #pragma once
@@ -61,10 +62,26 @@ const char* DemoKindName(DemoKind kind);
 // Smallest seq_len that fits a caption sample (the longest caption template).
 int64_t MinCaptionSeqLen();
 
+// The environment variable that points the captions set at another folder of
+// Fashion-MNIST idx files (docs/datasets.md); unset or "" = the Debian path.
+inline constexpr const char* kFashionMnistDirEnv = "MAESTRO_FASHION_MNIST_DIR";
+inline constexpr const char* kDebianFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// Where the captions set reads Fashion-MNIST from by default:
+// $MAESTRO_FASHION_MNIST_DIR when set and non-empty, else the folder the
+// Debian package dataset-fashion-mnist installs (kDebianFashionMnistDir).
+std::string DefaultFashionMnistDir();
+
+// OK when `dir` holds the four files DemoDataset::Open reads for the captions
+// set ({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz); NotFound naming the
+// first missing one and how to install it otherwise. Checks presence only
+// (Open still verifies the contents). Tests use it to skip without the data.
+Status FindFashionMnist(const std::string& dir);
+
 struct DemoOptions {
   DemoKind kind = DemoKind::kText;
-  int64_t seq_len = 64;  // tokens per sample (inputs and targets)
-  std::string fashion_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t seq_len = 64;                                // tokens per sample (inputs and targets)
+  std::string fashion_dir = DefaultFashionMnistDir();  // the four idx files; see FindFashionMnist
   // "" = the default Debian text (fortunes-min's literature, fortunes and
   // riddles; GPL-3 from base-files when fortunes-min is absent). A path is
   // read as raw bytes (gzip-compressed files are decompressed).

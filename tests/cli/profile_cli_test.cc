@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `maestro profile` end to end under mpirun: the sweep (and the decoder at a
 // second GPU count), the calibration run, and the final plan compiled with
-// the measured, calibrated profile.
+// the measured, calibrated profile. Skips without the Fashion-MNIST demo
+// images (tests/fixtures/demo_images.h).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "cli/subprocess.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
+#include "tests/fixtures/demo_images.h"
 
 namespace maestro::cli {
 namespace {
@@ -38,6 +40,7 @@ const plan::ProfilePoint* Find(const std::vector<plan::ProfilePoint>& points, co
 }
 
 TEST(MaestroProfile, MeasuresEveryGpuCountCalibratesThePlannedOneAndRecompiles) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();  // the sweep and calibration train the tiny VLM on Fashion-MNIST
   const std::string dir = std::string(MAESTRO_TEST_TMP) + "/maestro-profile-cli";
   fs::remove_all(dir);
   const std::string maestro = std::string(MAESTRO_BIN_DIR) + "/maestro";

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests of the demo data sets on the real Debian files (dataset-fashion-mnist,
-// fortunes-min); each test skips, naming the package, when its files are absent.
+// fortunes-min); each test skips, naming the package, when its files are absent
+// (Fashion-MNIST: tests/fixtures/demo_images.h, the product's own lookup).
 #include "datasets/demo_data.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,24 +19,14 @@
 #include <vector>
 
 #include "datasets/idx_file.h"
+#include "tests/fixtures/demo_images.h"
 
 namespace maestro::datasets {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kFashionDir = "/usr/share/datasets/fashion-mnist";
 const std::string kLiterature = "/usr/share/games/fortunes/literature";
-
-bool HaveFashion() {
-  return fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz");
-}
-
-#define SKIP_WITHOUT_FASHION()                                          \
-  if (!HaveFashion())                                                   \
-  GTEST_SKIP() << "Fashion-MNIST files absent under " << kFashionDir    \
-               << ": install the Debian package dataset-fashion-mnist " \
-                  "(scripts/setup.sh)"
 
 std::string ScratchDir(const std::string& name) {
   const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-datasets-" + std::to_string(::getpid())) / name;
@@ -66,7 +58,7 @@ DemoOptions Text(int64_t seq_len) {
 }
 
 IdxArray ReadIdx(const std::string& name, int rank) {
-  auto bytes = ReadMaybeGzipFile(kFashionDir + "/" + name, "dataset-fashion-mnist");
+  auto bytes = ReadMaybeGzipFile(DefaultFashionMnistDir() + "/" + name, "dataset-fashion-mnist");
   EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
   auto arr = ParseIdx(*bytes, rank, name);
   EXPECT_TRUE(arr.ok()) << arr.status().ToString();
@@ -82,7 +74,7 @@ int64_t TextTokens(const DemoSample& s) {
 // ---- idx files ----------------------------------------------------------------
 
 TEST(IdxFile, ParsesRealFashionMnistWithBalancedClassesAndKnownMean) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   const IdxArray images = ReadIdx("train-images-idx3-ubyte.gz", 3);
   const IdxArray labels = ReadIdx("train-labels-idx1-ubyte.gz", 1);
   ASSERT_EQ(images.dims, (std::vector<int64_t>{60000, 28, 28}));
@@ -180,7 +172,7 @@ void ExpectCaptionLayout(const DemoSample& s, int64_t seq_len) {
 }
 
 TEST(DemoCaptions, LayoutAnswerPositionAndTargetsAtSeqLen64And32) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   for (int64_t seq_len : {int64_t{64}, int64_t{32}}) {
     auto ds = OpenOrDie(Captions(seq_len, 1.0));
     ASSERT_TRUE(ds);
@@ -203,7 +195,7 @@ TEST(DemoCaptions, LayoutAnswerPositionAndTargetsAtSeqLen64And32) {
 }
 
 TEST(DemoCaptions, ImagesAndLabelsAgreeWithTheIdxFiles) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   auto ds = OpenOrDie(Captions(64, 1.0));
   ASSERT_TRUE(ds);
   const IdxArray images = ReadIdx("train-images-idx3-ubyte.gz", 3);
@@ -245,7 +237,7 @@ TEST(DemoCaptions, ImagesAndLabelsAgreeWithTheIdxFiles) {
 }
 
 TEST(DemoCaptions, ManifestRoundTripsThroughNlohmann) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   auto ds = OpenOrDie(Captions(64, 0.5, 7));
   ASSERT_TRUE(ds);
   auto text_ds = OpenOrDie(Text(64));  // chunk c of the text set is text chunk c
@@ -298,7 +290,7 @@ TEST(DemoCaptions, ManifestRoundTripsThroughNlohmann) {
 }
 
 TEST(DemoCaptions, ImageFractionIsRespectedAndTextChunksCycleEvenly) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   for (double fraction : {0.25, 0.5, 0.9, 1.0}) {
     auto ds = OpenOrDie(Captions(48, fraction));
     ASSERT_TRUE(ds);
@@ -344,7 +336,7 @@ TEST(DemoCaptions, ImageFractionIsRespectedAndTextChunksCycleEvenly) {
 }
 
 TEST(DemoCaptions, SameOptionsGiveTheSameManifestAndSamples) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   auto a = OpenOrDie(Captions(40, 0.6, 3));
   auto b = OpenOrDie(Captions(40, 0.6, 3));
   auto c = OpenOrDie(Captions(40, 0.6, 4));
@@ -379,7 +371,7 @@ TEST(DemoCaptions, SameOptionsGiveTheSameManifestAndSamples) {
 }
 
 TEST(DemoCaptions, DecodeRendersACaption) {
-  SKIP_WITHOUT_FASHION();
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   auto ds = OpenOrDie(Captions(40, 1.0));
   ASSERT_TRUE(ds);
   auto s = ds->LoadTrain(1);  // the train split's second image
@@ -501,6 +493,81 @@ TEST(DemoErrors, CorruptIdxFileIsCorruptionNamingTheFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
   EXPECT_NE(r.status().message().find("train-images-idx3-ubyte.gz"), std::string::npos) << r.status().ToString();
+}
+
+// Where Fashion-MNIST is looked up: $MAESTRO_FASHION_MNIST_DIR, else the
+// Debian folder. Open, FindFashionMnist and the tests' skip helper all follow
+// it, so pointing it at an empty folder hides the data from all three.
+class FashionMnistDirEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* old = std::getenv(kFashionMnistDirEnv);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+  }
+  void TearDown() override {
+    if (had_) {
+      ::setenv(kFashionMnistDirEnv, old_.c_str(), 1);
+    } else {
+      ::unsetenv(kFashionMnistDirEnv);
+    }
+  }
+  bool had_ = false;
+  std::string old_;
+};
+
+TEST_F(FashionMnistDirEnv, UnsetOrEmptyMeansTheDebianFolder) {
+  ::unsetenv(kFashionMnistDirEnv);
+  EXPECT_EQ(DefaultFashionMnistDir(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(DemoOptions().fashion_dir, "/usr/share/datasets/fashion-mnist");
+  ::setenv(kFashionMnistDirEnv, "", 1);
+  EXPECT_EQ(DefaultFashionMnistDir(), "/usr/share/datasets/fashion-mnist");
+}
+
+TEST_F(FashionMnistDirEnv, AnEmptyFolderIsNotFoundEverywhereNamingTheFileAndTheFix) {
+  const std::string empty = ScratchDir("fashion_empty");
+  ::setenv(kFashionMnistDirEnv, empty.c_str(), 1);
+  EXPECT_EQ(DemoOptions().fashion_dir, empty);
+
+  const Status found = FindFashionMnist(DefaultFashionMnistDir());
+  ASSERT_FALSE(found.ok());
+  EXPECT_EQ(found.code(), StatusCode::kNotFound);
+  EXPECT_NE(found.message().find(empty + "/train-images-idx3-ubyte.gz"), std::string::npos) << found.ToString();
+  EXPECT_NE(found.message().find("dataset-fashion-mnist"), std::string::npos) << found.ToString();
+  EXPECT_NE(found.message().find(std::string(kFashionMnistDirEnv) + " is '" + empty + "'"), std::string::npos)
+      << found.ToString();
+
+  auto opened = DemoDataset::Open(Captions(64));
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(opened.status().message().find(empty + "/train-images-idx3-ubyte.gz"), std::string::npos)
+      << opened.status().ToString();
+
+  std::string why;
+  EXPECT_FALSE(fixtures::DemoImagesAvailable(&why));
+  EXPECT_NE(why.find(empty + "/train-images-idx3-ubyte.gz"), std::string::npos) << why;
+  EXPECT_NE(why.find("dataset-fashion-mnist"), std::string::npos) << why;
+}
+
+TEST_F(FashionMnistDirEnv, EachOfTheFourFilesIsLookedForAndOpenReadsTheFolderItNames) {
+  const std::string dir = ScratchDir("fashion_partial");
+  ::setenv(kFashionMnistDirEnv, dir.c_str(), 1);
+  const std::vector<std::string> names = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+  for (const std::string& name : names) {
+    const Status found = FindFashionMnist(dir);
+    ASSERT_FALSE(found.ok()) << "before " << name;
+    EXPECT_NE(found.message().find(dir + "/" + name), std::string::npos) << found.ToString();
+    std::ofstream(dir + "/" + name) << "not an idx file";
+  }
+  EXPECT_TRUE(FindFashionMnist(dir).ok()) << "presence only: the contents are Open's to check";
+  EXPECT_TRUE(fixtures::DemoImagesAvailable(nullptr));
+  // Open reads the folder the variable names: the made-up files are Corruption there.
+  auto opened = DemoDataset::Open(Captions(64));
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(opened.status().message().find(dir + "/train-images-idx3-ubyte.gz"), std::string::npos)
+      << opened.status().ToString();
 }
 
 TEST(DemoErrors, OutOfRangeIdsAreInvalidArgument) {

@@ -11,6 +11,7 @@
 
 #include "datalayer/sample_index.h"
 #include "datasets/demo_data.h"
+#include "tests/fixtures/demo_images.h"
 
 namespace maestro::datasets {
 namespace {
@@ -25,9 +26,7 @@ std::string ScratchDir(const std::string& name) {
 }
 
 TEST(DemoManifest, IngestsIntoTheSampleIndexWithMatchingTokenCounts) {
-  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "install the Debian package dataset-fashion-mnist (scripts/setup.sh)";
-  }
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   DemoOptions options;
   options.kind = DemoKind::kFashionMnistCaptions;
   options.seq_len = 64;

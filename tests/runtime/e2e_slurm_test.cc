@@ -10,6 +10,8 @@
 //    with weights bit-identical to the uninterrupted job;
 //  * a worker killed with SIGKILL ends the job quickly with a clear error,
 //    and a resubmission resumes from the last checkpoint.
+// Both skip, naming the missing file, without the Fashion-MNIST demo images
+// (tests/fixtures/demo_images.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -30,6 +32,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "tests/fixtures/demo_images.h"
 #include "tests/runtime/run_dir_util.h"
 #include "tests/slurm/slurm_test_util.h"
 
@@ -107,6 +110,7 @@ StatusOr<SlurmJobInfo> WaitOrCancel(const LocalSlurmCluster& cluster, const std:
 
 #ifndef MAESTRO_E2E_KILL_TEST
 TEST(E2eSlurm, HeterogeneousJobTrainsAndSurvivesPreemptionBitIdentically) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();  // tiny_vlm3 trains on Fashion-MNIST
   auto cluster = LocalSlurmCluster::FromEnvironment();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
 
@@ -234,6 +238,7 @@ KillMoment DrawKillMoment(int ranks) {
 }
 
 TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();  // tiny_vlm3 trains on Fashion-MNIST
   auto cluster = LocalSlurmCluster::FromEnvironment();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   const auto job_dir = Compile("kill9");
