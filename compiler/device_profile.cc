@@ -9,6 +9,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/checks.h"
+#include "base/read_file.h"
+
 namespace maestro::compiler {
 
 // Written by CMake from compiler/devices/*.json (compiler/CMakeLists.txt).
@@ -226,11 +229,8 @@ StatusOr<DeviceProfile> ParseDeviceProfile(const std::string& json_text, const s
 }
 
 StatusOr<DeviceProfile> LoadDeviceProfileFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open the device profile; check the path");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseDeviceProfile(text.str(), path);
+  MAESTRO_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigBytes, "the device profile"));
+  return ParseDeviceProfile(text, path);
 }
 
 std::vector<std::string> BuiltinDeviceProfileNames() {

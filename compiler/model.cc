@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/read_file.h"
 
 namespace maestro::compiler {
 
@@ -471,11 +472,8 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
 }
 
 StatusOr<ModelDesc> ModelFromHfConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ModelFromHfConfig(ss.str(), path);
+  MAESTRO_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigBytes, "the Hugging Face config"));
+  return ModelFromHfConfig(text, path);
 }
 
 }  // namespace maestro::compiler

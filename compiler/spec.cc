@@ -12,6 +12,8 @@
 #include <functional>
 #include <sstream>
 
+#include "base/checks.h"
+#include "base/read_file.h"
 #include "compiler/spec_graph.h"
 #include "compiler/spec_tables.h"
 #include "compiler/toml_reader.h"
@@ -123,14 +125,11 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
 }
 
 StatusOr<Spec> ParseSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open the spec file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  MAESTRO_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxSpecBytes, "the spec file"));
   std::string base_dir = ".";
   const auto slash = path.rfind('/');
   if (slash != std::string::npos) base_dir = slash == 0 ? "/" : path.substr(0, slash);
-  return ParseSpecString(ss.str(), path, base_dir);
+  return ParseSpecString(text, path, base_dir);
 }
 
 }  // namespace maestro::compiler

@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/checks.h"
+#include "base/read_file.h"
+
 namespace maestro::plan {
 
 std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points) {
@@ -46,11 +49,8 @@ StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& tex
 }
 
 StatusOr<std::vector<ProfilePoint>> ReadProfileFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("cannot open the profile file '{}'", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  auto points = ProfilePointsFromJson(text.str());
+  MAESTRO_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxProfileBytes, "the profile file"));
+  auto points = ProfilePointsFromJson(text);
   if (!points.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, points.status().message()));
   return points;
 }
