@@ -156,37 +156,18 @@ std::vector<ProbeValue> WriteCheckpoint(const maestro::plan::ModelDesc& desc, co
   return probes;
 }
 
-// read() of every file into `buffer`; returns the bytes.
-int64_t ReadFiles(const std::vector<std::string>& files, std::vector<char>* buffer) {
+// read() of every file, front to back, into `buffer`: each read into its
+// start when !keep (the bytes stream through a reused buffer and are never
+// kept), or back to back when keep (`buffer` as big as the files: the bytes
+// stay in memory, as a load leaves them). Returns the bytes read.
+int64_t ReadFiles(const std::vector<std::string>& files, std::vector<char>* buffer, bool keep) {
   int64_t total = 0;
   for (const std::string& path : files) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("cannot open " + path);
     for (;;) {
-      const ssize_t got = ::read(fd, buffer->data(), buffer->size());
-      if (got < 0) {
-        ::close(fd);
-        throw std::runtime_error("read failed: " + path);
-      }
-      if (got == 0) break;
-      total += got;
-    }
-    ::close(fd);
-  }
-  return total;
-}
-
-// read() of every file straight into `out` (pre-faulted, as big as the files
-// together): the raw sequential read that leaves the bytes in memory, as a
-// load must. Returns the bytes.
-int64_t ReadFilesIntoMemory(const std::vector<std::string>& files, std::vector<char>* out) {
-  int64_t total = 0;
-  for (const std::string& path : files) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("cannot open " + path);
-    for (;;) {
-      const size_t room = out->size() - static_cast<size_t>(total);
-      const ssize_t got = ::read(fd, out->data() + total, std::min<size_t>(room, size_t{1} << 30));
+      const size_t at = keep ? static_cast<size_t>(total) : 0;
+      const ssize_t got = ::read(fd, buffer->data() + at, std::min<size_t>(buffer->size() - at, size_t{1} << 30));
       if (got < 0) {
         ::close(fd);
         throw std::runtime_error("read failed: " + path);
@@ -251,7 +232,7 @@ nlohmann::json maestro::bench::SafetensorsLoadBench(const maestro::bench::BenchO
   size_t read_buffer = 0;
   for (size_t size : kReadBuffers) {
     std::vector<char> b(size);
-    const double t = MedianSeconds([&] { read_bytes = ReadFiles(files, &b); }, 1);
+    const double t = MedianSeconds([&] { read_bytes = ReadFiles(files, &b, /*keep=*/false); }, 1);
     if (read_buffer == 0 || t < fastest) {
       fastest = t;
       read_buffer = size;
@@ -261,8 +242,9 @@ nlohmann::json maestro::bench::SafetensorsLoadBench(const maestro::bench::BenchO
   std::vector<char> copy(static_cast<size_t>(file_bytes), 1);  // written: pre-faulted
   int64_t read_into_bytes = 0;
   const std::vector<double> t = InterleavedMedianSeconds(
-      {[&] { read_bytes = ReadFiles(files, &buffer); }, [&] { load(*to_fp32); }, [&] { load(*to_bf16); },
-       [&] { MapAndCopyFiles(files, &copy); }, [&] { read_into_bytes = ReadFilesIntoMemory(files, &copy); }},
+      {[&] { read_bytes = ReadFiles(files, &buffer, /*keep=*/false); }, [&] { load(*to_fp32); },
+       [&] { load(*to_bf16); }, [&] { MapAndCopyFiles(files, &copy); },
+       [&] { read_into_bytes = ReadFiles(files, &copy, /*keep=*/true); }},
       passes);
   const double t_read = t[0], t_fp32 = t[1], t_bf16 = t[2], t_copy = t[3], t_read_into = t[4];
   if (read_bytes != file_bytes || read_into_bytes != file_bytes) {

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/read_file.h"
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "hf/checkpoint.h"
@@ -102,22 +102,15 @@ StatusOr<datalayer::CheckpointData> ReadCheckpoint(const ExportOptions& options,
   return data;
 }
 
-StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("cannot read '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The config.json of the export: the section's weights folder's, its
 // imported hf_config (relative to the spec), or one written from the desc.
 StatusOr<std::string> ExportConfig(const plan::Plan& plan, const plan::SectionPlan& s, const std::string& torch_dtype) {
-  if (!s.model.weights.empty()) return ReadText((fs::path(s.model.weights) / hf::kConfigFileName).string());
+  if (!s.model.weights.empty())
+    return ReadSmallFile((fs::path(s.model.weights) / hf::kConfigFileName).string(), kMaxConfigBytes, "config.json");
   if (s.model.source != "builtin" && !s.model.source.empty()) {
     fs::path source(s.model.source);
     if (source.is_relative()) source = fs::path(plan.spec_path).parent_path() / source;
-    auto text = ReadText(source.string());
+    auto text = ReadSmallFile(source.string(), kMaxConfigBytes, "the section's hf_config");
     if (text.ok()) return text;
     return Status::NotFound(fmt::format("section '{}': its config '{}' ({}) cannot be read: {}", s.name, s.model.source,
                                         source.string(), text.status().message()));

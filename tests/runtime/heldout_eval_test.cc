@@ -50,18 +50,12 @@ namespace {
 namespace fs = std::filesystem;
 using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
+using runtime_testing::ReadText;
 
 const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 const std::string kChecker = std::string(MAESTRO_SOURCE_DIR) + "/tests/fixtures/check_exported_loss.py";
 constexpr int kSteps = 8;
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A KD of the example's models from their configs (weights from the seed:
 // the `weights` key is not needed to measure a held-out loss).

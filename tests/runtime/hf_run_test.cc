@@ -36,15 +36,9 @@ namespace {
 namespace fs = std::filesystem;
 using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
+using runtime_testing::ReadText;
 
 const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
-
-std::string ReadText(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // teacher: 2 layers, 64 wide, untied (its head is lm_head); student: 2
 // layers, 32 wide, tied, sharded into several files. Both bf16, vocab 512

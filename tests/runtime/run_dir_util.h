@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the runtime tests read back from a run directory: the loss of every
+// What the runtime tests read back from a run directory: a file's text, the loss of every
 // step (metrics.jsonl; a step run twice, before and after a resume, keeps its
 // last line) and the state of the last committed checkpoint.
 #pragma once
@@ -10,12 +10,21 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 
 namespace maestro::runtime_testing {
+
+// The whole text of `path` ("" when it cannot be read).
+inline std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 inline std::map<int64_t, double> Losses(const std::string& run_dir) {
   std::map<int64_t, double> losses;

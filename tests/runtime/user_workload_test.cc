@@ -32,15 +32,9 @@ namespace fs = std::filesystem;
 using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
+using runtime_testing::ReadText;
 
 const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 double Mean(const std::map<int64_t, double>& losses, bool first, size_t n) {
   std::vector<double> v;
