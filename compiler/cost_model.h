@@ -27,19 +27,37 @@
 // const and may be called from several threads.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "compiler/device_profile.h"
 #include "compiler/model.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
 
+// What the runtime holds per trained parameter on a device (the memory
+// model follows it): kFp32 = fp32 weights, grads and both AdamW moments
+// (maestro-worker on CPU today, runtime/models/layers.h ModelBuildOptions);
+// kPureBf16 = all four in bf16 (the H100 measurements' configuration,
+// ../shared/research/h100-measurements.md section 1; issue #19 brings it to
+// the worker).
+enum class ParamPrecision { kFp32, kPureBf16 };
+
 // A GPU type with its numbers in SI units.
 struct DeviceType {
   std::string name;
   bool cpu = false;
+  ParamPrecision precision = ParamPrecision::kPureBf16;
+  // The step model's measured tables (compiler/step_model.h): GEMM and
+  // attention efficiency, memory bandwidth, launch floor. Null: the legacy
+  // efficiency curve below (mfu x two saturating curves) prices compute.
+  std::shared_ptr<const DeviceProfile> kernels;
+  // Where `kernels` came from, for the report: "builtin:h100_sxm",
+  // "file:<path>", or "" when none (then `kernels_note` says why).
+  std::string kernels_origin, kernels_note;
   double memory_bytes = 0;
   double reserved_bytes = 0;  // framework, NCCL buffers, fragmentation
   double peak_flops = 0;      // per GPU

@@ -51,6 +51,7 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     DeviceType d;
     d.name = g.name;
     d.cpu = g.cpu;
+    d.precision = g.cpu ? ParamPrecision::kFp32 : ParamPrecision::kPureBf16;
     d.memory_bytes = g.memory_gb * 1e9;
     d.reserved_bytes = g.cpu ? 0.05 * d.memory_bytes : std::min(2e9, 0.1 * d.memory_bytes);
     d.peak_flops = g.tflops_bf16 * 1e12;
