@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/step_model.h"
+
 namespace maestro::compiler {
 
 namespace {
@@ -60,6 +62,23 @@ MeasuredStage InterpolateProfiles(const std::vector<ProfileSpec>& profiles, int 
   if (have_forward) out.forward_share = std::clamp(line(true) / out.seconds, 0.0, 1.0);
   for (const ProfileSpec* p : points) out.optimizer_seconds = std::max(out.optimizer_seconds, p->optimizer_seconds);
   return out;
+}
+
+// The micro-batch the runtime runs for section `s` under `c`.
+PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, double samples, const DeviceType& dev) {
+  PassShape shape;
+  shape.samples = samples;
+  shape.tokens_per_sample = static_cast<double>(s.tokens);
+  shape.attention_context = static_cast<double>(s.attention_context);
+  shape.train = s.trains();
+  shape.recompute = c.recompute;
+  shape.lm_loss = s.lm_loss;
+  shape.kd_teacher_hidden = s.kd_teacher_hidden;
+  shape.tp = c.tp;
+  shape.cp = c.cp;
+  shape.pp = c.pp;
+  shape.activation_bytes = dev.precision == ParamPrecision::kFp32 ? 4 : 2;
+  return shape;
 }
 
 }  // namespace
@@ -137,11 +156,29 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     out.forward_share = m.forward_share;
     out.optimizer_seconds = m.optimizer_seconds;
   } else {
-    const double gemm = samples_per_mb * tokens / cp * h / tp;
-    const double width = h / tp;
-    const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;
-    const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size) * width_eff;
-    stage = samples_per_mb * flops_per_sample_run / (tp * pp * cp) / (dev.peak_flops * std::max(eff, 1e-6));
+    // Compute: the step model from parts when the device has kernel tables
+    // (compiler/step_model.h), else the efficiency curve.
+    bool priced = false;
+    if (dev.kernels && samples_per_mb > 0) {
+      auto pass = PredictSectionPass(s.model, PassShapeOf(s, c, samples_per_mb, dev), *dev.kernels);
+      if (pass.ok()) {
+        const double compute = pass->forward_seconds + pass->backward_seconds;
+        stage = compute;
+        out.forward_share = compute > 0 ? pass->forward_seconds / compute : 0;
+        if (train) {
+          out.optimizer_seconds = pass->optimizer_seconds + std::max(0.0, microbatches - 1) * pass->accumulate_seconds;
+        }
+        out.step_model = true;
+        priced = true;
+      }
+    }
+    if (!priced) {
+      const double gemm = samples_per_mb * tokens / cp * h / tp;
+      const double width = h / tp;
+      const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;
+      const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size) * width_eff;
+      stage = samples_per_mb * flops_per_sample_run / (tp * pp * cp) / (dev.peak_flops * std::max(eff, 1e-6));
+    }
     const int gpn = dev.gpus_per_node;
     const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
     const double act_bytes = samples_per_mb * tokens / cp * h * kBf16;
@@ -164,7 +201,7 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
     out.dp_sync_seconds = 2.0 * (dp - 1) / dp * kBf16 * params_per_gpu / bw;
   }
-  out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds;
+  out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;
 }
 

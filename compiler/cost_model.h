@@ -8,21 +8,28 @@
 // where one matches (same section, GPUs per replica and micro-batch).
 //
 // The formulas (docs/spec.md, "Cost model", has the full list):
-//   compute of one micro-batch on one pipeline stage =
+//   compute of one micro-batch on one pipeline stage:
+//     - on a device with kernel tables (DeviceType::kernels: every GPU type),
+//       the step model from parts (compiler/step_model.h): GEMMs, attention
+//       and the eager op chain's memory-bound kernels, forward and backward
+//       apart, AdamW + .grad accumulation per step;
+//     - otherwise (CPU slots without a `kernels` file) the efficiency curve
 //       mb * FLOPs/sample * (train: 3, +1 with recompute; forward: 1)
 //       / (tp * pp * cp) / (peak * mfu * x / (x + x_half)),
-//   x = mb * tokens / cp * hidden / tp (small GEMMs run below peak),
-//   times w / (w + w_half), w = hidden / tp (narrow per-GPU matrices);
+//       x = mb * tokens / cp * hidden / tp, times w / (w + w_half), w = hidden / tp;
+//     - a measured section profile replaces either;
 //   + TP all-reduces (2 per layer forward, 2 more backward) over NVLink, CP
 //   ring exchanges of K/V, PP sends; a replica runs m micro-batches in
 //   (m + pp - 1) stage times (1F1B); DP: ZeRO-1 reduce-scatter + all-gather of
-//   the bf16 parameters after the last micro-batch (not overlapped).
+//   the bf16 parameters after the last micro-batch (not overlapped); the
+//   optimizer step.
 //   Memory per GPU: bf16 weights 2 B, fp32 grads 4 B, fp32 master + Adam
 //   12 B / dp per parameter of the rank's share P / (tp * pp); activations
 //   34 * h / tp bytes per token per layer (flash attention, sequence
 //   parallel), 2 * h / tp with recomputation, L layers of one micro-batch in
 //   flight under 1F1B; fp32 logits for training decoders; a fixed reserve.
-// May call: base, plan, compiler/model.h, compiler/spec.h.
+// May call: base, plan, compiler/model.h, compiler/spec.h, compiler/step_model.h,
+// compiler/device_profile.h.
 // Thread safety: a CostModel is immutable after construction; Evaluate is
 // const and may be called from several threads.
 #pragma once
@@ -92,9 +99,12 @@ struct SectionWork {
   ModelFacts facts;  // at `tokens`
   plan::SectionMode mode = plan::SectionMode::kTrain;
   std::string activation = "always";
-  double active_fraction = 1.0;  // share of the samples that activate it
-  int64_t tokens = 1;            // tokens per active sample
-  int device = 0;                // index into the DeviceType list
+  double active_fraction = 1.0;   // share of the samples that activate it
+  int64_t tokens = 1;             // tokens per active sample
+  int64_t attention_context = 0;  // tokens one attention spans (a ViT: one image's patches); 0 = tokens
+  bool lm_loss = false;           // a decoder sink that trains: LM head + cross-entropy run here
+  int64_t kd_teacher_hidden = 0;  // a KD student: the teacher head (this hidden -> vocab) and KL run here
+  int device = 0;                 // index into the DeviceType list
   // Pins (0 = free).
   int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
   std::vector<ProfileSpec> profiles;
@@ -130,8 +140,9 @@ struct SectionCost {
   double step_seconds = 0;           // the section's busy time per step
   double useful_flops_per_step = 0;  // forward (+ backward) of its active samples
   bool measured = false;             // a profile replaced the analytic compute
-  double forward_share = 0;          // measured forward / (forward + backward); 0: unknown
-  double optimizer_seconds = 0;      // measured optimizer step per replica per step; 0: unknown
+  bool step_model = false;           // the step model from parts priced the compute (device kernel tables)
+  double forward_share = 0;          // forward / (forward + backward), measured or from parts; 0: unknown
+  double optimizer_seconds = 0;      // optimizer step (+ gradient accumulation) per replica per step; 0: unknown
 };
 
 class CostModel {

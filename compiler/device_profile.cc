@@ -251,4 +251,19 @@ StatusOr<DeviceProfile> BuiltinDeviceProfile(const std::string& name) {
   return ParseDeviceProfile(it->second, "embedded:compiler/devices/" + name + ".json");
 }
 
+DeviceProfile ScaledToPeak(const DeviceProfile& p, double peak_flops) {
+  DeviceProfile out = p;
+  const double f = p.peak_flops > 0 ? peak_flops / p.peak_flops : 1.0;
+  out.peak_flops = peak_flops;
+  for (auto& row : out.gemm) {
+    for (double& v : row.tflops) v *= f;
+  }
+  for (auto& row : out.attention) {
+    for (double& v : row.fwd_tflops) v *= f;
+    for (double& v : row.fwd_bwd_tflops) v *= f;
+  }
+  out.validation.clear();  // measured on the other GPU
+  return out;
+}
+
 }  // namespace maestro::compiler

@@ -71,4 +71,13 @@ StatusOr<DeviceProfile> LoadDeviceProfileFile(const std::string& path);
 StatusOr<DeviceProfile> BuiltinDeviceProfile(const std::string& name);
 std::vector<std::string> BuiltinDeviceProfileNames();
 
+// The device profile a GPU type without one of its own is priced with
+// (docs/step_model.md, "Unknown GPU types").
+inline constexpr const char* kDefaultDeviceProfile = "h100_sxm";
+
+// `p` with every GEMM and attention rate and the peak scaled by
+// peak_flops / p.peak_flops: a GPU type known only by its peak, assumed to
+// reach the same share of it at every shape. Bandwidth and launch floor stay.
+DeviceProfile ScaledToPeak(const DeviceProfile& p, double peak_flops);
+
 }  // namespace maestro::compiler

@@ -86,9 +86,16 @@ std::string ExplainSection(const CostModel& model, const PlannerOptions& o, cons
       HumanBytes(c.memory.weights), HumanBytes(c.memory.gradients), HumanBytes(c.memory.optimizer), c.config.dp,
       HumanBytes(c.memory.activations), HumanBytes(c.memory.reserved), HumanBytes(c.memory.total()),
       HumanBytes(d.memory_bytes));
-  t += fmt::format("  time per step: {:.4g} micro-batches x {:.4g} s per stage{} + DP sync {:.4g} s = {:.4g} s{}\n",
-                   c.microbatches, c.stage_seconds, c.config.pp > 1 ? fmt::format(" (+{} fill)", c.config.pp - 1) : "",
-                   c.dp_sync_seconds, c.step_seconds, c.measured ? " (measured profile)" : "");
+  const std::string priced_by = c.measured ? "measured profile"
+                                : c.step_model
+                                    ? fmt::format("step model from parts, {} tables; forward {:.0f}% of a micro-batch",
+                                                  d.kernels_origin, 100 * c.forward_share)
+                                    : fmt::format("efficiency curve, mfu {:.2g}", d.mfu);
+  t += fmt::format(
+      "  time per step: {:.4g} micro-batches x {:.4g} s per stage{} + DP sync {:.4g} s + optimizer {:.4g} s = {:.4g} s "
+      "({})\n",
+      c.microbatches, c.stage_seconds, c.config.pp > 1 ? fmt::format(" (+{} fill)", c.config.pp - 1) : "",
+      c.dp_sync_seconds, c.optimizer_seconds, c.step_seconds, priced_by);
   if (i == bottleneck) {
     t += "  this is the bottleneck section: the other sections got the fewest nodes that keep up with it\n";
   } else {

@@ -145,14 +145,18 @@ std::string BudgetText(const ReportBudget& b) {
   const DeviceType& d = b.device;
   if (d.shared_node) {
     return fmt::format(
-        "local mode: one node of {} '{}' slot(s) ({:.0f} GB, {:.4g} TFLOP/s each) that the sections "
+        "local mode: one node of {} '{}' slot(s) ({:.0f} GB, {:.4g} TFLOP/s each{}) that the sections "
         "share; plan uses {}{}\n",
-        d.gpus_per_node, d.name, d.memory_bytes / 1e9, d.peak_flops / 1e12, b.nodes_held,
+        d.gpus_per_node, d.name, d.memory_bytes / 1e9, d.peak_flops / 1e12,
+        d.kernels ? fmt::format("; kernels {}", d.kernels_origin) : "", b.nodes_held,
         d.shared_cores > 0 ? fmt::format("; the ranks share {} core(s)", d.shared_cores) : "");
   }
-  return fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each); plan holds {} node(s)\n",
-                     d.name, d.nodes, d.gpus_per_node, d.cpu ? "CPU slots" : "GPUs", d.memory_bytes / 1e9,
-                     d.peak_flops / 1e12, b.nodes_held);
+  std::string t =
+      fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each{}); plan holds {} node(s)\n", d.name,
+                  d.nodes, d.gpus_per_node, d.cpu ? "CPU slots" : "GPUs", d.memory_bytes / 1e9, d.peak_flops / 1e12,
+                  d.kernels ? fmt::format("; kernels {}", d.kernels_origin) : "", b.nodes_held);
+  if (!d.kernels_note.empty() && !d.cpu) t += "  note: " + d.kernels_note + "\n";
+  return t;
 }
 
 std::string SectionTable(const std::vector<ReportSection>& sections) {
@@ -377,6 +381,13 @@ std::string ReportJson(const Report& r) {
   js["simulation"] = SimulationJson(r.simulated);
   js["gpus"] = r.gpus;
   js["nodes_per_gpu_type"] = r.nodes_per_gpu_type;
+  nlohmann::json types = nlohmann::json::array();
+  for (const ReportBudget& b : r.budgets) {
+    types.push_back({{"name", b.device.name},
+                     {"kernels", b.device.kernels ? nlohmann::json(b.device.kernels_origin) : nlohmann::json(nullptr)},
+                     {"note", b.device.kernels_note}});
+  }
+  js["gpu_types"] = types;
   AddMonolithicJson(r.monolithic, js);
   js["planner_only"] =
       std::any_of(r.sections.begin(), r.sections.end(), [](const ReportSection& s) { return !s.planner_only.empty(); });

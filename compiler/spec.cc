@@ -59,7 +59,7 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
   TableReader top(d, root, "the spec");
   if (const toml::table* t = top.Table("job")) internal::ReadJob(d, *t, spec.job);
   if (const toml::table* t = top.Table("cluster")) {
-    internal::ReadCluster(d, *t, spec.cluster);
+    internal::ReadCluster(d, *t, base_dir, spec.cluster);
   } else if (!root.get("cluster")) {
     d.Error({}, "the spec needs a [cluster] table (nodes, gpus_per_node, [cluster.gpu.<type>])");
   }

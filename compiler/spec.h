@@ -16,11 +16,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "compiler/device_profile.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
@@ -64,6 +66,16 @@ struct GpuTypeSpec {
   int gpus_per_node = 0;           // 0: [cluster].gpus_per_node
   std::string partition;           // "" = [job].partition
   std::string constraint;          // Slurm --constraint ("" = none)
+  // The step model's tables (compiler/step_model.h, docs/step_model.md):
+  // `type` names a built-in device profile (compiler/devices/<type>.json),
+  // `kernels` a profile file (`maestro profile --kernels -o FILE`), resolved
+  // against the spec's folder. Neither: a GPU type is priced with the
+  // default tables (h100_sxm) scaled to its tflops_bf16 (kernels_note says
+  // so); a CPU slot with the legacy efficiency curve.
+  std::string type, kernels_path;
+  double memory_bandwidth_tbps = 0;  // > 0: overrides the tables' memory bandwidth
+  std::shared_ptr<const DeviceProfile> kernels;
+  std::string kernels_origin, kernels_note;
   SourcePos pos;
 };
 

@@ -126,7 +126,73 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
   r.Finish();
 }
 
-void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c) {
+namespace {
+
+// [cluster.gpu.<name>] type / kernels: the tables the step model prices the
+// type with (GpuTypeSpec::kernels), or the note saying what instead.
+void ReadGpuKernels(Diagnostics& d, TableReader& r, const std::string& base_dir, bool tflops_given, GpuTypeSpec& g) {
+  const std::string where = "[cluster.gpu." + g.name + "]";
+  const bool has_type = r.String("type", &g.type);
+  const bool has_kernels = r.String("kernels", &g.kernels_path);
+  r.Number("memory_bandwidth_tbps", &g.memory_bandwidth_tbps, 1e-6, 1e6);
+  if (has_type && has_kernels) {
+    d.Error(r.PosOfKey("kernels"),
+            fmt::format("{}: give `type` (a built-in GPU type) or `kernels` (a profile file), not both", where));
+    return;
+  }
+  std::optional<DeviceProfile> profile;
+  if (has_type) {
+    auto p = BuiltinDeviceProfile(g.type);
+    if (!p.ok()) {
+      d.Error(r.PosOfKey("type"), fmt::format("{}: type = '{}': {}", where, g.type, p.status().message()));
+      return;
+    }
+    profile = *p;
+    g.kernels_origin = "builtin:" + g.type;
+    if (!tflops_given) g.tflops_bf16 = p->peak_flops / 1e12;
+  } else if (has_kernels) {
+    if (g.kernels_path.empty() || !IsSingleLine(g.kernels_path)) {
+      d.Error(
+          r.PosOfKey("kernels"),
+          fmt::format("{}: kernels must be the path of a device profile (maestro profile --kernels -o FILE)", where));
+      return;
+    }
+    auto p = LoadDeviceProfileFile(JoinPath(base_dir, g.kernels_path));
+    if (!p.ok()) {
+      d.Error(r.PosOfKey("kernels"),
+              fmt::format("{}: kernels = '{}': {} (write one with `maestro profile --kernels -o FILE` on the "
+                          "machine)",
+                          where, g.kernels_path, p.status().message()));
+      return;
+    }
+    profile = *p;
+    g.kernels_origin = "file:" + g.kernels_path;
+    if (!tflops_given) g.tflops_bf16 = p->peak_flops / 1e12;
+  } else if (!g.cpu) {
+    auto p = BuiltinDeviceProfile(kDefaultDeviceProfile);
+    if (!p.ok()) {  // a build without compiler/devices/h100_sxm.json
+      d.Error(g.pos, fmt::format("{}: {}", where, p.status().message()));
+      return;
+    }
+    profile = ScaledToPeak(*p, g.tflops_bf16 * 1e12);
+    g.kernels_origin = fmt::format("default:{}", kDefaultDeviceProfile);
+    g.kernels_note = fmt::format(
+        "GPU type '{}' names no `type` or `kernels`: priced with the {} tables scaled by its tflops_bf16 "
+        "({:.4g} / {:.4g}); docs/step_model.md, \"Unknown GPU types\"",
+        g.name, kDefaultDeviceProfile, g.tflops_bf16, p->peak_flops / 1e12);
+  } else {
+    g.kernels_note = fmt::format(
+        "CPU type '{}' has no `kernels` file: priced with the efficiency curve (mfu {:.2g}); "
+        "`maestro profile --kernels -o FILE` measures this machine's tables",
+        g.name, g.mfu);
+  }
+  if (profile && g.memory_bandwidth_tbps > 0) profile->memory_bytes_per_s = g.memory_bandwidth_tbps * 1e12;
+  if (profile) g.kernels = std::make_shared<const DeviceProfile>(std::move(*profile));
+}
+
+}  // namespace
+
+void ReadCluster(Diagnostics& d, const toml::table& t, const std::string& base_dir, ClusterSpec& c) {
   TableReader r(d, t, "[cluster]");
   c.pos = r.pos();
   r.Int("nodes", &c.nodes, 1, 100000);
@@ -158,6 +224,7 @@ void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c) {
       gr.Number("intra_node_gbps", &g.intra_node_gbps, 1e-6, 1e9);
       gr.Number("inter_node_gbps", &g.inter_node_gbps, 1e-6, 1e9);
       gr.Number("mfu", &g.mfu, 0.01, 1.0);
+      ReadGpuKernels(d, gr, base_dir, gt->get("tflops_bf16") != nullptr, g);
       gr.Int("nodes", &g.nodes, 1, 100000);
       gr.Int("gpus_per_node", &g.gpus_per_node, 1, 1024);
       if (gr.String("partition", &g.partition) && !g.partition.empty() && !IsSbatchValue(g.partition, "")) {

@@ -22,7 +22,7 @@
 namespace maestro::compiler::internal {
 
 void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job);
-void ReadCluster(Diagnostics& d, const toml::table& t, ClusterSpec& c);
+void ReadCluster(Diagnostics& d, const toml::table& t, const std::string& base_dir, ClusterSpec& c);
 void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir, DataSpec& data);
 // [models.<name>] (`pos` is the name's position): an imported hf_config
 // (joined to `base_dir`) or a built-in shape of a `kind`.

@@ -2,6 +2,7 @@
 #include "compiler/step_model.h"
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
 #include <string>
 
@@ -12,59 +13,379 @@ namespace maestro::compiler {
 
 namespace {
 
+// A kernel that does not run (a cast to the dtype a tensor already has).
+constexpr double kNoKernel = -1;
+
+// Where an op sits for pipeline parallelism: the blocks split over the
+// stages; the embedding / patch stem runs on the first, the head and the
+// loss on the last.
+enum class Part { kPre = 0, kBlocks = 1, kPost = 2 };
+enum class Phase { kForward = 0, kBackward = 1 };
+
 // Adds terms; every kernel costs at least the device's launch floor (eager
 // libtorch issues kernels one by one from the CPU; a kernel shorter than the
 // CPU-side cost of issuing it leaves the GPU waiting).
 class StepSum {
  public:
-  explicit StepSum(const DeviceProfile& device) : device_(device) {}
+  StepSum(const DeviceProfile& device, bool train) : device_(device), train_(train) {}
 
+  bool train() const { return train_; }
   double Kernel(double seconds) const { return std::max(seconds, device_.kernel_launch_seconds); }
+  double Gemm1(double m, double k, double n) const {
+    return std::max(2 * m * k * n / device_.GemmFlopsPerSecond(m, k, n), device_.kernel_launch_seconds);
+  }
 
-  void Gemm(const std::string& name, double m, double k, double n, double times = 1) {
-    const double s = times * TrainGemmSeconds(m, k, n, device_);
-    out_.gemm_seconds += s;
-    out_.terms.push_back({"gemm " + name, s, times * 3});
+  // y = x W^T with x (m, k), W (n, k), `times` over; in backward dX (m rows,
+  // inner n) unless the input needs no gradient (pixels, a detached teacher
+  // hidden state) and dW (n rows, inner m) unless W is frozen.
+  void Gemm(const std::string& name, Part part, double m, double k, double n, double times, bool input_grad = true,
+            bool weight_grad = true) {
+    const double fwd = times * Gemm1(m, k, n);
+    double bwd = 0;
+    double kernels = times;
+    if (train_) {
+      if (input_grad) bwd += times * Gemm1(m, n, k), kernels += times;
+      if (weight_grad) bwd += times * Gemm1(n, m, k), kernels += times;
+    }
+    Add(part, Phase::kForward, fwd);
+    Add(part, Phase::kBackward, bwd);
+    out_.gemm_seconds += fwd + bwd;
+    out_.terms.push_back({"gemm " + name, fwd + bwd, kernels});
   }
 
   // Memory-bound kernels: each entry is one kernel's bytes read + written
-  // per token (or per step with tokens = 1); `times` repeats the set (layers).
-  void Memory(const std::string& name, std::initializer_list<double> bytes_per_token, double tokens, double times) {
-    double s = 0;
-    for (double b : bytes_per_token) s += Kernel(b * tokens / device_.memory_bytes_per_s);
+  // per token (or per step with tokens = 1; kNoKernel: skipped); `times`
+  // repeats the set (layers). Backward sets count only when training.
+  void Memory(const std::string& name, Part part, Phase phase, std::initializer_list<double> bytes_per_token,
+              double tokens, double times) {
+    if (phase == Phase::kBackward && !train_) return;
+    double s = 0, kernels = 0;
+    for (double b : bytes_per_token) {
+      if (b < 0) continue;
+      s += Kernel(b * tokens / device_.memory_bytes_per_s);
+      kernels += 1;
+    }
     s *= times;
+    Add(part, phase, s);
     out_.memory_seconds += s;
-    out_.terms.push_back({"memory " + name, s, times * static_cast<double>(bytes_per_token.size())});
+    out_.terms.push_back(
+        {std::string("memory ") + name + (phase == Phase::kForward ? " forward" : " backward"), s, times * kernels});
   }
 
-  void Attention(double seconds, double kernels) {
-    out_.attention_seconds += seconds;
-    out_.terms.push_back({"attention (causal SDPA, forward + backward)", seconds, kernels});
+  // Flash SDPA: `forward_flops` per layer (the compiler's count), `layers`.
+  void Attention(const std::string& name, double forward_flops, double head_dim, double context, double layers) {
+    const double fwd = Kernel(forward_flops / device_.AttentionFlopsPerSecond(head_dim, context, false));
+    double bwd = 0;
+    if (train_) {
+      const double both = Kernel(3 * forward_flops / device_.AttentionFlopsPerSecond(head_dim, context, true));
+      bwd = std::max(both - fwd, device_.kernel_launch_seconds);
+    }
+    Add(Part::kBlocks, Phase::kForward, layers * fwd);
+    Add(Part::kBlocks, Phase::kBackward, layers * bwd);
+    out_.attention_seconds += layers * (fwd + bwd);
+    out_.terms.push_back({"attention " + name, layers * (fwd + bwd), layers * (train_ ? 2 : 1)});
   }
 
   // torch::optim::AdamW::step (torch/csrc/api/src/optim/adamw.cpp): per
-  // parameter tensor of `numel` bf16 elements, 8 kernels:
-  // exp_avg.mul_ (r2 w2), .add_(grad) (r4 w2), exp_avg_sq.mul_ (r2 w2),
-  // .addcmul_(grad, grad) (r6 w2), sqrt (r2 w2), / sqrt(bc2) (r2 w2),
-  // .add_(eps) (r2 w2), p.addcdiv_(m, denom) (r6 w2) bytes per element.
-  // Weight decay 0 (decoder_speed.cc) skips p.mul_.
-  void AdamW(const std::string& name, double numel, double tensors) {
+  // parameter tensor of `numel` elements of `elem` bytes, 8 kernels:
+  // exp_avg.mul_ (r1 w1), .add_(grad) (r2 w1), exp_avg_sq.mul_ (r1 w1),
+  // .addcmul_(grad, grad) (r3 w1), sqrt (r1 w1), / sqrt(bc2) (r1 w1),
+  // .add_(eps) (r1 w1), p.addcdiv_(m, denom) (r3 w1) elements. Weight decay
+  // 0 (decoder_speed.cc) skips p.mul_. And autograd's accumulation of a
+  // further micro-batch's gradient into .grad (r2 w1).
+  void Parameters(const std::string& name, double numel, double tensors, double elem) {
     double s = 0;
-    for (double b : {4.0, 6.0, 4.0, 8.0, 4.0, 4.0, 4.0, 8.0}) s += Kernel(b * numel / device_.memory_bytes_per_s);
-    s *= tensors;
-    out_.optimizer_seconds += s;
-    out_.terms.push_back({"optimizer AdamW " + name, s, tensors * 8});
+    for (double e : {2.0, 3.0, 2.0, 4.0, 2.0, 2.0, 2.0, 4.0})
+      s += Kernel(e * elem * numel / device_.memory_bytes_per_s);
+    optimizer_ += s * tensors;
+    accumulate_ += tensors * Kernel(3 * elem * numel / device_.memory_bytes_per_s);
+    optimizer_terms_.push_back({"optimizer AdamW " + name, s * tensors, tensors * 8});
   }
 
-  StepBreakdown Finish() {
-    out_.total_seconds = out_.gemm_seconds + out_.attention_seconds + out_.memory_seconds + out_.optimizer_seconds;
-    return out_;
+  double Seconds(Part part, Phase phase) const {
+    return seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)];
+  }
+  double optimizer() const { return optimizer_; }
+  double accumulate() const { return accumulate_; }
+
+  StepBreakdown Breakdown(bool with_optimizer) const {
+    StepBreakdown out = out_;
+    if (with_optimizer) {
+      out.optimizer_seconds = optimizer_;
+      out.terms.insert(out.terms.end(), optimizer_terms_.begin(), optimizer_terms_.end());
+    }
+    out.total_seconds = out.gemm_seconds + out.attention_seconds + out.memory_seconds + out.optimizer_seconds;
+    return out;
   }
 
  private:
+  void Add(Part part, Phase phase, double s) { seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)] += s; }
+
   const DeviceProfile& device_;
+  bool train_;
+  std::array<std::array<double, 2>, 3> seconds_{};
+  double optimizer_ = 0, accumulate_ = 0;
+  std::vector<StepTerm> optimizer_terms_;
   StepBreakdown out_;
 };
+
+// Bytes of the eager op chains, per element, for activations of `a` bytes.
+struct Bytes {
+  double a;
+  // A kernel reading x and writing y activation-dtype elements (+ fp32 ones).
+  double Act(double x) const { return x * a; }
+  // A cast between the activation dtype and fp32 (none when they are equal).
+  double Cast(double width) const { return a == 4 ? kNoKernel : (a + 4) * width; }
+};
+
+Status CheckTpDivides(const plan::ModelDesc& d, const PassShape& s) {
+  const bool heads_ok = d.heads % s.tp == 0;
+  const bool kv_ok = d.kind != plan::ModelKind::kDecoder || d.kv_heads % s.tp == 0 || s.tp % d.kv_heads == 0;
+  const bool ffn_ok = d.kind == plan::ModelKind::kProjector || d.ffn_hidden % s.tp == 0;
+  if (d.kind != plan::ModelKind::kProjector && (!heads_ok || !kv_ok || !ffn_ok)) {
+    return Status::InvalidArgument("PredictSectionPass: tp = " + std::to_string(s.tp) +
+                                   " must divide heads, kv_heads (or be a multiple of it) and ffn_hidden");
+  }
+  return Status::Ok();
+}
+
+// ---- Decoder (runtime/models/decoder.cc, layers.h; section_runner.cc's loss).
+void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double head_dim = static_cast<double>(d.head_dim > 0 ? d.head_dim : d.hidden / d.heads);
+  const double layers = static_cast<double>(d.layers);
+  const double t = s.attention_context > 0 ? s.attention_context : s.tokens_per_sample;
+  const double h = static_cast<double>(d.hidden);
+  const double q = static_cast<double>(d.heads / s.tp) * head_dim;  // query width on this rank
+  const double kv_heads = d.kv_heads >= s.tp ? static_cast<double>(d.kv_heads / s.tp) : 1.0;
+  const double kv = kv_heads * head_dim;  // key / value width on this rank
+  const double f = static_cast<double>(d.ffn_hidden / s.tp);
+  const double vocab = static_cast<double>(d.vocab);
+  const bool gqa = kv < q;
+  const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
+  const auto kF = Phase::kForward;
+  const auto kB = Phase::kBackward;
+
+  // ---- GEMMs (GqaAttention, SwiGluMlp).
+  sum.Gemm("attn.q_proj", Part::kBlocks, m, h, q, layers);
+  sum.Gemm("attn.k_proj + v_proj", Part::kBlocks, m, h, kv, 2 * layers);
+  sum.Gemm("attn.o_proj", Part::kBlocks, m, q, h, layers);
+  sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * layers);
+  sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
+
+  // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
+  // as compiler/model.h counts them (4 * T/2 * q per token forward).
+  sum.Attention("(causal SDPA)", 4 * all_tokens / s.cp * (t / 2) * q, head_dim, t, layers);
+
+  // ---- Memory-bound kernels, bytes read + written per token. RmsNorm
+  // (layers.h), forward: to(f32) (r a w4); pow(2) r4 w4; mean r4; + eps;
+  // rsqrt; x32 * r r4 w4; to(dtype) r4 w a; weight * (r a w a).
+  const std::initializer_list<double> norm_fwd = {b.Cast(h), 8 * h, 4 * h, 0.0, 0.0, 8 * h, b.Cast(h), b.Act(2 * h)};
+  // Its autograd backward: g * weight (r a w a); g * normed (r 1.5a w a)
+  // and its sum over tokens (r a); to(dtype)' (cast); g * rsqrt (r4 w4);
+  // g * x32 (r8 w4) and its row sum (r4); rsqrt' and + eps' scalars; mean'
+  // expand (w4); pow' 2 * x * g (r8 w4); accumulating the two grads of x32
+  // (r8 w4); to(f32)' (cast).
+  const std::initializer_list<double> norm_bwd = {b.Act(2 * h), b.Act(3 * h), b.Act(h), b.Cast(h), 8 * h,
+                                                  12 * h,       4 * h,        0.0,      0.0,       4 * h,
+                                                  12 * h,       12 * h,       b.Cast(h)};
+  sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kF, norm_fwd, m, 2 * layers);
+  sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kB, norm_bwd, m, 2 * layers);
+  sum.Memory("final rms_norm", Part::kPost, kF, norm_fwd, m, 1);
+  sum.Memory("final rms_norm", Part::kPost, kB, norm_bwd, m, 1);
+  // RoPE (ApplyRope): -x2 (half the width, r w), cat (r1 w1), x * cos, rotated
+  // * sin (r1 w1 each, the tables broadcast), + (r2 w1); per element of q or k.
+  for (const auto& [what, w] : {std::pair<const char*, double>{"rope q", q}, {"rope k", kv}}) {
+    sum.Memory(what, Part::kBlocks, kF, {b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w)}, m, layers);
+    // Backward: g * sin, g * cos, neg', the two narrow' (zero + copy into the
+    // full width), two accumulations.
+    sum.Memory(what, Part::kBlocks, kB,
+               {b.Act(2 * w), b.Act(2 * w), b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w), b.Act(3 * w)}, m,
+               layers);
+  }
+  if (gqa) {
+    // repeat_interleave of K and V to H heads (r kv w q, each) and its
+    // backward, a sum over the group (r q w kv, each).
+    sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kF, {b.Act(kv + q), b.Act(kv + q)}, m, layers);
+    sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kB, {b.Act(q + kv), b.Act(q + kv)}, m, layers);
+  }
+  // SDPA output (B, H, T, D) -> transpose(1, 2).reshape: a copy; in
+  // backward, grad_out made contiguous for flash, and the grads of q, k, v
+  // back from (B, H, T, D) to (B, T, H*D) rows for the GEMMs.
+  sum.Memory("attention output layout copy", Part::kBlocks, kF, {b.Act(2 * q)}, m, layers);
+  sum.Memory("attention layout copies", Part::kBlocks, kB, {b.Act(2 * q), b.Act(2 * q), b.Act(2 * kv), b.Act(2 * kv)},
+             m, layers);
+  if (qkv_bias) {
+    sum.Memory("qkv bias grads (row sums)", Part::kBlocks, kB, {b.Act(q), b.Act(kv), b.Act(kv)}, m, layers);
+  }
+  // SwiGLU: silu (r1 w1), * up (r2 w1); backward g * up, g * silu, silu'.
+  sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
+  sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  // Residual adds (r2 w1) x 2; backward: the residual stream's grad
+  // accumulated at the two branch points, the normed input's grads from
+  // q/k/v (2 adds) and from gate/up (1 add).
+  sum.Memory("residual adds", Part::kBlocks, kF, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
+  sum.Memory("gradient accumulations (residual, shared inputs)", Part::kBlocks, kB,
+             {b.Act(3 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h)}, m, layers);
+  // Embedding: gather forward (r1 w1); backward: index scatter (r1 w1) per
+  // token, the dense (V, h) grad zeroed (w1 per element).
+  sum.Memory("embedding gather", Part::kPre, kF, {b.Act(2 * h)}, m, 1);
+  sum.Memory("embedding scatter", Part::kPre, kB, {b.Act(2 * h)}, m, 1);
+  sum.Memory("embedding dense grad", Part::kPre, kB, {b.Act(vocab * h)}, 1, 1);
+
+  if (s.lm_loss) {
+    // The LM head (not split by TP: decoder.cc shards only the blocks).
+    sum.Gemm("lm_head", Part::kPost, m, h, vocab, 1);
+    // Vocabulary pass (section_runner.cc PerSampleLoss): logits.to(f32),
+    // log_softmax (r4 w4), nll gather (scalar); backward: nll' zero-filled
+    // fp32 grad (w4) + scatter, log_softmax' (r8 w4), to(f32)'.
+    sum.Memory("logits fp32 + cross-entropy", Part::kPost, kF, {b.Cast(vocab), 8 * vocab, 0.0}, m, 1);
+    sum.Memory("logits fp32 + cross-entropy", Part::kPost, kB, {4 * vocab, 0.0, 12 * vocab, b.Cast(vocab)}, m, 1);
+    // Tied weights: the LM head's dW added to the embedding's grad (r2 w1).
+    if (d.tie_embeddings) sum.Memory("tied embedding grad accumulation", Part::kPost, kB, {b.Act(3 * vocab * h)}, 1, 1);
+  }
+  if (s.kd_teacher_hidden > 0) {
+    // KD (PerSampleLoss with teacher logits): the frozen teacher head on the
+    // detached teacher hidden state, then the temperature-scaled KL.
+    const double v = vocab;
+    sum.Gemm("kd teacher_head (frozen)", Part::kPost, m, static_cast<double>(s.kd_teacher_hidden), v, 1, false, false);
+    // Forward: teacher to(f32), / T; student to(f32), / T, log_softmax;
+    // teacher log_softmax, exp, (t - s), *, sum.
+    sum.Memory("kd KL", Part::kPost, kF,
+               {b.Cast(v), 8 * v, b.Cast(v), 8 * v, 8 * v, 8 * v, 8 * v, 12 * v, 12 * v, 4 * v}, m, 1);
+    // Backward (the student side): sum' expand, mul', sub', log_softmax',
+    // / T', to(f32)', and the accumulation into the logits' grad.
+    sum.Memory("kd KL", Part::kPost, kB, {4 * v, 12 * v, 8 * v, 12 * v, 8 * v, b.Cast(v), b.Act(3 * v)}, m, 1);
+  }
+
+  // ---- Parameters of this rank (optimizer and .grad accumulation).
+  const double e = b.a;
+  sum.Parameters("attention weights (q)", h * q, layers, e);
+  sum.Parameters("attention weights (k, v)", h * kv, 2 * layers, e);
+  sum.Parameters("attention weights (o)", q * h, layers, e);
+  sum.Parameters("mlp weights", h * f, 3 * layers, e);
+  sum.Parameters("norm weights", h, 2 * layers + 1, e);
+  if (qkv_bias) {
+    sum.Parameters("q bias", q, layers, e);
+    sum.Parameters("k, v biases", kv, 2 * layers, e);
+  }
+  sum.Parameters("embedding (+ lm_head when untied)", vocab * h, d.tie_embeddings ? 1 : 2, e);
+}
+
+// ---- Encoder blocks (runtime/models/encoders.cc EncoderBlockImpl): pre-norm
+// LayerNorm (one fused kernel; backward: input grad + weight/bias grads),
+// q/k/v (fused or separate) and out projections with biases, non-causal
+// SDPA per context, a 2-layer MLP with GELU (or quick GELU: 3 kernels).
+void AddEncoderBlocks(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens,
+                      double context) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double layers = static_cast<double>(d.layers);
+  const double h = static_cast<double>(d.hidden);
+  const double w = h / s.tp;  // attention width on this rank
+  const double f = static_cast<double>(d.ffn_hidden / s.tp);
+  const double head_dim = h / static_cast<double>(d.heads);
+  const bool quick_gelu = ExtraFlag(d, "quick_gelu", false);
+  const auto kF = Phase::kForward;
+  const auto kB = Phase::kBackward;
+  sum.Gemm("attn.qkv", Part::kBlocks, m, h, 3 * w, layers);
+  sum.Gemm("attn.out", Part::kBlocks, m, w, h, layers);
+  sum.Gemm("mlp.fc1", Part::kBlocks, m, h, f, layers);
+  sum.Gemm("mlp.fc2", Part::kBlocks, m, f, h, layers);
+  // Every sequence attends within its context (one image's patches, one
+  // clip's frames): 4 * context * width FLOPs per token forward.
+  sum.Attention("(SDPA, per context)", 4 * all_tokens / s.cp * context * w, head_dim, context, layers);
+  sum.Memory("layer_norm, 2 per layer", Part::kBlocks, kF, {b.Act(2 * h)}, m, 2 * layers);
+  sum.Memory("layer_norm, 2 per layer", Part::kBlocks, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 2 * layers);
+  sum.Memory("attention layout copies", Part::kBlocks, kF, {b.Act(2 * w)}, m, layers);
+  sum.Memory("attention layout copies", Part::kBlocks, kB, {b.Act(2 * w), b.Act(6 * w)}, m, layers);
+  if (quick_gelu) {
+    sum.Memory("quick_gelu", Part::kBlocks, kF, {b.Act(2 * f), b.Act(2 * f), b.Act(3 * f)}, m, layers);
+    sum.Memory("quick_gelu", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  } else {
+    sum.Memory("gelu", Part::kBlocks, kF, {b.Act(2 * f)}, m, layers);
+    sum.Memory("gelu", Part::kBlocks, kB, {b.Act(3 * f)}, m, layers);
+  }
+  sum.Memory("bias grads (row sums)", Part::kBlocks, kB, {b.Act(3 * w), b.Act(h), b.Act(f), b.Act(h)}, m, layers);
+  sum.Memory("residual adds", Part::kBlocks, kF, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
+  sum.Memory("gradient accumulations (residual)", Part::kBlocks, kB, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
+  const double e = b.a;
+  sum.Parameters("attention weights (qkv, out)", h * w, 4 * layers, e);
+  sum.Parameters("mlp weights", h * f, 2 * layers, e);
+  sum.Parameters("biases and layer norms", h, 6 * layers, e);
+  sum.Parameters("mlp bias", f, layers, e);
+}
+
+void AddLayerNorm(StepSum& sum, const char* name, Part part, const Bytes& b, double h, double m) {
+  sum.Memory(name, part, Phase::kForward, {b.Act(2 * h)}, m, 1);
+  sum.Memory(name, part, Phase::kBackward, {b.Act(3 * h), b.Act(2 * h)}, m, 1);
+  sum.Parameters(name, h, 2, b.a);
+}
+
+void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double h = static_cast<double>(d.hidden);
+  const double temporal = ExtraValue(d, "temporal_patch", 1);
+  const double patch_in = static_cast<double>(d.channels) * temporal * static_cast<double>(d.patch_size * d.patch_size);
+  const double context = s.attention_context > 0 ? s.attention_context : s.tokens_per_sample;
+  // The patch stem: a conv with stride = kernel is a GEMM over patches; the
+  // pixels need no gradient.
+  sum.Gemm("patch_embed (conv as GEMM)", Part::kPre, m, patch_in, h, 1, /*input_grad=*/false);
+  sum.Memory("position embedding add", Part::kPre, Phase::kForward, {b.Act(3 * h)}, m, 1);
+  sum.Memory("position embedding grad", Part::kPre, Phase::kBackward, {b.Act(2 * h)}, m, 1);
+  sum.Parameters("patch_embed", patch_in * h, 1, b.a);
+  sum.Parameters("position embedding", h * context, 1, b.a);
+  if (ExtraFlag(d, "pre_norm", false)) AddLayerNorm(sum, "pre_norm", Part::kPre, b, h, m);
+  AddEncoderBlocks(sum, d, s, m, all_tokens, context);
+  if (ExtraFlag(d, "final_norm", true)) AddLayerNorm(sum, "final_norm", Part::kPost, b, h, m);
+  const double merge = ExtraValue(d, "spatial_merge", 0);
+  if (merge > 0) {
+    // Patch merger (Qwen2-VL): LayerNorm, then merge^2 neighbours' rows as one
+    // (h merge^2 wide), fc1, GELU, fc2 to out_dim.
+    const double in = h * merge * merge;
+    const double mid = ExtraValue(d, "merger_hidden", 0) > 0 ? ExtraValue(d, "merger_hidden", 0) : in;
+    const double rows = m / (merge * merge);
+    const double out = static_cast<double>(d.out_dim);
+    AddLayerNorm(sum, "merger_norm", Part::kPost, b, h, m);
+    sum.Gemm("merger.fc1", Part::kPost, rows, in, mid, 1);
+    sum.Memory("merger gelu", Part::kPost, Phase::kForward, {b.Act(2 * mid)}, rows, 1);
+    sum.Memory("merger gelu", Part::kPost, Phase::kBackward, {b.Act(3 * mid)}, rows, 1);
+    sum.Gemm("merger.fc2", Part::kPost, rows, mid, out, 1);
+    sum.Parameters("merger weights", in * mid + mid * out, 1, b.a);
+  }
+}
+
+void AddAudio(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double h = static_cast<double>(d.hidden);
+  const double mel = static_cast<double>(d.mel_bins);
+  const double context = s.attention_context > 0 ? s.attention_context : s.tokens_per_sample;
+  // conv1 (mel -> h, kernel 3) at the frame rate (2 m rows; the mel input
+  // needs no gradient), GELU; conv2 (h -> h, kernel 3, stride 2), GELU; the
+  // position embedding add.
+  sum.Gemm("conv1 (as GEMM)", Part::kPre, 2 * m, 3 * mel, h, 1, /*input_grad=*/false);
+  sum.Memory("conv1 gelu", Part::kPre, Phase::kForward, {b.Act(4 * h)}, m, 1);
+  sum.Memory("conv1 gelu", Part::kPre, Phase::kBackward, {b.Act(6 * h)}, m, 1);
+  sum.Gemm("conv2 (as GEMM)", Part::kPre, m, 3 * h, h, 1);
+  sum.Memory("conv2 gelu + position add", Part::kPre, Phase::kForward, {b.Act(2 * h), b.Act(3 * h)}, m, 1);
+  sum.Memory("conv2 gelu", Part::kPre, Phase::kBackward, {b.Act(3 * h)}, m, 1);
+  sum.Parameters("convs", 3 * mel * h + 3 * h * h, 2, b.a);
+  AddEncoderBlocks(sum, d, s, m, all_tokens, context);
+  AddLayerNorm(sum, "final_norm", Part::kPost, b, h, m);
+}
+
+// runtime/models/encoders.cc MlpProjector: Linear(in -> out), GELU,
+// Linear(out -> out), with biases.
+void AddProjector(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double in = static_cast<double>(d.in_dim), out = static_cast<double>(d.out_dim);
+  sum.Gemm("fc1", Part::kBlocks, m, in, out, 1);
+  sum.Memory("gelu", Part::kBlocks, Phase::kForward, {b.Act(2 * out)}, m, 1);
+  sum.Memory("gelu", Part::kBlocks, Phase::kBackward, {b.Act(3 * out)}, m, 1);
+  sum.Gemm("fc2", Part::kBlocks, m, out, out, 1);
+  sum.Memory("bias grads", Part::kBlocks, Phase::kBackward, {b.Act(out), b.Act(out)}, m, 1);
+  sum.Parameters("weights", in * out + out * out, 1, b.a);
+  sum.Parameters("biases", out, 2, b.a);
+}
 
 }  // namespace
 
@@ -75,6 +396,57 @@ double TrainGemmSeconds(double m, double k, double n, const DeviceProfile& devic
   // forward y (m, n) = x (m, k) W^T; dX (m, k) = dY (m, n) W: m rows, inner n;
   // dW (n, k) = dY^T (n, m) x: n rows, inner m.
   return one(m, k, n) + one(m, n, k) + one(n, m, k);
+}
+
+StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassShape& shape,
+                                       const DeviceProfile& device) {
+  if (desc.experts > 0) {
+    return Status::InvalidArgument(
+        "PredictSectionPass: MoE blocks are not modelled yet (experts = " + std::to_string(desc.experts) + ")");
+  }
+  MAESTRO_RETURN_IF_ERROR(CheckModelShape(desc, "PredictSectionPass"));
+  if (!(shape.samples > 0) || !(shape.tokens_per_sample > 0) || shape.tp < 1 || shape.cp < 1 || shape.pp < 1 ||
+      (shape.activation_bytes != 2 && shape.activation_bytes != 4)) {
+    return Status::InvalidArgument(
+        "PredictSectionPass: samples and tokens_per_sample must be > 0, tp, cp, pp >= 1, activation_bytes 2 or 4");
+  }
+  MAESTRO_RETURN_IF_ERROR(CheckTpDivides(desc, shape));
+  const double all_tokens = shape.samples * shape.tokens_per_sample;
+  const double m = all_tokens / shape.cp;  // rows of every GEMM on this rank
+  StepSum sum(device, shape.train);
+  switch (desc.kind) {
+    case plan::ModelKind::kDecoder: AddDecoder(sum, desc, shape, m, all_tokens); break;
+    case plan::ModelKind::kVit: AddVit(sum, desc, shape, m, all_tokens); break;
+    case plan::ModelKind::kAudioEncoder: AddAudio(sum, desc, shape, m, all_tokens); break;
+    case plan::ModelKind::kProjector: AddProjector(sum, desc, shape, m); break;
+  }
+  PassTimes out;
+  const auto at = [&](Part part) {
+    return std::pair<double, double>{sum.Seconds(part, Phase::kForward), sum.Seconds(part, Phase::kBackward)};
+  };
+  auto [pre_f, pre_b] = at(Part::kPre);
+  auto [blk_f, blk_b] = at(Part::kBlocks);
+  auto [post_f, post_b] = at(Part::kPost);
+  if (shape.train && shape.recompute) blk_b += blk_f;  // the blocks' forward again before their backward
+  if (shape.pp == 1) {
+    out.forward_seconds = pre_f + blk_f + post_f;
+    out.backward_seconds = pre_b + blk_b + post_b;
+  } else {
+    // The busiest stage: its share of the blocks plus the heavier end.
+    const bool post_heavier = post_f + post_b >= pre_f + pre_b;
+    out.forward_seconds = blk_f / shape.pp + (post_heavier ? post_f : pre_f);
+    out.backward_seconds = blk_b / shape.pp + (post_heavier ? post_b : pre_b);
+  }
+  if (shape.train) {
+    out.optimizer_seconds = sum.optimizer() / shape.pp;
+    out.accumulate_seconds = sum.accumulate() / shape.pp;
+  }
+  out.detail = sum.Breakdown(shape.train);
+  const ModelFacts facts = ComputeModelFacts(
+      desc, static_cast<int64_t>(shape.attention_context > 0 ? shape.attention_context : shape.tokens_per_sample));
+  out.detail.model_flops = (shape.train ? 3 : 1) * facts.flops_per_token * all_tokens / (shape.tp * shape.cp);
+  out.detail.mfu = out.detail.model_flops / std::max(out.detail.total_seconds, 1e-30) / device.peak_flops;
+  return out;
 }
 
 StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
@@ -92,106 +464,15 @@ StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc,
     return Status::InvalidArgument("PredictDecoderStepFromParts: tp = " + std::to_string(tp) +
                                    " must divide heads, kv_heads and ffn_hidden");
   }
-  const double head_dim = static_cast<double>(desc.head_dim > 0 ? desc.head_dim : desc.hidden / desc.heads);
-  const double layers = static_cast<double>(desc.layers);
-  const double m = static_cast<double>(micro_batch * seq_len);  // tokens, M of every GEMM
-  const double t = static_cast<double>(seq_len);
-  const double h = static_cast<double>(desc.hidden);
-  const double heads = static_cast<double>(desc.heads / tp);
-  const double q = heads * head_dim;                                     // query width on this rank
-  const double kv = static_cast<double>(desc.kv_heads / tp) * head_dim;  // key / value width on this rank
-  const double f = static_cast<double>(desc.ffn_hidden / tp);
-  const double vocab = static_cast<double>(desc.vocab);
-  const bool gqa = desc.kv_heads != desc.heads;
-  const bool qkv_bias = ExtraFlag(desc, "qkv_bias", false);
-
-  StepSum sum(device);
-  // ---- GEMMs (runtime/models/decoder.cc: GqaAttention, SwiGluMlp, Logits).
-  sum.Gemm("attn.q_proj", m, h, q, layers);
-  sum.Gemm("attn.k_proj + v_proj", m, h, kv, 2 * layers);
-  sum.Gemm("attn.o_proj", m, q, h, layers);
-  sum.Gemm("mlp.gate_proj + up_proj", m, h, f, 2 * layers);
-  sum.Gemm("mlp.down_proj", m, f, h, layers);
-  sum.Gemm("lm_head", m, h, vocab, 1);  // not split by TP (decoder.cc shards only the blocks)
-
-  // ---- Attention: flash SDPA on (B, H/tp, T, D), FLOPs as compiler/model.h
-  // counts them (4 * T/2 * q per token forward); forward + backward = 3x.
-  {
-    const double fwd_flops = 4 * m * (t / 2) * q;
-    const double s = 3 * fwd_flops / device.AttentionFlopsPerSecond(head_dim, t, /*forward_and_backward=*/true);
-    sum.Attention(layers * std::max(s, 2 * device.kernel_launch_seconds), 2 * layers);
-  }
-
-  // ---- Memory-bound kernels, bytes read + written per token (bf16 = 2 B,
-  // fp32 = 4 B). A kernel of bytes 0 is a per-token scalar (launch only).
-  // RmsNorm (runtime/models/layers.h), forward: to(f32) r2 w4; pow(2) r4 w4;
-  // mean r4; + eps; rsqrt; x32 * r r4 w4; to(bf16) r4 w2; weight * r2 w2.
-  const auto norm_fwd = {6 * h, 8 * h, 4 * h, 0.0, 0.0, 8 * h, 6 * h, 4 * h};
-  // Its autograd backward: g * weight (r2 w2); g * normed (r4 w2) and its sum
-  // over tokens (r2); to(bf16)' r2 w4; g * rsqrt (r8 w4 -> counted r4 w4);
-  // g * x32 (r8 w4) and its row sum (r4); rsqrt' and +eps' scalars; mean'
-  // expand (w4); pow' 2 * x * g (r8 w4); accumulating the two grads of x32
-  // (r8 w4); to(f32)' r4 w2.
-  const auto norm_bwd = {4 * h, 6 * h, 2 * h, 6 * h, 8 * h, 12 * h, 4 * h, 0.0, 0.0, 4 * h, 12 * h, 12 * h, 6 * h};
-  sum.Memory("rms_norm forward (fp32 chain), 2 per layer + final", norm_fwd, m, 2 * layers + 1);
-  sum.Memory("rms_norm backward (fp32 chain), 2 per layer + final", norm_bwd, m, 2 * layers + 1);
-  // RoPE (ApplyRope): -x2 (half: r1 w1 -> 2 B/elem of the whole), cat (r2 w2),
-  // x * cos (r2 w2), rotated * sin (r2 w2), + (r4 w2); per element of q or k.
-  sum.Memory("rope forward q", {2 * q, 4 * q, 4 * q, 4 * q, 6 * q}, m, layers);
-  sum.Memory("rope forward k", {2 * kv, 4 * kv, 4 * kv, 4 * kv, 6 * kv}, m, layers);
-  // Backward: g * sin, g * cos, neg', the two narrow' (zero + copy into the
-  // full width), two accumulations.
-  sum.Memory("rope backward q", {4 * q, 4 * q, 2 * q, 4 * q, 4 * q, 6 * q, 6 * q}, m, layers);
-  sum.Memory("rope backward k", {4 * kv, 4 * kv, 2 * kv, 4 * kv, 4 * kv, 6 * kv, 6 * kv}, m, layers);
-  if (gqa) {
-    // repeat_interleave of K and V to H heads (r kv w q, each) and its
-    // backward, a sum over the group (r q w kv, each).
-    sum.Memory("gqa repeat_interleave k, v forward", {2 * kv + 2 * q, 2 * kv + 2 * q}, m, layers);
-    sum.Memory("gqa repeat_interleave k, v backward", {2 * q + 2 * kv, 2 * q + 2 * kv}, m, layers);
-  }
-  // SDPA output (B, H, T, D) -> transpose(1, 2).reshape: a copy (r2 w2); in
-  // backward, grad_out made contiguous for flash (r2 w2), and the grads of
-  // q, k, v back from (B, H, T, D) to (B, T, H*D) rows for the GEMMs.
-  sum.Memory("attention layout copies", {4 * q, 4 * q, 4 * q, 4 * kv, 4 * kv}, m, layers);
-  if (qkv_bias) sum.Memory("qkv bias grads (row sums)", {2 * q, 2 * kv, 2 * kv}, m, layers);
-  // SwiGLU: silu (r2 w2), * up (r4 w2); backward g * up, g * silu, silu'.
-  sum.Memory("silu * up forward", {4 * f, 6 * f}, m, layers);
-  sum.Memory("silu * up backward", {6 * f, 6 * f, 6 * f}, m, layers);
-  // Residual adds (r4 w2) x 2; backward: the residual stream's grad
-  // accumulated at the two branch points, the normed input's grads from
-  // q/k/v (2 adds) and from gate/up (1 add).
-  sum.Memory("residual adds forward", {6 * h, 6 * h}, m, layers);
-  sum.Memory("gradient accumulations (residual, shared inputs)", {6 * h, 6 * h, 6 * h, 6 * h, 6 * h}, m, layers);
-  // Vocabulary pass (runtime/decoder_speed.cc, section_runner.cc):
-  // logits.to(f32) (r2 w4), log_softmax (r4 w4), nll gather (scalar);
-  // backward: nll' zero-filled fp32 grad (w4) + scatter, log_softmax'
-  // (r8 w4), to(f32)' (r4 w2).
-  sum.Memory("logits fp32 + cross-entropy forward", {6 * vocab, 8 * vocab, 0.0}, m, 1);
-  sum.Memory("logits fp32 + cross-entropy backward", {4 * vocab, 0.0, 12 * vocab, 6 * vocab}, m, 1);
-  // Embedding: gather forward (r2 w2); backward: index scatter (r2 w2) per
-  // token, the dense (V, h) grad zeroed (w2 per element), and with tied
-  // weights the LM head's dW added to it (r4 w2).
-  sum.Memory("embedding gather + scatter", {4 * h, 4 * h}, m, 1);
-  sum.Memory("embedding dense grad", {2 * vocab * h}, 1, 1);
-  if (desc.tie_embeddings) sum.Memory("tied embedding grad accumulation", {6 * vocab * h}, 1, 1);
-
-  // ---- Optimizer over this rank's parameter tensors.
-  sum.AdamW("attention weights", h * q, layers);
-  sum.AdamW("attention weights (k, v)", h * kv, 2 * layers);
-  sum.AdamW("attention weights (o)", q * h, layers);
-  sum.AdamW("mlp weights", h * f, 3 * layers);
-  sum.AdamW("norm weights", h, 2 * layers + 1);
-  if (qkv_bias) {
-    sum.AdamW("q bias", q, layers);
-    sum.AdamW("k, v biases", kv, 2 * layers);
-  }
-  sum.AdamW("embedding (+ lm_head when untied)", vocab * h, desc.tie_embeddings ? 1 : 2);
-
-  StepBreakdown out = sum.Finish();
-  const ModelFacts facts = ComputeModelFacts(desc, seq_len);
-  out.model_flops = 3 * facts.flops_per_token * m / tp;
-  out.mfu = out.model_flops / out.total_seconds / device.peak_flops;
-  return out;
+  PassShape shape;
+  shape.samples = static_cast<double>(micro_batch);
+  shape.tokens_per_sample = static_cast<double>(seq_len);
+  shape.train = true;
+  shape.lm_loss = true;
+  shape.tp = tp;
+  shape.activation_bytes = 2;
+  MAESTRO_ASSIGN_OR_RETURN(PassTimes pass, PredictSectionPass(desc, shape, device));
+  return pass.detail;
 }
 
 }  // namespace maestro::compiler

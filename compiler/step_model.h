@@ -1,23 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
-// The step model from parts (issue #23, first step): the seconds of one
-// training step of a decoder section on one GPU, as the sum of what the
-// runtime's code really runs (runtime/models/decoder.cc, runtime/models/
-// layers.h, runtime/decoder_speed.cc, torch::optim::AdamW):
+// The step model from parts (issue #23): the seconds of one micro-batch of a
+// section on one GPU (or CPU slot with its own tables), as the sum of what
+// the runtime's code really runs (runtime/models/decoder.cc, encoders.cc,
+// layers.h, runtime/section_runner.cc, torch::optim::AdamW):
 //  - GEMMs: each projection's forward y = x W^T (M tokens, K inner, N output
-//    per TP rank) and its two backward GEMMs with their own shapes
-//    (dX: M x N -> K; dW: N x M -> K), each at the device's measured
-//    efficiency for its shape (DeviceProfile::GemmFlopsPerSecond);
-//  - causal attention, forward + backward, at the measured flash-attention
-//    efficiency for (head_dim, T);
+//    per TP rank) and, when the section trains, its two backward GEMMs with
+//    their own shapes (dX: M x N -> K; dW: N x M -> K), each at the device's
+//    measured efficiency for its shape (DeviceProfile::GemmFlopsPerSecond);
+//  - attention (flash SDPA; causal for decoders, per image / per clip for
+//    encoders), forward and backward, at the measured efficiency for
+//    (head_dim, context); CP splits the queries;
 //  - memory-bound kernels: every elementwise / reduction kernel the eager
 //    code launches (the unfused fp32 RMSNorm chain, RoPE by narrow/cat/mul,
-//    repeat_interleave of K/V, SiLU * up, residual adds, the fp32 logits'
-//    log_softmax + gather, the backward of each, the gradient accumulations),
-//    each max(bytes read + written / bandwidth, the per-kernel launch floor);
+//    repeat_interleave of K/V, SiLU * up, LayerNorm, GELU, residual adds, the
+//    fp32 logits' log_softmax + gather, the KD teacher head and KL, the
+//    backward of each, the gradient accumulations), each max(bytes read +
+//    written / bandwidth, the per-kernel launch floor);
 //  - the optimizer: torch::optim::AdamW's per-parameter loop, 8 kernels per
-//    parameter tensor over bf16 param, grad, m, v.
-// Not modelled yet: TP/CP communication, encoders, MoE, CPU slots, memory.
-// No planner or compiler output uses this yet (docs/step_model.md).
+//    parameter tensor, once per step; and autograd's .grad accumulation for
+//    every micro-batch after the first.
+// Bytes follow the activation dtype (bf16 on GPUs, fp32 on CPU slots: the
+// runtime's ParamPrecision); casts to fp32 vanish when activations are fp32.
+// What it leaves to the caller (compiler/cost_model.cc): TP all-reduces, CP
+// ring exchanges, PP sends, DP gradient sync (communication terms).
+// docs/step_model.md lists every term and its source.
 // May call: compiler/device_profile.h, compiler/model.h, plan.
 // Thread safety: pure functions.
 #pragma once
@@ -33,7 +39,7 @@ namespace maestro::compiler {
 struct StepTerm {
   std::string name;  // e.g. "gemm mlp.gate_proj", "memory rms_norm (fp32 chain)"
   double seconds = 0;
-  double kernels = 0;  // kernel launches per step
+  double kernels = 0;  // kernel launches
 };
 
 struct StepBreakdown {
@@ -47,11 +53,40 @@ struct StepBreakdown {
   std::vector<StepTerm> terms;
 };
 
+// One micro-batch of a section as the runtime runs it.
+struct PassShape {
+  double samples = 1;             // samples in the micro-batch (a mean may be fractional)
+  double tokens_per_sample = 1;   // rows the model processes per sample (a ViT: K images x patches)
+  double attention_context = 0;   // tokens one attention spans (a ViT: one image's patches); 0 = tokens_per_sample
+  bool train = true;              // backward through the section (else forward only, no graph kept)
+  bool recompute = false;         // the blocks' forward again during backward
+  bool lm_loss = false;           // decoder: LM head + fp32 cross-entropy (a sink that trains)
+  int64_t kd_teacher_hidden = 0;  // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
+  int tp = 1, cp = 1, pp = 1;
+  int activation_bytes = 2;  // bf16 2, fp32 4 (parameters and activations share the dtype)
+};
+
+struct PassTimes {
+  double forward_seconds = 0;     // one micro-batch on the busiest pipeline stage
+  double backward_seconds = 0;    // its backward (recompute included)
+  double optimizer_seconds = 0;   // AdamW over this rank's parameters, once per step (0: forward only)
+  double accumulate_seconds = 0;  // adding one more micro-batch's gradients into .grad
+  StepBreakdown detail;           // every term, whole model (all stages), both phases
+};
+
+// REQUIRES: CheckModelShape(desc).ok(); shape.samples > 0; tp, cp, pp >= 1.
+// Refuses MoE blocks (not modelled yet) and TP degrees that do not divide
+// the widths it splits.
+StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassShape& shape,
+                                       const DeviceProfile& device);
+
 // One training step (forward, fp32 cross-entropy, backward, AdamW) of a dense
 // decoder `desc` (plan::ModelKind::kDecoder, no experts) on one TP rank of
 // degree `tp`: (micro_batch, seq_len) token ids, pure bf16 parameters and
-// activations. REQUIRES: CheckModelShape(desc).ok(), tp divides heads,
-// kv_heads and ffn_hidden; micro_batch, seq_len >= 1.
+// activations: PredictSectionPass with lm_loss, one micro-batch, plus the
+// optimizer. What runtime/decoder_speed.cc times and the H100 measurements
+// report. REQUIRES: CheckModelShape(desc).ok(), tp divides heads, kv_heads
+// and ffn_hidden; micro_batch, seq_len >= 1.
 StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
                                                     int tp, const DeviceProfile& device);
 

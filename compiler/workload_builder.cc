@@ -52,6 +52,9 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     d.name = g.name;
     d.cpu = g.cpu;
     d.precision = g.cpu ? ParamPrecision::kFp32 : ParamPrecision::kPureBf16;
+    d.kernels = g.kernels;
+    d.kernels_origin = g.kernels_origin;
+    d.kernels_note = g.kernels_note;
     d.memory_bytes = g.memory_gb * 1e9;
     d.reserved_bytes = g.cpu ? 0.05 * d.memory_bytes : std::min(2e9, 0.1 * d.memory_bytes);
     d.peak_flops = g.tflops_bf16 * 1e12;
@@ -273,6 +276,7 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
     sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
   }
   sw.facts = ComputeModelFacts(sw.model, context > 0 ? context : sw.tokens);
+  sw.attention_context = context > 0 ? context : sw.tokens;
   sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
   sw.pin_tp = s.tp;
   sw.pin_pp = s.pp;
@@ -346,6 +350,23 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
   for (const auto& e : spec.edges) {
     MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
     w.edges.push_back(ew);
+  }
+  // Where the loss runs (runtime/section_runner.cc): a decoder that trains
+  // and hands nothing downstream computes the LM head and the loss; a KD
+  // student also the frozen teacher head on the teacher's hidden state.
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    SectionWork& sw = w.sections[i];
+    if (sw.model.kind != plan::ModelKind::kDecoder || !sw.trains()) continue;
+    const bool sink =
+        std::none_of(w.edges.begin(), w.edges.end(), [&](const EdgeWork& e) { return e.from == static_cast<int>(i); });
+    sw.lm_loss = sink;
+    if (!sink || spec.sections[i].loss.kind != "kd") continue;
+    for (const EdgeWork& e : w.edges) {
+      const SectionWork& up = w.sections[static_cast<size_t>(e.from)];
+      if (e.to == static_cast<int>(i) && up.model.kind == plan::ModelKind::kDecoder) {
+        sw.kd_teacher_hidden = up.model.hidden;
+      }
+    }
   }
   return w;
 }

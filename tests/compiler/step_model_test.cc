@@ -203,5 +203,117 @@ TEST(StepModel, RejectsWhatItDoesNotModel) {
   EXPECT_FALSE(PredictDecoderStepFromParts(Llama32_1B(), 0, 2048, 1, p).ok());
 }
 
+// ---- PredictSectionPass: the terms follow what each section runs.
+
+PassShape Train(double samples, double tokens) {
+  PassShape s;
+  s.samples = samples;
+  s.tokens_per_sample = tokens;
+  s.lm_loss = true;
+  return s;
+}
+
+TEST(SectionPass, ForwardOnlyHasNoBackwardNoOptimizerAndAForwardNoSlowerThanTraining) {
+  const DeviceProfile p = H100();
+  PassShape fwd = Train(2, 4096);
+  fwd.train = false;
+  fwd.lm_loss = false;  // a teacher hands its hidden state on
+  auto teacher = PredictSectionPass(Llama3_8BLayers8(), fwd, p);
+  auto trained = PredictSectionPass(Llama3_8BLayers8(), Train(2, 4096), p);
+  ASSERT_TRUE(teacher.ok() && trained.ok());
+  EXPECT_EQ(teacher->backward_seconds, 0.0);
+  EXPECT_EQ(teacher->optimizer_seconds, 0.0);
+  EXPECT_GT(teacher->forward_seconds, 0.0);
+  EXPECT_LT(teacher->forward_seconds, trained->forward_seconds);  // no LM head, no loss
+  // Training: backward about twice the forward (two GEMMs per projection).
+  EXPECT_GT(trained->backward_seconds / trained->forward_seconds, 1.6);
+  EXPECT_LT(trained->backward_seconds / trained->forward_seconds, 2.6);
+}
+
+TEST(SectionPass, RecomputeAddsTheBlocksForwardToTheBackward) {
+  const DeviceProfile p = H100();
+  PassShape r = Train(2, 4096);
+  r.recompute = true;
+  auto plain = PredictSectionPass(Llama3_8BLayers8(), Train(2, 4096), p);
+  auto again = PredictSectionPass(Llama3_8BLayers8(), r, p);
+  ASSERT_TRUE(plain.ok() && again.ok());
+  EXPECT_DOUBLE_EQ(again->forward_seconds, plain->forward_seconds);
+  const double added = again->backward_seconds - plain->backward_seconds;
+  EXPECT_GT(added, 0.6 * plain->forward_seconds);  // the blocks: most of the forward (8 layers + a 128K head)
+  EXPECT_LT(added, plain->forward_seconds);        // not the LM head and the loss
+}
+
+TEST(SectionPass, PipelineAndContextParallelismSplitTheWork) {
+  const DeviceProfile p = H100();
+  auto one = PredictSectionPass(Llama3_8BLayers8(), Train(2, 8192), p);
+  PassShape pp2 = Train(2, 8192);
+  pp2.pp = 2;
+  PassShape cp2 = Train(2, 8192);
+  cp2.cp = 2;
+  auto staged = PredictSectionPass(Llama3_8BLayers8(), pp2, p);
+  auto split = PredictSectionPass(Llama3_8BLayers8(), cp2, p);
+  ASSERT_TRUE(one.ok() && staged.ok() && split.ok());
+  const double whole = one->forward_seconds + one->backward_seconds;
+  const double stage = staged->forward_seconds + staged->backward_seconds;
+  EXPECT_LT(stage, 0.75 * whole);  // half the blocks plus the LM head's end
+  EXPECT_GT(stage, 0.5 * whole);
+  EXPECT_NEAR(staged->optimizer_seconds, one->optimizer_seconds / 2, 1e-12);
+  const double cp = split->forward_seconds + split->backward_seconds;
+  EXPECT_LT(cp, 0.6 * whole);
+  EXPECT_GT(cp, 0.45 * whole);
+}
+
+TEST(SectionPass, AVitAttendsWithinEachImageNotAcrossTheSample) {
+  const DeviceProfile p = H100();
+  const plan::ModelDesc vit = fixtures::LargeVitModel();  // 64 x 64 = 4096 patches per image
+  PassShape per_image;
+  per_image.samples = 4;
+  per_image.tokens_per_sample = 4 * 4096;  // K = 4 images per sample
+  per_image.attention_context = 4096;
+  PassShape across = per_image;
+  across.attention_context = 4 * 4096;
+  auto a = PredictSectionPass(vit, per_image, p);
+  auto b = PredictSectionPass(vit, across, p);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  EXPECT_NEAR(b->detail.attention_seconds / a->detail.attention_seconds, 4.0, 1.0);
+  EXPECT_DOUBLE_EQ(b->detail.gemm_seconds, a->detail.gemm_seconds);
+}
+
+TEST(SectionPass, EveryKindIsPricedAndFp32MovesMoreBytes) {
+  const DeviceProfile p = H100();
+  plan::ModelDesc projector;
+  projector.kind = plan::ModelKind::kProjector;
+  projector.in_dim = 1280;
+  projector.out_dim = 3584;
+  const std::vector<std::pair<plan::ModelDesc, double>> models = {
+      {Qwen25_05B(), 2048},
+      {fixtures::LargeVitModel(), 4096},
+      {fixtures::AudioEncoderModel({1280, 32, 20, 5120, 128, 3000}), 1500},
+      {projector, 1024}};
+  for (const auto& [m, tokens] : models) {
+    PassShape bf16 = Train(2, tokens);
+    bf16.lm_loss = m.kind == plan::ModelKind::kDecoder;
+    PassShape fp32 = bf16;
+    fp32.activation_bytes = 4;
+    auto a = PredictSectionPass(m, bf16, p);
+    auto b = PredictSectionPass(m, fp32, p);
+    ASSERT_TRUE(a.ok() && b.ok()) << plan::ModelKindName(m.kind) << ": " << a.status().ToString();
+    EXPECT_GT(a->forward_seconds, 0) << plan::ModelKindName(m.kind);
+    EXPECT_GT(a->backward_seconds, 0) << plan::ModelKindName(m.kind);
+    EXPECT_GT(a->optimizer_seconds, 0) << plan::ModelKindName(m.kind);
+    EXPECT_GT(b->detail.memory_seconds, a->detail.memory_seconds) << plan::ModelKindName(m.kind);
+    EXPECT_GT(b->optimizer_seconds, a->optimizer_seconds) << plan::ModelKindName(m.kind);
+    double sum = 0;
+    for (const auto& term : a->detail.terms) sum += term.seconds;
+    EXPECT_NEAR(sum, a->detail.total_seconds, 1e-9 * a->detail.total_seconds);
+  }
+  PassShape bad = Train(2, 2048);
+  bad.tp = 3;
+  EXPECT_FALSE(PredictSectionPass(Qwen25_05B(), bad, p).ok());
+  bad.tp = 1;
+  bad.samples = 0;
+  EXPECT_FALSE(PredictSectionPass(Qwen25_05B(), bad, p).ok());
+}
+
 }  // namespace
 }  // namespace maestro::compiler
