@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
@@ -94,6 +96,9 @@ class StepSum {
   // 0 (decoder_speed.cc) skips p.mul_. And autograd's accumulation of a
   // further micro-batch's gradient into .grad (r2 w1).
   void Parameters(const std::string& name, double numel, double tensors, double elem) {
+    total_numel_ += numel * tensors;
+    total_tensors_ += tensors;
+    elem_ = elem;
     double s = 0;
     for (double e : {2.0, 3.0, 2.0, 4.0, 2.0, 2.0, 2.0, 4.0})
       s += Kernel(e * elem * numel / device_.memory_bytes_per_s);
@@ -105,12 +110,26 @@ class StepSum {
   double Seconds(Part part, Phase phase) const {
     return seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)];
   }
-  double optimizer() const { return optimizer_; }
+  double optimizer() const { return fused_adamw_ ? FusedAdamW() : optimizer_; }
+  void UseFusedAdamW() { fused_adamw_ = true; }
+  // at::_fused_adamw_ (ATen native/cuda/fused_adamw_impl.cu over
+  // MultiTensorApply.cuh): one pass reading param, grad, m, v and writing
+  // param, m, v (7 element accesses); a launch holds at most 36 tensors of
+  // depth 4 and 320 blocks of 65536 elements.
+  double FusedAdamW() const {
+    const double bytes = 7 * elem_ * total_numel_;
+    const double launches = std::max(std::ceil(total_tensors_ / 36.0), std::ceil(total_numel_ / (320.0 * 65536.0)));
+    return std::max(bytes / device_.memory_bytes_per_s, launches * device_.kernel_launch_seconds) +
+           device_.kernel_launch_seconds;
+  }
   double accumulate() const { return accumulate_; }
 
   StepBreakdown Breakdown(bool with_optimizer) const {
     StepBreakdown out = out_;
-    if (with_optimizer) {
+    if (with_optimizer && fused_adamw_) {
+      out.optimizer_seconds = FusedAdamW();
+      out.terms.push_back({"optimizer at::_fused_adamw_", out.optimizer_seconds, std::ceil(total_tensors_ / 36.0)});
+    } else if (with_optimizer) {
       out.optimizer_seconds = optimizer_;
       out.terms.insert(out.terms.end(), optimizer_terms_.begin(), optimizer_terms_.end());
     }
@@ -125,6 +144,8 @@ class StepSum {
   bool train_;
   std::array<std::array<double, 2>, 3> seconds_{};
   double optimizer_ = 0, accumulate_ = 0;
+  double total_numel_ = 0, total_tensors_ = 0, elem_ = 2;
+  bool fused_adamw_ = false;
   std::vector<StepTerm> optimizer_terms_;
   StepBreakdown out_;
 };
@@ -189,10 +210,19 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   const std::initializer_list<double> norm_bwd = {b.Act(2 * h), b.Act(3 * h), b.Act(h), b.Cast(h), 8 * h,
                                                   12 * h,       4 * h,        0.0,      0.0,       4 * h,
                                                   12 * h,       12 * h,       b.Cast(h)};
-  sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kF, norm_fwd, m, 2 * layers);
-  sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kB, norm_bwd, m, 2 * layers);
-  sum.Memory("final rms_norm", Part::kPost, kF, norm_fwd, m, 1);
-  sum.Memory("final rms_norm", Part::kPost, kB, norm_bwd, m, 1);
+  if (s.fused.rms_norm) {
+    // at::rms_norm: one kernel forward (r x, w y, the fp32 rstd per token);
+    // backward: dx (r g, x, w dx) and the weight grad's reduction (r g, x).
+    sum.Memory("rms_norm (at::rms_norm), 2 per layer", Part::kBlocks, kF, {b.Act(2 * h)}, m, 2 * layers);
+    sum.Memory("rms_norm (at::rms_norm), 2 per layer", Part::kBlocks, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 2 * layers);
+    sum.Memory("final rms_norm", Part::kPost, kF, {b.Act(2 * h)}, m, 1);
+    sum.Memory("final rms_norm", Part::kPost, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 1);
+  } else {
+    sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kF, norm_fwd, m, 2 * layers);
+    sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kB, norm_bwd, m, 2 * layers);
+    sum.Memory("final rms_norm", Part::kPost, kF, norm_fwd, m, 1);
+    sum.Memory("final rms_norm", Part::kPost, kB, norm_bwd, m, 1);
+  }
   // RoPE (ApplyRope): -x2 (half the width, r w), cat (r1 w1), x * cos, rotated
   // * sin (r1 w1 each, the tables broadcast), + (r2 w1); per element of q or k.
   for (const auto& [what, w] : {std::pair<const char*, double>{"rope q", q}, {"rope k", kv}}) {
@@ -203,7 +233,7 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
                {b.Act(2 * w), b.Act(2 * w), b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w), b.Act(3 * w)}, m,
                layers);
   }
-  if (gqa) {
+  if (gqa && !s.fused.gqa_in_sdpa) {
     // repeat_interleave of K and V to H heads (r kv w q, each) and its
     // backward, a sum over the group (r q w kv, each).
     sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kF, {b.Act(kv + q), b.Act(kv + q)}, m, layers);
@@ -414,6 +444,7 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
   const double all_tokens = shape.samples * shape.tokens_per_sample;
   const double m = all_tokens / shape.cp;  // rows of every GEMM on this rank
   StepSum sum(device, shape.train);
+  if (shape.fused.adamw) sum.UseFusedAdamW();
   switch (desc.kind) {
     case plan::ModelKind::kDecoder: AddDecoder(sum, desc, shape, m, all_tokens); break;
     case plan::ModelKind::kVit: AddVit(sum, desc, shape, m, all_tokens); break;
@@ -450,7 +481,7 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
 }
 
 StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
-                                                    int tp, const DeviceProfile& device) {
+                                                    int tp, const DeviceProfile& device, const FusedOps& fused) {
   if (desc.kind != plan::ModelKind::kDecoder || desc.experts > 0) {
     return Status::InvalidArgument("PredictDecoderStepFromParts: only dense decoders are modelled (kind = " +
                                    std::string(plan::ModelKindName(desc.kind)) +
@@ -471,6 +502,7 @@ StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc,
   shape.lm_loss = true;
   shape.tp = tp;
   shape.activation_bytes = 2;
+  shape.fused = fused;
   MAESTRO_ASSIGN_OR_RETURN(PassTimes pass, PredictSectionPass(desc, shape, device));
   return pass.detail;
 }

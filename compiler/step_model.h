@@ -53,6 +53,19 @@ struct StepBreakdown {
   std::vector<StepTerm> terms;
 };
 
+// Which of the three standard fusions the runtime's code path uses (issue
+// #19; ../shared/research/h100-measurements.md section 2 measures each):
+// GQA inside SDPA (no repeat_interleave of K and V), at::rms_norm (one
+// kernel forward, two backward, instead of the fp32 chain), and
+// at::_fused_adamw_ (multi-tensor launches over all parameters instead of
+// 8 kernels per parameter tensor). compiler/runtime_support.h says which the
+// runtime has; the model follows it.
+struct FusedOps {
+  bool gqa_in_sdpa = false;
+  bool rms_norm = false;
+  bool adamw = false;
+};
+
 // One micro-batch of a section as the runtime runs it.
 struct PassShape {
   double samples = 1;             // samples in the micro-batch (a mean may be fractional)
@@ -64,6 +77,7 @@ struct PassShape {
   int64_t kd_teacher_hidden = 0;  // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
   int tp = 1, cp = 1, pp = 1;
   int activation_bytes = 2;  // bf16 2, fp32 4 (parameters and activations share the dtype)
+  FusedOps fused;
 };
 
 struct PassTimes {
@@ -88,7 +102,7 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
 // report. REQUIRES: CheckModelShape(desc).ok(), tp divides heads, kv_heads
 // and ffn_hidden; micro_batch, seq_len >= 1.
 StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
-                                                    int tp, const DeviceProfile& device);
+                                                    int tp, const DeviceProfile& device, const FusedOps& fused = {});
 
 // Seconds of a training step's GEMMs for y = x W^T, x (m, k), W (n, k):
 // forward plus both backward GEMMs, each at its own shape's efficiency.

@@ -203,6 +203,46 @@ TEST(StepModel, RejectsWhatItDoesNotModel) {
   EXPECT_FALSE(PredictDecoderStepFromParts(Llama32_1B(), 0, 2048, 1, p).ok());
 }
 
+// ../shared/research/h100-measurements.md section 2: the same decoder step
+// with each of the three fusions and all three, MFU (3 x compiler forward
+// FLOPs / time / 989.4 TFLOP/s). The runtime's variants (today's, and "all
+// three" once #19 lands) must be within 15% like the six cases of section 1;
+// a single fusion on its own (never the runtime's variant) within 20%, the
+// issue's bound for shapes the model was not fitted to. Known gap
+// (docs/step_model.md): fused AdamW alone saves 17-23 ms in the model where
+// the measurement saved 8-9 ms.
+TEST(StepModel, TheThreeFusedVariantsWithin15Percent) {
+  const DeviceProfile p = H100();
+  struct Variant {
+    const char* name;
+    FusedOps fused;
+    double llama_1b_mfu, qwen_05b_mfu;
+    double bound;
+  };
+  const Variant variants[] = {
+      {"as on main", {false, false, false}, 0.340, 0.220, 0.15},
+      {"+ GQA in SDPA", {true, false, false}, 0.344, 0.220, 0.20},
+      {"+ fused RMSNorm", {false, true, false}, 0.391, 0.255, 0.20},
+      {"+ fused AdamW", {false, false, true}, 0.357, 0.235, 0.20},
+      {"all three", {true, true, true}, 0.416, 0.279, 0.15},
+  };
+  for (const Variant& v : variants) {
+    auto llama = PredictDecoderStepFromParts(Llama32_1B(), 4, 2048, 1, p, v.fused);
+    auto qwen = PredictDecoderStepFromParts(Qwen25_05B(), 4, 2048, 1, p, v.fused);
+    ASSERT_TRUE(llama.ok() && qwen.ok());
+    std::printf("%-16s Llama-1B mfu %.3f (measured %.3f)  Qwen-0.5B mfu %.3f (measured %.3f)\n", v.name, llama->mfu,
+                v.llama_1b_mfu, qwen->mfu, v.qwen_05b_mfu);
+    EXPECT_NEAR(llama->mfu / v.llama_1b_mfu, 1.0, v.bound) << v.name;
+    EXPECT_NEAR(qwen->mfu / v.qwen_05b_mfu, 1.0, v.bound) << v.name;
+  }
+  // Each fusion only removes work.
+  auto base = PredictDecoderStepFromParts(Llama32_1B(), 4, 2048, 1, p);
+  auto all = PredictDecoderStepFromParts(Llama32_1B(), 4, 2048, 1, p, {true, true, true});
+  ASSERT_TRUE(base.ok() && all.ok());
+  EXPECT_LT(all->memory_seconds, base->memory_seconds);
+  EXPECT_LT(all->optimizer_seconds, base->optimizer_seconds);
+}
+
 // ---- PredictSectionPass: the terms follow what each section runs.
 
 PassShape Train(double samples, double tokens) {
