@@ -92,6 +92,28 @@ ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
 
 }  // namespace
 
+SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignment& a, double plan_step_seconds) {
+  const auto& devs = model.devices();
+  std::vector<double> work(devs.size(), 0.0);
+  std::vector<int> held(devs.size(), 0);
+  SplitBound out;
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const SectionCost& c = a.sections[i].cost;
+    const size_t d = static_cast<size_t>(w.sections[i].device);
+    const double active = static_cast<double>(model.global_batch()) * w.sections[i].active_fraction;
+    const double microbatches = active / (c.config.dp * c.config.micro_batch);
+    work[d] += c.gpus * (microbatches * c.stage_seconds + c.dp_sync_seconds + c.optimizer_seconds);
+    if (devs[d].shared_node) held[d] += c.gpus;
+  }
+  for (size_t d = 0; d < devs.size(); ++d) {
+    if (!devs[d].shared_node && d < a.nodes_per_device.size()) held[d] = a.nodes_per_device[d] * devs[d].gpus_per_node;
+    out.gpus_held += held[d];
+    if (held[d] > 0) out.step_seconds = std::max(out.step_seconds, work[d] / held[d]);
+  }
+  out.fraction = plan_step_seconds > 0 ? out.step_seconds / plan_step_seconds : 0;
+  return out;
+}
+
 Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult& r, const CompileOptions& options) {
   const Workload& w = r.workload;
   const Assignment& a = r.assignment;
@@ -114,6 +136,7 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
   out.prediction = r.prediction;
   out.simulated = r.simulated;
   out.monolithic = MonolithicOf(model, r);
+  out.split_bound = SplitBoundOf(model, w, a, r.simulated.ok ? r.simulated.step_seconds : a.bottleneck_seconds);
   if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
   return out;
 }
@@ -246,6 +269,12 @@ std::string ReportText(const Report& r) {
   t += "\n";
   t += StepText(r);
   t += MonolithicText(r.monolithic, r.global_batch);
+  if (r.split_bound.step_seconds > 0) {
+    t += fmt::format(
+        "split bound: {:.4g} s/step (the {} GPU(s) held split by each section's work at the plan's per-GPU times: "
+        "no whole nodes, no rounding, no fill or drain); this plan reaches {:.0f}% of it\n",
+        r.split_bound.step_seconds, r.split_bound.gpus_held, 100 * r.split_bound.fraction);
+  }
   std::string planner_only;
   for (const ReportSection& s : r.sections) {
     if (!s.planner_only.empty()) planner_only += fmt::format("  {}: {}\n", s.name, s.planner_only);
@@ -389,6 +418,9 @@ std::string ReportJson(const Report& r) {
   }
   js["gpu_types"] = types;
   AddMonolithicJson(r.monolithic, js);
+  js["split_bound_seconds"] = r.split_bound.step_seconds;
+  js["fraction_of_split_bound"] = r.split_bound.fraction;
+  js["gpus_held"] = r.split_bound.gpus_held;
   js["planner_only"] =
       std::any_of(r.sections.begin(), r.sections.end(), [](const ReportSection& s) { return !s.planner_only.empty(); });
   return js.dump(2);

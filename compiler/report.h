@@ -78,6 +78,20 @@ struct ReportMonolithic {
   double speedup = 0, speedup_analytic = 0, speedup_per_gpu = 0, speedup_per_peak_flops = 0;
 };
 
+// The ideal split (issue #16): the GPUs the plan holds, divided among the
+// sections in proportion to their work, with no whole nodes, no rounding of
+// samples to replicas and micro-batches, and no pipeline fill or drain (a
+// frozen teacher running ahead), at the plan's own per-GPU times. Work of a
+// section = its GPUs x (its active samples / (DP x micro-batch) stage times +
+// DP sync + optimizer). Per GPU type (sections do not move across types):
+// the bound is the largest of sum(work on the type) / GPUs held of the type.
+struct SplitBound {
+  double step_seconds = 0;  // 0: no bound (nothing held)
+  double fraction = 0;      // step_seconds / the plan's predicted (simulated) step
+  int gpus_held = 0;
+};
+SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignment& a, double plan_step_seconds);
+
 struct Report {
   std::string job, spec_path;
   int64_t global_batch = 0, seq_len = 0;
@@ -91,6 +105,7 @@ struct Report {
   StepPrediction prediction;
   SimulatedStep simulated;  // the sectioned plan's
   ReportMonolithic monolithic;
+  SplitBound split_bound;
   // Set when --runtime-support planned for another runtime (a text line only).
   std::string planned_runtime_support;
 };
