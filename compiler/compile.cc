@@ -49,6 +49,24 @@ Status CheckLocalRunsEverything(const Spec& spec, const Assignment& a) {
   return Status::Ok();
 }
 
+// A plan the runtime cannot start (a model feature such as MoE that no
+// configuration avoids) is refused unless the user asked for planner-only
+// plans (--allow-planner-only) or planned for another runtime
+// (--runtime-support): exit 2, naming the section and the feature.
+Status CheckRuntimeRunsEverything(const Spec& spec, const CompileOptions& options, const Assignment& a) {
+  if (options.allow_planner_only || options.support_given) return Status::Ok();
+  for (size_t i = 0; i < a.sections.size(); ++i) {
+    if (!a.sections[i].planner_only.empty()) {
+      return Status::InvalidArgument(
+          AtPos(spec.path, spec.sections[i].pos,
+                fmt::format("section '{}' needs what the runtime cannot run yet ({}): its plan would not start; "
+                            "--allow-planner-only plans it anyway (for the report; the job would fail)",
+                            spec.sections[i].name, a.sections[i].planner_only)));
+    }
+  }
+  return Status::Ok();
+}
+
 // The monolithic baseline, the simulation's refinement of the assignment, and
 // the simulated step of both plans.
 void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const PlannerOptions& po, CompileResult& r) {
@@ -170,6 +188,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   if (!outcome.ok()) return PlanFailureStatus(spec, outcome.failure);
   r.assignment = outcome.assignment;
   MAESTRO_RETURN_IF_ERROR(CheckLocalRunsEverything(spec, r.assignment));
+  MAESTRO_RETURN_IF_ERROR(CheckRuntimeRunsEverything(spec, options, r.assignment));
   PlanBaselineAndSimulate(spec, model, po, r);
 
   // The outputs.
