@@ -197,9 +197,12 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   }
   out.measured = measured;
   out.stage_seconds = stage;
-  if (train && c.dp > 1) {
+  // The gradient sync spans DP x CP: CP ranks hold the same parameters and
+  // each computed the gradient of its own share of the sequence.
+  const double sync_group = dp * cp;
+  if (train && sync_group > 1) {
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-    out.dp_sync_seconds = 2.0 * (dp - 1) / dp * kBf16 * params_per_gpu / bw;
+    out.dp_sync_seconds = 2.0 * (sync_group - 1) / sync_group * kBf16 * params_per_gpu / bw;
   }
   out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;

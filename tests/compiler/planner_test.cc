@@ -95,6 +95,25 @@ TEST(Planner, WithinTwoPercentOfExhaustiveSearchOnRandomForests) {
   EXPECT_GE(g_compared, 9);  // most random instances are feasible: the comparison happened
 }
 
+// CP ranks hold the same parameters: their gradients are summed with the DP
+// replicas' (issue #16), so CP 2 at DP 1 still pays a sync, and CP 2 x DP 2
+// pays the sync of a group of 4.
+TEST(CostModel, TheGradientSyncSpansDataAndContextParallelRanks) {
+  const CostModel model({Gpu("g", 2, 8, 80, 300)}, 32);
+  const SectionWork s = Decoder("llm", 1024, 8, true, 1, 4096);
+  plan::ParallelConfig c;
+  c.micro_batch = 1;
+  EXPECT_EQ(model.Evaluate(s, c).dp_sync_seconds, 0.0);
+  c.cp = 2;
+  const double cp2 = model.Evaluate(s, c).dp_sync_seconds;
+  EXPECT_GT(cp2, 0.0);
+  c.cp = 1;
+  c.dp = 2;
+  EXPECT_DOUBLE_EQ(model.Evaluate(s, c).dp_sync_seconds, cp2);  // the same group of 2, the same bytes
+  c.cp = 2;
+  EXPECT_NEAR(model.Evaluate(s, c).dp_sync_seconds / cp2, (3.0 / 4) / (1.0 / 2), 1e-9);
+}
+
 TEST(CostModel, AMeasuredProfileReplacesTheAnalyticTime) {
   const CostModel model({Gpu("g", 2, 4, 40, 300)}, 32);
   SectionWork s = Decoder("llm", 1024, 8, true, 1, 1024);
