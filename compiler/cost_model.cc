@@ -116,10 +116,14 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   const double h = Hidden(s.model);
   const double layers = Layers(s.model);
 
-  // FLOPs.
-  out.flops_forward_per_sample = tokens * s.facts.flops_per_token;
-  out.flops_backward_per_sample = train ? 2.0 * out.flops_forward_per_sample : 0.0;
-  const double flops_per_sample_run = out.flops_forward_per_sample * (train ? (c.recompute ? 4.0 : 3.0) : 1.0);
+  // FLOPs. A KD student also runs the frozen teacher head (hidden_t -> vocab)
+  // on the teacher's hidden state, forward only (section_runner.cc).
+  const double model_forward = tokens * s.facts.flops_per_token;
+  const double teacher_head =
+      tokens * 2.0 * static_cast<double>(s.kd_teacher_hidden) * static_cast<double>(s.model.vocab);
+  out.flops_forward_per_sample = model_forward + teacher_head;
+  out.flops_backward_per_sample = train ? 2.0 * model_forward : 0.0;
+  const double flops_per_sample_run = model_forward * (train ? (c.recompute ? 4.0 : 3.0) : 1.0);
   out.microbatches = microbatches;
   out.useful_flops_per_step = static_cast<double>(global_batch_) * s.active_fraction *
                               (out.flops_forward_per_sample + out.flops_backward_per_sample);
@@ -177,7 +181,9 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
       const double width = h / tp;
       const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;
       const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size) * width_eff;
-      stage = samples_per_mb * flops_per_sample_run / (tp * pp * cp) / (dev.peak_flops * std::max(eff, 1e-6));
+      // The teacher head is not split by TP (every rank holds it whole).
+      stage = samples_per_mb * (flops_per_sample_run / (tp * pp * cp) + teacher_head / (pp * cp)) /
+              (dev.peak_flops * std::max(eff, 1e-6));
     }
     const int gpn = dev.gpus_per_node;
     const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
