@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       "a device profile (schema maestro.device_profile v1, docs/step_model.md): GEMM and causal-attention "
       "efficiency tables, memory bandwidth, the per-kernel floor, the bf16 peak and one decoder training step, in "
       "the precision the runtime trains in there (bf16 on CUDA, fp32 on the CPU). Defaults: on a GPU the grid of "
-      "compiler/devices/h100_sxm.json (under a minute on an H100), on a CPU a small one (seconds)",
+      "compiler/devices/h100_sxm.json (estimated under a minute on an H100), on a CPU a small one (seconds)",
       "maestro profile --kernels"};
   app.add_option("-o,--out", out, "the device profile to write (JSON; written atomically; its folder must exist)")
       ->required();
