@@ -3,6 +3,9 @@
 //   maestro run spec.toml [-o DIR]       compile, then train on this machine (mpirun)
 //   maestro profile spec.toml [-o DIR]   measure each section's micro-batch times on this
 //                                        machine, in the run's layout, and recompile with them
+//   maestro profile --kernels -o FILE    this machine's device as a device profile for the step
+//                                        model (maestro-kernel-profile: GEMM and attention sweeps,
+//                                        bandwidth, one decoder step; docs/step_model.md)
 //   maestro doctor                       what this machine has: libraries, BLAS, launchers
 //   maestro export OUT --section S -o D  a trained section as a Hugging Face folder (maestro-export)
 #include <sched.h>
@@ -49,6 +52,11 @@ struct ProfileArgs {
   int repeats = 5;
   int calibration_steps = 30;  // 0: keep the sweep as measured
   std::vector<std::string> pins;
+  // --kernels: no spec; maestro-kernel-profile writes a device profile to -o.
+  bool kernels = false;
+  std::string device = "auto";
+  bool quick = false;
+  std::vector<std::string> kernel_args;
 };
 
 // The cores this process may run on (its affinity mask: what mpirun's
@@ -345,6 +353,22 @@ int ProfileCommand(const ProfileArgs& args) {
   return maestro::kExitOk;
 }
 
+// maestro profile --kernels -o FILE: maestro-kernel-profile measures this
+// machine's device (runtime/kernel_profile.h) and writes FILE.
+int KernelProfileCommand(const ProfileArgs& args, bool repeats_given) {
+  std::vector<std::string> command{maestro::cli::SelfDirectory() + "/maestro-kernel-profile", "-o", args.out_dir,
+                                   "--device", args.device};
+  if (args.quick) command.push_back("--quick");
+  if (repeats_given) command.insert(command.end(), {"--repeats", std::to_string(args.repeats)});
+  command.insert(command.end(), args.kernel_args.begin(), args.kernel_args.end());
+  auto rc = maestro::cli::RunProcess(command);
+  if (!rc.ok()) {
+    std::fprintf(stderr, "maestro profile --kernels: %s\n", rc.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  return *rc;
+}
+
 int DoctorCommand() {
   const std::string bin = maestro::cli::SelfDirectory();
   std::printf("PMIx     %s\nMPI      %s\nNCCL     %s\nSQLite   %s\nHDF5     %s\n",
@@ -388,37 +412,74 @@ int main(int argc, char** argv) {
 
   ProfileArgs profile_args;
   auto* profile = app.add_subcommand(
-      "profile", "measure each section's micro-batch times on this machine and recompile the spec with them");
-  profile->add_option("spec", profile_args.spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
-  profile->add_option("-o,--out", profile_args.out_dir, "output directory (plan, report, profile.json)")
-      ->capture_default_str();
+      "profile",
+      "measure each section's micro-batch times on this machine and recompile the spec with them; or, with "
+      "--kernels -o FILE, measure this machine's device (GEMM, attention, bandwidth, one decoder step) into a "
+      "device profile for the step model");
+  auto* profile_spec = profile->add_option("spec", profile_args.spec, "workload spec (TOML); not with --kernels")
+                           ->check(CLI::ExistingFile);
+  auto* profile_out =
+      profile
+          ->add_option("-o,--out", profile_args.out_dir,
+                       "output directory (plan, report, profile.json); with --kernels: the device profile to write")
+          ->capture_default_str();
+  auto* kernels =
+      profile->add_flag("--kernels", profile_args.kernels,
+                        "measure this machine's device instead of a spec's sections: GEMM and causal-attention "
+                        "tables, memory bandwidth, the per-kernel floor and one decoder training step, written to "
+                        "-o FILE as a device profile (docs/step_model.md; maestro-kernel-profile --help lists the "
+                        "grid options)");
+  kernels->excludes(profile_spec)->needs(profile_out);
   profile
-      ->add_option("--ranks", profile_args.ranks,
-                   "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
-      ->check(CLI::PositiveNumber);
-  profile->add_option("--pin", profile_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+      ->add_option("--device", profile_args.device, "with --kernels: auto (CUDA when usable, else the CPU), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->needs(kernels);
+  profile->add_flag("--quick", profile_args.quick, "with --kernels: fewer repeats and grid points (CI on a CPU)")
+      ->needs(kernels);
   profile
-      ->add_option("--micro-batches", profile_args.micro_batches,
-                   "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
-      ->delimiter(',')
-      ->allow_extra_args(false)
-      ->check(CLI::PositiveNumber);
-  profile
-      ->add_option("--gpu-counts", profile_args.gpu_counts,
-                   "also measure every decoder section at these GPU counts (TP degrees), e.g. 1,2; the compiler "
-                   "then plans TP from measurements too")
-      ->delimiter(',')
-      ->allow_extra_args(false)
-      ->check(CLI::PositiveNumber);
-  profile->add_option("--repeats", profile_args.repeats, "timed runs per size; the median is kept")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  profile
-      ->add_option("--calibration-steps", profile_args.calibration_steps,
-                   "train the compiled plan this many steps (after 5 of warm-up) and scale each section's "
-                   "profile to its in-run time; 0: keep the sweep as measured")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+      ->add_option("--kernel-arg", profile_args.kernel_args,
+                   "with --kernels: an extra argument for maestro-kernel-profile, e.g. --kernel-arg=--gemm-m=256,1024 "
+                   "(repeatable)")
+      ->needs(kernels);
+  auto* profile_ranks =
+      profile
+          ->add_option("--ranks", profile_args.ranks,
+                       "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
+          ->check(CLI::PositiveNumber);
+  auto* profile_pins = profile->add_option("--pin", profile_args.pins,
+                                           "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+  auto* profile_micro_batches =
+      profile
+          ->add_option("--micro-batches", profile_args.micro_batches,
+                       "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
+          ->delimiter(',')
+          ->allow_extra_args(false)
+          ->check(CLI::PositiveNumber);
+  auto* profile_gpu_counts =
+      profile
+          ->add_option("--gpu-counts", profile_args.gpu_counts,
+                       "also measure every decoder section at these GPU counts (TP degrees), e.g. 1,2; the compiler "
+                       "then plans TP from measurements too")
+          ->delimiter(',')
+          ->allow_extra_args(false)
+          ->check(CLI::PositiveNumber);
+  auto* profile_repeats =
+      profile
+          ->add_option("--repeats", profile_args.repeats, "timed runs per size (or kernel point); the median is kept")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  auto* profile_calibration =
+      profile
+          ->add_option("--calibration-steps", profile_args.calibration_steps,
+                       "train the compiled plan this many steps (after 5 of warm-up) and scale each section's "
+                       "profile to its in-run time; 0: keep the sweep as measured")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+  // The spec mode's options mean nothing to --kernels.
+  for (auto* spec_only :
+       {profile_ranks, profile_pins, profile_micro_batches, profile_gpu_counts, profile_calibration}) {
+    kernels->excludes(spec_only);
+  }
 
   auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
 
@@ -431,7 +492,13 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*run) return RunCommand(run_args);
-  if (*profile) return ProfileCommand(profile_args);
+  if (*profile) {
+    if (profile_args.kernels) return KernelProfileCommand(profile_args, profile_repeats->count() > 0);
+    if (profile_spec->count() == 0) {
+      return profile->exit(CLI::RequiredError("profile: a spec (maestro profile spec.toml) or --kernels -o FILE"));
+    }
+    return ProfileCommand(profile_args);
+  }
   if (*doctor) return DoctorCommand();
   if (*export_cmd) {
     std::vector<std::string> command{maestro::cli::SelfDirectory() + "/maestro-export"};
