@@ -225,7 +225,7 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
         for (int mb : o.micro_batches) {
           if (mb > 1 && mb * dp > model.global_batch()) break;
           for (int rc = 0; rc < 2; ++rc) {
-            const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0);
+            const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0, o.support);
             if (!SharedConfigRuns(w, c, o)) continue;
             MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
             if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "compiler/memory_model.h"
 #include "compiler/model.h"
 #include "plan/profile.h"
 
@@ -34,7 +35,8 @@ constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
                                          {"cp", &RuntimeSupport::context_parallel},
                                          {"ep", &RuntimeSupport::expert_parallel},
                                          {"moe", &RuntimeSupport::mixture_of_experts},
-                                         {"recompute", &RuntimeSupport::activation_recompute}};
+                                         {"recompute", &RuntimeSupport::activation_recompute},
+                                         {"zero1", &RuntimeSupport::zero1_optimizer_sharding}};
 
 }  // namespace
 
@@ -53,7 +55,9 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     d.cpu = g.cpu;
     d.precision = g.cpu ? ParamPrecision::kFp32 : ParamPrecision::kPureBf16;
     d.memory_bytes = g.memory_gb * 1e9;
-    d.reserved_bytes = g.cpu ? 0.05 * d.memory_bytes : std::min(2e9, 0.1 * d.memory_bytes);
+    // A CPU slot's reserve is what a maestro-worker rank occupies before its
+    // model (compiler/memory_model.h); a GPU's the framework and NCCL share.
+    d.reserved_bytes = g.cpu ? kCpuWorkerBaselineBytes : std::min(2e9, 0.1 * d.memory_bytes);
     d.peak_flops = g.tflops_bf16 * 1e12;
     d.mfu = g.mfu;
     d.half_efficiency_size = g.cpu ? double(1 << 12) : double(1 << 19);
@@ -346,6 +350,18 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
   for (const auto& e : spec.edges) {
     MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
     w.edges.push_back(ew);
+  }
+  // The memory model's view of the graph: a section with an edge out is no
+  // sink; a decoder fed by a decoder is a KD student (runtime/section_runner.cc
+  // holds the teacher's head and logits there).
+  for (const EdgeWork& ew : w.edges) {
+    SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
+    SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
+    up.sink = false;
+    if (up.model.kind == plan::ModelKind::kDecoder && down.model.kind == plan::ModelKind::kDecoder) {
+      down.kd_teacher_hidden = up.model.hidden;
+      down.kd_top_k = spec.sections[static_cast<size_t>(ew.to)].loss.top_k;
+    }
   }
   return w;
 }
