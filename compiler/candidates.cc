@@ -37,7 +37,8 @@ bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
   return m.kind != plan::ModelKind::kDecoder || m.kv_heads % tp == 0 || tp % m.kv_heads == 0;
 }
 
-plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute) {
+plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute,
+                              const RuntimeSupport& support) {
   plan::ParallelConfig c;
   c.tp = tp;
   c.pp = pp;
@@ -45,7 +46,7 @@ plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, b
   c.dp = dp;
   c.micro_batch = micro_batch;
   c.recompute = recompute;
-  c.zero_stage = 1;
+  c.zero_stage = support.zero1_optimizer_sharding ? 1 : 0;
   return c;
 }
 
@@ -72,6 +73,7 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
   if (c.recompute && !rs.activation_recompute) f.push_back("recompute");
+  if (c.zero_stage >= 1 && c.dp > 1 && !rs.zero1_optimizer_sharding) f.push_back("ZeRO-1");
   if (m.experts > 0 && !rs.mixture_of_experts) f.push_back("MoE");
   if (c.dp > 1 && !rs.data_parallel) f.push_back("DP");
   if (c.micro_batch > 1 && !rs.micro_batching) f.push_back("micro-batching");
@@ -129,7 +131,7 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
             if (s.pin_micro_batch && mb != s.pin_micro_batch) continue;
             for (int rc : rcs) {
               if (s.pin_recompute >= 0 && rc != s.pin_recompute) continue;
-              const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0);
+              const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0, o.support);
               if (!o.allow_planner_only && !ConfigOnlyFeatures(m, c, o.support).empty()) continue;
               out.push_back(c);
             }

@@ -40,9 +40,11 @@ struct PlannerOptions {
 std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const SectionWork& section,
                                                    const PlannerOptions& options);
 
-// A configuration with these degrees, micro-batch and recomputation, ZeRO-1
-// (the optimizer sharding every candidate uses).
-plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute);
+// A configuration with these degrees, micro-batch and recomputation; ZeRO-1
+// (zero_stage = 1) only when `support` shards the optimizer states, else
+// zero_stage = 0, so plan.json says what the runtime does.
+plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute,
+                              const RuntimeSupport& support = kRuntimeSupport);
 
 // Encoders and projectors: every kind but the decoder.
 bool IsEncoder(const plan::ModelDesc& model);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/memory_model.h"
 #include "compiler/step_model.h"
 
 namespace maestro::compiler {
@@ -128,26 +129,9 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   out.useful_flops_per_step = static_cast<double>(global_batch_) * s.active_fraction *
                               (out.flops_forward_per_sample + out.flops_backward_per_sample);
 
-  // Memory per GPU.
+  // Memory per GPU (compiler/memory_model.h).
   const double params_per_gpu = static_cast<double>(s.facts.params) / (tp * pp);
-  out.memory.weights = kBf16 * params_per_gpu;
-  if (train) {
-    out.memory.gradients = 4.0 * params_per_gpu;
-    out.memory.optimizer = (c.zero_stage >= 1 ? 12.0 / dp : 12.0) * params_per_gpu;
-  }
-  const double tokens_per_gpu_mb = std::max(1.0, std::ceil(samples_per_mb)) * tokens / cp;
-  const double per_token_layer = (s.model.kind == plan::ModelKind::kProjector ? 4.0 : 34.0) * h / tp;
-  if (train) {
-    const double stored = c.recompute ? (2.0 * h / tp * layers + per_token_layer) : per_token_layer * layers;
-    out.memory.activations = tokens_per_gpu_mb * stored;
-    if (s.model.kind == plan::ModelKind::kDecoder) {
-      // fp32 logits and their gradient on the last stage.
-      out.memory.activations += tokens_per_gpu_mb * static_cast<double>(s.model.vocab) * 8.0 / tp;
-    }
-  } else {
-    out.memory.activations = 2.0 * tokens_per_gpu_mb * per_token_layer;
-  }
-  out.memory.reserved = dev.reserved_bytes;
+  out.memory = EstimateSectionMemory(s, c, microbatches, samples_per_mb, dev);
   out.fits = out.memory.total() <= dev.memory_bytes;
 
   // Time of one micro-batch on one pipeline stage.
@@ -208,7 +192,9 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   const double sync_group = dp * cp;
   if (train && sync_group > 1) {
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-    out.dp_sync_seconds = 2.0 * (sync_group - 1) / sync_group * kBf16 * params_per_gpu / bw;
+    // Ring all-reduce of the gradients in the parameters' dtype.
+    const double grad_bytes = dev.precision == ParamPrecision::kFp32 ? 4.0 : kBf16;
+    out.dp_sync_seconds = 2.0 * (sync_group - 1) / sync_group * grad_bytes * params_per_gpu / bw;
   }
   out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;

@@ -2,8 +2,8 @@
 // The cost model: for one section and one parallel configuration
 // (TP, PP, CP, DP, micro-batch, recomputation) on one GPU type, the FLOPs per
 // sample (forward, backward), the per-GPU memory (weights, gradients,
-// optimizer states sharded over DP by ZeRO-1, activations of the micro-batches
-// in flight) and the time of one step; for an edge, the bytes that cross it
+// optimizer states, activations of the micro-batches in flight:
+// compiler/memory_model.h) and the time of one step; for an edge, the bytes that cross it
 // and the time they take. Measured profiles replace the analytic compute time
 // where one matches (same section, GPUs per replica and micro-batch).
 //
@@ -23,13 +23,13 @@
 //   (m + pp - 1) stage times (1F1B); DP: ZeRO-1 reduce-scatter + all-gather of
 //   the bf16 parameters after the last micro-batch (not overlapped); the
 //   optimizer step.
-//   Memory per GPU: bf16 weights 2 B, fp32 grads 4 B, fp32 master + Adam
-//   12 B / dp per parameter of the rank's share P / (tp * pp); activations
-//   34 * h / tp bytes per token per layer (flash attention, sequence
-//   parallel), 2 * h / tp with recomputation, L layers of one micro-batch in
-//   flight under 1F1B; fp32 logits for training decoders; a fixed reserve.
+//   Memory per GPU: compiler/memory_model.h (what the runtime holds: bytes
+//   per parameter by the device's precision, ZeRO-1 only where the runtime
+//   shards, TP leaving the embedding and LM head whole, a KD student's
+//   teacher head, activations from the layer shapes and the micro-batches in
+//   flight, the device's reserve).
 // May call: base, plan, compiler/model.h, compiler/spec.h, compiler/step_model.h,
-// compiler/device_profile.h.
+// compiler/device_profile.h, compiler/memory_model.h.
 // Thread safety: a CostModel is immutable after construction; Evaluate is
 // const and may be called from several threads.
 #pragma once
@@ -103,11 +103,19 @@ struct SectionWork {
   int64_t tokens = 1;             // tokens per active sample
   int64_t attention_context = 0;  // tokens one attention spans (a ViT: one image's patches); 0 = tokens
   bool lm_loss = false;           // a decoder sink that trains: LM head + cross-entropy run here
-  int64_t kd_teacher_hidden = 0;  // a KD student: the teacher head (this hidden -> vocab) and KL run here
   int device = 0;                 // index into the DeviceType list
   // Pins (0 = free).
   int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
   std::vector<ProfileSpec> profiles;
+  // Its place in the graph (compiler/memory_model.h, compiler/step_model.h):
+  // no edge leaves it (a training decoder computes its logits and loss here),
+  // and for a KD student (a decoder fed by a decoder: runtime/section_runner.cc
+  // holds the teacher's head there) the teacher's hidden width (the head, the
+  // teacher logits and the KL run and live on the student) and the KD loss's
+  // top_k (0: whole vocabulary).
+  bool sink = true;
+  int64_t kd_teacher_hidden = 0;
+  int kd_top_k = 0;
   bool trains() const { return mode == plan::SectionMode::kTrain; }
 };
 

@@ -80,6 +80,10 @@ ReplicaStep EvaluateReplica(const CostModel& model, const Workload& w, const Mon
   for (const auto& s : w.sections) {
     SectionWork sw = s;
     sw.device = d.device;
+    // One process runs every section of a micro-batch, forward then backward
+    // through all of them (the reference's autograd), before the next: no
+    // section keeps another micro-batch's graph or rows (memory_model.h).
+    sw.sink = true;
     const plan::ParallelConfig sc_config = SharedConfigOf(s, c, o);
     const double p = s.active_fraction;
     // Synchronous DP waits for the replica that drew the most active
@@ -175,12 +179,15 @@ MonolithicPlan EvaluateMonolithic(const CostModel& model, const Workload& w, con
 namespace {
 
 // Can every section run under the shared configuration `c`: the runtime
-// runs it (unless o.allow_planner_only: no CP or recomputation, TP and PP
-// runnable for at least one section), the PP stages split every decoder's
+// runs it (unless o.allow_planner_only: CP and recomputation only where the
+// runtime has them, TP and PP runnable for at least one section), the PP stages split every decoder's
 // layers evenly (as CandidateConfigs does), TP splits the heads of every
 // section it splits and CP the tokens?
 bool SharedConfigRuns(const Workload& w, const plan::ParallelConfig& c, const PlannerOptions& o) {
-  if (!o.allow_planner_only && (c.cp > 1 || c.recompute)) return false;
+  // Every option the runtime has (docs/monolithic.md): CP and recomputation
+  // when its table (or --runtime-support) has them.
+  if (!o.allow_planner_only && c.cp > 1 && !o.support.context_parallel) return false;
+  if (!o.allow_planner_only && c.recompute && !o.support.activation_recompute) return false;
   if (!o.allow_planner_only) {
     bool any = false;  // TP/PP must be runnable for at least the decoders
     for (const auto& s : w.sections) any = any || ConfigOnlyFeatures(s.model, c, o.support).empty();
@@ -225,7 +232,7 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
         for (int mb : o.micro_batches) {
           if (mb > 1 && mb * dp > model.global_batch()) break;
           for (int rc = 0; rc < 2; ++rc) {
-            const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0);
+            const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0, o.support);
             if (!SharedConfigRuns(w, c, o)) continue;
             MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
             if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());

@@ -14,7 +14,11 @@
 namespace maestro::compiler {
 
 struct RuntimeSupport {
-  bool data_parallel = true;  // DP (ZeRO-1 optimizer sharding)
+  bool data_parallel = true;  // DP: whole gradients all-reduced, every replica steps a full AdamW
+  // ZeRO-1: AdamW's states sharded over DP (reduce-scatter of gradients,
+  // all-gather of parameters). Off: the planner emits zero_stage = 0 and the
+  // memory model counts the whole optimizer state on every DP rank.
+  bool zero1_optimizer_sharding = false;
   bool micro_batching = true;
   bool tensor_parallel_decoder = true;
   bool tensor_parallel_encoder = false;    // ViT / audio encoder / projector

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "compiler/memory_model.h"
 #include "compiler/model.h"
 #include "plan/profile.h"
 
@@ -34,7 +35,8 @@ constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
                                          {"cp", &RuntimeSupport::context_parallel},
                                          {"ep", &RuntimeSupport::expert_parallel},
                                          {"moe", &RuntimeSupport::mixture_of_experts},
-                                         {"recompute", &RuntimeSupport::activation_recompute}};
+                                         {"recompute", &RuntimeSupport::activation_recompute},
+                                         {"zero1", &RuntimeSupport::zero1_optimizer_sharding}};
 
 }  // namespace
 
@@ -56,7 +58,9 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     d.kernels_origin = g.kernels_origin;
     d.kernels_note = g.kernels_note;
     d.memory_bytes = g.memory_gb * 1e9;
-    d.reserved_bytes = g.cpu ? 0.05 * d.memory_bytes : std::min(2e9, 0.1 * d.memory_bytes);
+    // A CPU slot's reserve is what a maestro-worker rank occupies before its
+    // model (compiler/memory_model.h); a GPU's the framework and NCCL share.
+    d.reserved_bytes = g.cpu ? kCpuWorkerBaselineBytes : std::min(2e9, 0.1 * d.memory_bytes);
     d.peak_flops = g.tflops_bf16 * 1e12;
     d.mfu = g.mfu;
     d.half_efficiency_size = g.cpu ? double(1 << 12) : double(1 << 19);
@@ -351,22 +355,21 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
     MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
     w.edges.push_back(ew);
   }
-  // Where the loss runs (runtime/section_runner.cc): a decoder that trains
-  // and hands nothing downstream computes the LM head and the loss; a KD
-  // student also the frozen teacher head on the teacher's hidden state.
-  for (size_t i = 0; i < w.sections.size(); ++i) {
-    SectionWork& sw = w.sections[i];
-    if (sw.model.kind != plan::ModelKind::kDecoder || !sw.trains()) continue;
-    const bool sink =
-        std::none_of(w.edges.begin(), w.edges.end(), [&](const EdgeWork& e) { return e.from == static_cast<int>(i); });
-    sw.lm_loss = sink;
-    if (!sink || spec.sections[i].loss.kind != "kd") continue;
-    for (const EdgeWork& e : w.edges) {
-      const SectionWork& up = w.sections[static_cast<size_t>(e.from)];
-      if (e.to == static_cast<int>(i) && up.model.kind == plan::ModelKind::kDecoder) {
-        sw.kd_teacher_hidden = up.model.hidden;
-      }
+  // The graph's view of each section (runtime/section_runner.cc): a section
+  // with an edge out is no sink; a decoder fed by a decoder is a KD student
+  // (it holds the teacher's head and runs the teacher logits and the KL); a
+  // training decoder sink computes the LM head and the loss.
+  for (const EdgeWork& ew : w.edges) {
+    SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
+    SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
+    up.sink = false;
+    if (up.model.kind == plan::ModelKind::kDecoder && down.model.kind == plan::ModelKind::kDecoder) {
+      down.kd_teacher_hidden = up.model.hidden;
+      down.kd_top_k = spec.sections[static_cast<size_t>(ew.to)].loss.top_k;
     }
+  }
+  for (SectionWork& sw : w.sections) {
+    sw.lm_loss = sw.sink && sw.trains() && sw.model.kind == plan::ModelKind::kDecoder;
   }
   return w;
 }

@@ -57,6 +57,7 @@ class RankLoop {
         total_steps_(options.steps >= 0 ? options.steps : plan.data.steps),
         reporter_(plan, options.progress, total_steps_),
         trace_(total_steps_),
+        memory_(place.coords.section),
         edges_(plan, place, comms, &blocked_seconds_) {}
 
   StatusOr<TrainSummary> Run();
@@ -98,6 +99,7 @@ class RankLoop {
   std::unique_ptr<datalayer::PreemptionSignal> signal_;
   StepReporter reporter_;
   StepTrace trace_;
+  RankMemoryTracker memory_;
 
   // The step in flight.
   int64_t current_step_ = 0;
@@ -173,6 +175,7 @@ Status RankLoop::Resume() {
     tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
     runner_options.tensor_parallel = tp_reducer_.get();
   }
+  memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
   MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
   resumed_ = resuming;
   if (!resuming) return Status::Ok();
@@ -349,6 +352,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
       first = false;
     }
     MAESTRO_RETURN_IF_ERROR(RunStep(batch));
+    memory_.MarkStepEnd();
     bool stop = false;
     MAESTRO_RETURN_IF_ERROR(FinishStep(batch, t0, &stop));
     ++steps_this_start;
@@ -356,7 +360,10 @@ StatusOr<TrainSummary> RankLoop::Run() {
     if (options_.stop_after_steps >= 0 && steps_this_start >= options_.stop_after_steps) stop = true;
     const bool last = batch.step + 1 >= total_steps_;
     const bool due = plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0;
-    if (stop || last || due) MAESTRO_RETURN_IF_ERROR(Checkpoint(batch.step));
+    if (stop || last || due) {
+      MAESTRO_RETURN_IF_ERROR(Checkpoint(batch.step));
+      memory_.MarkCheckpointEnd();
+    }
     if (stop && !last) {
       summary.preempted = true;
       if (Rank0()) {
@@ -375,6 +382,10 @@ StatusOr<TrainSummary> RankLoop::Run() {
     }
   }
   summary.final_loss = last_loss_;
+  // Every rank's memory, before the evaluation builds models of its own.
+  MAESTRO_ASSIGN_OR_RETURN(auto memory,
+                           GatherRankMemory(comms_.world(), plan_.world_size(), place_.world_rank, memory_.Result()));
+  if (Rank0()) reporter_.ReportMemory(memory);
   MAESTRO_ASSIGN_OR_RETURN(
       auto events, WriteTrace(comms_.world(), plan_, section_, place_.world_rank, options_.run_dir, trace_.events()));
   if (Rank0()) {

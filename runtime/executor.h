@@ -12,10 +12,9 @@
 // the spool of a forward-only section's outputs (output_spool.h), the resume
 // handoff and checkpoints (checkpointing.h; rank 0 writes them through
 // datalayer::TrainingRun), what a step reports (step_metrics.h: metrics.jsonl
-// and the progress line), the Perfetto trace (trace.h) and the measured vs
-// predicted timelines (timeline.h). Samples come through the plan's
-// datasets::SampleSource (plan_data.h). The loop stops on a preemption signal
-// (exit 85 after a checkpoint).
+// and the progress line; at the end each rank's baseline and peak memory), the Perfetto trace (trace.h) and the
+// measured vs predicted timelines (timeline.h). Samples come through the plan's datasets::SampleSource (plan_data.h).
+// The loop stops on a preemption signal (exit 85 after a checkpoint).
 //
 // May call: the runtime files above, runtime/section_runner, runtime/reference
 // (evaluation), scheduler, datalayer, launcher, datasets, plan, base, libtorch.

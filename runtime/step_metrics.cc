@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "base/checks.h"
+#include "base/log.h"
+#include "base/process_memory.h"
 #include "runtime/collectives.h"
 
 namespace maestro::runtime {
@@ -34,6 +37,56 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
   totals.busy.assign(stats.begin() + 5, stats.begin() + 5 + static_cast<std::ptrdiff_t>(sections));
   totals.framework.assign(stats.begin() + 5 + static_cast<std::ptrdiff_t>(sections), stats.end());
   return totals;
+}
+
+namespace {
+double PeakNow() {
+  auto peak = PeakResidentBytes();
+  return peak.ok() ? static_cast<double>(*peak) : 0.0;
+}
+}  // namespace
+
+void RankMemoryTracker::MarkBaseline() {
+  auto now = ResidentBytes();
+  if (!now.ok()) Log(LogLevel::kWarn, "memory report: {}", now.status().ToString());
+  memory_.baseline_rss = now.ok() ? static_cast<double>(*now) : 0.0;
+}
+
+void RankMemoryTracker::MarkStepEnd() {
+  memory_.peak_rss = std::max(memory_.peak_rss, PeakNow());
+}
+
+void RankMemoryTracker::MarkCheckpointEnd() {
+  memory_.process_peak_rss = std::max(memory_.process_peak_rss, PeakNow());
+  if (auto reset = ResetPeakResident(); !reset.ok()) {
+    Log(LogLevel::kDebug, "memory report: {} (the step peak then includes checkpoints)", reset.ToString());
+  }
+}
+
+RankMemory RankMemoryTracker::Result() const {
+  RankMemory out = memory_;
+  out.process_peak_rss = std::max({out.process_peak_rss, out.peak_rss, PeakNow()});
+  return out;
+}
+
+StatusOr<std::vector<RankMemory>> GatherRankMemory(launcher::Backend& world, int world_size, int world_rank,
+                                                   const RankMemory& mine) {
+  constexpr size_t kFields = 4;
+  std::vector<double> values(kFields * static_cast<size_t>(world_size), 0.0);
+  const size_t at = kFields * static_cast<size_t>(world_rank);
+  values[at] = mine.section;
+  values[at + 1] = mine.baseline_rss;
+  values[at + 2] = mine.peak_rss;
+  values[at + 3] = mine.process_peak_rss;
+  MAESTRO_RETURN_IF_ERROR(Wait(world.AllReduce(launcher::CpuBuffer(values), launcher::ReduceOp::kSum)));
+  std::vector<RankMemory> out(static_cast<size_t>(world_size));
+  for (size_t r = 0; r < out.size(); ++r) {
+    out[r].section = static_cast<int>(values[kFields * r]);
+    out[r].baseline_rss = values[kFields * r + 1];
+    out[r].peak_rss = values[kFields * r + 2];
+    out[r].process_peak_rss = values[kFields * r + 3];
+  }
+  return out;
 }
 
 void StepReporter::Open(const std::string& run_dir) {
@@ -80,6 +133,20 @@ void StepReporter::Report(int64_t step, int64_t epoch, size_t samples, double lo
     std::fprintf(stderr, "%s\n", text.c_str());
   }
   std::fflush(stderr);
+}
+
+void StepReporter::ReportMemory(const std::vector<RankMemory>& ranks) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankMemory& m = ranks[r];
+    const bool known = m.section >= 0 && m.section < static_cast<int>(plan_.sections.size());
+    list.push_back({{"rank", r},
+                    {"section", known ? plan_.sections[static_cast<size_t>(m.section)].name : std::string()},
+                    {"baseline_rss_bytes", m.baseline_rss},
+                    {"peak_rss_bytes", m.peak_rss},
+                    {"process_peak_rss_bytes", m.process_peak_rss}});
+  }
+  if (metrics_) metrics_ << nlohmann::json{{"memory", list}}.dump() << "\n" << std::flush;
 }
 
 void StepReporter::ReportEval(const std::string& name, double value) {

@@ -2,8 +2,10 @@
 // What a step reports: every rank's loss, answers, busy and framework time
 // summed over the world (with the stop flag of a preemption request), and
 // rank 0's record of it — a line of <run_dir>/metrics.jsonl and the progress
-// line on stderr (a bar on a terminal).
-// May call: runtime/collectives, launcher, plan, base. Torch-free.
+// line on stderr (a bar on a terminal). At the end of a run, every rank's
+// resident memory (RankMemoryTracker: its baseline before the model, its
+// peak over the training steps) in one "memory" line of metrics.jsonl.
+// May call: runtime/collectives, launcher, plan, base (process_memory). Torch-free.
 // Thread safety: one thread per process.
 #pragma once
 
@@ -41,6 +43,35 @@ struct StepTotals {
 // section `section` of `sections`).
 StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int section, const RankStepStats& mine);
 
+// One rank's resident memory over a run (bytes; 0 where unreadable).
+struct RankMemory {
+  int section = -1;
+  double baseline_rss = 0;      // once the process is up and its data open, before the model is built
+  double peak_rss = 0;          // high-water mark over the training steps, checkpoint writes left out
+  double process_peak_rss = 0;  // high-water mark of everything, checkpoint serialization included
+};
+
+// Follows this rank's resident set (base/process_memory.h). The peak of the
+// training steps leaves out checkpoints (their serialized model and
+// optimizer bytes are host buffers, not what a step holds): after each
+// checkpoint the kernel's high-water mark is folded into the process peak and
+// reset.
+class RankMemoryTracker {
+ public:
+  explicit RankMemoryTracker(int section) { memory_.section = section; }
+  void MarkBaseline();        // before the section's model is built
+  void MarkStepEnd();         // after a step's compute, before its checkpoint
+  void MarkCheckpointEnd();   // after a checkpoint
+  RankMemory Result() const;  // what the marks saw (and the process peak now)
+
+ private:
+  RankMemory memory_;
+};
+
+// Collective over `world`: every rank's memory, indexed by world rank.
+StatusOr<std::vector<RankMemory>> GatherRankMemory(launcher::Backend& world, int world_size, int world_rank,
+                                                   const RankMemory& mine);
+
 // Rank 0's metrics.jsonl and progress line.
 class StepReporter {
  public:
@@ -52,6 +83,9 @@ class StepReporter {
   void Report(int64_t step, int64_t epoch, size_t samples, double loss, const StepTotals& totals, double step_seconds);
   // A line {"eval": name, "value": value} (no flush).
   void ReportEval(const std::string& name, double value);
+  // A line {"memory": [{"rank", "section", "baseline_rss_bytes",
+  // "peak_rss_bytes", "process_peak_rss_bytes"}, ...]}, one entry per world rank.
+  void ReportMemory(const std::vector<RankMemory>& ranks);
   // From now on every step line carries "skipped_samples": n, the samples
   // the data source left out (a manifest with on_bad_sample = "skip").
   void SetSkippedSamples(int64_t n) { skipped_samples_ = n; }

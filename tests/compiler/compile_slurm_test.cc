@@ -72,8 +72,9 @@ class CompileSlurmTest : public ::testing::Test {
     CompileOptions options;
     options.out_dir = (dir / "out").string();
     options.worker = worker;
-    // The GPU examples need TP/PP; what this build's runtime runs is not what this test is about.
-    options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder");
+    // The GPU examples need TP/PP (and CP, recomputation, ZeRO-1 to fit an
+    // H100); what this build's runtime runs is not what this test is about.
+    options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,recompute,zero1");
     options.support_given = true;
     spec.job.output = (dir / "job-%j.txt").string();
     auto r = Compile(spec, options);

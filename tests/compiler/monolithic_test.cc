@@ -97,7 +97,11 @@ TEST(Monolithic, AnEncoderAtTheLlmsTpRunsWholeOnEveryTpRank) {
 }
 
 TEST(Monolithic, ReplicasThatDrawMoreImagesAreStragglers) {
-  const CostModel model({Gpu()}, 256);
+  // Memory is not what this checks: a GPU large enough for the runtime's
+  // footprint of both sections at DP 32 (compiler/memory_model.h).
+  DeviceType big = Gpu();
+  big.memory_bytes = 160e9;
+  const CostModel model({big}, 256);
   Workload w;
   w.sections = {Vit(1.0 / 3), Decoder("llm", 4096, 32, true)};
   const PlannerOptions o;
@@ -213,6 +217,15 @@ TEST(Monolithic, RealisticSpecsReportTheirTerms) {
       CompileOptions o;
       o.allow_planner_only = everything;  // CP, recomputation, encoder TP/PP on both sides
       auto r = Compile(*spec, o);
+      if (!everything && !r.ok()) {
+        // This build's runtime holds more than an H100 has for these
+        // (replicated AdamW, whole fp32 logits): the error says which section
+        // and what would make it fit (compiler/memory_model.h).
+        EXPECT_NE(r.status().message().find("fits in memory at no configuration"), std::string::npos)
+            << r.status().message();
+        EXPECT_NE(r.status().message().find("--allow-planner-only"), std::string::npos) << r.status().message();
+        continue;
+      }
       ASSERT_TRUE(r.ok()) << r.status().message();
       const MonolithicPlan& m = r->monolithic;
       ASSERT_TRUE(m.found) << name << ": " << m.why_not;

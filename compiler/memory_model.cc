@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compiler/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/model.h"
+#include "hf/name_map.h"
+
+namespace maestro::compiler {
+
+namespace {
+
+using plan::ModelKind;
+
+double D(int64_t v) {
+  return static_cast<double>(v);
+}
+double HeadDimOf(const plan::ModelDesc& m) {
+  if (m.head_dim > 0) return D(m.head_dim);
+  return m.heads > 0 ? D(m.hidden) / D(m.heads) : 0.0;
+}
+double KvHeadsOf(const plan::ModelDesc& m) {
+  return D(m.kv_heads > 0 ? m.kv_heads : m.heads);
+}
+bool QuickGeluOf(const plan::ModelDesc& m) {
+  const int layout = hf::VitLayoutOf(m);
+  const bool published = m.kind == ModelKind::kVit && (layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl);
+  return ExtraValue(m, "quick_gelu", published ? 1.0 : 0.0) != 0.0;
+}
+bool VisionRopeOf(const plan::ModelDesc& m) {
+  return m.kind == ModelKind::kVit && hf::VitLayoutOf(m) == hf::kVitLayoutQwen2Vl;
+}
+
+// RMSNorm (runtime/models/layers.h RmsNormImpl, computed in fp32) keeps,
+// beyond its input: in fp32 the normalised x (4C); in bf16 the fp32 upcast
+// of x (4C) and the normalised x cast back (2C).
+double RmsNormSaved(double c, double a) {
+  return a >= 4.0 ? 4.0 * c : 4.0 * c + a * c;
+}
+
+// A decoder block in training (runtime/models/decoder.cc DecoderBlockImpl),
+// bytes per token. TP divides the head and FFN widths; the residual stream
+// and the norms are whole on every TP rank (no sequence parallelism).
+double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention) {
+  const double c = D(m.hidden), hd = HeadDimOf(m);
+  const double heads = D(m.heads) / tp, kv = KvHeadsOf(m) / tp;
+  const double q = heads * hd, k = kv * hd;
+  double e = 0.0;
+  // Attention half: the block input (kept by the norm's pow), the norm, its
+  // output (kept by the q/k/v projections).
+  e += a * c + RmsNormSaved(c, a) + a * c;
+  // ApplyRope keeps x (the projection's output) and rotate_half's cat; the
+  // attention keeps the rotated q.
+  e += a * 3.0 * q + a * 2.0 * k;
+  if (kv < heads) {
+    e += a * 2.0 * q;  // GQA: repeat_interleave's copies of k and v (index_select keeps only the index)
+  } else {
+    e += a * 2.0 * k;  // the rotated k and v itself
+  }
+  if (explicit_attention) {
+    e += a * heads * D(context);  // softmax probabilities (B, H, T, T), causal or not
+  } else {
+    e += a * q + 4.0 * heads;  // a fused attention: its output and the fp32 log-sum-exp
+  }
+  e += a * q;  // transpose + reshape copy of the heads, kept by o_proj
+  // MLP half: the residual, the norm, its output.
+  e += a * c + RmsNormSaved(c, a) + a * c;
+  if (m.experts > 0) {
+    const double f = D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden);
+    const double slots = D(std::max<int64_t>(m.experts_per_token, 1));
+    e += a * D(m.experts) + 4.0 * D(m.experts);        // router logits, fp32 probabilities
+    e += slots * (a * c + 4.0 * a * f + 2.0 * a * c);  // per routed slot: gathered token, SwiGLU, output, weighted
+  } else {
+    e += 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU: gate, silu, up, their product
+  }
+  return e;
+}
+
+// An encoder block in training (runtime/models/encoders.cc EncoderBlockImpl:
+// LayerNorm, fused or separate q/k/v, 2-D RoPE for Qwen2-VL, GELU or
+// quick_gelu MLP), bytes per token. TP (planner-only for encoders) divides the
+// head and FFN widths.
+double EncoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention) {
+  const double c = D(m.hidden), f = D(m.ffn_hidden) / tp, heads = D(m.heads) / tp;
+  double e = 0.0;
+  e += a * c + 8.0 + a * c;  // block input (kept by layer_norm with its mean and rstd), the norm's output
+  e += 3.0 * a * c / tp;     // q, k, v (views of one buffer when fused)
+  if (VisionRopeOf(m)) e += 4.0 * 4.0 * c / tp;  // rotate_half's cat and the rotated q and k, in fp32
+  if (explicit_attention) {
+    e += a * heads * D(context);  // softmax probabilities over the image's patches
+  } else {
+    e += a * c / tp + 4.0 * heads;
+  }
+  e += a * c / tp;                            // heads reshaped for the output projection
+  e += a * c + 8.0 + a * c;                   // the residual, the MLP norm's output
+  e += (QuickGeluOf(m) ? 3.0 : 2.0) * a * f;  // fc1's output, (sigmoid,) the activation's output
+  return e;
+}
+
+// What one token of a forward-only section occupies at once (no graph: one
+// layer's working set over its input and output).
+double ForwardOnlyLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention) {
+  const double c = D(m.hidden), heads = D(m.heads) / tp;
+  if (m.kind == ModelKind::kProjector) return a * (D(m.in_dim) + 2.0 * D(m.out_dim));
+  const bool decoder = m.kind == ModelKind::kDecoder;
+  const double q = decoder ? heads * HeadDimOf(m) : c / tp;
+  const double scores = explicit_attention ? 2.0 * heads * D(context) : q;  // scores and their masked / softmaxed copy
+  const double ffn = decoder ? 4.0 * D(m.ffn_hidden) / tp : (QuickGeluOf(m) ? 3.0 : 2.0) * D(m.ffn_hidden) / tp;
+  return a * (3.0 * c + std::max(3.0 * q + scores, ffn));
+}
+
+// The largest parameter tensor on a rank (elements): the optimizer step's
+// gradient clipping squares each gradient in fp64 (runtime/section_runner.cc
+// OptimizerStep: grad.to(kFloat64).pow(2), 16 B per element at once).
+double LargestParameter(const plan::ModelDesc& m, int tp) {
+  const double c = D(m.hidden);
+  switch (m.kind) {
+    case ModelKind::kDecoder: return std::max(D(m.vocab) * c, D(m.ffn_hidden) * c / tp);
+    case ModelKind::kVit: {
+      const int64_t merge = static_cast<int64_t>(ExtraValue(m, "spatial_merge", 0));
+      const double in = c * D(merge * merge);
+      const double mid = ExtraValue(m, "merger_hidden", 0) > 0 ? ExtraValue(m, "merger_hidden", 0) : in;
+      const double patch = c * D(m.channels) * D(m.patch_size) * D(m.patch_size) * ExtraValue(m, "temporal_patch", 1);
+      return std::max({D(m.ffn_hidden) * c / tp, 3.0 * c * c / tp, patch, merge > 0 ? in * mid : 0.0});
+    }
+    case ModelKind::kAudioEncoder: return std::max(D(m.ffn_hidden) * c / tp, 3.0 * c * D(m.mel_bins));
+    case ModelKind::kProjector: return std::max(D(m.in_dim), D(m.out_dim)) * D(m.out_dim);
+  }
+  return 0.0;
+}
+
+// Per token, what a section keeps outside its layers: a ViT's input pixels
+// (kept by the patch convolution), final norm and patch merger; the audio
+// stem; a decoder's final RMSNorm and its output (kept by the LM head).
+double StemBytes(const plan::ModelDesc& m, double a) {
+  const double c = D(m.hidden);
+  switch (m.kind) {
+    case ModelKind::kDecoder: return a * c + RmsNormSaved(c, a) + a * c;
+    case ModelKind::kVit: {
+      double e = 4.0 * D(m.channels) * D(m.patch_size) * D(m.patch_size) + 2.0 * a * c;
+      const int64_t merge = static_cast<int64_t>(ExtraValue(m, "spatial_merge", 0));
+      if (merge > 0) {
+        const double m2 = D(merge * merge);
+        const double mid = ExtraValue(m, "merger_hidden", 0) > 0 ? ExtraValue(m, "merger_hidden", 0) : c * m2;
+        e += 2.0 * a * c + (2.0 * mid + D(m.out_dim)) * a / m2;
+      }
+      return e;
+    }
+    case ModelKind::kAudioEncoder: return 2.0 * 4.0 * D(m.mel_bins) + 6.0 * a * c;
+    case ModelKind::kProjector: return 0.0;
+  }
+  return 0.0;
+}
+
+// A training decoder sink's loss chain per token (runtime/section_runner.cc
+// PerSampleLoss, fp32 over the vocabulary V). Cross-entropy: at the start of
+// backward log_softmax's saved output, its incoming and outgoing gradients
+// (3 x 4V). KD over the whole vocabulary: 6 x 4V as measured
+// (tests/runtime/memory_run_test.cc: the student's peak above its layers and
+// weights); the tensors alive at the KL term (logits, teacher logits, the
+// student's two log_softmaxes, the teacher's scaled logits, log-probabilities,
+// exp, difference, product) would count 9, an upper bound the run does not
+// reach. KD over the teacher's top-k: 5 x 4V.
+double LogitsChainBytes(const SectionWork& s) {
+  const double v = D(s.model.vocab);
+  if (s.kd_teacher_hidden <= 0) return 3.0 * 4.0 * v;
+  if (s.kd_top_k > 0 && s.kd_top_k < s.model.vocab) return 5.0 * 4.0 * v;
+  return 6.0 * 4.0 * v;
+}
+
+}  // namespace
+
+PrecisionBytes BytesOf(ParamPrecision precision) {
+  switch (precision) {
+    case ParamPrecision::kFp32: return {4.0, 4.0, 8.0, 4.0};
+    case ParamPrecision::kPureBf16: return {2.0, 2.0, 4.0, 2.0};
+  }
+  return {};
+}
+
+double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t context, double act_bytes,
+                            bool explicit_attention) {
+  tp = std::max(tp, 1);
+  switch (model.kind) {
+    case ModelKind::kDecoder: return DecoderLayerBytes(model, tp, context, act_bytes, explicit_attention);
+    case ModelKind::kVit:
+    case ModelKind::kAudioEncoder: return EncoderLayerBytes(model, tp, context, act_bytes, explicit_attention);
+    case ModelKind::kProjector: return act_bytes * (D(model.in_dim) + 3.0 * D(model.out_dim));
+  }
+  return 0.0;
+}
+
+MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::ParallelConfig& c, double microbatches,
+                                      double samples_per_microbatch, const DeviceType& dev) {
+  MemoryBreakdown out;
+  const PrecisionBytes bytes = BytesOf(dev.precision);
+  const double a = bytes.activation;
+  const plan::ModelDesc& m = s.model;
+  const bool train = s.trains();
+  const int tp = std::max(c.tp, 1), pp = std::max(c.pp, 1), cp = std::max(c.cp, 1), dp = std::max(c.dp, 1);
+  // libtorch 1.13 on a CPU slot runs the explicit softmax attention; GPUs
+  // (libtorch 2.x) a fused one.
+  const bool explicit_attention = dev.cpu;
+
+  // Parameters of the rank's share.
+  double params = D(s.facts.params);
+  if (m.kind == ModelKind::kDecoder) {
+    const double embed = D(m.vocab) * D(m.hidden), head = m.tie_embeddings ? 0.0 : embed;
+    const double norms = D(2 * m.layers + 1) * D(m.hidden);
+    const double sharded = std::max(0.0, params - embed - head - norms);
+    params = pp == 1 ? sharded / tp + embed + head + norms : sharded / (tp * pp) + std::max(embed, head) + norms / pp;
+  } else {
+    params /= tp * pp;
+  }
+  out.weights = bytes.weight * params;
+  if (s.kd_teacher_hidden > 0) out.weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
+  if (train) {
+    out.gradients = bytes.gradient * params;
+    out.optimizer = bytes.optimizer * params / (c.zero_stage >= 1 ? dp : 1);
+  }
+
+  // Activations of the micro-batches in flight.
+  const double mbs = std::max(1.0, std::ceil(microbatches - 1e-9));
+  const double tokens_mb = std::max(1.0, std::ceil(samples_per_microbatch - 1e-9)) * D(s.tokens) / cp;
+  const int64_t context = m.kind == ModelKind::kDecoder ? s.tokens : std::max<int64_t>(s.facts.seq_len, 1);
+  const double layers = m.kind == ModelKind::kProjector ? 1.0 : D(std::max<int64_t>(m.layers, 1));
+  const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
+  if (train) {
+    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention);
+    const double held = s.sink ? 1.0 : mbs;  // the wavefront schedule has no in-flight cap
+    const double stage_layers = layers / pp;
+    const double copies = pp > 1 ? std::max(std::min<double>(pp, mbs), held) : held;
+    // Recomputation keeps each layer's input, and one layer's graph at a time.
+    const double per_mb = c.recompute ? stage_layers * a * D(m.hidden) + layer : stage_layers * layer;
+    double act = copies * tokens_mb * (per_mb + StemBytes(m, a));
+    if (m.kind == ModelKind::kDecoder && s.sink) {
+      act += tokens_mb * LogitsChainBytes(s);
+      if (s.kd_teacher_hidden > 0) act += tokens_mb * 4.0 * D(s.kd_teacher_hidden);  // the teacher's rows
+    }
+    const double optimizer_step = 16.0 * LargestParameter(m, tp);
+    out.activations = std::max(act, optimizer_step);
+  } else {
+    // No graph: one layer's working set; a section feeding others keeps every
+    // micro-batch's output rows of the step (RankLoop's states).
+    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) + StemBytes(m, a));
+    const double merge = ExtraValue(m, "spatial_merge", 0);
+    const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb;
+    if (!s.sink) act += mbs * out_rows * a * out_width;
+    out.activations = act;
+  }
+  out.reserved = dev.reserved_bytes;
+  return out;
+}
+
+}  // namespace maestro::compiler

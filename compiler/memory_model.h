@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// The memory model: what one rank of a section holds at its peak, term by
+// term, following what maestro-worker's runtime does (not what a trainer
+// could do). Each term names its source in the runtime; docs/spec.md ("Cost
+// model") and docs/step_model.md ("Memory model") list them too.
+//
+//   weights     parameters of the rank's share (bytes per parameter by
+//               ParamPrecision); TP splits only the decoder blocks' q/k/v/o
+//               and gate/up/down (runtime/models/decoder.cc
+//               ShardDecoderForTensorParallel): the embedding, the LM head and
+//               the norms stay whole on every TP rank. A KD student also holds
+//               the teacher's output head, V x C_teacher in fp32
+//               (runtime/section_runner.cc TeacherHead).
+//   gradients   one per trained parameter (train only), the parameter's dtype.
+//   optimizer   AdamW's two moments (torch::optim::AdamW). Sharded over DP
+//               only when the configuration says zero_stage >= 1, which the
+//               planner emits only when RuntimeSupport::zero1_optimizer_sharding
+//               (today the runtime all-reduces whole gradients and every DP
+//               rank steps a full AdamW).
+//   activations what autograd keeps for the eager op chain of one micro-batch
+//               (bytes per token per layer from the layer shapes, see
+//               LayerActivationBytes), times the micro-batches in flight: a
+//               sink runs each backward right after its forward (one); a
+//               training section that waits for gradients from downstream
+//               keeps every micro-batch of its replica (the runtime's
+//               wavefront schedule has no in-flight cap); pipeline stages hold
+//               min(pp, micro-batches) under 1F1B. A training decoder sink adds
+//               its fp32 logits chain (log_softmax, KD's teacher logits and KL
+//               terms); a forward-only section keeps no graph, only one
+//               layer's working set and its output rows. The optimizer step's
+//               own transient (gradient clipping squares the largest gradient
+//               in fp64) replaces the activations when larger: they are freed
+//               by then.
+//   reserved    the device's reserve: on a GPU min(2 GB, 10%) (framework,
+//               NCCL buffers, fragmentation); on a CPU slot the measured
+//               baseline of a maestro-worker rank (kCpuWorkerBaselineBytes).
+// May call: compiler/cost_model.h (the types), compiler/model.h, hf (layouts),
+// plan. Thread safety: pure functions.
+#pragma once
+
+#include "compiler/cost_model.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+// What maestro-worker occupies on a CPU rank before it builds its section's
+// model: libtorch, Open MPI + PMIx, the plan, the dataset and its sample
+// index (VmRSS when RankLoop::Setup has opened the data; metrics.jsonl's
+// "baseline_rss_bytes"). Measured on this repository's machine (Debian 12,
+// libtorch 1.13 CPU, Open MPI 4.1.4, the built-in text data) with the runs
+// of tests/runtime/memory_run_test.cc under `mpirun -np 1` and `-np 2`:
+// 174.1-175.1 MB per rank (docs/step_model.md, "Memory model").
+inline constexpr double kCpuWorkerBaselineBytes = 175e6;
+
+// Bytes per trained parameter on a device, and the activations' dtype.
+struct PrecisionBytes {
+  double weight = 4, gradient = 4, optimizer = 8, activation = 4;
+};
+// kFp32: fp32 weights, gradients and both AdamW moments: 4 + 4 + 8 = 16 B
+// (runtime/models/layers.h ModelBuildOptions dtype), fp32 activations.
+// kPureBf16: all four in bf16: 2 + 2 + 4 = 8 B, bf16 activations.
+// Mixed precision (issue #19: bf16 compute weights, fp32 master weights and
+// moments) is one more case here: 2 + (4 master + 8) under optimizer, and
+// gradients as the runtime keeps them.
+PrecisionBytes BytesOf(ParamPrecision precision);
+
+// Bytes autograd keeps per token for one layer of `model` in training, with
+// TP `tp` and an attention context of `context` tokens, at `act_bytes` per
+// activation element. `explicit_attention`: the T x T probabilities are kept
+// per head (libtorch 1.13's path on CPU, runtime/torch_compat.h); otherwise
+// a fused attention keeps its output and the log-sum-exp. The projector is
+// one "layer".
+double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t context, double act_bytes,
+                            bool explicit_attention);
+
+// The per-GPU memory of section `s` under `config`, with `microbatches`
+// micro-batches per replica of `samples_per_microbatch` samples each, on
+// `device`. REQUIRES: config degrees >= 1.
+MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::ParallelConfig& config, double microbatches,
+                                      double samples_per_microbatch, const DeviceType& device);
+
+}  // namespace maestro::compiler

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// The memory model (compiler/memory_model.h) term by term: bytes per
+// parameter by precision, ZeRO-1 only where the runtime shards (and the
+// planner's configurations saying so), TP leaving the embedding and LM head
+// whole, a KD student's teacher head and logits, recomputation, forward-only
+// sections without a graph, the micro-batches a section waiting for gradients
+// keeps. Each expectation is computed from the shapes, not copied from a run.
+#include "compiler/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include "compiler/candidates.h"
+#include "compiler/cost_model.h"
+#include "tests/fixtures/models.h"
+#include "tests/fixtures/workloads.h"
+
+namespace maestro::compiler {
+namespace {
+
+// hidden 256, 4 layers, 8 heads over 2 KV heads, FFN 768, vocab 1024.
+SectionWork Decoder(bool train = true, int64_t tokens = 128) {
+  return fixtures::DecoderWork("llm", {256, 4, 8, 2, 768, 1024}, train, tokens);
+}
+
+DeviceType Cpu() {
+  DeviceType d;
+  d.name = "cpu";
+  d.cpu = true;
+  d.precision = ParamPrecision::kFp32;
+  d.memory_bytes = 8e9;
+  d.reserved_bytes = kCpuWorkerBaselineBytes;
+  return d;
+}
+
+DeviceType Gpu() {
+  DeviceType d = fixtures::H100Like(1);
+  d.precision = ParamPrecision::kPureBf16;
+  return d;
+}
+
+plan::ParallelConfig Config(int tp, int dp, int micro_batch = 1, bool recompute = false, int pp = 1) {
+  plan::ParallelConfig c = ConfigOf(tp, pp, /*cp=*/1, dp, micro_batch, recompute);
+  return c;
+}
+
+TEST(MemoryModel, BytesPerParameterFollowThePrecision) {
+  const SectionWork s = Decoder();
+  const double p = static_cast<double>(s.facts.params);
+  const MemoryBreakdown cpu = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
+  EXPECT_DOUBLE_EQ(cpu.weights, 4 * p);
+  EXPECT_DOUBLE_EQ(cpu.gradients, 4 * p);
+  EXPECT_DOUBLE_EQ(cpu.optimizer, 8 * p);
+  EXPECT_DOUBLE_EQ(cpu.reserved, kCpuWorkerBaselineBytes);
+  const MemoryBreakdown gpu = EstimateSectionMemory(s, Config(1, 1), 1, 1, Gpu());
+  EXPECT_DOUBLE_EQ(gpu.weights, 2 * p);
+  EXPECT_DOUBLE_EQ(gpu.gradients, 2 * p);
+  EXPECT_DOUBLE_EQ(gpu.optimizer, 4 * p);
+  EXPECT_DOUBLE_EQ(gpu.reserved, 2e9);
+  // bf16 activations are half of fp32's, up to RMSNorm's fp32 upcast and the
+  // fp32 logits chain: strictly between a half and one.
+  EXPECT_LT(gpu.activations, cpu.activations);
+  EXPECT_GT(gpu.activations, 0.5 * cpu.activations);
+}
+
+TEST(MemoryModel, OptimizerStatesShardOverDpOnlyWhereTheRuntimeDoesIt) {
+  const SectionWork s = Decoder();
+  const double p = static_cast<double>(s.facts.params);
+  RuntimeSupport without = kRuntimeSupport;
+  without.zero1_optimizer_sharding = false;
+  RuntimeSupport with = kRuntimeSupport;
+  with.zero1_optimizer_sharding = true;
+  const plan::ParallelConfig replicated = ConfigOf(1, 1, 1, /*dp=*/4, 1, false, without);
+  const plan::ParallelConfig sharded = ConfigOf(1, 1, 1, /*dp=*/4, 1, false, with);
+  EXPECT_EQ(replicated.zero_stage, 0);
+  EXPECT_EQ(sharded.zero_stage, 1);
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(s, replicated, 1, 1, Cpu()).optimizer, 8 * p);
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(s, sharded, 1, 1, Cpu()).optimizer, 8 * p / 4);
+  // This build's runtime does not shard: its candidates say zero_stage 0, and
+  // a ZeRO-1 configuration is planner-only.
+  EXPECT_FALSE(kRuntimeSupport.zero1_optimizer_sharding);
+  EXPECT_EQ(ConfigOf(1, 1, 1, 4, 1, false).zero_stage, 0);
+  EXPECT_EQ(PlannerOnlyFeatures(s.model, sharded, without), "ZeRO-1");
+  EXPECT_EQ(PlannerOnlyFeatures(s.model, sharded, with), "");
+  PlannerOptions options;
+  const CostModel model({Cpu()}, 16);
+  for (const auto& c : CandidateConfigs(model, s, options)) EXPECT_EQ(c.zero_stage, 0);
+}
+
+TEST(MemoryModel, TensorParallelismLeavesTheEmbeddingAndHeadWhole) {
+  const SectionWork s = Decoder();
+  const double p = static_cast<double>(s.facts.params);
+  const double whole = 2.0 * 1024 * 256 + (2 * 4 + 1) * 256;  // embedding, LM head, norms
+  const MemoryBreakdown tp2 = EstimateSectionMemory(s, Config(2, 1), 1, 1, Cpu());
+  EXPECT_DOUBLE_EQ(tp2.weights, 4 * ((p - whole) / 2 + whole));
+  EXPECT_GT(tp2.weights, 4 * p / 2);  // not the naive P / tp
+  // Tied: one V x C table fewer.
+  SectionWork tied = s;
+  tied.model.tie_embeddings = true;
+  tied.facts = ComputeModelFacts(tied.model, tied.tokens);
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(tied, Config(2, 1), 1, 1, Cpu()).weights,
+                   4 * ((static_cast<double>(tied.facts.params) - whole + 1024 * 256) / 2 + whole - 1024 * 256));
+  // Activations: the residual stream stays whole, the heads and FFN split.
+  const MemoryBreakdown tp1 = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
+  EXPECT_LT(tp2.activations, tp1.activations);
+  EXPECT_GT(tp2.activations, tp1.activations / 2);
+}
+
+TEST(MemoryModel, DecoderLayerBytesFollowTheShapes) {
+  plan::ModelDesc m = fixtures::DecoderModel({256, 4, 8, 2, 768, 1024});
+  // fp32, explicit attention over 128 tokens, per token: block input, RMSNorm's
+  // normalised x, its output (3 x 4C) twice; q: projection, rotate_half's cat,
+  // rotated (3 x 4Q); k: projection and cat (2 x 4K); GQA copies of k and v
+  // (2 x 4Q); probabilities 4 H T; heads reshaped 4Q; SwiGLU 4 x 4F.
+  const double c = 256, q = 256, k = 64, h = 8, t = 128, f = 768;
+  const double expected = 2 * 3 * 4 * c + 3 * 4 * q + 2 * 4 * k + 2 * 4 * q + 4 * h * t + 4 * q + 4 * 4 * f;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, 1, 128, 4.0, true), expected);
+  // Without GQA the rotated k and v themselves are kept (2 x 4K of the wider K).
+  m.kv_heads = 8;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, 1, 128, 4.0, true),
+                   expected - 2 * 4 * 64 - 2 * 4 * q + 2 * 4 * 256 + 2 * 4 * 256);
+  // The T x T probabilities grow with the context; a fused attention keeps none.
+  EXPECT_GT(LayerActivationBytes(m, 1, 1024, 4.0, true), LayerActivationBytes(m, 1, 128, 4.0, true));
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, 1, 1024, 4.0, false), LayerActivationBytes(m, 1, 128, 4.0, false));
+}
+
+TEST(MemoryModel, KdStudentHoldsTheTeacherHeadAndLogits) {
+  SectionWork student = Decoder();
+  const MemoryBreakdown alone = EstimateSectionMemory(student, Config(1, 1), 1, 2, Cpu());
+  student.kd_teacher_hidden = 512;
+  const MemoryBreakdown kd = EstimateSectionMemory(student, Config(1, 1), 1, 2, Cpu());
+  EXPECT_DOUBLE_EQ(kd.weights - alone.weights, 4.0 * 1024 * 512);  // fp32 V x C_teacher
+  // Logits chain: 3 x 4V (CE) -> 6 x 4V (KD), plus the teacher's fp32 rows.
+  const double tokens = 2 * 128;
+  EXPECT_DOUBLE_EQ(kd.activations - alone.activations, tokens * ((6 - 3) * 4.0 * 1024 + 4.0 * 512));
+  student.kd_top_k = 16;
+  EXPECT_LT(EstimateSectionMemory(student, Config(1, 1), 1, 2, Cpu()).activations, kd.activations);
+}
+
+TEST(MemoryModel, RecomputationKeepsLayerInputsAndOneLayer) {
+  const SectionWork s = Decoder();
+  const double tokens = 128;
+  const double layer = LayerActivationBytes(s.model, 1, 128, 4.0, true);
+  const MemoryBreakdown full = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
+  const MemoryBreakdown recompute = EstimateSectionMemory(s, Config(1, 1, 1, true), 1, 1, Cpu());
+  EXPECT_DOUBLE_EQ(full.activations - recompute.activations, tokens * (4 * layer - (4 * 4.0 * 256 + layer)));
+}
+
+TEST(MemoryModel, ForwardOnlyKeepsNoGraphAndNoOptimizer) {
+  const SectionWork train = Decoder(true);
+  SectionWork teacher = Decoder(false);
+  const MemoryBreakdown t = EstimateSectionMemory(train, Config(1, 1), 1, 4, Cpu());
+  const MemoryBreakdown f = EstimateSectionMemory(teacher, Config(1, 1), 1, 4, Cpu());
+  EXPECT_DOUBLE_EQ(f.weights, t.weights);
+  EXPECT_EQ(f.gradients, 0.0);
+  EXPECT_EQ(f.optimizer, 0.0);
+  // One layer's working set instead of four layers' graphs and the logits.
+  EXPECT_LT(f.activations, t.activations / 4);
+  EXPECT_GT(f.activations, 0.0);
+  // A teacher feeding a student keeps every micro-batch's rows of the step.
+  teacher.sink = false;
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(teacher, Config(1, 1), 3, 4, Cpu()).activations -
+                       EstimateSectionMemory(Decoder(false), Config(1, 1), 3, 4, Cpu()).activations,
+                   3 * 4 * 128 * 4.0 * 256);
+}
+
+TEST(MemoryModel, ASectionWaitingForGradientsKeepsEveryMicroBatch) {
+  SectionWork vit = fixtures::SectionOf("vit", fixtures::VitModel({64, 2, 4, 128, 64, 8, 1}), true, 64);
+  const MemoryBreakdown sink = EstimateSectionMemory(vit, Config(1, 1, 2), 4, 2, Cpu());
+  vit.sink = false;
+  const MemoryBreakdown upstream = EstimateSectionMemory(vit, Config(1, 1, 2), 4, 2, Cpu());
+  EXPECT_NEAR(upstream.activations, 4 * sink.activations, 1e-9 * sink.activations);
+}
+
+}  // namespace
+}  // namespace maestro::compiler
