@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "compiler/memory_model.h"
+#include "compiler/runtime_support.h"
 #include "compiler/step_model.h"
 
 namespace maestro::compiler {
@@ -79,6 +80,10 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   shape.cp = c.cp;
   shape.pp = c.pp;
   shape.activation_bytes = dev.precision == ParamPrecision::kFp32 ? 4 : 2;
+  // The kernels this build's runtime runs: the model changes with it.
+  shape.fused.gqa_in_sdpa = kRuntimeSupport.gqa_in_sdpa;
+  shape.fused.rms_norm = kRuntimeSupport.fused_rms_norm;
+  shape.fused.adamw = kRuntimeSupport.fused_adamw;
   return shape;
 }
 

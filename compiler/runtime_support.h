@@ -28,6 +28,13 @@ struct RuntimeSupport {
   bool expert_parallel = false;
   bool mixture_of_experts = false;  // MoE layers at all (even without EP)
   bool activation_recompute = false;
+  // The kernels its code paths use (issue #19; the step model prices each,
+  // compiler/step_model.h FusedOps): GQA inside SDPA instead of
+  // repeat_interleave, at::rms_norm instead of the fp32 chain,
+  // at::_fused_adamw_ instead of the per-parameter loop.
+  bool gqa_in_sdpa = false;
+  bool fused_rms_norm = false;
+  bool fused_adamw = false;
 };
 
 // What the runtime of this build supports.

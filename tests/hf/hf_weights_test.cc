@@ -83,11 +83,18 @@ const char* const kArchitectures[] = {"llama", "mistral",  "qwen2",   "mixtral",
 
 class HfWeightsTest : public ::testing::Test {
  protected:
+  // One folder per test process: ctest runs each test of this suite as its
+  // own process, in parallel, and a shared folder was removed under a
+  // neighbour that was reading it.
   static void SetUpTestSuite() {
-    root_ = fs::path(MAESTRO_TEST_TMP) / "hf_weights";
+    root_ = fs::path(MAESTRO_TEST_TMP) / ("hf_weights_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
     made_ = MakeCheckpoints(root_ / "tiny");
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
   }
 
   void SetUp() override { ASSERT_TRUE(made_.ok()) << made_.ToString(); }
