@@ -360,10 +360,12 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
   // The patch stem: a conv with stride = kernel is a GEMM over patches; the
   // pixels need no gradient.
   sum.Gemm("patch_embed (conv as GEMM)", Part::kPre, m, patch_in, h, 1, /*input_grad=*/false);
-  sum.Memory("position embedding add", Part::kPre, Phase::kForward, {b.Act(3 * h)}, m, 1);
-  sum.Memory("position embedding grad", Part::kPre, Phase::kBackward, {b.Act(2 * h)}, m, 1);
   sum.Parameters("patch_embed", patch_in * h, 1, b.a);
-  sum.Parameters("position embedding", h * context, 1, b.a);
+  if (ExtraFlag(d, "pos_embed", true)) {  // learned positions (Qwen2-VL: 2D rotary, none)
+    sum.Memory("position embedding add", Part::kPre, Phase::kForward, {b.Act(3 * h)}, m, 1);
+    sum.Memory("position embedding grad", Part::kPre, Phase::kBackward, {b.Act(2 * h)}, m, 1);
+    sum.Parameters("position embedding", h * context, 1, b.a);
+  }
   if (ExtraFlag(d, "pre_norm", false)) AddLayerNorm(sum, "pre_norm", Part::kPre, b, h, m);
   AddEncoderBlocks(sum, d, s, m, all_tokens, context);
   if (ExtraFlag(d, "final_norm", true)) AddLayerNorm(sum, "final_norm", Part::kPost, b, h, m);
