@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -287,6 +288,10 @@ class HfReader {
     const nlohmann::json& v = j_.at(key);
     if (!v.is_number_integer()) {
       return Status::InvalidArgument(fmt::format("{}: key '{}' must be an integer, got {}", origin_, key, v.dump()));
+    }
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      // get<int64_t> would wrap it to a negative number
+      return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is out of range", origin_, key, v.dump()));
     }
     return v.get<int64_t>();
   }

@@ -127,6 +127,13 @@ TEST(ModelFacts, WhisperWithMaxSourcePositions2To62IsRefusedBeforeAnyProduct) {
             "w.json: max_source_positions = 4611686018427387904 is out of range; it must be in [1, 524288]");
 }
 
+// An integer above int64's range wrapped to a negative number in the message.
+TEST(ModelFacts, AnIntegerAboveInt64IsRefusedWithItsValue) {
+  auto d = ModelFromHfConfig(R"({"model_type":"whisper","d_model":18446744073709551615})", "w.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(), "w.json: key 'd_model' = 18446744073709551615 is out of range");
+}
+
 TEST(ModelFacts, Qwen2VlWithHugeFactorsIsRefusedBeforeAnyProduct) {
   const auto vl = [](const std::string& vision) {
     auto d = ModelFromHfConfig(R"({"model_type":"qwen2_vl","vision_config":{)" + vision + "}}", "q.json");
