@@ -4,6 +4,7 @@
 //                   [--worker PATH] [--worker-arg ARG]... [--allow-planner-only]
 //                   [--profiles FILE] [--local N] [--pin SECTION.KEY=VALUE]...
 //                   [--runtime-support FEATURES]
+//   maestro-compile spec.toml --dry-run [...]      (writes nothing: no -o needed)
 //   maestro-compile --model-info config.json [--json] [--seq-len N]
 // Exit status: 0 ok, 1 an I/O error, 2 bad input (the message says where).
 // -o is required (but with --dry-run, which writes nothing): without it the
