@@ -5,7 +5,8 @@
 // (index, spool, checkpoints) go through datalayer::Env instead, whose seam
 // lets tests inject faults.
 //
-// Owns: CreateDirectories, WriteFully, WriteFileAtomically.
+// Owns: CreateDirectories, WriteFully, WriteFileAtomically,
+// WriteFilesAtomically (several outputs replaced together or not at all).
 // May call: the C and C++ standard libraries, POSIX.
 // Thread safety: two writers of the same path race on its ".tmp" file; every
 // path has one writer in Maestro.
@@ -37,5 +38,20 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, m
 // The same for a file written from pieces, back to back (a header and the
 // tensors of a weight file, without first copying them into one string).
 Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode = 0644);
+
+struct FileToWrite {
+  std::string path;
+  std::string_view contents;
+  mode_t mode = 0644;
+};
+
+// Writes `files` together (maestro-compile's plan.json, job.sbatch and
+// report.txt): all replaced or none. A path that is a directory is found
+// before anything is written; then every "<path>.tmp" is written and synced;
+// a failure there removes every temporary and leaves every path as it was;
+// only then are they renamed, in order (a rename that still fails, e.g. the
+// folder changed meanwhile, removes the temporaries left and says which were
+// replaced). Messages name the path, the step and the errno text.
+Status WriteFilesAtomically(const std::vector<FileToWrite>& files);
 
 }  // namespace maestro

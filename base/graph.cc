@@ -36,26 +36,37 @@ GraphCycle FindCycle(int n, const DirectedEdges& edges) {
   for (size_t e = 0; e < edges.size(); ++e) out[static_cast<size_t>(edges[e].first)].push_back(static_cast<int>(e));
   enum State : char { kNew, kOnStack, kDone };
   std::vector<State> state(static_cast<size_t>(n), kNew);
-  std::vector<int> stack;
+  // The depth-first path with, per vertex, the next of its out-edges to
+  // follow: an explicit stack, so a chain of any length needs no call stack.
+  struct Frame {
+    int vertex;
+    size_t next_edge;
+  };
+  std::vector<Frame> path;
   GraphCycle cycle;
-  std::function<void(int)> visit = [&](int v) {
-    state[static_cast<size_t>(v)] = kOnStack;
-    stack.push_back(v);
-    for (int e : out[static_cast<size_t>(v)]) {
-      if (cycle.found()) break;
+  for (int root = 0; root < n && !cycle.found(); ++root) {
+    if (state[static_cast<size_t>(root)] != kNew) continue;
+    state[static_cast<size_t>(root)] = kOnStack;
+    path.push_back({root, 0});
+    while (!path.empty() && !cycle.found()) {
+      Frame& top = path.back();
+      const std::vector<int>& leaving = out[static_cast<size_t>(top.vertex)];
+      if (top.next_edge == leaving.size()) {
+        state[static_cast<size_t>(top.vertex)] = kDone;
+        path.pop_back();
+        continue;
+      }
+      const int e = leaving[top.next_edge++];
       const int w = edges[static_cast<size_t>(e)].second;
       if (state[static_cast<size_t>(w)] == kOnStack) {
-        cycle.vertices.assign(std::find(stack.begin(), stack.end(), w), stack.end());
+        auto on_path = std::find_if(path.begin(), path.end(), [w](const Frame& f) { return f.vertex == w; });
+        for (; on_path != path.end(); ++on_path) cycle.vertices.push_back(on_path->vertex);
         cycle.closing_edge = e;
       } else if (state[static_cast<size_t>(w)] == kNew) {
-        visit(w);
+        state[static_cast<size_t>(w)] = kOnStack;
+        path.push_back({w, 0});  // `top` is not used after this
       }
     }
-    stack.pop_back();
-    state[static_cast<size_t>(v)] = kDone;
-  };
-  for (int v = 0; v < n && !cycle.found(); ++v) {
-    if (state[static_cast<size_t>(v)] == kNew) visit(v);
   }
   return cycle;
 }

@@ -6,6 +6,8 @@
 // Owns: the order rule (Kahn's algorithm, the smallest ready vertex first, so
 // the order is deterministic) and the cycle search (depth-first from vertex 0
 // upwards, edges in their given order; the first back edge closes the cycle).
+// Both walk with explicit stacks and queues, never recursion: a graph of any
+// size (a chain of 60,000 vertices) runs in O(n + edges) time on the heap.
 // May call: nothing beyond the standard library.
 // Thread safety: pure functions.
 #pragma once

@@ -7,6 +7,7 @@
 
 #include "base/checks.h"
 #include "base/files.h"
+#include "base/text.h"
 #include "compiler/explain.h"
 #include "compiler/report.h"
 
@@ -193,21 +194,21 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
 
   // The outputs.
   MAESTRO_ASSIGN_OR_RETURN(r.plan, BuildPlan(spec, model, r));
-  r.sbatch = RenderSbatch(r.plan, spec, options);
+  MAESTRO_ASSIGN_OR_RETURN(r.sbatch, RenderSbatch(r.plan, spec, options));
   const Report report = BuildReport(spec, model, r, options);
   r.report = ReportText(report);
   r.report_json = ReportJson(report);
-  r.explain = RenderExplain(model, po, r, outcome);
+  r.explain = PrintableLines(RenderExplain(model, po, r, outcome));  // a spec's strings, escaped
   return r;
 }
 
 Status WriteOutputs(const CompileResult& r, const CompileOptions& options) {
   const std::string dir = options.out_dir.empty() ? "." : options.out_dir;
   MAESTRO_RETURN_IF_ERROR(CreateDirectories(dir));
-  MAESTRO_RETURN_IF_ERROR(plan::SavePlan(r.plan, dir + "/plan.json"));
-  MAESTRO_RETURN_IF_ERROR(WriteFileAtomically(dir + "/job.sbatch", r.sbatch, 0755));
-  MAESTRO_RETURN_IF_ERROR(WriteFileAtomically(dir + "/report.txt", r.report, 0644));
-  return Status::Ok();
+  const std::string plan_json = plan::PlanToJson(r.plan) + "\n";  // what plan::SavePlan writes
+  return WriteFilesAtomically({{dir + "/plan.json", plan_json, 0644},
+                               {dir + "/job.sbatch", r.sbatch, 0755},
+                               {dir + "/report.txt", r.report, 0644}});
 }
 
 }  // namespace maestro::compiler

@@ -49,8 +49,10 @@ struct CompileResult {
 // Plans the spec and renders every output (writes nothing).
 StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options);
 
-// Writes plan.json (through plan::SavePlan), job.sbatch (mode 0755) and
-// report.txt into options.out_dir, creating it.
+// Writes plan.json (plan::PlanToJson), job.sbatch (mode 0755) and
+// report.txt into options.out_dir, creating it: all three replaced or none
+// (base/files.h WriteFilesAtomically; a directory in the way of one is found
+// before anything is written).
 Status WriteOutputs(const CompileResult& result, const CompileOptions& options);
 
 }  // namespace maestro::compiler

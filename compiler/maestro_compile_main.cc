@@ -4,26 +4,59 @@
 //                   [--worker PATH] [--worker-arg ARG]... [--allow-planner-only]
 //                   [--profiles FILE] [--local N] [--pin SECTION.KEY=VALUE]...
 //                   [--runtime-support FEATURES]
+//   maestro-compile spec.toml --dry-run [...]      (writes nothing: no -o needed)
 //   maestro-compile --model-info config.json [--json] [--seq-len N]
 // Exit status: 0 ok, 1 an I/O error, 2 bad input (the message says where).
+// -o is required (but with --dry-run, which writes nothing): without it the
+// tool would replace plan.json, job.sbatch and report.txt in the current
+// folder, which may belong to something else.
+// Everything printed goes through base/text.h: a spec's control characters,
+// NULs and bytes that are not UTF-8 reach the terminal escaped.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "base/exit_codes.h"
 #include "base/status.h"
+#include "base/text.h"
 #include "compiler/compile.h"
 #include "compiler/model.h"
 #include "compiler/spec.h"
 
 namespace {
 
+// Writes `text` whole (a NUL does not end it), its control characters but
+// the line breaks escaped.
+void Print(std::FILE* to, std::string_view text) {
+  const std::string printable = maestro::PrintableLines(text);
+  std::fwrite(printable.data(), 1, printable.size(), to);
+}
+
 // Prints the message of `status` (after `prefix`); the exit status of bad
 // input.
 int BadInput(const maestro::Status& status, const char* prefix = "") {
-  std::fprintf(stderr, "%s%s\n", prefix, status.message().c_str());
+  Print(stderr, std::string(prefix) + status.message() + "\n");
   return maestro::kExitUsage;
+}
+
+// A command-line value that goes into job.sbatch or names a file: refused
+// when it holds a control character (a newline would start a line of the
+// script nobody wrote), and when empty unless `empty_ok`.
+CLI::Validator ScriptSafe(bool empty_ok) {
+  return CLI::Validator(
+      [empty_ok](std::string& value) -> std::string {
+        if (value.empty() && !empty_ok) return "must not be empty";
+        for (char c : value) {
+          const auto u = static_cast<unsigned char>(c);
+          if (u < 0x20 || u == 0x7F) {
+            return "'" + maestro::PrintableText(value) + "' holds a control character; give it without one";
+          }
+        }
+        return "";
+      },
+      empty_ok ? "TEXT" : "TEXT (not empty)");
 }
 
 int ModelInfo(const std::string& path, bool json, int64_t seq_len) {
@@ -38,7 +71,8 @@ int ModelInfo(const std::string& path, bool json, int64_t seq_len) {
                         {"kind", maestro::plan::ModelKindName(desc->kind)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("model:            %s (%s)\n", path.c_str(), maestro::plan::ModelKindName(desc->kind));
+    Print(stdout, "model:            " + maestro::PrintableText(path) + " (" +
+                      maestro::plan::ModelKindName(desc->kind) + ")\n");
     std::printf("parameters:       %lld\n", static_cast<long long>(f.params));
     std::printf("active params:    %lld\n", static_cast<long long>(f.active_params));
     std::printf("forward FLOPs/token at seq_len %lld: %.6g\n", static_cast<long long>(f.seq_len), f.flops_per_token);
@@ -54,20 +88,26 @@ int Run(int argc, char** argv) {
   int64_t seq_len = 0;
   std::string profiles;
   app.add_option("spec", spec_path, "workload spec (TOML)");
-  app.add_option("-o,--out", options.out_dir, "output directory (plan.json, job.sbatch, report.txt)");
+  options.out_dir.clear();  // required: no default folder to overwrite
+  app.add_option("-o,--out", options.out_dir,
+                 "output directory (plan.json, job.sbatch, report.txt); required unless --dry-run")
+      ->check(ScriptSafe(false));
   app.add_flag("--dry-run", dry_run, "plan and report, write nothing");
   app.add_flag("--explain", explain, "say why each choice was made");
   app.add_flag("--json", json, "print the report (or --model-info) as JSON");
   app.add_option("--worker", options.worker,
-                 "program the job step runs on every rank (default: maestro-worker from PATH)");
+                 "program the job step runs on every rank (default: maestro-worker from PATH)")
+      ->check(ScriptSafe(false));
   app.add_flag("--allow-planner-only", options.allow_planner_only,
                "also search configurations the runtime cannot run yet (marked planner-only)");
-  app.add_option("--profiles", profiles, "measured section times (JSON array written by the runtime)");
+  app.add_option("--profiles", profiles, "measured section times (JSON array written by the runtime)")
+      ->check(ScriptSafe(false));
   std::vector<std::string> pins;
   std::string support;
-  app.add_option("--runtime-support", support,
-                 "plan for a runtime with these features instead of this build's: comma list of dp, micro_batch, "
-                 "tp_decoder, pp_decoder, tp_encoder, pp_encoder, cp, ep, moe, recompute, zero1; or all");
+  CLI::Option* support_option =
+      app.add_option("--runtime-support", support,
+                     "plan for a runtime with these features instead of this build's: comma list of dp, micro_batch, "
+                     "tp_decoder, pp_decoder, tp_encoder, pp_encoder, cp, ep, moe, recompute, zero1; or all");
   app.add_option("--local", options.local_ranks,
                  "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
       ->check(CLI::Range(1, 4096));
@@ -82,9 +122,12 @@ int Run(int argc, char** argv) {
                  "SECTION.KEY=VALUE (KEY: tp, dp, pp, micro_batch); overrides the spec's pin; repeatable")
       ->allow_extra_args(false);
   app.add_option("--worker-arg", options.worker_args, "an argument appended to the worker's command line; repeatable")
-      ->allow_extra_args(false);
-  app.add_option("--model-info", model_info, "print parameters and FLOPs of a Hugging Face config.json");
-  app.add_option("--seq-len", seq_len, "sequence length for --model-info FLOPs (default: 4096 for decoders)");
+      ->allow_extra_args(false)
+      ->check(ScriptSafe(true));
+  app.add_option("--model-info", model_info, "print parameters and FLOPs of a Hugging Face config.json")
+      ->check(ScriptSafe(false));
+  app.add_option("--seq-len", seq_len, "sequence length for --model-info FLOPs (default: 4096 for decoders)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -97,12 +140,18 @@ int Run(int argc, char** argv) {
                  "maestro-compile: give a spec (maestro-compile spec.toml -o outdir) or --model-info config.json\n");
     return maestro::kExitUsage;
   }
+  if (options.out_dir.empty() && !dry_run) {
+    std::fprintf(stderr,
+                 "maestro-compile: give the output folder with -o DIR (it writes plan.json, job.sbatch and "
+                 "report.txt there), or --dry-run to write nothing\n");
+    return maestro::kExitUsage;
+  }
   for (const auto& text : pins) {
     auto pin = maestro::compiler::ParsePin(text);
     if (!pin.ok()) return BadInput(pin.status(), "maestro-compile: ");
     options.pins.push_back(*pin);
   }
-  if (!support.empty()) {
+  if (support_option->count() > 0) {
     auto parsed = maestro::compiler::ParseRuntimeSupport(support);
     if (!parsed.ok()) return BadInput(parsed.status(), "maestro-compile: ");
     options.support = *parsed;
@@ -117,20 +166,20 @@ int Run(int argc, char** argv) {
   }
   auto result = maestro::compiler::Compile(*spec, options);
   if (!result.ok()) {
-    std::fprintf(stderr, "%s\n", result.status().message().c_str());
+    Print(stderr, result.status().message() + "\n");
     return result.status().code() == maestro::StatusCode::kInvalidArgument ? maestro::kExitUsage
                                                                            : maestro::kExitFailure;
   }
   if (json) {
-    std::printf("%s\n", result->report_json.c_str());
+    std::printf("%s\n", result->report_json.c_str());  // JSON escapes its strings itself
   } else {
-    std::printf("%s", result->report.c_str());
-    if (explain) std::printf("\nwhy:\n%s", result->explain.c_str());
+    Print(stdout, result->report);
+    if (explain) Print(stdout, "\nwhy:\n" + result->explain);
   }
   if (!dry_run) {
     maestro::Status s = maestro::compiler::WriteOutputs(*result, options);
     if (!s.ok()) {
-      std::fprintf(stderr, "maestro-compile: %s\n", s.message().c_str());
+      Print(stderr, "maestro-compile: " + s.message() + "\n");
       return maestro::kExitFailure;
     }
   }
@@ -144,7 +193,7 @@ int main(int argc, char** argv) {
     return Run(argc, argv);
   } catch (const std::exception& e) {
     // A bug, not bad input: say so without a stack trace.
-    std::fprintf(stderr, "maestro-compile: internal error: %s\n", e.what());
+    Print(stderr, std::string("maestro-compile: internal error: ") + e.what() + "\n");
     return maestro::kExitFailure;
   }
 }

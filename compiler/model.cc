@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -37,8 +38,24 @@ constexpr int64_t kMaxExperts = 512;
 constexpr int64_t kMaxImage = int64_t{1} << 14;
 constexpr int64_t kMaxFrames = int64_t{1} << 20;
 
-Status RequireRange(const std::string& where, const char* what, int64_t v, int64_t lo, int64_t hi) {
+// `what` = v must lie in [lo, hi]; on failure *key names `what` (the key
+// the message is about, for the caller's position).
+Status RequireRange(std::string* key, const std::string& where, const char* what, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
+    if (key) *key = what;
+    return Status::InvalidArgument(
+        fmt::format("{}: {} = {} is out of range; it must be in [{}, {}]", where, what, v, lo, hi));
+  }
+  return Status::Ok();
+}
+
+// The same for a value of desc.extra (a double there): compared before any
+// conversion to an integer, which would be undefined past 2^63.
+Status RequireExtraRange(std::string* key, const std::string& where, const ModelDesc& d, const char* what,
+                         double fallback, int64_t lo, int64_t hi) {
+  const double v = ExtraValue(d, what, fallback);
+  if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi))) {
+    if (key) *key = what;
     return Status::InvalidArgument(
         fmt::format("{}: {} = {} is out of range; it must be in [{}, {}]", where, what, v, lo, hi));
   }
@@ -51,72 +68,76 @@ int64_t HeadDim(const ModelDesc& d) {
 
 }  // namespace
 
-Status CheckModelShape(const ModelDesc& d, const std::string& where) {
+Status CheckModelShape(const ModelDesc& d, const std::string& where, std::string* key) {
   switch (d.kind) {
     case ModelKind::kDecoder:
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "hidden", d.hidden, 1, kMaxHidden));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "layers", d.layers, 1, kMaxLayers));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "heads", d.heads, 1, 4096));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "kv_heads", d.kv_heads, 1, d.heads));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "head_dim", d.head_dim, 0, 4096));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, d.experts > 0 ? 0 : 1, kMaxFfn));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "vocab", d.vocab, 1, kMaxVocab));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "experts", d.experts, 0, kMaxExperts));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "hidden", d.hidden, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "layers", d.layers, 1, kMaxLayers));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "heads", d.heads, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "kv_heads", d.kv_heads, 1, d.heads));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "head_dim", d.head_dim, 0, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "ffn_hidden", d.ffn_hidden, d.experts > 0 ? 0 : 1, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "vocab", d.vocab, 1, kMaxVocab));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "experts", d.experts, 0, kMaxExperts));
       if (d.heads % d.kv_heads != 0) {
+        if (key) *key = "kv_heads";
         return Status::InvalidArgument(
             fmt::format("{}: heads = {} is not a multiple of kv_heads = {} (grouped-query attention needs it)", where,
                         d.heads, d.kv_heads));
       }
       if (d.head_dim == 0 && d.hidden % d.heads != 0) {
+        if (key) *key = "heads";
         return Status::InvalidArgument(
             fmt::format("{}: hidden = {} is not a multiple of heads = {}; set head_dim", where, d.hidden, d.heads));
       }
       if (d.experts > 0) {
-        MAESTRO_RETURN_IF_ERROR(RequireRange(where, "experts_per_token", d.experts_per_token, 1, d.experts));
-        MAESTRO_RETURN_IF_ERROR(RequireRange(where, "moe_ffn_hidden", d.moe_ffn_hidden, 1, kMaxFfn));
+        MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "experts_per_token", d.experts_per_token, 1, d.experts));
+        MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "moe_ffn_hidden", d.moe_ffn_hidden, 1, kMaxFfn));
       }
       return Status::Ok();
     case ModelKind::kVit: {
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "hidden", d.hidden, 1, kMaxHidden));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "layers", d.layers, 1, kMaxLayers));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "heads", d.heads, 1, 4096));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "image_size", d.image_size, 1, kMaxImage));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "patch_size", d.patch_size, 1, d.image_size));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "channels", d.channels, 1, 64));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "hidden", d.hidden, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "layers", d.layers, 1, kMaxLayers));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "heads", d.heads, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "image_size", d.image_size, 1, kMaxImage));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "patch_size", d.patch_size, 1, d.image_size));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "channels", d.channels, 1, 64));
       if (d.hidden % d.heads != 0) {
+        if (key) *key = "heads";
         return Status::InvalidArgument(
             fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
       }
-      const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "spatial_merge", merge, 0, 8));
-      MAESTRO_RETURN_IF_ERROR(
-          RequireRange(where, "temporal_patch", static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1)), 1, 16));
-      if (merge > 0) {
-        MAESTRO_RETURN_IF_ERROR(RequireRange(where, "out_dim", d.out_dim, 1, kMaxHidden));
-        MAESTRO_RETURN_IF_ERROR(
-            RequireRange(where, "merger_hidden", static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)), 0, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireExtraRange(key, where, d, "spatial_merge", 0, 0, 8));
+      MAESTRO_RETURN_IF_ERROR(RequireExtraRange(key, where, d, "temporal_patch", 1, 1, 16));
+      if (ExtraValue(d, "spatial_merge", 0) > 0) {
+        MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "out_dim", d.out_dim, 1, kMaxHidden));
+        MAESTRO_RETURN_IF_ERROR(RequireExtraRange(key, where, d, "merger_hidden", 0, 0, kMaxFfn));
       }
       return Status::Ok();
     }
     case ModelKind::kAudioEncoder:
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "hidden", d.hidden, 1, kMaxHidden));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "layers", d.layers, 1, kMaxLayers));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "heads", d.heads, 1, 4096));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "mel_bins", d.mel_bins, 1, 4096));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "audio_frames", d.audio_frames, 2, kMaxFrames));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "hidden", d.hidden, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "layers", d.layers, 1, kMaxLayers));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "heads", d.heads, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "mel_bins", d.mel_bins, 1, 4096));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "audio_frames", d.audio_frames, 2, kMaxFrames));
+      MAESTRO_RETURN_IF_ERROR(RequireExtraRange(key, where, d, "max_source_positions",
+                                                static_cast<double>((d.audio_frames + 1) / 2), 1, kMaxFrames));
       if (d.hidden % d.heads != 0) {
+        if (key) *key = "heads";
         return Status::InvalidArgument(
             fmt::format("{}: hidden = {} is not a multiple of heads = {}", where, d.hidden, d.heads));
       }
       return Status::Ok();
     case ModelKind::kProjector:
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "in_dim", d.in_dim, 1, kMaxHidden));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "out_dim", d.out_dim, 1, kMaxHidden));
-      MAESTRO_RETURN_IF_ERROR(RequireRange(where, "ffn_hidden", d.ffn_hidden, 0, kMaxFfn));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "in_dim", d.in_dim, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "out_dim", d.out_dim, 1, kMaxHidden));
+      MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "ffn_hidden", d.ffn_hidden, 0, kMaxFfn));
       return Status::Ok();
   }
+  if (key) *key = "kind";
   return Status::InvalidArgument(where + ": unknown model kind");
 }
 
@@ -268,6 +289,10 @@ class HfReader {
     if (!v.is_number_integer()) {
       return Status::InvalidArgument(fmt::format("{}: key '{}' must be an integer, got {}", origin_, key, v.dump()));
     }
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      // get<int64_t> would wrap it to a negative number
+      return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is out of range", origin_, key, v.dump()));
+    }
     return v.get<int64_t>();
   }
   bool Bool(const char* key, bool fallback) const {
@@ -382,7 +407,17 @@ StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::stri
   MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("num_heads", 16));
   double mlp_ratio = 4;
   MAESTRO_ASSIGN_OR_RETURN(mlp_ratio, r.Double("mlp_ratio", 4.0));
-  d.ffn_hidden = static_cast<int64_t>(static_cast<double>(d.hidden) * mlp_ratio);  // int(embed_dim * mlp_ratio)
+  // The products below are bounded before they are computed (CheckModelShape
+  // sees only their results).
+  MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "embed_dim", d.hidden, 1, kMaxHidden));
+  const double ffn = static_cast<double>(d.hidden) * mlp_ratio;
+  if (!(ffn >= 1 && ffn <= static_cast<double>(kMaxFfn))) {
+    return Status::InvalidArgument(
+        fmt::format("{}: embed_dim * mlp_ratio = {} * {} is out of range; it must be in "
+                    "[1, {}]",
+                    origin, d.hidden, mlp_ratio, kMaxFfn));
+  }
+  d.ffn_hidden = static_cast<int64_t>(ffn);  // int(embed_dim * mlp_ratio)
   MAESTRO_ASSIGN_OR_RETURN(d.patch_size, r.Int("patch_size", 14));
   int64_t channels = 3;
   MAESTRO_ASSIGN_OR_RETURN(channels, r.Int("in_chans", 3));  // older configs
@@ -392,6 +427,7 @@ StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::stri
   MAESTRO_ASSIGN_OR_RETURN(merge, r.Int("spatial_merge_size", 2));
   MAESTRO_ASSIGN_OR_RETURN(temporal, r.Int("temporal_patch_size", 2));
   MAESTRO_ASSIGN_OR_RETURN(d.image_size, r.Int("image_size", 448));
+  MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "spatial_merge_size", merge, 1, 8));
   d.kv_heads = d.heads;
   d.extra["vit_layout"] = 2;  // hf/name_map.h kVitLayoutQwen2Vl
   d.extra["temporal_patch"] = static_cast<double>(temporal);
@@ -420,6 +456,8 @@ StatusOr<ModelDesc> WhisperEncoderFromHf(const nlohmann::json& j, const std::str
   MAESTRO_ASSIGN_OR_RETURN(d.mel_bins, r.Int("num_mel_bins", 80));
   int64_t positions = 0;
   MAESTRO_ASSIGN_OR_RETURN(positions, r.Int("max_source_positions", 1500));
+  // audio_frames = 2 * positions: bounded before it is computed.
+  MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "max_source_positions", positions, 1, kMaxFrames / 2));
   d.kv_heads = d.heads;
   d.audio_frames = 2 * positions;
   d.extra["max_source_positions"] = static_cast<double>(positions);

@@ -52,8 +52,11 @@ bool ExtraFlag(const plan::ModelDesc& desc, const std::string& key, bool fallbac
 double ExtraValue(const plan::ModelDesc& desc, const std::string& key, double fallback);
 
 // Checks the shape (positive sizes, heads divide hidden, ...) and bounds that
-// keep every count inside int64. `where` prefixes messages.
-Status CheckModelShape(const plan::ModelDesc& desc, const std::string& where);
+// keep every count and product of ComputeModelFacts below 2^62 (a decoder at
+// every bound at once stays below 2^59; tests/compiler/model_test.cc computes
+// each kind at its bounds under UBSan). `where` prefixes messages; on failure
+// `*key` (when given) names the spec key the message is about.
+Status CheckModelShape(const plan::ModelDesc& desc, const std::string& where, std::string* key = nullptr);
 
 // Tokens one sample brings to this model when the spec does not say: a ViT's
 // patches (+ class token), an audio encoder's frames after the stride-2 conv,

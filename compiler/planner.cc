@@ -90,11 +90,11 @@ PlanFailure NoConfigFits(const CostModel& model, const SectionWork& sw, size_t s
   }
   const plan::ParallelConfig& least = survey.least_config;
   failure.message = fmt::format(
-      "section '{}' fits in memory at no configuration: it needs at least {} GiB per GPU (TP={} PP={} CP={} "
-      "DP={} micro-batch {}{}) but a '{}' GPU has {} GiB; give it a larger GPU type, more nodes, {}or make it "
+      "section '{}' fits in memory at no configuration: it needs at least {} per GPU (TP={} PP={} CP={} "
+      "DP={} micro-batch {}{}) but a '{}' GPU has {}; give it a larger GPU type, more nodes, {}or make it "
       "mode = \"forward\"",
-      sw.name, GiBText(survey.least_memory), least.tp, least.pp, least.cp, least.dp, least.micro_batch,
-      least.recompute ? ", recompute" : "", dev.name, GiBText(dev.memory_bytes),
+      sw.name, HumanBytes(survey.least_memory), least.tp, least.pp, least.cp, least.dp, least.micro_batch,
+      least.recompute ? ", recompute" : "", dev.name, HumanBytes(dev.memory_bytes),
       o.allow_planner_only ? ""
                            : "--allow-planner-only (CP, recomputation), --runtime-support (a runtime with more), ");
   return failure;

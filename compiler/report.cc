@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "base/units.h"
 #include "compiler/config_text.h"
 #include "compiler/workload_builder.h"
@@ -168,17 +169,17 @@ std::string BudgetText(const ReportBudget& b) {
   const DeviceType& d = b.device;
   if (d.shared_node) {
     return fmt::format(
-        "local mode: one node of {} '{}' slot(s) ({:.0f} GB, {:.4g} TFLOP/s each{}) that the sections "
+        "local mode: one node of {} '{}' slot(s) ({:.4g} GB, {:.4g} TFLOP/s each{}) that the sections "
         "share; plan uses {}{}\n",
         d.gpus_per_node, d.name, d.memory_bytes / 1e9, d.peak_flops / 1e12,
-        d.kernels ? fmt::format("; kernels {}", d.kernels_origin) : "", b.nodes_held,
+        d.kernels ? fmt::format("; kernels {}", PrintableText(d.kernels_origin)) : "", b.nodes_held,
         d.shared_cores > 0 ? fmt::format("; the ranks share {} core(s)", d.shared_cores) : "");
   }
   std::string t =
-      fmt::format("budget '{}': {} node(s) x {} {} ({:.0f} GB, {:.4g} TFLOP/s each{}); plan holds {} node(s)\n", d.name,
+      fmt::format("budget '{}': {} node(s) x {} {} ({:.4g} GB, {:.4g} TFLOP/s each{}); plan holds {} node(s)\n", d.name,
                   d.nodes, d.gpus_per_node, d.cpu ? "CPU slots" : "GPUs", d.memory_bytes / 1e9, d.peak_flops / 1e12,
-                  d.kernels ? fmt::format("; kernels {}", d.kernels_origin) : "", b.nodes_held);
-  if (!d.kernels_note.empty() && !d.cpu) t += "  note: " + d.kernels_note + "\n";
+                  d.kernels ? fmt::format("; kernels {}", PrintableText(d.kernels_origin)) : "", b.nodes_held);
+  if (!d.kernels_note.empty() && !d.cpu) t += "  note: " + PrintableText(d.kernels_note) + "\n";
   return t;
 }
 
@@ -202,7 +203,7 @@ std::string EdgeText(const ReportEdge& e) {
   const std::string fan = e.dp_to >= e.dp_from ? fmt::format("fan-out {}", e.dp_to / e.dp_from)
                                                : fmt::format("fan-in {}", e.dp_from / e.dp_to);
   return fmt::format("edge {} -> {} ({}): {} (DP {} -> {}), {}/sample{}, {:.3g} s/step of transfer\n", e.from, e.to,
-                     e.tensor, fan, e.dp_from, e.dp_to, HumanBytes(e.bytes_per_sample),
+                     PrintableText(e.tensor), fan, e.dp_from, e.dp_to, HumanBytes(e.bytes_per_sample),
                      e.carries_gradient ? " (+ gradient back)" : "", e.seconds_per_step);
 }
 
@@ -259,7 +260,10 @@ std::string MonolithicText(const ReportMonolithic& mono, int64_t global_batch) {
 
 std::string ReportText(const Report& r) {
   std::string t;
-  t += fmt::format("maestro-compile: job '{}' from {}\n", r.job, r.spec_path);
+  // A spec's strings and file name may hold control characters (a newline
+  // would forge a line of the report, an ESC drive the terminal): the ones
+  // that can are escaped where they go in, and the whole text once more.
+  t += fmt::format("maestro-compile: job '{}' from {}\n", PrintableText(r.job), PrintableText(r.spec_path));
   t += fmt::format("global batch {} samples, seq_len {}; {} section(s), {} edge(s)\n", r.global_batch, r.seq_len,
                    r.sections.size(), r.edges.size());
   for (const ReportBudget& b : r.budgets) t += BudgetText(b);
@@ -284,7 +288,7 @@ std::string ReportText(const Report& r) {
     t += fmt::format("planned for a runtime with: {} (--runtime-support, not this build's table)\n",
                      r.planned_runtime_support);
   }
-  return t;
+  return PrintableLines(t);
 }
 
 // ---- the JSON -------------------------------------------------------------------
@@ -423,7 +427,9 @@ std::string ReportJson(const Report& r) {
   js["gpus_held"] = r.split_bound.gpus_held;
   js["planner_only"] =
       std::any_of(r.sections.begin(), r.sections.end(), [](const ReportSection& s) { return !s.planner_only.empty(); });
-  return js.dump(2);
+  // Invalid UTF-8 would throw (type_error.316); the spec reader refuses it in
+  // its own path, and anything else is replaced (U+FFFD) rather than thrown.
+  return js.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace maestro::compiler

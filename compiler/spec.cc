@@ -10,15 +10,21 @@
 
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "base/checks.h"
 #include "base/read_file.h"
+#include "base/text.h"
 #include "compiler/spec_graph.h"
 #include "compiler/spec_tables.h"
 #include "compiler/toml_reader.h"
+#include "scheduler/problem.h"
 
 namespace maestro::compiler {
+
+static_assert(kMaxSections == scheduler::kMaxSections, "the spec's limit is the scheduler's");
+static_assert(kMaxModalities == scheduler::kMaxModalities, "the spec's limit is the scheduler's");
 
 using internal::Diagnostics;
 using internal::PosOf;
@@ -46,6 +52,16 @@ const ModelSpec* Spec::FindModel(const std::string& name) const {
 }
 
 StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path, const std::string& base_dir) {
+  // plan.json and the JSON report hold the spec's path and paths relative to
+  // its folder as JSON text, which must be UTF-8.
+  for (const std::string* p : {&path, &base_dir}) {
+    if (const size_t bad = Utf8ErrorOffset(*p); bad != std::string::npos) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: the spec's path is not valid UTF-8 (byte 0x{:02x} at offset {}{}); plan.json records it and the paths "
+          "relative to it as UTF-8 text: rename the file or folder",
+          PrintableText(path), static_cast<unsigned char>((*p)[bad]), bad, p == &base_dir ? " of its folder" : ""));
+    }
+  }
   Spec spec;
   spec.path = path;
   spec.base_dir = base_dir;
@@ -79,7 +95,9 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
       }
     }
   }
-  auto each_table = [&](const char* key, const std::function<void(const toml::table&)>& fn) {
+  // Reads each [[key]] table with `fn`; past `limit` tables, one error at
+  // the first table too many and the rest is not read.
+  auto each_table = [&](const char* key, size_t limit, const std::function<void(const toml::table&)>& fn) {
     const toml::node* n = top.Get(key);
     if (!n) return;
     const toml::array* arr = n->as_array();
@@ -87,7 +105,14 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
       d.Error(PosOf(n->source()), fmt::format("'{}' must be an array of tables: write [[{}]]", key, key));
       return;
     }
+    size_t read = 0;
     for (const auto& el : *arr) {
+      if (read++ == limit) {
+        d.Error(PosOf(el.source()), fmt::format("more than {} [[{}]] tables (this is one of {}): the runtime runs at "
+                                                "most {}; merge some",
+                                                limit, key, arr->size(), limit));
+        return;
+      }
       if (const toml::table* t = el.as_table()) {
         fn(*t);
       } else {
@@ -95,22 +120,28 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
       }
     }
   };
-  each_table("section", [&](const toml::table& t) {
+  each_table("section", kMaxSections, [&](const toml::table& t) {
     SectionSpec s;
     internal::ReadSection(d, t, s, spec.edges, base_dir);
     spec.sections.push_back(std::move(s));
   });
-  each_table("edge", [&](const toml::table& t) {
+  each_table("edge", kMaxEdges, [&](const toml::table& t) {
     EdgeSpec e;
     internal::ReadEdge(d, t, e);
     spec.edges.push_back(std::move(e));
   });
-  each_table("profile", [&](const toml::table& t) {
+  each_table("profile", std::numeric_limits<size_t>::max(), [&](const toml::table& t) {
     ProfileSpec p;
     internal::ReadProfile(d, t, p);
     spec.profiles.push_back(std::move(p));
   });
   top.Finish();
+  if (spec.edges.size() > static_cast<size_t>(kMaxEdges)) {  // [[edge]] tables and sections' inputs
+    d.Error(spec.edges[static_cast<size_t>(kMaxEdges)].pos,
+            fmt::format("more than {} edges ({} with the sections' inputs): {} sections have at most {} distinct "
+                        "edges in a DAG",
+                        kMaxEdges, spec.edges.size(), kMaxSections, kMaxEdges));
+  }
   // Cluster defaults flow into the GPU types.
   for (auto& g : spec.cluster.gpu_types) {
     if (g.nodes == 0) g.nodes = spec.cluster.nodes;

@@ -8,7 +8,8 @@
 // sections in edges, cycles, unknown GPU types or modalities, contradictory
 // pins. The checks that need the cost model (a section that fits at no
 // configuration, a budget too small) live in compiler/compile.cc.
-// May call: base, plan (ModelDesc), compiler/model.h, TOML++, nlohmann-json.
+// May call: base, plan (ModelDesc), scheduler/problem.h (its limits),
+// compiler/model.h, TOML++, nlohmann-json.
 // Where: spec.cc (the entry points below), compiler/toml_reader.h (the TOML
 // reader, its messages and suggestions), compiler/spec_tables.h (each
 // table's keys), compiler/spec_graph.h (the checks across tables).
@@ -26,6 +27,16 @@
 #include "plan/plan.h"
 
 namespace maestro::compiler {
+
+// The runtime's limits, which the spec reader enforces with a located error
+// (docs/spec.md, "Limits"): the scheduler holds at most this many sections
+// and a sample's tokens per modality in fixed arrays (scheduler/problem.h,
+// checked equal in spec.cc), so `maestro run` refuses a plan with more.
+inline constexpr int kMaxSections = 32;   // [[section]] tables
+inline constexpr int kMaxModalities = 8;  // [[data.modality]] tables
+// Edges ([[edge]] tables and sections' inputs): as many as a DAG of
+// kMaxSections sections has pairs.
+inline constexpr int kMaxEdges = kMaxSections * (kMaxSections - 1) / 2;
 
 // A place in the spec, 1-based; {0,0} when the value was defaulted.
 struct SourcePos {
@@ -183,7 +194,9 @@ struct Spec {
   const ModelSpec* FindModel(const std::string& name) const;
 };
 
-// Formats "path:line:col: message" (or "path: message" without a position).
+// Formats "path:line:col: message" (or "path: message" without a position),
+// one line: control characters, NULs and bytes that are not UTF-8 in the
+// path and the message (a spec's strings) are escaped (base/text.h).
 std::string AtPos(const std::string& path, SourcePos pos, const std::string& message);
 
 // Parses and validates. On failure the Status (InvalidArgument) carries one

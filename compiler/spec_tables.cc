@@ -356,6 +356,15 @@ void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir,
       d.Error(PosOf(n->source()), "data.modality must be an array of tables: [[data.modality]]");
     } else {
       for (const auto& el : *arr) {
+        if (data.modalities.size() == static_cast<size_t>(kMaxModalities)) {
+          // The runtime's scheduler holds a sample's tokens per modality in a
+          // fixed array; a plan with more would be refused by `maestro run`.
+          d.Error(PosOf(el.source()),
+                  fmt::format("more than {} [[data.modality]] tables (this is one of {}): the runtime schedules at "
+                              "most {} modalities; merge some",
+                              kMaxModalities, arr->size(), kMaxModalities));
+          break;
+        }
         const toml::table* mt = el.as_table();
         if (!mt) {
           d.Error(PosOf(el.source()), "each [[data.modality]] must be a table");
@@ -403,66 +412,73 @@ unsigned KindBit(plan::ModelKind kind) {
   return kDecoderKey;
 }
 
-// One key of a built-in shape ([models.<name>] with a `kind`). Every key
-// takes an integer in [0, kMaxShapeValue] or a boolean: an integer sets
-// `as_int`, a boolean `as_bool`, and a value with no field to set lands in
-// ModelDesc::extra[key] (a boolean as 1 or 0), where the cost model reads it.
+// One key of a built-in shape ([models.<name>] with a `kind`): an integer
+// in [0, kMaxShapeValue] (kInt) or a flag, true or false (kFlag); each is
+// checked for its TOML type, and the message points at the value. An integer
+// sets `as_int`, a flag `as_bool`; a key with no field to set lands in
+// ModelDesc::extra[key] (a flag as 1 or 0), where the cost model reads it.
+enum class ShapeType { kInt, kFlag };
+
 struct ShapeKey {
   const char* key;
-  unsigned kinds;                    // kDecoderKey | kVitKey | ...
+  unsigned kinds;  // kDecoderKey | kVitKey | ...
+  ShapeType type;
   int64_t plan::ModelDesc::*as_int;  // nullptr: extra[key]
   bool plan::ModelDesc::*as_bool;    // nullptr: extra[key]
 };
 
 constexpr int64_t kMaxShapeValue = int64_t{1} << 40;
+constexpr ShapeType kInt = ShapeType::kInt;
+constexpr ShapeType kFlag = ShapeType::kFlag;
 
 // The keys of each kind, read in this order (which is also the order of
 // their messages and of the "did you mean" candidates); docs/spec.md lists
 // them kind by kind.
 const ShapeKey kShapeKeys[] = {
-    {"hidden", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::hidden, nullptr},
-    {"layers", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::layers, nullptr},
-    {"heads", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::heads, nullptr},
-    {"kv_heads", kDecoderKey, &plan::ModelDesc::kv_heads, nullptr},
-    {"head_dim", kDecoderKey, &plan::ModelDesc::head_dim, nullptr},
-    {"ffn_hidden", kDecoderKey | kVitKey | kAudioKey, &plan::ModelDesc::ffn_hidden, nullptr},
-    {"vocab", kDecoderKey, &plan::ModelDesc::vocab, nullptr},
-    {"tie_embeddings", kDecoderKey, nullptr, &plan::ModelDesc::tie_embeddings},
-    {"experts", kDecoderKey, &plan::ModelDesc::experts, nullptr},
-    {"experts_per_token", kDecoderKey, &plan::ModelDesc::experts_per_token, nullptr},
-    {"moe_ffn_hidden", kDecoderKey, &plan::ModelDesc::moe_ffn_hidden, nullptr},
-    {"image_size", kVitKey, &plan::ModelDesc::image_size, nullptr},
-    {"patch_size", kVitKey, &plan::ModelDesc::patch_size, nullptr},
-    {"channels", kVitKey, &plan::ModelDesc::channels, nullptr},
-    {"temporal_patch", kVitKey, nullptr, nullptr},
-    {"cls_token", kVitKey, nullptr, nullptr},
-    {"pos_embed", kVitKey, nullptr, nullptr},
-    {"patch_bias", kVitKey, nullptr, nullptr},
-    {"pre_norm", kVitKey, nullptr, nullptr},
-    {"final_norm", kVitKey, nullptr, nullptr},
-    {"pooler", kVitKey, nullptr, nullptr},
-    {"qkv_bias", kDecoderKey | kVitKey, nullptr, nullptr},
-    {"attn_out_bias", kDecoderKey, nullptr, nullptr},
-    {"mlp_bias", kDecoderKey, nullptr, nullptr},
-    {"mlp_gated", kDecoderKey, nullptr, nullptr},
-    {"norm_bias", kDecoderKey, nullptr, nullptr},
-    {"spatial_merge", kVitKey, nullptr, nullptr},
-    {"merger_hidden", kVitKey, nullptr, nullptr},
-    {"mel_bins", kAudioKey, &plan::ModelDesc::mel_bins, nullptr},
-    {"audio_frames", kAudioKey, &plan::ModelDesc::audio_frames, nullptr},
-    {"max_source_positions", kAudioKey, nullptr, nullptr},
-    {"in_dim", kProjectorKey, &plan::ModelDesc::in_dim, nullptr},
-    {"out_dim", kVitKey | kProjectorKey, &plan::ModelDesc::out_dim, nullptr},
+    {"hidden", kDecoderKey | kVitKey | kAudioKey, kInt, &plan::ModelDesc::hidden, nullptr},
+    {"layers", kDecoderKey | kVitKey | kAudioKey, kInt, &plan::ModelDesc::layers, nullptr},
+    {"heads", kDecoderKey | kVitKey | kAudioKey, kInt, &plan::ModelDesc::heads, nullptr},
+    {"kv_heads", kDecoderKey, kInt, &plan::ModelDesc::kv_heads, nullptr},
+    {"head_dim", kDecoderKey, kInt, &plan::ModelDesc::head_dim, nullptr},
+    {"ffn_hidden", kDecoderKey | kVitKey | kAudioKey, kInt, &plan::ModelDesc::ffn_hidden, nullptr},
+    {"vocab", kDecoderKey, kInt, &plan::ModelDesc::vocab, nullptr},
+    {"tie_embeddings", kDecoderKey, kFlag, nullptr, &plan::ModelDesc::tie_embeddings},
+    {"experts", kDecoderKey, kInt, &plan::ModelDesc::experts, nullptr},
+    {"experts_per_token", kDecoderKey, kInt, &plan::ModelDesc::experts_per_token, nullptr},
+    {"moe_ffn_hidden", kDecoderKey, kInt, &plan::ModelDesc::moe_ffn_hidden, nullptr},
+    {"image_size", kVitKey, kInt, &plan::ModelDesc::image_size, nullptr},
+    {"patch_size", kVitKey, kInt, &plan::ModelDesc::patch_size, nullptr},
+    {"channels", kVitKey, kInt, &plan::ModelDesc::channels, nullptr},
+    {"temporal_patch", kVitKey, kInt, nullptr, nullptr},
+    {"cls_token", kVitKey, kFlag, nullptr, nullptr},
+    {"pos_embed", kVitKey, kFlag, nullptr, nullptr},
+    {"patch_bias", kVitKey, kFlag, nullptr, nullptr},
+    {"pre_norm", kVitKey, kFlag, nullptr, nullptr},
+    {"final_norm", kVitKey, kFlag, nullptr, nullptr},
+    {"pooler", kVitKey, kFlag, nullptr, nullptr},
+    {"qkv_bias", kDecoderKey | kVitKey, kFlag, nullptr, nullptr},
+    {"attn_out_bias", kDecoderKey, kFlag, nullptr, nullptr},
+    {"mlp_bias", kDecoderKey, kFlag, nullptr, nullptr},
+    {"mlp_gated", kDecoderKey, kFlag, nullptr, nullptr},
+    {"norm_bias", kDecoderKey, kFlag, nullptr, nullptr},
+    {"spatial_merge", kVitKey, kInt, nullptr, nullptr},
+    {"merger_hidden", kVitKey, kInt, nullptr, nullptr},
+    {"mel_bins", kAudioKey, kInt, &plan::ModelDesc::mel_bins, nullptr},
+    {"audio_frames", kAudioKey, kInt, &plan::ModelDesc::audio_frames, nullptr},
+    {"max_source_positions", kAudioKey, kInt, nullptr, nullptr},
+    {"in_dim", kProjectorKey, kInt, &plan::ModelDesc::in_dim, nullptr},
+    {"out_dim", kVitKey | kProjectorKey, kInt, &plan::ModelDesc::out_dim, nullptr},
     // A projector lists ffn_hidden after in_dim and out_dim.
-    {"ffn_hidden", kProjectorKey, &plan::ModelDesc::ffn_hidden, nullptr},
+    {"ffn_hidden", kProjectorKey, kInt, &plan::ModelDesc::ffn_hidden, nullptr},
 };
 
-// REQUIRES: `n` is the node of k.key in the model's table.
-void ReadShapeKey(TableReader& r, const toml::node& n, const ShapeKey& k, plan::ModelDesc& desc) {
+// Reads k.key of the model's table (absent: nothing set, the key known all
+// the same); a value of the wrong TOML type is reported at the value.
+void ReadShapeKey(TableReader& r, const ShapeKey& k, plan::ModelDesc& desc) {
   const std::string key = k.key;
-  if (n.is_boolean()) {
+  if (k.type == ShapeType::kFlag) {
     bool b = false;
-    r.Bool(key, &b);
+    if (!r.Bool(key, &b)) return;
     if (k.as_bool) {
       desc.*k.as_bool = b;
     } else {
@@ -577,12 +593,7 @@ void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, So
   desc.kind = it->second;
   desc.source = "builtin";
   for (const ShapeKey& k : kShapeKeys) {
-    if (!(k.kinds & KindBit(desc.kind))) continue;
-    if (const toml::node* n = t.get(k.key)) {
-      ReadShapeKey(r, *n, k, desc);
-    } else {
-      r.Get(k.key);  // absent: known all the same
-    }
+    if (k.kinds & KindBit(desc.kind)) ReadShapeKey(r, k, desc);
   }
   r.Get("kind");
   if (desc.kind == plan::ModelKind::kDecoder && desc.kv_heads == 0) desc.kv_heads = desc.heads;
@@ -590,8 +601,10 @@ void ReadModel(Diagnostics& d, const std::string& name, const toml::table& t, So
   if (desc.kind != plan::ModelKind::kDecoder && desc.kind != plan::ModelKind::kProjector) desc.kv_heads = desc.heads;
   r.Finish();
   if (d.ok()) {
-    Status s = CheckModelShape(desc, where);
-    if (!s.ok()) d.Error(pos, s.message());
+    std::string key;
+    Status s = CheckModelShape(desc, where, &key);
+    // At the value, or at the table when the key was left to its default.
+    if (!s.ok()) d.Error(!key.empty() && t.get(key) ? r.PosOfKey(key) : pos, s.message());
   }
 }
 

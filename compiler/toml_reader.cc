@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/text.h"
+
 namespace maestro::compiler {
 
 namespace internal {
@@ -165,8 +167,10 @@ void TableReader::TypeError(const std::string& key, const toml::node& n, const c
 }  // namespace internal
 
 std::string AtPos(const std::string& path, SourcePos pos, const std::string& message) {
-  if (pos.line <= 0) return fmt::format("{}: {}", path, message);
-  return fmt::format("{}:{}:{}: {}", path, pos.line, pos.column, message);
+  // One line: a spec's strings and file name may hold control characters, a
+  // NUL that would cut the message short, or bytes that are not UTF-8.
+  if (pos.line <= 0) return fmt::format("{}: {}", PrintableText(path), PrintableText(message));
+  return fmt::format("{}:{}:{}: {}", PrintableText(path), pos.line, pos.column, PrintableText(message));
 }
 
 int EditDistance(const std::string& a, const std::string& b) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/text.h"
 #include "compiler/memory_model.h"
 #include "compiler/model.h"
 #include "plan/profile.h"
@@ -119,15 +120,22 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   if (list == "all") return out;
   std::vector<std::string> names;
   for (const auto& f : kSupportFlags) names.push_back(f.name);
+  // An empty item ("dp,,tp_decoder", a trailing comma, "") is refused: a
+  // feature lost to a typo would plan for a runtime without it.
+  const std::string listed = fmt::format("features: {} (or all)", fmt::join(names, ", "));
+  if (list.empty() || list.front() == ',' || list.back() == ',' || list.find(",,") != std::string::npos) {
+    return Status::InvalidArgument(fmt::format(
+        "--runtime-support '{}': an empty feature (a comma at an end, or two in a row); give a comma list of {}",
+        PrintableText(list), listed));
+  }
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
     const auto it = std::find_if(std::begin(kSupportFlags), std::end(kSupportFlags),
                                  [&](const SupportFlag& f) { return item == f.name; });
     if (it == std::end(kSupportFlags)) {
-      return Status::InvalidArgument(fmt::format("--runtime-support: unknown feature '{}'{}; features: {} (or all)",
-                                                 item, Suggest(item, names), fmt::join(names, ", ")));
+      return Status::InvalidArgument(fmt::format("--runtime-support: unknown feature '{}'{}; {}", PrintableText(item),
+                                                 Suggest(item, names), listed));
     }
     out.*(it->field) = true;
   }
@@ -376,6 +384,11 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
 
 StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path) {
   MAESTRO_ASSIGN_OR_RETURN(auto points, plan::ReadProfileFile(path));
+  return ProfilesFromPoints(points, path);
+}
+
+StatusOr<std::vector<ProfileSpec>> ProfilesFromPoints(const std::vector<plan::ProfilePoint>& points,
+                                                      const std::string& path) {
   std::vector<ProfileSpec> out;
   for (size_t i = 0; i < points.size(); ++i) {
     const plan::ProfilePoint& q = points[i];

@@ -6,7 +6,7 @@
 // shares, edge bytes).
 //
 // Owns: ParsePin, ParseRuntimeSupport / RuntimeSupportText, EffectiveSpec,
-// DevicesOf, DeviceIndex, BuildWorkload, ReadProfilesJson,
+// DevicesOf, DeviceIndex, BuildWorkload, ReadProfilesJson / ProfilesFromPoints,
 // CheckProfileSections. Their messages are user-facing (maestro-compile
 // prints them as they are).
 // May call: base, plan (profile files), compiler/spec.h, compiler/model.h,
@@ -23,6 +23,7 @@
 #include "compiler/planner.h"
 #include "compiler/runtime_support.h"
 #include "compiler/spec.h"
+#include "plan/profile.h"
 
 namespace maestro::compiler {
 
@@ -32,7 +33,8 @@ StatusOr<PinOverride> ParsePin(const std::string& text);
 
 // Parses --runtime-support: a comma list of the features the target runtime
 // has, from dp, micro_batch, tp_decoder, pp_decoder, tp_encoder, pp_encoder,
-// cp, ep, moe, recompute, zero1; or "all". InvalidArgument names an unknown one.
+// cp, ep, moe, recompute, zero1; or "all". InvalidArgument names an unknown one
+// and refuses an empty one ("dp,,tp_decoder", "").
 StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list);
 std::string RuntimeSupportText(const RuntimeSupport& support);
 
@@ -58,5 +60,10 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
 // Reads a JSON array of {"section","gpus","micro_batch","seconds"} objects
 // (what the runtime writes) into profiles.
 StatusOr<std::vector<ProfileSpec>> ReadProfilesJson(const std::string& path);
+// The same from points already read (`path` names them in messages): each
+// point's values are checked (positive gpus, micro_batch and seconds,
+// forward_seconds in [0, seconds], optimizer_seconds >= 0).
+StatusOr<std::vector<ProfileSpec>> ProfilesFromPoints(const std::vector<plan::ProfilePoint>& points,
+                                                      const std::string& path);
 
 }  // namespace maestro::compiler

@@ -3,9 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "base/checks.h"
 #include "base/read_file.h"
@@ -25,6 +28,27 @@ std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points) {
   return out.dump(2);
 }
 
+namespace {
+
+// A point's count field: a JSON integer that fits in an int. nlohmann's
+// get<int> of a float outside int's range is undefined behaviour (found by
+// compiler/fuzz/profile_fuzz.cc: "gpus": 3.3e121), and of a larger integer
+// it wraps; both are refused with the value.
+int IntField(const nlohmann::json& o, const char* key, size_t point) {
+  const nlohmann::json& v = o.at(key);
+  constexpr int64_t kLo = std::numeric_limits<int>::min(), kHi = std::numeric_limits<int>::max();
+  const bool fits = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(kHi)
+                    : v.is_number_integer() ? v.get<int64_t>() >= kLo && v.get<int64_t>() <= kHi
+                                            : false;
+  if (!fits) {
+    throw std::invalid_argument(
+        fmt::format("profile point {}: '{}' must be a whole number (an int), got {}", point, key, v.dump()));
+  }
+  return v.get<int>();
+}
+
+}  // namespace
+
 StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& text) {
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument("profile points: not valid JSON");
@@ -35,13 +59,15 @@ StatusOr<std::vector<ProfilePoint>> ProfilePointsFromJson(const std::string& tex
     ProfilePoint p;
     try {
       p.section = o.at("section").get<std::string>();
-      p.gpus = o.at("gpus").get<int>();
-      p.micro_batch = o.at("micro_batch").get<int>();
+      p.gpus = IntField(o, "gpus", i);
+      p.micro_batch = IntField(o, "micro_batch", i);
       p.seconds = o.at("seconds").get<double>();
       p.forward_seconds = o.value("forward_seconds", 0.0);
       p.optimizer_seconds = o.value("optimizer_seconds", 0.0);
     } catch (const nlohmann::json::exception& e) {
       return Status::InvalidArgument(fmt::format("profile point {}: {}", i, e.what()));
+    } catch (const std::invalid_argument& e) {
+      return Status::InvalidArgument(e.what());
     }
     out.push_back(p);
   }

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -43,6 +45,32 @@ TEST(FindCycle, NamesTheCycleAndItsClosingEdge) {
   const GraphCycle self = FindCycle(2, {{1, 1}});
   EXPECT_EQ(self.vertices, (std::vector<int>{1}));
   EXPECT_EQ(self.closing_edge, 0);
+}
+
+// Issue #18: the recursive search overflowed the stack on a chain of 60,000
+// sections (SIGSEGV). A chain of a million vertices, and a ring closed at its
+// far end, are walked on the heap.
+TEST(FindCycle, AChainOfAMillionVerticesNeedsNoCallStack) {
+  constexpr int kN = 1'000'000;
+  DirectedEdges chain;
+  for (int v = 0; v + 1 < kN; ++v) chain.emplace_back(v, v + 1);
+  EXPECT_FALSE(FindCycle(kN, chain).found());
+  chain.emplace_back(kN - 1, 1);  // closes 1 -> ... -> kN-1 -> 1
+  const GraphCycle ring = FindCycle(kN, chain);
+  ASSERT_TRUE(ring.found());
+  EXPECT_EQ(ring.vertices.size(), static_cast<size_t>(kN - 1));
+  EXPECT_EQ(ring.vertices.front(), 1);
+  EXPECT_EQ(ring.vertices.back(), kN - 1);
+  EXPECT_EQ(ring.closing_edge, kN - 1);
+  EXPECT_EQ(TopologicalOrder(kN, DirectedEdges(chain.begin(), chain.end() - 1)).size(), static_cast<size_t>(kN));
+}
+
+TEST(FindCycle, FollowsEdgesInTheirOrderFromTheSmallestVertex) {
+  // 0 -> 2 -> 0 is met before 0 -> 1 -> 0 would be, as edge 0 comes first.
+  const DirectedEdges edges = {{0, 2}, {0, 1}, {1, 0}, {2, 0}};
+  const GraphCycle c = FindCycle(3, edges);
+  EXPECT_EQ(c.vertices, (std::vector<int>{0, 2}));
+  EXPECT_EQ(c.closing_edge, 3);
 }
 
 class FilesTest : public ::testing::Test {
@@ -97,6 +125,31 @@ TEST_F(FilesTest, AFailedWriteLeavesTheOldFileAndNamesThePath) {
   const Status missing = WriteFileAtomically(dir_ + "/no/such/dir/f", "x");
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.message().find("no/such/dir"), std::string::npos) << missing.message();
+}
+
+// Issue #18: a directory in the way of one output left the others replaced
+// and *.tmp files behind; now all are replaced or none.
+TEST_F(FilesTest, WriteFilesAtomicallyReplacesAllOrNone) {
+  const std::string a = dir_ + "/plan.json", b = dir_ + "/job.sbatch", c = dir_ + "/report.txt";
+  ASSERT_TRUE(WriteFilesAtomically({{a, "a1"}, {b, "b1", 0755}, {c, "c1"}}).ok());
+  EXPECT_EQ(Read(a) + Read(b) + Read(c), "a1b1c1");
+  std::filesystem::remove(c);
+  std::filesystem::create_directory(c);
+  const Status s = WriteFilesAtomically({{a, "a2"}, {b, "b2", 0755}, {c, "c2"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'" + c + "': Is a directory"), std::string::npos) << s.message();
+  EXPECT_EQ(Read(a) + Read(b), "a1b1");
+  // A temporary that cannot be created (a directory where it would go): the
+  // ones written before it are removed, nothing is replaced.
+  std::filesystem::remove(c);
+  std::filesystem::create_directory(b + ".tmp");
+  const Status t = WriteFilesAtomically({{a, "a3"}, {b, "b3", 0755}, {c, "c3"}});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.message().find(std::strerror(EISDIR)), std::string::npos) << t.message();
+  EXPECT_EQ(Read(a) + Read(b), "a1b1");
+  EXPECT_FALSE(std::filesystem::exists(a + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(c));
+  EXPECT_FALSE(std::filesystem::exists(c + ".tmp"));
 }
 
 TEST(Units, BytesAndCounts) {

@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <vector>
+
+#include "base/text.h"
 
 namespace maestro {
 namespace {
@@ -52,5 +55,36 @@ TEST(ShellQuote, PlainWordsStayReadable) {
   EXPECT_FALSE(IsSingleLine("abc\n#SBATCH --x"));
 }
 
+// Issue #18: every line of job.sbatch goes through one writer; a control
+// character in a line is refused, in a comment escaped.
+TEST(ShellScriptWriter, RefusesALineWithAControlCharacterAndNamesIt) {
+  ShellScriptWriter w("job.sbatch");
+  w.Line("#!/bin/bash");
+  w.Line("MAESTRO_PLAN='a\n#SBATCH --uid=0'");
+  w.Line("echo fine");
+  const auto s = w.Finish();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("job.sbatch line 2 would hold a control character: "
+                                      "MAESTRO_PLAN='a\\n#SBATCH --uid=0'"),
+            std::string::npos)
+      << s.status().message();
+  for (const std::string& bad :
+       std::vector<std::string>{"a\rb", "bell\a", "esc\x1b[2J", std::string("n\0ul", 4), "del\x7f"}) {
+    ShellScriptWriter one("x");
+    one.Line(bad);
+    EXPECT_FALSE(one.Finish().ok()) << PrintableText(bad);
+  }
+}
+
+TEST(ShellScriptWriter, CommentsEscapeControlCharactersAndTabsPassInCode) {
+  ShellScriptWriter w("job.sbatch");
+  w.Line("#!/bin/bash");
+  w.Comment("from 'x\n#SBATCH --account=other\ntouch F\x1b'");
+  w.Line("\techo ok");
+  const auto s = w.Finish();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(*s, "#!/bin/bash\n# from 'x\\n#SBATCH --account=other\\ntouch F\\x1b'\n\techo ok\n");
+}
 }  // namespace
 }  // namespace maestro

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -113,6 +114,109 @@ TEST(ModelFacts, RejectsUnsupportedAndMalformedConfigs) {
                         "x.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("kv_heads"), std::string::npos);
+}
+
+// Issue #18: a Whisper config with max_source_positions = 2^62 overflowed
+// 2 * positions (UBSan: signed-integer-overflow in model.cc) and was then
+// reported as a negative audio_frames. The reader bounds each factor before
+// it multiplies; the message names the config's key.
+TEST(ModelFacts, WhisperWithMaxSourcePositions2To62IsRefusedBeforeAnyProduct) {
+  auto d = ModelFromHfConfig(R"({"model_type":"whisper","max_source_positions":4611686018427387904})", "w.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(),
+            "w.json: max_source_positions = 4611686018427387904 is out of range; it must be in [1, 524288]");
+}
+
+// An integer above int64's range wrapped to a negative number in the message.
+TEST(ModelFacts, AnIntegerAboveInt64IsRefusedWithItsValue) {
+  auto d = ModelFromHfConfig(R"({"model_type":"whisper","d_model":18446744073709551615})", "w.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(), "w.json: key 'd_model' = 18446744073709551615 is out of range");
+}
+
+TEST(ModelFacts, Qwen2VlWithHugeFactorsIsRefusedBeforeAnyProduct) {
+  const auto vl = [](const std::string& vision) {
+    auto d = ModelFromHfConfig(R"({"model_type":"qwen2_vl","vision_config":{)" + vision + "}}", "q.json");
+    return d.ok() ? std::string() : d.status().message();
+  };
+  EXPECT_NE(vl(R"("mlp_ratio":1e300)").find("embed_dim * mlp_ratio = 1280 * 1e+300 is out of range"), std::string::npos)
+      << vl(R"("mlp_ratio":1e300)");
+  EXPECT_NE(vl(R"("mlp_ratio":-4)").find("out of range"), std::string::npos);
+  EXPECT_NE(vl(R"("embed_dim":4611686018427387904)").find("embed_dim = 4611686018427387904 is out of range"),
+            std::string::npos);
+  EXPECT_NE(vl(R"("spatial_merge_size":4611686018427387904)").find("spatial_merge_size = 4611686018427387904"),
+            std::string::npos);
+  EXPECT_NE(vl(R"("temporal_patch_size":9223372036854775807)")
+                .find("temporal_patch = 9.223372036854776e+18 is out of "
+                      "range"),
+            std::string::npos)
+      << vl(R"("temporal_patch_size":9223372036854775807)");
+  EXPECT_EQ(vl(""), "");  // the defaults: Qwen2-VL-7B's tower
+}
+
+// Every kind with every size at its bound at once: CheckModelShape accepts
+// it, and ComputeModelFacts counts it below 2^62 (run under UBSan in the
+// fuzz build, docs/spec.md "Fuzzing", it reports no overflow). One step past
+// a bound is refused.
+TEST(ModelFacts, EveryKindAtItsBoundsCountsBelow2To62) {
+  plan::ModelDesc dec;
+  dec.kind = plan::ModelKind::kDecoder;
+  dec.hidden = int64_t{1} << 18;
+  dec.layers = 1024;
+  dec.heads = dec.kv_heads = dec.head_dim = 4096;
+  dec.ffn_hidden = dec.moe_ffn_hidden = int64_t{1} << 20;
+  dec.vocab = int64_t{1} << 22;
+  dec.experts = dec.experts_per_token = 512;
+  for (const char* flag : {"qkv_bias", "attn_out_bias", "mlp_bias", "norm_bias"}) dec.extra[flag] = 1;
+  plan::ModelDesc vit;
+  vit.kind = plan::ModelKind::kVit;
+  vit.hidden = vit.out_dim = int64_t{1} << 18;
+  vit.layers = 1024;
+  vit.heads = vit.kv_heads = 4096;
+  vit.ffn_hidden = int64_t{1} << 20;
+  vit.image_size = int64_t{1} << 14;
+  vit.patch_size = 1;
+  vit.channels = 64;
+  vit.extra = {
+      {"temporal_patch", 16}, {"spatial_merge", 8}, {"merger_hidden", 1 << 20}, {"pre_norm", 1}, {"pooler", 1}};
+  plan::ModelDesc audio;
+  audio.kind = plan::ModelKind::kAudioEncoder;
+  audio.hidden = int64_t{1} << 18;
+  audio.layers = 1024;
+  audio.heads = audio.kv_heads = 4096;
+  audio.ffn_hidden = int64_t{1} << 20;
+  audio.mel_bins = 4096;
+  audio.audio_frames = int64_t{1} << 20;
+  audio.extra["max_source_positions"] = 1 << 20;
+  plan::ModelDesc proj;
+  proj.kind = plan::ModelKind::kProjector;
+  proj.in_dim = proj.out_dim = int64_t{1} << 18;
+  proj.ffn_hidden = int64_t{1} << 20;
+  for (const plan::ModelDesc& d : {dec, vit, audio, proj}) {
+    const std::string kind = plan::ModelKindName(d.kind);
+    ASSERT_TRUE(CheckModelShape(d, kind).ok()) << CheckModelShape(d, kind).ToString();
+    for (int64_t seq : {int64_t{0}, int64_t{1} << 24}) {
+      const ModelFacts f = ComputeModelFacts(d, seq);
+      EXPECT_GT(f.params, 0) << kind;
+      EXPECT_LT(f.params, int64_t{1} << 62) << kind;
+      EXPECT_LE(f.active_params, f.params) << kind;
+      EXPECT_GT(f.matmul_params, 0) << kind;
+      EXPECT_TRUE(std::isfinite(f.flops_per_token) && f.flops_per_token > 0) << kind;
+    }
+  }
+  std::string key;
+  plan::ModelDesc past = dec;
+  past.layers = 1025;
+  EXPECT_FALSE(CheckModelShape(past, "d", &key).ok());
+  EXPECT_EQ(key, "layers");
+  past = audio;
+  past.extra["max_source_positions"] = (1 << 20) + 1;
+  EXPECT_FALSE(CheckModelShape(past, "a", &key).ok());
+  EXPECT_EQ(key, "max_source_positions");
+  past = vit;
+  past.extra["merger_hidden"] = 1e300;  // compared as a double: no conversion past 2^63
+  EXPECT_FALSE(CheckModelShape(past, "v", &key).ok());
+  EXPECT_EQ(key, "merger_hidden");
 }
 
 std::string RunCapture(const std::string& cmd, int* rc) {

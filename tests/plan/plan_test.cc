@@ -163,5 +163,22 @@ TEST(ProfileFile, RoundTripsAndNamesTheBadPoint) {
   EXPECT_FALSE(ProfilePointsFromJson("{not json").ok());
 }
 
+// Issue #18, found by compiler/fuzz/profile_fuzz.cc: "gpus": 3.3e121 was
+// converted to an int (undefined behaviour; UBSan: from_json.hpp "outside the
+// range of representable values of type 'int'"), and 2^32 + 1 wrapped to 1.
+TEST(ProfileFile, AFloatOrHugeCountIsRefusedNotConverted) {
+  for (const std::string gpus : {"3.3e121", "1.5", "4294967297", "18446744073709551615", "-2147483649"}) {
+    auto p = ProfilePointsFromJson(R"([{"section": "a", "gpus": )" + gpus + R"(, "micro_batch": 2, "seconds": 0.5}])");
+    ASSERT_FALSE(p.ok()) << gpus;
+    EXPECT_NE(p.status().message().find("profile point 0: 'gpus' must be a whole number (an int), got"),
+              std::string::npos)
+        << p.status().message();
+  }
+  auto mb = ProfilePointsFromJson(R"([{"section": "a", "gpus": 1, "micro_batch": 1e300, "seconds": 0.5}])");
+  ASSERT_FALSE(mb.ok());
+  EXPECT_NE(mb.status().message().find("'micro_batch'"), std::string::npos) << mb.status().message();
+  EXPECT_TRUE(ProfilePointsFromJson(R"([{"section": "a", "gpus": 2147483647, "micro_batch": 1, "seconds": 1}])").ok());
+}
+
 }  // namespace
 }  // namespace maestro::plan
