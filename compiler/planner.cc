@@ -89,12 +89,16 @@ PlanFailure NoConfigFits(const CostModel& model, const SectionWork& sw, size_t s
     return failure;
   }
   const plan::ParallelConfig& least = survey.least_config;
+  // Where the bytes go at that configuration (compiler/memory_model.h), so the
+  // user sees which term to attack.
+  const MemoryBreakdown m = model.Evaluate(sw, least).memory;
   failure.message = fmt::format(
       "section '{}' fits in memory at no configuration: it needs at least {} per GPU (TP={} PP={} CP={} "
-      "DP={} micro-batch {}{}) but a '{}' GPU has {}; give it a larger GPU type, more nodes, {}or make it "
-      "mode = \"forward\"",
+      "DP={} micro-batch {}{}: weights {} + gradients {} + optimizer {} + activations {} + reserve {}) but a "
+      "'{}' GPU has {}; give it a larger GPU type, more nodes, {}or make it mode = \"forward\"",
       sw.name, HumanBytes(survey.least_memory), least.tp, least.pp, least.cp, least.dp, least.micro_batch,
-      least.recompute ? ", recompute" : "", dev.name, HumanBytes(dev.memory_bytes),
+      least.recompute ? ", recompute" : "", HumanBytes(m.weights), HumanBytes(m.gradients), HumanBytes(m.optimizer),
+      HumanBytes(m.activations), HumanBytes(m.reserved), dev.name, HumanBytes(dev.memory_bytes),
       o.allow_planner_only ? ""
                            : "--allow-planner-only (CP, recomputation), --runtime-support (a runtime with more), ");
   return failure;
