@@ -23,63 +23,15 @@
 #include "base/shell.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "tests/fixtures/specs.h"
 
 namespace maestro::compiler {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A valid two-section spec on H100s (it plans in well under a second);
-// `job_extra` goes into [job], `tail` after the last section.
 std::string Base(const std::string& job_extra = "", const std::string& tail = "") {
-  return R"([job]
-name = "t"
-)" + job_extra +
-         R"(
-[cluster]
-nodes = 4
-gpus_per_node = 8
-[cluster.gpu.h100]
-memory_gb = 80
-tflops_bf16 = 989
-
-[data]
-global_batch = 64
-seq_len = 2048
-
-[[data.modality]]
-name = "image"
-fraction = 0.25
-tokens = 256
-
-[models.vit]
-kind = "vit"
-hidden = 1024
-layers = 8
-heads = 16
-ffn_hidden = 4096
-image_size = 224
-patch_size = 14
-
-[models.llm]
-kind = "decoder"
-hidden = 2048
-layers = 16
-heads = 16
-kv_heads = 4
-ffn_hidden = 5632
-vocab = 32000
-
-[[section]]
-name = "vit"
-model = "vit"
-activation = "image"
-
-[[section]]
-name = "llm"
-model = "llm"
-inputs = ["vit.image_embeddings"]
-)" + tail;
+  return fixtures::TwoSectionSpec(job_extra, tail);
 }
 
 // `text` with the first `from` replaced by `to`.
