@@ -13,6 +13,10 @@
 //                            vs FIFO (data order): samples/s ratio; without
 //                            the Fashion-MNIST demo images it is not run and
 //                            wavefront_vs_fifo_skipped says why
+//   tiny_vlm_best_vs_monolithic  the tiny VLM as `maestro run` plans it for
+//                            this machine (the planner's grouping: sectioned
+//                            or fused, tiny_vlm_best_grouping) vs the
+//                            monolithic reference: samples/s ratio
 // Steps after the first 3 (warm-up) count.
 #include <unistd.h>
 
@@ -37,7 +41,9 @@ using maestro::plan::Plan;
 Plan LocalPlan(const std::string& spec_name, int64_t steps) {
   auto spec = maestro::compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
   if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
-  auto compiled = maestro::compiler::Compile(*spec, {});
+  maestro::compiler::CompileOptions options;
+  options.grouping = maestro::compiler::Grouping::kSectioned;  // one rank per section, placed below
+  auto compiled = maestro::compiler::Compile(*spec, options);
   if (!compiled.ok()) throw std::runtime_error(compiled.status().ToString());
   Plan p = compiled->plan;
   int rank = 0;
@@ -57,6 +63,23 @@ Plan LocalPlan(const std::string& spec_name, int64_t steps) {
   p.links.clear();
   p.data.steps = steps;
   maestro::plan::FillLayout(p);
+  return p;
+}
+
+// The plan `maestro run` trains on this machine: local mode on its cores,
+// the planner's own grouping and configuration.
+Plan ChosenLocalPlan(const std::string& spec_name, int64_t steps) {
+  auto spec = maestro::compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
+  if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
+  maestro::compiler::CompileOptions options;
+  const int cores = std::max(2, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  options.local_ranks = cores;
+  options.local_cores = cores;
+  options.local_grow = true;
+  auto compiled = maestro::compiler::Compile(*spec, options);
+  if (!compiled.ok()) throw std::runtime_error(compiled.status().ToString());
+  Plan p = compiled->plan;
+  p.data.steps = steps;
   return p;
 }
 
@@ -132,6 +155,19 @@ MAESTRO_BENCHMARK(runtime, "tiny KD: sectioned (mpirun, wavefront) vs monolithic
     const auto wavefront = ReadMetrics(dir + "/vlm_wavefront/metrics.jsonl");
     const auto fifo = ReadMetrics(dir + "/vlm_fifo/metrics.jsonl");
     out["wavefront_vs_fifo"] = (wavefront.samples / wavefront.seconds) / (fifo.samples / fifo.seconds);
+    // The planner's choice against the monolithic reference (every option
+    // the runtime has: one process, torch on every core), same steps.
+    const Plan best = ChosenLocalPlan("tiny_vlm.toml", steps);
+    const std::string best_path = WritePlan(best, dir + "/vlm_best.json");
+    RunSectioned(worker, best, best_path, dir + "/vlm_best");
+    auto vlm_rc =
+        maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/vlm_reference", best_path},
+                                 maestro::cli::ChildStdout::kToStderr);
+    if (!vlm_rc.ok() || *vlm_rc != 0) throw std::runtime_error("the VLM's monolithic reference run failed");
+    const auto chosen = ReadMetrics(dir + "/vlm_best/metrics.jsonl");
+    const auto reference = ReadMetrics(dir + "/vlm_reference/metrics.jsonl");
+    out["tiny_vlm_best_vs_monolithic"] = (chosen.samples / chosen.seconds) / (reference.samples / reference.seconds);
+    out["tiny_vlm_best_grouping"] = best.sections.size() == 1 && best.sections[0].fused() ? "fused" : "sectioned";
   } else {
     out["wavefront_vs_fifo_skipped"] = "needs the Fashion-MNIST demo images: " + images.ToString();
   }

@@ -41,6 +41,7 @@ struct RunArgs {
   std::string profiles;  // measured profiles for the compiler ("" = analytic)
   std::vector<std::string> pins;
   std::vector<std::string> worker_args;
+  std::string grouping = "auto";  // maestro-compile --grouping
 };
 
 struct ProfileArgs {
@@ -74,7 +75,7 @@ int UsableCores() {
 // -1 to go on.
 int CompileForThisMachine(const std::string& spec, const std::string& out_dir, int ranks, bool grow,
                           const std::vector<std::string>& pins, const std::string& profiles, const char* who,
-                          maestro::plan::Plan* plan) {
+                          maestro::plan::Plan* plan, const std::string& grouping = "auto") {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -93,6 +94,7 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
                                    "--local-cores",
                                    std::to_string(UsableCores())};
   if (grow) compile.push_back("--local-grow");
+  compile.insert(compile.end(), {"--grouping", grouping});
   for (const auto& pin : pins) compile.insert(compile.end(), {"--pin", pin});
   if (!profiles.empty()) compile.insert(compile.end(), {"--profiles", profiles});
   auto rc = maestro::cli::RunProcess(compile);
@@ -133,7 +135,7 @@ int RunCommand(const RunArgs& args) {
   // 1. Compile for this machine: one node, `ranks` CPU slots.
   maestro::plan::Plan plan;
   if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, args.profiles,
-                                     "maestro run", &plan);
+                                     "maestro run", &plan, args.grouping);
       rc >= 0) {
     return rc;
   }
@@ -273,7 +275,7 @@ int ProfileCommand(const ProfileArgs& args) {
   const int ranks = DefaultRanks(args.ranks);
   maestro::plan::Plan plan;
   if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, "", "maestro profile",
-                                     &plan);
+                                     &plan, "sectioned");
       rc >= 0) {
     return rc;
   }
@@ -298,7 +300,8 @@ int ProfileCommand(const ProfileArgs& args) {
     const std::string dir = args.out_dir + "/gpus-" + std::to_string(t);
     maestro::plan::Plan variant;
     std::fprintf(stderr, "maestro profile: the decoder sections at %d GPU(s) (TP %d)\n", t, t);
-    if (int code = CompileForThisMachine(args.spec, dir, variant_ranks, false, pins, "", "maestro profile", &variant);
+    if (int code = CompileForThisMachine(args.spec, dir, variant_ranks, false, pins, "", "maestro profile", &variant,
+                                         "sectioned");
         code >= 0) {
       return code;
     }
@@ -322,7 +325,7 @@ int ProfileCommand(const ProfileArgs& args) {
     }
   }
   if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, profile,
-                                       "maestro profile", &plan);
+                                       "maestro profile", &plan, "sectioned");
       code >= 0) {
     return code;
   }
@@ -333,7 +336,7 @@ int ProfileCommand(const ProfileArgs& args) {
     if (int code = CalibrateInRun(args, plan, profile); code >= 0) return code;
     const maestro::plan::Plan calibrated_with = plan;
     if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, profile,
-                                         "maestro profile", &plan);
+                                         "maestro profile", &plan, "sectioned");
         code >= 0) {
       return code;
     }
@@ -399,6 +402,11 @@ int main(int argc, char** argv) {
                   "weights (for `maestro export`) and trains nothing")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--pin", run_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+  run->add_option("--grouping", run_args.grouping,
+                  "auto: the faster of the sectioned plan and every component fused in one section on every rank "
+                  "(the report says why); sectioned or fused: that one")
+      ->check(CLI::IsMember({"auto", "sectioned", "fused"}))
+      ->capture_default_str();
   run->add_flag("--fresh", run_args.fresh, "start over: remove the run directory first (default: resume it)");
   run->add_flag("--reference", run_args.reference,
                 "train every section in one process (the monolithic reference), for comparison");

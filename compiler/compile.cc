@@ -84,6 +84,143 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
 }
 
+// Why the fused plan (the monolithic baseline's configuration, run as one
+// fused section) cannot run on this build's runtime; "" when it can.
+std::string FusedPlanBlocker(const CompileResult& r) {
+  const MonolithicPlan& m = r.monolithic;
+  if (r.workload.sections.size() < 2) return "the workload has one component";
+  if (!m.found) return "no single configuration fits: " + m.why_not;
+  if (!m.planner_only.empty()) return "its configuration needs what the runtime lacks (" + m.planner_only + ")";
+  if (m.devices.size() != 1) return "it runs on several GPU types in lockstep; a fused section runs on one";
+  if (m.config.pp != 1 || m.config.cp != 1) return "the runtime's fused sections run PP = CP = 1";
+  return "";
+}
+
+// A section's configuration pinned in the spec (or by --pin): the user asked
+// for sections, so auto keeps them.
+bool PinsSections(const Spec& spec) {
+  for (const SectionSpec& s : spec.sections) {
+    if (s.tp || s.pp || s.cp || s.dp || s.micro_batch || s.recompute.has_value()) return true;
+  }
+  for (const EdgeSpec& e : spec.edges) {
+    if (e.fanout || e.fanin) return true;
+  }
+  return false;
+}
+
+// Chooses the grouping (CompileOptions::grouping): the sectioned plan, or
+// the fused one when it is predicted faster (auto) or forced.
+StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& options, const CompileResult& r) {
+  GroupingChoice g;
+  const double sectioned = r.simulated.ok ? r.simulated.step_seconds : r.assignment.bottleneck_seconds;
+  const double fused = r.monolithic_simulated.ok ? r.monolithic_simulated.step_seconds : r.monolithic.step_seconds;
+  const std::string blocker = FusedPlanBlocker(r);
+  g.chosen_step_seconds = sectioned;
+  if (options.grouping == Grouping::kFused) {
+    if (!blocker.empty()) {
+      return Status::InvalidArgument(
+          AtPos(spec.path, spec.cluster.pos,
+                "--grouping fused: the fused plan cannot run: " + blocker + " (use --grouping auto or sectioned)"));
+    }
+    g.fused = true;
+  } else if (options.grouping == Grouping::kAuto && blocker.empty() && fused < sectioned) {
+    g.fused = !PinsSections(spec);
+    if (!g.fused) {
+      g.rejected = "fused";
+      g.rejected_step_seconds = fused;
+      g.why = fmt::format(
+          "sectioned: the spec pins section configurations (a fused plan has one); fused would run a step in "
+          "{:.4g} s against {:.4g} s (--grouping fused chooses it)",
+          fused, sectioned);
+      return g;
+    }
+  }
+  if (g.fused) {
+    g.chosen_step_seconds = fused;
+    g.rejected = "sectioned";
+    g.rejected_step_seconds = sectioned;
+    g.why = options.grouping == Grouping::kFused
+                ? "fused by --grouping fused"
+                : fmt::format(
+                      "fused: every component on every GPU runs a step in {:.4g} s, the sectioned plan in "
+                      "{:.4g} s (the components are too small to pay for GPUs of their own)",
+                      fused, sectioned);
+    return g;
+  }
+  if (blocker.empty()) {
+    g.rejected = "fused";
+    g.rejected_step_seconds = fused;
+    g.why = options.grouping == Grouping::kSectioned
+                ? "sectioned by --grouping sectioned"
+                : fmt::format("sectioned: {:.4g} s per step against {:.4g} s fused", sectioned, fused);
+  } else {
+    g.why = "sectioned: a fused plan cannot run here (" + blocker + ")";
+  }
+  return g;
+}
+
+// The one fused section of a fused plan: every component on every rank of
+// the monolithic baseline's configuration and GPUs; its cost line sums the
+// components' (each on the share of samples that activates it).
+plan::SectionPlan FusedSectionOf(const Spec& spec, const CostModel& model, const CompileResult& r,
+                                 const std::vector<plan::SectionPlan>& components) {
+  const MonolithicPlan& m = r.monolithic;
+  const DeviceType& d = model.devices()[static_cast<size_t>(m.devices.front().device)];
+  plan::SectionPlan sp;
+  std::string name = "fused";
+  for (int k = 1;
+       std::any_of(components.begin(), components.end(), [&](const plan::SectionPlan& c) { return c.name == name; });
+       ++k) {
+    name = fmt::format("fused_{}", k);
+  }
+  sp.name = name;
+  sp.mode = plan::SectionMode::kForward;
+  for (const auto& c : components) {
+    if (c.mode == plan::SectionMode::kTrain) sp.mode = plan::SectionMode::kTrain;
+  }
+  sp.activation = "always";
+  sp.config = m.config;
+  sp.placement.het_component = 0;
+  sp.placement.first_rank = 0;
+  const int gpus = m.config.ranks();
+  sp.placement.nodes = d.shared_node ? 1 : std::max(1, gpus / d.gpus_per_node);
+  sp.placement.tasks_per_node = gpus / sp.placement.nodes;
+  sp.placement.gpus_per_task = d.cpu ? 0 : 1;
+  sp.placement.gpu_type = d.name;
+  sp.placement.partition = d.partition;
+  sp.placement.constraint = d.constraint;
+  sp.predicted_step_seconds = r.grouping.chosen_step_seconds;
+  sp.predicted_memory_bytes = m.memory.total();
+  sp.tokens_per_sample = spec.data.seq_len;
+  sp.active_fraction = 1.0;
+  // The cost line: fixed parts summed, per-sample parts weighted by the
+  // share of samples each component runs on; the forward share weighted by
+  // each component's time on a full micro-batch.
+  double forward = 0, total = 0;
+  for (size_t i = 0; i < r.workload.sections.size() && i < m.sections.size(); ++i) {
+    SectionWork sw = r.workload.sections[i];
+    sw.device = m.devices.front().device;
+    sw.sink = true;  // as EvaluateReplica prices it: one micro-batch in flight
+    const plan::MicroBatchCost c = MicroBatchCostOf(model, sw, m.sections[i]);
+    const double p = sw.active_fraction;
+    sp.cost.fixed_seconds += c.fixed_seconds;
+    sp.cost.seconds_per_sample += p * c.seconds_per_sample;
+    sp.cost.optimizer_seconds += c.optimizer_seconds;
+    const double full = c.fixed_seconds + p * c.seconds_per_sample * m.config.micro_batch;
+    forward += c.forward_share * full;
+    total += full;
+    sp.cost.measured = (i == 0 || sp.cost.measured) && c.measured;
+  }
+  sp.cost.forward_share = total > 0 ? forward / total : 1.0;
+  sp.components = components;
+  for (auto& c : sp.components) {
+    c.config = m.config;
+    c.placement = plan::Placement();
+    c.cost = plan::MicroBatchCost();
+  }
+  return sp;
+}
+
 // Section `i` of the plan: its configuration and placement (het component
 // `i`, ranks from `first_rank`) and the predictions the runtime reads.
 plan::SectionPlan SectionPlanOf(const Spec& spec, const CostModel& model, const CompileResult& r, size_t i,
@@ -128,12 +265,13 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.job_name = spec.job.name;
   p.spec_path = spec.path;
   p.work_dir = spec.job.work_dir;
-  p.predicted_step_seconds = r.prediction.step_seconds;
+  p.predicted_step_seconds = r.grouping.chosen_step_seconds;
   int next_rank = 0;
   for (size_t i = 0; i < spec.sections.size(); ++i) {
     p.sections.push_back(SectionPlanOf(spec, model, r, i, next_rank));
     next_rank += r.assignment.sections[i].cost.gpus;
   }
+  std::vector<plan::EdgePlan> edges;
   for (const auto& ew : r.workload.edges) {
     plan::EdgePlan ep;
     ep.from = spec.sections[static_cast<size_t>(ew.from)].name;
@@ -142,7 +280,14 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
     ep.bytes_per_sample = static_cast<int64_t>(ew.bytes_per_sample);
     ep.carries_gradient = ew.carries_gradient;
     ep.seconds_per_sample = ew.bytes_per_sample / std::max(ew.link_bytes_per_s, 1.0);
-    p.edges.push_back(ep);
+    edges.push_back(ep);
+  }
+  if (r.grouping.fused) {
+    plan::SectionPlan fused = FusedSectionOf(spec, model, r, p.sections);
+    fused.component_edges = std::move(edges);
+    p.sections = {std::move(fused)};
+  } else {
+    p.edges = std::move(edges);
   }
   p.data.manifest = spec.data.manifest;
   p.data.global_batch = spec.data.global_batch;
@@ -191,6 +336,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   MAESTRO_RETURN_IF_ERROR(CheckLocalRunsEverything(spec, r.assignment));
   MAESTRO_RETURN_IF_ERROR(CheckRuntimeRunsEverything(spec, options, r.assignment));
   PlanBaselineAndSimulate(spec, model, po, r);
+  MAESTRO_ASSIGN_OR_RETURN(r.grouping, ChooseGrouping(spec, options, r));
 
   // The outputs.
   MAESTRO_ASSIGN_OR_RETURN(r.plan, BuildPlan(spec, model, r));

@@ -30,7 +30,17 @@
 
 namespace maestro::compiler {
 
+// The grouping the plan runs and the best rejected alternative.
+struct GroupingChoice {
+  bool fused = false;                // chosen: every component in one fused section
+  double chosen_step_seconds = 0;    // simulated (analytic when no simulation ran)
+  std::string rejected;              // "sectioned" | "fused" | "" (none was possible)
+  double rejected_step_seconds = 0;  // the rejected alternative's step (0: none)
+  std::string why;                   // one line for the report
+};
+
 struct CompileResult {
+  GroupingChoice grouping;
   plan::Plan plan;
   Workload workload;
   Assignment assignment;       // after RefineBySimulation

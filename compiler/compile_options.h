@@ -23,7 +23,16 @@ struct PinOverride {
   std::string text;  // as given, for messages
 };
 
+// How components are grouped into sections (--grouping). kAuto: the faster
+// of the sectioned plan (one component per section, the planner's
+// configuration for each) and the fused plan (every component in one
+// section on every GPU: the monolithic baseline's configuration, which the
+// runtime runs as a fused section), by their simulated steps. kSectioned and
+// kFused force one (kFused fails when the runtime cannot run the fused plan).
+enum class Grouping { kAuto, kSectioned, kFused };
+
 struct CompileOptions {
+  Grouping grouping = Grouping::kAuto;
   std::string out_dir = ".";              // as given: job.sbatch names plan.json through it
   std::string worker = "maestro-worker";  // the step's program (a stub in Slurm tests)
   std::vector<std::string> worker_args;   // appended (shell-quoted) to the worker's command line

@@ -183,6 +183,9 @@ std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const
                                   "sections):\n" +
                                       r.refinement_log;
   if (r.monolithic.found) t += ExplainMonolithic(r);
+  t += "grouping (sectioned, or every component fused in one section on every GPU under the baseline's "
+       "configuration; the faster simulated step wins): " +
+       r.grouping.why + "\n";
   return t;
 }
 

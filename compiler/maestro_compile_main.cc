@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -100,6 +101,14 @@ int Run(int argc, char** argv) {
       ->check(ScriptSafe(false));
   app.add_flag("--allow-planner-only", options.allow_planner_only,
                "also search configurations the runtime cannot run yet (marked planner-only)");
+  using maestro::compiler::Grouping;
+  const std::map<std::string, Grouping> groupings{
+      {"auto", Grouping::kAuto}, {"sectioned", Grouping::kSectioned}, {"fused", Grouping::kFused}};
+  app.add_option("--grouping", options.grouping,
+                 "how components become sections: auto (the faster of the sectioned plan and every component fused "
+                 "in one section on every GPU, the monolithic configuration), sectioned, or fused")
+      ->transform(CLI::CheckedTransformer(groupings, CLI::ignore_case))
+      ->capture_default_str();
   app.add_option("--profiles", profiles, "measured section times (JSON array written by the runtime)")
       ->check(ScriptSafe(false));
   std::vector<std::string> pins;

@@ -88,6 +88,11 @@ ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
   const double mono_peak =
       m.peak_flops > 0 ? m.peak_flops : m.gpus * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
   out.speedup_per_peak_flops = held_peak > 0 ? out.speedup * mono_peak / held_peak : 0;
+  if (r.grouping.fused) {
+    // The plan runs the baseline's configuration on its GPUs, fused.
+    out.sectioned_speedup = out.speedup;
+    out.speedup = out.speedup_analytic = out.speedup_per_gpu = out.speedup_per_peak_flops = 1.0;
+  }
   return out;
 }
 
@@ -137,7 +142,8 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
   out.prediction = r.prediction;
   out.simulated = r.simulated;
   out.monolithic = MonolithicOf(model, r);
-  out.split_bound = SplitBoundOf(model, w, a, r.simulated.ok ? r.simulated.step_seconds : a.bottleneck_seconds);
+  out.grouping = r.grouping;
+  out.split_bound = SplitBoundOf(model, w, a, r.grouping.chosen_step_seconds);
   if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
   return out;
 }
@@ -231,6 +237,25 @@ std::string StepText(const Report& r) {
   return t + Table(srows);
 }
 
+// The grouping line: what the plan runs and the best rejected alternative.
+std::string GroupingText(const Report& r) {
+  const GroupingChoice& g = r.grouping;
+  std::string t = fmt::format("grouping: {}\n", g.why);
+  if (g.fused) {
+    t += fmt::format(
+        "  the plan runs all {} components in one fused section on every GPU ({}); rejected: the sectioned plan "
+        "below, {:.4g} s/step ({:.2f}x)\n",
+        r.sections.size(), ConfigText(r.monolithic.plan.config), g.rejected_step_seconds,
+        r.monolithic.sectioned_speedup);
+  } else if (!g.rejected.empty()) {
+    t += fmt::format(
+        "  rejected: every component fused in one section on every GPU (the baseline's configuration), {:.4g} "
+        "s/step\n",
+        g.rejected_step_seconds);
+  }
+  return t;
+}
+
 std::string MonolithicText(const ReportMonolithic& mono, int64_t global_batch) {
   const MonolithicPlan& m = mono.plan;
   if (!m.found) return "monolithic baseline: none: " + m.why_not + "\n";
@@ -267,6 +292,7 @@ std::string ReportText(const Report& r) {
   t += fmt::format("global batch {} samples, seq_len {}; {} section(s), {} edge(s)\n", r.global_batch, r.seq_len,
                    r.sections.size(), r.edges.size());
   for (const ReportBudget& b : r.budgets) t += BudgetText(b);
+  t += GroupingText(r);
   t += "\n";
   t += SectionTable(r.sections);
   for (const ReportEdge& e : r.edges) t += EdgeText(e);
@@ -422,6 +448,12 @@ std::string ReportJson(const Report& r) {
   }
   js["gpu_types"] = types;
   AddMonolithicJson(r.monolithic, js);
+  js["grouping"] = r.grouping.fused ? "fused" : "sectioned";
+  js["grouping_why"] = r.grouping.why;
+  js["rejected_grouping"] = r.grouping.rejected.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.grouping.rejected);
+  js["rejected_step_seconds"] = r.grouping.rejected_step_seconds;
+  js["plan_step_seconds"] = r.grouping.chosen_step_seconds;
+  if (r.grouping.fused) js["sectioned_speedup_vs_monolithic"] = r.monolithic.sectioned_speedup;
   js["split_bound_seconds"] = r.split_bound.step_seconds;
   js["fraction_of_split_bound"] = r.split_bound.fraction;
   js["gpus_held"] = r.split_bound.gpus_held;

@@ -76,6 +76,9 @@ struct ReportMonolithic {
   SimulatedStep simulated;                  // FIFO
   bool speedup_simulated = false;           // the speed-up compares simulated step times
   double speedup = 0, speedup_analytic = 0, speedup_per_gpu = 0, speedup_per_peak_flops = 0;
+  // The sectioned plan's speed-up when the fused plan was chosen (the plan
+  // is then the baseline's configuration: its speed-up is 1).
+  double sectioned_speedup = 0;
 };
 
 // The ideal split (issue #16): the GPUs the plan holds, divided among the
@@ -105,6 +108,7 @@ struct Report {
   StepPrediction prediction;
   SimulatedStep simulated;  // the sectioned plan's
   ReportMonolithic monolithic;
+  GroupingChoice grouping;
   SplitBound split_bound;
   // Set when --runtime-support planned for another runtime (a text line only).
   std::string planned_runtime_support;

@@ -37,8 +37,13 @@ void AppendDirectives(const plan::Plan& plan, const Spec& spec, ShellScriptWrite
     const plan::SectionPlan& sec = plan.sections[static_cast<size_t>(i)];
     const plan::Placement& p = sec.placement;
     if (i > 0) line("#SBATCH hetjob");
-    w.Comment(fmt::format("het component {}: section '{}' ({}, {}), {} {} rank(s) on {} node(s): {}", i, sec.name,
-                          plan::ModelKindName(sec.model.kind), plan::SectionModeName(sec.mode), sec.config.ranks(),
+    std::string kind = plan::ModelKindName(sec.model.kind);
+    if (sec.fused()) {
+      kind = "fused:";
+      for (const auto& c : sec.components) kind += (kind.back() == ':' ? " " : " + ") + c.name;
+    }
+    w.Comment(fmt::format("het component {}: section '{}' ({}, {}), {} {} rank(s) on {} node(s): {}", i, sec.name, kind,
+                          plan::SectionModeName(sec.mode), sec.config.ranks(),
                           p.gpus_per_task > 0 ? p.gpu_type + " GPU" : p.gpu_type + " CPU", p.nodes,
                           ConfigText(sec.config)));
     if (!p.partition.empty()) line("#SBATCH --partition=" + p.partition);

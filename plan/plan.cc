@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/checks.h"
 #include "base/files.h"
 #include "base/graph.h"
 
@@ -31,12 +32,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MicroBatchCost, fixed_seconds, s
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute, zero_stage)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
                                                 gpus_per_task, gpu_type, partition, constraint)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient, fanout,
+                                                fanin, seconds_per_sample)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
                                                 placement, predicted_step_seconds, predicted_memory_bytes,
                                                 tokens_per_sample, active_fraction, predicted_utilization, planner_only,
-                                                init_from, init_section, loss, cost)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient, fanout,
-                                                fanin, seconds_per_sample)
+                                                init_from, init_section, loss, cost, components, component_edges)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_component, first_rank, ranks, order,
                                                 tp_groups, cp_groups, dp_groups, pp_groups)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
@@ -100,11 +101,11 @@ StatusOr<Plan> PlanFromJson(const std::string& text, const std::string& origin) 
   }
   if (!j.is_object()) return Status::InvalidArgument(origin + ": a plan must be a JSON object");
   const int version = j.value("schema_version", -1);
-  if (version != kPlanSchemaVersion) {
+  if (version < kOldestReadablePlanSchemaVersion || version > kPlanSchemaVersion) {
     return Status::InvalidArgument(
-        fmt::format("{}: plan schema version {} but this maestro reads version {}; recompile the spec with "
+        fmt::format("{}: plan schema version {} but this maestro reads versions {} to {}; recompile the spec with "
                     "this maestro-compile",
-                    origin, version, kPlanSchemaVersion));
+                    origin, version, kOldestReadablePlanSchemaVersion, kPlanSchemaVersion));
   }
   Plan plan;
   try {
@@ -133,6 +134,91 @@ bool EdgeDpRuleHolds(int from_dp, int to_dp, int fanout, int fanin) {
   if (fanout > 0) return to_dp == from_dp * fanout;
   if (fanin > 0) return from_dp == to_dp * fanin;
   return to_dp % from_dp == 0 || from_dp % to_dp == 0;
+}
+
+namespace {
+
+// A fused section's components: at least two, uniquely named (also against
+// the plan's sections), none fused itself, their edges among them and
+// acyclic, and no edge of the plan touching the fused section.
+Status ValidateComponents(const Plan& plan, const SectionPlan& s) {
+  if (!s.fused()) {
+    if (!s.component_edges.empty()) {
+      return Status::InvalidArgument(fmt::format("section '{}': component_edges without components", s.name));
+    }
+    return Status::Ok();
+  }
+  if (s.components.size() < 2) {
+    return Status::InvalidArgument(fmt::format("fused section '{}' has {} component; a fused section has two or more",
+                                               s.name, s.components.size()));
+  }
+  const auto index_of = [&](const std::string& name) {
+    for (size_t k = 0; k < s.components.size(); ++k) {
+      if (s.components[k].name == name) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  for (size_t k = 0; k < s.components.size(); ++k) {
+    const SectionPlan& c = s.components[k];
+    if (c.fused()) {
+      return Status::InvalidArgument(fmt::format("fused section '{}': component '{}' is fused itself", s.name, c.name));
+    }
+    if (index_of(c.name) != static_cast<int>(k) || (plan.section_index(c.name) >= 0 && c.name != s.name)) {
+      return Status::InvalidArgument(
+          fmt::format("fused section '{}': component name '{}' appears twice in the plan", s.name, c.name));
+    }
+  }
+  DirectedEdges graph;
+  for (const auto& e : s.component_edges) {
+    const int u = index_of(e.from), d = index_of(e.to);
+    if (u < 0 || d < 0 || u == d) {
+      return Status::InvalidArgument(fmt::format(
+          "fused section '{}': component edge {} -> {} does not join two of its components", s.name, e.from, e.to));
+    }
+    graph.emplace_back(u, d);
+  }
+  if (FindCycle(static_cast<int>(s.components.size()), graph).found()) {
+    return Status::InvalidArgument(fmt::format("fused section '{}': its components' edges have a cycle", s.name));
+  }
+  for (const auto& e : plan.edges) {
+    if (e.from == s.name || e.to == s.name) {
+      return Status::InvalidArgument(fmt::format(
+          "edge {} -> {}: fused section '{}' has edges to other sections; this runtime fuses whole graphs only", e.from,
+          e.to, s.name));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Plan ExpandFusedSections(const Plan& plan) {
+  bool any = false;
+  for (const auto& s : plan.sections) any = any || s.fused();
+  if (!any) return plan;
+  Plan out = plan;
+  out.sections.clear();
+  out.layout.clear();
+  out.links.clear();
+  int next_rank = 0;
+  const auto add = [&](SectionPlan s, const ParallelConfig& config) {
+    s.config = config;
+    s.placement.het_component = static_cast<int>(out.sections.size());
+    s.placement.first_rank = next_rank;
+    s.placement.nodes = 1;
+    s.placement.tasks_per_node = config.ranks();
+    next_rank += config.ranks();
+    out.sections.push_back(std::move(s));
+  };
+  for (const auto& s : plan.sections) {
+    if (!s.fused()) {
+      add(s, s.config);
+      continue;
+    }
+    for (const auto& c : s.components) add(c, s.config);
+    out.edges.insert(out.edges.end(), s.component_edges.begin(), s.component_edges.end());
+  }
+  return out;
 }
 
 Status Validate(const Plan& plan) {
@@ -164,6 +250,7 @@ Status Validate(const Plan& plan) {
     if (plan.section_index(s.name) != static_cast<int>(i)) {
       return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));
     }
+    MAESTRO_RETURN_IF_ERROR(ValidateComponents(plan, s));
     next_rank += c.ranks();
   }
   for (const auto& e : plan.edges) {

@@ -31,7 +31,10 @@
 
 namespace maestro::plan {
 
-inline constexpr int kPlanSchemaVersion = 1;
+// 2: fused sections (SectionPlan::components). A reader of version 2 reads
+// version 1 plans (they have none); a version-1 reader refuses version 2.
+inline constexpr int kPlanSchemaVersion = 2;
+inline constexpr int kOldestReadablePlanSchemaVersion = 1;
 
 enum class SectionMode { kTrain, kForward };
 const char* SectionModeName(SectionMode mode);
@@ -126,6 +129,8 @@ struct Placement {
   std::string constraint;  // Slurm --constraint ("" = none)
 };
 
+struct EdgePlan;
+
 struct SectionPlan {
   std::string name;
   SectionMode mode = SectionMode::kTrain;
@@ -150,6 +155,21 @@ struct SectionPlan {
   std::string init_section;
   LossDesc loss;
   MicroBatchCost cost;  // added in schema 1 (optional)
+  // Added in schema 2 (optional; empty: a section of one component, itself).
+  // A fused section runs several components of the workload on the same
+  // ranks: every rank runs them one after another inside each micro-batch
+  // (a topological order of `component_edges`), with autograd across them in
+  // one process, as the one-process reference does. Each component is a
+  // SectionPlan of its own (name, mode, activation, model, optimizer, loss,
+  // init_from; its config and placement are the fused section's), and its
+  // name is what checkpoints, `maestro export --section` and evaluations see.
+  // The fused section's own name, mode (train when a component trains),
+  // activation ("always") and cost line describe the whole. A fused section
+  // has no edges to other sections (the compiler fuses whole graphs:
+  // docs/spec.md, "Grouping").
+  std::vector<SectionPlan> components;
+  std::vector<EdgePlan> component_edges;
+  bool fused() const { return !components.empty(); }
 };
 
 // The fan-out rule of an edge, the one every module checks (docs/spec.md):
@@ -269,6 +289,14 @@ Status SavePlan(const Plan& plan, const std::string& path);
 // Layout invariants: contiguous ranks per component, tasks == ranks, every
 // edge's sections exist and their DP degrees divide one another, no cycles.
 Status Validate(const Plan& plan);
+
+// The plan as its components see it: every fused section replaced by its
+// components (each with the fused section's config), its component_edges
+// among the plan's edges. What the one-process reference, the evaluations
+// and `maestro export` run on; ranks are renumbered so that the result
+// validates, and do not describe a job's layout. A plan without fused
+// sections comes back unchanged.
+Plan ExpandFusedSections(const Plan& plan);
 
 // Appends a section with the given degrees after the plan's last rank, all
 // its ranks on one node, in its own het component (tests and tools that

@@ -198,7 +198,8 @@ StatusOr<ExportSummary> ExportSectionToHf(const ExportOptions& options) {
         fmt::format("'{}' exists: export into a new folder (an export never overwrites one)", options.out_dir));
   }
   MAESTRO_RETURN_IF_ERROR(LocateRun(options, &summary));
-  MAESTRO_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(summary.plan_path));
+  MAESTRO_ASSIGN_OR_RETURN(plan::Plan compiled, plan::LoadPlan(summary.plan_path));
+  const plan::Plan plan = plan::ExpandFusedSections(compiled);  // a fused section's components by name
   const int index = plan.section_index(options.section);
   if (index < 0) {
     std::vector<std::string> names;

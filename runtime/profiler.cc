@@ -132,7 +132,25 @@ class SectionProfiler {
 
 }  // namespace
 
+namespace {
+
+// Profiles time sections of one component: a fused plan is profiled as the
+// sectioned plan of the same spec (its components' lines, summed, price it).
+Status RefuseFused(const plan::Plan& plan) {
+  for (const auto& s : plan.sections) {
+    if (!s.fused()) continue;
+    return Status::InvalidArgument(fmt::format(
+        "section '{}' is fused; profiles measure one component per section: compile the spec with --grouping "
+        "sectioned to profile it (maestro profile does)",
+        s.name));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, const ProfileOptions& options) {
+  MAESTRO_RETURN_IF_ERROR(RefuseFused(plan));
   torch::set_num_threads(std::max(1, options.threads));
   MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
   std::vector<ProfilePoint> points;
@@ -153,6 +171,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, cons
 
 StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const launcher::RankPlace& place,
                                                  launcher::Communicators& comms, const ProfileOptions& options) {
+  MAESTRO_RETURN_IF_ERROR(RefuseFused(plan));
   torch::set_num_threads(ThreadsPerRank());
   const int section = place.coords.section;
   const auto& sp = plan.sections[static_cast<size_t>(section)];

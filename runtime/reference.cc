@@ -113,7 +113,9 @@ StatusOr<GraphResult> GraphForward(const plan::Plan& plan, std::vector<std::uniq
 
 }  // namespace
 
-StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const ReferenceOptions& options) {
+StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const ReferenceOptions& options) {
+  // Fused sections run here as their components (the reference is one process).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
   MAESTRO_ASSIGN_OR_RETURN(auto run, OpenPlanRun(plan, *samples, options.run_dir));
   MAESTRO_ASSIGN_OR_RETURN(auto resumed, run->Resume());
@@ -184,8 +186,10 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
   return losses;
 }
 
-StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::string, std::string>& models,
+StatusOr<double> EvaluateCaptions(const plan::Plan& given, const std::map<std::string, std::string>& models,
                                   int64_t max_samples) {
+  // Fused sections run here as their components (the reference is one process).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
   if (!samples->HasCaptionAnswers()) {
     return Status::FailedPrecondition("caption accuracy needs the fashion_mnist_captions dataset");
@@ -215,7 +219,9 @@ StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::st
   return static_cast<double>(right) / static_cast<double>(answers);
 }
 
-StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples) {
+StatusOr<double> EvaluateRunCaptions(const plan::Plan& given, const std::string& run_dir, int64_t max_samples) {
+  // Fused sections run here as their components (the reference is one process).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   std::map<std::string, std::string> models;
   for (const auto& s : plan.sections) {
     if (s.mode != plan::SectionMode::kTrain) continue;
@@ -224,7 +230,9 @@ StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& 
   return EvaluateCaptions(plan, models, max_samples);
 }
 
-StatusOr<int> HeldOutSection(const plan::Plan& plan) {
+StatusOr<int> HeldOutSection(const plan::Plan& given) {
+  // Fused sections run here as their components (the reference is one process).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   for (size_t s = 0; s < plan.sections.size(); ++s) {
     const auto& sp = plan.sections[s];
     if (sp.model.kind != plan::ModelKind::kDecoder || sp.mode != plan::SectionMode::kTrain) continue;
@@ -237,7 +245,9 @@ StatusOr<int> HeldOutSection(const plan::Plan& plan) {
       "could be measured (remove test_corpus, or train a decoder)");
 }
 
-StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& plan, const std::string& model_bytes, int64_t max_samples) {
+StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string& model_bytes, int64_t max_samples) {
+  // Fused sections run here as their components (the reference is one process).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   constexpr int64_t kNoTarget = -100;  // datasets::SampleRecord::target_ids where a position has no loss
   MAESTRO_ASSIGN_OR_RETURN(const int section, HeldOutSection(plan));
   const auto& sp = plan.sections[static_cast<size_t>(section)];
@@ -284,7 +294,9 @@ StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& plan, const std::string&
   return result;
 }
 
-StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples) {
+StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& given, const std::string& run_dir, int64_t max_samples) {
+  // Fused sections run here as their components (the reference is one process).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   MAESTRO_ASSIGN_OR_RETURN(const int section, HeldOutSection(plan));
   const std::string& name = plan.sections[static_cast<size_t>(section)].name;
   MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open(run_dir + "/index.sqlite"));

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -38,6 +39,12 @@ Status TorchCall(const std::string& what, Fn&& fn) {
     return Status::Internal(fmt::format("{}: {}", what, e.what()));
   }
   return Status::Ok();
+}
+
+// A fused section's state lives in its components (CheckpointedRunners).
+Status FusedStateError(const std::string& name) {
+  return Status::Internal(fmt::format(
+      "section '{}' is fused: its state is saved and loaded per component (SectionRunner::CheckpointedRunners)", name));
 }
 
 bool IsDecoder(const plan::SectionPlan& s) {
@@ -252,9 +259,94 @@ const plan::SectionPlan& SectionRunner::section_plan() const {
   return impl_->section;
 }
 bool SectionRunner::trains() const {
+  if (!components_.empty()) {
+    return std::any_of(components_.begin(), components_.end(), [](const auto& c) { return c->trains(); });
+  }
   return impl_->section.mode == plan::SectionMode::kTrain;
 }
+
+std::vector<SectionRunner*> SectionRunner::CheckpointedRunners() {
+  std::vector<SectionRunner*> out;
+  if (components_.empty()) {
+    if (trains()) out.push_back(this);
+    return out;
+  }
+  for (auto& c : components_) {
+    if (c->trains()) out.push_back(c.get());
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::Plan& plan, int section,
+                                                                    const RunnerOptions& options) {
+  std::unique_ptr<SectionRunner> runner(new SectionRunner());
+  runner->section_ = section;
+  runner->impl_ = std::make_unique<Impl>();
+  runner->impl_->plan = &plan;
+  runner->impl_->section = plan.sections[static_cast<size_t>(section)];
+  runner->impl_->options = options;
+  const auto& fused = runner->impl_->section;
+  runner->expanded_ = std::make_shared<const plan::Plan>(plan::ExpandFusedSections(plan));
+  const plan::Plan& expanded = *runner->expanded_;
+  for (int s : TopologicalSections(expanded)) {
+    const auto& name = expanded.sections[static_cast<size_t>(s)].name;
+    const bool mine = std::any_of(fused.components.begin(), fused.components.end(),
+                                  [&](const plan::SectionPlan& c) { return c.name == name; });
+    if (!mine) continue;
+    // Decoders are split over the section's TP group; encoders and
+    // projectors run whole on every TP rank (the same rows and gradients
+    // on each: the TP decoder's input gradient is complete on every rank).
+    RunnerOptions component_options = options;
+    if (expanded.sections[static_cast<size_t>(s)].model.kind != plan::ModelKind::kDecoder) {
+      component_options.tensor_parallel = nullptr;
+    }
+    auto component = Create(expanded, s, component_options);
+    if (!component.ok()) return component.status().WithContext(fmt::format("fused section '{}'", fused.name));
+    runner->components_.push_back(std::move(*component));
+  }
+  return runner;
+}
+
+StatusOr<SectionRunner::Output> SectionRunner::ForwardFused(const MicroBatchData& data) {
+  const plan::Plan& expanded = *expanded_;
+  Output out;
+  // rows[component index in the expanded plan][sample id] = its output row.
+  std::map<int, std::map<int64_t, torch::Tensor>> rows;
+  for (auto& component : components_) {
+    const auto& sp = component->section_plan();
+    std::vector<int64_t> positions;
+    for (size_t b = 0; b < data.sample_ids.size(); ++b) {
+      if (SectionActivates(sp, data.image_counts[b] > 0)) positions.push_back(static_cast<int64_t>(b));
+    }
+    if (positions.empty()) continue;
+    MicroBatchData mine = positions.size() == data.sample_ids.size() ? data : SelectSamples(data, positions);
+    std::map<int, torch::Tensor> inputs;
+    for (int e : component->in_edges()) {
+      const int up = expanded.section_index(expanded.edges[static_cast<size_t>(e)].from);
+      std::vector<torch::Tensor> in_rows;
+      for (int64_t id : mine.sample_ids) {
+        auto it = rows[up].find(id);
+        if (it != rows[up].end()) in_rows.push_back(it->second);
+      }
+      if (!in_rows.empty()) inputs[e] = torch::stack(in_rows);
+    }
+    MAESTRO_ASSIGN_OR_RETURN(auto part, component->Forward(mine, inputs));
+    if (part.rows.defined()) {
+      auto& mine_rows = rows[component->section()];
+      for (size_t b = 0; b < mine.sample_ids.size(); ++b) {
+        mine_rows[mine.sample_ids[b]] = part.rows[static_cast<int64_t>(b)];
+      }
+    }
+    if (part.loss.defined()) out.loss = out.loss.defined() ? out.loss + part.loss : part.loss;
+    out.loss_sum += part.loss_sum;
+    out.loss_samples += part.loss_samples;
+    out.answers += part.answers;
+    out.answers_right += part.answers_right;
+  }
+  return out;
+}
 torch::nn::Module& SectionRunner::module() {
+  TORCH_CHECK(components_.empty(), "section '", impl_->section.name, "' is fused: each component has its module");
   return *impl_->module;
 }
 
@@ -263,6 +355,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
+  if (plan.sections[static_cast<size_t>(section)].fused()) return CreateFused(plan, section, options);
   std::unique_ptr<SectionRunner> runner(new SectionRunner());
   runner->section_ = section;
   runner->impl_ = std::make_unique<Impl>();
@@ -373,7 +466,29 @@ std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
 }
 
 std::vector<int64_t> SectionRunner::OutputRowShape() const {
+  if (!components_.empty()) return {};  // a fused section sends no rows
   return RowShapeOf(*impl_->plan, section_);
+}
+
+MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions) {
+  MicroBatchData out;
+  std::vector<int64_t> image_starts(data.image_counts.size() + 1, 0);
+  for (size_t b = 0; b < data.image_counts.size(); ++b) image_starts[b + 1] = image_starts[b] + data.image_counts[b];
+  std::vector<torch::Tensor> images;
+  for (int64_t p : positions) {
+    const auto b = static_cast<size_t>(p);
+    out.sample_ids.push_back(data.sample_ids[b]);
+    out.image_counts.push_back(data.image_counts[b]);
+    out.answer_positions.push_back(data.answer_positions[b]);
+    out.labels.push_back(data.labels[b]);
+    if (data.image_counts[b] > 0) images.push_back(data.images.narrow(0, image_starts[b], data.image_counts[b]));
+  }
+  if (positions.empty()) return out;
+  auto index = torch::tensor(positions, torch::kInt64);
+  if (data.input_ids.defined()) out.input_ids = data.input_ids.index_select(0, index);
+  if (data.target_ids.defined()) out.target_ids = data.target_ids.index_select(0, index);
+  if (!images.empty()) out.images = images.size() == 1 ? images[0] : torch::cat(images, 0);
+  return out;
 }
 
 namespace {
@@ -487,6 +602,7 @@ torch::Tensor SpliceImageRows(const torch::Tensor& embeds, const torch::Tensor& 
 
 StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& data,
                                                        const std::map<int, torch::Tensor>& inputs) {
+  if (!components_.empty()) return ForwardFused(data);
   auto& impl = *impl_;
   const auto& s = impl.section;
   Output out;
@@ -557,6 +673,13 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
 
 std::vector<torch::Tensor> SectionRunner::Parameters() {
   std::vector<torch::Tensor> params;
+  if (!components_.empty()) {
+    for (auto& c : components_) {
+      auto mine = c->Parameters();
+      params.insert(params.end(), mine.begin(), mine.end());
+    }
+    return params;
+  }
   for (auto& p : impl_->module->parameters()) {
     if (p.requires_grad()) params.push_back(p);
   }
@@ -564,12 +687,23 @@ std::vector<torch::Tensor> SectionRunner::Parameters() {
 }
 
 void SectionRunner::EnsureGradients() {
+  for (auto& c : components_) c->EnsureGradients();
   for (auto& p : Parameters()) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
   }
 }
 
 double SectionRunner::OptimizerStep(int64_t step) {
+  if (!components_.empty()) {
+    // Each component clips and steps on its own, as in the reference.
+    double sq = 0.0;
+    for (auto& c : components_) {
+      if (!c->trains()) continue;
+      const double norm = c->OptimizerStep(step);
+      sq += norm * norm;
+    }
+    return std::sqrt(sq);
+  }
   auto& impl = *impl_;
   if (!impl.optimizer) return 0.0;
   EnsureGradients();
@@ -612,6 +746,7 @@ bool SectionRunner::Sharded() const {
 }
 
 StatusOr<std::string> SectionRunner::SaveModel() {
+  if (!components_.empty()) return FusedStateError(impl_->section.name);
   std::shared_ptr<torch::nn::Module> full = impl_->module;
   if (Sharded()) {
     // Gather: each rank writes its shard into a zero full tensor; the TP sum is the whole.
@@ -644,6 +779,7 @@ StatusOr<std::string> SectionRunner::SaveModel() {
 }
 
 StatusOr<std::string> SectionRunner::SaveOptimizer() {
+  if (!components_.empty()) return FusedStateError(impl_->section.name);
   if (!impl_->optimizer) return std::string();
   std::string bytes;
   MAESTRO_RETURN_IF_ERROR(TorchCall("saving the optimizer", [&] {
@@ -657,6 +793,7 @@ StatusOr<std::string> SectionRunner::SaveOptimizer() {
 }
 
 Status SectionRunner::LoadModel(const std::string& bytes) {
+  if (!components_.empty()) return FusedStateError(impl_->section.name);
   const std::string what = fmt::format("section '{}': loading the model", impl_->section.name);
   if (!Sharded()) return LoadModuleBytes(*impl_->module, bytes, what);
   // Full weights in, this rank's shard kept.
@@ -674,6 +811,7 @@ Status SectionRunner::LoadModel(const std::string& bytes) {
 }
 
 Status SectionRunner::LoadOptimizer(const std::string& bytes) {
+  if (!components_.empty()) return FusedStateError(impl_->section.name);
   if (!impl_->optimizer || bytes.empty()) return Status::Ok();
   return TorchCall(fmt::format("section '{}': loading the optimizer", impl_->section.name), [&] {
     torch::serialize::InputArchive archive;

@@ -94,7 +94,16 @@ class SectionRunner {
 
   int section() const { return section_; }
   const plan::SectionPlan& section_plan() const;
+  // True when the section (a fused one: any of its components) trains.
   bool trains() const;
+  // A fused section (plan::SectionPlan::components): its components'
+  // runners, built on plan::ExpandFusedSections(plan), in the order Forward
+  // runs them (topological); empty for a section of one component.
+  const std::vector<std::unique_ptr<SectionRunner>>& components() const { return components_; }
+  // The training runners whose state a checkpoint holds under their own
+  // names: a fused section's training components, else this runner when it
+  // trains.
+  std::vector<SectionRunner*> CheckpointedRunners();
   // True when no edge leaves the section: it computes a loss (train) or
   // nothing useful (forward).
   bool is_sink() const { return out_edges_.empty(); }
@@ -115,10 +124,11 @@ class SectionRunner {
     int64_t answers = 0;
   };
   // One micro-batch. `data`: its B samples, every one activating this
-  // section. `inputs`: per input edge (plan edge index), the rows of the
-  // samples the upstream section processed, in micro-batch order:
-  // (n_e, upstream OutputRowShape...). For a training section the caller
-  // makes them leaves with requires_grad to read their gradients.
+  // section (a fused section: every sample; each component runs on the
+  // samples that activate it, rows pass between components in memory and
+  // autograd spans them; the loss is the sum of its sinks' losses). `inputs`: per input edge (plan edge index), the
+  // rows of the samples the upstream section processed, in micro-batch order: (n_e, upstream OutputRowShape...). For a
+  // training section the caller makes them leaves with requires_grad to read their gradients.
   StatusOr<Output> Forward(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs);
 
   // Trainable parameters, in a fixed order (DP all-reduce, clipping).
@@ -139,16 +149,25 @@ class SectionRunner {
   Status LoadModel(const std::string& bytes);
   Status LoadOptimizer(const std::string& bytes);
 
+  // REQUIRES: !components().empty() is false (a fused section has one
+  // module per component).
   torch::nn::Module& module();
   // True when the model is a TP shard (RunnerOptions::tensor_parallel, size > 1).
   bool Sharded() const;
 
  private:
   SectionRunner() = default;
+  static StatusOr<std::unique_ptr<SectionRunner>> CreateFused(const plan::Plan& plan, int section,
+                                                              const RunnerOptions& options);
+  StatusOr<Output> ForwardFused(const MicroBatchData& data);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int section_ = -1;
   std::vector<int> in_edges_, out_edges_;
+  // A fused section: the component-level plan its components' runners point
+  // into (owned here), and those runners.
+  std::shared_ptr<const plan::Plan> expanded_;
+  std::vector<std::unique_ptr<SectionRunner>> components_;
 };
 
 // The shape of one sample's row on the edges leaving section `section` of
@@ -177,6 +196,11 @@ torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, int64_t m
 torch::Tensor SpliceImageRows(const torch::Tensor& embeds, const torch::Tensor& ids, int64_t image_token_id,
                               const torch::Tensor& rows, const MicroBatchData& data, const plan::SectionPlan& upstream,
                               int64_t max_images);
+
+// The samples at `positions` (indices into data.sample_ids, increasing) of a
+// micro-batch, as LoadMicroBatch would have stacked them: input_ids and
+// target_ids (n, T), their images (sum of their counts, C, H, W).
+MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions);
 
 // Reads the model bytes of `section_name` from `path`: a checkpoint file
 // (.mckpt) or a run directory (its last committed checkpoint).

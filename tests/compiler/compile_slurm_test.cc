@@ -79,6 +79,7 @@ class CompileSlurmTest : public ::testing::Test {
     // H100); what this build's runtime runs is not what this test is about.
     options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,recompute,zero1");
     options.support_given = true;
+    options.grouping = Grouping::kSectioned;  // a het component per section is what runs here
     spec.job.output = (dir / "job-%j.txt").string();
     auto r = Compile(spec, options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();

@@ -87,13 +87,15 @@ TEST(Spec, AManifestCarriesItsKeysIntoThePlanAndWrongCombinationsAreNamed) {
   EXPECT_TRUE(compiled->plan.data.allow_absolute_image_paths);
   // The ViT's work and its edge are planned for K = 3 images per sample:
   // 3 x (16 x 16 patches + the class token) tokens.
-  const auto& vit = compiled->plan.sections[0];
+  const plan::Plan expanded = plan::ExpandFusedSections(compiled->plan);  // whatever the grouping
+  const auto& vit = expanded.sections[0];
   EXPECT_EQ(vit.tokens_per_sample, 3 * (16 * 16 + 1));
   auto k1 = ParseSpecString(with("manifest = \"m.jsonl\"\nimage_token_id = 7\n"), "x.toml", ".");
   ASSERT_TRUE(k1.ok()) << k1.status().ToString();
   auto compiled1 = Compile(*k1, CompileOptions{});
   ASSERT_TRUE(compiled1.ok()) << compiled1.status().ToString();
-  EXPECT_EQ(compiled->plan.edges[0].bytes_per_sample, 3 * compiled1->plan.edges[0].bytes_per_sample);
+  EXPECT_EQ(expanded.edges[0].bytes_per_sample,
+            3 * plan::ExpandFusedSections(compiled1->plan).edges[0].bytes_per_sample);
 
   // A projector after the ViT maps all K images' rows of a sample.
   std::string with_projector = with("manifest = \"m.jsonl\"\nimage_token_id = 7\nmax_images_per_sample = 2\n");
@@ -115,9 +117,10 @@ inputs = ["vit.image_embeddings"]
   ASSERT_TRUE(projected.ok()) << projected.status().ToString();
   auto compiled_projected = Compile(*projected, CompileOptions{});
   ASSERT_TRUE(compiled_projected.ok()) << compiled_projected.status().ToString();
-  const int proj = compiled_projected->plan.section_index("proj");
+  const plan::Plan projected_plan = plan::ExpandFusedSections(compiled_projected->plan);
+  const int proj = projected_plan.section_index("proj");
   ASSERT_GE(proj, 0);
-  EXPECT_EQ(compiled_projected->plan.sections[static_cast<size_t>(proj)].tokens_per_sample, 2 * (16 * 16 + 1));
+  EXPECT_EQ(projected_plan.sections[static_cast<size_t>(proj)].tokens_per_sample, 2 * (16 * 16 + 1));
 
   const auto error_has = [&](const std::string& keys, const std::vector<std::string>& words) {
     const std::string e = ErrorOf(with(keys));

@@ -18,9 +18,11 @@ namespace {
 
 const std::string kSpecs = std::string(MAESTRO_SOURCE_DIR) + "/specs/";
 
-StatusOr<CompileResult> CompileSpec(const std::string& name) {
+StatusOr<CompileResult> CompileSpec(const std::string& name, Grouping grouping = Grouping::kAuto) {
   MAESTRO_ASSIGN_OR_RETURN(Spec spec, ParseSpecFile(kSpecs + name));
-  return Compile(spec, CompileOptions{});
+  CompileOptions options;
+  options.grouping = grouping;
+  return Compile(spec, options);
 }
 
 // One section on all it holds, every sample active, no downstream: nothing
@@ -39,7 +41,7 @@ TEST(SplitBound, ASingleSectionOnItsOwnNodesReachesTheBound) {
 // below the bound, and the bound is what the held GPUs would do with the
 // plan's work spread evenly.
 TEST(SplitBound, ASectionedPlanIsBelowTheBoundItsWorkAndGpusGive) {
-  auto r = CompileSpec("tiny_kd.toml");
+  auto r = CompileSpec("tiny_kd.toml", Grouping::kSectioned);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const auto js = nlohmann::json::parse(r->report_json);
   const double fraction = js["fraction_of_split_bound"].get<double>();

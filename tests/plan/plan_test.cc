@@ -96,7 +96,7 @@ TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
   EXPECT_DOUBLE_EQ(q.sections[0].model.extra.at("rope_theta"), 1e6);
 
   std::string old = text;
-  old.replace(old.find("\"schema_version\": 1"), 19, "\"schema_version\": 0");
+  old.replace(old.find("\"schema_version\": 2"), 19, "\"schema_version\": 0");
   const auto bad = PlanFromJson(old);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("recompile"), std::string::npos);
@@ -178,6 +178,84 @@ TEST(ProfileFile, AFloatOrHugeCountIsRefusedNotConverted) {
   ASSERT_FALSE(mb.ok());
   EXPECT_NE(mb.status().message().find("'micro_batch'"), std::string::npos) << mb.status().message();
   EXPECT_TRUE(ProfilePointsFromJson(R"([{"section": "a", "gpus": 2147483647, "micro_batch": 1, "seconds": 1}])").ok());
+}
+
+// A fused section: a ViT and an LLM on the same 4 ranks (TP 2 x DP 2).
+Plan FusedVlmPlan() {
+  Plan p;
+  p.job_name = "vlm";
+  AddSection(p, "fused", 2, 1, 2, 1);
+  SectionPlan vit, llm;
+  vit.name = "vit";
+  vit.model.kind = ModelKind::kVit;
+  vit.activation = "image";
+  llm.name = "llm";
+  p.sections[0].components = {vit, llm};
+  p.sections[0].component_edges.push_back({"vit", "llm", "image_embeddings", 1024, true});
+  return p;
+}
+
+TEST(FusedSections, RoundTripAndExpandToTheirComponentsWithTheSectionsConfig) {
+  const Plan p = FusedVlmPlan();
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  EXPECT_EQ(p.world_size(), 4);
+  const Plan q = PlanFromJson(PlanToJson(p)).ValueOrDie();
+  ASSERT_EQ(q.sections[0].components.size(), 2u);
+  EXPECT_EQ(q.sections[0].component_edges[0].to, "llm");
+  EXPECT_EQ(PlanToJson(q), PlanToJson(p));
+
+  const Plan x = ExpandFusedSections(p);
+  ASSERT_TRUE(Validate(x).ok()) << Validate(x).ToString();
+  ASSERT_EQ(x.sections.size(), 2u);
+  EXPECT_EQ(x.sections[0].name, "vit");
+  EXPECT_EQ(x.sections[0].activation, "image");
+  EXPECT_EQ(x.sections[1].config.tp, 2);
+  EXPECT_EQ(x.sections[1].config.dp, 2);
+  ASSERT_EQ(x.edges.size(), 1u);
+  EXPECT_EQ(x.edges[0].from, "vit");
+  // A plan without fused sections comes back as it was.
+  const Plan plain = VlmPlan(1, 2);
+  EXPECT_EQ(PlanToJson(ExpandFusedSections(plain)), PlanToJson(plain));
+}
+
+TEST(FusedSections, ValidateRefusesWhatTheRuntimeCannotRun) {
+  {
+    Plan p = FusedVlmPlan();
+    p.sections[0].components.pop_back();
+    p.sections[0].component_edges.clear();
+    EXPECT_NE(Validate(p).message().find("two or more"), std::string::npos) << Validate(p).ToString();
+  }
+  {
+    Plan p = FusedVlmPlan();
+    p.sections[0].components[1].name = "vit";
+    EXPECT_NE(Validate(p).message().find("appears twice"), std::string::npos) << Validate(p).ToString();
+  }
+  {
+    Plan p = FusedVlmPlan();
+    p.sections[0].component_edges[0].to = "nowhere";
+    EXPECT_NE(Validate(p).message().find("does not join"), std::string::npos) << Validate(p).ToString();
+  }
+  {
+    Plan p = FusedVlmPlan();
+    p.sections[0].component_edges.push_back({"llm", "vit", "back", 1, true});
+    EXPECT_NE(Validate(p).message().find("cycle"), std::string::npos) << Validate(p).ToString();
+  }
+  {
+    Plan p = FusedVlmPlan();  // a fused section with an edge to another section
+    AddSection(p, "head", 1, 1, 2, 1);
+    p.edges.push_back({"fused", "head", "rows", 4, false});
+    EXPECT_NE(Validate(p).message().find("whole graphs"), std::string::npos) << Validate(p).ToString();
+  }
+}
+
+TEST(FusedSections, VersionOnePlansStillLoadAndNewerOnesAreRefused) {
+  std::string text = PlanToJson(VlmPlan(1, 2));
+  text.replace(text.find("\"schema_version\": 2"), 19, "\"schema_version\": 1");
+  EXPECT_TRUE(PlanFromJson(text).ok());
+  text.replace(text.find("\"schema_version\": 1"), 19, "\"schema_version\": 3");
+  const auto newer = PlanFromJson(text);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.status().message().find("versions 1 to 2"), std::string::npos) << newer.status().ToString();
 }
 
 }  // namespace

@@ -160,6 +160,7 @@ MeasuredRun CompileAndRun(const std::string& name, const std::string& spec_text)
   compiler::CompileOptions options;
   options.out_dir = dir;
   options.local_ranks = static_cast<int>(spec->sections.size());
+  options.grouping = compiler::Grouping::kSectioned;  // each section's memory on its own ranks
   auto compiled = compiler::Compile(*spec, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
   if (!compiled.ok()) return run;

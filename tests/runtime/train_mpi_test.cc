@@ -60,6 +60,7 @@ plan::Plan LocalPlan(const std::string& spec_name, const std::map<std::string, S
   auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   compiler::CompileOptions options;
+  options.grouping = compiler::Grouping::kSectioned;
   auto compiled = compiler::Compile(*spec, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
   plan::Plan p = compiled->plan;
@@ -97,6 +98,43 @@ plan::Plan KdPlan(int student_dp, int64_t steps, int student_tp = 1) {
       s.loss.temperature = 2.0;
     }
   }
+  return p;
+}
+
+// The spec compiled with every component fused in one section (--grouping
+// fused), re-placed on this machine as TP `tp` x DP `dp` ranks, micro-batch
+// 4; the KD teacher from the seed and the student's loss KD, as in KdPlan.
+plan::Plan FusedPlan(const std::string& spec_name, int tp, int dp, int64_t steps) {
+  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  compiler::CompileOptions options;
+  options.grouping = compiler::Grouping::kFused;
+  auto compiled = compiler::Compile(*spec, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
+  plan::Plan p = compiled->plan;
+  EXPECT_EQ(p.sections.size(), 1u);
+  auto& f = p.sections[0];
+  EXPECT_TRUE(f.fused());
+  f.config.pp = f.config.cp = 1;
+  f.config.tp = tp;
+  f.config.dp = dp;
+  f.config.micro_batch = 4;
+  f.placement.nodes = 1;
+  f.placement.tasks_per_node = tp * dp;
+  f.placement.gpus_per_task = 0;
+  for (auto& c : f.components) {
+    c.init_from.clear();
+    if (c.name == "student" && c.loss.kind != "kd") {
+      c.loss.kind = "kd";
+      c.loss.kd_alpha = 0.5;
+      c.loss.temperature = 2.0;
+    }
+  }
+  p.layout.clear();
+  p.links.clear();
+  p.data.steps = steps;
+  EXPECT_TRUE(plan::Validate(p).ok());
+  plan::FillLayout(p);
   return p;
 }
 
@@ -163,6 +201,23 @@ TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut1) {
 }
 TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) {
   ExpectSameLosses("kd_fanout2", KdPlan(2, 6));
+}
+
+// Fused sections (every component on every rank, one after another inside
+// each micro-batch, autograd across them): the same losses as the
+// reference, with DP 2 (the ViT on the image samples of each rank's share)
+// and with TP 2 (teacher and student decoders split, the ViT whole on each
+// TP rank).
+TEST(RuntimeTrain, FusedVlmDp2EqualsMonolithic) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectSameLosses("fused_vlm_dp2", FusedPlan("tiny_vlm.toml", 1, 2, 6));
+}
+TEST(RuntimeTrain, FusedVlmTp2EqualsMonolithic) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectSameLosses("fused_vlm_tp2", FusedPlan("tiny_vlm.toml", 2, 1, 6));
+}
+TEST(RuntimeTrain, FusedKdTp2Dp2EqualsMonolithic) {
+  ExpectSameLosses("fused_kd_tp2_dp2", FusedPlan("tiny_kd.toml", 2, 2, 6));
 }
 
 // A user's Megatron corpus instead of the demo text ([data] corpus): the
@@ -440,6 +495,21 @@ TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunVlm) {
 }
 TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunKdTp2) {
   ExpectStopAndResumeBitIdentical("kd_tp2", KdPlan(1, 6, 2));
+}
+// A fused section checkpoints each training component under its own name
+// (the student here: the frozen teacher is not in checkpoints).
+TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunFusedKdTp2Dp2) {
+  ExpectStopAndResumeBitIdentical("fused_kd", FusedPlan("tiny_kd.toml", 2, 2, 6));
+  const auto state = LastCheckpoint(std::string(MAESTRO_TEST_TMP) + "/runtime_train/resume_fused_kd/whole");
+  EXPECT_TRUE(state.sections.count("student"));
+  EXPECT_TRUE(state.sections.count("student#tp1"));
+  EXPECT_FALSE(state.sections.count("fused"));
+}
+// Two training components (ViT and LLM) on TP 2: every gather over TP comes
+// before the sends to rank 0.
+TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunFusedVlmTp2) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectStopAndResumeBitIdentical("fused_vlm", FusedPlan("tiny_vlm.toml", 2, 1, 6));
 }
 
 }  // namespace
