@@ -110,21 +110,22 @@ inline CampaignResult RunKill9Campaign(const CampaignOptions& c) {
   for (int life = 0; r.kills < c.kills && !finished_early; ++life) {
     std::vector<std::string> args = argv;
     const double mode = uniform(rng);
-    bool armed = true;
+    // An armed life gets a few commits to reach its kill point before the
+    // timed backstop (it writes no spool row in epoch 1).
+    int wanted = one_more(rng) ? 2 : 1;  // commits before the timed kill
     if (mode < c.p_spool_write) {
       args.insert(args.end(), {"--kill-at", "spool-write:" + std::to_string(1 + rng() % 12)});
+      wanted = 4;  // 12 writes are at most 3 commits
     } else if (mode < c.p_spool_write + c.p_superblock) {
       // The n-th flush of a life on an existing file; the first life creates
       // the file: its first two superblock writes are the creation's.
       const int64_t n = c.superblock_min + static_cast<int64_t>(rng() % 3) + (life == 0 ? 2 : 0);
       args.insert(args.end(), {"--kill-at", "superblock:" + std::to_string(n)});
-    } else {
-      armed = false;
+      // A flush writes the superblock only when something was allocated
+      // since the last one: not after a resume inside a chunk.
+      wanted = static_cast<int>(n) + 4;
     }
     ChildProcess child(args);
-    // An armed life gets 4 commits to reach its kill point before the timed
-    // backstop (it writes no spool row in epoch 1).
-    const int wanted = armed ? 4 : one_more(rng) ? 2 : 1;
     int seen = 0;
     bool died = false;
     auto previous = std::chrono::steady_clock::now();

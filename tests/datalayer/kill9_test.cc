@@ -48,6 +48,7 @@ TEST(Kill9, KillsBeforeTheSuperblockWriteKeepEveryCommittedRow) {
   c.name = "kill9-superblock";
   c.p_superblock = 1.0;
   c.superblock_min = 2;  // every life commits at least once before it dies
+  c.samples = 1280;      // 80 commits in epoch 0: every life writes rows (epoch 1 writes none)
   c.seed = 24;
   const testing::CampaignResult r = testing::RunKill9Campaign(c);
   EXPECT_EQ(r.self_kills, r.kills) << "every life must die at its kill point inside a flush";
