@@ -4,7 +4,7 @@
 // recomputed rows in epoch 1 = 0. The kills are a mix: a third at random
 // moments between commits, a third right before a random write of the spool
 // file (raw chunks, chunk index, object headers, superblock), a third right
-// before the superblock write that ends a flush. Label `slow` (~1 min on 2
+// before the superblock write that ends a flush. Label `slow` (~10 s on 2
 // loaded cores); the 20-kill test in kill9_test.cc runs in CI.
 #include <gtest/gtest.h>
 
