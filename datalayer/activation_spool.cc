@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +14,18 @@
 #include "datalayer/checks.h"
 #include "datalayer/crc32c.h"
 
+// H5Fget_eoa and H5Fincrement_filesize (RepairEndOfAllocation) arrived in
+// HDF5 1.10.2.
+#if !H5_VERSION_GE(1, 10, 2)
+#error "the activation spool needs HDF5 1.10.2 or newer (H5Fget_eoa, H5Fincrement_filesize); docs/datalayer.md"
+#endif
+
 namespace maestro::datalayer {
 namespace {
 
 constexpr int kSpoolLayoutVersion = 1;
+// Largest half-width of a chunk B-tree node HDF5 accepts (2 K <= 65536).
+constexpr hsize_t kMaxIstoreK = 32767;
 // Rows at least this large are written to the file at Put() without staging.
 constexpr int64_t kDirectWriteBytes = int64_t{64} << 10;
 // Columns of /rows (int64): the commit record, mirrored for h5dump readers.
@@ -145,6 +154,7 @@ Status ActivationSpool::OpenOrCreateFile() {
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5_CHECK(H5Pset_alignment(fapl.get(), 64 << 10, 4096), path_);
   bool fresh = true;
+  const std::string fresh_path = path_ + ".new";
   if (env_->FileExists(path_)) {
     file_ = H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl.get());
     if (file_ >= 0) {
@@ -155,7 +165,12 @@ Status ActivationSpool::OpenOrCreateFile() {
     if (file_ < 0 || values_ < 0 || rows_ < 0) {
       why = internal::Hdf5Detail("");
     } else {
-      MAESTRO_ASSIGN_OR_RETURN(why, CheckOpenedFile());
+      // First the end of allocation (no read of the chunk index before it),
+      // then the checks, which read every committed chunk.
+      MAESTRO_ASSIGN_OR_RETURN(why, RepairEndOfAllocation());
+      if (why.empty()) {
+        MAESTRO_ASSIGN_OR_RETURN(why, CheckOpenedFile());
+      }
     }
     if (!why.empty()) {
       CloseFile();
@@ -168,9 +183,24 @@ Status ActivationSpool::OpenOrCreateFile() {
   }
   if (fresh) {
     // Default (earliest) file format: after kill -9 a flushed file reopens
-    // with its data up to the last flush, without h5clear.
-    file_ = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-    H5_CHECK(file_, "cannot create spool file " + path_ + "; check that its directory is writable");
+    // with its data up to the last flush, without h5clear. The file is made
+    // complete under <path>.new and renamed once its records are reset, so
+    // a kill during the creation never leaves a half-made file at `path`.
+    // The chunk index (a v1 B-tree) gets nodes wide enough for every chunk
+    // the budget allows, so that it never splits: a split rewrites the root
+    // in place before the new nodes it points to are written (a flush
+    // writes in address order), and a kill -9 between the two loses the
+    // index of every chunk, committed ones included (docs/datalayer.md).
+    // HDF5 allows 65536 entries a node; a budget past that many chunks can
+    // split. The price: each flush rewrites the whole node (32-40 bytes per
+    // entry, 128 KiB for 16 GiB of 4 MiB chunks).
+    H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    const hsize_t budget_chunks =
+        static_cast<hsize_t>(options_.budget_bytes / std::max<int64_t>(1, options_.chunk_bytes)) + 1;
+    const auto istore_k = static_cast<unsigned>(std::clamp<hsize_t>((budget_chunks + 1) / 2, 32, kMaxIstoreK));
+    H5_CHECK(H5Pset_istore_k(fcpl.get(), istore_k), fresh_path);
+    file_ = H5Fcreate(fresh_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
+    H5_CHECK(file_, "cannot create spool file " + fresh_path + "; check that its directory is writable");
     const hsize_t elem = DTypeSize(options_.dtype);
     const hsize_t chunk_elems = std::max<hsize_t>(1, static_cast<hsize_t>(options_.chunk_bytes) / elem);
     {
@@ -196,7 +226,8 @@ Status ActivationSpool::OpenOrCreateFile() {
       H5_CHECK(rows_, path_ + ":/rows");
       MAESTRO_RETURN_IF_ERROR(WriteStringAttribute(rows_, "columns", kRowColumnNames));
     }
-    H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), path_);
+    H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), fresh_path);
+    MAESTRO_RETURN_IF_ERROR(SyncFile(fresh_path));
   }
   // A fresh file has no rows: drop whatever records an older file left.
   if (fresh) {
@@ -218,8 +249,62 @@ Status ActivationSpool::OpenOrCreateFile() {
       db_->RollbackQuietly();
       return s;
     }
+    // The handles stay valid across the rename (POSIX).
+    MAESTRO_RETURN_IF_ERROR(env_->RenameFile(fresh_path, path_));
   }
   return Status::Ok();
+}
+
+Status ActivationSpool::SyncFile(const std::string& path) {
+  void* handle = nullptr;
+  H5_CHECK(H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle), path);
+  if (handle != nullptr && ::fsync(*static_cast<int*>(handle)) != 0) {
+    return Status::IOError(fmt::format("fsync {}: {}", path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> ActivationSpool::RepairEndOfAllocation() {
+  // Why (docs/datalayer.md, "kill -9 inside H5Fflush"): H5Fflush writes the
+  // chunk index and object headers first and the superblock, which holds
+  // the end of allocation (EOA), last. A kill between them leaves chunks
+  // named on disk past the recorded EOA. H5Fopen accepts such a file (it
+  // only refuses one shorter than its EOA); HDF5 then refuses every read or
+  // write there ("addr overflow"), and its next allocation, at the old EOA,
+  // would overlap those chunks. Every chunk named on disk was written before
+  // the metadata that names it (a flush writes raw data first), so it
+  // starts below the file's size (EOF) and ends at most one chunk later:
+  // EOA = EOF + the largest chunk covers all of them.
+  haddr_t eoa = 0;
+  if (H5Fget_eoa(file_, &eoa) < 0) return "end of allocation unreadable: " + internal::Hdf5Detail("");
+  void* handle = nullptr;
+  struct stat st {};
+  if (H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle) < 0 || handle == nullptr ||
+      ::fstat(*static_cast<int*>(handle), &st) != 0) {
+    return Status::IOError(fmt::format("spool {}: cannot read the size of {}: {}", options_.name, path_,
+                                       internal::Hdf5Detail(std::strerror(errno))));
+  }
+  const auto eof = static_cast<haddr_t>(st.st_size);
+  if (eof <= eoa) return std::string();
+  hsize_t largest_chunk = 0;
+  for (hid_t dataset : {static_cast<hid_t>(values_), static_cast<hid_t>(rows_)}) {
+    H5Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+    H5Handle type(H5Dget_type(dataset), H5Tclose);
+    hsize_t dims[H5S_MAX_RANK];
+    const int rank = dcpl.get() < 0 ? -1 : H5Pget_chunk(dcpl.get(), H5S_MAX_RANK, dims);
+    if (type.get() < 0 || rank <= 0) return "chunk layout unreadable: " + internal::Hdf5Detail("");
+    hsize_t bytes = H5Tget_size(type.get());
+    for (int i = 0; i < rank; ++i) bytes *= dims[i];
+    largest_chunk = std::max(largest_chunk, bytes);
+  }
+  if (H5Fincrement_filesize(file_, largest_chunk) < 0) {
+    return "cannot move the end of allocation: " + internal::Hdf5Detail("");
+  }
+  Log(LogLevel::kInfo,
+      "spool {}: {} holds {} bytes but records its allocation as ending at {} (killed after writing past its last "
+      "flush); the allocation now ends at {}",
+      options_.name, path_, eof, eoa, eof + largest_chunk);
+  return std::string();
 }
 
 StatusOr<std::string> ActivationSpool::CheckOpenedFile() {
@@ -537,11 +622,7 @@ Status ActivationSpool::Commit() {
     return StartFresh(written.message());
   }
   // 2b. fsync the file.
-  void* handle = nullptr;
-  H5_CHECK(H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle), path_);
-  if (handle != nullptr && ::fsync(*static_cast<int*>(handle)) != 0) {
-    return Status::IOError(fmt::format("fsync {}: {}", path_, std::strerror(errno)));
-  }
+  MAESTRO_RETURN_IF_ERROR(SyncFile(path_));
   // 3. only now: the commit record.
   const int64_t new_table_rows = committed_table_rows_ + static_cast<int64_t>(pending_.size());
   // The commit record need not survive a power loss (a lost record only

@@ -14,9 +14,12 @@
 // dataset, and their CRC-32C matches the record; otherwise Get() reports a
 // miss (counted in stats().corrupt_rows) and the caller recomputes it.
 // Rows written after the last commit are garbage and get overwritten.
-// A torn file is never fatal: Open() checks attributes, extents (against
-// SQLite), every committed chunk of /values and the committed /rows, and
-// moves a file that fails to <path>.corrupt (records dropped, fresh file).
+// A torn file is never fatal: Open() first moves the file's end of
+// allocation past every chunk a kill -9 inside H5Fflush may have left named
+// beyond it (the superblock is written last), then checks attributes,
+// extents (against SQLite), every committed chunk of /values and the
+// committed /rows, and moves a file that fails to <path>.corrupt (records
+// dropped, fresh file). A fresh file is made under <path>.new and renamed.
 // An HDF5 failure later is a miss in Get() and, in Put()/Commit(), moves the
 // file aside the same way and goes on with a fresh one (staged rows are
 // dropped and recomputed). Only this spool's records change; the sample
@@ -126,6 +129,12 @@ class ActivationSpool {
   // and the committed /rows. Returns why the file is torn, or "" when it is
   // usable; an error only for a dtype mismatch or an SQLite failure.
   StatusOr<std::string> CheckOpenedFile();
+  // After a kill -9 inside H5Fflush the superblock's end of allocation can
+  // lag behind chunks the file's metadata already names: moves it past
+  // them (docs/datalayer.md). Returns why the file cannot be trusted, or "".
+  StatusOr<std::string> RepairEndOfAllocation();
+  // fsync of the open file.
+  Status SyncFile(const std::string& path);
   // Moves the file aside to <path>.corrupt, drops its commit records and
   // every staged row, and creates a fresh file.
   Status StartFresh(const std::string& why);

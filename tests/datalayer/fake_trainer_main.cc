@@ -4,6 +4,9 @@
 // "compute <epoch> <sample>" per teacher forward to --compute-log, and at the
 // end "done weights=<hex> steps=<n> computes=<n> hits=<n> wrong=<n>".
 // Also prints "start restart_count=<SLURM_RESTART_COUNT>" first.
+// --kill-at spool-write:N | superblock:N: SIGKILL itself right before its
+// N-th pwrite to the spool file, or before its N-th superblock write (the
+// last write of an H5Fflush); tests/datalayer/kill_points.h.
 // Exit: 0 done, 85 preempted (checkpointed; requeue me), 1 error.
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,6 +18,7 @@
 #include "base/exit_codes.h"
 #include "datalayer/preemption.h"
 #include "tests/datalayer/fake_training.h"
+#include "tests/datalayer/kill_points.h"
 
 int main(int argc, char** argv) {
   using namespace maestro::datalayer;
@@ -40,7 +44,15 @@ int main(int argc, char** argv) {
       o.gate_fd = v == "1" ? STDIN_FILENO : -1;
     else if (k == "--wait-for-signal")
       o.wait_for_signal = v == "1";
-    else {
+    else if (k == "--kill-at") {
+      const auto at = testing::ParseKillAt(v);
+      if (!at) {
+        std::fprintf(stderr, "fake_trainer: --kill-at %s: expected spool-write:N or superblock:N (N >= 1)\n",
+                     v.c_str());
+        return maestro::kExitUsage;
+      }
+      testing::ArmKillPoint(*at);
+    } else {
       std::fprintf(stderr, "fake_trainer: unknown flag %s\n", k.c_str());
       return maestro::kExitUsage;
     }

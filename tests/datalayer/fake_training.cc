@@ -88,6 +88,7 @@ StatusOr<FakeTrainerResult> RunFakeTrainer(const FakeTrainerOptions& o, Env* env
   so.dtype = DType::kF32;
   so.reuse_across_epochs = o.reuse_across_epochs;
   so.chunk_bytes = 64 << 10;
+  so.budget_bytes = int64_t{256} << 20;  // 4096 chunks: the chunk index never splits
   MAESTRO_ASSIGN_OR_RETURN(ActivationSpool * spool, run->OpenSpool(so));
 
   uint64_t weights = 0x5EED;

@@ -2,6 +2,7 @@
 // A spool file torn the way kill -9 tears it (cut short, or metadata bytes
 // overwritten) is never fatal: Open() succeeds, the lost rows are misses,
 // and Put/Commit/Get work on a fresh file.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -138,6 +139,74 @@ TEST(SpoolTornFile, OverwrittenMetadataReopensAndRecomputes) {
           [at, byte](const std::string& p, int64_t) { Overwrite(p, at, 64, byte); }, false);
     }
   }
+}
+
+// The tear of issue #24, made by hand: a commit's chunk index and extent
+// reached the file, its superblock (the end of allocation, EOA) and its
+// commit records did not (kill -9 between the two inside H5Fflush). The
+// reopened spool keeps the rows committed before, takes writes into the
+// chunks named past the old EOA, and moves nothing aside.
+TEST(SpoolTornFile, EndOfAllocationBehindItsChunksIsRepairedAndTheRowsKept) {
+  const std::string dir = testing::FreshDir("spool_torn_eoa");
+  const std::string h5 = dir + "/spool.h5";
+  auto put_all = [](ActivationSpool* spool, int64_t first) {
+    for (int64_t s = first; s < first + kSamples; ++s) {
+      const std::vector<float> v = Row(s);
+      auto put = spool->Put(s, 0, RowView{{static_cast<int64_t>(kRowFloats)}, v.data(), v.size() * sizeof(float)});
+      ASSERT_TRUE(put.ok() && *put) << put.status().ToString();
+    }
+    Status commit = spool->Commit();
+    ASSERT_TRUE(commit.ok()) << commit.ToString();
+  };
+  int64_t values = 0, rows = 0;
+  std::vector<char> superblock;
+  {
+    auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
+    auto spool = ActivationSpool::Open(h5, &index->db(), Options()).ValueOrDie();
+    put_all(spool.get(), 0);
+    auto meta = index->db().Prepare("SELECT committed_values, committed_rows FROM spools").ValueOrDie();
+    ASSERT_TRUE(meta.Step().ValueOrDie());
+    values = meta.Int(0);
+    rows = meta.Int(1);
+  }
+  {
+    // The superblock after the first commit: version 0 is 96 bytes, 1 is 100.
+    std::ifstream f(h5, std::ios::binary);
+    superblock.resize(100);
+    f.read(superblock.data(), static_cast<std::streamsize>(superblock.size()));
+    ASSERT_TRUE(superblock[8] == 0 || superblock[8] == 1) << "superblock version " << int{superblock[8]};
+    superblock.resize(superblock[8] == 0 ? 96 : 100);
+  }
+  const auto size_before = std::filesystem::file_size(h5);
+  {
+    auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
+    auto spool = ActivationSpool::Open(h5, &index->db(), Options()).ValueOrDie();
+    put_all(spool.get(), kSamples);  // new chunks past the first commit's EOA
+  }
+  ASSERT_GT(std::filesystem::file_size(h5), size_before);
+  {
+    std::fstream f(h5, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(superblock.data(), static_cast<std::streamsize>(superblock.size()));
+    auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
+    ASSERT_TRUE(index->db().Exec(fmt::format("DELETE FROM spool_rows WHERE sample_id >= {}", kSamples)).ok());
+    ASSERT_TRUE(
+        index->db().Exec(fmt::format("UPDATE spools SET committed_values={}, committed_rows={}", values, rows)).ok());
+  }
+  {
+    auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
+    auto spool = ActivationSpool::Open(h5, &index->db(), Options()).ValueOrDie();
+    EXPECT_EQ(CountIntactHits(spool.get(), 0), kSamples) << "the rows committed before the tear are kept";
+    put_all(spool.get(), kSamples);  // writes into the chunks the old EOA did not cover
+    for (int64_t s = 0; s < 2 * kSamples; ++s) {
+      auto got = spool->Get(s, 0);
+      ASSERT_TRUE(got.ok() && got->has_value()) << "sample " << s;
+      const std::vector<float> want = Row(s);
+      EXPECT_EQ(std::memcmp((*got)->data.data(), want.data(), want.size() * sizeof(float)), 0) << "sample " << s;
+    }
+    EXPECT_EQ(spool->stats().corrupt_rows, 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(h5 + ".corrupt")) << "the file was moved aside";
+  testing::RemoveDir(dir);
 }
 
 }  // namespace
