@@ -31,7 +31,7 @@ fi
 
 # This machine's Debian mirror: the URI its apt sources give the main suite.
 # shellcheck disable=SC2016 # $(REPO_URI) is apt's field syntax, not the shell's
-mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null |
+mirror=$(apt-get indextargets --no-release-info --format '$(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null |
   awk '$2 !~ /-(security|updates|backports)$/ {print $1; exit}')
 if [[ -z "$mirror" ]]; then
   echo "torch2-headers: no Debian mirror in this machine's apt sources (apt-get indextargets found none);" \
