@@ -185,6 +185,10 @@ cmd_check() {
   to_out "$build/bench-gpu.log"
   echo "gpu-kit: maestro-bench gpu --json (exit $bench_rc): $(cat "$json")"
   ((rc == 0)) || die "ctest -L gpu failed (log: $log)"
+  # On a machine with a GPU a skipped gpu test is a failure of the kit.
+  if nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && grep -q '(Skipped)' "$log"; then
+    die "gpu tests skipped on a machine with a GPU (log: $log): $(grep -c '(Skipped)' "$log") of them"
+  fi
   ((bench_rc == 0)) || die "maestro-bench gpu failed (log: $build/bench-gpu.log)"
 }
 
