@@ -52,12 +52,21 @@ pkg_check_modules(PMIX QUIET IMPORTED_TARGET pmix)
 maestro_require(PMIX_FOUND "PMIx" "libpmix-dev")
 add_library(maestro::pmix ALIAS PkgConfig::PMIX)
 
-# CUDA + NCCL: optional. AUTO builds the NCCL backend when both are found.
+# libtorch: only runtime/ links it (one TU costs ~16 s and ~1.2 GB to compile).
+# Which one (MAESTRO_TORCH_DIR, the system's, a Python's torch), its C++ ABI,
+# its CUDA and the one fmt its code uses: cmake/MaestroTorch.cmake.
+include(MaestroTorch)
+
+# CUDA + NCCL: optional. AUTO builds the NCCL backend when both are found:
+# the system's (/usr/include, /usr/local/cuda) or the one a pip-installed
+# PyTorch carries beside it (site-packages/nvidia/nccl: only libnccl.so.2).
 set(MAESTRO_HAVE_NCCL OFF)
 if(NOT MAESTRO_WITH_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  set(torch_nccl "${TORCH_INSTALL_PREFIX}/../nvidia/nccl")
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include "${torch_nccl}/include")
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 "${torch_nccl}/lib")
   if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(MAESTRO_HAVE_NCCL ON)
     add_library(maestro::nccl INTERFACE IMPORTED)
@@ -69,10 +78,6 @@ if(NOT MAESTRO_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "Maestro: NCCL/CUDA backend: ${MAESTRO_HAVE_NCCL}")
-
-# libtorch: only runtime/ links it (one TU costs ~16 s and ~1.2 GB to compile).
-find_package(Torch QUIET)
-maestro_require(Torch_FOUND "libtorch (CMake package Torch)" "libtorch-dev libopenblas0-openmp")
 
 if(MAESTRO_TESTS)
   find_package(GTest CONFIG QUIET)

@@ -286,6 +286,9 @@ CudaMemory::~CudaMemory() {
 }
 Status CudaMemory::CopyFromHost(const void* host, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA landed, and a
+  // backend's non-blocking stream does not wait for it: wait here.
+  CUDA_CHECK(cudaDeviceSynchronize());
   return Status::Ok();
 }
 Status CudaMemory::CopyToHost(void* host, size_t bytes) const {

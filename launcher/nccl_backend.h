@@ -39,6 +39,7 @@ class CudaMemory {
   CudaMemory& operator=(const CudaMemory&) = delete;
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // Returns once the bytes are in device memory (a synchronous copy).
   Status CopyFromHost(const void* host, size_t bytes);
   Status CopyToHost(void* host, size_t bytes) const;
 

@@ -5,6 +5,7 @@
 #   scripts/setup.sh            install what is missing (root, or sudo without a password)
 #   scripts/setup.sh --check    only report what is missing (exit 1 if anything is)
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 PACKAGES=(
   # toolchain
@@ -41,12 +42,25 @@ for p in "${PACKAGES[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
+# Debian 13's libtorch 2.x headers, unpacked beside the system (not
+# installed): ctest Build.TorchCompat2xCompiles compiles runtime/torch_compat.h's
+# 2.x side against them (scripts/torch2-headers.sh; a no-op once there).
+torch2_headers() {
+  if ((check_only)); then
+    "$here/torch2-headers.sh" --check
+  else
+    "$here/torch2-headers.sh"
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  torch2_headers
   exit 0
 fi
 if ((check_only)); then
   echo "setup: missing packages: ${missing[*]}" >&2
+  torch2_headers || true
   exit 1
 fi
 
@@ -75,4 +89,5 @@ if ! "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
   echo "setup: apt-get install failed (full log: $log):" >&2; tail -30 "$log" >&2; exit 1
 fi
 rm -f "$log"
+torch2_headers
 echo "setup: done"

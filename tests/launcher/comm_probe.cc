@@ -8,7 +8,9 @@
 //   probe PLAN kill RANK         RANK dies (SIGKILL) before a DP all-reduce
 //   probe PLAN hang RANK         RANK sleeps forever before a DP all-reduce
 //   probe PLAN exit RANK         RANK returns early (exit 0) before a DP all-reduce
-//   probe PLAN nccl              1-rank NCCL: id through PMIx, all-reduce on the GPU
+//   probe PLAN nccl              1-rank NCCL: id through PMIx, every collective on the GPU
+//   probe PLAN mpi-cuda          every collective and a ring of sends on CUDA buffers over
+//                                MPI staged through the host (ranks may share one GPU)
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -17,11 +19,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/checks.h"
 #include "base/exit_codes.h"
 #include "launcher/failure.h"
+#include "launcher/host_staged_backend.h"
 #include "launcher/nccl_backend.h"
 #include "launcher/worker_context.h"
 #include "plan/plan.h"
@@ -141,12 +148,43 @@ ml::Buffer Buf(std::vector<uint8_t>& v, ml::DType dt) {
   return ml::Buffer{v.data(), v.size() / ml::DTypeSize(dt), dt, ml::Device::kCpu};
 }
 
+// One operation over host vectors (each with its dtype), run on the memory
+// `where`: on the vectors themselves (kCpu), or on device copies made before
+// and read back after it completed (kCuda). The checks read the host vectors.
+using HostBuffers = std::vector<std::pair<std::vector<uint8_t>*, ml::DType>>;
+using Op = std::function<maestro::StatusOr<ml::WorkPtr>(const std::vector<ml::Buffer>&)>;
+Status RunOn(ml::Device where, const HostBuffers& bufs, const Op& op) {
+  std::vector<ml::Buffer> views;
+  if (where == ml::Device::kCpu) {
+    for (const auto& [v, dt] : bufs) views.push_back(Buf(*v, dt));
+    return ml::Complete(op(views));
+  }
+#ifdef MAESTRO_HAVE_NCCL
+  std::vector<std::unique_ptr<ml::CudaMemory>> mems;
+  for (const auto& [v, dt] : bufs) {
+    MAESTRO_ASSIGN_OR_RETURN(auto mem, ml::CudaMemory::Allocate(v->size()));
+    MAESTRO_RETURN_IF_ERROR(mem->CopyFromHost(v->data(), v->size()));
+    views.push_back(ml::Buffer{mem->data(), v->size() / ml::DTypeSize(dt), dt, ml::Device::kCuda});
+    mems.push_back(std::move(mem));
+  }
+  MAESTRO_RETURN_IF_ERROR(ml::Complete(op(views)));
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    MAESTRO_RETURN_IF_ERROR(mems[i]->CopyToHost(bufs[i].first->data(), bufs[i].first->size()));
+  }
+  return Status::Ok();
+#else
+  return Status::FailedPrecondition("device buffers: this build has no CUDA (MAESTRO_HAVE_NCCL is off)");
+#endif
+}
+
 // Element i of group rank r's input: small, distinct, exact in every dtype.
 double Value(int r, size_t i) {
   return static_cast<double>(1 + r + static_cast<int>(i % 5));
 }
 
-void CheckGroupOps(ml::Backend& g) {
+// Every collective of comm.h's Backend (Send/Recv: CheckLink), every dtype
+// and reduction, on buffers in `where` (the NCCL backend: kCuda).
+void CheckGroupOps(ml::Backend& g, ml::Device where = ml::Device::kCpu) {
   const int G = g.group().size();
   const int me = g.group().my_index;
   const size_t n = 37;  // odd on purpose
@@ -156,7 +194,7 @@ void CheckGroupOps(ml::Backend& g) {
     for (ml::ReduceOp op : {ml::ReduceOp::kSum, ml::ReduceOp::kMax, ml::ReduceOp::kMin}) {
       std::vector<uint8_t> b(n * es);
       for (size_t i = 0; i < n; ++i) Store(b, dt, i, Value(me, i));
-      PROBE_OK(ml::Complete(g.AllReduce(Buf(b, dt), op)));
+      PROBE_OK(RunOn(where, {{&b, dt}}, [&](const auto& x) { return g.AllReduce(x[0], op); }));
       for (size_t i = 0; i < n; ++i) {
         double want = op == ml::ReduceOp::kSum ? 0 : Value(0, i);
         for (int r = 0; r < G; ++r) {
@@ -170,7 +208,7 @@ void CheckGroupOps(ml::Backend& g) {
     // all_gather: (n) -> (G*n)
     std::vector<uint8_t> in(n * es), out(G * n * es);
     for (size_t i = 0; i < n; ++i) Store(in, dt, i, Value(me, i));
-    PROBE_OK(ml::Complete(g.AllGather(Buf(in, dt), Buf(out, dt))));
+    PROBE_OK(RunOn(where, {{&in, dt}, {&out, dt}}, [&](const auto& x) { return g.AllGather(x[0], x[1]); }));
     for (int r = 0; r < G; ++r) {
       for (size_t i = 0; i < n; ++i) {
         PROBE_EXPECT(Load(out, dt, r * n + i) == Value(r, i), "all_gather {} on {}: block {} element {}",
@@ -182,7 +220,8 @@ void CheckGroupOps(ml::Backend& g) {
     for (int blk = 0; blk < G; ++blk) {
       for (size_t i = 0; i < n; ++i) Store(rs_in, dt, blk * n + i, Value(me, i) + blk);
     }
-    PROBE_OK(ml::Complete(g.ReduceScatter(Buf(rs_in, dt), Buf(rs_out, dt), ml::ReduceOp::kSum)));
+    PROBE_OK(RunOn(where, {{&rs_in, dt}, {&rs_out, dt}},
+                   [&](const auto& x) { return g.ReduceScatter(x[0], x[1], ml::ReduceOp::kSum); }));
     for (size_t i = 0; i < n; ++i) {
       double want = 0;
       for (int r = 0; r < G; ++r) want += Value(r, i) + me;
@@ -194,7 +233,7 @@ void CheckGroupOps(ml::Backend& g) {
     for (int blk = 0; blk < G; ++blk) {
       for (size_t i = 0; i < n; ++i) Store(a2a_in, dt, blk * n + i, Value(me, i) + blk);
     }
-    PROBE_OK(ml::Complete(g.AllToAll(Buf(a2a_in, dt), Buf(a2a_out, dt))));
+    PROBE_OK(RunOn(where, {{&a2a_in, dt}, {&a2a_out, dt}}, [&](const auto& x) { return g.AllToAll(x[0], x[1]); }));
     for (int r = 0; r < G; ++r) {
       for (size_t i = 0; i < n; ++i) {
         PROBE_EXPECT(Load(a2a_out, dt, r * n + i) == Value(r, i) + me, "all_to_all {} on {}: block {} element {} is {}",
@@ -204,13 +243,14 @@ void CheckGroupOps(ml::Backend& g) {
     // broadcast from the last group rank
     std::vector<uint8_t> bc(n * es);
     for (size_t i = 0; i < n; ++i) Store(bc, dt, i, Value(me, i));
-    PROBE_OK(ml::Complete(g.Broadcast(Buf(bc, dt), G - 1)));
+    PROBE_OK(RunOn(where, {{&bc, dt}}, [&](const auto& x) { return g.Broadcast(x[0], G - 1); }));
     for (size_t i = 0; i < n; ++i) {
       PROBE_EXPECT(Load(bc, dt, i) == Value(G - 1, i), "broadcast {} on {}: element {}", ml::DTypeName(dt),
                    g.group().description, i);
     }
   }
   PROBE_OK(ml::Complete(g.Barrier()));
+  if (where != ml::Device::kCpu) return;  // the device backends' errors: NcclEveryCollective
   // Errors are Status, not crashes.
   std::vector<uint8_t> small(4), in_small_3(3);
   PROBE_EXPECT(!g.Send(Buf(small, ml::DType::kU8), G, 0).ok(), "send to a rank outside the group must fail");
@@ -348,19 +388,27 @@ int Fault(ml::WorkerContext& ctx, const std::string& mode, int victim) {
   return 0;
 }
 
-int NcclSmoke(ml::WorkerContext& ctx) {
+// One rank, one GPU: NCCL's id through the PMIx store, a 4 MiB all-reduce,
+// then every collective of CheckGroupOps (each dtype and reduction,
+// all_gather, reduce_scatter, broadcast, all_to_all, barrier) on device
+// memory, and the errors a device backend owes. Send/Recv need a second rank
+// and so a second GPU (NCCL refuses two ranks on one device): not here.
+int NcclEveryCollective(ml::WorkerContext& ctx) {
 #ifdef MAESTRO_HAVE_NCCL
   if (ml::CudaDeviceCount() == 0) {
     std::printf("PROBE SKIP: no CUDA device\n");
     return 0;
   }
   ml::GroupInfo info;
-  info.description = "nccl smoke group (rank 0)";
+  info.description = "nccl self-test group (rank 0)";
   info.ranks = {g_rank};
   info.my_index = 0;
   info.world_rank = g_rank;
-  auto backend = ml::CreateNcclBackend(info, ctx.store(), "probe/nccl/smoke", 0, ml::Millis(30000));
+  auto backend = ml::CreateNcclBackend(info, ctx.store(), "probe/nccl/self-test", 0, ml::Millis(30000));
   PROBE_OK(backend.status());
+  ml::Backend& g = **backend;
+  PROBE_EXPECT(std::string(g.name()) == "nccl" && g.device() == ml::Device::kCuda, "backend {} on {}", g.name(),
+               ml::DeviceName(g.device()));
   const size_t n = 1 << 20;
   std::vector<float> host(n);
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 17);
@@ -368,15 +416,21 @@ int NcclSmoke(ml::WorkerContext& ctx) {
   PROBE_OK(mem.status());
   PROBE_OK((*mem)->CopyFromHost(host.data(), n * sizeof(float)));
   ml::Buffer dbuf{(*mem)->data(), n, ml::DType::kF32, ml::Device::kCuda};
-  PROBE_OK(ml::Complete((*backend)->AllReduce(dbuf, ml::ReduceOp::kSum)));
-  PROBE_OK(ml::Complete((*backend)->Broadcast(dbuf, 0)));
-  PROBE_OK(ml::Complete((*backend)->Barrier()));
+  PROBE_OK(ml::Complete(g.AllReduce(dbuf, ml::ReduceOp::kSum)));
   std::vector<float> back(n);
   PROBE_OK((*mem)->CopyToHost(back.data(), n * sizeof(float)));
-  for (size_t i = 0; i < n; ++i) PROBE_EXPECT(back[i] == host[i], "nccl all_reduce element {}", i);
-  PROBE_EXPECT(!(*backend)->AllReduce(ml::CpuBuffer(host), ml::ReduceOp::kSum).ok(), "NCCL must refuse CPU buffers");
-  std::printf("%s: nccl on %d device(s), %d failed checks\n", failures == 0 ? "PROBE OK" : "PROBE FAILED",
-              ml::CudaDeviceCount(), failures);
+  for (size_t i = 0; i < n; ++i) PROBE_EXPECT(back[i] == host[i], "nccl all_reduce of 4 MiB: element {}", i);
+
+  CheckGroupOps(g, ml::Device::kCuda);
+
+  // Errors are Status, not crashes or hangs.
+  PROBE_EXPECT(!g.AllReduce(ml::CpuBuffer(host), ml::ReduceOp::kSum).ok(), "NCCL must refuse CPU buffers");
+  PROBE_EXPECT(!g.Send(dbuf, 1, 0).ok(), "send to group rank 1 of a 1-rank group must fail");
+  PROBE_EXPECT(!g.Broadcast(dbuf, -1).ok(), "broadcast from root -1 must fail");
+  PROBE_EXPECT(!g.AllGather(dbuf, dbuf.Slice(0, n - 1)).ok(), "all_gather into a too small output must fail");
+  PROBE_EXPECT(!g.AllToAll(dbuf, dbuf.Slice(0, n - 1)).ok(), "all_to_all with buffers of different sizes must fail");
+  std::printf("%s: nccl, every collective on %d device(s), %d failed checks\n",
+              failures == 0 ? "PROBE OK" : "PROBE FAILED", ml::CudaDeviceCount(), failures);
   return failures == 0 ? 0 : 1;
 #else
   (void)ctx;
@@ -385,11 +439,65 @@ int NcclSmoke(ml::WorkerContext& ctx) {
 #endif
 }
 
+// Every collective of CheckGroupOps and a ring of sends on CUDA buffers over
+// a world MPI backend staged through the host (host_staged_backend.h). All
+// ranks may share device 0: MPI, unlike NCCL, does not mind.
+int MpiCudaStaged(ml::WorkerContext& ctx) {
+#ifdef MAESTRO_HAVE_NCCL
+  int devices = ml::CudaDeviceCount();
+  int have_device = devices > 0 ? 1 : 0;
+  PROBE_OK(ml::Complete(ctx.comms().world().AllReduce(ml::Buffer{&have_device, 1, ml::DType::kI32, ml::Device::kCpu},
+                                                      ml::ReduceOp::kMin)));
+  if (have_device == 0) {
+    if (g_rank == 0) std::printf("PROBE SKIP: a rank sees no CUDA device\n");
+    return 0;
+  }
+  auto world = ctx.mpi().World(ml::Millis(30000));
+  PROBE_OK(world.status());
+  auto staged = ml::StageThroughHost(std::move(*world));
+  ml::Backend& g = *staged;
+  PROBE_EXPECT(g.device() == ml::Device::kCuda, "the staged backend must take CUDA buffers");
+  CheckGroupOps(g, ml::Device::kCuda);
+  // A ring: rank r sends 1000 ints to r+1 and receives r-1's.
+  const int G = g.group().size();
+  const int me = g.group().my_index;
+  std::vector<uint8_t> out(1000 * 4), in(1000 * 4);
+  for (size_t i = 0; i < 1000; ++i) Store(out, ml::DType::kI32, i, Value(me, i));
+  auto send_mem = ml::CudaMemory::Allocate(out.size());
+  auto recv_mem = ml::CudaMemory::Allocate(in.size());
+  PROBE_OK(send_mem.status());
+  PROBE_OK(recv_mem.status());
+  PROBE_OK((*send_mem)->CopyFromHost(out.data(), out.size()));
+  ml::Buffer send_buf{(*send_mem)->data(), 1000, ml::DType::kI32, ml::Device::kCuda};
+  ml::Buffer recv_buf{(*recv_mem)->data(), 1000, ml::DType::kI32, ml::Device::kCuda};
+  auto recv = g.Recv(recv_buf, (me + G - 1) % G, 7);
+  PROBE_OK(recv.status());
+  PROBE_OK(ml::Complete(g.Send(send_buf, (me + 1) % G, 7)));
+  PROBE_OK((*recv)->Wait());
+  PROBE_OK((*recv_mem)->CopyToHost(in.data(), in.size()));
+  for (size_t i = 0; i < 1000; ++i) {
+    PROBE_EXPECT(Load(in, ml::DType::kI32, i) == Value((me + G - 1) % G, i), "ring recv element {}", i);
+  }
+  int total = failures;
+  PROBE_OK(ml::Complete(
+      ctx.comms().world().AllReduce(ml::Buffer{&total, 1, ml::DType::kI32, ml::Device::kCpu}, ml::ReduceOp::kSum)));
+  if (g_rank == 0) {
+    std::printf("%s: %s, every collective and a ring on CUDA buffers over %d ranks, %d failed checks\n",
+                total == 0 ? "PROBE OK" : "PROBE FAILED", g.name(), G, total);
+  }
+  return total == 0 ? 0 : 1;
+#else
+  (void)ctx;
+  std::printf("PROBE SKIP: built without CUDA\n");
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s PLAN collectives|store|kill RANK|hang RANK|exit RANK|nccl\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PLAN collectives|store|kill RANK|hang RANK|exit RANK|nccl|mpi-cuda\n", argv[0]);
     return maestro::kExitUsage;
   }
   auto plan = maestro::plan::LoadPlan(argv[1]);
@@ -414,7 +522,8 @@ int main(int argc, char** argv) {
   }
   if (scenario == "collectives") return Collectives(*plan, **ctx);
   if (scenario == "store") return StoreRounds(**ctx);
-  if (scenario == "nccl") return NcclSmoke(**ctx);
+  if (scenario == "nccl") return NcclEveryCollective(**ctx);
+  if (scenario == "mpi-cuda") return MpiCudaStaged(**ctx);
   if ((scenario == "kill" || scenario == "hang" || scenario == "exit") && argc > 3) {
     return Fault(**ctx, scenario, std::atoi(argv[3]));
   }

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU kit: builds and checks Maestro on a bare CUDA machine that has
+# PyTorch 2.x (a CUDA libtorch inside it), CUDA, NCCL, MPI, PMIx 5 and HDF5
+# but no package registry (docs/e2e.md § GPU; the facts behind it:
+# shared/research/h100-measurements.md section 5).
+#   scripts/gpu-kit.sh pack  [KIT]   here: apt-get download the Debian 12
+#                                    packages Maestro needs beyond torch and
+#                                    beyond what that machine has, with their
+#                                    run-time dependencies, into KIT/debs
+#                                    (under 60 MB; needs Debian's registry)
+#   scripts/gpu-kit.sh build [KIT]   there: dpkg -x them into KIT/prefix,
+#                                    configure against the machine's torch
+#                                    and build maestro-worker, maestro-bench
+#                                    and the gpu-labelled tests
+#   scripts/gpu-kit.sh check [KIT]   there: ctest -L gpu, then
+#                                    maestro-bench gpu --json
+#   scripts/gpu-kit.sh build check   both, in one go (one device call)
+# KIT defaults to .gpu-kit in the repository root (git-ignored: the device
+# tool carries it). Environment:
+#   MAESTRO_TORCH_DIR      the libtorch to build against (default: the torch
+#                          of the first Python below that imports it)
+#   MAESTRO_PYTHON3        a Python with torch (tried before python3 on PATH
+#                          and /opt/torch/.venv/bin/python3)
+#   MAESTRO_GPU_BUILD_DIR  the build folder (default build-gpu)
+#   MAESTRO_JOBS           build parallelism (default: the number of cores)
+#   MAESTRO_WERROR         ON to make warnings errors (default OFF: the
+#                          machine's g++ 13 is not the g++ 12 CI checks)
+#   OUT                    when set (the device tool sets it), logs and the
+#                          benchmark's JSON are copied there
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian 12 packages the CUDA machine lacks: TOML++ and SQLite's headers
+# (the machine has libsqlite3-0 but no -dev), and the demo's images
+# (dataset-fashion-mnist: the VLM demo and its tests).
+KIT_PACKAGES=(libtomlplusplus-dev libsqlite3-dev dataset-fashion-mnist)
+# What any machine with a C++ toolchain has: these and their dependencies
+# are left out of the kit (dpkg -x of a libc into a prefix would do harm).
+KIT_BASE=(libc6-dev libstdc++6 libgcc-s1)
+KIT_LIMIT_BYTES=$((60 * 1000 * 1000))
+
+die() {
+  echo "gpu-kit: $*" >&2
+  exit 1
+}
+
+usage() {
+  sed -n '2,31p' "$0"
+}
+
+# Packages in the dependency closure of the arguments (Depends and
+# Pre-Depends only), one per line, virtual ones ("<libc-dev>") left out.
+closure() {
+  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+    --no-enhances "$@" 2>/dev/null | awk '/^[^ <]/ {print $1}' | sort -u
+}
+
+# Copies a file to $OUT when the device tool gave one.
+to_out() {
+  if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
+    cp "$1" "$OUT/"
+  fi
+}
+
+cmd_pack() {
+  local kit=$1
+  command -v apt-get >/dev/null || die "pack runs on a Debian 12 machine with apt-get (this one has none)"
+  local wanted
+  wanted=$(closure "${KIT_PACKAGES[@]}")
+  if [[ -z "$wanted" ]]; then
+    die "apt-cache knows none of ${KIT_PACKAGES[*]}: run 'apt-get update' first"
+  fi
+  local packages=()
+  mapfile -t packages < <(comm -23 <(echo "$wanted") <(closure "${KIT_BASE[@]}"))
+  rm -rf "$kit/debs"
+  mkdir -p "$kit/debs"
+  local log="$kit/pack.log"
+  echo "gpu-kit: downloading ${#packages[@]} packages: ${packages[*]}"
+  if ! (cd "$kit/debs" && apt-get -o APT::Sandbox::User=root download "${packages[@]}" >"$log" 2>&1); then
+    tail -20 "$log" >&2
+    die "apt-get download failed (log: $log); 'apt-get update' first if the package lists are old"
+  fi
+  local bytes
+  bytes=$(du -cb "$kit"/debs/*.deb | tail -1 | cut -f1)
+  {
+    echo "# Maestro GPU kit: Debian 12 packages, unpacked by 'scripts/gpu-kit.sh build'"
+    for deb in "$kit"/debs/*.deb; do
+      # shellcheck disable=SC2016 # dpkg's ${Field} syntax, not the shell's
+      dpkg-deb --showformat='${Package}=${Version}\n' -W "$deb"
+    done
+  } >"$kit/MANIFEST"
+  if ((bytes > KIT_LIMIT_BYTES)); then
+    die "the kit is $bytes bytes, over the limit of $KIT_LIMIT_BYTES: the device tool carries 64 MiB in all"
+  fi
+  echo "gpu-kit: $kit: $(grep -vc '^#' "$kit/MANIFEST") packages, $((bytes / 1000)) kB (MANIFEST lists them)"
+}
+
+# The first Python that imports torch.
+find_torch_python() {
+  local python
+  for python in "${MAESTRO_PYTHON3:-}" python3 /opt/torch/.venv/bin/python3; do
+    [[ -n "$python" ]] || continue
+    if "$python" -c 'import torch' >/dev/null 2>&1; then
+      command -v "$python"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# A tool on PATH, else beside the torch Python (the venv's cmake and ninja).
+find_tool() {
+  local name=$1 python=$2
+  if command -v "$name" >/dev/null; then
+    command -v "$name"
+  elif [[ -n "$python" && -x "$(dirname "$python")/$name" ]]; then
+    echo "$(dirname "$python")/$name"
+  else
+    return 1
+  fi
+}
+
+cmd_build() {
+  local kit=$1
+  [[ -d "$kit/debs" ]] || die "no $kit/debs: run 'scripts/gpu-kit.sh pack' on the development machine first and carry $kit"
+  local build
+  build=$(realpath -m "${MAESTRO_GPU_BUILD_DIR:-build-gpu}")
+  local prefix="$kit/prefix"
+  rm -rf "$prefix"
+  mkdir -p "$prefix"
+  local deb
+  for deb in "$kit"/debs/*.deb; do
+    dpkg -x "$deb" "$prefix"
+  done
+
+  local python="" torch_dir=${MAESTRO_TORCH_DIR:-}
+  python=$(find_torch_python || true)
+  if [[ -z "$torch_dir" ]]; then
+    [[ -n "$python" ]] || die "no Python here imports torch: set MAESTRO_TORCH_DIR to a libtorch folder or MAESTRO_PYTHON3 to a Python with torch"
+    torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  fi
+  local cmake ninja
+  cmake=$(find_tool cmake "$python") || die "no cmake on PATH or beside $python"
+  ninja=$(find_tool ninja "$python") || die "no ninja on PATH or beside $python"
+  local jobs=${MAESTRO_JOBS:-$(nproc)}
+  local log="$build/gpu-kit-build.log"
+  mkdir -p "$build"
+  echo "gpu-kit: configuring $build against the torch in $torch_dir (prefix $prefix)"
+  local start=$SECONDS rc=0
+  {
+    "$cmake" -S . -B "$build" -G Ninja -DCMAKE_MAKE_PROGRAM="$ninja" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_PREFIX_PATH="$prefix/usr" -DMAESTRO_TORCH_DIR="$torch_dir" -DMAESTRO_WITH_CUDA=ON \
+      -DMAESTRO_WERROR="${MAESTRO_WERROR:-OFF}" &&
+      "$ninja" -C "$build" -j "$jobs" maestro-worker maestro-bench maestro_gpu_tests
+  } >"$log" 2>&1 || rc=$?
+  to_out "$log"
+  if ((rc != 0)); then
+    tail -40 "$log" >&2
+    die "the build failed after $((SECONDS - start)) s (log: $log)"
+  fi
+  grep -E '^-- Maestro:' "$log" || true
+  echo "gpu-kit: built in $((SECONDS - start)) s, $(grep -c 'warning:' "$log" || true) compiler warnings (log: $log)"
+}
+
+cmd_check() {
+  local kit=$1
+  local build
+  build=$(realpath -m "${MAESTRO_GPU_BUILD_DIR:-build-gpu}")
+  [[ -x "$build/bin/maestro-bench" ]] || die "no $build/bin/maestro-bench: run 'scripts/gpu-kit.sh build' first"
+  export MAESTRO_FASHION_MNIST_DIR="$kit/prefix/usr/share/datasets/fashion-mnist"
+  local ctest
+  ctest=$(find_tool ctest "$(find_torch_python || true)") || die "no ctest on PATH or beside the torch Python"
+  local log="$build/gpu-kit-check.log" json="$build/bench-gpu.json"
+  local rc=0
+  {
+    nvidia-smi -L 2>&1 || echo "nvidia-smi: not found"
+    (cd "$build" && "$ctest" -L gpu --output-on-failure --timeout 600)
+  } >"$log" 2>&1 || rc=$?
+  to_out "$log"
+  grep -E 'tests passed|tests failed|Skipped|\*\*\*Failed|Passed|GPU ' "$log" || true
+  local bench_rc=0
+  "$build/bin/maestro-bench" gpu --json >"$json" 2>"$build/bench-gpu.log" || bench_rc=$?
+  to_out "$json"
+  to_out "$build/bench-gpu.log"
+  echo "gpu-kit: maestro-bench gpu --json (exit $bench_rc): $(cat "$json")"
+  ((rc == 0)) || die "ctest -L gpu failed (log: $log)"
+  # On a machine with a GPU a skipped gpu test is a failure of the kit.
+  if nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && grep -q '(Skipped)' "$log"; then
+    die "gpu tests skipped on a machine with a GPU (log: $log): $(grep -c '(Skipped)' "$log") of them"
+  fi
+  ((bench_rc == 0)) || die "maestro-bench gpu failed (log: $build/bench-gpu.log)"
+}
+
+verbs=()
+kit=.gpu-kit
+for arg in "$@"; do
+  case "$arg" in
+    pack | build | check) verbs+=("$arg") ;;
+    -h | --help) usage; exit 0 ;;
+    -*) usage >&2; die "unknown option '$arg'" ;;
+    *) kit=$arg ;;
+  esac
+done
+((${#verbs[@]} > 0)) || { usage >&2; exit 2; }
+kit=$(realpath -m "$kit")
+for verb in "${verbs[@]}"; do
+  "cmd_$verb" "$kit"
+done
