@@ -10,29 +10,45 @@
 #include "base/files.h"
 #include "runtime/collectives.h"
 #include "runtime/message_tags.h"
+#include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
 
 namespace {
 
+// Section `s`'s model, then `optimizer` bytes into this rank's optimizer:
+// the ZeRO-1 shard when there is one (after the model: it re-binds the
+// loaded parameters to its flat buffer), else the runner's AdamW.
+Status LoadRankState(SectionRunner& runner, DistributedOptimizer* sharded_optimizer, const std::string& model,
+                     const std::string& optimizer) {
+  MAESTRO_RETURN_IF_ERROR(runner.LoadModel(model));
+  if (sharded_optimizer != nullptr) return sharded_optimizer->Load(optimizer);
+  return runner.LoadOptimizer(optimizer);
+}
+
 // Rank 0: every rank of a training section gets the full model and its own
 // optimizer shard (rank 0 loads its own).
 Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const datalayer::CheckpointData& resumed,
-                        SectionRunner& runner) {
+                        SectionRunner& runner, DistributedOptimizer* sharded_optimizer) {
   for (int r = 0; r < plan.world_size(); ++r) {
     MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan, r));
     const auto& s = plan.sections[static_cast<size_t>(coords.section)];
     if (s.mode != plan::SectionMode::kTrain) continue;
+    const int d = OptimizerShardedOverDp(s) ? coords.dp : 0;
     auto model = resumed.sections.find(s.name);
-    auto optimizer = resumed.sections.find(OptimizerKey(s.name, coords.tp));
+    auto optimizer = resumed.sections.find(OptimizerKey(s.name, coords.tp, d));
     if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
-      return Status::Corruption(fmt::format("the checkpoint of step {} has no state for section '{}' tp {}",
-                                            resumed.step, s.name, coords.tp));
+      return Status::Corruption(fmt::format(
+          "the checkpoint of step {} has no state for section '{}' tp {} dp {} (key '{}'{}){}", resumed.step, s.name,
+          coords.tp, coords.dp, OptimizerKey(s.name, coords.tp, d), OptimizerShardedOverDp(s) ? ", a ZeRO-1 shard" : "",
+          OptimizerShardedOverDp(s) ? ": was it written with zero_stage = 0 or another DP? resume with the plan that "
+                                      "wrote it"
+                                    : ""));
     }
     if (r == 0) {
-      MAESTRO_RETURN_IF_ERROR(runner.LoadModel(model->second.model));
-      MAESTRO_RETURN_IF_ERROR(runner.LoadOptimizer(optimizer->second.optimizer));
+      MAESTRO_RETURN_IF_ERROR(
+          LoadRankState(runner, sharded_optimizer, model->second.model, optimizer->second.optimizer));
     } else {
       MAESTRO_RETURN_IF_ERROR(SendBytes(world, model->second.model, r, kTagResumeModel));
       MAESTRO_RETURN_IF_ERROR(SendBytes(world, optimizer->second.optimizer, r, kTagResumeOptimizer));
@@ -43,8 +59,15 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
 
 }  // namespace
 
-std::string OptimizerKey(const std::string& name, int t) {
-  return t == 0 ? name : fmt::format("{}#tp{}", name, t);
+bool OptimizerShardedOverDp(const plan::SectionPlan& s) {
+  return s.mode == plan::SectionMode::kTrain && s.config.zero_stage >= 1 && s.config.dp > 1;
+}
+
+std::string OptimizerKey(const std::string& name, int t, int d) {
+  std::string key = name;
+  if (t > 0) key += fmt::format("#tp{}", t);
+  if (d > 0) key += fmt::format("#dp{}", d);
+  return key;
 }
 
 StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::Backend& world,
@@ -60,16 +83,16 @@ StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::B
 }
 
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner) {
+                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner,
+                         DistributedOptimizer* sharded_optimizer) {
   if (place.world_rank == 0) {
     if (!resumed) return Status::Internal("ShareResumedState: rank 0 resumed from no state");
-    return SendResumedState(plan, world, *resumed, runner);
+    return SendResumedState(plan, world, *resumed, runner, sharded_optimizer);
   }
   if (!runner.trains()) return Status::Ok();
   MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, 0, kTagResumeModel));
   MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, 0, kTagResumeOptimizer));
-  MAESTRO_RETURN_IF_ERROR(runner.LoadModel(model));
-  return runner.LoadOptimizer(optimizer);
+  return LoadRankState(runner, sharded_optimizer, model, optimizer);
 }
 
 namespace {
@@ -77,23 +100,36 @@ namespace {
 // Collective: the state of every training section after step `step`,
 // gathered on rank 0 (other ranks get an empty state).
 StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const launcher::RankPlace& place,
-                                                launcher::Backend& world, SectionRunner& runner, int64_t step) {
+                                                launcher::Backend& world, SectionRunner& runner,
+                                                DistributedOptimizer* sharded_optimizer, int64_t step) {
   const bool rank0 = place.world_rank == 0;
   datalayer::CheckpointData state;
   state.step = step;
   // The DP-0 replica of each training section sends its state to rank 0:
   // the full model (gathered over TP: collective) and one optimizer shard per
-  // TP rank.
-  if (runner.trains() && place.coords.dp == 0) {
+  // TP rank; under ZeRO-1 every DP rank sends its optimizer shard (the model
+  // only from DP 0: the all-gather made the replicas equal).
+  const bool sharded = OptimizerShardedOverDp(runner.section_plan());
+  if (runner.trains() && (place.coords.dp == 0 || sharded)) {
     const std::string& name = runner.section_plan().name;
-    MAESTRO_ASSIGN_OR_RETURN(auto model, runner.SaveModel());
-    MAESTRO_ASSIGN_OR_RETURN(auto optimizer, runner.SaveOptimizer());
+    std::string model;
+    if (place.coords.dp == 0) {
+      MAESTRO_ASSIGN_OR_RETURN(model, runner.SaveModel());
+    }
+    std::string optimizer;
+    if (sharded_optimizer != nullptr) {
+      MAESTRO_ASSIGN_OR_RETURN(optimizer, sharded_optimizer->Save());
+    } else {
+      MAESTRO_ASSIGN_OR_RETURN(optimizer, runner.SaveOptimizer());
+    }
     if (place.coords.tp != 0) model.clear();
     if (rank0) {
       state.sections[name].model = std::move(model);
       state.sections[OptimizerKey(name, 0)].optimizer = std::move(optimizer);
     } else {
-      MAESTRO_RETURN_IF_ERROR(SendBytes(world, model, 0, kTagCheckpointModel));
+      if (place.coords.dp == 0) {
+        MAESTRO_RETURN_IF_ERROR(SendBytes(world, model, 0, kTagCheckpointModel));
+      }
       MAESTRO_RETURN_IF_ERROR(SendBytes(world, optimizer, 0, kTagCheckpointOptimizer));
     }
   }
@@ -101,13 +137,18 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
       if (sp.mode != plan::SectionMode::kTrain) continue;
-      for (int t = 0; t < sp.config.tp; ++t) {
-        const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, 0, 0);
-        if (from == 0) continue;
-        MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
-        MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
-        if (t == 0) state.sections[sp.name].model = std::move(model);
-        state.sections[OptimizerKey(sp.name, t)].optimizer = std::move(optimizer);
+      const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : 1;
+      for (int d = 0; d < replicas; ++d) {
+        for (int t = 0; t < sp.config.tp; ++t) {
+          const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, 0);
+          if (from == 0) continue;
+          if (d == 0) {
+            MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
+            if (t == 0) state.sections[sp.name].model = std::move(model);
+          }
+          MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
+          state.sections[OptimizerKey(sp.name, t, d)].optimizer = std::move(optimizer);
+        }
       }
     }
   }
@@ -117,8 +158,9 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
 }  // namespace
 
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                       SectionRunner& runner, datalayer::TrainingRun* run, int64_t step) {
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, step));
+                       SectionRunner& runner, DistributedOptimizer* sharded_optimizer, datalayer::TrainingRun* run,
+                       int64_t step) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, sharded_optimizer, step));
   if (place.world_rank == 0) MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
   // Nobody runs ahead of a checkpoint that is not durable yet.
   return Wait(world.Barrier());
@@ -152,8 +194,8 @@ StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& ru
 }
 
 Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                           SectionRunner& runner, const std::string& run_dir) {
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, 0));
+                           SectionRunner& runner, DistributedOptimizer* sharded_optimizer, const std::string& run_dir) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, sharded_optimizer, 0));
   Status written;
   if (place.world_rank == 0) written = WriteInitialWeightsFile(run_dir, std::move(state));
   // Every rank waits for rank 0's file, whatever came of it.

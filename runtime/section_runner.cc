@@ -563,6 +563,14 @@ std::vector<torch::Tensor> SectionRunner::Parameters() {
   return params;
 }
 
+std::vector<bool> SectionRunner::ParametersShardedOverTp() {
+  std::vector<bool> sharded;
+  for (const auto& item : impl_->module->named_parameters()) {
+    if (item.value().requires_grad()) sharded.push_back(Sharded() && TensorParallelShardDim(item.key()) >= 0);
+  }
+  return sharded;
+}
+
 void SectionRunner::EnsureGradients() {
   for (auto& p : Parameters()) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
