@@ -159,7 +159,9 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
   return spec;
 }
 
-StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan) {
+StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& given) {
+  // The data follows the components (a fused section's models read it).
+  const plan::Plan plan = plan::ExpandFusedSections(given);
   if (!plan.data.corpus.empty()) return OpenCorpus(plan);
   if (!plan.data.test_corpus.empty()) {
     return Status::InvalidArgument(

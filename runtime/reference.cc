@@ -125,7 +125,14 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
   for (size_t s = 0; s < plan.sections.size(); ++s) {
     MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s), runner_options));
     if (resumed) {
-      auto it = resumed->sections.find(plan.sections[s].name);
+      const std::string& name = plan.sections[s].name;
+      if (resumed->sections.count(name + "#dp1") > 0) {
+        return Status::FailedPrecondition(fmt::format(
+            "section '{}': the run's checkpoint of step {} holds ZeRO-1 optimizer shards (one per DP rank); the "
+            "one-process reference cannot resume it: resume the run with maestro-worker under the plan that wrote it",
+            name, resumed->step));
+      }
+      auto it = resumed->sections.find(name);
       if (it != resumed->sections.end()) {
         MAESTRO_RETURN_IF_ERROR(runner->LoadModel(it->second.model));
         MAESTRO_RETURN_IF_ERROR(runner->LoadOptimizer(it->second.optimizer));

@@ -167,7 +167,8 @@ void ExportStudent(const plan::Plan& p, const std::string& run_dir, const std::s
                    const std::string& out) {
   const auto checkpoint = runtime_testing::LastCheckpoint(run_dir);
   ASSERT_TRUE(checkpoint.sections.count("student"));
-  const auto& desc = p.sections[static_cast<size_t>(p.section_index("student"))].model;
+  const plan::Plan components = plan::ExpandFusedSections(p);  // the plan may be fused
+  const auto& desc = components.sections[static_cast<size_t>(components.section_index("student"))].model;
   auto model = runtime::BuildModel(desc);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   torch::serialize::InputArchive archive;
@@ -287,7 +288,8 @@ TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChe
   ASSERT_EQ(compile.exit_code, 0) << compile.output;
   auto loaded_plan = plan::LoadPlan(compiled + "/plan.json");
   ASSERT_TRUE(loaded_plan.ok()) << loaded_plan.status().ToString();
-  plan::Plan p = *loaded_plan;
+  const plan::Plan compiled_components = plan::ExpandFusedSections(*loaded_plan);  // the plan may be fused
+  plan::Plan p = compiled_components;
   auto& student = p.sections[static_cast<size_t>(p.section_index("student"))];
   student.model = p.sections[static_cast<size_t>(p.section_index("teacher"))].model;
   auto teacher = runtime::EvaluateHeldOut(p, model_bytes.at("teacher"));
@@ -297,7 +299,7 @@ TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChe
   std::string log;
   EXPECT_EQ(Check(workload_ + "/teacher", teacher->loss, 0, &log), 0) << log;
   // Pretrained (10 steps here) vs seeded: the teacher predicts the held-out text better.
-  student.model = loaded_plan->sections[static_cast<size_t>(p.section_index("student"))].model;
+  student.model = compiled_components.sections[static_cast<size_t>(p.section_index("student"))].model;
   auto seeded = runtime::EvaluateHeldOut(p, model_bytes.at("student"));
   ASSERT_TRUE(seeded.ok()) << seeded.status().ToString();
   EXPECT_EQ(Check(workload_ + "/student", seeded->loss, 0, &log), 0) << log;

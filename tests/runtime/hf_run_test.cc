@@ -231,8 +231,11 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
   fs::create_directories(dir);
   fs::copy(*root_ / "student", dir / "student-copy");
   std::ofstream(dir / "kd.toml") << KdSpec((*root_ / "teacher").string(), "student-copy");
-  auto first = Maestro(
-      {"run", (dir / "kd.toml").string(), "-o", (dir / "out").string(), "--no-eval", "--ranks", "2", "--steps", "2"});
+  // Sectioned: one replica per section, whose checkpoint the one-process
+  // reference resumes (a fused plan on 2 ranks would shard the student's
+  // AdamW over DP, which the reference refuses to resume; below).
+  auto first = Maestro({"run", (dir / "kd.toml").string(), "-o", (dir / "out").string(), "--no-eval", "--ranks", "2",
+                        "--steps", "2", "--grouping", "sectioned"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   fs::remove_all(dir / "student-copy");
   // Resume with the compiled plan (a recompile would refuse the missing folder).

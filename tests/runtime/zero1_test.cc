@@ -217,7 +217,9 @@ const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
   auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_kd.toml");
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  auto compiled = compiler::Compile(*spec, compiler::CompileOptions{});
+  compiler::CompileOptions options;
+  options.grouping = compiler::Grouping::kSectioned;  // the student on ranks of its own
+  auto compiled = compiler::Compile(*spec, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
   plan::Plan p = compiled->plan;
   int rank = 0;
