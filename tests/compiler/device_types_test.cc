@@ -173,7 +173,7 @@ TEST(DeviceTypes, TheCostModelPricesSectionsWithTheStepModelFromParts) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const std::vector<DeviceType> devices = DevicesOf(*s);
   ASSERT_TRUE(devices.at(0).kernels);
-  EXPECT_EQ(devices.at(0).precision, ParamPrecision::kPureBf16);
+  EXPECT_EQ(devices.at(0).precision, ParamPrecision::kMixedBf16);  // what maestro-worker runs on a GPU
   auto w = BuildWorkload(*s, devices, {});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   const SectionWork& teacher = w->sections.at(0);
