@@ -77,9 +77,9 @@ torch::Tensor TransferStaging::ToCompute(const torch::Tensor& t) {
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   const c10::Stream compute_stream = impl.getStream(compute_);
   auto device = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kFloat32).device(compute_));
-  c10::Event free(c10::DeviceType::CUDA);  // the new buffer's earlier users on the compute stream are done
-  free.record(compute_stream);
-  free.block(stream_->transfer);
+  c10::Event reusable(c10::DeviceType::CUDA);  // the new buffer's earlier users on the compute stream are done
+  reusable.record(compute_stream);
+  reusable.block(stream_->transfer);
   {
     c10::StreamGuard on_transfer(stream_->transfer);
     device.copy_(t.to(torch::kFloat32), /*non_blocking=*/t.is_pinned());

@@ -31,9 +31,9 @@ inline torch::Tensor OnBackendDevice(const torch::Tensor& t, launcher::Device wh
 }
 
 // After an in-place operation on `wire` = OnBackendDevice(t, ...): its
-// result into `t` (nothing when they are the same tensor).
+// result into `t` (nothing when they share their memory).
 inline void CopyBackFromBackend(torch::Tensor& t, const torch::Tensor& wire) {
-  if (wire.unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) {
+  if (wire.data_ptr() != t.data_ptr() || wire.device() != t.device()) {
     torch::NoGradGuard no_grad;
     t.copy_(wire);
   }

@@ -43,8 +43,12 @@ using launcher::testing::RunResult;
 using runtime_testing::Losses;
 
 const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+// Not measured on a GPU yet (this was written without one): the CPU's bf16
+// runs stay within 1e-4 of fp32 (train_mpi_test.cc), CUDA's autocast casts
+// more ops (conv, baddbmm) and cuDNN may use TF32, so these leave room. The
+// test prints the three numbers: tighten them to ~10x after the first run.
 constexpr double kCudaFp32VsCpu = 1e-3;
-constexpr double kBf16VsFp32 = 2e-2;  // as tests/runtime/train_mpi_test.cc's CPU bf16 runs
+constexpr double kBf16VsFp32 = 1e-2;
 constexpr double kBf16VsBf16 = 2e-3;
 
 bool WorkerSeesCuda(std::string* why) {

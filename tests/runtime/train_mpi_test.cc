@@ -521,16 +521,18 @@ TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunFusedVlmTp2) {
 
 // bf16 mixed precision on the CPU (--precision bf16: autocast to bf16, fp32
 // master weights, gradients, DP all-reduce and AdamW moments; issue #19), the
-// same code paths a GPU runs. Two tolerances, measured on this machine:
-//  - against the fp32 reference, every step within kBf16VsFp32 relative: bf16
-//    keeps 8 mantissa bits, so each step's loss moves by up to a few 1e-3;
-//  - the bf16 sectioned run against the bf16 reference within kBf16VsBf16:
-//    the same bf16 ops, but rows cross sections in fp32 and the teacher's
-//    rows reach the student's KD head through the wire, so a few roundings
-//    differ.
-// And it trains: the loss falls as the fp32 run's does.
-constexpr double kBf16VsFp32 = 2e-2;
-constexpr double kBf16VsBf16 = 2e-3;
+// same code paths a GPU runs. Two tolerances, about 10x what was measured on
+// this machine (Debian 12, libtorch 1.13 CPU, 8 steps; the test prints both):
+//  - against the fp32 reference, every step within kBf16VsFp32 relative
+//    (measured worst: 9.5e-5 fan-out 2, 5.3e-5 fused TP 2): the matmuls round
+//    to bf16, the losses, norms and optimizer stay fp32;
+//  - the bf16 sectioned run against the bf16 reference within kBf16VsBf16
+//    (measured worst: 3.1e-5, 4.3e-5): the same bf16 ops, but the DP sum of
+//    gradients and the TP partial sums change the order of roundings.
+// And it trains: the loss falls as the fp32 run's does, and it differs from
+// fp32's (bf16 really ran).
+constexpr double kBf16VsFp32 = 1e-3;
+constexpr double kBf16VsBf16 = 5e-4;
 
 void ExpectBf16TracksFp32(const std::string& what, const plan::Plan& p) {
   const std::string dir = Fresh(what);
