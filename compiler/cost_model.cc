@@ -197,8 +197,8 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   const double sync_group = dp * cp;
   if (train && sync_group > 1) {
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-    // Ring all-reduce of the gradients in the parameters' dtype.
-    const double grad_bytes = dev.precision == ParamPrecision::kFp32 ? 4.0 : kBf16;
+    // Ring all-reduce of the gradients in their dtype (fp32 under mixed precision).
+    const double grad_bytes = BytesOf(dev.precision).gradient;
     out.dp_sync_seconds = 2.0 * (sync_group - 1) / sync_group * grad_bytes * params_per_gpu / bw;
   }
   out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;

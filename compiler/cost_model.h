@@ -47,17 +47,21 @@ namespace maestro::compiler {
 
 // What the runtime holds per trained parameter on a device (the memory
 // model follows it): kFp32 = fp32 weights, grads and both AdamW moments
-// (maestro-worker on CPU today, runtime/models/layers.h ModelBuildOptions);
-// kPureBf16 = all four in bf16 (the H100 measurements' configuration,
-// ../shared/research/h100-measurements.md section 1; issue #19 brings it to
-// the worker).
-enum class ParamPrecision { kFp32, kPureBf16 };
+// (maestro-worker on the CPU, --precision fp32); kMixedBf16 = what
+// maestro-worker runs on a GPU (--precision auto/bf16,
+// runtime/section_runner.h "Device and precision"): fp32 master weights,
+// gradients and moments, the forward under autocast to bf16 with the bf16
+// copies of the matmul weights cached for the step, bf16 activations, and
+// bf16 weights in forward-only sections; kPureBf16 = all four in bf16 (the
+// H100 measurements' configuration, ../shared/research/h100-measurements.md
+// section 1; no maestro-worker setting runs it: a planning what-if).
+enum class ParamPrecision { kFp32, kMixedBf16, kPureBf16 };
 
 // A GPU type with its numbers in SI units.
 struct DeviceType {
   std::string name;
   bool cpu = false;
-  ParamPrecision precision = ParamPrecision::kPureBf16;
+  ParamPrecision precision = ParamPrecision::kMixedBf16;
   // The step model's measured tables (compiler/step_model.h): GEMM and
   // attention efficiency, memory bandwidth, launch floor. Null: the legacy
   // efficiency curve below (mfu x two saturating curves) prices compute.

@@ -173,8 +173,9 @@ double LogitsChainBytes(const SectionWork& s) {
 
 PrecisionBytes BytesOf(ParamPrecision precision) {
   switch (precision) {
-    case ParamPrecision::kFp32: return {4.0, 4.0, 8.0, 4.0};
-    case ParamPrecision::kPureBf16: return {2.0, 2.0, 4.0, 2.0};
+    case ParamPrecision::kFp32: return {4.0, 4.0, 8.0, 4.0, 0.0, 4.0};
+    case ParamPrecision::kMixedBf16: return {4.0, 4.0, 8.0, 2.0, 2.0, 2.0};
+    case ParamPrecision::kPureBf16: return {2.0, 2.0, 4.0, 2.0, 0.0, 2.0};
   }
   return {};
 }
@@ -203,17 +204,24 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   // (libtorch 2.x) a fused one.
   const bool explicit_attention = dev.cpu;
 
-  // Parameters of the rank's share.
+  // Parameters of the rank's share, and those its matmuls read (what
+  // autocast casts: not a decoder's embedding lookup table nor its norms).
   double params = D(s.facts.params);
+  double matmul_params = 0.0;
   if (m.kind == ModelKind::kDecoder) {
     const double embed = D(m.vocab) * D(m.hidden), head = m.tie_embeddings ? 0.0 : embed;
     const double norms = D(2 * m.layers + 1) * D(m.hidden);
     const double sharded = std::max(0.0, params - embed - head - norms);
     params = pp == 1 ? sharded / tp + embed + head + norms : sharded / (tp * pp) + std::max(embed, head) + norms / pp;
+    // A tied head reads the embedding table through a matmul (cast); an
+    // untied table is only looked up.
+    matmul_params =
+        pp == 1 ? sharded / tp + (m.tie_embeddings ? embed : head) : sharded / (tp * pp) + std::max(embed, head);
   } else {
     params /= tp * pp;
+    matmul_params = params;
   }
-  out.weights = bytes.weight * params;
+  out.weights = train ? bytes.weight * params + bytes.compute_copy * matmul_params : bytes.forward_weight * params;
   if (s.kd_teacher_hidden > 0) out.weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
   if (train) {
     out.gradients = bytes.gradient * params;

@@ -5,7 +5,10 @@
 // model") and docs/step_model.md ("Memory model") list them too.
 //
 //   weights     parameters of the rank's share (bytes per parameter by
-//               ParamPrecision); TP splits only the decoder blocks' q/k/v/o
+//               ParamPrecision; under kMixedBf16 a training section adds the
+//               bf16 copies autocast caches for the step of the weights its
+//               matmuls read: all but a decoder's untied embedding table and
+//               its norms; a forward-only section holds bf16); TP splits only the decoder blocks' q/k/v/o
 //               and gate/up/down (runtime/models/decoder.cc
 //               ShardDecoderForTensorParallel): the embedding, the LM head and
 //               the norms stay whole on every TP rank. A KD student also holds
@@ -53,16 +56,24 @@ namespace maestro::compiler {
 // 174.1-175.1 MB per rank (docs/step_model.md, "Memory model").
 inline constexpr double kCpuWorkerBaselineBytes = 175e6;
 
-// Bytes per trained parameter on a device, and the activations' dtype.
+// Bytes per parameter on a device, and the activations' dtype.
 struct PrecisionBytes {
   double weight = 4, gradient = 4, optimizer = 8, activation = 4;
+  double compute_copy = 0;    // a training section's bf16 copy of each matmul weight (mixed precision)
+  double forward_weight = 4;  // a forward-only section's weights
 };
 // kFp32: fp32 weights, gradients and both AdamW moments: 4 + 4 + 8 = 16 B
 // (runtime/models/layers.h ModelBuildOptions dtype), fp32 activations.
-// kPureBf16: all four in bf16: 2 + 2 + 4 = 8 B, bf16 activations.
-// Mixed precision (issue #19: bf16 compute weights, fp32 master weights and
-// moments) is one more case here: 2 + (4 master + 8) under optimizer, and
-// gradients as the runtime keeps them.
+// kMixedBf16 (maestro-worker on a GPU): 4 (fp32 master) + 2 (the bf16 copy
+// autocast caches from the step's first forward to its optimizer step) + 4
+// (fp32 gradient, all-reduced in fp32) + 8 (fp32 moments) = 18 B per
+// matmul weight, 16 B for the rest (embedding table, norms); bf16
+// activations; forward-only sections 2 B (bf16 weights, no master). 18 B is
+// also Megatron-LM's mixed-precision figure (bf16 weight + fp32 main grad +
+// fp32 master + moments).
+// kPureBf16: all four in bf16: 2 + 2 + 4 = 8 B, bf16 activations. No
+// maestro-worker setting runs it (fp32 moments and master weights are what
+// keeps bf16 training stable); a what-if for planning only.
 PrecisionBytes BytesOf(ParamPrecision precision);
 
 // Bytes autograd keeps per token for one layer of `model` in training, with

@@ -33,10 +33,18 @@ struct RuntimeSupport {
   // The kernels its code paths use (issue #19; the step model prices each,
   // compiler/step_model.h FusedOps): GQA inside SDPA instead of
   // repeat_interleave, at::rms_norm instead of the fp32 chain,
-  // at::_fused_adamw_ instead of the per-parameter loop.
-  bool gqa_in_sdpa = false;
+  // at::_fused_adamw_ instead of the per-parameter loop. The step model
+  // prices them only on GPU types (measured kernel tables), where
+  // maestro-worker runs a CUDA libtorch 2.x (Debian's 1.13 has no CUDA; the
+  // GPU kit builds against PyTorch 2.11): runtime/torch_compat.h uses
+  // enable_gqa inside at::scaled_dot_product_attention from 2.5 and
+  // at::_fused_adamw_ on CUDA from 2.1 (compat::GqaAttention,
+  // compat::FusedAdamWStep). A CPU slot (1.13: repeat_interleave, the
+  // per-parameter loop) is priced by the efficiency curve or a measured
+  // profile, which these rows do not touch. at::rms_norm is not used yet.
+  bool gqa_in_sdpa = true;
   bool fused_rms_norm = false;
-  bool fused_adamw = false;
+  bool fused_adamw = true;
 };
 
 // What the runtime of this build supports.

@@ -54,7 +54,8 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     DeviceType d;
     d.name = g.name;
     d.cpu = g.cpu;
-    d.precision = g.cpu ? ParamPrecision::kFp32 : ParamPrecision::kPureBf16;
+    // What maestro-worker's --precision auto runs there (cost_model.h).
+    d.precision = g.cpu ? ParamPrecision::kFp32 : ParamPrecision::kMixedBf16;
     d.kernels = g.kernels;
     d.kernels_origin = g.kernels_origin;
     d.kernels_note = g.kernels_note;

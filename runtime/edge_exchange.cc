@@ -26,11 +26,12 @@ bool EdgeConsumerTrains(const plan::Plan& plan, int edge) {
 }
 
 EdgeExchange::EdgeExchange(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
-                           double* blocked_seconds)
+                           double* blocked_seconds, TransferStaging* staging)
     : plan_(plan),
       place_(place),
       comms_(comms),
       blocked_seconds_(blocked_seconds),
+      staging_(staging),
       section_(place.coords.section),
       replica_(place.coords.dp) {}
 
@@ -67,8 +68,22 @@ Status EdgeExchange::PlanStep(int64_t step, std::vector<scheduler::Transfer> tra
 
 Status EdgeExchange::BroadcastInTp(torch::Tensor& t) {
   if (plan_.sections[static_cast<size_t>(section_)].config.tp == 1) return Status::Ok();
-  return TimedWait(comms_.group(plan::GroupKind::kTP).Broadcast(FloatBuffer(t), 0), blocked_seconds_);
+  auto& tp = comms_.group(plan::GroupKind::kTP);
+  // On the TP backend's device (a copy only when t lives elsewhere).
+  torch::Tensor wire = tp.device() == launcher::Device::kCpu ? staging_->ToWire(t, launcher::Device::kCpu)
+                       : t.is_cuda()                         ? t
+                                                             : staging_->ToCompute(t);
+  MAESTRO_RETURN_IF_ERROR(TimedWait(tp.Broadcast(FloatBuffer(wire), 0), blocked_seconds_));
+  CopyBackFromBackend(t, wire);
+  return Status::Ok();
 }
+
+namespace {
+// Positions as an index on `like`'s device.
+torch::Tensor IndexOn(const std::vector<int64_t>& positions, const torch::Tensor& like) {
+  return torch::tensor(positions, torch::kInt64).to(like.device());
+}
+}  // namespace
 
 Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const std::vector<int>& in_edges, bool trains,
                                  std::map<int, torch::Tensor>* inputs) {
@@ -81,10 +96,12 @@ Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const 
     torch::Tensor input;
     if (Tp0()) {
       std::unordered_map<int64_t, torch::Tensor> by_id;
+      launcher::Device wire = launcher::Device::kCpu;
       for (const auto& msg : it->second) {
         std::vector<int64_t> shape{static_cast<int64_t>(msg.transfer->sample_ids.size())};
         shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-        auto buf = torch::empty(shape, torch::kFloat32);
+        wire = msg.link->backend().device();
+        auto buf = staging_->WireBuffer(shape, wire);
         MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvActivation(FloatBuffer(buf), msg.tag_index), blocked_seconds_));
         for (size_t i = 0; i < msg.transfer->sample_ids.size(); ++i) {
           by_id[static_cast<int64_t>(msg.transfer->sample_ids[i])] = buf[static_cast<int64_t>(i)];
@@ -99,15 +116,19 @@ Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const 
         return Status::Internal(
             fmt::format("step {}: edge {} delivered rows of samples outside micro-batch {}", step_, e, mb));
       }
-      input = torch::stack(ordered).contiguous();
+      std::vector<int64_t> shape{static_cast<int64_t>(ordered.size())};
+      shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+      input = staging_->WireBuffer(shape, wire);  // pinned on a GPU rank, for the copy to the device
+      at::stack_out(input, ordered);
     } else {
       int64_t rows = 0;
       for (const auto& msg : it->second) rows += static_cast<int64_t>(msg.transfer->sample_ids.size());
       std::vector<int64_t> shape{rows};
       shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-      input = torch::empty(shape, torch::kFloat32);
+      input = staging_->WireBuffer(shape, comms_.group(plan::GroupKind::kTP).device());
     }
     MAESTRO_RETURN_IF_ERROR(BroadcastInTp(input));
+    input = staging_->ToCompute(input);  // the same tensor on the CPU
     if (trains && EdgeProducerTrains(plan_, e)) input.set_requires_grad(true);
     (*inputs)[e] = input;
   }
@@ -125,7 +146,7 @@ Status EdgeExchange::SendRows(int mb, const std::vector<int64_t>& ids, const tor
     for (const auto& msg : it->second) {
       std::vector<int64_t> pos;
       for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
-      auto selected = rows.detach().index_select(0, torch::tensor(pos, torch::kInt64)).contiguous();
+      auto selected = staging_->ToWire(rows.detach().index_select(0, IndexOn(pos, rows)), msg.link->backend().device());
       MAESTRO_ASSIGN_OR_RETURN(auto work, msg.link->SendActivation(FloatBuffer(selected), msg.tag_index));
       pending_.push_back({selected, std::move(work)});
     }
@@ -138,8 +159,9 @@ StatusOr<torch::Tensor> EdgeExchange::ReceiveGradients(int mb, const std::vector
                                                        bool* any) {
   std::unordered_map<int64_t, int64_t> position;
   for (size_t b = 0; b < ids.size(); ++b) position[ids[b]] = static_cast<int64_t>(b);
-  // Gradients of this micro-batch's rows from every training consumer.
-  auto grad = torch::zeros_like(rows);
+  // Gradients of this micro-batch's rows from every training consumer, summed
+  // in fp32 on rows' device.
+  auto grad = torch::zeros(rows.sizes(), torch::TensorOptions().dtype(torch::kFloat32).device(rows.device()));
   *any = false;
   for (int e : out_edges) {
     if (!EdgeConsumerTrains(plan_, e)) continue;
@@ -151,16 +173,16 @@ StatusOr<torch::Tensor> EdgeExchange::ReceiveGradients(int mb, const std::vector
       std::vector<int64_t> shape{static_cast<int64_t>(pos.size())};
       for (int64_t d = 1; d < rows.dim(); ++d) shape.push_back(rows.size(d));
       if (Tp0()) {
-        auto buf = torch::empty(shape, torch::kFloat32);
+        auto buf = staging_->WireBuffer(shape, msg.link->backend().device());
         MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index), blocked_seconds_));
-        grad.index_add_(0, torch::tensor(pos, torch::kInt64), buf);
+        grad.index_add_(0, IndexOn(pos, grad), staging_->ToCompute(buf));
       }
       *any = true;
     }
   }
   grad = grad.contiguous();
   if (*any) MAESTRO_RETURN_IF_ERROR(BroadcastInTp(grad));
-  return grad;
+  return grad.to(rows.scalar_type());
 }
 
 Status EdgeExchange::SendInputGradients(int mb, const std::vector<int64_t>& ids,
@@ -184,7 +206,7 @@ Status EdgeExchange::SendInputGradients(int mb, const std::vector<int64_t>& ids,
     for (const auto& msg : it->second) {
       std::vector<int64_t> pos;
       for (auto id : msg.transfer->sample_ids) pos.push_back(input_pos.at(static_cast<int64_t>(id)));
-      auto rows = input_grad.index_select(0, torch::tensor(pos, torch::kInt64)).contiguous();
+      auto rows = staging_->ToWire(input_grad.index_select(0, IndexOn(pos, input_grad)), msg.link->backend().device());
       MAESTRO_ASSIGN_OR_RETURN(auto work, msg.link->SendGradient(FloatBuffer(rows), msg.tag_index));
       pending_.push_back({rows, std::move(work)});
     }

@@ -12,7 +12,15 @@
 // arrives to the other TP ranks of its group, and only it sends (the rows are
 // the same on every TP rank). Other point-to-point tags: runtime/message_tags.h.
 //
-// Runtime-internal (torch). May call: runtime/collectives, scheduler,
+// Devices. The wire format above holds whatever the section computes on: a
+// rank on a GPU copies its rows and gradients to the wire's device (the
+// link's or TP group's backend: host fp32 for MPI, pinned and on a transfer
+// stream; the GPU itself for NCCL) and what arrives back to its compute
+// device (runtime/device_staging.h). Inputs and gradients handed to the
+// section are fp32 on its compute device; gradients returned for rows of
+// another dtype (bf16 under autocast) are in that dtype.
+//
+// Runtime-internal (torch). May call: runtime/collectives, runtime/device_staging, scheduler,
 // launcher, plan, base, libtorch. Thread safety: one thread per process.
 #pragma once
 
@@ -27,6 +35,7 @@
 #include "launcher/communicators.h"
 #include "launcher/launch_env.h"
 #include "plan/plan.h"
+#include "runtime/device_staging.h"
 #include "scheduler/scheduler.h"
 
 namespace maestro::runtime {
@@ -38,9 +47,10 @@ bool EdgeConsumerTrains(const plan::Plan& plan, int edge);
 
 class EdgeExchange {
  public:
-  // Waits on peers add to *blocked_seconds (must outlive the exchange).
+  // Waits on peers add to *blocked_seconds; `staging` moves tensors between
+  // the compute device and the wire (both must outlive the exchange).
   EdgeExchange(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
-               double* blocked_seconds);
+               double* blocked_seconds, TransferStaging* staging);
 
   // This rank's messages of step `step`, with their link and tag.
   Status PlanStep(int64_t step, std::vector<scheduler::Transfer> transfers);
@@ -48,7 +58,7 @@ class EdgeExchange {
   // Forward of micro-batch `mb` (samples `ids`, in micro-batch order): per
   // input edge of `in_edges` with messages, the upstream rows of its samples
   // that the upstream section processed, in micro-batch order:
-  // (n_e, upstream row shape...) fp32, leaves with requires_grad when this
+  // (n_e, upstream row shape...) fp32 on the compute device, leaves with requires_grad when this
   // section (`trains`) and the producer train.
   Status ReceiveRows(int mb, const std::vector<int64_t>& ids, const std::vector<int>& in_edges, bool trains,
                      std::map<int, torch::Tensor>* inputs);
@@ -57,7 +67,8 @@ class EdgeExchange {
   Status SendRows(int mb, const std::vector<int64_t>& ids, const torch::Tensor& rows,
                   const std::vector<int>& out_edges);
   // Backward: the gradient of `rows` (B, row shape...) summed over every
-  // training consumer of `out_edges`; *any is false when none sends one.
+  // training consumer of `out_edges`, on rows' device in rows' dtype; *any is
+  // false when none sends one.
   StatusOr<torch::Tensor> ReceiveGradients(int mb, const std::vector<int64_t>& ids, const torch::Tensor& rows,
                                            const std::vector<int>& out_edges, bool* any);
   // Sends the gradients of `inputs` (as ReceiveRows gave them, after
@@ -66,7 +77,8 @@ class EdgeExchange {
   // Waits for every send of the step.
   Status DrainSends();
   // The TP ranks of a replica share what arrives at its TP rank 0: t
-  // (contiguous fp32) is broadcast from TP rank 0 in place.
+  // (contiguous fp32, host or device) is broadcast from TP rank 0 in place
+  // (through the TP backend's device).
   Status BroadcastInTp(torch::Tensor& t);
 
  private:
@@ -87,6 +99,7 @@ class EdgeExchange {
   const launcher::RankPlace& place_;
   launcher::Communicators& comms_;
   double* blocked_seconds_;
+  TransferStaging* staging_;
   int section_, replica_;
   int64_t step_ = 0;
   std::vector<scheduler::Transfer> transfers_;

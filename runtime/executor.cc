@@ -20,6 +20,7 @@
 #include "datalayer/training_run.h"
 #include "runtime/checkpointing.h"
 #include "runtime/cost_model.h"
+#include "runtime/device_staging.h"
 #include "runtime/edge_exchange.h"
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
@@ -48,7 +49,7 @@ double SecondsSince(Clock::time_point t0) {
 class RankLoop {
  public:
   RankLoop(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
-           const TrainOptions& options)
+           const TrainOptions& options, const ComputePlacement& compute)
       : plan_(plan),
         place_(place),
         comms_(comms),
@@ -59,7 +60,9 @@ class RankLoop {
         reporter_(plan, options.progress, total_steps_),
         trace_(total_steps_),
         memory_(place.coords.section),
-        edges_(plan, place, comms, &blocked_seconds_) {}
+        compute_(compute),
+        staging_(TorchDevice(compute)),
+        edges_(plan, place, comms, &blocked_seconds_, &staging_) {}
 
   StatusOr<TrainSummary> Run();
 
@@ -127,7 +130,9 @@ class RankLoop {
   std::vector<MicroBatchState> states_;
   double busy_seconds_ = 0.0;
   double blocked_seconds_ = 0.0;
-  EdgeExchange edges_;  // counts into blocked_seconds_
+  ComputePlacement compute_;  // this rank's device and precision (ChooseRankCompute)
+  TransferStaging staging_;   // its copies to and from the wire
+  EdgeExchange edges_;        // counts into blocked_seconds_
   double loss_sum_ = 0.0;
   int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
   double last_loss_ = 0.0;
@@ -183,6 +188,8 @@ Status RankLoop::Resume() {
                            ShareResumeDecision(place_, comms_.world(), rank0_status, resumed.has_value()));
   RunnerOptions runner_options;
   runner_options.resuming = resuming;
+  runner_options.device = TorchDevice(compute_);
+  runner_options.precision = compute_.precision;
   if (TpSize() > 1) {
     tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
     runner_options.tensor_parallel = tp_reducer_.get();
@@ -217,7 +224,7 @@ Status RankLoop::Forward(int mb_index) {
   const int64_t start_us = WallMicros();  // so is the op in the trace
   MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*samples_, ids));
   if (spool_) {
-    MAESTRO_ASSIGN_OR_RETURN(state.out.rows, spool_->Rows(state.data, current_epoch_, *runner_, *samples_));
+    MAESTRO_ASSIGN_OR_RETURN(state.out.rows, spool_->Rows(state.data, current_epoch_, *runner_, *samples_, &staging_));
   } else {
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, state.inputs));
   }
@@ -364,7 +371,7 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
 Status RankLoop::EvaluateCaptionsAtEnd(TrainSummary* summary) {
   const auto t0 = Clock::now();
   MAESTRO_ASSIGN_OR_RETURN(summary->caption_accuracy,
-                           EvaluateRunCaptions(plan_, options_.run_dir, options_.eval_samples));
+                           EvaluateRunCaptions(plan_, options_.run_dir, options_.eval_samples, compute_));
   std::fprintf(stderr, "caption accuracy on the Fashion-MNIST test split: %.2f%% (%.1f s)\n",
                100.0 * summary->caption_accuracy, SecondsSince(t0));
   reporter_.ReportEval("caption_accuracy", summary->caption_accuracy);
@@ -375,7 +382,7 @@ Status RankLoop::EvaluateCaptionsAtEnd(TrainSummary* summary) {
 // test_corpus), from the last checkpoint; <run_dir>/eval.json.
 Status RankLoop::EvaluateHeldOutAtEnd(TrainSummary* summary) {
   const auto t0 = Clock::now();
-  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateRunHeldOut(plan_, options_.run_dir, options_.eval_samples));
+  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateRunHeldOut(plan_, options_.run_dir, options_.eval_samples, compute_));
   summary->heldout_loss = result.loss;
   std::printf("%s\n", HeldOutLine(result).c_str());
   std::fflush(stdout);
@@ -470,10 +477,35 @@ int ThreadsPerRank() {
   return std::max(1, cores / local);
 }
 
+namespace {
+
+// This rank's device and precision (device_choice.h), made current.
+StatusOr<ComputePlacement> ChooseRankCompute(const plan::Plan& plan, const launcher::RankPlace& place,
+                                             const TrainOptions& options) {
+  const auto& section = plan.sections[static_cast<size_t>(place.coords.section)];
+  ComputeFacts facts;
+  facts.gpus_per_task = section.placement.gpus_per_task;
+  facts.local_gpu = place.local_gpu;
+  facts.local_rank = place.local_rank;
+  facts.cuda_devices = CudaDeviceCount();
+  MAESTRO_ASSIGN_OR_RETURN(auto compute, ChooseCompute(options.device, options.precision, facts));
+  UseDevice(compute);
+  // Said when it is not the CPU default (fp32), warned when a GPU plan falls back.
+  const LogLevel level = !compute.note.empty()                                     ? LogLevel::kWarn
+                         : compute.cuda() || compute.precision != Precision::kFp32 ? LogLevel::kInfo
+                                                                                   : LogLevel::kDebug;
+  Log(level, "rank {} (section '{}'): computes on {}{}{}", place.world_rank, section.name, compute.ToString(),
+      compute.note.empty() ? "" : ": ", compute.note);
+  return compute;
+}
+
+}  // namespace
+
 StatusOr<TrainSummary> RunTraining(const plan::Plan& plan, const launcher::RankPlace& place,
                                    launcher::Communicators& comms, const TrainOptions& options) {
   try {
-    RankLoop loop(plan, place, comms, options);
+    MAESTRO_ASSIGN_OR_RETURN(const auto compute, ChooseRankCompute(plan, place, options));
+    RankLoop loop(plan, place, comms, options, compute);
     return loop.Run();
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("rank {}: torch: {}", place.world_rank, e.what_without_backtrace()));

@@ -14,6 +14,9 @@
 // datalayer::TrainingRun), what a step reports (step_metrics.h: metrics.jsonl
 // and the progress line; at the end each rank's baseline and peak memory), the Perfetto trace (trace.h) and the
 // measured vs predicted timelines (timeline.h). Samples come through the plan's datasets::SampleSource (plan_data.h).
+// Each rank computes on the device device_choice.h picks (its section's GPU
+// or the CPU; fp32 or bf16 mixed precision); edge_exchange.h copies what
+// crosses sections between that device and the wire (device_staging.h).
 // The loop stops on a preemption signal (exit 85 after a checkpoint).
 //
 // May call: the runtime files above, runtime/section_runner, runtime/reference
@@ -28,6 +31,7 @@
 #include "launcher/communicators.h"
 #include "launcher/launch_env.h"
 #include "plan/plan.h"
+#include "runtime/device_choice.h"
 
 namespace maestro::runtime {
 
@@ -39,6 +43,11 @@ struct TrainOptions {
   bool progress = true;           // rank 0 prints a line (or a bar on a terminal) per step
   bool evaluate = true;           // at the end: caption accuracy (captions), held-out loss (test_corpus)
   int64_t eval_samples = 0;       // 0: the whole test split
+  // Where each rank computes and in which precision (runtime/device_choice.h:
+  // auto = the plan's GPUs when this libtorch sees them, bf16 there, else
+  // the CPU in fp32).
+  DeviceRequest device = DeviceRequest::kAuto;
+  PrecisionRequest precision = PrecisionRequest::kAuto;
 };
 
 // The result of one start of the loop (rank 0's view; other ranks see the

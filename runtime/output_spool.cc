@@ -27,11 +27,12 @@ StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_
 }
 
 StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
-                                          const datasets::SampleSource& samples) {
+                                          const datasets::SampleSource& samples, TransferStaging* staging) {
   const auto shape = runner.OutputRowShape();
   std::vector<int64_t> full{static_cast<int64_t>(data.sample_ids.size())};
   full.insert(full.end(), shape.begin(), shape.end());
-  auto rows = torch::empty(full, torch::kFloat32);
+  auto rows =
+      staging != nullptr ? staging->WireBuffer(full, launcher::Device::kCpu) : torch::empty(full, torch::kFloat32);
   std::vector<int64_t> missing;
   std::vector<int64_t> missing_pos;
   for (size_t b = 0; b < data.sample_ids.size(); ++b) {
@@ -47,7 +48,9 @@ StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t ep
   if (!missing.empty()) {
     MAESTRO_ASSIGN_OR_RETURN(auto sub, LoadMicroBatch(samples, missing));
     MAESTRO_ASSIGN_OR_RETURN(auto out, runner.Forward(sub, {}));
-    auto computed_rows = out.rows.contiguous();
+    // Host fp32 (the spool's and the wire's format), whatever the runner computes on.
+    auto computed_rows = staging != nullptr ? staging->ToWire(out.rows, launcher::Device::kCpu)
+                                            : out.rows.to(torch::kCPU, torch::kFloat32).contiguous();
     for (size_t i = 0; i < missing.size(); ++i) {
       auto row = computed_rows[static_cast<int64_t>(i)];
       rows[missing_pos[i]].copy_(row);

@@ -5,7 +5,7 @@
 // (<section>-dp<r>.sqlite), reused across resumes and epochs (a frozen
 // section's output never changes). Rows it holds are read back; the others
 // are computed and added.
-// Runtime-internal (torch). May call: runtime/section_runner, datalayer,
+// Runtime-internal (torch). May call: runtime/section_runner, runtime/device_staging, datalayer,
 // datasets (SampleSource), base, libtorch. Thread safety: one thread.
 #pragma once
 
@@ -18,6 +18,7 @@
 #include "datalayer/activation_spool.h"
 #include "datalayer/sample_index.h"
 #include "datasets/sample_source.h"
+#include "runtime/device_staging.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
@@ -29,10 +30,12 @@ class OutputSpool {
                                                      int replica);
 
   // The rows of `data`'s samples at `epoch`: (B, runner.OutputRowShape()...)
-  // fp32, from the spool where it has them, else computed by `runner` (the
-  // samples' payloads from `samples`) and spooled.
+  // fp32 in host memory (pinned when `staging` streams to a GPU), from the
+  // spool where it has them, else computed by `runner` (the samples'
+  // payloads from `samples`; on its device, copied to the host through
+  // `staging` when given) and spooled.
   StatusOr<torch::Tensor> Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
-                               const datasets::SampleSource& samples);
+                               const datasets::SampleSource& samples, TransferStaging* staging = nullptr);
   // Makes the rows spooled so far durable (at a checkpoint).
   Status Commit() { return spool_->Commit(); }
 

@@ -17,10 +17,12 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "runtime/checkpointing.h"
+#include "runtime/device_staging.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/plan_data.h"
 #include "runtime/section_runner.h"
+#include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
 
@@ -120,8 +122,11 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
   MAESTRO_ASSIGN_OR_RETURN(auto run, OpenPlanRun(plan, *samples, options.run_dir));
   MAESTRO_ASSIGN_OR_RETURN(auto resumed, run->Resume());
   std::vector<std::unique_ptr<SectionRunner>> runners;
+  UseDevice(options.compute);
   RunnerOptions runner_options;
   runner_options.resuming = resumed.has_value();
+  runner_options.device = TorchDevice(options.compute);
+  runner_options.precision = options.compute.precision;
   for (size_t s = 0; s < plan.sections.size(); ++s) {
     MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s), runner_options));
     if (resumed) {
@@ -194,7 +199,7 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
 }
 
 StatusOr<double> EvaluateCaptions(const plan::Plan& given, const std::map<std::string, std::string>& models,
-                                  int64_t max_samples) {
+                                  int64_t max_samples, const ComputePlacement& compute) {
   // Fused sections run here as their components (the reference is one process).
   const plan::Plan plan = plan::ExpandFusedSections(given);
   MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
@@ -202,8 +207,11 @@ StatusOr<double> EvaluateCaptions(const plan::Plan& given, const std::map<std::s
     return Status::FailedPrecondition("caption accuracy needs the fashion_mnist_captions dataset");
   }
   std::vector<std::unique_ptr<SectionRunner>> runners;
+  UseDevice(compute);
   RunnerOptions runner_options;
   runner_options.build_optimizer = false;
+  runner_options.device = TorchDevice(compute);
+  runner_options.precision = compute.precision;
   for (size_t s = 0; s < plan.sections.size(); ++s) {
     MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s), runner_options));
     auto it = models.find(plan.sections[s].name);
@@ -222,11 +230,13 @@ StatusOr<double> EvaluateCaptions(const plan::Plan& given, const std::map<std::s
     answers += result.answers;
     right += result.answers_right;
   }
+  compat::ClearAutocastCache();  // bf16 casts of the evaluated weights
   if (answers == 0) return Status::FailedPrecondition("no caption answers in the test split");
   return static_cast<double>(right) / static_cast<double>(answers);
 }
 
-StatusOr<double> EvaluateRunCaptions(const plan::Plan& given, const std::string& run_dir, int64_t max_samples) {
+StatusOr<double> EvaluateRunCaptions(const plan::Plan& given, const std::string& run_dir, int64_t max_samples,
+                                     const ComputePlacement& compute) {
   // Fused sections run here as their components (the reference is one process).
   const plan::Plan plan = plan::ExpandFusedSections(given);
   std::map<std::string, std::string> models;
@@ -234,7 +244,7 @@ StatusOr<double> EvaluateRunCaptions(const plan::Plan& given, const std::string&
     if (s.mode != plan::SectionMode::kTrain) continue;
     MAESTRO_ASSIGN_OR_RETURN(models[s.name], ReadSectionModelBytes(run_dir, s.name));
   }
-  return EvaluateCaptions(plan, models, max_samples);
+  return EvaluateCaptions(plan, models, max_samples, compute);
 }
 
 StatusOr<int> HeldOutSection(const plan::Plan& given) {
@@ -252,7 +262,8 @@ StatusOr<int> HeldOutSection(const plan::Plan& given) {
       "could be measured (remove test_corpus, or train a decoder)");
 }
 
-StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string& model_bytes, int64_t max_samples) {
+StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string& model_bytes, int64_t max_samples,
+                                      const ComputePlacement& compute) {
   // Fused sections run here as their components (the reference is one process).
   const plan::Plan plan = plan::ExpandFusedSections(given);
   constexpr int64_t kNoTarget = -100;  // datasets::SampleRecord::target_ids where a position has no loss
@@ -270,12 +281,15 @@ StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string
   result.samples = max_samples > 0 ? std::min(max_samples, test) : test;
   double loss_sum = 0.0;
   try {
+    UseDevice(compute);
+    const torch::Device device = TorchDevice(compute);
     ModelBuildOptions build;  // the weights are replaced by model_bytes
+    build.device = device;
     MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(sp.model, build));
     {
       torch::serialize::InputArchive archive;
       std::istringstream in(model_bytes);
-      archive.load_from(in);
+      archive.load_from(in, device);
       module->load(archive);
     }
     module->eval();
@@ -286,14 +300,20 @@ StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string
       std::vector<int64_t> ids;
       for (int64_t i = begin; i < std::min(result.samples, begin + kChunk); ++i) ids.push_back(i);
       MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples, ids, datasets::Split::kTest));
-      auto logits = lm->forward(data.input_ids).to(torch::kFloat32);                            // (B, T, V)
-      auto mask = data.target_ids.ne(kNoTarget);                                                // (B, T)
-      auto targets = data.target_ids.masked_fill(~mask, 0);                                     // (B, T)
+      torch::Tensor logits;  // (B, T, V)
+      {
+        compat::AutocastGuard autocast(device, compute.precision == Precision::kBf16);
+        logits = lm->forward(data.input_ids.to(device)).to(torch::kFloat32);
+      }
+      const auto target_ids = data.target_ids.to(device);                                       // (B, T)
+      auto mask = target_ids.ne(kNoTarget);                                                     // (B, T)
+      auto targets = target_ids.masked_fill(~mask, 0);                                          // (B, T)
       auto ce = -torch::log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);  // (B, T)
       auto maskf = mask.to(torch::kFloat32);
       auto per_sample = (ce * maskf).sum(-1) / maskf.sum(-1).clamp_min(1.0);  // (B)
       loss_sum += per_sample.to(torch::kFloat64).sum().item<double>();
     }
+    compat::ClearAutocastCache();  // bf16 casts of this model's weights
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("held-out loss of section '{}': {}", sp.name, e.what_without_backtrace()));
   }
@@ -301,7 +321,8 @@ StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string
   return result;
 }
 
-StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& given, const std::string& run_dir, int64_t max_samples) {
+StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& given, const std::string& run_dir, int64_t max_samples,
+                                         const ComputePlacement& compute) {
   // Fused sections run here as their components (the reference is one process).
   const plan::Plan plan = plan::ExpandFusedSections(given);
   MAESTRO_ASSIGN_OR_RETURN(const int section, HeldOutSection(plan));
@@ -318,7 +339,7 @@ StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& given, const std::str
     return Status::NotFound(fmt::format("held-out loss: checkpoint '{}/checkpoints/{}' has no section '{}'", run_dir,
                                         commit.checkpoint_file, name));
   }
-  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateHeldOut(plan, it->second.model, max_samples));
+  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateHeldOut(plan, it->second.model, max_samples, compute));
   result.step = commit.checkpoint_step;
   const nlohmann::json eval{{"step", result.step},
                             {"section", result.section},

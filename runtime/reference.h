@@ -9,7 +9,9 @@
 //   EvaluateCaptions: caption accuracy of a trained VLM on the test split.
 //   EvaluateHeldOut: the plain next-token loss of the sink decoder on the
 //   test split (a held-out corpus, `[data] test_corpus`), and eval.json.
-// All read samples through the plan's SampleSource (runtime/plan_data.h).
+// All read samples through the plan's SampleSource (runtime/plan_data.h),
+// and compute on the device and in the precision a ComputePlacement says
+// (default: the CPU in fp32; runtime/device_choice.h).
 //
 // May call: runtime/section_runner, runtime/models (the held-out model),
 // runtime/plan_data, datalayer, datasets, plan, base, libtorch.
@@ -23,6 +25,7 @@
 
 #include "base/status.h"
 #include "plan/plan.h"
+#include "runtime/device_choice.h"
 
 namespace maestro::runtime {
 
@@ -39,6 +42,7 @@ struct ReferenceOptions {
   std::string run_dir;       // its own index and checkpoints
   int64_t steps = -1;        // -1: plan.data.steps; 0 on a fresh run: the initial weights only
   std::string metrics_path;  // "" = none; else one JSON line per step
+  ComputePlacement compute;  // every section on this device, in this precision
 };
 
 // Trains the plan in one process (see above). Returns each step's loss.
@@ -48,11 +52,12 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& plan, const Refer
 // plan's sections with the given model bytes (section name -> bytes; a
 // section without bytes keeps its initial weights).
 StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::string, std::string>& models,
-                                  int64_t max_samples = 0);
+                                  int64_t max_samples = 0, const ComputePlacement& compute = {});
 
 // EvaluateCaptions with the models of the last committed checkpoint of the
 // run directory `run_dir`.
-StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples = 0);
+StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples = 0,
+                                     const ComputePlacement& compute = {});
 
 // The held-out loss of a trained model (`[data] test_corpus`).
 struct HeldOutLoss {
@@ -74,13 +79,15 @@ StatusOr<int> HeldOutSection(const plan::Plan& plan);
 // test split: log_softmax in fp32, per sample the mean over its targets that
 // are not -100, then the mean over samples. FailedPrecondition when the test
 // split is empty.
-StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& plan, const std::string& model_bytes, int64_t max_samples = 0);
+StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& plan, const std::string& model_bytes, int64_t max_samples = 0,
+                                      const ComputePlacement& compute = {});
 
 // EvaluateHeldOut with the section's weights in the last committed checkpoint
 // of `run_dir` (result.step = that checkpoint's step), then writes
 // <run_dir>/eval.json atomically:
 //   {"step": 39, "section": "student", "loss": 2.71, "samples": 30, "test_corpus": "/abs/heldout"}
-StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples = 0);
+StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples = 0,
+                                         const ComputePlacement& compute = {});
 
 // "held-out loss 2.71234 over 30 samples (step 39)"
 std::string HeldOutLine(const HeldOutLoss& result);

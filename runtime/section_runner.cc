@@ -22,6 +22,7 @@
 #include "runtime/models/model_desc.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
+#include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
 
@@ -160,13 +161,39 @@ StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::
 
 namespace {
 
+// Loads an archive (saved from any device) onto the module's device, in
+// the module's dtype.
 Status LoadModuleBytes(torch::nn::Module& module, const std::string& bytes, const std::string& what) {
+  const auto params = module.parameters();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  const torch::Dtype dtype = params.empty() ? torch::kFloat32 : params.front().scalar_type();
   return TorchCall(what, [&] {
     torch::serialize::InputArchive archive;
     std::istringstream in(bytes);
-    archive.load_from(in);
+    archive.load_from(in, device);
     module.load(archive);
+    module.to(device, dtype);      // an archive of another dtype replaced the tensors: back to the module's
+    compat::ClearAutocastCache();  // casts of the old weights
   });
+}
+
+// The dtype a section's parameters are held in: fp32 (the master weights of
+// mixed precision), bf16 for a forward-only section under bf16.
+torch::Dtype ParameterDtype(const plan::SectionPlan& s, const RunnerOptions& options) {
+  return s.mode == plan::SectionMode::kForward && options.precision == Precision::kBf16 ? torch::kBFloat16
+                                                                                        : torch::kFloat32;
+}
+
+// AdamW's step: one fused kernel over all parameters where this libtorch has
+// one for the device (compat::FusedAdamWStep: CUDA on 2.1+, CPU on 2.4+),
+// else torch::optim::AdamW's per-parameter loop; the same state either way.
+void StepAdamW(torch::optim::AdamW& optimizer, const torch::Device& device) {
+  if (compat::FusedAdamWAvailable(device)) {
+    compat::FusedAdamWStep(optimizer);
+  } else {
+    optimizer.step();
+  }
+  compat::ClearAutocastCache();  // the weights changed: drop their cached bf16 casts
 }
 
 // Builds the model of section `s` of `plan` with its initial weights from
@@ -177,6 +204,7 @@ StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan&
   ModelBuildOptions build;
   build.seed = SectionSeed(plan.data.seed, s.name);
   build.device = options.device;
+  build.dtype = ParameterDtype(s, options);
   MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(s.model, build));
   if (!s.init_from.empty() && !skip_init) {
     const std::string from = s.init_section.empty() ? s.name : s.init_section;
@@ -225,8 +253,11 @@ StatusOr<torch::Tensor> TeacherHead(const plan::Plan& plan, const plan::SectionP
     }
     return *tensor;
   }
+  // Built in fp32 on the CPU (the head is all it keeps; the caller moves it).
   RunnerOptions head_options = options;
   head_options.build_optimizer = false;
+  head_options.device = torch::kCPU;
+  head_options.precision = Precision::kFp32;
   MAESTRO_ASSIGN_OR_RETURN(auto module, BuildSectionModel(plan, teacher, head_options, /*skip_init=*/false));
   auto* lm = module->as<DecoderLMImpl>();
   return (tied || !lm->lm_head ? lm->embed_tokens->weight : lm->lm_head->weight).detach().clone();
@@ -439,7 +470,8 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       return Status::InvalidArgument(fmt::format("KD edge '{}' -> '{}': teacher vocab {} != student vocab {}",
                                                  teacher.name, s.name, teacher.model.vocab, s.model.vocab));
     }
-    MAESTRO_ASSIGN_OR_RETURN(impl.teacher_head, TeacherHead(plan, teacher, options));
+    MAESTRO_ASSIGN_OR_RETURN(auto head, TeacherHead(plan, teacher, options));
+    impl.teacher_head = head.to(options.device, torch::kFloat32);
   }
   return runner;
 }
@@ -610,6 +642,7 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
     std::unique_ptr<torch::NoGradGuard> no_grad;
     if (!trains()) no_grad = std::make_unique<torch::NoGradGuard>();
     const auto device = impl.options.device;
+    compat::AutocastGuard autocast(device, impl.options.precision == Precision::kBf16);
     switch (s.model.kind) {
       case plan::ModelKind::kVit: {
         out.rows = VitRows(*impl.module->as<VitEncoderImpl>(), data, MaxImagesPerSample(*impl.plan), device);
@@ -646,7 +679,7 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
         torch::Tensor teacher_logits;
         if (teacher_hidden.defined()) {
           TORCH_CHECK(impl.teacher_head.defined(), "KD rows without a teacher head");
-          teacher_logits = torch::matmul(teacher_hidden, impl.teacher_head.to(device).t()).detach();  // (B, T, V)
+          teacher_logits = torch::matmul(teacher_hidden, impl.teacher_head.t()).detach();  // (B, T, V)
         }
         plan::LossDesc loss = s.loss;
         if (loss.kind != "kd") loss.kd_alpha = 0.0;
@@ -751,7 +784,7 @@ double SectionRunner::OptimizerStep(int64_t step) {
   for (auto& group : impl.optimizer->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  impl.optimizer->step();
+  StepAdamW(*impl.optimizer, impl.options.device);
   impl.optimizer->zero_grad();
   return norm;
 }
@@ -781,6 +814,12 @@ StatusOr<std::string> SectionRunner::SaveModel() {
       tp->AllReduceSum(whole);
       item.value().copy_(whole);
     }
+  } else if (!impl_->options.device.is_cpu()) {
+    // Checkpoints hold CPU tensors, whatever the device (and load anywhere).
+    MAESTRO_ASSIGN_OR_RETURN(full, UnshardedTwin(impl_->section));
+    auto mine = impl_->module->named_parameters();
+    torch::NoGradGuard guard;
+    for (auto& item : full->named_parameters()) item.value().copy_(mine[item.key()]);
   }
   std::string bytes;
   MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
@@ -831,7 +870,7 @@ Status SectionRunner::LoadOptimizer(const std::string& bytes) {
   return TorchCall(fmt::format("section '{}': loading the optimizer", impl_->section.name), [&] {
     torch::serialize::InputArchive archive;
     std::istringstream in(bytes);
-    archive.load_from(in);
+    archive.load_from(in, impl_->options.device);  // moments saved from any device, onto this one
     impl_->optimizer->load(archive);
   });
 }

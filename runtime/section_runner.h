@@ -22,6 +22,20 @@
 // is then the sum of the micro-batches' gradients, whatever the placement
 // and order of the samples (DP gradients are summed, not averaged).
 //
+// Device and precision (RunnerOptions; runtime/device_choice.h picks them).
+// The model is built on options.device (weights from one CPU generator, so
+// the same on any device); inputs are moved there. Precision kBf16 is mixed
+// precision the PyTorch-AMP way: parameters, their gradients and AdamW's
+// moments stay fp32 (the DP all-reduce is fp32), and Forward runs under
+// autocast to bf16 (compat::AutocastGuard: matmuls in bf16; the norms, the
+// softmax of the loss and the KD terms in fp32). Autocast's bf16 casts of the
+// weights are cached from a step's first forward to its optimizer step, so
+// a training section holds 4 (master) + 2 (bf16 copy) + 4 (gradient) + 8
+// (moments) = 18 bytes per parameter (compiler/memory_model.h kMixedBf16). A
+// forward-only section has no master to keep: its weights are bf16 (2 bytes).
+// Checkpoints are device-independent: models are saved from CPU copies,
+// and archives load onto the runner's device (and keep its dtypes).
+//
 // Thread safety: one thread.
 #pragma once
 
@@ -35,6 +49,7 @@
 #include "base/status.h"
 #include "datasets/sample_source.h"
 #include "plan/plan.h"
+#include "runtime/device_choice.h"
 
 namespace maestro::runtime {
 
@@ -61,6 +76,7 @@ class TensorParallelReducer;  // runtime/parallel/tensor_parallel.h
 
 struct RunnerOptions {
   torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFp32;  // kBf16: autocast, fp32 master weights (above)
   // false: no replicated AdamW (evaluation; or a ZeRO-1 section, whose
   // caller steps a DistributedOptimizer over Parameters()).
   bool build_optimizer = true;

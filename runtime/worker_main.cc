@@ -9,12 +9,15 @@
 //                                                            (the monolithic reference)
 //   maestro-worker --profile FILE plan.json                  every rank measures its section
 //                                                            (`maestro profile` runs it)
+// Training and --reference take --device auto|cpu|cuda and --precision
+// auto|fp32|bf16 (runtime/device_choice.h); profiles run on the CPU.
 //
 // Start-up (launcher/worker_context.h): PMIx_Init, MPI_Init, the allocation
 // checked against the plan, this rank placed, groups and links built. Any
 // error after that point ends the whole job (AbortJob), so no rank is left
 // waiting for one that gave up.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -91,6 +94,8 @@ struct WorkerArgs {
   bool profile_alone = false;
   std::vector<int> profile_micro_batches;
   int profile_repeats = 5;
+  std::string device = "auto";
+  std::string precision = "auto";
 };
 
 void AddOptions(CLI::App& app, WorkerArgs& a) {
@@ -122,6 +127,14 @@ void AddOptions(CLI::App& app, WorkerArgs& a) {
   app.add_option("--eval-samples", a.train.eval_samples, "evaluate on the first N test samples (default: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", a.train.progress, "no per-step log line");
+  app.add_option("--device", a.device,
+                 "where each rank computes: auto (its section's GPU when the plan gives it GPUs and this libtorch "
+                 "sees one, else the CPU), cpu, or cuda (ranks share the visible GPUs round robin)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--precision", a.precision,
+                 "auto (bf16 on a GPU, fp32 on the CPU), fp32, or bf16 (autocast with fp32 master weights, "
+                 "gradients and AdamW moments)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   app.add_option("--profile", a.profile_out,
                  "measure each section's micro-batch time (every rank its own section, side by side) and write "
                  "the JSON the compiler reads with --profiles to this file (rank 0)");
@@ -148,12 +161,24 @@ int PrintVersion() {
   return maestro::kExitOk;
 }
 
-// --reference: one process, every section.
+// --reference: one process, every section, on CUDA device 0 when the plan
+// places any section on GPUs (--device auto) and this libtorch sees one.
 int RunReferenceMode(const maestro::plan::Plan& plan, const maestro::runtime::TrainOptions& train) {
+  maestro::runtime::ComputeFacts facts;
+  for (const auto& s : plan.sections) facts.gpus_per_task = std::max(facts.gpus_per_task, s.placement.gpus_per_task);
+  facts.local_gpu = facts.gpus_per_task > 0 ? 0 : -1;
+  facts.cuda_devices = maestro::runtime::CudaDeviceCount();
+  auto compute = maestro::runtime::ChooseCompute(train.device, train.precision, facts);
+  if (!compute.ok()) {
+    std::fprintf(stderr, "maestro-worker --reference: %s\n", compute.status().ToString().c_str());
+    return ExitCodeFor(compute.status());
+  }
+  if (!compute->note.empty()) std::fprintf(stderr, "maestro-worker --reference: %s\n", compute->note.c_str());
   maestro::runtime::ReferenceOptions ro;
   ro.run_dir = train.run_dir;
   ro.steps = train.steps;
   ro.metrics_path = train.run_dir + "/metrics.jsonl";
+  ro.compute = *compute;
   (void)maestro::CreateDirectories(train.run_dir);  // a failure shows when the run opens
   auto losses = maestro::runtime::RunReference(plan, ro);
   if (!losses.ok()) {
@@ -162,12 +187,12 @@ int RunReferenceMode(const maestro::plan::Plan& plan, const maestro::runtime::Tr
   }
   for (const auto& l : *losses) std::printf("step %lld loss %.9g\n", static_cast<long long>(l.step), l.loss);
   if (train.evaluate && plan.data.dataset != "text") {
-    auto accuracy = maestro::runtime::EvaluateRunCaptions(plan, train.run_dir, train.eval_samples);
+    auto accuracy = maestro::runtime::EvaluateRunCaptions(plan, train.run_dir, train.eval_samples, *compute);
     if (accuracy.ok()) std::printf("caption accuracy %.4f\n", *accuracy);
   }
   // --steps 0 trains nothing and evaluates nothing (its weights are the initial ones).
   if (train.evaluate && !plan.data.test_corpus.empty() && train.steps != 0) {
-    auto heldout = maestro::runtime::EvaluateRunHeldOut(plan, train.run_dir, train.eval_samples);
+    auto heldout = maestro::runtime::EvaluateRunHeldOut(plan, train.run_dir, train.eval_samples, *compute);
     if (!heldout.ok()) {
       std::fprintf(stderr, "maestro-worker --reference: %s\n", heldout.status().ToString().c_str());
       return ExitCodeFor(heldout.status());
@@ -235,6 +260,9 @@ int main(int argc, char** argv) {
   AddOptions(app, args);
   CLI11_PARSE(app, argc, argv);
   args.train.evaluate = !args.no_eval;
+  // CLI11 checked the words; the parsers cannot fail on them.
+  args.train.device = *maestro::runtime::ParseDeviceRequest(args.device);
+  args.train.precision = *maestro::runtime::ParsePrecisionRequest(args.precision);
 
   if (args.version) return PrintVersion();
   if (args.plan_path.empty()) {

@@ -107,11 +107,9 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
-  if (kv_heads_ != heads_) {                         // each kv head serves H/K consecutive query heads
-    k = k.repeat_interleave(heads_ / kv_heads_, 1);  // (B, H, T, D)
-    v = v.repeat_interleave(heads_ / kv_heads_, 1);  // (B, H, T, D)
-  }
-  auto out = compat::ScaledDotProductAttention(q, k, v, /*causal=*/true);  // (B, H, T, D)
+  // Each kv head serves H/K consecutive query heads: inside SDPA on 2.5+
+  // (enable_gqa), else repeat_interleave'd to H heads first.
+  auto out = compat::GqaAttention(q, k, v, /*causal=*/true);  // (B, H, T, D)
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 

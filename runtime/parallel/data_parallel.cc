@@ -11,7 +11,9 @@ Status AllReduceGradients(launcher::Backend& dp, const std::vector<torch::Tensor
   if (dp.group().size() <= 1) return Status::Ok();
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) grads.push_back(p.grad().reshape({-1}));
-  auto flat = torch::cat(grads).contiguous();
+  // fp32 (the gradients of fp32 master weights, also under bf16), on the
+  // backend's device: staged through the host for MPI when they live on a GPU.
+  auto flat = OnBackendDevice(torch::cat(grads), dp.device());
   MAESTRO_RETURN_IF_ERROR(TimedWait(dp.AllReduce(FloatBuffer(flat), launcher::ReduceOp::kSum), blocked_seconds));
   int64_t offset = 0;
   for (auto p : params) {

@@ -18,17 +18,18 @@ struct EnterTp : public torch::autograd::Function<EnterTp> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* tp = reinterpret_cast<TensorParallelReducer*>(ctx->saved_data["tp"].toInt());
-    auto g = grads[0].contiguous().clone();
+    // Summed in fp32 (bf16 activations under autocast), returned in their dtype.
+    auto g = grads[0].to(torch::kFloat32).contiguous().clone();
     tp->AllReduceSum(g);
-    return {g, torch::Tensor()};
+    return {g.to(grads[0].scalar_type()), torch::Tensor()};
   }
 };
 
 struct LeaveTp : public torch::autograd::Function<LeaveTp> {
   static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& y, int64_t tp) {
-    auto out = y.contiguous().clone();
+    auto out = y.to(torch::kFloat32).contiguous().clone();  // partial sums added in fp32
     reinterpret_cast<TensorParallelReducer*>(tp)->AllReduceSum(out);
-    return out;
+    return out.to(y.scalar_type());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grads) {
@@ -50,8 +51,10 @@ torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer*
 
 void GroupReducer::AllReduceSum(torch::Tensor& t) {
   TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32, "TP all-reduce needs contiguous fp32");
-  Status s = Wait(group_.AllReduce(FloatBuffer(t), launcher::ReduceOp::kSum));
+  auto wire = OnBackendDevice(t, group_.device());  // t itself unless a GPU tensor meets an MPI group
+  Status s = Wait(group_.AllReduce(FloatBuffer(wire), launcher::ReduceOp::kSum));
   if (!s.ok()) throw std::runtime_error(s.ToString());
+  CopyBackFromBackend(t, wire);
 }
 
 }  // namespace maestro::runtime

@@ -21,6 +21,23 @@ torch::Tensor CheckGelu(const torch::Tensor& x) {
   return Gelu(x);
 }
 
+torch::Tensor CheckGqa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  static_assert(kSdpaGqa, "Debian 13's libtorch 2.6 has enable_gqa");
+  return GqaAttention(q, k, v, /*causal=*/true);
+}
+
+torch::Tensor CheckAutocast(const torch::Tensor& x, const torch::Tensor& w) {
+  AutocastGuard cuda(torch::Device(torch::kCUDA, 0), true);
+  AutocastGuard cpu(torch::kCPU, true);
+  auto y = torch::linear(x, w);
+  ClearAutocastCache();
+  return y;
+}
+
+void CheckFusedAdamW(torch::optim::AdamW& optimizer) {
+  if (FusedAdamWAvailable(torch::kCPU)) FusedAdamWStep(optimizer);
+}
+
 Optional<int64_t> CheckOptional(bool some) {
   if (!some) return std::nullopt;
   return int64_t{7};

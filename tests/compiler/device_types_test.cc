@@ -13,6 +13,7 @@
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/device_profile.h"
+#include "compiler/runtime_support.h"
 #include "compiler/spec.h"
 #include "compiler/step_model.h"
 #include "compiler/workload_builder.h"
@@ -173,7 +174,7 @@ TEST(DeviceTypes, TheCostModelPricesSectionsWithTheStepModelFromParts) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const std::vector<DeviceType> devices = DevicesOf(*s);
   ASSERT_TRUE(devices.at(0).kernels);
-  EXPECT_EQ(devices.at(0).precision, ParamPrecision::kPureBf16);
+  EXPECT_EQ(devices.at(0).precision, ParamPrecision::kMixedBf16);  // what maestro-worker runs on a GPU
   auto w = BuildWorkload(*s, devices, {});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   const SectionWork& teacher = w->sections.at(0);
@@ -193,6 +194,9 @@ TEST(DeviceTypes, TheCostModelPricesSectionsWithTheStepModelFromParts) {
   shape.attention_context = 2048;
   shape.lm_loss = true;
   shape.kd_teacher_hidden = 2048;
+  shape.fused.gqa_in_sdpa = kRuntimeSupport.gqa_in_sdpa;  // the kernels the runtime uses (runtime_support.h)
+  shape.fused.rms_norm = kRuntimeSupport.fused_rms_norm;
+  shape.fused.adamw = kRuntimeSupport.fused_adamw;
   auto pass = PredictSectionPass(student.model, shape, *devices[0].kernels);
   ASSERT_TRUE(pass.ok()) << pass.status().ToString();
   EXPECT_NEAR(sc.stage_seconds, pass->forward_seconds + pass->backward_seconds, 1e-12);

@@ -115,7 +115,10 @@ TEST(Grouping, NoExampleSpecIsPredictedSlowerThanItsRunnableBaseline) {
     ++checked;
     EXPECT_GE(js["speedup_vs_monolithic"].get<double>(), 1.0 - 1e-9) << entry.path() << "\n" << r->report;
   }
-  EXPECT_GE(checked, 4) << "the example specs with a runnable baseline";
+  // 3 since GPUs are planned with bf16 mixed precision's 18 B per parameter
+  // (memory_model.h kMixedBf16, what maestro-worker holds), not pure bf16's
+  // 8 B: one more example spec's baseline needs PP or CP.
+  EXPECT_GE(checked, 3) << "the example specs with a runnable baseline";
 }
 
 }  // namespace

@@ -62,6 +62,35 @@ TEST(MemoryModel, BytesPerParameterFollowThePrecision) {
   EXPECT_GT(gpu.activations, 0.5 * cpu.activations);
 }
 
+// What maestro-worker holds on a GPU (--precision bf16, runtime/section_runner.h):
+// fp32 master weights, gradients and moments, plus autocast's bf16 copy of
+// every weight a matmul reads (not the embedding lookup, not the norms);
+// a forward-only section's weights in bf16.
+TEST(MemoryModel, MixedBf16CountsFp32StateAndTheBf16CopiesOfMatmulWeights) {
+  const SectionWork s = Decoder();
+  const double p = static_cast<double>(s.facts.params);
+  const auto& m = s.model;
+  ASSERT_FALSE(m.tie_embeddings);
+  const double embed = static_cast<double>(m.vocab * m.hidden);
+  const double norms = static_cast<double>((2 * m.layers + 1) * m.hidden);
+  DeviceType mixed = fixtures::H100Like(1);
+  mixed.precision = ParamPrecision::kMixedBf16;
+  const MemoryBreakdown train = EstimateSectionMemory(s, Config(1, 1), 1, 1, mixed);
+  EXPECT_DOUBLE_EQ(train.weights, 4 * p + 2 * (p - embed - norms));
+  EXPECT_DOUBLE_EQ(train.gradients, 4 * p);
+  EXPECT_DOUBLE_EQ(train.optimizer, 8 * p);
+  // More than pure bf16's 8 B and fp32's 16 B per parameter, at most 18 B.
+  const double total = train.weights + train.gradients + train.optimizer;
+  EXPECT_GT(total, 16 * p);
+  EXPECT_LE(total, 18 * p);
+  // Activations as pure bf16's: the same bf16 autocast compute.
+  EXPECT_DOUBLE_EQ(train.activations, EstimateSectionMemory(s, Config(1, 1), 1, 1, Gpu()).activations);
+  const MemoryBreakdown frozen = EstimateSectionMemory(Decoder(/*train=*/false), Config(1, 1), 1, 1, mixed);
+  EXPECT_DOUBLE_EQ(frozen.weights, 2 * p);
+  EXPECT_DOUBLE_EQ(frozen.gradients, 0.0);
+  EXPECT_DOUBLE_EQ(frozen.optimizer, 0.0);
+}
+
 TEST(MemoryModel, OptimizerStatesShardOverDpOnlyWhereTheRuntimeDoesIt) {
   const SectionWork s = Decoder();
   const double p = static_cast<double>(s.facts.params);
