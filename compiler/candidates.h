@@ -41,8 +41,9 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
                                                    const PlannerOptions& options);
 
 // A configuration with these degrees, micro-batch and recomputation; ZeRO-1
-// (zero_stage = 1) only when `support` shards the optimizer states, else
-// zero_stage = 0, so plan.json says what the runtime does.
+// (zero_stage = 1) when `support` shards the optimizer states, else
+// zero_stage = 0, so plan.json says what the runtime does (with DP = 1 the
+// runtime runs zero_stage = 1 as 0: nothing to shard).
 plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute,
                               const RuntimeSupport& support = kRuntimeSupport);
 

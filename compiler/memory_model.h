@@ -13,10 +13,11 @@
 //               (runtime/section_runner.cc TeacherHead).
 //   gradients   one per trained parameter (train only), the parameter's dtype.
 //   optimizer   AdamW's two moments (torch::optim::AdamW). Sharded over DP
-//               only when the configuration says zero_stage >= 1, which the
-//               planner emits only when RuntimeSupport::zero1_optimizer_sharding
-//               (today the runtime all-reduces whole gradients and every DP
-//               rank steps a full AdamW).
+//               when the configuration says zero_stage >= 1, which the
+//               planner emits when RuntimeSupport::zero1_optimizer_sharding
+//               (runtime/parallel/distributed_optimizer.h: the rank keeps the
+//               moments of its 1/DP of the flat parameters; zero_stage = 0:
+//               whole gradients all-reduced, every DP rank steps a full AdamW).
 //   activations what autograd keeps for the eager op chain of one micro-batch
 //               (bytes per token per layer from the layer shapes, see
 //               LayerActivationBytes), times the micro-batches in flight: a

@@ -10,12 +10,23 @@
 #include "base/files.h"
 #include "runtime/collectives.h"
 #include "runtime/message_tags.h"
+#include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/reference.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
 
 namespace {
+
+// A component's model, then `optimizer` bytes into its optimizer: the ZeRO-1
+// shard when there is one (after the model: it re-binds the loaded
+// parameters to its flat buffer), else the runner's AdamW.
+Status LoadRankState(SectionRunner& runner, DistributedOptimizer* sharded_optimizer, const std::string& model,
+                     const std::string& optimizer) {
+  MAESTRO_RETURN_IF_ERROR(runner.LoadModel(model));
+  if (sharded_optimizer != nullptr) return sharded_optimizer->Load(optimizer);
+  return runner.LoadOptimizer(optimizer);
+}
 
 // The training components of `section` whose state a checkpoint holds, in
 // the order its runner's CheckpointedRunners() lists them: a fused
@@ -37,26 +48,34 @@ std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::Section
   return out;
 }
 
-// Rank 0: every rank of a training section gets the full model and its own
-// optimizer shard (rank 0 loads its own).
+DistributedOptimizer* ShardOf(const ShardedOptimizers& sharded, size_t k) {
+  return k < sharded.size() ? sharded[k] : nullptr;
+}
+
+// Rank 0: every rank of a training section gets each training component's
+// full model and its own optimizer shard (rank 0 loads its own).
 Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const datalayer::CheckpointData& resumed,
-                        SectionRunner& runner) {
-  std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
+                        SectionRunner& runner, const ShardedOptimizers& sharded) {
+  const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
   for (int r = 0; r < plan.world_size(); ++r) {
     MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan, r));
     const auto& section = plan.sections[static_cast<size_t>(coords.section)];
+    const bool zero1 = OptimizerShardedOverDp(section);
+    const int d = zero1 ? coords.dp : 0;
     size_t next = 0;  // rank 0: which of its own runners loads this state
     for (const plan::SectionPlan* s : CheckpointedComponents(section)) {
       auto model = resumed.sections.find(s->name);
-      auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp));
+      auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp, d));
       if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
-        return Status::Corruption(fmt::format("the checkpoint of step {} has no state for section '{}' tp {}",
-                                              resumed.step, s->name, coords.tp));
+        return Status::Corruption(fmt::format(
+            "the checkpoint of step {} has no state for section '{}' tp {} dp {} (key '{}'{}){}", resumed.step,
+            s->name, coords.tp, coords.dp, OptimizerKey(s->name, coords.tp, d), zero1 ? ", a ZeRO-1 shard" : "",
+            zero1 ? ": was it written with zero_stage = 0 or another DP? resume with the plan that wrote it" : ""));
       }
       if (r == 0) {
         if (next >= mine.size()) return Status::Internal("rank 0 has fewer training runners than its plan says");
-        MAESTRO_RETURN_IF_ERROR(mine[next]->LoadModel(model->second.model));
-        MAESTRO_RETURN_IF_ERROR(mine[next]->LoadOptimizer(optimizer->second.optimizer));
+        MAESTRO_RETURN_IF_ERROR(LoadRankState(*mine[next], ShardOf(sharded, next), model->second.model,
+                                              optimizer->second.optimizer));
         ++next;
       } else {
         MAESTRO_RETURN_IF_ERROR(SendBytes(world, model->second.model, r, kTagResumeModel));
@@ -69,8 +88,15 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
 
 }  // namespace
 
-std::string OptimizerKey(const std::string& name, int t) {
-  return t == 0 ? name : fmt::format("{}#tp{}", name, t);
+bool OptimizerShardedOverDp(const plan::SectionPlan& s) {
+  return s.mode == plan::SectionMode::kTrain && s.config.zero_stage >= 1 && s.config.dp > 1;
+}
+
+std::string OptimizerKey(const std::string& name, int t, int d) {
+  std::string key = name;
+  if (t > 0) key += fmt::format("#tp{}", t);
+  if (d > 0) key += fmt::format("#dp{}", d);
+  return key;
 }
 
 StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::Backend& world,
@@ -86,16 +112,17 @@ StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::B
 }
 
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner) {
+                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner,
+                         const ShardedOptimizers& sharded) {
   if (place.world_rank == 0) {
     if (!resumed) return Status::Internal("ShareResumedState: rank 0 resumed from no state");
-    return SendResumedState(plan, world, *resumed, runner);
+    return SendResumedState(plan, world, *resumed, runner, sharded);
   }
-  for (SectionRunner* mine : runner.CheckpointedRunners()) {
+  const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
+  for (size_t k = 0; k < mine.size(); ++k) {
     MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, 0, kTagResumeModel));
     MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, 0, kTagResumeOptimizer));
-    MAESTRO_RETURN_IF_ERROR(mine->LoadModel(model));
-    MAESTRO_RETURN_IF_ERROR(mine->LoadOptimizer(optimizer));
+    MAESTRO_RETURN_IF_ERROR(LoadRankState(*mine[k], ShardOf(sharded, k), model, optimizer));
   }
   return Status::Ok();
 }
@@ -105,15 +132,18 @@ namespace {
 // Collective: the state of every training section after step `step`,
 // gathered on rank 0 (other ranks get an empty state).
 StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const launcher::RankPlace& place,
-                                                launcher::Backend& world, SectionRunner& runner, int64_t step) {
+                                                launcher::Backend& world, SectionRunner& runner,
+                                                const ShardedOptimizers& sharded, int64_t step) {
   const bool rank0 = place.world_rank == 0;
   datalayer::CheckpointData state;
   state.step = step;
-  // The DP-0 replica of each training section sends its state to rank 0:
-  // the full model (gathered over TP: collective) and one optimizer shard per
-  // TP rank.
-  // A fused section sends one state per training component.
-  if (place.coords.dp == 0) {
+  // The DP-0 replica of each training section sends its state to rank 0
+  // (one per training component of a fused section): the full model
+  // (gathered over TP: collective) and one optimizer shard per TP rank;
+  // under ZeRO-1 every DP rank sends its optimizer shard (the model only
+  // from DP 0: the all-gather made the replicas equal).
+  const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
+  if (place.coords.dp == 0 || zero1) {
     // Every state first (SaveModel is collective over TP), then the sends:
     // a send to rank 0 between two gathers would wait for rank 0, which
     // waits in the next gather for this rank.
@@ -121,37 +151,49 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
       std::string name, model, optimizer;
     };
     std::vector<Saved> saved;
-    for (SectionRunner* mine : runner.CheckpointedRunners()) {
-      Saved one{mine->section_plan().name, "", ""};
-      MAESTRO_ASSIGN_OR_RETURN(one.model, mine->SaveModel());
-      MAESTRO_ASSIGN_OR_RETURN(one.optimizer, mine->SaveOptimizer());
+    const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
+    for (size_t k = 0; k < mine.size(); ++k) {
+      Saved one{mine[k]->section_plan().name, "", ""};
+      if (place.coords.dp == 0) {
+        MAESTRO_ASSIGN_OR_RETURN(one.model, mine[k]->SaveModel());
+      }
+      if (DistributedOptimizer* shard = ShardOf(sharded, k)) {
+        MAESTRO_ASSIGN_OR_RETURN(one.optimizer, shard->Save());
+      } else {
+        MAESTRO_ASSIGN_OR_RETURN(one.optimizer, mine[k]->SaveOptimizer());
+      }
       if (place.coords.tp != 0) one.model.clear();
       saved.push_back(std::move(one));
     }
     for (Saved& one : saved) {
-      const std::string& name = one.name;
-      std::string& model = one.model;
-      std::string& optimizer = one.optimizer;
       if (rank0) {
-        state.sections[name].model = std::move(model);
-        state.sections[OptimizerKey(name, 0)].optimizer = std::move(optimizer);
+        state.sections[one.name].model = std::move(one.model);
+        state.sections[OptimizerKey(one.name, 0)].optimizer = std::move(one.optimizer);
       } else {
-        MAESTRO_RETURN_IF_ERROR(SendBytes(world, model, 0, kTagCheckpointModel));
-        MAESTRO_RETURN_IF_ERROR(SendBytes(world, optimizer, 0, kTagCheckpointOptimizer));
+        if (place.coords.dp == 0) {
+          MAESTRO_RETURN_IF_ERROR(SendBytes(world, one.model, 0, kTagCheckpointModel));
+        }
+        MAESTRO_RETURN_IF_ERROR(SendBytes(world, one.optimizer, 0, kTagCheckpointOptimizer));
       }
     }
   }
   if (rank0) {
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
-      for (int t = 0; t < sp.config.tp; ++t) {
-        const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, 0, 0);
-        if (from == 0) continue;
-        for (const plan::SectionPlan* c : CheckpointedComponents(sp)) {
-          MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
-          MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
-          if (t == 0) state.sections[c->name].model = std::move(model);
-          state.sections[OptimizerKey(c->name, t)].optimizer = std::move(optimizer);
+      const auto components = CheckpointedComponents(sp);
+      const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : 1;
+      for (int d = 0; d < replicas; ++d) {
+        for (int t = 0; t < sp.config.tp; ++t) {
+          const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, 0);
+          if (from == 0) continue;
+          for (const plan::SectionPlan* c : components) {  // in the order the rank sent them
+            if (d == 0) {
+              MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
+              if (t == 0) state.sections[c->name].model = std::move(model);
+            }
+            MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
+            state.sections[OptimizerKey(c->name, t, d)].optimizer = std::move(optimizer);
+          }
         }
       }
     }
@@ -162,8 +204,9 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
 }  // namespace
 
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                       SectionRunner& runner, datalayer::TrainingRun* run, int64_t step) {
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, step));
+                       SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
+                       int64_t step) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, sharded, step));
   if (place.world_rank == 0) MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
   // Nobody runs ahead of a checkpoint that is not durable yet.
   return Wait(world.Barrier());
@@ -197,8 +240,8 @@ StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& ru
 }
 
 Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                           SectionRunner& runner, const std::string& run_dir) {
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, 0));
+                           SectionRunner& runner, const ShardedOptimizers& sharded, const std::string& run_dir) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, sharded, 0));
   Status written;
   if (place.world_rank == 0) written = WriteInitialWeightsFile(run_dir, std::move(state));
   // Every rank waits for rank 0's file, whatever came of it.

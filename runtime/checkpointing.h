@@ -5,15 +5,21 @@
 // rank 0 its full model (gathered over TP) and one optimizer shard per TP
 // rank. Checkpoint keys: "<section>" holds the model and TP rank 0's
 // optimizer state, "<section>#tp<t>" TP rank t's optimizer state.
-// Runtime-internal: SectionRunner is a torch class (the header itself is
-// torch-free). May call: runtime/section_runner, runtime/collectives,
-// datalayer, launcher, plan, base.
+// ZeRO-1 sections (OptimizerShardedOverDp) add the DP index: every DP rank
+// sends its own AdamW shard (DistributedOptimizer::Save), key
+// "<section>#dp<d>" / "<section>#tp<t>#dp<d>" for d > 0; a resume needs the
+// same layout (DistributedOptimizer::Load says which differs).
+// Runtime-internal: SectionRunner and DistributedOptimizer are torch classes
+// (the header itself is torch-free). May call: runtime/section_runner,
+// runtime/parallel/distributed_optimizer, runtime/collectives, datalayer,
+// launcher, plan, base.
 // Thread safety: one thread per process.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "datalayer/checkpoint_store.h"
@@ -25,9 +31,21 @@
 namespace maestro::runtime {
 
 class SectionRunner;
+class DistributedOptimizer;
 
-// Checkpoint key of TP rank t's optimizer state of section `name`.
-std::string OptimizerKey(const std::string& name, int t);
+// This rank's ZeRO-1 shards, one per entry of its runner's
+// CheckpointedRunners() (a fused section has one per training component);
+// empty, or null entries, where the runner's replicated AdamW steps.
+using ShardedOptimizers = std::vector<DistributedOptimizer*>;
+
+// True when section `s` shards its AdamW states over DP (ZeRO-1): it trains,
+// its plan says zero_stage >= 1 and it has more than one DP replica. With DP
+// = 1 zero_stage = 1 changes nothing: the replicated AdamW runs.
+bool OptimizerShardedOverDp(const plan::SectionPlan& s);
+
+// Checkpoint key of the optimizer state of TP rank t (and, under ZeRO-1, DP
+// rank d) of section `name`.
+std::string OptimizerKey(const std::string& name, int t, int d = 0);
 
 // Collective over `world`. Rank 0 passes how opening the run went
 // (`rank0_status`) and whether it resumed from a checkpoint; every rank
@@ -39,22 +57,25 @@ StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::B
 
 // Collective over `world`, after ShareResumeDecision said true: every rank of
 // a training section loads the full model and its own optimizer shard into
-// `runner`. Rank 0 passes the state it resumed from; other ranks nullopt.
+// `runner` (its optimizer state into `sharded` instead for a ZeRO-1 section). Rank 0 passes the state it resumed from; other ranks nullopt.
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner);
+                         const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner,
+                         const ShardedOptimizers& sharded);
 
 // Collective over `world`: gathers the state of every training section after
 // step `step` on rank 0, which writes it (`run`: non-null on rank 0 only);
 // returns once the checkpoint is durable on every rank (a barrier).
+// `sharded`: this rank's AdamW shards in a ZeRO-1 section, else empty.
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                       SectionRunner& runner, datalayer::TrainingRun* run, int64_t step);
+                       SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
+                       int64_t step);
 
 // The initial weights of a run that trains for zero steps (`maestro run
 // --steps 0`): collective like WriteCheckpoint; rank 0 writes the state of
 // every training section before step 0 to <run_dir>/initial/ (InitialWeights
 // below), outside the run's commit protocol (nothing was consumed).
 Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                           SectionRunner& runner, const std::string& run_dir);
+                           SectionRunner& runner, const ShardedOptimizers& sharded, const std::string& run_dir);
 
 // The folder of a run's initial-weights checkpoint (one .mckpt, step 0,
 // next_step 0): "<run_dir>/initial".

@@ -23,6 +23,7 @@
 #include "runtime/edge_exchange.h"
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
+#include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/parallel/tensor_parallel.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
@@ -69,6 +70,7 @@ class RankLoop {
   Status Forward(int mb_index);
   Status Backward(int mb_index);
   Status OptimizerStep(int64_t step);
+  Status ShardedOptimizerStep(int64_t step);
   Status Checkpoint(int64_t step);
   Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
   Status EvaluateCaptionsAtEnd(TrainSummary* summary);
@@ -94,6 +96,16 @@ class RankLoop {
   std::unique_ptr<datasets::SampleSource> samples_;
   std::unique_ptr<GroupReducer> tp_reducer_;  // outlives runner_
   std::unique_ptr<SectionRunner> runner_;
+  // A ZeRO-1 section's AdamW shard (OptimizerShardedOverDp); null otherwise,
+  // when the runner's replicated AdamW steps.
+  // One per training runner (runner_->CheckpointedRunners(): a fused
+  // section's training components), in that order.
+  std::vector<std::unique_ptr<DistributedOptimizer>> sharded_optimizers_;
+  ShardedOptimizers Shards() const {
+    ShardedOptimizers out;
+    for (const auto& o : sharded_optimizers_) out.push_back(o.get());
+    return out;
+  }
   std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
   std::unique_ptr<OutputSpool> spool_;
   std::unique_ptr<datalayer::PreemptionSignal> signal_;
@@ -175,11 +187,26 @@ Status RankLoop::Resume() {
     tp_reducer_ = std::make_unique<GroupReducer>(comms_.group(plan::GroupKind::kTP));
     runner_options.tensor_parallel = tp_reducer_.get();
   }
+  const auto& section = plan_.sections[static_cast<size_t>(section_)];
+  const bool zero1 = OptimizerShardedOverDp(section);
+  runner_options.build_optimizer = !zero1;
   memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
   MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
+  if (zero1) {
+    for (SectionRunner* mine : runner_->CheckpointedRunners()) {
+      const auto& component = mine->section_plan();
+      MAESTRO_ASSIGN_OR_RETURN(
+          auto shard, DistributedOptimizer::Create(mine->Parameters(), mine->ParametersShardedOverTp(),
+                                                   comms_.group(plan::GroupKind::kDP),
+                                                   TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr,
+                                                   component.optimizer,
+                                                   fmt::format("section '{}' dp {}", component.name, replica_)));
+      sharded_optimizers_.push_back(std::move(shard));
+    }
+  }
   resumed_ = resuming;
   if (!resuming) return Status::Ok();
-  return ShareResumedState(plan_, place_, comms_.world(), resumed, *runner_);
+  return ShareResumedState(plan_, place_, comms_.world(), resumed, *runner_, Shards());
 }
 
 Status RankLoop::Forward(int mb_index) {
@@ -231,6 +258,7 @@ Status RankLoop::Backward(int mb_index) {
 
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
+  if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   MAESTRO_RETURN_IF_ERROR(
       AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));
   // The trace's "O" is the optimizer's compute: the DP all-reduce above is
@@ -241,6 +269,27 @@ Status RankLoop::OptimizerStep(int64_t step) {
   runner_->OptimizerStep(step);
   busy_seconds_ += SecondsSince(start);
   trace_.Add("O", start_us, 0);
+  return Status::Ok();
+}
+
+// ZeRO-1: reduce-scatter (blocked), the shard's norm and AdamW (the trace's
+// "O"; the norm's two scalar all-reduces count as blocked), all-gather
+// (blocked).
+Status RankLoop::ShardedOptimizerStep(int64_t step) {
+  const std::vector<SectionRunner*> mine = runner_->CheckpointedRunners();
+  for (size_t k = 0; k < sharded_optimizers_.size(); ++k) {
+    DistributedOptimizer& shard = *sharded_optimizers_[k];
+    MAESTRO_RETURN_IF_ERROR(shard.ReduceScatterGradients(&blocked_seconds_));
+    const int64_t start_us = WallMicros();
+    const auto start = Clock::now();
+    const double blocked_before = blocked_seconds_;
+    const auto& optimizer = mine[k]->section_plan().optimizer;
+    MAESTRO_RETURN_IF_ERROR(
+        shard.StepShard(LearningRate(optimizer, step, plan_.data.steps), &blocked_seconds_).status());
+    busy_seconds_ += std::max(0.0, SecondsSince(start) - (blocked_seconds_ - blocked_before));
+    trace_.Add("O", start_us, 0);
+    MAESTRO_RETURN_IF_ERROR(shard.GatherParameters(&blocked_seconds_));
+  }
   return Status::Ok();
 }
 
@@ -281,7 +330,8 @@ Status RankLoop::RunStep(const StepBatch& batch) {
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
-  MAESTRO_RETURN_IF_ERROR(WriteCheckpoint(plan_, place_, comms_.world(), *runner_, run_.get(), step));
+  MAESTRO_RETURN_IF_ERROR(
+      WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), step));
   trace_.Add("checkpoint", start_us, 0);
   return Status::Ok();
 }
@@ -375,7 +425,8 @@ StatusOr<TrainSummary> RankLoop::Run() {
   }
   // Zero steps asked of a fresh run: its initial weights, for `maestro export`.
   if (total_steps_ == 0 && !resumed_) {
-    MAESTRO_RETURN_IF_ERROR(WriteInitialWeights(plan_, place_, comms_.world(), *runner_, options_.run_dir));
+    MAESTRO_RETURN_IF_ERROR(
+        WriteInitialWeights(plan_, place_, comms_.world(), *runner_, Shards(), options_.run_dir));
     if (Rank0()) {
       std::fprintf(stderr, "maestro: zero steps: initial weights written to %s\n",
                    InitialWeightsDir(options_.run_dir).c_str());

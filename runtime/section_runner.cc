@@ -686,6 +686,21 @@ std::vector<torch::Tensor> SectionRunner::Parameters() {
   return params;
 }
 
+std::vector<bool> SectionRunner::ParametersShardedOverTp() {
+  std::vector<bool> sharded;
+  if (!components_.empty()) {
+    for (auto& c : components_) {
+      auto mine = c->ParametersShardedOverTp();
+      sharded.insert(sharded.end(), mine.begin(), mine.end());
+    }
+    return sharded;
+  }
+  for (const auto& item : impl_->module->named_parameters()) {
+    if (item.value().requires_grad()) sharded.push_back(Sharded() && TensorParallelShardDim(item.key()) >= 0);
+  }
+  return sharded;
+}
+
 void SectionRunner::EnsureGradients() {
   for (auto& c : components_) c->EnsureGradients();
   for (auto& p : Parameters()) {

@@ -61,7 +61,9 @@ class TensorParallelReducer;  // runtime/parallel/tensor_parallel.h
 
 struct RunnerOptions {
   torch::Device device = torch::kCPU;
-  bool build_optimizer = true;  // false: inference only (evaluation)
+  // false: no replicated AdamW (evaluation; or a ZeRO-1 section, whose
+  // caller steps a DistributedOptimizer over Parameters()).
+  bool build_optimizer = true;
   // Decoder sections with tp > 1: the all-reduce over this rank's TP group
   // (must outlive the runner). The model is sharded; SaveModel() gathers the
   // full weights (collective over the TP group), LoadModel() takes full
@@ -133,6 +135,10 @@ class SectionRunner {
 
   // Trainable parameters, in a fixed order (DP all-reduce, clipping).
   std::vector<torch::Tensor> Parameters();
+  // Per entry of Parameters(): true when it is this rank's TP slice (its
+  // gradient's squares are summed over the TP group for the norm), false
+  // when whole on every TP rank.
+  std::vector<bool> ParametersShardedOverTp();
   // Gives every parameter without a gradient a zero one (a section that saw
   // no sample in a step, an MoE expert no token picked): the optimizer then
   // steps every parameter the same way on every rank and in the reference.

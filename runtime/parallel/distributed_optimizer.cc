@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/parallel/distributed_optimizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "base/checks.h"
+#include "runtime/collectives.h"
+#include "runtime/tensor_buffer.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+// AdamW's epsilon: SectionRunner's replicated torch::optim::AdamW uses 1e-8.
+constexpr double kAdamEps = 1e-8;
+// Shard sizes are multiples of this many elements (64 B of fp32).
+constexpr int64_t kShardAlign = 16;
+
+// Runs `fn`, turning a torch exception into a Status naming `what`.
+template <typename Fn>
+Status TorchCall(const std::string& what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("{}: {}", what, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("{}: {}", what, e.what()));
+  }
+  return Status::Ok();
+}
+
+launcher::Buffer DoubleBuffer(std::vector<double>& v) {
+  return launcher::CpuBuffer(v);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
+    std::vector<torch::Tensor> params, std::vector<bool> tp_sharded, launcher::Backend& dp, launcher::Backend* tp,
+    const plan::OptimizerDesc& desc, std::string what) {
+  if (params.size() != tp_sharded.size()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} parameters but {} TP-shard flags", what, params.size(), tp_sharded.size()));
+  }
+  std::unique_ptr<DistributedOptimizer> opt(new DistributedOptimizer());
+  opt->what_ = std::move(what);
+  opt->dp_ = &dp;
+  opt->tp_ = tp != nullptr && tp->group().size() > 1 ? tp : nullptr;
+  opt->desc_ = desc;
+  opt->tp_sharded_ = std::move(tp_sharded);
+  opt->dp_size_ = std::max(1, dp.group().size());
+  opt->dp_rank_ = std::max(0, dp.group().my_index);
+  int64_t n = 0;
+  for (const auto& p : params) {
+    if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
+      return Status::FailedPrecondition(
+          fmt::format("{}: ZeRO-1 shards fp32 CPU parameters today, got {} on {} (set zero_stage = 0 for this "
+                      "section, or train it in fp32 on the CPU)",
+                      opt->what_, c10::toString(p.scalar_type()), p.device().str()));
+    }
+    opt->offsets_.push_back(n);
+    n += p.numel();
+  }
+  opt->params_ = std::move(params);
+  opt->numel_ = n;
+  const int64_t g = opt->dp_size_;
+  const int64_t per_rank = (n + g - 1) / g;
+  opt->shard_ = std::max<int64_t>(kShardAlign, (per_rank + kShardAlign - 1) / kShardAlign * kShardAlign);
+  MAESTRO_RETURN_IF_ERROR(TorchCall(opt->what_ + ": building the ZeRO-1 buffers", [&] {
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    opt->flat_params_ = torch::zeros({g * opt->shard_}, f32);
+    opt->flat_grads_ = torch::zeros({g * opt->shard_}, f32);
+    opt->exp_avg_ = torch::zeros({opt->shard_}, f32);
+    opt->exp_avg_sq_ = torch::zeros({opt->shard_}, f32);
+    opt->Bind();
+    opt->flat_grads_.zero_();
+  }));
+  return opt;
+}
+
+void DistributedOptimizer::Bind() {
+  torch::NoGradGuard guard;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    const int64_t n = p.numel();
+    auto param_slot = flat_params_.narrow(0, offsets_[i], n);
+    if (p.data_ptr() != param_slot.data_ptr()) {
+      param_slot.copy_(p.reshape({-1}));
+      p.set_data(param_slot.view(p.sizes()));
+    }
+    auto grad_slot = flat_grads_.narrow(0, offsets_[i], n);
+    const auto& grad = p.grad();
+    if (!grad.defined() || grad.data_ptr() != grad_slot.data_ptr()) {
+      if (grad.defined()) {
+        grad_slot.copy_(grad.reshape({-1}));
+      } else {
+        grad_slot.zero_();
+      }
+      p.mutable_grad() = grad_slot.view(p.sizes());
+    }
+  }
+}
+
+Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
+  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradients", [&] {
+    Bind();  // a gradient someone replaced (set_to_none) comes back into the buffer
+    grad_shard_ = torch::empty({shard_}, torch::kFloat32);
+  }));
+  if (dp_size_ == 1) {
+    grad_shard_.copy_(flat_grads_);
+    return Status::Ok();
+  }
+  return TimedWait(dp_->ReduceScatter(FloatBuffer(flat_grads_), FloatBuffer(grad_shard_), launcher::ReduceOp::kSum),
+                   blocked_seconds);
+}
+
+StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seconds) {
+  if (!grad_shard_.defined()) {
+    return Status::Internal(fmt::format("{}: StepShard before ReduceScatterGradients", what_));
+  }
+  torch::NoGradGuard guard;
+  // Sums of squares of this shard's elements: [TP-sharded parameters, replicated ones].
+  std::vector<double> squares{0.0, 0.0};
+  const int64_t lo = static_cast<int64_t>(dp_rank_) * shard_, hi = lo + shard_;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradient norm", [&] {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
+      if (a >= b) continue;
+      const double sq = grad_shard_.narrow(0, a - lo, b - a).to(torch::kFloat64).pow(2).sum().item<double>();
+      squares[tp_sharded_[i] ? 0 : 1] += sq;
+    }
+  }));
+  if (dp_size_ > 1) {
+    MAESTRO_RETURN_IF_ERROR(
+        TimedWait(dp_->AllReduce(DoubleBuffer(squares), launcher::ReduceOp::kSum), blocked_seconds));
+  }
+  if (tp_ != nullptr) {
+    std::vector<double> sharded{squares[0]};
+    MAESTRO_RETURN_IF_ERROR(
+        TimedWait(tp_->AllReduce(DoubleBuffer(sharded), launcher::ReduceOp::kSum), blocked_seconds));
+    squares[0] = sharded[0];
+  }
+  const double norm = std::sqrt(squares[0] + squares[1]);
+  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 AdamW step", [&] {
+    const double clip = desc_.grad_clip;
+    if (clip > 0 && norm > clip) grad_shard_.mul_(clip / (norm + 1e-6));
+    // torch::optim::AdamW::step (libtorch 1.13), on the shard.
+    auto p = flat_params_.narrow(0, lo, shard_);
+    const auto& g = grad_shard_;
+    if (desc_.weight_decay != 0) p.mul_(1 - lr * desc_.weight_decay);
+    ++step_;
+    const double bias_correction1 = 1 - std::pow(desc_.beta1, step_);
+    const double bias_correction2 = 1 - std::pow(desc_.beta2, step_);
+    exp_avg_.mul_(desc_.beta1).add_(g, 1 - desc_.beta1);
+    exp_avg_sq_.mul_(desc_.beta2).addcmul_(g, g, 1 - desc_.beta2);
+    grad_shard_ = torch::Tensor();  // freed before the denominator is made
+    auto denom = exp_avg_sq_.sqrt();
+    denom.div_(std::sqrt(bias_correction2)).add_(kAdamEps);
+    p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+  }));
+  return norm;
+}
+
+Status DistributedOptimizer::GatherParameters(double* blocked_seconds) {
+  if (dp_size_ > 1) {
+    // The send buffer is a copy: MPI forbids in and out to overlap. (bf16:
+    // the master shard converted to the parameters' dtype here.)
+    torch::Tensor send;
+    MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 all-gather",
+                                      [&] { send = flat_params_.narrow(0, dp_rank_ * shard_, shard_).clone(); }));
+    MAESTRO_RETURN_IF_ERROR(TimedWait(dp_->AllGather(FloatBuffer(send), FloatBuffer(flat_params_)), blocked_seconds));
+  }
+  flat_grads_.zero_();
+  return Status::Ok();
+}
+
+StatusOr<std::string> DistributedOptimizer::Save() const {
+  std::string bytes;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": saving the ZeRO-1 optimizer shard", [&] {
+    torch::serialize::OutputArchive archive;
+    archive.write("exp_avg", exp_avg_);
+    archive.write("exp_avg_sq", exp_avg_sq_);
+    archive.write("step", torch::tensor(step_, torch::kInt64));
+    archive.write("layout", torch::tensor(std::vector<int64_t>{numel_, shard_, dp_size_, dp_rank_}, torch::kInt64));
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }));
+  return bytes;
+}
+
+Status DistributedOptimizer::Load(const std::string& bytes) {
+  torch::Tensor layout, step, m, v;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(
+      what_ + ": loading the ZeRO-1 optimizer shard (a checkpoint written with zero_stage = 1 and this DP size?)", [&] {
+        torch::serialize::InputArchive archive;
+        std::istringstream in(bytes);
+        archive.load_from(in);
+        archive.read("layout", layout);
+        archive.read("step", step);
+        archive.read("exp_avg", m);
+        archive.read("exp_avg_sq", v);
+      }));
+  const std::vector<int64_t> want{numel_, shard_, dp_size_, dp_rank_};
+  std::vector<int64_t> got;
+  if (layout.defined() && layout.numel() == 4) {
+    for (int64_t i = 0; i < 4; ++i) got.push_back(layout[i].item<int64_t>());
+  }
+  if (got != want) {
+    return Status::FailedPrecondition(fmt::format(
+        "{}: the checkpoint's ZeRO-1 optimizer shard is of another layout ({} parameters, DP {}, rank {}) than this "
+        "run's ({} parameters, DP {}, rank {}): resume with the plan that wrote the checkpoint (same model, DP and "
+        "zero_stage)",
+        what_, got.size() == 4 ? got[0] : -1, got.size() == 4 ? got[2] : -1, got.size() == 4 ? got[3] : -1, numel_,
+        dp_size_, dp_rank_));
+  }
+  return TorchCall(what_ + ": loading the ZeRO-1 optimizer shard", [&] {
+    torch::NoGradGuard guard;
+    exp_avg_.copy_(m);
+    exp_avg_sq_.copy_(v);
+    step_ = step.item<int64_t>();
+    Bind();
+  });
+}
+
+}  // namespace maestro::runtime

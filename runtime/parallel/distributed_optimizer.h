@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// ZeRO-1 (a distributed optimizer): AdamW's states sharded over a section's
+// DP group. One step, after the last backward of the step:
+//   1. reduce-scatter of the flat gradient over DP (sum): rank d gets the
+//      summed gradient of its shard only;
+//   2. the global gradient norm from the shards (sums of squares in fp64,
+//      all-reduced over DP; TP-sharded parameters' squares summed over TP,
+//      replicated ones counted once, as SectionRunner::OptimizerStep does),
+//      and clipping of the shard to optimizer.grad_clip;
+//   3. AdamW on the shard: m, v and the step count of this rank's elements
+//      only, the update torch::optim::AdamW (libtorch 1.13) makes, op for op:
+//      p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+//      p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps);
+//   4. all-gather of the updated shards into the parameters; gradients zeroed.
+// Every collective goes through the launcher's Backend (MPI or NCCL alike).
+//
+// Layout (Megatron's distributed optimizer / DeepSpeed stage 1, one bucket).
+// The section's trainable parameters (SectionRunner::Parameters() order) are
+// laid end to end in ONE flat buffer of N elements, padded with zeros at the
+// end to N_pad = G * S, S = ceil(N / G) rounded up to 16 elements (64 B), G =
+// DP size. DP rank d owns elements [d * S, (d + 1) * S). A parameter may
+// straddle two shards; padding has zero gradient and stays zero. The module's
+// parameters are views into the flat parameter buffer and their .grad() views
+// into the flat gradient buffer, so autograd accumulates into the buffer that
+// is reduce-scattered and the all-gather writes the parameters in place: no
+// full-size copy in either direction. The rank holds (fp32): weights 4N,
+// gradients 4N, AdamW moments 8S; during the step a gradient shard, AdamW's
+// denominator and the all-gather's send buffer (4S each at most).
+// TP x DP: each TP rank has its own flat buffer of its own slices and runs
+// the above over its DP group (the ranks with the same TP index).
+//
+// Precision. This is fp32 only: the shard's "master" copy is the parameters'
+// own slice of the flat buffer. bf16 model parameters with an fp32 master
+// shard change only copy-in (the gradient shard, converted to fp32 before
+// step 2) and copy-out (the fp32 master shard converted to the model's dtype
+// into the all-gather's send buffer, GatherParameters): the master shard then
+// becomes a tensor of its own (4S more), everything else stays.
+//
+// Checkpoints: each DP rank saves its own shard (Save: a torch archive of
+// m, v, the step count and the layout); a resume needs the same layout (N,
+// DP size, rank), which Load checks and names.
+//
+// Runtime-internal (torch). May call: launcher, runtime/collectives,
+// runtime/tensor_buffer, plan (OptimizerDesc), libtorch.
+// Thread safety: one thread per process.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "launcher/comm.h"
+#include "plan/plan.h"
+
+namespace maestro::runtime {
+
+class DistributedOptimizer {
+ public:
+  // `params`: the section's trainable parameters (each contiguous fp32 on
+  // the CPU, any shape), in the same order on every DP rank; `tp_sharded[i]`
+  // is true when params[i] is this rank's TP slice (its squares are summed
+  // over `tp`). `dp`: the section's DP group (size >= 1); `tp`: its TP group,
+  // or null without TP. `what` names the section in messages. Rebinds the
+  // parameters and their gradients to the flat buffers (values kept,
+  // gradients zeroed). REQUIRES: dp and tp outlive the optimizer.
+  static StatusOr<std::unique_ptr<DistributedOptimizer>> Create(std::vector<torch::Tensor> params,
+                                                                std::vector<bool> tp_sharded, launcher::Backend& dp,
+                                                                launcher::Backend* tp, const plan::OptimizerDesc& desc,
+                                                                std::string what);
+
+  // Step 1: the flat gradient (N_pad) reduce-scattered into this rank's
+  // gradient shard (S). Waits count in *blocked_seconds.
+  Status ReduceScatterGradients(double* blocked_seconds);
+  // Steps 2 and 3 at learning rate `lr`: returns the global gradient norm
+  // before clipping. The norm's two small all-reduces count in *blocked_seconds.
+  StatusOr<double> StepShard(double lr, double* blocked_seconds);
+  // Step 4: the parameters (N_pad) all-gathered from every rank's shard (S),
+  // gradients zeroed for the next step.
+  Status GatherParameters(double* blocked_seconds);
+
+  // This rank's shard state as bytes (a torch archive: "exp_avg" (S),
+  // "exp_avg_sq" (S), "step" (), "layout" (N, S, G, d)), and its load: a
+  // shard of another layout is refused naming both. Load also re-binds the
+  // parameters to the flat buffer (call it after loading the model).
+  StatusOr<std::string> Save() const;
+  Status Load(const std::string& bytes);
+
+  // The layout (for tests and messages).
+  int64_t numel() const { return numel_; }        // N
+  int64_t shard_numel() const { return shard_; }  // S
+  int dp_size() const { return dp_size_; }        // G
+  int dp_rank() const { return dp_rank_; }        // d
+  int64_t step_count() const { return step_; }    // AdamW steps taken
+
+ private:
+  DistributedOptimizer() = default;
+  // Makes every parameter a view of its slot in flat_params_ (copying its
+  // value in when a load replaced its storage) and every gradient a view of
+  // flat_grads_ (its value kept). Cheap when already bound.
+  void Bind();
+
+  std::string what_;
+  launcher::Backend* dp_ = nullptr;
+  launcher::Backend* tp_ = nullptr;
+  plan::OptimizerDesc desc_;
+  std::vector<torch::Tensor> params_;
+  std::vector<bool> tp_sharded_;
+  std::vector<int64_t> offsets_;  // params_[i] occupies [offsets_[i], offsets_[i] + numel) of the flat buffers
+  int64_t numel_ = 0, shard_ = 0;
+  int dp_size_ = 1, dp_rank_ = 0;
+  torch::Tensor flat_params_, flat_grads_;  // (G * S) fp32
+  torch::Tensor exp_avg_, exp_avg_sq_;      // (S) fp32
+  torch::Tensor grad_shard_;                // (S) fp32 between ReduceScatterGradients and StepShard
+  int64_t step_ = 0;
+};
+
+}  // namespace maestro::runtime

@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: Apache-2.0
+// ZeRO-1 (runtime/parallel/distributed_optimizer.h), labels mpi;runtime:
+//  - on one rank the shard's AdamW (weight decay, clipping, a changing LR)
+//    gives torch::optim::AdamW's parameters, and Save/Load continues bit for
+//    bit; a shard of another layout is refused naming it;
+//  - maestro-worker ranks under mpirun train the tiny KD student at DP 2,
+//    and at TP 2 x DP 2, with zero_stage = 1: every step's loss equals the
+//    zero_stage = 0 run's and the monolithic reference's within 1e-5
+//    relative, the final weights the zero_stage = 0 run's within 1e-5, and
+//    the checkpoint holds one AdamW shard per DP rank (about half the bytes);
+//  - a zero_stage = 1 run stopped after a checkpoint and resumed ends with
+//    the weights and losses of an uninterrupted one, bit for bit.
+// One torch TU (the checkpoints' weights are read back with torch).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+#include "runtime/models/encoders.h"
+#include "runtime/models/layers.h"
+#include "runtime/parallel/distributed_optimizer.h"
+#include "tests/launcher/run_util.h"
+#include "tests/runtime/run_dir_util.h"
+
+namespace maestro {
+namespace {
+
+namespace fs = std::filesystem;
+using launcher::testing::MpirunArgs;
+using launcher::testing::RunCaptured;
+using launcher::testing::RunResult;
+using runtime::DistributedOptimizer;
+using runtime_testing::LastCheckpoint;
+using runtime_testing::Losses;
+
+// A DP group of one rank: the optimizer never communicates then, and says so
+// here if it tried.
+class OneRankGroup : public launcher::Backend {
+ public:
+  OneRankGroup() {
+    info_.description = "a one-rank test group";
+    info_.ranks = {0};
+    info_.my_index = 0;
+    info_.world_rank = 0;
+  }
+  const char* name() const override { return "one-rank"; }
+  launcher::Device device() const override { return launcher::Device::kCpu; }
+  const launcher::GroupInfo& group() const override { return info_; }
+  launcher::Millis timeout() const override { return launcher::Millis(1000); }
+  StatusOr<launcher::WorkPtr> AllReduce(launcher::Buffer, launcher::ReduceOp) override { return Used("all_reduce"); }
+  StatusOr<launcher::WorkPtr> AllGather(launcher::Buffer, launcher::Buffer) override { return Used("all_gather"); }
+  StatusOr<launcher::WorkPtr> ReduceScatter(launcher::Buffer, launcher::Buffer, launcher::ReduceOp) override {
+    return Used("reduce_scatter");
+  }
+  StatusOr<launcher::WorkPtr> Broadcast(launcher::Buffer, int) override { return Used("broadcast"); }
+  StatusOr<launcher::WorkPtr> Send(launcher::Buffer, int, int) override { return Used("send"); }
+  StatusOr<launcher::WorkPtr> Recv(launcher::Buffer, int, int) override { return Used("recv"); }
+  StatusOr<launcher::WorkPtr> Barrier() override { return Used("barrier"); }
+
+ private:
+  Status Used(const char* op) {
+    ADD_FAILURE() << op << " on a one-rank group";
+    return Status::Internal(op);
+  }
+  launcher::GroupInfo info_;
+};
+
+plan::OptimizerDesc TestOptimizer() {
+  plan::OptimizerDesc desc;
+  desc.lr = 1e-2;
+  desc.weight_decay = 0.1;
+  desc.beta1 = 0.9;
+  desc.beta2 = 0.95;
+  desc.grad_clip = 0.5;
+  return desc;
+}
+
+// Parameters of shapes (7, 5), (13), (4, 3, 2), (1): 73 elements, so the
+// flat buffer has padding.
+std::vector<torch::Tensor> TestParameters() {
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> params;
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 5}, {13}, {4, 3, 2}, {1}}) {
+    params.push_back(torch::randn(shape).set_requires_grad(true));
+  }
+  return params;
+}
+
+std::vector<torch::Tensor> Clones(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(p.detach().clone().set_requires_grad(true));
+  return out;
+}
+
+// Step `step`'s gradients: large on odd steps (clipped), small on even ones.
+std::vector<torch::Tensor> Gradients(const std::vector<torch::Tensor>& params, int step) {
+  torch::manual_seed(100 + step);
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) grads.push_back(torch::randn(p.sizes()) * (step % 2 == 1 ? 1.0 : 0.01));
+  return grads;
+}
+
+// SectionRunner::OptimizerStep's clipping (norm from fp64 squares) and
+// torch's AdamW at `lr`. Returns the norm.
+double ReplicatedStep(torch::optim::AdamW& adamw, std::vector<torch::Tensor>& params,
+                      const std::vector<torch::Tensor>& grads, double lr, double clip) {
+  torch::NoGradGuard guard;
+  double sq = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].mutable_grad() = grads[i].clone();
+    sq += grads[i].to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  const double norm = std::sqrt(sq);
+  if (norm > clip) {
+    for (auto& p : params) p.mutable_grad().mul_(clip / (norm + 1e-6));
+  }
+  for (auto& group : adamw.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  adamw.step();
+  return norm;
+}
+
+double ShardedStep(DistributedOptimizer& opt, std::vector<torch::Tensor>& params,
+                   const std::vector<torch::Tensor>& grads, double lr) {
+  torch::NoGradGuard guard;
+  for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad().copy_(grads[i]);
+  double blocked = 0;
+  EXPECT_TRUE(opt.ReduceScatterGradients(&blocked).ok());
+  auto norm = opt.StepShard(lr, &blocked);
+  EXPECT_TRUE(norm.ok()) << norm.status().ToString();
+  EXPECT_TRUE(opt.GatherParameters(&blocked).ok());
+  return norm.ok() ? *norm : -1;
+}
+
+// max |a - b| over max |b|, per tensor, the largest.
+double MaxRelativeDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max(b[i].abs().max().item<double>(), 1e-30);
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+TEST(DistributedOptimizer, OneRankEqualsTorchAdamWWithWeightDecayClippingAndAChangingLr) {
+  const plan::OptimizerDesc desc = TestOptimizer();
+  auto reference = TestParameters();
+  auto sharded = Clones(reference);
+  const auto initial = Clones(reference);
+  torch::optim::AdamW adamw(
+      reference,
+      torch::optim::AdamWOptions(desc.lr).betas({desc.beta1, desc.beta2}).weight_decay(desc.weight_decay).eps(1e-8));
+  OneRankGroup dp;
+  auto opt = DistributedOptimizer::Create(sharded, {false, false, false, false}, dp, nullptr, desc, "test");
+  ASSERT_TRUE(opt.ok()) << opt.status().ToString();
+  EXPECT_EQ((*opt)->numel(), 73);
+  EXPECT_EQ((*opt)->shard_numel(), 80) << "73 elements padded to a multiple of 16";
+  for (int step = 0; step < 6; ++step) {
+    const auto grads = Gradients(reference, step);
+    const double lr = desc.lr * (step + 1) / 6.0;
+    const double want = ReplicatedStep(adamw, reference, grads, lr, desc.grad_clip);
+    const double got = ShardedStep(**opt, sharded, grads, lr);
+    EXPECT_NEAR(got, want, 1e-12 * want) << "step " << step;
+    EXPECT_LE(MaxRelativeDifference(sharded, reference), 1e-6) << "step " << step;
+    for (const auto& p : sharded) EXPECT_EQ(p.grad().abs().max().item<float>(), 0.0f) << "gradients zeroed";
+  }
+  EXPECT_EQ((*opt)->step_count(), 6);
+  EXPECT_GT(MaxRelativeDifference(sharded, initial), 1e-3) << "six steps moved the parameters";
+}
+
+TEST(DistributedOptimizer, SaveAndLoadContinueBitForBitAndAnotherLayoutIsRefused) {
+  const plan::OptimizerDesc desc = TestOptimizer();
+  auto a = TestParameters();
+  OneRankGroup dp;
+  auto first = DistributedOptimizer::Create(a, {false, false, false, false}, dp, nullptr, desc, "test");
+  ASSERT_TRUE(first.ok());
+  for (int step = 0; step < 3; ++step) ShardedStep(**first, a, Gradients(a, step), desc.lr);
+  auto bytes = (*first)->Save();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+
+  auto b = Clones(a);  // the model as a checkpoint gives it back
+  auto second = DistributedOptimizer::Create(b, {false, false, false, false}, dp, nullptr, desc, "test");
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->Load(*bytes).ok());
+  EXPECT_EQ((*second)->step_count(), 3);
+  for (int step = 3; step < 6; ++step) {
+    ShardedStep(**first, a, Gradients(a, step), desc.lr);
+    ShardedStep(**second, b, Gradients(b, step), desc.lr);
+  }
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+
+  auto c = TestParameters();
+  c.push_back(torch::zeros({40}).set_requires_grad(true));
+  auto other = DistributedOptimizer::Create(c, {false, false, false, false, false}, dp, nullptr, desc, "section 'x'");
+  ASSERT_TRUE(other.ok());
+  const Status refused = (*other)->Load(*bytes);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("another layout (73 parameters, DP 1, rank 0)"), std::string::npos)
+      << refused.ToString();
+  EXPECT_NE(refused.message().find("section 'x'"), std::string::npos) << refused.ToString();
+}
+
+// ---- whole runs under mpirun ----
+
+const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+
+// specs/tiny_kd.toml placed on this machine: the teacher on one rank (built
+// from the seed), the student at `dp` x `tp` with micro-batches of 4,
+// `zero_stage`, weight decay 0.1 (so the decoupled decay is exercised).
+plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
+  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_kd.toml");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  auto compiled = compiler::Compile(*spec, compiler::CompileOptions{});
+  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
+  plan::Plan p = compiled->plan;
+  int rank = 0;
+  for (size_t i = 0; i < p.sections.size(); ++i) {
+    auto& s = p.sections[i];
+    const bool student = s.name == "student";
+    s.init_from.clear();
+    s.config.pp = s.config.cp = 1;
+    s.config.tp = student ? tp : 1;
+    s.config.dp = student ? dp : 1;
+    s.config.micro_batch = student ? 4 : 8;
+    s.config.zero_stage = student ? zero_stage : 0;
+    if (student) {
+      s.optimizer.weight_decay = 0.1;
+      if (s.loss.kind != "kd") {
+        s.loss.kind = "kd";
+        s.loss.kd_alpha = 0.5;
+        s.loss.temperature = 2.0;
+      }
+    }
+    s.placement.het_component = static_cast<int>(i);
+    s.placement.first_rank = rank;
+    s.placement.nodes = 1;
+    s.placement.tasks_per_node = s.config.dp * s.config.tp;
+    s.placement.gpus_per_task = 0;
+    rank += s.config.dp * s.config.tp;
+  }
+  for (auto& e : p.edges) e.fanout = e.fanin = 0;
+  p.layout.clear();
+  p.links.clear();
+  p.data.steps = steps;
+  EXPECT_TRUE(plan::Validate(p).ok());
+  plan::FillLayout(p);
+  return p;
+}
+
+std::string Fresh(const std::string& name) {
+  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/runtime_zero1/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string WritePlan(const plan::Plan& p, const std::string& dir) {
+  fs::create_directories(dir);
+  const std::string path = dir + "/plan.json";
+  EXPECT_TRUE(plan::SavePlan(p, path).ok());
+  return path;
+}
+
+RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
+                       std::vector<std::string> extra = {}) {
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(plan_path);
+  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+}
+
+// The student's weights in the run's last checkpoint, by name.
+std::map<std::string, torch::Tensor> StudentWeights(const plan::Plan& p, const std::string& run_dir) {
+  std::map<std::string, torch::Tensor> out;
+  const auto state = LastCheckpoint(run_dir);
+  auto it = state.sections.find("student");
+  EXPECT_TRUE(it != state.sections.end()) << run_dir;
+  if (it == state.sections.end()) return out;
+  auto module = runtime::BuildModel(p.sections[static_cast<size_t>(p.section_index("student"))].model,
+                                    runtime::ModelBuildOptions{});
+  EXPECT_TRUE(module.ok());
+  if (!module.ok()) return out;
+  torch::serialize::InputArchive archive;
+  std::istringstream in(it->second.model);
+  archive.load_from(in);
+  (*module)->load(archive);
+  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+// Plan `p` (the student with zero_stage 1) against the same plan with
+// zero_stage 0 and against the reference.
+void ExpectZero1EqualsZero0AndReference(const std::string& what, const plan::Plan& p) {
+  ASSERT_EQ(p.sections[static_cast<size_t>(p.section_index("student"))].config.zero_stage, 1);
+  plan::Plan p0 = p;
+  p0.sections[static_cast<size_t>(p0.section_index("student"))].config.zero_stage = 0;
+  const std::string dir = Fresh(what);
+  const std::string plan1 = WritePlan(p, dir + "/zero1");
+  const std::string plan0 = WritePlan(p0, dir + "/zero0");
+  const auto zero1 = RunSectioned(p, plan1, dir + "/zero1/run");
+  ASSERT_EQ(zero1.exit_code, 0) << zero1.output;
+  const auto zero0 = RunSectioned(p0, plan0, dir + "/zero0/run");
+  ASSERT_EQ(zero0.exit_code, 0) << zero0.output;
+  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan1});
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+
+  const auto a = Losses(dir + "/zero1/run"), b = Losses(dir + "/zero0/run"), r = Losses(dir + "/reference");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << zero1.output;
+  ASSERT_EQ(b.size(), a.size());
+  ASSERT_EQ(r.size(), a.size());
+  for (const auto& [step, loss] : a) {
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(b.at(step))) << what << " step " << step << " vs zero_stage 0";
+    EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
+  }
+  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what << ": the loss moves";
+
+  const auto w1 = StudentWeights(p, dir + "/zero1/run");
+  const auto w0 = StudentWeights(p, dir + "/zero0/run");
+  ASSERT_FALSE(w1.empty());
+  ASSERT_EQ(w1.size(), w0.size());
+  for (const auto& [name, t] : w1) {
+    const auto& u = w0.at(name);
+    const double scale = std::max(u.abs().max().item<double>(), 1e-30);
+    EXPECT_LE((t - u).abs().max().item<double>() / scale, 1e-5) << what << ": " << name;
+  }
+
+  // The checkpoint holds one AdamW shard per (TP, DP) rank, each about half
+  // of the replicated state; zero_stage 0 keeps one per TP rank.
+  const auto c1 = LastCheckpoint(dir + "/zero1/run");
+  const auto c0 = LastCheckpoint(dir + "/zero0/run");
+  const auto& s = p.sections[static_cast<size_t>(p.section_index("student"))];
+  for (int t = 0; t < s.config.tp; ++t) {
+    const std::string tp = t > 0 ? "#tp" + std::to_string(t) : "";
+    ASSERT_TRUE(c1.sections.count("student" + tp + "#dp1")) << what;
+    EXPECT_FALSE(c0.sections.count("student" + tp + "#dp1")) << what;
+    const double replicated = static_cast<double>(c0.sections.at("student" + tp).optimizer.size());
+    for (const std::string& key : {"student" + tp, "student" + tp + "#dp1"}) {
+      const double shard = static_cast<double>(c1.sections.at(key).optimizer.size());
+      EXPECT_LT(shard, 0.6 * replicated) << what << ": " << key;
+      EXPECT_GT(shard, 0.4 * replicated) << what << ": " << key;
+    }
+  }
+}
+
+TEST(Zero1Training, KdStudentDp2EqualsZeroStage0AndTheReference) {
+  ExpectZero1EqualsZero0AndReference("kd_dp2", KdPlan(2, 1, 1, 5));
+}
+
+TEST(Zero1Training, KdStudentTp2Dp2EqualsZeroStage0AndTheReference) {
+  ExpectZero1EqualsZero0AndReference("kd_tp2_dp2", KdPlan(2, 2, 1, 4));
+}
+
+TEST(Zero1Training, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
+  const plan::Plan p = KdPlan(2, 1, 1, 6);
+  const std::string dir = Fresh("resume");
+  const std::string plan_path = WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
+  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
+  const auto second = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto a = Losses(dir + "/whole");
+  const auto b = Losses(dir + "/split");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << "the resumed run starts at the next step, not over";
+  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  // Weights equal after 3 steps past the resume show that every shard's
+  // moments came back; so do the shards' bytes (no addresses in them).
+  const auto x = LastCheckpoint(dir + "/whole");
+  const auto y = LastCheckpoint(dir + "/split");
+  EXPECT_EQ(x.step, 5);
+  EXPECT_EQ(y.step, 5);
+  ASSERT_TRUE(x.sections.count("student#dp1"));
+  ASSERT_EQ(x.sections.size(), y.sections.size());
+  for (const auto& [name, state] : x.sections) {
+    ASSERT_TRUE(y.sections.count(name)) << name;
+    EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
+    EXPECT_TRUE(state.optimizer == y.sections.at(name).optimizer) << "optimizer shard " << name;
+  }
+}
+
+}  // namespace
+}  // namespace maestro
