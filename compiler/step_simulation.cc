@@ -408,8 +408,11 @@ Assignment WithSection(const CostModel& model, const Workload& work, const Assig
 }
 
 // The one move that turns `from` into `to`; false when it takes none or
-// more than one. Micro-batch and recomputation keep DP; TP, PP and CP take
-// DP along (inside the same nodes a wider replica means fewer replicas).
+// more than one. A move changes at most one of TP, PP, CP and recomputation,
+// and re-chooses DP and the micro-batch with it (inside the same nodes a
+// wider replica means fewer replicas, and its memory allows another
+// micro-batch); it is named by what it changes first in that order, then the
+// micro-batch, then DP.
 bool MoveBetween(const plan::ParallelConfig& from, const plan::ParallelConfig& to, RefinementMove* move) {
   if (to.ep != from.ep) return false;
   int changed = 0;
@@ -419,13 +422,18 @@ bool MoveBetween(const plan::ParallelConfig& from, const plan::ParallelConfig& t
     ++changed;
     m = kind;
   };
-  differs(to.tp != from.tp, RefinementMove::kTp);
-  differs(to.pp != from.pp, RefinementMove::kPp);
-  differs(to.cp != from.cp, RefinementMove::kCp);
-  differs(to.micro_batch != from.micro_batch, RefinementMove::kMicroBatch);
   differs(to.recompute != from.recompute, RefinementMove::kRecompute);
-  if (changed > 1 || (changed == 0 && to.dp == from.dp)) return false;
-  if ((m == RefinementMove::kMicroBatch || m == RefinementMove::kRecompute) && to.dp != from.dp) return false;
+  differs(to.cp != from.cp, RefinementMove::kCp);
+  differs(to.pp != from.pp, RefinementMove::kPp);
+  differs(to.tp != from.tp, RefinementMove::kTp);
+  if (changed > 1) return false;
+  if (changed == 0) {
+    if (to.micro_batch != from.micro_batch) {
+      m = RefinementMove::kMicroBatch;
+    } else if (to.dp == from.dp) {
+      return false;
+    }
+  }
   *move = m;
   return true;
 }

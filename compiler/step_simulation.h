@@ -95,17 +95,17 @@ SimulatedStep SimulateMonolithic(const CostModel& model, const Workload& work, c
 
 // The refinement of a planned assignment by simulation (RefineBySimulation)
 // is a local search. Its move set, per section, inside the nodes the section
-// holds:
-//   - micro-batch: any size in PlannerOptions::micro_batches (DP kept);
-//   - DP: any degree (a section on part of a node may grow into the rest);
-//   - TP, PP, CP: any degree the candidates allow (compiler/candidates.h),
-//     DP following (the same nodes hold fewer, wider replicas or more,
-//     narrower ones);
-//   - recomputation on or off, where the runtime support has it (DP kept).
-// A move is feasible when the configuration is a candidate (pins, runtime
-// support), fits in memory, holds exactly the section's nodes (so no GPU
-// type's held nodes grow), keeps every edge's fan-out rule, and its
-// micro-batch is at most twice what a replica gets.
+// holds: one of
+//   - TP, PP or CP: any degree the candidates allow (compiler/candidates.h);
+//   - recomputation on or off, where the runtime support has it;
+//   - none of these,
+// with any DP and any micro-batch size of PlannerOptions::micro_batches
+// re-chosen along (the same nodes hold fewer, wider replicas or more,
+// narrower ones; a wider or recomputing replica has memory for another
+// micro-batch). So a micro-batch move reaches every size, not only the
+// halved or doubled one, and a section on part of a node may grow its DP
+// into the rest. It contains the former neighbourhood (micro-batch, DP and
+// TP or PP each halved or doubled at once).
 enum class RefinementMove { kMicroBatch, kDp, kTp, kPp, kCp, kRecompute };
 const char* RefinementMoveName(RefinementMove move);
 
@@ -120,7 +120,8 @@ struct RefinementNeighbour {
 };
 
 // Every feasible single move of section `section` in `a` (the move set
-// above), in a fixed order.
+// above), in a fixed order. `move` names what it changes: TP, PP, CP or
+// recomputation when one of them, else micro-batch when that, else DP.
 std::vector<RefinementNeighbour> NeighbourAssignments(const CostModel& model, const Workload& work, const Assignment& a,
                                                       size_t section, const PlannerOptions& options);
 

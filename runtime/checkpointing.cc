@@ -68,14 +68,14 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
       auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp, d));
       if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
         return Status::Corruption(fmt::format(
-            "the checkpoint of step {} has no state for section '{}' tp {} dp {} (key '{}'{}){}", resumed.step,
-            s->name, coords.tp, coords.dp, OptimizerKey(s->name, coords.tp, d), zero1 ? ", a ZeRO-1 shard" : "",
+            "the checkpoint of step {} has no state for section '{}' tp {} dp {} (key '{}'{}){}", resumed.step, s->name,
+            coords.tp, coords.dp, OptimizerKey(s->name, coords.tp, d), zero1 ? ", a ZeRO-1 shard" : "",
             zero1 ? ": was it written with zero_stage = 0 or another DP? resume with the plan that wrote it" : ""));
       }
       if (r == 0) {
         if (next >= mine.size()) return Status::Internal("rank 0 has fewer training runners than its plan says");
-        MAESTRO_RETURN_IF_ERROR(LoadRankState(*mine[next], ShardOf(sharded, next), model->second.model,
-                                              optimizer->second.optimizer));
+        MAESTRO_RETURN_IF_ERROR(
+            LoadRankState(*mine[next], ShardOf(sharded, next), model->second.model, optimizer->second.optimizer));
         ++next;
       } else {
         MAESTRO_RETURN_IF_ERROR(SendBytes(world, model->second.model, r, kTagResumeModel));

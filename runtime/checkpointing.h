@@ -57,7 +57,8 @@ StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::B
 
 // Collective over `world`, after ShareResumeDecision said true: every rank of
 // a training section loads the full model and its own optimizer shard into
-// `runner` (its optimizer state into `sharded` instead for a ZeRO-1 section). Rank 0 passes the state it resumed from; other ranks nullopt.
+// `runner` (its optimizer state into `sharded` instead for a ZeRO-1 section). Rank 0 passes the state it resumed from;
+// other ranks nullopt.
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                          const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner,
                          const ShardedOptimizers& sharded);

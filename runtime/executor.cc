@@ -196,11 +196,10 @@ Status RankLoop::Resume() {
     for (SectionRunner* mine : runner_->CheckpointedRunners()) {
       const auto& component = mine->section_plan();
       MAESTRO_ASSIGN_OR_RETURN(
-          auto shard, DistributedOptimizer::Create(mine->Parameters(), mine->ParametersShardedOverTp(),
-                                                   comms_.group(plan::GroupKind::kDP),
-                                                   TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr,
-                                                   component.optimizer,
-                                                   fmt::format("section '{}' dp {}", component.name, replica_)));
+          auto shard, DistributedOptimizer::Create(
+                          mine->Parameters(), mine->ParametersShardedOverTp(), comms_.group(plan::GroupKind::kDP),
+                          TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr, component.optimizer,
+                          fmt::format("section '{}' dp {}", component.name, replica_)));
       sharded_optimizers_.push_back(std::move(shard));
     }
   }
@@ -330,8 +329,7 @@ Status RankLoop::RunStep(const StepBatch& batch) {
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
-  MAESTRO_RETURN_IF_ERROR(
-      WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), step));
+  MAESTRO_RETURN_IF_ERROR(WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), step));
   trace_.Add("checkpoint", start_us, 0);
   return Status::Ok();
 }
@@ -425,8 +423,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
   }
   // Zero steps asked of a fresh run: its initial weights, for `maestro export`.
   if (total_steps_ == 0 && !resumed_) {
-    MAESTRO_RETURN_IF_ERROR(
-        WriteInitialWeights(plan_, place_, comms_.world(), *runner_, Shards(), options_.run_dir));
+    MAESTRO_RETURN_IF_ERROR(WriteInitialWeights(plan_, place_, comms_.world(), *runner_, Shards(), options_.run_dir));
     if (Rank0()) {
       std::fprintf(stderr, "maestro: zero steps: initial weights written to %s\n",
                    InitialWeightsDir(options_.run_dir).c_str());

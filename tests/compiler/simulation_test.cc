@@ -269,11 +269,12 @@ TEST(Refinement, EndsAtALocalOptimumOfItsMoveSet) {
         const SectionCost& c = n.assignment.sections[i].cost;
         EXPECT_TRUE(c.fits) << name;
         EXPECT_EQ(c.nodes, refined.sections[i].cost.nodes) << name;
+        // One of TP, PP, CP and recomputation at most; DP and micro-batch along.
         const int changed = (c.config.tp != now.tp) + (c.config.pp != now.pp) + (c.config.cp != now.cp) +
-                            (c.config.micro_batch != now.micro_batch) + (c.config.recompute != now.recompute);
+                            (c.config.recompute != now.recompute);
         EXPECT_LE(changed, 1) << name << " " << RefinementMoveName(n.move);
-        if (n.move == RefinementMove::kMicroBatch || n.move == RefinementMove::kRecompute) {
-          EXPECT_EQ(c.config.dp, now.dp) << name;
+        if (n.move == RefinementMove::kDp) {
+          EXPECT_EQ(c.config.micro_batch, now.micro_batch) << name;
         }
         for (size_t j = 0; j < refined.sections.size(); ++j) {
           if (j == i) continue;
@@ -341,7 +342,8 @@ TEST(Refinement, MicroBatchMovesReachEveryCandidateSize) {
     if (model.Evaluate(work->sections[t], c).fits) expected.insert(mb);
   }
   for (const RefinementNeighbour& n : NeighbourAssignments(model, *work, planned.assignment, t, o)) {
-    if (n.move == RefinementMove::kMicroBatch) got.insert(n.assignment.sections[t].cost.config.micro_batch);
+    const plan::ParallelConfig& c = n.assignment.sections[t].cost.config;
+    if (n.move == RefinementMove::kMicroBatch && c.dp == now.config.dp) got.insert(c.micro_batch);
   }
   EXPECT_EQ(got, expected);
   int far = 0;  // sizes more than a factor 2 away
