@@ -371,7 +371,7 @@ namespace {
 // simulation of 4096 samples on 6 sections costs ~20 ms, one of 512 samples
 // on 2 sections ~1 ms). Deterministic: counts, not clocks.
 constexpr int kMaxRefinementSimulations = 400;
-constexpr double kMaxRefinementWork = 2e6;
+constexpr double kMaxRefinementWork = 8e5;
 // The search simulates sampled batches up to this many samples (at most the
 // caller's batches, at least one): a small global batch's one sampled batch
 // is too noisy to rank plans by.

@@ -147,8 +147,8 @@ struct RefinementStats {
 // when no single move of any section improves the step (a local optimum),
 // then a section on part of its node(s) takes the rest of them (more DP)
 // when that does not lengthen the step by > 0.1% (slack for late samples),
-// and the descent runs again. Capped at 400 simulations and 2e6 simulated
-// samples x sections (the 6-section, 4096-sample benchmark: ~80), counted,
+// and the descent runs again. Capped at 400 simulations and 8e5 simulated
+// samples x sections (the 6-section, 4096-sample benchmark: 32, ~0.8 s), counted,
 // so the same spec gives the same plan; `stats->converged` is false when the
 // cap ended it. Neighbours whose section alone is busy longer than the step
 // to beat are not simulated. `log` gets one line per change. The analytic
