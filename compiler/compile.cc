@@ -78,7 +78,7 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   sim.seq_len = spec.data.seq_len;
   sim.modalities = spec.data.modalities;
   const SimulatorStepPredictor predictor(sim);
-  r.assignment = RefineBySimulation(model, r.workload, r.assignment, po, sim, &r.refinement_log);
+  r.assignment = RefineBySimulation(model, r.workload, r.assignment, po, sim, &r.refinement_log, &r.refinement);
   r.simulated = predictor.Run(model, r.workload, r.assignment);
   r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);

@@ -45,6 +45,7 @@ struct CompileResult {
   Workload workload;
   Assignment assignment;       // after RefineBySimulation
   std::string refinement_log;  // what the simulation changed, one line per change
+  RefinementStats refinement;  // how the refinement's search went (simulations, moves, converged)
   MonolithicPlan monolithic;
   int monolithic_device = 0;           // the GPU type it runs on (index into DevicesOf)
   StepPrediction prediction;           // the sectioned plan's step (simulated)

@@ -177,9 +177,15 @@ std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const
       "then the fewest nodes.\n");
   for (size_t i = 0; i < w.sections.size(); ++i) t += ExplainSection(model, o, r, outcome, i, bottleneck);
   t += ExplainEdges(r);
-  t += "simulation (FromPlan -> BuildSchedule -> Simulate over sampled global batches): ";
-  t += r.refinement_log.empty() ? "no other micro-batch size or DP inside the held nodes shortens the simulated step\n"
-                                : "changed what the steady-state objective cannot see (fill and drain between "
+  t += fmt::format(
+      "simulation (FromPlan -> BuildSchedule -> Simulate over sampled global batches): a local search over "
+      "single moves (micro-batch, DP, TP, PP, CP, recomputation) inside the held nodes, {} simulations: {}",
+      r.refinement.simulations,
+      !r.refinement.ran        ? "the plan could not be simulated; kept as planned"
+      : r.refinement.converged ? "no single move shortens the simulated step by more than 0.5%"
+                               : "stopped at its cap; a better single move may remain");
+  t += r.refinement_log.empty() ? "; nothing changed\n"
+                                : "; changed what the steady-state objective cannot see (fill and drain between "
                                   "sections):\n" +
                                       r.refinement_log;
   if (r.monolithic.found) t += ExplainMonolithic(r);

@@ -366,12 +366,23 @@ SimulatedStep SimulatorStepPredictor::Run(const CostModel& model, const Workload
 
 namespace {
 
-// Simulations one refinement may run (~20 ms each for 4096 samples on
-// hundreds of replicas; a few ms for typical specs).
-constexpr int kMaxRefinementSimulations = 24;
+// The refinement's caps (RefineBySimulation): simulations, and simulated
+// work (sampled batches x samples x sections over every simulation: one
+// simulation of 4096 samples on 6 sections costs ~20 ms, one of 512 samples
+// on 2 sections ~1 ms). Deterministic: counts, not clocks.
+constexpr int kMaxRefinementSimulations = 400;
+constexpr double kMaxRefinementWork = 8e5;
+// The search simulates sampled batches up to this many samples (at most the
+// caller's batches, at least one): a small global batch's one sampled batch
+// is too noisy to rank plans by.
+constexpr int64_t kRefinementSearchSamples = 2048;
 
 std::string Describe(const plan::ParallelConfig& c) {
-  return fmt::format("TP {} PP {} DP {} micro-batch {}", c.tp, c.pp, c.dp, c.micro_batch);
+  std::string out = fmt::format("TP {} PP {}", c.tp, c.pp);
+  if (c.cp > 1) out += fmt::format(" CP {}", c.cp);
+  out += fmt::format(" DP {} micro-batch {}", c.dp, c.micro_batch);
+  if (c.recompute) out += " recompute";
+  return out;
 }
 
 // Does every edge at section `i` keep its fan-out rule with `i` at DP `dp`
@@ -396,6 +407,85 @@ Assignment WithSection(const CostModel& model, const Workload& work, const Assig
   return trial;
 }
 
+// The one move that turns `from` into `to`; false when it takes none or
+// more than one. A move changes at most one of TP, PP, CP and recomputation,
+// and re-chooses DP and the micro-batch with it (inside the same nodes a
+// wider replica means fewer replicas, and its memory allows another
+// micro-batch); it is named by what it changes first in that order, then the
+// micro-batch, then DP.
+bool MoveBetween(const plan::ParallelConfig& from, const plan::ParallelConfig& to, RefinementMove* move) {
+  if (to.ep != from.ep) return false;
+  int changed = 0;
+  RefinementMove m = RefinementMove::kDp;
+  const auto differs = [&](bool d, RefinementMove kind) {
+    if (!d) return;
+    ++changed;
+    m = kind;
+  };
+  differs(to.recompute != from.recompute, RefinementMove::kRecompute);
+  differs(to.cp != from.cp, RefinementMove::kCp);
+  differs(to.pp != from.pp, RefinementMove::kPp);
+  differs(to.tp != from.tp, RefinementMove::kTp);
+  if (changed > 1) return false;
+  if (changed == 0) {
+    if (to.micro_batch != from.micro_batch) {
+      m = RefinementMove::kMicroBatch;
+    } else if (to.dp == from.dp) {
+      return false;
+    }
+  }
+  *move = m;
+  return true;
+}
+
+struct NeighbourConfig {
+  RefinementMove move;
+  plan::ParallelConfig config;
+  SectionCost cost;
+};
+
+// Section `i`'s single moves in `a` that are feasible: a candidate
+// configuration (pins, runtime support), one move away, that fits in memory
+// on the same nodes, keeps every edge's fan-out rule, and whose micro-batch
+// is not more than twice what a replica gets (it would run as a smaller one).
+std::vector<NeighbourConfig> NeighbourConfigs(const CostModel& model, const Workload& work, const Assignment& a,
+                                              size_t i, const PlannerOptions& options) {
+  const SectionWork& s = work.sections[i];
+  const SectionCost& now = a.sections[i].cost;
+  std::vector<NeighbourConfig> out;
+  for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
+    RefinementMove move;
+    if (!MoveBetween(now.config, c, &move)) continue;
+    const double per_replica = std::ceil(static_cast<double>(model.global_batch()) * s.active_fraction / c.dp - 1e-9);
+    if (c.micro_batch > 1 && c.micro_batch / 2 >= per_replica) continue;
+    if (!EdgesHoldWith(work, a, i, c.dp)) continue;
+    const SectionCost cost = model.Evaluate(s, c);
+    if (!cost.fits || cost.nodes != now.nodes) continue;
+    out.push_back({move, c, cost});
+  }
+  return out;
+}
+
+// Every simulation the refinement runs is charged here.
+class SearchBudget {
+ public:
+  SearchBudget(const CostModel& model, const Workload& work, const SimulationSettings& search)
+      : per_simulation_(static_cast<double>(search.batches) * static_cast<double>(model.global_batch()) *
+                        static_cast<double>(work.sections.size())) {}
+  bool Take() {
+    if (simulations_ >= kMaxRefinementSimulations || work_ + per_simulation_ > kMaxRefinementWork) return false;
+    ++simulations_;
+    work_ += per_simulation_;
+    return true;
+  }
+  int simulations() const { return simulations_; }
+
+ private:
+  double per_simulation_;
+  int simulations_ = 0;
+  double work_ = 0;
+};
+
 // Biggest fill first: sections others wait for, by the latency of their
 // first micro-batch (PP stages of one micro-batch), then the rest.
 std::vector<size_t> RefinementOrder(const Workload& work, const Assignment& a) {
@@ -413,48 +503,35 @@ std::vector<size_t> RefinementOrder(const Workload& work, const Assignment& a) {
   return order;
 }
 
-// The neighbour of section `i`'s configuration in `best` (RefineBySimulation
-// says which) whose simulated step beats `step` by > 0.5%, the shortest:
-// `winner` and `winner_step`; false when none does. Each simulation costs one
-// of `budget`.
-bool FindBetterNeighbour(const CostModel& model, const Workload& work, const PlannerOptions& options,
-                         const SimulationSettings& search, size_t i, const Assignment& best, double step, int& budget,
-                         Assignment& winner, double& winner_step) {
-  const SectionWork& s = work.sections[i];
-  const SectionCost& now = best.sections[i].cost;
-  winner_step = step * (1.0 - 0.005);
+// Does `trial`'s simulated step `step` hold its links' volume? Transfers are
+// latencies in the simulator; every edge's busy time must stay under the step.
+bool LinksKeepUp(const Assignment& trial, double step) {
+  for (double t : trial.edge_seconds) {
+    if (t > step) return false;
+  }
+  return true;
+}
+
+// The best single move of section `i` in `best`: the neighbour whose
+// simulated step is the shortest and beats `step` by more than the
+// tolerance (`winner`, `winner_step`); false when none does. `complete`
+// turns false when the budget ran out before every neighbour was tried.
+bool FindBestMove(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                  const SimulationSettings& search, size_t i, const Assignment& best, double step, SearchBudget& budget,
+                  Assignment& winner, double& winner_step, bool& complete) {
+  winner_step = step * (1.0 - kRefinementTolerance);
+  complete = true;
   bool found = false;
-  for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
-    if (c.cp != now.config.cp || c.recompute != now.config.recompute) continue;
-    if (c.tp == now.config.tp && c.pp == now.config.pp && c.dp == now.config.dp &&
-        c.micro_batch == now.config.micro_batch) {
-      continue;
-    }
-    // Neighbours only: halve or double the micro-batch, DP, TP or PP;
-    // TP and PP move one at a time (a wider replica shortens the
-    // latency of the first micro-batch the downstream section waits for).
-    const auto near = [](int x, int y) { return x == y || x == 2 * y || 2 * x == y; };
-    if (!near(c.dp, now.config.dp) || !near(c.micro_batch, now.config.micro_batch) || !near(c.tp, now.config.tp) ||
-        !near(c.pp, now.config.pp) || (c.tp != now.config.tp && c.pp != now.config.pp)) {
-      continue;
-    }
-    if (budget <= 0) break;
-    // A micro-batch larger than what a replica gets runs as the smaller one.
-    const double per_replica = std::ceil(static_cast<double>(model.global_batch()) * s.active_fraction / c.dp - 1e-9);
-    if (c.micro_batch > 1 && c.micro_batch / 2 >= per_replica) continue;
-    const SectionCost cost = model.Evaluate(s, c);
-    if (!cost.fits || cost.nodes != now.nodes) continue;
+  for (const NeighbourConfig& n : NeighbourConfigs(model, work, best, i, options)) {
     // A section busy longer than the step to beat cannot shorten it.
-    if (cost.step_seconds >= winner_step) continue;
-    if (!EdgesHoldWith(work, best, i, c.dp)) continue;
-    Assignment trial = WithSection(model, work, best, i, c, cost, options);
-    --budget;
+    if (n.cost.step_seconds >= winner_step) continue;
+    if (!budget.Take()) {
+      complete = false;
+      break;
+    }
+    Assignment trial = WithSection(model, work, best, i, n.config, n.cost, options);
     const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
-    if (!sim.ok || sim.step_seconds >= winner_step) continue;
-    // Transfers are latencies in the simulator; keep the links' volume under the step.
-    bool links_ok = true;
-    for (double t : trial.edge_seconds) links_ok = links_ok && t <= sim.step_seconds;
-    if (!links_ok) continue;
+    if (!sim.ok || sim.step_seconds >= winner_step || !LinksKeepUp(trial, sim.step_seconds)) continue;
     winner = std::move(trial);
     winner_step = sim.step_seconds;
     found = true;
@@ -462,20 +539,28 @@ bool FindBetterNeighbour(const CostModel& model, const Workload& work, const Pla
   return found;
 }
 
-// Rounds of neighbour moves over the sections (a line search per section:
-// after a change, its neighbours again) until nothing improves, at most
-// `rounds`, within kMaxRefinementSimulations.
-void ImproveByNeighbours(const CostModel& model, const Workload& work, const PlannerOptions& options,
-                         const SimulationSettings& search, int rounds, Assignment& best, double& step,
-                         std::string* log) {
-  int budget = kMaxRefinementSimulations;
-  for (int round = 0; round < rounds; ++round) {
-    bool improved = false;
+// Coordinate descent over the sections (RefineBySimulation): a section takes
+// its best move until it has none, then the next; a section whose
+// neighbourhood was searched stays done until another section moves. Ends
+// when every section is done (true: a local optimum of the move set) or the
+// budget runs out (false).
+bool ImproveLocally(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                    const SimulationSettings& search, SearchBudget& budget, Assignment& best, double& step,
+                    std::string* log, int* moves) {
+  const size_t n = work.sections.size();
+  std::vector<bool> done(n, false);
+  for (;;) {
+    bool moved = false;
     for (size_t i : RefinementOrder(work, best)) {
-      while (budget > 0) {
+      while (!done[i]) {
         Assignment winner;
         double winner_step = 0;
-        if (!FindBetterNeighbour(model, work, options, search, i, best, step, budget, winner, winner_step)) break;
+        bool complete = true;
+        if (!FindBestMove(model, work, options, search, i, best, step, budget, winner, winner_step, complete)) {
+          if (!complete) return false;
+          done[i] = true;
+          break;
+        }
         if (log) {
           *log += fmt::format("  section '{}': {} -> {}: simulated step {:.4g} s -> {:.4g} s\n", work.sections[i].name,
                               Describe(best.sections[i].cost.config), Describe(winner.sections[i].cost.config), step,
@@ -483,65 +568,104 @@ void ImproveByNeighbours(const CostModel& model, const Workload& work, const Pla
         }
         best = std::move(winner);
         step = winner_step;
-        improved = true;
+        ++*moves;
+        moved = true;
+        std::fill(done.begin(), done.end(), false);
       }
     }
-    if (!improved) break;
+    if (!moved) return true;
   }
 }
 
 // Idle GPUs of a held node: a section on part of its node(s) takes the
 // largest DP that fits there when that does not lengthen the step (more
-// slack for the samples that arrive late).
-void WidenIntoIdleGpus(const CostModel& model, const Workload& work, const PlannerOptions& options,
-                       const SimulationSettings& search, Assignment& best, double& step, std::string* log) {
+// slack for the samples that arrive late). Returns how many did.
+int WidenIntoIdleGpus(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                      const SimulationSettings& search, SearchBudget& budget, Assignment& best, double& step,
+                      std::string* log) {
+  int widened = 0;
   for (size_t i = 0; i < work.sections.size(); ++i) {
     const SectionWork& s = work.sections[i];
     const DeviceType& dev = model.devices()[static_cast<size_t>(s.device)];
     const SectionCost now = best.sections[i].cost;
     if (dev.shared_node || now.gpus >= now.nodes * dev.gpus_per_node) continue;
-    std::vector<plan::ParallelConfig> wider;
-    for (const plan::ParallelConfig& c : CandidateConfigs(model, s, options)) {
-      if (c.tp == now.config.tp && c.pp == now.config.pp && c.cp == now.config.cp &&
-          c.recompute == now.config.recompute && c.micro_batch == now.config.micro_batch && c.dp > now.config.dp) {
-        wider.push_back(c);
-      }
+    std::vector<NeighbourConfig> wider;
+    for (NeighbourConfig& n : NeighbourConfigs(model, work, best, i, options)) {
+      if (n.move == RefinementMove::kDp && n.config.dp > now.config.dp) wider.push_back(std::move(n));
     }
-    std::sort(wider.begin(), wider.end(),
-              [](const plan::ParallelConfig& x, const plan::ParallelConfig& y) { return x.dp > y.dp; });
-    for (const plan::ParallelConfig& c : wider) {
-      const SectionCost cost = model.Evaluate(s, c);
-      if (!cost.fits || cost.nodes != now.nodes) continue;
-      if (!EdgesHoldWith(work, best, i, c.dp)) continue;
-      Assignment trial = WithSection(model, work, best, i, c, cost, options);
+    std::stable_sort(wider.begin(), wider.end(),
+                     [](const NeighbourConfig& x, const NeighbourConfig& y) { return x.config.dp > y.config.dp; });
+    for (const NeighbourConfig& n : wider) {
+      if (!budget.Take()) return widened;
+      Assignment trial = WithSection(model, work, best, i, n.config, n.cost, options);
       const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
-      if (!sim.ok || sim.step_seconds > step * 1.001) continue;
+      if (!sim.ok || sim.step_seconds > step * 1.001 || !LinksKeepUp(trial, sim.step_seconds)) continue;
       if (log) {
         *log += fmt::format(
             "  section '{}': {} -> {} (the rest of its node(s) was idle): simulated step {:.4g} s -> "
             "{:.4g} s\n",
-            s.name, Describe(now.config), Describe(c), step, sim.step_seconds);
+            s.name, Describe(now.config), Describe(n.config), step, sim.step_seconds);
       }
       best = std::move(trial);
       step = sim.step_seconds;
+      ++widened;
       break;
     }
   }
+  return widened;
 }
 
 }  // namespace
 
+const char* RefinementMoveName(RefinementMove move) {
+  switch (move) {
+    case RefinementMove::kMicroBatch: return "micro-batch";
+    case RefinementMove::kDp: return "DP";
+    case RefinementMove::kTp: return "TP";
+    case RefinementMove::kPp: return "PP";
+    case RefinementMove::kCp: return "CP";
+    case RefinementMove::kRecompute: return "recomputation";
+  }
+  return "?";
+}
+
+std::vector<RefinementNeighbour> NeighbourAssignments(const CostModel& model, const Workload& work, const Assignment& a,
+                                                      size_t section, const PlannerOptions& options) {
+  std::vector<RefinementNeighbour> out;
+  for (const NeighbourConfig& n : NeighbourConfigs(model, work, a, section, options)) {
+    out.push_back({n.move, WithSection(model, work, a, section, n.config, n.cost, options)});
+  }
+  return out;
+}
+
+SimulationSettings RefinementSearchSettings(const SimulationSettings& settings, int64_t global_batch) {
+  SimulationSettings search = settings;
+  const int64_t wanted =
+      (kRefinementSearchSamples + std::max<int64_t>(global_batch, 1) - 1) / std::max<int64_t>(global_batch, 1);
+  search.batches = static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max(1, settings.batches)));
+  return search;
+}
+
 Assignment RefineBySimulation(const CostModel& model, const Workload& work, const Assignment& a,
                               const PlannerOptions& options, const SimulationSettings& settings, std::string* log,
-                              int rounds) {
+                              RefinementStats* stats) {
   Assignment best = a;
-  SimulationSettings search = settings;
-  search.batches = 1;  // the search compares on one sampled batch; the caller judges on all
+  const SimulationSettings search = RefinementSearchSettings(settings, model.global_batch());
+  RefinementStats local;
+  RefinementStats& st = stats ? *stats : local;
+  st = RefinementStats();
   const SimulatedStep current = SimulateSectioned(model, work, best, search);
   if (!current.ok) return best;
+  st.ran = true;
   double step = current.step_seconds;
-  ImproveByNeighbours(model, work, options, search, rounds, best, step, log);
-  WidenIntoIdleGpus(model, work, options, search, best, step, log);
+  SearchBudget budget(model, work, search);
+  st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
+  const int widened = st.converged ? WidenIntoIdleGpus(model, work, options, search, budget, best, step, log) : 0;
+  if (widened > 0) {
+    st.moves += widened;
+    st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
+  }
+  st.simulations = budget.simulations();
   return best;
 }
 
