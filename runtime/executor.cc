@@ -296,6 +296,7 @@ Status RankLoop::ShardedOptimizerStep(int64_t step) {
     trace_.Add("O", start_us, 0);
     MAESTRO_RETURN_IF_ERROR(shard.GatherParameters(&blocked_seconds_));
   }
+  runner_->WeightsChanged();  // bf16 casts of the old weights are stale
   return Status::Ok();
 }
 

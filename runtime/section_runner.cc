@@ -789,6 +789,10 @@ double SectionRunner::OptimizerStep(int64_t step) {
   return norm;
 }
 
+void SectionRunner::WeightsChanged() {
+  compat::ClearAutocastCache();
+}
+
 bool SectionRunner::Sharded() const {
   return impl_->options.tensor_parallel != nullptr && impl_->options.tensor_parallel->size() > 1;
 }

@@ -164,6 +164,11 @@ class SectionRunner {
   // before clipping.
   double OptimizerStep(int64_t step);
 
+  // The weights changed outside OptimizerStep (a ZeRO-1 step gathered new
+  // parameters): drops the bf16 casts that mixed precision caches from a
+  // step's first forward to its optimizer step.
+  void WeightsChanged();
+
   // Checkpoint state: model and optimizer as torch archives (bytes). With TP,
   // SaveModel() is collective over the TP group and returns the full model.
   StatusOr<std::string> SaveModel();
