@@ -144,6 +144,13 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
   out.monolithic = MonolithicOf(model, r);
   out.grouping = r.grouping;
   out.split_bound = SplitBoundOf(model, w, a, r.grouping.chosen_step_seconds);
+  if (r.grouping.fused && out.split_bound.step_seconds > r.grouping.chosen_step_seconds) {
+    // The bound prices the work at the sectioned plan's per-GPU times; a
+    // fused plan that beats it has better ones (every GPU on every
+    // component, larger micro-batches): the bound is then the fused plan.
+    out.split_bound.step_seconds = r.grouping.chosen_step_seconds;
+    out.split_bound.fraction = 1.0;
+  }
   if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
   return out;
 }
