@@ -38,10 +38,7 @@ std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::Section
     if (section.mode == plan::SectionMode::kTrain) out.push_back(&section);
     return out;
   }
-  plan::Plan alone;
-  alone.sections = section.components;
-  alone.edges = section.component_edges;
-  for (int k : TopologicalSections(alone)) {
+  for (int k : FusedComponentOrder(section)) {
     const auto& c = section.components[static_cast<size_t>(k)];
     if (c.mode == plan::SectionMode::kTrain) out.push_back(&c);
   }

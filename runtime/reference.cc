@@ -47,6 +47,13 @@ std::vector<int> TopologicalSections(const plan::Plan& plan) {
   return order;
 }
 
+std::vector<int> FusedComponentOrder(const plan::SectionPlan& fused) {
+  plan::Plan alone;
+  alone.sections = fused.components;
+  alone.edges = fused.component_edges;
+  return TopologicalSections(alone);
+}
+
 bool SectionActivates(const plan::SectionPlan& s, bool has_image) {
   if (s.activation == "always" || s.activation.empty()) return true;
   return s.activation == "image" && has_image;

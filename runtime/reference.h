@@ -32,6 +32,11 @@ namespace maestro::runtime {
 // Sections in an order where every edge goes forward (plan.edges are acyclic).
 std::vector<int> TopologicalSections(const plan::Plan& plan);
 
+// A fused section's components in the order its runner runs them (every
+// component edge forward): indices into fused.components. The one order the
+// runner, its checkpoints and its resume share.
+std::vector<int> FusedComponentOrder(const plan::SectionPlan& fused);
+
 struct StepLoss {
   int64_t step = 0;
   double loss = 0.0;  // mean per-sample loss of the step's sink sections

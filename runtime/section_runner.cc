@@ -319,11 +319,8 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
   const auto& fused = runner->impl_->section;
   runner->expanded_ = std::make_shared<const plan::Plan>(plan::ExpandFusedSections(plan));
   const plan::Plan& expanded = *runner->expanded_;
-  for (int s : TopologicalSections(expanded)) {
-    const auto& name = expanded.sections[static_cast<size_t>(s)].name;
-    const bool mine = std::any_of(fused.components.begin(), fused.components.end(),
-                                  [&](const plan::SectionPlan& c) { return c.name == name; });
-    if (!mine) continue;
+  for (int k : FusedComponentOrder(fused)) {
+    const int s = expanded.section_index(fused.components[static_cast<size_t>(k)].name);
     // Decoders are split over the section's TP group; encoders and
     // projectors run whole on every TP rank (the same rows and gradients
     // on each: the TP decoder's input gradient is complete on every rank).
