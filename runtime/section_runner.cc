@@ -22,25 +22,12 @@
 #include "runtime/models/model_desc.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
+#include "runtime/torch_call.h"
 #include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
 
 namespace {
-
-// Runs `fn` and turns a c10::Error (a shape mismatch, a bad archive) into a
-// Status naming `what`.
-template <typename Fn>
-Status TorchCall(const std::string& what, Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return Status::Internal(fmt::format("{}: {}", what, e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return Status::Internal(fmt::format("{}: {}", what, e.what()));
-  }
-  return Status::Ok();
-}
 
 // A fused section's state lives in its components (CheckpointedRunners).
 Status FusedStateError(const std::string& name) {

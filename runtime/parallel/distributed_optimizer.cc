@@ -10,6 +10,7 @@
 #include "base/checks.h"
 #include "runtime/collectives.h"
 #include "runtime/tensor_buffer.h"
+#include "runtime/torch_call.h"
 
 namespace maestro::runtime {
 
@@ -19,19 +20,6 @@ namespace {
 constexpr double kAdamEps = 1e-8;
 // Shard sizes are multiples of this many elements (64 B of fp32).
 constexpr int64_t kShardAlign = 16;
-
-// Runs `fn`, turning a torch exception into a Status naming `what`.
-template <typename Fn>
-Status TorchCall(const std::string& what, Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return Status::Internal(fmt::format("{}: {}", what, e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return Status::Internal(fmt::format("{}: {}", what, e.what()));
-  }
-  return Status::Ok();
-}
 
 launcher::Buffer DoubleBuffer(std::vector<double>& v) {
   return launcher::CpuBuffer(v);

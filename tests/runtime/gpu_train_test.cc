@@ -31,6 +31,7 @@
 #include "plan/plan.h"
 #include "tests/fixtures/image_files.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/local_plan.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -109,39 +110,19 @@ std::string WriteManifest(const std::string& dir, int samples) {
 // The tiny VLM (vit -> llm) on the manifest, vit DP 1, llm DP `llm_dp`, on
 // this machine's ranks.
 plan::Plan VlmPlan(const std::string& manifest, int llm_dp, int64_t steps) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm.toml");
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  compiler::CompileOptions options;
-  options.grouping = compiler::Grouping::kSectioned;
-  auto compiled = compiler::Compile(*spec, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  plan::Plan p = compiled->plan;
-  int rank = 0;
-  for (size_t i = 0; i < p.sections.size(); ++i) {
-    auto& s = p.sections[i];
-    const int dp = s.name == "llm" ? llm_dp : 1;
+  plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_vlm.toml", compiler::Grouping::kSectioned);
+  for (auto& s : p.sections) {
     s.config.pp = s.config.cp = s.config.tp = 1;
-    s.config.dp = dp;
+    s.config.dp = s.name == "llm" ? llm_dp : 1;
     s.config.micro_batch = s.name == "llm" ? 4 : 8;
-    s.placement.het_component = static_cast<int>(i);
-    s.placement.first_rank = rank;
-    s.placement.nodes = 1;
-    s.placement.tasks_per_node = dp;
-    s.placement.gpus_per_task = 0;  // MPI backends: the host staging path
-    rank += dp;
   }
-  for (auto& e : p.edges) e.fanout = e.fanin = 0;
-  p.layout.clear();
-  p.links.clear();
-  p.data.steps = steps;
   p.data.dataset.clear();
   p.data.manifest = manifest;
   p.data.image_token_id = kImageToken;
   p.data.max_images_per_sample = 2;
   p.data.seq_len = 48;
   p.data.global_batch = 16;
-  EXPECT_TRUE(plan::Validate(p).ok());
-  plan::FillLayout(p);
+  runtime_testing::PlaceOnThisMachine(p, steps);  // MPI backends: the host staging path
   return p;
 }
 

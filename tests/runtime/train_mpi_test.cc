@@ -37,6 +37,7 @@
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/image_files.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/local_plan.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -60,34 +61,15 @@ struct SectionChoice {
 // The spec's plan, re-placed on this machine with the given DP degrees and
 // micro-batches (TP = PP = CP = 1), `steps` steps.
 plan::Plan LocalPlan(const std::string& spec_name, const std::map<std::string, SectionChoice>& choice, int64_t steps) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  compiler::CompileOptions options;
-  options.grouping = compiler::Grouping::kSectioned;
-  auto compiled = compiler::Compile(*spec, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  plan::Plan p = compiled->plan;
-  int rank = 0;
-  for (size_t i = 0; i < p.sections.size(); ++i) {
-    auto& s = p.sections[i];
+  plan::Plan p = runtime_testing::CompiledExamplePlan(spec_name, compiler::Grouping::kSectioned);
+  for (auto& s : p.sections) {
     const auto& c = choice.at(s.name);
     s.config.pp = s.config.cp = 1;
     s.config.tp = c.tp;
     s.config.dp = c.dp;
     s.config.micro_batch = c.micro_batch;
-    s.placement.het_component = static_cast<int>(i);
-    s.placement.first_rank = rank;
-    s.placement.nodes = 1;
-    s.placement.tasks_per_node = c.dp * c.tp;
-    s.placement.gpus_per_task = 0;
-    rank += c.dp * c.tp;
   }
-  for (auto& e : p.edges) e.fanout = e.fanin = 0;
-  p.layout.clear();
-  p.links.clear();
-  p.data.steps = steps;
-  EXPECT_TRUE(plan::Validate(p).ok());
-  plan::FillLayout(p);
+  runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 
@@ -108,23 +90,15 @@ plan::Plan KdPlan(int student_dp, int64_t steps, int student_tp = 1) {
 // fused), re-placed on this machine as TP `tp` x DP `dp` ranks, micro-batch
 // 4; the KD teacher from the seed and the student's loss KD, as in KdPlan.
 plan::Plan FusedPlan(const std::string& spec_name, int tp, int dp, int64_t steps) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  compiler::CompileOptions options;
-  options.grouping = compiler::Grouping::kFused;
-  auto compiled = compiler::Compile(*spec, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  plan::Plan p = compiled->plan;
+  plan::Plan p = runtime_testing::CompiledExamplePlan(spec_name, compiler::Grouping::kFused);
   EXPECT_EQ(p.sections.size(), 1u);
+  if (p.sections.empty()) return p;
   auto& f = p.sections[0];
   EXPECT_TRUE(f.fused());
   f.config.pp = f.config.cp = 1;
   f.config.tp = tp;
   f.config.dp = dp;
   f.config.micro_batch = 4;
-  f.placement.nodes = 1;
-  f.placement.tasks_per_node = tp * dp;
-  f.placement.gpus_per_task = 0;
   for (auto& c : f.components) {
     c.init_from.clear();
     if (c.name == "student" && c.loss.kind != "kd") {
@@ -133,11 +107,7 @@ plan::Plan FusedPlan(const std::string& spec_name, int tp, int dp, int64_t steps
       c.loss.temperature = 2.0;
     }
   }
-  p.layout.clear();
-  p.links.clear();
-  p.data.steps = steps;
-  EXPECT_TRUE(plan::Validate(p).ok());
-  plan::FillLayout(p);
+  runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 

@@ -28,6 +28,7 @@
 #include "runtime/models/layers.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/local_plan.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -215,16 +216,9 @@ const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 // from the seed), the student at `dp` x `tp` with micro-batches of 4,
 // `zero_stage`, weight decay 0.1 (so the decoupled decay is exercised).
 plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_kd.toml");
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  compiler::CompileOptions options;
-  options.grouping = compiler::Grouping::kSectioned;  // the student on ranks of its own
-  auto compiled = compiler::Compile(*spec, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  plan::Plan p = compiled->plan;
-  int rank = 0;
-  for (size_t i = 0; i < p.sections.size(); ++i) {
-    auto& s = p.sections[i];
+  // The student on ranks of its own.
+  plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
+  for (auto& s : p.sections) {
     const bool student = s.name == "student";
     s.init_from.clear();
     s.config.pp = s.config.cp = 1;
@@ -240,19 +234,8 @@ plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
         s.loss.temperature = 2.0;
       }
     }
-    s.placement.het_component = static_cast<int>(i);
-    s.placement.first_rank = rank;
-    s.placement.nodes = 1;
-    s.placement.tasks_per_node = s.config.dp * s.config.tp;
-    s.placement.gpus_per_task = 0;
-    rank += s.config.dp * s.config.tp;
   }
-  for (auto& e : p.edges) e.fanout = e.fanin = 0;
-  p.layout.clear();
-  p.links.clear();
-  p.data.steps = steps;
-  EXPECT_TRUE(plan::Validate(p).ok());
-  plan::FillLayout(p);
+  runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 

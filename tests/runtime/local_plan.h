@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime tests' plans: an example spec compiled with a given grouping,
+// and a plan re-placed on this machine after a test chose its sections'
+// configurations. No torch.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/compile.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+
+namespace maestro::runtime_testing {
+
+// specs/<spec_name> compiled (cluster mode) with `grouping`.
+inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Grouping grouping) {
+  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (!spec.ok()) return {};
+  compiler::CompileOptions options;
+  options.grouping = grouping;
+  auto compiled = compiler::Compile(*spec, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
+  return compiled.ok() ? compiled->plan : plan::Plan();
+}
+
+// Places every section of `p` (its configs as the test set them) on one
+// node of CPU ranks, ranks numbered in section order, fan-outs derived
+// again, `steps` steps; validated and laid out.
+inline void PlaceOnThisMachine(plan::Plan& p, int64_t steps) {
+  int rank = 0;
+  for (size_t i = 0; i < p.sections.size(); ++i) {
+    auto& s = p.sections[i];
+    s.placement.het_component = static_cast<int>(i);
+    s.placement.first_rank = rank;
+    s.placement.nodes = 1;
+    s.placement.tasks_per_node = s.config.ranks();
+    s.placement.gpus_per_task = 0;  // CPU ranks (and MPI links: a CUDA run stages through the host)
+    rank += s.config.ranks();
+  }
+  for (auto& e : p.edges) e.fanout = e.fanin = 0;
+  p.layout.clear();
+  p.links.clear();
+  p.data.steps = steps;
+  EXPECT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
+  plan::FillLayout(p);
+}
+
+}  // namespace maestro::runtime_testing
