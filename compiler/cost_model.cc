@@ -80,6 +80,12 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   shape.cp = c.cp;
   shape.pp = c.pp;
   shape.activation_bytes = dev.precision == ParamPrecision::kFp32 ? 4 : 2;
+  // AdamW and the .grad accumulation touch the masters: fp32 unless the
+  // parameters themselves are bf16 (runtime/section_runner.h, "Device and
+  // precision").
+  shape.param_bytes = dev.precision == ParamPrecision::kPureBf16 ? 2 : 4;
+  // ZeRO-1 steps a flat shard of 1/DP (runtime/parallel/distributed_optimizer.h).
+  if (c.zero_stage >= 1 && c.dp > 1) shape.optimizer_shards = c.dp;
   // The kernels this build's runtime runs: the model changes with it.
   shape.fused.gqa_in_sdpa = kRuntimeSupport.gqa_in_sdpa;
   shape.fused.rms_norm = kRuntimeSupport.fused_rms_norm;

@@ -96,6 +96,7 @@ class StepSum {
   // 0 (decoder_speed.cc) skips p.mul_. And autograd's accumulation of a
   // further micro-batch's gradient into .grad (r2 w1).
   void Parameters(const std::string& name, double numel, double tensors, double elem) {
+    if (param_bytes_ > 0) elem = param_bytes_;
     total_numel_ += numel * tensors;
     total_tensors_ += tensors;
     elem_ = elem;
@@ -110,7 +111,20 @@ class StepSum {
   double Seconds(Part part, Phase phase) const {
     return seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)];
   }
-  double optimizer() const { return fused_adamw_ ? FusedAdamW() : optimizer_; }
+  double optimizer() const {
+    if (optimizer_shards_ > 1) return FlatShardAdamW();
+    return fused_adamw_ ? FusedAdamW() : optimizer_;
+  }
+  void UseFlatShardAdamW(int shards) { optimizer_shards_ = shards; }
+  void UseParamBytes(int bytes) { param_bytes_ = bytes; }
+  // ZeRO-1's AdamW (runtime/parallel/distributed_optimizer.cc): the 8 kernels
+  // of Parameters() once each over the flat shard of total / shards elements.
+  double FlatShardAdamW() const {
+    const double numel = total_numel_ / optimizer_shards_;
+    double s = 0;
+    for (double e : {2.0, 3.0, 2.0, 4.0, 2.0, 2.0, 2.0, 4.0}) s += Kernel(e * elem_ * numel / device_.memory_bytes_per_s);
+    return s;
+  }
   void UseFusedAdamW() { fused_adamw_ = true; }
   // at::_fused_adamw_ (ATen native/cuda/fused_adamw_impl.cu over
   // MultiTensorApply.cuh): one pass reading param, grad, m, v and writing
@@ -126,7 +140,10 @@ class StepSum {
 
   StepBreakdown Breakdown(bool with_optimizer) const {
     StepBreakdown out = out_;
-    if (with_optimizer && fused_adamw_) {
+    if (with_optimizer && optimizer_shards_ > 1) {
+      out.optimizer_seconds = FlatShardAdamW();
+      out.terms.push_back({"optimizer AdamW on the ZeRO-1 shard", out.optimizer_seconds, 8});
+    } else if (with_optimizer && fused_adamw_) {
       out.optimizer_seconds = FusedAdamW();
       out.terms.push_back({"optimizer at::_fused_adamw_", out.optimizer_seconds, std::ceil(total_tensors_ / 36.0)});
     } else if (with_optimizer) {
@@ -144,6 +161,8 @@ class StepSum {
   bool train_;
   std::array<std::array<double, 2>, 3> seconds_{};
   double optimizer_ = 0, accumulate_ = 0;
+  int optimizer_shards_ = 1;
+  double param_bytes_ = 0;
   double total_numel_ = 0, total_tensors_ = 0, elem_ = 2;
   bool fused_adamw_ = false;
   std::vector<StepTerm> optimizer_terms_;
@@ -447,6 +466,8 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
   const double m = all_tokens / shape.cp;  // rows of every GEMM on this rank
   StepSum sum(device, shape.train);
   if (shape.fused.adamw) sum.UseFusedAdamW();
+  if (shape.optimizer_shards > 1) sum.UseFlatShardAdamW(shape.optimizer_shards);
+  if (shape.param_bytes > 0) sum.UseParamBytes(shape.param_bytes);
   switch (desc.kind) {
     case plan::ModelKind::kDecoder: AddDecoder(sum, desc, shape, m, all_tokens); break;
     case plan::ModelKind::kVit: AddVit(sum, desc, shape, m, all_tokens); break;

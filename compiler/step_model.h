@@ -76,7 +76,17 @@ struct PassShape {
   bool lm_loss = false;           // decoder: LM head + fp32 cross-entropy (a sink that trains)
   int64_t kd_teacher_hidden = 0;  // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
   int tp = 1, cp = 1, pp = 1;
-  int activation_bytes = 2;  // bf16 2, fp32 4 (parameters and activations share the dtype)
+  int activation_bytes = 2;  // bf16 2, fp32 4
+  // Bytes of a parameter element that AdamW and the .grad accumulation
+  // touch; 0 = activation_bytes (pure bf16, what decoder_speed.cc times).
+  // The runtime keeps fp32 masters under mixed bf16 (runtime/section_runner.h):
+  // 4.
+  int param_bytes = 0;
+  // ZeRO-1 (runtime/parallel/distributed_optimizer.h): AdamW steps one flat
+  // fp32 shard of 1/optimizer_shards of the parameters, op by op (8 kernels
+  // over the shard, not per tensor, and not at::_fused_adamw_); 1 = every
+  // rank steps all its parameters.
+  int optimizer_shards = 1;
   FusedOps fused;
 };
 

@@ -326,7 +326,8 @@ StatusOr<EdgeWork> EdgeWorkOf(const Spec& spec, const EdgeSpec& e, const Workloa
     // the teacher's head): the hidden size crosses, not the vocabulary.
     ew.bytes_per_sample = static_cast<double>(up.tokens) * static_cast<double>(up.model.hidden) * 4.0;
   } else {
-    ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 2.0;
+    // The wire carries fp32 rows whatever the precision (runtime/edge_exchange.h).
+    ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 4.0;
   }
   ew.active_fraction = std::min(up.active_fraction, down.active_fraction);
   ew.carries_gradient = up.trains();

@@ -197,8 +197,24 @@ TEST(DeviceTypes, TheCostModelPricesSectionsWithTheStepModelFromParts) {
   shape.fused.gqa_in_sdpa = kRuntimeSupport.gqa_in_sdpa;  // the kernels the runtime uses (runtime_support.h)
   shape.fused.rms_norm = kRuntimeSupport.fused_rms_norm;
   shape.fused.adamw = kRuntimeSupport.fused_adamw;
+  shape.param_bytes = 4;        // AdamW and .grad accumulation on the fp32 masters
+  shape.optimizer_shards = 4;   // ZeRO-1 over DP 4 (zero_stage 1 by default)
   auto pass = PredictSectionPass(student.model, shape, *devices[0].kernels);
   ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+  {
+    // Without ZeRO-1 every replica steps all its parameters: 8 kernels per
+    // tensor (or the fused launches) over 4x the elements.
+    plan::ParallelConfig whole = c;
+    whole.zero_stage = 0;
+    const SectionCost replicated = model.Evaluate(student, whole);
+    PassShape unsharded = shape;
+    unsharded.optimizer_shards = 1;
+    auto full = PredictSectionPass(student.model, unsharded, *devices[0].kernels);
+    ASSERT_TRUE(full.ok());
+    EXPECT_NEAR(replicated.optimizer_seconds, full->optimizer_seconds + 7 * full->accumulate_seconds, 1e-12);
+    EXPECT_LT(pass->optimizer_seconds, full->optimizer_seconds);
+    EXPECT_GT(pass->optimizer_seconds, full->optimizer_seconds / 8);  // the shard is 1/4, unfused
+  }
   EXPECT_NEAR(sc.stage_seconds, pass->forward_seconds + pass->backward_seconds, 1e-12);
   EXPECT_NEAR(sc.forward_share, pass->forward_seconds / (pass->forward_seconds + pass->backward_seconds), 1e-12);
   // 16 samples per replica in 8 micro-batches: AdamW once, 7 accumulations.
