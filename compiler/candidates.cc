@@ -10,13 +10,16 @@ namespace maestro::compiler {
 
 namespace {
 
-// The GPU counts a component of `dev` may have, ascending: the divisors of a
-// node's GPUs, then whole nodes (any count of slots on a shared node).
+// The GPU counts a section of `dev` may have, ascending: the divisors of a
+// node's GPUs, then whole nodes (any count of slots on a shared node, any
+// count of GPUs where sections share nodes).
 std::vector<int> ComponentSizes(const DeviceType& dev) {
   const int gpn = dev.gpus_per_node;
   std::vector<int> gpu_counts;
   if (dev.shared_node) {
     for (int g = 1; g <= std::min(gpn, dev.nodes); ++g) gpu_counts.push_back(g);
+  } else if (dev.packs_nodes) {
+    for (int g = 1; g <= dev.budget_units(); ++g) gpu_counts.push_back(g);
   } else {
     for (int g = 1; g < gpn; ++g) {
       if (gpn % g == 0) gpu_counts.push_back(g);

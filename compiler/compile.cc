@@ -221,10 +221,10 @@ plan::SectionPlan FusedSectionOf(const Spec& spec, const CostModel& model, const
   return sp;
 }
 
-// Section `i` of the plan: its configuration and placement (het component
-// `i`, ranks from `first_rank`) and the predictions the runtime reads.
+// Section `i` of the plan: its configuration and placement (in het component
+// `group`, ranks from `first_rank`) and the predictions the runtime reads.
 plan::SectionPlan SectionPlanOf(const Spec& spec, const CostModel& model, const CompileResult& r, size_t i,
-                                int first_rank) {
+                                const NodeGroupChoice& group, int component, int first_rank) {
   const SectionSpec& ss = spec.sections[i];
   const SectionWork& sw = r.workload.sections[i];
   const SectionCost& c = r.assignment.sections[i].cost;
@@ -236,10 +236,10 @@ plan::SectionPlan SectionPlanOf(const Spec& spec, const CostModel& model, const 
   sp.model = sw.model;
   sp.optimizer = ss.optimizer;
   sp.config = c.config;
-  sp.placement.het_component = static_cast<int>(i);
+  sp.placement.het_component = component;
   sp.placement.first_rank = first_rank;
-  sp.placement.nodes = d.shared_node ? 1 : c.nodes;
-  sp.placement.tasks_per_node = c.gpus / sp.placement.nodes;
+  sp.placement.nodes = group.nodes;
+  sp.placement.tasks_per_node = group.tasks_per_node;
   sp.placement.gpus_per_task = d.cpu ? 0 : 1;
   sp.placement.gpu_type = d.name;
   sp.placement.partition = d.partition;
@@ -257,19 +257,24 @@ plan::SectionPlan SectionPlanOf(const Spec& spec, const CostModel& model, const 
   return sp;
 }
 
-// plan.json's contents: one SectionPlan per section (ranks numbered in
-// section order), one EdgePlan per edge, the data and job settings; validated
-// (an invalid plan is a bug) and laid out.
+// plan.json's contents: one SectionPlan per section (ranks numbered het
+// component by component, PackNodeGroups's order), one EdgePlan per edge, the
+// data and job settings; validated (an invalid plan is a bug) and laid out.
 StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const CompileResult& r) {
   plan::Plan p;
   p.job_name = spec.job.name;
   p.spec_path = spec.path;
   p.work_dir = spec.job.work_dir;
   p.predicted_step_seconds = r.grouping.chosen_step_seconds;
+  p.sections.resize(spec.sections.size());
+  const std::vector<NodeGroupChoice> groups = PackNodeGroups(model, r.workload, r.assignment.sections);
   int next_rank = 0;
-  for (size_t i = 0; i < spec.sections.size(); ++i) {
-    p.sections.push_back(SectionPlanOf(spec, model, r, i, next_rank));
-    next_rank += r.assignment.sections[i].cost.gpus;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (int i : groups[k].sections) {
+      p.sections[static_cast<size_t>(i)] =
+          SectionPlanOf(spec, model, r, static_cast<size_t>(i), groups[k], static_cast<int>(k), next_rank);
+      next_rank += r.assignment.sections[static_cast<size_t>(i)].cost.gpus;
+    }
   }
   std::vector<plan::EdgePlan> edges;
   for (const auto& ew : r.workload.edges) {

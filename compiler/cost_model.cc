@@ -102,6 +102,8 @@ int CostModel::NodesFor(int device, int gpus) const {
   const int gpn = devices_[static_cast<size_t>(device)].gpus_per_node;
   if (gpus <= 0 || gpn <= 0) return 0;
   if (devices_[static_cast<size_t>(device)].shared_node) return gpus <= gpn ? gpus : 0;
+  if (devices_[static_cast<size_t>(device)].packs_nodes)
+    return gpus <= devices_[static_cast<size_t>(device)].budget_units() ? gpus : 0;
   if (gpus <= gpn) return gpn % gpus == 0 ? 1 : 0;
   return gpus % gpn == 0 ? gpus / gpn : 0;
 }

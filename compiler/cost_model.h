@@ -90,6 +90,14 @@ struct DeviceType {
   // (no whole-node rule). Then `nodes` is the budget in slots, and NodesFor
   // returns the slots a section holds.
   bool shared_node = false;
+  // Sections of this type share nodes ([cluster] share_nodes, plan schema 3):
+  // a section holds any count of GPUs, the planner counts GPUs (the budget
+  // is nodes * gpus_per_node) and the plan holds the whole nodes its
+  // node groups fill (compiler/assignment.h PackNodeGroups).
+  bool packs_nodes = false;
+  // What the planner counts and the budget of it: whole nodes, or GPUs (slots)
+  // where sections share nodes (packs_nodes, shared_node).
+  int budget_units() const { return packs_nodes ? nodes * gpus_per_node : nodes; }
   // Local mode: the cores of this machine that those slots (processes)
   // share; 0 = as many as slots. The step simulation shares them among the
   // processes computing at each moment (scheduler::Problem::shared_cores).
@@ -141,7 +149,7 @@ struct MemoryBreakdown {
 struct SectionCost {
   plan::ParallelConfig config;
   int gpus = 0;
-  int nodes = 0;  // whole nodes the het component holds
+  int nodes = 0;  // planning units it holds: whole nodes, or GPUs when its type packs_nodes (DeviceType::budget_units)
   MemoryBreakdown memory;
   bool fits = false;
   double flops_forward_per_sample = 0;
@@ -168,6 +176,7 @@ class CostModel {
   // share nodes), or 0 when `gpus` is neither a divisor of gpus_per_node nor
   // a multiple of it. On a shared_node device: `gpus` (slots), or 0 when more
   // than the node has.
+  // On a packs_nodes device: `gpus`, or 0 when more than the type's GPUs.
   int NodesFor(int device, int gpus) const;
 
   // REQUIRES: config degrees >= 1.

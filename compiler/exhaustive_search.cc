@@ -47,7 +47,7 @@ PlanOutcome ExhaustiveSearch(const CostModel& model, const Workload& w, const Pl
     const size_t dev = static_cast<size_t>(w.sections[k].device);
     for (size_t i = 0; i < fitting[k].size(); ++i) {
       const SectionCost& c = fitting[k][i];
-      if (used[dev] + c.nodes > model.devices()[dev].nodes) continue;
+      if (used[dev] + c.nodes > model.devices()[dev].budget_units()) continue;
       double t = std::max(worst, c.step_seconds);
       bool ok = true;
       for (const auto& e : w.edges) {

@@ -75,8 +75,11 @@ std::string ExplainSection(const CostModel& model, const PlannerOptions& o, cons
   const SectionCost& c = a.sections[i].cost;
   const DeviceType& d = model.devices()[static_cast<size_t>(s.device)];
   t += fmt::format("section '{}': {} on {} {} ({} node(s)); {} configurations evaluated, {} fit in memory\n", s.name,
-                   ConfigText(c.config), c.gpus, d.name, d.shared_node ? 1 : c.nodes, outcome.evaluated[i],
-                   outcome.fitting[i]);
+                   ConfigText(c.config), c.gpus, d.name,
+                   d.shared_node   ? 1
+                   : d.packs_nodes ? (c.gpus + d.gpus_per_node - 1) / d.gpus_per_node
+                                   : c.nodes,
+                   outcome.evaluated[i], outcome.fitting[i]);
   t += fmt::format("  work: {:.0f}% of the samples x {} tokens; {:.3g} GFLOP forward{} per sample\n",
                    100 * s.active_fraction, s.tokens, c.flops_forward_per_sample / 1e9,
                    s.trains() ? fmt::format(" + {:.3g} backward", c.flops_backward_per_sample / 1e9) : "");

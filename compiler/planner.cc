@@ -139,13 +139,20 @@ PlanFailure CheckNodeBudget(const CostModel& model, const Workload& w, const std
     parts[d] += fmt::format("{}{} {}", parts[d].empty() ? "" : ", ", w.sections[s].name, least);
   }
   for (size_t d = 0; d < need.size(); ++d) {
-    if (need[d] <= model.devices()[d].nodes) continue;
+    if (need[d] <= model.devices()[d].budget_units()) continue;
     failure.kind = PlanFailure::Kind::kBudgetTooSmall;
     if (model.devices()[d].shared_node) {
       failure.message = fmt::format(
           "--local {} is too few ranks: with their pins the sections need at least {} ({}); give more ranks or "
           "lower the pins",
           model.devices()[d].nodes, need[d], parts[d]);
+      return failure;
+    }
+    if (model.devices()[d].packs_nodes) {
+      failure.message = fmt::format(
+          "the budget of {} node(s) x {} GPUs of type '{}' is too small: the sections need at least {} GPUs ({}); "
+          "raise nodes or use fewer sections",
+          model.devices()[d].nodes, model.devices()[d].gpus_per_node, model.devices()[d].name, need[d], parts[d]);
       return failure;
     }
     failure.message = fmt::format(

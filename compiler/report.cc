@@ -32,7 +32,8 @@ ReportSection SectionRowOf(const SectionWork& s, const SectionChoice& choice, co
   row.active_fraction = s.active_fraction;
   row.tokens_per_sample = s.tokens;
   row.gpus = c.gpus;
-  row.nodes = d.shared_node ? 1 : c.nodes;
+  // Where sections share nodes, c.nodes counts GPUs: the nodes its GPUs fill.
+  row.nodes = d.shared_node ? 1 : d.packs_nodes ? (c.gpus + d.gpus_per_node - 1) / d.gpus_per_node : c.nodes;
   row.gpu_type = d.name;
   row.config = c.config;
   row.step_seconds = c.step_seconds;
@@ -61,9 +62,37 @@ ReportEdge EdgeRowOf(const Workload& w, const Assignment& a, size_t e) {
   return row;
 }
 
+// Per GPU type, the GPUs of the nodes the sectioned plan holds (local mode:
+// the slots its sections run on). Ratios per GPU count these.
+std::vector<int> GpusHeldPerDevice(const CostModel& model, const Workload& w, const Assignment& a) {
+  const auto& devs = model.devices();
+  std::vector<int> held(devs.size(), 0);
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const size_t d = static_cast<size_t>(w.sections[i].device);
+    if (devs[d].shared_node) held[d] += a.sections[i].cost.gpus;
+  }
+  for (size_t d = 0; d < devs.size(); ++d) {
+    if (!devs[d].shared_node && d < a.nodes_per_device.size()) held[d] = a.nodes_per_device[d] * devs[d].gpus_per_node;
+  }
+  return held;
+}
+
+// The GPUs of the nodes the monolithic baseline holds: whole nodes of each
+// type it runs on (local mode: its slots).
+int MonolithicGpusHeld(const CostModel& model, const MonolithicPlan& m) {
+  if (m.devices.size() != 1) {
+    int held = 0;
+    for (const auto& d : m.devices) held += d.gpus;
+    return std::max(held, m.gpus);
+  }
+  const DeviceType& d = model.devices()[static_cast<size_t>(m.devices.front().device)];
+  if (d.shared_node || d.gpus_per_node <= 0) return m.gpus;
+  return (m.gpus + d.gpus_per_node - 1) / d.gpus_per_node * d.gpus_per_node;
+}
+
 // The baseline and the speed-up: simulated step times when both plans were
 // simulated, else the analytic steady states; per GPU and per peak FLOP/s of
-// the GPUs each plan holds.
+// the GPUs of the nodes each plan holds.
 ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
   const auto& devs = model.devices();
   const Workload& w = r.workload;
@@ -78,15 +107,20 @@ ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
   const SimulatedStep& sim = r.simulated;
   const SimulatedStep& msim = r.monolithic_simulated;
   out.speedup_simulated = sim.ok && msim.ok && sim.step_seconds > 0;
-  double held_peak = 0;  // peak FLOP/s of the GPUs the sectioned plan runs on
-  for (size_t i = 0; i < w.sections.size(); ++i) {
-    held_peak += a.sections[i].cost.gpus * devs[static_cast<size_t>(w.sections[i].device)].peak_flops;
+  double held_peak = 0;  // peak FLOP/s of the GPUs of the nodes the sectioned plan holds
+  int held_gpus = 0;
+  const std::vector<int> held = GpusHeldPerDevice(model, w, a);
+  for (size_t d = 0; d < held.size(); ++d) {
+    held_peak += held[d] * devs[d].peak_flops;
+    held_gpus += held[d];
   }
+  const int mono_held = MonolithicGpusHeld(model, m);
   out.speedup_analytic = a.throughput / m.throughput;
   out.speedup = out.speedup_simulated ? msim.step_seconds / sim.step_seconds : out.speedup_analytic;
-  out.speedup_per_gpu = out.speedup * m.gpus / std::max(1, a.gpus);
-  const double mono_peak =
-      m.peak_flops > 0 ? m.peak_flops : m.gpus * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
+  out.speedup_per_gpu = out.speedup * mono_held / std::max(1, held_gpus);
+  const double mono_peak = m.peak_flops > 0 && m.gpus > 0
+                               ? m.peak_flops * mono_held / m.gpus
+                               : mono_held * devs[static_cast<size_t>(r.monolithic_device)].peak_flops;
   out.speedup_per_peak_flops = held_peak > 0 ? out.speedup * mono_peak / held_peak : 0;
   if (r.grouping.fused) {
     // The plan runs the baseline's configuration on its GPUs, fused.
@@ -101,7 +135,7 @@ ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
 SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignment& a, double plan_step_seconds) {
   const auto& devs = model.devices();
   std::vector<double> work(devs.size(), 0.0);
-  std::vector<int> held(devs.size(), 0);
+  const std::vector<int> held = GpusHeldPerDevice(model, w, a);
   SplitBound out;
   for (size_t i = 0; i < w.sections.size(); ++i) {
     const SectionCost& c = a.sections[i].cost;
@@ -109,10 +143,8 @@ SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignm
     const double active = static_cast<double>(model.global_batch()) * w.sections[i].active_fraction;
     const double microbatches = active / (c.config.dp * c.config.micro_batch);
     work[d] += c.gpus * (microbatches * c.stage_seconds + c.dp_sync_seconds + c.optimizer_seconds);
-    if (devs[d].shared_node) held[d] += c.gpus;
   }
   for (size_t d = 0; d < devs.size(); ++d) {
-    if (!devs[d].shared_node && d < a.nodes_per_device.size()) held[d] = a.nodes_per_device[d] * devs[d].gpus_per_node;
     out.gpus_held += held[d];
     if (held[d] > 0) out.step_seconds = std::max(out.step_seconds, work[d] / held[d]);
   }

@@ -24,7 +24,11 @@ struct RuntimeSupport {
   bool micro_batching = true;
   bool tensor_parallel_decoder = true;
   bool tensor_parallel_encoder = false;    // ViT / audio encoder / projector
-  bool pipeline_parallel_decoder = false;  // runtime: PP = 1 today
+  // PP for decoder sections: stages of layers, 1F1B per stage, tied
+  // embeddings summed between the first and last stage, per-stage
+  // checkpoints, with TP, DP and ZeRO-1 per stage (runtime/pipeline.h,
+  // docs/pipeline.md).
+  bool pipeline_parallel_decoder = true;
   bool pipeline_parallel_encoder = false;
   bool context_parallel = false;
   bool expert_parallel = false;

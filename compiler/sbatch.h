@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // job.sbatch: the Slurm heterogeneous job of a plan, one het component per
-// section, and the batch script that runs the training step (srun over every
+// node group (plan::NodeGroupsOf: a section's own, or several sections'
+// sharing nodes), and the batch script that runs the training step (srun over every
 // component), forwards USR1/TERM to it, works around the Slurm 22.05 pmix
 // hang, and requeues the job when the step asks for it (exit kExitRequeue).
 //

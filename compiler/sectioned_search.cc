@@ -117,7 +117,7 @@ Solution FrontPlanner::Solve(double T, bool use_budget) const {
       used[static_cast<size_t>(w_.sections[s].device)] += nodes[s][static_cast<size_t>(sol.option[s])];
     }
     for (size_t d = 0; d < used.size(); ++d) {
-      if (used[d] > model_.devices()[d].nodes) sol.found = false;
+      if (used[d] > model_.devices()[d].budget_units()) sol.found = false;
     }
   }
   return sol;
@@ -274,7 +274,7 @@ Solution FrontPlanner::BranchAndBound(double T, const std::vector<std::vector<in
       const int cost = nodes[static_cast<size_t>(s)][static_cast<size_t>(i)];
       // Sorted by cost: once this option cannot beat the best, none after it can.
       if (lower - min_nodes[static_cast<size_t>(s)] + cost >= best_nodes) break;
-      if (use_budget && used[dev] + cost + remaining[k + 1][dev] > model_.devices()[dev].nodes) break;
+      if (use_budget && used[dev] + cost + remaining[k + 1][dev] > model_.devices()[dev].budget_units()) break;
       bool ok = true;
       for (size_t pi : adj_[static_cast<size_t>(s)]) {
         const SectionPair& p = pairs_[pi];

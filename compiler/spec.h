@@ -94,6 +94,10 @@ struct ClusterSpec {
   int nodes = 1;
   int gpus_per_node = 8;
   std::string default_gpu;  // "" = the first declared type
+  // Sections of one GPU type (and partition, constraint) may share nodes:
+  // one het component per node group (plan schema 3). false: every section
+  // its own het component on whole nodes or part of one node of its own.
+  bool share_nodes = true;
   std::vector<GpuTypeSpec> gpu_types;
   // Set by EffectiveSpec for --local (never by the reader): one node whose
   // gpus_per_node slots every section shares.

@@ -198,6 +198,7 @@ void ReadCluster(Diagnostics& d, const toml::table& t, const std::string& base_d
   r.Int("nodes", &c.nodes, 1, 100000);
   r.Int("gpus_per_node", &c.gpus_per_node, 1, 1024);
   r.String("default_gpu", &c.default_gpu);
+  r.Bool("share_nodes", &c.share_nodes);
   if (const toml::table* gpus = r.Table("gpu")) {
     for (const auto& [k, v] : *gpus) {
       GpuTypeSpec g;

@@ -73,7 +73,9 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
     d.nodes = g.nodes;
     d.partition = g.partition.empty() ? spec.job.partition : g.partition;
     d.constraint = g.constraint;
+    d.packs_nodes = spec.cluster.share_nodes;
     if (spec.cluster.local) {
+      d.packs_nodes = false;
       d.shared_node = true;
       d.nodes = g.gpus_per_node;  // the budget counts slots
       d.shared_cores = spec.cluster.local_cores;

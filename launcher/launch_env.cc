@@ -45,6 +45,21 @@ std::string SectionSizes(const plan::Plan& plan) {
   return s;
 }
 
+// "component 0: 'vit' 2 + 'llm' 30 ranks on 4 nodes" for each of `groups`.
+std::string ComponentSizes(const plan::Plan& plan, const std::vector<plan::NodeGroup>& groups) {
+  std::string out;
+  for (const auto& g : groups) {
+    std::string sections;
+    for (int i : g.sections) {
+      const auto& sec = plan.sections[static_cast<size_t>(i)];
+      sections += fmt::format("{}'{}' {}", sections.empty() ? "" : " + ", sec.name, sec.config.ranks());
+    }
+    out += fmt::format("{}component {}: {} ranks on {} node(s)", out.empty() ? "" : "; ", g.het_component, sections,
+                       g.nodes);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* LauncherKindName(LauncherKind kind) {
@@ -129,18 +144,19 @@ StatusOr<RankPlace> PlaceRank(const plan::Plan& plan, const LaunchEnv& env, int 
         "PMIx says rank {} but the launcher's environment says {}: the ranks are not laid out as the plan expects; {}",
         world_rank, env.procid, fix));
   }
+  const std::vector<plan::NodeGroup> groups = plan::NodeGroupsOf(plan);
   if (env.het_size > 0) {
-    if (env.het_size != static_cast<int>(plan.sections.size())) {
+    if (env.het_size != static_cast<int>(groups.size())) {
       return Status::FailedPrecondition(
-          fmt::format("the Slurm step spans {} het components (SLURM_HET_SIZE) but the plan has {} sections ({}); {}",
-                      env.het_size, plan.sections.size(), SectionSizes(plan), fix));
+          fmt::format("the Slurm step spans {} het components (SLURM_HET_SIZE) but the plan has {} ({}); {}",
+                      env.het_size, groups.size(), ComponentSizes(plan, groups), fix));
     }
     for (int k = 0; k < env.het_size; ++k) {
-      const auto& sec = plan.sections[static_cast<size_t>(k)];
-      if (env.tasks_per_component[static_cast<size_t>(k)] != sec.config.ranks()) {
+      const plan::NodeGroup& g = groups[static_cast<size_t>(k)];
+      if (env.tasks_per_component[static_cast<size_t>(k)] != g.ranks) {
         return Status::FailedPrecondition(fmt::format(
-            "het component {} has {} tasks (SLURM_NTASKS_HET_GROUP_{}) but section '{}' needs tp*cp*dp*pp = {}; {}", k,
-            env.tasks_per_component[static_cast<size_t>(k)], k, sec.name, sec.config.ranks(), fix));
+            "het component {} has {} tasks (SLURM_NTASKS_HET_GROUP_{}) but the plan gives it {} ranks ({}); {}", k,
+            env.tasks_per_component[static_cast<size_t>(k)], k, g.ranks, ComponentSizes(plan, {g}), fix));
       }
     }
   }
@@ -150,20 +166,21 @@ StatusOr<RankPlace> PlaceRank(const plan::Plan& plan, const LaunchEnv& env, int 
   MAESTRO_ASSIGN_OR_RETURN(place.coords, plan::CoordsOfRank(plan, world_rank));
   const auto& sec = plan.sections[static_cast<size_t>(place.coords.section)];
   place.section_name = sec.name;
-  place.het_component = place.coords.section;
+  place.het_component = sec.placement.het_component;
   if (env.het_size > 0) {
-    // The component from Slurm's numbers must be the plan's section.
+    // The component from Slurm's numbers must be the one the plan puts the
+    // rank's section in.
     int first = 0, component = -1;
     for (int k = 0; k < env.het_size; ++k) {
       const int n = env.tasks_per_component[static_cast<size_t>(k)];
       if (world_rank >= first && world_rank < first + n) component = k;
       first += n;
     }
-    if (component != place.coords.section) {
+    if (component != place.het_component) {
       return Status::FailedPrecondition(
           fmt::format("rank {} is in het component {} by SLURM_NTASKS_HET_GROUP_* but the plan puts it in section '{}' "
                       "(component {}); {}",
-                      world_rank, component, sec.name, place.coords.section, fix));
+                      world_rank, component, sec.name, place.het_component, fix));
     }
   }
   place.local_rank = env.local_rank;

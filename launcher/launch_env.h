@@ -48,7 +48,7 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 
 struct RankPlace {
   int world_rank = -1, world_size = 0;
-  int het_component = -1;  // == section index (one component per section)
+  int het_component = -1;  // the section's (plan.h: one or more sections per component)
   std::string section_name;
   plan::RankCoords coords;  // section, local_rank, tp, cp, dp, pp
   int local_rank = 0;       // among the ranks on this node

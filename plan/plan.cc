@@ -221,13 +221,96 @@ Plan ExpandFusedSections(const Plan& plan) {
   return out;
 }
 
+namespace {
+
+// The sections in rank order (by first_rank).
+std::vector<int> SectionsInRankOrder(const Plan& plan) {
+  std::vector<int> order(plan.sections.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return plan.sections[static_cast<size_t>(a)].placement.first_rank <
+           plan.sections[static_cast<size_t>(b)].placement.first_rank;
+  });
+  return order;
+}
+
+bool SameNodeGroup(const Placement& a, const Placement& b) {
+  return a.nodes == b.nodes && a.tasks_per_node == b.tasks_per_node && a.gpus_per_task == b.gpus_per_task &&
+         a.gpu_type == b.gpu_type && a.partition == b.partition && a.constraint == b.constraint;
+}
+
+// The rank layout's rules (plan.h, "Rank layout").
+Status ValidateRankLayout(const Plan& plan) {
+  for (size_t i = 0; i < plan.sections.size(); ++i) {
+    const auto& s = plan.sections[i];
+    if (plan.schema_version < 3 && s.placement.het_component != static_cast<int>(i)) {
+      return Status::InvalidArgument(fmt::format("section '{}' is at index {} but placed in het component {}", s.name,
+                                                 i, s.placement.het_component));
+    }
+    if (s.placement.nodes < 1 || s.placement.tasks_per_node < 1) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}': placement needs nodes >= 1 and tasks_per_node >= 1", s.name));
+    }
+  }
+  int next_rank = 0, component = -1, component_ranks = 0;
+  const Placement* group = nullptr;
+  std::string group_sections;
+  const auto close_group = [&]() -> Status {
+    if (group == nullptr) return Status::Ok();
+    const int capacity = group->nodes * group->tasks_per_node;
+    if (component_ranks > capacity || component_ranks <= capacity - group->tasks_per_node) {
+      return Status::InvalidArgument(fmt::format(
+          "het component {} ({}): {} ranks do not fill {} nodes x {} tasks per node but the last node whole", component,
+          group_sections, component_ranks, group->nodes, group->tasks_per_node));
+    }
+    if (plan.schema_version < 3 && component_ranks != capacity) {
+      return Status::InvalidArgument(fmt::format("section '{}': {} nodes x {} tasks per node != tp*pp*cp*dp = {}",
+                                                 group_sections, group->nodes, group->tasks_per_node, component_ranks));
+    }
+    return Status::Ok();
+  };
+  for (int i : SectionsInRankOrder(plan)) {
+    const auto& s = plan.sections[static_cast<size_t>(i)];
+    const Placement& p = s.placement;
+    if (p.first_rank != next_rank) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}': first_rank {} but the sections before it in rank order end at rank {}", s.name,
+                      p.first_rank, next_rank));
+    }
+    if (p.het_component != component) {
+      if (p.het_component != component + 1) {
+        return Status::InvalidArgument(
+            fmt::format("section '{}': het component {} after component {}; components are numbered in rank order",
+                        s.name, p.het_component, component));
+      }
+      MAESTRO_RETURN_IF_ERROR(close_group());
+      component = p.het_component;
+      component_ranks = 0;
+      group = &p;
+      group_sections = "'" + s.name + "'";
+    } else {
+      if (!SameNodeGroup(*group, p)) {
+        return Status::InvalidArgument(fmt::format(
+            "section '{}' shares het component {} with {} but not its nodes, tasks per node, GPU type, partition "
+            "or constraint",
+            s.name, component, group_sections));
+      }
+      group_sections += ", '" + s.name + "'";
+    }
+    component_ranks += s.config.ranks();
+    next_rank += s.config.ranks();
+  }
+  return close_group();
+}
+
+}  // namespace
+
 Status Validate(const Plan& plan) {
   if (plan.sections.empty()) return Status::InvalidArgument("plan has no sections");
   if (plan.data.max_images_per_sample < 1) {
     return Status::InvalidArgument(
         fmt::format("data.max_images_per_sample = {} must be >= 1", plan.data.max_images_per_sample));
   }
-  int next_rank = 0;
   for (size_t i = 0; i < plan.sections.size(); ++i) {
     const auto& s = plan.sections[i];
     const auto& c = s.config;
@@ -235,24 +318,12 @@ Status Validate(const Plan& plan) {
       return Status::InvalidArgument(
           fmt::format("section '{}': parallel degrees and micro_batch must be >= 1", s.name));
     }
-    if (s.placement.het_component != static_cast<int>(i)) {
-      return Status::InvalidArgument(fmt::format("section '{}' is at index {} but placed in het component {}", s.name,
-                                                 i, s.placement.het_component));
-    }
-    if (s.placement.first_rank != next_rank) {
-      return Status::InvalidArgument(fmt::format("section '{}': first_rank {} but ranks before it sum to {}", s.name,
-                                                 s.placement.first_rank, next_rank));
-    }
-    if (s.placement.nodes * s.placement.tasks_per_node != c.ranks()) {
-      return Status::InvalidArgument(fmt::format("section '{}': {} nodes x {} tasks per node != tp*pp*cp*dp = {}",
-                                                 s.name, s.placement.nodes, s.placement.tasks_per_node, c.ranks()));
-    }
     if (plan.section_index(s.name) != static_cast<int>(i)) {
       return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));
     }
     MAESTRO_RETURN_IF_ERROR(ValidateComponents(plan, s));
-    next_rank += c.ranks();
   }
+  MAESTRO_RETURN_IF_ERROR(ValidateRankLayout(plan));
   for (const auto& e : plan.edges) {
     const int u = plan.section_index(e.from);
     const int d = plan.section_index(e.to);
@@ -284,12 +355,45 @@ SectionPlan& AppendSingleNodeSection(Plan& plan, const std::string& name, int tp
   s.config.cp = cp;
   s.config.dp = dp;
   s.config.pp = pp;
-  s.placement.het_component = static_cast<int>(plan.sections.size());
+  int components = 0;
+  for (const auto& other : plan.sections) components = std::max(components, other.placement.het_component + 1);
+  s.placement.het_component = components;
   s.placement.first_rank = plan.world_size();
   s.placement.nodes = 1;
   s.placement.tasks_per_node = s.config.ranks();
   plan.sections.push_back(std::move(s));
   return plan.sections.back();
+}
+
+std::vector<NodeGroup> NodeGroupsOf(const Plan& plan) {
+  std::vector<NodeGroup> groups;
+  for (int i : SectionsInRankOrder(plan)) {
+    const auto& s = plan.sections[static_cast<size_t>(i)];
+    if (groups.empty() || groups.back().het_component != s.placement.het_component) {
+      NodeGroup g;
+      g.het_component = s.placement.het_component;
+      g.first_rank = s.placement.first_rank;
+      g.nodes = s.placement.nodes;
+      g.tasks_per_node = s.placement.tasks_per_node;
+      groups.push_back(g);
+    }
+    groups.back().ranks += s.config.ranks();
+    groups.back().sections.push_back(i);
+  }
+  return groups;
+}
+
+NodeSpan NodeSpanOf(const Plan& plan, int section) {
+  const auto& s = plan.sections.at(static_cast<size_t>(section));
+  int component_first = s.placement.first_rank;
+  for (const auto& other : plan.sections) {
+    if (other.placement.het_component == s.placement.het_component) {
+      component_first = std::min(component_first, other.placement.first_rank);
+    }
+  }
+  const int index = s.placement.first_rank - component_first;
+  const int tpn = std::max(1, s.placement.tasks_per_node);
+  return NodeSpan{index / tpn, (index + s.config.ranks() - 1) / tpn};
 }
 
 StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank) {

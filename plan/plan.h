@@ -8,9 +8,23 @@
 // May call: base, nlohmann-json. Called by: compiler, launcher, runtime,
 // scheduler, datalayer.
 //
-// Rank layout. Het component k runs section k. Global ranks are contiguous per
-// component, component 0 first (== SLURM_PROCID in a hetjob step). Inside a
-// section of tp*cp*dp*pp ranks, the local rank is
+// Rank layout (schema 1 and 2). Het component k runs section k. Global ranks
+// are contiguous per component, component 0 first (== SLURM_PROCID in a
+// hetjob step).
+//
+// Rank layout (schema 3): a het component is a node group (`nodes` x
+// `tasks_per_node`, one GPU type / partition / constraint) that may host the
+// ranks of several sections, so that a 2-GPU ViT and a projector fill the
+// rest of the last node the LLM's ranks leave. Global ranks are contiguous per
+// component, component 0 first; inside a component every section's ranks are
+// contiguous, and the index of a rank inside the component says its section:
+// the component's sections in the order of their first_rank (which need not
+// be the order of plan.sections). Slurm places a component's tasks in blocks
+// of tasks_per_node, so the component's index i runs on its node
+// i / tasks_per_node. Plans of schema 1 and 2 read as schema 3 plans whose
+// every component hosts one section. NodeGroupsOf lists the components.
+//
+// Inside a section of tp*cp*dp*pp ranks, the local rank is
 //     local = tp_rank + tp*(cp_rank + cp*(dp_rank + dp*pp_rank))
 // i.e. TP fastest, then CP, then DP, then PP (Megatron's "tp-cp-dp-pp").
 //
@@ -33,7 +47,10 @@ namespace maestro::plan {
 
 // 2: fused sections (SectionPlan::components). A reader of version 2 reads
 // version 1 plans (they have none); a version-1 reader refuses version 2.
-inline constexpr int kPlanSchemaVersion = 2;
+// 3: sections share nodes (a het component is a node group hosting the ranks
+// of one or more sections, see "Rank layout (schema 3)" above). A reader of
+// version 3 reads versions 1 and 2; a version-2 reader refuses version 3.
+inline constexpr int kPlanSchemaVersion = 3;
 inline constexpr int kOldestReadablePlanSchemaVersion = 1;
 
 enum class SectionMode { kTrain, kForward };
@@ -117,7 +134,12 @@ struct ParallelConfig {
   int ranks() const { return tp * pp * cp * dp; }
 };
 
-// Placement of one section = one Slurm het component.
+// Placement of one section in its Slurm het component. Schema 1 and 2: the
+// component is the section's own (het_component == the section's index).
+// Schema 3: the component may host several sections; `nodes`,
+// `tasks_per_node`, `gpus_per_task`, `gpu_type`, `partition` and
+// `constraint` are the component's, the same in each section it hosts, and
+// its sections' ranks fill its nodes but the last one whole.
 struct Placement {
   int het_component = 0;
   int first_rank = 0;  // global rank of the section's local rank 0
@@ -255,7 +277,7 @@ struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string job_name;
   std::string spec_path;
-  std::vector<SectionPlan> sections;  // index == het component
+  std::vector<SectionPlan> sections;  // schema 1, 2: index == het component
   std::vector<EdgePlan> edges;
   DataPlan data;
   double predicted_step_seconds = 0.0;
@@ -286,7 +308,11 @@ StatusOr<Plan> PlanFromJson(const std::string& text, const std::string& origin =
 StatusOr<Plan> LoadPlan(const std::string& path);
 Status SavePlan(const Plan& plan, const std::string& path);
 
-// Layout invariants: contiguous ranks per component, tasks == ranks, every
+// Layout invariants: the sections' ranks tile 0..world_size-1, contiguous per
+// section and per component, components numbered in rank order; a
+// component's sections agree on its nodes, tasks per node, GPU type,
+// partition and constraint, and their ranks fill its nodes but the last one
+// whole (schema 1 and 2: component k is section k's alone, tasks == ranks); every
 // edge's sections exist and their DP degrees divide one another, no cycles.
 Status Validate(const Plan& plan);
 
@@ -304,8 +330,27 @@ Plan ExpandFusedSections(const Plan& plan);
 SectionPlan& AppendSingleNodeSection(Plan& plan, const std::string& name, int tp, int cp, int dp, int pp);
 
 // ---- rank layout -------------------------------------------------------------
+// One Slurm het component: a node group and the sections it hosts.
+struct NodeGroup {
+  int het_component = 0;
+  int first_rank = 0;         // global rank of the component's first task
+  int ranks = 0;              // tasks in the component (its sections' ranks)
+  int nodes = 1;              // nodes it holds
+  int tasks_per_node = 1;     // at most; every node but the last holds this many
+  std::vector<int> sections;  // indexes into plan.sections, in rank order
+};
+// The plan's het components in order (component k at index k).
+// REQUIRES: Validate(plan).ok().
+std::vector<NodeGroup> NodeGroupsOf(const Plan& plan);
+// The nodes of a component a section's ranks run on: [first, last] indexes of
+// the component's nodes (Slurm's block placement of its tasks).
+struct NodeSpan {
+  int first = 0, last = 0;
+};
+NodeSpan NodeSpanOf(const Plan& plan, int section);
+
 struct RankCoords {
-  int section = -1;    // index into plan.sections (== het component)
+  int section = -1;    // index into plan.sections (its het component: placement.het_component)
   int local_rank = 0;  // rank inside the section
   int tp = 0, cp = 0, dp = 0, pp = 0;
 };

@@ -62,12 +62,15 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
     size_t next = 0;  // rank 0: which of its own runners loads this state
     for (const plan::SectionPlan* s : CheckpointedComponents(section)) {
       auto model = resumed.sections.find(s->name);
-      auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp, d));
+      auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp, d, coords.pp));
       if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
-        return Status::Corruption(fmt::format(
-            "the checkpoint of step {} has no state for section '{}' tp {} dp {} (key '{}'{}){}", resumed.step, s->name,
-            coords.tp, coords.dp, OptimizerKey(s->name, coords.tp, d), zero1 ? ", a ZeRO-1 shard" : "",
-            zero1 ? ": was it written with zero_stage = 0 or another DP? resume with the plan that wrote it" : ""));
+        return Status::Corruption(
+            fmt::format("the checkpoint of step {} has no state for section '{}' tp {} dp {} pp {} (key '{}'{}){}",
+                        resumed.step, s->name, coords.tp, coords.dp, coords.pp,
+                        OptimizerKey(s->name, coords.tp, d, coords.pp), zero1 ? ", a ZeRO-1 shard" : "",
+                        zero1 || coords.pp > 0
+                            ? ": was it written with another zero_stage, DP or PP? resume with the plan that wrote it"
+                            : ""));
       }
       if (r == 0) {
         if (next >= mine.size()) return Status::Internal("rank 0 has fewer training runners than its plan says");
@@ -89,8 +92,9 @@ bool OptimizerShardedOverDp(const plan::SectionPlan& s) {
   return s.mode == plan::SectionMode::kTrain && s.config.zero_stage >= 1 && s.config.dp > 1;
 }
 
-std::string OptimizerKey(const std::string& name, int t, int d) {
+std::string OptimizerKey(const std::string& name, int t, int d, int p) {
   std::string key = name;
+  if (p > 0) key += fmt::format("#pp{}", p);
   if (t > 0) key += fmt::format("#tp{}", t);
   if (d > 0) key += fmt::format("#dp{}", d);
   return key;
@@ -159,7 +163,7 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
       } else {
         MAESTRO_ASSIGN_OR_RETURN(one.optimizer, mine[k]->SaveOptimizer());
       }
-      if (place.coords.tp != 0) one.model.clear();
+      if (place.coords.tp != 0 || place.coords.pp != 0) one.model.clear();  // the gather gave every stage the whole
       saved.push_back(std::move(one));
     }
     for (Saved& one : saved) {
@@ -179,17 +183,19 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
       const auto& sp = plan.sections[s];
       const auto components = CheckpointedComponents(sp);
       const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : 1;
-      for (int d = 0; d < replicas; ++d) {
-        for (int t = 0; t < sp.config.tp; ++t) {
-          const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, 0);
-          if (from == 0) continue;
-          for (const plan::SectionPlan* c : components) {  // in the order the rank sent them
-            if (d == 0) {
-              MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
-              if (t == 0) state.sections[c->name].model = std::move(model);
+      for (int p = 0; p < sp.config.pp; ++p) {
+        for (int d = 0; d < replicas; ++d) {
+          for (int t = 0; t < sp.config.tp; ++t) {
+            const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, p);
+            if (from == 0) continue;
+            for (const plan::SectionPlan* c : components) {  // in the order the rank sent them
+              if (d == 0) {
+                MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
+                if (t == 0 && p == 0) state.sections[c->name].model = std::move(model);
+              }
+              MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
+              state.sections[OptimizerKey(c->name, t, d, p)].optimizer = std::move(optimizer);
             }
-            MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
-            state.sections[OptimizerKey(c->name, t, d)].optimizer = std::move(optimizer);
           }
         }
       }

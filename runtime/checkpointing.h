@@ -9,6 +9,10 @@
 // sends its own AdamW shard (DistributedOptimizer::Save), key
 // "<section>#dp<d>" / "<section>#tp<t>#dp<d>" for d > 0; a resume needs the
 // same layout (DistributedOptimizer::Load says which differs).
+// Pipeline stages (pp > 1): the model is gathered over the stages too
+// (every DP-0 rank holds the whole after SaveModel; stage 0's TP rank 0
+// sends it), and each stage's optimizer state has its own key,
+// "<section>#pp<p>..." for p > 0; a resume needs the same PP layout.
 // Runtime-internal: SectionRunner and DistributedOptimizer are torch classes
 // (the header itself is torch-free). May call: runtime/section_runner,
 // runtime/parallel/distributed_optimizer, runtime/collectives, datalayer,
@@ -44,8 +48,8 @@ using ShardedOptimizers = std::vector<DistributedOptimizer*>;
 bool OptimizerShardedOverDp(const plan::SectionPlan& s);
 
 // Checkpoint key of the optimizer state of TP rank t (and, under ZeRO-1, DP
-// rank d) of section `name`.
-std::string OptimizerKey(const std::string& name, int t, int d = 0);
+// rank d; with PP, stage p) of section `name`.
+std::string OptimizerKey(const std::string& name, int t, int d = 0, int p = 0);
 
 // Collective over `world`. Rank 0 passes how opening the run went
 // (`rank0_status`) and whether it resumed from a checkpoint; every rank

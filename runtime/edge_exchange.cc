@@ -50,10 +50,12 @@ Status EdgeExchange::PlanStep(int64_t step, std::vector<scheduler::Transfer> tra
   std::map<std::tuple<int, int, int>, int> next_tag;
   for (const auto& t : transfers_) {
     const int tag = next_tag[{t.edge, t.up_replica, t.down_replica}]++;
-    const bool down_here =
-        plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ && t.down_replica == replica_;
-    const bool up_here =
-        plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ && t.up_replica == replica_;
+    // With pipeline stages, links end at the first stage (rows in) and the last (rows out).
+    const int stages = plan_.sections[static_cast<size_t>(section_)].config.pp;
+    const bool down_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].to) == section_ &&
+                           t.down_replica == replica_ && place_.coords.pp == 0;
+    const bool up_here = plan_.section_index(plan_.edges[static_cast<size_t>(t.edge)].from) == section_ &&
+                         t.up_replica == replica_ && place_.coords.pp == stages - 1;
     if (!down_here && !up_here) continue;
     // Links end at TP rank 0 of a replica; the other TP ranks get its data by broadcast.
     LinkChannel* link = Tp0() ? FindLink(t.edge, t.up_replica, t.down_replica) : nullptr;

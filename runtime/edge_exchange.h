@@ -10,7 +10,10 @@
 // section's OutputRowShape(). Receivers reorder rows by sample id into
 // micro-batch order. Links end at TP rank 0 of a replica; it broadcasts what
 // arrives to the other TP ranks of its group, and only it sends (the rows are
-// the same on every TP rank). Other point-to-point tags: runtime/message_tags.h.
+// the same on every TP rank). With pipeline stages (pp > 1) links end at
+// the first stage (rows in, input gradients out) and the last (rows out,
+// gradients in); the other stages have no messages and every call is a
+// no-op there. Other point-to-point tags: runtime/message_tags.h.
 //
 // Devices. The wire format above holds whatever the section computes on: a
 // rank on a GPU copies its rows and gradients to the wire's device (the

@@ -25,7 +25,9 @@
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
 #include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
+#include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
 #include "runtime/section_runner.h"
@@ -72,6 +74,11 @@ class RankLoop {
   Status RunStep(const StepBatch& batch);
   Status Forward(int mb_index);
   Status Backward(int mb_index);
+  // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
+  // Backward between this stage and its neighbours.
+  Status ReceiveFromPreviousStage(int mb_index, int64_t samples);
+  Status SendToNextStage(int mb_index);
+  Status SumTiedEmbeddingGradient();
   Status OptimizerStep(int64_t step);
   Status ShardedOptimizerStep(int64_t step);
   Status Checkpoint(int64_t step);
@@ -98,6 +105,8 @@ class RankLoop {
 
   std::unique_ptr<datasets::SampleSource> samples_;
   std::unique_ptr<GroupReducer> tp_reducer_;  // outlives runner_
+  std::unique_ptr<PipelineGroup> pipeline_;   // pp > 1; outlives runner_
+  bool pipeline_run_ahead_ = false;           // 1F1B warm-up allowed (StageOrder)
   std::unique_ptr<SectionRunner> runner_;
   // A ZeRO-1 section's AdamW shard (OptimizerShardedOverDp); null otherwise,
   // when the runner's replicated AdamW steps.
@@ -125,6 +134,7 @@ class RankLoop {
   struct MicroBatchState {
     MicroBatchData data;
     std::map<int, torch::Tensor> inputs;
+    torch::Tensor stage_input;  // pp > 1, not the first stage: the previous stage's activation (B, T, C)
     SectionRunner::Output out;
   };
   std::vector<MicroBatchState> states_;
@@ -141,11 +151,17 @@ class RankLoop {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    if (s.config.pp != 1 || s.config.cp != 1) {
+    if (s.config.cp != 1) {
       return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs PP = CP = 1 today (plan has pp {} cp {}); recompile with "
-                      "--pin {}.pp=1 or let the planner choose (it only emits what the runtime runs)",
-                      s.name, s.config.pp, s.config.cp, s.name));
+          fmt::format("section '{}': the runtime runs CP = 1 today (plan has cp {}); recompile with "
+                      "--pin {}.cp=1 or let the planner choose (it only emits what the runtime runs)",
+                      s.name, s.config.cp, s.name));
+    }
+    if (s.config.pp > 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder)) {
+      return Status::FailedPrecondition(
+          fmt::format("section '{}': the runtime pipelines decoder sections only (plan has pp {}); recompile with "
+                      "--pin {}.pp=1",
+                      s.name, s.config.pp, s.name));
     }
   }
   modality_names_ = scheduler::ModalityNamesOf(plan_);
@@ -156,7 +172,7 @@ Status RankLoop::Setup() {
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
   // A forward-only section that feeds others keeps its outputs in a spool.
-  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1) {
+  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && !pipeline_) {
     MAESTRO_ASSIGN_OR_RETURN(
         spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
   }
@@ -195,10 +211,19 @@ Status RankLoop::Resume() {
     runner_options.tensor_parallel = tp_reducer_.get();
   }
   const auto& section = plan_.sections[static_cast<size_t>(section_)];
+  if (section.config.pp > 1) {
+    pipeline_ = std::make_unique<PipelineGroup>(comms_.group(plan::GroupKind::kPP), &blocked_seconds_);
+    runner_options.pipeline = pipeline_.get();
+  }
   const bool zero1 = OptimizerShardedOverDp(section);
   runner_options.build_optimizer = !zero1;
   memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
   MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
+  // A stage runs ahead of the program (1F1B) only when no upstream section
+  // trains: that one may wait for our input gradients before its next
+  // forward (runtime/pipeline.h).
+  pipeline_run_ahead_ = std::none_of(runner_->in_edges().begin(), runner_->in_edges().end(),
+                                     [&](int e) { return EdgeProducerTrains(plan_, e); });
   if (zero1) {
     for (SectionRunner* mine : runner_->CheckpointedRunners()) {
       const auto& component = mine->section_plan();
@@ -206,7 +231,8 @@ Status RankLoop::Resume() {
           auto shard, DistributedOptimizer::Create(
                           mine->Parameters(), mine->ParametersShardedOverTp(), comms_.group(plan::GroupKind::kDP),
                           TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr, component.optimizer,
-                          fmt::format("section '{}' dp {}", component.name, replica_)));
+                          fmt::format("section '{}' dp {}", component.name, replica_),
+                          pipeline_ ? &comms_.group(plan::GroupKind::kPP) : nullptr, mine->ParametersCountedInNorm()));
       sharded_optimizers_.push_back(std::move(shard));
     }
   }
@@ -219,12 +245,19 @@ Status RankLoop::Forward(int mb_index) {
   auto& state = states_[static_cast<size_t>(mb_index)];
   const std::vector<int64_t> ids = MicroBatchIds(mb_index);
   MAESTRO_RETURN_IF_ERROR(edges_.ReceiveRows(mb_index, ids, runner_->in_edges(), runner_->trains(), &state.inputs));
+  if (pipeline_ && !pipeline_->first()) {
+    MAESTRO_RETURN_IF_ERROR(ReceiveFromPreviousStage(mb_index, static_cast<int64_t>(ids.size())));
+  }
 
   const auto start = Clock::now();        // busy = compute, not the wait for inputs
   const int64_t start_us = WallMicros();  // so is the op in the trace
   MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*samples_, ids));
   if (spool_) {
     MAESTRO_ASSIGN_OR_RETURN(state.out.rows, spool_->Rows(state.data, current_epoch_, *runner_, *samples_, &staging_));
+  } else if (state.stage_input.defined()) {
+    std::map<int, torch::Tensor> inputs = state.inputs;
+    inputs[kPipelineInput] = state.stage_input;
+    MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, inputs));
   } else {
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, state.inputs));
   }
@@ -234,7 +267,11 @@ Status RankLoop::Forward(int mb_index) {
   answers_right_ += state.out.answers_right;
   busy_seconds_ += SecondsSince(start);
 
-  MAESTRO_RETURN_IF_ERROR(edges_.SendRows(mb_index, ids, state.out.rows, runner_->out_edges()));
+  if (pipeline_ && !pipeline_->last()) {
+    MAESTRO_RETURN_IF_ERROR(SendToNextStage(mb_index));
+  } else {
+    MAESTRO_RETURN_IF_ERROR(edges_.SendRows(mb_index, ids, state.out.rows, runner_->out_edges()));
+  }
   trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()));
   return Status::Ok();
 }
@@ -243,7 +280,15 @@ Status RankLoop::Backward(int mb_index) {
   int64_t start_us = WallMicros();
   auto& state = states_[static_cast<size_t>(mb_index)];
   const std::vector<int64_t> ids = MicroBatchIds(mb_index);
-  if (runner_->is_sink()) {
+  if (pipeline_ && !pipeline_->last()) {
+    // The gradient of this stage's activation comes from the next stage.
+    const auto& rows = state.out.rows;
+    MAESTRO_ASSIGN_OR_RETURN(auto grad, pipeline_->ReceiveGradientFromBelow(mb_index, rows.sizes(), rows.device()));
+    const auto start = Clock::now();
+    start_us = WallMicros();
+    if (rows.requires_grad()) torch::autograd::backward({rows}, {grad.to(rows.scalar_type())});
+    busy_seconds_ += SecondsSince(start);
+  } else if (runner_->is_sink()) {
     const auto start = Clock::now();
     if (state.out.loss.defined()) state.out.loss.backward();
     busy_seconds_ += SecondsSince(start);
@@ -257,6 +302,10 @@ Status RankLoop::Backward(int mb_index) {
     busy_seconds_ += SecondsSince(start);
   }
   MAESTRO_RETURN_IF_ERROR(edges_.SendInputGradients(mb_index, ids, state.inputs));
+  if (pipeline_ && !pipeline_->first()) {
+    const auto& x = state.stage_input;
+    MAESTRO_RETURN_IF_ERROR(pipeline_->SendGradientUp(mb_index, x.grad().defined() ? x.grad() : torch::zeros_like(x)));
+  }
   state = MicroBatchState();  // frees the graph and activations
   trace_.Add(fmt::format("B{}", mb_index), start_us, static_cast<int>(ids.size()));
   return Status::Ok();
@@ -264,6 +313,7 @@ Status RankLoop::Backward(int mb_index) {
 
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
+  MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   MAESTRO_RETURN_IF_ERROR(
       AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));
@@ -318,7 +368,10 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   MAESTRO_RETURN_IF_ERROR(edges_.PlanStep(batch.step, std::move(transfers)));
 
   states_.assign(program_->micro_batches.size(), MicroBatchState());
-  for (const auto& op : program_->ops) {
+  const std::vector<scheduler::Op> ops =
+      pipeline_ ? StageOrder(program_->ops, pipeline_->stage(), pipeline_->stages(), pipeline_run_ahead_)
+                : program_->ops;
+  for (const auto& op : ops) {
     switch (op.kind) {
       case scheduler::OpKind::kForward: MAESTRO_RETURN_IF_ERROR(Forward(op.micro_batch)); break;
       case scheduler::OpKind::kBackward: MAESTRO_RETURN_IF_ERROR(Backward(op.micro_batch)); break;
@@ -331,7 +384,60 @@ Status RankLoop::RunStep(const StepBatch& batch) {
       })) {
     MAESTRO_RETURN_IF_ERROR(OptimizerStep(batch.step));
   }
+  if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
   return edges_.DrainSends();
+}
+
+// The previous stage's activation of micro-batch `mb_index` (`samples` x
+// seq_len x hidden), a leaf whose gradient goes back (Backward); a KD
+// teacher's rows, relayed from the first stage, go where the edge's would.
+Status RankLoop::ReceiveFromPreviousStage(int mb_index, int64_t samples) {
+  auto& state = states_[static_cast<size_t>(mb_index)];
+  const auto& s = plan_.sections[static_cast<size_t>(section_)];
+  const torch::Device device = TorchDevice(compute_);
+  MAESTRO_ASSIGN_OR_RETURN(state.stage_input,
+                           pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kActivation,
+                                                       {samples, plan_.data.seq_len, s.model.hidden}, device));
+  if (runner_->trains()) state.stage_input.set_requires_grad(true);
+  if (const int kd = runner_->kd_edge(); kd >= 0) {
+    std::vector<int64_t> shape{samples};
+    const auto row = RowShapeOf(plan_, plan_.section_index(plan_.edges[static_cast<size_t>(kd)].from));
+    shape.insert(shape.end(), row.begin(), row.end());
+    MAESTRO_ASSIGN_OR_RETURN(state.inputs[kd],
+                             pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kTeacherRows, shape, device));
+  }
+  return Status::Ok();
+}
+
+// This stage's activation to the next stage, and the KD teacher's rows on
+// their way to the last stage.
+Status RankLoop::SendToNextStage(int mb_index) {
+  auto& state = states_[static_cast<size_t>(mb_index)];
+  if (!state.out.rows.defined()) {
+    return Status::Internal(fmt::format("section '{}' pipeline stage {}: micro-batch {} made no activation",
+                                        plan_.sections[static_cast<size_t>(section_)].name, pipeline_->stage(),
+                                        mb_index));
+  }
+  MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb_index, PipelineGroup::Part::kActivation, state.out.rows));
+  if (const int kd = runner_->kd_edge(); kd >= 0) {
+    auto it = state.inputs.find(kd);
+    if (it == state.inputs.end()) {
+      return Status::Internal(fmt::format("section '{}' pipeline stage {}: micro-batch {} has no teacher rows to relay",
+                                          plan_.sections[static_cast<size_t>(section_)].name, pipeline_->stage(),
+                                          mb_index));
+    }
+    MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb_index, PipelineGroup::Part::kTeacherRows, it->second));
+  }
+  return Status::Ok();
+}
+
+// Tied embeddings: the first stage's (embedding) and the last's (head)
+// gradients summed on both, before the DP all-reduce.
+Status RankLoop::SumTiedEmbeddingGradient() {
+  if (!pipeline_) return Status::Ok();
+  torch::Tensor tied = runner_->TiedEmbedding();
+  if (!tied.defined()) return Status::Ok();
+  return pipeline_->SumTiedGradient(tied.mutable_grad());
 }
 
 Status RankLoop::Checkpoint(int64_t step) {

@@ -20,6 +20,8 @@
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
+#include "runtime/parallel/pipeline_parallel.h"
+#include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
 #include "runtime/torch_call.h"
@@ -437,6 +439,21 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (!s.model.weights.empty() && s.init_from.empty() && !skip_init) {
     MAESTRO_RETURN_IF_ERROR(LoadSectionHfWeights(s, *impl.module, tp_rank, tp_size));
   }
+  if (options.pipeline != nullptr && options.pipeline->stages() > 1) {
+    if (!IsDecoder(s)) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}': pipeline parallelism is for decoder sections (set pp = 1)", s.name));
+    }
+    auto& pp = *options.pipeline;
+    if (pp.stages() > s.model.layers) {
+      return Status::InvalidArgument(fmt::format("section '{}': pp {} is more than its {} layers (set pp <= {})",
+                                                 s.name, pp.stages(), s.model.layers, s.model.layers));
+    }
+    const StageLayers layers = LayersOfStage(s.model.layers, pp.stages(), pp.stage());
+    MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("section '{}': pipeline stage {}", s.name, pp.stage()), [&] {
+      impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
+    }));
+  }
   if (s.mode == plan::SectionMode::kForward) {
     impl.module->eval();
     for (auto& p : impl.module->parameters()) p.set_requires_grad(false);
@@ -641,19 +658,48 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
       case plan::ModelKind::kDecoder: {
         auto* lm = impl.module->as<DecoderLMImpl>();
         auto ids = data.input_ids.to(device);
-        auto embeds = lm->Embed(ids);  // (B, T, C)
         torch::Tensor teacher_hidden;
-        for (const auto& [edge, rows] : inputs) {
-          if (edge == impl.kd_edge) {
-            teacher_hidden = rows.to(device);  // (B, T, C_teacher)
-            continue;
+        auto kd = impl.kd_edge >= 0 ? inputs.find(impl.kd_edge) : inputs.end();
+        if (kd != inputs.end()) teacher_hidden = kd->second.to(device);  // (B, T, C_teacher)
+        torch::Tensor hidden;                                            // (B, T, C)
+        if (Staged()) {
+          // One pipeline stage: the previous stage's activation, or the
+          // embeddings on the first; its blocks; the final norm on the last.
+          const auto& pp = *impl.options.pipeline;
+          const StageLayers layers = LayersOfStage(s.model.layers, pp.stages(), pp.stage());
+          torch::Tensor x;
+          if (pp.first()) {
+            x = lm->Embed(ids);
+            for (const auto& [edge, rows] : inputs) {
+              if (edge == impl.kd_edge || edge == kPipelineInput) continue;
+              const auto& up = impl.plan->sections[static_cast<size_t>(
+                  impl.plan->section_index(impl.plan->edges[static_cast<size_t>(edge)].from))];
+              x = SpliceImageRows(x, ids, ImageTokenIdOf(*impl.plan), rows.to(device), data, up,
+                                  MaxImagesPerSample(*impl.plan));
+            }
+          } else {
+            auto in = inputs.find(kPipelineInput);
+            TORCH_CHECK(in != inputs.end(), "pipeline stage ", pp.stage(), " of section '", s.name,
+                        "' got no activation from stage ", pp.stage() - 1);
+            x = in->second.to(device);
           }
-          const auto& up = impl.plan->sections[static_cast<size_t>(
-              impl.plan->section_index(impl.plan->edges[static_cast<size_t>(edge)].from))];
-          embeds = SpliceImageRows(embeds, ids, ImageTokenIdOf(*impl.plan), rows.to(device), data, up,
-                                   MaxImagesPerSample(*impl.plan));
+          x = lm->ForwardBlocks(x, layers.first, layers.end);
+          if (!pp.last()) {
+            out.rows = x;  // to the next stage
+            break;
+          }
+          hidden = lm->FinalNorm(x);
+        } else {
+          auto embeds = lm->Embed(ids);  // (B, T, C)
+          for (const auto& [edge, rows] : inputs) {
+            if (edge == impl.kd_edge) continue;
+            const auto& up = impl.plan->sections[static_cast<size_t>(
+                impl.plan->section_index(impl.plan->edges[static_cast<size_t>(edge)].from))];
+            embeds = SpliceImageRows(embeds, ids, ImageTokenIdOf(*impl.plan), rows.to(device), data, up,
+                                     MaxImagesPerSample(*impl.plan));
+          }
+          hidden = lm->ForwardEmbeds(embeds);
         }
-        auto hidden = lm->ForwardEmbeds(embeds);  // (B, T, C)
         if (!out_edges_.empty()) {
           out.rows = hidden;
           break;
@@ -718,6 +764,22 @@ std::vector<bool> SectionRunner::ParametersShardedOverTp() {
   return sharded;
 }
 
+std::vector<bool> SectionRunner::ParametersCountedInNorm() {
+  std::vector<bool> counted;
+  if (!components_.empty()) {
+    for (auto& c : components_) {
+      auto mine = c->ParametersCountedInNorm();
+      counted.insert(counted.end(), mine.begin(), mine.end());
+    }
+    return counted;
+  }
+  const bool later_stage = Staged() && !impl_->options.pipeline->first();
+  for (const auto& item : impl_->module->named_parameters()) {
+    if (item.value().requires_grad()) counted.push_back(!(later_stage && item.key() == "embed_tokens.weight"));
+  }
+  return counted;
+}
+
 void SectionRunner::EnsureGradients() {
   for (auto& c : components_) c->EnsureGradients();
   for (auto& p : Parameters()) {
@@ -750,6 +812,8 @@ double SectionRunner::OptimizerStep(int64_t step) {
     auto sq_sharded = torch::zeros({1}, torch::kFloat32);
     for (const auto& item : impl.module->named_parameters()) {
       if (!item.value().requires_grad()) continue;
+      // A tied embedding held by the first and last stages counts once.
+      if (Staged() && !impl.options.pipeline->first() && item.key() == "embed_tokens.weight") continue;
       const double sq = item.value().grad().to(torch::kFloat64).pow(2).sum().item<double>();
       if (Sharded() && TensorParallelShardDim(item.key()) >= 0) {
         sq_sharded += sq;
@@ -758,7 +822,15 @@ double SectionRunner::OptimizerStep(int64_t step) {
       }
     }
     if (Sharded()) impl.options.tensor_parallel->AllReduceSum(sq_sharded);
-    norm = std::sqrt(sq_replicated + sq_sharded.item<double>());
+    if (Staged()) {
+      std::vector<double> total{sq_replicated + sq_sharded.item<double>()};
+      Status summed = impl.options.pipeline->SumOverStages(total);
+      TORCH_CHECK(summed.ok(), "section '", impl.section.name,
+                  "': gradient norm over the pipeline: ", summed.ToString());
+      norm = std::sqrt(total[0]);
+    } else {
+      norm = std::sqrt(sq_replicated + sq_sharded.item<double>());
+    }
     if (clip > 0 && norm > clip) {
       const double scale = clip / (norm + 1e-6);
       for (auto& p : params) p.mutable_grad().mul_(scale);
@@ -781,27 +853,49 @@ bool SectionRunner::Sharded() const {
   return impl_->options.tensor_parallel != nullptr && impl_->options.tensor_parallel->size() > 1;
 }
 
+bool SectionRunner::Staged() const {
+  return impl_ != nullptr && impl_->options.pipeline != nullptr && impl_->options.pipeline->stages() > 1;
+}
+
+int SectionRunner::kd_edge() const {
+  return impl_->kd_edge;
+}
+
+torch::Tensor SectionRunner::TiedEmbedding() {
+  if (!components_.empty() || !Staged() || !impl_->section.model.tie_embeddings) return {};
+  const auto& pp = *impl_->options.pipeline;
+  if (!pp.first() && !pp.last()) return {};
+  return impl_->module->as<DecoderLMImpl>()->embed_tokens->weight;
+}
+
 StatusOr<std::string> SectionRunner::SaveModel() {
   if (!components_.empty()) return FusedStateError(impl_->section.name);
   std::shared_ptr<torch::nn::Module> full = impl_->module;
-  if (Sharded()) {
-    // Gather: each rank writes its shard into a zero full tensor; the TP sum is the whole.
-    auto* tp = impl_->options.tensor_parallel;
+  if (Sharded() || Staged()) {
+    // Gather: each rank writes its shard into a zero full tensor; the TP sum
+    // is its stage's whole, the sum over the stages (each parameter held by
+    // one stage; a tied embedding counted on the first) the model's.
+    auto* tp = Sharded() ? impl_->options.tensor_parallel : nullptr;
+    auto* pp = Staged() ? impl_->options.pipeline : nullptr;
     MAESTRO_ASSIGN_OR_RETURN(full, UnshardedTwin(impl_->section));
     auto mine = impl_->module->named_parameters();
-    torch::NoGradGuard guard;
-    for (auto& item : full->named_parameters()) {
-      const auto& shard = mine[item.key()];
-      const int dim = TensorParallelShardDim(item.key());
-      if (dim < 0) {
-        item.value().copy_(shard);
-        continue;
+    MAESTRO_RETURN_IF_ERROR(TorchCall("gathering the model", [&] {
+      torch::NoGradGuard guard;
+      for (auto& item : full->named_parameters()) {
+        const auto& shard = mine[item.key()];
+        const bool held = shard.numel() > 0 && !(pp != nullptr && !pp->first() && item.key() == "embed_tokens.weight");
+        const int dim = tp != nullptr ? TensorParallelShardDim(item.key()) : -1;
+        auto whole = torch::zeros_like(item.value());
+        if (held && dim < 0) {
+          whole.copy_(shard.to(whole.device(), whole.scalar_type()));
+        } else if (held) {
+          whole.narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)).copy_(shard);
+          tp->AllReduceSum(whole);
+        }
+        if (pp != nullptr) pp->SumOverStages(whole);
+        item.value().copy_(whole);
       }
-      auto whole = torch::zeros_like(item.value());
-      whole.narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)).copy_(shard);
-      tp->AllReduceSum(whole);
-      item.value().copy_(whole);
-    }
+    }));
   } else if (!impl_->options.device.is_cpu()) {
     // Checkpoints hold CPU tensors, whatever the device (and load anywhere).
     MAESTRO_ASSIGN_OR_RETURN(full, UnshardedTwin(impl_->section));
@@ -837,19 +931,22 @@ StatusOr<std::string> SectionRunner::SaveOptimizer() {
 Status SectionRunner::LoadModel(const std::string& bytes) {
   if (!components_.empty()) return FusedStateError(impl_->section.name);
   const std::string what = fmt::format("section '{}': loading the model", impl_->section.name);
-  if (!Sharded()) return LoadModuleBytes(*impl_->module, bytes, what);
-  // Full weights in, this rank's shard kept.
+  if (!Sharded() && !Staged()) return LoadModuleBytes(*impl_->module, bytes, what);
+  // Full weights in, this rank's shard (of its stage's parameters) kept.
   auto* tp = impl_->options.tensor_parallel;
   MAESTRO_ASSIGN_OR_RETURN(auto full, UnshardedTwin(impl_->section));
   MAESTRO_RETURN_IF_ERROR(LoadModuleBytes(*full, bytes, what));
   auto mine = impl_->module->named_parameters();
-  torch::NoGradGuard guard;
-  for (const auto& item : full->named_parameters()) {
-    auto& shard = mine[item.key()];
-    const int dim = TensorParallelShardDim(item.key());
-    shard.copy_(dim < 0 ? item.value() : item.value().narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)));
-  }
-  return Status::Ok();
+  return TorchCall(what, [&] {
+    torch::NoGradGuard guard;
+    for (const auto& item : full->named_parameters()) {
+      auto& shard = mine[item.key()];
+      if (shard.numel() == 0) continue;  // another stage's
+      const int dim = Sharded() ? TensorParallelShardDim(item.key()) : -1;
+      shard.copy_(dim < 0 ? item.value() : item.value().narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)));
+    }
+    compat::ClearAutocastCache();
+  });
 }
 
 Status SectionRunner::LoadOptimizer(const std::string& bytes) {

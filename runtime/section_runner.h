@@ -73,6 +73,10 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
 class TensorParallelReducer;  // runtime/parallel/tensor_parallel.h
+class PipelineGroup;          // runtime/parallel/pipeline_parallel.h
+
+// Forward's inputs key of the previous pipeline stage's activation (B, T, C).
+inline constexpr int kPipelineInput = -1;
 
 struct RunnerOptions {
   torch::Device device = torch::kCPU;
@@ -85,6 +89,16 @@ struct RunnerOptions {
   // full weights (collective over the TP group), LoadModel() takes full
   // weights and keeps this rank's shard; the optimizer state is per shard.
   TensorParallelReducer* tensor_parallel = nullptr;
+  // Decoder sections with pp > 1: this rank's pipeline stage (must outlive
+  // the runner). The runner holds only the stage's layers (runtime/pipeline.h
+  // LayersOfStage; the first stage the embeddings, the last the final norm,
+  // head and loss); Forward reads the previous stage's activation from
+  // inputs[kPipelineInput] and a non-last stage returns its activation as
+  // Output::rows. SaveModel() gathers the whole model (collective over the
+  // PP and TP groups), LoadModel() takes the whole model and keeps the
+  // stage's part; the optimizer state is per stage. OptimizerStep's norm is
+  // over every stage (a tied embedding counted once).
+  PipelineGroup* pipeline = nullptr;
   // True when the caller loads this section's state from a Maestro
   // checkpoint right after Create (a resumed run): a training section then
   // skips its initial weights (`init_from`, HF `weights`). Forward-only
@@ -155,6 +169,9 @@ class SectionRunner {
   // gradient's squares are summed over the TP group for the norm), false
   // when whole on every TP rank.
   std::vector<bool> ParametersShardedOverTp();
+  // Per entry of Parameters(): false for the one a gradient norm leaves out
+  // (a tied embedding on a pipeline's last stage: the first stage counts it).
+  std::vector<bool> ParametersCountedInNorm();
   // Gives every parameter without a gradient a zero one (a section that saw
   // no sample in a step, an MoE expert no token picked): the optimizer then
   // steps every parameter the same way on every rank and in the reference.
@@ -181,6 +198,13 @@ class SectionRunner {
   torch::nn::Module& module();
   // True when the model is a TP shard (RunnerOptions::tensor_parallel, size > 1).
   bool Sharded() const;
+  // True when the model is one stage of a pipeline (RunnerOptions::pipeline, size > 1).
+  bool Staged() const;
+  // A KD student's teacher edge (plan edge index), -1 when none.
+  int kd_edge() const;
+  // The tied embedding (V, C) of a staged decoder's first or last stage
+  // (both hold it: PipelineGroup::SumTiedGradient), else undefined.
+  torch::Tensor TiedEmbedding();
 
  private:
   SectionRunner() = default;

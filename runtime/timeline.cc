@@ -36,7 +36,9 @@ MeasuredStep MeasureStep(const plan::Plan& plan, const scheduler::Schedule& sche
     const double ts_s = e.value("ts", 0.0) * 1e-6;
     computing.push_back({ts_s, ts_s + e.value("dur", 0.0) * 1e-6});
     auto coords = plan::CoordsOfRank(plan, e.value("tid", -1));
-    if (!coords.ok() || coords->tp != 0) continue;
+    // One rank per replica: TP 0 and, with pipeline stages, the first
+    // (docs/pipeline.md: its ops time one stage's share of the section).
+    if (!coords.ok() || coords->tp != 0 || coords->pp != 0) continue;
     scheduler::OpInterval op;
     op.rank = schedule.RankIndex(coords->section, coords->dp);
     if (op.rank < 0) continue;

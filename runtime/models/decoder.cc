@@ -188,10 +188,35 @@ torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
   TORCH_CHECK(window == 0 || embeds.size(1) <= window, "DecoderLM: ", embeds.size(1),
               " tokens are longer than the sliding window (", window,
               "); the runtime has no windowed mask: use sequences of at most ", window, " tokens");
+  return final_norm(ForwardBlocks(embeds, 0, desc_.layers));
+}
+
+torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end) {
+  TORCH_CHECK(0 <= first && first <= end && end <= desc_.layers, "DecoderLM::ForwardBlocks: layers [", first, ", ", end,
+              ") of ", desc_.layers);
   auto rope = MakeRopeTables(embeds.size(1), HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
   auto x = embeds;
-  for (const auto& block : *blocks) x = block->as<DecoderBlockImpl>()->forward(x, rope);
-  return final_norm(x);
+  for (int64_t i = first; i < end; ++i) x = blocks[static_cast<size_t>(i)]->as<DecoderBlockImpl>()->forward(x, rope);
+  return x;
+}
+
+void DecoderLMImpl::KeepStage(int64_t first, int64_t end, bool embeddings, bool head) {
+  auto drop = [](torch::nn::Module& m) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m.parameters()) {
+      p.set_data(torch::empty({0}, p.options()));
+      p.set_requires_grad(false);
+    }
+  };
+  const bool keep_embedding = embeddings || (head && desc_.tie_embeddings);
+  if (!keep_embedding) drop(*embed_tokens);
+  for (int64_t i = 0; i < desc_.layers; ++i) {
+    if (i < first || i >= end) drop(*blocks[static_cast<size_t>(i)]);
+  }
+  if (!head) {
+    drop(*final_norm);
+    if (lm_head) drop(*lm_head);
+  }
 }
 
 torch::Tensor DecoderLMImpl::Logits(const torch::Tensor& hidden) {

@@ -128,6 +128,18 @@ class DecoderLMImpl : public torch::nn::Module {
   // embeds: (B, T, C) -> hidden (B, T, C): the blocks and the final RMSNorm
   // (what crosses the wire in KD: the student applies the teacher's head).
   torch::Tensor ForwardEmbeds(const torch::Tensor& embeds);
+  // Pipeline stages (runtime/pipeline.h): embeds (B, T, C) -> (B, T, C)
+  // through blocks [first, end) only (no final norm); and the final norm,
+  // (..., C) -> (..., C).
+  torch::Tensor ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end);
+  torch::Tensor FinalNorm(const torch::Tensor& x) { return final_norm(x); }
+  // Keeps the parameters of one pipeline stage: blocks [first, end), the
+  // embeddings when `embeddings`, the final norm and the head when `head`
+  // (a tied embedding is kept when either is). Every other parameter becomes
+  // an empty tensor that needs no gradient, so the stage holds only its own
+  // weights while names stay those of the whole model. Call after TP
+  // sharding and weight loading.
+  void KeepStage(int64_t first, int64_t end, bool embeddings, bool head);
   // hidden: (..., C) -> logits (..., V), with lm_head or the tied embedding.
   torch::Tensor Logits(const torch::Tensor& hidden);
   // ids: (B, T) int64 -> logits (B, T, V).

@@ -29,15 +29,22 @@ launcher::Buffer DoubleBuffer(std::vector<double>& v) {
 
 StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
     std::vector<torch::Tensor> params, std::vector<bool> tp_sharded, launcher::Backend& dp, launcher::Backend* tp,
-    const plan::OptimizerDesc& desc, std::string what) {
+    const plan::OptimizerDesc& desc, std::string what, launcher::Backend* pp, std::vector<bool> counted_in_norm) {
   if (params.size() != tp_sharded.size()) {
     return Status::InvalidArgument(
         fmt::format("{}: {} parameters but {} TP-shard flags", what, params.size(), tp_sharded.size()));
+  }
+  if (counted_in_norm.empty()) counted_in_norm.assign(params.size(), true);
+  if (params.size() != counted_in_norm.size()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} parameters but {} norm flags", what, params.size(), counted_in_norm.size()));
   }
   std::unique_ptr<DistributedOptimizer> opt(new DistributedOptimizer());
   opt->what_ = std::move(what);
   opt->dp_ = &dp;
   opt->tp_ = tp != nullptr && tp->group().size() > 1 ? tp : nullptr;
+  opt->pp_ = pp != nullptr && pp->group().size() > 1 ? pp : nullptr;
+  opt->counted_in_norm_ = std::move(counted_in_norm);
   opt->desc_ = desc;
   opt->tp_sharded_ = std::move(tp_sharded);
   opt->dp_size_ = std::max(1, dp.group().size());
@@ -117,7 +124,7 @@ StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seco
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradient norm", [&] {
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
-      if (a >= b) continue;
+      if (a >= b || !counted_in_norm_[i]) continue;
       const double sq = grad_shard_.narrow(0, a - lo, b - a).to(torch::kFloat64).pow(2).sum().item<double>();
       squares[tp_sharded_[i] ? 0 : 1] += sq;
     }
@@ -131,6 +138,11 @@ StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seco
     MAESTRO_RETURN_IF_ERROR(
         TimedWait(tp_->AllReduce(DoubleBuffer(sharded), launcher::ReduceOp::kSum), blocked_seconds));
     squares[0] = sharded[0];
+  }
+  if (pp_ != nullptr) {  // every stage's squares
+    std::vector<double> total{squares[0] + squares[1]};
+    MAESTRO_RETURN_IF_ERROR(TimedWait(pp_->AllReduce(DoubleBuffer(total), launcher::ReduceOp::kSum), blocked_seconds));
+    squares = {total[0], 0.0};
   }
   const double norm = std::sqrt(squares[0] + squares[1]);
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 AdamW step", [&] {

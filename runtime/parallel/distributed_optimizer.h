@@ -28,6 +28,9 @@
 // denominator and the all-gather's send buffer (4S each at most).
 // TP x DP: each TP rank has its own flat buffer of its own slices and runs
 // the above over its DP group (the ranks with the same TP index).
+// PP x DP: likewise per pipeline stage; the norm's sum of squares is also
+// summed over the stages (`pp`), a parameter held by two stages (a tied
+// embedding: `counted_in_norm` false on one of them) counted once.
 //
 // Precision. This is fp32 only: the shard's "master" copy is the parameters'
 // own slice of the flat buffer. bf16 model parameters with an fp32 master
@@ -64,13 +67,16 @@ class DistributedOptimizer {
   // the CPU, any shape), in the same order on every DP rank; `tp_sharded[i]`
   // is true when params[i] is this rank's TP slice (its squares are summed
   // over `tp`). `dp`: the section's DP group (size >= 1); `tp`: its TP group,
-  // or null without TP. `what` names the section in messages. Rebinds the
-  // parameters and their gradients to the flat buffers (values kept,
-  // gradients zeroed). REQUIRES: dp and tp outlive the optimizer.
+  // or null without TP. `what` names the section in messages. `pp`: its
+  // pipeline group, or null without PP; `counted_in_norm[i]` false leaves
+  // params[i] out of the gradient norm (empty: every one counts). Rebinds
+  // the parameters and their gradients to the flat buffers (values kept,
+  // gradients zeroed). REQUIRES: dp, tp and pp outlive the optimizer.
   static StatusOr<std::unique_ptr<DistributedOptimizer>> Create(std::vector<torch::Tensor> params,
                                                                 std::vector<bool> tp_sharded, launcher::Backend& dp,
                                                                 launcher::Backend* tp, const plan::OptimizerDesc& desc,
-                                                                std::string what);
+                                                                std::string what, launcher::Backend* pp = nullptr,
+                                                                std::vector<bool> counted_in_norm = {});
 
   // Step 1: the flat gradient (N_pad) reduce-scattered into this rank's
   // gradient shard (S). Waits count in *blocked_seconds.
@@ -106,6 +112,8 @@ class DistributedOptimizer {
   std::string what_;
   launcher::Backend* dp_ = nullptr;
   launcher::Backend* tp_ = nullptr;
+  launcher::Backend* pp_ = nullptr;
+  std::vector<bool> counted_in_norm_;
   plan::OptimizerDesc desc_;
   std::vector<torch::Tensor> params_;
   std::vector<bool> tp_sharded_;

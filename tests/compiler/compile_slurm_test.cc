@@ -79,7 +79,7 @@ class CompileSlurmTest : public ::testing::Test {
     // H100); what this build's runtime runs is not what this test is about.
     options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,recompute,zero1");
     options.support_given = true;
-    options.grouping = Grouping::kSectioned;  // a het component per section is what runs here
+    options.grouping = Grouping::kSectioned;  // het components of sections (sharing nodes) are what runs here
     spec.job.output = (dir / "job-%j.txt").string();
     auto r = Compile(spec, options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -151,19 +151,18 @@ std::vector<std::map<std::string, std::string>> StubLines(const std::string& out
   return out;
 }
 
-// Every rank reported once, on the nodes and with the GPUs its component asked for.
+// Every rank reported once, on the nodes and with the GPUs its component asked
+// for: a component's (node group's, plan schema 3) index i on its node
+// i / tasks_per_node, no node in two components.
 void ExpectMatchesPlan(const plan::Plan& p, const std::vector<std::map<std::string, std::string>>& lines) {
   ASSERT_EQ(static_cast<int>(lines.size()), p.world_size());
   std::map<int, std::map<std::string, std::string>> by_rank;
   for (const auto& kv : lines) by_rank[std::stoi(kv.at("procid"))] = kv;
   ASSERT_EQ(static_cast<int>(by_rank.size()), p.world_size());
-  std::set<std::string> nodes_seen;
   for (const auto& s : p.sections) {
-    std::map<std::string, int> tasks_per_node;
     for (int r = s.placement.first_rank; r < s.placement.first_rank + s.config.ranks(); ++r) {
       ASSERT_TRUE(by_rank.count(r)) << "rank " << r;
       const auto& kv = by_rank[r];
-      ++tasks_per_node[kv.at("node")];
       EXPECT_EQ(kv.at("comp"), std::to_string(s.placement.het_component)) << "rank " << r;
       EXPECT_EQ(kv.at("planok"), "yes");
       if (s.placement.gpus_per_task > 0) {
@@ -174,11 +173,20 @@ void ExpectMatchesPlan(const plan::Plan& p, const std::vector<std::map<std::stri
         EXPECT_EQ(kv.at("gpus"), "none");
       }
     }
-    EXPECT_EQ(static_cast<int>(tasks_per_node.size()), s.placement.nodes) << s.name;
-    for (const auto& [node, n] : tasks_per_node) {
-      EXPECT_EQ(n, s.placement.tasks_per_node) << s.name << " on " << node;
-      EXPECT_TRUE(nodes_seen.insert(node).second) << node << " shared by two components";
+  }
+  std::set<std::string> nodes_seen;
+  for (const plan::NodeGroup& g : plan::NodeGroupsOf(p)) {
+    std::vector<std::string> node_of_index;  // the component's node by index i / tasks_per_node
+    for (int i = 0; i < g.ranks; ++i) {
+      const std::string node = by_rank[g.first_rank + i].at("node");
+      const size_t n = static_cast<size_t>(i / g.tasks_per_node);
+      if (n == node_of_index.size()) {
+        node_of_index.push_back(node);
+        EXPECT_TRUE(nodes_seen.insert(node).second) << node << " in two components or twice in one";
+      }
+      EXPECT_EQ(node, node_of_index[n]) << "component " << g.het_component << " index " << i;
     }
+    EXPECT_EQ(static_cast<int>(node_of_index.size()), g.nodes) << "component " << g.het_component;
   }
 }
 
@@ -237,7 +245,7 @@ TEST_F(CompileSlurmTest, TinySpecsRunWithAStubStepThatGetsThePlannedTasksAndGpus
     auto output = cluster().ReadJobOutput(*job);
     ASSERT_TRUE(output.ok()) << output.status().ToString();
     EXPECT_EQ(job->state(), "COMPLETED") << *output;
-    ASSERT_EQ(job->components.size(), p.sections.size());
+    ASSERT_EQ(job->components.size(), plan::NodeGroupsOf(p).size());
     ExpectMatchesPlan(p, StubLines(*output, 0));
   }
 }

@@ -109,6 +109,34 @@ TEST(PlaceRank, RejectsAllocationsThatDoNotMatchThePlan) {
   EXPECT_NE(place.status().message().find("mpirun -np"), std::string::npos);
 }
 
+// Plan schema 3: the fan-out-2 plan's ViT (2 ranks) and LLM (4 ranks) in one
+// het component of 2 nodes x 3 tasks, the LLM's ranks first: a one-component
+// step places every rank by its global rank alone, and a two-component
+// allocation is refused with the plan's components named.
+TEST(PlaceRank, SectionsSharingAComponentArePlacedByTheirIndexInIt) {
+  plan::Plan p = testing::FanOut2Plan();
+  p.sections[0].placement = {0, 4, 2, 3, 0, "", "", ""};  // vit: ranks 4, 5
+  p.sections[1].placement = {0, 0, 2, 3, 0, "", "", ""};  // llm: ranks 0..3
+  ASSERT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
+  for (int r = 0; r < 6; ++r) {
+    Env env = SlurmEnv(r);
+    env["SLURM_HET_SIZE"] = "1";
+    env["SLURM_NTASKS_HET_GROUP_0"] = "6";
+    env.erase("SLURM_NTASKS_HET_GROUP_1");
+    auto place = PlaceRank(p, *ReadLaunchEnv(Lookup(env)), r, 6);
+    ASSERT_TRUE(place.ok()) << place.status().ToString();
+    EXPECT_EQ(place->het_component, 0);
+    EXPECT_EQ(place->section_name, r < 4 ? "llm" : "vit") << "rank " << r;
+    EXPECT_EQ(place->coords.local_rank, r < 4 ? r : r - 4);
+  }
+  auto place = PlaceRank(p, *ReadLaunchEnv(Lookup(SlurmEnv(0))), 0, 6);
+  ASSERT_FALSE(place.ok());
+  EXPECT_NE(place.status().message().find("spans 2 het components (SLURM_HET_SIZE) but the plan has 1"),
+            std::string::npos)
+      << place.status().message();
+  EXPECT_NE(place.status().message().find("'llm' 4 + 'vit' 2"), std::string::npos) << place.status().message();
+}
+
 TEST(PlaceRank, ChecksVisibleGpusAgainstThePlan) {
   plan::Plan p = testing::FanOut2Plan();
   p.sections[1].placement.gpus_per_task = 1;

@@ -96,7 +96,7 @@ TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
   EXPECT_DOUBLE_EQ(q.sections[0].model.extra.at("rope_theta"), 1e6);
 
   std::string old = text;
-  old.replace(old.find("\"schema_version\": 2"), 19, "\"schema_version\": 0");
+  old.replace(old.find("\"schema_version\": 3"), 19, "\"schema_version\": 0");
   const auto bad = PlanFromJson(old);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("recompile"), std::string::npos);
@@ -250,12 +250,101 @@ TEST(FusedSections, ValidateRefusesWhatTheRuntimeCannotRun) {
 
 TEST(FusedSections, VersionOnePlansStillLoadAndNewerOnesAreRefused) {
   std::string text = PlanToJson(VlmPlan(1, 2));
-  text.replace(text.find("\"schema_version\": 2"), 19, "\"schema_version\": 1");
+  text.replace(text.find("\"schema_version\": 3"), 19, "\"schema_version\": 1");
   EXPECT_TRUE(PlanFromJson(text).ok());
-  text.replace(text.find("\"schema_version\": 1"), 19, "\"schema_version\": 3");
+  text.replace(text.find("\"schema_version\": 1"), 19, "\"schema_version\": 4");
   const auto newer = PlanFromJson(text);
   ASSERT_FALSE(newer.ok());
-  EXPECT_NE(newer.status().message().find("versions 1 to 2"), std::string::npos) << newer.status().ToString();
+  EXPECT_NE(newer.status().message().find("versions 1 to 3"), std::string::npos) << newer.status().ToString();
+}
+
+// Schema 3: the ViT (1 rank) and the projector (1 rank) share the second of
+// two 3-task nodes with the LLM's last rank; one het component, the LLM's
+// ranks first (ranks map to sections by their index in the component, not
+// by the sections' order in the plan).
+Plan SharedNodePlan() {
+  Plan p;
+  p.job_name = "shared";
+  AddSection(p, "vit", 1, 1, 1, 1);
+  AddSection(p, "proj", 1, 1, 1, 1);
+  AddSection(p, "llm", 1, 1, 4, 1);
+  p.edges.push_back({"vit", "proj", "patch_embeddings", 64, true});
+  p.edges.push_back({"proj", "llm", "image_embeddings", 64, true});
+  const int first[] = {4, 5, 0};
+  for (int i = 0; i < 3; ++i) {
+    Placement& pl = p.sections[static_cast<size_t>(i)].placement;
+    pl.het_component = 0;
+    pl.first_rank = first[i];
+    pl.nodes = 2;
+    pl.tasks_per_node = 3;
+  }
+  return p;
+}
+
+TEST(SharedNodes, ASectionsRankIndexInItsComponentSaysItsSectionAndNode) {
+  Plan p = SharedNodePlan();
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  EXPECT_EQ(p.world_size(), 6);
+  const int want_section[] = {2, 2, 2, 2, 0, 1};
+  for (int r = 0; r < 6; ++r) {
+    const RankCoords rc = CoordsOfRank(p, r).ValueOrDie();
+    EXPECT_EQ(rc.section, want_section[r]) << "rank " << r;
+    EXPECT_EQ(GlobalRankOf(p, rc.section, rc.tp, rc.cp, rc.dp, rc.pp), r);
+  }
+  EXPECT_EQ(CoordsOfRank(p, 3).ValueOrDie().dp, 3);
+  const auto groups = NodeGroupsOf(p);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].ranks, 6);
+  EXPECT_EQ(groups[0].nodes, 2);
+  EXPECT_EQ(groups[0].sections, (std::vector<int>{2, 0, 1}));
+  // The LLM spans both nodes; the ViT and the projector sit on the second.
+  EXPECT_EQ(NodeSpanOf(p, 2).first, 0);
+  EXPECT_EQ(NodeSpanOf(p, 2).last, 1);
+  EXPECT_EQ(NodeSpanOf(p, 0).first, 1);
+  EXPECT_EQ(NodeSpanOf(p, 1).last, 1);
+  // Fan-out links cross sections inside one component unchanged.
+  FillLayout(p);
+  const auto links = LinksOfEdge(p, 1);
+  ASSERT_EQ(links.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(links[static_cast<size_t>(i)].up_rank, 5);
+    EXPECT_EQ(links[static_cast<size_t>(i)].down_rank, i);
+  }
+  const std::string text = PlanToJson(p);
+  EXPECT_EQ(PlanToJson(PlanFromJson(text).ValueOrDie()), text);
+}
+
+TEST(SharedNodes, ValidateRefusesComponentsThatDisagreeOrDoNotFillTheirNodes) {
+  Plan p = SharedNodePlan();
+  p.sections[0].placement.gpu_type = "a100";
+  EXPECT_NE(Validate(p).message().find("shares het component 0"), std::string::npos) << Validate(p).ToString();
+  p = SharedNodePlan();
+  for (auto& s : p.sections) s.placement.tasks_per_node = 2;  // 6 ranks do not fit 2 x 2
+  EXPECT_NE(Validate(p).message().find("do not fill"), std::string::npos) << Validate(p).ToString();
+  p = SharedNodePlan();
+  for (auto& s : p.sections) s.placement.nodes = 3;  // the third node would stay empty
+  EXPECT_NE(Validate(p).message().find("do not fill"), std::string::npos) << Validate(p).ToString();
+  p = SharedNodePlan();
+  p.sections[1].placement.het_component = 2;  // components numbered in rank order
+  EXPECT_NE(Validate(p).message().find("numbered in rank order"), std::string::npos) << Validate(p).ToString();
+  // A version-2 plan keeps component k = section k.
+  p = SharedNodePlan();
+  p.schema_version = 2;
+  EXPECT_NE(Validate(p).message().find("placed in het component"), std::string::npos) << Validate(p).ToString();
+}
+
+TEST(SharedNodes, AVersionTwoPlanReadsAsOneComponentPerSection) {
+  std::string text = PlanToJson(VlmPlan(2, 2));
+  text.replace(text.find("\"schema_version\": 3"), 19, "\"schema_version\": 2");
+  const Plan p = PlanFromJson(text).ValueOrDie();
+  EXPECT_EQ(p.schema_version, 2);
+  const auto groups = NodeGroupsOf(p);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].sections, (std::vector<int>{0}));
+  EXPECT_EQ(groups[1].sections, (std::vector<int>{1}));
+  EXPECT_EQ(groups[1].first_rank, 2);
+  EXPECT_EQ(groups[1].ranks, 8);
+  EXPECT_EQ(CoordsOfRank(p, 2).ValueOrDie().section, 1);
 }
 
 }  // namespace

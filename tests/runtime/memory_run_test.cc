@@ -15,7 +15,8 @@
 //    the parameters per rank, runtime/parallel/distributed_optimizer.h), and
 //    the same plan with zero_stage 0: each rank within 20% of its estimate,
 //    and zero_stage 1's peak below zero_stage 0's by most of the moments it
-//    shards away.
+//    shards away;
+//  - pipeline stages: the decoder at PP 2, each stage within 20%.
 // Each run stays under ~2 GB and ~40 s on two cores.
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
@@ -278,6 +279,32 @@ TEST(MemoryAsMeasured, Zero1AtDp2HoldsWhatTheEstimateSaysAndLessThanZeroStage0) 
   std::printf("zero_stage 1 peak %.0f MB, zero_stage 0 peak %.0f MB above the baseline; AdamW sharded away %.0f MB\n",
               peak1 / 1e6, peak0 / 1e6, sharded_away / 1e6);
   EXPECT_LT(peak1, peak0 - 0.5 * sharded_away) << "ZeRO-1 must hold less than the replicated optimizer";
+}
+
+// Pipeline parallelism (docs/pipeline.md): the decoder over 2 stages of 3
+// layers, the first with the embedding, the last with the head, the loss
+// and its logits. The memory model prices one rank as the heaviest stage
+// (half the layers, the larger of embedding and head, the logits chain):
+// the last stage's peak is within 20% of it, the first stage's below it.
+TEST(MemoryAsMeasured, PipelineStagesHoldWhatTheEstimateSays) {
+  const MeasuredRun run = CompileAndRun("pp2", std::string(kHeader) + kDecoderSpec, 2, {{"lm", "pp", 2, "lm.pp=2"}});
+  ASSERT_EQ(run.memory.size(), 2u);
+  ASSERT_EQ(run.plan.sections[0].config.pp, 2);
+  std::string breakdown;
+  const double estimate = EstimateAboveReserve(run, "lm", &breakdown);
+  std::vector<RankMemory> last_stage, first_stage;
+  for (int r = 0; r < 2; ++r) {
+    auto coords = plan::CoordsOfRank(run.plan, r);
+    ASSERT_TRUE(coords.ok());
+    (coords->pp == 1 ? last_stage : first_stage).push_back(run.memory[static_cast<size_t>(r)]);
+  }
+  ASSERT_EQ(last_stage.size(), 1u);
+  ExpectRanksWithin20Percent(last_stage, "lm", estimate, breakdown);
+  const double first = first_stage.at(0).peak - first_stage.at(0).baseline;
+  std::printf("first stage: measured %.0f MB, estimate of the heaviest stage %.0f MB: %.3f\n", first / 1e6,
+              estimate / 1e6, first / estimate);
+  EXPECT_LT(first, 1.2 * estimate) << "the first stage holds no more than the heaviest one";
+  EXPECT_GT(first, 0.3 * estimate) << "the first stage holds its layers and the embedding";
 }
 
 TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {
