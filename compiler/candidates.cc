@@ -75,7 +75,9 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   }
   if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
-  if (c.recompute && !rs.activation_recompute) f.push_back("recompute");
+  if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
+    f.push_back(c.recompute ? "recompute" : "selective recompute");
+  }
   if (c.zero_stage >= 1 && c.dp > 1 && !rs.zero1_optimizer_sharding) f.push_back("ZeRO-1");
   if (m.experts > 0 && !rs.mixture_of_experts) f.push_back("MoE");
   if (c.dp > 1 && !rs.data_parallel) f.push_back("DP");
@@ -115,8 +117,13 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
   for (int mb : o.micro_batches) {
     if (mb <= max_dp || mb == 1) mbs.push_back(mb);
   }
-  std::vector<int> rcs = {0};
-  if (s.trains()) rcs.push_back(1);
+  // Activation recomputation, trained sections only: none, selective, full
+  // (plan::RecomputeGranularity; a projector has no attention to recompute).
+  std::vector<plan::RecomputeGranularity> rcs = {plan::RecomputeGranularity::kNone};
+  if (s.trains()) {
+    if (!projector) rcs.push_back(plan::RecomputeGranularity::kSelective);
+    rcs.push_back(plan::RecomputeGranularity::kFull);
+  }
 
   for (int tp : tps) {
     if (s.pin_tp && tp != s.pin_tp) continue;
@@ -132,9 +139,10 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
           if (s.pin_dp && dp != s.pin_dp) continue;
           for (int mb : mbs) {
             if (s.pin_micro_batch && mb != s.pin_micro_batch) continue;
-            for (int rc : rcs) {
-              if (s.pin_recompute >= 0 && rc != s.pin_recompute) continue;
-              const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0, o.support);
+            for (plan::RecomputeGranularity rc : rcs) {
+              if (s.pin_recompute >= 0 && static_cast<int>(rc) != s.pin_recompute) continue;
+              plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
+              c.set_recompute_granularity(rc);
               if (!o.allow_planner_only && !ConfigOnlyFeatures(m, c, o.support).empty()) continue;
               out.push_back(c);
             }

@@ -74,6 +74,7 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   shape.attention_context = static_cast<double>(s.attention_context);
   shape.train = s.trains();
   shape.recompute = c.recompute;
+  shape.recompute_attention_core = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
   shape.lm_loss = s.lm_loss;
   shape.kd_teacher_hidden = s.kd_teacher_hidden;
   shape.tp = c.tp;
@@ -137,7 +138,15 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
       tokens * 2.0 * static_cast<double>(s.kd_teacher_hidden) * static_cast<double>(s.model.vocab);
   out.flops_forward_per_sample = model_forward + teacher_head;
   out.flops_backward_per_sample = train ? 2.0 * model_forward : 0.0;
-  const double flops_per_sample_run = model_forward * (train ? (c.recompute ? 4.0 : 3.0) : 1.0);
+  // Recomputation runs a forward again in backward: full, the whole model's
+  // (the blocks dominate); selective, the attention core's (Korthikanti et
+  // al. 2022, section 5: 2.7% of the FLOPs of GPT-3 175B's layers).
+  const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
+  const double recomputed = !train        ? 0.0
+                            : c.recompute ? model_forward
+                            : selective   ? tokens * s.facts.attention_flops_per_token
+                                          : 0.0;
+  const double flops_per_sample_run = model_forward * (train ? 3.0 : 1.0) + recomputed;
   out.microbatches = microbatches;
   out.useful_flops_per_step = static_cast<double>(global_batch_) * s.active_fraction *
                               (out.flops_forward_per_sample + out.flops_backward_per_sample);
@@ -148,7 +157,7 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   out.fits = out.memory.total() <= dev.memory_bytes;
 
   // Time of one micro-batch on one pipeline stage.
-  const double passes = train ? (c.recompute ? 4.0 : 3.0) : 1.0;
+  const double passes = train ? (c.recompute ? 4.0 : 3.0) : 1.0;  // the attention core has no CP exchange of its own
   double stage = 0.0;
   const MeasuredStage m = InterpolateProfiles(s.profiles, c.tp * c.pp * c.cp, samples_per_mb);
   const bool measured = m.seconds > 0;

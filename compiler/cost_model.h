@@ -14,7 +14,8 @@
 //       and the eager op chain's memory-bound kernels, forward and backward
 //       apart, AdamW + .grad accumulation per step;
 //     - otherwise (CPU slots without a `kernels` file) the efficiency curve
-//       mb * FLOPs/sample * (train: 3, +1 with recompute; forward: 1)
+//       mb * FLOPs/sample * (train: 3, +1 with full recompute, + the
+//       attention core's share with selective; forward: 1)
 //       / (tp * pp * cp) / (peak * mfu * x / (x + x_half)),
 //       x = mb * tokens / cp * hidden / tp, times w / (w + w_half), w = hidden / tp;
 //     - a measured section profile replaces either;
@@ -117,6 +118,7 @@ struct SectionWork {
   bool lm_loss = false;           // a decoder sink that trains: LM head + cross-entropy run here
   int device = 0;                 // index into the DeviceType list
   // Pins (0 = free).
+  // pin_recompute: -1 free, else a plan::RecomputeGranularity (0 none, 1 selective, 2 full).
   int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
   std::vector<ProfileSpec> profiles;
   // Its place in the graph (compiler/memory_model.h, compiler/step_model.h):

@@ -57,9 +57,17 @@ std::string NeighbouringChoices(const CostModel& model, const SectionWork& s, co
   x.micro_batch *= 2;
   t += Alternative(model, s, x, fmt::format("micro-batch {}", x.micro_batch), o);
   if (s.trains()) {
-    x = chosen;
-    x.recompute = !x.recompute;
-    t += Alternative(model, s, x, x.recompute ? "with recomputation" : "without recomputation", o);
+    for (auto g : {plan::RecomputeGranularity::kNone, plan::RecomputeGranularity::kSelective,
+                   plan::RecomputeGranularity::kFull}) {
+      if (g == chosen.recompute_granularity()) continue;
+      x = chosen;
+      x.set_recompute_granularity(g);
+      t += Alternative(model, s, x,
+                       g == plan::RecomputeGranularity::kNone
+                           ? std::string("without recomputation")
+                           : fmt::format("with {} recomputation", plan::RecomputeGranularityName(g)),
+                       o);
+    }
   }
   return t;
 }

@@ -42,7 +42,8 @@ double RmsNormSaved(double c, double a) {
 // A decoder block in training (runtime/models/decoder.cc DecoderBlockImpl),
 // bytes per token. TP divides the head and FFN widths; the residual stream
 // and the norms are whole on every TP rank (no sequence parallelism).
-double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention) {
+double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention,
+                         bool core_recomputed) {
   const double c = D(m.hidden), hd = HeadDimOf(m);
   const double heads = D(m.heads) / tp, kv = KvHeadsOf(m) / tp;
   const double q = heads * hd, k = kv * hd;
@@ -58,7 +59,10 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   } else {
     e += a * 2.0 * k;  // the rotated k and v itself
   }
-  if (explicit_attention) {
+  if (core_recomputed) {
+    // Selective recomputation (runtime/recompute.h): the core keeps only
+    // its inputs q, k, v, counted above.
+  } else if (explicit_attention) {
     e += a * heads * D(context);  // softmax probabilities (B, H, T, T), causal or not
   } else {
     e += a * q + 4.0 * heads;  // a fused attention: its output and the fp32 log-sum-exp
@@ -81,13 +85,16 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
 // LayerNorm, fused or separate q/k/v, 2-D RoPE for Qwen2-VL, GELU or
 // quick_gelu MLP), bytes per token. TP (planner-only for encoders) divides the
 // head and FFN widths.
-double EncoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention) {
+double EncoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, double a, bool explicit_attention,
+                         bool core_recomputed) {
   const double c = D(m.hidden), f = D(m.ffn_hidden) / tp, heads = D(m.heads) / tp;
   double e = 0.0;
   e += a * c + 8.0 + a * c;  // block input (kept by layer_norm with its mean and rstd), the norm's output
   e += 3.0 * a * c / tp;     // q, k, v (views of one buffer when fused)
   if (VisionRopeOf(m)) e += 4.0 * 4.0 * c / tp;  // rotate_half's cat and the rotated q and k, in fp32
-  if (explicit_attention) {
+  if (core_recomputed) {
+    // Selective recomputation: the core keeps only q, k, v (above).
+  } else if (explicit_attention) {
     e += a * heads * D(context);  // softmax probabilities over the image's patches
   } else {
     e += a * c / tp + 4.0 * heads;
@@ -181,12 +188,14 @@ PrecisionBytes BytesOf(ParamPrecision precision) {
 }
 
 double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t context, double act_bytes,
-                            bool explicit_attention) {
+                            bool explicit_attention, bool attention_core_recomputed) {
   tp = std::max(tp, 1);
   switch (model.kind) {
-    case ModelKind::kDecoder: return DecoderLayerBytes(model, tp, context, act_bytes, explicit_attention);
+    case ModelKind::kDecoder:
+      return DecoderLayerBytes(model, tp, context, act_bytes, explicit_attention, attention_core_recomputed);
     case ModelKind::kVit:
-    case ModelKind::kAudioEncoder: return EncoderLayerBytes(model, tp, context, act_bytes, explicit_attention);
+    case ModelKind::kAudioEncoder:
+      return EncoderLayerBytes(model, tp, context, act_bytes, explicit_attention, attention_core_recomputed);
     case ModelKind::kProjector: return act_bytes * (D(model.in_dim) + 3.0 * D(model.out_dim));
   }
   return 0.0;
@@ -235,11 +244,13 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   const double layers = m.kind == ModelKind::kProjector ? 1.0 : D(std::max<int64_t>(m.layers, 1));
   const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
   if (train) {
-    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention);
+    const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
+    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective);
     const double held = s.sink ? 1.0 : mbs;  // the wavefront schedule has no in-flight cap
     const double stage_layers = layers / pp;
     const double copies = pp > 1 ? std::max(std::min<double>(pp, mbs), held) : held;
-    // Recomputation keeps each layer's input, and one layer's graph at a time.
+    // Full recomputation keeps each layer's input (RunRecomputed's saved
+    // input), and one layer's graph at a time while it recomputes.
     const double per_mb = c.recompute ? stage_layers * a * D(m.hidden) + layer : stage_layers * layer;
     double act = copies * tokens_mb * (per_mb + StemBytes(m, a));
     if (m.kind == ModelKind::kDecoder && s.sink) {

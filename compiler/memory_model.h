@@ -31,7 +31,10 @@
 //               min(pp, micro-batches) under 1F1B. A training decoder sink adds
 //               its fp32 logits chain (log_softmax, KD's teacher logits and KL
 //               terms); a forward-only section keeps no graph, only one
-//               layer's working set and its output rows. The optimizer step's
+//               layer's working set and its output rows. Activation
+//               recomputation (docs/recompute.md): full keeps each layer's
+//               input and one layer's graph; selective drops each layer's
+//               attention-core terms. The optimizer step's
 //               own transient (gradient clipping squares the largest gradient
 //               in fp64) replaces the activations when larger: they are freed
 //               by then.
@@ -81,9 +84,13 @@ PrecisionBytes BytesOf(ParamPrecision precision);
 // activation element. `explicit_attention`: the T x T probabilities are kept
 // per head (libtorch 1.13's path on CPU, runtime/torch_compat.h); otherwise
 // a fused attention keeps its output and the log-sum-exp. The projector is
-// one "layer".
+// one "layer". `attention_core_recomputed` (selective recomputation): the
+// attention core keeps neither (Korthikanti et al. 2022, "Reducing
+// Activation Recomputation in Large Transformer Models": a layer keeps
+// sbh(34 + 5as/h) bytes in 16-bit, eq. 1; selective recomputation, section
+// 5, drops the score-sized 5as/h term, keeping 34sbh).
 double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t context, double act_bytes,
-                            bool explicit_attention);
+                            bool explicit_attention, bool attention_core_recomputed = false);
 
 // The per-GPU memory of section `s` under `config`, with `microbatches`
 // micro-batches per replica of `samples_per_microbatch` samples each, on

@@ -198,8 +198,8 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
       f.active_params = embed + d.layers * layer_active + norm + head;
       f.matmul_params = d.layers * layer_mm + d.vocab * h;  // the LM head runs even when tied
       f.embedding_params = embed;
-      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) +
-                          4.0 * static_cast<double>(d.layers) * (s / 2.0) * static_cast<double>(q);
+      f.attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * (s / 2.0) * static_cast<double>(q);
+      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) + f.attention_flops_per_token;
       f.output_dim = h;
       break;
     }
@@ -234,8 +234,8 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
       f.active_params = p;
       f.matmul_params = d.layers * layer_w + patch_w + merger_mm_per_token;
       f.embedding_params = 0;
-      f.flops_per_token =
-          2.0 * static_cast<double>(f.matmul_params) + 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) + f.attention_flops_per_token;
       f.output_dim = merge > 0 ? d.out_dim : h;
       break;
     }
@@ -251,8 +251,8 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
       f.params = p;
       f.active_params = p;
       f.matmul_params = d.layers * layer_w + 2 * conv1 + conv2;  // conv1 runs at twice the output rate
-      f.flops_per_token =
-          2.0 * static_cast<double>(f.matmul_params) + 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) + f.attention_flops_per_token;
       f.output_dim = h;
       break;
     }

@@ -43,8 +43,11 @@ struct ModelFacts {
   int64_t matmul_params = 0;  // weights of the matrix products one token goes through
   int64_t embedding_params = 0;
   double flops_per_token = 0;  // forward, at `seq_len`
-  int64_t seq_len = 0;         // the sequence length the FLOPs assume
-  int64_t output_dim = 0;      // width of the tensor the model hands downstream
+  // Of flops_per_token, the attention core's (scores and weighted values):
+  // what selective recomputation runs again in backward.
+  double attention_flops_per_token = 0;
+  int64_t seq_len = 0;     // the sequence length the FLOPs assume
+  int64_t output_dim = 0;  // width of the tensor the model hands downstream
 };
 
 // Reads a flag from desc.extra (absent = `fallback`).

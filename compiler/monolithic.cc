@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "base/units.h"
+#include "compiler/config_text.h"
 #include "compiler/planner.h"
 
 namespace maestro::compiler {
@@ -29,7 +30,7 @@ plan::ParallelConfig SharedConfigOf(const SectionWork& s, const plan::ParallelCo
     if (o.allow_planner_only) return sc;
     plan::ParallelConfig probe = c;
     probe.cp = 1;
-    probe.recompute = false;
+    probe.set_recompute_granularity(plan::RecomputeGranularity::kNone);
     if (!ConfigOnlyFeatures(s.model, probe, o.support).empty()) {
       sc.tp = 1;
       sc.pp = 1;
@@ -40,11 +41,12 @@ plan::ParallelConfig SharedConfigOf(const SectionWork& s, const plan::ParallelCo
   sc.cp = 1;  // images and audio clips are not split over the LLM's context-parallel ranks
   if (s.model.kind == plan::ModelKind::kProjector) {
     sc.tp = 1;
+    sc.set_recompute_granularity(plan::RecomputeGranularity::kNone);  // no attention, nothing worth recomputing
     return sc;
   }
   plan::ParallelConfig probe = sc;
   probe.cp = 1;
-  probe.recompute = false;
+  probe.set_recompute_granularity(plan::RecomputeGranularity::kNone);
   if (!o.allow_planner_only && !PlannerOnlyFeatures(s.model, probe, o.support).empty()) sc.tp = 1;
   return sc;
 }
@@ -187,7 +189,10 @@ bool SharedConfigRuns(const Workload& w, const plan::ParallelConfig& c, const Pl
   // Every option the runtime has (docs/monolithic.md): CP and recomputation
   // when its table (or --runtime-support) has them.
   if (!o.allow_planner_only && c.cp > 1 && !o.support.context_parallel) return false;
-  if (!o.allow_planner_only && c.recompute && !o.support.activation_recompute) return false;
+  if (!o.allow_planner_only && c.recompute_granularity() != plan::RecomputeGranularity::kNone &&
+      !o.support.activation_recompute) {
+    return false;
+  }
   if (!o.allow_planner_only) {
     bool any = false;  // TP/PP must be runnable for at least the decoders
     for (const auto& s : w.sections) any = any || ConfigOnlyFeatures(s.model, c, o.support).empty();
@@ -231,8 +236,12 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
         if (dp > std::max<int64_t>(1, model.global_batch())) continue;
         for (int mb : o.micro_batches) {
           if (mb > 1 && mb * dp > model.global_batch()) break;
-          for (int rc = 0; rc < 2; ++rc) {
-            const plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, rc != 0, o.support);
+          // Activation recomputation of every training component's blocks:
+          // none, selective or full (the same choice the sectioned planner has).
+          for (auto rc : {plan::RecomputeGranularity::kNone, plan::RecomputeGranularity::kSelective,
+                          plan::RecomputeGranularity::kFull}) {
+            plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
+            c.set_recompute_granularity(rc);
             if (!SharedConfigRuns(w, c, o)) continue;
             MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
             if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());
@@ -312,14 +321,14 @@ MonolithicPlan PlanMonolithicOn(const CostModel& model, const Workload& w, const
       const plan::ParallelConfig& a = alone.config;
       best.terms.push_back(
           {"colocated_memory", best.step_seconds - alone.step_seconds,
-           a.tp == c.tp && a.pp == c.pp && a.micro_batch == c.micro_batch && a.recompute == c.recompute
+           a.tp == c.tp && a.pp == c.pp && a.micro_batch == c.micro_batch &&
+                   a.recompute_granularity() == c.recompute_granularity()
                ? fmt::format("all sections' states share each GPU ({} GiB per GPU); the same configuration would "
                              "win without that",
                              GiBText(best.memory.total()))
                : fmt::format("all sections' states share each GPU ({} GiB per GPU): without that, TP {} PP {} "
                              "micro-batch {}{} would win",
-                             GiBText(best.memory.total()), a.tp, a.pp, a.micro_batch,
-                             a.recompute ? " recompute" : "")});
+                             GiBText(best.memory.total()), a.tp, a.pp, a.micro_batch, RecomputeText(a))});
     }
   }
   if (on.size() > 1) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/units.h"
+#include "compiler/config_text.h"
 #include "compiler/sectioned_search.h"
 
 namespace maestro::compiler {
@@ -97,8 +98,9 @@ PlanFailure NoConfigFits(const CostModel& model, const SectionWork& sw, size_t s
       "DP={} micro-batch {}{}: weights {} + gradients {} + optimizer {} + activations {} + reserve {}) but a "
       "'{}' GPU has {}; give it a larger GPU type, more nodes, {}or make it mode = \"forward\"",
       sw.name, HumanBytes(survey.least_memory), least.tp, least.pp, least.cp, least.dp, least.micro_batch,
-      least.recompute ? ", recompute" : "", HumanBytes(m.weights), HumanBytes(m.gradients), HumanBytes(m.optimizer),
-      HumanBytes(m.activations), HumanBytes(m.reserved), dev.name, HumanBytes(dev.memory_bytes),
+      RecomputeText(least).empty() ? "" : "," + RecomputeText(least), HumanBytes(m.weights), HumanBytes(m.gradients),
+      HumanBytes(m.optimizer), HumanBytes(m.activations), HumanBytes(m.reserved), dev.name,
+      HumanBytes(dev.memory_bytes),
       o.allow_planner_only ? ""
                            : "--allow-planner-only (CP, recomputation), --runtime-support (a runtime with more), ");
   return failure;

@@ -237,7 +237,8 @@ std::string SectionTable(const std::vector<ReportSection>& sections) {
                     plan::SectionModeName(s.mode), fmt::format("{:.0f}%", 100 * s.active_fraction),
                     std::to_string(s.gpus), s.gpu_type, std::to_string(s.config.tp), std::to_string(s.config.pp),
                     std::to_string(s.config.cp), std::to_string(s.config.dp), std::to_string(s.config.micro_batch),
-                    s.config.recompute ? "yes" : "no", fmt::format("{:.0f}%", 100 * s.share_of_step),
+                    plan::RecomputeGranularityName(s.config.recompute_granularity()),
+                    fmt::format("{:.0f}%", 100 * s.share_of_step),
                     fmt::format("{}/{:.0f}", GiBText(s.memory.total()), s.memory_capacity / kGiB),
                     fmt::format("{:.0f}%", 100 * s.utilization), s.planner_only.empty() ? "yes" : "planner-only"});
   }
@@ -377,6 +378,7 @@ nlohmann::json SectionJson(const ReportSection& s) {
   j["dp"] = s.config.dp;
   j["micro_batch"] = s.config.micro_batch;
   j["recompute"] = s.config.recompute;
+  j["recompute_granularity"] = plan::RecomputeGranularityName(s.config.recompute_granularity());
   j["step_seconds"] = s.step_seconds;
   j["share_of_step"] = s.share_of_step;
   j["memory_bytes"] = {{"weights", s.memory.weights},     {"gradients", s.memory.gradients},
@@ -438,6 +440,7 @@ void AddMonolithicJson(const ReportMonolithic& mono, nlohmann::json& js) {
                       {"dp", m.config.dp},
                       {"micro_batch", m.config.micro_batch},
                       {"recompute", m.config.recompute},
+                      {"recompute_granularity", plan::RecomputeGranularityName(m.config.recompute_granularity())},
                       {"step_seconds", m.step_seconds},
                       {"samples_per_second", m.throughput},
                       {"memory_bytes", m.memory.total()},

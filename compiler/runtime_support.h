@@ -33,7 +33,10 @@ struct RuntimeSupport {
   bool context_parallel = false;
   bool expert_parallel = false;
   bool mixture_of_experts = false;  // MoE layers at all (even without EP)
-  bool activation_recompute = false;
+  // Full and selective activation recomputation of the transformer blocks
+  // (runtime/recompute.h; plan::RecomputeGranularity): equal to the
+  // reference in tests/runtime/recompute_test.cc and recompute_mpi_test.cc.
+  bool activation_recompute = true;
   // The kernels its code paths use (issue #19; the step model prices each,
   // compiler/step_model.h FusedOps): GQA inside SDPA instead of
   // repeat_interleave, at::rms_norm instead of the fp32 chain,

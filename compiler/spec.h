@@ -151,7 +151,8 @@ struct SectionSpec {
   plan::OptimizerDesc optimizer;
   // Pins (0 / empty = the planner chooses).
   int tp = 0, pp = 0, cp = 0, dp = 0, micro_batch = 0;
-  std::optional<bool> recompute;
+  // `recompute`: true = full, false = none, or "none" / "selective" / "full".
+  std::optional<plan::RecomputeGranularity> recompute;
   std::string gpu_type;
   // Initial weights: "" = the run's seed; else a .mckpt file or a run
   // directory, already joined to the spec's directory (need not exist yet).

@@ -688,8 +688,23 @@ void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vect
   r.Int("cp", &s.cp, 1, 1024);
   r.Int("dp", &s.dp, 1, 1 << 20);
   r.Int("micro_batch", &s.micro_batch, 1, 1 << 16);
-  bool rc = false;
-  if (r.Bool("recompute", &rc)) s.recompute = rc;
+  // recompute: true (full), false (none), or "none" / "selective" / "full".
+  if (const toml::node* n = r.Get("recompute"); n != nullptr && n->is_string()) {
+    const std::string g = n->as_string()->get();
+    if (g == "none" || g == "selective" || g == "full") {
+      s.recompute = g == "full"        ? plan::RecomputeGranularity::kFull
+                    : g == "selective" ? plan::RecomputeGranularity::kSelective
+                                       : plan::RecomputeGranularity::kNone;
+    } else {
+      d.Error(r.PosOfKey("recompute"), fmt::format("{}: recompute = \"{}\": must be true, false, \"none\", "
+                                                   "\"selective\" or \"full\"",
+                                                   where, g));
+    }
+  } else {
+    bool rc = false;
+    if (r.Bool("recompute", &rc))
+      s.recompute = rc ? plan::RecomputeGranularity::kFull : plan::RecomputeGranularity::kNone;
+  }
   r.String("gpu_type", &s.gpu_type);
   s.gpu_type_pos = r.PosOfKey("gpu_type");
   if (const toml::table* o = r.Table("optimizer")) ReadOptimizer(d, *o, where + " optimizer", s.optimizer);

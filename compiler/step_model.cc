@@ -84,6 +84,7 @@ class StepSum {
     }
     Add(Part::kBlocks, Phase::kForward, layers * fwd);
     Add(Part::kBlocks, Phase::kBackward, layers * bwd);
+    attention_forward_ += layers * fwd;
     out_.attention_seconds += layers * (fwd + bwd);
     out_.terms.push_back({"attention " + name, layers * (fwd + bwd), layers * (train_ ? 2 : 1)});
   }
@@ -137,6 +138,8 @@ class StepSum {
            device_.kernel_launch_seconds;
   }
   double accumulate() const { return accumulate_; }
+  // The attention cores' forward (what selective recomputation runs again).
+  double attention_forward() const { return attention_forward_; }
 
   StepBreakdown Breakdown(bool with_optimizer) const {
     StepBreakdown out = out_;
@@ -163,6 +166,7 @@ class StepSum {
   double optimizer_ = 0, accumulate_ = 0;
   int optimizer_shards_ = 1;
   double param_bytes_ = 0;
+  double attention_forward_ = 0;
   double total_numel_ = 0, total_tensors_ = 0, elem_ = 2;
   bool fused_adamw_ = false;
   std::vector<StepTerm> optimizer_terms_;
@@ -481,7 +485,11 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
   auto [pre_f, pre_b] = at(Part::kPre);
   auto [blk_f, blk_b] = at(Part::kBlocks);
   auto [post_f, post_b] = at(Part::kPost);
-  if (shape.train && shape.recompute) blk_b += blk_f;  // the blocks' forward again before their backward
+  if (shape.train && shape.recompute) {
+    blk_b += blk_f;  // the blocks' forward again before their backward
+  } else if (shape.train && shape.recompute_attention_core) {
+    blk_b += sum.attention_forward();  // selective: the attention cores' forward again
+  }
   if (shape.pp == 1) {
     out.forward_seconds = pre_f + blk_f + post_f;
     out.backward_seconds = pre_b + blk_b + post_b;

@@ -68,13 +68,14 @@ struct FusedOps {
 
 // One micro-batch of a section as the runtime runs it.
 struct PassShape {
-  double samples = 1;             // samples in the micro-batch (a mean may be fractional)
-  double tokens_per_sample = 1;   // rows the model processes per sample (a ViT: K images x patches)
-  double attention_context = 0;   // tokens one attention spans (a ViT: one image's patches); 0 = tokens_per_sample
-  bool train = true;              // backward through the section (else forward only, no graph kept)
-  bool recompute = false;         // the blocks' forward again during backward
-  bool lm_loss = false;           // decoder: LM head + fp32 cross-entropy (a sink that trains)
-  int64_t kd_teacher_hidden = 0;  // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
+  double samples = 1;            // samples in the micro-batch (a mean may be fractional)
+  double tokens_per_sample = 1;  // rows the model processes per sample (a ViT: K images x patches)
+  double attention_context = 0;  // tokens one attention spans (a ViT: one image's patches); 0 = tokens_per_sample
+  bool train = true;             // backward through the section (else forward only, no graph kept)
+  bool recompute = false;        // the blocks' forward again during backward
+  bool recompute_attention_core = false;  // selective: the attention core's forward again during backward
+  bool lm_loss = false;                   // decoder: LM head + fp32 cross-entropy (a sink that trains)
+  int64_t kd_teacher_hidden = 0;          // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
   int tp = 1, cp = 1, pp = 1;
   int activation_bytes = 2;  // bf16 2, fp32 4
   // Bytes of a parameter element that AdamW and the .grad accumulation

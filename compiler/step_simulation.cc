@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 
+#include "compiler/config_text.h"
 #include "scheduler/simulator.h"
 
 namespace maestro::compiler {
@@ -381,7 +382,7 @@ std::string Describe(const plan::ParallelConfig& c) {
   std::string out = fmt::format("TP {} PP {}", c.tp, c.pp);
   if (c.cp > 1) out += fmt::format(" CP {}", c.cp);
   out += fmt::format(" DP {} micro-batch {}", c.dp, c.micro_batch);
-  if (c.recompute) out += " recompute";
+  out += RecomputeText(c);
   return out;
 }
 
@@ -422,7 +423,7 @@ bool MoveBetween(const plan::ParallelConfig& from, const plan::ParallelConfig& t
     ++changed;
     m = kind;
   };
-  differs(to.recompute != from.recompute, RefinementMove::kRecompute);
+  differs(to.recompute_granularity() != from.recompute_granularity(), RefinementMove::kRecompute);
   differs(to.cp != from.cp, RefinementMove::kCp);
   differs(to.pp != from.pp, RefinementMove::kPp);
   differs(to.tp != from.tp, RefinementMove::kTp);

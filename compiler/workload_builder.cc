@@ -298,7 +298,7 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
   sw.pin_cp = s.cp;
   sw.pin_dp = s.dp;
   sw.pin_micro_batch = s.micro_batch;
-  sw.pin_recompute = s.recompute ? (*s.recompute ? 1 : 0) : -1;
+  sw.pin_recompute = s.recompute ? static_cast<int>(*s.recompute) : -1;
   for (const auto& p : spec.profiles) {
     if (p.section == s.name) sw.profiles.push_back(p);
   }

@@ -29,7 +29,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MicroBatchCost, fixed_seconds, seconds_per_sample, forward_share,
                                                 optimizer_seconds, measured)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute, zero_stage)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute,
+                                                recompute_selective, zero_stage)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
                                                 gpus_per_task, gpu_type, partition, constraint)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient, fanout,
@@ -60,6 +61,15 @@ const char* ModelKindName(ModelKind kind) {
     case ModelKind::kVit: return "vit";
     case ModelKind::kAudioEncoder: return "audio_encoder";
     case ModelKind::kProjector: return "projector";
+  }
+  return "?";
+}
+
+const char* RecomputeGranularityName(RecomputeGranularity g) {
+  switch (g) {
+    case RecomputeGranularity::kNone: return "none";
+    case RecomputeGranularity::kSelective: return "selective";
+    case RecomputeGranularity::kFull: return "full";
   }
   return "?";
 }

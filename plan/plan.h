@@ -125,13 +125,35 @@ struct MicroBatchCost {
   bool measured = false;  // from a profile rather than the analytic model
 };
 
+// Activation recomputation of a section's transformer blocks
+// (runtime/recompute.h; Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models"):
+//   kNone       autograd keeps every block's activations;
+//   kSelective  the attention core softmax(QK^T)V is run again in backward,
+//               the rest kept (Megatron's --recompute-granularity selective);
+//   kFull       each block keeps only its input and runs its whole forward
+//               again in backward (--recompute-granularity full).
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+const char* RecomputeGranularityName(RecomputeGranularity g);  // "none", "selective", "full"
+
 // One section's parallel configuration (chosen by the planner).
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
   int micro_batch = 1;     // samples per micro-batch on one DP replica
-  bool recompute = false;  // full activation recomputation
-  int zero_stage = 1;      // 0 or 1 (optimizer states sharded over DP)
+  bool recompute = false;  // full activation recomputation (kFull)
+  // Selective recomputation (kSelective), when `recompute` is false. Absent
+  // in older plans (reads false); `recompute` wins when both are true.
+  bool recompute_selective = false;
+  int zero_stage = 1;  // 0 or 1 (optimizer states sharded over DP)
   int ranks() const { return tp * pp * cp * dp; }
+  RecomputeGranularity recompute_granularity() const {
+    return recompute ? RecomputeGranularity::kFull
+                     : (recompute_selective ? RecomputeGranularity::kSelective : RecomputeGranularity::kNone);
+  }
+  void set_recompute_granularity(RecomputeGranularity g) {
+    recompute = g == RecomputeGranularity::kFull;
+    recompute_selective = g == RecomputeGranularity::kSelective;
+  }
 };
 
 // Placement of one section in its Slurm het component. Schema 1 and 2: the

@@ -206,6 +206,18 @@ StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan&
   return module;
 }
 
+// The section's activation recomputation (its config's granularity) on the
+// blocks of its model; a projector has none.
+void SetActivationRecompute(torch::nn::Module& module, const plan::SectionPlan& s) {
+  const plan::RecomputeGranularity g = s.config.recompute_granularity();
+  switch (s.model.kind) {
+    case plan::ModelKind::kDecoder: module.as<DecoderLMImpl>()->SetRecompute(g); break;
+    case plan::ModelKind::kVit: module.as<VitEncoderImpl>()->SetRecompute(g); break;
+    case plan::ModelKind::kAudioEncoder: module.as<AudioEncoderImpl>()->SetRecompute(g); break;
+    case plan::ModelKind::kProjector: break;
+  }
+}
+
 // Section `s`'s model (this TP rank's shard when sharded) from its Hugging
 // Face `weights` folder, converted to the dtype of its parameters.
 Status LoadSectionHfWeights(const plan::SectionPlan& s, torch::nn::Module& module, int tp_rank, int tp_size) {
@@ -454,6 +466,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));
   }
+  if (s.mode == plan::SectionMode::kTrain) SetActivationRecompute(*impl.module, s);
   if (s.mode == plan::SectionMode::kForward) {
     impl.module->eval();
     for (auto& p : impl.module->parameters()) p.set_requires_grad(false);

@@ -21,6 +21,9 @@
 //     set_autocast_dtype(device_type, ...) (the old names are deprecated in
 //     2.4+, warnings are errors here). The weight-cast cache is kept across
 //     scopes until ClearAutocastCache (the optimizer step, a model load).
+//   - compat::AutocastState / GetAutocastState / SetAutocastState: one
+//     device type's autocast state (on, dtype, weight-cast cache) captured
+//     and replayed (activation recomputation, runtime/recompute.h).
 //   - compat::GqaAttention: SDPA with fewer kv heads than query heads;
 //     `enable_gqa` inside at::scaled_dot_product_attention from 2.5 (no
 //     repeat_interleave copies; kSdpaGqa), else repeat_interleave + SDPA.
@@ -163,6 +166,44 @@ class AutocastGuard {
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
+
+// The autocast state of one device type (CUDA or CPU): whether it is on,
+// its lower-precision dtype and whether weight casts are cached. Activation
+// recomputation (runtime/recompute.cc) replays a forward's state in backward.
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+  bool cache_enabled = true;
+};
+inline AutocastState GetAutocastState(const torch::Device& device) {
+  AutocastState s;
+#if MAESTRO_TORCH_AT_LEAST(2, 4)
+  const at::DeviceType type = device.is_cuda() ? at::kCUDA : at::kCPU;
+  s.enabled = at::autocast::is_autocast_enabled(type);
+  s.dtype = at::autocast::get_autocast_dtype(type);
+#else
+  s.enabled = device.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+  s.dtype = device.is_cuda() ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+  s.cache_enabled = at::autocast::is_autocast_cache_enabled();
+  return s;
+}
+inline void SetAutocastState(const torch::Device& device, const AutocastState& s) {
+#if MAESTRO_TORCH_AT_LEAST(2, 4)
+  const at::DeviceType type = device.is_cuda() ? at::kCUDA : at::kCPU;
+  at::autocast::set_autocast_dtype(type, s.dtype);
+  at::autocast::set_autocast_enabled(type, s.enabled);
+#else
+  if (device.is_cuda()) {
+    at::autocast::set_autocast_gpu_dtype(s.dtype);
+    at::autocast::set_enabled(s.enabled);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(s.dtype);
+    at::autocast::set_cpu_enabled(s.enabled);
+  }
+#endif
+  at::autocast::set_autocast_cache_enabled(s.cache_enabled);
+}
 
 // Drops autocast's cached bf16 casts of weights (after an optimizer step or
 // a load changed them). Cheap when empty.

@@ -3,8 +3,10 @@
 #include "runtime/models/decoder.h"
 
 #include <string>
+#include <vector>
 
 #include "runtime/models/model_desc.h"
+#include "runtime/recompute.h"
 #include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
@@ -109,7 +111,10 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   k = ApplyRope(k, rope);
   // Each kv head serves H/K consecutive query heads: inside SDPA on 2.5+
   // (enable_gqa), else repeat_interleave'd to H heads first.
-  auto out = compat::GqaAttention(q, k, v, /*causal=*/true);  // (B, H, T, D)
+  auto core = [](const std::vector<torch::Tensor>& qkv) {
+    return compat::GqaAttention(qkv[0], qkv[1], qkv[2], /*causal=*/true);
+  };
+  auto out = recompute_core ? RunRecomputed(core, {q, k, v}) : core({q, k, v});  // (B, H, T, D)
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
@@ -196,7 +201,14 @@ torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t 
               ") of ", desc_.layers);
   auto rope = MakeRopeTables(embeds.size(1), HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
   auto x = embeds;
-  for (int64_t i = first; i < end; ++i) x = blocks[static_cast<size_t>(i)]->as<DecoderBlockImpl>()->forward(x, rope);
+  for (int64_t i = first; i < end; ++i) {
+    auto* b = blocks[static_cast<size_t>(i)]->as<DecoderBlockImpl>();
+    if (recompute_ == plan::RecomputeGranularity::kFull) {
+      x = RunRecomputed([b, rope](const std::vector<torch::Tensor>& in) { return b->forward(in[0], rope); }, {x});
+    } else {
+      x = b->forward(x, rope);
+    }
+  }
   return x;
 }
 
@@ -216,6 +228,13 @@ void DecoderLMImpl::KeepStage(int64_t first, int64_t end, bool embeddings, bool 
   if (!head) {
     drop(*final_norm);
     if (lm_head) drop(*lm_head);
+  }
+}
+
+void DecoderLMImpl::SetRecompute(plan::RecomputeGranularity granularity) {
+  recompute_ = granularity;
+  for (const auto& block : *blocks) {
+    block->as<DecoderBlockImpl>()->attn->recompute_core = granularity == plan::RecomputeGranularity::kSelective;
   }
 }
 

@@ -26,8 +26,11 @@
 // gradient (its .grad() stays undefined): callers that all-reduce gradients
 // treat undefined as zero.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
-// May call: libtorch, runtime/torch_compat.h, runtime/parallel/tensor_parallel.h, plan. Thread-safety: one thread
-// per module at a time.
+// Activation recomputation (SetRecompute; runtime/recompute.h): full wraps
+// each block's call, selective each attention's core (SDPA), the blocks
+// themselves unchanged.
+// May call: libtorch, runtime/torch_compat.h, runtime/parallel/tensor_parallel.h, runtime/recompute.h, plan.
+// Thread-safety: one thread per module at a time.
 #pragma once
 
 #include "base/status.h"
@@ -66,6 +69,9 @@ class GqaAttentionImpl : public torch::nn::Module {
   // q/k/v and their biases (column-parallel), columns of o (row-parallel; its
   // output is a partial sum). REQUIRES: n divides H and K.
   void Shard(int rank, int size);
+  // Selective recomputation: the core softmax(QK^T)V keeps no graph and runs
+  // again in backward (runtime/recompute.h).
+  bool recompute_core = false;
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -146,6 +152,9 @@ class DecoderLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& ids);
 
   const plan::ModelDesc& desc() const { return desc_; }
+  // kFull: each block runs through RunRecomputed (keeps its input only);
+  // kSelective: each attention's core does; kNone (the default): neither.
+  void SetRecompute(plan::RecomputeGranularity granularity);
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList blocks;
@@ -154,6 +163,7 @@ class DecoderLMImpl : public torch::nn::Module {
 
  private:
   plan::ModelDesc desc_;
+  plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
 };
 TORCH_MODULE(DecoderLM);
 

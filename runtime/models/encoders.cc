@@ -4,11 +4,14 @@
 #include "runtime/models/encoders.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "hf/name_map.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
+#include "runtime/recompute.h"
 #include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
@@ -80,8 +83,11 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
     q = ApplyRope(q.to(torch::kFloat32), *rope).to(x.scalar_type());
     k = ApplyRope(k.to(torch::kFloat32), *rope).to(x.scalar_type());
   }
-  auto y = compat::ScaledDotProductAttention(q, k, v, /*causal=*/false);
-  return out(y.transpose(1, 2).reshape({b, t, c}));  // (B, T, C)
+  auto core = [](const std::vector<torch::Tensor>& qkv) {
+    return compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*causal=*/false);
+  };
+  auto y = recompute_core ? RunRecomputed(core, {q, k, v}) : core({q, k, v});  // (B, H, T, D)
+  return out(y.transpose(1, 2).reshape({b, t, c}));                            // (B, T, C)
 }
 
 EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
@@ -111,9 +117,29 @@ torch::nn::ModuleList MakeEncoderBlocks(const plan::ModelDesc& desc, QkvLayout l
   return blocks;
 }
 
-torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x, const RopeTables* rope = nullptr) {
-  for (const auto& block : *blocks) x = block->as<EncoderBlockImpl>()->forward(x, rope);
+// x: (B, T, C) -> (B, T, C). Full recomputation runs each block through
+// RunRecomputed (the rope tables, fixed, are captured by value).
+torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x, plan::RecomputeGranularity recompute,
+                        const RopeTables* rope = nullptr) {
+  for (const auto& block : *blocks) {
+    auto* b = block->as<EncoderBlockImpl>();
+    if (recompute == plan::RecomputeGranularity::kFull) {
+      std::optional<RopeTables> tables;
+      if (rope != nullptr) tables = *rope;
+      x = RunRecomputed(
+          [b, tables](const std::vector<torch::Tensor>& in) { return b->forward(in[0], tables ? &*tables : nullptr); },
+          {x});
+    } else {
+      x = b->forward(x, rope);
+    }
+  }
   return x;
+}
+
+void SetAttentionRecompute(const torch::nn::ModuleList& blocks, plan::RecomputeGranularity recompute) {
+  for (const auto& block : *blocks) {
+    block->as<EncoderBlockImpl>()->attn->recompute_core = recompute == plan::RecomputeGranularity::kSelective;
+  }
 }
 }  // namespace
 
@@ -181,6 +207,11 @@ int64_t VitEncoderImpl::num_patches() const {
   return side * side;
 }
 
+void VitEncoderImpl::SetRecompute(plan::RecomputeGranularity granularity) {
+  recompute_ = granularity;
+  SetAttentionRecompute(blocks, granularity);
+}
+
 torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
   TORCH_CHECK(images.dim() == 4 && images.size(1) == desc_.channels && images.size(2) == desc_.image_size &&
                   images.size(3) == desc_.image_size,
@@ -191,7 +222,7 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
   if (layout_ == hf::kVitLayoutClip) {
     x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
     x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
-    return RunBlocks(blocks, pre_norm(x));  // (B, 1+N, C): last_hidden_state
+    return RunBlocks(blocks, pre_norm(x), recompute_);  // (B, 1+N, C): last_hidden_state
   }
   if (layout_ == hf::kVitLayoutQwen2Vl) {
     // A still image is repeated over the temporal patch (Qwen2-VL's processor does the same).
@@ -199,10 +230,10 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
     auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
     x = patch_embed(frames).flatten(2).transpose(1, 2);  // (B, N, C), patches row-major
     if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
-    x = RunBlocks(blocks, x, &rope_);
+    x = RunBlocks(blocks, x, recompute_, &rope_);
   } else {
     x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
-    x = final_norm(RunBlocks(blocks, x + pos_embed));
+    x = final_norm(RunBlocks(blocks, x + pos_embed, recompute_));
   }
   const int64_t merge = SpatialMerge(desc_);
   if (merge == 0) return x;
@@ -230,6 +261,11 @@ AudioEncoderImpl::AudioEncoderImpl(const plan::ModelDesc& desc, ParamFactory& pa
   final_norm = register_module("final_norm", LayerNorm(desc.hidden, LayerNormEps(desc), params));
 }
 
+void AudioEncoderImpl::SetRecompute(plan::RecomputeGranularity granularity) {
+  recompute_ = granularity;
+  SetAttentionRecompute(blocks, granularity);
+}
+
 torch::Tensor AudioEncoderImpl::forward(const torch::Tensor& mel) {
   TORCH_CHECK(mel.dim() == 3 && mel.size(1) == desc_.mel_bins && mel.size(2) >= 1 && mel.size(2) <= desc_.audio_frames,
               "AudioEncoder: mel must be (B, ", desc_.mel_bins, ", frames <= ", desc_.audio_frames, "), got ",
@@ -237,7 +273,7 @@ torch::Tensor AudioEncoderImpl::forward(const torch::Tensor& mel) {
   auto x = compat::Gelu(conv2(compat::Gelu(conv1(mel))));  // (B, C, ceil(F/2))
   x = x.transpose(1, 2);                                   // (B, ceil(F/2), C)
   x = x + embed_positions.narrow(0, 0, x.size(1));
-  return final_norm(RunBlocks(blocks, x));
+  return final_norm(RunBlocks(blocks, x, recompute_));
 }
 
 MlpProjectorImpl::MlpProjectorImpl(const plan::ModelDesc& desc, ParamFactory& params) {

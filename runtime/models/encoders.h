@@ -42,7 +42,10 @@
 //   audio: conv1.*, conv2.*, embed_positions, blocks.<i>.attn.{q_proj,k_proj.weight,v_proj,out}.*,
 //     the block norms and fc's, final_norm.*; projector fc1.*, fc2.*.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
-// May call: libtorch, runtime/torch_compat.h, plan, hf/name_map.h. Thread-safety: one thread
+// Activation recomputation: VitEncoder / AudioEncoder SetRecompute, as
+// DecoderLM's (full: each block's call through RunRecomputed; selective:
+// each attention's core).
+// May call: libtorch, runtime/torch_compat.h, runtime/recompute.h, plan, hf/name_map.h. Thread-safety: one thread
 // per module at a time.
 #pragma once
 
@@ -91,6 +94,8 @@ class SelfAttentionImpl : public torch::nn::Module {
   Linear qkv{nullptr};                                       // kFused
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};  // kSeparate, kWhisper
   Linear out{nullptr};                                       // (C, C) + (C)
+  // Selective recomputation of the core softmax(QK^T)V (runtime/recompute.h).
+  bool recompute_core = false;
 
  private:
   int64_t heads_;
@@ -125,6 +130,8 @@ class VitEncoderImpl : public torch::nn::Module {
   const plan::ModelDesc& desc() const { return desc_; }
   int layout() const { return layout_; }  // hf::kVitLayout*
   int64_t num_patches() const;
+  // Activation recomputation of the blocks (DecoderLM::SetRecompute).
+  void SetRecompute(plan::RecomputeGranularity granularity);
 
   // Output rows per image: N / spatial_merge^2 with a merger, N + 1 for CLIP
   // (the class token first), else N.
@@ -148,6 +155,7 @@ class VitEncoderImpl : public torch::nn::Module {
  private:
   plan::ModelDesc desc_;
   int layout_;
+  plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
   RopeTables rope_;  // Qwen2-VL: (N, D) fp32 tables over patch (row, column), row-major patches
 };
 TORCH_MODULE(VitEncoder);
@@ -170,6 +178,8 @@ class AudioEncoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& mel);
 
   const plan::ModelDesc& desc() const { return desc_; }
+  // Activation recomputation of the blocks (DecoderLM::SetRecompute).
+  void SetRecompute(plan::RecomputeGranularity granularity);
 
   Conv conv1{nullptr}, conv2{nullptr};
   // (AudioPositions(desc), C), requires_grad false (HF freezes it too): an
@@ -180,6 +190,7 @@ class AudioEncoderImpl : public torch::nn::Module {
 
  private:
   plan::ModelDesc desc_;
+  plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
 };
 TORCH_MODULE(AudioEncoder);
 

@@ -176,6 +176,28 @@ TEST(MemoryModel, RecomputationKeepsLayerInputsAndOneLayer) {
   EXPECT_DOUBLE_EQ(full.activations - recompute.activations, tokens * (4 * layer - (4 * 4.0 * 256 + layer)));
 }
 
+// Selective recomputation (Korthikanti et al. 2022, section 5): each layer
+// keeps all but the attention core's score-sized probabilities (4 H T per
+// token on the CPU's explicit attention; a fused attention's output and
+// log-sum-exp on GPUs).
+TEST(MemoryModel, SelectiveRecomputationDropsTheAttentionCoreOfEveryLayer) {
+  const SectionWork s = Decoder();
+  const double tokens = 128, heads = 8, context = 128;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(s.model, 1, 128, 4.0, true) -
+                       LayerActivationBytes(s.model, 1, 128, 4.0, true, /*attention_core_recomputed=*/true),
+                   4.0 * heads * context);
+  EXPECT_DOUBLE_EQ(
+      LayerActivationBytes(s.model, 1, 128, 2.0, false) - LayerActivationBytes(s.model, 1, 128, 2.0, false, true),
+      2.0 * 256 + 4.0 * heads);
+  plan::ParallelConfig selective = Config(1, 1);
+  selective.set_recompute_granularity(plan::RecomputeGranularity::kSelective);
+  const MemoryBreakdown none = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
+  const MemoryBreakdown sel = EstimateSectionMemory(s, selective, 1, 1, Cpu());
+  EXPECT_DOUBLE_EQ(none.activations - sel.activations, tokens * 4 * (4.0 * heads * context));  // 4 layers
+  const MemoryBreakdown full = EstimateSectionMemory(s, Config(1, 1, 1, true), 1, 1, Cpu());
+  EXPECT_LT(full.activations, sel.activations);
+}
+
 TEST(MemoryModel, ForwardOnlyKeepsNoGraphAndNoOptimizer) {
   const SectionWork train = Decoder(true);
   SectionWork teacher = Decoder(false);

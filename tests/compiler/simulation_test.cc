@@ -271,7 +271,7 @@ TEST(Refinement, EndsAtALocalOptimumOfItsMoveSet) {
         EXPECT_EQ(c.nodes, refined.sections[i].cost.nodes) << name;
         // One of TP, PP, CP and recomputation at most; DP and micro-batch along.
         const int changed = (c.config.tp != now.tp) + (c.config.pp != now.pp) + (c.config.cp != now.cp) +
-                            (c.config.recompute != now.recompute);
+                            (c.config.recompute_granularity() != now.recompute_granularity());
         EXPECT_LE(changed, 1) << name << " " << RefinementMoveName(n.move);
         if (n.move == RefinementMove::kDp) {
           EXPECT_EQ(c.config.micro_batch, now.micro_batch) << name;
@@ -304,7 +304,7 @@ TEST(Refinement, EndsAtALocalOptimumOfItsMoveSet) {
       const plan::ParallelConfig& x = refined.sections[i].cost.config;
       const plan::ParallelConfig& y = again.sections[i].cost.config;
       EXPECT_TRUE(x.tp == y.tp && x.pp == y.pp && x.cp == y.cp && x.dp == y.dp && x.micro_batch == y.micro_batch &&
-                  x.recompute == y.recompute)
+                  x.recompute_granularity() == y.recompute_granularity())
           << name;
     }
   }

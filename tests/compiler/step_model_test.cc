@@ -283,6 +283,26 @@ TEST(SectionPass, RecomputeAddsTheBlocksForwardToTheBackward) {
   EXPECT_LT(added, plain->forward_seconds);        // not the LM head and the loss
 }
 
+// Selective recomputation: the attention kernels' forward again in
+// backward, a small share of the blocks' forward at 4K tokens, more at 32K.
+TEST(SectionPass, SelectiveRecomputeAddsTheAttentionForwardToTheBackward) {
+  const DeviceProfile p = H100();
+  for (int tokens : {4096, 32768}) {
+    PassShape s = Train(1, tokens);
+    s.recompute_attention_core = true;
+    PassShape f = Train(1, tokens);
+    f.recompute = true;
+    auto plain = PredictSectionPass(Llama3_8BLayers8(), Train(1, tokens), p);
+    auto selective = PredictSectionPass(Llama3_8BLayers8(), s, p);
+    auto full = PredictSectionPass(Llama3_8BLayers8(), f, p);
+    ASSERT_TRUE(plain.ok() && selective.ok() && full.ok());
+    EXPECT_DOUBLE_EQ(selective->forward_seconds, plain->forward_seconds);
+    const double added = selective->backward_seconds - plain->backward_seconds;
+    EXPECT_GT(added, 0.0) << tokens;
+    EXPECT_LT(added, full->backward_seconds - plain->backward_seconds) << tokens;
+  }
+}
+
 TEST(SectionPass, PipelineAndContextParallelismSplitTheWork) {
   const DeviceProfile p = H100();
   auto one = PredictSectionPass(Llama3_8BLayers8(), Train(2, 8192), p);

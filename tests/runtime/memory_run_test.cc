@@ -16,7 +16,11 @@
 //    the same plan with zero_stage 0: each rank within 20% of its estimate,
 //    and zero_stage 1's peak below zero_stage 0's by most of the moments it
 //    shards away;
-//  - pipeline stages: the decoder at PP 2, each stage within 20%.
+//  - pipeline stages: the decoder at PP 2, each stage within 20%;
+//  - activation recomputation (runtime/recompute.h, issue #17 item 6): the
+//    decoder with full and with selective recomputation, each rank within
+//    20% of its estimate, and each peak below the same run's without
+//    recomputation by at least half of what the model says it saves.
 // Each run stays under ~2 GB and ~40 s on two cores.
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
@@ -305,6 +309,41 @@ TEST(MemoryAsMeasured, PipelineStagesHoldWhatTheEstimateSays) {
               estimate / 1e6, first / estimate);
   EXPECT_LT(first, 1.2 * estimate) << "the first stage holds no more than the heaviest one";
   EXPECT_GT(first, 0.3 * estimate) << "the first stage holds its layers and the embedding";
+}
+
+// The decoder spec with `recompute = <value>` pinned on its section.
+std::string DecoderSpecWithRecompute(const std::string& value) {
+  std::string spec = std::string(kHeader) + kDecoderSpec;
+  const std::string mb = "micro_batch = 8";
+  spec.replace(spec.find(mb), mb.size(), mb + "\nrecompute = " + value);
+  return spec;
+}
+
+TEST(MemoryAsMeasured, RecomputeFullAndSelectiveLowerThePeakAsTheEstimateSays) {
+  struct Case {
+    std::string name, value;
+    plan::RecomputeGranularity want;
+  };
+  std::map<std::string, double> peak, activations;
+  for (const Case& c : {Case{"recompute_none", "false", plan::RecomputeGranularity::kNone},
+                        Case{"recompute_full", "true", plan::RecomputeGranularity::kFull},
+                        Case{"recompute_selective", "\"selective\"", plan::RecomputeGranularity::kSelective}}) {
+    const MeasuredRun run = CompileAndRun(c.name, DecoderSpecWithRecompute(c.value));
+    ASSERT_FALSE(run.memory.empty());
+    ASSERT_EQ(run.plan.sections[0].config.recompute_granularity(), c.want) << c.name;
+    std::string breakdown;
+    const double estimate = EstimateAboveReserve(run, "lm", &breakdown);
+    peak[c.name] = ExpectRanksWithin20Percent(run.memory, "lm", estimate, c.name + ": " + breakdown);
+    activations[c.name] = run.compiled.assignment.sections[0].cost.memory.activations;
+  }
+  for (const std::string name : {"recompute_full", "recompute_selective"}) {
+    const double saved = activations["recompute_none"] - activations[name];
+    std::printf("%s: peak %.0f MB vs %.0f MB without recomputation above the baseline; the model saves %.0f MB\n",
+                name.c_str(), peak[name] / 1e6, peak["recompute_none"] / 1e6, saved / 1e6);
+    EXPECT_GT(saved, 0.0) << name;
+    EXPECT_LT(peak[name], peak["recompute_none"] - 0.5 * saved) << name << " must measurably lower the peak";
+  }
+  EXPECT_LT(peak["recompute_full"], peak["recompute_selective"]) << "full keeps less than selective";
 }
 
 TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {
