@@ -5,7 +5,8 @@
 //     multiple of them): TpSplitsHeads;
 //   - PP splits the layers evenly, CP splits the tokens into 2 * CP chunks;
 //   - the GPU count is a divisor of a node or whole nodes (a het component
-//     is part of one node or whole nodes);
+//     is part of one node or whole nodes), any count where sections share
+//     nodes (DeviceType::packs_nodes);
 //   - no more DP replicas than samples to give them (MaxUsefulDp);
 //   - pins hold;
 //   - the parallel features of a configuration that the runtime lacks

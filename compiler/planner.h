@@ -3,7 +3,8 @@
 // recomputation and GPU count so that
 //   - the whole nodes held per GPU type fit that type's node count (het
 //     components do not share nodes; a component is part of one node or
-//     whole nodes),
+//     whole nodes), or, where sections share nodes (DeviceType::packs_nodes),
+//     the GPUs per type fit its nodes x gpus_per_node,
 //   - every section's per-GPU memory fits,
 //   - on every edge DP_from * fanout = DP_to or DP_to * fanin = DP_from
 //     (integer; pinned fan-outs hold exactly),
