@@ -23,7 +23,7 @@ struct RuntimeSupport {
   bool zero1_optimizer_sharding = true;
   bool micro_batching = true;
   bool tensor_parallel_decoder = true;
-  bool tensor_parallel_encoder = false;    // ViT / audio encoder / projector
+  bool tensor_parallel_encoder = false;  // ViT / audio encoder / projector
   // PP for decoder sections: stages of layers, 1F1B per stage, tied
   // embeddings summed between the first and last stage, per-stage
   // checkpoints, with TP, DP and ZeRO-1 per stage (runtime/pipeline.h,

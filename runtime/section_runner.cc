@@ -484,8 +484,11 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       return Status::InvalidArgument(fmt::format("KD edge '{}' -> '{}': teacher vocab {} != student vocab {}",
                                                  teacher.name, s.name, teacher.model.vocab, s.model.vocab));
     }
-    MAESTRO_ASSIGN_OR_RETURN(auto head, TeacherHead(plan, teacher, options));
-    impl.teacher_head = head.to(options.device, torch::kFloat32);
+    // Only the last pipeline stage computes the loss: the head lives there.
+    if (!runner->Staged() || impl.options.pipeline->last()) {
+      MAESTRO_ASSIGN_OR_RETURN(auto head, TeacherHead(plan, teacher, options));
+      impl.teacher_head = head.to(options.device, torch::kFloat32);
+    }
   }
   return runner;
 }
