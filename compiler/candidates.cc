@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/model.h"
+
 namespace maestro::compiler {
 
 namespace {
@@ -37,6 +39,11 @@ bool IsEncoder(const plan::ModelDesc& m) {
 
 bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
   if (m.heads % tp != 0) return false;
+  // MoE: every expert (and the shared expert) is split like a dense MLP.
+  if (m.experts > 0 &&
+      (m.moe_ffn_hidden % tp != 0 || static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp != 0)) {
+    return false;
+  }
   return m.kind != plan::ModelKind::kDecoder || m.kv_heads % tp == 0 || tp % m.kv_heads == 0;
 }
 
@@ -141,10 +148,16 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
             if (s.pin_micro_batch && mb != s.pin_micro_batch) continue;
             for (plan::RecomputeGranularity rc : rcs) {
               if (s.pin_recompute >= 0 && static_cast<int>(rc) != s.pin_recompute) continue;
-              plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
-              c.set_recompute_granularity(rc);
-              if (!o.allow_planner_only && !ConfigOnlyFeatures(m, c, o.support).empty()) continue;
-              out.push_back(c);
+              // Expert parallelism (MoE): EP groups carved out of the DP
+              // ranks, so ep divides dp and the expert count (docs/moe.md).
+              for (int ep = 1; ep <= dp; ep *= 2) {
+                if (ep > 1 && (m.experts == 0 || dp % ep != 0 || m.experts % ep != 0)) break;
+                plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
+                c.set_recompute_granularity(rc);
+                c.ep = ep;
+                if (!o.allow_planner_only && !ConfigOnlyFeatures(m, c, o.support).empty()) continue;
+                out.push_back(c);
+              }
             }
           }
         }

@@ -52,7 +52,8 @@ plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, b
 bool IsEncoder(const plan::ModelDesc& model);
 
 // Does TP degree `tp` split the model's attention heads (a decoder's KV heads
-// too, or `tp` a multiple of them)?
+// too, or `tp` a multiple of them), and a MoE's expert widths
+// (moe_ffn_hidden, shared_expert_ffn_hidden)?
 bool TpSplitsHeads(const plan::ModelDesc& model, int tp);
 
 // The largest number of DP replicas that can all get work.

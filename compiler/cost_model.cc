@@ -80,6 +80,7 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   shape.tp = c.tp;
   shape.cp = c.cp;
   shape.pp = c.pp;
+  shape.ep = s.model.experts > 0 ? std::max(c.ep, 1) : 1;
   shape.activation_bytes = dev.precision == ParamPrecision::kFp32 ? 4 : 2;
   // AdamW and the .grad accumulation touch the masters: fp32 unless the
   // parameters themselves are bf16 (runtime/section_runner.h, "Device and
@@ -197,6 +198,17 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     if (c.tp > 1) {
       const double allreduces = (train ? 4.0 : 2.0) + (train && c.recompute ? 2.0 : 0.0);
       stage += allreduces * layers / pp * 2.0 * (tp - 1) / tp * act_bytes / mp_bw;
+    }
+    if (c.ep > 1 && s.model.experts > 0) {
+      // Expert parallelism: every routed slot's row (k per token) goes to its
+      // expert's rank and comes back (dispatch, combine), and the transposes
+      // in backward: 4 all-to-alls per layer in training, 2 forward only.
+      // (ep-1)/ep of the rows leave the rank; an EP group is tp*cp*ep
+      // consecutive ranks, on one node when they fit.
+      const double ep = c.ep;
+      const double k = static_cast<double>(std::max<int64_t>(s.model.experts_per_token, 1));
+      const double ep_bw = (c.tp * c.cp * c.ep <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
+      stage += (train ? 4.0 : 2.0) * layers / pp * (ep - 1) / ep * act_bytes * k / ep_bw;
     }
     if (c.cp > 1) {
       const double kv_bytes = samples_per_mb * tokens / cp * KvWidth(s.model) * 2.0 * kBf16;

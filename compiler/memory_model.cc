@@ -39,6 +39,13 @@ double RmsNormSaved(double c, double a) {
   return a >= 4.0 ? 4.0 * c : 4.0 * c + a * c;
 }
 
+// The routed experts' parameters of a MoE decoder (all layers): E SwiGLU
+// MLPs of moe_ffn_hidden per layer (compiler/model.cc counts the same).
+double RoutedExpertParams(const plan::ModelDesc& m) {
+  const double f = D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden);
+  return D(m.layers) * D(m.experts) * 3.0 * D(m.hidden) * f;
+}
+
 // A decoder block in training (runtime/models/decoder.cc DecoderBlockImpl),
 // bytes per token. TP divides the head and FFN widths; the residual stream
 // and the norms are whole on every TP rank (no sequence parallelism).
@@ -71,10 +78,18 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   // MLP half: the residual, the norm, its output.
   e += a * c + RmsNormSaved(c, a) + a * c;
   if (m.experts > 0) {
-    const double f = D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden);
+    // runtime/models/decoder.cc MoeMlpImpl; experts and the shared expert
+    // TP-sharded like a dense MLP.
+    const double f = D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden) / tp;
     const double slots = D(std::max<int64_t>(m.experts_per_token, 1));
-    e += a * D(m.experts) + 4.0 * D(m.experts);        // router logits, fp32 probabilities
-    e += slots * (a * c + 4.0 * a * f + 2.0 * a * c);  // per routed slot: gathered token, SwiGLU, output, weighted
+    e += a * D(m.experts) + 4.0 * D(m.experts);  // router logits, fp32 probabilities
+    // Per routed slot: the gathered token, the SwiGLU (gate, silu, up, their
+    // product), the expert's output (kept by the weighting), the (token,
+    // slot) int64 index pair; the weighted rows are not kept by index_add.
+    e += slots * (a * c + 4.0 * a * f + a * c + 16.0);
+    if (tp > 1) e += slots * 2.0 * a * c;  // the slots' partial outputs concatenated and all-reduced
+    const double shared = ExtraValue(m, "shared_expert_ffn_hidden", 0) / tp;
+    if (shared > 0) e += 4.0 * a * shared + a * c + 2.0 * a;  // SwiGLU, its output (kept by the gate's mul), the gate
   } else {
     e += 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU: gate, silu, up, their product
   }
@@ -113,7 +128,12 @@ double ForwardOnlyLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, 
   const bool decoder = m.kind == ModelKind::kDecoder;
   const double q = decoder ? heads * HeadDimOf(m) : c / tp;
   const double scores = explicit_attention ? 2.0 * heads * D(context) : q;  // scores and their masked / softmaxed copy
-  const double ffn = decoder ? 4.0 * D(m.ffn_hidden) / tp : (QuickGeluOf(m) ? 3.0 : 2.0) * D(m.ffn_hidden) / tp;
+  double ffn = decoder ? 4.0 * D(m.ffn_hidden) / tp : (QuickGeluOf(m) ? 3.0 : 2.0) * D(m.ffn_hidden) / tp;
+  if (decoder && m.experts > 0) {
+    // MoE (elements): the router logits and probabilities, each routed slot's SwiGLU and output.
+    const double slots = D(std::max<int64_t>(m.experts_per_token, 1));
+    ffn = 2.0 * D(m.experts) + slots * (4.0 * D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden) / tp + 2.0 * c);
+  }
   return a * (3.0 * c + std::max(3.0 * q + scores, ffn));
 }
 
@@ -217,10 +237,15 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   // autocast casts: not a decoder's embedding lookup table nor its norms).
   double params = D(s.facts.params);
   double matmul_params = 0.0;
+  // Expert parallelism (docs/moe.md): the routed experts split over the EP
+  // group; their optimizer states over the dp / ep ranks that hold the same
+  // experts (ZeRO-1), every other parameter's over dp.
+  const int ep = m.experts > 0 ? std::max(c.ep, 1) : 1;
+  const double expert_params = m.experts > 0 ? RoutedExpertParams(m) : 0.0;
   if (m.kind == ModelKind::kDecoder) {
     const double embed = D(m.vocab) * D(m.hidden), head = m.tie_embeddings ? 0.0 : embed;
     const double norms = D(2 * m.layers + 1) * D(m.hidden);
-    const double sharded = std::max(0.0, params - embed - head - norms);
+    const double sharded = std::max(0.0, params - embed - head - norms - expert_params * (1.0 - 1.0 / ep));
     params = pp == 1 ? sharded / tp + embed + head + norms : sharded / (tp * pp) + std::max(embed, head) + norms / pp;
     // A tied head reads the embedding table through a matmul (cast); an
     // untied table is only looked up.
@@ -234,7 +259,12 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   if (s.kd_teacher_hidden > 0) out.weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
   if (train) {
     out.gradients = bytes.gradient * params;
-    out.optimizer = bytes.optimizer * params / (c.zero_stage >= 1 ? dp : 1);
+    if (c.zero_stage >= 1) {
+      const double experts_here = expert_params / ep / (tp * pp);  // the rank's routed experts
+      out.optimizer = bytes.optimizer * ((params - experts_here) / dp + experts_here / std::max(1, dp / ep));
+    } else {
+      out.optimizer = bytes.optimizer * params;
+    }
   }
 
   // Activations of the micro-batches in flight.

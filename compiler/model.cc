@@ -175,7 +175,8 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
         *weights = (gated ? 3 : 2) * h * ffn;
         return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
       };
-      int64_t layer = attn_w + attn_b + 2 * norm;
+      const int64_t qk_norm = ExtraFlag(d, "qk_norm", false) ? 2 * hd : 0;  // Qwen3: RMSNorm of q and k heads
+      int64_t layer = attn_w + attn_b + 2 * norm + qk_norm;
       int64_t layer_active = layer;
       int64_t layer_mm = attn_w;
       if (d.experts > 0) {
@@ -185,6 +186,15 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
         layer += router + d.experts * expert;
         layer_active += router + d.experts_per_token * expert;
         layer_mm += router + d.experts_per_token * expert_w;
+        // Qwen2-MoE: a shared expert every token passes, with a (1, C) sigmoid gate.
+        const auto shared_ffn = static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0));
+        if (shared_ffn > 0) {
+          int64_t shared_w = 0;
+          const int64_t shared = mlp(shared_ffn, &shared_w) + h;
+          layer += shared;
+          layer_active += shared;
+          layer_mm += shared_w + h;
+        }
       } else {
         int64_t mlp_w = 0;
         const int64_t m = mlp(d.ffn_hidden, &mlp_w);
@@ -330,15 +340,48 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   d.tie_embeddings = r.Bool("tie_word_embeddings", false);
   int64_t ffn = 0;
   MAESTRO_ASSIGN_OR_RETURN(ffn, r.Int("intermediate_size"));
+  const bool qwen_moe = type == "qwen2_moe" || type == "qwen3_moe";
   if (type == "mixtral") {
     MAESTRO_ASSIGN_OR_RETURN(d.experts, r.Int("num_local_experts", 8));
     MAESTRO_ASSIGN_OR_RETURN(d.experts_per_token, r.Int("num_experts_per_tok", 2));
     d.moe_ffn_hidden = ffn;
+  } else if (qwen_moe) {
+    // Defaults are those of transformers' Qwen2MoeConfig / Qwen3MoeConfig.
+    const bool qwen2 = type == "qwen2_moe";
+    MAESTRO_ASSIGN_OR_RETURN(d.experts, r.Int("num_experts", qwen2 ? 60 : 128));
+    MAESTRO_ASSIGN_OR_RETURN(d.experts_per_token, r.Int("num_experts_per_tok", qwen2 ? 4 : 8));
+    MAESTRO_ASSIGN_OR_RETURN(d.moe_ffn_hidden, r.Int("moe_intermediate_size", qwen2 ? 1408 : 768));
+    int64_t sparse_step = 1;
+    MAESTRO_ASSIGN_OR_RETURN(sparse_step, r.Int("decoder_sparse_step", 1));
+    const bool dense_layers =
+        j.contains("mlp_only_layers") && j.at("mlp_only_layers").is_array() && !j.at("mlp_only_layers").empty();
+    if (sparse_step != 1 || dense_layers) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: decoder_sparse_step = {} and mlp_only_layers = {} mix dense and MoE layers, which Maestro does not "
+          "build; it supports configs where every layer is a MoE layer (decoder_sparse_step 1, mlp_only_layers [])",
+          origin, sparse_step, j.contains("mlp_only_layers") ? j.at("mlp_only_layers").dump() : "[]"));
+    }
+    if (qwen2) {
+      int64_t shared = 0;
+      MAESTRO_ASSIGN_OR_RETURN(shared, r.Int("shared_expert_intermediate_size", 5632));
+      if (shared > 0) d.extra["shared_expert_ffn_hidden"] = static_cast<double>(shared);
+    } else {
+      d.extra["qk_norm"] = 1;  // Qwen3's q_norm / k_norm
+    }
+    d.extra["norm_topk_prob"] = r.Bool("norm_topk_prob", false) ? 1 : 0;
+    d.extra["moe_layout"] = 1;  // hf/name_map.h's kMoeLayoutQwen (hf is not a compiler dependency)
   } else {
     d.ffn_hidden = ffn;
   }
+  if (d.experts > 0) {
+    // The load-balancing loss's weight (transformers' default 0.001); the
+    // runtime adds it to the sink's loss (docs/moe.md).
+    MAESTRO_ASSIGN_OR_RETURN(d.extra["router_aux_loss_coef"], r.Double("router_aux_loss_coef", 0.001));
+  }
   const bool attention_bias = r.Bool("attention_bias", false);
-  if (type == "qwen2") {
+  if (type == "qwen2_moe") {
+    if (r.Bool("qkv_bias", true)) d.extra["qkv_bias"] = 1;  // Qwen2MoeAttention: q/k/v biases
+  } else if (type == "qwen2") {
     d.extra["qkv_bias"] = 1;
   } else if (attention_bias) {
     d.extra["qkv_bias"] = 1;
@@ -354,7 +397,7 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   MAESTRO_ASSIGN_OR_RETURN(d.extra["rope_theta"], r.Double("rope_theta", 10000.0));
   MAESTRO_ASSIGN_OR_RETURN(d.extra["rms_norm_eps"], r.Double("rms_norm_eps", type == "mixtral" ? 1e-5 : 1e-6));
   // Mistral's window (null in later Mistral configs); Qwen2 only with use_sliding_window.
-  const bool window_on = type == "qwen2" ? r.Bool("use_sliding_window", false) : true;
+  const bool window_on = type == "qwen2" || qwen_moe ? r.Bool("use_sliding_window", false) : true;
   int64_t window = 0;
   MAESTRO_ASSIGN_OR_RETURN(window, r.Int("sliding_window", 0));
   if (window_on && window > 0) d.extra["sliding_window"] = static_cast<double>(window);
@@ -479,7 +522,8 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   }
   const std::string type = j.at("model_type").get<std::string>();
   StatusOr<ModelDesc> d = Status::InvalidArgument("unset");
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen2_moe" ||
+      type == "qwen3_moe") {
     d = DecoderFromHf(j, origin, type);
   } else if (type == "vit") {
     d = VitFromHf(j, origin, false);
@@ -498,10 +542,10 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
     }
     d = Qwen2VlVisionFromHf(j.at("vision_config"), origin + " (vision_config)");
   } else {
-    return Status::InvalidArgument(
-        fmt::format("{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, vit, clip, "
-                    "clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
-                    origin, type));
+    return Status::InvalidArgument(fmt::format(
+        "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, qwen2_moe, qwen3_moe, "
+        "vit, clip, clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
+        origin, type));
   }
   if (!d.ok()) return d.status();
   d->source = origin;

@@ -26,6 +26,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // whole.
 plan::ParallelConfig SharedConfigOf(const SectionWork& s, const plan::ParallelConfig& c, const PlannerOptions& o) {
   plan::ParallelConfig sc = c;
+  if (s.model.experts == 0 || s.model.experts % std::max(c.ep, 1) != 0) sc.ep = 1;  // EP splits a MoE's experts only
   if (s.model.kind == plan::ModelKind::kDecoder) {
     if (o.allow_planner_only) return sc;
     plan::ParallelConfig probe = c;
@@ -227,6 +228,11 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
     if (s.model.kind == plan::ModelKind::kDecoder) min_layers = std::min(min_layers, s.model.layers);
   }
   if (min_layers == std::numeric_limits<int64_t>::max()) min_layers = 1;
+  int max_ep = 1;  // the most experts of a section, when EP may be used
+  for (const auto& s : w.sections) {
+    if (o.allow_planner_only || o.support.expert_parallel)
+      max_ep = std::max<int>(max_ep, static_cast<int>(s.model.experts));
+  }
   for (int tp = 1; tp <= gpn; tp *= 2) {
     for (int pp = 1; pp <= std::min<int64_t>(min_layers, o.max_pp); ++pp) {
       for (int cp = 1; cp <= o.max_cp; cp *= 2) {
@@ -240,13 +246,19 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
           // none, selective or full (the same choice the sectioned planner has).
           for (auto rc : {plan::RecomputeGranularity::kNone, plan::RecomputeGranularity::kSelective,
                           plan::RecomputeGranularity::kFull}) {
-            plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
-            c.set_recompute_granularity(rc);
-            if (!SharedConfigRuns(w, c, o)) continue;
-            MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
-            if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());
-            if (!cand.found) continue;
-            if (!best.found || cand.throughput > best.throughput) best = std::move(cand);
+            // EP (docs/moe.md) out of the DP ranks, when a section has experts
+            // and the runtime has it (or planner-only is allowed).
+            for (int ep = 1; ep <= std::min(dp, max_ep); ep *= 2) {
+              if (dp % ep != 0) break;
+              plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
+              c.set_recompute_granularity(rc);
+              c.ep = ep;
+              if (!SharedConfigRuns(w, c, o)) continue;
+              MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
+              if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());
+              if (!cand.found) continue;
+              if (!best.found || cand.throughput > best.throughput) best = std::move(cand);
+            }
           }
         }
       }

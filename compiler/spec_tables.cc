@@ -418,7 +418,7 @@ unsigned KindBit(plan::ModelKind kind) {
 // checked for its TOML type, and the message points at the value. An integer
 // sets `as_int`, a flag `as_bool`; a key with no field to set lands in
 // ModelDesc::extra[key] (a flag as 1 or 0), where the cost model reads it.
-enum class ShapeType { kInt, kFlag };
+enum class ShapeType { kInt, kFlag, kNumber };
 
 struct ShapeKey {
   const char* key;
@@ -431,6 +431,7 @@ struct ShapeKey {
 constexpr int64_t kMaxShapeValue = int64_t{1} << 40;
 constexpr ShapeType kInt = ShapeType::kInt;
 constexpr ShapeType kFlag = ShapeType::kFlag;
+constexpr ShapeType kNumber = ShapeType::kNumber;  // a real in [0, 1e6], always to extra[key]
 
 // The keys of each kind, read in this order (which is also the order of
 // their messages and of the "did you mean" candidates); docs/spec.md lists
@@ -447,6 +448,10 @@ const ShapeKey kShapeKeys[] = {
     {"experts", kDecoderKey, kInt, &plan::ModelDesc::experts, nullptr},
     {"experts_per_token", kDecoderKey, kInt, &plan::ModelDesc::experts_per_token, nullptr},
     {"moe_ffn_hidden", kDecoderKey, kInt, &plan::ModelDesc::moe_ffn_hidden, nullptr},
+    {"shared_expert_ffn_hidden", kDecoderKey, kInt, nullptr, nullptr},
+    {"norm_topk_prob", kDecoderKey, kFlag, nullptr, nullptr},
+    {"router_aux_loss_coef", kDecoderKey, kNumber, nullptr, nullptr},
+    {"qk_norm", kDecoderKey, kFlag, nullptr, nullptr},
     {"image_size", kVitKey, kInt, &plan::ModelDesc::image_size, nullptr},
     {"patch_size", kVitKey, kInt, &plan::ModelDesc::patch_size, nullptr},
     {"channels", kVitKey, kInt, &plan::ModelDesc::channels, nullptr},
@@ -477,6 +482,11 @@ const ShapeKey kShapeKeys[] = {
 // the same); a value of the wrong TOML type is reported at the value.
 void ReadShapeKey(TableReader& r, const ShapeKey& k, plan::ModelDesc& desc) {
   const std::string key = k.key;
+  if (k.type == ShapeType::kNumber) {
+    double x = 0;
+    if (r.Number(key, &x, 0.0, 1e6)) desc.extra[key] = x;
+    return;
+  }
   if (k.type == ShapeType::kFlag) {
     bool b = false;
     if (!r.Bool(key, &b)) return;

@@ -185,12 +185,70 @@ struct Bytes {
 Status CheckTpDivides(const plan::ModelDesc& d, const PassShape& s) {
   const bool heads_ok = d.heads % s.tp == 0;
   const bool kv_ok = d.kind != plan::ModelKind::kDecoder || d.kv_heads % s.tp == 0 || s.tp % d.kv_heads == 0;
-  const bool ffn_ok = d.kind == plan::ModelKind::kProjector || d.ffn_hidden % s.tp == 0;
+  const bool ffn_ok = d.kind == plan::ModelKind::kProjector ||
+                      (d.ffn_hidden % s.tp == 0 && d.moe_ffn_hidden % s.tp == 0 &&
+                       static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0)) % s.tp == 0);
   if (d.kind != plan::ModelKind::kProjector && (!heads_ok || !kv_ok || !ffn_ok)) {
     return Status::InvalidArgument("PredictSectionPass: tp = " + std::to_string(s.tp) +
-                                   " must divide heads, kv_heads (or be a multiple of it) and ffn_hidden");
+                                   " must divide heads, kv_heads (or be a multiple of it) and ffn_hidden (MoE: "
+                                   "moe_ffn_hidden, shared_expert_ffn_hidden)");
+  }
+  if (d.experts > 0 && (s.ep < 1 || d.experts % s.ep != 0)) {
+    return Status::InvalidArgument("PredictSectionPass: ep = " + std::to_string(s.ep) + " must divide experts (" +
+                                   std::to_string(d.experts) + ")");
   }
   return Status::Ok();
+}
+
+// ---- MoE MLP (runtime/models/decoder.cc MoeMlpImpl) on m tokens of this
+// rank. Tokens per expert: m * k / E at capacity factor 1 (an even routing;
+// the capacity factor of Switch Transformer, Fedus et al. 2021, sec. 2.2,
+// with no token dropped) -- with EP each of the rank's E/ep experts gets the
+// slots of the whole EP group, m * k / E * ep rows: the same FLOPs, larger
+// GEMMs. The all-to-all itself is priced by the cost model (cost_model.cc).
+void AddMoe(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double layers = static_cast<double>(d.layers);
+  const double h = static_cast<double>(d.hidden);
+  const double experts = static_cast<double>(d.experts);
+  const double k = static_cast<double>(std::max<int64_t>(d.experts_per_token, 1));
+  const double ep = std::max(s.ep, 1);
+  const double fe = static_cast<double>((d.moe_ffn_hidden > 0 ? d.moe_ffn_hidden : d.ffn_hidden) / s.tp);
+  const double rows = m * k / experts * ep;  // per local expert
+  const double local = experts / ep;
+  const auto kF = Phase::kForward;
+  const auto kB = Phase::kBackward;
+  sum.Gemm("moe.router", Part::kBlocks, m, h, experts, layers);
+  sum.Gemm("moe.experts gate_proj + up_proj", Part::kBlocks, rows, h, fe, 2 * layers * local);
+  sum.Gemm("moe.experts down_proj", Part::kBlocks, rows, fe, h, layers * local);
+  // Router softmax in fp32 and top-k (r4 w4 per expert), the balance term's
+  // one-hot (w8 per slot and expert); per slot: index_select of the token
+  // (r a w a per width), the weighting (r2 w1) and index_add (r2 w1); the
+  // SwiGLU of every slot; backward the same chain's transposes.
+  sum.Memory("moe router softmax + top-k + balance", Part::kBlocks, kF, {8 * experts, 4 * experts, 8 * k * experts}, m,
+             layers);
+  sum.Memory("moe router softmax'", Part::kBlocks, kB, {12 * experts}, m, layers);
+  sum.Memory("moe gather, weight, scatter-add", Part::kBlocks, kF, {b.Act(2 * h), b.Act(3 * h), b.Act(3 * h)}, m * k,
+             layers);
+  sum.Memory("moe gather, weight, scatter-add", Part::kBlocks, kB,
+             {b.Act(2 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h)}, m * k, layers);
+  sum.Memory("moe silu * up", Part::kBlocks, kF, {b.Act(2 * fe), b.Act(3 * fe)}, m * k, layers);
+  sum.Memory("moe silu * up", Part::kBlocks, kB, {b.Act(3 * fe), b.Act(3 * fe), b.Act(3 * fe)}, m * k, layers);
+  const double e = b.a;
+  sum.Parameters("moe router", h * experts, layers, e);
+  sum.Parameters("moe expert weights (this rank's E/ep)", h * fe, 3 * layers * local, e);
+  const double shared = static_cast<double>(static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0)) / s.tp);
+  if (shared > 0) {
+    // Qwen2-MoE's shared expert: a dense SwiGLU on every token and its gate.
+    sum.Gemm("moe.shared_expert gate_proj + up_proj", Part::kBlocks, m, h, shared, 2 * layers);
+    sum.Gemm("moe.shared_expert down_proj", Part::kBlocks, m, shared, h, layers);
+    sum.Gemm("moe.shared_expert_gate", Part::kBlocks, m, h, 1, layers);
+    sum.Memory("moe shared silu * up, sigmoid gate", Part::kBlocks, kF,
+               {b.Act(2 * shared), b.Act(3 * shared), b.Act(3 * h)}, m, layers);
+    sum.Memory("moe shared silu * up, sigmoid gate", Part::kBlocks, kB,
+               {b.Act(3 * shared), b.Act(3 * shared), b.Act(3 * shared), b.Act(3 * h)}, m, layers);
+    sum.Parameters("moe shared expert weights", h * shared, 3 * layers, e);
+  }
 }
 
 // ---- Decoder (runtime/models/decoder.cc, layers.h; section_runner.cc's loss).
@@ -203,7 +261,8 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   const double q = static_cast<double>(d.heads / s.tp) * head_dim;  // query width on this rank
   const double kv_heads = d.kv_heads >= s.tp ? static_cast<double>(d.kv_heads / s.tp) : 1.0;
   const double kv = kv_heads * head_dim;  // key / value width on this rank
-  const double f = static_cast<double>(d.ffn_hidden / s.tp);
+  const bool moe = d.experts > 0;
+  const double f = moe ? 0.0 : static_cast<double>(d.ffn_hidden / s.tp);  // the dense MLP's width on this rank
   const double vocab = static_cast<double>(d.vocab);
   const bool gqa = kv < q;
   const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
@@ -214,8 +273,12 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   sum.Gemm("attn.q_proj", Part::kBlocks, m, h, q, layers);
   sum.Gemm("attn.k_proj + v_proj", Part::kBlocks, m, h, kv, 2 * layers);
   sum.Gemm("attn.o_proj", Part::kBlocks, m, q, h, layers);
-  sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * layers);
-  sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
+  if (moe) {
+    AddMoe(sum, d, s, m);
+  } else {
+    sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * layers);
+    sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
+  }
 
   // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
   // as compiler/model.h counts them (4 * T/2 * q per token forward).
@@ -272,8 +335,10 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     sum.Memory("qkv bias grads (row sums)", Part::kBlocks, kB, {b.Act(q), b.Act(kv), b.Act(kv)}, m, layers);
   }
   // SwiGLU: silu (r1 w1), * up (r2 w1); backward g * up, g * silu, silu'.
-  sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
-  sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  if (!moe) {
+    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
+    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  }
   // Residual adds (r2 w1) x 2; backward: the residual stream's grad
   // accumulated at the two branch points, the normed input's grads from
   // q/k/v (2 adds) and from gate/up (1 add).
@@ -316,7 +381,7 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   sum.Parameters("attention weights (q)", h * q, layers, e);
   sum.Parameters("attention weights (k, v)", h * kv, 2 * layers, e);
   sum.Parameters("attention weights (o)", q * h, layers, e);
-  sum.Parameters("mlp weights", h * f, 3 * layers, e);
+  if (!moe) sum.Parameters("mlp weights", h * f, 3 * layers, e);
   sum.Parameters("norm weights", h, 2 * layers + 1, e);
   if (qkv_bias) {
     sum.Parameters("q bias", q, layers, e);
@@ -455,10 +520,6 @@ double TrainGemmSeconds(double m, double k, double n, const DeviceProfile& devic
 
 StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassShape& shape,
                                        const DeviceProfile& device) {
-  if (desc.experts > 0) {
-    return Status::InvalidArgument(
-        "PredictSectionPass: MoE blocks are not modelled yet (experts = " + std::to_string(desc.experts) + ")");
-  }
   MAESTRO_RETURN_IF_ERROR(CheckModelShape(desc, "PredictSectionPass"));
   if (!(shape.samples > 0) || !(shape.tokens_per_sample > 0) || shape.tp < 1 || shape.cp < 1 || shape.pp < 1 ||
       (shape.activation_bytes != 2 && shape.activation_bytes != 4)) {

@@ -77,6 +77,7 @@ struct PassShape {
   bool lm_loss = false;                   // decoder: LM head + fp32 cross-entropy (a sink that trains)
   int64_t kd_teacher_hidden = 0;          // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
   int tp = 1, cp = 1, pp = 1;
+  int ep = 1;                // MoE: the EP group the routed experts split over (docs/moe.md)
   int activation_bytes = 2;  // bf16 2, fp32 4
   // Bytes of a parameter element that AdamW and the .grad accumulation
   // touch; 0 = activation_bytes (pure bf16, what decoder_speed.cc times).
@@ -100,8 +101,9 @@ struct PassTimes {
 };
 
 // REQUIRES: CheckModelShape(desc).ok(); shape.samples > 0; tp, cp, pp >= 1.
-// Refuses MoE blocks (not modelled yet) and TP degrees that do not divide
-// the widths it splits.
+// MoE blocks: the router, each rank's E/ep experts at m*k/E*ep rows each
+// (capacity factor 1: an even routing), the shared expert (docs/moe.md).
+// Refuses TP degrees that do not divide the widths it splits.
 StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassShape& shape,
                                        const DeviceProfile& device);
 

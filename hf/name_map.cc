@@ -39,6 +39,8 @@ struct Dims {
   int64_t In = 0;   // in_dim
   bool qkv_bias = false;
   bool tied = false;
+  bool qk_norm = false;  // Qwen3: q_norm / k_norm
+  int64_t SF = 0;        // Qwen2-MoE: the shared expert's ffn hidden, 0 = none
 };
 
 Dims DimsOf(const plan::ModelDesc& d) {
@@ -65,6 +67,8 @@ Dims DimsOf(const plan::ModelDesc& d) {
   x.In = d.in_dim;
   x.qkv_bias = Extra(d, "qkv_bias", 0) != 0;
   x.tied = d.tie_embeddings;
+  x.qk_norm = Extra(d, "qk_norm", 0) != 0;
+  x.SF = d.experts > 0 ? static_cast<int64_t>(Extra(d, "shared_expert_ffn_hidden", 0)) : 0;
   return x;
 }
 
@@ -81,13 +85,15 @@ struct Rule {
   ShapeOf shape;
   int tp_dim = -1;
   Scope scope = Scope::kModel;
-  std::string when;  // "", "qkv_bias" or "untied"
+  std::string when;  // "", "qkv_bias", "untied", "qk_norm" or "shared_expert"
 };
 
 bool Holds(const std::string& when, const Dims& x) {
   if (when.empty()) return true;
   if (when == "qkv_bias") return x.qkv_bias;
   if (when == "untied") return !x.tied;
+  if (when == "qk_norm") return x.qk_norm;
+  if (when == "shared_expert") return x.SF > 0;
   return false;
 }
 
@@ -121,6 +127,10 @@ std::vector<Rule> DecoderRules(const std::vector<Rule>& mlp) {
        "qkv_bias"},
       {"model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.o_proj.weight", "(C, H*D)", SHAPE(x.C, x.H * x.D),
        1, L, ""},
+      {"model.layers.{i}.self_attn.q_norm.weight", "blocks.{i}.attn.q_norm.weight", "(D)", SHAPE(x.D), -1, L,
+       "qk_norm"},
+      {"model.layers.{i}.self_attn.k_norm.weight", "blocks.{i}.attn.k_norm.weight", "(D)", SHAPE(x.D), -1, L,
+       "qk_norm"},
       {"model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.mlp_norm.weight", "(C)", SHAPE(x.C), -1, L, ""},
   };
   r.insert(r.end(), mlp.begin(), mlp.end());
@@ -146,11 +156,35 @@ const std::vector<Rule>& MixtralRules() {
       {"model.layers.{i}.block_sparse_moe.gate.weight", "blocks.{i}.moe.router.weight", "(E, C)", SHAPE(x.E, x.C), -1,
        Scope::kLayer, ""},
       {"model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight", "blocks.{i}.moe.experts.{e}.gate_proj.weight",
-       "(F, C)", SHAPE(x.F, x.C), -1, Scope::kExpert, ""},
+       "(F, C)", SHAPE(x.F, x.C), 0, Scope::kExpert, ""},
       {"model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", "blocks.{i}.moe.experts.{e}.down_proj.weight",
-       "(C, F)", SHAPE(x.C, x.F), -1, Scope::kExpert, ""},
+       "(C, F)", SHAPE(x.C, x.F), 1, Scope::kExpert, ""},
       {"model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight", "blocks.{i}.moe.experts.{e}.up_proj.weight", "(F, C)",
-       SHAPE(x.F, x.C), -1, Scope::kExpert, ""},
+       SHAPE(x.F, x.C), 0, Scope::kExpert, ""},
+  });
+  return rules;
+}
+
+// Qwen2-MoE / Qwen3-MoE: the MoE block is "mlp" (router "mlp.gate"), the
+// experts Llama MLPs; Qwen2-MoE adds a shared expert and its gate.
+const std::vector<Rule>& QwenMoeRules() {
+  static const std::vector<Rule> rules = DecoderRules({
+      {"model.layers.{i}.mlp.gate.weight", "blocks.{i}.moe.router.weight", "(E, C)", SHAPE(x.E, x.C), -1, Scope::kLayer,
+       ""},
+      {"model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blocks.{i}.moe.experts.{e}.gate_proj.weight", "(F, C)",
+       SHAPE(x.F, x.C), 0, Scope::kExpert, ""},
+      {"model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blocks.{i}.moe.experts.{e}.up_proj.weight", "(F, C)",
+       SHAPE(x.F, x.C), 0, Scope::kExpert, ""},
+      {"model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blocks.{i}.moe.experts.{e}.down_proj.weight", "(C, F)",
+       SHAPE(x.C, x.F), 1, Scope::kExpert, ""},
+      {"model.layers.{i}.mlp.shared_expert.gate_proj.weight", "blocks.{i}.moe.shared_expert.gate_proj.weight",
+       "(SF, C)", SHAPE(x.SF, x.C), 0, Scope::kLayer, "shared_expert"},
+      {"model.layers.{i}.mlp.shared_expert.up_proj.weight", "blocks.{i}.moe.shared_expert.up_proj.weight", "(SF, C)",
+       SHAPE(x.SF, x.C), 0, Scope::kLayer, "shared_expert"},
+      {"model.layers.{i}.mlp.shared_expert.down_proj.weight", "blocks.{i}.moe.shared_expert.down_proj.weight",
+       "(C, SF)", SHAPE(x.C, x.SF), 1, Scope::kLayer, "shared_expert"},
+      {"model.layers.{i}.mlp.shared_expert_gate.weight", "blocks.{i}.moe.shared_expert_gate.weight", "(1, C)",
+       SHAPE(1, x.C), -1, Scope::kLayer, "shared_expert"},
   });
   return rules;
 }
@@ -251,6 +285,7 @@ StatusOr<Table> TableOf(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kDecoder: return Table{&DenseDecoderRules(), "", {"model.", "lm_head."}, {}};
     case WeightLayout::kMixtral: return Table{&MixtralRules(), "", {"model.", "lm_head."}, {}};
+    case WeightLayout::kQwenMoe: return Table{&QwenMoeRules(), "", {"model.", "lm_head."}, {}};
     case WeightLayout::kClipVision:
       return Table{&ClipRules(), "vision_model.", {"vision_model."}, {"vision_model.embeddings.position_ids"}};
     case WeightLayout::kQwen2VlVision: return Table{&Qwen2VlVisionRules(), "visual.", {"visual."}, {}};
@@ -321,6 +356,7 @@ const char* WeightLayoutName(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kDecoder: return "decoder";
     case WeightLayout::kMixtral: return "mixtral";
+    case WeightLayout::kQwenMoe: return "qwen_moe";
     case WeightLayout::kClipVision: return "clip_vision";
     case WeightLayout::kQwen2VlVision: return "qwen2_vl_vision";
     case WeightLayout::kWhisperEncoder: return "whisper_encoder";
@@ -340,7 +376,11 @@ int VitLayoutOf(const plan::ModelDesc& desc) {
 
 WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
   switch (desc.kind) {
-    case plan::ModelKind::kDecoder: return desc.experts > 0 ? WeightLayout::kMixtral : WeightLayout::kDecoder;
+    case plan::ModelKind::kDecoder:
+      if (desc.experts == 0) return WeightLayout::kDecoder;
+      return Extra(desc, kMoeLayoutKey, 0) == kMoeLayoutQwen || Extra(desc, "shared_expert_ffn_hidden", 0) > 0
+                 ? WeightLayout::kQwenMoe
+                 : WeightLayout::kMixtral;
     case plan::ModelKind::kVit:
       switch (VitLayoutOf(desc)) {
         case kVitLayoutClip: return WeightLayout::kClipVision;
@@ -390,7 +430,8 @@ StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
   out.layout = layout;
   out.own_prefixes = table.own_prefixes;
   out.passed_over = table.passed_over;
-  if (x.tied && (layout == WeightLayout::kDecoder || layout == WeightLayout::kMixtral)) {
+  if (x.tied &&
+      (layout == WeightLayout::kDecoder || layout == WeightLayout::kMixtral || layout == WeightLayout::kQwenMoe)) {
     out.passed_over.push_back("lm_head.weight");  // tied: the head is the embedding
   }
   auto add = [&](const Rule& rule, int64_t layer, int64_t expert) {

@@ -14,6 +14,10 @@
 //                  (absent when tie_embeddings: not in the file, not exported).
 //   mixtral        the MoE decoder (desc.experts > 0): block_sparse_moe.gate,
 //                  block_sparse_moe.experts.{e}.w1 / w2 / w3.
+//   qwen_moe       Qwen2-MoE / Qwen3-MoE (extra.moe_layout = 1, or a shared
+//                  expert): mlp.gate, mlp.experts.{e}.{gate,up,down}_proj,
+//                  mlp.shared_expert.*, mlp.shared_expert_gate (Qwen2-MoE);
+//                  self_attn.{q,k}_norm with extra.qk_norm (Qwen3).
 //   clip_vision    CLIPVisionModel under "vision_model." (clip and
 //                  clip_vision_model checkpoints).
 //   qwen2_vl_vision  Qwen2-VL's vision tower under "visual.".
@@ -42,6 +46,7 @@ namespace maestro::hf {
 enum class WeightLayout {
   kDecoder,
   kMixtral,
+  kQwenMoe,
   kClipVision,
   kQwen2VlVision,
   kWhisperEncoder,
@@ -49,6 +54,12 @@ enum class WeightLayout {
   kBuiltinVit,  // no published layout
 };
 const char* WeightLayoutName(WeightLayout layout);  // "decoder", "clip_vision", ...
+
+// ModelDesc::extra["moe_layout"]: the HF names of a MoE decoder's tensors
+// (compiler/model.cc writes the same numbers).
+inline constexpr const char* kMoeLayoutKey = "moe_layout";
+inline constexpr int kMoeLayoutMixtral = 0;
+inline constexpr int kMoeLayoutQwen = 1;
 
 // ModelDesc::extra["vit_layout"]: which ViT the runtime builds.
 inline constexpr const char* kVitLayoutKey = "vit_layout";

@@ -164,6 +164,14 @@ Status RankLoop::Setup() {
                       s.name, s.config.pp, s.name));
     }
   }
+  for (const auto& s : plan_.sections) {
+    if (s.config.ep != 1) {
+      return Status::FailedPrecondition(
+          fmt::format("section '{}': the runtime runs EP = 1 today (plan has ep {}; docs/moe.md); recompile "
+                      "without --allow-planner-only so the planner emits only what the runtime runs",
+                      s.name, s.config.ep));
+    }
+  }
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(samples_, OpenPlanDataset(plan_));

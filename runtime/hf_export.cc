@@ -157,7 +157,10 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
     return Status::InvalidArgument("DecoderConfigJson: the model is not a decoder");
   }
   if (desc.experts > 0) {
-    return Status::FailedPrecondition("exporting a mixture-of-experts decoder needs the runtime's MoE (issue #17)");
+    return Status::FailedPrecondition(
+        "exporting a mixture-of-experts decoder is not implemented yet: the runtime trains it (docs/moe.md), but "
+        "runtime/hf_export.cc writes no mixtral / qwen2_moe / qwen3_moe config.json; export the run's checkpoint "
+        "state instead (the .mckpt files hold every expert)");
   }
   auto flag = [&](const char* key) {
     auto it = desc.extra.find(key);

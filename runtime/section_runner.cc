@@ -432,6 +432,15 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
     return Status::InvalidArgument(fmt::format(
         "section '{}': loss kind 'kd' needs an input edge from a forward-only decoder (the teacher)", s.name));
   }
+  // The load-balancing loss joins a sink's loss (docs/moe.md); a training MoE
+  // section whose hidden states go on has no loss of its own to add it to.
+  if (s.mode == plan::SectionMode::kTrain && RouterAuxLossCoef(s.model) > 0 && !runner->out_edges_.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("section '{}': the MoE load-balancing loss (router_aux_loss_coef = {}) is added to a sink's "
+                    "loss, and this section sends its output on; set router_aux_loss_coef = 0 in its model or make "
+                    "it the last section",
+                    s.name, RouterAuxLossCoef(s.model)));
+  }
 
   if (IsDecoder(s)) {
     MAESTRO_RETURN_IF_ERROR(CheckSequenceLength(s.model, plan.data.seq_len, fmt::format("section '{}'", s.name)));
@@ -730,6 +739,10 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
         plan::LossDesc loss = s.loss;
         if (loss.kind != "kd") loss.kd_alpha = 0.0;
         auto per_sample = PerSampleLoss(logits, data.target_ids.to(device), teacher_logits, loss);  // (B)
+        // MoE: + router_aux_loss_coef * sample b's load-balancing term (docs/moe.md).
+        if (const double coef = RouterAuxLossCoef(s.model); coef > 0) {
+          per_sample = per_sample + coef * lm->RouterBalanceLoss().to(per_sample.scalar_type());
+        }
         out.loss = per_sample.sum() / static_cast<double>(impl.plan->data.global_batch);
         out.loss_sum = per_sample.sum().item<double>();
         out.loss_samples = per_sample.size(0);

@@ -18,7 +18,9 @@
 // tests/runtime.
 //
 // Loss scaling. A sink's micro-batch loss is sum_b loss_b / global_batch,
-// where loss_b is sample b's mean over its target tokens. The step's gradient
+// where loss_b is sample b's mean over its target tokens (a MoE decoder adds
+// router_aux_loss_coef * sample b's load-balancing term, docs/moe.md; only a
+// sink may have one). The step's gradient
 // is then the sum of the micro-batches' gradients, whatever the placement
 // and order of the samples (DP gradients are summed, not averaged).
 //

@@ -72,40 +72,63 @@ int TensorParallelShardDim(const std::string& name) {
   for (const char* cols : {"attn.o_proj.weight", "mlp.down_proj.weight"}) {
     if (ends_with(cols)) return 1;
   }
+  // MoE experts and the shared expert: sharded as a dense MLP.
+  const bool expert =
+      name.find(".moe.experts.") != std::string::npos || name.find(".moe.shared_expert.") != std::string::npos;
+  if (expert && (ends_with("gate_proj.weight") || ends_with("up_proj.weight"))) return 0;
+  if (expert && ends_with("down_proj.weight")) return 1;
   return -1;
 }
 
 Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer* tp) {
   const auto& d = model.desc();
   const int n = tp->size();
-  if (d.experts > 0) return Status::InvalidArgument("tensor parallelism of MoE blocks is not supported (set tp = 1)");
   if (d.heads % n != 0 || KvHeads(d) % n != 0 || d.ffn_hidden % n != 0) {
     return Status::InvalidArgument(std::string("tp = ") + std::to_string(n) + " must divide heads (" +
                                    std::to_string(d.heads) + "), kv_heads (" + std::to_string(KvHeads(d)) +
                                    ") and ffn_hidden (" + std::to_string(d.ffn_hidden) + ")");
   }
+  if (d.experts > 0 && (MoeFfnHidden(d) % n != 0 || SharedExpertFfnHidden(d) % n != 0)) {
+    return Status::InvalidArgument(std::string("tp = ") + std::to_string(n) + " must divide moe_ffn_hidden (" +
+                                   std::to_string(MoeFfnHidden(d)) + ") and shared_expert_ffn_hidden (" +
+                                   std::to_string(SharedExpertFfnHidden(d)) + ")");
+  }
   for (const auto& block : *model.blocks) {
     auto* b = block->as<DecoderBlockImpl>();
     b->attn->Shard(tp->rank(), n);
-    b->mlp->Shard(tp->rank(), n);
+    if (b->moe) {
+      b->moe->Shard(tp);
+    } else {
+      b->mlp->Shard(tp->rank(), n);
+    }
     b->tp = tp;
   }
   return Status::Ok();
 }
 
 GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
-                                   ParamFactory& params)
+                                   ParamFactory& params, double qk_norm_eps)
     : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim) {
   q_proj = register_module("q_proj", Linear(hidden, heads * head_dim, qkv_bias, params));
   k_proj = register_module("k_proj", Linear(hidden, kv_heads * head_dim, qkv_bias, params));
   v_proj = register_module("v_proj", Linear(hidden, kv_heads * head_dim, qkv_bias, params));
   o_proj = register_module("o_proj", Linear(heads * head_dim, hidden, false, params));
+  if (qk_norm_eps > 0) {
+    q_norm = register_module("q_norm", RmsNorm(head_dim, qk_norm_eps, params));
+    k_norm = register_module("k_norm", RmsNorm(head_dim, qk_norm_eps, params));
+  }
 }
 
 torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t b = x.size(0), t = x.size(1);
-  auto q = q_proj(x).view({b, t, heads_, head_dim_}).transpose(1, 2);     // (B, H, T, D)
-  auto k = k_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
+  auto q = q_proj(x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
+  auto k = k_proj(x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);                                                  // (B, H, T, D)
+  k = k.transpose(1, 2);                                                  // (B, K, T, D)
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
@@ -128,39 +151,85 @@ torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-MoeMlpImpl::MoeMlpImpl(int64_t hidden, int64_t num_experts, int64_t experts_per_token, int64_t ffn_hidden,
-                       ParamFactory& params)
-    : experts_per_token_(experts_per_token) {
-  router = register_module("router", Linear(hidden, num_experts, false, params));
+MoeMlpImpl::MoeMlpImpl(const plan::ModelDesc& desc, ParamFactory& params)
+    : experts_per_token_(desc.experts_per_token), norm_topk_prob_(NormTopkProb(desc)) {
+  router = register_module("router", Linear(desc.hidden, desc.experts, false, params));
   experts = register_module("experts", torch::nn::ModuleList());
-  for (int64_t e = 0; e < num_experts; ++e) experts->push_back(SwiGluMlp(hidden, ffn_hidden, params));
+  for (int64_t e = 0; e < desc.experts; ++e) experts->push_back(SwiGluMlp(desc.hidden, MoeFfnHidden(desc), params));
+  if (const int64_t shared = SharedExpertFfnHidden(desc); shared > 0) {
+    shared_expert = register_module("shared_expert", SwiGluMlp(desc.hidden, shared, params));
+    shared_expert_gate = register_module("shared_expert_gate", Linear(desc.hidden, 1, false, params));
+  }
 }
 
 torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const auto shape = x.sizes().vec();
-  auto tokens = x.reshape({-1, x.size(-1)});                              // (N, C)
-  auto probs = torch::softmax(router(tokens), -1, torch::kFloat32);       // (N, E)
-  auto [top_p, top_e] = probs.topk(experts_per_token_, -1);               // (N, k), (N, k)
-  top_p = (top_p / top_p.sum(-1, /*keepdim=*/true)).to(x.scalar_type());  // renormalized over the k
-  auto out = torch::zeros_like(tokens);                                   // (N, C)
-  for (int64_t e = 0; e < static_cast<int64_t>(experts->size()); ++e) {
-    auto hits = torch::nonzero(top_e == e);  // (M, 2): (token, slot) pairs routed to e
-    if (hits.size(0) == 0) continue;
-    auto token = hits.select(1, 0), slot = hits.select(1, 1);                                   // (M), (M)
-    auto weight = top_p.index({token, slot}).unsqueeze(-1);                                     // (M, 1)
-    auto y = experts[e]->as<SwiGluMlpImpl>()->forward(tokens.index_select(0, token)) * weight;  // (M, C)
-    out = out.index_add(0, token, y);
+  const int64_t num_experts = static_cast<int64_t>(experts->size());
+  auto tokens = x.reshape({-1, x.size(-1)});                             // (N, C)
+  auto probs = torch::softmax(router(tokens), -1, torch::kFloat32);      // (N, E)
+  auto [top_p, top_e] = probs.topk(experts_per_token_, -1);              // (N, k), (N, k)
+  if (norm_topk_prob_) top_p = top_p / top_p.sum(-1, /*keepdim=*/true);  // renormalized over the k
+  top_p = top_p.to(x.scalar_type());
+  // balance_b = E * sum_e f_be * P_be over sample b's T tokens.
+  const int64_t batch = x.dim() == 3 ? x.size(0) : 1;
+  auto slot_counts =
+      torch::one_hot(top_e, num_experts).sum(1).to(torch::kFloat32).view({batch, -1, num_experts});  // (B, T, E)
+  auto fraction = slot_counts.mean(1);                                                // (B, E), sums to k
+  auto mean_prob = probs.view({batch, -1, num_experts}).mean(1);                      // (B, E)
+  balance_loss_ = (fraction * mean_prob).sum(-1) * static_cast<double>(num_experts);  // (B)
+  auto out = torch::zeros_like(tokens);                                               // (N, C)
+  if (tp_ == nullptr) {
+    for (int64_t e = 0; e < num_experts; ++e) {
+      auto hits = torch::nonzero(top_e == e);  // (M, 2): (token, slot) pairs routed to e
+      if (hits.size(0) == 0) continue;
+      auto token = hits.select(1, 0), slot = hits.select(1, 1);                                   // (M), (M)
+      auto weight = top_p.index({token, slot}).unsqueeze(-1);                                     // (M, 1)
+      auto y = experts[e]->as<SwiGluMlpImpl>()->forward(tokens.index_select(0, token)) * weight;  // (M, C)
+      out = out.index_add(0, token, y);
+    }
+    if (shared_expert) out = out + torch::sigmoid(shared_expert_gate(tokens)) * shared_expert(tokens);  // (N, C)
+    return out.view(shape);
   }
+  // TP: the experts' partial outputs of every routed slot (and the shared
+  // expert's) in one (S [+ N], C) tensor, summed over the group at once.
+  auto sharded_in = EnterTensorParallel(tokens, tp_);  // (N, C)
+  std::vector<torch::Tensor> partial, tokens_of, weights_of;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    auto hits = torch::nonzero(top_e == e);  // (M, 2)
+    if (hits.size(0) == 0) continue;
+    auto token = hits.select(1, 0), slot = hits.select(1, 1);
+    partial.push_back(experts[e]->as<SwiGluMlpImpl>()->forward(sharded_in.index_select(0, token)));  // (M, C)
+    tokens_of.push_back(token);
+    weights_of.push_back(top_p.index({token, slot}).unsqueeze(-1));  // (M, 1)
+  }
+  const int64_t routed = static_cast<int64_t>(partial.size());
+  if (shared_expert) partial.push_back(shared_expert(sharded_in));  // (N, C)
+  if (partial.empty()) return out.view(shape);
+  auto whole = LeaveTensorParallel(torch::cat(partial, 0), tp_);  // (S [+ N], C)
+  int64_t at = 0;
+  for (int64_t i = 0; i < routed; ++i) {
+    const int64_t m = tokens_of[static_cast<size_t>(i)].size(0);
+    out = out.index_add(0, tokens_of[static_cast<size_t>(i)],
+                        whole.narrow(0, at, m) * weights_of[static_cast<size_t>(i)]);
+    at += m;
+  }
+  if (shared_expert) out = out + torch::sigmoid(shared_expert_gate(tokens)) * whole.narrow(0, at, tokens.size(0));
   return out.view(shape);
+}
+
+void MoeMlpImpl::Shard(TensorParallelReducer* tp) {
+  for (const auto& expert : *experts) expert->as<SwiGluMlpImpl>()->Shard(tp->rank(), tp->size());
+  if (shared_expert) shared_expert->Shard(tp->rank(), tp->size());
+  tp_ = tp;
 }
 
 DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params) {
   attn_norm = register_module("attn_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
-  attn = register_module("attn",
-                         GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), QkvBias(desc), params));
+  attn = register_module("attn", GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), QkvBias(desc),
+                                              params, QkNorm(desc) ? RmsNormEps(desc) : 0.0));
   mlp_norm = register_module("mlp_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
   if (desc.experts > 0) {
-    moe = register_module("moe", MoeMlp(desc.hidden, desc.experts, desc.experts_per_token, MoeFfnHidden(desc), params));
+    moe = register_module("moe", MoeMlp(desc, params));
   } else {
     mlp = register_module("mlp", SwiGluMlp(desc.hidden, desc.ffn_hidden, params));
   }
@@ -246,6 +315,18 @@ torch::Tensor DecoderLMImpl::Logits(const torch::Tensor& hidden) {
 
 torch::Tensor DecoderLMImpl::forward(const torch::Tensor& ids) {
   return Logits(ForwardEmbeds(Embed(ids)));
+}
+
+torch::Tensor DecoderLMImpl::RouterBalanceLoss() const {
+  torch::Tensor sum;
+  int64_t count = 0;
+  for (const auto& block : *blocks) {
+    const auto& moe = block->as<DecoderBlockImpl>()->moe;
+    if (!moe || !moe->balance_loss().defined()) continue;
+    sum = sum.defined() ? sum + moe->balance_loss() : moe->balance_loss();
+    ++count;
+  }
+  return count > 0 ? sum / static_cast<double>(count) : sum;
 }
 
 StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOptions& options) {

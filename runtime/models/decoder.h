@@ -21,6 +21,9 @@
 //   blocks.<i>.mlp_norm.weight,
 //   blocks.<i>.mlp.{gate,up,down}_proj.weight (dense) or
 //   blocks.<i>.moe.router.weight, blocks.<i>.moe.experts.<e>.{gate,up,down}_proj.weight,
+//   blocks.<i>.moe.shared_expert.{gate,up,down}_proj.weight and
+//   blocks.<i>.moe.shared_expert_gate.weight (Qwen2-MoE),
+//   blocks.<i>.attn.{q,k}_norm.weight (extra.qk_norm: Qwen3-MoE),
 //   final_norm.weight, lm_head.weight (absent when tie_embeddings).
 // No other biases. An expert that no token picked in a step gets no
 // gradient (its .grad() stays undefined): callers that all-reduce gradients
@@ -56,15 +59,17 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 // each column-parallel -> row-parallel pair.
 
 // Causal self-attention with H query heads sharing K key/value heads (query
-// head h uses kv head h / (H/K)).
+// head h uses kv head h / (H/K)). qk_norm_eps > 0 (Qwen3): an RMSNorm over
+// each query and key head (weights (D), shared by the heads) before RoPE.
 class GqaAttentionImpl : public torch::nn::Module {
  public:
   GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
-                   ParamFactory& params);
+                   ParamFactory& params, double qk_norm_eps = 0.0);
   // x: (B, T, C); rope: (T, D) tables -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // (H*D,C) (K*D,C) (K*D,C) (C,H*D)
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};                                   // (D) each, with qk_norm_eps > 0
   // Keeps heads [r*H/n, (r+1)*H/n) and kv heads [r*K/n, (r+1)*K/n): rows of
   // q/k/v and their biases (column-parallel), columns of o (row-parallel; its
   // output is a partial sum). REQUIRES: n divides H and K.
@@ -91,20 +96,46 @@ class SwiGluMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SwiGluMlp);
 
-// Top-k mixture of SwiGLU experts. Router probabilities are a softmax over E
-// (fp32); each token goes to its k most probable experts with weights
-// p_e / sum of its k p's, and its output is the weighted sum.
+// Top-k mixture of SwiGLU experts (docs/moe.md). Router probabilities are a
+// softmax over E (fp32); each token goes to its k most probable experts with
+// weights p_e, renormalized to sum 1 over the k when norm_topk_prob
+// (Mixtral, Qwen3-MoE; Qwen2-MoE does not), and its output is the weighted
+// sum plus, when the desc has a shared expert (Qwen2-MoE:
+// extra.shared_expert_ffn_hidden), sigmoid(shared_expert_gate(x)) *
+// shared_expert(x).
+// Every forward also leaves the per-sample load-balancing term of Switch /
+// Mixtral (HF's load_balancing_loss_func over one sample's tokens):
+// balance_b = E * sum_e f_be * P_be, f_be the fraction of sample b's
+// token-slots routed to e (sum_e f_be = k), P_be the mean router
+// probability of e over b's tokens; k at a perfectly even routing. Per
+// sample so a micro-batch's term is a sum over its samples, whatever the
+// placement (section_runner.h's loss scaling).
 class MoeMlpImpl : public torch::nn::Module {
  public:
-  MoeMlpImpl(int64_t hidden, int64_t experts, int64_t experts_per_token, int64_t ffn_hidden, ParamFactory& params);
+  // REQUIRES: desc.experts > 0.
+  MoeMlpImpl(const plan::ModelDesc& desc, ParamFactory& params);
   // x: (B, T, C) -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
+  // The last forward's balance_b: (B) fp32.
+  const torch::Tensor& balance_loss() const { return balance_loss_; }
+  // Tensor parallelism: every expert (and the shared expert) keeps F/n of
+  // its inner units like a dense MLP (SwiGluMlpImpl::Shard); the router and
+  // the shared expert's gate stay whole, so every TP rank routes alike. The
+  // routed slots' partial outputs are summed over the group in one
+  // all-reduce before they are weighted, so the router's gradient is whole
+  // on every rank. REQUIRES: size divides every expert's F.
+  void Shard(TensorParallelReducer* tp);
 
-  Linear router{nullptr};         // (E, C)
-  torch::nn::ModuleList experts;  // E x SwiGluMlp
+  Linear router{nullptr};              // (E, C)
+  torch::nn::ModuleList experts;       // E x SwiGluMlp
+  SwiGluMlp shared_expert{nullptr};    // Qwen2-MoE, else null
+  Linear shared_expert_gate{nullptr};  // (1, C), with shared_expert
 
  private:
   int64_t experts_per_token_;
+  bool norm_topk_prob_;
+  torch::Tensor balance_loss_;
+  TensorParallelReducer* tp_ = nullptr;
 };
 TORCH_MODULE(MoeMlp);
 
@@ -150,6 +181,10 @@ class DecoderLMImpl : public torch::nn::Module {
   torch::Tensor Logits(const torch::Tensor& hidden);
   // ids: (B, T) int64 -> logits (B, T, V).
   torch::Tensor forward(const torch::Tensor& ids);
+  // MoE: the mean over the MoE blocks of their last forward's per-sample
+  // load-balancing term (MoeMlpImpl::balance_loss): (B) fp32; undefined for
+  // a dense decoder.
+  torch::Tensor RouterBalanceLoss() const;
 
   const plan::ModelDesc& desc() const { return desc_; }
   // kFull: each block runs through RunRecomputed (keeps its input only);
@@ -170,10 +205,12 @@ TORCH_MODULE(DecoderLM);
 // The decoder of desc with weights drawn from options.seed, or
 // InvalidArgument when desc is not a valid decoder.
 // Shards every block of `model` for TP rank `rank` of `size` (attention
-// heads, MLP inner units; embeddings, norms and the head stay replicated) and
+// heads, MLP inner units, each MoE expert's inner units; embeddings, norms,
+// the router and the head stay replicated) and
 // wires `tp` (which must outlive the model). The weights are slices of the
 // unsharded model's, so a TP run computes what the unsharded one does.
-// REQUIRES: dense blocks; size divides heads, kv_heads and ffn_hidden.
+// REQUIRES: size divides heads, kv_heads and ffn_hidden (MoE: moe_ffn_hidden
+// and shared_expert_ffn_hidden).
 Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer* tp);
 // Whether parameter `name` (as in named_parameters()) is sharded by TP, and
 // along which dim (0: rows, 1: columns); -1 when replicated.

@@ -129,6 +129,18 @@ bool QuickGelu(const plan::ModelDesc& desc) {
   const bool published = layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl;
   return ExtraOr(desc, kQuickGeluKey, published ? 1 : 0) != 0;
 }
+int64_t SharedExpertFfnHidden(const plan::ModelDesc& desc) {
+  return desc.experts > 0 ? static_cast<int64_t>(ExtraOr(desc, kSharedExpertFfnHiddenKey, 0)) : 0;
+}
+bool NormTopkProb(const plan::ModelDesc& desc) {
+  return ExtraOr(desc, kNormTopkProbKey, 1) != 0;
+}
+double RouterAuxLossCoef(const plan::ModelDesc& desc) {
+  return desc.experts > 0 ? ExtraOr(desc, kRouterAuxLossCoefKey, 0) : 0.0;
+}
+bool QkNorm(const plan::ModelDesc& desc) {
+  return ExtraOr(desc, kQkNormKey, 0) != 0;
+}
 int VitLayout(const plan::ModelDesc& desc) {
   return hf::VitLayoutOf(desc);
 }
@@ -218,6 +230,11 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
                   "1 <= experts_per_token <= experts, got " + std::to_string(d.experts_per_token) + " of " +
                       std::to_string(d.experts));
         c.Require(MoeFfnHidden(d) > 0, "moe_ffn_hidden > 0 (or ffn_hidden > 0) for MoE");
+        c.Require(SharedExpertFfnHidden(d) >= 0, "extra.shared_expert_ffn_hidden >= 0");
+        c.Require(RouterAuxLossCoef(d) >= 0, "extra.router_aux_loss_coef >= 0");
+        c.Require(ExtraOr(d, "moe_dense_layers", 0) == 0,
+                  "every layer a MoE layer (decoder_sparse_step 1, no mlp_only_layers: mixed dense and MoE layers are "
+                  "not built)");
       }
       c.Require(RopeTheta(d) > 0, "extra.rope_theta > 0");
       c.Require(RmsNormEps(d) > 0, "extra.rms_norm_eps > 0");

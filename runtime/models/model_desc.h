@@ -26,12 +26,22 @@ inline constexpr const char* kLayerNormEpsKey = "layer_norm_eps";   // ViT / aud
 inline constexpr const char* kQkvBiasKey = "qkv_bias";              // decoder: q/k/v biases (Qwen2), 0
 inline constexpr const char* kSlidingWindowKey = "sliding_window";  // decoder: Mistral's window, 0 = none
 inline constexpr const char* kQuickGeluKey = "quick_gelu";  // ViT MLP activation; CLIP / Qwen2-VL: 1, built-in: 0
+// MoE decoders (docs/moe.md):
+inline constexpr const char* kSharedExpertFfnHiddenKey =
+    "shared_expert_ffn_hidden";                                               // Qwen2-MoE's shared expert, 0 = none
+inline constexpr const char* kNormTopkProbKey = "norm_topk_prob";             // top-k weights renormalized; 1 (Mixtral)
+inline constexpr const char* kRouterAuxLossCoefKey = "router_aux_loss_coef";  // load-balancing loss weight, 0
+inline constexpr const char* kQkNormKey = "qk_norm";  // decoder: RMSNorm of q and k heads (Qwen3), 0
 double RopeTheta(const plan::ModelDesc& desc);
 double RmsNormEps(const plan::ModelDesc& desc);
 double LayerNormEps(const plan::ModelDesc& desc);
 bool QkvBias(const plan::ModelDesc& desc);
 int64_t SlidingWindow(const plan::ModelDesc& desc);
 bool QuickGelu(const plan::ModelDesc& desc);
+int64_t SharedExpertFfnHidden(const plan::ModelDesc& desc);
+bool NormTopkProb(const plan::ModelDesc& desc);
+double RouterAuxLossCoef(const plan::ModelDesc& desc);  // 0 for a dense decoder
+bool QkNorm(const plan::ModelDesc& desc);
 
 // The ViT the runtime builds (hf::kVitLayout*: built-in, CLIP, Qwen2-VL);
 // see hf/name_map.h for how it is chosen.

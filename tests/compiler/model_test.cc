@@ -40,6 +40,38 @@ TEST(ModelFacts, MixtralCountsAllExpertsAndActivatesTwo) {
   EXPECT_LT(f.active_params, f.params);
 }
 
+// Qwen1.5-MoE-A2.7B (qwen2_moe): 60 experts of 1408, top 4, a shared expert
+// of 5632 with its sigmoid gate, q/k/v biases: the published 14.3B total,
+// 2.7B activated. Qwen3-30B-A3B (qwen3_moe): 128 experts of 768, top 8,
+// q_norm / k_norm: 30.5B total, 3.3B activated.
+TEST(ModelFacts, QwenMoeCountsMatchThePublishedTotalsAndActivatedParameters) {
+  const ModelFacts q2 = FactsOf("qwen1.5_moe_a2.7b.json");
+  const int64_t embed = 151'936LL * 2048;
+  const int64_t q2_attn = 4LL * 2048 * 2048 + 3 * 2048;  // q/k/v/o + q/k/v biases
+  const int64_t q2_shared = 3LL * 2048 * 5632 + 2048;    // shared expert + its gate
+  const int64_t q2_expert = 3LL * 2048 * 1408;
+  EXPECT_EQ(q2.params, 2 * embed + 24 * (q2_attn + 2 * 2048 + 60 * 2048 + 60 * q2_expert + q2_shared) + 2048);
+  EXPECT_EQ(q2.params, 14'315'784'192);
+  EXPECT_EQ(q2.active_params, 2 * embed + 24 * (q2_attn + 2 * 2048 + 60 * 2048 + 4 * q2_expert + q2_shared) + 2048);
+  EXPECT_EQ(q2.active_params, 2'689'173'504);
+
+  const ModelFacts q3 = FactsOf("qwen3_30b_a3b.json");
+  const int64_t q3_attn = 2048LL * 4096 * 2 + 2 * 2048LL * 512 + 2 * 128;  // q/o, k/v, q_norm/k_norm
+  const int64_t q3_expert = 3LL * 2048 * 768;
+  EXPECT_EQ(q3.params, 2 * embed + 48 * (q3_attn + 2 * 2048 + 128 * 2048 + 128 * q3_expert) + 2048);
+  EXPECT_EQ(q3.params, 30'532'122'624);
+  EXPECT_EQ(q3.active_params, 3'353'032'704);
+}
+
+TEST(ModelFacts, QwenMoeWithDenseLayersIsRefusedNamingTheKeys) {
+  const std::string text = R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128, "mlp_only_layers": [1]})";
+  auto d = ModelFromHfConfig(text, "cfg.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("cfg.json"), std::string::npos) << d.status().ToString();
+  EXPECT_NE(d.status().message().find("mlp_only_layers"), std::string::npos) << d.status().ToString();
+}
+
 TEST(ModelFacts, EncodersMatchTheirHuggingFaceModules) {
   // ViTModel with its pooler (as from_pretrained builds it), no classifier.
   EXPECT_EQ(FactsOf("vit_base_patch16_224.json").params, 86'389'248);

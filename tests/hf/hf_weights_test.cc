@@ -78,8 +78,8 @@ TensorMap LoadTensors(const fs::path& dir) {
 
 // ---- cases -----------------------------------------------------------------------
 
-const char* const kArchitectures[] = {"llama", "mistral",  "qwen2",   "mixtral",
-                                      "clip",  "qwen2_vl", "whisper", "llava_projector"};
+const char* const kArchitectures[] = {"llama",     "mistral", "qwen2",    "mixtral", "qwen2_moe",
+                                      "qwen3_moe", "clip",    "qwen2_vl", "whisper", "llava_projector"};
 
 class HfWeightsTest : public ::testing::Test {
  protected:
@@ -212,8 +212,8 @@ TEST_F(HfWeightsTest, ModulesHaveExactlyTheTablesParameters) {
     for (const auto& w : names->weights) {
       ASSERT_TRUE(params.contains(w.maestro_name)) << w.maestro_name;
       EXPECT_EQ(params[w.maestro_name].sizes(), at::IntArrayRef(w.shape)) << w.maestro_name;
-      // The dense decoder's TP dims are the ones the runtime shards along.
-      if (desc.kind == plan::ModelKind::kDecoder && desc.experts == 0) {
+      // A decoder's TP dims (MoE experts included) are the ones the runtime shards along.
+      if (desc.kind == plan::ModelKind::kDecoder) {
         EXPECT_EQ(w.tp_dim, TensorParallelShardDim(w.maestro_name)) << w.maestro_name;
       }
     }

@@ -5,7 +5,7 @@
     python3 make_tiny_checkpoints.py OUT_DIR
 
 For every architecture the runtime loads (llama, mistral, qwen2, mixtral,
-clip, qwen2_vl's vision tower, whisper's encoder, llava's projector) and for
+qwen2_moe, qwen3_moe, clip, qwen2_vl's vision tower, whisper's encoder, llava's projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
 model.safetensors.index.json) under Hugging Face's tensor names, random
@@ -95,6 +95,15 @@ DECODER = [
     (r"^final_norm\.", "model.norm."),
     (r"^lm_head\.", "lm_head."),
 ]
+# Qwen2-MoE / Qwen3-MoE (modeling_qwen2_moe.py, modeling_qwen3_moe.py): the
+# MoE block is "mlp" with its router "gate"; Qwen3's q_norm / k_norm.
+QWEN_MOE = [
+    (r"^blocks\.(\d+)\.attn\.([qk])_norm\.", r"model.layers.\1.self_attn.\2_norm."),
+    (r"^blocks\.(\d+)\.moe\.router\.", r"model.layers.\1.mlp.gate."),
+    (r"^blocks\.(\d+)\.moe\.experts\.", r"model.layers.\1.mlp.experts."),
+    (r"^blocks\.(\d+)\.moe\.shared_expert_gate\.", r"model.layers.\1.mlp.shared_expert_gate."),
+    (r"^blocks\.(\d+)\.moe\.shared_expert\.", r"model.layers.\1.mlp.shared_expert."),
+] + DECODER
 CLIP = [
     (r"^class_embedding$", "vision_model.embeddings.class_embedding"),
     (r"^(patch|position)_embedding\.", r"vision_model.embeddings.\1_embedding."),
@@ -143,6 +152,16 @@ def llm_config(model_type, **kw):
 
 
 def llm_desc(c):
+    if c["model_type"] in ("qwen2_moe", "qwen3_moe"):
+        qwen2 = c["model_type"] == "qwen2_moe"
+        return desc("decoder", hidden=c["hidden_size"], layers=c["num_hidden_layers"],
+                    heads=c["num_attention_heads"], kv_heads=c["num_key_value_heads"], head_dim=c.get("head_dim", 0),
+                    vocab=c["vocab_size"], tie_embeddings=c["tie_word_embeddings"], experts=c["num_experts"],
+                    experts_per_token=c["num_experts_per_tok"], moe_ffn_hidden=c["moe_intermediate_size"],
+                    extra={"rope_theta": c["rope_theta"], "rms_norm_eps": c["rms_norm_eps"],
+                           "qkv_bias": 1 if qwen2 else 0, "qk_norm": 0 if qwen2 else 1,
+                           "norm_topk_prob": 1 if c["norm_topk_prob"] else 0,
+                           "shared_expert_ffn_hidden": c.get("shared_expert_intermediate_size", 0)})
     return desc("decoder", hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=c["num_attention_heads"],
                 kv_heads=c["num_key_value_heads"], head_dim=c.get("head_dim", 0),
                 ffn_hidden=0 if c.get("num_local_experts") else c["intermediate_size"], vocab=c["vocab_size"],
@@ -162,6 +181,15 @@ def cases():
                      ("mixtral", llm_config("mixtral", num_local_experts=4, num_experts_per_tok=2,
                                             intermediate_size=24, rms_norm_eps=1e-5))]:
         out.append({"name": name, "config": c, "desc": llm_desc(c), "rules": DECODER,
+                    "input": ("ids", torch.randint(0, c["vocab_size"], (2, 6)))})
+    for name, c in [("qwen2_moe", llm_config("qwen2_moe", num_experts=4, num_experts_per_tok=2,
+                                              moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                                              norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],
+                                              rope_theta=1e6)),
+                    ("qwen3_moe", llm_config("qwen3_moe", num_experts=4, num_experts_per_tok=2,
+                                              moe_intermediate_size=24, norm_topk_prob=True, head_dim=12,
+                                              mlp_only_layers=[], rope_theta=1e6))]:
+        out.append({"name": name, "config": c, "desc": llm_desc(c), "rules": QWEN_MOE,
                     "input": ("ids", torch.randint(0, c["vocab_size"], (2, 6)))})
 
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,

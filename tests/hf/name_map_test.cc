@@ -78,6 +78,44 @@ TEST(HfNameMap, TiedHeadIsAbsentAndPassedOverLlamaHasNoBiases) {
   EXPECT_EQ(names->weights.size(), 1u + 2 * (2 + 3 + 1 + 3) + 1);
 }
 
+// Qwen2-MoE's names (moe_layout 1): mlp.gate, mlp.experts.{e}.*_proj, the
+// shared expert and its gate; Qwen3-MoE's q_norm / k_norm.
+TEST(HfNameMap, QwenMoeExpertsSharedExpertAndQkNorm) {
+  ModelDesc d = Qwen2Like();
+  d.ffn_hidden = 0;
+  d.experts = 3;
+  d.experts_per_token = 2;
+  d.moe_ffn_hidden = 20;
+  d.extra["moe_layout"] = 1;
+  d.extra["shared_expert_ffn_hidden"] = 40;
+  d.extra["qk_norm"] = 1;
+  auto names = ExpandWeightNames(d);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(names->layout, WeightLayout::kQwenMoe);
+  ExpectWeight(*names, "model.layers.1.mlp.gate.weight", "blocks.1.moe.router.weight", {3, 32}, -1);
+  ExpectWeight(*names, "model.layers.1.mlp.experts.2.gate_proj.weight", "blocks.1.moe.experts.2.gate_proj.weight",
+               {20, 32}, 0);
+  ExpectWeight(*names, "model.layers.0.mlp.experts.0.down_proj.weight", "blocks.0.moe.experts.0.down_proj.weight",
+               {32, 20}, 1);
+  ExpectWeight(*names, "model.layers.0.mlp.shared_expert.up_proj.weight", "blocks.0.moe.shared_expert.up_proj.weight",
+               {40, 32}, 0);
+  ExpectWeight(*names, "model.layers.1.mlp.shared_expert_gate.weight", "blocks.1.moe.shared_expert_gate.weight",
+               {1, 32}, -1);
+  const int64_t head_dim = d.head_dim != 0 ? d.head_dim : d.hidden / d.heads;
+  ExpectWeight(*names, "model.layers.0.self_attn.k_norm.weight", "blocks.0.attn.k_norm.weight", {head_dim}, -1);
+  EXPECT_EQ(MaestroNameOf(WeightLayout::kQwenMoe, "model.layers.5.mlp.experts.7.up_proj.weight").value(),
+            "blocks.5.moe.experts.7.up_proj.weight");
+  // Without qk_norm and the shared expert (Qwen3-MoE has no shared expert,
+  // Qwen2-MoE no qk_norm), their rows are absent.
+  d.extra.erase("qk_norm");
+  d.extra.erase("shared_expert_ffn_hidden");
+  auto plain = ExpandWeightNames(d);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->ByHfName("model.layers.0.self_attn.q_norm.weight"), nullptr);
+  EXPECT_EQ(plain->ByHfName("model.layers.0.mlp.shared_expert_gate.weight"), nullptr);
+  EXPECT_EQ(names->weights.size(), plain->weights.size() + 2 * (2 + 4));
+}
+
 TEST(HfNameMap, MixtralExperts) {
   ModelDesc d = Qwen2Like();
   d.extra.clear();
@@ -89,12 +127,13 @@ TEST(HfNameMap, MixtralExperts) {
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(names->layout, WeightLayout::kMixtral);
   ExpectWeight(*names, "model.layers.1.block_sparse_moe.gate.weight", "blocks.1.moe.router.weight", {3, 32}, -1);
+  // Experts are TP-sharded like a dense MLP (runtime/models/decoder.h MoeMlpImpl::Shard).
   ExpectWeight(*names, "model.layers.1.block_sparse_moe.experts.2.w1.weight", "blocks.1.moe.experts.2.gate_proj.weight",
-               {20, 32}, -1);
+               {20, 32}, 0);
   ExpectWeight(*names, "model.layers.0.block_sparse_moe.experts.0.w2.weight", "blocks.0.moe.experts.0.down_proj.weight",
-               {32, 20}, -1);
+               {32, 20}, 1);
   ExpectWeight(*names, "model.layers.0.block_sparse_moe.experts.1.w3.weight", "blocks.0.moe.experts.1.up_proj.weight",
-               {20, 32}, -1);
+               {20, 32}, 0);
   EXPECT_EQ(names->weights.size(), 1u + 2 * (2 + 4 + 1 + 3 * 3) + 1 + 1);
 }
 
@@ -219,7 +258,7 @@ TEST(HfNameMap, DocsListEveryTableRow) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string doc = ss.str();
-  for (auto layout : {WeightLayout::kDecoder, WeightLayout::kMixtral, WeightLayout::kClipVision,
+  for (auto layout : {WeightLayout::kDecoder, WeightLayout::kMixtral, WeightLayout::kQwenMoe, WeightLayout::kClipVision,
                       WeightLayout::kQwen2VlVision, WeightLayout::kWhisperEncoder, WeightLayout::kLlavaProjector}) {
     EXPECT_NE(doc.find(std::string("### ") + WeightLayoutName(layout)), std::string::npos) << WeightLayoutName(layout);
     for (const auto& r : WeightNameRules(layout)) {

@@ -39,6 +39,18 @@ TEST(CompilerRuntimeAgreement, DecoderDenseMoeAndTied) {
   ExpectAgree(Decoder(false, true), "tied decoder");
 }
 
+// Qwen2-MoE's shared expert and its gate; Qwen3-MoE's q/k head norms.
+TEST(CompilerRuntimeAgreement, DecoderQwenMoeSharedExpertAndQkNorm) {
+  ModelDesc qwen2 = Decoder(true, false);
+  qwen2.extra["shared_expert_ffn_hidden"] = 80;
+  qwen2.extra["qkv_bias"] = 1;
+  ExpectAgree(qwen2, "qwen2_moe-like decoder");
+  ModelDesc qwen3 = Decoder(true, true);
+  qwen3.head_dim = 24;
+  qwen3.extra["qk_norm"] = 1;
+  ExpectAgree(qwen3, "qwen3_moe-like decoder");
+}
+
 TEST(CompilerRuntimeAgreement, DecoderWithQkvBiasAndHeadDim) {
   ModelDesc d = Decoder(false, true);
   d.head_dim = 24;

@@ -11,6 +11,8 @@
 //  - a KD pair: the forward-only teacher (weights and one layer's working
 //    set) and the student, which also holds the teacher's fp32 head and the
 //    logits of both models;
+//  - a MoE decoder (8 experts, top 2, a shared expert; docs/moe.md): the
+//    experts' state and the routed slots' activations;
 //  - ZeRO-1: the decoder at DP 2 with zero_stage 1 (AdamW's moments of half
 //    the parameters per rank, runtime/parallel/distributed_optimizer.h), and
 //    the same plan with zero_stage 0: each rank within 20% of its estimate,
@@ -129,6 +131,32 @@ loss = { kind = "kd", alpha = 0.5, temperature = 2.0, top_k = 0 }
 from = "teacher"
 to = "student"
 tensor = "teacher_hidden"
+)";
+
+// A Qwen2-MoE-shaped decoder (docs/moe.md): 8 experts of 768, top 2 as they
+// are, a gated shared expert of 512, the load-balancing loss; 36M parameters,
+// 28M of them routed experts.
+constexpr char kMoeSpec[] = R"(
+[models.lm]
+kind = "decoder"
+hidden = 384
+layers = 4
+heads = 6
+kv_heads = 2
+vocab = 8192
+experts = 8
+experts_per_token = 2
+moe_ffn_hidden = 768
+shared_expert_ffn_hidden = 512
+norm_topk_prob = false
+router_aux_loss_coef = 0.01
+
+[[section]]
+name = "lm"
+model = "lm"
+mode = "train"
+micro_batch = 8
+optimizer = { lr = 1e-3 }
 )";
 
 struct RankMemory {
@@ -344,6 +372,18 @@ TEST(MemoryAsMeasured, RecomputeFullAndSelectiveLowerThePeakAsTheEstimateSays) {
     EXPECT_LT(peak[name], peak["recompute_none"] - 0.5 * saved) << name << " must measurably lower the peak";
   }
   EXPECT_LT(peak["recompute_full"], peak["recompute_selective"]) << "full keeps less than selective";
+}
+
+// A MoE decoder: its experts' weights, gradients and AdamW, the routed
+// slots' activations (each token's k experts' SwiGLU) and the shared expert.
+TEST(MemoryAsMeasured, MoeDecoderPeakAboveBaselineMatchesTheEstimate) {
+  const MeasuredRun run = CompileAndRun("moe", std::string(kHeader) + kMoeSpec);
+  ASSERT_FALSE(run.memory.empty());
+  ASSERT_EQ(run.plan.sections[0].model.experts, 8);
+  EXPECT_EQ(run.plan.sections[0].planner_only, "") << "MoE runs on the runtime";
+  const auto& m = run.compiled.assignment.sections[0].cost.memory;
+  EXPECT_GT(m.activations, 0.2 * (m.total() - m.reserved)) << "activations must be a real share of the estimate";
+  ExpectWithin20Percent(run, "lm");
 }
 
 TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {

@@ -179,7 +179,10 @@ void CheckAgainstPyTorch(const ReferenceCase& c) {
   TensorMap outputs = c.run(model, c.inputs, delta);
   const auto& output = outputs.at("output");
   auto probe = torch::empty(output.sizes()).normal_(0.0, 1.0, gen);  // d loss / d output
-  (output * probe).sum().backward();
+  auto loss = (output * probe).sum();
+  // MoE: the load-balancing term joins the loss, so its gradient is compared too.
+  if (outputs.count("router_balance")) loss = loss + outputs.at("router_balance").sum();
+  loss.backward();
 
   TensorMap to_python = c.inputs;
   to_python["probe"] = probe;
@@ -242,6 +245,28 @@ ModelDesc TinyMoeDecoder() {
   d.tie_embeddings = true;
   d.extra["rope_theta"] = 500.0;
   d.extra["rms_norm_eps"] = 1e-6;
+  return d;
+}
+
+// Qwen2-MoE: 4 experts, top 2 not renormalized, a shared expert with its
+// sigmoid gate, q/k/v biases.
+ModelDesc TinyQwen2Moe() {
+  ModelDesc d = TinyMoeDecoder();
+  d.kv_heads = 2;
+  d.extra["shared_expert_ffn_hidden"] = 40;
+  d.extra["norm_topk_prob"] = 0;
+  d.extra["qkv_bias"] = 1;
+  return d;
+}
+
+// Qwen3-MoE: top 2 of 4 renormalized, RMSNorm of every q and k head, an
+// untied head, head_dim 12 (not hidden / heads).
+ModelDesc TinyQwen3Moe() {
+  ModelDesc d = TinyMoeDecoder();
+  d.kv_heads = 2;
+  d.head_dim = 12;
+  d.tie_embeddings = false;
+  d.extra["qk_norm"] = 1;
   return d;
 }
 
@@ -318,7 +343,9 @@ ReferenceCase DecoderCase(const std::string& name, const ModelDesc& desc, int64_
   c.run = [](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
     auto& lm = *m.as<DecoderLMImpl>();
     auto hidden = lm.ForwardEmbeds(lm.Embed(in.at("ids")) + delta);  // (B, T, C)
-    return TensorMap{{"output", lm.Logits(hidden)}, {"hidden", hidden}};
+    TensorMap out{{"output", lm.Logits(hidden)}, {"hidden", hidden}};
+    if (auto balance = lm.RouterBalanceLoss(); balance.defined()) out["router_balance"] = balance;  // (B)
+    return out;
   };
   return c;
 }
@@ -349,6 +376,31 @@ TEST(RuntimeModelsReference, DecoderGqaRopeSwiGluMatchesPyTorch) {
 
 TEST(RuntimeModelsReference, DecoderMoeTop2Of4TiedMatchesPyTorch) {
   CheckAgainstPyTorch(DecoderCase("decoder_moe", TinyMoeDecoder(), 2, 6));
+}
+
+TEST(RuntimeModelsReference, DecoderQwen2MoeSharedExpertUnnormalizedTopkMatchesPyTorch) {
+  CheckAgainstPyTorch(DecoderCase("decoder_qwen2_moe", TinyQwen2Moe(), 2, 6));
+}
+
+TEST(RuntimeModelsReference, DecoderQwen3MoeQkNormMatchesPyTorch) {
+  CheckAgainstPyTorch(DecoderCase("decoder_qwen3_moe", TinyQwen3Moe(), 2, 6));
+}
+
+// The load-balancing term where the probabilities are uniform: a router of
+// zeros gives P_e = 1/E, so balance = E * sum_e f_e / E = sum_e f_e = k
+// whichever k experts the ties pick.
+TEST(RuntimeModelsMoe, BalanceTermIsKWhenProbabilitiesAreUniform) {
+  auto lm = BuildDecoder(TinyMoeDecoder());
+  ASSERT_TRUE(lm.ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& block : *(*lm)->blocks) block->as<DecoderBlockImpl>()->moe->router->weight.zero_();
+  }
+  auto ids = torch::randint(0, 50, {3, 5}, torch::kLong);
+  (*lm)->forward(ids);
+  auto balance = (*lm)->RouterBalanceLoss();
+  ASSERT_EQ(balance.sizes(), torch::IntArrayRef({3}));
+  EXPECT_TRUE(torch::allclose(balance, torch::full({3}, 2.0))) << balance;
 }
 
 TEST(RuntimeModelsReference, DecoderQwen2BiasesTiedHeadDim12MatchesPyTorch) {
@@ -486,8 +538,8 @@ TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
 }
 
 TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
-  for (const auto& desc : {TinyDecoder(), TinyMoeDecoder(), TinyQwen2(), TinyVit(), TinyClip(), TinyQwen2Vl(),
-                           TinyAudio(), TinyProjector()}) {
+  for (const auto& desc : {TinyDecoder(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(), TinyVit(),
+                           TinyClip(), TinyQwen2Vl(), TinyAudio(), TinyProjector()}) {
     ModelBuildOptions meta;
     meta.device = torch::kMeta;
     auto cpu = BuildModel(desc), shapes = BuildModel(desc, meta);

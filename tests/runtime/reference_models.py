@@ -13,7 +13,8 @@ independently of the C++ code -- the decoder as HF transformers writes
 Llama / Mixtral, the encoders from torch.nn.TransformerEncoderLayer(
 norm_first=True, batch_first=True) and nn.Conv1d/2d -- loads the weights by
 name (every C++ parameter must land on exactly one PyTorch parameter and vice
-versa), runs loss = sum(output * probe) forward and backward, and writes to
+versa), runs loss = sum(output * probe) (+ sum(router_balance), the MoE
+load-balancing term, when the decoder has experts) forward and backward, and writes to
 OUT_DIR: "output" (the decoder's logits; "hidden" too), "input_grad" (d loss /
 d the float input the model sees: the token embeddings for the decoder) and
 "grad/<name>" for every parameter (zeros where PyTorch has none).
@@ -108,10 +109,14 @@ def repeat_kv(hidden_states, n_rep):
 
 
 class LlamaAttention(nn.Module):
-    """Llama / Mistral attention; Qwen2's when bias (q/k/v biases, o without)."""
+    """Llama / Mistral attention; Qwen2's when bias (q/k/v biases, o without);
+    Qwen3's when qk_norm_eps (RMSNorm of every q and k head before RoPE)."""
 
-    def __init__(self, hidden, heads, kv_heads, head_dim, bias=False):
+    def __init__(self, hidden, heads, kv_heads, head_dim, bias=False, qk_norm_eps=0.0):
         super().__init__()
+        if qk_norm_eps:
+            self.q_norm = LlamaRMSNorm(head_dim, qk_norm_eps)
+            self.k_norm = LlamaRMSNorm(head_dim, qk_norm_eps)
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
@@ -120,8 +125,11 @@ class LlamaAttention(nn.Module):
 
     def forward(self, x, cos, sin):
         bsz, q_len, _ = x.size()
-        q = self.q_proj(x).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(bsz, q_len, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(bsz, q_len, self.heads, self.head_dim)
+        k = self.k_proj(x).view(bsz, q_len, self.kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(bsz, q_len, self.kv_heads, self.head_dim).transpose(1, 2)
         q = (q * cos) + (rotate_half(q) * sin)
         k = (k * cos) + (rotate_half(k) * sin)
@@ -146,20 +154,45 @@ class LlamaMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class MixtralSparseMoeBlock(nn.Module):
-    def __init__(self, hidden, num_experts, top_k, intermediate):
+def load_balancing_loss(gate_logits, num_experts, top_k):
+    """transformers' load_balancing_loss_func (Switch / Mixtral) over one
+    sample's tokens: E * sum_e f_e * P_e, f_e the fraction of token-slots
+    routed to e, P_e the mean router probability."""
+    routing_weights = F.softmax(gate_logits, dim=-1)
+    _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+    expert_mask = F.one_hot(selected_experts, num_experts)
+    tokens_per_expert = torch.mean(expert_mask.to(routing_weights.dtype), dim=0)
+    router_prob_per_expert = torch.mean(routing_weights, dim=0)
+    return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
+
+
+class SparseMoeBlock(nn.Module):
+    """Mixtral's MixtralSparseMoeBlock; with a shared expert and
+    norm_topk_prob = False, Qwen2-MoE's Qwen2MoeSparseMoeBlock; Qwen3-MoE's is
+    Mixtral's with norm_topk_prob from the config."""
+
+    def __init__(self, hidden, num_experts, top_k, intermediate, shared_intermediate, norm_topk_prob):
         super().__init__()
-        self.num_experts, self.top_k = num_experts, top_k
+        self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
         self.router = nn.Linear(hidden, num_experts, bias=False)  # HF: "gate"
         self.experts = nn.ModuleList([LlamaMLP(hidden, intermediate) for _ in range(num_experts)])
+        if shared_intermediate:
+            self.shared_expert = LlamaMLP(hidden, shared_intermediate)
+            self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+        self.balance = None  # (B): the last forward's per-sample load-balancing term
 
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
+        self.balance = torch.stack([
+            load_balancing_loss(self.router(hidden_states[b]), self.num_experts, self.top_k)
+            for b in range(batch_size)
+        ])
         hidden_states = hidden_states.view(-1, hidden_dim)
         router_logits = self.router(hidden_states)
         routing_weights = F.softmax(router_logits, dim=1, dtype=torch.promote_types(router_logits.dtype, torch.float))
         routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights = routing_weights / routing_weights.sum(dim=-1, keepdim=True)
+        if self.norm_topk_prob:
+            routing_weights = routing_weights / routing_weights.sum(dim=-1, keepdim=True)
         routing_weights = routing_weights.to(hidden_states.dtype)
         final = torch.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype)
         expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
@@ -170,6 +203,9 @@ class MixtralSparseMoeBlock(nn.Module):
             current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
             current = self.experts[expert_idx](current_state) * routing_weights[top_x, idx, None]
             final = final.index_add(0, top_x, current.to(hidden_states.dtype))
+        if hasattr(self, "shared_expert"):
+            shared = self.shared_expert(hidden_states)
+            final = final + torch.sigmoid(self.shared_expert_gate(hidden_states)) * shared
         return final.reshape(batch_size, sequence_length, hidden_dim)
 
 
@@ -181,11 +217,14 @@ class LlamaDecoderLayer(nn.Module):
         head_dim = d["head_dim"] or d["hidden"] // heads
         eps = d["extra"].get("rms_norm_eps", 1e-5)
         self.attn_norm = LlamaRMSNorm(d["hidden"], eps)
-        self.attn = LlamaAttention(d["hidden"], heads, kv_heads, head_dim, bias=bool(d["extra"].get("qkv_bias", 0)))
+        self.attn = LlamaAttention(d["hidden"], heads, kv_heads, head_dim, bias=bool(d["extra"].get("qkv_bias", 0)),
+                                   qk_norm_eps=eps if d["extra"].get("qk_norm", 0) else 0.0)
         self.mlp_norm = LlamaRMSNorm(d["hidden"], eps)
         if d["experts"]:
-            self.moe = MixtralSparseMoeBlock(d["hidden"], d["experts"], d["experts_per_token"],
-                                             d["moe_ffn_hidden"] or d["ffn_hidden"])
+            self.moe = SparseMoeBlock(d["hidden"], d["experts"], d["experts_per_token"],
+                                      d["moe_ffn_hidden"] or d["ffn_hidden"],
+                                      int(d["extra"].get("shared_expert_ffn_hidden", 0)),
+                                      bool(d["extra"].get("norm_topk_prob", 1)))
         else:
             self.mlp = LlamaMLP(d["hidden"], d["ffn_hidden"])
 
@@ -221,7 +260,10 @@ class LlamaForCausalLM(nn.Module):
             x = block(x, cos, sin)
         hidden = self.final_norm(x)
         head = self.embed_tokens.weight if d["tie_embeddings"] else self.lm_head.weight
-        return {"output": F.linear(hidden, head), "hidden": hidden}
+        out = {"output": F.linear(hidden, head), "hidden": hidden}
+        if d["experts"]:  # the mean over layers of the per-sample load-balancing term, (B)
+            out["router_balance"] = torch.stack([block.moe.balance for block in self.blocks]).mean(0)
+        return out
 
 
 # ---- encoders: torch.nn building blocks ----------------------------------------
@@ -576,7 +618,10 @@ def main(argv):
         delta_shape = list(inputs["x"].shape)
     delta = torch.zeros(delta_shape, dtype=torch.float64, requires_grad=True)
     outputs = model.run(inputs, delta)
-    (outputs["output"] * tensors["probe"].double()).sum().backward()
+    loss = (outputs["output"] * tensors["probe"].double()).sum()
+    if "router_balance" in outputs:  # the MoE load-balancing term joins the loss (its gradient is checked)
+        loss = loss + outputs["router_balance"].sum()
+    loss.backward()
 
     result = dict(outputs)
     result["input_grad"] = delta.grad
