@@ -144,7 +144,7 @@ steps = 2
 
 [cluster]
 nodes = 1
-gpus_per_node = 3
+gpus_per_node = 2
 
 [cluster.gpu.cpu]
 cpu = true
@@ -191,7 +191,7 @@ name = "vit"
 model = "vit"
 mode = "train"
 activation = "image"
-micro_batch = 8
+micro_batch = 4
 optimizer = { lr = 1e-3 }
 
 [[section]]
