@@ -38,13 +38,27 @@ bool IsEncoder(const plan::ModelDesc& m) {
 }
 
 bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
-  if (m.heads % tp != 0) return false;
-  // MoE: every expert (and the shared expert) is split like a dense MLP.
-  if (m.experts > 0 &&
-      (m.moe_ffn_hidden % tp != 0 || static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp != 0)) {
-    return false;
+  switch (m.kind) {
+    case plan::ModelKind::kDecoder:
+      if (m.heads % tp != 0 || !(m.kv_heads % tp == 0 || tp % m.kv_heads == 0)) return false;
+      // MoE: every expert (and the shared expert) is split like a dense MLP.
+      return m.experts == 0 ||
+             (m.moe_ffn_hidden % tp == 0 && static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp == 0);
+    case plan::ModelKind::kProjector: return m.out_dim % tp == 0;
+    case plan::ModelKind::kVit:
+    case plan::ModelKind::kAudioEncoder: {
+      // As runtime/models/encoders.h ShardEncoderForTensorParallel splits them.
+      if (m.heads % tp != 0 || m.ffn_hidden % tp != 0) return false;
+      auto merge = m.extra.find("spatial_merge");
+      if (m.kind != plan::ModelKind::kVit || merge == m.extra.end() || merge->second <= 0) return true;
+      auto hidden = m.extra.find("merger_hidden");
+      const auto side = static_cast<int64_t>(merge->second);
+      const int64_t merger_hidden =
+          hidden != m.extra.end() && hidden->second > 0 ? static_cast<int64_t>(hidden->second) : side * side * m.hidden;
+      return merger_hidden % tp == 0;
+    }
   }
-  return m.kind != plan::ModelKind::kDecoder || m.kv_heads % tp == 0 || tp % m.kv_heads == 0;
+  return false;
 }
 
 plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute,
@@ -106,7 +120,6 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
   const std::vector<int> gpu_counts = ComponentSizes(dev);
   std::vector<int> tps;
   for (int tp = 1; tp <= gpn; tp *= 2) {
-    if (projector && tp > 1) break;
     if (tp > 1 && !TpSplitsHeads(m, tp)) continue;
     tps.push_back(tp);
   }

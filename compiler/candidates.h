@@ -51,9 +51,10 @@ plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, b
 // Encoders and projectors: every kind but the decoder.
 bool IsEncoder(const plan::ModelDesc& model);
 
-// Does TP degree `tp` split the model's attention heads (a decoder's KV heads
-// too, or `tp` a multiple of them), and a MoE's expert widths
-// (moe_ffn_hidden, shared_expert_ffn_hidden)?
+// Does TP degree `tp` split the model as the runtime splits it: its attention
+// heads (a decoder's KV heads too, or `tp` a multiple of them; a MoE's expert
+// widths, moe_ffn_hidden and shared_expert_ffn_hidden), an encoder's MLP
+// inner units (ffn_hidden, a ViT merger's hidden), a projector's out_dim?
 bool TpSplitsHeads(const plan::ModelDesc& model, int tp);
 
 // The largest number of DP replicas that can all get work.

@@ -32,6 +32,32 @@ bool VisionRopeOf(const plan::ModelDesc& m) {
   return m.kind == ModelKind::kVit && hf::VitLayoutOf(m) == hf::kVitLayoutQwen2Vl;
 }
 
+// The parameters of an encoder or projector that TP splits
+// (runtime/models/encoders.h ShardEncoderForTensorParallel): per block the
+// q/k/v projections and their biases, out's weight, fc1 and its bias, fc2's
+// weight; a ViT merger's fc1 (+ bias) and fc2's weight; a projector's fc1
+// (+ bias) and fc2's weight. The rest (patch / conv stems, positions, norms,
+// the row-parallel biases) is whole on every TP rank.
+double TpSplitParams(const plan::ModelDesc& m) {
+  const double c = D(m.hidden), f = D(m.ffn_hidden);
+  switch (m.kind) {
+    case ModelKind::kProjector: return D(m.out_dim) * (D(m.in_dim) + 1.0 + D(m.out_dim));
+    case ModelKind::kVit:
+    case ModelKind::kAudioEncoder: {
+      double split = D(m.layers) * (4.0 * c * c + 3.0 * c + 2.0 * f * c + f);
+      const auto merge = static_cast<int64_t>(ExtraValue(m, "spatial_merge", 0));
+      if (m.kind == ModelKind::kVit && merge > 0) {
+        const double in = c * D(merge * merge);
+        const double mid = ExtraValue(m, "merger_hidden", 0) > 0 ? ExtraValue(m, "merger_hidden", 0) : in;
+        split += mid * (in + 1.0) + D(m.out_dim) * mid;
+      }
+      return split;
+    }
+    case ModelKind::kDecoder: break;
+  }
+  return 0.0;
+}
+
 // RMSNorm (runtime/models/layers.h RmsNormImpl, computed in fp32) keeps,
 // beyond its input: in fp32 the normalised x (4C); in bf16 the fp32 upcast
 // of x (4C) and the normalised x cast back (2C).
@@ -252,7 +278,10 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
     matmul_params =
         pp == 1 ? sharded / tp + (m.tie_embeddings ? embed : head) : sharded / (tp * pp) + std::max(embed, head);
   } else {
-    params /= tp * pp;
+    // TP splits the blocks' (and merger's, projector's) linear layers; the
+    // stems, positions and norms are whole on every TP rank.
+    const double split = std::min(params, TpSplitParams(m));
+    params = (split / tp + (params - split)) / pp;
     matmul_params = params;
   }
   out.weights = train ? bytes.weight * params + bytes.compute_copy * matmul_params : bytes.forward_weight * params;

@@ -11,7 +11,11 @@
 //               its norms; a forward-only section holds bf16); TP splits only the decoder blocks' q/k/v/o
 //               and gate/up/down (runtime/models/decoder.cc
 //               ShardDecoderForTensorParallel): the embedding, the LM head and
-//               the norms stay whole on every TP rank. A KD student also holds
+//               the norms stay whole on every TP rank; in an encoder or
+//               projector the blocks' q/k/v/out and fc1/fc2, the merger's and
+//               the projector's fc1/fc2 (runtime/models/encoders.h
+//               ShardEncoderForTensorParallel): stems, positions, norms and
+//               row-parallel biases stay whole. A KD student also holds
 //               the teacher's output head, V x C_teacher in fp32
 //               (runtime/section_runner.cc TeacherHead).
 //   gradients   one per trained parameter (train only), the parameter's dtype.

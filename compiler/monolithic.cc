@@ -40,7 +40,9 @@ plan::ParallelConfig SharedConfigOf(const SectionWork& s, const plan::ParallelCo
   }
   sc.pp = 1;
   sc.cp = 1;  // images and audio clips are not split over the LLM's context-parallel ranks
-  if (s.model.kind == plan::ModelKind::kProjector) {
+  // An encoder or projector the LLM's TP does not divide runs whole on every
+  // TP rank (as a fused section's runner does).
+  if (sc.tp > 1 && !TpSplitsHeads(s.model, sc.tp)) {
     sc.tp = 1;
     sc.set_recompute_granularity(plan::RecomputeGranularity::kNone);  // no attention, nothing worth recomputing
     return sc;

@@ -23,7 +23,12 @@ struct RuntimeSupport {
   bool zero1_optimizer_sharding = true;
   bool micro_batching = true;
   bool tensor_parallel_decoder = true;
-  bool tensor_parallel_encoder = false;  // ViT / audio encoder / projector
+  // ViT / audio encoder / projector (a ViT's merger too): heads and MLP
+  // inner units split Megatron-style (runtime/models/encoders.h
+  // ShardEncoderForTensorParallel), in their own sections and inside fused
+  // ones; proved equal to the reference by tests/runtime/encoder_tp_test.cc
+  // and train_mpi_test.cc (VitTp2*, FusedVlmTp2*).
+  bool tensor_parallel_encoder = true;
   // PP for decoder sections: stages of layers, 1F1B per stage, tied
   // embeddings summed between the first and last stage, per-stage
   // checkpoints, with TP, DP and ZeRO-1 per stage (runtime/pipeline.h,

@@ -462,7 +462,8 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
     // Patch merger (Qwen2-VL): LayerNorm, then merge^2 neighbours' rows as one
     // (h merge^2 wide), fc1, GELU, fc2 to out_dim.
     const double in = h * merge * merge;
-    const double mid = ExtraValue(d, "merger_hidden", 0) > 0 ? ExtraValue(d, "merger_hidden", 0) : in;
+    // TP splits the merger's inner units (encoders.h: fc1 rows, fc2 columns).
+    const double mid = (ExtraValue(d, "merger_hidden", 0) > 0 ? ExtraValue(d, "merger_hidden", 0) : in) / s.tp;
     const double rows = m / (merge * merge);
     const double out = static_cast<double>(d.out_dim);
     AddLayerNorm(sum, "merger_norm", Part::kPost, b, h, m);
@@ -498,13 +499,15 @@ void AddAudio(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double
 void AddProjector(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
   const double in = static_cast<double>(d.in_dim), out = static_cast<double>(d.out_dim);
-  sum.Gemm("fc1", Part::kBlocks, m, in, out, 1);
-  sum.Memory("gelu", Part::kBlocks, Phase::kForward, {b.Act(2 * out)}, m, 1);
-  sum.Memory("gelu", Part::kBlocks, Phase::kBackward, {b.Act(3 * out)}, m, 1);
-  sum.Gemm("fc2", Part::kBlocks, m, out, out, 1);
-  sum.Memory("bias grads", Part::kBlocks, Phase::kBackward, {b.Act(out), b.Act(out)}, m, 1);
-  sum.Parameters("weights", in * out + out * out, 1, b.a);
-  sum.Parameters("biases", out, 2, b.a);
+  // TP splits the inner units (encoders.h: fc1 rows, fc2 columns).
+  const double inner = out / s.tp;
+  sum.Gemm("fc1", Part::kBlocks, m, in, inner, 1);
+  sum.Memory("gelu", Part::kBlocks, Phase::kForward, {b.Act(2 * inner)}, m, 1);
+  sum.Memory("gelu", Part::kBlocks, Phase::kBackward, {b.Act(3 * inner)}, m, 1);
+  sum.Gemm("fc2", Part::kBlocks, m, inner, out, 1);
+  sum.Memory("bias grads", Part::kBlocks, Phase::kBackward, {b.Act(inner), b.Act(out)}, m, 1);
+  sum.Parameters("weights", in * inner + inner * out, 1, b.a);
+  sum.Parameters("biases", inner + out, 1, b.a);
 }
 
 }  // namespace

@@ -86,6 +86,7 @@ struct Rule {
   int tp_dim = -1;
   Scope scope = Scope::kModel;
   std::string when;  // "", "qkv_bias", "untied", "qk_norm" or "shared_expert"
+  int tp_parts = 1;  // blocks along tp_dim each split over TP (3: a fused qkv)
 };
 
 bool Holds(const std::string& when, const Dims& x) {
@@ -99,11 +100,24 @@ bool Holds(const std::string& when, const Dims& x) {
 
 #define SHAPE(...) [](const Dims& x) -> Shape { return {__VA_ARGS__}; }
 
+// How tensor parallelism splits a Linear (runtime/models/encoders.h):
+// replicated, column-parallel (weight and bias rows; `parts` blocks of rows
+// for a fused qkv) or row-parallel (weight columns; the bias whole).
+struct TpPair {
+  int weight_dim = -1;
+  bool bias_split = false;
+  int parts = 1;
+};
+constexpr TpPair kReplicated{}, kColumnParallel{0, true, 1}, kFusedQkv{0, true, 3}, kRowParallel{1, false, 1};
+
 // weight + bias of a Linear, Conv or LayerNorm ("{p}" prepended to hf).
 void AddPair(std::vector<Rule>& rules, const std::string& hf, const std::string& ours, Scope scope,
-             const std::string& weight_text, ShapeOf weight_shape, const std::string& bias_text, ShapeOf bias_shape) {
-  rules.push_back({"{p}" + hf + ".weight", ours + ".weight", weight_text, weight_shape, -1, scope, ""});
-  rules.push_back({"{p}" + hf + ".bias", ours + ".bias", bias_text, bias_shape, -1, scope, ""});
+             const std::string& weight_text, ShapeOf weight_shape, const std::string& bias_text, ShapeOf bias_shape,
+             TpPair tp = kReplicated) {
+  rules.push_back({"{p}" + hf + ".weight", ours + ".weight", weight_text, weight_shape, tp.weight_dim, scope, "",
+                   tp.weight_dim >= 0 ? tp.parts : 1});
+  rules.push_back({"{p}" + hf + ".bias", ours + ".bias", bias_text, bias_shape, tp.bias_split ? 0 : -1, scope, "",
+                   tp.bias_split ? tp.parts : 1});
 }
 
 // Embedding, attention and norms shared by the dense and the MoE decoder;
@@ -200,13 +214,16 @@ std::vector<Rule> MakeClipRules() {
   AddPair(r, "pre_layrnorm", "pre_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
   for (const char* p : {"k", "v", "q"}) {
     AddPair(r, std::string("encoder.layers.{i}.self_attn.") + p + "_proj",
-            std::string("blocks.{i}.attn.") + p + "_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+            std::string("blocks.{i}.attn.") + p + "_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C),
+            kColumnParallel);
   }
   AddPair(r, "encoder.layers.{i}.self_attn.out_proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)",
-          SHAPE(x.C));
+          SHAPE(x.C), kRowParallel);
   AddPair(r, "encoder.layers.{i}.layer_norm1", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "encoder.layers.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
-  AddPair(r, "encoder.layers.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  AddPair(r, "encoder.layers.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F),
+          kColumnParallel);
+  AddPair(r, "encoder.layers.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C),
+          kRowParallel);
   AddPair(r, "encoder.layers.{i}.layer_norm2", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
   AddPair(r, "post_layernorm", "final_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
   return r;
@@ -220,13 +237,15 @@ std::vector<Rule> MakeQwen2VlVisionRules() {
   };
   AddPair(r, "blocks.{i}.norm1", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
   AddPair(r, "blocks.{i}.norm2", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "blocks.{i}.attn.qkv", "blocks.{i}.attn.qkv", L, "(3C, C)", SHAPE(3 * x.C, x.C), "(3C)", SHAPE(3 * x.C));
-  AddPair(r, "blocks.{i}.attn.proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "blocks.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
-  AddPair(r, "blocks.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  AddPair(r, "blocks.{i}.attn.qkv", "blocks.{i}.attn.qkv", L, "(3C, C)", SHAPE(3 * x.C, x.C), "(3C)", SHAPE(3 * x.C),
+          kFusedQkv);
+  AddPair(r, "blocks.{i}.attn.proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C),
+          kRowParallel);
+  AddPair(r, "blocks.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F), kColumnParallel);
+  AddPair(r, "blocks.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C), kRowParallel);
   AddPair(r, "merger.ln_q", "merger_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "merger.mlp.0", "merger_fc1", M, "(MH, G)", SHAPE(x.MH, x.G), "(MH)", SHAPE(x.MH));
-  AddPair(r, "merger.mlp.2", "merger_fc2", M, "(Out, MH)", SHAPE(x.Out, x.MH), "(Out)", SHAPE(x.Out));
+  AddPair(r, "merger.mlp.0", "merger_fc1", M, "(MH, G)", SHAPE(x.MH, x.G), "(MH)", SHAPE(x.MH), kColumnParallel);
+  AddPair(r, "merger.mlp.2", "merger_fc2", M, "(Out, MH)", SHAPE(x.Out, x.MH), "(Out)", SHAPE(x.Out), kRowParallel);
   return r;
 }
 
@@ -237,13 +256,16 @@ std::vector<Rule> MakeWhisperEncoderRules() {
   AddPair(r, "conv2", "conv2", M, "(C, C, 3)", SHAPE(x.C, x.C, 3), "(C)", SHAPE(x.C));
   r.push_back({"{p}embed_positions.weight", "embed_positions", "(Pos, C)", SHAPE(x.Pos, x.C), -1, M, ""});
   r.push_back(
-      {"{p}layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k_proj.weight", "(C, C)", SHAPE(x.C, x.C), -1, L, ""});
-  AddPair(r, "layers.{i}.self_attn.v_proj", "blocks.{i}.attn.v_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "layers.{i}.self_attn.q_proj", "blocks.{i}.attn.q_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "layers.{i}.self_attn.out_proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+      {"{p}layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k_proj.weight", "(C, C)", SHAPE(x.C, x.C), 0, L, ""});
+  AddPair(r, "layers.{i}.self_attn.v_proj", "blocks.{i}.attn.v_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C),
+          kColumnParallel);
+  AddPair(r, "layers.{i}.self_attn.q_proj", "blocks.{i}.attn.q_proj", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C),
+          kColumnParallel);
+  AddPair(r, "layers.{i}.self_attn.out_proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C),
+          kRowParallel);
   AddPair(r, "layers.{i}.self_attn_layer_norm", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "layers.{i}.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
-  AddPair(r, "layers.{i}.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  AddPair(r, "layers.{i}.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F), kColumnParallel);
+  AddPair(r, "layers.{i}.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C), kRowParallel);
   AddPair(r, "layers.{i}.final_layer_norm", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
   AddPair(r, "layer_norm", "final_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
   return r;
@@ -251,8 +273,8 @@ std::vector<Rule> MakeWhisperEncoderRules() {
 
 std::vector<Rule> MakeLlavaProjectorRules() {
   std::vector<Rule> r;
-  AddPair(r, "linear_1", "fc1", Scope::kModel, "(Out, In)", SHAPE(x.Out, x.In), "(Out)", SHAPE(x.Out));
-  AddPair(r, "linear_2", "fc2", Scope::kModel, "(Out, Out)", SHAPE(x.Out, x.Out), "(Out)", SHAPE(x.Out));
+  AddPair(r, "linear_1", "fc1", Scope::kModel, "(Out, In)", SHAPE(x.Out, x.In), "(Out)", SHAPE(x.Out), kColumnParallel);
+  AddPair(r, "linear_2", "fc2", Scope::kModel, "(Out, Out)", SHAPE(x.Out, x.Out), "(Out)", SHAPE(x.Out), kRowParallel);
   return r;
 }
 #undef SHAPE
@@ -440,6 +462,7 @@ StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
     w.maestro_name = Substitute(rule.maestro, "", layer, expert);
     w.shape = rule.shape(x);
     w.tp_dim = rule.tp_dim;
+    w.tp_parts = rule.tp_parts;
     out.weights.push_back(std::move(w));
   };
   // Model-scope rules before the first layer rule come first, the layers
@@ -480,7 +503,8 @@ std::vector<WeightNameRule> WeightNameRules(WeightLayout layout) {
   auto table = TableOf(layout);
   if (!table.ok()) return out;
   for (const Rule& rule : *table->rules) {
-    out.push_back({Replace(rule.hf, "{p}", table->prefix), rule.maestro, rule.shape_text, rule.when, rule.tp_dim});
+    out.push_back(
+        {Replace(rule.hf, "{p}", table->prefix), rule.maestro, rule.shape_text, rule.when, rule.tp_dim, rule.tp_parts});
   }
   return out;
 }

@@ -81,6 +81,7 @@ struct WeightName {
   std::string maestro_name;    // "blocks.3.attn.q_proj.weight"
   std::vector<int64_t> shape;  // the full (un-sharded) shape
   int tp_dim = -1;             // the dim TP splits in equal contiguous slices; -1: replicated
+  int tp_parts = 1;            // blocks along tp_dim each split so (3: a fused qkv's q, k, v rows)
 };
 
 // A layout's table expanded for one desc, in the order the HF modules
@@ -118,6 +119,7 @@ struct WeightNameRule {
   std::string shape;            // "(H*D, C)"
   std::string when;             // "" or the condition, e.g. "qkv_bias"
   int tp_dim = -1;
+  int tp_parts = 1;
 };
 std::vector<WeightNameRule> WeightNameRules(WeightLayout layout);
 

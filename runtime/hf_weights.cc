@@ -9,6 +9,7 @@
 #include <map>
 
 #include "base/checks.h"
+#include "runtime/parallel/tensor_parallel.h"
 
 namespace maestro::runtime {
 namespace {
@@ -103,18 +104,19 @@ Status LoadHfWeights(torch::nn::Module& model, const plan::ModelDesc& desc, cons
     torch::Tensor slice = full;
     if (tp_size > 1 && w.tp_dim >= 0) {
       const int64_t n = w.shape[static_cast<size_t>(w.tp_dim)];
-      if (n % tp_size != 0) {
-        return Status::InvalidArgument(fmt::format("tensor '{}' ({}) cannot be split {} ways along dim {}", w.hf_name,
-                                                   ShapeText(w.shape), tp_size, w.tp_dim));
+      if (n % (tp_size * w.tp_parts) != 0) {
+        return Status::InvalidArgument(fmt::format(
+            "tensor '{}' ({}) cannot be split {} ways along dim {}{}", w.hf_name, ShapeText(w.shape), tp_size, w.tp_dim,
+            w.tp_parts > 1 ? fmt::format(" in each of its {} parts", w.tp_parts) : std::string()));
       }
-      slice = full.narrow(w.tp_dim, tp_rank * (n / tp_size), n / tp_size);
+      slice = TensorParallelShardOf(full, {w.tp_dim, w.tp_parts}, tp_rank, tp_size);
     }
     torch::Tensor& param = params.at(w.maestro_name);
     if (param.sizes() != slice.sizes()) {
       return Status::InvalidArgument(fmt::format(
           "parameter '{}' ('{}' in {}) has shape {}, but TP rank {} of {} takes {} of the file's {}{}", w.maestro_name,
           w.hf_name, file, ShapeText(param.sizes()), tp_rank, tp_size, ShapeText(slice.sizes()), ShapeText(w.shape),
-          tp_size > 1 ? " (shard the model with ShardDecoderForTensorParallel before loading)" : ""));
+          tp_size > 1 ? " (shard the model with ShardModelForTensorParallel before loading)" : ""));
     }
     // One pass from the mapped bytes into the parameter: copy_ converts as
     // .to(dtype) does, without a full-size temporary (which cost a fresh

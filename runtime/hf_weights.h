@@ -27,8 +27,9 @@ namespace maestro::runtime {
 
 // Copies every parameter of `model` from `ckpt`. `model` was built from
 // `desc` (BuildModel) and, when tp_size > 1, already sharded for rank
-// `tp_rank` (ShardDecoderForTensorParallel): each parameter then receives the
-// slice [r*n/size, (r+1)*n/size) of its tensor along the table's tp_dim.
+// `tp_rank` (ShardModelForTensorParallel): each parameter then receives the
+// slice [r*n/size, (r+1)*n/size) of its tensor along the table's tp_dim
+// (of each of its tp_parts blocks: a fused qkv's q, k and v rows).
 // For every parameter: the HF tensor is found across the shards, its shape
 // checked against the full shape desc implies, viewed in place over the
 // mapped bytes (torch::from_blob: the file is never copied whole), narrowed

@@ -322,11 +322,16 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
   const plan::Plan& expanded = *runner->expanded_;
   for (int k : FusedComponentOrder(fused)) {
     const int s = expanded.section_index(fused.components[static_cast<size_t>(k)].name);
-    // Decoders are split over the section's TP group; encoders and
-    // projectors run whole on every TP rank (the same rows and gradients
-    // on each: the TP decoder's input gradient is complete on every rank).
+    // Every component (decoders, encoders, projectors) is split over the
+    // section's TP group: rows between components are complete on every TP
+    // rank (each model's last row-parallel layer all-reduces them), and so
+    // are their gradients (each model's first column-parallel layer does).
+    // An encoder or projector the TP size does not divide runs whole on
+    // every TP rank instead (the planner's monolithic baseline does the same).
     RunnerOptions component_options = options;
-    if (expanded.sections[static_cast<size_t>(s)].model.kind != plan::ModelKind::kDecoder) {
+    const auto& model = expanded.sections[static_cast<size_t>(s)].model;
+    if (options.tensor_parallel != nullptr && model.kind != plan::ModelKind::kDecoder &&
+        !CheckEncoderSplitsOverTp(model, options.tensor_parallel->size()).ok()) {
       component_options.tensor_parallel = nullptr;
     }
     auto component = Create(expanded, s, component_options);
@@ -450,10 +455,11 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   MAESTRO_ASSIGN_OR_RETURN(impl.module, BuildSectionModel(plan, s, options, skip_init));
   int tp_rank = 0, tp_size = 1;
   if (options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1) {
-    if (!IsDecoder(s)) {
-      return Status::InvalidArgument(fmt::format("section '{}': tensor parallelism is for decoder sections", s.name));
+    Status sharded = ShardModelForTensorParallel(*impl.module, s.model, options.tensor_parallel);
+    if (!sharded.ok()) {
+      return Status(sharded.code(), fmt::format("section '{}': {} (set the section's tp in the spec or --pin {}.tp=1)",
+                                                s.name, sharded.message(), s.name));
     }
-    MAESTRO_RETURN_IF_ERROR(ShardDecoderForTensorParallel(*impl.module->as<DecoderLMImpl>(), options.tensor_parallel));
     tp_rank = options.tensor_parallel->rank();
     tp_size = options.tensor_parallel->size();
   }
@@ -788,7 +794,7 @@ std::vector<bool> SectionRunner::ParametersShardedOverTp() {
     return sharded;
   }
   for (const auto& item : impl_->module->named_parameters()) {
-    if (item.value().requires_grad()) sharded.push_back(Sharded() && TensorParallelShardDim(item.key()) >= 0);
+    if (item.value().requires_grad()) sharded.push_back(Sharded() && TensorParallelSplitOf(item.key()).sharded());
   }
   return sharded;
 }
@@ -844,7 +850,7 @@ double SectionRunner::OptimizerStep(int64_t step) {
       // A tied embedding held by the first and last stages counts once.
       if (Staged() && !impl.options.pipeline->first() && item.key() == "embed_tokens.weight") continue;
       const double sq = item.value().grad().to(torch::kFloat64).pow(2).sum().item<double>();
-      if (Sharded() && TensorParallelShardDim(item.key()) >= 0) {
+      if (Sharded() && TensorParallelSplitOf(item.key()).sharded()) {
         sq_sharded += sq;
       } else {
         sq_replicated += sq;
@@ -913,12 +919,12 @@ StatusOr<std::string> SectionRunner::SaveModel() {
       for (auto& item : full->named_parameters()) {
         const auto& shard = mine[item.key()];
         const bool held = shard.numel() > 0 && !(pp != nullptr && !pp->first() && item.key() == "embed_tokens.weight");
-        const int dim = tp != nullptr ? TensorParallelShardDim(item.key()) : -1;
+        const TensorParallelSplit split = tp != nullptr ? TensorParallelSplitOf(item.key()) : TensorParallelSplit{};
         auto whole = torch::zeros_like(item.value());
-        if (held && dim < 0) {
+        if (held && !split.sharded()) {
           whole.copy_(shard.to(whole.device(), whole.scalar_type()));
         } else if (held) {
-          whole.narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)).copy_(shard);
+          PlaceTensorParallelShard(whole, shard, split, tp->rank());
           tp->AllReduceSum(whole);
         }
         if (pp != nullptr) pp->SumOverStages(whole);
@@ -971,8 +977,8 @@ Status SectionRunner::LoadModel(const std::string& bytes) {
     for (const auto& item : full->named_parameters()) {
       auto& shard = mine[item.key()];
       if (shard.numel() == 0) continue;  // another stage's
-      const int dim = Sharded() ? TensorParallelShardDim(item.key()) : -1;
-      shard.copy_(dim < 0 ? item.value() : item.value().narrow(dim, tp->rank() * shard.size(dim), shard.size(dim)));
+      const TensorParallelSplit split = Sharded() ? TensorParallelSplitOf(item.key()) : TensorParallelSplit{};
+      shard.copy_(split.sharded() ? TensorParallelShardOf(item.value(), split, tp->rank(), tp->size()) : item.value());
     }
     compat::ClearAutocastCache();
   });

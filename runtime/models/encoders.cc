@@ -3,11 +3,15 @@
 // (one torch translation unit for the encoder side).
 #include "runtime/models/encoders.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/checks.h"
 #include "hf/name_map.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
@@ -54,8 +58,29 @@ torch::Tensor ConvImpl::forward(const torch::Tensor& x) {
   }
 }
 
+namespace {
+
+// Replaces `param`'s data by this rank's shard (a copy, so the full tensor is freed).
+void KeepShard(torch::Tensor& param, TensorParallelSplit split, int rank, int size) {
+  if (!param.defined()) return;
+  torch::NoGradGuard guard;
+  param.set_data(TensorParallelShardOf(param, split, rank, size).clone());
+}
+constexpr TensorParallelSplit kRows{0, 1}, kColumns{1, 1};
+
+// A row-parallel layer: x (..., in/n) -> (..., out), the partial products
+// summed over the TP group and the bias (whole on every rank) added once.
+// Unsharded (tp null or of size 1): layer(x) as it always was.
+torch::Tensor RowParallel(LinearImpl& layer, const torch::Tensor& x, TensorParallelReducer* tp) {
+  if (tp == nullptr || tp->size() == 1) return layer.forward(x);
+  auto y = LeaveTensorParallel(torch::linear(x, layer.weight), tp);
+  return layer.bias.defined() ? y + layer.bias : y;
+}
+
+}  // namespace
+
 SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads, QkvLayout layout, ParamFactory& params)
-    : heads_(heads) {
+    : heads_(heads), head_dim_(hidden / heads) {
   if (layout == QkvLayout::kFused) {
     qkv = register_module("qkv", Linear(hidden, 3 * hidden, true, params));
   } else {
@@ -66,8 +91,23 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads, QkvLayout la
   out = register_module("out", Linear(hidden, hidden, true, params));
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTables* rope) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
+void SelfAttentionImpl::Shard(int rank, int size) {
+  if (qkv) {
+    KeepShard(qkv->weight, {0, 3}, rank, size);
+    KeepShard(qkv->bias, {0, 3}, rank, size);
+  } else {
+    for (Linear* proj : {&q_proj, &k_proj, &v_proj}) {
+      KeepShard((*proj)->weight, kRows, rank, size);
+      KeepShard((*proj)->bias, kRows, rank, size);
+    }
+  }
+  KeepShard(out->weight, kColumns, rank, size);
+  heads_ /= size;
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTables* rope, TensorParallelReducer* tp) {
+  // c: this rank's heads' width (the hidden size when unsharded).
+  const int64_t b = x.size(0), t = x.size(1), d = head_dim_, c = heads_ * head_dim_;
   torch::Tensor q, k, v;  // (B, H, T, D)
   if (qkv) {
     auto heads = qkv(x).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
@@ -87,7 +127,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
     return compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*causal=*/false);
   };
   auto y = recompute_core ? RunRecomputed(core, {q, k, v}) : core({q, k, v});  // (B, H, T, D)
-  return out(y.transpose(1, 2).reshape({b, t, c}));                            // (B, T, C)
+  return RowParallel(*out, y.transpose(1, 2).reshape({b, t, c}), tp);          // (B, T, C)
 }
 
 EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
@@ -100,10 +140,17 @@ EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hi
   fc2 = register_module("fc2", Linear(ffn_hidden, hidden, true, params));
 }
 
+void EncoderBlockImpl::Shard(int rank, int size) {
+  attn->Shard(rank, size);
+  KeepShard(fc1->weight, kRows, rank, size);
+  KeepShard(fc1->bias, kRows, rank, size);
+  KeepShard(fc2->weight, kColumns, rank, size);
+}
+
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const RopeTables* rope) {
-  auto h = x + attn(attn_norm(x), rope);
-  auto inner = fc1(mlp_norm(h));
-  return h + fc2(activation_ == MlpActivation::kQuickGelu ? QuickGelu(inner) : compat::Gelu(inner));
+  auto h = x + attn->forward(EnterTensorParallel(attn_norm(x), tp), rope, tp);
+  auto inner = fc1(EnterTensorParallel(mlp_norm(h), tp));  // (B, T, F/n)
+  return h + RowParallel(*fc2, activation_ == MlpActivation::kQuickGelu ? QuickGelu(inner) : compat::Gelu(inner), tp);
 }
 
 namespace {
@@ -241,7 +288,7 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
   // block of neighbouring patches (row-major inside), blocks row-major.
   x = merger_norm(x).reshape({b, side / merge, merge, side / merge, merge, c});
   x = x.permute({0, 1, 3, 2, 4, 5}).reshape({b, output_tokens(), merge * merge * c});
-  return merger_fc2(compat::Gelu(merger_fc1(x)));
+  return RowParallel(*merger_fc2, compat::Gelu(merger_fc1(EnterTensorParallel(x, tp))), tp);
 }
 
 torch::Tensor SinusoidalPositions(int64_t length, int64_t channels) {
@@ -282,7 +329,105 @@ MlpProjectorImpl::MlpProjectorImpl(const plan::ModelDesc& desc, ParamFactory& pa
 }
 
 torch::Tensor MlpProjectorImpl::forward(const torch::Tensor& x) {
-  return fc2(compat::Gelu(fc1(x)));
+  return RowParallel(*fc2, compat::Gelu(fc1(EnterTensorParallel(x, tp))), tp);
+}
+
+namespace {
+
+std::string Sizes(const std::vector<std::pair<const char*, int64_t>>& sizes) {
+  std::string out;
+  for (const auto& [name, value] : sizes)
+    out += (out.empty() ? "" : ", ") + std::string(name) + " = " + std::to_string(value);
+  return out;
+}
+
+void ShardBlocks(torch::nn::ModuleList& blocks, TensorParallelReducer* tp) {
+  for (const auto& block : *blocks) {
+    auto* b = block->as<EncoderBlockImpl>();
+    b->Shard(tp->rank(), tp->size());
+    b->tp = tp;
+  }
+}
+
+}  // namespace
+
+Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n) {
+  std::vector<std::pair<const char*, int64_t>> must_divide;
+  switch (desc.kind) {
+    case plan::ModelKind::kVit:
+      must_divide = {{"heads", desc.heads}, {"ffn_hidden", desc.ffn_hidden}};
+      if (SpatialMerge(desc) > 0) must_divide.push_back({"merger_hidden", MergerHidden(desc)});
+      break;
+    case plan::ModelKind::kAudioEncoder: must_divide = {{"heads", desc.heads}, {"ffn_hidden", desc.ffn_hidden}}; break;
+    case plan::ModelKind::kProjector: must_divide = {{"out_dim", desc.out_dim}}; break;
+    case plan::ModelKind::kDecoder:
+      return Status::InvalidArgument(
+          "ShardEncoderForTensorParallel: a decoder shards with ShardDecoderForTensorParallel");
+  }
+  for (const auto& [name, value] : must_divide) {
+    if (value % n != 0) {
+      return Status::InvalidArgument(fmt::format(
+          "tensor parallelism of the {} ({}): tp = {} must divide {}; pick a tp that divides them all (or tp = 1)",
+          plan::ModelKindName(desc.kind), Sizes(must_divide), n, name));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp) {
+  const int n = tp->size();
+  if (n == 1) return Status::Ok();
+  MAESTRO_RETURN_IF_ERROR(CheckEncoderSplitsOverTp(desc, n));
+  switch (desc.kind) {
+    case plan::ModelKind::kVit: {
+      auto* vit = model.as<VitEncoderImpl>();
+      ShardBlocks(vit->blocks, tp);
+      if (vit->merger_fc1) {
+        KeepShard(vit->merger_fc1->weight, kRows, tp->rank(), n);
+        KeepShard(vit->merger_fc1->bias, kRows, tp->rank(), n);
+        KeepShard(vit->merger_fc2->weight, kColumns, tp->rank(), n);
+        vit->tp = tp;
+      }
+      break;
+    }
+    case plan::ModelKind::kAudioEncoder: ShardBlocks(model.as<AudioEncoderImpl>()->blocks, tp); break;
+    case plan::ModelKind::kProjector: {
+      auto* projector = model.as<MlpProjectorImpl>();
+      KeepShard(projector->fc1->weight, kRows, tp->rank(), n);
+      KeepShard(projector->fc1->bias, kRows, tp->rank(), n);
+      KeepShard(projector->fc2->weight, kColumns, tp->rank(), n);
+      projector->tp = tp;
+      break;
+    }
+    case plan::ModelKind::kDecoder: break;
+  }
+  return Status::Ok();
+}
+
+Status ShardModelForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp) {
+  if (desc.kind == plan::ModelKind::kDecoder) return ShardDecoderForTensorParallel(*model.as<DecoderLMImpl>(), tp);
+  return ShardEncoderForTensorParallel(model, desc, tp);
+}
+
+TensorParallelSplit TensorParallelSplitOf(const std::string& name) {
+  if (const int dim = TensorParallelShardDim(name); dim >= 0)
+    return {dim, 1};  // the decoder's, and CLIP's / Whisper's q/k/v
+  // `suffix` is the whole name or its last components ("fc1.weight" is the
+  // projector's and a block's, not "merger_fc1.weight").
+  auto is = [&](const char* suffix) {
+    const std::string s(suffix);
+    if (name == s) return true;
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+           name[name.size() - s.size() - 1] == '.';
+  };
+  if (is("attn.qkv.weight") || is("attn.qkv.bias")) return {0, 3};
+  for (const char* rows : {"fc1.weight", "fc1.bias", "merger_fc1.weight", "merger_fc1.bias"}) {
+    if (is(rows)) return kRows;
+  }
+  for (const char* cols : {"attn.out.weight", "fc2.weight", "merger_fc2.weight"}) {
+    if (is(cols)) return kColumns;
+  }
+  return {};
 }
 
 StatusOr<VitEncoder> BuildVitEncoder(const plan::ModelDesc& desc, const ModelBuildOptions& options) {

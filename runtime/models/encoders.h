@@ -30,6 +30,15 @@
 //     blocks (q/v/out with bias, k without) -> final LayerNorm.
 //   MlpProjector (LLaVA's mlp2x_gelu): x (..., in_dim) -> Linear -> GELU ->
 //     Linear -> (..., out_dim).
+//   Tensor parallelism (ShardEncoderForTensorParallel), Megatron-style as
+//     the decoder: in every block the attention heads (q/k/v rows, a fused
+//     qkv's per q, k and v; out's columns) and the MLP's inner units (fc1's
+//     rows, fc2's columns) are split over the TP ranks, and so are the
+//     patch merger's and the projector's inner units (fc1 rows, fc2
+//     columns). Each column-parallel -> row-parallel pair sits between
+//     EnterTensorParallel and LeaveTensorParallel; a row-parallel layer's
+//     bias is added once, after the all-reduce. Patch/conv embeddings,
+//     positions, the class token and every LayerNorm stay replicated.
 // Letters: B batch, C hidden, F ffn_hidden in blocks / frames in audio,
 // N patches, M mel bins, S image side, P patch side, T temporal patch.
 // Parameter names (hf/name_map.cc maps them to Hugging Face's):
@@ -45,11 +54,12 @@
 // Activation recomputation: VitEncoder / AudioEncoder SetRecompute, as
 // DecoderLM's (full: each block's call through RunRecomputed; selective:
 // each attention's core).
-// May call: libtorch, runtime/torch_compat.h, runtime/recompute.h, plan, hf/name_map.h. Thread-safety: one thread
-// per module at a time.
+// May call: libtorch, runtime/torch_compat.h, runtime/recompute.h, runtime/parallel/tensor_parallel.h, plan,
+// hf/name_map.h. Thread-safety: one thread per module at a time.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -89,16 +99,21 @@ class SelfAttentionImpl : public torch::nn::Module {
   SelfAttentionImpl(int64_t hidden, int64_t heads, QkvLayout layout, ParamFactory& params);
   // x: (B, T, C); rope: nullptr, or (T, D) tables applied to q and k in fp32
   // -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr);
+  // tp: set on a TP shard; the output is then complete (all-reduced).
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr, TensorParallelReducer* tp = nullptr);
 
   Linear qkv{nullptr};                                       // kFused
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};  // kSeparate, kWhisper
   Linear out{nullptr};                                       // (C, C) + (C)
   // Selective recomputation of the core softmax(QK^T)V (runtime/recompute.h).
   bool recompute_core = false;
+  // Keeps heads [r*H/n, (r+1)*H/n): their q/k/v rows and biases
+  // (column-parallel), out's columns (row-parallel; its bias whole).
+  // REQUIRES: n divides H.
+  void Shard(int rank, int size);
 
  private:
-  int64_t heads_;
+  int64_t heads_, head_dim_;
 };
 TORCH_MODULE(SelfAttention);
 
@@ -113,7 +128,11 @@ class EncoderBlockImpl : public torch::nn::Module {
 
   LayerNorm attn_norm{nullptr}, mlp_norm{nullptr};
   SelfAttention attn{nullptr};
-  Linear fc1{nullptr}, fc2{nullptr};  // (F, C), (C, F), with biases
+  Linear fc1{nullptr}, fc2{nullptr};    // (F, C), (C, F), with biases
+  TensorParallelReducer* tp = nullptr;  // set by ShardEncoderForTensorParallel
+  // The attention's heads and F/n of the MLP's inner units (fc1 rows, fc2
+  // columns). REQUIRES: n divides H and F.
+  void Shard(int rank, int size);
 
  private:
   MlpActivation activation_;
@@ -151,6 +170,7 @@ class VitEncoderImpl : public torch::nn::Module {
   // out_dim). merger_hidden defaults to m^2 C.
   LayerNorm merger_norm{nullptr};
   Linear merger_fc1{nullptr}, merger_fc2{nullptr};
+  TensorParallelReducer* tp = nullptr;  // set by ShardEncoderForTensorParallel (the merger's pair)
 
  private:
   plan::ModelDesc desc_;
@@ -201,7 +221,8 @@ class MlpProjectorImpl : public torch::nn::Module {
   // x: (..., in_dim) -> (..., out_dim)
   torch::Tensor forward(const torch::Tensor& x);
 
-  Linear fc1{nullptr}, fc2{nullptr};  // (out, in) + (out), (out, out) + (out)
+  Linear fc1{nullptr}, fc2{nullptr};    // (out, in) + (out), (out, out) + (out)
+  TensorParallelReducer* tp = nullptr;  // set by ShardEncoderForTensorParallel
 };
 TORCH_MODULE(MlpProjector);
 
@@ -210,6 +231,25 @@ TORCH_MODULE(MlpProjector);
 StatusOr<VitEncoder> BuildVitEncoder(const plan::ModelDesc& desc, const ModelBuildOptions& options = {});
 StatusOr<AudioEncoder> BuildAudioEncoder(const plan::ModelDesc& desc, const ModelBuildOptions& options = {});
 StatusOr<MlpProjector> BuildMlpProjector(const plan::ModelDesc& desc, const ModelBuildOptions& options = {});
+
+// Shards `model` (a VitEncoder, AudioEncoder or MlpProjector built from
+// `desc`) for TP rank tp->rank() of tp->size() (the file comment says what is
+// split) and wires `tp` (which must outlive the model). The weights are
+// slices of the unsharded model's, so a TP run computes what the unsharded
+// one does. InvalidArgument, naming the sizes, unless tp->size() divides the
+// heads and ffn_hidden (and merger_hidden with a merger; out_dim for a
+// projector).
+Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);
+// Ok when TP of size `n` splits desc's encoder or projector (the sizes above;
+// compiler/candidates.h TpSplitsHeads is the planner's side of the same
+// rule), else the InvalidArgument ShardEncoderForTensorParallel returns.
+Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n);
+// Any kind: ShardDecoderForTensorParallel or ShardEncoderForTensorParallel.
+Status ShardModelForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);
+// How TP splits parameter `name` (as in named_parameters()) of any model
+// kind: the decoder's rows/columns (TensorParallelShardDim), a fused qkv in 3
+// parts, the encoders' and projector's pairs; {-1} when replicated.
+TensorParallelSplit TensorParallelSplitOf(const std::string& name);
 
 // Any kind (decoder included) as a plain module: for parameters(), to(),
 // train(), state_dict-style checkpoints. Cast with ->as<DecoderLMImpl>() etc.

@@ -2,6 +2,7 @@
 #include "runtime/parallel/tensor_parallel.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/collectives.h"
 #include "runtime/tensor_buffer.h"
@@ -47,6 +48,22 @@ torch::Tensor EnterTensorParallel(const torch::Tensor& x, TensorParallelReducer*
 torch::Tensor LeaveTensorParallel(const torch::Tensor& y, TensorParallelReducer* tp) {
   if (tp == nullptr || tp->size() == 1) return y;
   return LeaveTp::apply(y, reinterpret_cast<int64_t>(tp));
+}
+
+torch::Tensor TensorParallelShardOf(const torch::Tensor& full, TensorParallelSplit split, int rank, int size) {
+  if (!split.sharded() || size == 1) return full;
+  const int64_t block = full.size(split.dim) / split.parts, slice = block / size;
+  if (split.parts == 1) return full.narrow(split.dim, rank * slice, slice);
+  std::vector<torch::Tensor> slices;
+  for (int p = 0; p < split.parts; ++p) slices.push_back(full.narrow(split.dim, p * block + rank * slice, slice));
+  return torch::cat(slices, split.dim);
+}
+
+void PlaceTensorParallelShard(torch::Tensor& whole, const torch::Tensor& shard, TensorParallelSplit split, int rank) {
+  const int64_t block = whole.size(split.dim) / split.parts, slice = shard.size(split.dim) / split.parts;
+  for (int p = 0; p < split.parts; ++p) {
+    whole.narrow(split.dim, p * block + rank * slice, slice).copy_(shard.narrow(split.dim, p * slice, slice));
+  }
 }
 
 void GroupReducer::AllReduceSum(torch::Tensor& t) {

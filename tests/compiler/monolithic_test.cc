@@ -79,11 +79,34 @@ TEST(Monolithic, AnEncoderOnStageZeroPacesThePipeline) {
   EXPECT_GT(bottleneck, 0.05 * m.step_seconds);  // a ViT-sized encoder is not negligible here
 }
 
-TEST(Monolithic, AnEncoderAtTheLlmsTpRunsWholeOnEveryTpRank) {
+// The runtime splits encoders over TP (docs/encoder_tp.md): the baseline's
+// ViT runs at the LLM's TP, priced with its narrow GEMMs and all-reduces.
+TEST(Monolithic, AnEncoderAtTheLlmsTpIsSplitLikeTheRuntimeSplitsIt) {
   const CostModel model({Gpu()}, 64);
   Workload w;
   w.sections = {Vit(1.0), Decoder("llm", 4096, 32, true)};
   const PlannerOptions o;
+  ASSERT_TRUE(o.support.tensor_parallel_encoder);
+  const plan::ParallelConfig c = Config(4, 1, 8, 1);
+  const MonolithicPlan m = EvaluateMonolithic(model, w, {{0, 32}}, c, o);
+  ASSERT_TRUE(m.found) << m.why_not;
+  EXPECT_EQ(m.sections[0].config.tp, 4);
+  EXPECT_EQ(PlannerOnlyFeatures(w.sections[0].model, m.sections[0].config, o.support), "");
+  // A TP the ViT's heads do not divide: it runs whole on every TP rank.
+  Workload odd = w;
+  odd.sections[0].model.heads = 6;
+  const MonolithicPlan whole = EvaluateMonolithic(model, odd, {{0, 32}}, c, o);
+  ASSERT_TRUE(whole.found) << whole.why_not;
+  EXPECT_EQ(whole.sections[0].config.tp, 1);
+}
+
+// A runtime without encoder TP: the encoder runs whole on every TP rank.
+TEST(Monolithic, AnEncoderAtTheLlmsTpRunsWholeWithoutEncoderTp) {
+  const CostModel model({Gpu()}, 64);
+  Workload w;
+  w.sections = {Vit(1.0), Decoder("llm", 4096, 32, true)};
+  PlannerOptions o;
+  o.support.tensor_parallel_encoder = false;
   const plan::ParallelConfig c = Config(4, 1, 8, 1);
   const MonolithicPlan m = EvaluateMonolithic(model, w, {{0, 32}}, c, o);
   ASSERT_TRUE(m.found) << m.why_not;

@@ -212,9 +212,12 @@ TEST_F(HfWeightsTest, ModulesHaveExactlyTheTablesParameters) {
     for (const auto& w : names->weights) {
       ASSERT_TRUE(params.contains(w.maestro_name)) << w.maestro_name;
       EXPECT_EQ(params[w.maestro_name].sizes(), at::IntArrayRef(w.shape)) << w.maestro_name;
-      // A decoder's TP dims (MoE experts included) are the ones the runtime shards along.
-      if (desc.kind == plan::ModelKind::kDecoder) {
-        EXPECT_EQ(w.tp_dim, TensorParallelShardDim(w.maestro_name)) << w.maestro_name;
+      // The tables' TP splits are the ones the runtime shards along, for
+      // every layout (a MoE decoder's experts included).
+      {
+        const TensorParallelSplit split = TensorParallelSplitOf(w.maestro_name);
+        EXPECT_EQ(w.tp_dim, split.dim) << w.maestro_name;
+        EXPECT_EQ(w.tp_parts, split.parts) << w.maestro_name;
       }
     }
   }
@@ -271,7 +274,39 @@ TEST_F(HfWeightsTest, TensorParallelRanksLoadTheirSlicesBiasesIncluded) {
   auto unsharded = Build(desc);
   const Status wrong = LoadHfWeights(*unsharded, desc, **ckpt, 1, 2, torch::kFloat32);
   ASSERT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.message().find("ShardDecoderForTensorParallel"), std::string::npos) << wrong.message();
+  EXPECT_NE(wrong.message().find("ShardModelForTensorParallel"), std::string::npos) << wrong.message();
+}
+
+// The encoders' TP slices (docs/encoder_tp.md): a CLIP tower, Qwen2-VL's
+// (fused qkv split per q, k and v; the merger), Whisper's encoder and the
+// LLaVA projector, each sharded for rank r of 2, load exactly their slice
+// of what the unsharded model loads.
+TEST_F(HfWeightsTest, EncoderTensorParallelRanksLoadTheirSlices) {
+  for (const char* arch : {"clip", "qwen2_vl", "whisper", "llava_projector"}) {
+    SCOPED_TRACE(arch);
+    auto ckpt = hf::HfCheckpoint::Open(Dir(arch, "f32").string());
+    ASSERT_TRUE(ckpt.ok());
+    const plan::ModelDesc desc = DescOf(arch, **ckpt);
+    auto full = Build(desc);
+    ASSERT_TRUE(LoadHfWeights(*full, desc, **ckpt, 0, 1, torch::kFloat32).ok());
+    auto full_params = full->named_parameters();
+    int sliced = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto built = Build(desc);
+      NoCommunication tp(rank, 2);
+      const Status sharded = ShardEncoderForTensorParallel(*built, desc, &tp);
+      ASSERT_TRUE(sharded.ok()) << sharded.ToString();
+      const Status loaded = LoadHfWeights(*built, desc, **ckpt, rank, 2, torch::kFloat32);
+      ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+      for (const auto& item : built->named_parameters()) {
+        const TensorParallelSplit split = TensorParallelSplitOf(item.key());
+        if (split.sharded()) ++sliced;
+        EXPECT_TRUE(torch::equal(item.value(), TensorParallelShardOf(full_params[item.key()], split, rank, 2)))
+            << item.key() << " on rank " << rank;
+      }
+    }
+    EXPECT_GT(sliced, 0);
+  }
 }
 
 // Copies llama_f32 with `edit` applied to its tensor list; returns the new directory.

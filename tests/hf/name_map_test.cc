@@ -152,9 +152,9 @@ TEST(HfNameMap, ClipVisionTower) {
   ExpectWeight(*names, "vision_model.embeddings.position_embedding.weight", "pos_embed", {10, 16}, -1);
   ExpectWeight(*names, "vision_model.pre_layrnorm.bias", "pre_norm.bias", {16}, -1);
   ExpectWeight(*names, "vision_model.encoder.layers.1.self_attn.out_proj.weight", "blocks.1.attn.out.weight", {16, 16},
-               -1);
-  ExpectWeight(*names, "vision_model.encoder.layers.0.self_attn.k_proj.bias", "blocks.0.attn.k_proj.bias", {16}, -1);
-  ExpectWeight(*names, "vision_model.encoder.layers.0.mlp.fc1.weight", "blocks.0.fc1.weight", {40, 16}, -1);
+               1);
+  ExpectWeight(*names, "vision_model.encoder.layers.0.self_attn.k_proj.bias", "blocks.0.attn.k_proj.bias", {16}, 0);
+  ExpectWeight(*names, "vision_model.encoder.layers.0.mlp.fc1.weight", "blocks.0.fc1.weight", {40, 16}, 0);
   ExpectWeight(*names, "vision_model.encoder.layers.0.layer_norm2.weight", "blocks.0.mlp_norm.weight", {16}, -1);
   ExpectWeight(*names, "vision_model.post_layernorm.weight", "final_norm.weight", {16}, -1);
   // 3 embeddings + pre norm 2 + 2 x 16 + post norm 2
@@ -176,12 +176,13 @@ TEST(HfNameMap, Qwen2VlVisionTowerAndItsInferredLayout) {
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(names->layout, WeightLayout::kQwen2VlVision);
   ExpectWeight(*names, "visual.patch_embed.proj.weight", "patch_embed.weight", {16, 3, 2, 4, 4}, -1);
-  ExpectWeight(*names, "visual.blocks.1.attn.qkv.weight", "blocks.1.attn.qkv.weight", {48, 16}, -1);
+  ExpectWeight(*names, "visual.blocks.1.attn.qkv.weight", "blocks.1.attn.qkv.weight", {48, 16}, 0);
+  EXPECT_EQ(names->ByMaestroName("blocks.1.attn.qkv.weight")->tp_parts, 3) << "q, k and v rows each split";
   ExpectWeight(*names, "visual.blocks.1.attn.proj.bias", "blocks.1.attn.out.bias", {16}, -1);
   ExpectWeight(*names, "visual.blocks.0.norm2.weight", "blocks.0.mlp_norm.weight", {16}, -1);
   ExpectWeight(*names, "visual.merger.ln_q.weight", "merger_norm.weight", {16}, -1);
-  ExpectWeight(*names, "visual.merger.mlp.0.weight", "merger_fc1.weight", {144, 144}, -1);
-  ExpectWeight(*names, "visual.merger.mlp.2.weight", "merger_fc2.weight", {24, 144}, -1);
+  ExpectWeight(*names, "visual.merger.mlp.0.weight", "merger_fc1.weight", {144, 144}, 0);
+  ExpectWeight(*names, "visual.merger.mlp.2.weight", "merger_fc2.weight", {24, 144}, 1);
   EXPECT_EQ(names->weights.size(), 1u + 2 * 12 + 6);
   EXPECT_FALSE(names->Owns("model.layers.0.self_attn.q_proj.weight"));
 }
@@ -193,7 +194,7 @@ TEST(HfNameMap, WhisperEncoderKHasNoBias) {
   ExpectWeight(*names, "model.encoder.conv1.weight", "conv1.weight", {16, 8, 3}, -1);
   ExpectWeight(*names, "model.encoder.conv2.bias", "conv2.bias", {16}, -1);
   ExpectWeight(*names, "model.encoder.embed_positions.weight", "embed_positions", {5, 16}, -1);  // ceil(9 / 2)
-  ExpectWeight(*names, "model.encoder.layers.0.self_attn.k_proj.weight", "blocks.0.attn.k_proj.weight", {16, 16}, -1);
+  ExpectWeight(*names, "model.encoder.layers.0.self_attn.k_proj.weight", "blocks.0.attn.k_proj.weight", {16, 16}, 0);
   EXPECT_EQ(names->ByHfName("model.encoder.layers.0.self_attn.k_proj.bias"), nullptr);
   ExpectWeight(*names, "model.encoder.layers.0.self_attn_layer_norm.bias", "blocks.0.attn_norm.bias", {16}, -1);
   ExpectWeight(*names, "model.encoder.layers.0.final_layer_norm.weight", "blocks.0.mlp_norm.weight", {16}, -1);
@@ -211,7 +212,7 @@ TEST(HfNameMap, LlavaProjectorAndLayoutsWithoutATable) {
   proj.out_dim = 32;
   auto names = ExpandWeightNames(proj);
   ASSERT_TRUE(names.ok());
-  ExpectWeight(*names, "multi_modal_projector.linear_1.weight", "fc1.weight", {32, 24}, -1);
+  ExpectWeight(*names, "multi_modal_projector.linear_1.weight", "fc1.weight", {32, 24}, 0);
   ExpectWeight(*names, "multi_modal_projector.linear_2.bias", "fc2.bias", {32}, -1);
 
   ModelDesc builtin = Clip();
@@ -263,7 +264,9 @@ TEST(HfNameMap, DocsListEveryTableRow) {
     EXPECT_NE(doc.find(std::string("### ") + WeightLayoutName(layout)), std::string::npos) << WeightLayoutName(layout);
     for (const auto& r : WeightNameRules(layout)) {
       const std::string row = "| `" + r.hf_pattern + "` | `" + r.maestro_pattern + "` | " + r.shape + " | " +
-                              (r.tp_dim < 0 ? "-" : std::to_string(r.tp_dim)) + " | " + r.when + " |";
+                              (r.tp_dim < 0 ? "-" : std::to_string(r.tp_dim)) +
+                              (r.tp_parts > 1 ? " in " + std::to_string(r.tp_parts) + " parts" : "") + " | " + r.when +
+                              " |";
       EXPECT_NE(doc.find(row), std::string::npos) << "docs/weights.md lacks the row\n" << row;
     }
   }

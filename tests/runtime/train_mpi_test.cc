@@ -183,8 +183,8 @@ TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) {
 // Fused sections (every component on every rank, one after another inside
 // each micro-batch, autograd across them): the same losses as the
 // reference, with DP 2 (the ViT on the image samples of each rank's share)
-// and with TP 2 (teacher and student decoders split, the ViT whole on each
-// TP rank).
+// and with TP 2 (teacher and student decoders split; the ViT and its merger
+// split too, docs/encoder_tp.md).
 TEST(RuntimeTrain, FusedVlmDp2EqualsMonolithic) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   ExpectSameLosses("fused_vlm_dp2", FusedPlan("tiny_vlm.toml", 1, 2, 6));
