@@ -34,6 +34,8 @@ namespace maestro::plan {
 // 2: fused sections (SectionPlan::components). A reader of version 2 reads
 // version 1 plans (they have none); a version-1 reader refuses version 2.
 inline constexpr int kPlanSchemaVersion = 2;
+// The most global batches a forward-only section may run ahead (SectionPlan::run_ahead).
+inline constexpr int kMaxRunAhead = 8;
 inline constexpr int kOldestReadablePlanSchemaVersion = 1;
 
 enum class SectionMode { kTrain, kForward };
@@ -170,6 +172,11 @@ struct SectionPlan {
   std::vector<SectionPlan> components;
   std::vector<EdgePlan> component_edges;
   bool fused() const { return !components.empty(); }
+  // Optional, read by the runtime (absent in older plans and written only
+  // when non-zero; no schema bump): a forward-only section computes the rows
+  // of the next `run_ahead` global batches while the training sections
+  // finish the current one (docs/run_ahead.md). 0 = off.
+  int run_ahead = 0;
 };
 
 // The fan-out rule of an edge, the one every module checks (docs/spec.md):
