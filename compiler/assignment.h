@@ -26,6 +26,9 @@ struct Workload {
 struct SectionChoice {
   SectionCost cost;
   std::string planner_only;  // features the runtime lacks ("" = runs today)
+  // Forward-only sections: global batches computed ahead (ChooseRunAhead,
+  // compiler/run_ahead.h); 0 = off.
+  int run_ahead = 0;
 };
 
 struct Assignment {

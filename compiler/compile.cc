@@ -10,6 +10,7 @@
 #include "base/text.h"
 #include "compiler/explain.h"
 #include "compiler/report.h"
+#include "compiler/run_ahead.h"
 
 namespace maestro::compiler {
 
@@ -79,6 +80,7 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   sim.modalities = spec.data.modalities;
   const SimulatorStepPredictor predictor(sim);
   r.assignment = RefineBySimulation(model, r.workload, r.assignment, po, sim, &r.refinement_log, &r.refinement);
+  r.run_ahead_log = ChooseRunAhead(spec, model, r.workload, po, sim, &r.assignment);
   r.simulated = predictor.Run(model, r.workload, r.assignment);
   r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
@@ -217,6 +219,7 @@ plan::SectionPlan FusedSectionOf(const Spec& spec, const CostModel& model, const
     c.config = m.config;
     c.placement = plan::Placement();
     c.cost = plan::MicroBatchCost();
+    c.run_ahead = 0;  // one process runs every component in order: nothing runs ahead
   }
   return sp;
 }
@@ -252,6 +255,7 @@ plan::SectionPlan SectionPlanOf(const Spec& spec, const CostModel& model, const 
   sp.planner_only = r.assignment.sections[i].planner_only;
   sp.init_from = ss.init_from;
   sp.init_section = ss.init_section;
+  sp.run_ahead = r.assignment.sections[i].run_ahead;
   sp.loss = ss.loss;
   sp.cost = MicroBatchCostOf(model, sw, c);
   return sp;
@@ -341,6 +345,9 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   MAESTRO_RETURN_IF_ERROR(CheckLocalRunsEverything(spec, r.assignment));
   MAESTRO_RETURN_IF_ERROR(CheckRuntimeRunsEverything(spec, options, r.assignment));
   PlanBaselineAndSimulate(spec, model, po, r);
+  // A run_ahead pin the runtime lacks is planner-only too (ChooseRunAhead).
+  MAESTRO_RETURN_IF_ERROR(CheckLocalRunsEverything(spec, r.assignment));
+  MAESTRO_RETURN_IF_ERROR(CheckRuntimeRunsEverything(spec, options, r.assignment));
   MAESTRO_ASSIGN_OR_RETURN(r.grouping, ChooseGrouping(spec, options, r));
 
   // The outputs.

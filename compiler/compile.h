@@ -45,6 +45,7 @@ struct CompileResult {
   Workload workload;
   Assignment assignment;       // after RefineBySimulation
   std::string refinement_log;  // what the simulation changed, one line per change
+  std::string run_ahead_log;   // ChooseRunAhead's lines: which forward-only sections run ahead and why
   RefinementStats refinement;  // how the refinement's search went (simulations, moves, converged)
   MonolithicPlan monolithic;
   int monolithic_device = 0;           // the GPU type it runs on (index into DevicesOf)

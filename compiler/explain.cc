@@ -199,6 +199,11 @@ std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const
                                 : "; changed what the steady-state objective cannot see (fill and drain between "
                                   "sections):\n" +
                                       r.refinement_log;
+  if (!r.run_ahead_log.empty() && !r.grouping.fused) {
+    t += "run-ahead (a forward-only section computes the next global batches' rows while the training sections "
+         "finish the current one; the simulator prices the steady state, docs/run_ahead.md):\n" +
+         r.run_ahead_log;
+  }
   if (r.monolithic.found) t += ExplainMonolithic(r);
   t += "grouping (sectioned, or every component fused in one section on every GPU under the baseline's "
        "configuration; the faster simulated step wins): " +

@@ -45,6 +45,7 @@ ReportSection SectionRowOf(const SectionWork& s, const SectionChoice& choice, co
   row.utilization = PredictedUtilization(c, d, step);
   row.measured_profile = c.measured;
   row.planner_only = choice.planner_only;
+  row.run_ahead = choice.run_ahead;
   return row;
 }
 
@@ -175,6 +176,11 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
   out.simulated = r.simulated;
   out.monolithic = MonolithicOf(model, r);
   out.grouping = r.grouping;
+  if (r.grouping.fused) {
+    for (ReportSection& s : out.sections) s.run_ahead = 0;  // one process runs every component in order
+  } else {
+    out.run_ahead_log = r.run_ahead_log;
+  }
   out.split_bound = SplitBoundOf(model, w, a, r.grouping.chosen_step_seconds);
   if (r.grouping.fused && out.split_bound.step_seconds > r.grouping.chosen_step_seconds) {
     // The bound prices the work at the sectioned plan's per-GPU times; a
@@ -345,6 +351,16 @@ std::string ReportText(const Report& r) {
         "no whole nodes, no rounding, no fill or drain); this plan reaches {:.0f}% of it\n",
         r.split_bound.step_seconds, r.split_bound.gpus_held, 100 * r.split_bound.fraction);
   }
+  std::string run_ahead;
+  for (const ReportSection& s : r.sections) {
+    if (s.run_ahead > 0)
+      run_ahead += fmt::format("{}{} {} global batch(es)", run_ahead.empty() ? "" : ", ", s.name, s.run_ahead);
+  }
+  if (!run_ahead.empty()) {
+    t += "run-ahead (computes the next batches' rows while the training sections finish this one; the simulated "
+         "step prices it): " +
+         run_ahead + "\n";
+  }
   std::string planner_only;
   for (const ReportSection& s : r.sections) {
     if (!s.planner_only.empty()) planner_only += fmt::format("  {}: {}\n", s.name, s.planner_only);
@@ -391,6 +407,7 @@ nlohmann::json SectionJson(const ReportSection& s) {
   j["measured_profile"] = s.measured_profile;
   j["runtime_supported"] = s.planner_only.empty();
   j["planner_only"] = s.planner_only;
+  j["run_ahead"] = s.run_ahead;
   return j;
 }
 

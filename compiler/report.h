@@ -57,6 +57,7 @@ struct ReportSection {
   double utilization = 0;
   bool measured_profile = false;
   std::string planner_only;  // "" when the runtime runs it
+  int run_ahead = 0;         // global batches computed ahead (forward-only; compiler/run_ahead.h)
 };
 
 // One edge: the fan-out (fan-in) the DP degrees give it and its transfer.
@@ -110,6 +111,7 @@ struct Report {
   ReportMonolithic monolithic;
   GroupingChoice grouping;
   SplitBound split_bound;
+  std::string run_ahead_log;  // ChooseRunAhead's lines (sectioned plans)
   // Set when --runtime-support planned for another runtime (a text line only).
   std::string planned_runtime_support;
 };

@@ -59,6 +59,14 @@ struct RuntimeSupport {
   // compat::FusedAdamWStep). A CPU slot (1.13: repeat_interleave, the
   // per-parameter loop) is priced by the efficiency curve or a measured
   // profile, which these rows do not touch. at::rms_norm is not used yet.
+  // Run-ahead (docs/run_ahead.md): a forward-only section computes the rows
+  // of the next global batches into its output spool while the training
+  // sections finish the current one (runtime/run_ahead.h). The runtime's
+  // spool is per rank of a TP = 1, PP = 1 section (a pipelined forward-only
+  // section streams its forwards and has no spool, docs/pipeline.md), so a
+  // tensor- or pipeline-parallel section's run-ahead is planner-only.
+  bool run_ahead = true;
+  bool run_ahead_model_parallel = false;
   bool gqa_in_sdpa = true;
   bool fused_rms_norm = false;
   bool fused_adamw = true;

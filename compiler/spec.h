@@ -158,9 +158,12 @@ struct SectionSpec {
   // directory, already joined to the spec's directory (need not exist yet).
   std::string init_from;
   std::string init_section;  // "" = this section's name
+  // Global batches a forward-only section computes ahead (docs/run_ahead.md);
+  // -1 = the planner chooses.
+  int run_ahead = -1;
   plan::LossDesc loss;
   bool has_loss = false;  // `loss` was written in the spec
-  SourcePos pos, model_pos, activation_pos, gpu_type_pos, loss_pos;
+  SourcePos pos, model_pos, activation_pos, gpu_type_pos, loss_pos, run_ahead_pos;
 };
 
 struct EdgeSpec {

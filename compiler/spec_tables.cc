@@ -717,6 +717,14 @@ void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vect
   }
   r.String("gpu_type", &s.gpu_type);
   s.gpu_type_pos = r.PosOfKey("gpu_type");
+  if (r.Int("run_ahead", &s.run_ahead, 0, plan::kMaxRunAhead)) {
+    s.run_ahead_pos = r.PosOfKey("run_ahead");
+    if (s.run_ahead > 0 && s.mode != plan::SectionMode::kForward) {
+      d.Error(s.run_ahead_pos, fmt::format("{}: run_ahead applies to a forward-only section (mode = \"forward\"); "
+                                           "remove it or set run_ahead = 0",
+                                           where));
+    }
+  }
   if (const toml::table* o = r.Table("optimizer")) ReadOptimizer(d, *o, where + " optimizer", s.optimizer);
   std::string init;
   if (r.String("init", &init)) {

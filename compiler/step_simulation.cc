@@ -325,6 +325,7 @@ SimulatedStep SimulateSectioned(const CostModel& model, const Workload& work, co
     s.mode = work.sections[i].mode;
     s.activation = work.sections[i].activation;
     s.config = a.sections[i].cost.config;
+    s.run_ahead = s.mode == plan::SectionMode::kForward ? a.sections[i].run_ahead : 0;
     p.sections.push_back(std::move(s));
   }
   for (const auto& e : work.edges) {

@@ -37,7 +37,9 @@ constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
                                          {"ep", &RuntimeSupport::expert_parallel},
                                          {"moe", &RuntimeSupport::mixture_of_experts},
                                          {"recompute", &RuntimeSupport::activation_recompute},
-                                         {"zero1", &RuntimeSupport::zero1_optimizer_sharding}};
+                                         {"zero1", &RuntimeSupport::zero1_optimizer_sharding},
+                                         {"run_ahead", &RuntimeSupport::run_ahead},
+                                         {"run_ahead_mp", &RuntimeSupport::run_ahead_model_parallel}};
 
 }  // namespace
 

@@ -38,7 +38,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, byte
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionPlan, name, mode, activation, model, optimizer, config,
                                                 placement, predicted_step_seconds, predicted_memory_bytes,
                                                 tokens_per_sample, active_fraction, predicted_utilization, planner_only,
-                                                init_from, init_section, loss, cost, components, component_edges)
+                                                init_from, init_section, loss, cost, components, component_edges,
+                                                run_ahead)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SectionLayout, section, het_component, first_rank, ranks, order,
                                                 tp_groups, cp_groups, dp_groups, pp_groups)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Link, edge, up_dp, down_dp, up_rank, down_rank)
@@ -99,6 +100,16 @@ int Plan::section_index(const std::string& name) const {
 
 std::string PlanToJson(const Plan& plan, int indent) {
   nlohmann::json j = plan;
+  // run_ahead is optional: written only where it is on, so a plan without it
+  // reads as before (no schema bump).
+  const auto drop_when_off = [](nlohmann::json& section) {
+    const auto it = section.find("run_ahead");
+    if (it != section.end() && it->is_number_integer() && it->get<int64_t>() == 0) section.erase(it);
+  };
+  for (auto& section : j.at("sections")) {
+    drop_when_off(section);
+    for (auto& component : section.at("components")) drop_when_off(component);
+  }
   return j.dump(indent);
 }
 
@@ -330,6 +341,16 @@ Status Validate(const Plan& plan) {
     }
     if (plan.section_index(s.name) != static_cast<int>(i)) {
       return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));
+    }
+    if (s.run_ahead < 0 || s.run_ahead > kMaxRunAhead) {
+      return Status::InvalidArgument(fmt::format("section '{}': run_ahead = {} must be 0 to {} global batches", s.name,
+                                                 s.run_ahead, kMaxRunAhead));
+    }
+    if (s.run_ahead > 0 && (s.mode != SectionMode::kForward || s.fused())) {
+      return Status::InvalidArgument(fmt::format(
+          "section '{}': run_ahead = {} but only a forward-only section that is not fused may run ahead; set "
+          "run_ahead = 0 for it",
+          s.name, s.run_ahead));
     }
     MAESTRO_RETURN_IF_ERROR(ValidateComponents(plan, s));
   }

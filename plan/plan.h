@@ -51,6 +51,8 @@ namespace maestro::plan {
 // of one or more sections, see "Rank layout (schema 3)" above). A reader of
 // version 3 reads versions 1 and 2; a version-2 reader refuses version 3.
 inline constexpr int kPlanSchemaVersion = 3;
+// The most global batches a forward-only section may run ahead (SectionPlan::run_ahead).
+inline constexpr int kMaxRunAhead = 8;
 inline constexpr int kOldestReadablePlanSchemaVersion = 1;
 
 enum class SectionMode { kTrain, kForward };
@@ -214,6 +216,11 @@ struct SectionPlan {
   std::vector<SectionPlan> components;
   std::vector<EdgePlan> component_edges;
   bool fused() const { return !components.empty(); }
+  // Optional, read by the runtime (absent in older plans and written only
+  // when non-zero; no schema bump): a forward-only section computes the rows
+  // of the next `run_ahead` global batches while the training sections
+  // finish the current one (docs/run_ahead.md). 0 = off.
+  int run_ahead = 0;
 };
 
 // The fan-out rule of an edge, the one every module checks (docs/spec.md):

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -214,6 +215,12 @@ Status EdgeExchange::SendInputGradients(int mb, const std::vector<int64_t>& ids,
     }
   }
   return Status::Ok();
+}
+
+void EdgeExchange::PollSends() {
+  pending_.erase(
+      std::remove_if(pending_.begin(), pending_.end(), [](PendingSend& send) { return send.work->IsCompleted(); }),
+      pending_.end());
 }
 
 Status EdgeExchange::DrainSends() {

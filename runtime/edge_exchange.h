@@ -79,6 +79,9 @@ class EdgeExchange {
   Status SendInputGradients(int mb, const std::vector<int64_t>& ids, const std::map<int, torch::Tensor>& inputs);
   // Waits for every send of the step.
   Status DrainSends();
+  // Non-blocking: lets the sends in flight progress (a test each) and drops
+  // those completed, with their buffers (while a running-ahead rank computes).
+  void PollSends();
   // The TP ranks of a replica share what arrives at its TP rank 0: t
   // (contiguous fp32, host or device) is broadcast from TP rank 0 in place
   // (through the TP backend's device).

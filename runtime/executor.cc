@@ -30,6 +30,7 @@
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
+#include "runtime/run_ahead.h"
 #include "runtime/section_runner.h"
 #include "runtime/step_batch.h"
 #include "runtime/step_metrics.h"
@@ -72,6 +73,7 @@ class RankLoop {
   Status Setup();
   Status Resume();
   Status RunStep(const StepBatch& batch);
+  Status ComputeAhead(const StepBatch& batch);
   Status Forward(int mb_index);
   Status Backward(int mb_index);
   // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
@@ -120,6 +122,8 @@ class RankLoop {
   }
   std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
   std::unique_ptr<OutputSpool> spool_;
+  std::unique_ptr<RunAhead> run_ahead_;  // a forward-only section with run_ahead > 0 (runtime/run_ahead.h)
+  std::vector<StepBatch> ahead_;         // the batches after the one in flight (ShareNextBatch's lookahead)
   std::unique_ptr<datalayer::PreemptionSignal> signal_;
   StepReporter reporter_;
   StepTrace trace_;
@@ -172,6 +176,7 @@ Status RankLoop::Setup() {
                       s.name, s.config.ep));
     }
   }
+  MAESTRO_RETURN_IF_ERROR(CheckRunAheadRuns(plan_));
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(samples_, OpenPlanDataset(plan_));
@@ -183,6 +188,9 @@ Status RankLoop::Setup() {
   if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && !pipeline_) {
     MAESTRO_ASSIGN_OR_RETURN(
         spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
+    if (plan_.sections[static_cast<size_t>(section_)].run_ahead > 0) {
+      run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_);
+    }
   }
   return Status::Ok();
 }
@@ -362,12 +370,7 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   current_step_ = batch.step;
   current_epoch_ = batch.epoch;
   trace_.set_step(batch.step);
-  MAESTRO_ASSIGN_OR_RETURN(problem_, scheduler::FromPlan(plan_, costs_, batch.samples));
-  scheduler::ScheduleOptions so;
-  MAESTRO_ASSIGN_OR_RETURN(so.policy, scheduler::PolicyFromName(plan_.schedule_policy));
-  so.seed = plan_.data.seed;
-  so.step = batch.step;
-  MAESTRO_ASSIGN_OR_RETURN(schedule_, scheduler::BuildSchedule(problem_, so));
+  MAESTRO_ASSIGN_OR_RETURN(schedule_, ScheduleOfBatch(plan_, costs_, batch, &problem_));
   MAESTRO_ASSIGN_OR_RETURN(auto transfers, scheduler::ImpliedTransfers(problem_, schedule_));
   const int rank_index = schedule_.RankIndex(section_, replica_);
   if (rank_index < 0)
@@ -393,6 +396,7 @@ Status RankLoop::RunStep(const StepBatch& batch) {
     MAESTRO_RETURN_IF_ERROR(OptimizerStep(batch.step));
   }
   if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
+  MAESTRO_RETURN_IF_ERROR(ComputeAhead(batch));
   return edges_.DrainSends();
 }
 
@@ -446,6 +450,29 @@ Status RankLoop::SumTiedEmbeddingGradient() {
   torch::Tensor tied = runner_->TiedEmbedding();
   if (!tied.defined()) return Status::Ok();
   return pipeline_->SumTiedGradient(tied.mutable_grad());
+}
+
+
+// Run-ahead (runtime/run_ahead.h): the rows of the next batches into the
+// spool, while this step's sends are in flight and the training sections
+// finish the step.
+Status RankLoop::ComputeAhead(const StepBatch& batch) {
+  if (!run_ahead_) return Status::Ok();
+  const int64_t start_us = WallMicros();
+  const auto start = Clock::now();
+  const auto compute = [&](const std::vector<int64_t>& ids, int64_t epoch) -> Status {
+    MicroBatchData data;
+    data.sample_ids = ids;  // the spool loads the payloads of the rows it lacks
+    return spool_->Rows(data, epoch, *runner_, *samples_, &staging_).status();
+  };
+  MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch.step, ahead_, compute, [&] { edges_.PollSends(); }));
+  // The spool serves committed rows only: commit (at this step boundary, a
+  // no-op when every row was there) so the next step reads them back, and
+  // a kill loses none of them.
+  MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  busy_seconds_ += SecondsSince(start);
+  trace_.Add("ahead", start_us, 0);
+  return Status::Ok();
 }
 
 Status RankLoop::Checkpoint(int64_t step) {
@@ -514,8 +541,9 @@ StatusOr<TrainSummary> RankLoop::Run() {
   int64_t steps_this_start = 0;
   for (;;) {
     const auto t0 = Clock::now();
-    MAESTRO_ASSIGN_OR_RETURN(auto batch, ShareNextBatch(comms_.world(), Rank0() ? run_.get() : nullptr, total_steps_,
-                                                        modality_names_, &blocked_seconds_));
+    MAESTRO_ASSIGN_OR_RETURN(
+        auto batch, ShareNextBatch(comms_.world(), Rank0() ? run_.get() : nullptr, total_steps_, modality_names_,
+                                   &blocked_seconds_, MostRunAhead(plan_), &ahead_));
     if (batch.step < 0) break;  // done
     if (first) {
       summary.first_step = batch.step;
@@ -564,6 +592,13 @@ StatusOr<TrainSummary> RankLoop::Run() {
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",
         plan_.sections[static_cast<size_t>(section_)].name, replica_, spool_->hits(), spool_->computed());
+    if (run_ahead_) {
+      Log(LogLevel::kInfo,
+          "section '{}' dp {}: ran ahead by {} batch(es): {} step(s) computed ahead, at most {} rows "
+          "ahead (bound {})",
+          plan_.sections[static_cast<size_t>(section_)].name, replica_, run_ahead_->batches(),
+          run_ahead_->steps_computed_ahead(), run_ahead_->most_rows_ahead(), run_ahead_->bound_rows());
+    }
   }
   if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && samples_->HasCaptionAnswers()) {
     MAESTRO_RETURN_IF_ERROR(EvaluateCaptionsAtEnd(&summary));

@@ -50,8 +50,32 @@ StepBatch DecodeBatch(const std::vector<int64_t>& v, size_t modalities) {
   return b;
 }
 
+StatusOr<scheduler::Schedule> ScheduleOfBatch(const plan::Plan& plan,
+                                              std::shared_ptr<const scheduler::SectionCostModel> costs,
+                                              const StepBatch& batch, scheduler::Problem* problem) {
+  MAESTRO_ASSIGN_OR_RETURN(*problem, scheduler::FromPlan(plan, std::move(costs), batch.samples));
+  scheduler::ScheduleOptions so;
+  MAESTRO_ASSIGN_OR_RETURN(so.policy, scheduler::PolicyFromName(plan.schedule_policy));
+  so.seed = plan.data.seed;
+  so.step = batch.step;
+  return scheduler::BuildSchedule(*problem, so);
+}
+
+namespace {
+
+// Rank 0: the encoded batch of `step` (the index's schedule).
+StatusOr<std::vector<int64_t>> EncodeStep(datalayer::TrainingRun& run, int64_t step,
+                                          const std::vector<std::string>& modalities) {
+  MAESTRO_ASSIGN_OR_RETURN(auto batch, run.index().BatchForStep(step));
+  MAESTRO_ASSIGN_OR_RETURN(auto infos, run.index().GetSamples(batch.sample_ids));
+  return EncodeBatch(batch, infos, modalities);
+}
+
+}  // namespace
+
 StatusOr<StepBatch> ShareNextBatch(launcher::Backend& world, datalayer::TrainingRun* run, int64_t total_steps,
-                                   const std::vector<std::string>& modalities, double* blocked_seconds) {
+                                   const std::vector<std::string>& modalities, double* blocked_seconds, int lookahead,
+                                   std::vector<StepBatch>* ahead) {
   std::vector<int64_t> encoded;
   Status rank0_status;
   if (run != nullptr) {
@@ -69,6 +93,15 @@ StatusOr<StepBatch> ShareNextBatch(launcher::Backend& world, datalayer::Training
       } else {
         rank0_status = batch.status();
       }
+      for (int j = 1; j <= lookahead && rank0_status.ok() && run->next_step() + j < total_steps; ++j) {
+        auto next = EncodeStep(*run, run->next_step() + j, modalities);
+        if (!next.ok()) {
+          rank0_status = next.status();
+          break;
+        }
+        encoded.push_back(static_cast<int64_t>(next->size()));
+        encoded.insert(encoded.end(), next->begin(), next->end());
+      }
       if (!rank0_status.ok()) encoded = {-2};
     }
   }
@@ -81,7 +114,20 @@ StatusOr<StepBatch> ShareNextBatch(launcher::Backend& world, datalayer::Training
     return rank0_status.ok() ? Status::Aborted("rank 0 could not read the next batch") : rank0_status;
   }
   if (encoded.size() == 1) return StepBatch{};  // done
-  return DecodeBatch(encoded, modalities.size());
+  StepBatch batch = DecodeBatch(encoded, modalities.size());
+  if (ahead != nullptr) {
+    ahead->clear();
+    size_t at = 3 + batch.samples.size() * (3 + modalities.size());
+    while (at < encoded.size()) {
+      const auto length = static_cast<size_t>(encoded[at]);
+      if (length == 0 || at + 1 + length > encoded.size()) return Status::Internal("a malformed batch lookahead");
+      ahead->push_back(DecodeBatch(std::vector<int64_t>(encoded.begin() + static_cast<std::ptrdiff_t>(at + 1),
+                                                        encoded.begin() + static_cast<std::ptrdiff_t>(at + 1 + length)),
+                                   modalities.size()));
+      at += 1 + length;
+    }
+  }
+  return batch;
 }
 
 }  // namespace maestro::runtime

@@ -94,6 +94,10 @@ Status ValidateProblem(const Problem& p) {
       return Status::InvalidArgument("section '" + s.name + "': processes (" + std::to_string(s.processes) +
                                      ") must be >= 1");
     }
+    if (s.run_ahead < 0 || (s.run_ahead > 0 && s.trains)) {
+      return Status::InvalidArgument("section '" + s.name + "': run_ahead " + std::to_string(s.run_ahead) +
+                                     " (only a forward-only section may run ahead, by >= 0 batches)");
+    }
     if (s.modality >= n_modalities || s.modality < -1) {
       return Status::InvalidArgument("section '" + s.name + "': modality index " + std::to_string(s.modality) +
                                      " is not one of the " + std::to_string(n_modalities) + " modalities");
@@ -186,6 +190,7 @@ StatusOr<Problem> FromPlan(const plan::Plan& plan, std::shared_ptr<const Section
     spec.dp = s.config.dp;
     spec.micro_batch = s.config.micro_batch;
     spec.processes = std::max(1, s.config.tp * s.config.pp * s.config.cp);
+    spec.run_ahead = spec.trains ? 0 : s.run_ahead;
     if (s.activation != "always") {
       spec.modality = static_cast<int>(std::find(p.modality_names.begin(), p.modality_names.end(), s.activation) -
                                        p.modality_names.begin());

@@ -54,6 +54,11 @@ struct SectionSpec {
   int dp = 1;           // DP replicas (= scheduler ranks of this section)
   int micro_batch = 1;  // most samples in one micro-batch of one replica
   int processes = 1;    // processes (ranks) of one replica: tp * pp * cp
+  // Forward-only sections: global batches it computes ahead (plan's
+  // run_ahead). In steady state its rows of this step were computed during
+  // the previous one: its consumers find them ready at the step's start
+  // (scheduler/simulator.h).
+  int run_ahead = 0;
 };
 
 // A dependency: `to` consumes the activation of `from`, sample by sample.

@@ -120,13 +120,22 @@ std::vector<Arc> OpArcs(const Problem& p, const Schedule& sch, const ScheduleInd
   for (size_t e = 0; e < p.edges.size(); ++e) {
     const EdgeSpec& edge = p.edges[e];
     const bool grad = p.CarriesGradient(edge);
+    // Run-ahead (SectionSpec::run_ahead, forward-only producers): one
+    // zero-length node at time 0 per such edge stands for "rows ready".
+    int ahead_start = -1;
+    if (p.sections[static_cast<size_t>(edge.from)].run_ahead > 0 && !grad) {
+      ahead_start = g->num_nodes++;
+      g->duration.push_back(0.0);
+    }
     for (int i = 0; i < n; ++i) {
       const int ru = idx.RankOf(edge.from, i), rd = idx.RankOf(edge.to, i);
       if (ru < 0 || rd < 0) continue;
       const int mu = idx.MicroBatchOf(edge.from, i), md = idx.MicroBatchOf(edge.to, i);
       const double lag = p.costs->TransferSeconds(static_cast<int>(e), p.samples[static_cast<size_t>(i)]);
-      arcs.push_back({node_f[static_cast<size_t>(ru)][static_cast<size_t>(mu)],
-                      node_f[static_cast<size_t>(rd)][static_cast<size_t>(md)], lag});
+      // A running-ahead producer computed these rows during the previous
+      // step: they leave at the step's start.
+      const int from_node = ahead_start >= 0 ? ahead_start : node_f[static_cast<size_t>(ru)][static_cast<size_t>(mu)];
+      arcs.push_back({from_node, node_f[static_cast<size_t>(rd)][static_cast<size_t>(md)], lag});
       if (grad) {
         arcs.push_back({node_b[static_cast<size_t>(rd)][static_cast<size_t>(md)],
                         node_b[static_cast<size_t>(ru)][static_cast<size_t>(mu)], lag});

@@ -16,6 +16,12 @@
 // gradient) arrives TransferSeconds() after its producer op ends; transfers
 // overlap with everything (no link contention); the DP gradient all-reduce
 // of a training section is a barrier before its replicas' optimizer steps.
+// Run-ahead (SectionSpec::run_ahead > 0, forward-only): the steady state, in
+// which that section computed this step's rows during the previous step: its
+// consumers receive them from the step's start (+ transfer) while its ranks
+// compute (the next batch's rows) as their ops say, so the step is bounded by
+// the busiest section and the training path fed by ready inputs, with no
+// pipeline fill from that section (docs/run_ahead.md).
 // Problem::shared_cores > 0 (one machine, more processes than cores): the
 // processes computing at each moment share the cores evenly, so an op lasts
 // its cost divided by min(1, cores / processes computing) while it runs.

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -545,6 +546,130 @@ TEST(RuntimeTrain, KdInBf16TracksFp32FanOut2) {
 }
 TEST(RuntimeTrain, FusedKdTp2InBf16TracksFp32) {
   ExpectBf16TracksFp32("fused_kd_tp2_bf16", FusedPlan("tiny_kd.toml", 2, 1, 8));
+}
+
+// ---- Run-ahead (runtime/run_ahead.h, docs/run_ahead.md) -------------------
+
+// The tiny KD with the frozen teacher running `run_ahead` global batches
+// ahead (0: off).
+plan::Plan KdRunAheadPlan(int student_dp, int64_t steps, int run_ahead) {
+  auto p = KdPlan(student_dp, steps);
+  p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead = run_ahead;
+  return p;
+}
+
+// A number the worker logged after `label` (e.g. "computed "), -1 when absent.
+int64_t LoggedNumber(const std::string& output, const std::string& label) {
+  const size_t at = output.find(label);
+  if (at == std::string::npos) return -1;
+  return std::atoll(output.c_str() + at + label.size());
+}
+
+// The teacher's final line about its run-ahead.
+struct RunAheadLine {
+  int64_t steps_ahead = -1, most_rows = -1, bound = -1;
+};
+RunAheadLine ParseRunAhead(const std::string& output) {
+  RunAheadLine line;
+  const size_t at = output.find("batch(es): ");
+  if (at == std::string::npos) return line;
+  const std::string rest = output.substr(at);
+  line.steps_ahead = LoggedNumber(rest, "batch(es): ");
+  line.most_rows = LoggedNumber(rest, "at most ");
+  line.bound = LoggedNumber(rest, "(bound ");
+  return line;
+}
+
+// Run-ahead 1 and 2 give the student bit for bit the losses and weights of
+// run-ahead 0 (a frozen teacher's rows do not depend on when they are
+// computed), and the reference's losses within 1e-5; the teacher really ran
+// ahead (every step after the first computed ahead) and held exactly k
+// batches of rows ahead at most, its bound.
+TEST(RuntimeTrain, KdRunAheadEqualsRunAheadZeroBitForBitAndTheReference) {
+  constexpr int64_t kSteps = 5;
+  const std::string dir = Fresh("kd_run_ahead");
+  std::map<int, std::map<int64_t, double>> losses;
+  std::map<int, datalayer::CheckpointData> last;
+  std::string plan_path;
+  for (int k : {0, 1, 2}) {
+    const auto p = KdRunAheadPlan(2, kSteps, k);
+    plan_path = WritePlan(p, dir);
+    const std::string run = fmt::format("{}/k{}", dir, k);
+    const auto result = RunSectioned(p, plan_path, run);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    losses[k] = Losses(run);
+    last[k] = LastCheckpoint(run);
+    const RunAheadLine line = ParseRunAhead(result.output);
+    if (k == 0) {
+      EXPECT_EQ(line.steps_ahead, -1) << "run_ahead 0 runs nothing ahead\n" << result.output;
+      continue;
+    }
+    EXPECT_EQ(line.steps_ahead, kSteps - 1) << result.output;
+    EXPECT_EQ(LoggedNumber(result.output, "computed "), kSteps * p.data.global_batch)
+        << "every row computed once: the forwards read back the rows computed ahead\n"
+        << result.output;
+    EXPECT_EQ(line.bound, k * p.data.global_batch) << result.output;
+    EXPECT_EQ(line.most_rows, k * p.data.global_batch) << "the teacher (DP 1) forwards every sample\n" << result.output;
+  }
+  ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
+  for (int k : {1, 2}) {
+    EXPECT_EQ(losses[k], losses[0]) << "run_ahead " << k;
+    ASSERT_TRUE(last[k].sections.count("student")) << "run_ahead " << k;
+    EXPECT_TRUE(last[k].sections.at("student").model == last[0].sections.at("student").model) << "run_ahead " << k;
+  }
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto r = Losses(dir + "/reference");
+  ASSERT_EQ(r.size(), losses[2].size());
+  for (const auto& [step, loss] : losses[2]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
+}
+
+// A run with the teacher 2 batches ahead, stopped after step 2 (exit 85, a
+// checkpoint) and resumed, ends bit-identical to an uninterrupted one; the
+// rows computed ahead before the stop (steps 3 and 4) were committed and are
+// read back after it: over both starts the teacher computes each row once,
+// as many as the uninterrupted run; and every sample of the 6 steps is
+// consumed exactly once.
+TEST(RuntimeTrain, KdRunAheadStopAndResumeReusesTheRowsComputedAhead) {
+  constexpr int64_t kSteps = 6;
+  const auto p = KdRunAheadPlan(1, kSteps, 2);
+  const std::string dir = Fresh("kd_run_ahead_resume");
+  const std::string plan_path = WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
+  ASSERT_EQ(first.exit_code, 85) << first.output;
+  const auto second = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+
+  const auto a = Losses(dir + "/whole");
+  const auto b = Losses(dir + "/split");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), kSteps);
+  EXPECT_EQ(a, b);
+  const auto x = LastCheckpoint(dir + "/whole");
+  const auto y = LastCheckpoint(dir + "/split");
+  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
+  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
+
+  const int64_t computed_whole = LoggedNumber(whole.output, "computed ");
+  const int64_t computed_first = LoggedNumber(first.output, "computed ");
+  const int64_t computed_second = LoggedNumber(second.output, "computed ");
+  ASSERT_GT(computed_whole, 0) << whole.output;
+  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << first.output;
+  EXPECT_EQ(computed_first + computed_second, computed_whole) << first.output << second.output;
+  EXPECT_GE(LoggedNumber(second.output, "spool hits "), 2 * p.data.global_batch) << second.output;
+
+  for (const std::string run : {"whole", "split"}) {
+    auto index = datalayer::SampleIndex::Open(dir + "/" + run + "/index.sqlite");
+    ASSERT_TRUE(index.ok()) << index.status().ToString();
+    int64_t consumed = 0;
+    for (int64_t epoch = 0; epoch < kSteps; ++epoch) {
+      auto n = (*index)->ConsumedCount(epoch);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      consumed += *n;
+    }
+    EXPECT_EQ(consumed, kSteps * p.data.global_batch) << run;
+  }
 }
 
 }  // namespace

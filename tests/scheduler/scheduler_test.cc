@@ -298,6 +298,77 @@ TEST(SchedulerSimulator, SharedCoresAreSharedAmongTheProcessesComputing) {
   EXPECT_FALSE(ValidateProblem(p).ok());
 }
 
+// KD: a frozen teacher (forward only, `teacher_per_sample` s per sample)
+// feeds a trained student (`student_per_sample` s per sample forward and
+// backward), micro-batch `mb`, `n` samples, optimizer 0.5 s.
+Problem KdProblem(int n, int mb, double teacher_per_sample, double student_per_sample, int run_ahead) {
+  Problem p;
+  p.sections = {SectionSpec{"teacher", false, -1, 1, mb}, SectionSpec{"student", true, -1, 1, mb}};
+  p.sections[0].run_ahead = run_ahead;
+  p.edges = {EdgeSpec{0, 1}};
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.id = static_cast<uint64_t>(i);
+    p.samples.push_back(s);
+  }
+  p.costs = std::make_shared<PerSectionCosts>(std::vector<double>{teacher_per_sample, student_per_sample},
+                                              std::vector<double>{0.0, 0.5});
+  return p;
+}
+
+TEST(SchedulerSimulator, RunAheadRemovesTheTeachersFillFromAKdStep) {
+  // 4 samples, micro-batch up to 2; teacher 1 s per sample, student 1 s
+  // forward and 1 s backward per sample. Without run-ahead the student waits
+  // for the teacher's first micro-batch (the wavefront makes it one sample:
+  // 1 s of fill), then 8 s of its own ops and the optimizer: 1 + 8 + 0.5 =
+  // 9.5 s. With the teacher one batch ahead its rows are ready at 0: 8.5 s,
+  // and the teacher's 4 s of compute (the next batch's rows) hide under it.
+  const Problem off = KdProblem(4, 2, 1.0, 1.0, 0);
+  const Problem on = KdProblem(4, 2, 1.0, 1.0, 1);
+  const Schedule sch = BuildSchedule(off, {}).ValueOrDie();
+  const Simulation without = Simulate(off, sch).ValueOrDie();
+  const Simulation with = Simulate(on, sch).ValueOrDie();
+  EXPECT_DOUBLE_EQ(without.step_seconds, 9.5);
+  EXPECT_DOUBLE_EQ(with.step_seconds, 8.5);
+  EXPECT_DOUBLE_EQ(with.ranks[0].busy_seconds, 4.0);  // the teacher still computes every row
+  // A teacher slower than the student bounds the step by its own work.
+  const Problem slow = KdProblem(4, 2, 3.0, 1.0, 1);
+  EXPECT_DOUBLE_EQ(Simulate(slow, BuildSchedule(slow, {}).ValueOrDie()).ValueOrDie().step_seconds, 12.0);
+  // A training section may not run ahead.
+  Problem bad = KdProblem(4, 2, 1.0, 1.0, 0);
+  bad.sections[1].run_ahead = 1;
+  EXPECT_FALSE(ValidateProblem(bad).ok());
+}
+
+TEST(SchedulerSimulator, RunAheadNeverLengthensAKdStep) {
+  // Over teacher / student speed ratios, micro-batch sizes, batch sizes,
+  // transfers and DP fan-outs, with and without shared cores: run-ahead
+  // shortens the step or leaves it as it is, and the step is never below the
+  // teacher's own work (it still computes every row).
+  int shorter = 0, cases = 0;
+  for (double teacher : {0.2, 1.0, 3.0}) {
+    for (int mb : {1, 2, 4}) {
+      for (int n : {4, 12}) {
+        for (int student_dp : {1, 2}) {
+          Problem off = KdProblem(n, mb, teacher, 1.0, 0);
+          off.sections[1].dp = student_dp;
+          off.costs = std::make_shared<FlatCosts>(0.0, teacher, 0.1);
+          Problem on = off;
+          on.sections[0].run_ahead = 2;
+          const Schedule sch = BuildSchedule(off, {}).ValueOrDie();
+          const double before = Simulate(off, sch).ValueOrDie().step_seconds;
+          const Simulation after = Simulate(on, sch).ValueOrDie();
+          EXPECT_LE(after.step_seconds, before + 1e-12) << teacher << " " << mb << " " << n << " " << student_dp;
+          EXPECT_GE(after.step_seconds, after.ranks[0].busy_seconds - 1e-12);
+          shorter += after.step_seconds < before - 1e-9 ? 1 : 0;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(shorter, cases);  // the teacher's first micro-batch (and its transfer) is always a fill
+}
+
 TEST(SchedulerSimulator, DpReplicasStartTheirOptimizerStepTogether) {
   // One training section with two replicas: replica 0 gets 3 samples,
   // replica 1 one (1 s per sample, forward and backward); the optimizer

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// Run-ahead of a forward-only section (plan.json's `run_ahead` = k;
+// docs/run_ahead.md): while the training sections finish step s, its ranks
+// compute the rows of the samples they will forward in steps s+1 .. s+k into
+// their output spool (runtime/output_spool.h), so that at step s+1 their
+// forwards read the rows back and send them at once: the training sections
+// find their inputs ready and the step has no pipeline fill from it.
+//
+//  - The batches ahead come with the current one (ShareNextBatch's
+//    lookahead: rank 0 reads them from the SampleIndex's deterministic
+//    schedule without advancing the run), so no collective with the training
+//    ranks is needed to start them; their micro-batches are those of each
+//    future step's schedule (ScheduleOfBatch), the ones its own forwards
+//    will later ask for.
+//  - Nothing is sent ahead: rows go to the spool (disk), one micro-batch in
+//    memory at a time; what a rank holds ahead is at most the rows of k
+//    batches of its replica (checked; most_rows_ahead() <= bound_rows()).
+//  - Results do not change: a frozen section's row of a sample is the same
+//    whenever it is computed; the training sections run exactly as with
+//    run_ahead = 0.
+//  - The spool serves committed rows only: the executor commits it after
+//    computing ahead (a step boundary), so the next step reads them back and
+//    a kill -9 loses none; checkpoints commit it too. A resumed run reads
+//    them back (spool hits). Consumption is
+//    the SampleIndex's: a batch computed ahead is not consumed until its step
+//    is done and checkpointed (datalayer/training_run.h).
+// Torch-free: the executor passes the computation (LoadMicroBatch + the
+// spool's Rows) as a function.
+// May call: runtime/step_batch, scheduler, plan, base. Thread safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/plan.h"
+#include "runtime/step_batch.h"
+#include "scheduler/problem.h"
+
+namespace maestro::runtime {
+
+// OK when every section of `plan` with run_ahead > 0 can run ahead on this
+// runtime: forward-only, not fused, TP = 1 (its spool is per rank), with an
+// outgoing edge; else the error names the section and the fix.
+Status CheckRunAheadRuns(const plan::Plan& plan);
+
+// The most global batches any section of `plan` runs ahead (ShareNextBatch's lookahead).
+int MostRunAhead(const plan::Plan& plan);
+
+class RunAhead {
+ public:
+  // Computes the rows of samples `sample_ids` (one micro-batch, in order) at
+  // `epoch` into the spool where it lacks them.
+  using ComputeRows = std::function<Status(const std::vector<int64_t>& sample_ids, int64_t epoch)>;
+
+  // Replica `replica` of section `section` (its plan run_ahead > 0); `costs`:
+  // the run's (RuntimeCostModel), which the schedules ahead are built with.
+  RunAhead(const plan::Plan& plan, int section, int replica, std::shared_ptr<const scheduler::SectionCostModel> costs);
+
+  int batches() const { return batches_; }
+
+  // During step `step` (after this rank's own ops of it were issued): every
+  // batch of `ahead` (steps step+1 .. step+k, ShareNextBatch's lookahead) not
+  // yet computed ahead: this replica's micro-batches in that step's schedule
+  // through `compute`, `between` after each (it lets sends in flight progress).
+  Status ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead, const ComputeRows& compute,
+                      const std::function<void()>& between);
+
+  // Rows of steps after the one in flight computed ahead: now and at most
+  // (both <= bound_rows(): k batches of this replica's samples).
+  int64_t rows_ahead() const;
+  int64_t most_rows_ahead() const { return most_rows_ahead_; }
+  int64_t bound_rows() const { return bound_rows_; }
+  int64_t steps_computed_ahead() const { return steps_computed_; }
+
+ private:
+  const plan::Plan& plan_;
+  int section_, replica_, batches_;
+  std::shared_ptr<const scheduler::SectionCostModel> costs_;
+  int64_t bound_rows_ = 0;
+  std::map<int64_t, int64_t> rows_by_step_;  // steps after the one in flight -> its rows computed ahead
+  int64_t last_step_ahead_ = -1;             // the last step whose rows are computed ahead
+  int64_t most_rows_ahead_ = 0, steps_computed_ = 0;
+};
+
+}  // namespace maestro::runtime

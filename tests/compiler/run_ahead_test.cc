@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// Run-ahead as a planner decision (compiler/run_ahead.h, docs/run_ahead.md):
+// the planner sets run_ahead = 1 on a frozen teacher that feeds a trained
+// student where it shortens the simulated step, a spec pin wins, the report
+// and --explain say so, plan.json writes the field only when on, and a
+// training section may not run ahead (spec and plan).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "base/checks.h"
+#include "compiler/compile.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+namespace {
+
+std::string TinyKdText() {
+  std::ifstream in(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_kd.toml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// tiny_kd.toml with `extra` inserted after the line `name = "<section>"`.
+std::string WithSectionKey(const std::string& section, const std::string& extra) {
+  std::string text = TinyKdText();
+  const std::string at = "name = \"" + section + "\"\n";
+  const size_t pos = text.find(at);
+  EXPECT_NE(pos, std::string::npos) << at;
+  if (pos != std::string::npos) text.insert(pos + at.size(), extra + "\n");
+  return text;
+}
+
+StatusOr<CompileResult> CompileText(const std::string& text) {
+  MAESTRO_ASSIGN_OR_RETURN(Spec spec,
+                           ParseSpecString(text, "tiny_kd.toml", std::string(MAESTRO_SOURCE_DIR) + "/specs"));
+  CompileOptions options;
+  options.grouping = Grouping::kSectioned;
+  return Compile(spec, options);
+}
+
+int TeacherRunAhead(const plan::Plan& p) {
+  return p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead;
+}
+
+TEST(RunAheadPlanner, TheTeacherRunsAheadWhereItShortensTheSimulatedStep) {
+  auto chosen = CompileText(TinyKdText());
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  auto off = CompileText(WithSectionKey("teacher", "run_ahead = 0"));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(TeacherRunAhead(chosen->plan), 1);
+  EXPECT_EQ(TeacherRunAhead(off->plan), 0);
+  EXPECT_EQ(chosen->plan.sections[static_cast<size_t>(chosen->plan.section_index("student"))].run_ahead, 0);
+  EXPECT_LT(chosen->simulated.step_seconds, off->simulated.step_seconds * (1 - 0.005));
+  // The baseline is not touched.
+  EXPECT_DOUBLE_EQ(chosen->monolithic_simulated.step_seconds, off->monolithic_simulated.step_seconds);
+  // Said in the report, its JSON and --explain.
+  EXPECT_NE(chosen->report.find("run-ahead"), std::string::npos) << chosen->report;
+  EXPECT_EQ(off->report.find("run-ahead ("), std::string::npos) << off->report;
+  const auto js = nlohmann::json::parse(chosen->report_json);
+  EXPECT_EQ(js["sections"][0]["name"], "teacher");
+  EXPECT_EQ(js["sections"][0]["run_ahead"], 1);
+  EXPECT_NE(chosen->explain.find("run_ahead = 1"), std::string::npos) << chosen->explain;
+  EXPECT_NE(off->explain.find("pinned in the spec"), std::string::npos) << off->explain;
+  // A pin of 2 is kept.
+  auto two = CompileText(WithSectionKey("teacher", "run_ahead = 2"));
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(TeacherRunAhead(two->plan), 2);
+}
+
+TEST(RunAheadPlanner, ATrainingSectionMayNotRunAhead) {
+  auto r = CompileText(WithSectionKey("student", "run_ahead = 1"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("run_ahead applies to a forward-only section"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("tiny_kd.toml:"), std::string::npos) << r.status().ToString();
+}
+
+TEST(RunAheadPlan, WrittenOnlyWhenOnAndRefusedOnATrainingSection) {
+  auto chosen = CompileText(TinyKdText());
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  plan::Plan p = chosen->plan;
+  const std::string on = plan::PlanToJson(p);
+  EXPECT_NE(on.find("\"run_ahead\""), std::string::npos);
+  auto back = plan::PlanFromJson(on, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(TeacherRunAhead(*back), 1);
+  p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead = 0;
+  const std::string off = plan::PlanToJson(p);
+  EXPECT_EQ(off.find("\"run_ahead\""), std::string::npos) << "an older plan's shape: no field";
+  p.sections[static_cast<size_t>(p.section_index("student"))].run_ahead = 1;
+  auto refused = plan::PlanFromJson(plan::PlanToJson(p), "plan.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("section 'student': run_ahead = 1"), std::string::npos)
+      << refused.status().ToString();
+}
+
+}  // namespace
+}  // namespace maestro::compiler
