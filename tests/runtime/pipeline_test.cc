@@ -61,6 +61,7 @@ using runtime::LayersOfStage;
 using runtime::StageOrder;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::WorkerOfRank;
 using scheduler::Op;
 using scheduler::OpKind;
 
@@ -431,23 +432,6 @@ TEST(PipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
     EXPECT_EQ(state.model.empty(), name.find('#') != std::string::npos) << name;
     EXPECT_FALSE(y.sections.at(name).optimizer.empty()) << "optimizer state " << name;
   }
-}
-
-// The pid of the maestro-worker of world rank `rank` running `plan_path`
-// (its environment says its rank), or -1.
-pid_t WorkerOfRank(const std::string& plan_path, int rank) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = runtime_testing::ReadText((entry.path() / "cmdline").string());
-    if (cmdline.find("maestro-worker") == std::string::npos || cmdline.find(plan_path) == std::string::npos) continue;
-    std::string env = runtime_testing::ReadText((entry.path() / "environ").string());
-    for (char& c : env) c = c == '\0' ? '\n' : c;
-    if (env.find("\nOMPI_COMM_WORLD_RANK=" + std::to_string(rank) + "\n") != std::string::npos) {
-      return static_cast<pid_t>(std::stol(name));
-    }
-  }
-  return -1;
 }
 
 TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the runtime tests read back from a run directory: a file's text, the loss of every
 // step (metrics.jsonl; a step run twice, before and after a resume, keeps its
-// last line) and the state of the last committed checkpoint.
+// last line) and the state of the last committed checkpoint; and the pid of
+// a running maestro-worker of a given rank (to kill it).
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,6 +52,25 @@ inline datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
   auto data = (*store)->Read(commit->checkpoint_file);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   return data.ok() ? *data : datalayer::CheckpointData{};
+}
+
+// The pid of the maestro-worker of world rank `rank` running `plan_path`
+// (its environment says its rank: OMPI_COMM_WORLD_RANK), or -1.
+inline pid_t WorkerOfRank(const std::string& plan_path, int rank) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = ReadText((entry.path() / "cmdline").string());
+    if (cmdline.find("maestro-worker") == std::string::npos || cmdline.find(plan_path) == std::string::npos) continue;
+    std::string env = ReadText((entry.path() / "environ").string());
+    for (char& c : env) c = c == '\0' ? '\n' : c;
+    if (("\n" + env).find("\nOMPI_COMM_WORLD_RANK=" + std::to_string(rank) + "\n") != std::string::npos) {
+      return static_cast<pid_t>(std::stol(name));
+    }
+  }
+  return -1;
 }
 
 }  // namespace maestro::runtime_testing

@@ -17,7 +17,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compiler/compile.h"
@@ -50,6 +54,7 @@ using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::WorkerOfRank;
 
 const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
@@ -670,6 +675,68 @@ TEST(RuntimeTrain, KdRunAheadStopAndResumeReusesTheRowsComputedAhead) {
     }
     EXPECT_EQ(consumed, kSteps * p.data.global_batch) << run;
   }
+}
+
+// kill -9 of the running-ahead teacher mid-run (issue #16 item 3: "On
+// preemption, precomputed rows are spooled and reused, and every sample is
+// still consumed exactly once"): the job ends; run again, it resumes from
+// the last checkpoint, reads back the rows the teacher had spooled (computed
+// ahead or not) instead of computing them, and ends with the losses and
+// weights of an uninterrupted run; every sample is consumed once.
+TEST(RuntimeTrain, KdRunAheadTeacherKilledMidRunResumesAndReusesItsSpool) {
+  constexpr int64_t kSteps = 10;
+  auto p = KdRunAheadPlan(1, kSteps, 2);
+  p.checkpoint_every = 2;
+  const std::string dir = Fresh("kd_run_ahead_kill9");
+  const std::string plan_path = WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  const int teacher = plan::GlobalRankOf(p, p.section_index("teacher"), 0, 0, 0, 0);
+  RunResult killed;
+  std::thread job([&] { killed = RunSectioned(p, plan_path, dir + "/split"); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  pid_t pid = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Losses(dir + "/split").size() >= 5) pid = WorkerOfRank(plan_path, teacher);
+    if (pid > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not synchronization
+  }
+  if (pid > 0) {
+    EXPECT_EQ(::kill(pid, SIGKILL), 0);
+  }
+  job.join();
+  ASSERT_GT(pid, 0) << "the run made no progress\n" << killed.output;
+  ASSERT_NE(killed.exit_code, 0) << "killed mid-run: " << killed.output;
+  const size_t logged_before = Losses(dir + "/split").size();
+  ASSERT_LT(logged_before, static_cast<size_t>(kSteps)) << "killed before the end";
+
+  const auto resumed = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(Losses(dir + "/whole"), Losses(dir + "/split"));
+  const auto x = LastCheckpoint(dir + "/whole");
+  const auto y = LastCheckpoint(dir + "/split");
+  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
+  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
+
+  // The resumed start computes only what the teacher had not spooled: at
+  // least the rows of the steps logged before the kill past the last
+  // checkpoint (at most one checkpoint interval) were read back.
+  const int64_t hits = LoggedNumber(resumed.output, "spool hits ");
+  const int64_t computed = LoggedNumber(resumed.output, "computed ");
+  ASSERT_GE(hits, 0) << resumed.output;
+  EXPECT_GE(hits, p.data.global_batch) << "rows spooled before the kill are reused\n" << resumed.output;
+  EXPECT_LT(computed, LoggedNumber(whole.output, "computed ")) << resumed.output;
+
+  auto index = datalayer::SampleIndex::Open(dir + "/split/index.sqlite");
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  int64_t consumed = 0;
+  for (int64_t epoch = 0; epoch < kSteps; ++epoch) {
+    auto n = (*index)->ConsumedCount(epoch);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    consumed += *n;
+  }
+  EXPECT_EQ(consumed, kSteps * p.data.global_batch) << "every sample consumed exactly once";
 }
 
 }  // namespace
