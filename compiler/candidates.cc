@@ -42,8 +42,8 @@ bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
     case plan::ModelKind::kDecoder:
       if (m.heads % tp != 0 || !(m.kv_heads % tp == 0 || tp % m.kv_heads == 0)) return false;
       // MoE: every expert (and the shared expert) is split like a dense MLP.
-      return m.experts == 0 ||
-             (m.moe_ffn_hidden % tp == 0 && static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp == 0);
+      return m.experts == 0 || (m.moe_ffn_hidden % tp == 0 &&
+                                static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp == 0);
     case plan::ModelKind::kProjector: return m.out_dim % tp == 0;
     case plan::ModelKind::kVit:
     case plan::ModelKind::kAudioEncoder: {

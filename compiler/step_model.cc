@@ -123,7 +123,8 @@ class StepSum {
   double FlatShardAdamW() const {
     const double numel = total_numel_ / optimizer_shards_;
     double s = 0;
-    for (double e : {2.0, 3.0, 2.0, 4.0, 2.0, 2.0, 2.0, 4.0}) s += Kernel(e * elem_ * numel / device_.memory_bytes_per_s);
+    for (double e : {2.0, 3.0, 2.0, 4.0, 2.0, 2.0, 2.0, 4.0})
+      s += Kernel(e * elem_ * numel / device_.memory_bytes_per_s);
     return s;
   }
   void UseFusedAdamW() { fused_adamw_ = true; }

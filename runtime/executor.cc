@@ -452,7 +452,6 @@ Status RankLoop::SumTiedEmbeddingGradient() {
   return pipeline_->SumTiedGradient(tied.mutable_grad());
 }
 
-
 // Run-ahead (runtime/run_ahead.h): the rows of the next batches into the
 // spool, while this step's sends are in flight and the training sections
 // finish the step.

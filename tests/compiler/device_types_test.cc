@@ -197,8 +197,8 @@ TEST(DeviceTypes, TheCostModelPricesSectionsWithTheStepModelFromParts) {
   shape.fused.gqa_in_sdpa = kRuntimeSupport.gqa_in_sdpa;  // the kernels the runtime uses (runtime_support.h)
   shape.fused.rms_norm = kRuntimeSupport.fused_rms_norm;
   shape.fused.adamw = kRuntimeSupport.fused_adamw;
-  shape.param_bytes = 4;        // AdamW and .grad accumulation on the fp32 masters
-  shape.optimizer_shards = 4;   // ZeRO-1 over DP 4 (zero_stage 1 by default)
+  shape.param_bytes = 4;       // AdamW and .grad accumulation on the fp32 masters
+  shape.optimizer_shards = 4;  // ZeRO-1 over DP 4 (zero_stage 1 by default)
   auto pass = PredictSectionPass(student.model, shape, *devices[0].kernels);
   ASSERT_TRUE(pass.ok()) << pass.status().ToString();
   {

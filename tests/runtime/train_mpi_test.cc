@@ -16,7 +16,6 @@
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <algorithm>
