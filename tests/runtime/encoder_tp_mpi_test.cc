@@ -95,17 +95,10 @@ plan::Plan FusedTp2Plan(int64_t steps) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/runtime_encoder_tp/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using runtime_testing::WritePlan;
 
-std::string WritePlan(const plan::Plan& p, const std::string& dir) {
-  const std::string path = dir + "/plan.json";
-  EXPECT_TRUE(plan::SavePlan(p, path).ok());
-  return path;
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_encoder_tp", name);
 }
 
 RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,

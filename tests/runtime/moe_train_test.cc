@@ -68,18 +68,10 @@ plan::Plan MoePlan(Shape shape, int dp, int zero_stage, double aux_coef, int64_t
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/runtime_moe/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using runtime_testing::WritePlan;
 
-std::string WritePlan(const plan::Plan& p, const std::string& dir) {
-  fs::create_directories(dir);
-  const std::string path = dir + "/plan.json";
-  EXPECT_TRUE(plan::SavePlan(p, path).ok());
-  return path;
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_moe", name);
 }
 
 std::map<int64_t, double> RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir) {

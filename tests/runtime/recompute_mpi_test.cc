@@ -85,18 +85,10 @@ plan::Plan WithoutRecompute(plan::Plan p) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/runtime_recompute/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using runtime_testing::WritePlan;
 
-std::string WritePlan(const plan::Plan& p, const std::string& dir) {
-  fs::create_directories(dir);
-  const std::string path = dir + "/plan.json";
-  EXPECT_TRUE(plan::SavePlan(p, path).ok());
-  return path;
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_recompute", name);
 }
 
 // Runs each plan of `runs` under mpirun and the reference on the first plan

@@ -18,6 +18,7 @@
 
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
+#include "plan/plan.h"
 
 namespace maestro::runtime_testing {
 
@@ -52,6 +53,22 @@ inline datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
   auto data = (*store)->Read(commit->checkpoint_file);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   return data.ok() ? *data : datalayer::CheckpointData{};
+}
+
+// `parent`/`name`, emptied (removed, then created): a test's own run folder.
+inline std::string FreshDir(const std::string& parent, const std::string& name) {
+  const std::string dir = parent + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Writes `p` to `dir`/plan.json (creating `dir`); returns that path.
+inline std::string WritePlan(const plan::Plan& p, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/plan.json";
+  EXPECT_TRUE(plan::SavePlan(p, path).ok());
+  return path;
 }
 
 // The pid of the maestro-worker of world rank `rank` running `plan_path`

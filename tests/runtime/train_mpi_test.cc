@@ -120,17 +120,10 @@ plan::Plan VlmPlan(int llm_dp, int64_t steps, int llm_tp = 1) {
   return LocalPlan("tiny_vlm.toml", {{"vit", {1, 8}}, {"llm", {llm_dp, 4, llm_tp}}}, steps);
 }
 
-std::string Fresh(const std::string& name) {
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/runtime_train/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using runtime_testing::WritePlan;
 
-std::string WritePlan(const plan::Plan& p, const std::string& dir) {
-  const std::string path = dir + "/plan.json";
-  EXPECT_TRUE(plan::SavePlan(p, path).ok());
-  return path;
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_train", name);
 }
 
 RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
