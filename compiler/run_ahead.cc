@@ -18,11 +18,23 @@ bool FeedsTraining(const Workload& work, size_t i) {
 }
 
 // What the runtime support lacks for section `i` to run `run_ahead` > 0 ahead ("" = nothing).
-std::string MissingSupport(const RuntimeSupport& support, const Assignment& a, size_t i) {
+bool HasUpstream(const Workload& work, size_t i) {
+  for (const EdgeWork& e : work.edges) {
+    if (e.to == static_cast<int>(i)) return true;
+  }
+  return false;
+}
+
+std::string MissingSupport(const RuntimeSupport& support, const Workload& work, const Assignment& a, size_t i) {
   if (!support.run_ahead) return "run-ahead";
   const plan::ParallelConfig& c = a.sections[i].cost.config;
   if ((c.tp > 1 || c.pp > 1) && !support.run_ahead_model_parallel) {
     return fmt::format("run-ahead with TP={} PP={}", c.tp, c.pp);
+  }
+  // The runtime's model-parallel run-ahead computes rows from the samples
+  // alone (runtime/run_ahead.h CheckRunAheadRuns).
+  if ((c.tp > 1 || c.pp > 1) && HasUpstream(work, i)) {
+    return fmt::format("run-ahead with TP={} PP={} of a section with upstream sections", c.tp, c.pp);
   }
   return "";
 }
@@ -40,8 +52,8 @@ std::string ChooseRunAhead(const Spec& spec, const CostModel& model, const Workl
     const int pin = i < spec.sections.size() ? spec.sections[i].run_ahead : -1;
     if (pin >= 0) {
       choice.run_ahead = pin;
-      const std::string missing = pin > 0 ? MissingSupport(po.support, *a, i) : "";
-      if (!missing.empty()) {
+      const std::string missing = pin > 0 ? MissingSupport(po.support, work, *a, i) : "";
+      if (!missing.empty() && choice.planner_only.find(missing) == std::string::npos) {
         choice.planner_only += (choice.planner_only.empty() ? "" : ", ") + missing;
       }
       log += fmt::format("  section '{}': run_ahead = {} (pinned in the spec){}\n", work.sections[i].name, pin,
@@ -49,7 +61,7 @@ std::string ChooseRunAhead(const Spec& spec, const CostModel& model, const Workl
       continue;
     }
     if (!FeedsTraining(work, i)) continue;
-    const std::string missing = MissingSupport(po.support, *a, i);
+    const std::string missing = MissingSupport(po.support, work, *a, i);
     if (!missing.empty()) {
       log += fmt::format("  section '{}': no run-ahead (the runtime lacks {})\n", work.sections[i].name, missing);
       continue;

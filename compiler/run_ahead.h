@@ -5,8 +5,9 @@
 //
 // Rule: a spec's `run_ahead` pin is kept (planner-only where the runtime
 // support lacks it). Otherwise every forward-only section that feeds a
-// training section directly, where the support has run-ahead (TP = PP = 1
-// unless `run_ahead_mp`), gets run_ahead = 1 when that shortens the simulated step
+// training section directly, where the support has run-ahead (TP and/or
+// PP > 1: `run_ahead_mp`, and no upstream section), gets run_ahead = 1 when
+// that shortens the simulated step
 // by more than kRefinementTolerance; 1 suffices in the steady state (the
 // simulator, scheduler/simulator.h: the next batch's rows are ready at the
 // step's start), more only absorbs step-to-step variation and costs spool.

@@ -61,12 +61,12 @@ struct RuntimeSupport {
   // profile, which these rows do not touch. at::rms_norm is not used yet.
   // Run-ahead (docs/run_ahead.md): a forward-only section computes the rows
   // of the next global batches into its output spool while the training
-  // sections finish the current one (runtime/run_ahead.h). The runtime's
-  // spool is per rank of a TP = 1, PP = 1 section (a pipelined forward-only
-  // section streams its forwards and has no spool, docs/pipeline.md), so a
-  // tensor- or pipeline-parallel section's run-ahead is planner-only.
+  // sections finish the current one (runtime/run_ahead.h). With TP and/or
+  // PP > 1 (a section without upstream sections), the rank that sends
+  // downstream owns the spool and tells its TP peers and stages which rows
+  // to compute (tests/runtime/run_ahead_mp_test.cc).
   bool run_ahead = true;
-  bool run_ahead_model_parallel = false;
+  bool run_ahead_model_parallel = true;
   bool gqa_in_sdpa = true;
   bool fused_rms_norm = false;
   bool fused_adamw = true;

@@ -19,6 +19,7 @@
 #include "datalayer/preemption.h"
 #include "datalayer/training_run.h"
 #include "runtime/checkpointing.h"
+#include "runtime/collectives.h"
 #include "runtime/cost_model.h"
 #include "runtime/device_staging.h"
 #include "runtime/edge_exchange.h"
@@ -74,6 +75,20 @@ class RankLoop {
   Status Resume();
   Status RunStep(const StepBatch& batch);
   Status ComputeAhead(const StepBatch& batch);
+  // A model-parallel forward-only section with a spool (docs/run_ahead.md):
+  // the positions of each of `micro_batches` (sample ids) whose rows the
+  // owner's spool lacks, the same on every rank of the replica; on the owner
+  // the rows it has go to *looked (null: not kept).
+  Status ShareRowsToCompute(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch,
+                            std::vector<std::vector<int64_t>>* positions, std::vector<OutputSpool::Looked>* looked);
+  // Micro-batch `mb` (sample ids `ids`, tag index `mb` between stages) of
+  // such a section: only the samples at `positions` go through the stages;
+  // the owner returns the whole micro-batch's rows (B, row...) from `looked`
+  // filled with them (spooled), the other ranks an undefined tensor.
+  StatusOr<torch::Tensor> ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
+                                               const std::vector<int64_t>& positions, int64_t epoch,
+                                               OutputSpool::Looked* looked);
+  bool SpoolOwner() const { return place_.coords.tp == 0 && (!pipeline_ || pipeline_->last()); }
   Status Forward(int mb_index);
   Status Backward(int mb_index);
   // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
@@ -123,7 +138,12 @@ class RankLoop {
   std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
   std::unique_ptr<OutputSpool> spool_;
   std::unique_ptr<RunAhead> run_ahead_;  // a forward-only section with run_ahead > 0 (runtime/run_ahead.h)
-  std::vector<StepBatch> ahead_;         // the batches after the one in flight (ShareNextBatch's lookahead)
+  // TP or PP > 1 and running ahead: one rank of the replica owns the spool
+  // (SpoolOwner) and says which rows every rank computes.
+  bool model_parallel_spool_ = false;
+  std::vector<std::vector<int64_t>> rows_to_compute_;  // the step in flight: per micro-batch, positions
+  std::vector<OutputSpool::Looked> looked_;            // the owner: per micro-batch, the spooled rows
+  std::vector<StepBatch> ahead_;  // the batches after the one in flight (ShareNextBatch's lookahead)
   std::unique_ptr<datalayer::PreemptionSignal> signal_;
   StepReporter reporter_;
   StepTrace trace_;
@@ -184,13 +204,18 @@ Status RankLoop::Setup() {
   MAESTRO_RETURN_IF_ERROR(Resume());
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
-  // A forward-only section that feeds others keeps its outputs in a spool.
-  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && !pipeline_) {
-    MAESTRO_ASSIGN_OR_RETURN(
-        spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
-    if (plan_.sections[static_cast<size_t>(section_)].run_ahead > 0) {
-      run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_);
+  // A forward-only section that feeds others keeps its outputs in a spool;
+  // a tensor- or pipeline-parallel one only when it runs ahead, on the rank
+  // that sends downstream (its peers compute the rows it lacks with it).
+  const bool model_parallel = TpSize() > 1 || pipeline_ != nullptr;
+  const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
+  if (!runner_->trains() && !runner_->is_sink() && (!model_parallel || run_ahead > 0)) {
+    model_parallel_spool_ = model_parallel;
+    if (!model_parallel || SpoolOwner()) {
+      MAESTRO_ASSIGN_OR_RETURN(
+          spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
     }
+    if (run_ahead > 0) run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_);
   }
   return Status::Ok();
 }
@@ -260,6 +285,18 @@ Status RankLoop::Resume() {
 Status RankLoop::Forward(int mb_index) {
   auto& state = states_[static_cast<size_t>(mb_index)];
   const std::vector<int64_t> ids = MicroBatchIds(mb_index);
+  if (model_parallel_spool_) {
+    const int64_t start_us = WallMicros();
+    MAESTRO_ASSIGN_OR_RETURN(
+        auto rows, ForwardRowsToCompute(mb_index, ids, rows_to_compute_[static_cast<size_t>(mb_index)], current_epoch_,
+                                        spool_ ? &looked_[static_cast<size_t>(mb_index)] : nullptr));
+    if (spool_) {
+      MAESTRO_RETURN_IF_ERROR(edges_.SendRows(mb_index, ids, rows, runner_->out_edges()));
+      looked_[static_cast<size_t>(mb_index)] = OutputSpool::Looked();  // the sends keep what they need
+    }
+    trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()));
+    return Status::Ok();
+  }
   MAESTRO_RETURN_IF_ERROR(edges_.ReceiveRows(mb_index, ids, runner_->in_edges(), runner_->trains(), &state.inputs));
   if (pipeline_ && !pipeline_->first()) {
     MAESTRO_RETURN_IF_ERROR(ReceiveFromPreviousStage(mb_index, static_cast<int64_t>(ids.size())));
@@ -379,6 +416,12 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   MAESTRO_RETURN_IF_ERROR(edges_.PlanStep(batch.step, std::move(transfers)));
 
   states_.assign(program_->micro_batches.size(), MicroBatchState());
+  if (model_parallel_spool_) {
+    std::vector<std::vector<int64_t>> micro_batches;
+    for (size_t m = 0; m < program_->micro_batches.size(); ++m)
+      micro_batches.push_back(MicroBatchIds(static_cast<int>(m)));
+    MAESTRO_RETURN_IF_ERROR(ShareRowsToCompute(micro_batches, batch.epoch, &rows_to_compute_, &looked_));
+  }
   const std::vector<scheduler::Op> ops =
       pipeline_ ? StageOrder(program_->ops, pipeline_->stage(), pipeline_->stages(), pipeline_run_ahead_)
                 : program_->ops;
@@ -459,19 +502,132 @@ Status RankLoop::ComputeAhead(const StepBatch& batch) {
   if (!run_ahead_) return Status::Ok();
   const int64_t start_us = WallMicros();
   const auto start = Clock::now();
-  const auto compute = [&](const std::vector<int64_t>& ids, int64_t epoch) -> Status {
-    MicroBatchData data;
-    data.sample_ids = ids;  // the spool loads the payloads of the rows it lacks
-    return spool_->Rows(data, epoch, *runner_, *samples_, &staging_).status();
-  };
-  MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch.step, ahead_, compute, [&] { edges_.PollSends(); }));
+  if (model_parallel_spool_) {
+    // Every rank of the replica computes the rows the owner's spool lacks,
+    // micro-batch by micro-batch (stages streaming into the next).
+    std::vector<std::vector<int64_t>> positions;
+    const auto share = [&](const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch) -> Status {
+      return ShareRowsToCompute(micro_batches, epoch, &positions, nullptr);
+    };
+    const auto compute = [&](int index, const std::vector<int64_t>& ids, int64_t epoch) -> Status {
+      std::optional<OutputSpool::Looked> looked;
+      if (spool_) {
+        // The owner: only the rows to compute are filled and spooled; the
+        // others are in the spool already and are not read here.
+        looked.emplace();
+        looked->missing = positions[static_cast<size_t>(index)];
+        std::vector<int64_t> shape{static_cast<int64_t>(ids.size())};
+        const auto row = runner_->OutputRowShape();
+        shape.insert(shape.end(), row.begin(), row.end());
+        looked->rows = torch::empty(shape, torch::kFloat32);
+      }
+      return ForwardRowsToCompute(index, ids, positions[static_cast<size_t>(index)], epoch, looked ? &*looked : nullptr)
+          .status();
+    };
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(
+        batch.step, ahead_, compute, [&] { edges_.PollSends(); }, share));
+    if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
+  } else {
+    const auto compute = [&](int, const std::vector<int64_t>& ids, int64_t epoch) -> Status {
+      MicroBatchData data;
+      data.sample_ids = ids;  // the spool loads the payloads of the rows it lacks
+      return spool_->Rows(data, epoch, *runner_, *samples_, &staging_).status();
+    };
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch.step, ahead_, compute, [&] { edges_.PollSends(); }));
+  }
   // The spool serves committed rows only: commit (at this step boundary, a
   // no-op when every row was there) so the next step reads them back, and
   // a kill loses none of them.
-  MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
   busy_seconds_ += SecondsSince(start);
   trace_.Add("ahead", start_us, 0);
   return Status::Ok();
+}
+
+// Owner: which rows the spool lacks; then the last stage's TP group, then
+// each PP group from the last stage (docs/run_ahead.md). The broadcasts wait
+// with the groups' timeouts.
+Status RankLoop::ShareRowsToCompute(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch,
+                                    std::vector<std::vector<int64_t>>* positions,
+                                    std::vector<OutputSpool::Looked>* looked) {
+  positions->clear();
+  if (looked != nullptr) looked->clear();
+  if (spool_) {
+    const auto row = runner_->OutputRowShape();
+    for (const auto& ids : micro_batches) {
+      MAESTRO_ASSIGN_OR_RETURN(auto found, spool_->Lookup(ids, epoch, row, &staging_));
+      positions->push_back(found.missing);
+      if (looked != nullptr) looked->push_back(std::move(found));
+    }
+  }
+  std::vector<int64_t> wire = PackRowsToCompute(*positions);
+  // A group's broadcast on its backend's device (fp64 carries these small integers exactly).
+  const auto broadcast = [&](launcher::Backend& group, int root) -> Status {
+    if (group.device() == launcher::Device::kCpu) {
+      int64_t n = static_cast<int64_t>(wire.size());
+      MAESTRO_RETURN_IF_ERROR(
+          TimedWait(group.Broadcast(launcher::Buffer{&n, 1, launcher::DType::kI64, launcher::Device::kCpu}, root),
+                    &blocked_seconds_));
+      wire.resize(static_cast<size_t>(n));
+      if (n == 0) return Status::Ok();
+      return TimedWait(group.Broadcast(launcher::CpuBuffer(wire), root), &blocked_seconds_);
+    }
+    auto n = torch::tensor({static_cast<double>(wire.size())}, torch::kFloat64).to(TorchDevice(compute_));
+    MAESTRO_RETURN_IF_ERROR(TimedWait(
+        group.Broadcast(launcher::Buffer{n.data_ptr(), 1, launcher::DType::kF64, launcher::Device::kCuda}, root),
+        &blocked_seconds_));
+    std::vector<double> host(wire.begin(), wire.end());
+    host.resize(static_cast<size_t>(n.cpu().item<double>()));
+    auto values = torch::tensor(host, torch::kFloat64).to(TorchDevice(compute_));
+    if (!host.empty()) {
+      MAESTRO_RETURN_IF_ERROR(TimedWait(
+          group.Broadcast(
+              launcher::Buffer{values.data_ptr(), host.size(), launcher::DType::kF64, launcher::Device::kCuda}, root),
+          &blocked_seconds_));
+    }
+    auto back = values.cpu();
+    wire.assign(back.data_ptr<double>(), back.data_ptr<double>() + back.numel());
+    return Status::Ok();
+  };
+  const bool last_stage = !pipeline_ || pipeline_->last();
+  if (TpSize() > 1 && last_stage) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kTP), 0));
+  if (pipeline_) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kPP), pipeline_->stages() - 1));
+  MAESTRO_ASSIGN_OR_RETURN(*positions, UnpackRowsToCompute(wire));
+  if (positions->size() != micro_batches.size()) {
+    return Status::Internal(fmt::format("section '{}': the rows to compute cover {} micro-batches, the step has {}",
+                                        plan_.sections[static_cast<size_t>(section_)].name, positions->size(),
+                                        micro_batches.size()));
+  }
+  return Status::Ok();
+}
+
+StatusOr<torch::Tensor> RankLoop::ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
+                                                       const std::vector<int64_t>& positions, int64_t epoch,
+                                                       OutputSpool::Looked* looked) {
+  std::vector<int64_t> sub;
+  for (int64_t p : positions) sub.push_back(ids.at(static_cast<size_t>(p)));
+  torch::Tensor computed;
+  if (!sub.empty()) {
+    const auto& s = plan_.sections[static_cast<size_t>(section_)];
+    std::map<int, torch::Tensor> inputs;  // a frozen section's spooled rows need none but the previous stage's
+    if (pipeline_ && !pipeline_->first()) {
+      MAESTRO_ASSIGN_OR_RETURN(inputs[kPipelineInput], pipeline_->ReceiveFromAbove(mb, PipelineGroup::Part::kActivation,
+                                                                                   {static_cast<int64_t>(sub.size()),
+                                                                                    plan_.data.seq_len, s.model.hidden},
+                                                                                   TorchDevice(compute_)));
+    }
+    const auto start = Clock::now();
+    MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples_, sub));
+    MAESTRO_ASSIGN_OR_RETURN(auto out, runner_->Forward(data, inputs));
+    busy_seconds_ += SecondsSince(start);
+    computed = out.rows;
+    if (pipeline_ && !pipeline_->last()) {
+      MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb, PipelineGroup::Part::kActivation, computed.detach()));
+    }
+  }
+  if (looked == nullptr) return torch::Tensor();
+  MAESTRO_RETURN_IF_ERROR(spool_->Fill(*looked, ids, epoch, computed, &staging_));
+  return looked->rows;
 }
 
 Status RankLoop::Checkpoint(int64_t step) {

@@ -62,4 +62,44 @@ StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t ep
   return rows;
 }
 
+StatusOr<OutputSpool::Looked> OutputSpool::Lookup(const std::vector<int64_t>& sample_ids, int64_t epoch,
+                                                  const std::vector<int64_t>& row_shape, TransferStaging* staging) {
+  std::vector<int64_t> full{static_cast<int64_t>(sample_ids.size())};
+  full.insert(full.end(), row_shape.begin(), row_shape.end());
+  Looked looked;
+  looked.rows =
+      staging != nullptr ? staging->WireBuffer(full, launcher::Device::kCpu) : torch::empty(full, torch::kFloat32);
+  for (size_t b = 0; b < sample_ids.size(); ++b) {
+    MAESTRO_ASSIGN_OR_RETURN(auto row, spool_->Get(sample_ids[b], epoch));
+    auto slot = looked.rows[static_cast<int64_t>(b)];
+    if (row && static_cast<int64_t>(row->data.size()) == slot.numel() * 4) {
+      std::memcpy(slot.data_ptr(), row->data.data(), row->data.size());
+      ++hits_;
+    } else {
+      looked.missing.push_back(static_cast<int64_t>(b));
+    }
+  }
+  return looked;
+}
+
+Status OutputSpool::Fill(Looked& looked, const std::vector<int64_t>& sample_ids, int64_t epoch,
+                         const torch::Tensor& computed, TransferStaging* staging) {
+  if (looked.missing.empty()) return Status::Ok();
+  if (!computed.defined() || computed.size(0) != static_cast<int64_t>(looked.missing.size())) {
+    return Status::Internal(fmt::format("output spool: {} rows to fill, {} computed", looked.missing.size(),
+                                        computed.defined() ? computed.size(0) : 0));
+  }
+  auto host = staging != nullptr ? staging->ToWire(computed, launcher::Device::kCpu)
+                                 : computed.to(torch::kCPU, torch::kFloat32).contiguous();
+  const auto dims = looked.rows.sizes().slice(1).vec();
+  for (size_t i = 0; i < looked.missing.size(); ++i) {
+    auto row = host[static_cast<int64_t>(i)];
+    looked.rows[looked.missing[i]].copy_(row);
+    datalayer::RowView view{dims, row.data_ptr(), static_cast<size_t>(row.numel()) * sizeof(float)};
+    MAESTRO_RETURN_IF_ERROR(spool_->Put(sample_ids[static_cast<size_t>(looked.missing[i])], epoch, view).status());
+    ++computed_;
+  }
+  return Status::Ok();
+}
+
 }  // namespace maestro::runtime

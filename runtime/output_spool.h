@@ -36,6 +36,20 @@ class OutputSpool {
   // `staging` when given) and spooled.
   StatusOr<torch::Tensor> Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
                                const datasets::SampleSource& samples, TransferStaging* staging = nullptr);
+  // A model-parallel section's owner (docs/run_ahead.md): the rows of
+  // `sample_ids` at `epoch` are looked up first (Lookup: the hits read into
+  // `rows`, (B, row_shape...) fp32 on the host, `missing` the positions of
+  // the others, ascending), the replica computes the missing ones on every
+  // rank, and Fill copies them in and spools them.
+  struct Looked {
+    torch::Tensor rows;
+    std::vector<int64_t> missing;
+  };
+  StatusOr<Looked> Lookup(const std::vector<int64_t>& sample_ids, int64_t epoch, const std::vector<int64_t>& row_shape,
+                          TransferStaging* staging = nullptr);
+  // `computed`: (looked.missing.size(), row_shape...) on any device and dtype.
+  Status Fill(Looked& looked, const std::vector<int64_t>& sample_ids, int64_t epoch, const torch::Tensor& computed,
+              TransferStaging* staging = nullptr);
   // Makes the rows spooled so far durable (at a checkpoint).
   Status Commit() { return spool_->Commit(); }
 

@@ -17,12 +17,15 @@ Status CheckRunAheadRuns(const plan::Plan& plan) {
     std::string why;
     if (s.mode != plan::SectionMode::kForward || s.fused()) {
       why = "only a forward-only section that is not fused runs ahead";
-    } else if (s.config.tp != 1 || s.config.pp != 1) {
-      why = fmt::format(
-          "the runtime runs ahead with TP = 1 and PP = 1 (its output spool is per rank), the plan has TP = {} PP = {}",
-          s.config.tp, s.config.pp);
     } else if (!feeds) {
       why = "it feeds no other section: nothing waits for its rows";
+    } else if ((s.config.tp > 1 || s.config.pp > 1) &&
+               std::any_of(plan.edges.begin(), plan.edges.end(),
+                           [&](const plan::EdgePlan& e) { return e.to == s.name; })) {
+      why = fmt::format(
+          "with TP = {} PP = {} the runtime runs ahead only a section without upstream sections (its replica "
+          "computes the rows its spool lacks from the samples alone)",
+          s.config.tp, s.config.pp);
     }
     if (!why.empty()) {
       return Status::FailedPrecondition(fmt::format(
@@ -38,6 +41,36 @@ int MostRunAhead(const plan::Plan& plan) {
   int most = 0;
   for (const auto& s : plan.sections) most = std::max(most, s.run_ahead);
   return most;
+}
+
+std::vector<int64_t> PackRowsToCompute(const std::vector<std::vector<int64_t>>& positions) {
+  std::vector<int64_t> wire{static_cast<int64_t>(positions.size())};
+  for (const auto& p : positions) {
+    wire.push_back(static_cast<int64_t>(p.size()));
+    wire.insert(wire.end(), p.begin(), p.end());
+  }
+  return wire;
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> UnpackRowsToCompute(const std::vector<int64_t>& wire) {
+  size_t at = 0;
+  const auto next = [&]() -> StatusOr<int64_t> {
+    if (at >= wire.size()) return Status::Internal("run-ahead: the shared set of rows to compute is truncated");
+    return wire[at++];
+  };
+  std::vector<std::vector<int64_t>> positions;
+  MAESTRO_ASSIGN_OR_RETURN(const int64_t micro_batches, next());
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    MAESTRO_ASSIGN_OR_RETURN(const int64_t n, next());
+    std::vector<int64_t> p;
+    for (int64_t i = 0; i < n; ++i) {
+      MAESTRO_ASSIGN_OR_RETURN(const int64_t pos, next());
+      p.push_back(pos);
+    }
+    positions.push_back(std::move(p));
+  }
+  if (at != wire.size()) return Status::Internal("run-ahead: the shared set of rows to compute has trailing values");
+  return positions;
 }
 
 RunAhead::RunAhead(const plan::Plan& plan, int section, int replica,
@@ -56,7 +89,7 @@ int64_t RunAhead::rows_ahead() const {
 }
 
 Status RunAhead::ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead, const ComputeRows& compute,
-                              const std::function<void()>& between) {
+                              const std::function<void()>& between, const BeforeStep& before_step) {
   // The step in flight and those before it are no longer ahead.
   rows_by_step_.erase(rows_by_step_.begin(), rows_by_step_.upper_bound(step));
   for (const StepBatch& batch : ahead) {
@@ -73,13 +106,17 @@ Status RunAhead::ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead,
           fmt::format("the schedule of step {} has no program for section {} dp {}", batch.step, section_, replica_));
     }
     const scheduler::RankProgram& program = schedule.ranks[static_cast<size_t>(rank_index)];
-    int64_t rows = 0;
+    std::vector<std::vector<int64_t>> micro_batches;
     for (const scheduler::Op& op : program.ops) {
       if (op.kind != scheduler::OpKind::kForward) continue;
       const auto& ids = program.micro_batches[static_cast<size_t>(op.micro_batch)].sample_ids;
-      const std::vector<int64_t> sample_ids(ids.begin(), ids.end());
-      MAESTRO_RETURN_IF_ERROR(compute(sample_ids, batch.epoch));
-      rows += static_cast<int64_t>(sample_ids.size());
+      micro_batches.emplace_back(ids.begin(), ids.end());
+    }
+    if (before_step) MAESTRO_RETURN_IF_ERROR(before_step(micro_batches, batch.epoch));
+    int64_t rows = 0;
+    for (size_t m = 0; m < micro_batches.size(); ++m) {
+      MAESTRO_RETURN_IF_ERROR(compute(static_cast<int>(m), micro_batches[m], batch.epoch));
+      rows += static_cast<int64_t>(micro_batches[m].size());
       if (between) between();
     }
     rows_by_step_[batch.step] = rows;

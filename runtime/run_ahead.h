@@ -24,6 +24,16 @@
 //    them back (spool hits). Consumption is
 //    the SampleIndex's: a batch computed ahead is not consumed until its step
 //    is done and checkpointed (datalayer/training_run.h).
+//  - A tensor- or pipeline-parallel section (TP and/or PP > 1) runs ahead
+//    too: every rank of a replica computes the same forwards (TP peers in
+//    lockstep, stages streaming into the next), and one rank owns the
+//    spool: the one that sends downstream (last stage, TP rank 0). Before a
+//    step's forwards (its own or a step computed ahead), the owner looks up
+//    which rows its spool lacks and ShareRowsToCompute gives that set to
+//    every rank of the replica (a broadcast over the last stage's TP group,
+//    then over each PP group from the last stage), so all of them skip the
+//    same forwards: on a resume, rows spooled before the stop are reused on
+//    every rank.
 // Torch-free: the executor passes the computation (LoadMicroBatch + the
 // spool's Rows) as a function.
 // May call: runtime/step_batch, scheduler, plan, base. Thread safety: one thread.
@@ -43,18 +53,33 @@
 namespace maestro::runtime {
 
 // OK when every section of `plan` with run_ahead > 0 can run ahead on this
-// runtime: forward-only, not fused, TP = 1 (its spool is per rank), with an
-// outgoing edge; else the error names the section and the fix.
+// runtime: forward-only, not fused, with an outgoing edge (any TP and PP);
+// else the error names the section and the fix.
 Status CheckRunAheadRuns(const plan::Plan& plan);
 
 // The most global batches any section of `plan` runs ahead (ShareNextBatch's lookahead).
 int MostRunAhead(const plan::Plan& plan);
 
+// The rows a model-parallel replica computes for one step's micro-batches:
+// positions[m] are the positions (ascending) in micro-batch m whose rows the
+// spool's owner (last stage, TP rank 0) lacks. The owner broadcasts them to
+// the replica's other ranks (first over the last stage's TP group, then over
+// each PP group from the last stage; the executor's ShareRowsToCompute) in
+// this wire form: the micro-batch count, then per micro-batch its count and
+// positions.
+std::vector<int64_t> PackRowsToCompute(const std::vector<std::vector<int64_t>>& positions);
+// The inverse; an error when `wire` is truncated or has trailing values.
+StatusOr<std::vector<std::vector<int64_t>>> UnpackRowsToCompute(const std::vector<int64_t>& wire);
+
 class RunAhead {
  public:
-  // Computes the rows of samples `sample_ids` (one micro-batch, in order) at
-  // `epoch` into the spool where it lacks them.
-  using ComputeRows = std::function<Status(const std::vector<int64_t>& sample_ids, int64_t epoch)>;
+  // Computes the rows of samples `sample_ids` (one micro-batch, in order;
+  // `index`: its place among the step's forwards) at `epoch` into the spool
+  // where it lacks them.
+  using ComputeRows = std::function<Status(int index, const std::vector<int64_t>& sample_ids, int64_t epoch)>;
+  // Before a step's micro-batches are computed: all of them (in order), so a
+  // model-parallel replica can agree which rows to compute (null: nothing).
+  using BeforeStep = std::function<Status(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch)>;
 
   // Replica `replica` of section `section` (its plan run_ahead > 0); `costs`:
   // the run's (RuntimeCostModel), which the schedules ahead are built with.
@@ -65,9 +90,10 @@ class RunAhead {
   // During step `step` (after this rank's own ops of it were issued): every
   // batch of `ahead` (steps step+1 .. step+k, ShareNextBatch's lookahead) not
   // yet computed ahead: this replica's micro-batches in that step's schedule
-  // through `compute`, `between` after each (it lets sends in flight progress).
+  // through `compute` (after `before_step`, when given), `between` after
+  // each (it lets sends in flight progress).
   Status ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead, const ComputeRows& compute,
-                      const std::function<void()>& between);
+                      const std::function<void()>& between, const BeforeStep& before_step = nullptr);
 
   // Rows of steps after the one in flight computed ahead: now and at most
   // (both <= bound_rows(): k batches of this replica's samples).

@@ -100,5 +100,24 @@ TEST(RunAheadPlan, WrittenOnlyWhenOnAndRefusedOnATrainingSection) {
       << refused.status().ToString();
 }
 
+// The 72B KD teacher runs tensor- and/or pipeline-parallel: with this
+// build's runtime support (run_ahead_model_parallel) the planner lets it run
+// ahead and the plan is not planner-only, as with --runtime-support all.
+TEST(RunAheadPlanner, AModelParallelTeacherRunsAheadOnThisRuntime) {
+  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  CompileOptions options;
+  options.grouping = Grouping::kSectioned;
+  auto r = Compile(*spec, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const plan::Plan& p = r->plan;
+  const auto& teacher = p.sections[static_cast<size_t>(p.section_index("teacher"))];
+  EXPECT_TRUE(teacher.config.tp > 1 || teacher.config.pp > 1) << teacher.config.tp << " " << teacher.config.pp;
+  EXPECT_EQ(teacher.run_ahead, 1) << r->explain;
+  const auto i = static_cast<size_t>(p.section_index("teacher"));
+  ASSERT_LT(i, r->assignment.sections.size());
+  EXPECT_EQ(r->assignment.sections[i].planner_only, "") << r->report;
+}
+
 }  // namespace
 }  // namespace maestro::compiler

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: Apache-2.0
+// Run-ahead of a tensor- or pipeline-parallel frozen section
+// (docs/run_ahead.md, runtime/run_ahead.h), labels mpi;runtime: the tiny KD
+// with its teacher at TP 2 or at PP 2 (the rank that sends downstream owns
+// the spool and tells its TP peer or the other stage which rows to compute)
+// running ahead, under mpirun:
+//  (a) the student's losses and weights equal those of run-ahead 0 bit for
+//      bit, the one-process reference's losses within 1e-5 relative; the
+//      teacher computed every later step ahead, each row once, and held at
+//      most its bound of rows ahead;
+//  (b) stopped after a checkpoint and resumed: bit-identical to an
+//      uninterrupted run, the rows computed ahead before the stop are read
+//      back (over both starts each row is computed once), every sample is
+//      consumed exactly once;
+//  (c) one teacher rank killed (SIGKILL) mid-run: the job ends (no hang),
+//      the resumed run reuses the spooled rows and ends as an uninterrupted
+//      run; every sample consumed exactly once.
+// Plus the wire form of the set of rows to compute (PackRowsToCompute).
+// No torch headers here: plans come from the compiler, runs are processes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "datalayer/checkpoint_store.h"
+#include "datalayer/sample_index.h"
+#include "plan/plan.h"
+#include "runtime/run_ahead.h"
+#include "tests/launcher/run_util.h"
+#include "tests/runtime/local_plan.h"
+#include "tests/runtime/run_dir_util.h"
+
+namespace maestro {
+namespace {
+
+using launcher::testing::MpirunArgs;
+using launcher::testing::RunCaptured;
+using launcher::testing::RunResult;
+using runtime_testing::LastCheckpoint;
+using runtime_testing::Losses;
+using runtime_testing::WorkerOfRank;
+
+const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+
+// The teacher's model parallelism.
+struct TeacherLayout {
+  std::string name;
+  int tp = 1, pp = 1;
+};
+
+// specs/tiny_kd.toml on this machine: the teacher (from the seed) at
+// `layout`, running `run_ahead` batches ahead; the student TP = PP = DP = 1
+// with the KD loss; micro-batches of 4 (4 per step: a pipeline has work to
+// stream).
+plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
+  plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
+  for (auto& s : p.sections) {
+    const bool student = s.name == "student";
+    s.init_from.clear();
+    s.config.cp = s.config.dp = 1;
+    s.config.tp = student ? 1 : layout.tp;
+    s.config.pp = student ? 1 : layout.pp;
+    s.config.micro_batch = 4;
+    s.config.zero_stage = 0;
+    s.run_ahead = student ? 0 : run_ahead;
+    if (student && s.loss.kind != "kd") {
+      s.loss.kind = "kd";
+      s.loss.kd_alpha = 0.5;
+      s.loss.temperature = 2.0;
+    }
+  }
+  runtime_testing::PlaceOnThisMachine(p, steps);
+  return p;
+}
+
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_run_ahead_mp", name);
+}
+
+RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
+                       std::vector<std::string> extra = {}) {
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(plan_path);
+  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+}
+
+RunResult RunReference(const std::string& plan_path, const std::string& run_dir) {
+  return RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", run_dir, plan_path}, {});
+}
+
+// A number the worker logged after `label`, -1 when absent; `count`: how
+// many times the label appears.
+int64_t LoggedNumber(const std::string& output, const std::string& label, int* count = nullptr) {
+  int64_t value = -1;
+  int n = 0;
+  for (size_t at = output.find(label); at != std::string::npos; at = output.find(label, at + 1)) {
+    if (n++ == 0) value = std::atoll(output.c_str() + at + label.size());
+  }
+  if (count != nullptr) *count = n;
+  return value;
+}
+
+struct RunAheadLine {
+  int64_t steps_ahead = -1, most_rows = -1, bound = -1;
+};
+RunAheadLine ParseRunAhead(const std::string& output) {
+  RunAheadLine line;
+  const size_t at = output.find("batch(es): ");
+  if (at == std::string::npos) return line;
+  const std::string rest = output.substr(at);
+  line.steps_ahead = LoggedNumber(rest, "batch(es): ");
+  line.most_rows = LoggedNumber(rest, "at most ");
+  line.bound = LoggedNumber(rest, "(bound ");
+  return line;
+}
+
+int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs) {
+  auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
+  EXPECT_TRUE(index.ok()) << index.status().ToString();
+  if (!index.ok()) return -1;
+  int64_t consumed = 0;
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    auto n = (*index)->ConsumedCount(epoch);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    if (n.ok()) consumed += *n;
+  }
+  return consumed;
+}
+
+class RunAheadModelParallel : public ::testing::TestWithParam<TeacherLayout> {};
+
+// (a) Equal to run-ahead 0 bit for bit and to the reference within 1e-5.
+TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
+  constexpr int64_t kSteps = 4;
+  const TeacherLayout& layout = GetParam();
+  const std::string dir = Fresh("equal_" + layout.name);
+  std::map<int, std::map<int64_t, double>> losses;
+  std::map<int, datalayer::CheckpointData> last;
+  std::string plan_path;
+  for (int k : {0, 2}) {
+    const auto p = MpKdPlan(layout, kSteps, k);
+    plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
+    const std::string run = fmt::format("{}/k{}", dir, k);
+    const auto result = RunSectioned(p, plan_path, run);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    losses[k] = Losses(run);
+    last[k] = LastCheckpoint(run);
+    const RunAheadLine line = ParseRunAhead(result.output);
+    if (k == 0) {
+      EXPECT_EQ(line.steps_ahead, -1) << "run_ahead 0 runs nothing ahead\n" << result.output;
+      continue;
+    }
+    int spool_lines = 0;
+    const int64_t hits = LoggedNumber(result.output, "spool hits ", &spool_lines);
+    const int64_t computed = LoggedNumber(result.output, "computed ");
+    EXPECT_EQ(spool_lines, 1) << "one rank of the teacher's replica owns the spool\n" << result.output;
+    EXPECT_EQ(line.steps_ahead, kSteps - 1) << result.output;
+    EXPECT_EQ(computed, kSteps * p.data.global_batch)
+        << "every row computed once: the forwards read back the rows computed ahead\n"
+        << result.output;
+    EXPECT_EQ(hits, (kSteps - 1) * p.data.global_batch) << "steps 1-3 read back\n" << result.output;
+    EXPECT_EQ(line.bound, k * p.data.global_batch) << result.output;
+    EXPECT_EQ(line.most_rows, k * p.data.global_batch) << result.output;
+  }
+  ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
+  EXPECT_EQ(losses[2], losses[0]);
+  ASSERT_TRUE(last[2].sections.count("student") && last[0].sections.count("student"));
+  EXPECT_TRUE(last[2].sections.at("student").model == last[0].sections.at("student").model);
+
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto r = Losses(dir + "/reference");
+  ASSERT_EQ(r.size(), losses[2].size());
+  for (const auto& [step, loss] : losses[2]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
+}
+
+// (b) Stopped after step 2 (exit 85) with the teacher 2 batches ahead and
+// resumed: the rows of steps 3 and 4 computed before the stop are read back
+// on the owner, and its peers skip the same forwards.
+TEST_P(RunAheadModelParallel, StopAndResumeReusesTheRowsComputedAhead) {
+  constexpr int64_t kSteps = 6;
+  const TeacherLayout& layout = GetParam();
+  const auto p = MpKdPlan(layout, kSteps, 2);
+  const std::string dir = Fresh("resume_" + layout.name);
+  const std::string plan_path = runtime_testing::WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
+  ASSERT_EQ(first.exit_code, 85) << first.output;
+  const auto second = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+
+  const auto a = Losses(dir + "/whole");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), kSteps);
+  EXPECT_EQ(a, Losses(dir + "/split"));
+  const auto x = LastCheckpoint(dir + "/whole");
+  const auto y = LastCheckpoint(dir + "/split");
+  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
+  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
+
+  const int64_t computed_whole = LoggedNumber(whole.output, "computed ");
+  const int64_t computed_first = LoggedNumber(first.output, "computed ");
+  const int64_t computed_second = LoggedNumber(second.output, "computed ");
+  EXPECT_EQ(computed_whole, kSteps * p.data.global_batch) << whole.output;
+  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << first.output;
+  EXPECT_EQ(computed_first + computed_second, computed_whole) << first.output << second.output;
+  // Hits after the resume: steps 3 and 4 at their forwards, step 4 once more
+  // when step 3 runs ahead (found in the spool, not computed), and step 5
+  // (computed ahead during step 3).
+  EXPECT_EQ(LoggedNumber(second.output, "spool hits "), 4 * p.data.global_batch) << second.output;
+  for (const std::string run : {"whole", "split"}) {
+    EXPECT_EQ(ConsumedSamples(dir + "/" + run, kSteps), kSteps * p.data.global_batch) << run;
+  }
+}
+
+// (c) kill -9 of one teacher rank (the spool's owner at TP 2, the first
+// stage at PP 2) after step 4 is logged: the job ends; run again, it
+// resumes from the last checkpoint, reads back the rows the owner had
+// spooled, and ends as an uninterrupted run.
+TEST_P(RunAheadModelParallel, ATeacherRankKilledMidRunResumesAndReusesTheSpool) {
+  constexpr int64_t kSteps = 10;
+  const TeacherLayout& layout = GetParam();
+  auto p = MpKdPlan(layout, kSteps, 2);
+  p.checkpoint_every = 2;
+  const std::string dir = Fresh("kill9_" + layout.name);
+  const std::string plan_path = runtime_testing::WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  // TP 2: TP rank 0 (the owner); PP 2: stage 0 (not the owner).
+  const int victim = plan::GlobalRankOf(p, p.section_index("teacher"), 0, 0, 0, 0);
+  RunResult killed;
+  std::thread job([&] { killed = RunSectioned(p, plan_path, dir + "/split"); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  pid_t pid = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Losses(dir + "/split").size() >= 5) pid = WorkerOfRank(plan_path, victim);
+    if (pid > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not synchronization
+  }
+  if (pid > 0) {
+    EXPECT_EQ(::kill(pid, SIGKILL), 0);
+  }
+  job.join();
+  ASSERT_GT(pid, 0) << "the run made no progress\n" << killed.output;
+  ASSERT_NE(killed.exit_code, 0) << "killed mid-run: " << killed.output;
+  ASSERT_LT(Losses(dir + "/split").size(), static_cast<size_t>(kSteps)) << "killed before the end";
+
+  const auto resumed = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(Losses(dir + "/whole"), Losses(dir + "/split"));
+  const auto x = LastCheckpoint(dir + "/whole");
+  const auto y = LastCheckpoint(dir + "/split");
+  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
+  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
+
+  // At least the rows of the steps past the last checkpoint (logged before
+  // the kill) were read back, not computed again.
+  const int64_t hits = LoggedNumber(resumed.output, "spool hits ");
+  const int64_t computed = LoggedNumber(resumed.output, "computed ");
+  ASSERT_GE(hits, 0) << resumed.output;
+  EXPECT_GE(hits, p.data.global_batch) << "rows spooled before the kill are reused\n" << resumed.output;
+  EXPECT_LT(computed, LoggedNumber(whole.output, "computed ")) << resumed.output;
+  EXPECT_EQ(ConsumedSamples(dir + "/split", kSteps), kSteps * p.data.global_batch) << "every sample consumed once";
+}
+
+INSTANTIATE_TEST_SUITE_P(TeacherTp2AndPp2, RunAheadModelParallel,
+                         ::testing::Values(TeacherLayout{"tp2", 2, 1}, TeacherLayout{"pp2", 1, 2}),
+                         [](const ::testing::TestParamInfo<TeacherLayout>& layout) { return layout.param.name; });
+
+// The wire form of the rows to compute round-trips, empty micro-batches
+// included; a truncated or overlong message is an error, not a guess.
+TEST(RunAheadRowsToCompute, PackAndUnpackRoundTripAndRejectMalformedMessages) {
+  const std::vector<std::vector<int64_t>> positions{{0, 2, 3}, {}, {1}, {}};
+  const auto wire = runtime::PackRowsToCompute(positions);
+  auto back = runtime::UnpackRowsToCompute(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, positions);
+  auto empty = runtime::UnpackRowsToCompute(runtime::PackRowsToCompute({}));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  auto truncated = wire;
+  truncated.pop_back();
+  EXPECT_FALSE(runtime::UnpackRowsToCompute(truncated).ok());
+  auto longer = wire;
+  longer.push_back(7);
+  EXPECT_FALSE(runtime::UnpackRowsToCompute(longer).ok());
+}
+
+}  // namespace
+}  // namespace maestro
