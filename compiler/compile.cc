@@ -79,6 +79,10 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   sim.seq_len = spec.data.seq_len;
   sim.modalities = spec.data.modalities;
   const SimulatorStepPredictor predictor(sim);
+  // The refinement searches with run-ahead priced where it helps the plan as
+  // found (a teacher off the critical path prefers other configurations:
+  // its fill no longer counts); the choice is made again on the refined plan.
+  (void)ChooseRunAhead(spec, model, r.workload, po, sim, &r.assignment);
   r.assignment = RefineBySimulation(model, r.workload, r.assignment, po, sim, &r.refinement_log, &r.refinement);
   r.run_ahead_log = ChooseRunAhead(spec, model, r.workload, po, sim, &r.assignment);
   r.simulated = predictor.Run(model, r.workload, r.assignment);
