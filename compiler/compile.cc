@@ -79,12 +79,31 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   sim.seq_len = spec.data.seq_len;
   sim.modalities = spec.data.modalities;
   const SimulatorStepPredictor predictor(sim);
-  // The refinement searches with run-ahead priced where it helps the plan as
-  // found (a teacher off the critical path prefers other configurations:
-  // its fill no longer counts); the choice is made again on the refined plan.
-  (void)ChooseRunAhead(spec, model, r.workload, po, sim, &r.assignment);
-  r.assignment = RefineBySimulation(model, r.workload, r.assignment, po, sim, &r.refinement_log, &r.refinement);
+  // The refinement, then the run-ahead choice on the refined plan. Where a
+  // section runs ahead of the plan as found, the refinement also searches
+  // with run-ahead priced (a teacher off the critical path prefers other
+  // configurations: its fill no longer counts), and the shorter simulated
+  // step of the two searches wins (the first on a tie).
+  const Assignment planned = r.assignment;
+  r.assignment = RefineBySimulation(model, r.workload, planned, po, sim, &r.refinement_log, &r.refinement);
   r.run_ahead_log = ChooseRunAhead(spec, model, r.workload, po, sim, &r.assignment);
+  Assignment priced = planned;
+  (void)ChooseRunAhead(spec, model, r.workload, po, sim, &priced);
+  if (std::any_of(priced.sections.begin(), priced.sections.end(),
+                  [](const SectionChoice& c) { return c.run_ahead > 0; })) {
+    std::string log;
+    RefinementStats stats;
+    priced = RefineBySimulation(model, r.workload, priced, po, sim, &log, &stats);
+    std::string run_ahead_log = ChooseRunAhead(spec, model, r.workload, po, sim, &priced);
+    const SimulatedStep a = SimulateSectioned(model, r.workload, r.assignment, sim);
+    const SimulatedStep b = SimulateSectioned(model, r.workload, priced, sim);
+    if (b.ok && (!a.ok || b.step_seconds < a.step_seconds)) {
+      r.assignment = std::move(priced);
+      r.refinement_log = "  (searched with run-ahead priced)\n" + log;
+      r.refinement = stats;
+      r.run_ahead_log = std::move(run_ahead_log);
+    }
+  }
   r.simulated = predictor.Run(model, r.workload, r.assignment);
   r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);

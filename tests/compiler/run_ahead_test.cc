@@ -4,6 +4,8 @@
 // student where it shortens the simulated step, a spec pin wins, the report
 // and --explain say so, plan.json writes the field only when on, and a
 // training section may not run ahead (spec and plan).
+#include "compiler/run_ahead.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,7 +15,10 @@
 
 #include "base/checks.h"
 #include "compiler/compile.h"
+#include "compiler/model.h"
 #include "compiler/spec.h"
+#include "compiler/step_simulation.h"
+#include "compiler/workload_builder.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
@@ -117,6 +122,56 @@ TEST(RunAheadPlanner, AModelParallelTeacherRunsAheadOnThisRuntime) {
   const auto i = static_cast<size_t>(p.section_index("teacher"));
   ASSERT_LT(i, r->assignment.sections.size());
   EXPECT_EQ(r->assignment.sections[i].planner_only, "") << r->report;
+}
+
+// The simulation's refinement searches with run-ahead priced (compile.cc:
+// ChooseRunAhead before and after RefineBySimulation): on the 72B KD the
+// teacher, off the critical path, takes configurations the fill-priced
+// search rejects, and the plan's simulated step is shorter than refining
+// first and adding run-ahead after (maestro-compile keeps the shorter of the
+// two), for this build's runtime and for one with CP, recomputation and
+// ZeRO-1.
+TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
+  for (const char* support : {"", "all"}) {
+    auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    const auto devices = DevicesOf(*spec);
+    auto work = BuildWorkload(*spec, devices);
+    ASSERT_TRUE(work.ok());
+    const CostModel model(devices, spec->data.global_batch);
+    PlannerOptions o;
+    if (*support != '\0') o.support = *ParseRuntimeSupport(support);
+    const PlanOutcome planned = PlanSections(model, *work, o);
+    ASSERT_TRUE(planned.ok()) << planned.failure.message;
+    SimulationSettings s;
+    s.seq_len = spec->data.seq_len;
+    s.modalities = spec->data.modalities;
+    s.seed = spec->data.seed;
+    // Refined without run-ahead, then run-ahead added (the order before).
+    Assignment after_refinement = RefineBySimulation(model, *work, planned.assignment, o, s, nullptr);
+    (void)ChooseRunAhead(*spec, model, *work, o, s, &after_refinement);
+    // Run-ahead priced during the refinement.
+    Assignment priced = planned.assignment;
+    (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
+    priced = RefineBySimulation(model, *work, priced, o, s, nullptr);
+    (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
+    const size_t teacher = 0;
+    ASSERT_EQ(work->sections[teacher].name, "teacher");
+    EXPECT_EQ(priced.sections[teacher].run_ahead, 1) << support;
+    const SimulatedStep before = SimulateSectioned(model, *work, after_refinement, s);
+    const SimulatedStep now = SimulateSectioned(model, *work, priced, s);
+    ASSERT_TRUE(before.ok && now.ok) << before.error << now.error;
+    EXPECT_LT(now.step_seconds, before.step_seconds * (1 - kRefinementTolerance)) << support;
+    // maestro-compile keeps the shorter of the two searches.
+    CompileOptions options;
+    options.grouping = Grouping::kSectioned;
+    options.support = o.support;
+    options.support_given = *support != '\0';
+    auto compiled = Compile(*spec, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    EXPECT_LE(compiled->simulated.step_seconds, before.step_seconds * (1 + 1e-9)) << support;
+    EXPECT_NEAR(compiled->simulated.step_seconds, now.step_seconds, 1e-9 * now.step_seconds) << support;
+  }
 }
 
 }  // namespace
