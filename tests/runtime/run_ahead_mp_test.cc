@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Run-ahead of a tensor- or pipeline-parallel frozen section
 // (docs/run_ahead.md, runtime/run_ahead.h), labels mpi;runtime: the tiny KD
-// with its teacher at TP 2 or at PP 2 (the rank that sends downstream owns
-// the spool and tells its TP peer or the other stage which rows to compute)
+// with its teacher at TP 2, PP 2 or TP 2 x PP 2 (the rank that sends
+// downstream owns the spool and tells its TP peer and the other stage which
+// rows to compute; a peer that computed other rows would fail the TP
+// all-reduce or the stage's receive, not pass)
 // running ahead, under mpirun:
 //  (a) the student's losses and weights equal those of run-ahead 0 bit for
 //      bit, the one-process reference's losses within 1e-5 relative; the
@@ -237,7 +239,7 @@ TEST_P(RunAheadModelParallel, ATeacherRankKilledMidRunResumesAndReusesTheSpool) 
   const auto whole = RunSectioned(p, plan_path, dir + "/whole");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
-  // TP 2: TP rank 0 (the owner); PP 2: stage 0 (not the owner).
+  // TP 2: TP rank 0 (the owner); PP 2 and TP 2 x PP 2: stage 0, TP rank 0 (not the owner).
   const int victim = plan::GlobalRankOf(p, p.section_index("teacher"), 0, 0, 0, 0);
   RunResult killed;
   std::thread job([&] { killed = RunSectioned(p, plan_path, dir + "/split"); });
@@ -275,8 +277,28 @@ TEST_P(RunAheadModelParallel, ATeacherRankKilledMidRunResumesAndReusesTheSpool) 
 }
 
 INSTANTIATE_TEST_SUITE_P(TeacherTp2AndPp2, RunAheadModelParallel,
-                         ::testing::Values(TeacherLayout{"tp2", 2, 1}, TeacherLayout{"pp2", 1, 2}),
+                         ::testing::Values(TeacherLayout{"tp2", 2, 1}, TeacherLayout{"pp2", 1, 2},
+                                           TeacherLayout{"tp2pp2", 2, 2}),
                          [](const ::testing::TestParamInfo<TeacherLayout>& layout) { return layout.param.name; });
+
+// CheckRunAheadRuns: a model-parallel section runs ahead only without an
+// upstream section (its replica computes missing rows from the samples
+// alone); at TP = PP = 1 the rule is as before. The error names the section.
+TEST(RunAheadRowsToCompute, AModelParallelSectionWithAnUpstreamSectionIsRefused) {
+  auto p = MpKdPlan(TeacherLayout{"tp2", 2, 1}, 2, 1);
+  EXPECT_TRUE(runtime::CheckRunAheadRuns(p).ok()) << runtime::CheckRunAheadRuns(p).ToString();
+  plan::EdgePlan into_teacher;
+  into_teacher.from = "student";
+  into_teacher.to = "teacher";
+  p.edges.push_back(into_teacher);
+  const Status refused = runtime::CheckRunAheadRuns(p);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("section 'teacher'"), std::string::npos) << refused.ToString();
+  EXPECT_NE(refused.message().find("upstream"), std::string::npos) << refused.ToString();
+  auto single = MpKdPlan(TeacherLayout{"tp1", 1, 1}, 2, 1);
+  single.edges.push_back(into_teacher);
+  EXPECT_TRUE(runtime::CheckRunAheadRuns(single).ok()) << runtime::CheckRunAheadRuns(single).ToString();
+}
 
 // The wire form of the rows to compute round-trips, empty micro-batches
 // included; a truncated or overlong message is an error, not a guess.
