@@ -218,8 +218,8 @@ plan::Plan KdPlan(const Layout& l, int64_t steps) {
     s.config.dp = student ? l.student_dp : 1;
     s.config.micro_batch = 4;
     s.config.zero_stage = student ? l.zero_stage : 0;
-    // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); the
-    // runtime runs ahead only at PP = 1 (a pipelined teacher streams).
+    // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); here
+    // a pipelined teacher streams (its run-ahead: run_ahead_mp_test.cc).
     if (!student && l.teacher_pp > 1) s.run_ahead = 0;
     if (student) {
       s.model.layers = l.student_layers;

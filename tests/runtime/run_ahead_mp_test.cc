@@ -56,11 +56,12 @@ const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 struct TeacherLayout {
   std::string name;
   int tp = 1, pp = 1;
+  int student_pp = 1;  // the student's stages (the teacher's rows relayed to its last stage)
 };
 
 // specs/tiny_kd.toml on this machine: the teacher (from the seed) at
-// `layout`, running `run_ahead` batches ahead; the student TP = PP = DP = 1
-// with the KD loss; micro-batches of 4 (4 per step: a pipeline has work to
+// `layout`, running `run_ahead` batches ahead; the student TP = DP = 1 (PP
+// as the layout says) with the KD loss; micro-batches of 4 (4 per step: a pipeline has work to
 // stream).
 plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
@@ -69,7 +70,7 @@ plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
     s.init_from.clear();
     s.config.cp = s.config.dp = 1;
     s.config.tp = student ? 1 : layout.tp;
-    s.config.pp = student ? 1 : layout.pp;
+    s.config.pp = student ? layout.student_pp : layout.pp;
     s.config.micro_batch = 4;
     s.config.zero_stage = 0;
     s.run_ahead = student ? 0 : run_ahead;
@@ -184,6 +185,35 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
   const auto r = Losses(dir + "/reference");
   ASSERT_EQ(r.size(), losses[2].size());
   for (const auto& [step, loss] : losses[2]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
+}
+
+// A PP 2 teacher running ahead into a PP 2 student (the rows arrive at the
+// student's first stage and are relayed to its last, docs/pipeline.md):
+// the losses of run-ahead 0 bit for bit, the reference's within 1e-5.
+TEST(RunAheadModelParallelIntoAPipeline, Pp2TeacherIntoAPp2StudentEqualsRunAheadZeroAndTheReference) {
+  constexpr int64_t kSteps = 3;
+  const TeacherLayout layout{"pp2_into_pp2", 1, 2, 2};
+  const std::string dir = Fresh("pp2_into_pp2");
+  std::map<int, std::map<int64_t, double>> losses;
+  std::string plan_path;
+  for (int k : {0, 1}) {
+    const auto p = MpKdPlan(layout, kSteps, k);
+    plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
+    const std::string run = fmt::format("{}/k{}", dir, k);
+    const auto result = RunSectioned(p, plan_path, run);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    losses[k] = Losses(run);
+    if (k == 1) {
+      EXPECT_EQ(ParseRunAhead(result.output).steps_ahead, kSteps - 1) << result.output;
+    }
+  }
+  ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
+  EXPECT_EQ(losses[1], losses[0]);
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto r = Losses(dir + "/reference");
+  ASSERT_EQ(r.size(), losses[1].size());
+  for (const auto& [step, loss] : losses[1]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
 }
 
 // (b) Stopped after step 2 (exit 85) with the teacher 2 batches ahead and
