@@ -396,7 +396,8 @@ int GlobalRankOf(const Plan& plan, int section, int tp, int cp, int dp, int pp);
 // kEP: the section's ep DP ranks j*ep .. j*ep+ep-1 with this rank's TP, CP
 // and PP indexes (the all-to-all of routed tokens); kExpertDP: the dp/ep
 // ranks holding the same experts (dp = ep_rank mod ep), over which routed
-// experts' gradients are reduced. Both are this rank alone when ep = 1.
+// experts' gradients are reduced. With ep = 1: kEP is this rank alone,
+// kExpertDP is kDP.
 enum class GroupKind { kTP, kCP, kDP, kPP, kEP, kExpertDP };
 inline constexpr int kGroupKinds = 6;
 const char* GroupKindName(GroupKind kind);

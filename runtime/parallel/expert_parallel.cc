@@ -15,17 +15,23 @@ void ThrowIfFailed(const Status& s) {
   if (!s.ok()) throw std::runtime_error(s.ToString());
 }
 
+// The rows on the wire: bf16 rows stay bf16 (autocast: what the cost model
+// prices), anything else travels as fp32.
+torch::Tensor WireRows(const torch::Tensor& rows) {
+  return rows.scalar_type() == torch::kBFloat16 ? rows.contiguous() : rows.to(torch::kFloat32).contiguous();
+}
+
 struct AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& rows, int64_t ep) {
     ctx->saved_data["ep"] = ep;
     auto* exchange = reinterpret_cast<ExpertParallelExchange*>(ep);
-    return exchange->AllToAllRows(rows.to(torch::kFloat32).contiguous()).to(rows.scalar_type());
+    return exchange->AllToAllRows(WireRows(rows)).to(rows.scalar_type());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* exchange = reinterpret_cast<ExpertParallelExchange*>(ctx->saved_data["ep"].toInt());
     // The transpose of "block j to rank j" is the same exchange.
-    auto g = exchange->AllToAllRows(grads[0].to(torch::kFloat32).contiguous());
+    auto g = exchange->AllToAllRows(WireRows(grads[0]));
     return {g.to(grads[0].scalar_type()), torch::Tensor()};
   }
 };
@@ -42,9 +48,18 @@ torch::Tensor GroupExpertExchange::AllGatherCounts(const torch::Tensor& counts) 
 torch::Tensor GroupExpertExchange::AllToAllRows(const torch::Tensor& rows) {
   TORCH_CHECK(rows.dim() == 2 && rows.size(0) % size() == 0, "EP all-to-all: rows must be (G*P, C), got ",
               rows.sizes());
-  auto in = OnBackendDevice(rows, group_.device());
+  const bool bf16 = rows.scalar_type() == torch::kBFloat16;
+  TORCH_CHECK(bf16 || rows.scalar_type() == torch::kFloat32, "EP all-to-all: rows must be fp32 or bf16");
+  const bool on_gpu = group_.device() == launcher::Device::kCuda;
+  auto in = (on_gpu ? rows.to(rows.is_cuda() ? rows.device() : torch::Device(torch::kCUDA)) : rows.to(torch::kCPU))
+                .contiguous();
   auto out = torch::empty_like(in);
-  ThrowIfFailed(Wait(group_.AllToAll(FloatBuffer(in), FloatBuffer(out))));
+  const auto buffer = [&](const torch::Tensor& t) {
+    return launcher::Buffer{t.data_ptr(), static_cast<size_t>(t.numel()),
+                            bf16 ? launcher::DType::kBF16 : launcher::DType::kF32,
+                            t.is_cuda() ? launcher::Device::kCuda : launcher::Device::kCpu};
+  };
+  ThrowIfFailed(Wait(group_.AllToAll(buffer(in), buffer(out))));
   return out.to(rows.device());
 }
 

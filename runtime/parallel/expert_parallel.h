@@ -47,9 +47,9 @@ class ExpertParallelExchange {
   virtual int size() const = 0;
   // counts: (E) fp32 (whole numbers) -> (G, E) fp32, row i rank i's counts.
   virtual torch::Tensor AllGatherCounts(const torch::Tensor& counts) = 0;
-  // rows: (G*P, C) contiguous fp32; block j goes to rank j. Returns (G*P, C)
-  // fp32: block i is rank i's block for this rank. Not differentiable
-  // (ExpertAllToAll is).
+  // rows: (G*P, C) fp32 or bf16; block j goes to rank j. Returns (G*P, C)
+  // of that dtype: block i is rank i's block for this rank. Not
+  // differentiable (ExpertAllToAll is).
   virtual torch::Tensor AllToAllRows(const torch::Tensor& rows) = 0;
   // t: contiguous fp32, any shape; summed in place over the EP group (the
   // gradient norm's expert squares, gathering experts for a checkpoint).
@@ -73,7 +73,8 @@ class GroupExpertExchange : public ExpertParallelExchange {
 };
 
 // rows: (G*P, C) any float dtype -> (G*P, C) in that dtype, through
-// ep->AllToAllRows in fp32; its backward is the same exchange of the gradient.
+// ep->AllToAllRows (bf16 rows as bf16, others as fp32); its backward is the
+// same exchange of the gradient.
 torch::Tensor ExpertAllToAll(const torch::Tensor& rows, ExpertParallelExchange* ep);
 
 // The routed experts of one MoE layer under EP (steps 1-4 above).
