@@ -446,7 +446,9 @@ Status RankLoop::OptimizerStep(int64_t step) {
     const std::vector<torch::Tensor> params = runner_->Parameters();
     for (size_t i = 0; i < params.size(); ++i) (is_routed[i] ? routed : dense).push_back(params[i]);
     MAESTRO_RETURN_IF_ERROR(AllReduceGradients(comms_.group(plan::GroupKind::kDP), dense, &blocked_seconds_));
-    MAESTRO_RETURN_IF_ERROR(AllReduceGradients(comms_.group(plan::GroupKind::kExpertDP), routed, &blocked_seconds_));
+    if (!routed.empty()) {
+      MAESTRO_RETURN_IF_ERROR(AllReduceGradients(comms_.group(plan::GroupKind::kExpertDP), routed, &blocked_seconds_));
+    }
   } else {
     MAESTRO_RETURN_IF_ERROR(
         AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));

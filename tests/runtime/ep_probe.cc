@@ -27,6 +27,7 @@
 
 namespace ml = maestro::launcher;
 namespace rt = maestro::runtime;
+using maestro::Status;
 
 namespace {
 
@@ -131,8 +132,11 @@ int main(int argc, char** argv) {
       ml::AbortJob(g_rank, maestro::Status::Timeout(e.what()), maestro::kExitPeerFailure);
     }
   }
-  const auto barrier = ml::Complete(comms.world().Barrier());
-  if (!barrier.ok()) ml::AbortJob(g_rank, barrier, maestro::kExitPeerFailure);
+  // The final barrier waits longer than the EP group's timeout, so that a
+  // broken lockstep is reported by the rank waiting in the EP group.
+  auto barrier = comms.world().Barrier();
+  const Status waited = barrier.ok() ? (*barrier)->WaitFor(comms.world().timeout() * 5) : barrier.status();
+  if (!waited.ok()) ml::AbortJob(g_rank, waited, maestro::kExitPeerFailure);
   int total = failures;
   const auto summed = ml::Complete(
       comms.world().AllReduce(ml::Buffer{&total, 1, ml::DType::kI32, ml::Device::kCpu}, ml::ReduceOp::kSum));
