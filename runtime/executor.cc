@@ -160,7 +160,7 @@ class RankLoop {
   Status ComputeAhead(const StepBatch& batch);
   Status Forward(int mb_index);
   Status Backward(int mb_index);
-  // EP lockstep: an empty micro-batch's MoE exchanges (ExpertParallelOps).
+  // EP lockstep: an empty micro-batch's MoE exchanges (LockstepOps).
   Status ForwardNoTokens(int slot);
   Status BackwardNoTokens(int slot);
   // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
@@ -262,8 +262,8 @@ Status RankLoop::Setup() {
     if (s.config.ep != 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder || s.model.experts <= 0)) {
       return Status::FailedPrecondition(
           fmt::format("section '{}': expert parallelism is for MoE decoder sections (plan has ep {}; "
-                      "docs/moe.md); recompile with --pin {}.ep=1",
-                      s.name, s.config.ep, s.name));
+                      "docs/moe.md); set its ep to 1 in plan.json, or recompile the spec",
+                      s.name, s.config.ep));
     }
   }
   MAESTRO_RETURN_IF_ERROR(CheckRunAheadRuns(plan_));

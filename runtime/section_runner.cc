@@ -489,8 +489,9 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
     }
     Status sharded = ShardDecoderForExpertParallel(*impl.module->as<DecoderLMImpl>(), options.expert_parallel);
     if (!sharded.ok()) {
-      return Status(sharded.code(), fmt::format("section '{}': {} (set the section's ep in the spec or --pin {}.ep=1)",
-                                                s.name, sharded.message(), s.name));
+      return Status(sharded.code(),
+                    fmt::format("section '{}': {} (set its ep to 1 in plan.json, or recompile the spec)", s.name,
+                                sharded.message()));
     }
   }
   if (s.mode == plan::SectionMode::kTrain) SetActivationRecompute(*impl.module, s);

@@ -227,7 +227,9 @@ Status DistributedOptimizer::GatherParameters(double* blocked_seconds) {
 
 StatusOr<std::string> DistributedOptimizer::Save() const {
   std::string expert_bytes;
-  if (experts_) MAESTRO_ASSIGN_OR_RETURN(expert_bytes, experts_->Save());
+  if (experts_) {
+    MAESTRO_ASSIGN_OR_RETURN(expert_bytes, experts_->Save());
+  }
   std::string bytes;
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": saving the ZeRO-1 optimizer shard", [&] {
     torch::serialize::OutputArchive archive;

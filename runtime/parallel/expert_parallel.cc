@@ -132,7 +132,9 @@ torch::Tensor RunExpertsParallel(const torch::Tensor& tokens, const std::vector<
     outputs.push_back(expert(e, received.index_select(0, index)));  // (M, C)
     positions.push_back(index);
   }
-  auto results = torch::zeros_like(received);  // (G*P, C)
+  // received * 0, not zeros: the combine's backward must reach the
+  // dispatch's on every rank, also one whose experts got no row.
+  auto results = received * 0.0;  // (G*P, C)
   if (!outputs.empty()) results = results.index_add(0, torch::cat(positions), torch::cat(outputs).to(results.dtype()));
   // 4. Combine: the results back to where the rows came from.
   auto returned = ExpertAllToAll(results, ep);                                              // (G*P, C)
