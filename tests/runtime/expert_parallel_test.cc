@@ -17,6 +17,8 @@
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,22 @@ launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& 
   return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
 }
 
+// Per step, the number of micro-batches each rank of section `pid` (its
+// index) computed, from the run's trace.json (the "F<i>" intervals; an empty
+// micro-batch of the EP lockstep is not one).
+std::map<int64_t, std::map<int, int>> ForwardsPerStep(const std::string& run_dir, int pid) {
+  std::map<int64_t, std::map<int, int>> out;
+  const auto trace = nlohmann::json::parse(runtime_testing::ReadText(run_dir + "/trace.json"), nullptr, false);
+  if (!trace.is_object() || !trace.contains("traceEvents")) return out;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.contains("name") || !e.contains("pid") || !e.contains("tid") || !e.contains("args")) continue;
+    const std::string name = e["name"].get<std::string>();
+    if (e["pid"].get<int>() != pid || name.empty() || name[0] != 'F' || !e["args"].contains("step")) continue;
+    ++out[e["args"]["step"].get<int64_t>()][e["tid"].get<int>()];
+  }
+  return out;
+}
+
 void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
   ASSERT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
   const std::string dir = Fresh(what);
@@ -105,6 +123,24 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
     EXPECT_NEAR(loss, want.at(step), 1e-5 * std::abs(want.at(step))) << what << " step " << step;
   }
   EXPECT_LT(got.rbegin()->second, got.begin()->second) << what << ": the loss moves";
+}
+
+// EP 4 over all 4 DP ranks: the balanced placement gives the replicas 3, 3,
+// 2 and 2 micro-batches, so the ranks with fewer run empty ones in lockstep
+// (their experts serve the others' rows, forward and backward).
+TEST(ExpertParallel, MixtralShapeEp4Dp4WithUnequalReplicasEqualsTheReference) {
+  const plan::Plan p = EpPlan(Shape::kMixtral, {4, 4, 1, 1, 1}, 3);
+  ExpectEqualsReference("mixtral_ep4_dp4", p);
+  const auto forwards =
+      ForwardsPerStep(std::string(MAESTRO_TEST_TMP) + "/runtime_ep/mixtral_ep4_dp4/run", p.section_index("student"));
+  ASSERT_EQ(static_cast<int64_t>(forwards.size()), p.data.steps);
+  bool unequal = false;
+  for (const auto& [step, per_rank] : forwards) {
+    std::set<int> counts;
+    for (const auto& [rank, n] : per_rank) counts.insert(n);
+    unequal |= counts.size() > 1;
+  }
+  EXPECT_TRUE(unequal) << "the case must give an EP group's replicas different micro-batch counts";
 }
 
 TEST(ExpertParallel, MixtralShapeEp2Dp2EqualsTheReference) {
