@@ -36,6 +36,8 @@ std::string MissingSupport(const RuntimeSupport& support, const Workload& work, 
   if ((c.tp > 1 || c.pp > 1) && HasUpstream(work, i)) {
     return fmt::format("run-ahead with TP={} PP={} of a section with upstream sections", c.tp, c.pp);
   }
+  // An EP section keeps no spool (runtime/run_ahead.h CheckRunAheadRuns).
+  if (c.ep > 1) return fmt::format("run-ahead with EP={}", c.ep);
   return "";
 }
 

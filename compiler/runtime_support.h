@@ -36,9 +36,12 @@ struct RuntimeSupport {
   bool pipeline_parallel_decoder = true;
   bool pipeline_parallel_encoder = false;
   bool context_parallel = false;
-  // EP (docs/moe.md): not in the runtime yet; the cost and memory models
-  // price it (all-to-all, E/ep experts per rank) for --allow-planner-only.
-  bool expert_parallel = false;
+  // EP of MoE decoder sections (docs/moe.md; runtime/parallel/
+  // expert_parallel.h): experts split over EP groups of DP ranks, all-to-all
+  // dispatch and combine, lockstep padding, expert-DP gradients and ZeRO-1,
+  // with TP and PP; tests/runtime/expert_parallel_test.cc proves it equal to
+  // the reference. The cost and memory models price it.
+  bool expert_parallel = true;
   // MoE layers (Mixtral, Qwen2-MoE, Qwen3-MoE shapes; the load-balancing
   // loss; experts TP-sharded like a dense MLP): tests/runtime/moe_train_test.cc
   // proves DP 2 (and ZeRO-1) and TP 2 x DP 2 equal to the reference.

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Communicators: every group this rank belongs to, built from the plan.
 //   world              all ranks (MPI; control plane, the self-test's gather)
-//   group(kind)        this rank's TP / CP / DP / PP group inside its section
+//   group(kind)        this rank's TP / CP / DP / PP group inside its section,
+//                      and its EP and expert-DP groups (plan::GroupKind)
 //   links()            one LinkChannel per cross-section link this rank is an
 //                      endpoint of (plan::LinksOfRank), usable both ways
 // Backends: NCCL for a group whose section has GPUs (and for a link whose two
@@ -93,7 +94,7 @@ class Communicators {
  private:
   Communicators() = default;
   std::unique_ptr<Backend> world_;
-  std::array<std::unique_ptr<Backend>, 4> groups_;  // indexed by plan::GroupKind
+  std::array<std::unique_ptr<Backend>, plan::kGroupKinds> groups_;  // indexed by plan::GroupKind
   std::vector<LinkChannel> links_;
 };
 

@@ -81,6 +81,8 @@ const char* GroupKindName(GroupKind kind) {
     case GroupKind::kCP: return "cp";
     case GroupKind::kDP: return "dp";
     case GroupKind::kPP: return "pp";
+    case GroupKind::kEP: return "ep";
+    case GroupKind::kExpertDP: return "expert-dp";
   }
   return "?";
 }
@@ -339,6 +341,12 @@ Status Validate(const Plan& plan) {
       return Status::InvalidArgument(
           fmt::format("section '{}': parallel degrees and micro_batch must be >= 1", s.name));
     }
+    if (c.ep > 1 && (c.dp % c.ep != 0 || s.model.experts % c.ep != 0)) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}': ep = {} must divide dp ({}) and the model's experts ({}): EP groups are carved "
+                      "from the DP ranks and each EP rank holds experts/ep of them (docs/moe.md)",
+                      s.name, c.ep, c.dp, s.model.experts));
+    }
     if (plan.section_index(s.name) != static_cast<int>(i)) {
       return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));
     }
@@ -444,6 +452,9 @@ StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank) {
       rc.dp = r % c.dp;
       r /= c.dp;
       rc.pp = r;
+      const int ep = std::max(1, c.ep);
+      rc.ep_rank = rc.dp % ep;
+      rc.expert_dp = rc.dp / ep;
       return rc;
     }
   }
@@ -460,6 +471,17 @@ std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind) {
   const RankCoords rc = CoordsOfRank(plan, global_rank).ValueOrDie();
   const auto& c = plan.sections[static_cast<size_t>(rc.section)].config;
   std::vector<int> ranks;
+  if (kind == GroupKind::kEP || kind == GroupKind::kExpertDP) {
+    // DP indexes of the group: ep consecutive ones, or one per EP group.
+    const int ep = std::max(1, c.ep);
+    const int size = kind == GroupKind::kEP ? ep : c.dp / ep;
+    for (int k = 0; k < size; ++k) {
+      const int dp = kind == GroupKind::kEP ? rc.expert_dp * ep + k : k * ep + rc.ep_rank;
+      ranks.push_back(GlobalRankOf(plan, rc.section, rc.tp, rc.cp, dp, rc.pp));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  }
   const int size = kind == GroupKind::kTP ? c.tp : kind == GroupKind::kCP ? c.cp : kind == GroupKind::kDP ? c.dp : c.pp;
   for (int k = 0; k < size; ++k) {
     RankCoords x = rc;

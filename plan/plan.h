@@ -382,13 +382,24 @@ struct RankCoords {
   int section = -1;    // index into plan.sections (its het component: placement.het_component)
   int local_rank = 0;  // rank inside the section
   int tp = 0, cp = 0, dp = 0, pp = 0;
+  // Expert parallelism (docs/moe.md): EP groups are carved from the DP
+  // ranks, ep consecutive DP ranks each. ep_rank = dp % ep (which experts
+  // this rank holds), expert_dp = dp / ep (its index among the ranks
+  // holding the same experts).
+  int ep_rank = 0, expert_dp = 0;
 };
 
 StatusOr<RankCoords> CoordsOfRank(const Plan& plan, int global_rank);
 int GlobalRankOf(const Plan& plan, int section, int tp, int cp, int dp, int pp);
 
 // Groups inside a section, as sorted lists of global ranks.
-enum class GroupKind { kTP, kCP, kDP, kPP };
+// kEP: the section's ep DP ranks j*ep .. j*ep+ep-1 with this rank's TP, CP
+// and PP indexes (the all-to-all of routed tokens); kExpertDP: the dp/ep
+// ranks holding the same experts (dp = ep_rank mod ep), over which routed
+// experts' gradients are reduced. With ep = 1: kEP is this rank alone,
+// kExpertDP is kDP.
+enum class GroupKind { kTP, kCP, kDP, kPP, kEP, kExpertDP };
+inline constexpr int kGroupKinds = 6;
 const char* GroupKindName(GroupKind kind);
 // The group of `kind` that contains `global_rank`.
 std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
@@ -58,7 +59,8 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
     MAESTRO_ASSIGN_OR_RETURN(auto coords, plan::CoordsOfRank(plan, r));
     const auto& section = plan.sections[static_cast<size_t>(coords.section)];
     const bool zero1 = OptimizerShardedOverDp(section);
-    const int d = zero1 ? coords.dp : 0;
+    // EP: a replicated AdamW's state is per EP rank (its experts' moments).
+    const int d = zero1 ? coords.dp : coords.dp % std::max(1, section.config.ep);
     size_t next = 0;  // rank 0: which of its own runners loads this state
     for (const plan::SectionPlan* s : CheckpointedComponents(section)) {
       auto model = resumed.sections.find(s->name);
@@ -143,8 +145,11 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   // (gathered over TP: collective) and one optimizer shard per TP rank;
   // under ZeRO-1 every DP rank sends its optimizer shard (the model only
   // from DP 0: the all-gather made the replicas equal).
+  // EP: the first EP group's ranks (dp < ep) gather the experts (SaveModel
+  // is collective over the EP group) and each sends its optimizer state.
   const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
-  if (place.coords.dp == 0 || zero1) {
+  const int ep = std::max(1, runner.section_plan().config.ep);
+  if (place.coords.dp < ep || zero1) {
     // Every state first (SaveModel is collective over TP), then the sends:
     // a send to rank 0 between two gathers would wait for rank 0, which
     // waits in the next gather for this rank.
@@ -155,7 +160,7 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
     const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
     for (size_t k = 0; k < mine.size(); ++k) {
       Saved one{mine[k]->section_plan().name, "", ""};
-      if (place.coords.dp == 0) {
+      if (place.coords.dp < ep) {
         MAESTRO_ASSIGN_OR_RETURN(one.model, mine[k]->SaveModel());
       }
       if (DistributedOptimizer* shard = ShardOf(sharded, k)) {
@@ -163,7 +168,8 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
       } else {
         MAESTRO_ASSIGN_OR_RETURN(one.optimizer, mine[k]->SaveOptimizer());
       }
-      if (place.coords.tp != 0 || place.coords.pp != 0) one.model.clear();  // the gather gave every stage the whole
+      // The gather gave every stage and EP rank the whole.
+      if (place.coords.tp != 0 || place.coords.pp != 0 || place.coords.dp != 0) one.model.clear();
       saved.push_back(std::move(one));
     }
     for (Saved& one : saved) {
@@ -182,7 +188,7 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
       const auto components = CheckpointedComponents(sp);
-      const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : 1;
+      const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : std::max(1, sp.config.ep);
       for (int p = 0; p < sp.config.pp; ++p) {
         for (int d = 0; d < replicas; ++d) {
           for (int t = 0; t < sp.config.tp; ++t) {

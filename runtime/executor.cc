@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "base/checks.h"
 #include "base/log.h"
@@ -26,6 +28,7 @@
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
 #include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
 #include "runtime/pipeline.h"
@@ -36,6 +39,7 @@
 #include "runtime/step_batch.h"
 #include "runtime/step_metrics.h"
 #include "runtime/timeline.h"
+#include "runtime/torch_call.h"
 #include "runtime/trace.h"
 #include "scheduler/problem.h"
 #include "scheduler/scheduler.h"
@@ -48,6 +52,86 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// EP lockstep (runtime/parallel/expert_parallel.h). One op of a rank in the
+// sequence its EP group runs together: its own micro-batch, or an empty one
+// (micro_batch -1) that serves the peers' rows. `slot` pairs a backward with
+// its forward: the i-th forward of the sequence opens slot i on every rank,
+// and a backward closes one slot on every rank at once.
+struct LockstepOp {
+  scheduler::OpKind kind = scheduler::OpKind::kForward;
+  int micro_batch = -1;
+  int slot = -1;
+};
+
+// programs[k]: EP rank k's ops in its order (optimizer ops are skipped).
+// Merges them into one sequence every peer runs, each peer's own ops in
+// its own order: a backward as soon as every rank that really ran its slot
+// has it next (empty for the others), else a forward (empty where a rank has
+// none next). Returns EP rank `me`'s part; an error when the programs cannot
+// be merged (a backward before its forward).
+StatusOr<std::vector<LockstepOp>> LockstepOps(const std::vector<std::vector<scheduler::Op>>& programs, int me) {
+  const size_t g = programs.size();
+  std::vector<size_t> next(g, 0);
+  std::vector<std::map<int, int>> slot_of(g);  // rank -> micro-batch -> slot
+  std::vector<std::set<int>> real(g);          // rank -> the slots it ran a micro-batch of its own in
+  const auto peek = [&](size_t r) -> const scheduler::Op* {
+    while (next[r] < programs[r].size() && programs[r][next[r]].kind == scheduler::OpKind::kOptimizer) ++next[r];
+    return next[r] < programs[r].size() ? &programs[r][next[r]] : nullptr;
+  };
+  const auto closes = [&](size_t r) {  // the slot rank r's next op closes, or -1
+    const scheduler::Op* op = peek(r);
+    if (op == nullptr || op->kind != scheduler::OpKind::kBackward) return -1;
+    const auto it = slot_of[r].find(op->micro_batch);
+    return it == slot_of[r].end() ? -2 : it->second;
+  };
+  std::vector<LockstepOp> mine;
+  int slots = 0;
+  while (true) {
+    bool left = false, forward = false;
+    std::set<int> candidates;
+    for (size_t r = 0; r < g; ++r) {
+      const scheduler::Op* op = peek(r);
+      left |= op != nullptr;
+      forward |= op != nullptr && op->kind == scheduler::OpKind::kForward;
+      const int s = closes(r);
+      if (s == -2) return Status::Internal(fmt::format("EP lockstep: EP rank {} has a backward before its forward", r));
+      if (s >= 0) candidates.insert(s);
+    }
+    if (!left) break;
+    int chosen = -1;
+    for (int s : candidates) {
+      bool ok = true;
+      for (size_t r = 0; r < g && ok; ++r) ok = real[r].count(s) == 0 || closes(r) == s;
+      if (ok) {
+        chosen = s;
+        break;
+      }
+    }
+    if (chosen >= 0) {
+      for (size_t r = 0; r < g; ++r) {
+        LockstepOp op{scheduler::OpKind::kBackward, -1, chosen};
+        if (real[r].count(chosen) > 0) op.micro_batch = programs[r][next[r]++].micro_batch;
+        if (r == static_cast<size_t>(me)) mine.push_back(op);
+      }
+      continue;
+    }
+    if (!forward) return Status::Internal("EP lockstep: the EP group's programs cannot be merged");
+    const int slot = slots++;
+    for (size_t r = 0; r < g; ++r) {
+      LockstepOp op{scheduler::OpKind::kForward, -1, slot};
+      const scheduler::Op* own = peek(r);
+      if (own != nullptr && own->kind == scheduler::OpKind::kForward) {
+        op.micro_batch = own->micro_batch;
+        slot_of[r][own->micro_batch] = slot;
+        real[r].insert(slot);
+        ++next[r];
+      }
+      if (r == static_cast<size_t>(me)) mine.push_back(op);
+    }
+  }
+  return mine;
 }
 
 class RankLoop {
@@ -91,6 +175,9 @@ class RankLoop {
   bool SpoolOwner() const { return place_.coords.tp == 0 && (!pipeline_ || pipeline_->last()); }
   Status Forward(int mb_index);
   Status Backward(int mb_index);
+  // EP lockstep: an empty micro-batch's MoE exchanges (LockstepOps).
+  Status ForwardNoTokens(int slot);
+  Status BackwardNoTokens(int slot);
   // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
   // Backward between this stage and its neighbours.
   Status ReceiveFromPreviousStage(int mb_index, int64_t samples);
@@ -104,6 +191,7 @@ class RankLoop {
   Status EvaluateHeldOutAtEnd(TrainSummary* summary);
   bool Rank0() const { return place_.world_rank == 0; }
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
+  int EpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.ep; }
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
   std::vector<int64_t> MicroBatchIds(int mb_index) const {
     const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
@@ -121,9 +209,11 @@ class RankLoop {
   std::shared_ptr<const scheduler::SectionCostModel> costs_;
 
   std::unique_ptr<datasets::SampleSource> samples_;
-  std::unique_ptr<GroupReducer> tp_reducer_;  // outlives runner_
-  std::unique_ptr<PipelineGroup> pipeline_;   // pp > 1; outlives runner_
-  bool pipeline_run_ahead_ = false;           // 1F1B warm-up allowed (StageOrder)
+  std::unique_ptr<GroupReducer> tp_reducer_;                    // outlives runner_
+  std::unique_ptr<PipelineGroup> pipeline_;                     // pp > 1; outlives runner_
+  std::unique_ptr<GroupExpertExchange> ep_exchange_;            // ep > 1; outlives runner_
+  std::map<int, std::vector<torch::Tensor>> no_token_outputs_;  // EP: empty forwards by slot, awaiting their backward
+  bool pipeline_run_ahead_ = false;                             // 1F1B warm-up allowed (StageOrder)
   std::unique_ptr<SectionRunner> runner_;
   // A ZeRO-1 section's AdamW shard (OptimizerShardedOverDp); null otherwise,
   // when the runner's replicated AdamW steps.
@@ -189,10 +279,10 @@ Status RankLoop::Setup() {
     }
   }
   for (const auto& s : plan_.sections) {
-    if (s.config.ep != 1) {
+    if (s.config.ep != 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder || s.model.experts <= 0)) {
       return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs EP = 1 today (plan has ep {}; docs/moe.md); recompile "
-                      "without --allow-planner-only so the planner emits only what the runtime runs",
+          fmt::format("section '{}': expert parallelism is for MoE decoder sections (plan has ep {}; "
+                      "docs/moe.md); set its ep to 1 in plan.json, or recompile the spec",
                       s.name, s.config.ep));
     }
   }
@@ -206,10 +296,12 @@ Status RankLoop::Setup() {
 
   // A forward-only section that feeds others keeps its outputs in a spool;
   // a tensor- or pipeline-parallel one only when it runs ahead, on the rank
-  // that sends downstream (its peers compute the rows it lacks with it).
+  // that sends downstream (its peers compute the rows it lacks with it). An
+  // expert-parallel one keeps none: a spool hit would skip an exchange its
+  // EP peers wait for.
   const bool model_parallel = TpSize() > 1 || pipeline_ != nullptr;
   const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
-  if (!runner_->trains() && !runner_->is_sink() && (!model_parallel || run_ahead > 0)) {
+  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && (!model_parallel || run_ahead > 0)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
       MAESTRO_ASSIGN_OR_RETURN(
@@ -256,6 +348,10 @@ Status RankLoop::Resume() {
     pipeline_ = std::make_unique<PipelineGroup>(comms_.group(plan::GroupKind::kPP), &blocked_seconds_);
     runner_options.pipeline = pipeline_.get();
   }
+  if (section.config.ep > 1) {
+    ep_exchange_ = std::make_unique<GroupExpertExchange>(comms_.group(plan::GroupKind::kEP));
+    runner_options.expert_parallel = ep_exchange_.get();
+  }
   const bool zero1 = OptimizerShardedOverDp(section);
   runner_options.build_optimizer = !zero1;
   memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
@@ -268,12 +364,23 @@ Status RankLoop::Resume() {
   if (zero1) {
     for (SectionRunner* mine : runner_->CheckpointedRunners()) {
       const auto& component = mine->section_plan();
+      launcher::Backend* tp = TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr;
+      launcher::Backend* pp = pipeline_ ? &comms_.group(plan::GroupKind::kPP) : nullptr;
+      const std::string what = fmt::format("section '{}' dp {}", component.name, replica_);
+      if (ep_exchange_) {  // the routed experts sharded over their expert-DP group
+        MAESTRO_ASSIGN_OR_RETURN(
+            auto shard, DistributedOptimizer::CreateWithExperts(
+                            mine->Parameters(), mine->ParametersShardedOverTp(), mine->ParametersOfRoutedExperts(),
+                            comms_.group(plan::GroupKind::kDP), comms_.group(plan::GroupKind::kExpertDP),
+                            comms_.group(plan::GroupKind::kEP), tp, component.optimizer, what, pp,
+                            mine->ParametersCountedInNorm()));
+        sharded_optimizers_.push_back(std::move(shard));
+        continue;
+      }
       MAESTRO_ASSIGN_OR_RETURN(
-          auto shard, DistributedOptimizer::Create(
-                          mine->Parameters(), mine->ParametersShardedOverTp(), comms_.group(plan::GroupKind::kDP),
-                          TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr, component.optimizer,
-                          fmt::format("section '{}' dp {}", component.name, replica_),
-                          pipeline_ ? &comms_.group(plan::GroupKind::kPP) : nullptr, mine->ParametersCountedInNorm()));
+          auto shard, DistributedOptimizer::Create(mine->Parameters(), mine->ParametersShardedOverTp(),
+                                                   comms_.group(plan::GroupKind::kDP), tp, component.optimizer, what,
+                                                   pp, mine->ParametersCountedInNorm()));
       sharded_optimizers_.push_back(std::move(shard));
     }
   }
@@ -351,7 +458,10 @@ Status RankLoop::Backward(int mb_index) {
                              edges_.ReceiveGradients(mb_index, ids, state.out.rows, runner_->out_edges(), &any));
     const auto start = Clock::now();
     start_us = WallMicros();  // the trace shows compute, not the wait for gradients
-    if (any) torch::autograd::backward({state.out.rows}, {grad});
+    // EP: the backward runs the MoE exchanges even without a gradient.
+    if (any || ep_exchange_) {
+      torch::autograd::backward({state.out.rows}, {grad.defined() ? grad : torch::zeros_like(state.out.rows)});
+    }
     busy_seconds_ += SecondsSince(start);
   }
   MAESTRO_RETURN_IF_ERROR(edges_.SendInputGradients(mb_index, ids, state.inputs));
@@ -368,8 +478,20 @@ Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
   MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
-  MAESTRO_RETURN_IF_ERROR(
-      AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));
+  if (ep_exchange_) {
+    // Routed experts over the ranks holding the same experts, the rest over DP.
+    std::vector<torch::Tensor> dense, routed;
+    const std::vector<bool> is_routed = runner_->ParametersOfRoutedExperts();
+    const std::vector<torch::Tensor> params = runner_->Parameters();
+    for (size_t i = 0; i < params.size(); ++i) (is_routed[i] ? routed : dense).push_back(params[i]);
+    MAESTRO_RETURN_IF_ERROR(AllReduceGradients(comms_.group(plan::GroupKind::kDP), dense, &blocked_seconds_));
+    if (!routed.empty()) {
+      MAESTRO_RETURN_IF_ERROR(AllReduceGradients(comms_.group(plan::GroupKind::kExpertDP), routed, &blocked_seconds_));
+    }
+  } else {
+    MAESTRO_RETURN_IF_ERROR(
+        AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));
+  }
   // The trace's "O" is the optimizer's compute: the DP all-reduce above is
   // mostly the wait for the slowest replica, a barrier the simulator models
   // as such (scheduler/simulator.h), not a cost of the step.
@@ -422,9 +544,35 @@ Status RankLoop::RunStep(const StepBatch& batch) {
       micro_batches.push_back(MicroBatchIds(static_cast<int>(m)));
     MAESTRO_RETURN_IF_ERROR(ShareRowsToCompute(micro_batches, batch.epoch, &rows_to_compute_, &looked_));
   }
-  const std::vector<scheduler::Op> ops =
-      pipeline_ ? StageOrder(program_->ops, pipeline_->stage(), pipeline_->stages(), pipeline_run_ahead_)
-                : program_->ops;
+  const auto order = [&](const scheduler::RankProgram& program) {
+    return pipeline_ ? StageOrder(program.ops, pipeline_->stage(), pipeline_->stages(), pipeline_run_ahead_)
+                     : program.ops;
+  };
+  std::vector<scheduler::Op> ops = order(*program_);
+  if (ep_exchange_) {
+    // Lockstep: the EP group's programs merged into one op sequence that
+    // every peer runs, its own ops in its own order, empty ones between.
+    const auto& c = plan_.sections[static_cast<size_t>(section_)].config;
+    std::vector<std::vector<scheduler::Op>> peers;
+    for (int k = 0; k < c.ep; ++k) {
+      const int peer_index = schedule_.RankIndex(section_, place_.coords.expert_dp * c.ep + k);
+      peers.push_back(peer_index < 0 ? std::vector<scheduler::Op>{}
+                                     : order(schedule_.ranks[static_cast<size_t>(peer_index)]));
+    }
+    MAESTRO_ASSIGN_OR_RETURN(const auto lockstep, LockstepOps(peers, place_.coords.ep_rank));
+    for (const LockstepOp& op : lockstep) {
+      const bool own = op.micro_batch >= 0;
+      if (op.kind == scheduler::OpKind::kForward) {
+        MAESTRO_RETURN_IF_ERROR(own ? Forward(op.micro_batch) : ForwardNoTokens(op.slot));
+      } else {
+        MAESTRO_RETURN_IF_ERROR(own ? Backward(op.micro_batch) : BackwardNoTokens(op.slot));
+      }
+    }
+    no_token_outputs_.clear();  // a forward-only section's empty forwards have no backward
+    ops.erase(std::remove_if(ops.begin(), ops.end(),
+                             [](const scheduler::Op& op) { return op.kind != scheduler::OpKind::kOptimizer; }),
+              ops.end());
+  }
   for (const auto& op : ops) {
     switch (op.kind) {
       case scheduler::OpKind::kForward: MAESTRO_RETURN_IF_ERROR(Forward(op.micro_batch)); break;
@@ -441,6 +589,28 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
   MAESTRO_RETURN_IF_ERROR(ComputeAhead(batch));
   return edges_.DrainSends();
+}
+
+Status RankLoop::ForwardNoTokens(int slot) {
+  const auto start = Clock::now();
+  std::vector<torch::Tensor> outputs;
+  MAESTRO_RETURN_IF_ERROR(TorchCall("an empty micro-batch's expert exchanges (EP lockstep)",
+                                    [&] { outputs = runner_->ForwardNoTokens(); }));
+  no_token_outputs_[slot] = std::move(outputs);
+  busy_seconds_ += SecondsSince(start);
+  return Status::Ok();
+}
+
+Status RankLoop::BackwardNoTokens(int slot) {
+  const auto it = no_token_outputs_.find(slot);
+  if (it == no_token_outputs_.end()) return Status::Internal("EP lockstep: an empty backward without its forward");
+  const auto start = Clock::now();
+  const std::vector<torch::Tensor> outputs = std::move(it->second);
+  no_token_outputs_.erase(it);
+  MAESTRO_RETURN_IF_ERROR(
+      TorchCall("an empty micro-batch's expert exchanges (EP lockstep)", [&] { runner_->BackwardNoTokens(outputs); }));
+  busy_seconds_ += SecondsSince(start);
+  return Status::Ok();
 }
 
 // The previous stage's activation of micro-batch `mb_index` (`samples` x

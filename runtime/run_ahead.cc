@@ -19,6 +19,8 @@ Status CheckRunAheadRuns(const plan::Plan& plan) {
       why = "only a forward-only section that is not fused runs ahead";
     } else if (!feeds) {
       why = "it feeds no other section: nothing waits for its rows";
+    } else if (s.config.ep > 1) {
+      why = fmt::format("with EP = {} a spool hit would skip an all-to-all its EP peers wait for", s.config.ep);
     } else if ((s.config.tp > 1 || s.config.pp > 1) &&
                std::any_of(plan.edges.begin(), plan.edges.end(),
                            [&](const plan::EdgePlan& e) { return e.to == s.name; })) {

@@ -20,6 +20,7 @@
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
+#include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
@@ -481,6 +482,18 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));
   }
+  if (runner->ExpertSharded()) {
+    if (!IsDecoder(s)) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}': expert parallelism is for MoE decoder sections (set ep = 1)", s.name));
+    }
+    Status sharded = ShardDecoderForExpertParallel(*impl.module->as<DecoderLMImpl>(), options.expert_parallel);
+    if (!sharded.ok()) {
+      return Status(sharded.code(),
+                    fmt::format("section '{}': {} (set its ep to 1 in plan.json, or recompile the spec)", s.name,
+                                sharded.message()));
+    }
+  }
   if (s.mode == plan::SectionMode::kTrain) SetActivationRecompute(*impl.module, s);
   if (s.mode == plan::SectionMode::kForward) {
     impl.module->eval();
@@ -815,6 +828,30 @@ std::vector<bool> SectionRunner::ParametersCountedInNorm() {
   return counted;
 }
 
+std::vector<bool> SectionRunner::ParametersOfRoutedExperts() {
+  std::vector<bool> routed;
+  if (!components_.empty()) {
+    for (auto& c : components_) {
+      auto mine = c->ParametersOfRoutedExperts();
+      routed.insert(routed.end(), mine.begin(), mine.end());
+    }
+    return routed;
+  }
+  for (const auto& item : impl_->module->named_parameters()) {
+    if (item.value().requires_grad()) routed.push_back(ExpertSharded() && IsRoutedExpertParameter(item.key()));
+  }
+  return routed;
+}
+
+std::vector<torch::Tensor> SectionRunner::ForwardNoTokens() {
+  if (!ExpertSharded()) return {};
+  return impl_->module->as<DecoderLMImpl>()->ForwardNoTokens();
+}
+
+void SectionRunner::BackwardNoTokens(const std::vector<torch::Tensor>& outputs) {
+  DecoderLMImpl::BackwardNoTokens(outputs);
+}
+
 void SectionRunner::EnsureGradients() {
   for (auto& c : components_) c->EnsureGradients();
   for (auto& p : Parameters()) {
@@ -843,18 +880,29 @@ double SectionRunner::OptimizerStep(int64_t step) {
     torch::NoGradGuard guard;
     // Sharded parameters' squares are summed over the TP group; replicated
     // ones (identical on every TP rank) count once.
+    // EP: a routed expert's squares are summed over the EP group first (each
+    // EP rank holds other experts).
     double sq_replicated = 0.0;
     auto sq_sharded = torch::zeros({1}, torch::kFloat32);
+    double sq_experts[2] = {0.0, 0.0};  // [TP-sharded, replicated] squares of routed experts
     for (const auto& item : impl.module->named_parameters()) {
       if (!item.value().requires_grad()) continue;
       // A tied embedding held by the first and last stages counts once.
       if (Staged() && !impl.options.pipeline->first() && item.key() == "embed_tokens.weight") continue;
       const double sq = item.value().grad().to(torch::kFloat64).pow(2).sum().item<double>();
-      if (Sharded() && TensorParallelSplitOf(item.key()).sharded()) {
+      if (ExpertSharded() && IsRoutedExpertParameter(item.key())) {
+        sq_experts[Sharded() && TensorParallelSplitOf(item.key()).sharded() ? 0 : 1] += sq;
+      } else if (Sharded() && TensorParallelSplitOf(item.key()).sharded()) {
         sq_sharded += sq;
       } else {
         sq_replicated += sq;
       }
+    }
+    if (ExpertSharded()) {
+      auto summed = torch::tensor({sq_experts[0], sq_experts[1]}, torch::kFloat32);  // (2)
+      impl.options.expert_parallel->AllReduceSum(summed);
+      sq_sharded += summed[0].item<double>();
+      sq_replicated += summed[1].item<double>();
     }
     if (Sharded()) impl.options.tensor_parallel->AllReduceSum(sq_sharded);
     if (Staged()) {
@@ -888,6 +936,10 @@ bool SectionRunner::Sharded() const {
   return impl_->options.tensor_parallel != nullptr && impl_->options.tensor_parallel->size() > 1;
 }
 
+bool SectionRunner::ExpertSharded() const {
+  return impl_ != nullptr && impl_->options.expert_parallel != nullptr && impl_->options.expert_parallel->size() > 1;
+}
+
 bool SectionRunner::Staged() const {
   return impl_ != nullptr && impl_->options.pipeline != nullptr && impl_->options.pipeline->stages() > 1;
 }
@@ -906,12 +958,14 @@ torch::Tensor SectionRunner::TiedEmbedding() {
 StatusOr<std::string> SectionRunner::SaveModel() {
   if (!components_.empty()) return FusedStateError(impl_->section.name);
   std::shared_ptr<torch::nn::Module> full = impl_->module;
-  if (Sharded() || Staged()) {
+  if (Sharded() || Staged() || ExpertSharded()) {
     // Gather: each rank writes its shard into a zero full tensor; the TP sum
     // is its stage's whole, the sum over the stages (each parameter held by
-    // one stage; a tied embedding counted on the first) the model's.
+    // one stage; a tied embedding counted on the first) the model's. A routed
+    // expert is held by one EP rank: summed over the EP group too.
     auto* tp = Sharded() ? impl_->options.tensor_parallel : nullptr;
     auto* pp = Staged() ? impl_->options.pipeline : nullptr;
+    auto* ep = ExpertSharded() ? impl_->options.expert_parallel : nullptr;
     MAESTRO_ASSIGN_OR_RETURN(full, UnshardedTwin(impl_->section));
     auto mine = impl_->module->named_parameters();
     MAESTRO_RETURN_IF_ERROR(TorchCall("gathering the model", [&] {
@@ -927,6 +981,7 @@ StatusOr<std::string> SectionRunner::SaveModel() {
           PlaceTensorParallelShard(whole, shard, split, tp->rank());
           tp->AllReduceSum(whole);
         }
+        if (ep != nullptr && IsRoutedExpertParameter(item.key())) ep->AllReduceSum(whole);
         if (pp != nullptr) pp->SumOverStages(whole);
         item.value().copy_(whole);
       }
@@ -966,7 +1021,7 @@ StatusOr<std::string> SectionRunner::SaveOptimizer() {
 Status SectionRunner::LoadModel(const std::string& bytes) {
   if (!components_.empty()) return FusedStateError(impl_->section.name);
   const std::string what = fmt::format("section '{}': loading the model", impl_->section.name);
-  if (!Sharded() && !Staged()) return LoadModuleBytes(*impl_->module, bytes, what);
+  if (!Sharded() && !Staged() && !ExpertSharded()) return LoadModuleBytes(*impl_->module, bytes, what);
   // Full weights in, this rank's shard (of its stage's parameters) kept.
   auto* tp = impl_->options.tensor_parallel;
   MAESTRO_ASSIGN_OR_RETURN(auto full, UnshardedTwin(impl_->section));
@@ -976,7 +1031,7 @@ Status SectionRunner::LoadModel(const std::string& bytes) {
     torch::NoGradGuard guard;
     for (const auto& item : full->named_parameters()) {
       auto& shard = mine[item.key()];
-      if (shard.numel() == 0) continue;  // another stage's
+      if (shard.numel() == 0) continue;  // another stage's, or another EP rank's expert
       const TensorParallelSplit split = Sharded() ? TensorParallelSplitOf(item.key()) : TensorParallelSplit{};
       shard.copy_(split.sharded() ? TensorParallelShardOf(item.value(), split, tp->rank(), tp->size()) : item.value());
     }

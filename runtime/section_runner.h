@@ -74,8 +74,9 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
                                         datasets::Split split);
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
-class TensorParallelReducer;  // runtime/parallel/tensor_parallel.h
-class PipelineGroup;          // runtime/parallel/pipeline_parallel.h
+class TensorParallelReducer;   // runtime/parallel/tensor_parallel.h
+class PipelineGroup;           // runtime/parallel/pipeline_parallel.h
+class ExpertParallelExchange;  // runtime/parallel/expert_parallel.h
 
 // Forward's inputs key of the previous pipeline stage's activation (B, T, C).
 inline constexpr int kPipelineInput = -1;
@@ -101,6 +102,12 @@ struct RunnerOptions {
   // stage's part; the optimizer state is per stage. OptimizerStep's norm is
   // over every stage (a tied embedding counted once).
   PipelineGroup* pipeline = nullptr;
+  // MoE decoder sections with ep > 1: this rank's EP group (must outlive the
+  // runner). The model keeps this EP rank's routed experts (docs/moe.md);
+  // SaveModel() gathers every expert (collective over the EP group too),
+  // LoadModel() keeps this rank's; OptimizerStep's norm sums the routed
+  // experts' squares over the EP group (each expert counted once).
+  ExpertParallelExchange* expert_parallel = nullptr;
   // True when the caller loads this section's state from a Maestro
   // checkpoint right after Create (a resumed run): a training section then
   // skips its initial weights (`init_from`, HF `weights`). Forward-only
@@ -174,6 +181,14 @@ class SectionRunner {
   // Per entry of Parameters(): false for the one a gradient norm leaves out
   // (a tied embedding on a pipeline's last stage: the first stage counts it).
   std::vector<bool> ParametersCountedInNorm();
+  // Per entry of Parameters(): true for a routed expert's parameter (EP:
+  // reduced over the expert-DP group, not DP; IsRoutedExpertParameter).
+  std::vector<bool> ParametersOfRoutedExperts();
+  // EP, an empty micro-batch (lockstep, runtime/parallel/expert_parallel.h):
+  // this rank's part in its MoE layers' exchanges without tokens, forward
+  // (returns what BackwardNoTokens takes) and backward.
+  std::vector<torch::Tensor> ForwardNoTokens();
+  void BackwardNoTokens(const std::vector<torch::Tensor>& outputs);
   // Gives every parameter without a gradient a zero one (a section that saw
   // no sample in a step, an MoE expert no token picked): the optimizer then
   // steps every parameter the same way on every rank and in the reference.
@@ -202,6 +217,8 @@ class SectionRunner {
   bool Sharded() const;
   // True when the model is one stage of a pipeline (RunnerOptions::pipeline, size > 1).
   bool Staged() const;
+  // True when the model keeps only its EP rank's experts (RunnerOptions::expert_parallel, size > 1).
+  bool ExpertSharded() const;
   // A KD student's teacher edge (plan edge index), -1 when none.
   int kd_edge() const;
   // The tied embedding (V, C) of a staged decoder's first or last stage

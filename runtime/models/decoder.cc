@@ -2,6 +2,8 @@
 // The decoder LLM (one torch translation unit for the whole family).
 #include "runtime/models/decoder.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -178,6 +180,30 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   auto mean_prob = probs.view({batch, -1, num_experts}).mean(1);                      // (B, E)
   balance_loss_ = (fraction * mean_prob).sum(-1) * static_cast<double>(num_experts);  // (B)
   auto out = torch::zeros_like(tokens);                                               // (N, C)
+  if (ep_ != nullptr) {
+    // EP: the routed slots go to their experts' ranks and back (TP inside:
+    // partial sums of this TP rank's slices, summed over TP as below).
+    auto sharded_in = EnterTensorParallel(tokens, tp_);  // (N, C)
+    std::vector<torch::Tensor> token_of(static_cast<size_t>(num_experts)), weight_of;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      auto hits = torch::nonzero(top_e == e);  // (M, 2)
+      auto token = hits.select(1, 0), slot = hits.select(1, 1);
+      token_of[static_cast<size_t>(e)] = token;
+      weight_of.push_back(top_p.index({token, slot}).unsqueeze(-1));  // (M, 1)
+    }
+    std::vector<torch::Tensor> partial{RunExpertsParallel(
+        sharded_in, token_of,
+        [this](int64_t e, const torch::Tensor& rows) { return experts[e]->as<SwiGluMlpImpl>()->forward(rows); },
+        ep_)};  // (S, C)
+    const int64_t routed = partial[0].size(0);
+    if (shared_expert) partial.push_back(shared_expert(sharded_in));  // (N, C)
+    auto whole = LeaveTensorParallel(torch::cat(partial, 0), tp_);    // (S [+ N], C)
+    out = out.index_add(0, torch::cat(token_of), whole.narrow(0, 0, routed) * torch::cat(weight_of));
+    if (shared_expert) {
+      out = out + torch::sigmoid(shared_expert_gate(tokens)) * whole.narrow(0, routed, tokens.size(0));
+    }
+    return out.view(shape);
+  }
   if (tp_ == nullptr) {
     for (int64_t e = 0; e < num_experts; ++e) {
       auto hits = torch::nonzero(top_e == e);  // (M, 2): (token, slot) pairs routed to e
@@ -221,6 +247,26 @@ void MoeMlpImpl::Shard(TensorParallelReducer* tp) {
   for (const auto& expert : *experts) expert->as<SwiGluMlpImpl>()->Shard(tp->rank(), tp->size());
   if (shared_expert) shared_expert->Shard(tp->rank(), tp->size());
   tp_ = tp;
+}
+
+void MoeMlpImpl::KeepExperts(ExpertParallelExchange* ep) {
+  const int64_t num_experts = static_cast<int64_t>(experts->size()), local = num_experts / ep->size();
+  torch::NoGradGuard no_grad;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (e / local == ep->rank()) continue;
+    for (auto& p : experts[e]->parameters()) {
+      p.set_data(torch::empty({0}, p.options()));
+      p.set_requires_grad(false);
+    }
+  }
+  ep_ = ep;
+}
+
+torch::Tensor MoeMlpImpl::ForwardNoTokens(const torch::Tensor& no_tokens) {
+  const auto none = torch::empty({0}, torch::TensorOptions().dtype(torch::kInt64).device(no_tokens.device()));
+  return RunExpertsParallel(
+      no_tokens, std::vector<torch::Tensor>(experts->size(), none),
+      [this](int64_t e, const torch::Tensor& rows) { return experts[e]->as<SwiGluMlpImpl>()->forward(rows); }, ep_);
 }
 
 DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params) {
@@ -327,6 +373,44 @@ torch::Tensor DecoderLMImpl::RouterBalanceLoss() const {
     ++count;
   }
   return count > 0 ? sum / static_cast<double>(count) : sum;
+}
+
+std::vector<torch::Tensor> DecoderLMImpl::ForwardNoTokens() {
+  std::vector<torch::Tensor> outputs;
+  for (const auto& block : *blocks) {
+    auto moe = block->as<DecoderBlockImpl>()->moe;
+    if (!moe || !moe->expert_parallel()) continue;
+    auto no_tokens = torch::zeros({0, desc_.hidden}, moe->router->weight.options()).requires_grad_(true);  // (0, C)
+    auto* layer = moe.get();
+    auto run = [layer](const std::vector<torch::Tensor>& in) { return layer->ForwardNoTokens(in[0]); };
+    outputs.push_back(recompute_ == plan::RecomputeGranularity::kFull ? RunRecomputed(run, {no_tokens})
+                                                                      : run({no_tokens}));  // (0, C)
+  }
+  return outputs;
+}
+
+void DecoderLMImpl::BackwardNoTokens(const std::vector<torch::Tensor>& outputs) {
+  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
+    if (it->requires_grad()) torch::autograd::backward({*it}, {torch::zeros_like(*it)});
+  }
+}
+
+Status ShardDecoderForExpertParallel(DecoderLMImpl& model, ExpertParallelExchange* ep) {
+  const auto& desc = model.desc();
+  if (desc.experts <= 0 || desc.experts % ep->size() != 0) {
+    return Status::InvalidArgument(
+        fmt::format("expert parallelism over {} ranks needs a MoE decoder whose experts ({}) it divides", ep->size(),
+                    desc.experts));
+  }
+  for (const auto& block : *model.blocks) {
+    auto moe = block->as<DecoderBlockImpl>()->moe;
+    if (moe && moe->router->weight.numel() > 0) moe->KeepExperts(ep);  // another stage's block is empty
+  }
+  return Status::Ok();
+}
+
+bool IsRoutedExpertParameter(const std::string& name) {
+  return name.find(".moe.experts.") != std::string::npos;
 }
 
 StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOptions& options) {

@@ -39,6 +39,7 @@
 #include "base/status.h"
 #include "plan/plan.h"
 #include "runtime/models/layers.h"
+#include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
 
 namespace maestro::runtime {
@@ -125,6 +126,17 @@ class MoeMlpImpl : public torch::nn::Module {
   // all-reduce before they are weighted, so the router's gradient is whole
   // on every rank. REQUIRES: size divides every expert's F.
   void Shard(TensorParallelReducer* tp);
+  // Expert parallelism (runtime/parallel/expert_parallel.h): keeps experts
+  // [r*E/G, (r+1)*E/G) of EP rank r of G; every other expert's parameters
+  // become empty tensors that need no gradient (names kept). The forward
+  // then sends each routed slot to its expert's rank and back. REQUIRES:
+  // G divides E; after TP sharding and weight loading.
+  void KeepExperts(ExpertParallelExchange* ep);
+  bool expert_parallel() const { return ep_ != nullptr; }
+  // An empty micro-batch's part in this layer's EP exchanges: serves the
+  // rows the peers send to this rank's experts. no_tokens: (0, C), a leaf
+  // that requires grad (so the backward runs the same exchanges) -> (0, C).
+  torch::Tensor ForwardNoTokens(const torch::Tensor& no_tokens);
 
   Linear router{nullptr};              // (E, C)
   torch::nn::ModuleList experts;       // E x SwiGluMlp
@@ -136,6 +148,7 @@ class MoeMlpImpl : public torch::nn::Module {
   bool norm_topk_prob_;
   torch::Tensor balance_loss_;
   TensorParallelReducer* tp_ = nullptr;
+  ExpertParallelExchange* ep_ = nullptr;
 };
 TORCH_MODULE(MoeMlp);
 
@@ -185,6 +198,12 @@ class DecoderLMImpl : public torch::nn::Module {
   // load-balancing term (MoeMlpImpl::balance_loss): (B) fp32; undefined for
   // a dense decoder.
   torch::Tensor RouterBalanceLoss() const;
+  // EP, an empty micro-batch (runtime/parallel/expert_parallel.h, lockstep):
+  // the exchanges of every EP MoE block of this rank in forward order, one
+  // (0, C) output each (under full recomputation through RunRecomputed, as
+  // the blocks run); BackwardNoTokens runs their backwards in reverse order.
+  std::vector<torch::Tensor> ForwardNoTokens();
+  static void BackwardNoTokens(const std::vector<torch::Tensor>& outputs);
 
   const plan::ModelDesc& desc() const { return desc_; }
   // kFull: each block runs through RunRecomputed (keeps its input only);
@@ -212,6 +231,13 @@ TORCH_MODULE(DecoderLM);
 // REQUIRES: size divides heads, kv_heads and ffn_hidden (MoE: moe_ffn_hidden
 // and shared_expert_ffn_hidden).
 Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer* tp);
+// EP: every MoE block this rank runs (its stage's, after KeepStage) keeps
+// its EP rank's experts (MoeMlpImpl::KeepExperts) and exchanges over `ep`
+// (which must outlive the model). REQUIRES: ep->size() divides E.
+Status ShardDecoderForExpertParallel(DecoderLMImpl& model, ExpertParallelExchange* ep);
+// Whether parameter `name` belongs to a routed expert
+// ("blocks.<i>.moe.experts.<e>.*"): EP splits these, not the shared expert.
+bool IsRoutedExpertParameter(const std::string& name);
 // Whether parameter `name` (as in named_parameters()) is sharded by TP, and
 // along which dim (0: rows, 1: columns); -1 when replicated.
 int TensorParallelShardDim(const std::string& name);

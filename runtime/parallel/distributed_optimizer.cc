@@ -77,6 +77,31 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
   return opt;
 }
 
+StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::CreateWithExperts(
+    std::vector<torch::Tensor> params, std::vector<bool> tp_sharded, std::vector<bool> routed_expert,
+    launcher::Backend& dp, launcher::Backend& expert_dp, launcher::Backend& ep, launcher::Backend* tp,
+    const plan::OptimizerDesc& desc, std::string what, launcher::Backend* pp, std::vector<bool> counted_in_norm) {
+  if (counted_in_norm.empty()) counted_in_norm.assign(params.size(), true);
+  if (routed_expert.size() != params.size() || tp_sharded.size() != params.size() ||
+      counted_in_norm.size() != params.size()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} parameters but {} expert flags", what, params.size(), routed_expert.size()));
+  }
+  std::vector<torch::Tensor> dense, expert;
+  std::vector<bool> dense_tp, expert_tp, dense_norm, expert_norm;
+  for (size_t i = 0; i < params.size(); ++i) {
+    (routed_expert[i] ? expert : dense).push_back(params[i]);
+    (routed_expert[i] ? expert_tp : dense_tp).push_back(tp_sharded[i]);
+    (routed_expert[i] ? expert_norm : dense_norm).push_back(counted_in_norm[i]);
+  }
+  MAESTRO_ASSIGN_OR_RETURN(
+      auto opt, Create(std::move(dense), std::move(dense_tp), dp, tp, desc, what, pp, std::move(dense_norm)));
+  MAESTRO_ASSIGN_OR_RETURN(opt->experts_, Create(std::move(expert), std::move(expert_tp), expert_dp, tp, desc,
+                                                 what + " (routed experts)", pp, std::move(expert_norm)));
+  opt->experts_->ep_ = ep.group().size() > 1 ? &ep : nullptr;
+  return opt;
+}
+
 void DistributedOptimizer::Bind() {
   torch::NoGradGuard guard;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -105,6 +130,7 @@ Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
     Bind();  // a gradient someone replaced (set_to_none) comes back into the buffer
     grad_shard_ = torch::empty({shard_}, torch::kFloat32);
   }));
+  if (experts_) MAESTRO_RETURN_IF_ERROR(experts_->ReduceScatterGradients(blocked_seconds));
   if (dp_size_ == 1) {
     grad_shard_.copy_(flat_grads_);
     return Status::Ok();
@@ -117,6 +143,18 @@ StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seco
   if (!grad_shard_.defined()) {
     return Status::Internal(fmt::format("{}: StepShard before ReduceScatterGradients", what_));
   }
+  MAESTRO_ASSIGN_OR_RETURN(double squares, SquaresOfShard(blocked_seconds));
+  if (experts_) {
+    MAESTRO_ASSIGN_OR_RETURN(const double expert_squares, experts_->SquaresOfShard(blocked_seconds));
+    squares += expert_squares;
+  }
+  const double norm = std::sqrt(squares);
+  MAESTRO_RETURN_IF_ERROR(UpdateShard(lr, norm));
+  if (experts_) MAESTRO_RETURN_IF_ERROR(experts_->UpdateShard(lr, norm));
+  return norm;
+}
+
+StatusOr<double> DistributedOptimizer::SquaresOfShard(double* blocked_seconds) {
   torch::NoGradGuard guard;
   // Sums of squares of this shard's elements: [TP-sharded parameters, replicated ones].
   std::vector<double> squares{0.0, 0.0};
@@ -133,6 +171,10 @@ StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seco
     MAESTRO_RETURN_IF_ERROR(
         TimedWait(dp_->AllReduce(DoubleBuffer(squares), launcher::ReduceOp::kSum), blocked_seconds));
   }
+  if (ep_ != nullptr) {  // routed experts: each EP rank holds others
+    MAESTRO_RETURN_IF_ERROR(
+        TimedWait(ep_->AllReduce(DoubleBuffer(squares), launcher::ReduceOp::kSum), blocked_seconds));
+  }
   if (tp_ != nullptr) {
     std::vector<double> sharded{squares[0]};
     MAESTRO_RETURN_IF_ERROR(
@@ -144,8 +186,13 @@ StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seco
     MAESTRO_RETURN_IF_ERROR(TimedWait(pp_->AllReduce(DoubleBuffer(total), launcher::ReduceOp::kSum), blocked_seconds));
     squares = {total[0], 0.0};
   }
-  const double norm = std::sqrt(squares[0] + squares[1]);
-  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 AdamW step", [&] {
+  return squares[0] + squares[1];
+}
+
+Status DistributedOptimizer::UpdateShard(double lr, double norm) {
+  torch::NoGradGuard guard;
+  const int64_t lo = static_cast<int64_t>(dp_rank_) * shard_;
+  return TorchCall(what_ + ": ZeRO-1 AdamW step", [&] {
     const double clip = desc_.grad_clip;
     if (clip > 0 && norm > clip) grad_shard_.mul_(clip / (norm + 1e-6));
     // torch::optim::AdamW::step (libtorch 1.13), on the shard.
@@ -161,11 +208,11 @@ StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seco
     auto denom = exp_avg_sq_.sqrt();
     denom.div_(std::sqrt(bias_correction2)).add_(kAdamEps);
     p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
-  }));
-  return norm;
+  });
 }
 
 Status DistributedOptimizer::GatherParameters(double* blocked_seconds) {
+  if (experts_) MAESTRO_RETURN_IF_ERROR(experts_->GatherParameters(blocked_seconds));
   if (dp_size_ > 1) {
     // The send buffer is a copy: MPI forbids in and out to overlap. (bf16:
     // the master shard converted to the parameters' dtype here.)
@@ -179,6 +226,10 @@ Status DistributedOptimizer::GatherParameters(double* blocked_seconds) {
 }
 
 StatusOr<std::string> DistributedOptimizer::Save() const {
+  std::string expert_bytes;
+  if (experts_) {
+    MAESTRO_ASSIGN_OR_RETURN(expert_bytes, experts_->Save());
+  }
   std::string bytes;
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": saving the ZeRO-1 optimizer shard", [&] {
     torch::serialize::OutputArchive archive;
@@ -186,6 +237,11 @@ StatusOr<std::string> DistributedOptimizer::Save() const {
     archive.write("exp_avg_sq", exp_avg_sq_);
     archive.write("step", torch::tensor(step_, torch::kInt64));
     archive.write("layout", torch::tensor(std::vector<int64_t>{numel_, shard_, dp_size_, dp_rank_}, torch::kInt64));
+    if (experts_) {
+      auto raw = torch::empty({static_cast<int64_t>(expert_bytes.size())}, torch::kUInt8);
+      std::copy(expert_bytes.begin(), expert_bytes.end(), reinterpret_cast<char*>(raw.data_ptr<uint8_t>()));
+      archive.write("routed_experts", raw);
+    }
     std::ostringstream os;
     archive.save_to(os);
     bytes = os.str();
@@ -194,7 +250,7 @@ StatusOr<std::string> DistributedOptimizer::Save() const {
 }
 
 Status DistributedOptimizer::Load(const std::string& bytes) {
-  torch::Tensor layout, step, m, v;
+  torch::Tensor layout, step, m, v, expert_raw;
   MAESTRO_RETURN_IF_ERROR(TorchCall(
       what_ + ": loading the ZeRO-1 optimizer shard (a checkpoint written with zero_stage = 1 and this DP size?)", [&] {
         torch::serialize::InputArchive archive;
@@ -204,7 +260,12 @@ Status DistributedOptimizer::Load(const std::string& bytes) {
         archive.read("step", step);
         archive.read("exp_avg", m);
         archive.read("exp_avg_sq", v);
+        if (experts_) archive.read("routed_experts", expert_raw);
       }));
+  if (experts_) {
+    const auto* raw = reinterpret_cast<const char*>(expert_raw.data_ptr<uint8_t>());
+    MAESTRO_RETURN_IF_ERROR(experts_->Load(std::string(raw, raw + expert_raw.numel())));
+  }
   const std::vector<int64_t> want{numel_, shard_, dp_size_, dp_rank_};
   std::vector<int64_t> got;
   if (layout.defined() && layout.numel() == 4) {

@@ -39,6 +39,12 @@
 // into the all-gather's send buffer, GatherParameters): the master shard then
 // becomes a tensor of its own (4S more), everything else stays.
 //
+// EP (docs/moe.md): the routed experts' parameters (`routed_expert[i]`)
+// differ between the ranks of an EP group, so they get their own flat buffer
+// and shards over the expert-DP group (the dp/ep ranks holding the same
+// experts): a second DistributedOptimizer inside this one, whose squares are
+// also summed over the EP group. One norm clips both; Save/Load carry both.
+//
 // Checkpoints: each DP rank saves its own shard (Save: a torch archive of
 // m, v, the step count and the layout); a resume needs the same layout (N,
 // DP size, rank), which Load checks and names.
@@ -77,6 +83,14 @@ class DistributedOptimizer {
                                                                 launcher::Backend* tp, const plan::OptimizerDesc& desc,
                                                                 std::string what, launcher::Backend* pp = nullptr,
                                                                 std::vector<bool> counted_in_norm = {});
+  // EP: as above, with the routed experts' parameters (routed_expert[i])
+  // sharded over `expert_dp` and their squares summed over `ep` too.
+  // REQUIRES: expert_dp and ep outlive the optimizer.
+  static StatusOr<std::unique_ptr<DistributedOptimizer>> CreateWithExperts(
+      std::vector<torch::Tensor> params, std::vector<bool> tp_sharded, std::vector<bool> routed_expert,
+      launcher::Backend& dp, launcher::Backend& expert_dp, launcher::Backend& ep, launcher::Backend* tp,
+      const plan::OptimizerDesc& desc, std::string what, launcher::Backend* pp = nullptr,
+      std::vector<bool> counted_in_norm = {});
 
   // Step 1: the flat gradient (N_pad) reduce-scattered into this rank's
   // gradient shard (S). Waits count in *blocked_seconds.
@@ -108,8 +122,15 @@ class DistributedOptimizer {
   // value in when a load replaced its storage) and every gradient a view of
   // flat_grads_ (its value kept). Cheap when already bound.
   void Bind();
+  // This shard's gradient squares, summed over DP (and EP for experts), TP
+  // for TP slices, and PP: the square of its part of the global norm.
+  StatusOr<double> SquaresOfShard(double* blocked_seconds);
+  // Clips the shard with the global `norm` and applies AdamW at `lr`.
+  Status UpdateShard(double lr, double norm);
 
   std::string what_;
+  std::unique_ptr<DistributedOptimizer> experts_;  // EP: the routed experts' own buffers
+  launcher::Backend* ep_ = nullptr;                // EP: set on experts_ (squares summed over it)
   launcher::Backend* dp_ = nullptr;
   launcher::Backend* tp_ = nullptr;
   launcher::Backend* pp_ = nullptr;

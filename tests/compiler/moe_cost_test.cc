@@ -131,23 +131,32 @@ TEST(MoeStepModel, EachRanksExpertsRunAtTheirShareOfTheGroupsSlots) {
   for (const auto& t : one.detail.terms) EXPECT_EQ(t.name.find("mlp.gate_proj"), std::string::npos) << t.name;
 }
 
-TEST(MoePlanner, EpIsEnumeratedOnlyWhenPlannerOnlyIsAllowed) {
+TEST(MoePlanner, EpIsEnumeratedWhereTheRuntimeRunsIt) {
   DeviceType gpu = fixtures::H100Like(1);
   const CostModel model({gpu}, 64);
   const SectionWork s = fixtures::SectionOf("moe", Moe(), true, kTokens);
   PlannerOptions o;
   int eps = 0;
-  for (const auto& c : CandidateConfigs(model, s, o)) eps += c.ep > 1;
-  EXPECT_EQ(eps, 0) << "the runtime has no EP (runtime_support.h)";
-  o.allow_planner_only = true;
   for (const auto& c : CandidateConfigs(model, s, o)) {
     if (c.ep == 1) continue;
     ++eps;
     EXPECT_EQ(c.dp % c.ep, 0);
     EXPECT_EQ(kExperts % c.ep, 0);
-    EXPECT_NE(PlannerOnlyFeatures(s.model, c).find("EP="), std::string::npos);
+    EXPECT_EQ(PlannerOnlyFeatures(s.model, c), "") << "the runtime runs EP (runtime_support.h)";
   }
   EXPECT_GT(eps, 0);
+  // A runtime without EP: planner-only, enumerated with --allow-planner-only.
+  o.support.expert_parallel = false;
+  int without = 0;
+  for (const auto& c : CandidateConfigs(model, s, o)) without += c.ep > 1;
+  EXPECT_EQ(without, 0);
+  o.allow_planner_only = true;
+  for (const auto& c : CandidateConfigs(model, s, o)) {
+    if (c.ep == 1) continue;
+    ++without;
+    EXPECT_NE(PlannerOnlyFeatures(s.model, c, o.support).find("EP="), std::string::npos);
+  }
+  EXPECT_GT(without, 0);
   EXPECT_EQ(PlannerOnlyFeatures(s.model, Config(2, 1, 1)), "") << "MoE itself runs on the runtime";
 }
 

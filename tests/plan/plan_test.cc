@@ -43,6 +43,34 @@ TEST(RankLayout, EveryRankHasUniqueCoordinatesAndRoundTrips) {
   EXPECT_EQ(GroupsOf(p, 1, GroupKind::kTP).size(), 4u);
 }
 
+// EP groups are carved from the DP ranks (docs/moe.md): ep consecutive DP
+// ranks with the same TP/PP indexes; the expert-DP group holds the same
+// experts (dp mod ep).
+TEST(RankLayout, ExpertParallelGroupsAreConsecutiveDpRanks) {
+  Plan p;
+  p.job_name = "moe";
+  AddSection(p, "llm", 2, 1, 4, 1);  // ranks 0..7: tp fastest, dp 0..3
+  p.sections[0].model.experts = 4;
+  p.sections[0].config.ep = 2;
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  const auto c = CoordsOfRank(p, 5).ValueOrDie();  // tp 1, dp 2
+  EXPECT_EQ(c.dp, 2);
+  EXPECT_EQ(c.ep_rank, 0);
+  EXPECT_EQ(c.expert_dp, 1);
+  EXPECT_EQ(GroupOf(p, 5, GroupKind::kEP), (std::vector<int>{5, 7}));        // dp 2, 3
+  EXPECT_EQ(GroupOf(p, 5, GroupKind::kExpertDP), (std::vector<int>{1, 5}));  // dp 0, 2
+  EXPECT_EQ(GroupOf(p, 2, GroupKind::kEP), (std::vector<int>{0, 2}));
+  EXPECT_EQ(GroupsOf(p, 0, GroupKind::kEP).size(), 4u);
+  EXPECT_STREQ(GroupKindName(GroupKind::kExpertDP), "expert-dp");
+  p.sections[0].config.ep = 3;  // divides neither dp 4 nor 4 experts
+  const Status bad = Validate(p);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("ep = 3 must divide dp (4)"), std::string::npos) << bad.ToString();
+  p.sections[0].config.ep = 1;  // no EP: each group is the rank alone
+  EXPECT_EQ(GroupOf(p, 5, GroupKind::kEP), (std::vector<int>{5}));
+  EXPECT_EQ(GroupOf(p, 5, GroupKind::kExpertDP), (std::vector<int>{1, 3, 5, 7}));
+}
+
 TEST(Links, FanOutMapsUpstreamReplicaToConsecutiveDownstreamReplicas) {
   const Plan p = VlmPlan(1, 2);  // fan-out 2
   const auto links = LinksOfEdge(p, 0);

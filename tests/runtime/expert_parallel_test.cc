@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: Apache-2.0
+// Expert parallelism (labels mpi;runtime; docs/moe.md, runtime/parallel/
+// expert_parallel.h): maestro-worker ranks under mpirun train the tiny KD
+// student of specs/tiny_kd.toml turned into a MoE (Mixtral shape: top 2 of
+// 4; Qwen2-MoE shape with a shared expert) with its experts split over EP
+// groups carved from its DP ranks, and every step's loss equals the
+// one-process reference's (runtime/reference.h, no EP) within 1e-5
+// relative: EP 2 x DP 2 (dp = 2, ep = 2), EP 2 with DP 4 and ZeRO-1 (the
+// routed experts' gradients reduced and their AdamW state sharded over the
+// 2 ranks holding the same experts), EP 2 x TP 2, EP 2 x PP 2. A run stopped
+// and resumed from its checkpoint ends with the losses and weights of an
+// uninterrupted one. runtime_ep_probe checks the exchange itself against
+// experts run locally, and that a broken lockstep (one EP rank runs a MoE
+// layer fewer) ends with the launcher's timeout naming the ep group.
+// No torch here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "plan/plan.h"
+#include "tests/launcher/run_util.h"
+#include "tests/runtime/local_plan.h"
+#include "tests/runtime/run_dir_util.h"
+
+namespace maestro {
+namespace {
+
+using launcher::testing::MpirunArgs;
+using launcher::testing::RunCaptured;
+using runtime_testing::Losses;
+using runtime_testing::WritePlan;
+
+const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+const std::string kProbe = std::string(MAESTRO_BIN_DIR) + "/runtime_ep_probe";
+
+enum class Shape { kMixtral, kQwen2Moe };
+
+struct Layout {
+  int dp = 2, ep = 2, tp = 1, pp = 1, zero_stage = 0;
+};
+
+// specs/tiny_kd.toml on this machine: the teacher (from the seed) on one
+// rank, the student a MoE of 4 experts, top 2, at `layout`, micro-batches
+// of 2 (so a replica runs several, and the balanced placement may give the
+// replicas of an EP group different counts).
+plan::Plan EpPlan(Shape shape, Layout layout, int64_t steps, double aux_coef = 0.05) {
+  plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
+  for (auto& s : p.sections) {
+    const bool student = s.name == "student";
+    s.init_from.clear();
+    s.config.cp = 1;
+    s.config.pp = student ? layout.pp : 1;
+    s.config.tp = student ? layout.tp : 1;
+    s.config.dp = student ? layout.dp : 1;
+    s.config.ep = student ? layout.ep : 1;
+    s.config.micro_batch = student ? 2 : 8;
+    s.config.zero_stage = student ? layout.zero_stage : 0;
+    if (!student) continue;
+    auto& m = s.model;
+    m.experts = 4;
+    m.experts_per_token = 2;
+    m.moe_ffn_hidden = 64;
+    m.ffn_hidden = 0;
+    m.extra["router_aux_loss_coef"] = aux_coef;
+    if (shape == Shape::kQwen2Moe) {
+      m.extra["shared_expert_ffn_hidden"] = 96;
+      m.extra["norm_topk_prob"] = 0;
+    }
+  }
+  runtime_testing::PlaceOnThisMachine(p, steps);
+  return p;
+}
+
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_ep", name);
+}
+
+launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
+                                        std::vector<std::string> extra = {}) {
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(plan_path);
+  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+}
+
+// Per step, the number of micro-batches each rank of section `pid` (its
+// index) computed, from the run's trace.json (the "F<i>" intervals; an empty
+// micro-batch of the EP lockstep is not one).
+std::map<int64_t, std::map<int, int>> ForwardsPerStep(const std::string& run_dir, int pid) {
+  std::map<int64_t, std::map<int, int>> out;
+  const auto trace = nlohmann::json::parse(runtime_testing::ReadText(run_dir + "/trace.json"), nullptr, false);
+  if (!trace.is_object() || !trace.contains("traceEvents")) return out;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.contains("name") || !e.contains("pid") || !e.contains("tid") || !e.contains("args")) continue;
+    const std::string name = e["name"].get<std::string>();
+    if (e["pid"].get<int>() != pid || name.empty() || name[0] != 'F' || !e["args"].contains("step")) continue;
+    ++out[e["args"]["step"].get<int64_t>()][e["tid"].get<int>()];
+  }
+  return out;
+}
+
+void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
+  ASSERT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
+  const std::string dir = Fresh(what);
+  const std::string plan_path = WritePlan(p, dir);
+  const auto run = RunWorkers(p, plan_path, dir + "/run");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto got = Losses(dir + "/run");
+  const auto want = Losses(dir + "/reference");
+  ASSERT_EQ(static_cast<int64_t>(got.size()), p.data.steps) << what;
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (const auto& [step, loss] : got) {
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_NEAR(loss, want.at(step), 1e-5 * std::abs(want.at(step))) << what << " step " << step;
+  }
+  EXPECT_LT(got.rbegin()->second, got.begin()->second) << what << ": the loss moves";
+}
+
+// EP 4 over all 4 DP ranks: the balanced placement gives the replicas 3, 3,
+// 2 and 2 micro-batches, so the ranks with fewer run empty ones in lockstep
+// (their experts serve the others' rows, forward and backward).
+TEST(ExpertParallel, MixtralShapeEp4Dp4WithUnequalReplicasEqualsTheReference) {
+  const plan::Plan p = EpPlan(Shape::kMixtral, {4, 4, 1, 1, 1}, 3);
+  ExpectEqualsReference("mixtral_ep4_dp4", p);
+  const auto forwards =
+      ForwardsPerStep(std::string(MAESTRO_TEST_TMP) + "/runtime_ep/mixtral_ep4_dp4/run", p.section_index("student"));
+  ASSERT_EQ(static_cast<int64_t>(forwards.size()), p.data.steps);
+  bool unequal = false;
+  for (const auto& [step, per_rank] : forwards) {
+    std::set<int> counts;
+    for (const auto& [rank, n] : per_rank) counts.insert(n);
+    unequal |= counts.size() > 1;
+  }
+  EXPECT_TRUE(unequal) << "the case must give an EP group's replicas different micro-batch counts";
+}
+
+TEST(ExpertParallel, MixtralShapeEp2Dp2EqualsTheReference) {
+  ExpectEqualsReference("mixtral_ep2_dp2", EpPlan(Shape::kMixtral, {}, 4));
+}
+
+// Expert-DP 2: experts 0-1 on DP ranks 0 and 2, experts 2-3 on 1 and 3.
+TEST(ExpertParallel, MixtralShapeEp2Dp4Zero1EqualsTheReference) {
+  ExpectEqualsReference("mixtral_ep2_dp4_zero1", EpPlan(Shape::kMixtral, {4, 2, 1, 1, 1}, 4));
+}
+
+TEST(ExpertParallel, Qwen2MoeShapeEp2Tp2EqualsTheReference) {
+  ExpectEqualsReference("qwen2_moe_ep2_tp2", EpPlan(Shape::kQwen2Moe, {2, 2, 2, 1, 1}, 3));
+}
+
+// Without the load-balancing term: a pipeline's last stage averages it over
+// its own MoE layers only (DecoderLMImpl::RouterBalanceLoss), not over the
+// model's as the reference does; that is PP's, with or without EP.
+TEST(ExpertParallel, MixtralShapeEp2Pp2EqualsTheReference) {
+  ExpectEqualsReference("mixtral_ep2_pp2", EpPlan(Shape::kMixtral, {2, 2, 1, 2, 1}, 3, 0.0));
+}
+
+// Checkpoints hold every expert (gathered over the EP group) and each EP
+// rank's optimizer state: a stopped and resumed run ends as an
+// uninterrupted one, loss for loss and byte for byte.
+void ExpectStopAndResumeBitIdentical(const std::string& what, const plan::Plan& p) {
+  const std::string dir = Fresh(what);
+  const std::string plan_path = WritePlan(p, dir);
+  const auto whole = RunWorkers(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = RunWorkers(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
+  ASSERT_EQ(first.exit_code, 85) << what << ": a stopped run exits 85 (requeue)\n" << first.output;
+  const auto second = RunWorkers(p, plan_path, dir + "/split");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto a = Losses(dir + "/whole");
+  const auto b = Losses(dir + "/split");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
+  EXPECT_EQ(a, b) << what;
+  const auto x = runtime_testing::LastCheckpoint(dir + "/whole");
+  const auto y = runtime_testing::LastCheckpoint(dir + "/split");
+  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
+  EXPECT_FALSE(x.sections.at("student").model.empty());
+  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model) << what << ": the weights";
+}
+
+TEST(ExpertParallel, StopAndResumeEp2Dp2IsBitIdentical) {
+  ExpectStopAndResumeBitIdentical("resume_ep2_dp2", EpPlan(Shape::kMixtral, {}, 4));
+}
+
+TEST(ExpertParallel, StopAndResumeEp2Dp4Zero1IsBitIdentical) {
+  ExpectStopAndResumeBitIdentical("resume_ep2_dp4_zero1", EpPlan(Shape::kMixtral, {4, 2, 1, 1, 1}, 4));
+}
+
+launcher::testing::RunResult RunProbe(const std::string& what, const std::string& scenario, double timeout_s) {
+  const plan::Plan p = EpPlan(Shape::kMixtral, {}, 1);
+  const std::string plan_path = WritePlan(p, Fresh(what));
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kProbe, plan_path, scenario});
+  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", std::to_string(timeout_s)}});
+}
+
+TEST(ExpertParallel, TheExchangeEqualsExpertsRunLocally) {
+  const auto r = RunProbe("probe_exchange", "exchange", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PROBE OK"), std::string::npos) << r.output;
+}
+
+// A broken lockstep ends within the timeout with the launcher's error,
+// naming the EP group and the rank that waited.
+TEST(ExpertParallel, ALockstepMismatchEndsWithTheNamedTimeout) {
+  const auto r = RunProbe("probe_mismatch", "mismatch", 2);
+  EXPECT_EQ(r.exit_code, 86) << r.output;  // kExitPeerFailure
+  EXPECT_LT(r.seconds, 2 + 20) << r.output;
+  EXPECT_NE(r.output.find("on ep group of section 'student'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not complete within 2.0 s"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace maestro
