@@ -9,6 +9,7 @@
 #include "base/checks.h"
 #include "base/files.h"
 #include "runtime/collectives.h"
+#include "runtime/fused_pipeline.h"
 #include "runtime/message_tags.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/reference.h"
@@ -31,8 +32,9 @@ Status LoadRankState(SectionRunner& runner, DistributedOptimizer* sharded_optimi
 // The training components of `section` whose state a checkpoint holds, in
 // the order its runner's CheckpointedRunners() lists them: a fused
 // section's training components (topological order, as its runner builds
-// them), else the section itself when it trains.
-std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::SectionPlan& section) {
+// them), else the section itself when it trains. A pipelined fused
+// section's stage `stage` holds only some (FusedComponentOnStage).
+std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::SectionPlan& section, int stage) {
   std::vector<const plan::SectionPlan*> out;
   if (!section.fused()) {
     if (section.mode == plan::SectionMode::kTrain) out.push_back(&section);
@@ -40,7 +42,7 @@ std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::Section
   }
   for (int k : FusedComponentOrder(section)) {
     const auto& c = section.components[static_cast<size_t>(k)];
-    if (c.mode == plan::SectionMode::kTrain) out.push_back(&c);
+    if (c.mode == plan::SectionMode::kTrain && FusedComponentOnStage(c, stage)) out.push_back(&c);
   }
   return out;
 }
@@ -60,7 +62,7 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
     const bool zero1 = OptimizerShardedOverDp(section);
     const int d = zero1 ? coords.dp : 0;
     size_t next = 0;  // rank 0: which of its own runners loads this state
-    for (const plan::SectionPlan* s : CheckpointedComponents(section)) {
+    for (const plan::SectionPlan* s : CheckpointedComponents(section, coords.pp)) {
       auto model = resumed.sections.find(s->name);
       auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp, d, coords.pp));
       if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
@@ -181,9 +183,9 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   if (rank0) {
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
-      const auto components = CheckpointedComponents(sp);
       const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : 1;
       for (int p = 0; p < sp.config.pp; ++p) {
+        const auto components = CheckpointedComponents(sp, p);
         for (int d = 0; d < replicas; ++d) {
           for (int t = 0; t < sp.config.tp; ++t) {
             const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, p);
