@@ -10,7 +10,8 @@
 // at the plan's placeholder id, a KD student's teacher head, the loss of a
 // sink), AdamW with per-section gradient clipping and the LR schedule, and
 // the section's checkpoint state (model + optimizer bytes).
-// May call: runtime/models, runtime/parallel, runtime/pipeline (stage split), runtime/hf_weights, hf
+// May call: runtime/models, runtime/parallel, runtime/pipeline (stage split), runtime/fused_pipeline
+// (a fused section's stages), runtime/hf_weights, hf
 // (checkpoint folders), runtime/plan_data (placeholder id, images per
 // sample), runtime/reference (SectionActivates), datasets (SampleSource,
 // token ids), datalayer (init_from),

@@ -6,9 +6,10 @@
 //    pipeline (two trained decoders, too few layers, a decoder on some
 //    samples only), each refusal naming the section and the fix;
 //  - maestro-worker ranks under mpirun train specs/tiny_vlm3.toml fused
-//    (ViT + projector + LLM in one section) at PP 2, PP 2 x DP 2, PP 2 x
-//    TP 2, and specs/tiny_kd.toml fused (a frozen teacher streaming beside
-//    its student) at PP 2: every step's loss within 1e-5 relative of the
+//    (ViT + projector + LLM in one section) at PP 2, PP 2 x DP 2 (with
+//    the DP all-reduce and with ZeRO-1), PP 2 x TP 2, and
+//    specs/tiny_kd.toml fused (a frozen teacher streaming beside its
+//    student) at PP 2: every step's loss within 1e-5 relative of the
 //    one-process reference and of the same fused plan at PP 1; every
 //    component's final weights within 1e-5 of the PP 1 run's and no further
 //    from the reference's than the PP 1 run's (the per-step gradients enter
@@ -124,7 +125,7 @@ TEST(FusedPipelineRules, RefusesWhatTheRuntimeCannotPipelineNamingTheSectionAndT
 // `tp` x PP `pp` x DP `dp`, micro-batches of 4 (several per replica and
 // step: the pipeline has work to overlap); tiny_kd's teacher from the seed
 // and its student's loss KD.
-plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t steps) {
+plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t steps, int zero_stage = 0) {
   plan::Plan p = runtime_testing::CompiledExamplePlan(spec, compiler::Grouping::kFused);
   EXPECT_EQ(p.sections.size(), 1u);
   if (p.sections.empty()) return p;
@@ -135,7 +136,7 @@ plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t st
   f.config.cp = 1;
   f.config.dp = dp;
   f.config.micro_batch = 4;
-  f.config.zero_stage = 0;
+  f.config.zero_stage = zero_stage;
   for (auto& c : f.components) {
     c.init_from.clear();
     if (c.name == "student" && c.loss.kind != "kd") {
@@ -289,6 +290,14 @@ TEST(FusedPipelineTraining, VlmPp2EqualsTheReference) {
 TEST(FusedPipelineTraining, VlmPp2TimesDp2EqualsTheReference) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   ExpectFusedPipelineEqualsReference("vlm_pp2_dp2", FusedPlan("tiny_vlm3.toml", 1, 2, 2, 3));
+}
+
+// ZeRO-1 per stage: stage 0 shards the ViT's, the projector's and its LLM
+// layers' AdamW over its DP group; only the LLM's shard sums its norm over
+// the stages.
+TEST(FusedPipelineTraining, VlmPp2TimesDp2WithZero1EqualsTheReference) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectFusedPipelineEqualsReference("vlm_pp2_dp2_zero1", FusedPlan("tiny_vlm3.toml", 1, 2, 2, 3, /*zero_stage=*/1));
 }
 
 TEST(FusedPipelineTraining, VlmPp2TimesTp2EqualsTheReference) {
