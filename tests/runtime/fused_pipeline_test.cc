@@ -17,7 +17,9 @@
 //    equal gradients);
 //  - a pipelined fused run stopped after a checkpoint and resumed ends with
 //    the losses and weights of an uninterrupted run, bit for bit, the
-//    LLM's second-stage AdamW state under its own key;
+//    LLM's second-stage AdamW state under its own key; its last stage
+//    killed mid-run ends the job within the communication timeout, mpirun
+//    naming the dead rank;
 //  - the compiler (specs/omni_audio_vision_llm.toml, whose monolithic
 //    baseline pipelines): the fused plan is chosen when predicted faster,
 //    else it is the rejected alternative with its step; `--grouping fused`
@@ -27,13 +29,16 @@
 #include "runtime/fused_pipeline.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/checks.h"
@@ -335,6 +340,34 @@ TEST(FusedPipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
     std::string where;
     EXPECT_EQ(LargestRelativeDifference(u, v, &where, 0.0), 0.0) << name << ": " << where;
   }
+}
+
+// The last stage (the LLM's second half, no encoder) killed with SIGKILL
+// mid-run: stage 0, which waits for its gradients, does not hang; mpirun
+// names the dead rank.
+TEST(FusedPipelineFailure, ALastStageKilledMidRunEndsTheJobNamingItsRank) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const plan::Plan p = FusedPlan("tiny_vlm3.toml", 1, 2, 1, 500);  // far more steps than it runs: it is killed
+  const std::string dir = Fresh("killed_stage");
+  const std::string plan_path = WritePlan(p, dir);
+  const int victim = plan::GlobalRankOf(p, 0, 0, 0, 0, 1);
+  RunResult result;
+  std::thread job([&] { result = RunWorkers(p, plan_path, dir + "/run"); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  pid_t pid = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Losses(dir + "/run").size() >= 2) pid = runtime_testing::WorkerOfRank(plan_path, victim);
+    if (pid > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
+  }
+  ASSERT_GT(pid, 0) << "the pipelined fused run made no progress";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  job.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
+  EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
 }
 
 // ---- the compiler ----
