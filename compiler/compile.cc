@@ -109,15 +109,48 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
 }
 
+// Why the runtime cannot pipeline the fused section over `pp` stages; ""
+// when it can: the runtime's rule (runtime/fused_pipeline.h
+// FusedPipelineRefusal) in the workload's terms.
+std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport& support) {
+  if (!support.pipeline_parallel_fused) return "the runtime's fused sections run PP = 1";
+  int trained = 0, frozen = 0;
+  for (const SectionWork& s : w.sections) {
+    if (s.model.kind != plan::ModelKind::kDecoder) continue;
+    (s.trains() ? trained : frozen) += 1;
+    if (s.activation != "always") {
+      return fmt::format(
+          "decoder '{}' runs on some samples only; the runtime pipelines fused decoders run on every "
+          "sample",
+          s.name);
+    }
+    if (s.model.layers < pp) return fmt::format("decoder '{}' has fewer layers than PP {}", s.name, pp);
+    if (s.trains() && !s.sink) {
+      return fmt::format("training decoder '{}' feeds another section; a pipelined fused section's is its last",
+                         s.name);
+    }
+  }
+  if (trained != 1 || frozen > 1) {
+    return fmt::format("{} training and {} forward-only decoders; a pipelined fused section has one of each at most",
+                       trained, frozen);
+  }
+  return "";
+}
+
 // Why the fused plan (the monolithic baseline's configuration, run as one
-// fused section) cannot run on this build's runtime; "" when it can.
-std::string FusedPlanBlocker(const CompileResult& r) {
+// fused section) cannot run on the runtime of `support`; "" when it can.
+std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& support) {
   const MonolithicPlan& m = r.monolithic;
   if (r.workload.sections.size() < 2) return "the workload has one component";
   if (!m.found) return "no single configuration fits: " + m.why_not;
   if (!m.planner_only.empty()) return "its configuration needs what the runtime lacks (" + m.planner_only + ")";
   if (m.devices.size() != 1) return "it runs on several GPU types in lockstep; a fused section runs on one";
-  if (m.config.pp != 1 || m.config.cp != 1) return "the runtime's fused sections run PP = CP = 1";
+  if (m.config.cp != 1) return fmt::format("the runtime's fused sections run CP = 1 (CP {})", m.config.cp);
+  if (m.config.pp != 1) {
+    if (const std::string why = FusedPipelineBlocker(r.workload, m.config.pp, support); !why.empty()) {
+      return "PP " + std::to_string(m.config.pp) + ": " + why;
+    }
+  }
   return "";
 }
 
@@ -139,7 +172,7 @@ StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& 
   GroupingChoice g;
   const double sectioned = r.simulated.ok ? r.simulated.step_seconds : r.assignment.bottleneck_seconds;
   const double fused = r.monolithic_simulated.ok ? r.monolithic_simulated.step_seconds : r.monolithic.step_seconds;
-  const std::string blocker = FusedPlanBlocker(r);
+  const std::string blocker = FusedPlanBlocker(r, PlannerOptionsOf(spec, options).support);
   g.chosen_step_seconds = sectioned;
   if (options.grouping == Grouping::kFused) {
     if (!blocker.empty()) {

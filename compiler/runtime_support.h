@@ -34,6 +34,12 @@ struct RuntimeSupport {
   // checkpoints, with TP, DP and ZeRO-1 per stage (runtime/pipeline.h,
   // docs/pipeline.md).
   bool pipeline_parallel_decoder = true;
+  // PP for fused sections (docs/fused_pipeline.md): every decoder's layers in
+  // stages, encoders and projectors whole on the first stage (what the
+  // monolithic baseline assumes), a KD teacher streaming beside its student;
+  // tests/runtime/fused_pipeline_test.cc. Lets a monolithic baseline with
+  // PP > 1 be the fused plan (compile.cc FusedPlanBlocker).
+  bool pipeline_parallel_fused = true;
   bool pipeline_parallel_encoder = false;
   bool context_parallel = false;
   // EP of MoE decoder sections (docs/moe.md; runtime/parallel/

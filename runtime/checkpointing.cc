@@ -10,6 +10,7 @@
 #include "base/checks.h"
 #include "base/files.h"
 #include "runtime/collectives.h"
+#include "runtime/fused_pipeline.h"
 #include "runtime/message_tags.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/reference.h"
@@ -32,8 +33,9 @@ Status LoadRankState(SectionRunner& runner, DistributedOptimizer* sharded_optimi
 // The training components of `section` whose state a checkpoint holds, in
 // the order its runner's CheckpointedRunners() lists them: a fused
 // section's training components (topological order, as its runner builds
-// them), else the section itself when it trains.
-std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::SectionPlan& section) {
+// them), else the section itself when it trains. A pipelined fused
+// section's stage `stage` holds only some (FusedComponentOnStage).
+std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::SectionPlan& section, int stage) {
   std::vector<const plan::SectionPlan*> out;
   if (!section.fused()) {
     if (section.mode == plan::SectionMode::kTrain) out.push_back(&section);
@@ -41,7 +43,7 @@ std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::Section
   }
   for (int k : FusedComponentOrder(section)) {
     const auto& c = section.components[static_cast<size_t>(k)];
-    if (c.mode == plan::SectionMode::kTrain) out.push_back(&c);
+    if (c.mode == plan::SectionMode::kTrain && FusedComponentOnStage(c, stage)) out.push_back(&c);
   }
   return out;
 }
@@ -62,7 +64,7 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
     // EP: a replicated AdamW's state is per EP rank (its experts' moments).
     const int d = zero1 ? coords.dp : coords.dp % std::max(1, section.config.ep);
     size_t next = 0;  // rank 0: which of its own runners loads this state
-    for (const plan::SectionPlan* s : CheckpointedComponents(section)) {
+    for (const plan::SectionPlan* s : CheckpointedComponents(section, coords.pp)) {
       auto model = resumed.sections.find(s->name);
       auto optimizer = resumed.sections.find(OptimizerKey(s->name, coords.tp, d, coords.pp));
       if (model == resumed.sections.end() || optimizer == resumed.sections.end()) {
@@ -187,9 +189,9 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   if (rank0) {
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
-      const auto components = CheckpointedComponents(sp);
       const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : std::max(1, sp.config.ep);
       for (int p = 0; p < sp.config.pp; ++p) {
+        const auto components = CheckpointedComponents(sp, p);
         for (int d = 0; d < replicas; ++d) {
           for (int t = 0; t < sp.config.tp; ++t) {
             const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, p);

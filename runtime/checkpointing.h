@@ -15,7 +15,8 @@
 // "<section>#pp<p>..." for p > 0; a resume needs the same PP layout.
 // Runtime-internal: SectionRunner and DistributedOptimizer are torch classes
 // (the header itself is torch-free). May call: runtime/section_runner,
-// runtime/parallel/distributed_optimizer, runtime/collectives, datalayer,
+// runtime/fused_pipeline (which stage of a fused section holds which
+// component), runtime/parallel/distributed_optimizer, runtime/collectives, datalayer,
 // launcher, plan, base.
 // Thread safety: one thread per process.
 #pragma once

@@ -25,6 +25,7 @@
 #include "runtime/cost_model.h"
 #include "runtime/device_staging.h"
 #include "runtime/edge_exchange.h"
+#include "runtime/fused_pipeline.h"
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
 #include "runtime/parallel/distributed_optimizer.h"
@@ -248,7 +249,8 @@ class RankLoop {
   struct MicroBatchState {
     MicroBatchData data;
     std::map<int, torch::Tensor> inputs;
-    torch::Tensor stage_input;  // pp > 1, not the first stage: the previous stage's activation (B, T, C)
+    torch::Tensor stage_input;          // pp > 1, not the first stage: the previous stage's activation (B, T, C)
+    torch::Tensor stage_teacher_input;  // a fused KD section's: the frozen teacher's (B, T, C_teacher)
     SectionRunner::Output out;
   };
   std::vector<MicroBatchState> states_;
@@ -271,7 +273,9 @@ Status RankLoop::Setup() {
                       "--pin {}.cp=1 or let the planner choose (it only emits what the runtime runs)",
                       s.name, s.config.cp, s.name));
     }
-    if (s.config.pp > 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder)) {
+    if (s.config.pp > 1 && s.fused()) {
+      if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
+    } else if (s.config.pp > 1 && s.model.kind != plan::ModelKind::kDecoder) {
       return Status::FailedPrecondition(
           fmt::format("section '{}': the runtime pipelines decoder sections only (plan has pp {}); recompile with "
                       "--pin {}.pp=1",
@@ -365,7 +369,8 @@ Status RankLoop::Resume() {
     for (SectionRunner* mine : runner_->CheckpointedRunners()) {
       const auto& component = mine->section_plan();
       launcher::Backend* tp = TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr;
-      launcher::Backend* pp = pipeline_ ? &comms_.group(plan::GroupKind::kPP) : nullptr;
+      // Not stage 0's encoders in a pipelined fused section: they live on one stage.
+      launcher::Backend* pp = mine->Staged() ? &comms_.group(plan::GroupKind::kPP) : nullptr;
       const std::string what = fmt::format("section '{}' dp {}", component.name, replica_);
       if (ep_exchange_) {  // the routed experts sharded over their expert-DP group
         MAESTRO_ASSIGN_OR_RETURN(
@@ -417,6 +422,7 @@ Status RankLoop::Forward(int mb_index) {
   } else if (state.stage_input.defined()) {
     std::map<int, torch::Tensor> inputs = state.inputs;
     inputs[kPipelineInput] = state.stage_input;
+    if (state.stage_teacher_input.defined()) inputs[kPipelineTeacherInput] = state.stage_teacher_input;
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, inputs));
   } else {
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, state.inputs));
@@ -618,12 +624,22 @@ Status RankLoop::BackwardNoTokens(int slot) {
 // teacher's rows, relayed from the first stage, go where the edge's would.
 Status RankLoop::ReceiveFromPreviousStage(int mb_index, int64_t samples) {
   auto& state = states_[static_cast<size_t>(mb_index)];
-  const auto& s = plan_.sections[static_cast<size_t>(section_)];
   const torch::Device device = TorchDevice(compute_);
-  MAESTRO_ASSIGN_OR_RETURN(state.stage_input,
-                           pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kActivation,
-                                                       {samples, plan_.data.seq_len, s.model.hidden}, device));
+  // A fused section's activation is its training decoder's; a fused KD
+  // section's frozen teacher sends its own beside it (docs/fused_pipeline.md).
+  SectionRunner* decoder = runner_->PipelinedDecoder();
+  if (decoder == nullptr) return Status::Internal("a pipelined section without a decoder");
+  MAESTRO_ASSIGN_OR_RETURN(
+      state.stage_input,
+      pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kActivation,
+                                  {samples, plan_.data.seq_len, decoder->section_plan().model.hidden}, device));
   if (runner_->trains()) state.stage_input.set_requires_grad(true);
+  if (SectionRunner* teacher = runner_->PipelinedTeacher()) {
+    MAESTRO_ASSIGN_OR_RETURN(
+        state.stage_teacher_input,
+        pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kTeacherRows,
+                                    {samples, plan_.data.seq_len, teacher->section_plan().model.hidden}, device));
+  }
   if (const int kd = runner_->kd_edge(); kd >= 0) {
     std::vector<int64_t> shape{samples};
     const auto row = RowShapeOf(plan_, plan_.section_index(plan_.edges[static_cast<size_t>(kd)].from));
@@ -644,6 +660,10 @@ Status RankLoop::SendToNextStage(int mb_index) {
                                         mb_index));
   }
   MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb_index, PipelineGroup::Part::kActivation, state.out.rows));
+  if (runner_->PipelinedTeacher() != nullptr) {
+    MAESTRO_RETURN_IF_ERROR(
+        pipeline_->SendDown(mb_index, PipelineGroup::Part::kTeacherRows, state.out.teacher_stage_rows.detach()));
+  }
   if (const int kd = runner_->kd_edge(); kd >= 0) {
     auto it = state.inputs.find(kd);
     if (it == state.inputs.end()) {

@@ -19,8 +19,9 @@
 // crosses sections between that device and the wire (device_staging.h).
 // The loop stops on a preemption signal (exit 85 after a checkpoint).
 //
-// May call: the runtime files above, runtime/section_runner, runtime/pipeline, runtime/parallel, runtime/reference
-// (evaluation), scheduler, datalayer, launcher, datasets, plan, base, libtorch.
+// May call: the runtime files above, runtime/section_runner, runtime/pipeline, runtime/fused_pipeline,
+// runtime/parallel, runtime/reference (evaluation), scheduler, datalayer, launcher, datasets, plan, base,
+// libtorch.
 // Thread safety: one thread per process.
 #pragma once
 

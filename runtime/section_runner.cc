@@ -16,6 +16,7 @@
 #include "datasets/sample_source.h"
 #include "hf/checkpoint.h"
 #include "hf/name_map.h"
+#include "runtime/fused_pipeline.h"
 #include "runtime/hf_weights.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
@@ -321,8 +322,17 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
   const auto& fused = runner->impl_->section;
   runner->expanded_ = std::make_shared<const plan::Plan>(plan::ExpandFusedSections(plan));
   const plan::Plan& expanded = *runner->expanded_;
+  // Pipelined (docs/fused_pipeline.md): this stage builds only the
+  // components it holds; decoders keep their stage's layers, encoders and
+  // projectors run whole on the first stage.
+  const bool staged = options.pipeline != nullptr && options.pipeline->stages() > 1;
+  if (staged) {
+    if (const std::string why = FusedPipelineRefusal(fused); !why.empty()) return Status::FailedPrecondition(why);
+  }
   for (int k : FusedComponentOrder(fused)) {
-    const int s = expanded.section_index(fused.components[static_cast<size_t>(k)].name);
+    const auto& component_plan = fused.components[static_cast<size_t>(k)];
+    if (staged && !FusedComponentOnStage(component_plan, options.pipeline->stage())) continue;
+    const int s = expanded.section_index(component_plan.name);
     // Every component (decoders, encoders, projectors) is split over the
     // section's TP group: rows between components are complete on every TP
     // rank (each model's last row-parallel layer all-reduces them), and so
@@ -335,6 +345,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
         !CheckEncoderSplitsOverTp(model, options.tensor_parallel->size()).ok()) {
       component_options.tensor_parallel = nullptr;
     }
+    if (model.kind != plan::ModelKind::kDecoder) component_options.pipeline = nullptr;
     auto component = Create(expanded, s, component_options);
     if (!component.ok()) return component.status().WithContext(fmt::format("fused section '{}'", fused.name));
     runner->components_.push_back(std::move(*component));
@@ -342,9 +353,18 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
   return runner;
 }
 
-StatusOr<SectionRunner::Output> SectionRunner::ForwardFused(const MicroBatchData& data) {
+StatusOr<SectionRunner::Output> SectionRunner::ForwardFused(const MicroBatchData& data,
+                                                            const std::map<int, torch::Tensor>& stage_inputs) {
   const plan::Plan& expanded = *expanded_;
   Output out;
+  // Pipelined: the previous stage's activations enter the decoders (the
+  // student's, and a KD teacher's); a non-last stage hands theirs on.
+  SectionRunner* const student = PipelinedDecoder();
+  SectionRunner* const teacher = PipelinedTeacher();
+  const auto stage_input = [&](int key) {
+    auto it = stage_inputs.find(key);
+    return it == stage_inputs.end() ? torch::Tensor() : it->second;
+  };
   // rows[component index in the expanded plan][sample id] = its output row.
   std::map<int, std::map<int64_t, torch::Tensor>> rows;
   for (auto& component : components_) {
@@ -365,7 +385,23 @@ StatusOr<SectionRunner::Output> SectionRunner::ForwardFused(const MicroBatchData
       }
       if (!in_rows.empty()) inputs[e] = torch::stack(in_rows);
     }
+    const bool staged_decoder = component->Staged() && (component.get() == student || component.get() == teacher);
+    if (staged_decoder && !component->impl_->options.pipeline->first()) {
+      const auto x = stage_input(component.get() == student ? kPipelineInput : kPipelineTeacherInput);
+      if (!x.defined()) {
+        return Status::Internal(fmt::format("fused section '{}' stage {}: no activation of '{}' from the stage above",
+                                            impl_->section.name, component->impl_->options.pipeline->stage(), sp.name));
+      }
+      inputs[kPipelineInput] = x;
+    }
     MAESTRO_ASSIGN_OR_RETURN(auto part, component->Forward(mine, inputs));
+    if (staged_decoder && !component->impl_->options.pipeline->last()) {
+      if (positions.size() != data.sample_ids.size()) {
+        return Status::Internal(
+            fmt::format("fused section '{}': pipelined decoder '{}' skipped samples", impl_->section.name, sp.name));
+      }
+      (component.get() == student ? out.rows : out.teacher_stage_rows) = part.rows;
+    }
     if (part.rows.defined()) {
       auto& mine_rows = rows[component->section()];
       for (size_t b = 0; b < mine.sample_ids.size(); ++b) {
@@ -679,7 +715,7 @@ torch::Tensor SpliceImageRows(const torch::Tensor& embeds, const torch::Tensor& 
 
 StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& data,
                                                        const std::map<int, torch::Tensor>& inputs) {
-  if (!components_.empty()) return ForwardFused(data);
+  if (!components_.empty()) return ForwardFused(data, inputs);
   auto& impl = *impl_;
   const auto& s = impl.section;
   Output out;
@@ -948,8 +984,27 @@ int SectionRunner::kd_edge() const {
   return impl_->kd_edge;
 }
 
+SectionRunner* SectionRunner::PipelinedDecoder() {
+  if (components_.empty()) return this;
+  for (auto& c : components_) {
+    if (IsDecoder(c->section_plan()) && c->trains()) return c.get();
+  }
+  return nullptr;
+}
+
+SectionRunner* SectionRunner::PipelinedTeacher() {
+  for (auto& c : components_) {
+    if (IsDecoder(c->section_plan()) && !c->trains() && c->Staged()) return c.get();
+  }
+  return nullptr;
+}
+
 torch::Tensor SectionRunner::TiedEmbedding() {
-  if (!components_.empty() || !Staged() || !impl_->section.model.tie_embeddings) return {};
+  if (!components_.empty()) {
+    SectionRunner* decoder = PipelinedDecoder();
+    return decoder != nullptr ? decoder->TiedEmbedding() : torch::Tensor();
+  }
+  if (!Staged() || !impl_->section.model.tie_embeddings) return {};
   const auto& pp = *impl_->options.pipeline;
   if (!pp.first() && !pp.last()) return {};
   return impl_->module->as<DecoderLMImpl>()->embed_tokens->weight;

@@ -10,7 +10,8 @@
 // at the plan's placeholder id, a KD student's teacher head, the loss of a
 // sink), AdamW with per-section gradient clipping and the LR schedule, and
 // the section's checkpoint state (model + optimizer bytes).
-// May call: runtime/models, runtime/parallel, runtime/pipeline (stage split), runtime/hf_weights, hf
+// May call: runtime/models, runtime/parallel, runtime/pipeline (stage split), runtime/fused_pipeline
+// (a fused section's stages), runtime/hf_weights, hf
 // (checkpoint folders), runtime/plan_data (placeholder id, images per
 // sample), runtime/reference (SectionActivates), datasets (SampleSource,
 // token ids), datalayer (init_from),
@@ -80,6 +81,9 @@ class ExpertParallelExchange;  // runtime/parallel/expert_parallel.h
 
 // Forward's inputs key of the previous pipeline stage's activation (B, T, C).
 inline constexpr int kPipelineInput = -1;
+// A pipelined fused KD section (docs/fused_pipeline.md): Forward's inputs key
+// of the previous stage's frozen-teacher activation (B, T, C_teacher).
+inline constexpr int kPipelineTeacherInput = -2;
 
 struct RunnerOptions {
   torch::Device device = torch::kCPU;
@@ -100,7 +104,8 @@ struct RunnerOptions {
   // Output::rows. SaveModel() gathers the whole model (collective over the
   // PP and TP groups), LoadModel() takes the whole model and keeps the
   // stage's part; the optimizer state is per stage. OptimizerStep's norm is
-  // over every stage (a tied embedding counted once).
+  // over every stage (a tied embedding counted once). A fused section with
+  // pp > 1: docs/fused_pipeline.md (decoders staged, encoders on stage 0).
   PipelineGroup* pipeline = nullptr;
   // MoE decoder sections with ep > 1: this rank's EP group (must outlive the
   // runner). The model keeps this EP rank's routed experts (docs/moe.md);
@@ -163,6 +168,9 @@ class SectionRunner {
     int64_t loss_samples = 0;
     int64_t answers_right = 0;  // caption samples whose answer token is the argmax
     int64_t answers = 0;
+    // A pipelined fused KD section's non-last stage: the frozen teacher's
+    // activation (B, T, C_teacher) for the next stage (rows: the student's).
+    torch::Tensor teacher_stage_rows;
   };
   // One micro-batch. `data`: its B samples, every one activating this
   // section (a fused section: every sample; each component runs on the
@@ -221,6 +229,13 @@ class SectionRunner {
   bool ExpertSharded() const;
   // A KD student's teacher edge (plan edge index), -1 when none.
   int kd_edge() const;
+  // The decoder whose stage activation crosses between pipeline stages as
+  // Output::rows: this runner, or a fused section's training decoder
+  // component (docs/fused_pipeline.md); null for a fused section without one.
+  SectionRunner* PipelinedDecoder();
+  // A pipelined fused KD section's forward-only decoder component (its
+  // activation travels as Output::teacher_stage_rows), else null.
+  SectionRunner* PipelinedTeacher();
   // The tied embedding (V, C) of a staged decoder's first or last stage
   // (both hold it: PipelineGroup::SumTiedGradient), else undefined.
   torch::Tensor TiedEmbedding();
@@ -229,7 +244,7 @@ class SectionRunner {
   SectionRunner() = default;
   static StatusOr<std::unique_ptr<SectionRunner>> CreateFused(const plan::Plan& plan, int section,
                                                               const RunnerOptions& options);
-  StatusOr<Output> ForwardFused(const MicroBatchData& data);
+  StatusOr<Output> ForwardFused(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int section_ = -1;

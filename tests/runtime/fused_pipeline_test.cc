@@ -1,0 +1,445 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fused sections with pipeline parallelism (docs/fused_pipeline.md), labels
+// mpi;runtime:
+//  - which stage holds which component (decoders every stage, encoders and
+//    projectors the first) and which fused sections the runtime refuses to
+//    pipeline (two trained decoders, too few layers, a decoder on some
+//    samples only), each refusal naming the section and the fix;
+//  - maestro-worker ranks under mpirun train specs/tiny_vlm3.toml fused
+//    (ViT + projector + LLM in one section) at PP 2, PP 2 x DP 2 (with
+//    the DP all-reduce and with ZeRO-1), PP 2 x TP 2, and
+//    specs/tiny_kd.toml fused (a frozen teacher streaming beside its
+//    student) at PP 2: every step's loss within 1e-5 relative of the
+//    one-process reference and of the same fused plan at PP 1; every
+//    component's final weights within 1e-5 of the PP 1 run's and no further
+//    from the reference's than the PP 1 run's (the per-step gradients enter
+//    the weights through AdamW, so equal weights after several steps are
+//    equal gradients);
+//  - a pipelined fused run stopped after a checkpoint and resumed ends with
+//    the losses and weights of an uninterrupted run, bit for bit, the
+//    LLM's second-stage AdamW state under its own key; its last stage
+//    killed mid-run ends the job within the communication timeout, mpirun
+//    naming the dead rank;
+//  - the compiler (specs/omni_audio_vision_llm.toml, whose monolithic
+//    baseline pipelines): the fused plan is chosen when predicted faster,
+//    else it is the rejected alternative with its step; `--grouping fused`
+//    gives one section with the baseline's PP; a runtime without
+//    `pp_fused` names PP as the blocker.
+// One torch TU (the checkpoints' weights are read back with torch).
+#include "runtime/fused_pipeline.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/checks.h"
+#include "compiler/compile.h"
+#include "compiler/workload_builder.h"
+#include "plan/plan.h"
+#include "runtime/models/encoders.h"
+#include "tests/fixtures/demo_images.h"
+#include "tests/launcher/run_util.h"
+#include "tests/runtime/local_plan.h"
+#include "tests/runtime/run_dir_util.h"
+
+namespace maestro {
+namespace {
+
+using launcher::testing::MpirunArgs;
+using launcher::testing::RunCaptured;
+using launcher::testing::RunResult;
+using runtime_testing::LastCheckpoint;
+using runtime_testing::Losses;
+using runtime_testing::WritePlan;
+
+const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+
+// ---- which stage holds what; what the runtime refuses ----
+
+plan::SectionPlan Component(const std::string& name, plan::ModelKind kind, plan::SectionMode mode, int layers = 2) {
+  plan::SectionPlan c;
+  c.name = name;
+  c.model.kind = kind;
+  c.model.layers = layers;
+  c.mode = mode;
+  c.activation = "always";
+  return c;
+}
+
+plan::SectionPlan FusedVlm(int pp) {
+  plan::SectionPlan f;
+  f.name = "fused";
+  f.config.pp = pp;
+  f.components = {Component("vit", plan::ModelKind::kVit, plan::SectionMode::kTrain),
+                  Component("proj", plan::ModelKind::kProjector, plan::SectionMode::kTrain),
+                  Component("llm", plan::ModelKind::kDecoder, plan::SectionMode::kTrain)};
+  f.components[0].activation = f.components[1].activation = "image";
+  plan::EdgePlan a, b;
+  a.from = "vit";
+  a.to = "proj";
+  b.from = "proj";
+  b.to = "llm";
+  f.component_edges = {a, b};
+  return f;
+}
+
+TEST(FusedPipelineRules, DecodersOnEveryStageEncodersAndProjectorsOnTheFirst) {
+  const plan::SectionPlan f = FusedVlm(2);
+  for (int stage : {0, 1, 2}) {
+    EXPECT_EQ(runtime::FusedComponentOnStage(f.components[0], stage), stage == 0);
+    EXPECT_EQ(runtime::FusedComponentOnStage(f.components[1], stage), stage == 0);
+    EXPECT_TRUE(runtime::FusedComponentOnStage(f.components[2], stage));
+  }
+}
+
+TEST(FusedPipelineRules, RefusesWhatTheRuntimeCannotPipelineNamingTheSectionAndTheFix) {
+  EXPECT_EQ(runtime::FusedPipelineRefusal(FusedVlm(2)), "");
+  EXPECT_EQ(runtime::FusedPipelineRefusal(FusedVlm(1)), "");
+  plan::SectionPlan too_deep = FusedVlm(3);
+  const std::string deep = runtime::FusedPipelineRefusal(too_deep);
+  EXPECT_NE(deep.find("pp 3 is more than decoder 'llm''s 2 layers"), std::string::npos) << deep;
+  EXPECT_NE(deep.find("--grouping sectioned"), std::string::npos) << deep;
+  plan::SectionPlan some = FusedVlm(2);
+  some.components[2].activation = "image";
+  EXPECT_NE(runtime::FusedPipelineRefusal(some).find("runs on some samples only"), std::string::npos);
+  plan::SectionPlan two = FusedVlm(2);
+  two.components.push_back(Component("llm2", plan::ModelKind::kDecoder, plan::SectionMode::kTrain));
+  EXPECT_NE(runtime::FusedPipelineRefusal(two).find("2 training and 0 forward-only"), std::string::npos);
+  plan::SectionPlan feeding = FusedVlm(2);
+  feeding.components.push_back(Component("student", plan::ModelKind::kDecoder, plan::SectionMode::kTrain));
+  plan::EdgePlan e;
+  e.from = "llm";
+  e.to = "student";
+  feeding.component_edges.push_back(e);
+  EXPECT_NE(runtime::FusedPipelineRefusal(feeding).find("training decoder 'llm' feeds another component"),
+            std::string::npos);
+}
+
+// ---- whole runs under mpirun ----
+
+// `spec` compiled fused (--grouping fused), re-placed on this machine at TP
+// `tp` x PP `pp` x DP `dp`, micro-batches of 4 (several per replica and
+// step: the pipeline has work to overlap); tiny_kd's teacher from the seed
+// and its student's loss KD.
+plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t steps, int zero_stage = 0) {
+  plan::Plan p = runtime_testing::CompiledExamplePlan(spec, compiler::Grouping::kFused);
+  EXPECT_EQ(p.sections.size(), 1u);
+  if (p.sections.empty()) return p;
+  auto& f = p.sections[0];
+  EXPECT_TRUE(f.fused());
+  f.config.tp = tp;
+  f.config.pp = pp;
+  f.config.cp = 1;
+  f.config.dp = dp;
+  f.config.micro_batch = 4;
+  f.config.zero_stage = zero_stage;
+  for (auto& c : f.components) {
+    c.init_from.clear();
+    if (c.name == "student" && c.loss.kind != "kd") {
+      c.loss.kind = "kd";
+      c.loss.kd_alpha = 0.5;
+      c.loss.temperature = 2.0;
+    }
+  }
+  runtime_testing::PlaceOnThisMachine(p, steps);
+  return p;
+}
+
+std::string Fresh(const std::string& name) {
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_fused_pipeline", name);
+}
+
+RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
+                     std::vector<std::string> extra = {}) {
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(plan_path);
+  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+}
+
+// Component `name`'s weights in a run's last checkpoint.
+std::map<std::string, torch::Tensor> Weights(const plan::Plan& p, const std::string& name, const std::string& run_dir) {
+  std::map<std::string, torch::Tensor> out;
+  const plan::Plan expanded = plan::ExpandFusedSections(p);
+  const int index = expanded.section_index(name);
+  EXPECT_GE(index, 0) << name;
+  if (index < 0) return out;
+  const auto state = LastCheckpoint(run_dir);
+  auto it = state.sections.find(name);
+  EXPECT_TRUE(it != state.sections.end()) << name << " in " << run_dir;
+  if (it == state.sections.end()) return out;
+  auto module = runtime::BuildModel(expanded.sections[static_cast<size_t>(index)].model, runtime::ModelBuildOptions{});
+  EXPECT_TRUE(module.ok());
+  if (!module.ok()) return out;
+  torch::serialize::InputArchive archive;
+  std::istringstream in(it->second.model);
+  archive.load_from(in);
+  (*module)->load(archive);
+  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+// The largest difference between two sets of weights, relative to the
+// largest magnitude of each tensor of `b`. A ViT's fused qkv bias: its key
+// third's gradient is zero but for rounding (softmax ignores a shift shared
+// by every key) and AdamW turns that noise into steps of up to ~lr, so the
+// key third is held to `key_bias_bound` (lr x steps: what noise can move
+// it) and left out of the relative figure, as encoder_tp_mpi_test does.
+double LargestRelativeDifference(const std::map<std::string, torch::Tensor>& a,
+                                 const std::map<std::string, torch::Tensor>& b, std::string* where,
+                                 double key_bias_bound) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (const auto& [name, weights] : a) {
+    auto it = b.find(name);
+    EXPECT_TRUE(it != b.end()) << name;
+    if (it == b.end()) continue;
+    torch::Tensor t = weights, u = it->second;
+    const std::string key_bias = "attn.qkv.bias";
+    if (name.size() >= key_bias.size() && name.compare(name.size() - key_bias.size(), key_bias.size(), key_bias) == 0) {
+      const int64_t c = u.size(0) / 3;
+      EXPECT_LE((t.narrow(0, c, c) - u.narrow(0, c, c)).abs().max().item<double>(), key_bias_bound)
+          << name << " (key bias)";
+      t = torch::cat({t.narrow(0, 0, c), t.narrow(0, 2 * c, c)});
+      u = torch::cat({u.narrow(0, 0, c), u.narrow(0, 2 * c, c)});
+    }
+    const double scale = std::max(u.abs().max().item<double>(), 1e-30);
+    const double d = (t - u).abs().max().item<double>() / scale;
+    if (d > worst) {
+      worst = d;
+      *where = name;
+    }
+  }
+  return worst;
+}
+
+// Component `name`'s peak learning rate.
+double LearningRateOf(const plan::Plan& p, const std::string& name) {
+  for (const auto& c : p.sections[0].components) {
+    if (c.name == name) return c.optimizer.lr;
+  }
+  ADD_FAILURE() << "no component " << name;
+  return 0.0;
+}
+
+// The training components of fused plan `p`.
+std::vector<std::string> TrainedComponents(const plan::Plan& p) {
+  std::vector<std::string> out;
+  for (const auto& c : p.sections[0].components) {
+    if (c.mode == plan::SectionMode::kTrain) out.push_back(c.name);
+  }
+  return out;
+}
+
+// Fused plan `p` (pp > 1) against the one-process reference and against the
+// same plan at pp = 1: losses within 1e-5 relative of both at every step;
+// each trained component's final weights within 1e-5 of the pp = 1 run's
+// and no further from the reference's than the pp = 1 run's are.
+void ExpectFusedPipelineEqualsReference(const std::string& what, const plan::Plan& p) {
+  plan::Plan unstaged = p;
+  unstaged.sections[0].config.pp = 1;
+  runtime_testing::PlaceOnThisMachine(unstaged, p.data.steps);
+  const std::string dir = Fresh(what);
+  const std::string plan_path = WritePlan(p, dir);
+  const std::string unstaged_path = WritePlan(unstaged, dir + "/unstaged");
+  const auto run = RunWorkers(p, plan_path, dir + "/run");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto flat = RunWorkers(unstaged, unstaged_path, dir + "/unstaged/run");
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto a = Losses(dir + "/run"), f = Losses(dir + "/unstaged/run"), r = Losses(dir + "/reference");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
+  ASSERT_EQ(r.size(), a.size());
+  ASSERT_EQ(f.size(), a.size());
+  for (const auto& [step, loss] : a) {
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
+    EXPECT_NEAR(loss, f.at(step), 1e-5 * std::abs(f.at(step))) << what << " step " << step << " vs pp = 1";
+  }
+  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what << ": the loss moves";
+  const std::vector<std::string> trained = TrainedComponents(p);
+  ASSERT_FALSE(trained.empty());
+  for (const std::string& name : trained) {
+    const auto w = Weights(p, name, dir + "/run");
+    const auto u = Weights(p, name, dir + "/unstaged/run");
+    const auto ref = Weights(p, name, dir + "/reference");
+    ASSERT_FALSE(w.empty()) << name;
+    std::string where_flat, where_ref, where_flat_ref;
+    const double noise = LearningRateOf(p, name) * static_cast<double>(p.data.steps);
+    const double to_flat = LargestRelativeDifference(w, u, &where_flat, noise);
+    const double to_ref = LargestRelativeDifference(w, ref, &where_ref, noise);
+    const double flat_to_ref = LargestRelativeDifference(u, ref, &where_flat_ref, noise);
+    std::printf("%s %s: weights vs pp = 1 %.2e (%s), vs the reference %.2e (%s); pp = 1 vs the reference %.2e\n",
+                what.c_str(), name.c_str(), to_flat, where_flat.c_str(), to_ref, where_ref.c_str(), flat_to_ref);
+    EXPECT_LE(to_flat, 1e-5) << what << " " << name << ": " << where_flat;
+    EXPECT_LE(to_ref, 1.5 * flat_to_ref + 1e-6) << what << " " << name << ": " << where_ref;
+  }
+}
+
+TEST(FusedPipelineTraining, VlmPp2EqualsTheReference) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectFusedPipelineEqualsReference("vlm_pp2", FusedPlan("tiny_vlm3.toml", 1, 2, 1, 4));
+}
+
+TEST(FusedPipelineTraining, VlmPp2TimesDp2EqualsTheReference) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectFusedPipelineEqualsReference("vlm_pp2_dp2", FusedPlan("tiny_vlm3.toml", 1, 2, 2, 3));
+}
+
+// ZeRO-1 per stage: stage 0 shards the ViT's, the projector's and its LLM
+// layers' AdamW over its DP group; only the LLM's shard sums its norm over
+// the stages.
+TEST(FusedPipelineTraining, VlmPp2TimesDp2WithZero1EqualsTheReference) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectFusedPipelineEqualsReference("vlm_pp2_dp2_zero1", FusedPlan("tiny_vlm3.toml", 1, 2, 2, 3, /*zero_stage=*/1));
+}
+
+TEST(FusedPipelineTraining, VlmPp2TimesTp2EqualsTheReference) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectFusedPipelineEqualsReference("vlm_tp2_pp2", FusedPlan("tiny_vlm3.toml", 2, 2, 1, 3));
+}
+
+TEST(FusedPipelineTraining, KdTeacherStreamsBesideThePipelinedStudent) {
+  ExpectFusedPipelineEqualsReference("kd_pp2", FusedPlan("tiny_kd.toml", 1, 2, 1, 3));
+}
+
+TEST(FusedPipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const plan::Plan p = FusedPlan("tiny_vlm3.toml", 1, 2, 1, 4);
+  const std::string dir = Fresh("resume");
+  const std::string plan_path = WritePlan(p, dir);
+  const auto whole = RunWorkers(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = RunWorkers(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
+  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
+  const auto second = RunWorkers(p, plan_path, dir + "/split");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto a = Losses(dir + "/whole"), b = Losses(dir + "/split");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u) << "the resumed run starts at the next step, not over";
+  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  const auto x = LastCheckpoint(dir + "/whole");
+  EXPECT_EQ(x.step, 3);
+  EXPECT_TRUE(x.sections.count("llm#pp1")) << "the LLM's second stage has its own AdamW state";
+  EXPECT_FALSE(x.sections.count("vit#pp1")) << "the ViT runs on the first stage only";
+  for (const std::string& name : TrainedComponents(p)) {
+    const auto u = Weights(p, name, dir + "/whole");
+    const auto v = Weights(p, name, dir + "/split");
+    ASSERT_FALSE(u.empty());
+    std::string where;
+    EXPECT_EQ(LargestRelativeDifference(u, v, &where, 0.0), 0.0) << name << ": " << where;
+  }
+}
+
+// The last stage (the LLM's second half, no encoder) killed with SIGKILL
+// mid-run: stage 0, which waits for its gradients, does not hang; mpirun
+// names the dead rank.
+TEST(FusedPipelineFailure, ALastStageKilledMidRunEndsTheJobNamingItsRank) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const plan::Plan p = FusedPlan("tiny_vlm3.toml", 1, 2, 1, 500);  // far more steps than it runs: it is killed
+  const std::string dir = Fresh("killed_stage");
+  const std::string plan_path = WritePlan(p, dir);
+  const int victim = plan::GlobalRankOf(p, 0, 0, 0, 0, 1);
+  RunResult result;
+  std::thread job([&] { result = RunWorkers(p, plan_path, dir + "/run"); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  pid_t pid = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Losses(dir + "/run").size() >= 2) pid = runtime_testing::WorkerOfRank(plan_path, victim);
+    if (pid > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
+  }
+  ASSERT_GT(pid, 0) << "the pipelined fused run made no progress";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  job.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
+  EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
+}
+
+// ---- the compiler ----
+
+// specs/omni_audio_vision_llm.toml (ViT + audio encoder + LLM): under this
+// build's runtime its monolithic baseline pipelines (TP 2 PP 2 when this
+// was written). `support`: a --runtime-support list, "" for this build's.
+StatusOr<compiler::CompileResult> CompileOmni(compiler::Grouping grouping, const std::string& support) {
+  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/omni_audio_vision_llm.toml");
+  if (!spec.ok()) return spec.status();
+  compiler::CompileOptions options;
+  options.grouping = grouping;
+  if (!support.empty()) {
+    MAESTRO_ASSIGN_OR_RETURN(options.support, compiler::ParseRuntimeSupport(support));
+    options.support_given = true;
+  }
+  return compiler::Compile(*spec, options);
+}
+
+TEST(FusedPipelineCompiler, AMonolithicBaselineWithPpIsTheFusedPlanWhenFaster) {
+  auto r = CompileOmni(compiler::Grouping::kAuto, "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->monolithic.found);
+  ASSERT_GT(r->monolithic.config.pp, 1) << "the baseline this test is about pipelines";
+  const double sectioned = r->simulated.step_seconds, fused = r->monolithic_simulated.step_seconds;
+  std::printf("omni: sectioned %.3f s, monolithic %.3f s (TP%d PP%d DP%d); %s\n", sectioned, fused,
+              r->monolithic.config.tp, r->monolithic.config.pp, r->monolithic.config.dp, r->grouping.why.c_str());
+  EXPECT_EQ(r->grouping.why.find("cannot run"), std::string::npos) << "the fused plan runs: " << r->grouping.why;
+  if (fused < sectioned) {
+    EXPECT_TRUE(r->grouping.fused) << r->grouping.why;
+    ASSERT_EQ(r->plan.sections.size(), 1u);
+    EXPECT_EQ(r->plan.sections[0].config.pp, r->monolithic.config.pp);
+    EXPECT_EQ(r->grouping.rejected, "sectioned");
+    EXPECT_NEAR(r->grouping.rejected_step_seconds, sectioned, 1e-9 * sectioned);
+    EXPECT_LE(r->grouping.chosen_step_seconds, sectioned);
+  } else {
+    EXPECT_FALSE(r->grouping.fused);
+    EXPECT_EQ(r->grouping.rejected, "fused") << "the fused plan can run: it is the rejected alternative";
+    EXPECT_NEAR(r->grouping.rejected_step_seconds, fused, 1e-9 * fused);
+  }
+  // The report names both groupings and the rejected one's step.
+  EXPECT_NE(r->report.find("grouping: "), std::string::npos) << r->report;
+  EXPECT_NE(r->report.find("rejected: "), std::string::npos) << r->report;
+}
+
+TEST(FusedPipelineCompiler, GroupingFusedGivesOneSectionWithTheBaselinesPp) {
+  auto r = CompileOmni(compiler::Grouping::kFused, "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->plan.sections.size(), 1u);
+  const auto& f = r->plan.sections[0];
+  EXPECT_TRUE(f.fused());
+  EXPECT_GT(f.config.pp, 1);
+  EXPECT_EQ(f.config.pp, r->monolithic.config.pp);
+  EXPECT_EQ(runtime::FusedPipelineRefusal(f), "") << "the compiler emits only what the runtime pipelines";
+}
+
+TEST(FusedPipelineCompiler, ARuntimeWithoutPpFusedNamesPpAsTheBlocker) {
+  // This build's table less pp_fused (and the features the spec does not
+  // need): --grouping fused fails naming PP, auto keeps sectioned.
+  const std::string without = "dp,micro_batch,tp_decoder,pp_decoder,tp_encoder,moe,recompute,zero1,run_ahead";
+  auto with_list = CompileOmni(compiler::Grouping::kAuto, without + ",pp_fused");
+  ASSERT_TRUE(with_list.ok()) << with_list.status().ToString();
+  ASSERT_GT(with_list->monolithic.config.pp, 1);
+  auto forced = CompileOmni(compiler::Grouping::kFused, without);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_NE(forced.status().message().find("fused sections run PP = 1"), std::string::npos)
+      << forced.status().ToString();
+  auto automatic = CompileOmni(compiler::Grouping::kAuto, without);
+  ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
+  EXPECT_FALSE(automatic->grouping.fused);
+  EXPECT_NE(automatic->grouping.why.find("PP = 1"), std::string::npos) << automatic->grouping.why;
+}
+
+}  // namespace
+}  // namespace maestro
