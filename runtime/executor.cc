@@ -452,7 +452,13 @@ Status RankLoop::Backward(int mb_index) {
     MAESTRO_ASSIGN_OR_RETURN(auto grad, pipeline_->ReceiveGradientFromBelow(mb_index, rows.sizes(), rows.device()));
     const auto start = Clock::now();
     start_us = WallMicros();
-    if (rows.requires_grad()) torch::autograd::backward({rows}, {grad.to(rows.scalar_type())});
+    // A MoE stage's own load-balancing loss joins the activation's gradient.
+    if (state.out.loss.defined()) {
+      torch::autograd::backward({rows, state.out.loss},
+                                {grad.to(rows.scalar_type()), torch::ones_like(state.out.loss)});
+    } else if (rows.requires_grad()) {
+      torch::autograd::backward({rows}, {grad.to(rows.scalar_type())});
+    }
     busy_seconds_ += SecondsSince(start);
   } else if (runner_->is_sink()) {
     const auto start = Clock::now();

@@ -766,6 +766,16 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
           x = lm->ForwardBlocks(x, layers.first, layers.end);
           if (!pp.last()) {
             out.rows = x;  // to the next stage
+            // MoE: this stage's layers' part of the load-balancing term
+            // (docs/moe.md), a loss of its own beside the activation.
+            const double coef = RouterAuxLossCoef(s.model);
+            if (trains() && coef > 0) {
+              if (auto balance = lm->RouterBalanceLoss(); balance.defined()) {
+                auto per_sample = coef * balance.to(torch::kFloat32);  // (B)
+                out.loss = per_sample.sum() / static_cast<double>(impl.plan->data.global_batch);
+                out.loss_sum = per_sample.sum().item<double>();
+              }
+            }
             break;
           }
           hidden = lm->FinalNorm(x);

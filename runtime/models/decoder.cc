@@ -364,15 +364,19 @@ torch::Tensor DecoderLMImpl::forward(const torch::Tensor& ids) {
 }
 
 torch::Tensor DecoderLMImpl::RouterBalanceLoss() const {
+  // The mean over the model's MoE layers, of which a pipeline stage ran only
+  // its own: each stage's part is its layers' sum over the whole model's
+  // count, so the stages' parts add up to the model's term.
   torch::Tensor sum;
-  int64_t count = 0;
+  int64_t moe_layers = 0;
   for (const auto& block : *blocks) {
     const auto& moe = block->as<DecoderBlockImpl>()->moe;
-    if (!moe || !moe->balance_loss().defined()) continue;
+    if (!moe) continue;
+    ++moe_layers;
+    if (!moe->balance_loss().defined()) continue;
     sum = sum.defined() ? sum + moe->balance_loss() : moe->balance_loss();
-    ++count;
   }
-  return count > 0 ? sum / static_cast<double>(count) : sum;
+  return sum.defined() ? sum / static_cast<double>(moe_layers) : sum;
 }
 
 std::vector<torch::Tensor> DecoderLMImpl::ForwardNoTokens() {

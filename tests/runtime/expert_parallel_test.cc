@@ -156,11 +156,15 @@ TEST(ExpertParallel, Qwen2MoeShapeEp2Tp2EqualsTheReference) {
   ExpectEqualsReference("qwen2_moe_ep2_tp2", EpPlan(Shape::kQwen2Moe, {2, 2, 2, 1, 1}, 3));
 }
 
-// Without the load-balancing term: a pipeline's last stage averages it over
-// its own MoE layers only (DecoderLMImpl::RouterBalanceLoss), not over the
-// model's as the reference does; that is PP's, with or without EP.
+// With the load-balancing term: each pipeline stage adds its own MoE layers'
+// part of it (their sum over the model's MoE layer count) as a loss beside
+// its activation, so the stages' parts add up to the reference's term.
 TEST(ExpertParallel, MixtralShapeEp2Pp2EqualsTheReference) {
-  ExpectEqualsReference("mixtral_ep2_pp2", EpPlan(Shape::kMixtral, {2, 2, 1, 2, 1}, 3, 0.0));
+  ExpectEqualsReference("mixtral_ep2_pp2", EpPlan(Shape::kMixtral, {2, 2, 1, 2, 1}, 3));
+}
+
+TEST(ExpertParallel, MixtralShapePp2Dp2WithoutEpEqualsTheReference) {
+  ExpectEqualsReference("mixtral_pp2_dp2", EpPlan(Shape::kMixtral, {2, 1, 1, 2, 1}, 3));
 }
 
 // Checkpoints hold every expert (gathered over the EP group) and each EP
