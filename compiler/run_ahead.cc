@@ -21,8 +21,8 @@ bool FeedsTraining(const Workload& work, size_t i) {
 std::string MissingSupport(const RuntimeSupport& support, const Assignment& a, size_t i) {
   if (!support.run_ahead) return "run-ahead";
   const plan::ParallelConfig& c = a.sections[i].cost.config;
-  if ((c.tp > 1 || c.pp > 1) && !support.run_ahead_model_parallel) {
-    return fmt::format("run-ahead with TP={} PP={}", c.tp, c.pp);
+  if ((c.tp > 1 || c.pp > 1 || c.cp > 1) && !support.run_ahead_model_parallel) {
+    return fmt::format("run-ahead with TP={} PP={}{}", c.tp, c.pp, c.cp > 1 ? fmt::format(" CP={}", c.cp) : "");
   }
   return "";
 }

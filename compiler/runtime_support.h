@@ -35,7 +35,14 @@ struct RuntimeSupport {
   // docs/pipeline.md).
   bool pipeline_parallel_decoder = true;
   bool pipeline_parallel_encoder = false;
-  bool context_parallel = false;
+  // CP for decoder sections (docs/context_parallel.md): the sequence in
+  // 2*cp load-balanced chunks, K and V all-gathered per layer, gradients
+  // summed over CP; with TP, DP, ZeRO-1 and recomputation; equal to the
+  // reference in tests/runtime/context_parallel_test.cc. Not with PP
+  // (context_parallel_with_pipeline) nor inside fused sections (compile.cc).
+  bool context_parallel_decoder = true;
+  bool context_parallel_encoder = false;
+  bool context_parallel_with_pipeline = false;
   // EP (docs/moe.md): not in the runtime yet; the cost and memory models
   // price it (all-to-all, E/ep experts per rank) for --allow-planner-only.
   bool expert_parallel = false;

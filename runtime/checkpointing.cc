@@ -144,7 +144,10 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   // under ZeRO-1 every DP rank sends its optimizer shard (the model only
   // from DP 0: the all-gather made the replicas equal).
   const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
-  if (place.coords.dp == 0 || zero1) {
+  // Context parallelism replicates the parameters and the optimizer over CP
+  // (gradients summed over CP): CP rank 0 speaks for its group, and on a
+  // resume every CP rank loads what CP rank 0 saved.
+  if ((place.coords.dp == 0 || zero1) && place.coords.cp == 0) {
     // Every state first (SaveModel is collective over TP), then the sends:
     // a send to rank 0 between two gathers would wait for rank 0, which
     // waits in the next gather for this rank.

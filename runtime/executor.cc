@@ -89,6 +89,10 @@ class RankLoop {
   Status EvaluateHeldOutAtEnd(TrainSummary* summary);
   bool Rank0() const { return place_.world_rank == 0; }
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
+  int CpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.cp; }
+  // Context parallelism: the parameters' gradients summed over the CP group
+  // (each CP rank backpropagated its part of every sequence).
+  Status SumGradientsOverCp();
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
   std::vector<int64_t> MicroBatchIds(int mb_index) const {
     const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
@@ -155,11 +159,13 @@ class RankLoop {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    if (s.config.cp != 1) {
+    // Context parallelism (docs/context_parallel.md): decoder sections of one component, without PP.
+    if (s.config.cp != 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder || s.config.pp > 1)) {
       return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs CP = 1 today (plan has cp {}); recompile with "
-                      "--pin {}.cp=1 or let the planner choose (it only emits what the runtime runs)",
-                      s.name, s.config.cp, s.name));
+          fmt::format("section '{}': the runtime runs CP > 1 for unfused decoder sections without pipeline "
+                      "parallelism only (plan has cp {}, pp {}{}); recompile with --pin {}.cp=1 or let the planner "
+                      "choose (it only emits what the runtime runs)",
+                      s.name, s.config.cp, s.config.pp, s.fused() ? ", fused" : "", s.name));
     }
     if (s.config.pp > 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder)) {
       return Status::FailedPrecondition(
@@ -185,7 +191,7 @@ Status RankLoop::Setup() {
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
   // A forward-only section that feeds others keeps its outputs in a spool.
-  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && !pipeline_) {
+  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && CpSize() == 1 && !pipeline_) {
     MAESTRO_ASSIGN_OR_RETURN(
         spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
     if (plan_.sections[static_cast<size_t>(section_)].run_ahead > 0) {
@@ -231,6 +237,7 @@ Status RankLoop::Resume() {
     pipeline_ = std::make_unique<PipelineGroup>(comms_.group(plan::GroupKind::kPP), &blocked_seconds_);
     runner_options.pipeline = pipeline_.get();
   }
+  if (CpSize() > 1) runner_options.context_parallel = &comms_.group(plan::GroupKind::kCP);
   const bool zero1 = OptimizerShardedOverDp(section);
   runner_options.build_optimizer = !zero1;
   memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
@@ -327,9 +334,15 @@ Status RankLoop::Backward(int mb_index) {
   return Status::Ok();
 }
 
+Status RankLoop::SumGradientsOverCp() {
+  if (CpSize() == 1) return Status::Ok();
+  return AllReduceGradients(comms_.group(plan::GroupKind::kCP), runner_->Parameters(), &blocked_seconds_);
+}
+
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
   MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
+  MAESTRO_RETURN_IF_ERROR(SumGradientsOverCp());
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   MAESTRO_RETURN_IF_ERROR(
       AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));

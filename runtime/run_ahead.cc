@@ -17,10 +17,11 @@ Status CheckRunAheadRuns(const plan::Plan& plan) {
     std::string why;
     if (s.mode != plan::SectionMode::kForward || s.fused()) {
       why = "only a forward-only section that is not fused runs ahead";
-    } else if (s.config.tp != 1 || s.config.pp != 1) {
+    } else if (s.config.tp != 1 || s.config.pp != 1 || s.config.cp != 1) {
       why = fmt::format(
-          "the runtime runs ahead with TP = 1 and PP = 1 (its output spool is per rank), the plan has TP = {} PP = {}",
-          s.config.tp, s.config.pp);
+          "the runtime runs ahead with TP = 1, PP = 1 and CP = 1 (its output spool is per rank), the plan has TP = {} "
+          "PP = {} CP = {}",
+          s.config.tp, s.config.pp, s.config.cp);
     } else if (!feeds) {
       why = "it feeds no other section: nothing waits for its rows";
     }

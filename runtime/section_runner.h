@@ -53,6 +53,10 @@
 #include "plan/plan.h"
 #include "runtime/device_choice.h"
 
+namespace maestro::launcher {
+class Backend;  // launcher/comm.h
+}  // namespace maestro::launcher
+
 namespace maestro::runtime {
 
 // The payloads of one micro-batch, stacked. B samples; a section reads the
@@ -101,6 +105,17 @@ struct RunnerOptions {
   // stage's part; the optimizer state is per stage. OptimizerStep's norm is
   // over every stage (a tied embedding counted once).
   PipelineGroup* pipeline = nullptr;
+  // Decoder sections with cp > 1: this rank's CP group (must outlive the
+  // runner; docs/context_parallel.md). Forward takes the whole micro-batch
+  // (ids, targets, upstream rows: every CP rank has them), computes the
+  // embeddings of the whole sequence and keeps this rank's load-balanced
+  // part (SplitSequenceForContextParallel); the model all-gathers K and V.
+  // A sink's loss is this rank's share: sum over its tokens / the sample's
+  // whole target count, so the CP ranks' losses (and gradients) sum to the
+  // unsplit one; Output::loss_samples counts on CP rank 0 only. Rows sent on
+  // (a teacher's hidden states) are gathered whole on every CP rank. The
+  // caller sums the parameters' and the inputs' gradients over CP.
+  launcher::Backend* context_parallel = nullptr;
   // True when the caller loads this section's state from a Maestro
   // checkpoint right after Create (a resumed run): a training section then
   // skips its initial weights (`init_from`, HF `weights`). Forward-only
@@ -202,6 +217,8 @@ class SectionRunner {
   bool Sharded() const;
   // True when the model is one stage of a pipeline (RunnerOptions::pipeline, size > 1).
   bool Staged() const;
+  // The CP group size (RunnerOptions::context_parallel), 1 without one.
+  int ContextParallelSize() const;
   // A KD student's teacher edge (plan edge index), -1 when none.
   int kd_edge() const;
   // The tied embedding (V, C) of a staged decoder's first or last stage
