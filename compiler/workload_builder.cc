@@ -138,6 +138,10 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
+    if (item == "cp") {  // every CP row: decoders, encoders, with PP (the one row before they were split)
+      out.context_parallel_decoder = out.context_parallel_encoder = out.context_parallel_with_pipeline = true;
+      continue;
+    }
     const auto it = std::find_if(std::begin(kSupportFlags), std::end(kSupportFlags),
                                  [&](const SupportFlag& f) { return item == f.name; });
     if (it == std::end(kSupportFlags)) {
