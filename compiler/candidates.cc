@@ -99,6 +99,11 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   } else if (c.cp > 1 && c.pp > 1 && !rs.context_parallel_with_pipeline) {
     f.push_back(fmt::format("CP={} with PP={}", c.cp, c.pp));
   }
+  // The MoE load-balancing term is per sample over all its tokens; the
+  // runtime refuses it at CP > 1 (docs/context_parallel.md).
+  if (c.cp > 1 && m.experts > 0 && ExtraValue(m, "router_aux_loss_coef", 0) > 0) {
+    f.push_back(fmt::format("CP={} with the MoE load-balancing loss", c.cp));
+  }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
   if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
     f.push_back(c.recompute ? "recompute" : "selective recompute");
