@@ -94,7 +94,16 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   if (c.pp > 1 && !(enc ? rs.pipeline_parallel_encoder : rs.pipeline_parallel_decoder)) {
     f.push_back(fmt::format("PP={} on {}", c.pp, plan::ModelKindName(m.kind)));
   }
-  if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
+  if (c.cp > 1 && !(enc ? rs.context_parallel_encoder : rs.context_parallel_decoder)) {
+    f.push_back(fmt::format("CP={} ({})", c.cp, enc ? "encoder" : "decoder"));
+  } else if (c.cp > 1 && c.pp > 1 && !rs.context_parallel_with_pipeline) {
+    f.push_back(fmt::format("CP={} with PP={}", c.cp, c.pp));
+  }
+  // The MoE load-balancing term is per sample over all its tokens; the
+  // runtime refuses it at CP > 1 (docs/context_parallel.md).
+  if (c.cp > 1 && m.experts > 0 && ExtraValue(m, "router_aux_loss_coef", 0) > 0) {
+    f.push_back(fmt::format("CP={} with the MoE load-balancing loss", c.cp));
+  }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
   if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
     f.push_back(c.recompute ? "recompute" : "selective recompute");

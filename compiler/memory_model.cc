@@ -122,6 +122,20 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   return e;
 }
 
+// Context parallelism (runtime/models/decoder.cc, docs/context_parallel.md),
+// bytes per local token of one decoder layer beyond DecoderLayerBytes at
+// T / cp tokens: the attention reads the whole sequence's K and V
+// (all-gathered), so what it keeps of them covers cp times the tokens: the
+// repeat_interleave'd copies under GQA (2q per token), else the gathered k
+// and v themselves (2k); and the (T/cp, T) boolean mask that masked_fill
+// keeps (1 byte per key).
+double ContextParallelKvBytes(const plan::ModelDesc& m, int tp, int cp, int64_t context, double a) {
+  if (cp <= 1 || m.kind != ModelKind::kDecoder) return 0.0;
+  const double hd = HeadDimOf(m), heads = D(m.heads) / tp, kv = KvHeadsOf(m) / tp;
+  const double kept = kv < heads ? 2.0 * heads * hd : 2.0 * kv * hd;
+  return D(cp - 1) * a * kept + D(context);
+}
+
 // An encoder block in training (runtime/models/encoders.cc EncoderBlockImpl:
 // LayerNorm, fused or separate q/k/v, 2-D RoPE for Qwen2-VL, GELU or
 // quick_gelu MLP), bytes per token. TP (planner-only for encoders) divides the
@@ -304,7 +318,8 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
   if (train) {
     const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
-    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective);
+    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective) +
+                         ContextParallelKvBytes(m, tp, cp, context, a);
     const double held = s.sink ? 1.0 : mbs;  // the wavefront schedule has no in-flight cap
     const double stage_layers = layers / pp;
     const double copies = pp > 1 ? std::max(std::min<double>(pp, mbs), held) : held;
@@ -314,16 +329,19 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
     double act = copies * tokens_mb * (per_mb + StemBytes(m, a));
     if (m.kind == ModelKind::kDecoder && s.sink) {
       act += tokens_mb * LogitsChainBytes(s);
-      if (s.kd_teacher_hidden > 0) act += tokens_mb * 4.0 * D(s.kd_teacher_hidden);  // the teacher's rows
+      // The teacher's rows: whole on every CP rank (docs/context_parallel.md).
+      if (s.kd_teacher_hidden > 0) act += tokens_mb * D(cp) * 4.0 * D(s.kd_teacher_hidden);
     }
     const double optimizer_step = 16.0 * LargestParameter(m, tp);
     out.activations = std::max(act, optimizer_step);
   } else {
     // No graph: one layer's working set; a section feeding others keeps every
     // micro-batch's output rows of the step (RankLoop's states).
-    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) + StemBytes(m, a));
+    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) + StemBytes(m, a) +
+                              ContextParallelKvBytes(m, tp, cp, context, a));
     const double merge = ExtraValue(m, "spatial_merge", 0);
-    const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb;
+    // A CP decoder's output rows are gathered whole on every CP rank.
+    const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb * D(cp);
     if (!s.sink) act += mbs * out_rows * a * out_width;
     out.activations = act;
   }

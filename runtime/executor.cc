@@ -193,6 +193,10 @@ class RankLoop {
   bool Rank0() const { return place_.world_rank == 0; }
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
   int EpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.ep; }
+  int CpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.cp; }
+  // Context parallelism: the parameters' gradients summed over the CP group
+  // (each CP rank backpropagated its part of every sequence).
+  Status SumGradientsOverCp();
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
   std::vector<int64_t> MicroBatchIds(int mb_index) const {
     const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
@@ -267,11 +271,13 @@ class RankLoop {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    if (s.config.cp != 1) {
+    // Context parallelism (docs/context_parallel.md): decoder sections of one component, without PP.
+    if (s.config.cp != 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder || s.config.pp > 1)) {
       return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs CP = 1 today (plan has cp {}); recompile with "
-                      "--pin {}.cp=1 or let the planner choose (it only emits what the runtime runs)",
-                      s.name, s.config.cp, s.name));
+          fmt::format("section '{}': the runtime runs CP > 1 for unfused decoder sections without pipeline "
+                      "parallelism only (plan has cp {}, pp {}{}); recompile with --pin {}.cp=1 or let the planner "
+                      "choose (it only emits what the runtime runs)",
+                      s.name, s.config.cp, s.config.pp, s.fused() ? ", fused" : "", s.name));
     }
     if (s.config.pp > 1 && s.fused()) {
       if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
@@ -302,10 +308,10 @@ Status RankLoop::Setup() {
   // a tensor- or pipeline-parallel one only when it runs ahead, on the rank
   // that sends downstream (its peers compute the rows it lacks with it). An
   // expert-parallel one keeps none: a spool hit would skip an exchange its
-  // EP peers wait for.
+  // EP peers wait for; nor does a context-parallel one (docs/context_parallel.md).
   const bool model_parallel = TpSize() > 1 || pipeline_ != nullptr;
   const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
-  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && (!model_parallel || run_ahead > 0)) {
+  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && CpSize() == 1 && (!model_parallel || run_ahead > 0)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
       MAESTRO_ASSIGN_OR_RETURN(
@@ -356,6 +362,7 @@ Status RankLoop::Resume() {
     ep_exchange_ = std::make_unique<GroupExpertExchange>(comms_.group(plan::GroupKind::kEP));
     runner_options.expert_parallel = ep_exchange_.get();
   }
+  if (CpSize() > 1) runner_options.context_parallel = &comms_.group(plan::GroupKind::kCP);
   const bool zero1 = OptimizerShardedOverDp(section);
   runner_options.build_optimizer = !zero1;
   memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
@@ -480,9 +487,15 @@ Status RankLoop::Backward(int mb_index) {
   return Status::Ok();
 }
 
+Status RankLoop::SumGradientsOverCp() {
+  if (CpSize() == 1) return Status::Ok();
+  return AllReduceGradients(comms_.group(plan::GroupKind::kCP), runner_->Parameters(), &blocked_seconds_);
+}
+
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
   MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
+  MAESTRO_RETURN_IF_ERROR(SumGradientsOverCp());
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   if (ep_exchange_) {
     // Routed experts over the ranks holding the same experts, the rest over DP.

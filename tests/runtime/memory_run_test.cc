@@ -19,6 +19,9 @@
 //    and zero_stage 1's peak below zero_stage 0's by most of the moments it
 //    shards away;
 //  - pipeline stages: the decoder at PP 2, each stage within 20%;
+//  - context parallelism: the decoder at CP 2 (docs/context_parallel.md:
+//    each rank's activations of half the tokens plus the gathered K and V),
+//    each rank within 20%;
 //  - activation recomputation (runtime/recompute.h, issue #17 item 6): the
 //    decoder with full and with selective recomputation, each rank within
 //    20% of its estimate, and each peak below the same run's without
@@ -414,6 +417,14 @@ TEST(MemoryAsMeasured, PipelineStagesHoldWhatTheEstimateSays) {
               estimate / 1e6, first / estimate);
   EXPECT_LT(first, 1.2 * estimate) << "the first stage holds no more than the heaviest one";
   EXPECT_GT(first, 0.3 * estimate) << "the first stage holds its layers and the embedding";
+}
+
+TEST(MemoryAsMeasured, ContextParallelRanksHoldWhatTheEstimateSays) {
+  const MeasuredRun run = CompileAndRun("cp2", std::string(kHeader) + kDecoderSpec, 2, {{"lm", "cp", 2, "lm.cp=2"}});
+  ASSERT_EQ(run.memory.size(), 2u);
+  ASSERT_EQ(run.plan.sections[0].config.cp, 2);
+  EXPECT_EQ(run.plan.sections[0].planner_only, "") << "decoder CP runs on the runtime";
+  ExpectWithin20Percent(run, "lm");
 }
 
 // The decoder spec with `recompute = <value>` pinned on its section.
