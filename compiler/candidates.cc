@@ -94,7 +94,16 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   if (c.pp > 1 && !(enc ? rs.pipeline_parallel_encoder : rs.pipeline_parallel_decoder)) {
     f.push_back(fmt::format("PP={} on {}", c.pp, plan::ModelKindName(m.kind)));
   }
-  if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
+  // Encoder CP runs in ViT sections (docs/context_parallel_vit.md); the
+  // audio encoder's stem is not split yet.
+  const bool cp_runs =
+      !enc ? rs.context_parallel_decoder : rs.context_parallel_encoder && m.kind != plan::ModelKind::kAudioEncoder;
+  if (c.cp > 1 && !cp_runs) {
+    f.push_back(fmt::format("CP={} ({})", c.cp,
+                            !enc                                       ? "decoder"
+                            : m.kind == plan::ModelKind::kAudioEncoder ? "audio_encoder"
+                                                                       : "encoder"));
+  }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
   if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
     f.push_back(c.recompute ? "recompute" : "selective recompute");

@@ -222,13 +222,14 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   out.measured = measured;
   out.stage_seconds = stage;
   // The gradient sync spans DP x CP: CP ranks hold the same parameters and
-  // each computed the gradient of its own share of the sequence.
-  const double sync_group = dp * cp;
-  if (train && sync_group > 1) {
+  // each computed the gradient of its own share of the sequence. The runtime
+  // sums over CP first, then over DP (runtime/executor.cc OptimizerStep): two
+  // rings.
+  if (train && dp * cp > 1) {
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
     // Ring all-reduce of the gradients in their dtype (fp32 under mixed precision).
     const double grad_bytes = BytesOf(dev.precision).gradient;
-    out.dp_sync_seconds = 2.0 * (sync_group - 1) / sync_group * grad_bytes * params_per_gpu / bw;
+    out.dp_sync_seconds = 2.0 * ((cp - 1) / cp + (dp - 1) / dp) * grad_bytes * params_per_gpu / bw;
   }
   out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;

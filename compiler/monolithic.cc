@@ -191,7 +191,14 @@ namespace {
 bool SharedConfigRuns(const Workload& w, const plan::ParallelConfig& c, const PlannerOptions& o) {
   // Every option the runtime has (docs/monolithic.md): CP and recomputation
   // when its table (or --runtime-support) has them.
-  if (!o.allow_planner_only && c.cp > 1 && !o.support.context_parallel) return false;
+  // CP of the one fused section: every component's side must run it.
+  if (!o.allow_planner_only && c.cp > 1) {
+    plan::ParallelConfig only_cp;
+    only_cp.cp = c.cp;
+    for (const auto& s : w.sections) {
+      if (!PlannerOnlyFeatures(s.model, only_cp, o.support).empty()) return false;
+    }
+  }
   if (!o.allow_planner_only && c.recompute_granularity() != plan::RecomputeGranularity::kNone &&
       !o.support.activation_recompute) {
     return false;

@@ -24,6 +24,7 @@ std::string MissingSupport(const RuntimeSupport& support, const Assignment& a, s
   if ((c.tp > 1 || c.pp > 1) && !support.run_ahead_model_parallel) {
     return fmt::format("run-ahead with TP={} PP={}", c.tp, c.pp);
   }
+  if (c.cp > 1) return fmt::format("run-ahead with CP={}", c.cp);  // the spool is per rank of a CP = 1 section
   return "";
 }
 

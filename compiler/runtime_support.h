@@ -35,7 +35,13 @@ struct RuntimeSupport {
   // docs/pipeline.md).
   bool pipeline_parallel_decoder = true;
   bool pipeline_parallel_encoder = false;
-  bool context_parallel = false;
+  // CP, split by side (`--runtime-support cp` sets both). Decoders: not
+  // in the runtime yet. Encoders (ViT sections of their own, with TP, DP and
+  // ZeRO-1; not fused, where the decoder side would need CP too): the
+  // patches split in contiguous chunks, k/v all-gathered, attention per
+  // image (docs/context_parallel_vit.md; tests/runtime/vit_context_parallel_test.cc).
+  bool context_parallel_decoder = false;
+  bool context_parallel_encoder = true;
   // EP (docs/moe.md): not in the runtime yet; the cost and memory models
   // price it (all-to-all, E/ep experts per rank) for --allow-planner-only.
   bool expert_parallel = false;

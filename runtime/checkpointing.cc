@@ -144,7 +144,8 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   // under ZeRO-1 every DP rank sends its optimizer shard (the model only
   // from DP 0: the all-gather made the replicas equal).
   const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
-  if (place.coords.dp == 0 || zero1) {
+  // CP ranks hold the same parameters and optimizer state: CP rank 0 sends.
+  if (place.coords.cp == 0 && (place.coords.dp == 0 || zero1)) {
     // Every state first (SaveModel is collective over TP), then the sends:
     // a send to rank 0 between two gathers would wait for rank 0, which
     // waits in the next gather for this rank.

@@ -10,7 +10,10 @@
 // section's OutputRowShape(). Receivers reorder rows by sample id into
 // micro-batch order. Links end at TP rank 0 of a replica; it broadcasts what
 // arrives to the other TP ranks of its group, and only it sends (the rows are
-// the same on every TP rank). With pipeline stages (pp > 1) links end at
+// the same on every TP rank). With CP (a ViT section, cp > 1) links end at TP
+// rank 0 of CP rank 0; the gradients of its rows arrive there and reach the
+// TP ranks of CP rank 0 only (the other CP ranks backpropagate zeros: the
+// rows' all-gather sums the CP ranks' gradients back). With pipeline stages (pp > 1) links end at
 // the first stage (rows in, input gradients out) and the last (rows out,
 // gradients in); the other stages have no messages and every call is a
 // no-op there. Other point-to-point tags: runtime/message_tags.h.
@@ -98,7 +101,8 @@ class EdgeExchange {
     torch::Tensor keep_alive;
     launcher::WorkPtr work;
   };
-  bool Tp0() const { return place_.coords.tp == 0; }
+  // The rank of its replica where the links end: TP rank 0 of CP rank 0.
+  bool Tp0() const { return place_.coords.tp == 0 && place_.coords.cp == 0; }
   launcher::LinkChannel* FindLink(int edge, int up_dp, int down_dp);
 
   const plan::Plan& plan_;

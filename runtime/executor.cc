@@ -89,6 +89,7 @@ class RankLoop {
   Status EvaluateHeldOutAtEnd(TrainSummary* summary);
   bool Rank0() const { return place_.world_rank == 0; }
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
+  int CpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.cp; }
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
   std::vector<int64_t> MicroBatchIds(int mb_index) const {
     const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
@@ -155,12 +156,8 @@ class RankLoop {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    if (s.config.cp != 1) {
-      return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs CP = 1 today (plan has cp {}); recompile with "
-                      "--pin {}.cp=1 or let the planner choose (it only emits what the runtime runs)",
-                      s.name, s.config.cp, s.name));
-    }
+    // CP: ViT sections of their own (docs/context_parallel_vit.md).
+    MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(s));
     if (s.config.pp > 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder)) {
       return Status::FailedPrecondition(
           fmt::format("section '{}': the runtime pipelines decoder sections only (plan has pp {}); recompile with "
@@ -185,7 +182,7 @@ Status RankLoop::Setup() {
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
   // A forward-only section that feeds others keeps its outputs in a spool.
-  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && !pipeline_) {
+  if (!runner_->trains() && !runner_->is_sink() && TpSize() == 1 && CpSize() == 1 && !pipeline_) {
     MAESTRO_ASSIGN_OR_RETURN(
         spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
     if (plan_.sections[static_cast<size_t>(section_)].run_ahead > 0) {
@@ -227,6 +224,7 @@ Status RankLoop::Resume() {
     runner_options.tensor_parallel = tp_reducer_.get();
   }
   const auto& section = plan_.sections[static_cast<size_t>(section_)];
+  if (CpSize() > 1) runner_options.context_parallel = &comms_.group(plan::GroupKind::kCP);
   if (section.config.pp > 1) {
     pipeline_ = std::make_unique<PipelineGroup>(comms_.group(plan::GroupKind::kPP), &blocked_seconds_);
     runner_options.pipeline = pipeline_.get();
@@ -330,6 +328,13 @@ Status RankLoop::Backward(int mb_index) {
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
   MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
+  // CP ranks hold whole parameters, each with its chunk's gradient: summed
+  // first, then DP (or ZeRO-1) as without CP; clipping then sees the same
+  // gradient on every CP rank.
+  if (CpSize() > 1) {
+    MAESTRO_RETURN_IF_ERROR(
+        AllReduceGradients(comms_.group(plan::GroupKind::kCP), runner_->Parameters(), &blocked_seconds_));
+  }
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   MAESTRO_RETURN_IF_ERROR(
       AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));

@@ -17,6 +17,9 @@ Status CheckRunAheadRuns(const plan::Plan& plan) {
     std::string why;
     if (s.mode != plan::SectionMode::kForward || s.fused()) {
       why = "only a forward-only section that is not fused runs ahead";
+    } else if (s.config.cp != 1) {
+      why = fmt::format("the runtime runs ahead with CP = 1 (its output spool is per rank), the plan has CP = {}",
+                        s.config.cp);
     } else if (s.config.tp != 1 || s.config.pp != 1) {
       why = fmt::format(
           "the runtime runs ahead with TP = 1 and PP = 1 (its output spool is per rank), the plan has TP = {} PP = {}",

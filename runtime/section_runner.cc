@@ -389,6 +389,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
+  MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
   if (plan.sections[static_cast<size_t>(section)].fused()) return CreateFused(plan, section, options);
   std::unique_ptr<SectionRunner> runner(new SectionRunner());
   runner->section_ = section;
@@ -481,6 +482,14 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));
   }
+  if (options.context_parallel != nullptr && options.context_parallel->group().size() > 1) {
+    if (s.model.kind != plan::ModelKind::kVit) {
+      return Status::FailedPrecondition(
+          fmt::format("section '{}': context parallelism runs ViT sections only (the {} has cp {}); set --pin {}.cp=1",
+                      s.name, plan::ModelKindName(s.model.kind), options.context_parallel->group().size(), s.name));
+    }
+    impl.module->as<VitEncoderImpl>()->context_parallel = options.context_parallel;
+  }
   if (s.mode == plan::SectionMode::kTrain) SetActivationRecompute(*impl.module, s);
   if (s.mode == plan::SectionMode::kForward) {
     impl.module->eval();
@@ -506,6 +515,29 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
     }
   }
   return runner;
+}
+
+Status CheckContextParallelRuns(const plan::SectionPlan& s) {
+  if (s.config.cp == 1) return Status::Ok();
+  if (s.fused()) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}' fuses {} components and has cp {}: context parallelism of a fused section needs the decoder's "
+        "CP too (compiler/runtime_support.h context_parallel_decoder), which the runtime does not run yet; recompile "
+        "with --pin {}.cp=1, or --grouping sectioned so the ViT runs CP in a section of its own",
+        s.name, s.components.size(), s.config.cp, s.name));
+  }
+  if (s.model.kind != plan::ModelKind::kVit) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}': the runtime runs context parallelism for ViT sections only (the {} has cp {}; decoder CP: "
+        "compiler/runtime_support.h context_parallel_decoder); recompile with --pin {}.cp=1 or let the planner choose",
+        s.name, plan::ModelKindName(s.model.kind), s.config.cp, s.name));
+  }
+  if (s.config.pp > 1) {
+    return Status::FailedPrecondition(
+        fmt::format("section '{}': cp {} with pp {}: encoder sections do not pipeline; recompile with --pin {}.pp=1",
+                    s.name, s.config.cp, s.config.pp, s.name));
+  }
+  return Status::Ok();
 }
 
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {

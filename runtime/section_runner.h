@@ -75,7 +75,12 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
 class TensorParallelReducer;  // runtime/parallel/tensor_parallel.h
-class PipelineGroup;          // runtime/parallel/pipeline_parallel.h
+}  // namespace maestro::runtime
+namespace maestro::launcher {
+class Backend;  // launcher/comm.h
+}  // namespace maestro::launcher
+namespace maestro::runtime {
+class PipelineGroup;  // runtime/parallel/pipeline_parallel.h
 
 // Forward's inputs key of the previous pipeline stage's activation (B, T, C).
 inline constexpr int kPipelineInput = -1;
@@ -101,6 +106,13 @@ struct RunnerOptions {
   // stage's part; the optimizer state is per stage. OptimizerStep's norm is
   // over every stage (a tied embedding counted once).
   PipelineGroup* pipeline = nullptr;
+  // ViT sections with cp > 1: this rank's CP group (must outlive the runner;
+  // docs/context_parallel_vit.md). Each CP rank encodes its chunk of the
+  // micro-batch's patches; the rows Forward returns are whole on every CP
+  // rank, and their gradient must be given on CP rank 0 only (zeros on the
+  // others). The parameters stay whole: the caller sums their gradients
+  // over the CP group before the DP all-reduce.
+  launcher::Backend* context_parallel = nullptr;
   // True when the caller loads this section's state from a Maestro
   // checkpoint right after Create (a resumed run): a training section then
   // skips its initial weights (`init_from`, HF `weights`). Forward-only
@@ -222,6 +234,10 @@ class SectionRunner {
   std::shared_ptr<const plan::Plan> expanded_;
   std::vector<std::unique_ptr<SectionRunner>> components_;
 };
+
+// Ok when section `s` can run with its plan's cp (1, or a ViT section that
+// is not fused); otherwise FailedPrecondition naming the section and the fix.
+Status CheckContextParallelRuns(const plan::SectionPlan& s);
 
 // The shape of one sample's row on the edges leaving section `section` of
 // `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a

@@ -311,7 +311,11 @@ TEST(RuntimeSupportFlag, ParsesFeatureListsAndPlansForThem) {
   EXPECT_FALSE(none->micro_batching);
   auto all = ParseRuntimeSupport("all");
   ASSERT_TRUE(all.ok());
-  EXPECT_TRUE(all->context_parallel && all->activation_recompute && all->tensor_parallel_encoder);
+  EXPECT_TRUE(all->context_parallel_decoder && all->context_parallel_encoder && all->activation_recompute &&
+              all->tensor_parallel_encoder);
+  auto cp = ParseRuntimeSupport("cp");  // both sides
+  ASSERT_TRUE(cp.ok());
+  EXPECT_TRUE(cp->context_parallel_decoder && cp->context_parallel_encoder);
   EXPECT_EQ(RuntimeSupportText(*ParseRuntimeSupport("tp_decoder,dp")), "dp,tp_decoder");
   auto bad = ParseRuntimeSupport("dp,tp_decodr");
   ASSERT_FALSE(bad.ok());
