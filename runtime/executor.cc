@@ -27,6 +27,7 @@
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
+#include "runtime/parallel/vit_context_parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
@@ -592,6 +593,12 @@ StatusOr<TrainSummary> RankLoop::Run() {
       auto events, WriteTrace(comms_.world(), plan_, section_, place_.world_rank, options_.run_dir, trace_.events()));
   if (Rank0()) {
     MAESTRO_RETURN_IF_ERROR(WriteTimelines(plan_, problem_, schedule_, current_step_, events, options_.run_dir));
+  }
+  if (CpSize() > 1) {
+    const ContextParallelTokenCounts& counts = ContextParallelTokensOfThisProcess();
+    Log(LogLevel::kInfo, "section '{}' tp {} cp {} dp {}: context parallel: held {} of {} tokens (+{} padding)",
+        plan_.sections[static_cast<size_t>(section_)].name, place_.coords.tp, place_.coords.cp, replica_, counts.mine,
+        counts.total, counts.padding);
   }
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",

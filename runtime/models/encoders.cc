@@ -321,6 +321,7 @@ torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images
   const EncoderSequenceSplit split(std::vector<int64_t>(static_cast<size_t>(b), tokens), group.group().my_index,
                                    group.group().size());
   const EncoderContextParallel cp{&group, &split};
+  CountContextParallelForward(split);
   auto local = split.Local(x.reshape({b * tokens, c})).unsqueeze(0);  // (1, chunk, C)
   if (layout_ == hf::kVitLayoutClip) {
     local = RunBlocks(blocks, pre_norm(local), recompute_, nullptr, &cp);

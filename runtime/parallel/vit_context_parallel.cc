@@ -129,8 +129,32 @@ torch::Tensor EncoderSequenceSplit::Attention(const torch::Tensor& q, const torc
     parts.push_back(y.transpose(0, 1).reshape({1, h, rows, d}));
     i = j + 1;
   }
-  if (padding_ > 0) parts.push_back(torch::zeros({1, q.size(1), padding_, q.size(3)}, q.options()));
+  if (padding_ > 0) {
+    auto zeros = torch::zeros({1, q.size(1), padding_, q.size(3)}, q.options());
+    // A rank of padding only still joins the k/v gathers' backward (each a
+    // collective): its (zero) rows depend on k and v through empty sums.
+    if (pieces_.empty()) zeros = zeros + (k.narrow(2, 0, 0).sum() + v.narrow(2, 0, 0).sum());
+    parts.push_back(zeros);
+  }
   return parts.size() == 1 ? parts[0] : torch::cat(parts, 2);
+}
+
+namespace {
+ContextParallelTokenCounts& TokenCounts() {
+  static ContextParallelTokenCounts counts;
+  return counts;
+}
+}  // namespace
+
+const ContextParallelTokenCounts& ContextParallelTokensOfThisProcess() {
+  return TokenCounts();
+}
+
+void CountContextParallelForward(const EncoderSequenceSplit& split) {
+  auto& counts = TokenCounts();
+  counts.total += split.total();
+  counts.mine += split.chunk() - split.padding();
+  counts.padding += split.padding();
 }
 
 torch::Tensor GatherKeysOrValues(const torch::Tensor& local, const EncoderContextParallel& cp) {

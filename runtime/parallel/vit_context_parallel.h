@@ -40,6 +40,8 @@ class EncoderSequenceSplit {
   int64_t chunk() const { return chunk_; }
   int cp_rank() const { return cp_rank_; }
   int cp_size() const { return cp_size_; }
+  // This rank's padding rows (at the end of its chunk).
+  int64_t padding() const { return padding_; }
 
   // full: (total, ...) -> this rank's rows (chunk, ...), zero rows where
   // padding. Differentiable (the gradient of the rows of other ranks is zero).
@@ -77,6 +79,16 @@ struct EncoderContextParallel {
   launcher::Backend* group = nullptr;
   const EncoderSequenceSplit* split = nullptr;
 };
+
+// What this process's CP forwards held, summed since it started: real
+// tokens of its chunks, padding rows, and the micro-batches' whole token
+// counts (the executor logs them at the end of a run).
+struct ContextParallelTokenCounts {
+  int64_t mine = 0, padding = 0, total = 0;
+};
+const ContextParallelTokenCounts& ContextParallelTokensOfThisProcess();
+// Adds one forward's split to those counts.
+void CountContextParallelForward(const EncoderSequenceSplit& split);
 
 // k or v (1, H, chunk, D) -> (1, H, chunk * cp_size, D) over the CP group
 // (GatherSequence along dim 2; backward reduce-scatters).

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -133,6 +134,19 @@ TEST(VitContextParallelSplit, BlockDiagonalAttentionEqualsEachImageAlone) {
     const double err = (got.to(torch::kFloat64) - expected).abs().max().item<double>();
     EXPECT_LT(err, 1e-5) << "cp " << cp;
   }
+}
+
+// A rank whose chunk is all padding still reaches k and v in backward (their
+// all-gathers' reduce-scatters are collectives every CP rank must join).
+TEST(VitContextParallelSplit, APaddingOnlyRankStillBackpropagatesIntoKeysAndValues) {
+  const EncoderSequenceSplit split({3}, 3, 4);  // chunk 1: rank 3 holds position 3, past the end
+  auto q = torch::randn({1, 2, 1, 4}, torch::requires_grad());
+  auto k = torch::randn({1, 2, 4, 4}, torch::requires_grad()), v = torch::randn({1, 2, 4, 4}, torch::requires_grad());
+  auto out = split.Attention(q, k, v);
+  EXPECT_EQ(out.abs().sum().item<float>(), 0.0f);
+  out.sum().backward();
+  ASSERT_TRUE(k.grad().defined() && v.grad().defined());
+  EXPECT_EQ(k.grad().abs().sum().item<float>(), 0.0f);
 }
 
 // ---- the planner and the refusals ----
@@ -289,18 +303,51 @@ std::map<std::string, torch::Tensor> Weights(const plan::ModelDesc& desc, const 
   return out;
 }
 
+// The ViT ranks' "context parallel: held X of Y tokens (+P padding)" lines
+// (runtime/executor.cc): per (tp, dp) the CP ranks' chunks cover every token
+// exactly once, each rank a strict part. Returns the padding rows of all ranks.
+int64_t ExpectTheCpRanksSplitTheTokens(const std::string& what, const plan::Plan& p, const std::string& output) {
+  const std::regex line(
+      R"(section 'vit' tp (\d+) cp (\d+) dp (\d+): context parallel: held (\d+) of (\d+) tokens \(\+(\d+) padding\))");
+  std::map<std::pair<int, int>, std::map<int, std::pair<int64_t, int64_t>>> held;  // (tp, dp) -> cp -> (mine, total)
+  int64_t padding = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    held[{std::stoi(m[1]), std::stoi(m[3])}][std::stoi(m[2])] = {std::stoll(m[4]), std::stoll(m[5])};
+    padding += std::stoll(m[6]);
+  }
+  const auto& vit = p.sections[static_cast<size_t>(p.section_index("vit"))].config;
+  EXPECT_EQ(static_cast<int>(held.size()), vit.tp * vit.dp) << what << ": one line per CP rank\n" << output;
+  for (const auto& [group, ranks] : held) {
+    ASSERT_EQ(static_cast<int>(ranks.size()), vit.cp) << what;
+    int64_t sum = 0;
+    for (const auto& [cp, counts] : ranks) {
+      EXPECT_GT(counts.first, 0) << what << " cp " << cp;
+      EXPECT_LT(counts.first, counts.second) << what << " cp " << cp << " holds a part, not the whole";
+      EXPECT_EQ(counts.second, ranks.begin()->second.second) << what;
+      sum += counts.first;
+    }
+    EXPECT_EQ(sum, ranks.begin()->second.second) << what << ": the chunks cover every token once";
+  }
+  return padding;
+}
+
 // Plan `p` against the reference: the losses of every step and the final
-// weights of every section within 1e-5 relative.
-void ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, const std::string& dir) {
+// weights of every section within 1e-5 relative. Returns the CP ranks' padding rows.
+int64_t ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, const std::string& dir) {
   const std::string plan_path = runtime_testing::WritePlan(p, dir);
   const auto run = RunSectioned(p, plan_path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  if (run.exit_code != 0) return 0;
+  const int64_t padding = ExpectTheCpRanksSplitTheTokens(what, p, run.output);
   const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(reference.exit_code, 0) << reference.output;
+  if (reference.exit_code != 0) return padding;
 
   const auto a = Losses(dir + "/run"), r = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
-  ASSERT_EQ(r.size(), a.size());
+  EXPECT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
+  EXPECT_EQ(r.size(), a.size());
+  if (r.size() != a.size() || a.empty()) return padding;
   double worst_loss = 0.0;
   for (const auto& [step, loss] : a) {
     EXPECT_TRUE(std::isfinite(loss));
@@ -313,8 +360,9 @@ void ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, cons
   for (const auto& s : p.sections) {
     const auto mine = Weights(s.model, dir + "/run", s.name);
     const auto want = Weights(s.model, dir + "/reference", s.name);
-    ASSERT_FALSE(mine.empty()) << s.name;
-    ASSERT_EQ(mine.size(), want.size()) << s.name;
+    EXPECT_FALSE(mine.empty()) << s.name;
+    EXPECT_EQ(mine.size(), want.size()) << s.name;
+    if (mine.empty() || mine.size() != want.size()) continue;
     for (const auto& [param, t] : mine) {
       auto u = want.at(param), got = t;
       if (param.size() >= 13 && param.compare(param.size() - 13, 13, "attn.qkv.bias") == 0) {
@@ -336,11 +384,13 @@ void ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, cons
   }
   std::cout << what << ": losses within " << worst_loss << ", final weights within " << worst
             << " relative of the reference\n";
+  return padding;
 }
 
 TEST(VitContextParallelTraining, Cp2EqualsTheReference) {
   const std::string dir = Fresh("cp2");
-  ExpectEqualsTheReference("vit_cp2", VitCpPlan(dir + "/data", 1, 1, 5), dir);
+  const int64_t padding = ExpectEqualsTheReference("vit_cp2", VitCpPlan(dir + "/data", 1, 1, 5), dir);
+  EXPECT_GT(padding, 0) << "some micro-batch has an odd image count: 49 x odd tokens pad a row";
 }
 
 TEST(VitContextParallelTraining, Cp2Tp2EqualsTheReference) {
