@@ -196,7 +196,7 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
   EXPECT_EQ(p->key, "micro_batch");
   EXPECT_EQ(p->value, 4);
   for (const char* bad : {"llm", "llm.dp", "llm.dp=", ".dp=2", "llm.=2", "llm.dp=0", "llm.dp=-1", "llm.dp=2x",
-                          "llm.cp=2", "llm.dp=99999999999"}) {
+                          "llm.ep=2", "llm.dp=99999999999"}) {
     auto b = ParsePin(bad);
     EXPECT_FALSE(b.ok()) << bad;
     if (!b.ok()) {
@@ -204,6 +204,9 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
     }
   }
   EXPECT_NE(ParsePin("llm.tpp=2").status().message().find("did you mean 'tp'"), std::string::npos);
+  auto cp = ParsePin("vit.cp=2");  // context parallelism (docs/context_parallel_vit.md)
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(cp->key, "cp");
 }
 
 TEST(Pin, OverridesASpecPinWithoutLocalMode) {

@@ -319,7 +319,7 @@ int64_t ExpectTheCpRanksSplitTheTokens(const std::string& what, const plan::Plan
   const auto& vit = p.sections[static_cast<size_t>(p.section_index("vit"))].config;
   EXPECT_EQ(static_cast<int>(held.size()), vit.tp * vit.dp) << what << ": one line per CP rank\n" << output;
   for (const auto& [group, ranks] : held) {
-    ASSERT_EQ(static_cast<int>(ranks.size()), vit.cp) << what;
+    EXPECT_EQ(static_cast<int>(ranks.size()), vit.cp) << what;
     int64_t sum = 0;
     for (const auto& [cp, counts] : ranks) {
       EXPECT_GT(counts.first, 0) << what << " cp " << cp;
@@ -401,6 +401,35 @@ TEST(VitContextParallelTraining, Cp2Tp2EqualsTheReference) {
 TEST(VitContextParallelTraining, Cp2Dp2WithZero1EqualsTheReference) {
   const std::string dir = Fresh("cp2_dp2");
   ExpectEqualsTheReference("vit_cp2_dp2_zero1", VitCpPlan(dir + "/data", 1, 2, 4), dir);
+}
+
+// Checkpoints under CP: CP rank 0 sends the ViT's state, every CP rank gets
+// it back on resume; a run stopped after step 2 and resumed ends with the
+// losses and weights of an uninterrupted one, bit for bit.
+TEST(VitContextParallelTraining, Cp2StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
+  const std::string dir = Fresh("cp2_resume");
+  const plan::Plan p = VitCpPlan(dir + "/data", 1, 1, 4);
+  const std::string plan_path = runtime_testing::WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", dir + "/split", "--stop-after-steps",
+                           "2", plan_path});
+  const auto first = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
+  const auto second = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto a = Losses(dir + "/whole"), b = Losses(dir + "/split");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  const auto x = LastCheckpoint(dir + "/whole"), y = LastCheckpoint(dir + "/split");
+  ASSERT_TRUE(x.sections.count("vit"));
+  ASSERT_EQ(x.sections.size(), y.sections.size());
+  for (const auto& [name, state] : x.sections) {
+    ASSERT_TRUE(y.sections.count(name)) << name;
+    EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
+  }
 }
 
 }  // namespace
