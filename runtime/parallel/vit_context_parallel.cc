@@ -4,59 +4,13 @@
 #include "runtime/parallel/vit_context_parallel.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
-#include "runtime/collectives.h"
-#include "runtime/tensor_buffer.h"
+#include "runtime/parallel/context_parallel.h"
 #include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
-
-namespace {
-
-// PRIVATE GatherSequence (the CP primitive of branch h/cp-decoder had not
-// landed): local [..., n, ...] -> [..., n * size, ...] in rank order;
-// backward reduce-scatters (sums) and returns this rank's slice.
-struct GatherAlongDim : public torch::autograd::Function<GatherAlongDim> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& local, int64_t dim,
-                               int64_t group) {
-    auto* backend = reinterpret_cast<launcher::Backend*>(group);
-    const int64_t size = backend->group().size();
-    ctx->saved_data["dim"] = dim;
-    ctx->saved_data["group"] = group;
-    // Blocks of the wire are whole ranks' parts: move dim to the front.
-    auto in = OnBackendDevice(local.movedim(dim, 0), backend->device());
-    std::vector<int64_t> shape = in.sizes().vec();
-    shape[0] *= size;
-    auto out = torch::empty(shape, in.options());
-    Status s = Wait(backend->AllGather(FloatBuffer(in), FloatBuffer(out)));
-    if (!s.ok()) throw std::runtime_error(s.ToString());
-    return out.to(local.device(), local.scalar_type()).movedim(0, dim).contiguous();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const int64_t dim = ctx->saved_data["dim"].toInt();
-    auto* backend = reinterpret_cast<launcher::Backend*>(ctx->saved_data["group"].toInt());
-    const int64_t size = backend->group().size();
-    auto in = OnBackendDevice(grads[0].movedim(dim, 0), backend->device());
-    std::vector<int64_t> shape = in.sizes().vec();
-    shape[0] /= size;
-    auto out = torch::empty(shape, in.options());
-    Status s = Wait(backend->ReduceScatter(FloatBuffer(in), FloatBuffer(out), launcher::ReduceOp::kSum));
-    if (!s.ok()) throw std::runtime_error(s.ToString());
-    return {out.to(grads[0].device(), grads[0].scalar_type()).movedim(0, dim).contiguous(), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
-torch::Tensor GatherSequencePrivate(const torch::Tensor& local, int64_t dim, launcher::Backend& group) {
-  if (group.group().size() == 1) return local;
-  return GatherAlongDim::apply(local, dim, reinterpret_cast<int64_t>(&group));
-}
-
-}  // namespace
 
 EncoderSequenceSplit::EncoderSequenceSplit(std::vector<int64_t> segment_lengths, int cp_rank, int cp_size)
     : lengths_(std::move(segment_lengths)), cp_rank_(cp_rank), cp_size_(cp_size) {
@@ -158,11 +112,11 @@ void CountContextParallelForward(const EncoderSequenceSplit& split) {
 }
 
 torch::Tensor GatherKeysOrValues(const torch::Tensor& local, const EncoderContextParallel& cp) {
-  return GatherSequencePrivate(local, 2, *cp.group);
+  return GatherSequence(local, 2, *cp.group);
 }
 
 torch::Tensor GatherRows(const torch::Tensor& local, launcher::Backend& group) {
-  return GatherSequencePrivate(local, 0, group);
+  return GatherSequence(local, 0, group);
 }
 
 }  // namespace maestro::runtime
