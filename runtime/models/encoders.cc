@@ -125,7 +125,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
     q = ApplyRope(q.to(torch::kFloat32), *rope).to(x.scalar_type());
     k = ApplyRope(k.to(torch::kFloat32), *rope).to(x.scalar_type());
   }
-  const EncoderSequenceSplit* split = cp != nullptr ? cp->split : nullptr;
+  // Held by value: selective recomputation runs the core again in backward.
+  std::shared_ptr<const EncoderSequenceSplit> split = cp != nullptr ? cp->split : nullptr;
   if (split != nullptr) {  // this rank's queries against every rank's keys and values
     k = GatherKeysOrValues(k, *cp);
     v = GatherKeysOrValues(v, *cp);
@@ -318,23 +319,23 @@ torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images
     x = patch_embed(images).flatten(2).transpose(1, 2) + pos_embed;
   }
   const int64_t tokens = x.size(1);
-  const EncoderSequenceSplit split(std::vector<int64_t>(static_cast<size_t>(b), tokens), group.group().my_index,
-                                   group.group().size());
-  const EncoderContextParallel cp{&group, &split};
-  CountContextParallelForward(split);
-  auto local = split.Local(x.reshape({b * tokens, c})).unsqueeze(0);  // (1, chunk, C)
+  const auto split = std::make_shared<const EncoderSequenceSplit>(std::vector<int64_t>(static_cast<size_t>(b), tokens),
+                                                                  group.group().my_index, group.group().size());
+  const EncoderContextParallel cp{&group, split};
+  CountContextParallelForward(*split);
+  auto local = split->Local(x.reshape({b * tokens, c})).unsqueeze(0);  // (1, chunk, C)
   if (layout_ == hf::kVitLayoutClip) {
     local = RunBlocks(blocks, pre_norm(local), recompute_, nullptr, &cp);
   } else if (layout_ == hf::kVitLayoutQwen2Vl) {
     if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
-    const auto rows = split.LocalOffsetsInSegment(x.device());  // each local token's patch
+    const auto rows = split->LocalOffsetsInSegment(x.device());  // each local token's patch
     const RopeTables local_rope{rope_.cos.index_select(0, rows), rope_.sin.index_select(0, rows)};
     local = RunBlocks(blocks, local, recompute_, &local_rope, &cp);
   } else {
     local = final_norm(RunBlocks(blocks, local, recompute_, nullptr, &cp));
   }
   // Every rank's rows, padding dropped: (B, tokens, C) whole on each CP rank.
-  auto whole = split.DropPadding(GatherRows(local[0], group)).reshape({b, tokens, c});
+  auto whole = split->DropPadding(GatherRows(local[0], group)).reshape({b, tokens, c});
   return Merge(whole);
 }
 

@@ -20,6 +20,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "launcher/comm.h"
@@ -73,11 +74,12 @@ class EncoderSequenceSplit {
   int cp_rank_ = 0, cp_size_ = 1;
 };
 
-// What an encoder block is handed under CP: the group (k/v all-gathers) and
-// the micro-batch's split. Both outlive the forward and its backward.
+// What an encoder block is handed under CP: the group (k/v all-gathers; it
+// outlives the model) and the micro-batch's split, shared with what
+// activation recomputation keeps for the backward.
 struct EncoderContextParallel {
   launcher::Backend* group = nullptr;
-  const EncoderSequenceSplit* split = nullptr;
+  std::shared_ptr<const EncoderSequenceSplit> split;
 };
 
 // What this process's CP forwards held, summed since it started: real

@@ -255,7 +255,8 @@ std::string Fresh(const std::string& name) {
 // the ViT at patch 4 with cp 2, tp `vit_tp`, dp `dp` (ZeRO-1 when dp > 1),
 // micro-batch 3 (odd image counts: splits inside images and padding); the
 // decoder at dp `dp`, micro-batch 4.
-plan::Plan VitCpPlan(const std::string& data_dir, int vit_tp, int dp, int64_t steps) {
+plan::Plan VitCpPlan(const std::string& data_dir, int vit_tp, int dp, int64_t steps,
+                     plan::RecomputeGranularity vit_recompute = plan::RecomputeGranularity::kNone) {
   plan::Plan p = CompiledTinyVlm(compiler::Grouping::kSectioned, {"vit.cp=2"});
   if (p.section_index("vit") < 0) return p;
   p.data.dataset.clear();
@@ -271,7 +272,11 @@ plan::Plan VitCpPlan(const std::string& data_dir, int vit_tp, int dp, int64_t st
     s.config.tp = s.name == "vit" ? vit_tp : 1;
     s.config.micro_batch = s.name == "vit" ? 3 : 4;
     s.config.zero_stage = dp > 1 ? 1 : 0;
-    if (s.name == "vit") s.model.patch_size = kPatchSize;
+    s.config.set_recompute_granularity(s.name == "vit" ? vit_recompute : plan::RecomputeGranularity::kNone);
+    if (s.name == "vit") {
+      s.model.patch_size = kPatchSize;
+      s.optimizer.grad_clip = 0.01;  // below the ViT's gradient norm: clipping acts, on the CP-summed norm
+    }
     s.run_ahead = 0;
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
@@ -401,6 +406,21 @@ TEST(VitContextParallelTraining, Cp2Tp2EqualsTheReference) {
 TEST(VitContextParallelTraining, Cp2Dp2WithZero1EqualsTheReference) {
   const std::string dir = Fresh("cp2_dp2");
   ExpectEqualsTheReference("vit_cp2_dp2_zero1", VitCpPlan(dir + "/data", 1, 2, 4), dir);
+}
+
+// Activation recomputation of a CP ViT (the planner picks it with CP for
+// large ViTs, e.g. specs/omni_audio_vision_llm.toml): full recomputation runs
+// each block again in backward, its k/v all-gathers included, in the same
+// order on every CP rank; selective recomputes the block-diagonal core.
+TEST(VitContextParallelTraining, Cp2WithFullAndSelectiveRecomputeEqualsTheReference) {
+  for (const auto& [name, granularity] :
+       {std::pair<std::string, plan::RecomputeGranularity>{"full", plan::RecomputeGranularity::kFull},
+        {"selective", plan::RecomputeGranularity::kSelective}}) {
+    const std::string dir = Fresh("cp2_recompute_" + name);
+    const plan::Plan p = VitCpPlan(dir + "/data", 1, 1, 3, granularity);
+    ASSERT_EQ(p.sections[static_cast<size_t>(p.section_index("vit"))].config.recompute_granularity(), granularity);
+    ExpectEqualsTheReference("vit_cp2_recompute_" + name, p, dir);
+  }
 }
 
 // Checkpoints under CP: CP rank 0 sends the ViT's state, every CP rank gets
