@@ -417,7 +417,7 @@ TEST(VitContextParallelTraining, Cp2WithFullAndSelectiveRecomputeEqualsTheRefere
        {std::pair<std::string, plan::RecomputeGranularity>{"full", plan::RecomputeGranularity::kFull},
         {"selective", plan::RecomputeGranularity::kSelective}}) {
     const std::string dir = Fresh("cp2_recompute_" + name);
-    const plan::Plan p = VitCpPlan(dir + "/data", 1, 1, 3, granularity);
+    const plan::Plan p = VitCpPlan(dir + "/data", 1, 1, 5, granularity);
     ASSERT_EQ(p.sections[static_cast<size_t>(p.section_index("vit"))].config.recompute_granularity(), granularity);
     ExpectEqualsTheReference("vit_cp2_recompute_" + name, p, dir);
   }
