@@ -94,8 +94,15 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   if (c.pp > 1 && !(enc ? rs.pipeline_parallel_encoder : rs.pipeline_parallel_decoder)) {
     f.push_back(fmt::format("PP={} on {}", c.pp, plan::ModelKindName(m.kind)));
   }
-  if (c.cp > 1 && !(enc ? rs.context_parallel_encoder : rs.context_parallel_decoder)) {
-    f.push_back(fmt::format("CP={} ({})", c.cp, enc ? "encoder" : "decoder"));
+  // Encoder CP runs in ViT sections (docs/context_parallel_vit.md); the
+  // audio encoder's stem is not split yet.
+  const bool cp_runs =
+      !enc ? rs.context_parallel_decoder : rs.context_parallel_encoder && m.kind != plan::ModelKind::kAudioEncoder;
+  if (c.cp > 1 && !cp_runs) {
+    f.push_back(fmt::format("CP={} ({})", c.cp,
+                            !enc                                       ? "decoder"
+                            : m.kind == plan::ModelKind::kAudioEncoder ? "audio_encoder"
+                                                                       : "encoder"));
   } else if (c.cp > 1 && c.pp > 1 && !rs.context_parallel_with_pipeline) {
     f.push_back(fmt::format("CP={} with PP={}", c.cp, c.pp));
   }
@@ -105,6 +112,8 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
     f.push_back(fmt::format("CP={} with the MoE load-balancing loss", c.cp));
   }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
+  // The runtime does not combine them yet (runtime/section_runner.cc).
+  if (c.cp > 1 && c.ep > 1) f.push_back(fmt::format("CP={} with EP={}", c.cp, c.ep));
   if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
     f.push_back(c.recompute ? "recompute" : "selective recompute");
   }

@@ -316,6 +316,11 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   const int64_t context = m.kind == ModelKind::kDecoder ? s.tokens : std::max<int64_t>(s.facts.seq_len, 1);
   const double layers = m.kind == ModelKind::kProjector ? 1.0 : D(std::max<int64_t>(m.layers, 1));
   const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
+  // ViT CP (docs/context_parallel_vit.md): the stem and the merger run on
+  // the whole sequence on every CP rank, and each layer keeps the
+  // all-gathered k and v of the whole sequence (cp - 1 chunks more than its own).
+  const bool vit_cp = m.kind == ModelKind::kVit && cp > 1;
+  const double stem_tokens = vit_cp ? tokens_mb * cp : tokens_mb;
   if (train) {
     const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
     const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective) +
@@ -326,7 +331,9 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
     // Full recomputation keeps each layer's input (RunRecomputed's saved
     // input), and one layer's graph at a time while it recomputes.
     const double per_mb = c.recompute ? stage_layers * a * D(m.hidden) + layer : stage_layers * layer;
-    double act = copies * tokens_mb * (per_mb + StemBytes(m, a));
+    const double gathered_kv =
+        vit_cp && !c.recompute ? stage_layers * 2.0 * a * D(m.hidden) / tp * tokens_mb * (cp - 1) : 0.0;
+    double act = copies * (tokens_mb * per_mb + stem_tokens * StemBytes(m, a) + gathered_kv);
     if (m.kind == ModelKind::kDecoder && s.sink) {
       act += tokens_mb * LogitsChainBytes(s);
       // The teacher's rows: whole on every CP rank (docs/context_parallel.md).
@@ -337,8 +344,9 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   } else {
     // No graph: one layer's working set; a section feeding others keeps every
     // micro-batch's output rows of the step (RankLoop's states).
-    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) + StemBytes(m, a) +
-                              ContextParallelKvBytes(m, tp, cp, context, a));
+    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) +
+                              ContextParallelKvBytes(m, tp, cp, context, a)) +
+                 stem_tokens * StemBytes(m, a);
     const double merge = ExtraValue(m, "spatial_merge", 0);
     // A CP decoder's output rows are gathered whole on every CP rank.
     const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb * D(cp);

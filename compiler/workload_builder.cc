@@ -128,6 +128,7 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   if (list == "all") return out;
   std::vector<std::string> names;
   for (const auto& f : kSupportFlags) names.push_back(f.name);
+  names.push_back("cp");  // both cp_decoder and cp_encoder
   // An empty item ("dp,,tp_decoder", a trailing comma, "") is refused: a
   // feature lost to a typo would plan for a runtime without it.
   const std::string listed = fmt::format("features: {} (or all)", fmt::join(names, ", "));

@@ -32,6 +32,7 @@
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
+#include "runtime/parallel/vit_context_parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
@@ -271,14 +272,8 @@ class RankLoop {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    // Context parallelism (docs/context_parallel.md): decoder sections of one component, without PP.
-    if (s.config.cp != 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder || s.config.pp > 1)) {
-      return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs CP > 1 for unfused decoder sections without pipeline "
-                      "parallelism only (plan has cp {}, pp {}{}); recompile with --pin {}.cp=1 or let the planner "
-                      "choose (it only emits what the runtime runs)",
-                      s.name, s.config.cp, s.config.pp, s.fused() ? ", fused" : "", s.name));
-    }
+    // CP: decoder and ViT sections of their own, without PP (CheckContextParallelRuns).
+    MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(s));
     if (s.config.pp > 1 && s.fused()) {
       if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
     } else if (s.config.pp > 1 && s.model.kind != plan::ModelKind::kDecoder) {
@@ -354,6 +349,7 @@ Status RankLoop::Resume() {
     runner_options.tensor_parallel = tp_reducer_.get();
   }
   const auto& section = plan_.sections[static_cast<size_t>(section_)];
+  if (CpSize() > 1) runner_options.context_parallel = &comms_.group(plan::GroupKind::kCP);
   if (section.config.pp > 1) {
     pipeline_ = std::make_unique<PipelineGroup>(comms_.group(plan::GroupKind::kPP), &blocked_seconds_);
     runner_options.pipeline = pipeline_.get();
@@ -362,7 +358,6 @@ Status RankLoop::Resume() {
     ep_exchange_ = std::make_unique<GroupExpertExchange>(comms_.group(plan::GroupKind::kEP));
     runner_options.expert_parallel = ep_exchange_.get();
   }
-  if (CpSize() > 1) runner_options.context_parallel = &comms_.group(plan::GroupKind::kCP);
   const bool zero1 = OptimizerShardedOverDp(section);
   runner_options.build_optimizer = !zero1;
   memory_.MarkBaseline();  // libtorch, MPI, the plan, the data and (rank 0) the run's index: no model yet
@@ -946,6 +941,12 @@ StatusOr<TrainSummary> RankLoop::Run() {
       auto events, WriteTrace(comms_.world(), plan_, section_, place_.world_rank, options_.run_dir, trace_.events()));
   if (Rank0()) {
     MAESTRO_RETURN_IF_ERROR(WriteTimelines(plan_, problem_, schedule_, current_step_, events, options_.run_dir));
+  }
+  if (CpSize() > 1) {
+    const ContextParallelTokenCounts& counts = ContextParallelTokensOfThisProcess();
+    Log(LogLevel::kInfo, "section '{}' tp {} cp {} dp {}: context parallel: held {} of {} tokens (+{} padding)",
+        plan_.sections[static_cast<size_t>(section_)].name, place_.coords.tp, place_.coords.cp, replica_, counts.mine,
+        counts.total, counts.padding);
   }
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",

@@ -427,6 +427,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
+  MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
   if (plan.sections[static_cast<size_t>(section)].fused()) return CreateFused(plan, section, options);
   std::unique_ptr<SectionRunner> runner(new SectionRunner());
   runner->section_ = section;
@@ -519,6 +520,9 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));
   }
+  if (runner->ContextParallelSize() > 1 && s.model.kind == plan::ModelKind::kVit) {
+    impl.module->as<VitEncoderImpl>()->context_parallel = options.context_parallel;  // docs/context_parallel_vit.md
+  }
   if (runner->ExpertSharded()) {
     if (!IsDecoder(s)) {
       return Status::InvalidArgument(
@@ -531,7 +535,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
                                 sharded.message()));
     }
   }
-  if (runner->ContextParallelSize() > 1) {
+  if (runner->ContextParallelSize() > 1 && s.model.kind != plan::ModelKind::kVit) {
     const int cp = runner->ContextParallelSize();
     if (!IsDecoder(s)) {
       return Status::InvalidArgument(fmt::format(
@@ -590,6 +594,30 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
     }
   }
   return runner;
+}
+
+Status CheckContextParallelRuns(const plan::SectionPlan& s) {
+  if (s.config.cp == 1) return Status::Ok();
+  if (s.fused()) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}' fuses {} components and has cp {}: the runtime does not run context parallelism inside a "
+        "fused section yet; recompile with --pin {}.cp=1, or --grouping sectioned so each component runs CP in a "
+        "section of its own",
+        s.name, s.components.size(), s.config.cp, s.name));
+  }
+  if (s.model.kind != plan::ModelKind::kVit && s.model.kind != plan::ModelKind::kDecoder) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}': the runtime runs context parallelism for decoder and ViT sections (the {} has cp {}); "
+        "recompile with --pin {}.cp=1 or let the planner choose",
+        s.name, plan::ModelKindName(s.model.kind), s.config.cp, s.name));
+  }
+  if (s.config.pp > 1) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}': the runtime does not combine context and pipeline parallelism (plan has cp {} x pp {}; "
+        "docs/context_parallel.md); recompile with --pin {}.pp=1 or --pin {}.cp=1",
+        s.name, s.config.cp, s.config.pp, s.name, s.name));
+  }
+  return Status::Ok();
 }
 
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {

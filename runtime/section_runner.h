@@ -127,6 +127,11 @@ struct RunnerOptions {
   // unsplit one; Output::loss_samples counts on CP rank 0 only. Rows sent on
   // (a teacher's hidden states) are gathered whole on every CP rank. The
   // caller sums the parameters' and the inputs' gradients over CP.
+  // ViT sections with cp > 1 (docs/context_parallel_vit.md): each CP rank
+  // encodes its chunk of the micro-batch's patches; the rows Forward returns
+  // are whole on every CP rank, and their gradient is given on CP rank 0
+  // only (zeros on the others). The caller sums the parameters' gradients
+  // over the CP group before the DP all-reduce.
   launcher::Backend* context_parallel = nullptr;
   // True when the caller loads this section's state from a Maestro
   // checkpoint right after Create (a resumed run): a training section then
@@ -271,6 +276,11 @@ class SectionRunner {
   std::shared_ptr<const plan::Plan> expanded_;
   std::vector<std::unique_ptr<SectionRunner>> components_;
 };
+
+// Ok when section `s` can run with its plan's cp (1, or a decoder or ViT
+// section that is neither fused nor pipelined); otherwise
+// FailedPrecondition naming the section and the fix.
+Status CheckContextParallelRuns(const plan::SectionPlan& s);
 
 // The shape of one sample's row on the edges leaving section `section` of
 // `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a

@@ -208,6 +208,9 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
     }
   }
   EXPECT_NE(ParsePin("llm.tpp=2").status().message().find("did you mean 'tp'"), std::string::npos);
+  auto cp = ParsePin("vit.cp=2");  // context parallelism (docs/context_parallel_vit.md)
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(cp->key, "cp");
 }
 
 TEST(Pin, OverridesASpecPinWithoutLocalMode) {
@@ -317,6 +320,9 @@ TEST(RuntimeSupportFlag, ParsesFeatureListsAndPlansForThem) {
   ASSERT_TRUE(all.ok());
   EXPECT_TRUE(all->context_parallel_decoder && all->context_parallel_encoder && all->context_parallel_with_pipeline &&
               all->activation_recompute && all->tensor_parallel_encoder);
+  auto cp = ParseRuntimeSupport("cp");  // every CP row
+  ASSERT_TRUE(cp.ok());
+  EXPECT_TRUE(cp->context_parallel_decoder && cp->context_parallel_encoder && cp->context_parallel_with_pipeline);
   EXPECT_EQ(RuntimeSupportText(*ParseRuntimeSupport("tp_decoder,dp")), "dp,tp_decoder");
   auto bad = ParseRuntimeSupport("dp,tp_decodr");
   ASSERT_FALSE(bad.ok());
