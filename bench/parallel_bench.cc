@@ -28,10 +28,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+// GCC 12 reports a false -Wnull-dereference inside nlohmann::json's inlined code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
 #include <nlohmann/json.hpp>
+#pragma GCC diagnostic pop
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -258,7 +263,12 @@ MAESTRO_BENCHMARK(parallel,
   std::vector<int> stage_ranks;
   for (int s = 0; s < 2; ++s) stage_ranks.push_back(maestro::plan::GlobalRankOf(pipelined, 0, 0, 0, 0, s));
   const Bubble bubble = MeasureBubble(dir + "/pp2", stage_ranks);
-  fs::remove_all(dir);
+  // `maestro-bench parallel -- --keep`: the runs (plans, metrics, traces) stay for a look.
+  if (std::find(options.args.begin(), options.args.end(), "--keep") != options.args.end()) {
+    std::fprintf(stderr, "maestro-bench parallel: the runs are in %s\n", dir.c_str());
+  } else {
+    fs::remove_all(dir);
+  }
 
   const int p = 2;
   const int m = static_cast<int>(dense.data.global_batch / pp.micro_batch);
