@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/log.h"
 #include "base/splitmix.h"
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
@@ -477,6 +478,8 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
                                                  s.name, pp.stages(), s.model.layers, s.model.layers));
     }
     const StageLayers layers = LayersOfStage(s.config, s.model.layers, pp.stage());
+    Log(LogLevel::kInfo, "section '{}' pipeline stage {} of {}: layers [{}, {}){}", s.name, pp.stage(), pp.stages(),
+        layers.first, layers.end, s.config.pp_layers.empty() ? " (the even split)" : " (the plan's pp_layers)");
     MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("section '{}': pipeline stage {}", s.name, pp.stage()), [&] {
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));

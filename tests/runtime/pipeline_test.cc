@@ -317,7 +317,8 @@ double LargestRelativeDifference(const std::map<std::string, torch::Tensor>& a,
 // reference's than the unstaged run's are (AdamW's first steps divide
 // each gradient by its own magnitude, so weights of any distributed run
 // drift from the reference's by more than their gradients do).
-void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p) {
+// Returns the pipelined run's output.
+std::string ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p) {
   plan::Plan unstaged = p;
   for (auto& s : unstaged.sections) {
     s.config.pp = 1;
@@ -328,15 +329,20 @@ void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p)
   const std::string plan_path = WritePlan(p, dir);
   const std::string unstaged_path = WritePlan(unstaged, dir + "/unstaged");
   const auto run = RunSectioned(p, plan_path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  if (run.exit_code != 0) return run.output;
   const auto flat = RunSectioned(unstaged, unstaged_path, dir + "/unstaged/run");
-  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  EXPECT_EQ(flat.exit_code, 0) << flat.output;
+  if (flat.exit_code != 0) return run.output;
   const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(reference.exit_code, 0) << reference.output;
+  if (reference.exit_code != 0) return run.output;
   const auto a = Losses(dir + "/run"), f = Losses(dir + "/unstaged/run"), r = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
-  ASSERT_EQ(r.size(), a.size());
-  ASSERT_EQ(f.size(), a.size());
+  EXPECT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
+  if (static_cast<int64_t>(a.size()) != p.data.steps || r.size() != a.size() || f.size() != a.size()) {
+    ADD_FAILURE() << what << ": runs of unequal length";
+    return run.output;
+  }
   for (const auto& [step, loss] : a) {
     EXPECT_TRUE(std::isfinite(loss));
     EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
@@ -346,7 +352,8 @@ void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p)
   const auto w = Weights(p, "student", dir + "/run");
   const auto u = Weights(p, "student", dir + "/unstaged/run");
   const auto ref = Weights(p, "student", dir + "/reference");
-  ASSERT_FALSE(w.empty());
+  EXPECT_FALSE(w.empty());
+  if (w.empty()) return run.output;
   std::string where_flat, where_ref, where_flat_ref;
   const double to_flat = LargestRelativeDifference(w, u, &where_flat);
   const double to_ref = LargestRelativeDifference(w, ref, &where_ref);
@@ -356,6 +363,7 @@ void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p)
               where_flat_ref.c_str());
   EXPECT_LE(to_flat, 1e-5) << what << ": " << where_flat;
   EXPECT_LE(to_ref, 1.5 * flat_to_ref + 1e-6) << what << ": " << where_ref;
+  return run.output;
 }
 
 TEST(PipelineTraining, KdStudentThreeLayersOverTwoStagesEqualsTheReference) {
@@ -367,7 +375,13 @@ TEST(PipelineTraining, KdStudentThreeLayersOverTwoStagesEqualsTheReference) {
 TEST(PipelineTraining, AnUnevenSplitOfThePlansChoosingEqualsTheReference) {
   Layout l;
   l.student_pp_layers = {1, 2};
-  ExpectPipelineEqualsReference("pp2_layers_1_2", KdPlan(l, 3));
+  const std::string output = ExpectPipelineEqualsReference("pp2_layers_1_2", KdPlan(l, 3));
+  EXPECT_NE(output.find("section 'student' pipeline stage 0 of 2: layers [0, 1) (the plan's pp_layers)"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("section 'student' pipeline stage 1 of 2: layers [1, 3) (the plan's pp_layers)"),
+            std::string::npos)
+      << output;
 }
 
 TEST(PipelineTraining, TiedEmbeddingsOverThreeStagesEqualTheReference) {
