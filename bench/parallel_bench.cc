@@ -11,19 +11,24 @@
 //   moe_vs_dense               DP 2, a MoE decoder (4 experts of the dense
 //                              FFN's width, top 1: the same active FLOPs
 //                              per token but the router) / the dense one
-//   pp_bubble_fraction         the PP 2 run's pipeline bubble: per step, each
-//                              stage's idle share of the pipeline's span
-//                              (first forward to last backward over the
-//                              stages, from the trace's per-op compute
-//                              intervals, runtime/trace.h), averaged over the
-//                              stages and the measured steps
+//   pp_bubble_fraction         the PP 2 run's pipeline bubble, from the
+//                              trace's per-op compute intervals
+//                              (runtime/trace.h, waits left out): per step,
+//                              the span from the first forward to the last
+//                              backward over the stages, less the busiest
+//                              stage's compute, over the span (the fill and
+//                              drain), averaged over the measured steps
 //   pp_bubble_theory           1F1B's (p - 1) / (m + p - 1) for p stages and
 //                              m micro-batches (pp_stages, pp_micro_batches)
-//   pp_stage_bubble_fractions  the bubble per stage
-// The theory assumes stages of equal compute: the PP run's decoder is
-// shaped so its two stages (2 + 2 layers; the first also loads the data and
-// embeds, the last runs the head and the loss) are close (pp_layers
-// reports the split). Steps after the first 3 (warm-up) count.
+//   pp_imbalance_fraction      the further idle share of the other stages
+//                              (they compute less than the busiest)
+//   pp_stage_idle_fractions    each stage's idle share of the span
+//   pp_stage_busy_seconds      each stage's compute per step
+// 1F1B's formula is every stage's idle share when the stages compute
+// equally long; the decoder is shaped so its two stages are close (2 + 2
+// layers; the first also loads the data and embeds, the last runs the head
+// and the loss over a 512-token vocabulary). Steps after the first 3
+// (warm-up) count.
 // Records: docs/parallel_bench.md.
 #include <unistd.h>
 
@@ -171,15 +176,20 @@ double SamplesPerSecond(const std::string& run_dir) {
 }
 
 struct Bubble {
-  double mean = 0;
-  std::vector<double> per_stage;
+  double bubble = 0;                       // 1 - the busiest stage's busy / span: the pipeline's fill and drain
+  double imbalance = 0;                    // mean over stages of (the busiest's busy - the stage's busy) / span
+  std::vector<double> stage_idle;          // per stage: 1 - busy / span (= bubble + its imbalance)
+  std::vector<double> stage_busy_seconds;  // per stage, per step
 };
 
 // The pipeline bubble of a PP run from its trace (runtime/trace.h: each
 // rank's F<m> and B<m> compute intervals, waits left out): per step past
 // warm-up, the span from the first forward to the last backward over the
-// stages, and each stage's idle share of it. `stage_of_rank`: the world
-// ranks of one pipeline, by stage.
+// stages and each stage's busy time in it. 1F1B's (p - 1) / (m + p - 1) is
+// the idle share of every stage when the stages compute equally long; when
+// they do not, the busiest stage's idle share is the fill and drain (the
+// bubble), and the others idle more by the difference in work (the
+// imbalance, reported apart). `stage_ranks`: one pipeline's world ranks, by stage.
 Bubble MeasureBubble(const std::string& run_dir, const std::vector<int>& stage_ranks) {
   std::ifstream in(run_dir + "/trace.json");
   const auto trace = nlohmann::json::parse(in, nullptr, false);
@@ -203,24 +213,30 @@ Bubble MeasureBubble(const std::string& run_dir, const std::vector<int>& stage_r
     per_stage[static_cast<size_t>(stage - stage_ranks.begin())].push_back({ts, ts + e["dur"].get<int64_t>()});
   }
   if (steps.empty()) throw std::runtime_error("no pipeline ops past warm-up in " + run_dir + "/trace.json");
+  const size_t stages = stage_ranks.size();
+  const double n = static_cast<double>(steps.size());
   Bubble b;
-  b.per_stage.assign(stage_ranks.size(), 0.0);
+  b.stage_idle.assign(stages, 0.0);
+  b.stage_busy_seconds.assign(stages, 0.0);
   for (const auto& [step, per_stage] : steps) {
     int64_t first = INT64_MAX, last = INT64_MIN;
-    for (const auto& ops : per_stage) {
-      for (const auto& op : ops) {
+    std::vector<double> busy(stages, 0.0);
+    for (size_t s = 0; s < per_stage.size(); ++s) {
+      for (const auto& op : per_stage[s]) {
         first = std::min(first, op.start);
         last = std::max(last, op.end);
+        busy[s] += static_cast<double>(op.end - op.start);
       }
     }
     const double span = static_cast<double>(std::max<int64_t>(1, last - first));
-    for (size_t s = 0; s < per_stage.size(); ++s) {
-      double busy = 0;
-      for (const auto& op : per_stage[s]) busy += static_cast<double>(op.end - op.start);
-      b.per_stage[s] += (1.0 - busy / span) / static_cast<double>(steps.size());
+    const double busiest = *std::max_element(busy.begin(), busy.end());
+    b.bubble += (1.0 - busiest / span) / n;
+    for (size_t s = 0; s < stages; ++s) {
+      b.stage_idle[s] += (1.0 - busy[s] / span) / n;
+      b.stage_busy_seconds[s] += busy[s] / 1e6 / n;
+      b.imbalance += (busiest - busy[s]) / span / n / static_cast<double>(stages);
     }
   }
-  for (double f : b.per_stage) b.mean += f / static_cast<double>(b.per_stage.size());
   return b;
 }
 
@@ -230,7 +246,7 @@ MAESTRO_BENCHMARK(parallel,
                   "each parallel feature (PP, TP, ZeRO-1, recompute, MoE) vs its cheapest equivalent on the same "
                   "ranks; the PP bubble vs 1F1B's theory") {
   using maestro::plan::RecomputeGranularity;
-  const int64_t steps = options.quick ? 6 : 12;
+  const int64_t steps = options.quick ? 6 : 16;
   const std::string dir = maestro::bench::ScratchDir("parallel");
   const std::string worker = maestro::cli::SelfDirectory() + "/maestro-worker";
   const Plan dense = CompiledPlan(dir, steps, /*moe=*/false);
@@ -279,8 +295,10 @@ MAESTRO_BENCHMARK(parallel,
   out["recompute_full_vs_none"] = rate["recompute_full"] / rate["dp2"];
   out["recompute_selective_vs_none"] = rate["recompute_selective"] / rate["dp2"];
   out["moe_vs_dense"] = rate["moe"] / rate["dp2"];
-  out["pp_bubble_fraction"] = bubble.mean;
-  out["pp_stage_bubble_fractions"] = bubble.per_stage;
+  out["pp_bubble_fraction"] = bubble.bubble;
+  out["pp_imbalance_fraction"] = bubble.imbalance;
+  out["pp_stage_idle_fractions"] = bubble.stage_idle;
+  out["pp_stage_busy_seconds"] = bubble.stage_busy_seconds;
   out["pp_bubble_theory"] = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
   out["pp_stages"] = p;
   out["pp_micro_batches"] = m;

@@ -36,8 +36,9 @@ using maestro::bench_test::RunTool;
 using maestro::bench_test::ToolRun;
 
 // Quick runs that take minutes on 2 shared cores (measured: simulator ~1 min alone and ~3 min beside a build,
-// it profiles and trains four plans); the others take seconds each.
-const std::set<std::string> kSlowBenchmarks = {"simulator"};
+// it profiles and trains four plans; parallel ~2 min beside builds, seven 2-rank trainings); the others take
+// seconds each.
+const std::set<std::string> kSlowBenchmarks = {"simulator", "parallel"};
 
 // Benchmarks whose children are known to log on their stdout, and a line of
 // that log: it must reach our stderr (not be dropped, not be on stdout).
@@ -51,13 +52,14 @@ const std::map<std::string, std::string> kChildLogs = {
 const std::map<std::string, std::vector<std::string>> kRequiredKeys = {
     {"parallel",
      {"pp2_vs_dp2", "tp2_vs_dp2", "zero1_vs_dp2", "recompute_full_vs_none", "recompute_selective_vs_none",
-      "moe_vs_dense", "pp_bubble_fraction", "pp_bubble_theory", "pp_stages", "pp_micro_batches"}},
+      "moe_vs_dense", "pp_bubble_fraction", "pp_bubble_theory", "pp_imbalance_fraction", "pp_stages",
+      "pp_micro_batches"}},
 };
 
-// maestro-bench parallel: the measured PP bubble (per-stage idle share of
-// the pipeline's span, from the trace) within 0.05 of 1F1B's
-// (p - 1) / (m + p - 1), computed here from the stages and micro-batches it
-// reports.
+// maestro-bench parallel: the measured PP bubble (the span of a step's
+// pipeline ops less the busiest stage's compute, over the span, from the
+// trace) within 0.05 of 1F1B's (p - 1) / (m + p - 1), computed here from the
+// stages and micro-batches it reports.
 void ExpectParallelFigures(const nlohmann::json& result) {
   const double p = result["pp_stages"].get<double>(), m = result["pp_micro_batches"].get<double>();
   ASSERT_GE(p, 2);
