@@ -21,8 +21,12 @@
 //  - a pipelined run stopped after a checkpoint and resumed ends with the
 //    weights, per-stage optimizer states and losses of an uninterrupted
 //    run, bit for bit;
+//  - the plan's pp_layers split (1 + 2 layers, the even split's mirror)
+//    is what the stages hold (their log lines) and equals the reference;
 //  - a stage killed (SIGKILL) mid-run ends the job within the
-//    communication timeout, mpirun naming the dead rank: no hang.
+//    communication timeout, mpirun naming the dead rank: no hang; a stage
+//    that hangs (alive, silent: MAESTRO_TEST_HANG_BEFORE_STAGE_SEND) ends
+//    it within comm_timeout_s with the launcher's error naming its rank.
 // One torch TU (the checkpoints' weights are read back with torch).
 #include "runtime/pipeline.h"
 
