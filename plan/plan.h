@@ -151,7 +151,7 @@ struct ParallelConfig {
   // summing to the model's layers); empty (and absent from plan.json): the
   // even split, StageLayerSpan. Written only when the compiler or a user
   // chooses another split (docs/pipeline.md).
-  std::vector<int64_t> pp_layers;
+  std::vector<int64_t> pp_layers = {};  // (= {}: aggregate initialisations that stop before it stay warning-free)
   int ranks() const { return tp * pp * cp * dp; }
   RecomputeGranularity recompute_granularity() const {
     return recompute ? RecomputeGranularity::kFull
