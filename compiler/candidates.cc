@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "compiler/model.h"
+#include "plan/encoder_tp_split.h"
 
 namespace maestro::compiler {
 
@@ -44,19 +45,11 @@ bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
       // MoE: every expert (and the shared expert) is split like a dense MLP.
       return m.experts == 0 || (m.moe_ffn_hidden % tp == 0 &&
                                 static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp == 0);
-    case plan::ModelKind::kProjector: return m.out_dim % tp == 0;
+    case plan::ModelKind::kProjector:
     case plan::ModelKind::kVit:
-    case plan::ModelKind::kAudioEncoder: {
-      // As runtime/models/encoders.h ShardEncoderForTensorParallel splits them.
-      if (m.heads % tp != 0 || m.ffn_hidden % tp != 0) return false;
-      auto merge = m.extra.find("spatial_merge");
-      if (m.kind != plan::ModelKind::kVit || merge == m.extra.end() || merge->second <= 0) return true;
-      auto hidden = m.extra.find("merger_hidden");
-      const auto side = static_cast<int64_t>(merge->second);
-      const int64_t merger_hidden =
-          hidden != m.extra.end() && hidden->second > 0 ? static_cast<int64_t>(hidden->second) : side * side * m.hidden;
-      return merger_hidden % tp == 0;
-    }
+    case plan::ModelKind::kAudioEncoder:
+      // The runtime's rule, from its one home (runtime/models/encoders.h calls it too).
+      return plan::CheckEncoderTensorParallelSplit(m, tp).ok();
   }
   return false;
 }

@@ -155,6 +155,11 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   // Memory per GPU (compiler/memory_model.h).
   const double params_per_gpu = static_cast<double>(s.facts.params) / (tp * pp);
   out.memory = EstimateSectionMemory(s, c, microbatches, samples_per_mb, dev);
+  if (s.model.kind == plan::ModelKind::kDecoder && c.pp > 1) {
+    for (int stage = 0; stage < c.pp; ++stage) {
+      out.stages.push_back(EstimateStageMemory(s, c, stage, microbatches, samples_per_mb, dev));
+    }
+  }
   out.fits = out.memory.total() <= dev.memory_bytes;
 
   // Time of one micro-batch on one pipeline stage.

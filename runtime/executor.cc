@@ -658,9 +658,27 @@ Status RankLoop::ReceiveFromPreviousStage(int mb_index, int64_t samples) {
   return Status::Ok();
 }
 
+// Test-only fault injection (tests/runtime/pipeline_test.cc, a hung stage):
+// MAESTRO_TEST_HANG_BEFORE_STAGE_SEND="<world rank>:<step>" makes that rank
+// stop for good before its first send to the next stage in that step, alive
+// but silent, as a stage stuck in a kernel or a driver would be. Its
+// neighbours' waits must end with the launcher's timeout naming it.
+void HangHereIfTestAsks(int world_rank, int64_t step) {
+  const char* v = std::getenv("MAESTRO_TEST_HANG_BEFORE_STAGE_SEND");
+  if (v == nullptr) return;
+  int rank = -1;
+  long long at_step = -1;
+  if (std::sscanf(v, "%d:%lld", &rank, &at_step) != 2 || rank != world_rank || at_step != step) return;
+  std::fprintf(stderr, "[rank %d] MAESTRO_TEST_HANG_BEFORE_STAGE_SEND: hanging before a stage send at step %lld\n",
+               world_rank, at_step);
+  std::fflush(stderr);
+  for (;;) pause();
+}
+
 // This stage's activation to the next stage, and the KD teacher's rows on
 // their way to the last stage.
 Status RankLoop::SendToNextStage(int mb_index) {
+  HangHereIfTestAsks(place_.world_rank, current_step_);
   auto& state = states_[static_cast<size_t>(mb_index)];
   if (!state.out.rows.defined()) {
     return Status::Internal(fmt::format("section '{}' pipeline stage {}: micro-batch {} made no activation",

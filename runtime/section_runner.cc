@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/log.h"
 #include "base/splitmix.h"
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
@@ -515,7 +516,9 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       return Status::InvalidArgument(fmt::format("section '{}': pp {} is more than its {} layers (set pp <= {})",
                                                  s.name, pp.stages(), s.model.layers, s.model.layers));
     }
-    const StageLayers layers = LayersOfStage(s.model.layers, pp.stages(), pp.stage());
+    const StageLayers layers = LayersOfStage(s.config, s.model.layers, pp.stage());
+    Log(LogLevel::kInfo, "section '{}' pipeline stage {} of {}: layers [{}, {}){}", s.name, pp.stage(), pp.stages(),
+        layers.first, layers.end, s.config.pp_layers.empty() ? " (the even split)" : " (the plan's pp_layers)");
     MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("section '{}': pipeline stage {}", s.name, pp.stage()), [&] {
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));
@@ -815,7 +818,7 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
           // One pipeline stage: the previous stage's activation, or the
           // embeddings on the first; its blocks; the final norm on the last.
           const auto& pp = *impl.options.pipeline;
-          const StageLayers layers = LayersOfStage(s.model.layers, pp.stages(), pp.stage());
+          const StageLayers layers = LayersOfStage(s.config, s.model.layers, pp.stage());
           torch::Tensor x;
           if (pp.first()) {
             x = lm->Embed(ids);

@@ -13,6 +13,7 @@
 
 #include "base/checks.h"
 #include "hf/name_map.h"
+#include "plan/encoder_tp_split.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/parallel/vit_context_parallel.h"
@@ -393,13 +394,6 @@ torch::Tensor MlpProjectorImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
-std::string Sizes(const std::vector<std::pair<const char*, int64_t>>& sizes) {
-  std::string out;
-  for (const auto& [name, value] : sizes)
-    out += (out.empty() ? "" : ", ") + std::string(name) + " = " + std::to_string(value);
-  return out;
-}
-
 void ShardBlocks(torch::nn::ModuleList& blocks, TensorParallelReducer* tp) {
   for (const auto& block : *blocks) {
     auto* b = block->as<EncoderBlockImpl>();
@@ -411,26 +405,11 @@ void ShardBlocks(torch::nn::ModuleList& blocks, TensorParallelReducer* tp) {
 }  // namespace
 
 Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n) {
-  std::vector<std::pair<const char*, int64_t>> must_divide;
-  switch (desc.kind) {
-    case plan::ModelKind::kVit:
-      must_divide = {{"heads", desc.heads}, {"ffn_hidden", desc.ffn_hidden}};
-      if (SpatialMerge(desc) > 0) must_divide.push_back({"merger_hidden", MergerHidden(desc)});
-      break;
-    case plan::ModelKind::kAudioEncoder: must_divide = {{"heads", desc.heads}, {"ffn_hidden", desc.ffn_hidden}}; break;
-    case plan::ModelKind::kProjector: must_divide = {{"out_dim", desc.out_dim}}; break;
-    case plan::ModelKind::kDecoder:
-      return Status::InvalidArgument(
-          "ShardEncoderForTensorParallel: a decoder shards with ShardDecoderForTensorParallel");
+  if (desc.kind == plan::ModelKind::kDecoder) {
+    return Status::InvalidArgument(
+        "ShardEncoderForTensorParallel: a decoder shards with ShardDecoderForTensorParallel");
   }
-  for (const auto& [name, value] : must_divide) {
-    if (value % n != 0) {
-      return Status::InvalidArgument(fmt::format(
-          "tensor parallelism of the {} ({}): tp = {} must divide {}; pick a tp that divides them all (or tp = 1)",
-          plan::ModelKindName(desc.kind), Sizes(must_divide), n, name));
-    }
-  }
-  return Status::Ok();
+  return plan::CheckEncoderTensorParallelSplit(desc, n);  // the one rule, shared with the planner
 }
 
 Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp) {

@@ -262,9 +262,10 @@ StatusOr<MlpProjector> BuildMlpProjector(const plan::ModelDesc& desc, const Mode
 // heads and ffn_hidden (and merger_hidden with a merger; out_dim for a
 // projector).
 Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);
-// Ok when TP of size `n` splits desc's encoder or projector (the sizes above;
-// compiler/candidates.h TpSplitsHeads is the planner's side of the same
-// rule), else the InvalidArgument ShardEncoderForTensorParallel returns.
+// Ok when TP of size `n` splits desc's encoder or projector (the sizes above:
+// plan/encoder_tp_split.h, the rule's one home, which the planner's
+// compiler/candidates.h TpSplitsHeads calls too), else the InvalidArgument
+// ShardEncoderForTensorParallel returns.
 Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n);
 // Any kind: ShardDecoderForTensorParallel or ShardEncoderForTensorParallel.
 Status ShardModelForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);
