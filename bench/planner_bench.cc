@@ -55,7 +55,8 @@ maestro::compiler::PlannerOptions GpuRuntime() {
   maestro::compiler::PlannerOptions o;
   auto& r = o.support;
   r.data_parallel = r.micro_batching = r.tensor_parallel_decoder = r.pipeline_parallel_decoder = true;
-  r.tensor_parallel_encoder = r.pipeline_parallel_encoder = r.context_parallel = r.expert_parallel = false;
+  r.tensor_parallel_encoder = r.pipeline_parallel_encoder = r.context_parallel_decoder = r.context_parallel_encoder =
+      r.context_parallel_with_pipeline = r.expert_parallel = false;
   r.mixture_of_experts = r.activation_recompute = false;
   return o;
 }

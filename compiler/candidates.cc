@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "compiler/model.h"
+#include "plan/encoder_tp_split.h"
 
 namespace maestro::compiler {
 
@@ -44,19 +45,11 @@ bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
       // MoE: every expert (and the shared expert) is split like a dense MLP.
       return m.experts == 0 || (m.moe_ffn_hidden % tp == 0 &&
                                 static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp == 0);
-    case plan::ModelKind::kProjector: return m.out_dim % tp == 0;
+    case plan::ModelKind::kProjector:
     case plan::ModelKind::kVit:
-    case plan::ModelKind::kAudioEncoder: {
-      // As runtime/models/encoders.h ShardEncoderForTensorParallel splits them.
-      if (m.heads % tp != 0 || m.ffn_hidden % tp != 0) return false;
-      auto merge = m.extra.find("spatial_merge");
-      if (m.kind != plan::ModelKind::kVit || merge == m.extra.end() || merge->second <= 0) return true;
-      auto hidden = m.extra.find("merger_hidden");
-      const auto side = static_cast<int64_t>(merge->second);
-      const int64_t merger_hidden =
-          hidden != m.extra.end() && hidden->second > 0 ? static_cast<int64_t>(hidden->second) : side * side * m.hidden;
-      return merger_hidden % tp == 0;
-    }
+    case plan::ModelKind::kAudioEncoder:
+      // The runtime's rule, from its one home (runtime/models/encoders.h calls it too).
+      return plan::CheckEncoderTensorParallelSplit(m, tp).ok();
   }
   return false;
 }
@@ -94,8 +87,26 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   if (c.pp > 1 && !(enc ? rs.pipeline_parallel_encoder : rs.pipeline_parallel_decoder)) {
     f.push_back(fmt::format("PP={} on {}", c.pp, plan::ModelKindName(m.kind)));
   }
-  if (c.cp > 1 && !rs.context_parallel) f.push_back(fmt::format("CP={}", c.cp));
+  // Encoder CP runs in ViT sections (docs/context_parallel_vit.md); the
+  // audio encoder's stem is not split yet.
+  const bool cp_runs =
+      !enc ? rs.context_parallel_decoder : rs.context_parallel_encoder && m.kind != plan::ModelKind::kAudioEncoder;
+  if (c.cp > 1 && !cp_runs) {
+    f.push_back(fmt::format("CP={} ({})", c.cp,
+                            !enc                                       ? "decoder"
+                            : m.kind == plan::ModelKind::kAudioEncoder ? "audio_encoder"
+                                                                       : "encoder"));
+  } else if (c.cp > 1 && c.pp > 1 && !rs.context_parallel_with_pipeline) {
+    f.push_back(fmt::format("CP={} with PP={}", c.cp, c.pp));
+  }
+  // The MoE load-balancing term is per sample over all its tokens; the
+  // runtime refuses it at CP > 1 (docs/context_parallel.md).
+  if (c.cp > 1 && m.experts > 0 && ExtraValue(m, "router_aux_loss_coef", 0) > 0) {
+    f.push_back(fmt::format("CP={} with the MoE load-balancing loss", c.cp));
+  }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
+  // The runtime does not combine them yet (runtime/section_runner.cc).
+  if (c.cp > 1 && c.ep > 1) f.push_back(fmt::format("CP={} with EP={}", c.cp, c.ep));
   if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
     f.push_back(c.recompute ? "recompute" : "selective recompute");
   }

@@ -55,6 +55,7 @@ bool IsEncoder(const plan::ModelDesc& model);
 // heads (a decoder's KV heads too, or `tp` a multiple of them; a MoE's expert
 // widths, moe_ffn_hidden and shared_expert_ffn_hidden), an encoder's MLP
 // inner units (ffn_hidden, a ViT merger's hidden), a projector's out_dim?
+// (Encoders and projectors: plan/encoder_tp_split.h, the runtime's rule.)
 bool TpSplitsHeads(const plan::ModelDesc& model, int tp);
 
 // The largest number of DP replicas that can all get work.

@@ -155,10 +155,14 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   // Memory per GPU (compiler/memory_model.h).
   const double params_per_gpu = static_cast<double>(s.facts.params) / (tp * pp);
   out.memory = EstimateSectionMemory(s, c, microbatches, samples_per_mb, dev);
+  if (s.model.kind == plan::ModelKind::kDecoder && c.pp > 1) {
+    for (int stage = 0; stage < c.pp; ++stage) {
+      out.stages.push_back(EstimateStageMemory(s, c, stage, microbatches, samples_per_mb, dev));
+    }
+  }
   out.fits = out.memory.total() <= dev.memory_bytes;
 
   // Time of one micro-batch on one pipeline stage.
-  const double passes = train ? (c.recompute ? 4.0 : 3.0) : 1.0;  // the attention core has no CP exchange of its own
   double stage = 0.0;
   const MeasuredStage m = InterpolateProfiles(s.profiles, c.tp * c.pp * c.cp, samples_per_mb);
   const bool measured = m.seconds > 0;
@@ -211,8 +215,17 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
       stage += (train ? 4.0 : 2.0) * layers / pp * (ep - 1) / ep * act_bytes * k / ep_bw;
     }
     if (c.cp > 1) {
-      const double kv_bytes = samples_per_mb * tokens / cp * KvWidth(s.model) * 2.0 * kBf16;
-      stage += 0.5 * passes * layers / pp * (cp - 1) * kv_bytes / tp / mp_bw;
+      // What the runtime does (runtime/parallel/context_parallel.h
+      // GatherSequence, docs/context_parallel.md): per layer an all-gather of
+      // this rank's K and V in forward (again under full recomputation; a
+      // selective one recomputes the core after the gather) and a
+      // reduce-scatter of their gradients in backward, in the activations'
+      // dtype, not overlapped with compute. A ring all-gather or
+      // reduce-scatter moves (cp - 1) of the cp blocks through each rank
+      // (NCCL's bus bandwidth: algbw * (n - 1) / n; Thakur et al., 2005).
+      const double exchanges = train ? (c.recompute ? 3.0 : 2.0) : 1.0;
+      const double kv_bytes = samples_per_mb * tokens / cp * KvWidth(s.model) * 2.0 * BytesOf(dev.precision).activation;
+      stage += exchanges * layers / pp * (cp - 1) * kv_bytes / tp / mp_bw;
     }
     if (c.pp > 1) {
       const double pp_bw = out.gpus > gpn ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
@@ -222,13 +235,14 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   out.measured = measured;
   out.stage_seconds = stage;
   // The gradient sync spans DP x CP: CP ranks hold the same parameters and
-  // each computed the gradient of its own share of the sequence.
-  const double sync_group = dp * cp;
-  if (train && sync_group > 1) {
+  // each computed the gradient of its own share of the sequence. The
+  // runtime sums over CP first (an all-reduce over the CP group), then over
+  // DP (all-reduce, or ZeRO-1's reduce-scatter + all-gather: the same bytes).
+  if (train && dp * cp > 1) {
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-    // Ring all-reduce of the gradients in their dtype (fp32 under mixed precision).
+    // Ring all-reduces of the gradients in their dtype (fp32 under mixed precision).
     const double grad_bytes = BytesOf(dev.precision).gradient;
-    out.dp_sync_seconds = 2.0 * (sync_group - 1) / sync_group * grad_bytes * params_per_gpu / bw;
+    out.dp_sync_seconds = (2.0 * (dp - 1) / dp + 2.0 * (cp - 1) / cp) * grad_bytes * params_per_gpu / bw;
   }
   out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;

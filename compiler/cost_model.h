@@ -152,7 +152,8 @@ struct SectionCost {
   plan::ParallelConfig config;
   int gpus = 0;
   int nodes = 0;  // planning units it holds: whole nodes, or GPUs when its type packs_nodes (DeviceType::budget_units)
-  MemoryBreakdown memory;
+  MemoryBreakdown memory;               // a rank's (a pipelined decoder: its heaviest stage's)
+  std::vector<MemoryBreakdown> stages;  // a pipelined decoder: each stage's (EstimateStageMemory)
   bool fits = false;
   double flops_forward_per_sample = 0;
   double flops_backward_per_sample = 0;

@@ -122,6 +122,20 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   return e;
 }
 
+// Context parallelism (runtime/models/decoder.cc, docs/context_parallel.md),
+// bytes per local token of one decoder layer beyond DecoderLayerBytes at
+// T / cp tokens: the attention reads the whole sequence's K and V
+// (all-gathered), so what it keeps of them covers cp times the tokens: the
+// repeat_interleave'd copies under GQA (2q per token), else the gathered k
+// and v themselves (2k); and the (T/cp, T) boolean mask that masked_fill
+// keeps (1 byte per key).
+double ContextParallelKvBytes(const plan::ModelDesc& m, int tp, int cp, int64_t context, double a) {
+  if (cp <= 1 || m.kind != ModelKind::kDecoder) return 0.0;
+  const double hd = HeadDimOf(m), heads = D(m.heads) / tp, kv = KvHeadsOf(m) / tp;
+  const double kept = kv < heads ? 2.0 * heads * hd : 2.0 * kv * hd;
+  return D(cp - 1) * a * kept + D(context);
+}
+
 // An encoder block in training (runtime/models/encoders.cc EncoderBlockImpl:
 // LayerNorm, fused or separate q/k/v, 2-D RoPE for Qwen2-VL, GELU or
 // quick_gelu MLP), bytes per token. TP (planner-only for encoders) divides the
@@ -247,14 +261,26 @@ double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t contex
   return 0.0;
 }
 
-MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::ParallelConfig& c, double microbatches,
-                                      double samples_per_microbatch, const DeviceType& dev) {
+namespace {
+
+// One rank of section `s`: pipeline stage `stage` of a decoder (its own
+// layers, plan::StageLayerSpan; the first also the embedding, the last the
+// final norm, the head, the loss and a KD student's teacher head), or, with
+// stage < 0, a rank of a section that is not a pipelined decoder.
+MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelConfig& c, int stage, double microbatches,
+                                   double samples_per_microbatch, const DeviceType& dev) {
   MemoryBreakdown out;
   const PrecisionBytes bytes = BytesOf(dev.precision);
   const double a = bytes.activation;
   const plan::ModelDesc& m = s.model;
   const bool train = s.trains();
   const int tp = std::max(c.tp, 1), pp = std::max(c.pp, 1), cp = std::max(c.cp, 1), dp = std::max(c.dp, 1);
+  const bool staged = stage >= 0;
+  const plan::StageLayerRange stage_span = staged ? plan::StageLayerSpan(c, m.layers, stage) : plan::StageLayerRange{};
+  const bool first_stage = !staged || stage == 0, last_stage = !staged || stage == pp - 1;
+  const bool holds_head = last_stage;  // the final norm, the head, the loss (every rank when not staged)
+  const double stage_share =
+      staged ? D(stage_span.count()) / D(std::max<int64_t>(m.layers, 1)) : 1.0 / pp;  // of the blocks
   // libtorch 1.13 on a CPU slot runs the explicit softmax attention; GPUs
   // (libtorch 2.x) a fused one.
   const bool explicit_attention = dev.cpu;
@@ -272,11 +298,21 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
     const double embed = D(m.vocab) * D(m.hidden), head = m.tie_embeddings ? 0.0 : embed;
     const double norms = D(2 * m.layers + 1) * D(m.hidden);
     const double sharded = std::max(0.0, params - embed - head - norms - expert_params * (1.0 - 1.0 / ep));
-    params = pp == 1 ? sharded / tp + embed + head + norms : sharded / (tp * pp) + std::max(embed, head) + norms / pp;
-    // A tied head reads the embedding table through a matmul (cast); an
-    // untied table is only looked up.
-    matmul_params =
-        pp == 1 ? sharded / tp + (m.tie_embeddings ? embed : head) : sharded / (tp * pp) + std::max(embed, head);
+    if (staged) {
+      // The stage's blocks (their share of the sharded and norm parameters),
+      // the embedding on the first stage, the head (a tied one: the same
+      // table again) and the final norm on the last.
+      const double share = D(stage_span.count()) / D(std::max<int64_t>(m.layers, 1));
+      const double head_here = last_stage ? (m.tie_embeddings ? embed : head) : 0.0;
+      params = sharded * share / tp + (first_stage ? embed : 0.0) + head_here +
+               D(2 * stage_span.count() + (last_stage ? 1 : 0)) * D(m.hidden);
+      matmul_params = sharded * share / tp + head_here;
+    } else {
+      params = sharded / tp + embed + head + norms;
+      // A tied head reads the embedding table through a matmul (cast); an
+      // untied table is only looked up.
+      matmul_params = sharded / tp + (m.tie_embeddings ? embed : head);
+    }
   } else {
     // TP splits the blocks' (and merger's, projector's) linear layers; the
     // stems, positions and norms are whole on every TP rank.
@@ -285,11 +321,13 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
     matmul_params = params;
   }
   out.weights = train ? bytes.weight * params + bytes.compute_copy * matmul_params : bytes.forward_weight * params;
-  if (s.kd_teacher_hidden > 0) out.weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
+  if (s.kd_teacher_hidden > 0 && holds_head) {
+    out.weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
+  }
   if (train) {
     out.gradients = bytes.gradient * params;
     if (c.zero_stage >= 1) {
-      const double experts_here = expert_params / ep / (tp * pp);  // the rank's routed experts
+      const double experts_here = expert_params / ep / tp * stage_share;  // the rank's routed experts
       out.optimizer = bytes.optimizer * ((params - experts_here) / dp + experts_here / std::max(1, dp / ep));
     } else {
       out.optimizer = bytes.optimizer * params;
@@ -302,33 +340,77 @@ MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::Parallel
   const int64_t context = m.kind == ModelKind::kDecoder ? s.tokens : std::max<int64_t>(s.facts.seq_len, 1);
   const double layers = m.kind == ModelKind::kProjector ? 1.0 : D(std::max<int64_t>(m.layers, 1));
   const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
+  // ViT CP (docs/context_parallel_vit.md): the stem and the merger run on
+  // the whole sequence on every CP rank, and each layer keeps the
+  // all-gathered k and v of the whole sequence (cp - 1 chunks more than its own).
+  const bool vit_cp = m.kind == ModelKind::kVit && cp > 1;
+  const double stem_tokens = vit_cp ? tokens_mb * cp : tokens_mb;
   if (train) {
     const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
-    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective);
+    const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective) +
+                         ContextParallelKvBytes(m, tp, cp, context, a);
     const double held = s.sink ? 1.0 : mbs;  // the wavefront schedule has no in-flight cap
-    const double stage_layers = layers / pp;
-    const double copies = pp > 1 ? std::max(std::min<double>(pp, mbs), held) : held;
+    // 1F1B: stage s keeps the forwards of its warm-up and one more, pp - s.
+    const double stage_layers = staged ? D(stage_span.count()) : layers / pp;
+    const double copies = staged   ? std::max(std::min<double>(pp - stage, mbs), held)
+                          : pp > 1 ? std::max(std::min<double>(pp, mbs), held)
+                                   : held;
     // Full recomputation keeps each layer's input (RunRecomputed's saved
     // input), and one layer's graph at a time while it recomputes.
     const double per_mb = c.recompute ? stage_layers * a * D(m.hidden) + layer : stage_layers * layer;
-    double act = copies * tokens_mb * (per_mb + StemBytes(m, a));
-    if (m.kind == ModelKind::kDecoder && s.sink) {
+    const double gathered_kv =
+        vit_cp && !c.recompute ? stage_layers * 2.0 * a * D(m.hidden) / tp * tokens_mb * (cp - 1) : 0.0;
+    // A stage before the last keeps its output rows (sent on, held for backward) instead of the stem.
+    const double stem = holds_head ? stem_tokens * StemBytes(m, a) : tokens_mb * a * D(m.hidden);
+    double act = copies * (tokens_mb * per_mb + stem + gathered_kv);
+    if (m.kind == ModelKind::kDecoder && s.sink && holds_head) {
       act += tokens_mb * LogitsChainBytes(s);
-      if (s.kd_teacher_hidden > 0) act += tokens_mb * 4.0 * D(s.kd_teacher_hidden);  // the teacher's rows
+      // The teacher's rows: whole on every CP rank (docs/context_parallel.md).
+      if (s.kd_teacher_hidden > 0) act += tokens_mb * D(cp) * 4.0 * D(s.kd_teacher_hidden);
     }
-    const double optimizer_step = 16.0 * LargestParameter(m, tp);
+    const double largest =
+        staged && !first_stage && !holds_head ? D(m.ffn_hidden) * D(m.hidden) / tp : LargestParameter(m, tp);
+    const double optimizer_step = 16.0 * largest;
     out.activations = std::max(act, optimizer_step);
   } else {
     // No graph: one layer's working set; a section feeding others keeps every
     // micro-batch's output rows of the step (RankLoop's states).
-    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) + StemBytes(m, a));
+    double act = tokens_mb * (ForwardOnlyLayerBytes(m, tp, context, a, explicit_attention) +
+                              ContextParallelKvBytes(m, tp, cp, context, a)) +
+                 stem_tokens * StemBytes(m, a);
     const double merge = ExtraValue(m, "spatial_merge", 0);
-    const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb;
+    // A CP decoder's output rows are gathered whole on every CP rank.
+    const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb * D(cp);
     if (!s.sink) act += mbs * out_rows * a * out_width;
     out.activations = act;
   }
   out.reserved = dev.reserved_bytes;
   return out;
+}
+
+bool PipelinedDecoder(const SectionWork& s, const plan::ParallelConfig& c) {
+  return s.model.kind == ModelKind::kDecoder && c.pp > 1 && c.pp <= s.model.layers;
+}
+
+}  // namespace
+
+MemoryBreakdown EstimateStageMemory(const SectionWork& s, const plan::ParallelConfig& config, int stage,
+                                    double microbatches, double samples_per_microbatch, const DeviceType& device) {
+  return EstimateRankMemory(s, config, PipelinedDecoder(s, config) ? stage : -1, microbatches, samples_per_microbatch,
+                            device);
+}
+
+MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::ParallelConfig& config, double microbatches,
+                                      double samples_per_microbatch, const DeviceType& device) {
+  if (!PipelinedDecoder(s, config)) {
+    return EstimateRankMemory(s, config, -1, microbatches, samples_per_microbatch, device);
+  }
+  MemoryBreakdown heaviest;
+  for (int stage = 0; stage < config.pp; ++stage) {
+    const MemoryBreakdown m = EstimateRankMemory(s, config, stage, microbatches, samples_per_microbatch, device);
+    if (stage == 0 || m.total() > heaviest.total()) heaviest = m;
+  }
+  return heaviest;
 }
 
 }  // namespace maestro::compiler

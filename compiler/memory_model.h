@@ -31,8 +31,9 @@
 //               sink runs each backward right after its forward (one); a
 //               training section that waits for gradients from downstream
 //               keeps every micro-batch of its replica (the runtime's
-//               wavefront schedule has no in-flight cap); pipeline stages hold
-//               min(pp, micro-batches) under 1F1B. A training decoder sink adds
+//               wavefront schedule has no in-flight cap); pipeline stage s
+//               holds min(pp - s, micro-batches) under 1F1B, and each stage
+//               is priced with its own layers (EstimateStageMemory). A training decoder sink adds
 //               its fp32 logits chain (log_softmax, KD's teacher logits and KL
 //               terms); a forward-only section keeps no graph, only one
 //               layer's working set and its output rows. Activation
@@ -98,8 +99,18 @@ double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t contex
 
 // The per-GPU memory of section `s` under `config`, with `microbatches`
 // micro-batches per replica of `samples_per_microbatch` samples each, on
-// `device`. REQUIRES: config degrees >= 1.
+// `device`: for a pipelined decoder (pp > 1) its heaviest stage's
+// (EstimateStageMemory). REQUIRES: config degrees >= 1.
 MemoryBreakdown EstimateSectionMemory(const SectionWork& s, const plan::ParallelConfig& config, double microbatches,
                                       double samples_per_microbatch, const DeviceType& device);
+
+// A rank of pipeline stage `stage` of a decoder section (pp > 1): its own
+// layers (plan::StageLayerSpan: config.pp_layers or the even split), the
+// embedding on the first stage, the final norm, head, loss chain and a KD
+// student's teacher head on the last, the rows a stage before the last
+// keeps for its backward, and 1F1B's min(pp - stage, micro-batches)
+// micro-batches in flight. Any other section: EstimateSectionMemory.
+MemoryBreakdown EstimateStageMemory(const SectionWork& s, const plan::ParallelConfig& config, int stage,
+                                    double microbatches, double samples_per_microbatch, const DeviceType& device);
 
 }  // namespace maestro::compiler

@@ -191,7 +191,9 @@ namespace {
 bool SharedConfigRuns(const Workload& w, const plan::ParallelConfig& c, const PlannerOptions& o) {
   // Every option the runtime has (docs/monolithic.md): CP and recomputation
   // when its table (or --runtime-support) has them.
-  if (!o.allow_planner_only && c.cp > 1 && !o.support.context_parallel) return false;
+  // CP splits the decoders' sequences only (SharedConfigOf: encoders run whole on each CP rank).
+  if (!o.allow_planner_only && c.cp > 1 && !o.support.context_parallel_decoder) return false;
+  if (!o.allow_planner_only && c.cp > 1 && c.pp > 1 && !o.support.context_parallel_with_pipeline) return false;
   if (!o.allow_planner_only && c.recompute_granularity() != plan::RecomputeGranularity::kNone &&
       !o.support.activation_recompute) {
     return false;

@@ -41,7 +41,18 @@ struct RuntimeSupport {
   // PP > 1 be the fused plan (compile.cc FusedPlanBlocker).
   bool pipeline_parallel_fused = true;
   bool pipeline_parallel_encoder = false;
-  bool context_parallel = false;
+  // CP (`--runtime-support cp` sets every CP row). Decoders
+  // (docs/context_parallel.md): the sequence in 2*cp load-balanced chunks,
+  // K and V all-gathered per layer, gradients summed over CP; with TP, DP,
+  // ZeRO-1 and recomputation (tests/runtime/context_parallel_test.cc).
+  // Encoders (ViT sections of their own, with TP, DP and ZeRO-1): the
+  // patches split in contiguous chunks, k/v all-gathered, attention per
+  // image (docs/context_parallel_vit.md; vit_context_parallel_test.cc); the
+  // audio encoder's stem is not split. Neither with PP
+  // (context_parallel_with_pipeline) nor inside fused sections (compile.cc).
+  bool context_parallel_decoder = true;
+  bool context_parallel_encoder = true;
+  bool context_parallel_with_pipeline = false;
   // EP of MoE decoder sections (docs/moe.md; runtime/parallel/
   // expert_parallel.h): experts split over EP groups of DP ranks, all-to-all
   // dispatch and combine, lockstep padding, expert-DP gradients and ZeRO-1,

@@ -34,7 +34,9 @@ constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
                                          {"tp_encoder", &RuntimeSupport::tensor_parallel_encoder},
                                          {"pp_encoder", &RuntimeSupport::pipeline_parallel_encoder},
                                          {"pp_fused", &RuntimeSupport::pipeline_parallel_fused},
-                                         {"cp", &RuntimeSupport::context_parallel},
+                                         {"cp_decoder", &RuntimeSupport::context_parallel_decoder},
+                                         {"cp_encoder", &RuntimeSupport::context_parallel_encoder},
+                                         {"cp_pp", &RuntimeSupport::context_parallel_with_pipeline},
                                          {"ep", &RuntimeSupport::expert_parallel},
                                          {"moe", &RuntimeSupport::mixture_of_experts},
                                          {"recompute", &RuntimeSupport::activation_recompute},
@@ -89,12 +91,12 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
 }
 
 StatusOr<PinOverride> ParsePin(const std::string& text) {
-  static const std::vector<std::string> kKeys = {"tp", "dp", "pp", "micro_batch"};
+  static const std::vector<std::string> kKeys = {"tp", "dp", "pp", "cp", "micro_batch"};
   const auto dot = text.find('.');
   const auto eq = text.find('=');
   if (dot == std::string::npos || eq == std::string::npos || dot == 0 || eq < dot + 2 || eq + 1 == text.size()) {
-    return Status::InvalidArgument(
-        fmt::format("--pin '{}' must be SECTION.KEY=VALUE, e.g. --pin llm.dp=2 (KEY: tp, dp, pp, micro_batch)", text));
+    return Status::InvalidArgument(fmt::format(
+        "--pin '{}' must be SECTION.KEY=VALUE, e.g. --pin llm.dp=2 (KEY: tp, dp, pp, cp, micro_batch)", text));
   }
   PinOverride p;
   p.text = text;
@@ -102,7 +104,7 @@ StatusOr<PinOverride> ParsePin(const std::string& text) {
   p.key = text.substr(dot + 1, eq - dot - 1);
   const std::string value = text.substr(eq + 1);
   if (std::find(kKeys.begin(), kKeys.end(), p.key) == kKeys.end()) {
-    return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'; pin one of tp, dp, pp, micro_batch{}",
+    return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'; pin one of tp, dp, pp, cp, micro_batch{}",
                                                text, p.key, Suggest(p.key, kKeys)));
   }
   long long v = 0;
@@ -126,6 +128,7 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   if (list == "all") return out;
   std::vector<std::string> names;
   for (const auto& f : kSupportFlags) names.push_back(f.name);
+  names.push_back("cp");  // both cp_decoder and cp_encoder
   // An empty item ("dp,,tp_decoder", a trailing comma, "") is refused: a
   // feature lost to a typo would plan for a runtime without it.
   const std::string listed = fmt::format("features: {} (or all)", fmt::join(names, ", "));
@@ -137,6 +140,10 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
+    if (item == "cp") {  // every CP row: decoders, encoders, with PP (the one row before they were split)
+      out.context_parallel_decoder = out.context_parallel_encoder = out.context_parallel_with_pipeline = true;
+      continue;
+    }
     const auto it = std::find_if(std::begin(kSupportFlags), std::end(kSupportFlags),
                                  [&](const SupportFlag& f) { return item == f.name; });
     if (it == std::end(kSupportFlags)) {
@@ -175,6 +182,8 @@ Status ApplyPins(const std::vector<PinOverride>& pins, Spec& s) {
       sec.dp = p.value;
     else if (p.key == "pp")
       sec.pp = p.value;
+    else if (p.key == "cp")
+      sec.cp = p.value;
     else if (p.key == "micro_batch")
       sec.micro_batch = p.value;
     else

@@ -2,6 +2,7 @@
 #include "plan/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
@@ -29,8 +30,34 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MicroBatchCost, fixed_seconds, seconds_per_sample, forward_share,
                                                 optimizer_seconds, measured)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ParallelConfig, tp, pp, cp, ep, dp, micro_batch, recompute,
-                                                recompute_selective, zero_stage)
+// By hand: pp_layers is written only when set (plans without it read the even split).
+void to_json(nlohmann::json& j, const ParallelConfig& c) {
+  j = nlohmann::json{{"tp", c.tp},
+                     {"pp", c.pp},
+                     {"cp", c.cp},
+                     {"ep", c.ep},
+                     {"dp", c.dp},
+                     {"micro_batch", c.micro_batch},
+                     {"recompute", c.recompute},
+                     {"recompute_selective", c.recompute_selective},
+                     {"zero_stage", c.zero_stage}};
+  if (!c.pp_layers.empty()) j["pp_layers"] = c.pp_layers;
+}
+
+void from_json(const nlohmann::json& j, ParallelConfig& c) {
+  const ParallelConfig d;
+  c.tp = j.value("tp", d.tp);
+  c.pp = j.value("pp", d.pp);
+  c.cp = j.value("cp", d.cp);
+  c.ep = j.value("ep", d.ep);
+  c.dp = j.value("dp", d.dp);
+  c.micro_batch = j.value("micro_batch", d.micro_batch);
+  c.recompute = j.value("recompute", d.recompute);
+  c.recompute_selective = j.value("recompute_selective", d.recompute_selective);
+  c.zero_stage = j.value("zero_stage", d.zero_stage);
+  c.pp_layers = j.value("pp_layers", d.pp_layers);
+}
+
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Placement, het_component, first_rank, nodes, tasks_per_node,
                                                 gpus_per_task, gpu_type, partition, constraint)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EdgePlan, from, to, tensor, bytes_per_sample, carries_gradient, fanout,
@@ -51,6 +78,19 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 comm_timeout_s, schedule_policy, shared_cores)
+
+StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage) {
+  StageLayerRange out;
+  if (!config.pp_layers.empty()) {
+    for (int s = 0; s < stage; ++s) out.first += config.pp_layers[static_cast<size_t>(s)];
+    out.end = out.first + config.pp_layers[static_cast<size_t>(stage)];
+    return out;
+  }
+  const int64_t stages = std::max(config.pp, 1), base = layers / stages, extra = layers % stages;
+  out.first = stage * base + std::min<int64_t>(stage, extra);
+  out.end = out.first + base + (stage < extra ? 1 : 0);
+  return out;
+}
 
 const char* SectionModeName(SectionMode mode) {
   return mode == SectionMode::kTrain ? "train" : "forward";
@@ -346,6 +386,24 @@ Status Validate(const Plan& plan) {
           fmt::format("section '{}': ep = {} must divide dp ({}) and the model's experts ({}): EP groups are carved "
                       "from the DP ranks and each EP rank holds experts/ep of them (docs/moe.md)",
                       s.name, c.ep, c.dp, s.model.experts));
+    }
+    if (!c.pp_layers.empty()) {
+      int64_t sum = 0;
+      bool each_positive = true;
+      for (int64_t n : c.pp_layers) {
+        sum += n;
+        each_positive = each_positive && n >= 1;
+      }
+      if (s.model.kind != ModelKind::kDecoder || s.fused()) {
+        return Status::InvalidArgument(
+            fmt::format("section '{}': pp_layers is for pipelined decoder sections; remove config.pp_layers", s.name));
+      }
+      if (static_cast<int>(c.pp_layers.size()) != c.pp || !each_positive || sum != s.model.layers) {
+        return Status::InvalidArgument(fmt::format(
+            "section '{}': config.pp_layers [{}] must give each of its pp = {} stages >= 1 layer and sum to its "
+            "{} layers; fix the list or remove it (the even split)",
+            s.name, fmt::join(c.pp_layers, ", "), c.pp, s.model.layers));
+      }
     }
     if (plan.section_index(s.name) != static_cast<int>(i)) {
       return Status::InvalidArgument(fmt::format("section name '{}' appears twice", s.name));

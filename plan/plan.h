@@ -147,6 +147,11 @@ struct ParallelConfig {
   // in older plans (reads false); `recompute` wins when both are true.
   bool recompute_selective = false;
   int zero_stage = 1;  // 0 or 1 (optimizer states sharded over DP)
+  // Decoder layers per pipeline stage, stage 0 first (pp entries, each >= 1,
+  // summing to the model's layers); empty (and absent from plan.json): the
+  // even split, StageLayerSpan. Written only when the compiler or a user
+  // chooses another split (docs/pipeline.md).
+  std::vector<int64_t> pp_layers = {};  // (= {}: aggregate initialisations that stop before it stay warning-free)
   int ranks() const { return tp * pp * cp * dp; }
   RecomputeGranularity recompute_granularity() const {
     return recompute ? RecomputeGranularity::kFull
@@ -157,6 +162,18 @@ struct ParallelConfig {
     recompute_selective = g == RecomputeGranularity::kSelective;
   }
 };
+
+// Layers [first, end) of a decoder of `layers` blocks that pipeline stage
+// `stage` of config.pp holds: config.pp_layers when set, else the even split
+// (the first layers % pp stages one layer more: 3 over 2 stages is 2 + 1).
+// The one home of the stage split: the runtime (runtime/pipeline.h) and the
+// memory model (compiler/memory_model.h) read it. REQUIRES: 0 <= stage < pp
+// <= layers, and pp_layers valid (Validate) when set.
+struct StageLayerRange {
+  int64_t first = 0, end = 0;
+  int64_t count() const { return end - first; }
+};
+StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage);
 
 // Placement of one section in its Slurm het component. Schema 1 and 2: the
 // component is the section's own (het_component == the section's index).

@@ -150,8 +150,11 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   // EP: the first EP group's ranks (dp < ep) gather the experts (SaveModel
   // is collective over the EP group) and each sends its optimizer state.
   const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
+  // Context parallelism replicates the parameters and the optimizer over CP
+  // (gradients summed over CP): CP rank 0 speaks for its group, and on a
+  // resume every CP rank loads what CP rank 0 saved.
   const int ep = std::max(1, runner.section_plan().config.ep);
-  if (place.coords.dp < ep || zero1) {
+  if ((place.coords.dp < ep || zero1) && place.coords.cp == 0) {
     // Every state first (SaveModel is collective over TP), then the sends:
     // a send to rank 0 between two gathers would wait for rank 0, which
     // waits in the next gather for this rank.

@@ -59,8 +59,8 @@ Status EdgeExchange::PlanStep(int64_t step, std::vector<scheduler::Transfer> tra
                          t.up_replica == replica_ && place_.coords.pp == stages - 1;
     if (!down_here && !up_here) continue;
     // Links end at TP rank 0 of a replica; the other TP ranks get its data by broadcast.
-    LinkChannel* link = Tp0() ? FindLink(t.edge, t.up_replica, t.down_replica) : nullptr;
-    if (link == nullptr && Tp0()) {
+    LinkChannel* link = LinkEnd() ? FindLink(t.edge, t.up_replica, t.down_replica) : nullptr;
+    if (link == nullptr && LinkEnd()) {
       return Status::Internal(fmt::format("no link for edge {} dp {} -> dp {}", t.edge, t.up_replica, t.down_replica));
     }
     if (down_here) incoming_[{t.edge, t.down_micro_batch}].push_back({&t, link, tag});
@@ -71,12 +71,15 @@ Status EdgeExchange::PlanStep(int64_t step, std::vector<scheduler::Transfer> tra
 
 Status EdgeExchange::BroadcastInTp(torch::Tensor& t) {
   if (plan_.sections[static_cast<size_t>(section_)].config.tp == 1) return Status::Ok();
-  auto& tp = comms_.group(plan::GroupKind::kTP);
-  // On the TP backend's device (a copy only when t lives elsewhere).
-  torch::Tensor wire = tp.device() == launcher::Device::kCpu ? staging_->ToWire(t, launcher::Device::kCpu)
-                       : t.is_cuda()                         ? t
-                                                             : staging_->ToCompute(t);
-  MAESTRO_RETURN_IF_ERROR(TimedWait(tp.Broadcast(FloatBuffer(wire), 0), blocked_seconds_));
+  return BroadcastInGroup(comms_.group(plan::GroupKind::kTP), t);
+}
+
+Status EdgeExchange::BroadcastInGroup(launcher::Backend& group, torch::Tensor& t) {
+  // On the group backend's device (a copy only when t lives elsewhere).
+  torch::Tensor wire = group.device() == launcher::Device::kCpu ? staging_->ToWire(t, launcher::Device::kCpu)
+                       : t.is_cuda()                            ? t
+                                                                : staging_->ToCompute(t);
+  MAESTRO_RETURN_IF_ERROR(TimedWait(group.Broadcast(FloatBuffer(wire), 0), blocked_seconds_));
   CopyBackFromBackend(t, wire);
   return Status::Ok();
 }
@@ -97,7 +100,7 @@ Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const 
     const int up = plan_.section_index(plan_.edges[static_cast<size_t>(e)].from);
     const std::vector<int64_t> row_shape = RowShapeOf(plan_, up);
     torch::Tensor input;
-    if (Tp0()) {
+    if (LinkEnd()) {
       std::unordered_map<int64_t, torch::Tensor> by_id;
       launcher::Device wire = launcher::Device::kCpu;
       for (const auto& msg : it->second) {
@@ -128,7 +131,14 @@ Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const 
       for (const auto& msg : it->second) rows += static_cast<int64_t>(msg.transfer->sample_ids.size());
       std::vector<int64_t> shape{rows};
       shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-      input = staging_->WireBuffer(shape, comms_.group(plan::GroupKind::kTP).device());
+      const bool cp_receives = place_.coords.cp != 0 && place_.coords.tp == 0;
+      input =
+          staging_->WireBuffer(shape, comms_.group(cp_receives ? plan::GroupKind::kCP : plan::GroupKind::kTP).device());
+    }
+    // Context parallelism: tp = cp = 0 hands the rows to the other CP ranks' tp = 0, each of which hands them on over
+    // TP.
+    if (plan_.sections[static_cast<size_t>(section_)].config.cp > 1 && place_.coords.tp == 0) {
+      MAESTRO_RETURN_IF_ERROR(BroadcastInGroup(comms_.group(plan::GroupKind::kCP), input));
     }
     MAESTRO_RETURN_IF_ERROR(BroadcastInTp(input));
     input = staging_->ToCompute(input);  // the same tensor on the CPU
@@ -140,7 +150,7 @@ Status EdgeExchange::ReceiveRows(int mb, const std::vector<int64_t>& ids, const 
 
 Status EdgeExchange::SendRows(int mb, const std::vector<int64_t>& ids, const torch::Tensor& rows,
                               const std::vector<int>& out_edges) {
-  if (!Tp0()) return Status::Ok();
+  if (!LinkEnd()) return Status::Ok();
   std::unordered_map<int64_t, int64_t> position;
   for (size_t b = 0; b < ids.size(); ++b) position[ids[b]] = static_cast<int64_t>(b);
   for (int e : out_edges) {
@@ -175,7 +185,7 @@ StatusOr<torch::Tensor> EdgeExchange::ReceiveGradients(int mb, const std::vector
       for (auto id : msg.transfer->sample_ids) pos.push_back(position.at(static_cast<int64_t>(id)));
       std::vector<int64_t> shape{static_cast<int64_t>(pos.size())};
       for (int64_t d = 1; d < rows.dim(); ++d) shape.push_back(rows.size(d));
-      if (Tp0()) {
+      if (LinkEnd()) {
         auto buf = staging_->WireBuffer(shape, msg.link->backend().device());
         MAESTRO_RETURN_IF_ERROR(TimedWait(msg.link->RecvGradient(FloatBuffer(buf), msg.tag_index), blocked_seconds_));
         grad.index_add_(0, IndexOn(pos, grad), staging_->ToCompute(buf));
@@ -190,11 +200,23 @@ StatusOr<torch::Tensor> EdgeExchange::ReceiveGradients(int mb, const std::vector
 
 Status EdgeExchange::SendInputGradients(int mb, const std::vector<int64_t>& ids,
                                         const std::map<int, torch::Tensor>& inputs) {
-  // TP rank 0: the gradients of the replicated inputs are whole on every TP rank.
+  // TP rank 0: the gradients of the replicated inputs are whole on every TP
+  // rank. Context parallelism: each CP rank holds the gradient of its part of
+  // the sequence; their sum (over CP, on the tp = 0 ranks) is the whole.
+  const bool cp_sums = plan_.sections[static_cast<size_t>(section_)].config.cp > 1 && place_.coords.tp == 0;
   for (const auto& [e, input] : inputs) {
-    if (!EdgeProducerTrains(plan_, e) || !Tp0()) continue;
+    if (!EdgeProducerTrains(plan_, e) || (!LinkEnd() && !cp_sums)) continue;
     auto it = incoming_.find({e, mb});
     if (it == incoming_.end()) continue;
+    if (cp_sums) {
+      auto& cp = comms_.group(plan::GroupKind::kCP);
+      auto summed = staging_->ToWire(input.grad().defined() ? input.grad() : torch::zeros_like(input), cp.device());
+      MAESTRO_RETURN_IF_ERROR(TimedWait(cp.AllReduce(FloatBuffer(summed), launcher::ReduceOp::kSum), blocked_seconds_));
+      if (!LinkEnd()) continue;
+      torch::NoGradGuard no_grad;
+      torch::Tensor handle = input;  // shares the tensor: its gradient becomes the sum
+      handle.mutable_grad() = staging_->ToCompute(summed).to(input.scalar_type());
+    }
     // input rows are in micro-batch order of the samples the upstream processed.
     std::unordered_map<int64_t, int64_t> input_pos;
     int64_t k = 0;

@@ -10,7 +10,12 @@
 // section's OutputRowShape(). Receivers reorder rows by sample id into
 // micro-batch order. Links end at TP rank 0 of a replica; it broadcasts what
 // arrives to the other TP ranks of its group, and only it sends (the rows are
-// the same on every TP rank). With pipeline stages (pp > 1) links end at
+// the same on every TP rank). With context parallelism (cp > 1) links end at
+// tp = cp = 0: rows go to the CP ranks (a broadcast over CP among the tp = 0
+// ranks, then over TP), input gradients are summed over CP (each CP rank's
+// share of the sequence) before tp = cp = 0 sends them; a received gradient
+// stays on CP rank 0 (the other CP ranks backpropagate zeros: the gather's
+// backward sums them). With pipeline stages (pp > 1) links end at
 // the first stage (rows in, input gradients out) and the last (rows out,
 // gradients in); the other stages have no messages and every call is a
 // no-op there. Other point-to-point tags: runtime/message_tags.h.
@@ -98,7 +103,10 @@ class EdgeExchange {
     torch::Tensor keep_alive;
     launcher::WorkPtr work;
   };
-  bool Tp0() const { return place_.coords.tp == 0; }
+  // This rank holds the replica's links (tp = cp = 0).
+  bool LinkEnd() const { return place_.coords.tp == 0 && place_.coords.cp == 0; }
+  // t broadcast in place from rank 0 of `group` (through its backend's device).
+  Status BroadcastInGroup(launcher::Backend& group, torch::Tensor& t);
   launcher::LinkChannel* FindLink(int edge, int up_dp, int down_dp);
 
   const plan::Plan& plan_;

@@ -32,6 +32,7 @@
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
+#include "runtime/parallel/vit_context_parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
 #include "runtime/reference.h"
@@ -193,6 +194,10 @@ class RankLoop {
   bool Rank0() const { return place_.world_rank == 0; }
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
   int EpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.ep; }
+  int CpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.cp; }
+  // Context parallelism: the parameters' gradients summed over the CP group
+  // (each CP rank backpropagated its part of every sequence).
+  Status SumGradientsOverCp();
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
   std::vector<int64_t> MicroBatchIds(int mb_index) const {
     const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
@@ -267,12 +272,8 @@ class RankLoop {
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
   for (const auto& s : plan_.sections) {
-    if (s.config.cp != 1) {
-      return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime runs CP = 1 today (plan has cp {}); recompile with "
-                      "--pin {}.cp=1 or let the planner choose (it only emits what the runtime runs)",
-                      s.name, s.config.cp, s.name));
-    }
+    // CP: decoder and ViT sections of their own, without PP (CheckContextParallelRuns).
+    MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(s));
     if (s.config.pp > 1 && s.fused()) {
       if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
     } else if (s.config.pp > 1 && s.model.kind != plan::ModelKind::kDecoder) {
@@ -302,10 +303,10 @@ Status RankLoop::Setup() {
   // a tensor- or pipeline-parallel one only when it runs ahead, on the rank
   // that sends downstream (its peers compute the rows it lacks with it). An
   // expert-parallel one keeps none: a spool hit would skip an exchange its
-  // EP peers wait for.
+  // EP peers wait for; nor does a context-parallel one (docs/context_parallel.md).
   const bool model_parallel = TpSize() > 1 || pipeline_ != nullptr;
   const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
-  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && (!model_parallel || run_ahead > 0)) {
+  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && CpSize() == 1 && (!model_parallel || run_ahead > 0)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
       MAESTRO_ASSIGN_OR_RETURN(
@@ -348,6 +349,7 @@ Status RankLoop::Resume() {
     runner_options.tensor_parallel = tp_reducer_.get();
   }
   const auto& section = plan_.sections[static_cast<size_t>(section_)];
+  if (CpSize() > 1) runner_options.context_parallel = &comms_.group(plan::GroupKind::kCP);
   if (section.config.pp > 1) {
     pipeline_ = std::make_unique<PipelineGroup>(comms_.group(plan::GroupKind::kPP), &blocked_seconds_);
     runner_options.pipeline = pipeline_.get();
@@ -486,9 +488,15 @@ Status RankLoop::Backward(int mb_index) {
   return Status::Ok();
 }
 
+Status RankLoop::SumGradientsOverCp() {
+  if (CpSize() == 1) return Status::Ok();
+  return AllReduceGradients(comms_.group(plan::GroupKind::kCP), runner_->Parameters(), &blocked_seconds_);
+}
+
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
   MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
+  MAESTRO_RETURN_IF_ERROR(SumGradientsOverCp());
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   if (ep_exchange_) {
     // Routed experts over the ranks holding the same experts, the rest over DP.
@@ -656,9 +664,27 @@ Status RankLoop::ReceiveFromPreviousStage(int mb_index, int64_t samples) {
   return Status::Ok();
 }
 
+// Test-only fault injection (tests/runtime/pipeline_test.cc, a hung stage):
+// MAESTRO_TEST_HANG_BEFORE_STAGE_SEND="<world rank>:<step>" makes that rank
+// stop for good before its first send to the next stage in that step, alive
+// but silent, as a stage stuck in a kernel or a driver would be. Its
+// neighbours' waits must end with the launcher's timeout naming it.
+void HangHereIfTestAsks(int world_rank, int64_t step) {
+  const char* v = std::getenv("MAESTRO_TEST_HANG_BEFORE_STAGE_SEND");
+  if (v == nullptr) return;
+  int rank = -1;
+  long long at_step = -1;
+  if (std::sscanf(v, "%d:%lld", &rank, &at_step) != 2 || rank != world_rank || at_step != step) return;
+  std::fprintf(stderr, "[rank %d] MAESTRO_TEST_HANG_BEFORE_STAGE_SEND: hanging before a stage send at step %lld\n",
+               world_rank, at_step);
+  std::fflush(stderr);
+  for (;;) pause();
+}
+
 // This stage's activation to the next stage, and the KD teacher's rows on
 // their way to the last stage.
 Status RankLoop::SendToNextStage(int mb_index) {
+  HangHereIfTestAsks(place_.world_rank, current_step_);
   auto& state = states_[static_cast<size_t>(mb_index)];
   if (!state.out.rows.defined()) {
     return Status::Internal(fmt::format("section '{}' pipeline stage {}: micro-batch {} made no activation",
@@ -939,6 +965,12 @@ StatusOr<TrainSummary> RankLoop::Run() {
       auto events, WriteTrace(comms_.world(), plan_, section_, place_.world_rank, options_.run_dir, trace_.events()));
   if (Rank0()) {
     MAESTRO_RETURN_IF_ERROR(WriteTimelines(plan_, problem_, schedule_, current_step_, events, options_.run_dir));
+  }
+  if (CpSize() > 1) {
+    const ContextParallelTokenCounts& counts = ContextParallelTokensOfThisProcess();
+    Log(LogLevel::kInfo, "section '{}' tp {} cp {} dp {}: context parallel: held {} of {} tokens (+{} padding)",
+        plan_.sections[static_cast<size_t>(section_)].name, place_.coords.tp, place_.coords.cp, replica_, counts.mine,
+        counts.total, counts.padding);
   }
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",

@@ -6,11 +6,13 @@
 namespace maestro::runtime {
 
 StageLayers LayersOfStage(int64_t layers, int stages, int stage) {
-  const int64_t base = layers / stages, extra = layers % stages;
-  StageLayers out;
-  out.first = stage * base + std::min<int64_t>(stage, extra);
-  out.end = out.first + base + (stage < extra ? 1 : 0);
-  return out;
+  plan::ParallelConfig even;
+  even.pp = stages;
+  return plan::StageLayerSpan(even, layers, stage);
+}
+
+StageLayers LayersOfStage(const plan::ParallelConfig& config, int64_t layers, int stage) {
+  return plan::StageLayerSpan(config, layers, stage);
 }
 
 std::vector<scheduler::Op> StageOrder(const std::vector<scheduler::Op>& program, int stage, int stages,

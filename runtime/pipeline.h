@@ -22,12 +22,13 @@
 // next forward may wait for this section's input gradients, which the
 // program's order, not a deeper warm-up, provides.
 //
-// Torch-free. May call: scheduler (Op). Thread safety: pure functions.
+// Torch-free. May call: scheduler (Op), plan (the stage split). Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "plan/plan.h"
 #include "scheduler/scheduler.h"
 
 namespace maestro::runtime {
@@ -36,11 +37,11 @@ namespace maestro::runtime {
 // of `stages`: an even split, the first `layers % stages` stages one layer
 // more. The first stage also holds the embeddings, the last the final norm,
 // the head and the loss. REQUIRES: 0 <= stage < stages <= layers.
-struct StageLayers {
-  int64_t first = 0, end = 0;
-  int64_t count() const { return end - first; }
-};
+using StageLayers = plan::StageLayerRange;
 StageLayers LayersOfStage(int64_t layers, int stages, int stage);
+// The plan's split (plan::StageLayerSpan): config.pp_layers when set, else
+// the even split over config.pp stages.
+StageLayers LayersOfStage(const plan::ParallelConfig& config, int64_t layers, int stage);
 
 // The ops of `program` (a replica's op list) in the order stage `stage` of
 // `stages` runs them (the rules above). `run_ahead`: 1F1B warm-up allowed.

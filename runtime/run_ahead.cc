@@ -17,6 +17,8 @@ Status CheckRunAheadRuns(const plan::Plan& plan) {
     std::string why;
     if (s.mode != plan::SectionMode::kForward || s.fused()) {
       why = "only a forward-only section that is not fused runs ahead";
+    } else if (s.config.cp != 1) {
+      why = fmt::format("with CP = {} the runtime keeps no output spool (docs/context_parallel.md)", s.config.cp);
     } else if (!feeds) {
       why = "it feeds no other section: nothing waits for its rows";
     } else if (s.config.ep > 1) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/checks.h"
+#include "base/log.h"
 #include "base/splitmix.h"
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
@@ -22,6 +23,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/parallel/expert_parallel.h"
+#include "runtime/parallel/context_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
@@ -426,6 +428,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
+  MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
   if (plan.sections[static_cast<size_t>(section)].fused()) return CreateFused(plan, section, options);
   std::unique_ptr<SectionRunner> runner(new SectionRunner());
   runner->section_ = section;
@@ -513,10 +516,15 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
       return Status::InvalidArgument(fmt::format("section '{}': pp {} is more than its {} layers (set pp <= {})",
                                                  s.name, pp.stages(), s.model.layers, s.model.layers));
     }
-    const StageLayers layers = LayersOfStage(s.model.layers, pp.stages(), pp.stage());
+    const StageLayers layers = LayersOfStage(s.config, s.model.layers, pp.stage());
+    Log(LogLevel::kInfo, "section '{}' pipeline stage {} of {}: layers [{}, {}){}", s.name, pp.stage(), pp.stages(),
+        layers.first, layers.end, s.config.pp_layers.empty() ? " (the even split)" : " (the plan's pp_layers)");
     MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("section '{}': pipeline stage {}", s.name, pp.stage()), [&] {
       impl.module->as<DecoderLMImpl>()->KeepStage(layers.first, layers.end, pp.first(), pp.last());
     }));
+  }
+  if (runner->ContextParallelSize() > 1 && s.model.kind == plan::ModelKind::kVit) {
+    impl.module->as<VitEncoderImpl>()->context_parallel = options.context_parallel;  // docs/context_parallel_vit.md
   }
   if (runner->ExpertSharded()) {
     if (!IsDecoder(s)) {
@@ -529,6 +537,40 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
                     fmt::format("section '{}': {} (set its ep to 1 in plan.json, or recompile the spec)", s.name,
                                 sharded.message()));
     }
+  }
+  if (runner->ContextParallelSize() > 1 && s.model.kind != plan::ModelKind::kVit) {
+    const int cp = runner->ContextParallelSize();
+    if (!IsDecoder(s)) {
+      return Status::InvalidArgument(fmt::format(
+          "section '{}': the runtime's context parallelism is for decoder sections (plan has cp {}); recompile "
+          "with --pin {}.cp=1",
+          s.name, cp, s.name));
+    }
+    if (runner->Staged()) {
+      return Status::FailedPrecondition(fmt::format(
+          "section '{}': the runtime does not combine context and pipeline parallelism (plan has cp {} x pp {}; "
+          "docs/context_parallel.md); recompile with --pin {}.pp=1 or --pin {}.cp=1",
+          s.name, cp, options.pipeline->stages(), s.name, s.name));
+    }
+    if (const std::string error = ContextParallelSplitError(plan.data.seq_len, cp); !error.empty()) {
+      return Status::InvalidArgument(
+          fmt::format("section '{}': {} (data.seq_len {}); choose a cp with 2*cp dividing "
+                      "the sequence, or --pin {}.cp=1",
+                      s.name, error, plan.data.seq_len, s.name));
+    }
+    if (s.mode == plan::SectionMode::kTrain && RouterAuxLossCoef(s.model) > 0) {
+      return Status::FailedPrecondition(fmt::format(
+          "section '{}': the MoE load-balancing term is a per-sample statistic over all of a sample's tokens, and "
+          "context parallelism (cp {}) gives each rank a part of them; set router_aux_loss_coef = 0 or --pin {}.cp=1",
+          s.name, cp, s.name));
+    }
+    if (runner->ExpertSharded()) {
+      return Status::FailedPrecondition(fmt::format(
+          "section '{}': the runtime does not combine context and expert parallelism (plan has cp {} x ep {}); "
+          "recompile with --pin {}.cp=1",
+          s.name, cp, s.config.ep, s.name));
+    }
+    impl.module->as<DecoderLMImpl>()->SetContextParallel(options.context_parallel);
   }
   if (s.mode == plan::SectionMode::kTrain) SetActivationRecompute(*impl.module, s);
   if (s.mode == plan::SectionMode::kForward) {
@@ -555,6 +597,30 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
     }
   }
   return runner;
+}
+
+Status CheckContextParallelRuns(const plan::SectionPlan& s) {
+  if (s.config.cp == 1) return Status::Ok();
+  if (s.fused()) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}' fuses {} components and has cp {}: the runtime does not run context parallelism inside a "
+        "fused section yet; recompile with --pin {}.cp=1, or --grouping sectioned so each component runs CP in a "
+        "section of its own",
+        s.name, s.components.size(), s.config.cp, s.name));
+  }
+  if (s.model.kind != plan::ModelKind::kVit && s.model.kind != plan::ModelKind::kDecoder) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}': the runtime runs context parallelism for decoder and ViT sections (the {} has cp {}); "
+        "recompile with --pin {}.cp=1 or let the planner choose",
+        s.name, plan::ModelKindName(s.model.kind), s.config.cp, s.name));
+  }
+  if (s.config.pp > 1) {
+    return Status::FailedPrecondition(fmt::format(
+        "section '{}': the runtime does not combine context and pipeline parallelism (plan has cp {} x pp {}; "
+        "docs/context_parallel.md); recompile with --pin {}.pp=1 or --pin {}.cp=1",
+        s.name, s.config.cp, s.config.pp, s.name, s.name));
+  }
+  return Status::Ok();
 }
 
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
@@ -609,9 +675,13 @@ namespace {
 // Per-sample loss of a decoder sink: the mean over the sample's target
 // positions of (1 - a) CE + a T^2 KL (a = 0 without a teacher).
 // logits: (B, T, V); targets: (B, T); teacher_logits: (B, T, V) or undefined.
+// target_counts: (B) fp32, each sample's target count over its whole
+// sequence (context parallelism: T is this rank's part, and the CP ranks'
+// results sum to the whole mean), or undefined: counted in `targets`.
 // Returns (B).
 torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& targets,
-                            const torch::Tensor& teacher_logits, const plan::LossDesc& loss) {
+                            const torch::Tensor& teacher_logits, const plan::LossDesc& loss,
+                            const torch::Tensor& target_counts = {}) {
   const auto v = logits.size(2);
   auto mask = targets.ne(datasets::kIgnoreTarget);  // (B, T)
   auto safe_targets = targets.masked_fill(~mask, 0);
@@ -635,8 +705,8 @@ torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& ta
     per_position = (1.0 - loss.kd_alpha) * ce + loss.kd_alpha * temp * temp * kl;
   }
   auto maskf = mask.to(torch::kFloat32);
-  auto counts = maskf.sum(-1).clamp_min(1.0);      // (B)
-  return (per_position * maskf).sum(-1) / counts;  // (B)
+  auto counts = target_counts.defined() ? target_counts : maskf.sum(-1).clamp_min(1.0);  // (B)
+  return (per_position * maskf).sum(-1) / counts;                                        // (B)
 }
 
 }  // namespace
@@ -738,6 +808,8 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
       case plan::ModelKind::kDecoder: {
         auto* lm = impl.module->as<DecoderLMImpl>();
         auto ids = data.input_ids.to(device);
+        const int cp = ContextParallelSize();
+        const int cp_rank = cp > 1 ? impl.options.context_parallel->group().my_index : 0;
         torch::Tensor teacher_hidden;
         auto kd = impl.kd_edge >= 0 ? inputs.find(impl.kd_edge) : inputs.end();
         if (kd != inputs.end()) teacher_hidden = kd->second.to(device);  // (B, T, C_teacher)
@@ -746,7 +818,7 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
           // One pipeline stage: the previous stage's activation, or the
           // embeddings on the first; its blocks; the final norm on the last.
           const auto& pp = *impl.options.pipeline;
-          const StageLayers layers = LayersOfStage(s.model.layers, pp.stages(), pp.stage());
+          const StageLayers layers = LayersOfStage(s.config, s.model.layers, pp.stage());
           torch::Tensor x;
           if (pp.first()) {
             x = lm->Embed(ids);
@@ -788,34 +860,53 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
             embeds = SpliceImageRows(embeds, ids, ImageTokenIdOf(*impl.plan), rows.to(device), data, up,
                                      MaxImagesPerSample(*impl.plan));
           }
+          // Context parallelism: this rank's part of the sequence (B, T/cp, C).
+          if (cp > 1) embeds = SplitSequenceForContextParallel(embeds, 1, cp, cp_rank);
           hidden = lm->ForwardEmbeds(embeds);
         }
         if (!out_edges_.empty()) {
-          out.rows = hidden;
+          out.rows = cp > 1 ? GatherWholeSequence(hidden, 1, *impl.options.context_parallel) : hidden;  // (B, T, C)
           break;
         }
         if (!trains()) break;
-        auto logits = lm->Logits(hidden);  // (B, T, V)
+        auto logits = lm->Logits(hidden);  // (B, T, V); context parallelism: (B, T/cp, V)
         torch::Tensor teacher_logits;
         if (teacher_hidden.defined()) {
           TORCH_CHECK(impl.teacher_head.defined(), "KD rows without a teacher head");
+          if (cp > 1) teacher_hidden = SplitSequenceForContextParallel(teacher_hidden, 1, cp, cp_rank);
           teacher_logits = torch::matmul(teacher_hidden, impl.teacher_head.t()).detach();  // (B, T, V)
         }
         plan::LossDesc loss = s.loss;
         if (loss.kind != "kd") loss.kd_alpha = 0.0;
-        auto per_sample = PerSampleLoss(logits, data.target_ids.to(device), teacher_logits, loss);  // (B)
+        auto targets = data.target_ids.to(device);  // (B, T)
+        torch::Tensor target_counts;                // context parallelism: each sample's whole count (B)
+        if (cp > 1) {
+          target_counts = targets.ne(datasets::kIgnoreTarget).to(torch::kFloat32).sum(-1).clamp_min(1.0);
+          targets = SplitSequenceForContextParallel(targets, 1, cp, cp_rank);
+        }
+        auto per_sample = PerSampleLoss(logits, targets, teacher_logits, loss, target_counts);  // (B)
         // MoE: + router_aux_loss_coef * sample b's load-balancing term (docs/moe.md).
         if (const double coef = RouterAuxLossCoef(s.model); coef > 0) {
           per_sample = per_sample + coef * lm->RouterBalanceLoss().to(per_sample.scalar_type());
         }
         out.loss = per_sample.sum() / static_cast<double>(impl.plan->data.global_batch);
         out.loss_sum = per_sample.sum().item<double>();
-        out.loss_samples = per_sample.size(0);
-        // Caption answers: argmax at the answer position vs the label's token.
+        out.loss_samples = cp_rank == 0 ? per_sample.size(0) : 0;  // CP ranks' loss_sum are shares of one
+        // Context parallelism: which of this rank's rows holds each position (-1: another rank's).
+        std::vector<int64_t> row_of_position;
+        if (cp > 1) {
+          const auto mine = ContextParallelPositions(data.input_ids.size(1), cp, cp_rank);
+          row_of_position.assign(static_cast<size_t>(data.input_ids.size(1)), -1);
+          for (int64_t i = 0; i < mine.size(0); ++i) row_of_position[static_cast<size_t>(mine[i].item<int64_t>())] = i;
+        }
+        // Caption answers: argmax at the answer position vs the label's token
+        // (under CP counted by the rank that holds the position).
         for (size_t b = 0; b < data.answer_positions.size(); ++b) {
-          const int64_t pos = data.answer_positions[b];
+          int64_t pos = data.answer_positions[b];
           if (pos < 0) continue;
           const int64_t want = data.input_ids[static_cast<int64_t>(b)][pos + 1].item<int64_t>();
+          if (cp > 1) pos = row_of_position[static_cast<size_t>(pos)];
+          if (pos < 0) continue;
           const int64_t got = logits[static_cast<int64_t>(b)][pos].argmax().item<int64_t>();
           ++out.answers;
           if (got == want) ++out.answers_right;
@@ -984,6 +1075,12 @@ bool SectionRunner::Sharded() const {
 
 bool SectionRunner::ExpertSharded() const {
   return impl_ != nullptr && impl_->options.expert_parallel != nullptr && impl_->options.expert_parallel->size() > 1;
+}
+
+int SectionRunner::ContextParallelSize() const {
+  return impl_ != nullptr && impl_->options.context_parallel != nullptr
+             ? impl_->options.context_parallel->group().size()
+             : 1;
 }
 
 bool SectionRunner::Staged() const {

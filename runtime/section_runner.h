@@ -54,6 +54,10 @@
 #include "plan/plan.h"
 #include "runtime/device_choice.h"
 
+namespace maestro::launcher {
+class Backend;  // launcher/comm.h
+}  // namespace maestro::launcher
+
 namespace maestro::runtime {
 
 // The payloads of one micro-batch, stacked. B samples; a section reads the
@@ -113,6 +117,22 @@ struct RunnerOptions {
   // LoadModel() keeps this rank's; OptimizerStep's norm sums the routed
   // experts' squares over the EP group (each expert counted once).
   ExpertParallelExchange* expert_parallel = nullptr;
+  // Decoder sections with cp > 1: this rank's CP group (must outlive the
+  // runner; docs/context_parallel.md). Forward takes the whole micro-batch
+  // (ids, targets, upstream rows: every CP rank has them), computes the
+  // embeddings of the whole sequence and keeps this rank's load-balanced
+  // part (SplitSequenceForContextParallel); the model all-gathers K and V.
+  // A sink's loss is this rank's share: sum over its tokens / the sample's
+  // whole target count, so the CP ranks' losses (and gradients) sum to the
+  // unsplit one; Output::loss_samples counts on CP rank 0 only. Rows sent on
+  // (a teacher's hidden states) are gathered whole on every CP rank. The
+  // caller sums the parameters' and the inputs' gradients over CP.
+  // ViT sections with cp > 1 (docs/context_parallel_vit.md): each CP rank
+  // encodes its chunk of the micro-batch's patches; the rows Forward returns
+  // are whole on every CP rank, and their gradient is given on CP rank 0
+  // only (zeros on the others). The caller sums the parameters' gradients
+  // over the CP group before the DP all-reduce.
+  launcher::Backend* context_parallel = nullptr;
   // True when the caller loads this section's state from a Maestro
   // checkpoint right after Create (a resumed run): a training section then
   // skips its initial weights (`init_from`, HF `weights`). Forward-only
@@ -227,6 +247,8 @@ class SectionRunner {
   bool Staged() const;
   // True when the model keeps only its EP rank's experts (RunnerOptions::expert_parallel, size > 1).
   bool ExpertSharded() const;
+  // The CP group size (RunnerOptions::context_parallel), 1 without one.
+  int ContextParallelSize() const;
   // A KD student's teacher edge (plan edge index), -1 when none.
   int kd_edge() const;
   // The decoder whose stage activation crosses between pipeline stages as
@@ -254,6 +276,11 @@ class SectionRunner {
   std::shared_ptr<const plan::Plan> expanded_;
   std::vector<std::unique_ptr<SectionRunner>> components_;
 };
+
+// Ok when section `s` can run with its plan's cp (1, or a decoder or ViT
+// section that is neither fused nor pipelined); otherwise
+// FailedPrecondition naming the section and the fix.
+Status CheckContextParallelRuns(const plan::SectionPlan& s);
 
 // The shape of one sample's row on the edges leaving section `section` of
 // `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a

@@ -4,10 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "runtime/models/model_desc.h"
+#include "runtime/parallel/context_parallel.h"
 #include "runtime/recompute.h"
 #include "runtime/torch_compat.h"
 
@@ -31,6 +34,25 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
 }
 
 namespace {
+
+// compat::GqaAttention with an explicit mask instead of the causal one:
+// q (B, H, T, D); k, v (B, K, S, D) with K | H; allowed (T, S) bool, true
+// where query t may attend key s (every row has a true). Returns (B, H, T, D).
+// Context parallelism's attention over the gathered keys.
+torch::Tensor GqaAttentionMasked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& allowed) {
+  const int64_t heads = q.size(1), kv_heads = k.size(1);
+  auto keys = heads == kv_heads ? k : k.repeat_interleave(heads / kv_heads, 1);    // (B, H, S, D)
+  auto values = heads == kv_heads ? v : v.repeat_interleave(heads / kv_heads, 1);  // (B, H, S, D)
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, keys, values, /*attn_mask=*/allowed, /*dropout_p=*/0.0, false);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, keys.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), values);  // (B, H, T, D)
+#endif
+}
 
 // Replaces `param`'s data by its slice [start, start+length) along `dim`.
 void Slice(torch::Tensor& param, int64_t dim, int64_t start, int64_t length) {
@@ -121,7 +143,8 @@ GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_hea
   }
 }
 
-torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope,
+                                        const ContextParallelAttention* cp) {
   const int64_t b = x.size(0), t = x.size(1);
   auto q = q_proj(x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
   auto k = k_proj(x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
@@ -134,6 +157,18 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
+  if (cp != nullptr && cp->group != nullptr) {
+    // Context parallelism: every rank's K and V (B, K, T, D), rank order;
+    // the backward reduce-scatters their gradients.
+    k = GatherSequence(k, 2, *cp->group);
+    v = GatherSequence(v, 2, *cp->group);
+    auto allowed = cp->allowed;
+    auto masked = [allowed](const std::vector<torch::Tensor>& qkv) {
+      return GqaAttentionMasked(qkv[0], qkv[1], qkv[2], allowed);
+    };
+    auto out = recompute_core ? RunRecomputed(masked, {q, k, v}) : masked({q, k, v});  // (B, H, T_local, D)
+    return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  }
   // Each kv head serves H/K consecutive query heads: inside SDPA on 2.5+
   // (enable_gqa), else repeat_interleave'd to H heads first.
   auto core = [](const std::vector<torch::Tensor>& qkv) {
@@ -281,8 +316,9 @@ DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& pa
   }
 }
 
-torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  auto h = x + LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope), tp);
+torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope,
+                                        const ContextParallelAttention* cp) {
+  auto h = x + LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope, cp), tp);
   auto normed = mlp_norm(h);
   return h + (moe ? moe(normed) : LeaveTensorParallel(mlp(EnterTensorParallel(normed, tp)), tp));
 }
@@ -305,23 +341,40 @@ torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
   TORCH_CHECK(embeds.dim() == 3 && embeds.size(2) == desc_.hidden, "DecoderLM::ForwardEmbeds: embeds must be (B, T, ",
               desc_.hidden, "), got ", embeds.sizes());
   const int64_t window = SlidingWindow(desc_);
-  TORCH_CHECK(window == 0 || embeds.size(1) <= window, "DecoderLM: ", embeds.size(1),
-              " tokens are longer than the sliding window (", window,
-              "); the runtime has no windowed mask: use sequences of at most ", window, " tokens");
+  const int64_t tokens = embeds.size(1) * (cp_ != nullptr ? cp_->group().size() : 1);  // the whole sequence
+  TORCH_CHECK(window == 0 || tokens <= window, "DecoderLM: ", tokens, " tokens are longer than the sliding window (",
+              window, "); the runtime has no windowed mask: use sequences of at most ", window, " tokens");
   return final_norm(ForwardBlocks(embeds, 0, desc_.layers));
 }
 
 torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end) {
   TORCH_CHECK(0 <= first && first <= end && end <= desc_.layers, "DecoderLM::ForwardBlocks: layers [", first, ", ", end,
               ") of ", desc_.layers);
-  auto rope = MakeRopeTables(embeds.size(1), HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
+  const int cp_size = cp_ != nullptr ? cp_->group().size() : 1;
+  const int64_t seq_len = embeds.size(1) * cp_size;  // the whole sequence
+  auto rope = MakeRopeTables(seq_len, HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
+  ContextParallelAttention cp;
+  if (cp_size > 1) {
+    // This rank's tokens: their rotary angles, and the causal mask of their
+    // positions against the gathered keys' positions.
+    auto mine = ContextParallelPositions(seq_len, cp_size, cp_->group().my_index).to(embeds.device());  // (T_local)
+    auto gathered = GatheredContextParallelPositions(seq_len, cp_size).to(embeds.device());             // (T)
+    rope = {rope.cos.index_select(0, mine), rope.sin.index_select(0, mine)};
+    cp.group = cp_;
+    cp.allowed = mine.unsqueeze(1) >= gathered.unsqueeze(0);  // (T_local, T)
+  }
+  const ContextParallelAttention* cp_arg = cp_size > 1 ? &cp : nullptr;
   auto x = embeds;
   for (int64_t i = first; i < end; ++i) {
     auto* b = blocks[static_cast<size_t>(i)]->as<DecoderBlockImpl>();
     if (recompute_ == plan::RecomputeGranularity::kFull) {
-      x = RunRecomputed([b, rope](const std::vector<torch::Tensor>& in) { return b->forward(in[0], rope); }, {x});
+      x = RunRecomputed(
+          [b, rope, cp, cp_size](const std::vector<torch::Tensor>& in) {
+            return b->forward(in[0], rope, cp_size > 1 ? &cp : nullptr);
+          },
+          {x});
     } else {
-      x = b->forward(x, rope);
+      x = b->forward(x, rope, cp_arg);
     }
   }
   return x;

@@ -32,7 +32,11 @@
 // Activation recomputation (SetRecompute; runtime/recompute.h): full wraps
 // each block's call, selective each attention's core (SDPA), the blocks
 // themselves unchanged.
-// May call: libtorch, runtime/torch_compat.h, runtime/parallel/tensor_parallel.h, runtime/recompute.h, plan.
+// Context parallelism (SetContextParallel; docs/context_parallel.md): the
+// model sees this rank's part of each sequence (the load-balanced chunks of
+// runtime/parallel/context_parallel.h) and all-gathers K and V per layer.
+// May call: libtorch, runtime/torch_compat.h, runtime/parallel/tensor_parallel.h,
+// runtime/parallel/context_parallel.h, runtime/recompute.h, plan.
 // Thread-safety: one thread per module at a time.
 #pragma once
 
@@ -55,6 +59,16 @@ RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, tor
 // rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 
+// Context parallelism of one forward: this rank's queries sit at the global
+// positions ContextParallelPositions gives (T_local of T); K and V are
+// all-gathered over `group` (GatherSequence, rank order) and `allowed`
+// (T_local, T) bool lets query i see gathered key j when its position is not
+// later (the causal mask in global positions). group == nullptr: plain causal.
+struct ContextParallelAttention {
+  launcher::Backend* group = nullptr;
+  torch::Tensor allowed;  // (T_local, T) bool
+};
+
 // Tensor parallelism: the decoder shards itself (Shard, ShardDecoderForTensorParallel)
 // and calls the f/g functions of runtime/parallel/tensor_parallel.h around
 // each column-parallel -> row-parallel pair.
@@ -66,8 +80,10 @@ class GqaAttentionImpl : public torch::nn::Module {
  public:
   GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
                    ParamFactory& params, double qk_norm_eps = 0.0);
-  // x: (B, T, C); rope: (T, D) tables -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  // x: (B, T, C); rope: (T, D) tables -> (B, T, C). With `cp` (context
+  // parallelism): x and rope are this rank's T_local tokens, K and V are
+  // gathered over cp->group and cp->allowed masks them.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const ContextParallelAttention* cp = nullptr);
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // (H*D,C) (K*D,C) (K*D,C) (C,H*D)
   RmsNorm q_norm{nullptr}, k_norm{nullptr};                                   // (D) each, with qk_norm_eps > 0
@@ -155,8 +171,8 @@ TORCH_MODULE(MoeMlp);
 class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params);
-  // x: (B, T, C); rope: (T, D) -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  // x: (B, T, C); rope: (T, D) -> (B, T, C); cp: as GqaAttentionImpl::forward.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const ContextParallelAttention* cp = nullptr);
 
   RmsNorm attn_norm{nullptr}, mlp_norm{nullptr};
   GqaAttention attn{nullptr};
@@ -209,6 +225,13 @@ class DecoderLMImpl : public torch::nn::Module {
   // kFull: each block runs through RunRecomputed (keeps its input only);
   // kSelective: each attention's core does; kNone (the default): neither.
   void SetRecompute(plan::RecomputeGranularity granularity);
+  // Context parallelism over `cp` (must outlive the model; nullptr or one
+  // rank: none): ForwardEmbeds / ForwardBlocks then take this rank's part of
+  // each sequence, (B, T/cp, C) at ContextParallelPositions(T, cp, rank), and
+  // return the same part; every other function is unchanged. The caller
+  // splits the inputs (SplitSequenceForContextParallel) and the loss.
+  void SetContextParallel(launcher::Backend* cp) { cp_ = cp; }
+  launcher::Backend* context_parallel() const { return cp_; }
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList blocks;
@@ -218,6 +241,7 @@ class DecoderLMImpl : public torch::nn::Module {
  private:
   plan::ModelDesc desc_;
   plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
+  launcher::Backend* cp_ = nullptr;
 };
 TORCH_MODULE(DecoderLM);
 

@@ -13,8 +13,10 @@
 
 #include "base/checks.h"
 #include "hf/name_map.h"
+#include "plan/encoder_tp_split.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
+#include "runtime/parallel/vit_context_parallel.h"
 #include "runtime/recompute.h"
 #include "runtime/torch_compat.h"
 
@@ -105,7 +107,8 @@ void SelfAttentionImpl::Shard(int rank, int size) {
   heads_ /= size;
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTables* rope, TensorParallelReducer* tp) {
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTables* rope, TensorParallelReducer* tp,
+                                         const EncoderContextParallel* cp) {
   // c: this rank's heads' width (the hidden size when unsharded).
   const int64_t b = x.size(0), t = x.size(1), d = head_dim_, c = heads_ * head_dim_;
   torch::Tensor q, k, v;  // (B, H, T, D)
@@ -123,7 +126,14 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
     q = ApplyRope(q.to(torch::kFloat32), *rope).to(x.scalar_type());
     k = ApplyRope(k.to(torch::kFloat32), *rope).to(x.scalar_type());
   }
-  auto core = [](const std::vector<torch::Tensor>& qkv) {
+  // Held by value: selective recomputation runs the core again in backward.
+  std::shared_ptr<const EncoderSequenceSplit> split = cp != nullptr ? cp->split : nullptr;
+  if (split != nullptr) {  // this rank's queries against every rank's keys and values
+    k = GatherKeysOrValues(k, *cp);
+    v = GatherKeysOrValues(v, *cp);
+  }
+  auto core = [split](const std::vector<torch::Tensor>& qkv) {
+    if (split != nullptr) return split->Attention(qkv[0], qkv[1], qkv[2]);
     return compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*causal=*/false);
   };
   auto y = recompute_core ? RunRecomputed(core, {q, k, v}) : core({q, k, v});  // (B, H, T, D)
@@ -147,8 +157,9 @@ void EncoderBlockImpl::Shard(int rank, int size) {
   KeepShard(fc2->weight, kColumns, rank, size);
 }
 
-torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const RopeTables* rope) {
-  auto h = x + attn->forward(EnterTensorParallel(attn_norm(x), tp), rope, tp);
+torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const RopeTables* rope,
+                                        const EncoderContextParallel* cp) {
+  auto h = x + attn->forward(EnterTensorParallel(attn_norm(x), tp), rope, tp, cp);
   auto inner = fc1(EnterTensorParallel(mlp_norm(h), tp));  // (B, T, F/n)
   return h + RowParallel(*fc2, activation_ == MlpActivation::kQuickGelu ? QuickGelu(inner) : compat::Gelu(inner), tp);
 }
@@ -165,19 +176,25 @@ torch::nn::ModuleList MakeEncoderBlocks(const plan::ModelDesc& desc, QkvLayout l
 }
 
 // x: (B, T, C) -> (B, T, C). Full recomputation runs each block through
-// RunRecomputed (the rope tables, fixed, are captured by value).
+// RunRecomputed (the rope tables, fixed, are captured by value; so is the CP
+// context, which outlives the backward: its all-gathers run again there, in
+// the same order on every CP rank).
 torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x, plan::RecomputeGranularity recompute,
-                        const RopeTables* rope = nullptr) {
+                        const RopeTables* rope = nullptr, const EncoderContextParallel* cp = nullptr) {
   for (const auto& block : *blocks) {
     auto* b = block->as<EncoderBlockImpl>();
     if (recompute == plan::RecomputeGranularity::kFull) {
       std::optional<RopeTables> tables;
       if (rope != nullptr) tables = *rope;
+      std::optional<EncoderContextParallel> context;
+      if (cp != nullptr) context = *cp;
       x = RunRecomputed(
-          [b, tables](const std::vector<torch::Tensor>& in) { return b->forward(in[0], tables ? &*tables : nullptr); },
+          [b, tables, context](const std::vector<torch::Tensor>& in) {
+            return b->forward(in[0], tables ? &*tables : nullptr, context ? &*context : nullptr);
+          },
           {x});
     } else {
-      x = b->forward(x, rope);
+      x = b->forward(x, rope, cp);
     }
   }
   return x;
@@ -264,7 +281,8 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
                   images.size(3) == desc_.image_size,
               "VitEncoder: images must be (B, ", desc_.channels, ", ", desc_.image_size, ", ", desc_.image_size,
               "), got ", images.sizes());
-  const int64_t b = images.size(0), c = desc_.hidden, side = desc_.image_size / desc_.patch_size;
+  if (context_parallel != nullptr && context_parallel->group().size() > 1) return ForwardContextParallel(images);
+  const int64_t b = images.size(0), c = desc_.hidden;
   torch::Tensor x;
   if (layout_ == hf::kVitLayoutClip) {
     x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
@@ -282,8 +300,50 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
     x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
     x = final_norm(RunBlocks(blocks, x + pos_embed, recompute_));
   }
+  return Merge(x);
+}
+
+torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images) {
+  launcher::Backend& group = *context_parallel;
+  const int64_t b = images.size(0), c = desc_.hidden;
+  // The stem runs on every image (one matmul per patch: cheap next to the
+  // blocks); each rank keeps its chunk of the tokens (images in order).
+  torch::Tensor x;  // (B, tokens per image, C)
+  if (layout_ == hf::kVitLayoutClip) {
+    x = patch_embed(images).flatten(2).transpose(1, 2);
+    x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
+  } else if (layout_ == hf::kVitLayoutQwen2Vl) {
+    const int64_t temporal = patch_embed->weight.size(2);
+    auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
+    x = patch_embed(frames).flatten(2).transpose(1, 2);
+  } else {
+    x = patch_embed(images).flatten(2).transpose(1, 2) + pos_embed;
+  }
+  const int64_t tokens = x.size(1);
+  const auto split = std::make_shared<const EncoderSequenceSplit>(std::vector<int64_t>(static_cast<size_t>(b), tokens),
+                                                                  group.group().my_index, group.group().size());
+  const EncoderContextParallel cp{&group, split};
+  CountContextParallelForward(*split);
+  auto local = split->Local(x.reshape({b * tokens, c})).unsqueeze(0);  // (1, chunk, C)
+  if (layout_ == hf::kVitLayoutClip) {
+    local = RunBlocks(blocks, pre_norm(local), recompute_, nullptr, &cp);
+  } else if (layout_ == hf::kVitLayoutQwen2Vl) {
+    if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
+    const auto rows = split->LocalOffsetsInSegment(x.device());  // each local token's patch
+    const RopeTables local_rope{rope_.cos.index_select(0, rows), rope_.sin.index_select(0, rows)};
+    local = RunBlocks(blocks, local, recompute_, &local_rope, &cp);
+  } else {
+    local = final_norm(RunBlocks(blocks, local, recompute_, nullptr, &cp));
+  }
+  // Every rank's rows, padding dropped: (B, tokens, C) whole on each CP rank.
+  auto whole = split->DropPadding(GatherRows(local[0], group)).reshape({b, tokens, c});
+  return Merge(whole);
+}
+
+torch::Tensor VitEncoderImpl::Merge(torch::Tensor x) {
   const int64_t merge = SpatialMerge(desc_);
   if (merge == 0) return x;
+  const int64_t b = x.size(0), c = desc_.hidden, side = desc_.image_size / desc_.patch_size;
   // (B, N, C) -> (B, side/m, m, side/m, m, C) -> (B, N/m^2, m^2 C): each m x m
   // block of neighbouring patches (row-major inside), blocks row-major.
   x = merger_norm(x).reshape({b, side / merge, merge, side / merge, merge, c});
@@ -334,13 +394,6 @@ torch::Tensor MlpProjectorImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
-std::string Sizes(const std::vector<std::pair<const char*, int64_t>>& sizes) {
-  std::string out;
-  for (const auto& [name, value] : sizes)
-    out += (out.empty() ? "" : ", ") + std::string(name) + " = " + std::to_string(value);
-  return out;
-}
-
 void ShardBlocks(torch::nn::ModuleList& blocks, TensorParallelReducer* tp) {
   for (const auto& block : *blocks) {
     auto* b = block->as<EncoderBlockImpl>();
@@ -352,26 +405,11 @@ void ShardBlocks(torch::nn::ModuleList& blocks, TensorParallelReducer* tp) {
 }  // namespace
 
 Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n) {
-  std::vector<std::pair<const char*, int64_t>> must_divide;
-  switch (desc.kind) {
-    case plan::ModelKind::kVit:
-      must_divide = {{"heads", desc.heads}, {"ffn_hidden", desc.ffn_hidden}};
-      if (SpatialMerge(desc) > 0) must_divide.push_back({"merger_hidden", MergerHidden(desc)});
-      break;
-    case plan::ModelKind::kAudioEncoder: must_divide = {{"heads", desc.heads}, {"ffn_hidden", desc.ffn_hidden}}; break;
-    case plan::ModelKind::kProjector: must_divide = {{"out_dim", desc.out_dim}}; break;
-    case plan::ModelKind::kDecoder:
-      return Status::InvalidArgument(
-          "ShardEncoderForTensorParallel: a decoder shards with ShardDecoderForTensorParallel");
+  if (desc.kind == plan::ModelKind::kDecoder) {
+    return Status::InvalidArgument(
+        "ShardEncoderForTensorParallel: a decoder shards with ShardDecoderForTensorParallel");
   }
-  for (const auto& [name, value] : must_divide) {
-    if (value % n != 0) {
-      return Status::InvalidArgument(fmt::format(
-          "tensor parallelism of the {} ({}): tp = {} must divide {}; pick a tp that divides them all (or tp = 1)",
-          plan::ModelKindName(desc.kind), Sizes(must_divide), n, name));
-    }
-  }
-  return Status::Ok();
+  return plan::CheckEncoderTensorParallelSplit(desc, n);  // the one rule, shared with the planner
 }
 
 Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp) {

@@ -54,7 +54,8 @@
 // Activation recomputation: VitEncoder / AudioEncoder SetRecompute, as
 // DecoderLM's (full: each block's call through RunRecomputed; selective:
 // each attention's core).
-// May call: libtorch, runtime/torch_compat.h, runtime/recompute.h, runtime/parallel/tensor_parallel.h, plan,
+// May call: libtorch, runtime/torch_compat.h, runtime/recompute.h, runtime/parallel/tensor_parallel.h,
+// runtime/parallel/vit_context_parallel.h, launcher (the CP group), plan,
 // hf/name_map.h. Thread-safety: one thread per module at a time.
 #pragma once
 
@@ -63,11 +64,14 @@
 #include <vector>
 
 #include "base/status.h"
+#include "launcher/comm.h"
 #include "plan/plan.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/layers.h"
 
 namespace maestro::runtime {
+
+struct EncoderContextParallel;  // runtime/parallel/vit_context_parallel.h
 
 // Conv over the last 1, 2 or 3 dims: weight (Cout, Cin, k...), bias (Cout) or none.
 class ConvImpl : public torch::nn::Module {
@@ -100,7 +104,11 @@ class SelfAttentionImpl : public torch::nn::Module {
   // x: (B, T, C); rope: nullptr, or (T, D) tables applied to q and k in fp32
   // -> (B, T, C)
   // tp: set on a TP shard; the output is then complete (all-reduced).
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr, TensorParallelReducer* tp = nullptr);
+  // cp: set under context parallelism: x (1, chunk, C) is this rank's part
+  // of the micro-batch's tokens; k and v are all-gathered over the CP group
+  // and each query attends to its own image's keys only.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr, TensorParallelReducer* tp = nullptr,
+                        const EncoderContextParallel* cp = nullptr);
 
   Linear qkv{nullptr};                                       // kFused
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};  // kSeparate, kWhisper
@@ -123,8 +131,9 @@ class EncoderBlockImpl : public torch::nn::Module {
  public:
   EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
                    MlpActivation activation, ParamFactory& params);
-  // x: (B, T, C); rope as SelfAttention -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr);
+  // x: (B, T, C); rope, cp as SelfAttention -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr,
+                        const EncoderContextParallel* cp = nullptr);
 
   LayerNorm attn_norm{nullptr}, mlp_norm{nullptr};
   SelfAttention attn{nullptr};
@@ -171,8 +180,21 @@ class VitEncoderImpl : public torch::nn::Module {
   LayerNorm merger_norm{nullptr};
   Linear merger_fc1{nullptr}, merger_fc2{nullptr};
   TensorParallelReducer* tp = nullptr;  // set by ShardEncoderForTensorParallel (the merger's pair)
+  // Context parallelism (docs/context_parallel_vit.md): the section's CP
+  // group (must outlive the model), null or of size 1 when off. forward()
+  // then splits the micro-batch's patches (every image, in order) into equal
+  // contiguous chunks over the group, runs the blocks on this rank's chunk
+  // (k and v all-gathered, attention per image) and all-gathers the rows
+  // before the final merger: the output is whole on every CP rank, and its
+  // gradient must be given on CP rank 0 only (zeros elsewhere), as the
+  // executor's link end does.
+  launcher::Backend* context_parallel = nullptr;
 
  private:
+  // images (B, ...) under context parallelism -> as forward.
+  torch::Tensor ForwardContextParallel(const torch::Tensor& images);
+  // The merger, when the model has one: x (B, N, C) -> (B, N/m^2, out_dim); else x.
+  torch::Tensor Merge(torch::Tensor x);
   plan::ModelDesc desc_;
   int layout_;
   plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
@@ -240,9 +262,10 @@ StatusOr<MlpProjector> BuildMlpProjector(const plan::ModelDesc& desc, const Mode
 // heads and ffn_hidden (and merger_hidden with a merger; out_dim for a
 // projector).
 Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);
-// Ok when TP of size `n` splits desc's encoder or projector (the sizes above;
-// compiler/candidates.h TpSplitsHeads is the planner's side of the same
-// rule), else the InvalidArgument ShardEncoderForTensorParallel returns.
+// Ok when TP of size `n` splits desc's encoder or projector (the sizes above:
+// plan/encoder_tp_split.h, the rule's one home, which the planner's
+// compiler/candidates.h TpSplitsHeads calls too), else the InvalidArgument
+// ShardEncoderForTensorParallel returns.
 Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n);
 // Any kind: ShardDecoderForTensorParallel or ShardEncoderForTensorParallel.
 Status ShardModelForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);

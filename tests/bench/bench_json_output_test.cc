@@ -7,7 +7,10 @@
 // One source, two binaries: bench_json_output_test (label unit) runs every
 // benchmark but the slow ones named in kSlowBenchmarks; with
 // MAESTRO_BENCH_SLOW_SET=1 it is bench_json_output_slow_test (label slow),
-// which runs those. Not a timing test: no figure is judged.
+// which runs those. Not a timing test: no speed is judged; a benchmark
+// named in kRequiredKeys must report those keys, and maestro-bench
+// parallel's pipeline bubble must match 1F1B's theory (a ratio of times on
+// the same ranks, not a speed).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -33,8 +36,9 @@ using maestro::bench_test::RunTool;
 using maestro::bench_test::ToolRun;
 
 // Quick runs that take minutes on 2 shared cores (measured: simulator ~1 min alone and ~3 min beside a build,
-// it profiles and trains four plans); the others take seconds each.
-const std::set<std::string> kSlowBenchmarks = {"simulator"};
+// it profiles and trains four plans; parallel ~2 min beside builds, seven 2-rank trainings); the others take
+// seconds each.
+const std::set<std::string> kSlowBenchmarks = {"simulator", "parallel"};
 
 // Benchmarks whose children are known to log on their stdout, and a line of
 // that log: it must reach our stderr (not be dropped, not be on stdout).
@@ -42,6 +46,32 @@ const std::map<std::string, std::string> kChildLogs = {
     {"runtime", "step 0 loss "},     // maestro-worker --reference's losses
     {"simulator", "maestro run: "},  // maestro run's report
 };
+
+// Keys a benchmark's JSON must carry (numbers unless said), and what its
+// figures must satisfy where a theory gives the answer.
+const std::map<std::string, std::vector<std::string>> kRequiredKeys = {
+    {"parallel",
+     {"pp2_vs_dp2", "tp2_vs_dp2", "zero1_vs_dp2", "recompute_full_vs_none", "recompute_selective_vs_none",
+      "moe_vs_dense", "pp_bubble_fraction", "pp_bubble_theory", "pp_imbalance_fraction", "pp_stages",
+      "pp_micro_batches"}},
+};
+
+// maestro-bench parallel: the measured PP bubble (the span of a step's
+// pipeline ops less the busiest stage's compute, over the span, from the
+// trace) within 0.05 of 1F1B's (p - 1) / (m + p - 1), computed here from the
+// stages and micro-batches it reports.
+void ExpectParallelFigures(const nlohmann::json& result) {
+  const double p = result["pp_stages"].get<double>(), m = result["pp_micro_batches"].get<double>();
+  ASSERT_GE(p, 2);
+  ASSERT_GE(m, p);
+  const double theory = (p - 1) / (m + p - 1);
+  EXPECT_NEAR(result["pp_bubble_theory"].get<double>(), theory, 1e-12);
+  EXPECT_NEAR(result["pp_bubble_fraction"].get<double>(), theory, 0.05) << result.dump();
+  for (const auto& key : {"pp2_vs_dp2", "tp2_vs_dp2", "zero1_vs_dp2", "recompute_full_vs_none",
+                          "recompute_selective_vs_none", "moe_vs_dense"}) {
+    EXPECT_GT(result[key].get<double>(), 0.0) << key;
+  }
+}
 
 std::string BenchPath() {
   return std::string(MAESTRO_BIN_DIR) + "/maestro-bench";
@@ -90,6 +120,9 @@ TEST(BenchJsonOutputTest, ListNamesTheBenchmarksThisTestKnows) {
   for (const auto& [name, log] : kChildLogs) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
+  for (const auto& [name, keys] : kRequiredKeys) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
 }
 #endif
 
@@ -116,6 +149,15 @@ TEST_P(BenchJsonOutput, QuickJsonRunPrintsOneJsonObjectOnStdoutAndLogsOnStderr) 
   EXPECT_EQ(result["benchmark"], nlohmann::json(name)) << run.out;
   // One line: the document and its newline, nothing else.
   EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1) << run.out;
+
+  const auto keys = kRequiredKeys.find(name);
+  if (keys != kRequiredKeys.end()) {
+    for (const auto& key : keys->second) {
+      EXPECT_TRUE(result.contains(key) && result[key].is_number()) << name << ": no number '" << key << "'\n"
+                                                                   << run.out;
+    }
+  }
+  if (name == "parallel") ExpectParallelFigures(result);
 
   // The children's logs went to stderr.
   const auto log = kChildLogs.find(name);

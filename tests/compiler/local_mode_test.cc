@@ -195,8 +195,12 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
   EXPECT_EQ(p->section, "llm");
   EXPECT_EQ(p->key, "micro_batch");
   EXPECT_EQ(p->value, 4);
+  auto cp = ParsePin("llm.cp=2");  // context parallelism (docs/context_parallel.md)
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(cp->key, "cp");
+  EXPECT_EQ(cp->value, 2);
   for (const char* bad : {"llm", "llm.dp", "llm.dp=", ".dp=2", "llm.=2", "llm.dp=0", "llm.dp=-1", "llm.dp=2x",
-                          "llm.cp=2", "llm.dp=99999999999"}) {
+                          "llm.ep=2", "llm.dp=99999999999"}) {
     auto b = ParsePin(bad);
     EXPECT_FALSE(b.ok()) << bad;
     if (!b.ok()) {
@@ -204,6 +208,9 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
     }
   }
   EXPECT_NE(ParsePin("llm.tpp=2").status().message().find("did you mean 'tp'"), std::string::npos);
+  auto cp = ParsePin("vit.cp=2");  // context parallelism (docs/context_parallel_vit.md)
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(cp->key, "cp");
 }
 
 TEST(Pin, OverridesASpecPinWithoutLocalMode) {
@@ -311,7 +318,11 @@ TEST(RuntimeSupportFlag, ParsesFeatureListsAndPlansForThem) {
   EXPECT_FALSE(none->micro_batching);
   auto all = ParseRuntimeSupport("all");
   ASSERT_TRUE(all.ok());
-  EXPECT_TRUE(all->context_parallel && all->activation_recompute && all->tensor_parallel_encoder);
+  EXPECT_TRUE(all->context_parallel_decoder && all->context_parallel_encoder && all->context_parallel_with_pipeline &&
+              all->activation_recompute && all->tensor_parallel_encoder);
+  auto cp = ParseRuntimeSupport("cp");  // every CP row
+  ASSERT_TRUE(cp.ok());
+  EXPECT_TRUE(cp->context_parallel_decoder && cp->context_parallel_encoder && cp->context_parallel_with_pipeline);
   EXPECT_EQ(RuntimeSupportText(*ParseRuntimeSupport("tp_decoder,dp")), "dp,tp_decoder");
   auto bad = ParseRuntimeSupport("dp,tp_decodr");
   ASSERT_FALSE(bad.ok());

@@ -224,5 +224,39 @@ TEST(MemoryModel, ASectionWaitingForGradientsKeepsEveryMicroBatch) {
   EXPECT_NEAR(upstream.activations, 4 * sink.activations, 1e-9 * sink.activations);
 }
 
+// Pipeline stages (EstimateStageMemory): each stage holds its own layers
+// (plan::StageLayerSpan: pp_layers when set); the first the embedding, the
+// last the head, the final norm and the logits chain; a stage s keeps
+// min(pp - s, micro-batches) micro-batches in flight. The section is its
+// heaviest stage.
+TEST(MemoryModel, PipelineStagesArePricedWithTheirOwnLayers) {
+  const SectionWork s = Decoder();  // a sink: 4 layers, vocab 1024, untied
+  const double embed = static_cast<double>(s.model.vocab * s.model.hidden);
+  plan::ParallelConfig c = Config(1, 1, 1, false, 2);
+  const MemoryBreakdown first = EstimateStageMemory(s, c, 0, 4, 1, Cpu());
+  const MemoryBreakdown last = EstimateStageMemory(s, c, 1, 4, 1, Cpu());
+  const MemoryBreakdown whole = EstimateSectionMemory(s, Config(1, 1), 4, 1, Cpu());
+  // Weights: the two stages together hold the model once (fp32, 4 B) and
+  // the final norm's and head's parameters sit on the last.
+  EXPECT_NEAR(first.weights + last.weights, whole.weights, 1.0);
+  EXPECT_NEAR(last.weights - first.weights, 4.0 * static_cast<double>(s.model.hidden), 1.0)
+      << "2 + 2 layers, embedding and head of equal size: the last adds the final norm";
+  // 1F1B in flight: the first of 2 stages keeps 2 micro-batches, the last 1.
+  EXPECT_NEAR(first.activations, 2.0 * EstimateStageMemory(s, c, 0, 1, 1, Cpu()).activations, 1.0);
+  EXPECT_NEAR(last.activations, EstimateStageMemory(s, c, 1, 1, 1, Cpu()).activations, 1.0);
+  // Moving a layer to the first stage moves its parameters there.
+  c.pp_layers = {3, 1};
+  const MemoryBreakdown first3 = EstimateStageMemory(s, c, 0, 4, 1, Cpu());
+  const MemoryBreakdown last1 = EstimateStageMemory(s, c, 1, 4, 1, Cpu());
+  const double layer_bytes = (whole.weights - 4.0 * (2.0 * embed + static_cast<double>(s.model.hidden))) / 4.0;
+  EXPECT_NEAR(first3.weights - first.weights, layer_bytes, 1.0);
+  EXPECT_NEAR(last.weights - last1.weights, layer_bytes, 1.0);
+  // The section: its heaviest stage.
+  const MemoryBreakdown section = EstimateSectionMemory(s, c, 4, 1, Cpu());
+  EXPECT_DOUBLE_EQ(section.total(), std::max(first3.total(), last1.total()));
+  // Not a pipelined decoder: the stage is the section.
+  EXPECT_DOUBLE_EQ(EstimateStageMemory(s, Config(1, 1), 0, 4, 1, Cpu()).total(), whole.total());
+}
+
 }  // namespace
 }  // namespace maestro::compiler

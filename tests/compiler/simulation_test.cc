@@ -55,7 +55,7 @@ TEST(Simulation, OneSectionAgreesWithTheCostModel) {
   const CostModel model({Gpu()}, 64);
   Workload w;
   w.sections = {Decoder("llm", 1.0, "always")};
-  for (const plan::ParallelConfig c :
+  for (const plan::ParallelConfig& c :
        {plan::ParallelConfig{1, 1, 1, 1, 8, 2, false, 1}, plan::ParallelConfig{2, 2, 1, 1, 4, 4, false, 1}}) {
     Assignment a;
     a.sections.push_back({model.Evaluate(w.sections[0], c), ""});

@@ -131,6 +131,56 @@ TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
   EXPECT_FALSE(PlanFromJson("{not json").ok());
 }
 
+// config.pp_layers (docs/pipeline.md): optional, absent from plan.json
+// unless set, read back as written; the split it gives each stage; Validate
+// refuses a list that does not cover the decoder's layers one stage each.
+TEST(PipelineStageSplit, PpLayersIsOptionalRoundTripsAndSplitsTheLayers) {
+  Plan p = VlmPlan(1, 1);
+  SectionPlan& llm = p.sections[1];
+  llm.model.kind = ModelKind::kDecoder;
+  llm.model.layers = 5;
+  ASSERT_TRUE(Validate(p).ok());
+  EXPECT_EQ(PlanToJson(p).find("pp_layers"), std::string::npos) << "the even split writes nothing";
+  // The even split: the first stages take the remainder.
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 0).first, 0);
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 0).end, 3);
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 1).first, 3);
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 1).end, 5);
+
+  llm.config.pp_layers = {1, 4};
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 0).count(), 1);
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 1).first, 1);
+  EXPECT_EQ(StageLayerSpan(llm.config, 5, 1).end, 5);
+  const std::string text = PlanToJson(p);
+  EXPECT_NE(text.find("pp_layers"), std::string::npos);
+  const Plan q = PlanFromJson(text).ValueOrDie();
+  EXPECT_EQ(q.sections[1].config.pp_layers, llm.config.pp_layers);
+  EXPECT_EQ(PlanToJson(q), text);
+  // A plan written before the field (no key) reads the even split.
+  std::string old = text;
+  const size_t key = old.find("\"pp_layers\"");
+  old.erase(key, old.find(']', key) + 1 - key);
+  old.erase(old.rfind(',', key), 1);  // the comma before it
+  const auto older = PlanFromJson(old);
+  ASSERT_TRUE(older.ok()) << older.status().ToString() << "\n" << old;
+  EXPECT_TRUE(older->sections[1].config.pp_layers.empty());
+
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{2, 2}, std::vector<int64_t>{5, 0}, std::vector<int64_t>{1, 1, 3}}) {
+    llm.config.pp_layers = bad;
+    const Status s = Validate(p);
+    ASSERT_FALSE(s.ok()) << bad.size();
+    EXPECT_NE(s.message().find("section 'llm': config.pp_layers"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("sum to its 5 layers"), std::string::npos) << s.message();
+  }
+  llm.config.pp_layers = {3, 2};
+  p.sections[0].model.kind = ModelKind::kVit;
+  p.sections[0].config.pp_layers = {1};  // a ViT is not a pipelined decoder
+  EXPECT_NE(Validate(p).message().find("section 'vit': pp_layers is for pipelined decoder sections"), std::string::npos)
+      << Validate(p).message();
+}
+
 TEST(FillLayout, WritesGroupsLinksAndFanOutThatMatchTheFunctions) {
   Plan p = VlmPlan(1, 2);
   ASSERT_TRUE(Validate(p).ok());

@@ -23,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "compiler/candidates.h"
 #include "runtime/models/encoders.h"
+#include "runtime/models/model_desc.h"
 #include "runtime/parallel/tensor_parallel.h"
 #include "tests/fixtures/models.h"
 
@@ -288,6 +290,65 @@ TEST(EncoderTensorParallel, TpThatDoesNotDivideTheHeadsIsRefusedByName) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("heads = 3"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("tp = 2 must divide heads"), std::string::npos) << s.message();
+}
+
+// The rule that a TP degree splits an encoder or projector has one home
+// (plan/encoder_tp_split.h) that the planner (compiler::TpSplitsHeads) and
+// the runtime call. Over a grid of shapes the planner accepts a TP degree
+// exactly when the runtime's ShardEncoderForTensorParallel shards the built
+// model, and a shard then holds fewer parameters than the whole.
+TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsAnEncoderOverAGrid) {
+  std::vector<ModelDesc> shapes;
+  for (int64_t heads : {1, 2, 3, 4, 6}) {
+    for (int64_t ffn : {6, 8, 12, 16}) {
+      shapes.push_back(fixtures::VitModel({24, 1, heads, ffn, 8, 2, 1}));
+      for (double merger_hidden : {0.0, 36.0, 40.0}) {  // 0: spatial_merge^2 x hidden
+        ModelDesc merged = fixtures::VitModel({24, 1, heads, ffn, 8, 2, 1});
+        merged.extra["spatial_merge"] = 2;
+        if (merger_hidden > 0) merged.extra["merger_hidden"] = merger_hidden;
+        merged.out_dim = 12;
+        shapes.push_back(merged);
+      }
+      shapes.push_back(fixtures::AudioEncoderModel({24, 1, heads, ffn, 4, 8}));
+    }
+  }
+  for (int64_t out_dim : {6, 8, 9, 12}) {
+    ModelDesc projector;
+    projector.kind = ModelKind::kProjector;
+    projector.in_dim = 10;
+    projector.out_dim = out_dim;
+    shapes.push_back(projector);
+  }
+  int built_shapes = 0, split = 0, refused = 0;
+  for (const ModelDesc& d : shapes) {
+    if (!ValidateModelDesc(d, "grid").ok()) continue;
+    ++built_shapes;
+    for (int tp : {1, 2, 3, 4}) {
+      auto whole = BuildModel(d);
+      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      auto model = BuildModel(d);
+      ASSERT_TRUE(model.ok());
+      InProcessTpGroup group(tp);
+      ThreadReducer reducer(group, tp - 1);
+      const Status sharded = ShardEncoderForTensorParallel(**model, d, &reducer);
+      const bool planner = compiler::TpSplitsHeads(d, tp);
+      const std::string what = std::string(plan::ModelKindName(d.kind)) + " heads " + std::to_string(d.heads) +
+                               " ffn_hidden " + std::to_string(d.ffn_hidden) + " out_dim " + std::to_string(d.out_dim) +
+                               " tp " + std::to_string(tp);
+      EXPECT_EQ(sharded.ok(), planner) << what << ": " << sharded.ToString();
+      if (sharded.ok() && tp > 1) {
+        int64_t shard_params = 0, whole_params = 0;
+        for (const auto& p : (*model)->parameters()) shard_params += p.numel();
+        for (const auto& p : (*whole)->parameters()) whole_params += p.numel();
+        EXPECT_LT(shard_params, whole_params) << what;
+        ++split;
+      }
+      if (!sharded.ok()) ++refused;
+    }
+  }
+  EXPECT_GT(built_shapes, 30);
+  EXPECT_GT(split, 20) << "the grid must contain shapes TP splits";
+  EXPECT_GT(refused, 20) << "and shapes it refuses";
 }
 
 }  // namespace

@@ -21,8 +21,12 @@
 //  - a pipelined run stopped after a checkpoint and resumed ends with the
 //    weights, per-stage optimizer states and losses of an uninterrupted
 //    run, bit for bit;
+//  - the plan's pp_layers split (1 + 2 layers, the even split's mirror)
+//    is what the stages hold (their log lines) and equals the reference;
 //  - a stage killed (SIGKILL) mid-run ends the job within the
-//    communication timeout, mpirun naming the dead rank: no hang.
+//    communication timeout, mpirun naming the dead rank: no hang; a stage
+//    that hangs (alive, silent: MAESTRO_TEST_HANG_BEFORE_STAGE_SEND) ends
+//    it within comm_timeout_s with the launcher's error naming its rank.
 // One torch TU (the checkpoints' weights are read back with torch).
 #include "runtime/pipeline.h"
 
@@ -110,6 +114,22 @@ std::vector<Op> Ops(const std::string& text) {
     }
   }
   return ops;
+}
+
+TEST(PipelineStages, ThePlansPpLayersSplitTheLayersWhenSet) {
+  plan::ParallelConfig c;
+  c.pp = 3;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(LayersOfStage(c, 7, s).first, LayersOfStage(7, 3, s).first) << "unset: the even split";
+    EXPECT_EQ(LayersOfStage(c, 7, s).end, LayersOfStage(7, 3, s).end);
+  }
+  c.pp_layers = {1, 4, 2};
+  EXPECT_EQ(LayersOfStage(c, 7, 0).first, 0);
+  EXPECT_EQ(LayersOfStage(c, 7, 0).end, 1);
+  EXPECT_EQ(LayersOfStage(c, 7, 1).first, 1);
+  EXPECT_EQ(LayersOfStage(c, 7, 1).end, 5);
+  EXPECT_EQ(LayersOfStage(c, 7, 2).first, 5);
+  EXPECT_EQ(LayersOfStage(c, 7, 2).end, 7);
 }
 
 TEST(PipelineStages, OneForwardOneBackwardAfterAWarmUpOfTheStagesBelow) {
@@ -202,6 +222,7 @@ struct Layout {
   bool tied = false;
   int teacher_pp = 1;
   int zero_stage = 0;
+  std::vector<int64_t> student_pp_layers;  // empty: the even split
 };
 
 // specs/tiny_kd.toml placed on this machine: the teacher (from the seed) and
@@ -218,6 +239,7 @@ plan::Plan KdPlan(const Layout& l, int64_t steps) {
     s.config.dp = student ? l.student_dp : 1;
     s.config.micro_batch = 4;
     s.config.zero_stage = student ? l.zero_stage : 0;
+    if (student) s.config.pp_layers = l.student_pp_layers;
     // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); here
     // a pipelined teacher streams (its run-ahead: run_ahead_mp_test.cc).
     if (!student && l.teacher_pp > 1) s.run_ahead = 0;
@@ -299,23 +321,32 @@ double LargestRelativeDifference(const std::map<std::string, torch::Tensor>& a,
 // reference's than the unstaged run's are (AdamW's first steps divide
 // each gradient by its own magnitude, so weights of any distributed run
 // drift from the reference's by more than their gradients do).
-void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p) {
+// Returns the pipelined run's output.
+std::string ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p) {
   plan::Plan unstaged = p;
-  for (auto& s : unstaged.sections) s.config.pp = 1;
+  for (auto& s : unstaged.sections) {
+    s.config.pp = 1;
+    s.config.pp_layers.clear();
+  }
   runtime_testing::PlaceOnThisMachine(unstaged, p.data.steps);
   const std::string dir = Fresh(what);
   const std::string plan_path = WritePlan(p, dir);
   const std::string unstaged_path = WritePlan(unstaged, dir + "/unstaged");
   const auto run = RunSectioned(p, plan_path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  if (run.exit_code != 0) return run.output;
   const auto flat = RunSectioned(unstaged, unstaged_path, dir + "/unstaged/run");
-  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  EXPECT_EQ(flat.exit_code, 0) << flat.output;
+  if (flat.exit_code != 0) return run.output;
   const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(reference.exit_code, 0) << reference.output;
+  if (reference.exit_code != 0) return run.output;
   const auto a = Losses(dir + "/run"), f = Losses(dir + "/unstaged/run"), r = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
-  ASSERT_EQ(r.size(), a.size());
-  ASSERT_EQ(f.size(), a.size());
+  EXPECT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
+  if (static_cast<int64_t>(a.size()) != p.data.steps || r.size() != a.size() || f.size() != a.size()) {
+    ADD_FAILURE() << what << ": runs of unequal length";
+    return run.output;
+  }
   for (const auto& [step, loss] : a) {
     EXPECT_TRUE(std::isfinite(loss));
     EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
@@ -325,7 +356,8 @@ void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p)
   const auto w = Weights(p, "student", dir + "/run");
   const auto u = Weights(p, "student", dir + "/unstaged/run");
   const auto ref = Weights(p, "student", dir + "/reference");
-  ASSERT_FALSE(w.empty());
+  EXPECT_FALSE(w.empty());
+  if (w.empty()) return run.output;
   std::string where_flat, where_ref, where_flat_ref;
   const double to_flat = LargestRelativeDifference(w, u, &where_flat);
   const double to_ref = LargestRelativeDifference(w, ref, &where_ref);
@@ -335,10 +367,25 @@ void ExpectPipelineEqualsReference(const std::string& what, const plan::Plan& p)
               where_flat_ref.c_str());
   EXPECT_LE(to_flat, 1e-5) << what << ": " << where_flat;
   EXPECT_LE(to_ref, 1.5 * flat_to_ref + 1e-6) << what << ": " << where_ref;
+  return run.output;
 }
 
 TEST(PipelineTraining, KdStudentThreeLayersOverTwoStagesEqualsTheReference) {
   ExpectPipelineEqualsReference("pp2_uneven", KdPlan(Layout{}, 4));
+}
+
+// The plan's pp_layers (docs/pipeline.md): the first stage 1 layer, the
+// last 2 (the even split is 2 + 1); the runtime keeps each stage's layers.
+TEST(PipelineTraining, AnUnevenSplitOfThePlansChoosingEqualsTheReference) {
+  Layout l;
+  l.student_pp_layers = {1, 2};
+  const std::string output = ExpectPipelineEqualsReference("pp2_layers_1_2", KdPlan(l, 3));
+  EXPECT_NE(output.find("section 'student' pipeline stage 0 of 2: layers [0, 1) (the plan's pp_layers)"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("section 'student' pipeline stage 1 of 2: layers [1, 3) (the plan's pp_layers)"),
+            std::string::npos)
+      << output;
 }
 
 TEST(PipelineTraining, TiedEmbeddingsOverThreeStagesEqualTheReference) {
@@ -455,6 +502,50 @@ TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {
   // (MpirunArgs: 120 s) would end it after the communication timeout.
   EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
   EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
+}
+
+// A stage that hangs (alive, silent: the worker's test hook blocks it for
+// good before its first send to the next stage at step 2) is not a dead
+// process mpirun would notice: its neighbours' receives must time out
+// after comm_timeout_s (10 s here) and end the job with the launcher's error
+// naming the hung rank, not hang.
+TEST(PipelineFailure, AHungStageEndsTheJobWithinTheCommTimeoutNamingItsRank) {
+  Layout l;
+  l.student_pp = 3;
+  const plan::Plan p = KdPlan(l, 500);  // far more steps than it runs
+  const std::string dir = Fresh("hung_stage");
+  const std::string plan_path = WritePlan(p, dir);
+  const int victim = plan::GlobalRankOf(p, p.section_index("student"), 0, 0, 0, 1);  // the middle stage
+  constexpr double kCommTimeoutS = 10;
+  auto argv = MpirunArgs(p.world_size());
+  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", dir + "/run", plan_path});
+  RunResult result;
+  std::thread job([&] {
+    result = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "10"},
+                                {"MAESTRO_TEST_HANG_BEFORE_STAGE_SEND", std::to_string(victim) + ":2"}});
+  });
+  // Steps 0 and 1 done: the hang comes at step 2's first forward.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool progressed = false;
+  while (std::chrono::steady_clock::now() < deadline && !progressed) {
+    progressed = Losses(dir + "/run").size() >= 2;
+    if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file
+  }
+  const auto hung_from = std::chrono::steady_clock::now();
+  job.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_from).count();
+  ASSERT_TRUE(progressed) << "the pipelined run made no progress\n" << result.output;
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("MAESTRO_TEST_HANG_BEFORE_STAGE_SEND: hanging"), std::string::npos)
+      << "the hook did not fire\n"
+      << result.output;
+  // The launcher's timeout error: the operation, its group, the timeout and
+  // the rank that did not answer.
+  EXPECT_NE(result.output.find("did not complete within 10.0 s"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("missing rank(s) " + std::to_string(victim)), std::string::npos) << result.output;
+  // Within the timeout, the survey's grace and mpirun's teardown (MpirunArgs'
+  // outer limit, 120 s, would mean a hang).
+  EXPECT_LT(seconds, kCommTimeoutS + 30) << result.output;
 }
 
 }  // namespace
