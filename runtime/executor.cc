@@ -306,7 +306,8 @@ Status RankLoop::Setup() {
   // EP peers wait for; nor does a context-parallel one (docs/context_parallel.md).
   const bool model_parallel = TpSize() > 1 || pipeline_ != nullptr;
   const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
-  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && CpSize() == 1 && (!model_parallel || run_ahead > 0)) {
+  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && CpSize() == 1 &&
+      (!model_parallel || run_ahead > 0)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
       MAESTRO_ASSIGN_OR_RETURN(
