@@ -176,6 +176,7 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
               // ranks, so ep divides dp and the expert count (docs/moe.md).
               for (int ep = 1; ep <= dp; ep *= 2) {
                 if (ep > 1 && (m.experts == 0 || dp % ep != 0 || m.experts % ep != 0)) break;
+                if (s.pin_ep && ep != s.pin_ep) continue;
                 plan::ParallelConfig c = ConfigOf(tp, pp, cp, dp, mb, /*recompute=*/false, o.support);
                 c.set_recompute_granularity(rc);
                 c.ep = ep;

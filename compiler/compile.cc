@@ -158,7 +158,7 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
 // for sections, so auto keeps them.
 bool PinsSections(const Spec& spec) {
   for (const SectionSpec& s : spec.sections) {
-    if (s.tp || s.pp || s.cp || s.dp || s.micro_batch || s.recompute.has_value()) return true;
+    if (s.tp || s.pp || s.cp || s.ep || s.dp || s.micro_batch || s.recompute.has_value()) return true;
   }
   for (const EdgeSpec& e : spec.edges) {
     if (e.fanout || e.fanin) return true;

@@ -18,7 +18,7 @@ namespace maestro::compiler {
 // One `--pin SECTION.KEY=VALUE`: overrides (or adds) a pin of the spec.
 struct PinOverride {
   std::string section;
-  std::string key;  // tp | dp | pp | cp | micro_batch
+  std::string key;  // tp | dp | pp | cp | ep | micro_batch
   int value = 0;
   std::string text;  // as given, for messages
 };

@@ -119,7 +119,7 @@ struct SectionWork {
   int device = 0;                 // index into the DeviceType list
   // Pins (0 = free).
   // pin_recompute: -1 free, else a plan::RecomputeGranularity (0 none, 1 selective, 2 full).
-  int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
+  int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_ep = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;
   std::vector<ProfileSpec> profiles;
   // Its place in the graph (compiler/memory_model.h, compiler/step_model.h):
   // no edge leaves it (a training decoder computes its logits and loss here),

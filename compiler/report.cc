@@ -391,6 +391,7 @@ nlohmann::json SectionJson(const ReportSection& s) {
   j["tp"] = s.config.tp;
   j["pp"] = s.config.pp;
   j["cp"] = s.config.cp;
+  j["ep"] = s.config.ep;
   j["dp"] = s.config.dp;
   j["micro_batch"] = s.config.micro_batch;
   j["recompute"] = s.config.recompute;

@@ -150,7 +150,7 @@ struct SectionSpec {
   int64_t tokens = 0;                 // tokens per active sample; 0 = derived
   plan::OptimizerDesc optimizer;
   // Pins (0 / empty = the planner chooses).
-  int tp = 0, pp = 0, cp = 0, dp = 0, micro_batch = 0;
+  int tp = 0, pp = 0, cp = 0, ep = 0, dp = 0, micro_batch = 0;
   // `recompute`: true = full, false = none, or "none" / "selective" / "full".
   std::optional<plan::RecomputeGranularity> recompute;
   std::string gpu_type;

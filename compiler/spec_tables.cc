@@ -696,6 +696,7 @@ void ReadSection(Diagnostics& d, const toml::table& t, SectionSpec& s, std::vect
   r.Int("tp", &s.tp, 1, 1024);
   r.Int("pp", &s.pp, 1, 1024);
   r.Int("cp", &s.cp, 1, 1024);
+  r.Int("ep", &s.ep, 1, 1024);
   r.Int("dp", &s.dp, 1, 1 << 20);
   r.Int("micro_batch", &s.micro_batch, 1, 1 << 16);
   // recompute: true (full), false (none), or "none" / "selective" / "full".

@@ -91,12 +91,12 @@ std::vector<DeviceType> DevicesOf(const Spec& spec) {
 }
 
 StatusOr<PinOverride> ParsePin(const std::string& text) {
-  static const std::vector<std::string> kKeys = {"tp", "dp", "pp", "cp", "micro_batch"};
+  static const std::vector<std::string> kKeys = {"tp", "dp", "pp", "cp", "ep", "micro_batch"};
   const auto dot = text.find('.');
   const auto eq = text.find('=');
   if (dot == std::string::npos || eq == std::string::npos || dot == 0 || eq < dot + 2 || eq + 1 == text.size()) {
     return Status::InvalidArgument(fmt::format(
-        "--pin '{}' must be SECTION.KEY=VALUE, e.g. --pin llm.dp=2 (KEY: tp, dp, pp, cp, micro_batch)", text));
+        "--pin '{}' must be SECTION.KEY=VALUE, e.g. --pin llm.dp=2 (KEY: tp, dp, pp, cp, ep, micro_batch)", text));
   }
   PinOverride p;
   p.text = text;
@@ -104,8 +104,9 @@ StatusOr<PinOverride> ParsePin(const std::string& text) {
   p.key = text.substr(dot + 1, eq - dot - 1);
   const std::string value = text.substr(eq + 1);
   if (std::find(kKeys.begin(), kKeys.end(), p.key) == kKeys.end()) {
-    return Status::InvalidArgument(fmt::format("--pin '{}': unknown key '{}'; pin one of tp, dp, pp, cp, micro_batch{}",
-                                               text, p.key, Suggest(p.key, kKeys)));
+    return Status::InvalidArgument(
+        fmt::format("--pin '{}': unknown key '{}'; pin one of tp, dp, pp, cp, ep, micro_batch{}", text, p.key,
+                    Suggest(p.key, kKeys)));
   }
   long long v = 0;
   size_t used = 0;
@@ -184,6 +185,8 @@ Status ApplyPins(const std::vector<PinOverride>& pins, Spec& s) {
       sec.pp = p.value;
     else if (p.key == "cp")
       sec.cp = p.value;
+    else if (p.key == "ep")
+      sec.ep = p.value;
     else if (p.key == "micro_batch")
       sec.micro_batch = p.value;
     else
@@ -308,6 +311,13 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
   sw.pin_tp = s.tp;
   sw.pin_pp = s.pp;
   sw.pin_cp = s.cp;
+  sw.pin_ep = s.ep;
+  if (s.ep > 1 && sw.model.experts <= 0) {
+    return Status::InvalidArgument(AtPos(spec.path, s.pos,
+                                         fmt::format("section '{}': ep = {} but its model '{}' has no experts; expert "
+                                                     "parallelism splits a MoE model's experts (remove ep)",
+                                                     s.name, s.ep, s.model)));
+  }
   sw.pin_dp = s.dp;
   sw.pin_micro_batch = s.micro_batch;
   sw.pin_recompute = s.recompute ? static_cast<int>(*s.recompute) : -1;

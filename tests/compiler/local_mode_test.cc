@@ -200,7 +200,7 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
   EXPECT_EQ(cp->key, "cp");
   EXPECT_EQ(cp->value, 2);
   for (const char* bad : {"llm", "llm.dp", "llm.dp=", ".dp=2", "llm.=2", "llm.dp=0", "llm.dp=-1", "llm.dp=2x",
-                          "llm.ep=2", "llm.dp=99999999999"}) {
+                          "llm.xp=2", "llm.dp=99999999999"}) {
     auto b = ParsePin(bad);
     EXPECT_FALSE(b.ok()) << bad;
     if (!b.ok()) {
@@ -208,9 +208,13 @@ TEST(Pin, ParsesSectionKeyValueAndRejectsTheRest) {
     }
   }
   EXPECT_NE(ParsePin("llm.tpp=2").status().message().find("did you mean 'tp'"), std::string::npos);
-  auto cp = ParsePin("vit.cp=2");  // context parallelism (docs/context_parallel_vit.md)
-  ASSERT_TRUE(cp.ok());
-  EXPECT_EQ(cp->key, "cp");
+  auto vit_cp = ParsePin("vit.cp=2");  // context parallelism (docs/context_parallel_vit.md)
+  ASSERT_TRUE(vit_cp.ok());
+  EXPECT_EQ(vit_cp->key, "cp");
+  auto ep = ParsePin("llm.ep=2");  // expert parallelism (docs/moe.md)
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->key, "ep");
+  EXPECT_EQ(ep->value, 2);
 }
 
 TEST(Pin, OverridesASpecPinWithoutLocalMode) {

@@ -477,6 +477,29 @@ TEST(MemoryAsMeasured, MoeDecoderPeakAboveBaselineMatchesTheEstimate) {
   ExpectWithin20Percent(run, "lm");
 }
 
+// The MoE decoder at EP 2 x DP 2: each rank holds half the routed experts
+// (weights, gradients, AdamW) and its share of the exchanged rows.
+TEST(MemoryAsMeasured, ExpertParallelRanksHoldTheirExpertsAsTheEstimateSays) {
+  const MeasuredRun run = CompileAndRun("moe_ep2", std::string(kHeader) + kMoeSpec, 2,
+                                        {{"lm", "ep", 2, "lm.ep=2"}, {"lm", "dp", 2, "lm.dp=2"}});
+  ASSERT_EQ(run.memory.size(), 2u);
+  ASSERT_EQ(run.plan.sections[0].config.ep, 2);
+  EXPECT_EQ(run.plan.sections[0].planner_only, "") << "EP runs on the runtime";
+  ExpectWithin20Percent(run, "lm");
+}
+
+// The ViT at CP 2: each rank's chunk of the patches, the gathered k/v, and
+// the stem and merger over the whole sequence.
+TEST(MemoryAsMeasured, VitAtCp2HoldsWhatTheEstimateSays) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const MeasuredRun run = CompileAndRun("vit_cp2", kVitTpSpec, 3, {{"vit", "cp", 2, "vit.cp=2"}});
+  ASSERT_FALSE(run.memory.empty());
+  const int vit = run.plan.section_index("vit");
+  ASSERT_GE(vit, 0);
+  ASSERT_EQ(run.plan.sections[static_cast<size_t>(vit)].config.cp, 2);
+  ExpectWithin20Percent(run, "vit");
+}
+
 TEST(MemoryAsMeasured, VitAtTp2HoldsItsShardAsTheEstimateSays) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   const MeasuredRun run = CompileAndRun("vit_tp2", kVitTpSpec, 3, {{"vit", "tp", 2, "vit.tp=2"}});
