@@ -371,7 +371,15 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     const double largest =
         staged && !first_stage && !holds_head ? D(m.ffn_hidden) * D(m.hidden) / tp : LargestParameter(m, tp);
     const double optimizer_step = 16.0 * largest;
-    out.activations = std::max(act, optimizer_step);
+    // A whole-gradient all-reduce (over DP without ZeRO-1, over CP) runs after
+    // the backwards have freed the graphs: runtime/parallel/data_parallel.cc
+    // concatenates every gradient into one flat buffer, and MPI's allreduce
+    // keeps a reduction buffer of the same size. Measured: a ViT at CP 2
+    // peaked 450 MB (2 x its 228 MB of fp32 gradients) above the estimate
+    // without this term (tests/runtime/memory_run_test.cc VitAtCp2...).
+    const bool whole_gradient_sync = cp > 1 || (dp > 1 && c.zero_stage < 1);
+    const double gradient_sync = whole_gradient_sync ? 2.0 * out.gradients : 0.0;
+    out.activations = std::max({act, optimizer_step, gradient_sync});
   } else {
     // No graph: one layer's working set; a section feeding others keeps every
     // micro-batch's output rows of the step (RankLoop's states).
