@@ -77,7 +77,7 @@ class CompileSlurmTest : public ::testing::Test {
     options.worker = worker;
     // The GPU examples need TP/PP (and CP, recomputation, ZeRO-1 to fit an
     // H100); what this build's runtime runs is not what this test is about.
-    options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,recompute,zero1");
+    options.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,moe,ep,recompute,zero1");
     options.support_given = true;
     options.grouping = Grouping::kSectioned;  // het components of sections (sharing nodes) are what runs here
     spec.job.output = (dir / "job-%j.txt").string();

@@ -196,14 +196,17 @@ TEST(VitContextParallelPlanner, FusedSectionWithCpIsRefusedByName) {
   p.sections[0].config.cp = 2;
   const Status refused = runtime::CheckContextParallelRuns(p.sections[0]);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.message().find("context_parallel_decoder"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("fused section"), std::string::npos) << refused.message();
   EXPECT_NE(refused.message().find("--pin " + p.sections[0].name + ".cp=1"), std::string::npos) << refused.message();
   plan::Plan s = CompiledTinyVlm(compiler::Grouping::kSectioned, {});
   auto& llm = s.sections[static_cast<size_t>(s.section_index("llm"))];
   llm.config.cp = 2;
-  const Status decoder = runtime::CheckContextParallelRuns(llm);
-  ASSERT_FALSE(decoder.ok());
-  EXPECT_NE(decoder.message().find("ViT sections only"), std::string::npos) << decoder.message();
+  // Decoder CP runs too (docs/context_parallel.md), but not with PP.
+  EXPECT_TRUE(runtime::CheckContextParallelRuns(llm).ok());
+  llm.config.pp = 2;
+  const Status pipelined = runtime::CheckContextParallelRuns(llm);
+  ASSERT_FALSE(pipelined.ok());
+  EXPECT_NE(pipelined.message().find("context and pipeline parallelism"), std::string::npos) << pipelined.message();
 }
 
 // ---- mpirun: the tiny VLM with its ViT at CP 2 ----
