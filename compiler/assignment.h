@@ -21,7 +21,16 @@ namespace maestro::compiler {
 struct Workload {
   std::vector<SectionWork> sections;
   std::vector<EdgeWork> edges;
+  // The schedule's in-flight cap (plan::Plan::schedule_max_in_flight; 0 =
+  // none). Set with SetInFlightCap, which gives every section its copy
+  // (SectionWork::in_flight_cap, what the memory model reads).
+  int max_in_flight = 0;
 };
+
+inline void SetInFlightCap(Workload& w, int cap) {
+  w.max_in_flight = cap;
+  for (SectionWork& s : w.sections) s.in_flight_cap = cap;
+}
 
 struct SectionChoice {
   SectionCost cost;

@@ -69,11 +69,9 @@ Status CheckRuntimeRunsEverything(const Spec& spec, const CompileOptions& option
   return Status::Ok();
 }
 
-// The monolithic baseline, the simulation's refinement of the assignment, and
-// the simulated step of both plans.
-void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const PlannerOptions& po, CompileResult& r) {
-  r.monolithic_device = DeviceIndex(spec, spec.cluster.default_gpu);
-  r.monolithic = PlanMonolithic(model, r.workload, r.monolithic_device, po);
+// The simulation's refinement of the assignment, the run-ahead choice, and
+// the simulated step of the sectioned plan.
+void RefineAndSimulate(const Spec& spec, const CostModel& model, const PlannerOptions& po, CompileResult& r) {
   SimulationSettings sim;
   sim.seed = spec.data.seed;
   sim.seq_len = spec.data.seq_len;
@@ -106,7 +104,85 @@ void PlanBaselineAndSimulate(const Spec& spec, const CostModel& model, const Pla
   }
   r.simulated = predictor.Run(model, r.workload, r.assignment);
   r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
+}
+
+// The monolithic baseline and its simulated step.
+void PlanBaseline(const Spec& spec, const CostModel& model, const PlannerOptions& po, CompileResult& r) {
+  r.monolithic_device = DeviceIndex(spec, spec.cluster.default_gpu);
+  r.monolithic = PlanMonolithic(model, r.workload, r.monolithic_device, po);
+  SimulationSettings sim;
+  sim.seed = spec.data.seed;
+  sim.seq_len = spec.data.seq_len;
+  sim.modalities = spec.data.modalities;
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
+}
+
+// The in-flight caps the compiler tries (plan::Plan::schedule_max_in_flight):
+// the spec's pin, else none first and then caps of 16, 4 and 1 micro-batches
+// when a training section feeds others (the only sections a cap bounds). A
+// cap trades the upstream section's activations (compiler/memory_model.h:
+// it holds at most cap + 1 micro-batches instead of every one of its replica)
+// for its wait on the round trip through downstream (docs/scheduler.md: the
+// simulated step over the bound is 1.025 at 16 and 1.095 at 4 on the
+// scheduler bench), so the plan may give that section fewer replicas.
+std::vector<int> InFlightCapsToTry(const Spec& spec, const Workload& w) {
+  if (spec.job.max_in_flight >= 0) return {spec.job.max_in_flight};
+  const bool upstream_trains =
+      std::any_of(w.sections.begin(), w.sections.end(), [](const SectionWork& s) { return s.trains() && !s.sink; });
+  if (!upstream_trains) return {0};
+  return {0, 16, 4, 1};
+}
+
+// One sectioned plan at in-flight cap `cap`: the planner's assignment,
+// refined and simulated; the outcome's failure, or the status of a check.
+struct SectionedAttempt {
+  int cap = 0;
+  PlanOutcome outcome;
+  Status status;
+  CompileResult result;
+  double step_seconds() const {
+    return result.simulated.ok ? result.simulated.step_seconds : result.assignment.bottleneck_seconds;
+  }
+};
+
+SectionedAttempt PlanSectionedAt(const Spec& spec, const CompileOptions& options, const CostModel& model,
+                                 const PlannerOptions& po, const Workload& workload, int cap) {
+  SectionedAttempt a;
+  a.cap = cap;
+  a.result.workload = workload;
+  SetInFlightCap(a.result.workload, cap);
+  a.outcome = PlanSections(model, a.result.workload, po);
+  if (!a.outcome.ok()) {
+    a.status = PlanFailureStatus(spec, a.outcome.failure);
+    return a;
+  }
+  CompileResult& r = a.result;
+  r.assignment = a.outcome.assignment;
+  a.status = CheckLocalRunsEverything(spec, r.assignment);
+  if (a.status.ok()) a.status = CheckRuntimeRunsEverything(spec, options, r.assignment);
+  if (!a.status.ok()) return a;
+  RefineAndSimulate(spec, model, po, r);
+  // A run_ahead pin the runtime lacks is planner-only too (ChooseRunAhead).
+  a.status = CheckLocalRunsEverything(spec, r.assignment);
+  if (a.status.ok()) a.status = CheckRuntimeRunsEverything(spec, options, r.assignment);
+  return a;
+}
+
+// The report's line on the in-flight cap: the one chosen, and what each
+// other cap tried gave.
+std::string InFlightLog(const std::vector<SectionedAttempt>& attempts, size_t chosen) {
+  if (attempts.size() < 2 && attempts[chosen].cap == 0) return "";
+  const auto name = [](int cap) { return cap == 0 ? std::string("no cap") : fmt::format("cap {}", cap); };
+  std::string out = fmt::format("{}: {:.4g} s/step", name(attempts[chosen].cap), attempts[chosen].step_seconds());
+  std::vector<std::string> others;
+  for (size_t k = 0; k < attempts.size(); ++k) {
+    if (k == chosen) continue;
+    others.push_back(attempts[k].status.ok()
+                         ? fmt::format("{} {:.4g} s", name(attempts[k].cap), attempts[k].step_seconds())
+                         : fmt::format("{} fits no plan", name(attempts[k].cap)));
+  }
+  if (!others.empty()) out += " (" + fmt::format("{}", fmt::join(others, ", ")) + ")";
+  return out;
 }
 
 // Why the runtime cannot pipeline the fused section over `pp` stages; ""
@@ -376,6 +452,7 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;
   p.schedule_policy = spec.job.schedule;
+  p.schedule_max_in_flight = r.grouping.fused ? 0 : r.workload.max_in_flight;
   Status valid = plan::Validate(p);
   if (!valid.ok()) return Status::Internal("maestro-compile built an invalid plan (a bug): " + valid.message());
   plan::FillLayout(p);
@@ -393,17 +470,23 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   MAESTRO_ASSIGN_OR_RETURN(r.workload, BuildWorkload(spec, devices, options.extra_profiles));
   const CostModel model(devices, spec.data.global_batch);
 
-  // The sectioned plan, the baseline, and the simulation of both.
+  // The sectioned plan at each in-flight cap tried (the shortest simulated
+  // step wins; the first on a tie), the baseline, and the simulation of both.
   const PlannerOptions po = PlannerOptionsOf(spec, options);
-  const PlanOutcome outcome = PlanSections(model, r.workload, po);
-  if (!outcome.ok()) return PlanFailureStatus(spec, outcome.failure);
-  r.assignment = outcome.assignment;
-  MAESTRO_RETURN_IF_ERROR(CheckLocalRunsEverything(spec, r.assignment));
-  MAESTRO_RETURN_IF_ERROR(CheckRuntimeRunsEverything(spec, options, r.assignment));
-  PlanBaselineAndSimulate(spec, model, po, r);
-  // A run_ahead pin the runtime lacks is planner-only too (ChooseRunAhead).
-  MAESTRO_RETURN_IF_ERROR(CheckLocalRunsEverything(spec, r.assignment));
-  MAESTRO_RETURN_IF_ERROR(CheckRuntimeRunsEverything(spec, options, r.assignment));
+  std::vector<SectionedAttempt> attempts;
+  size_t chosen = 0;
+  for (int cap : InFlightCapsToTry(spec, r.workload)) {
+    attempts.push_back(PlanSectionedAt(spec, options, model, po, r.workload, cap));
+    const SectionedAttempt& a = attempts.back();
+    if (a.status.ok() && (!attempts[chosen].status.ok() || a.step_seconds() < attempts[chosen].step_seconds())) {
+      chosen = attempts.size() - 1;
+    }
+  }
+  if (!attempts[chosen].status.ok()) return attempts.front().status;
+  const PlanOutcome outcome = attempts[chosen].outcome;
+  r = std::move(attempts[chosen].result);
+  r.in_flight_log = InFlightLog(attempts, chosen);
+  PlanBaseline(spec, model, po, r);
   MAESTRO_ASSIGN_OR_RETURN(r.grouping, ChooseGrouping(spec, options, r));
 
   // The outputs.

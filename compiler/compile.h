@@ -46,6 +46,7 @@ struct CompileResult {
   Assignment assignment;       // after RefineBySimulation
   std::string refinement_log;  // what the simulation changed, one line per change
   std::string run_ahead_log;   // ChooseRunAhead's lines: which forward-only sections run ahead and why
+  std::string in_flight_log;   // the in-flight cap chosen and the others tried ("" when none was considered)
   RefinementStats refinement;  // how the refinement's search went (simulations, moves, converged)
   MonolithicPlan monolithic;
   int monolithic_device = 0;           // the GPU type it runs on (index into DevicesOf)

@@ -128,6 +128,10 @@ struct SectionWork {
   // teacher logits and the KL run and live on the student) and the KD loss's
   // top_k (0: whole vocabulary).
   bool sink = true;
+  // The schedule's cap on the micro-batches a training section that feeds
+  // others keeps between forward and backward (Workload::max_in_flight, set
+  // by SetInFlightCap); 0 = none: it keeps every micro-batch of its replica.
+  int in_flight_cap = 0;
   int64_t kd_teacher_hidden = 0;
   int kd_top_k = 0;
   bool trains() const { return mode == plan::SectionMode::kTrain; }

@@ -349,7 +349,10 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
     const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective) +
                          ContextParallelKvBytes(m, tp, cp, context, a);
-    const double held = s.sink ? 1.0 : mbs;  // the wavefront schedule has no in-flight cap
+    // A section that waits for gradients from downstream keeps every
+    // micro-batch of its replica, or at most the schedule's in-flight cap
+    // plus one (the scheduler's deadlock relief: docs/scheduler.md).
+    const double held = s.sink ? 1.0 : s.in_flight_cap > 0 ? std::min(mbs, s.in_flight_cap + 1.0) : mbs;
     // 1F1B: stage s keeps the forwards of its warm-up and one more, pp - s.
     const double stage_layers = staged ? D(stage_span.count()) : layers / pp;
     const double copies = staged   ? std::max(std::min<double>(pp - stage, mbs), held)

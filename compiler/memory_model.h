@@ -30,8 +30,9 @@
 //               LayerActivationBytes), times the micro-batches in flight: a
 //               sink runs each backward right after its forward (one); a
 //               training section that waits for gradients from downstream
-//               keeps every micro-batch of its replica (the runtime's
-//               wavefront schedule has no in-flight cap); pipeline stage s
+//               keeps every micro-batch of its replica, or at most the
+//               schedule's in-flight cap + 1 (SectionWork::in_flight_cap,
+//               plan::Plan::schedule_max_in_flight); pipeline stage s
 //               holds min(pp - s, micro-batches) under 1F1B, and each stage
 //               is priced with its own layers (EstimateStageMemory). A training decoder sink adds
 //               its fp32 logits chain (log_softmax, KD's teacher logits and KL

@@ -180,6 +180,8 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
     for (ReportSection& s : out.sections) s.run_ahead = 0;  // one process runs every component in order
   } else {
     out.run_ahead_log = r.run_ahead_log;
+    out.max_in_flight = r.workload.max_in_flight;
+    out.in_flight_log = r.in_flight_log;
   }
   out.split_bound = SplitBoundOf(model, w, a, r.grouping.chosen_step_seconds);
   if (r.grouping.fused && out.split_bound.step_seconds > r.grouping.chosen_step_seconds) {
@@ -361,6 +363,11 @@ std::string ReportText(const Report& r) {
          "step prices it): " +
          run_ahead + "\n";
   }
+  if (!r.in_flight_log.empty()) {
+    t += "in-flight cap (micro-batches a training section that feeds others holds between forward and backward; "
+         "the memory model and the simulated step price it): " +
+         r.in_flight_log + "\n";
+  }
   std::string planner_only;
   for (const ReportSection& s : r.sections) {
     if (!s.planner_only.empty()) planner_only += fmt::format("  {}: {}\n", s.name, s.planner_only);
@@ -517,6 +524,7 @@ std::string ReportJson(const Report& r) {
   js["split_bound_seconds"] = r.split_bound.step_seconds;
   js["fraction_of_split_bound"] = r.split_bound.fraction;
   js["gpus_held"] = r.split_bound.gpus_held;
+  js["max_in_flight"] = r.max_in_flight;
   js["planner_only"] =
       std::any_of(r.sections.begin(), r.sections.end(), [](const ReportSection& s) { return !s.planner_only.empty(); });
   // Invalid UTF-8 would throw (type_error.316); the spec reader refuses it in

@@ -112,6 +112,10 @@ struct Report {
   GroupingChoice grouping;
   SplitBound split_bound;
   std::string run_ahead_log;  // ChooseRunAhead's lines (sectioned plans)
+  // Sectioned plans: the schedule's in-flight cap (0: none) and the line on
+  // the caps tried (CompileResult::in_flight_log; "" when none was).
+  int max_in_flight = 0;
+  std::string in_flight_log;
   // Set when --runtime-support planned for another runtime (a text line only).
   std::string planned_runtime_support;
 };

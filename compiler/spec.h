@@ -60,6 +60,10 @@ struct JobSpec {
   int64_t checkpoint_every = 0;        // steps between checkpoints (0: at the end and on a signal)
   double comm_timeout_s = 0.0;         // 0: the worker's default
   std::string schedule = "wavefront";  // a scheduler::PolicyName (canonical spelling)
+  // The in-flight cap of training sections that feed others
+  // (plan::Plan::schedule_max_in_flight): -1 = the compiler chooses, 0 = no
+  // cap, N = at most N micro-batches between forward and backward.
+  int max_in_flight = -1;
   SourcePos pos;
 };
 

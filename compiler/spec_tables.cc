@@ -105,6 +105,7 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
   r.Int("steps", &job.steps, 0, int64_t{1} << 40);
   r.Int("checkpoint_every", &job.checkpoint_every, 0, int64_t{1} << 40);
   r.Number("comm_timeout_s", &job.comm_timeout_s, 0, 7 * 24 * 3600.0);
+  r.Int("max_in_flight", &job.max_in_flight, 0, 1 << 20);
   std::string schedule;
   if (r.String("schedule", &schedule)) {
     // The spec's spellings -> scheduler::PolicyName (what plan.schedule_policy holds).

@@ -246,6 +246,7 @@ SimulatedStep RunBatches(const plan::Plan& skeleton, const std::shared_ptr<const
     so.policy = policy;
     so.seed = settings.seed;
     so.step = b;
+    so.max_in_flight = skeleton.schedule_max_in_flight;
     auto schedule = scheduler::BuildSchedule(*problem, so);
     if (!schedule.ok()) {
       out.error = schedule.status().message();
@@ -317,6 +318,7 @@ SimulatedStep SimulateSectioned(const CostModel& model, const Workload& work, co
   plan::Plan p;
   p.job_name = "sectioned";
   p.shared_cores = SharedCoresOf(model);
+  p.schedule_max_in_flight = work.max_in_flight;
   p.data.global_batch = model.global_batch();
   p.data.modalities = settings.modalities;
   for (size_t i = 0; i < work.sections.size(); ++i) {

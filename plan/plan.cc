@@ -77,7 +77,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch
                                                 image_mean, image_std, test_corpus)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
-                                                comm_timeout_s, schedule_policy, shared_cores)
+                                                comm_timeout_s, schedule_policy, schedule_max_in_flight, shared_cores)
 
 StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage) {
   StageLayerRange out;
@@ -373,6 +373,10 @@ Status Validate(const Plan& plan) {
   if (plan.data.max_images_per_sample < 1) {
     return Status::InvalidArgument(
         fmt::format("data.max_images_per_sample = {} must be >= 1", plan.data.max_images_per_sample));
+  }
+  if (plan.schedule_max_in_flight < 0) {
+    return Status::InvalidArgument(
+        fmt::format("schedule_max_in_flight = {} must be >= 0 (0: no cap)", plan.schedule_max_in_flight));
   }
   for (size_t i = 0; i < plan.sections.size(); ++i) {
     const auto& s = plan.sections[i];

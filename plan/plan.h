@@ -336,6 +336,12 @@ struct Plan {
   int64_t checkpoint_every = 0;               // steps between checkpoints (0: at the end and on a signal)
   double comm_timeout_s = 0.0;                // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
   std::string schedule_policy = "wavefront";  // scheduler::PolicyFromName
+  // Added in schema 1 (optional): a training section that feeds others keeps
+  // at most this many micro-batches between forward and backward (their
+  // activations held; scheduler::ScheduleOptions::max_in_flight, which may go
+  // one over where two capped branches meet); 0 = no cap. The compiler picks
+  // it from its memory model (docs/scheduler.md, "In-flight cap").
+  int schedule_max_in_flight = 0;
   // Added in schema 1 (optional): > 0 when every rank runs on one machine
   // whose `shared_cores` cores they share (the embedded default, `maestro
   // run`; ranks may outnumber cores): the step simulator then shares the

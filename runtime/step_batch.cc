@@ -58,6 +58,7 @@ StatusOr<scheduler::Schedule> ScheduleOfBatch(const plan::Plan& plan,
   MAESTRO_ASSIGN_OR_RETURN(so.policy, scheduler::PolicyFromName(plan.schedule_policy));
   so.seed = plan.data.seed;
   so.step = batch.step;
+  so.max_in_flight = plan.schedule_max_in_flight;
   return scheduler::BuildSchedule(*problem, so);
 }
 
