@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct TeacherLayout {
   std::string name;
   int tp = 1, cp = 2;
 };
+void PrintTo(const TeacherLayout& layout, std::ostream* os) {
+  *os << layout.name;
+}
 
 // specs/tiny_kd.toml on this machine (seq_len 64: 2 * cp divides it): the
 // teacher (from the seed) at `layout`, running `run_ahead` batches ahead;
