@@ -6,7 +6,8 @@
 // Rule: a spec's `run_ahead` pin is kept (planner-only where the runtime
 // support lacks it). Otherwise every forward-only section that feeds a
 // training section directly, where the support has run-ahead (TP and/or
-// PP > 1: `run_ahead_mp`, and no upstream section), gets run_ahead = 1 when
+// PP > 1: `run_ahead_mp`; CP > 1: `run_ahead_cp`; either without an
+// upstream section; not EP), gets run_ahead = 1 when
 // that shortens the simulated step
 // by more than kRefinementTolerance; 1 suffices in the steady state (the
 // simulator, scheduler/simulator.h: the next batch's rows are ready at the

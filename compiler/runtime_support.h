@@ -84,9 +84,12 @@ struct RuntimeSupport {
   // sections finish the current one (runtime/run_ahead.h). With TP and/or
   // PP > 1 (a section without upstream sections), the rank that sends
   // downstream owns the spool and tells its TP peers and stages which rows
-  // to compute (tests/runtime/run_ahead_mp_test.cc).
+  // to compute (tests/runtime/run_ahead_mp_test.cc). With CP > 1 (and TP),
+  // TP = CP = 0 owns it and the CP and TP peers compute the same rows
+  // (`run_ahead_cp`; tests/runtime/run_ahead_cp_test.cc). Not with EP.
   bool run_ahead = true;
   bool run_ahead_model_parallel = true;
+  bool run_ahead_context_parallel = true;
   bool gqa_in_sdpa = true;
   bool fused_rms_norm = false;
   bool fused_adamw = true;

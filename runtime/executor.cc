@@ -174,7 +174,9 @@ class RankLoop {
   StatusOr<torch::Tensor> ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
                                                const std::vector<int64_t>& positions, int64_t epoch,
                                                OutputSpool::Looked* looked);
-  bool SpoolOwner() const { return place_.coords.tp == 0 && (!pipeline_ || pipeline_->last()); }
+  bool SpoolOwner() const {
+    return place_.coords.tp == 0 && place_.coords.cp == 0 && (!pipeline_ || pipeline_->last());
+  }
   Status Forward(int mb_index);
   Status Backward(int mb_index);
   // EP lockstep: an empty micro-batch's MoE exchanges (LockstepOps).
@@ -300,14 +302,13 @@ Status RankLoop::Setup() {
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
   // A forward-only section that feeds others keeps its outputs in a spool;
-  // a tensor- or pipeline-parallel one only when it runs ahead, on the rank
-  // that sends downstream (its peers compute the rows it lacks with it). An
-  // expert-parallel one keeps none: a spool hit would skip an exchange its
-  // EP peers wait for; nor does a context-parallel one (docs/context_parallel.md).
-  const bool model_parallel = TpSize() > 1 || pipeline_ != nullptr;
+  // a tensor-, pipeline- or context-parallel one only when it runs ahead, on
+  // the rank that sends downstream (its peers compute the rows it lacks with
+  // it). An expert-parallel one keeps none: a spool hit would skip an
+  // exchange its EP peers wait for.
+  const bool model_parallel = TpSize() > 1 || CpSize() > 1 || pipeline_ != nullptr;
   const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
-  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && CpSize() == 1 &&
-      (!model_parallel || run_ahead > 0)) {
+  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && (!model_parallel || run_ahead > 0)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
       MAESTRO_ASSIGN_OR_RETURN(
@@ -767,9 +768,10 @@ Status RankLoop::ComputeAhead(const StepBatch& batch) {
   return Status::Ok();
 }
 
-// Owner: which rows the spool lacks; then the last stage's TP group, then
-// each PP group from the last stage (docs/run_ahead.md). The broadcasts wait
-// with the groups' timeouts.
+// Owner: which rows the spool lacks; then the CP group of the TP rank 0s
+// (CP rank 0 is the owner's), the last stage's TP group, then each PP group
+// from the last stage (docs/run_ahead.md). The broadcasts wait with the
+// groups' timeouts.
 Status RankLoop::ShareRowsToCompute(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch,
                                     std::vector<std::vector<int64_t>>* positions,
                                     std::vector<OutputSpool::Looked>* looked) {
@@ -813,6 +815,7 @@ Status RankLoop::ShareRowsToCompute(const std::vector<std::vector<int64_t>>& mic
     return Status::Ok();
   };
   const bool last_stage = !pipeline_ || pipeline_->last();
+  if (CpSize() > 1 && place_.coords.tp == 0) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kCP), 0));
   if (TpSize() > 1 && last_stage) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kTP), 0));
   if (pipeline_) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kPP), pipeline_->stages() - 1));
   MAESTRO_ASSIGN_OR_RETURN(*positions, UnpackRowsToCompute(wire));

@@ -17,19 +17,17 @@ Status CheckRunAheadRuns(const plan::Plan& plan) {
     std::string why;
     if (s.mode != plan::SectionMode::kForward || s.fused()) {
       why = "only a forward-only section that is not fused runs ahead";
-    } else if (s.config.cp != 1) {
-      why = fmt::format("with CP = {} the runtime keeps no output spool (docs/context_parallel.md)", s.config.cp);
     } else if (!feeds) {
       why = "it feeds no other section: nothing waits for its rows";
     } else if (s.config.ep > 1) {
       why = fmt::format("with EP = {} a spool hit would skip an all-to-all its EP peers wait for", s.config.ep);
-    } else if ((s.config.tp > 1 || s.config.pp > 1) &&
+    } else if ((s.config.tp > 1 || s.config.pp > 1 || s.config.cp > 1) &&
                std::any_of(plan.edges.begin(), plan.edges.end(),
                            [&](const plan::EdgePlan& e) { return e.to == s.name; })) {
       why = fmt::format(
-          "with TP = {} PP = {} the runtime runs ahead only a section without upstream sections (its replica "
-          "computes the rows its spool lacks from the samples alone)",
-          s.config.tp, s.config.pp);
+          "with TP = {} PP = {} CP = {} the runtime runs ahead only a section without upstream sections (its "
+          "replica computes the rows its spool lacks from the samples alone)",
+          s.config.tp, s.config.pp, s.config.cp);
     }
     if (!why.empty()) {
       return Status::FailedPrecondition(fmt::format(

@@ -24,16 +24,16 @@
 //    them back (spool hits). Consumption is
 //    the SampleIndex's: a batch computed ahead is not consumed until its step
 //    is done and checkpointed (datalayer/training_run.h).
-//  - A tensor- or pipeline-parallel section (TP and/or PP > 1) runs ahead
-//    too: every rank of a replica computes the same forwards (TP peers in
-//    lockstep, stages streaming into the next), and one rank owns the
-//    spool: the one that sends downstream (last stage, TP rank 0). Before a
-//    step's forwards (its own or a step computed ahead), the owner looks up
-//    which rows its spool lacks and ShareRowsToCompute gives that set to
-//    every rank of the replica (a broadcast over the last stage's TP group,
-//    then over each PP group from the last stage), so all of them skip the
-//    same forwards: on a resume, rows spooled before the stop are reused on
-//    every rank.
+//  - A tensor-, pipeline- or context-parallel section (TP, PP and/or CP > 1)
+//    runs ahead too: every rank of a replica computes the same forwards (TP
+//    and CP peers in lockstep, stages streaming into the next), and one rank
+//    owns the spool: the one that sends downstream (last stage, TP = CP =
+//    0). Before a step's forwards (its own or a step computed ahead), the
+//    owner looks up which rows its spool lacks and ShareRowsToCompute gives
+//    that set to every rank of the replica (a broadcast over the CP group of
+//    the TP rank 0s, then over the last stage's TP groups, then over each PP
+//    group from the last stage), so all of them skip the same forwards: on a
+//    resume, rows spooled before the stop are reused on every rank.
 // Torch-free: the executor passes the computation (LoadMicroBatch + the
 // spool's Rows) as a function.
 // May call: runtime/step_batch, scheduler, plan, base. Thread safety: one thread.
@@ -53,8 +53,9 @@
 namespace maestro::runtime {
 
 // OK when every section of `plan` with run_ahead > 0 can run ahead on this
-// runtime: forward-only, not fused, with an outgoing edge (any TP and PP);
-// else the error names the section and the fix.
+// runtime: forward-only, not fused, with an outgoing edge, not EP (any TP,
+// PP and CP; TP, PP or CP > 1 only without an upstream section); else the
+// error names the section and the fix.
 Status CheckRunAheadRuns(const plan::Plan& plan);
 
 // The most global batches any section of `plan` runs ahead (ShareNextBatch's lookahead).

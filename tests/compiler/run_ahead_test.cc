@@ -6,6 +6,7 @@
 // training section may not run ahead (spec and plan).
 #include "compiler/run_ahead.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,8 +159,8 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
     const size_t teacher = 0;
     ASSERT_EQ(work->sections[teacher].name, "teacher");
-    // This build's teacher (TP x PP) runs ahead; with every feature the
-    // planner may give it CP, which keeps no spool (docs/context_parallel.md).
+    // This build's teacher runs ahead; with every feature too where that
+    // shortens the step (a CP teacher: run_ahead_cp).
     if (*support == '\0') {
       EXPECT_EQ(priced.sections[teacher].run_ahead, 1) << support;
     }
@@ -176,6 +177,55 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     const double shorter = std::min(before.step_seconds, now.step_seconds);
     EXPECT_NEAR(compiled->simulated.step_seconds, shorter, 1e-9 * shorter) << support;
   }
+}
+
+// specs/kd_72b_to_7b_4k.toml on this build's runtime plans its teacher with
+// CP > 1 (docs/run_ahead.md "Context parallel"): the planner sets run_ahead
+// = 1 on it because that shortens the simulated step (ChooseRunAhead on the
+// compiled assignment with the teacher's run-ahead off: the same choice,
+// the step longer without it), the plan is not planner-only; a runtime
+// without `run_ahead_cp` gets no run-ahead on that teacher, naming why.
+TEST(RunAheadPlanner, AContextParallelTeacherRunsAheadWhereItShortensTheStep) {
+  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b_4k.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  CompileOptions options;
+  options.grouping = Grouping::kSectioned;
+  auto r = Compile(*spec, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const plan::Plan& p = r->plan;
+  const auto i = static_cast<size_t>(p.section_index("teacher"));
+  const auto& teacher = p.sections[i];
+  ASSERT_GT(teacher.config.cp, 1) << "the test needs a CP teacher; the plan changed:\n" << r->report;
+  EXPECT_EQ(teacher.run_ahead, 1) << r->explain;
+  ASSERT_LT(i, r->assignment.sections.size());
+  EXPECT_EQ(r->assignment.sections[i].planner_only, "") << r->report;
+
+  const auto devices = DevicesOf(*spec);
+  auto work = BuildWorkload(*spec, devices);
+  ASSERT_TRUE(work.ok());
+  const CostModel model(devices, spec->data.global_batch);
+  SimulationSettings s;
+  s.seq_len = spec->data.seq_len;
+  s.modalities = spec->data.modalities;
+  s.seed = spec->data.seed;
+  PlannerOptions o;
+  Assignment off = r->assignment;
+  off.sections[i].run_ahead = 0;
+  const SimulatedStep without = SimulateSectioned(model, *work, off, s);
+  Assignment chosen = off;
+  const std::string log = ChooseRunAhead(*spec, model, *work, o, s, &chosen);
+  EXPECT_EQ(chosen.sections[i].run_ahead, 1) << log;
+  const SimulatedStep with = SimulateSectioned(model, *work, chosen, s);
+  ASSERT_TRUE(without.ok && with.ok) << without.error << with.error;
+  EXPECT_LT(with.step_seconds, without.step_seconds * (1 - kRefinementTolerance)) << log;
+  EXPECT_NEAR(with.step_seconds, r->simulated.step_seconds, 1e-9 * with.step_seconds);
+
+  // A runtime without run_ahead_cp: the same assignment gets none, and says why.
+  o.support.run_ahead_context_parallel = false;
+  Assignment refused = off;
+  const std::string why = ChooseRunAhead(*spec, model, *work, o, s, &refused);
+  EXPECT_EQ(refused.sections[i].run_ahead, 0) << why;
+  EXPECT_NE(why.find(fmt::format("run-ahead with CP={}", teacher.config.cp)), std::string::npos) << why;
 }
 
 }  // namespace
