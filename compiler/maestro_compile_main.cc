@@ -116,7 +116,7 @@ int Run(int argc, char** argv) {
   CLI::Option* support_option =
       app.add_option("--runtime-support", support,
                      "plan for a runtime with these features instead of this build's: comma list of dp, micro_batch, "
-                     "tp_decoder, pp_decoder, tp_encoder, pp_encoder, cp_decoder, cp_encoder, cp_pp (cp: all three), "
+                     "tp_decoder, pp_decoder, tp_encoder, pp_encoder, cp_decoder, cp_encoder, cp_pp, cp_fused (cp: all four), "
                      "pp_fused, ep, moe, "
                      "recompute, zero1; or all");
   app.add_option("--local", options.local_ranks,
