@@ -322,14 +322,7 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
   runner->impl_->section = plan.sections[static_cast<size_t>(section)];
   runner->impl_->options = options;
   const auto& fused = runner->impl_->section;
-  // Context parallelism (docs/fused_context_parallel.md): the decoders split
-  // the sequence over the section's CP group; encoders and projectors run
-  // whole on every CP rank (docs/monolithic.md), so their cp is 1.
-  plan::Plan components = plan::ExpandFusedSections(plan);
-  for (auto& c : components.sections) {
-    if (c.model.kind != plan::ModelKind::kDecoder) c.config.cp = 1;
-  }
-  runner->expanded_ = std::make_shared<const plan::Plan>(std::move(components));
+  runner->expanded_ = std::make_shared<const plan::Plan>(plan::ExpandFusedSections(plan));
   const plan::Plan& expanded = *runner->expanded_;
   // Pipelined (docs/fused_pipeline.md): this stage builds only the
   // components it holds; decoders keep their stage's layers, encoders and
@@ -356,7 +349,10 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
     }
     if (model.kind != plan::ModelKind::kDecoder) {
       component_options.pipeline = nullptr;
-      component_options.context_parallel = nullptr;  // whole on every CP rank
+      // Context parallelism (docs/fused_context_parallel.md): decoders split
+      // the sequence over the section's CP group; encoders and projectors
+      // run whole on every CP rank (docs/monolithic.md).
+      component_options.context_parallel = nullptr;
     }
     auto component = Create(expanded, s, component_options);
     if (!component.ok()) return component.status().WithContext(fmt::format("fused section '{}'", fused.name));
@@ -438,7 +434,11 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
-  MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
+  // Without a CP group the section runs whole whatever its plan's cp (the
+  // reference, evaluation, a fused section's encoders).
+  if (options.context_parallel != nullptr) {
+    MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
+  }
   if (plan.sections[static_cast<size_t>(section)].fused()) return CreateFused(plan, section, options);
   std::unique_ptr<SectionRunner> runner(new SectionRunner());
   runner->section_ = section;

@@ -277,9 +277,8 @@ class SectionRunner {
   std::vector<std::unique_ptr<SectionRunner>> components_;
 };
 
-// Ok when section `s` can run with its plan's cp (1, a decoder or ViT
-// section that is not pipelined, or a fused section that is not pipelined:
-// docs/fused_context_parallel.md); otherwise
+// Ok when section `s` can run with its plan's cp (1, or a decoder, ViT or
+// fused section that is not pipelined); otherwise
 // FailedPrecondition naming the section and the fix.
 Status CheckContextParallelRuns(const plan::SectionPlan& s);
 
