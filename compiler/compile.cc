@@ -213,15 +213,25 @@ std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport
   return "";
 }
 
-// Why the fused plan (the monolithic baseline's configuration, run as one
-// fused section) cannot run on the runtime of `support`; "" when it can.
+}  // namespace
+
 std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& support) {
   const MonolithicPlan& m = r.monolithic;
   if (r.workload.sections.size() < 2) return "the workload has one component";
   if (!m.found) return "no single configuration fits: " + m.why_not;
   if (!m.planner_only.empty()) return "its configuration needs what the runtime lacks (" + m.planner_only + ")";
   if (m.devices.size() != 1) return "it runs on several GPU types in lockstep; a fused section runs on one";
-  if (m.config.cp != 1) return fmt::format("the runtime's fused sections run CP = 1 (CP {})", m.config.cp);
+  // CP: the runtime's rule (runtime/section_runner.cc CheckContextParallelRuns
+  // for a fused section; docs/fused_context_parallel.md): decoder CP inside,
+  // encoders whole on every CP rank, not with PP. The components' own CP
+  // limits (the MoE load-balancing loss) make the baseline planner-only above.
+  if (m.config.cp != 1 && !support.context_parallel_fused) {
+    return fmt::format("the runtime's fused sections run CP = 1 (CP {})", m.config.cp);
+  }
+  if (m.config.cp != 1 && m.config.pp != 1) {
+    return fmt::format("the runtime's fused sections do not combine CP and PP (CP {} x PP {})", m.config.cp,
+                       m.config.pp);
+  }
   if (m.config.pp != 1) {
     if (const std::string why = FusedPipelineBlocker(r.workload, m.config.pp, support); !why.empty()) {
       return "PP " + std::to_string(m.config.pp) + ": " + why;
@@ -229,6 +239,8 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
   }
   return "";
 }
+
+namespace {
 
 // A section's configuration pinned in the spec (or by --pin): the user asked
 // for sections, so auto keeps them.

@@ -59,6 +59,10 @@ struct CompileResult {
   std::string explain;      // why each choice (--explain)
 };
 
+// Why the fused plan (the monolithic baseline's configuration, run as one
+// fused section) cannot run on the runtime of `support`; "" when it can.
+std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& support);
+
 // Plans the spec and renders every output (writes nothing).
 StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options);
 

@@ -108,7 +108,13 @@ ReplicaStep EvaluateReplica(const CostModel& model, const Workload& w, const Mon
     // the mean: a trainer that sizes for the mean runs out of memory on
     // the micro-batch that drew an image for every sample.
     const double fullest = std::min<double>(c.micro_batch, per_replica);
-    const MemoryBreakdown mem = model.EvaluateWith(sw, sc_config, microbatches, fullest).memory;
+    MemoryBreakdown mem = model.EvaluateWith(sw, sc_config, microbatches, fullest).memory;
+    // An encoder whole on every CP rank has its gradients summed over CP
+    // with the decoders' (the runtime's fused section, one flat all-reduce
+    // of every parameter: docs/fused_context_parallel.md), so it holds the
+    // flat copy and MPI's buffer that memory_model.cc charges a section at
+    // CP > 1. Measured: tests/runtime/memory_run_test.cc FusedSectionAtCp2...
+    if (s.trains() && c.cp > 1 && sc_config.cp == 1) mem.activations = std::max(mem.activations, 2.0 * mem.gradients);
     if (!fx.colocated_memory && mem.total() > dev.memory_bytes) out.fits = false;
     memory.weights += mem.weights;
     memory.gradients += mem.gradients;

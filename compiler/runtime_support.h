@@ -48,11 +48,17 @@ struct RuntimeSupport {
   // Encoders (ViT sections of their own, with TP, DP and ZeRO-1): the
   // patches split in contiguous chunks, k/v all-gathered, attention per
   // image (docs/context_parallel_vit.md; vit_context_parallel_test.cc); the
-  // audio encoder's stem is not split. Neither with PP
-  // (context_parallel_with_pipeline) nor inside fused sections (compile.cc).
+  // audio encoder's stem is not split. Not with PP
+  // (context_parallel_with_pipeline).
   bool context_parallel_decoder = true;
   bool context_parallel_encoder = true;
   bool context_parallel_with_pipeline = false;
+  // CP inside fused sections (docs/fused_context_parallel.md): decoders run
+  // decoder CP, encoders and projectors whole on every CP rank (what the
+  // monolithic baseline assumes), their gradients summed over CP; PP = 1
+  // (tests/runtime/fused_context_parallel_test.cc). Lets a monolithic
+  // baseline with CP > 1 be the fused plan (compile.cc FusedPlanBlocker).
+  bool context_parallel_fused = true;
   // EP of MoE decoder sections (docs/moe.md; runtime/parallel/
   // expert_parallel.h): experts split over EP groups of DP ranks, all-to-all
   // dispatch and combine, lockstep padding, expert-DP gradients and ZeRO-1,

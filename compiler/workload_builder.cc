@@ -37,6 +37,7 @@ constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
                                          {"cp_decoder", &RuntimeSupport::context_parallel_decoder},
                                          {"cp_encoder", &RuntimeSupport::context_parallel_encoder},
                                          {"cp_pp", &RuntimeSupport::context_parallel_with_pipeline},
+                                         {"cp_fused", &RuntimeSupport::context_parallel_fused},
                                          {"ep", &RuntimeSupport::expert_parallel},
                                          {"moe", &RuntimeSupport::mixture_of_experts},
                                          {"recompute", &RuntimeSupport::activation_recompute},
@@ -130,7 +131,7 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   if (list == "all") return out;
   std::vector<std::string> names;
   for (const auto& f : kSupportFlags) names.push_back(f.name);
-  names.push_back("cp");  // both cp_decoder and cp_encoder
+  names.push_back("cp");  // every CP row
   // An empty item ("dp,,tp_decoder", a trailing comma, "") is refused: a
   // feature lost to a typo would plan for a runtime without it.
   const std::string listed = fmt::format("features: {} (or all)", fmt::join(names, ", "));
@@ -142,8 +143,9 @@ StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list) {
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item == "cp") {  // every CP row: decoders, encoders, with PP (the one row before they were split)
+    if (item == "cp") {  // every CP row: decoders, encoders, with PP, fused (the one row before they were split)
       out.context_parallel_decoder = out.context_parallel_encoder = out.context_parallel_with_pipeline = true;
+      out.context_parallel_fused = true;
       continue;
     }
     const auto it = std::find_if(std::begin(kSupportFlags), std::end(kSupportFlags),

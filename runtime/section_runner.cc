@@ -347,7 +347,13 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::CreateFused(const plan::
         !CheckEncoderSplitsOverTp(model, options.tensor_parallel->size()).ok()) {
       component_options.tensor_parallel = nullptr;
     }
-    if (model.kind != plan::ModelKind::kDecoder) component_options.pipeline = nullptr;
+    if (model.kind != plan::ModelKind::kDecoder) {
+      component_options.pipeline = nullptr;
+      // Context parallelism (docs/fused_context_parallel.md): decoders split
+      // the sequence over the section's CP group; encoders and projectors
+      // run whole on every CP rank (docs/monolithic.md).
+      component_options.context_parallel = nullptr;
+    }
     auto component = Create(expanded, s, component_options);
     if (!component.ok()) return component.status().WithContext(fmt::format("fused section '{}'", fused.name));
     runner->components_.push_back(std::move(*component));
@@ -428,7 +434,11 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
   if (section < 0 || section >= static_cast<int>(plan.sections.size())) {
     return Status::InvalidArgument(fmt::format("no section {} in the plan", section));
   }
-  MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
+  // Without a CP group the section runs whole whatever its plan's cp (the
+  // reference, evaluation, a fused section's encoders).
+  if (options.context_parallel != nullptr) {
+    MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan.sections[static_cast<size_t>(section)]));
+  }
   if (plan.sections[static_cast<size_t>(section)].fused()) return CreateFused(plan, section, options);
   std::unique_ptr<SectionRunner> runner(new SectionRunner());
   runner->section_ = section;
@@ -602,11 +612,17 @@ StatusOr<std::unique_ptr<SectionRunner>> SectionRunner::Create(const plan::Plan&
 Status CheckContextParallelRuns(const plan::SectionPlan& s) {
   if (s.config.cp == 1) return Status::Ok();
   if (s.fused()) {
-    return Status::FailedPrecondition(fmt::format(
-        "section '{}' fuses {} components and has cp {}: the runtime does not run context parallelism inside a "
-        "fused section yet; recompile with --pin {}.cp=1, or --grouping sectioned so each component runs CP in a "
-        "section of its own",
-        s.name, s.components.size(), s.config.cp, s.name));
+    // docs/fused_context_parallel.md: decoder CP inside, encoders whole on
+    // every CP rank; not with PP (compiler/compile.cc FusedPlanBlocker states
+    // the same rule for the planner). Each component is checked as it is
+    // built (SectionRunner::Create: the sequence split, MoE, EP).
+    if (s.config.pp > 1) {
+      return Status::FailedPrecondition(fmt::format(
+          "fused section '{}': the runtime does not combine context and pipeline parallelism (plan has cp {} x pp "
+          "{}; docs/fused_context_parallel.md); recompile with --grouping sectioned",
+          s.name, s.config.cp, s.config.pp));
+    }
+    return Status::Ok();
   }
   if (s.model.kind != plan::ModelKind::kVit && s.model.kind != plan::ModelKind::kDecoder) {
     return Status::FailedPrecondition(fmt::format(

@@ -277,8 +277,8 @@ class SectionRunner {
   std::vector<std::unique_ptr<SectionRunner>> components_;
 };
 
-// Ok when section `s` can run with its plan's cp (1, or a decoder or ViT
-// section that is neither fused nor pipelined); otherwise
+// Ok when section `s` can run with its plan's cp (1, or a decoder, ViT or
+// fused section that is not pipelined); otherwise
 // FailedPrecondition naming the section and the fix.
 Status CheckContextParallelRuns(const plan::SectionPlan& s);
 

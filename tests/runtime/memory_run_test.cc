@@ -32,6 +32,9 @@
 //    blocks and merger plus the replicated stem and norms, within 20% of the
 //    estimate (memory_model.cc TpSplitParams). Skips without the
 //    Fashion-MNIST demo images.
+//  - the same VLM fused at CP 2 (docs/fused_context_parallel.md): each rank
+//    (the ViT whole, its gradients summed over CP in the flat all-reduce)
+//    within 20% of the monolithic model's estimate at that configuration.
 // Each run stays under ~2 GB and ~40 s on two cores.
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
@@ -48,6 +51,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/memory_model.h"
+#include "compiler/monolithic.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
@@ -510,6 +514,53 @@ TEST(MemoryAsMeasured, VitAtTp2HoldsItsShardAsTheEstimateSays) {
   const auto& m = run.compiled.assignment.sections[static_cast<size_t>(vit)].cost.memory;
   EXPECT_GT(m.weights + m.gradients + m.optimizer, 0.7 * (m.total() - m.reserved)) << "weights must dominate";
   ExpectWithin20Percent(run, "vit");
+}
+
+// A fused section at CP 2 (docs/fused_context_parallel.md): the ViT whole
+// on both CP ranks (its weights, gradients and AdamW, and the CP
+// all-reduce's copy of its gradients), the LLM at decoder CP. A fused plan's
+// estimate is the monolithic memory model's for its configuration
+// (compile.cc FusedSectionOf): each rank within 20% of it at TP 1 CP 2.
+TEST(MemoryAsMeasured, FusedSectionAtCp2HoldsWhatTheMonolithicEstimateSays) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/memory_run/fused_cp2";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto spec = compiler::ParseSpecString(kVitTpSpec, dir + "/spec.toml", dir);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  compiler::CompileOptions options;
+  options.local_ranks = 2;
+  options.grouping = compiler::Grouping::kFused;
+  auto compiled = compiler::Compile(*spec, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  plan::Plan p = compiled->plan;
+  ASSERT_EQ(p.sections.size(), 1u);
+  ASSERT_TRUE(p.sections[0].fused());
+  plan::ParallelConfig c = p.sections[0].config;
+  c.tp = c.pp = c.dp = 1;
+  c.cp = 2;
+  c.zero_stage = 0;
+  auto effective = compiler::EffectiveSpec(*spec, options);
+  ASSERT_TRUE(effective.ok()) << effective.status().ToString();
+  const compiler::CostModel model(compiler::DevicesOf(*effective), effective->data.global_batch);
+  compiler::PlannerOptions po;
+  const compiler::MonolithicPlan m =
+      compiler::EvaluateMonolithic(model, compiled->workload, compiled->monolithic.devices, c, po);
+  ASSERT_TRUE(m.found) << m.why_not;
+  EXPECT_DOUBLE_EQ(m.memory.reserved, compiler::kCpuWorkerBaselineBytes);
+  p.sections[0].config = c;
+  p.sections[0].predicted_memory_bytes = m.memory.total();
+  p.layout.clear();
+  ASSERT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
+  plan::FillLayout(p);
+  ASSERT_EQ(p.world_size(), 2);
+  const auto memory = RunPlan(p, dir);
+  ASSERT_EQ(memory.size(), 2u);
+  const std::string breakdown = fmt::format(
+      "weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} MB, activations {:.0f} MB", m.memory.weights / 1e6,
+      m.memory.gradients / 1e6, m.memory.optimizer / 1e6, m.memory.activations / 1e6);
+  ExpectRanksWithin20Percent(memory, p.sections[0].name, m.memory.total() - compiler::kCpuWorkerBaselineBytes,
+                             breakdown);
 }
 
 TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {
