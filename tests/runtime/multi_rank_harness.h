@@ -23,6 +23,8 @@
 // May call: plan/, datalayer/ (the sample index), the launcher's test helpers
 // (tests/launcher/run_util.h) and run_dir_util.h. No torch here: the
 // checkpoint weights' comparison is tests/runtime/checkpoint_weights.h.
+// A test that includes it links maestro_runtime_testutil and defines
+// MAESTRO_MPIRUN, as every mpirun test does (run_util.h's MpirunArgs).
 // GoogleTest assertions inside a helper end that helper only: a caller that
 // must stop on them wraps the call in ASSERT_NO_FATAL_FAILURE.
 #pragma once
