@@ -42,7 +42,9 @@
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -156,10 +158,11 @@ TEST(GatherSequenceMpi, TwoRanksForwardAndGradientEqualOneProcess) {
 
 // ---- decoder sections with context parallelism, end to end ----
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 using plan::RecomputeGranularity;
+using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::RunWorkers;
 using runtime_testing::WritePlan;
 
 // A section's parallel configuration in a test plan.
@@ -176,11 +179,7 @@ plan::Plan Sectioned(const std::string& spec, const std::map<std::string, Choice
     const Choice& c = choice.at(s.name);
     s.init_from.clear();
     s.run_ahead = 0;
-    s.config.pp = 1;
-    s.config.tp = c.tp;
-    s.config.cp = c.cp;
-    s.config.dp = c.dp;
-    s.config.micro_batch = c.micro_batch;
+    runtime_testing::SetDegrees(s, {c.tp, 1, c.cp, c.dp, c.micro_batch});
     s.config.zero_stage = c.zero_stage;
     s.config.set_recompute_granularity(c.recompute);
   }
@@ -192,60 +191,9 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_context_parallel", name);
 }
 
-launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                                        std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
 // Section `name`'s weights in the run's last checkpoint, by parameter name.
-std::map<std::string, torch::Tensor> SectionWeights(const plan::Plan& p, const std::string& run_dir,
-                                                    const std::string& name) {
-  std::map<std::string, torch::Tensor> out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find(name);
-  EXPECT_TRUE(it != state.sections.end()) << run_dir << " has no section " << name;
-  if (it == state.sections.end()) return out;
-  auto module =
-      runtime::BuildModel(p.sections[static_cast<size_t>(p.section_index(name))].model, runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
-// The largest relative difference (max |a - b| / max |b|, per tensor) over
-// the weights of `a` and `b` of one section; *where names the tensor. A
-// ViT's fused attn.qkv.bias counts its q and v thirds only: the key bias's
-// gradient is zero but for rounding (softmax ignores a shift shared by every
-// key), and AdamW turns that noise into steps of up to ~lr, so its key third
-// is held apart to `key_bias_bound` (absolute).
-double LargestRelativeDifference(const std::map<std::string, torch::Tensor>& a,
-                                 const std::map<std::string, torch::Tensor>& b, double key_bias_bound,
-                                 std::string* where) {
-  double worst = 0.0;
-  for (const auto& [name, t] : a) {
-    auto got = t, want = b.at(name);
-    if (name.size() >= 13 && name.compare(name.size() - 13, 13, "attn.qkv.bias") == 0) {
-      const int64_t c = want.size(0) / 3;
-      EXPECT_LE((got.narrow(0, c, c) - want.narrow(0, c, c)).abs().max().item<double>(), key_bias_bound) << name;
-      got = torch::cat({got.narrow(0, 0, c), got.narrow(0, 2 * c, c)});
-      want = torch::cat({want.narrow(0, 0, c), want.narrow(0, 2 * c, c)});
-    }
-    const double d = (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-30);
-    if (d > worst) {
-      worst = d;
-      *where = name;
-    }
-  }
-  return worst;
+runtime_testing::NamedWeights SectionWeights(const plan::Plan& p, const std::string& run_dir, const std::string& name) {
+  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, name), run_dir, name);
 }
 
 // Runs `p` under mpirun, the same plan with every section at CP 1, and the
@@ -267,18 +215,15 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto flat_run = RunWorkers(flat, flat_path, dir + "/cp1/run");
   ASSERT_EQ(flat_run.exit_code, 0) << flat_run.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", path});
+  const auto reference = runtime_testing::RunReference(path, dir + "/reference");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto got = Losses(dir + "/run"), unsplit = Losses(dir + "/cp1/run"), want = Losses(dir + "/reference");
   ASSERT_EQ(static_cast<int64_t>(got.size()), p.data.steps) << run.output;
   ASSERT_EQ(want.size(), got.size()) << reference.output;
   ASSERT_EQ(unsplit.size(), got.size()) << flat_run.output;
-  for (const auto& [step, loss] : got) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, want.at(step), 1e-5 * std::abs(want.at(step))) << what << " step " << step;
-    EXPECT_NEAR(loss, unsplit.at(step), 1e-5 * std::abs(unsplit.at(step))) << what << " step " << step << " vs cp 1";
-  }
-  EXPECT_LT(got.rbegin()->second, got.begin()->second) << what << ": the loss moves";
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, got, want, 1e-5, " vs the reference"));
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, got, unsplit, 1e-5, " vs cp 1"));
+  runtime_testing::ExpectLossFalls(what, got);
   for (const auto& s : p.sections) {
     if (s.mode != plan::SectionMode::kTrain) continue;
     const auto w = SectionWeights(p, dir + "/run", s.name), u = SectionWeights(p, dir + "/cp1/run", s.name),
@@ -288,9 +233,9 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
     ASSERT_EQ(w.size(), ref.size());
     const double bound = s.optimizer.lr * static_cast<double>(p.data.steps);
     std::string where_flat, where_ref, where_flat_ref;
-    const double to_flat = LargestRelativeDifference(w, u, bound, &where_flat);
-    const double to_ref = LargestRelativeDifference(w, ref, bound, &where_ref);
-    const double flat_to_ref = LargestRelativeDifference(u, ref, bound, &where_flat_ref);
+    const double to_flat = LargestRelativeDifference(w, u, &where_flat, bound);
+    const double to_ref = LargestRelativeDifference(w, ref, &where_ref, bound);
+    const double flat_to_ref = LargestRelativeDifference(u, ref, &where_flat_ref, bound);
     std::printf("%s %s: weights vs cp 1 %.2e (%s), vs the reference %.2e (%s); cp 1 vs the reference %.2e (%s)\n",
                 what.c_str(), s.name.c_str(), to_flat, where_flat.c_str(), to_ref, where_ref.c_str(), flat_to_ref,
                 where_flat_ref.c_str());
@@ -319,12 +264,7 @@ TEST(ContextParallelTrain, DecoderCp2Tp2SelectiveRecomputeEqualsReference) {
 
 TEST(ContextParallelTrain, KdStudentAndTeacherCp2EqualReference) {
   plan::Plan p = Sectioned("tiny_kd.toml", {{"teacher", {1, 2, 1, 8}}, {"student", {1, 2, 1, 4}}}, 4);
-  auto& student = p.sections[static_cast<size_t>(p.section_index("student"))];
-  if (student.loss.kind != "kd") {
-    student.loss.kind = "kd";
-    student.loss.kd_alpha = 0.5;
-    student.loss.temperature = 2.0;
-  }
+  runtime_testing::UseKdLoss(p.sections[static_cast<size_t>(p.section_index("student"))]);
   ExpectEqualsReference("kd_cp2", p);
 }
 
@@ -336,25 +276,11 @@ TEST(ContextParallelTrain, VlmLlmCp2ReceivingImageRowsEqualsReference) {
 TEST(ContextParallelTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const plan::Plan p = Sectioned("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 5);
   const std::string dir = Fresh("resume");
-  const std::string path = WritePlan(p, dir);
-  const auto whole = RunWorkers(p, path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunWorkers(p, path, dir + "/split", {"--stop-after-steps", "2"});
-  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
-  const auto second = RunWorkers(p, path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole"), b = Losses(dir + "/split");
-  ASSERT_EQ(a.size(), 5u);
-  ASSERT_EQ(b.size(), 5u) << "the resumed run starts at the next step, not over";
-  // Steps 2..4 ran on the restored weights and AdamW moments (the optimizer's
+  // Steps 2..4 run on the restored weights and AdamW moments (the optimizer's
   // archive keys its state by tensor address, so its bytes are not compared).
-  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
-  const auto x = LastCheckpoint(dir + "/whole"), y = LastCheckpoint(dir + "/split");
-  ASSERT_EQ(x.sections.size(), y.sections.size());
-  for (const auto& [name, state] : x.sections) {
-    ASSERT_TRUE(y.sections.count(name)) << name;
-    EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
-  }
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("lm_cp2", p, dir, 2));
+  runtime_testing::ExpectSameCheckpointWeights("lm_cp2", LastCheckpoint(dir + "/whole"),
+                                               LastCheckpoint(dir + "/split"));
 }
 
 TEST(ContextParallelTrain, CpWithPipelineStagesIsRefusedNamingTheFix) {

@@ -26,6 +26,7 @@
 #include "plan/plan.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -35,8 +36,6 @@ using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
 using runtime_testing::Losses;
 using runtime_testing::WritePlan;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 const std::string kProbe = std::string(MAESTRO_BIN_DIR) + "/runtime_ep_probe";
 
 enum class Shape { kMixtral, kQwen2Moe };
@@ -54,24 +53,12 @@ plan::Plan EpPlan(Shape shape, Layout layout, int64_t steps, double aux_coef = 0
   for (auto& s : p.sections) {
     const bool student = s.name == "student";
     s.init_from.clear();
-    s.config.cp = 1;
-    s.config.pp = student ? layout.pp : 1;
-    s.config.tp = student ? layout.tp : 1;
-    s.config.dp = student ? layout.dp : 1;
+    runtime_testing::SetDegrees(
+        s, {student ? layout.tp : 1, student ? layout.pp : 1, 1, student ? layout.dp : 1, student ? 2 : 8});
     s.config.ep = student ? layout.ep : 1;
-    s.config.micro_batch = student ? 2 : 8;
     s.config.zero_stage = student ? layout.zero_stage : 0;
     if (!student) continue;
-    auto& m = s.model;
-    m.experts = 4;
-    m.experts_per_token = 2;
-    m.moe_ffn_hidden = 64;
-    m.ffn_hidden = 0;
-    m.extra["router_aux_loss_coef"] = aux_coef;
-    if (shape == Shape::kQwen2Moe) {
-      m.extra["shared_expert_ffn_hidden"] = 96;
-      m.extra["norm_topk_prob"] = 0;
-    }
+    runtime_testing::UseTinyMoe(s.model, shape == Shape::kQwen2Moe, aux_coef);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -79,15 +66,6 @@ plan::Plan EpPlan(Shape shape, Layout layout, int64_t steps, double aux_coef = 0
 
 std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_ep", name);
-}
-
-launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                                        std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
 }
 
 // Per step, the number of micro-batches each rank of section `pid` (its
@@ -108,21 +86,7 @@ std::map<int64_t, std::map<int, int>> ForwardsPerStep(const std::string& run_dir
 
 void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
   ASSERT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
-  const std::string dir = Fresh(what);
-  const std::string plan_path = WritePlan(p, dir);
-  const auto run = RunWorkers(p, plan_path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto got = Losses(dir + "/run");
-  const auto want = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(got.size()), p.data.steps) << what;
-  ASSERT_EQ(want.size(), got.size()) << what;
-  for (const auto& [step, loss] : got) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, want.at(step), 1e-5 * std::abs(want.at(step))) << what << " step " << step;
-  }
-  EXPECT_LT(got.rbegin()->second, got.begin()->second) << what << ": the loss moves";
+  runtime_testing::ExpectRunEqualsReference(what, p, Fresh(what));
 }
 
 // EP 4 over all 4 DP ranks: the balanced placement gives the replicas 3, 3,
@@ -172,22 +136,11 @@ TEST(ExpertParallel, MixtralShapePp2Dp2WithoutEpEqualsTheReference) {
 // uninterrupted one, loss for loss and byte for byte.
 void ExpectStopAndResumeBitIdentical(const std::string& what, const plan::Plan& p) {
   const std::string dir = Fresh(what);
-  const std::string plan_path = WritePlan(p, dir);
-  const auto whole = RunWorkers(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunWorkers(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
-  ASSERT_EQ(first.exit_code, 85) << what << ": a stopped run exits 85 (requeue)\n" << first.output;
-  const auto second = RunWorkers(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole");
-  const auto b = Losses(dir + "/split");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
-  EXPECT_EQ(a, b) << what;
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual(what, p, dir, 2));
   const auto x = runtime_testing::LastCheckpoint(dir + "/whole");
-  const auto y = runtime_testing::LastCheckpoint(dir + "/split");
-  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
+  ASSERT_TRUE(x.sections.count("student")) << what;
   EXPECT_FALSE(x.sections.at("student").model.empty());
-  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model) << what << ": the weights";
+  runtime_testing::ExpectSameSectionWeights(what, dir + "/whole", dir + "/split", "student");
 }
 
 TEST(ExpertParallel, StopAndResumeEp2Dp2IsBitIdentical) {

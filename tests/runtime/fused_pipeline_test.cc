@@ -29,7 +29,6 @@
 #include "runtime/fused_pipeline.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -38,7 +37,6 @@
 #include <map>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/checks.h"
@@ -48,20 +46,19 @@
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
-using launcher::testing::RunResult;
+using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::RunWorkers;
 using runtime_testing::WritePlan;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
 // ---- which stage holds what; what the runtime refuses ----
 
@@ -132,23 +129,13 @@ TEST(FusedPipelineRules, RefusesWhatTheRuntimeCannotPipelineNamingTheSectionAndT
 // and its student's loss KD.
 plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t steps, int zero_stage = 0) {
   plan::Plan p = runtime_testing::CompiledExamplePlan(spec, compiler::Grouping::kFused);
-  EXPECT_EQ(p.sections.size(), 1u);
-  if (p.sections.empty()) return p;
-  auto& f = p.sections[0];
-  EXPECT_TRUE(f.fused());
-  f.config.tp = tp;
-  f.config.pp = pp;
-  f.config.cp = 1;
-  f.config.dp = dp;
-  f.config.micro_batch = 4;
-  f.config.zero_stage = zero_stage;
-  for (auto& c : f.components) {
+  plan::SectionPlan* f = runtime_testing::TheFusedSection(p);
+  if (f == nullptr) return p;
+  runtime_testing::SetDegrees(*f, {tp, pp, 1, dp, 4});
+  f->config.zero_stage = zero_stage;
+  for (auto& c : f->components) {
     c.init_from.clear();
-    if (c.name == "student" && c.loss.kind != "kd") {
-      c.loss.kind = "kd";
-      c.loss.kd_alpha = 0.5;
-      c.loss.temperature = 2.0;
-    }
+    if (c.name == "student") runtime_testing::UseKdLoss(c);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -158,69 +145,9 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_fused_pipeline", name);
 }
 
-RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                     std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
 // Component `name`'s weights in a run's last checkpoint.
-std::map<std::string, torch::Tensor> Weights(const plan::Plan& p, const std::string& name, const std::string& run_dir) {
-  std::map<std::string, torch::Tensor> out;
-  const plan::Plan expanded = plan::ExpandFusedSections(p);
-  const int index = expanded.section_index(name);
-  EXPECT_GE(index, 0) << name;
-  if (index < 0) return out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find(name);
-  EXPECT_TRUE(it != state.sections.end()) << name << " in " << run_dir;
-  if (it == state.sections.end()) return out;
-  auto module = runtime::BuildModel(expanded.sections[static_cast<size_t>(index)].model, runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
-// The largest difference between two sets of weights, relative to the
-// largest magnitude of each tensor of `b`. A ViT's fused qkv bias: its key
-// third's gradient is zero but for rounding (softmax ignores a shift shared
-// by every key) and AdamW turns that noise into steps of up to ~lr, so the
-// key third is held to `key_bias_bound` (lr x steps: what noise can move
-// it) and left out of the relative figure, as encoder_tp_mpi_test does.
-double LargestRelativeDifference(const std::map<std::string, torch::Tensor>& a,
-                                 const std::map<std::string, torch::Tensor>& b, std::string* where,
-                                 double key_bias_bound) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, weights] : a) {
-    auto it = b.find(name);
-    EXPECT_TRUE(it != b.end()) << name;
-    if (it == b.end()) continue;
-    torch::Tensor t = weights, u = it->second;
-    const std::string key_bias = "attn.qkv.bias";
-    if (name.size() >= key_bias.size() && name.compare(name.size() - key_bias.size(), key_bias.size(), key_bias) == 0) {
-      const int64_t c = u.size(0) / 3;
-      EXPECT_LE((t.narrow(0, c, c) - u.narrow(0, c, c)).abs().max().item<double>(), key_bias_bound)
-          << name << " (key bias)";
-      t = torch::cat({t.narrow(0, 0, c), t.narrow(0, 2 * c, c)});
-      u = torch::cat({u.narrow(0, 0, c), u.narrow(0, 2 * c, c)});
-    }
-    const double scale = std::max(u.abs().max().item<double>(), 1e-30);
-    const double d = (t - u).abs().max().item<double>() / scale;
-    if (d > worst) {
-      worst = d;
-      *where = name;
-    }
-  }
-  return worst;
+runtime_testing::NamedWeights Weights(const plan::Plan& p, const std::string& name, const std::string& run_dir) {
+  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, name), run_dir, name);
 }
 
 // Component `name`'s peak learning rate.
@@ -256,18 +183,15 @@ void ExpectFusedPipelineEqualsReference(const std::string& what, const plan::Pla
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto flat = RunWorkers(unstaged, unstaged_path, dir + "/unstaged/run");
   ASSERT_EQ(flat.exit_code, 0) << flat.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
+  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto a = Losses(dir + "/run"), f = Losses(dir + "/unstaged/run"), r = Losses(dir + "/reference");
   ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
   ASSERT_EQ(r.size(), a.size());
   ASSERT_EQ(f.size(), a.size());
-  for (const auto& [step, loss] : a) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
-    EXPECT_NEAR(loss, f.at(step), 1e-5 * std::abs(f.at(step))) << what << " step " << step << " vs pp = 1";
-  }
-  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what << ": the loss moves";
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference"));
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, f, 1e-5, " vs pp = 1"));
+  runtime_testing::ExpectLossFalls(what, a);
   const std::vector<std::string> trained = TrainedComponents(p);
   ASSERT_FALSE(trained.empty());
   for (const std::string& name : trained) {
@@ -318,17 +242,7 @@ TEST(FusedPipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   const plan::Plan p = FusedPlan("tiny_vlm3.toml", 1, 2, 1, 4);
   const std::string dir = Fresh("resume");
-  const std::string plan_path = WritePlan(p, dir);
-  const auto whole = RunWorkers(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunWorkers(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
-  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
-  const auto second = RunWorkers(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole"), b = Losses(dir + "/split");
-  ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u) << "the resumed run starts at the next step, not over";
-  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("fused vlm pp2", p, dir, 2));
   const auto x = LastCheckpoint(dir + "/whole");
   EXPECT_EQ(x.step, 3);
   EXPECT_TRUE(x.sections.count("llm#pp1")) << "the LLM's second stage has its own AdamW state";
@@ -351,22 +265,12 @@ TEST(FusedPipelineFailure, ALastStageKilledMidRunEndsTheJobNamingItsRank) {
   const std::string dir = Fresh("killed_stage");
   const std::string plan_path = WritePlan(p, dir);
   const int victim = plan::GlobalRankOf(p, 0, 0, 0, 0, 1);
-  RunResult result;
-  std::thread job([&] { result = RunWorkers(p, plan_path, dir + "/run"); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  pid_t pid = -1;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Losses(dir + "/run").size() >= 2) pid = runtime_testing::WorkerOfRank(plan_path, victim);
-    if (pid > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
-  }
-  ASSERT_GT(pid, 0) << "the pipelined fused run made no progress";
-  const auto killed_at = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  job.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const auto killed = runtime_testing::RunAndKillRank(p, plan_path, dir + "/run", victim, 2, std::chrono::seconds(90),
+                                                      std::chrono::milliseconds(50));
+  ASSERT_GT(killed.pid, 0) << "the pipelined fused run made no progress";
+  const auto& result = killed.result;
   EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
+  EXPECT_LT(killed.seconds_after_kill, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
   EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
 }
 

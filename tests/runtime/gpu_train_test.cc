@@ -32,13 +32,13 @@
 #include "tests/fixtures/image_files.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
@@ -116,36 +116,27 @@ plan::Plan VlmPlan(const std::string& manifest, int llm_dp, int64_t steps) {
     s.config.dp = s.name == "llm" ? llm_dp : 1;
     s.config.micro_batch = s.name == "llm" ? 4 : 8;
   }
-  p.data.dataset.clear();
-  p.data.manifest = manifest;
-  p.data.image_token_id = kImageToken;
-  p.data.max_images_per_sample = 2;
-  p.data.seq_len = 48;
-  p.data.global_batch = 16;
+  runtime_testing::UseImageManifest(p, manifest, kImageToken, 48, 16);
   runtime_testing::PlaceOnThisMachine(p, steps);  // MPI backends: the host staging path
   return p;
 }
 
 std::string Fresh(const std::string& name) {
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/runtime_gpu_train/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_gpu_train", name);
 }
 
+// The ranks on CUDA with their per-step lines, a communication timeout of 120 s.
 RunResult Sectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
                     const std::string& precision) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(),
-              {kWorker, "--no-eval", "--device", "cuda", "--precision", precision, "--run-dir", run_dir, plan_path});
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "120"}});
+  runtime_testing::WorkerOptions options;
+  options.per_step_lines = true;
+  options.comm_timeout_s = "120";
+  return runtime_testing::RunWorkers(p, plan_path, run_dir, {"--device", "cuda", "--precision", precision}, options);
 }
 
 RunResult Reference(const std::string& plan_path, const std::string& run_dir, const std::string& device,
                     const std::string& precision) {
-  return RunCaptured({kWorker, "--reference", "--no-eval", "--device", device, "--precision", precision, "--run-dir",
-                      run_dir, plan_path},
-                     {});
+  return runtime_testing::RunReference(plan_path, run_dir, {"--device", device, "--precision", precision});
 }
 
 // Worst relative difference of `a` from `b` over their common steps.

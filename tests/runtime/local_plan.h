@@ -8,20 +8,29 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "compiler/workload_builder.h"
 #include "plan/plan.h"
 
 namespace maestro::runtime_testing {
 
-// specs/<spec_name> compiled (cluster mode) with `grouping`.
-inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Grouping grouping) {
+// specs/<spec_name> compiled (cluster mode) with `grouping` and `pins`
+// (--pin texts, e.g. "vit.tp=2").
+inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Grouping grouping,
+                                      const std::vector<std::string>& pins = {}) {
   auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   if (!spec.ok()) return {};
   compiler::CompileOptions options;
   options.grouping = grouping;
+  for (const auto& text : pins) {
+    auto pin = compiler::ParsePin(text);
+    EXPECT_TRUE(pin.ok()) << pin.status().ToString();
+    if (pin.ok()) options.pins.push_back(*pin);
+  }
   auto compiled = compiler::Compile(*spec, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
   return compiled.ok() ? compiled->plan : plan::Plan();

@@ -21,17 +21,13 @@
 #include "plan/plan.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
 using runtime_testing::Losses;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
 constexpr int64_t kExperts = 4, kTopK = 2;
 constexpr double kAuxCoef = 0.05;
@@ -46,23 +42,13 @@ plan::Plan MoePlan(Shape shape, int dp, int zero_stage, double aux_coef, int64_t
   for (auto& s : p.sections) {
     const bool student = s.name == "student";
     s.init_from.clear();
-    s.config.pp = s.config.cp = 1;
-    s.config.tp = student ? tp : 1;
-    s.config.dp = student ? dp : 1;
-    s.config.micro_batch = student ? 4 : 8;
+    runtime_testing::SetDegrees(s, {student ? tp : 1, 1, 1, student ? dp : 1, student ? 4 : 8});
     s.config.zero_stage = student ? zero_stage : 0;
     if (!student) continue;
-    auto& m = s.model;
-    m.experts = kExperts;
-    m.experts_per_token = kTopK;
-    m.moe_ffn_hidden = 64;
-    m.ffn_hidden = 0;
-    m.extra["router_aux_loss_coef"] = aux_coef;
-    if (shape == Shape::kQwen2Moe) {
-      m.extra["shared_expert_ffn_hidden"] = 96;
-      m.extra["norm_topk_prob"] = 0;
-      m.extra["qkv_bias"] = 1;
-    }
+    runtime_testing::UseTinyMoe(s.model, shape == Shape::kQwen2Moe, aux_coef);
+    EXPECT_EQ(s.model.experts, kExperts);
+    EXPECT_EQ(s.model.experts_per_token, kTopK);
+    if (shape == Shape::kQwen2Moe) s.model.extra["qkv_bias"] = 1;
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -74,32 +60,15 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_moe", name);
 }
 
-std::map<int64_t, double> RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir, plan_path});
-  const auto run = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  return Losses(run_dir);
-}
-
-std::map<int64_t, double> RunReference(const std::string& plan_path, const std::string& run_dir) {
-  const auto run = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", run_dir, plan_path});
+// The losses of a run under mpirun in `run_dir` (a failure unless it exits 0).
+std::map<int64_t, double> TrainedLosses(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir) {
+  const auto run = runtime_testing::RunWorkers(p, plan_path, run_dir);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   return Losses(run_dir);
 }
 
 void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
-  const std::string dir = Fresh(what);
-  const std::string plan_path = WritePlan(p, dir);
-  const auto got = RunWorkers(p, plan_path, dir + "/run");
-  const auto want = RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(got.size()), p.data.steps) << what;
-  ASSERT_EQ(want.size(), got.size()) << what;
-  for (const auto& [step, loss] : got) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, want.at(step), 1e-5 * std::abs(want.at(step))) << what << " step " << step;
-  }
-  EXPECT_LT(got.rbegin()->second, got.begin()->second) << what << ": the loss moves";
+  runtime_testing::ExpectRunEqualsReference(what, p, Fresh(what));
 }
 
 TEST(MoeTraining, MixtralShapeStudentDp2Zero1EqualsTheReference) {
@@ -123,8 +92,8 @@ TEST(MoeTraining, TheLoadBalancingTermIsInTheLoss) {
   const plan::Plan with = MoePlan(Shape::kMixtral, 2, 0, kAuxCoef, 1);
   const plan::Plan without = MoePlan(Shape::kMixtral, 2, 0, 0.0, 1);
   const std::string dir = Fresh("aux_term");
-  const auto a = RunWorkers(with, WritePlan(with, dir + "/with"), dir + "/with/run");
-  const auto b = RunWorkers(without, WritePlan(without, dir + "/without"), dir + "/without/run");
+  const auto a = TrainedLosses(with, WritePlan(with, dir + "/with"), dir + "/with/run");
+  const auto b = TrainedLosses(without, WritePlan(without, dir + "/without"), dir + "/without/run");
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   const double balance = (a.at(0) - b.at(0)) / kAuxCoef;

@@ -31,7 +31,6 @@
 #include "runtime/pipeline.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -51,21 +50,21 @@
 #include "runtime/models/layers.h"
 #include "runtime/models/model_desc.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime::LayersOfStage;
 using runtime::StageOrder;
+using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
-using runtime_testing::WorkerOfRank;
+using runtime_testing::RunWorkers;
 using scheduler::Op;
 using scheduler::OpKind;
 
@@ -214,8 +213,6 @@ TEST(PipelineStages, RandomProgramsNeverDeadlockAndKeepTheirForwardAndBackwardOr
 
 // ---- whole runs under mpirun ----
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
-
 struct Layout {
   int student_tp = 1, student_pp = 2, student_dp = 1;
   int student_layers = 3;
@@ -233,11 +230,8 @@ plan::Plan KdPlan(const Layout& l, int64_t steps) {
   for (auto& s : p.sections) {
     const bool student = s.name == "student";
     s.init_from.clear();
-    s.config.cp = 1;
-    s.config.pp = student ? l.student_pp : l.teacher_pp;
-    s.config.tp = student ? l.student_tp : 1;
-    s.config.dp = student ? l.student_dp : 1;
-    s.config.micro_batch = 4;
+    runtime_testing::SetDegrees(
+        s, {student ? l.student_tp : 1, student ? l.student_pp : l.teacher_pp, 1, student ? l.student_dp : 1, 4});
     s.config.zero_stage = student ? l.zero_stage : 0;
     if (student) s.config.pp_layers = l.student_pp_layers;
     // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); here
@@ -247,11 +241,7 @@ plan::Plan KdPlan(const Layout& l, int64_t steps) {
       s.model.layers = l.student_layers;
       s.model.tie_embeddings = l.tied;
       s.optimizer.weight_decay = 0.1;
-      if (s.loss.kind != "kd") {
-        s.loss.kind = "kd";
-        s.loss.kd_alpha = 0.5;
-        s.loss.temperature = 2.0;
-      }
+      runtime_testing::UseKdLoss(s);
     }
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
@@ -264,53 +254,9 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_pipeline", name);
 }
 
-RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                       std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
 // A section's weights in a run's last checkpoint, by name.
-std::map<std::string, torch::Tensor> Weights(const plan::Plan& p, const std::string& section,
-                                             const std::string& run_dir) {
-  std::map<std::string, torch::Tensor> out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find(section);
-  EXPECT_TRUE(it != state.sections.end()) << run_dir;
-  if (it == state.sections.end()) return out;
-  auto module = runtime::BuildModel(p.sections[static_cast<size_t>(p.section_index(section))].model,
-                                    runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
-// The largest difference between two sets of weights, relative to the
-// largest magnitude of each tensor of `b`.
-double LargestRelativeDifference(const std::map<std::string, torch::Tensor>& a,
-                                 const std::map<std::string, torch::Tensor>& b, std::string* where) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, t] : a) {
-    auto it = b.find(name);
-    EXPECT_TRUE(it != b.end()) << name;
-    if (it == b.end()) continue;
-    const double scale = std::max(it->second.abs().max().item<double>(), 1e-30);
-    const double d = (t - it->second).abs().max().item<double>() / scale;
-    if (d > worst) {
-      worst = d;
-      *where = name;
-    }
-  }
-  return worst;
+runtime_testing::NamedWeights Weights(const plan::Plan& p, const std::string& section, const std::string& run_dir) {
+  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, section), run_dir, section);
 }
 
 // Plan `p` (the student, maybe the teacher, in pipeline stages) against the
@@ -332,13 +278,13 @@ std::string ExpectPipelineEqualsReference(const std::string& what, const plan::P
   const std::string dir = Fresh(what);
   const std::string plan_path = WritePlan(p, dir);
   const std::string unstaged_path = WritePlan(unstaged, dir + "/unstaged");
-  const auto run = RunSectioned(p, plan_path, dir + "/run");
+  const auto run = RunWorkers(p, plan_path, dir + "/run");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   if (run.exit_code != 0) return run.output;
-  const auto flat = RunSectioned(unstaged, unstaged_path, dir + "/unstaged/run");
+  const auto flat = RunWorkers(unstaged, unstaged_path, dir + "/unstaged/run");
   EXPECT_EQ(flat.exit_code, 0) << flat.output;
   if (flat.exit_code != 0) return run.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
+  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
   EXPECT_EQ(reference.exit_code, 0) << reference.output;
   if (reference.exit_code != 0) return run.output;
   const auto a = Losses(dir + "/run"), f = Losses(dir + "/unstaged/run"), r = Losses(dir + "/reference");
@@ -347,12 +293,9 @@ std::string ExpectPipelineEqualsReference(const std::string& what, const plan::P
     ADD_FAILURE() << what << ": runs of unequal length";
     return run.output;
   }
-  for (const auto& [step, loss] : a) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
-    EXPECT_NEAR(loss, f.at(step), 1e-5 * std::abs(f.at(step))) << what << " step " << step << " vs pp = 1";
-  }
-  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what << ": the loss moves";
+  runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference");
+  runtime_testing::ExpectLossesNear(what, a, f, 1e-5, " vs pp = 1");
+  runtime_testing::ExpectLossFalls(what, a);
   const auto w = Weights(p, "student", dir + "/run");
   const auto u = Weights(p, "student", dir + "/unstaged/run");
   const auto ref = Weights(p, "student", dir + "/reference");
@@ -431,49 +374,31 @@ TEST(PipelineTraining, Bf16AutocastTracksTheUnpipelinedBf16Run) {
   whole_layout.student_pp = 1;
   const plan::Plan whole = KdPlan(whole_layout, 3);
   const std::string dir = Fresh("bf16");
-  const auto a = RunSectioned(staged, WritePlan(staged, dir + "/pp2"), dir + "/pp2/run", {"--precision", "bf16"});
+  const auto a = RunWorkers(staged, WritePlan(staged, dir + "/pp2"), dir + "/pp2/run", {"--precision", "bf16"});
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const auto b = RunSectioned(whole, WritePlan(whole, dir + "/pp1"), dir + "/pp1/run", {"--precision", "bf16"});
+  const auto b = RunWorkers(whole, WritePlan(whole, dir + "/pp1"), dir + "/pp1/run", {"--precision", "bf16"});
   ASSERT_EQ(b.exit_code, 0) << b.output;
   const auto x = Losses(dir + "/pp2/run"), y = Losses(dir + "/pp1/run");
   ASSERT_EQ(x.size(), 3u);
   ASSERT_EQ(y.size(), 3u);
-  for (const auto& [step, loss] : x) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, y.at(step), 1e-5 * std::abs(y.at(step))) << "step " << step;
-  }
+  runtime_testing::ExpectLossesNear("bf16 pp 2", x, y, 1e-5, " vs pp 1");
 }
 
 TEST(PipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const plan::Plan p = KdPlan(Layout{}, 5);
   const std::string dir = Fresh("resume");
-  const std::string plan_path = WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
-  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole");
-  const auto b = Losses(dir + "/split");
-  ASSERT_EQ(a.size(), 5u);
-  ASSERT_EQ(b.size(), 5u) << "the resumed run starts at the next step, not over";
-  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("pp2", p, dir, 2));
   const auto x = LastCheckpoint(dir + "/whole");
   const auto y = LastCheckpoint(dir + "/split");
   EXPECT_EQ(x.step, 4);
   EXPECT_EQ(y.step, 4);
   ASSERT_TRUE(x.sections.count("student#pp1")) << "the second stage's AdamW state has its own key";
-  ASSERT_EQ(x.sections.size(), y.sections.size());
-  for (const auto& [name, state] : x.sections) {
-    ASSERT_TRUE(y.sections.count(name)) << name;
-    EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
-    // (AdamW archives are not compared as bytes: libtorch keys their state
-    // by TensorImpl address. Weights equal 3 steps past the resume show
-    // that every stage's moments came back.)
-    EXPECT_EQ(state.model.empty(), name.find('#') != std::string::npos) << name;
-    EXPECT_FALSE(y.sections.at(name).optimizer.empty()) << "optimizer state " << name;
-  }
+  // (AdamW archives are not compared as bytes: libtorch keys their state by
+  // TensorImpl address. Weights equal 3 steps past the resume show that every
+  // stage's moments came back.)
+  runtime_testing::ExpectSameCheckpointWeights("pp2", x, y,
+                                               {/*optimizer_present=*/true, /*optimizer_bytes_equal=*/false,
+                                                /*only_shards_lack_weights=*/true});
 }
 
 TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {
@@ -483,24 +408,14 @@ TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {
   const std::string dir = Fresh("killed_stage");
   const std::string plan_path = WritePlan(p, dir);
   const int victim = plan::GlobalRankOf(p, p.section_index("student"), 0, 0, 0, 1);  // the middle stage
-  RunResult result;
-  std::thread job([&] { result = RunSectioned(p, plan_path, dir + "/run"); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  pid_t pid = -1;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Losses(dir + "/run").size() >= 2) pid = WorkerOfRank(plan_path, victim);
-    if (pid > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
-  }
-  ASSERT_GT(pid, 0) << "the pipelined run made no progress";
-  const auto killed_at = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  job.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const auto killed = runtime_testing::RunAndKillRank(p, plan_path, dir + "/run", victim, 2, std::chrono::seconds(90),
+                                                      std::chrono::milliseconds(50));
+  ASSERT_GT(killed.pid, 0) << "the pipelined run made no progress";
+  const RunResult& result = killed.result;
   EXPECT_NE(result.exit_code, 0) << result.output;
   // mpirun ends with the killed rank's status (128 + 9); the outer timeout
   // (MpirunArgs: 120 s) would end it after the communication timeout.
-  EXPECT_LT(seconds, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
+  EXPECT_LT(killed.seconds_after_kill, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
   EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
 }
 
@@ -517,13 +432,10 @@ TEST(PipelineFailure, AHungStageEndsTheJobWithinTheCommTimeoutNamingItsRank) {
   const std::string plan_path = WritePlan(p, dir);
   const int victim = plan::GlobalRankOf(p, p.section_index("student"), 0, 0, 0, 1);  // the middle stage
   constexpr double kCommTimeoutS = 10;
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", dir + "/run", plan_path});
+  const runtime_testing::WorkerOptions hang_hook{
+      false, "10", {{"MAESTRO_TEST_HANG_BEFORE_STAGE_SEND", std::to_string(victim) + ":2"}}};
   RunResult result;
-  std::thread job([&] {
-    result = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "10"},
-                                {"MAESTRO_TEST_HANG_BEFORE_STAGE_SEND", std::to_string(victim) + ":2"}});
-  });
+  std::thread job([&] { result = RunWorkers(p, plan_path, dir + "/run", {}, hang_hook); });
   // Steps 0 and 1 done: the hang comes at step 2's first forward.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   bool progressed = false;

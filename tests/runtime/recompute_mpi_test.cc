@@ -26,18 +26,14 @@
 #include "tests/fixtures/demo_images.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
 using plan::RecomputeGranularity;
 using runtime_testing::Losses;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
 // Section name -> (tp, dp, micro-batch, recompute).
 struct Choice {
@@ -50,10 +46,7 @@ plan::Plan Sectioned(const std::string& spec, const std::map<std::string, Choice
   for (auto& s : p.sections) {
     const Choice& c = choice.at(s.name);
     s.init_from.clear();  // the spec's KD teacher comes from a trained run; here from the seed
-    s.config.pp = s.config.cp = 1;
-    s.config.tp = c.tp;
-    s.config.dp = c.dp;
-    s.config.micro_batch = c.micro_batch;
+    runtime_testing::SetDegrees(s, {c.tp, 1, 1, c.dp, c.micro_batch});
     s.config.set_recompute_granularity(c.recompute);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
@@ -63,15 +56,11 @@ plan::Plan Sectioned(const std::string& spec, const std::map<std::string, Choice
 // Every component in one fused section at TP `tp` x DP `dp`.
 plan::Plan Fused(const std::string& spec, int tp, int dp, RecomputeGranularity g, int64_t steps) {
   plan::Plan p = runtime_testing::CompiledExamplePlan(spec, compiler::Grouping::kFused);
-  EXPECT_EQ(p.sections.size(), 1u);
-  if (p.sections.empty()) return p;
-  auto& f = p.sections[0];
-  f.config.pp = f.config.cp = 1;
-  f.config.tp = tp;
-  f.config.dp = dp;
-  f.config.micro_batch = 4;
-  f.config.set_recompute_granularity(g);
-  for (auto& c : f.components) c.init_from.clear();
+  plan::SectionPlan* f = runtime_testing::TheFusedSection(p);
+  if (f == nullptr) return p;
+  runtime_testing::SetDegrees(*f, {tp, 1, 1, dp, 4});
+  f->config.set_recompute_granularity(g);
+  for (auto& c : f->components) c.init_from.clear();
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
@@ -96,26 +85,20 @@ std::string Fresh(const std::string& name) {
 void ExpectRecomputedRunsEqualReference(const std::string& what, const std::vector<plan::Plan>& runs) {
   const std::string dir = Fresh(what);
   const std::string reference_plan = WritePlan(WithoutRecompute(runs.front()), dir + "/reference_plan");
-  const auto reference =
-      RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", reference_plan});
+  const auto reference = runtime_testing::RunReference(reference_plan, dir + "/reference");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto want = Losses(dir + "/reference");
   ASSERT_EQ(static_cast<int64_t>(want.size()), runs.front().data.steps) << reference.output;
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string run_dir = dir + "/run" + std::to_string(i);
     const std::string path = WritePlan(runs[i], run_dir);
-    auto argv = MpirunArgs(runs[i].world_size());
-    argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir + "/out", path});
-    const auto run = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+    const auto run = runtime_testing::RunWorkers(runs[i], path, run_dir + "/out");
     ASSERT_EQ(run.exit_code, 0) << run.output;
     const auto got = Losses(run_dir + "/out");
     ASSERT_EQ(got.size(), want.size()) << run.output;
-    for (const auto& [step, loss] : got) {
-      ASSERT_TRUE(want.count(step)) << what << " step " << step;
-      EXPECT_TRUE(std::isfinite(loss));
-      EXPECT_NEAR(loss, want.at(step), 1e-5 * std::abs(want.at(step))) << what << " run " << i << " step " << step;
-    }
-    EXPECT_LT(got.rbegin()->second, got.begin()->second) << what << ": the loss moves";
+    const std::string which = what + " run " + std::to_string(i);
+    ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(which, got, want));
+    runtime_testing::ExpectLossFalls(which, got);
   }
 }
 

@@ -21,14 +21,12 @@
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "compiler/compile.h"
@@ -38,19 +36,20 @@
 #include "runtime/run_ahead.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
-using launcher::testing::RunResult;
+using runtime_testing::ConsumedSamples;
 using runtime_testing::LastCheckpoint;
+using runtime_testing::LoggedNumber;
 using runtime_testing::Losses;
-using runtime_testing::WorkerOfRank;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+using runtime_testing::ParseRunAheadLine;
+using runtime_testing::RunAheadLine;
+using runtime_testing::RunReference;
+using runtime_testing::RunWorkers;
 
 // The teacher's model parallelism.
 struct TeacherLayout {
@@ -68,17 +67,10 @@ plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   for (auto& s : p.sections) {
     const bool student = s.name == "student";
     s.init_from.clear();
-    s.config.cp = s.config.dp = 1;
-    s.config.tp = student ? 1 : layout.tp;
-    s.config.pp = student ? layout.student_pp : layout.pp;
-    s.config.micro_batch = 4;
+    runtime_testing::SetDegrees(s, {student ? 1 : layout.tp, student ? layout.student_pp : layout.pp, 1, 1, 4});
     s.config.zero_stage = 0;
     s.run_ahead = student ? 0 : run_ahead;
-    if (student && s.loss.kind != "kd") {
-      s.loss.kind = "kd";
-      s.loss.kd_alpha = 0.5;
-      s.loss.temperature = 2.0;
-    }
+    if (student) runtime_testing::UseKdLoss(s);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -86,58 +78,6 @@ plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
 
 std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_run_ahead_mp", name);
-}
-
-RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                       std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
-RunResult RunReference(const std::string& plan_path, const std::string& run_dir) {
-  return RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", run_dir, plan_path}, {});
-}
-
-// A number the worker logged after `label`, -1 when absent; `count`: how
-// many times the label appears.
-int64_t LoggedNumber(const std::string& output, const std::string& label, int* count = nullptr) {
-  int64_t value = -1;
-  int n = 0;
-  for (size_t at = output.find(label); at != std::string::npos; at = output.find(label, at + 1)) {
-    if (n++ == 0) value = std::atoll(output.c_str() + at + label.size());
-  }
-  if (count != nullptr) *count = n;
-  return value;
-}
-
-struct RunAheadLine {
-  int64_t steps_ahead = -1, most_rows = -1, bound = -1;
-};
-RunAheadLine ParseRunAhead(const std::string& output) {
-  RunAheadLine line;
-  const size_t at = output.find("batch(es): ");
-  if (at == std::string::npos) return line;
-  const std::string rest = output.substr(at);
-  line.steps_ahead = LoggedNumber(rest, "batch(es): ");
-  line.most_rows = LoggedNumber(rest, "at most ");
-  line.bound = LoggedNumber(rest, "(bound ");
-  return line;
-}
-
-int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs) {
-  auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
-  EXPECT_TRUE(index.ok()) << index.status().ToString();
-  if (!index.ok()) return -1;
-  int64_t consumed = 0;
-  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-    auto n = (*index)->ConsumedCount(epoch);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
-    if (n.ok()) consumed += *n;
-  }
-  return consumed;
 }
 
 class RunAheadModelParallel : public ::testing::TestWithParam<TeacherLayout> {};
@@ -154,11 +94,11 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
     const auto p = MpKdPlan(layout, kSteps, k);
     plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
     const std::string run = fmt::format("{}/k{}", dir, k);
-    const auto result = RunSectioned(p, plan_path, run);
+    const auto result = RunWorkers(p, plan_path, run);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     losses[k] = Losses(run);
     last[k] = LastCheckpoint(run);
-    const RunAheadLine line = ParseRunAhead(result.output);
+    const RunAheadLine line = ParseRunAheadLine(result.output);
     if (k == 0) {
       EXPECT_EQ(line.steps_ahead, -1) << "run_ahead 0 runs nothing ahead\n" << result.output;
       continue;
@@ -184,7 +124,7 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto r = Losses(dir + "/reference");
   ASSERT_EQ(r.size(), losses[2].size());
-  for (const auto& [step, loss] : losses[2]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
+  runtime_testing::ExpectLossesNear(layout.name + " run_ahead 2", losses[2], r);
 }
 
 // A PP 2 teacher running ahead into a PP 2 student (the rows arrive at the
@@ -200,11 +140,11 @@ TEST(RunAheadModelParallelIntoAPipeline, Pp2TeacherIntoAPp2StudentEqualsRunAhead
     const auto p = MpKdPlan(layout, kSteps, k);
     plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
     const std::string run = fmt::format("{}/k{}", dir, k);
-    const auto result = RunSectioned(p, plan_path, run);
+    const auto result = RunWorkers(p, plan_path, run);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     losses[k] = Losses(run);
     if (k == 1) {
-      EXPECT_EQ(ParseRunAhead(result.output).steps_ahead, kSteps - 1) << result.output;
+      EXPECT_EQ(ParseRunAheadLine(result.output).steps_ahead, kSteps - 1) << result.output;
     }
   }
   ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
@@ -213,7 +153,7 @@ TEST(RunAheadModelParallelIntoAPipeline, Pp2TeacherIntoAPp2StudentEqualsRunAhead
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto r = Losses(dir + "/reference");
   ASSERT_EQ(r.size(), losses[1].size());
-  for (const auto& [step, loss] : losses[1]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
+  runtime_testing::ExpectLossesNear("pp2_into_pp2 run_ahead 1", losses[1], r);
 }
 
 // (b) Stopped after step 2 (exit 85) with the teacher 2 batches ahead and
@@ -224,32 +164,20 @@ TEST_P(RunAheadModelParallel, StopAndResumeReusesTheRowsComputedAhead) {
   const TeacherLayout& layout = GetParam();
   const auto p = MpKdPlan(layout, kSteps, 2);
   const std::string dir = Fresh("resume_" + layout.name);
-  const std::string plan_path = runtime_testing::WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
-  ASSERT_EQ(first.exit_code, 85) << first.output;
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
+  runtime_testing::StopAndResumeRuns runs;
+  ASSERT_NO_FATAL_FAILURE(runs = runtime_testing::ExpectStopAndResumeLossesEqual(layout.name, p, dir, 3));
+  runtime_testing::ExpectSameSectionWeights(layout.name, dir + "/whole", dir + "/split", "student");
 
-  const auto a = Losses(dir + "/whole");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), kSteps);
-  EXPECT_EQ(a, Losses(dir + "/split"));
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
-  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
-
-  const int64_t computed_whole = LoggedNumber(whole.output, "computed ");
-  const int64_t computed_first = LoggedNumber(first.output, "computed ");
-  const int64_t computed_second = LoggedNumber(second.output, "computed ");
-  EXPECT_EQ(computed_whole, kSteps * p.data.global_batch) << whole.output;
-  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << first.output;
-  EXPECT_EQ(computed_first + computed_second, computed_whole) << first.output << second.output;
+  const int64_t computed_whole = LoggedNumber(runs.whole.output, "computed ");
+  const int64_t computed_first = LoggedNumber(runs.first.output, "computed ");
+  const int64_t computed_second = LoggedNumber(runs.second.output, "computed ");
+  EXPECT_EQ(computed_whole, kSteps * p.data.global_batch) << runs.whole.output;
+  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << runs.first.output;
+  EXPECT_EQ(computed_first + computed_second, computed_whole) << runs.first.output << runs.second.output;
   // Hits after the resume: steps 3 and 4 at their forwards, step 4 once more
   // when step 3 runs ahead (found in the spool, not computed), and step 5
   // (computed ahead during step 3).
-  EXPECT_EQ(LoggedNumber(second.output, "spool hits "), 4 * p.data.global_batch) << second.output;
+  EXPECT_EQ(LoggedNumber(runs.second.output, "spool hits "), 4 * p.data.global_batch) << runs.second.output;
   for (const std::string run : {"whole", "split"}) {
     EXPECT_EQ(ConsumedSamples(dir + "/" + run, kSteps), kSteps * p.data.global_batch) << run;
   }
@@ -266,35 +194,21 @@ TEST_P(RunAheadModelParallel, ATeacherRankKilledMidRunResumesAndReusesTheSpool) 
   p.checkpoint_every = 2;
   const std::string dir = Fresh("kill9_" + layout.name);
   const std::string plan_path = runtime_testing::WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  const auto whole = RunWorkers(p, plan_path, dir + "/whole");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
   // TP 2: TP rank 0 (the owner); PP 2 and TP 2 x PP 2: stage 0, TP rank 0 (not the owner).
   const int victim = plan::GlobalRankOf(p, p.section_index("teacher"), 0, 0, 0, 0);
-  RunResult killed;
-  std::thread job([&] { killed = RunSectioned(p, plan_path, dir + "/split"); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  pid_t pid = -1;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Losses(dir + "/split").size() >= 5) pid = WorkerOfRank(plan_path, victim);
-    if (pid > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not synchronization
-  }
-  if (pid > 0) {
-    EXPECT_EQ(::kill(pid, SIGKILL), 0);
-  }
-  job.join();
-  ASSERT_GT(pid, 0) << "the run made no progress\n" << killed.output;
-  ASSERT_NE(killed.exit_code, 0) << "killed mid-run: " << killed.output;
+  const auto killed = runtime_testing::RunAndKillRank(p, plan_path, dir + "/split", victim, 5,
+                                                      std::chrono::seconds(180), std::chrono::milliseconds(20));
+  ASSERT_GT(killed.pid, 0) << "the run made no progress\n" << killed.result.output;
+  ASSERT_NE(killed.result.exit_code, 0) << "killed mid-run: " << killed.result.output;
   ASSERT_LT(Losses(dir + "/split").size(), static_cast<size_t>(kSteps)) << "killed before the end";
 
-  const auto resumed = RunSectioned(p, plan_path, dir + "/split");
+  const auto resumed = RunWorkers(p, plan_path, dir + "/split");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(Losses(dir + "/whole"), Losses(dir + "/split"));
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
-  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
+  runtime_testing::ExpectSameSectionWeights(layout.name, dir + "/whole", dir + "/split", "student");
 
   // At least the rows of the steps past the last checkpoint (logged before
   // the kill) were read back, not computed again.

@@ -16,7 +16,6 @@
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,7 +28,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "compiler/compile.h"
@@ -42,20 +40,20 @@
 #include "tests/fixtures/image_files.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
+using runtime_testing::ConsumedSamples;
 using runtime_testing::LastCheckpoint;
+using runtime_testing::LoggedNumber;
 using runtime_testing::Losses;
-using runtime_testing::WorkerOfRank;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+using runtime_testing::RunAheadLine;
+using runtime_testing::RunReference;
 
 struct SectionChoice {
   int dp = 1;
@@ -69,10 +67,7 @@ plan::Plan LocalPlan(const std::string& spec_name, const std::map<std::string, S
   plan::Plan p = runtime_testing::CompiledExamplePlan(spec_name, compiler::Grouping::kSectioned);
   for (auto& s : p.sections) {
     const auto& c = choice.at(s.name);
-    s.config.pp = s.config.cp = 1;
-    s.config.tp = c.tp;
-    s.config.dp = c.dp;
-    s.config.micro_batch = c.micro_batch;
+    runtime_testing::SetDegrees(s, {c.tp, 1, 1, c.dp, c.micro_batch});
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -82,11 +77,7 @@ plan::Plan KdPlan(int student_dp, int64_t steps, int student_tp = 1) {
   auto p = LocalPlan("tiny_kd.toml", {{"teacher", {1, 8}}, {"student", {student_dp, 4, student_tp}}}, steps);
   for (auto& s : p.sections) {
     s.init_from.clear();  // the spec's teacher comes from a trained run; here it is built from the seed
-    if (s.name == "student" && s.loss.kind != "kd") {
-      s.loss.kind = "kd";
-      s.loss.kd_alpha = 0.5;
-      s.loss.temperature = 2.0;
-    }
+    if (s.name == "student") runtime_testing::UseKdLoss(s);
   }
   return p;
 }
@@ -96,21 +87,12 @@ plan::Plan KdPlan(int student_dp, int64_t steps, int student_tp = 1) {
 // 4; the KD teacher from the seed and the student's loss KD, as in KdPlan.
 plan::Plan FusedPlan(const std::string& spec_name, int tp, int dp, int64_t steps) {
   plan::Plan p = runtime_testing::CompiledExamplePlan(spec_name, compiler::Grouping::kFused);
-  EXPECT_EQ(p.sections.size(), 1u);
-  if (p.sections.empty()) return p;
-  auto& f = p.sections[0];
-  EXPECT_TRUE(f.fused());
-  f.config.pp = f.config.cp = 1;
-  f.config.tp = tp;
-  f.config.dp = dp;
-  f.config.micro_batch = 4;
-  for (auto& c : f.components) {
+  plan::SectionPlan* f = runtime_testing::TheFusedSection(p);
+  if (f == nullptr) return p;
+  runtime_testing::SetDegrees(*f, {tp, 1, 1, dp, 4});
+  for (auto& c : f->components) {
     c.init_from.clear();
-    if (c.name == "student" && c.loss.kind != "kd") {
-      c.loss.kind = "kd";
-      c.loss.kd_alpha = 0.5;
-      c.loss.temperature = 2.0;
-    }
+    if (c.name == "student") runtime_testing::UseKdLoss(c);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -126,41 +108,22 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_train", name);
 }
 
+// These runs keep the worker's per-step lines (no --no-progress).
+const runtime_testing::WorkerOptions kPerStepLines = [] {
+  runtime_testing::WorkerOptions options;
+  options.per_step_lines = true;
+  return options;
+}();
+
 RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                       std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
-RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
                        const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{kWorker, "--reference", "--no-eval", "--run-dir", run_dir};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {});
+  return runtime_testing::RunWorkers(p, plan_path, run_dir, extra, kPerStepLines);
 }
 
+// The sectioned run (in <what>/sectioned) equals the reference at every step
+// within 1e-5 relative, and its loss falls (runtime_testing::ExpectRunEqualsReference).
 void ExpectSameLosses(const std::string& what, const plan::Plan& p) {
-  const std::string dir = Fresh(what);
-  const std::string plan_path = WritePlan(p, dir);
-  const auto sectioned = RunSectioned(p, plan_path, dir + "/sectioned");
-  ASSERT_EQ(sectioned.exit_code, 0) << sectioned.output;
-  const auto reference = RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto a = Losses(dir + "/sectioned");
-  const auto b = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << sectioned.output;
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [step, loss] : a) {
-    ASSERT_TRUE(b.count(step)) << what << " step " << step;
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(b.at(step))) << what << " step " << step;
-  }
-  // The losses move: a run that trained nothing would also "agree".
-  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what;
+  runtime_testing::ExpectRunEqualsReference(what, p, Fresh(what), "sectioned", kPerStepLines);
 }
 
 TEST(RuntimeTrain, VlmSectionedEqualsMonolithicFanOut1) {
@@ -246,50 +209,16 @@ TEST(RuntimeTrain, ACorpusTokenOutsideTheVocabularyStopsTheRunNamingTheCorpus) {
 // in metrics.jsonl.
 constexpr int64_t kVlmImageToken = 300;  // below the tiny decoder's vocabulary of 512
 
-// Writes <dir>/img/*.png|jpg and <dir>/train.jsonl with `samples` good lines
-// (image counts 0, 1, 2, 0, 1, 2, ...) and then `extra` lines as given.
+// <dir>/img/*.png|jpg and <dir>/train.jsonl with `samples` good lines (image
+// counts 0, 1, 2, 0, 1, 2, ..., 16 placeholders an image) and then `extra`
+// lines as given.
 std::string WriteVlmManifest(const std::string& dir, int samples, const std::vector<std::string>& extra = {}) {
-  fs::create_directories(dir + "/img");
-  for (int k = 0; k < 6; ++k) {
-    std::vector<uint8_t> gray(28 * 28), rgb(20 * 36 * 3);
-    for (int y = 0; y < 28; ++y) {
-      for (int x = 0; x < 28; ++x)
-        gray[static_cast<size_t>(y * 28 + x)] = static_cast<uint8_t>((x * (k + 1) * 9 + y * 17) % 256);
-    }
-    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * (k + 3)) % 251);
-    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.png", dir, k), testing::EncodePng8(gray, 28, 28, 1)));
-    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.jpg", dir, k), testing::EncodeJpeg8(rgb, 20, 36, 3)));
-  }
-  std::string text;
-  for (int i = 0; i < samples; ++i) {
-    std::vector<int64_t> ids{257};
-    std::vector<std::string> images;
-    for (int k = 0; k < i % 3; ++k) {
-      const int image = (i + k) % 6;
-      images.push_back(fmt::format("img/{}.{}", image, (i + k) % 2 == 0 ? "png" : "jpg"));
-      ids.insert(ids.end(), 16, kVlmImageToken);
-      ids.push_back(260 + image);  // a word naming the image
-    }
-    for (int t = 0; t < 8 + i % 5; ++t) ids.push_back(32 + (i * 7 + t) % 60);  // counting text
-    ids.push_back(258);
-    nlohmann::json line{{"input_ids", ids}, {"id", fmt::format("s{}", i)}};
-    if (!images.empty()) line["images"] = images;
-    text += line.dump() + "\n";
-  }
-  for (const auto& line : extra) text += line + "\n";
-  const std::string path = dir + "/train.jsonl";
-  EXPECT_TRUE(testing::WriteBytes(path, text));
-  return path;
+  return runtime_testing::WriteImageManifest(dir, samples, 16, kVlmImageToken, extra);
 }
 
 plan::Plan JsonlVlmPlan(const std::string& manifest, int llm_dp, int64_t steps) {
   auto p = VlmPlan(llm_dp, steps);
-  p.data.dataset.clear();
-  p.data.manifest = manifest;
-  p.data.image_token_id = kVlmImageToken;
-  p.data.max_images_per_sample = 2;
-  p.data.seq_len = 48;
-  p.data.global_batch = 16;
+  runtime_testing::UseImageManifest(p, manifest, kVlmImageToken, 48, 16);
   return p;
 }
 
@@ -431,20 +360,9 @@ TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
 // A run stopped after a checkpoint (exit 85) and resumed ends with the same
 // losses and weights as an uninterrupted run of plan `p` (6 steps).
 void ExpectStopAndResumeBitIdentical(const std::string& what, const plan::Plan& p) {
+  ASSERT_EQ(p.data.steps, 6);
   const std::string dir = Fresh("resume_" + what);
-  const std::string plan_path = WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
-  ASSERT_EQ(first.exit_code, 85) << what << ": a stopped run exits 85 (requeue)\n" << first.output;
-  EXPECT_EQ(Losses(dir + "/split").size(), 3u);
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole");
-  const auto b = Losses(dir + "/split");
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 6u) << "the resumed run starts at the next step, not over";
-  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << what << " step " << step;
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual(what, p, dir, 3, kPerStepLines));
   // The final weights are the same bytes. (The optimizer archives are not
   // compared as bytes: libtorch keys AdamW's state by TensorImpl address.
   // Weights equal after 3 steps past the resume show that its moments
@@ -453,16 +371,9 @@ void ExpectStopAndResumeBitIdentical(const std::string& what, const plan::Plan& 
   const auto y = LastCheckpoint(dir + "/split");
   EXPECT_EQ(x.step, 5);
   EXPECT_EQ(y.step, 5);
-  ASSERT_FALSE(x.sections.empty());
-  ASSERT_EQ(x.sections.size(), y.sections.size());
-  for (const auto& [name, state] : x.sections) {
-    ASSERT_TRUE(y.sections.count(name)) << name;
-    // "<section>#tp<t>" entries hold TP rank t's optimizer shard only, and
-    // "<section>[#tp<t>]#dp<d>" DP rank d's under ZeRO-1.
-    EXPECT_EQ(state.model.empty(), name.find('#') != std::string::npos) << name;
-    EXPECT_TRUE(state.model == y.sections.at(name).model) << what << ": weights of " << name;
-    EXPECT_FALSE(y.sections.at(name).optimizer.empty()) << what << ": optimizer of " << name;
-  }
+  runtime_testing::ExpectSameCheckpointWeights(what, x, y,
+                                               {/*optimizer_present=*/true, /*optimizer_bytes_equal=*/false,
+                                                /*only_shards_lack_weights=*/true});
 }
 
 TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunVlm) {
@@ -555,28 +466,6 @@ plan::Plan KdRunAheadPlan(int student_dp, int64_t steps, int run_ahead) {
   return p;
 }
 
-// A number the worker logged after `label` (e.g. "computed "), -1 when absent.
-int64_t LoggedNumber(const std::string& output, const std::string& label) {
-  const size_t at = output.find(label);
-  if (at == std::string::npos) return -1;
-  return std::atoll(output.c_str() + at + label.size());
-}
-
-// The teacher's final line about its run-ahead.
-struct RunAheadLine {
-  int64_t steps_ahead = -1, most_rows = -1, bound = -1;
-};
-RunAheadLine ParseRunAhead(const std::string& output) {
-  RunAheadLine line;
-  const size_t at = output.find("batch(es): ");
-  if (at == std::string::npos) return line;
-  const std::string rest = output.substr(at);
-  line.steps_ahead = LoggedNumber(rest, "batch(es): ");
-  line.most_rows = LoggedNumber(rest, "at most ");
-  line.bound = LoggedNumber(rest, "(bound ");
-  return line;
-}
-
 // Run-ahead 1 and 2 give the student bit for bit the losses and weights of
 // run-ahead 0 (a frozen teacher's rows do not depend on when they are
 // computed), and the reference's losses within 1e-5; the teacher really ran
@@ -596,7 +485,7 @@ TEST(RuntimeTrain, KdRunAheadEqualsRunAheadZeroBitForBitAndTheReference) {
     ASSERT_EQ(result.exit_code, 0) << result.output;
     losses[k] = Losses(run);
     last[k] = LastCheckpoint(run);
-    const RunAheadLine line = ParseRunAhead(result.output);
+    const RunAheadLine line = runtime_testing::ParseRunAheadLine(result.output);
     if (k == 0) {
       EXPECT_EQ(line.steps_ahead, -1) << "run_ahead 0 runs nothing ahead\n" << result.output;
       continue;
@@ -618,7 +507,7 @@ TEST(RuntimeTrain, KdRunAheadEqualsRunAheadZeroBitForBitAndTheReference) {
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto r = Losses(dir + "/reference");
   ASSERT_EQ(r.size(), losses[2].size());
-  for (const auto& [step, loss] : losses[2]) EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << step;
+  runtime_testing::ExpectLossesNear("run_ahead 2", losses[2], r);
 }
 
 // A run with the teacher 2 batches ahead, stopped after step 2 (exit 85, a
@@ -631,41 +520,21 @@ TEST(RuntimeTrain, KdRunAheadStopAndResumeReusesTheRowsComputedAhead) {
   constexpr int64_t kSteps = 6;
   const auto p = KdRunAheadPlan(1, kSteps, 2);
   const std::string dir = Fresh("kd_run_ahead_resume");
-  const std::string plan_path = WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
-  ASSERT_EQ(first.exit_code, 85) << first.output;
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
+  runtime_testing::StopAndResumeRuns runs;
+  ASSERT_NO_FATAL_FAILURE(
+      runs = runtime_testing::ExpectStopAndResumeLossesEqual("kd_run_ahead", p, dir, 3, kPerStepLines));
+  runtime_testing::ExpectSameSectionWeights("kd_run_ahead", dir + "/whole", dir + "/split", "student");
 
-  const auto a = Losses(dir + "/whole");
-  const auto b = Losses(dir + "/split");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), kSteps);
-  EXPECT_EQ(a, b);
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
-  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
-
-  const int64_t computed_whole = LoggedNumber(whole.output, "computed ");
-  const int64_t computed_first = LoggedNumber(first.output, "computed ");
-  const int64_t computed_second = LoggedNumber(second.output, "computed ");
-  ASSERT_GT(computed_whole, 0) << whole.output;
-  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << first.output;
-  EXPECT_EQ(computed_first + computed_second, computed_whole) << first.output << second.output;
-  EXPECT_GE(LoggedNumber(second.output, "spool hits "), 2 * p.data.global_batch) << second.output;
+  const int64_t computed_whole = LoggedNumber(runs.whole.output, "computed ");
+  const int64_t computed_first = LoggedNumber(runs.first.output, "computed ");
+  const int64_t computed_second = LoggedNumber(runs.second.output, "computed ");
+  ASSERT_GT(computed_whole, 0) << runs.whole.output;
+  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << runs.first.output;
+  EXPECT_EQ(computed_first + computed_second, computed_whole) << runs.first.output << runs.second.output;
+  EXPECT_GE(LoggedNumber(runs.second.output, "spool hits "), 2 * p.data.global_batch) << runs.second.output;
 
   for (const std::string run : {"whole", "split"}) {
-    auto index = datalayer::SampleIndex::Open(dir + "/" + run + "/index.sqlite");
-    ASSERT_TRUE(index.ok()) << index.status().ToString();
-    int64_t consumed = 0;
-    for (int64_t epoch = 0; epoch < kSteps; ++epoch) {
-      auto n = (*index)->ConsumedCount(epoch);
-      ASSERT_TRUE(n.ok()) << n.status().ToString();
-      consumed += *n;
-    }
-    EXPECT_EQ(consumed, kSteps * p.data.global_batch) << run;
+    EXPECT_EQ(ConsumedSamples(dir + "/" + run, kSteps), kSteps * p.data.global_batch) << run;
   }
 }
 
@@ -685,31 +554,18 @@ TEST(RuntimeTrain, KdRunAheadTeacherKilledMidRunResumesAndReusesItsSpool) {
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
   const int teacher = plan::GlobalRankOf(p, p.section_index("teacher"), 0, 0, 0, 0);
-  RunResult killed;
-  std::thread job([&] { killed = RunSectioned(p, plan_path, dir + "/split"); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  pid_t pid = -1;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Losses(dir + "/split").size() >= 5) pid = WorkerOfRank(plan_path, teacher);
-    if (pid > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not synchronization
-  }
-  if (pid > 0) {
-    EXPECT_EQ(::kill(pid, SIGKILL), 0);
-  }
-  job.join();
-  ASSERT_GT(pid, 0) << "the run made no progress\n" << killed.output;
-  ASSERT_NE(killed.exit_code, 0) << "killed mid-run: " << killed.output;
+  const auto killed =
+      runtime_testing::RunAndKillRank(p, plan_path, dir + "/split", teacher, 5, std::chrono::seconds(120),
+                                      std::chrono::milliseconds(20), kPerStepLines);
+  ASSERT_GT(killed.pid, 0) << "the run made no progress\n" << killed.result.output;
+  ASSERT_NE(killed.result.exit_code, 0) << "killed mid-run: " << killed.result.output;
   const size_t logged_before = Losses(dir + "/split").size();
   ASSERT_LT(logged_before, static_cast<size_t>(kSteps)) << "killed before the end";
 
   const auto resumed = RunSectioned(p, plan_path, dir + "/split");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(Losses(dir + "/whole"), Losses(dir + "/split"));
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  ASSERT_TRUE(x.sections.count("student") && y.sections.count("student"));
-  EXPECT_TRUE(x.sections.at("student").model == y.sections.at("student").model);
+  runtime_testing::ExpectSameSectionWeights("kd_run_ahead_kill9", dir + "/whole", dir + "/split", "student");
 
   // The resumed start computes only what the teacher had not spooled: at
   // least the rows of the steps logged before the kill past the last
@@ -720,15 +576,8 @@ TEST(RuntimeTrain, KdRunAheadTeacherKilledMidRunResumesAndReusesItsSpool) {
   EXPECT_GE(hits, p.data.global_batch) << "rows spooled before the kill are reused\n" << resumed.output;
   EXPECT_LT(computed, LoggedNumber(whole.output, "computed ")) << resumed.output;
 
-  auto index = datalayer::SampleIndex::Open(dir + "/split/index.sqlite");
-  ASSERT_TRUE(index.ok()) << index.status().ToString();
-  int64_t consumed = 0;
-  for (int64_t epoch = 0; epoch < kSteps; ++epoch) {
-    auto n = (*index)->ConsumedCount(epoch);
-    ASSERT_TRUE(n.ok()) << n.status().ToString();
-    consumed += *n;
-  }
-  EXPECT_EQ(consumed, kSteps * p.data.global_batch) << "every sample consumed exactly once";
+  EXPECT_EQ(ConsumedSamples(dir + "/split", kSteps), kSteps * p.data.global_batch)
+      << "every sample consumed exactly once";
 }
 
 }  // namespace

@@ -38,23 +38,17 @@
 #include "plan/plan.h"
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
-#include "tests/fixtures/image_files.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
-using launcher::testing::RunResult;
 using runtime::EncoderSequenceSplit;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::Losses;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
 // ---- EncoderSequenceSplit (no processes) ----
 
@@ -152,19 +146,7 @@ TEST(VitContextParallelSplit, APaddingOnlyRankStillBackpropagatesIntoKeysAndValu
 // ---- the planner and the refusals ----
 
 plan::Plan CompiledTinyVlm(compiler::Grouping grouping, const std::vector<std::string>& pins) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm.toml");
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  if (!spec.ok()) return {};
-  compiler::CompileOptions options;
-  options.grouping = grouping;
-  for (const auto& text : pins) {
-    auto pin = compiler::ParsePin(text);
-    EXPECT_TRUE(pin.ok()) << pin.status().ToString();
-    if (pin.ok()) options.pins.push_back(*pin);
-  }
-  auto compiled = compiler::Compile(*spec, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  return compiled.ok() ? compiled->plan : plan::Plan();
+  return runtime_testing::CompiledExamplePlan("tiny_vlm.toml", grouping, pins);
 }
 
 TEST(VitContextParallelPlanner, EncoderCpRunsAndDecoderCpIsPlannerOnly) {
@@ -218,36 +200,7 @@ constexpr int64_t kPatchesPerImage = 49;
 // <dir>/img/*.png|jpg and <dir>/train.jsonl: `samples` samples with 0, 1, 2,
 // 0, 1, 2, ... images, kPatchesPerImage placeholders per image.
 std::string WriteManifest(const std::string& dir, int samples) {
-  fs::create_directories(dir + "/img");
-  for (int k = 0; k < 6; ++k) {
-    std::vector<uint8_t> gray(28 * 28), rgb(20 * 36 * 3);
-    for (int y = 0; y < 28; ++y) {
-      for (int x = 0; x < 28; ++x)
-        gray[static_cast<size_t>(y * 28 + x)] = static_cast<uint8_t>((x * (k + 1) * 9 + y * 17) % 256);
-    }
-    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * (k + 3)) % 251);
-    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.png", dir, k), testing::EncodePng8(gray, 28, 28, 1)));
-    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.jpg", dir, k), testing::EncodeJpeg8(rgb, 20, 36, 3)));
-  }
-  std::string text;
-  for (int i = 0; i < samples; ++i) {
-    std::vector<int64_t> ids{257};
-    std::vector<std::string> images;
-    for (int k = 0; k < i % 3; ++k) {
-      const int image = (i + k) % 6;
-      images.push_back(fmt::format("img/{}.{}", image, (i + k) % 2 == 0 ? "png" : "jpg"));
-      ids.insert(ids.end(), kPatchesPerImage, kImageToken);
-      ids.push_back(260 + image);  // a word naming the image
-    }
-    for (int t = 0; t < 8 + i % 5; ++t) ids.push_back(32 + (i * 7 + t) % 60);
-    ids.push_back(258);
-    nlohmann::json line{{"input_ids", ids}, {"id", fmt::format("s{}", i)}};
-    if (!images.empty()) line["images"] = images;
-    text += line.dump() + "\n";
-  }
-  const std::string path = dir + "/train.jsonl";
-  EXPECT_TRUE(testing::WriteBytes(path, text));
-  return path;
+  return runtime_testing::WriteImageManifest(dir, samples, kPatchesPerImage, kImageToken);
 }
 
 std::string Fresh(const std::string& name) {
@@ -262,18 +215,10 @@ plan::Plan VitCpPlan(const std::string& data_dir, int vit_tp, int dp, int64_t st
                      plan::RecomputeGranularity vit_recompute = plan::RecomputeGranularity::kNone) {
   plan::Plan p = CompiledTinyVlm(compiler::Grouping::kSectioned, {"vit.cp=2"});
   if (p.section_index("vit") < 0) return p;
-  p.data.dataset.clear();
-  p.data.manifest = WriteManifest(data_dir, 48);
-  p.data.image_token_id = kImageToken;
-  p.data.max_images_per_sample = 2;
-  p.data.seq_len = 128;
-  p.data.global_batch = 12;
+  runtime_testing::UseImageManifest(p, WriteManifest(data_dir, 48), kImageToken, 128, 12);
   for (auto& s : p.sections) {
-    s.config.pp = 1;
-    s.config.dp = dp;
-    s.config.cp = s.name == "vit" ? 2 : 1;
-    s.config.tp = s.name == "vit" ? vit_tp : 1;
-    s.config.micro_batch = s.name == "vit" ? 3 : 4;
+    const bool vit = s.name == "vit";
+    runtime_testing::SetDegrees(s, {vit ? vit_tp : 1, 1, vit ? 2 : 1, dp, vit ? 3 : 4});
     s.config.zero_stage = dp > 1 ? 1 : 0;
     s.config.set_recompute_granularity(s.name == "vit" ? vit_recompute : plan::RecomputeGranularity::kNone);
     if (s.name == "vit") {
@@ -284,31 +229,6 @@ plan::Plan VitCpPlan(const std::string& data_dir, int vit_tp, int dp, int64_t st
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
-}
-
-RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir, plan_path});
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
-// The weights of checkpoint entry `name` (model `desc`) of the run's last checkpoint.
-std::map<std::string, torch::Tensor> Weights(const plan::ModelDesc& desc, const std::string& run_dir,
-                                             const std::string& name) {
-  std::map<std::string, torch::Tensor> out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find(name);
-  EXPECT_TRUE(it != state.sections.end()) << run_dir << " has no '" << name << "'";
-  if (it == state.sections.end()) return out;
-  auto module = runtime::BuildModel(desc, runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
 }
 
 // The ViT ranks' "context parallel: held X of Y tokens (+P padding)" lines
@@ -343,52 +263,31 @@ int64_t ExpectTheCpRanksSplitTheTokens(const std::string& what, const plan::Plan
 // Plan `p` against the reference: the losses of every step and the final
 // weights of every section within 1e-5 relative. Returns the CP ranks' padding rows.
 int64_t ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, const std::string& dir) {
-  const std::string plan_path = runtime_testing::WritePlan(p, dir);
-  const auto run = RunSectioned(p, plan_path, dir + "/run");
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  if (run.exit_code != 0) return 0;
-  const int64_t padding = ExpectTheCpRanksSplitTheTokens(what, p, run.output);
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path});
-  EXPECT_EQ(reference.exit_code, 0) << reference.output;
-  if (reference.exit_code != 0) return padding;
-
-  const auto a = Losses(dir + "/run"), r = Losses(dir + "/reference");
-  EXPECT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
-  EXPECT_EQ(r.size(), a.size());
-  if (r.size() != a.size() || a.empty()) return padding;
+  const auto runs = runtime_testing::ExpectRunEqualsReference(what, p, dir);
+  if (runs.run.exit_code != 0) return 0;
+  const int64_t padding = ExpectTheCpRanksSplitTheTokens(what, p, runs.run.output);
+  const auto &a = runs.run_losses, &r = runs.reference_losses;
+  if (runs.reference.exit_code != 0 || r.size() != a.size() || a.empty()) return padding;
   double worst_loss = 0.0;
-  for (const auto& [step, loss] : a) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step;
+  for (const auto& [step, loss] : a)
     worst_loss = std::max(worst_loss, std::abs(loss - r.at(step)) / std::abs(r.at(step)));
-  }
-  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what << ": the loss moves";
 
   double worst = 0.0;
   for (const auto& s : p.sections) {
-    const auto mine = Weights(s.model, dir + "/run", s.name);
-    const auto want = Weights(s.model, dir + "/reference", s.name);
+    const auto mine = runtime_testing::CheckpointWeights(s.model, dir + "/run", s.name);
+    const auto want = runtime_testing::CheckpointWeights(s.model, dir + "/reference", s.name);
     EXPECT_FALSE(mine.empty()) << s.name;
     EXPECT_EQ(mine.size(), want.size()) << s.name;
     if (mine.empty() || mine.size() != want.size()) continue;
-    for (const auto& [param, t] : mine) {
-      auto u = want.at(param), got = t;
-      if (param.size() >= 13 && param.compare(param.size() - 13, 13, "attn.qkv.bias") == 0) {
-        // The key third of a fused qkv bias has a gradient of rounding noise
-        // (softmax ignores a shift shared by every key) that AdamW turns into
-        // steps of up to ~lr: held to lr x steps, the rest to 1e-5
-        // (tests/runtime/encoder_tp_mpi_test.cc says more).
-        const int64_t c = u.size(0) / 3;
-        EXPECT_LE((got.narrow(0, c, c) - u.narrow(0, c, c)).abs().max().item<double>(),
-                  s.optimizer.lr * static_cast<double>(p.data.steps))
-            << what << ": " << s.name << "." << param << " (key bias)";
-        got = torch::cat({got.narrow(0, 0, c), got.narrow(0, 2 * c, c)});
-        u = torch::cat({u.narrow(0, 0, c), u.narrow(0, 2 * c, c)});
-      }
-      const double d = (got - u).abs().max().item<double>() / std::max(u.abs().max().item<double>(), 1e-30);
-      EXPECT_LE(d, 1e-5) << what << ": " << s.name << "." << param;
-      worst = std::max(worst, d);
-    }
+    // The key third of a fused qkv bias has a gradient of rounding noise
+    // (softmax ignores a shift shared by every key) that AdamW turns into
+    // steps of up to ~lr: held to lr x steps, the rest to 1e-5
+    // (checkpoint_weights.h says more).
+    std::string where;
+    const double d = runtime_testing::LargestRelativeDifference(mine, want, &where,
+                                                                s.optimizer.lr * static_cast<double>(p.data.steps));
+    EXPECT_LE(d, 1e-5) << what << ": " << s.name << "." << where;
+    worst = std::max(worst, d);
   }
   std::cout << what << ": losses within " << worst_loss << ", final weights within " << worst
             << " relative of the reference\n";
@@ -432,27 +331,10 @@ TEST(VitContextParallelTraining, Cp2WithFullAndSelectiveRecomputeEqualsTheRefere
 TEST(VitContextParallelTraining, Cp2StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const std::string dir = Fresh("cp2_resume");
   const plan::Plan p = VitCpPlan(dir + "/data", 1, 1, 4);
-  const std::string plan_path = runtime_testing::WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", dir + "/split", "--stop-after-steps",
-                           "2", plan_path});
-  const auto first = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole"), b = Losses(dir + "/split");
-  ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u);
-  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("vit_cp2", p, dir, 2));
   const auto x = LastCheckpoint(dir + "/whole"), y = LastCheckpoint(dir + "/split");
   ASSERT_TRUE(x.sections.count("vit"));
-  ASSERT_EQ(x.sections.size(), y.sections.size());
-  for (const auto& [name, state] : x.sections) {
-    ASSERT_TRUE(y.sections.count(name)) << name;
-    EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
-  }
+  runtime_testing::ExpectSameCheckpointWeights("vit_cp2", x, y);
 }
 
 }  // namespace

@@ -28,19 +28,18 @@
 #include "runtime/models/layers.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-namespace fs = std::filesystem;
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
-using launcher::testing::RunResult;
 using runtime::DistributedOptimizer;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::RunWorkers;
 
 // A DP group of one rank: the optimizer never communicates then, and says so
 // here if it tried.
@@ -210,8 +209,6 @@ TEST(DistributedOptimizer, SaveAndLoadContinueBitForBitAndAnotherLayoutIsRefused
 
 // ---- whole runs under mpirun ----
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
-
 // specs/tiny_kd.toml placed on this machine: the teacher on one rank (built
 // from the seed), the student at `dp` x `tp` with micro-batches of 4,
 // `zero_stage`, weight decay 0.1 (so the decoupled decay is exercised).
@@ -221,18 +218,11 @@ plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
   for (auto& s : p.sections) {
     const bool student = s.name == "student";
     s.init_from.clear();
-    s.config.pp = s.config.cp = 1;
-    s.config.tp = student ? tp : 1;
-    s.config.dp = student ? dp : 1;
-    s.config.micro_batch = student ? 4 : 8;
+    runtime_testing::SetDegrees(s, {student ? tp : 1, 1, 1, student ? dp : 1, student ? 4 : 8});
     s.config.zero_stage = student ? zero_stage : 0;
     if (student) {
       s.optimizer.weight_decay = 0.1;
-      if (s.loss.kind != "kd") {
-        s.loss.kind = "kd";
-        s.loss.kd_alpha = 0.5;
-        s.loss.temperature = 2.0;
-      }
+      runtime_testing::UseKdLoss(s);
     }
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
@@ -245,32 +235,9 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_zero1", name);
 }
 
-RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                       std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
 // The student's weights in the run's last checkpoint, by name.
-std::map<std::string, torch::Tensor> StudentWeights(const plan::Plan& p, const std::string& run_dir) {
-  std::map<std::string, torch::Tensor> out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find("student");
-  EXPECT_TRUE(it != state.sections.end()) << run_dir;
-  if (it == state.sections.end()) return out;
-  auto module = runtime::BuildModel(p.sections[static_cast<size_t>(p.section_index("student"))].model,
-                                    runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
+runtime_testing::NamedWeights StudentWeights(const plan::Plan& p, const std::string& run_dir) {
+  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, "student"), run_dir, "student");
 }
 
 // Plan `p` (the student with zero_stage 1) against the same plan with
@@ -282,33 +249,27 @@ void ExpectZero1EqualsZero0AndReference(const std::string& what, const plan::Pla
   const std::string dir = Fresh(what);
   const std::string plan1 = WritePlan(p, dir + "/zero1");
   const std::string plan0 = WritePlan(p0, dir + "/zero0");
-  const auto zero1 = RunSectioned(p, plan1, dir + "/zero1/run");
+  const auto zero1 = RunWorkers(p, plan1, dir + "/zero1/run");
   ASSERT_EQ(zero1.exit_code, 0) << zero1.output;
-  const auto zero0 = RunSectioned(p0, plan0, dir + "/zero0/run");
+  const auto zero0 = RunWorkers(p0, plan0, dir + "/zero0/run");
   ASSERT_EQ(zero0.exit_code, 0) << zero0.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan1});
+  const auto reference = runtime_testing::RunReference(plan1, dir + "/reference");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
 
   const auto a = Losses(dir + "/zero1/run"), b = Losses(dir + "/zero0/run"), r = Losses(dir + "/reference");
   ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << zero1.output;
   ASSERT_EQ(b.size(), a.size());
   ASSERT_EQ(r.size(), a.size());
-  for (const auto& [step, loss] : a) {
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(b.at(step))) << what << " step " << step << " vs zero_stage 0";
-    EXPECT_NEAR(loss, r.at(step), 1e-5 * std::abs(r.at(step))) << what << " step " << step << " vs the reference";
-  }
-  EXPECT_LT(a.rbegin()->second, a.begin()->second) << what << ": the loss moves";
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, b, 1e-5, " vs zero_stage 0"));
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference"));
+  runtime_testing::ExpectLossFalls(what, a);
 
   const auto w1 = StudentWeights(p, dir + "/zero1/run");
   const auto w0 = StudentWeights(p, dir + "/zero0/run");
   ASSERT_FALSE(w1.empty());
   ASSERT_EQ(w1.size(), w0.size());
-  for (const auto& [name, t] : w1) {
-    const auto& u = w0.at(name);
-    const double scale = std::max(u.abs().max().item<double>(), 1e-30);
-    EXPECT_LE((t - u).abs().max().item<double>() / scale, 1e-5) << what << ": " << name;
-  }
+  std::string where;
+  EXPECT_LE(runtime_testing::LargestRelativeDifference(w1, w0, &where), 1e-5) << what << ": " << where;
 
   // The checkpoint holds one AdamW shard per (TP, DP) rank, each about half
   // of the replicated state; zero_stage 0 keeps one per TP rank.
@@ -339,18 +300,7 @@ TEST(Zero1Training, KdStudentTp2Dp2EqualsZeroStage0AndTheReference) {
 TEST(Zero1Training, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const plan::Plan p = KdPlan(2, 1, 1, 6);
   const std::string dir = Fresh("resume");
-  const std::string plan_path = WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "3"});
-  ASSERT_EQ(first.exit_code, 85) << "a stopped run exits 85 (requeue)\n" << first.output;
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  const auto a = Losses(dir + "/whole");
-  const auto b = Losses(dir + "/split");
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 6u) << "the resumed run starts at the next step, not over";
-  for (const auto& [step, loss] : a) EXPECT_EQ(loss, b.at(step)) << "step " << step;
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("resume", p, dir, 3));
   // Weights equal after 3 steps past the resume show that every shard's
   // moments came back; so do the shards' bytes (no addresses in them).
   const auto x = LastCheckpoint(dir + "/whole");
@@ -358,12 +308,9 @@ TEST(Zero1Training, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(x.step, 5);
   EXPECT_EQ(y.step, 5);
   ASSERT_TRUE(x.sections.count("student#dp1"));
-  ASSERT_EQ(x.sections.size(), y.sections.size());
-  for (const auto& [name, state] : x.sections) {
-    ASSERT_TRUE(y.sections.count(name)) << name;
-    EXPECT_TRUE(state.model == y.sections.at(name).model) << "weights of " << name;
-    EXPECT_TRUE(state.optimizer == y.sections.at(name).optimizer) << "optimizer shard " << name;
-  }
+  runtime_testing::ExpectSameCheckpointWeights("resume", x, y,
+                                               {/*optimizer_present=*/false, /*optimizer_bytes_equal=*/true,
+                                                /*only_shards_lack_weights=*/false});
 }
 
 }  // namespace
