@@ -31,14 +31,19 @@ std::string ReadSpecText(const std::string& name) {
   return ss.str();
 }
 
-// `name` with `line` added at the top of its [job] table.
-StatusOr<CompileResult> CompileWithJobLine(const std::string& name, const std::string& line) {
+// `name` with `line` added at the top of its [job] table, compiled with
+// `grouping` (sectioned: the cap applies to sectioned plans; a fused plan is
+// one section, which the cap never bounds).
+StatusOr<CompileResult> CompileWithJobLine(const std::string& name, const std::string& line,
+                                           Grouping grouping = Grouping::kAuto) {
   std::string text = ReadSpecText(name);
   const size_t at = text.find("[job]\n");
   if (at == std::string::npos) return Status::Internal(name + " has no [job] table");
   text.insert(at + 6, line + "\n");
   MAESTRO_ASSIGN_OR_RETURN(Spec spec, ParseSpecString(text, kSpecs + name, kSpecs));
-  return Compile(spec, CompileOptions());
+  CompileOptions options;
+  options.grouping = grouping;
+  return Compile(spec, options);
 }
 
 double SimulatedStep(const CompileResult& r) {
@@ -52,9 +57,10 @@ double SimulatedStep(const CompileResult& r) {
 TEST(InFlightCap, ThePlannerCapsAViTThatFeedsItsLlmWhenThatShortensTheStep) {
   auto chosen = CompileWithJobLine("mllm_multi_image.toml", "");
   ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
-  auto uncapped = CompileWithJobLine("mllm_multi_image.toml", "max_in_flight = 0");
+  auto uncapped = CompileWithJobLine("mllm_multi_image.toml", "max_in_flight = 0", Grouping::kSectioned);
   ASSERT_TRUE(uncapped.ok()) << uncapped.status().ToString();
 
+  ASSERT_FALSE(chosen->grouping.fused) << chosen->report;
   EXPECT_GT(chosen->plan.schedule_max_in_flight, 0) << chosen->report;
   EXPECT_EQ(uncapped->plan.schedule_max_in_flight, 0);
   EXPECT_LT(SimulatedStep(*chosen), SimulatedStep(*uncapped)) << chosen->report << uncapped->report;
@@ -73,7 +79,7 @@ TEST(InFlightCap, ThePlannerCapsAViTThatFeedsItsLlmWhenThatShortensTheStep) {
 // A pinned cap is kept as given, and a spec where no training section feeds
 // another (KD: the teacher is frozen) is planned without one and says nothing.
 TEST(InFlightCap, APinIsKeptAndAWorkloadWithNothingToCapHasNoCap) {
-  auto pinned = CompileWithJobLine("mllm_multi_image.toml", "max_in_flight = 16");
+  auto pinned = CompileWithJobLine("mllm_multi_image.toml", "max_in_flight = 16", Grouping::kSectioned);
   ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
   EXPECT_EQ(pinned->plan.schedule_max_in_flight, 16);
 
@@ -91,7 +97,7 @@ TEST(InFlightCap, APinIsKeptAndAWorkloadWithNothingToCapHasNoCap) {
 // micro-batches' activations under a cap, every micro-batch without one; a
 // sink holds one either way.
 TEST(InFlightCap, TheMemoryModelHoldsCapPlusOneMicroBatches) {
-  auto r = CompileWithJobLine("mllm_multi_image.toml", "max_in_flight = 0");
+  auto r = CompileWithJobLine("mllm_multi_image.toml", "max_in_flight = 0", Grouping::kSectioned);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const int vit = r->plan.section_index("vit");
   ASSERT_GE(vit, 0);
