@@ -200,21 +200,22 @@ double LargestParameter(const plan::ModelDesc& m, int tp) {
 
 // The gradient sync over DP x CP (docs/gradient_sync.md) runs after the
 // backwards have freed the graphs and holds, beyond the gradients, one
-// bucket of at most plan::kGradientBucketBytes (PyTorch DDP's 25 MiB) and
-// MPI's buffers for it. Without ZeRO-1 (runtime/parallel/data_parallel.cc):
-// the packed bucket and the in-place all-reduce's reduction buffer of its
-// size, 2 buckets (measured before buckets: a ViT at CP 2 peaked 2 x its
-// 228 MB of fp32 gradients above an estimate without the term, the whole
-// gradient being one "bucket"). ZeRO-1 (distributed_optimizer.cc): Open MPI
-// 4.1's non-blocking reduce-scatter (coll/libnbc
-// nbc_ireduce_scatter_block.c) mallocs 2 x its input; a packed bucket
-// adds itself (3 buckets), and gradients that fit one bucket are
-// reduce-scattered in place (2 x the gradients).
-double GradientSyncBytes(double gradients, const plan::ParallelConfig& c) {
+// packed bucket of at most plan::kGradientBucketBytes (PyTorch DDP's 25 MiB)
+// and, on a CPU slot (MPI backend), MPI's buffers for it. Without ZeRO-1
+// (runtime/parallel/data_parallel.cc) the in-place all-reduce keeps a
+// reduction buffer of the bucket's size (measured before buckets: a ViT at
+// CP 2 peaked 2 x its 228 MB of fp32 gradients above an estimate without
+// the term, the whole gradient being one "bucket"). Under ZeRO-1
+// (distributed_optimizer.cc) Open MPI 4.1's non-blocking reduce-scatter
+// (coll/libnbc nbc_ireduce_scatter_block.c) mallocs 2 x its input; gradients
+// that fit one bucket are reduce-scattered in place, unpacked. NCCL (a GPU
+// slot) reduces in its own fixed-size channel buffers: the packed bucket only.
+double GradientSyncBytes(double gradients, const plan::ParallelConfig& c, bool cpu) {
   if (std::max(c.dp, 1) * std::max(c.cp, 1) <= 1 || gradients <= 0) return 0.0;
-  const double bucket = D(plan::kGradientBucketBytes);
-  if (c.zero_stage >= 1) return gradients <= bucket ? 2.0 * gradients : 3.0 * bucket;
-  return 2.0 * std::min(gradients, bucket);
+  const double bucket = std::min(gradients, D(plan::kGradientBucketBytes));
+  const bool packed = c.zero_stage < 1 || gradients > D(plan::kGradientBucketBytes);
+  const double mpi_buffers = !cpu ? 0.0 : c.zero_stage >= 1 ? 2.0 * bucket : bucket;
+  return (packed ? bucket : 0.0) + mpi_buffers;
 }
 
 // Per token, what a section keeps outside its layers: a ViT's input pixels
@@ -393,7 +394,7 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     const double largest =
         staged && !first_stage && !holds_head ? D(m.ffn_hidden) * D(m.hidden) / tp : LargestParameter(m, tp);
     const double optimizer_step = 16.0 * largest;
-    out.activations = std::max({act, optimizer_step, GradientSyncBytes(out.gradients, c)});
+    out.activations = std::max({act, optimizer_step, GradientSyncBytes(out.gradients, c, dev.cpu)});
   } else {
     // No graph: one layer's working set; a section feeding others keeps every
     // micro-batch's output rows of the step (RankLoop's states).

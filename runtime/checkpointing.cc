@@ -200,13 +200,13 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
       // ZeRO-1: one shard per DP x CP rank, d = its OptimizerShardIndex.
-      const bool sharded = OptimizerShardedOverDp(sp);
-      const int replicas = sharded ? sp.config.dp * sp.config.cp : std::max(1, sp.config.ep);
+      const bool zero1_shards = OptimizerShardedOverDp(sp);
+      const int replicas = zero1_shards ? sp.config.dp * sp.config.cp : std::max(1, sp.config.ep);
       for (int p = 0; p < sp.config.pp; ++p) {
         const auto components = CheckpointedComponents(sp, p);
         for (int d = 0; d < replicas; ++d) {
           for (int t = 0; t < sp.config.tp; ++t) {
-            const int cp = sharded ? d % sp.config.cp : 0, dp = sharded ? d / sp.config.cp : d;
+            const int cp = zero1_shards ? d % sp.config.cp : 0, dp = zero1_shards ? d / sp.config.cp : d;
             const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, cp, dp, p);
             if (from == 0) continue;
             for (const plan::SectionPlan* c : components) {  // in the order the rank sent them
