@@ -210,12 +210,16 @@ double LargestParameter(const plan::ModelDesc& m, int tp) {
 // (coll/libnbc nbc_ireduce_scatter_block.c) mallocs 2 x its input; gradients
 // that fit one bucket are reduce-scattered in place, unpacked. NCCL (a GPU
 // slot) reduces in its own fixed-size channel buffers: the packed bucket only.
+// ZeRO-1 also allocates the gradient shard the buckets reduce into (1/(dp
+// cp) of the gradients) before the first bucket; it lives through AdamW.
 double GradientSyncBytes(double gradients, const plan::ParallelConfig& c, bool cpu) {
-  if (std::max(c.dp, 1) * std::max(c.cp, 1) <= 1 || gradients <= 0) return 0.0;
+  const int ranks = std::max(c.dp, 1) * std::max(c.cp, 1);
+  if (ranks <= 1 || gradients <= 0) return 0.0;
   const double bucket = std::min(gradients, D(plan::kGradientBucketBytes));
   const bool packed = c.zero_stage < 1 || gradients > D(plan::kGradientBucketBytes);
   const double mpi_buffers = !cpu ? 0.0 : c.zero_stage >= 1 ? 2.0 * bucket : bucket;
-  return (packed ? bucket : 0.0) + mpi_buffers;
+  const double gradient_shard = c.zero_stage >= 1 ? gradients / ranks : 0.0;
+  return gradient_shard + (packed ? bucket : 0.0) + mpi_buffers;
 }
 
 // Per token, what a section keeps outside its layers: a ViT's input pixels
