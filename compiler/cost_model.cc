@@ -86,8 +86,9 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   // parameters themselves are bf16 (runtime/section_runner.h, "Device and
   // precision").
   shape.param_bytes = dev.precision == ParamPrecision::kPureBf16 ? 2 : 4;
-  // ZeRO-1 steps a flat shard of 1/DP (runtime/parallel/distributed_optimizer.h).
-  if (c.zero_stage >= 1 && c.dp > 1) shape.optimizer_shards = c.dp;
+  // ZeRO-1 steps a flat shard of 1/(DP x CP) (runtime/parallel/distributed_optimizer.h,
+  // docs/gradient_sync.md).
+  if (c.zero_stage >= 1 && c.dp * c.cp > 1) shape.optimizer_shards = c.dp * c.cp;
   // The kernels this build's runtime runs: the model changes with it.
   shape.fused.gqa_in_sdpa = kRuntimeSupport.gqa_in_sdpa;
   shape.fused.rms_norm = kRuntimeSupport.fused_rms_norm;
@@ -234,15 +235,22 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   }
   out.measured = measured;
   out.stage_seconds = stage;
-  // The gradient sync spans DP x CP: CP ranks hold the same parameters and
-  // each computed the gradient of its own share of the sequence. The
-  // runtime sums over CP first (an all-reduce over the CP group), then over
-  // DP (all-reduce, or ZeRO-1's reduce-scatter + all-gather: the same bytes).
+  // The gradient sync spans DP x CP in one group (docs/gradient_sync.md):
+  // CP ranks hold the same parameters and each computed the gradient of its
+  // own share of the sequence. Over the n = dp * cp ranks the runtime runs a
+  // (bucketed) all-reduce of the gradients, or, under ZeRO-1, a reduce-scatter
+  // of the gradients and an all-gather of the updated parameters. A ring
+  // all-reduce moves 2 (n - 1) / n of the bytes through each rank, a ring
+  // reduce-scatter or all-gather (n - 1) / n (Thakur et al., 2005).
   if (train && dp * cp > 1) {
+    const double n = dp * cp;
     const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-    // Ring all-reduces of the gradients in their dtype (fp32 under mixed precision).
+    // Gradients in their dtype (fp32 under mixed precision); ZeRO-1
+    // all-gathers the parameters it steps (fp32 masters unless pure bf16).
     const double grad_bytes = BytesOf(dev.precision).gradient;
-    out.dp_sync_seconds = (2.0 * (dp - 1) / dp + 2.0 * (cp - 1) / cp) * grad_bytes * params_per_gpu / bw;
+    const double param_bytes = dev.precision == ParamPrecision::kPureBf16 ? 2.0 : 4.0;
+    const double bytes_per_param = c.zero_stage >= 1 ? grad_bytes + param_bytes : 2.0 * grad_bytes;
+    out.dp_sync_seconds = (n - 1) / n * bytes_per_param * params_per_gpu / bw;
   }
   out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;

@@ -21,9 +21,10 @@
 //     - a measured section profile replaces either;
 //   + TP all-reduces (2 per layer forward, 2 more backward) over NVLink, CP
 //   ring exchanges of K/V, PP sends; a replica runs m micro-batches in
-//   (m + pp - 1) stage times (1F1B); DP: ZeRO-1 reduce-scatter + all-gather of
-//   the bf16 parameters after the last micro-batch (not overlapped); the
-//   optimizer step.
+//   (m + pp - 1) stage times (1F1B); DP x CP: ZeRO-1 reduce-scatter of the
+//   gradients + all-gather of the parameters over the dp * cp ranks, or an
+//   all-reduce without ZeRO-1, after the last micro-batch (not overlapped;
+//   docs/gradient_sync.md); the optimizer step.
 //   Memory per GPU: compiler/memory_model.h (what the runtime holds: bytes
 //   per parameter by the device's precision, ZeRO-1 only where the runtime
 //   shards, TP leaving the embedding and LM head whole, a KD student's

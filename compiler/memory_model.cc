@@ -6,6 +6,7 @@
 
 #include "compiler/model.h"
 #include "hf/name_map.h"
+#include "plan/gradient_bucket.h"
 
 namespace maestro::compiler {
 
@@ -197,6 +198,30 @@ double LargestParameter(const plan::ModelDesc& m, int tp) {
   return 0.0;
 }
 
+// The gradient sync over DP x CP (docs/gradient_sync.md) runs after the
+// backwards have freed the graphs and holds, beyond the gradients, one
+// packed bucket of at most plan::kGradientBucketBytes (PyTorch DDP's 25 MiB)
+// and, on a CPU slot (MPI backend), MPI's buffers for it. Without ZeRO-1
+// (runtime/parallel/data_parallel.cc) the in-place all-reduce keeps a
+// reduction buffer of the bucket's size (measured before buckets: a ViT at
+// CP 2 peaked 2 x its 228 MB of fp32 gradients above an estimate without
+// the term, the whole gradient being one "bucket"). Under ZeRO-1
+// (distributed_optimizer.cc) Open MPI 4.1's non-blocking reduce-scatter
+// (coll/libnbc nbc_ireduce_scatter_block.c) mallocs 2 x its input; gradients
+// that fit one bucket are reduce-scattered in place, unpacked. NCCL (a GPU
+// slot) reduces in its own fixed-size channel buffers: the packed bucket only.
+// ZeRO-1 also allocates the gradient shard the buckets reduce into (1/(dp
+// cp) of the gradients) before the first bucket; it lives through AdamW.
+double GradientSyncBytes(double gradients, const plan::ParallelConfig& c, bool cpu) {
+  const int ranks = std::max(c.dp, 1) * std::max(c.cp, 1);
+  if (ranks <= 1 || gradients <= 0) return 0.0;
+  const double bucket = std::min(gradients, D(plan::kGradientBucketBytes));
+  const bool packed = c.zero_stage < 1 || gradients > D(plan::kGradientBucketBytes);
+  const double mpi_buffers = !cpu ? 0.0 : c.zero_stage >= 1 ? 2.0 * bucket : bucket;
+  const double gradient_shard = c.zero_stage >= 1 ? gradients / ranks : 0.0;
+  return gradient_shard + (packed ? bucket : 0.0) + mpi_buffers;
+}
+
 // Per token, what a section keeps outside its layers: a ViT's input pixels
 // (kept by the patch convolution), final norm and patch merger; the audio
 // stem; a decoder's final RMSNorm and its output (kept by the LM head).
@@ -327,8 +352,10 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
   if (train) {
     out.gradients = bytes.gradient * params;
     if (c.zero_stage >= 1) {
+      // ZeRO-1 shards over DP x CP (docs/gradient_sync.md); the routed
+      // experts over their expert-DP group (no CP with EP).
       const double experts_here = expert_params / ep / tp * stage_share;  // the rank's routed experts
-      out.optimizer = bytes.optimizer * ((params - experts_here) / dp + experts_here / std::max(1, dp / ep));
+      out.optimizer = bytes.optimizer * ((params - experts_here) / (dp * cp) + experts_here / std::max(1, dp / ep));
     } else {
       out.optimizer = bytes.optimizer * params;
     }
@@ -374,15 +401,7 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     const double largest =
         staged && !first_stage && !holds_head ? D(m.ffn_hidden) * D(m.hidden) / tp : LargestParameter(m, tp);
     const double optimizer_step = 16.0 * largest;
-    // A whole-gradient all-reduce (over DP without ZeRO-1, over CP) runs after
-    // the backwards have freed the graphs: runtime/parallel/data_parallel.cc
-    // concatenates every gradient into one flat buffer, and MPI's allreduce
-    // keeps a reduction buffer of the same size. Measured: a ViT at CP 2
-    // peaked 450 MB (2 x its 228 MB of fp32 gradients) above the estimate
-    // without this term (tests/runtime/memory_run_test.cc VitAtCp2...).
-    const bool whole_gradient_sync = cp > 1 || (dp > 1 && c.zero_stage < 1);
-    const double gradient_sync = whole_gradient_sync ? 2.0 * out.gradients : 0.0;
-    out.activations = std::max({act, optimizer_step, gradient_sync});
+    out.activations = std::max({act, optimizer_step, GradientSyncBytes(out.gradients, c, dev.cpu)});
   } else {
     // No graph: one layer's working set; a section feeding others keeps every
     // micro-batch's output rows of the step (RankLoop's states).

@@ -23,7 +23,7 @@
 //               when the configuration says zero_stage >= 1, which the
 //               planner emits when RuntimeSupport::zero1_optimizer_sharding
 //               (runtime/parallel/distributed_optimizer.h: the rank keeps the
-//               moments of its 1/DP of the flat parameters; zero_stage = 0:
+//               moments of its 1/(DP x CP) of the flat parameters; zero_stage = 0:
 //               whole gradients all-reduced, every DP rank steps a full AdamW).
 //   activations what autograd keeps for the eager op chain of one micro-batch
 //               (bytes per token per layer from the layer shapes, see

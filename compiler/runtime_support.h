@@ -15,9 +15,10 @@ namespace maestro::compiler {
 
 struct RuntimeSupport {
   bool data_parallel = true;  // DP: whole gradients all-reduced, every replica steps a full AdamW
-  // ZeRO-1: AdamW's states sharded over DP (reduce-scatter of gradients,
+  // ZeRO-1: AdamW's states sharded over DP x CP (reduce-scatter of gradients,
   // all-gather of parameters; runtime/parallel/distributed_optimizer.h, for
-  // every section whose plan says zero_stage >= 1 and DP > 1). Off: the
+  // every section whose plan says zero_stage >= 1 and DP x CP > 1;
+  // docs/gradient_sync.md). Off: the
   // planner emits zero_stage = 0 and the memory model counts the whole
   // optimizer state on every DP rank.
   bool zero1_optimizer_sharding = true;

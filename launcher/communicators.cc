@@ -143,12 +143,12 @@ StatusOr<std::unique_ptr<Communicators>> Communicators::Create(const plan::Plan&
       nccl[s] = usable == 1 && plan.sections[s].placement.gpus_per_task > 0;
   }
 
-  // Groups inside this rank's section: TP, CP, DP, PP, EP, expert-DP.
+  // Groups inside this rank's section: TP, CP, DP, PP, EP, expert-DP, DP x CP.
   // MPI_Comm_split over the world needs every rank, in the same order:
   // colour = first rank.
   const int section = place.coords.section;
   for (plan::GroupKind kind : {plan::GroupKind::kTP, plan::GroupKind::kCP, plan::GroupKind::kDP, plan::GroupKind::kPP,
-                               plan::GroupKind::kEP, plan::GroupKind::kExpertDP}) {
+                               plan::GroupKind::kEP, plan::GroupKind::kExpertDP, plan::GroupKind::kDPxCP}) {
     std::vector<int> ranks = plan::GroupOf(plan, me, kind);
     GroupInfo info = MakeGroupInfo(GroupDescription(plan, section, kind, ranks), ranks, me);
     // MPI_Comm_split is collective over the world: every rank joins every split.

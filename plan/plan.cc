@@ -123,6 +123,7 @@ const char* GroupKindName(GroupKind kind) {
     case GroupKind::kPP: return "pp";
     case GroupKind::kEP: return "ep";
     case GroupKind::kExpertDP: return "expert-dp";
+    case GroupKind::kDPxCP: return "dp-cp";
   }
   return "?";
 }
@@ -540,6 +541,13 @@ std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind) {
     for (int k = 0; k < size; ++k) {
       const int dp = kind == GroupKind::kEP ? rc.expert_dp * ep + k : k * ep + rc.ep_rank;
       ranks.push_back(GlobalRankOf(plan, rc.section, rc.tp, rc.cp, dp, rc.pp));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  }
+  if (kind == GroupKind::kDPxCP) {
+    for (int dp = 0; dp < c.dp; ++dp) {
+      for (int cp = 0; cp < c.cp; ++cp) ranks.push_back(GlobalRankOf(plan, rc.section, rc.tp, cp, dp, rc.pp));
     }
     std::sort(ranks.begin(), ranks.end());
     return ranks;

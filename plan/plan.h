@@ -420,9 +420,13 @@ int GlobalRankOf(const Plan& plan, int section, int tp, int cp, int dp, int pp);
 // and PP indexes (the all-to-all of routed tokens); kExpertDP: the dp/ep
 // ranks holding the same experts (dp = ep_rank mod ep), over which routed
 // experts' gradients are reduced. With ep = 1: kEP is this rank alone,
-// kExpertDP is kDP.
-enum class GroupKind { kTP, kCP, kDP, kPP, kEP, kExpertDP };
-inline constexpr int kGroupKinds = 6;
+// kExpertDP is kDP. kDPxCP: the dp * cp ranks with this rank's TP and PP
+// indexes (CP ranks hold equal replicas, so gradients are reduced and ZeRO-1
+// shards over DP and CP together, Megatron-LM's
+// get_data_parallel_group(with_context_parallel=True); docs/gradient_sync.md);
+// sorted, a rank's index in it is dp * cp_size + cp. With cp = 1 it is kDP.
+enum class GroupKind { kTP, kCP, kDP, kPP, kEP, kExpertDP, kDPxCP };
+inline constexpr int kGroupKinds = 7;
 const char* GroupKindName(GroupKind kind);
 // The group of `kind` that contains `global_rank`.
 std::vector<int> GroupOf(const Plan& plan, int global_rank, GroupKind kind);

@@ -62,7 +62,7 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
     const auto& section = plan.sections[static_cast<size_t>(coords.section)];
     const bool zero1 = OptimizerShardedOverDp(section);
     // EP: a replicated AdamW's state is per EP rank (its experts' moments).
-    const int d = zero1 ? coords.dp : coords.dp % std::max(1, section.config.ep);
+    const int d = zero1 ? OptimizerShardIndex(section, coords) : coords.dp % std::max(1, section.config.ep);
     size_t next = 0;  // rank 0: which of its own runners loads this state
     for (const plan::SectionPlan* s : CheckpointedComponents(section, coords.pp)) {
       auto model = resumed.sections.find(s->name);
@@ -93,7 +93,11 @@ Status SendResumedState(const plan::Plan& plan, launcher::Backend& world, const 
 }  // namespace
 
 bool OptimizerShardedOverDp(const plan::SectionPlan& s) {
-  return s.mode == plan::SectionMode::kTrain && s.config.zero_stage >= 1 && s.config.dp > 1;
+  return s.mode == plan::SectionMode::kTrain && s.config.zero_stage >= 1 && s.config.dp * s.config.cp > 1;
+}
+
+int OptimizerShardIndex(const plan::SectionPlan& s, const plan::RankCoords& coords) {
+  return coords.dp * s.config.cp + coords.cp;  // the rank's index in its kDPxCP group
 }
 
 std::string OptimizerKey(const std::string& name, int t, int d, int p) {
@@ -150,11 +154,12 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   // EP: the first EP group's ranks (dp < ep) gather the experts (SaveModel
   // is collective over the EP group) and each sends its optimizer state.
   const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
-  // Context parallelism replicates the parameters and the optimizer over CP
-  // (gradients summed over CP): CP rank 0 speaks for its group, and on a
-  // resume every CP rank loads what CP rank 0 saved.
+  // Context parallelism replicates the parameters over CP: CP rank 0 sends
+  // the model; without ZeRO-1 it also speaks for its group's (replicated)
+  // optimizer, and on a resume every CP rank loads what CP rank 0 saved;
+  // under ZeRO-1 every DP x CP rank sends its own shard.
   const int ep = std::max(1, runner.section_plan().config.ep);
-  if ((place.coords.dp < ep || zero1) && place.coords.cp == 0) {
+  if ((place.coords.dp < ep && place.coords.cp == 0) || zero1) {
     // Every state first (SaveModel is collective over TP), then the sends:
     // a send to rank 0 between two gathers would wait for rank 0, which
     // waits in the next gather for this rank.
@@ -165,7 +170,7 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
     const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
     for (size_t k = 0; k < mine.size(); ++k) {
       Saved one{mine[k]->section_plan().name, "", ""};
-      if (place.coords.dp < ep) {
+      if (place.coords.dp < ep && place.coords.cp == 0) {
         MAESTRO_ASSIGN_OR_RETURN(one.model, mine[k]->SaveModel());
       }
       if (DistributedOptimizer* shard = ShardOf(sharded, k)) {
@@ -174,7 +179,9 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
         MAESTRO_ASSIGN_OR_RETURN(one.optimizer, mine[k]->SaveOptimizer());
       }
       // The gather gave every stage and EP rank the whole.
-      if (place.coords.tp != 0 || place.coords.pp != 0 || place.coords.dp != 0) one.model.clear();
+      if (place.coords.tp != 0 || place.coords.pp != 0 || place.coords.dp != 0 || place.coords.cp != 0) {
+        one.model.clear();
+      }
       saved.push_back(std::move(one));
     }
     for (Saved& one : saved) {
@@ -182,7 +189,7 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
         state.sections[one.name].model = std::move(one.model);
         state.sections[OptimizerKey(one.name, 0)].optimizer = std::move(one.optimizer);
       } else {
-        if (place.coords.dp == 0) {
+        if (place.coords.dp == 0 && place.coords.cp == 0) {
           MAESTRO_RETURN_IF_ERROR(SendBytes(world, one.model, 0, kTagCheckpointModel));
         }
         MAESTRO_RETURN_IF_ERROR(SendBytes(world, one.optimizer, 0, kTagCheckpointOptimizer));
@@ -192,12 +199,15 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
   if (rank0) {
     for (size_t s = 0; s < plan.sections.size(); ++s) {
       const auto& sp = plan.sections[s];
-      const int replicas = OptimizerShardedOverDp(sp) ? sp.config.dp : std::max(1, sp.config.ep);
+      // ZeRO-1: one shard per DP x CP rank, d = its OptimizerShardIndex.
+      const bool zero1_shards = OptimizerShardedOverDp(sp);
+      const int replicas = zero1_shards ? sp.config.dp * sp.config.cp : std::max(1, sp.config.ep);
       for (int p = 0; p < sp.config.pp; ++p) {
         const auto components = CheckpointedComponents(sp, p);
         for (int d = 0; d < replicas; ++d) {
           for (int t = 0; t < sp.config.tp; ++t) {
-            const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, 0, d, p);
+            const int cp = zero1_shards ? d % sp.config.cp : 0, dp = zero1_shards ? d / sp.config.cp : d;
+            const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, cp, dp, p);
             if (from == 0) continue;
             for (const plan::SectionPlan* c : components) {  // in the order the rank sent them
               if (d == 0) {

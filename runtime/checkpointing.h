@@ -5,10 +5,11 @@
 // rank 0 its full model (gathered over TP) and one optimizer shard per TP
 // rank. Checkpoint keys: "<section>" holds the model and TP rank 0's
 // optimizer state, "<section>#tp<t>" TP rank t's optimizer state.
-// ZeRO-1 sections (OptimizerShardedOverDp) add the DP index: every DP rank
-// sends its own AdamW shard (DistributedOptimizer::Save), key
-// "<section>#dp<d>" / "<section>#tp<t>#dp<d>" for d > 0; a resume needs the
-// same layout (DistributedOptimizer::Load says which differs).
+// ZeRO-1 sections (OptimizerShardedOverDp) add the shard index: every DP
+// (x CP) rank sends its own AdamW shard (DistributedOptimizer::Save), key
+// "<section>#dp<d>" / "<section>#tp<t>#dp<d>" for d > 0, d =
+// OptimizerShardIndex (dp * cp_size + cp; the DP index without CP); a resume
+// needs the same layout (DistributedOptimizer::Load says which differs).
 // Pipeline stages (pp > 1): the model is gathered over the stages too
 // (every DP-0 rank holds the whole after SaveModel; stage 0's TP rank 0
 // sends it), and each stage's optimizer state has its own key,
@@ -43,10 +44,14 @@ class DistributedOptimizer;
 // empty, or null entries, where the runner's replicated AdamW steps.
 using ShardedOptimizers = std::vector<DistributedOptimizer*>;
 
-// True when section `s` shards its AdamW states over DP (ZeRO-1): it trains,
-// its plan says zero_stage >= 1 and it has more than one DP replica. With DP
-// = 1 zero_stage = 1 changes nothing: the replicated AdamW runs.
+// True when section `s` shards its AdamW states over DP x CP (ZeRO-1,
+// docs/gradient_sync.md): it trains, its plan says zero_stage >= 1 and it
+// has more than one DP x CP rank. With DP = CP = 1 zero_stage = 1 changes
+// nothing: the replicated AdamW runs.
 bool OptimizerShardedOverDp(const plan::SectionPlan& s);
+// The ZeRO-1 shard a rank of section `s` holds: its index in its DP x CP
+// group (plan::GroupKind::kDPxCP), dp * cp_size + cp.
+int OptimizerShardIndex(const plan::SectionPlan& s, const plan::RankCoords& coords);
 
 // Checkpoint key of the optimizer state of TP rank t (and, under ZeRO-1, DP
 // rank d; with PP, stage p) of section `name`.

@@ -197,9 +197,6 @@ class RankLoop {
   int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
   int EpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.ep; }
   int CpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.cp; }
-  // Context parallelism: the parameters' gradients summed over the CP group
-  // (each CP rank backpropagated its part of every sequence).
-  Status SumGradientsOverCp();
   // The sample ids of micro-batch `mb_index` of this rank's program, in order.
   std::vector<int64_t> MicroBatchIds(int mb_index) const {
     const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
@@ -375,12 +372,14 @@ Status RankLoop::Resume() {
       launcher::Backend* tp = TpSize() > 1 ? &comms_.group(plan::GroupKind::kTP) : nullptr;
       // Not stage 0's encoders in a pipelined fused section: they live on one stage.
       launcher::Backend* pp = mine->Staged() ? &comms_.group(plan::GroupKind::kPP) : nullptr;
-      const std::string what = fmt::format("section '{}' dp {}", component.name, replica_);
+      const std::string what = CpSize() > 1
+                                   ? fmt::format("section '{}' dp {} cp {}", component.name, replica_, place_.coords.cp)
+                                   : fmt::format("section '{}' dp {}", component.name, replica_);
       if (ep_exchange_) {  // the routed experts sharded over their expert-DP group
         MAESTRO_ASSIGN_OR_RETURN(
             auto shard, DistributedOptimizer::CreateWithExperts(
                             mine->Parameters(), mine->ParametersShardedOverTp(), mine->ParametersOfRoutedExperts(),
-                            comms_.group(plan::GroupKind::kDP), comms_.group(plan::GroupKind::kExpertDP),
+                            comms_.group(plan::GroupKind::kDPxCP), comms_.group(plan::GroupKind::kExpertDP),
                             comms_.group(plan::GroupKind::kEP), tp, component.optimizer, what, pp,
                             mine->ParametersCountedInNorm()));
         sharded_optimizers_.push_back(std::move(shard));
@@ -388,10 +387,27 @@ Status RankLoop::Resume() {
       }
       MAESTRO_ASSIGN_OR_RETURN(
           auto shard, DistributedOptimizer::Create(mine->Parameters(), mine->ParametersShardedOverTp(),
-                                                   comms_.group(plan::GroupKind::kDP), tp, component.optimizer, what,
+                                                   comms_.group(plan::GroupKind::kDPxCP), tp, component.optimizer, what,
                                                    pp, mine->ParametersCountedInNorm()));
       sharded_optimizers_.push_back(std::move(shard));
     }
+  }
+  launcher::Backend& sync = comms_.group(plan::GroupKind::kDPxCP);
+  if (runner_->trains() && sync.group().size() > 1) {  // docs/gradient_sync.md
+    int64_t buckets = 0;
+    std::string how = "all-reduce";
+    if (zero1) {
+      for (const auto& shard : sharded_optimizers_) buckets += shard->reduce_scatter_buckets();
+      how = fmt::format("reduce-scatter + all-gather (ZeRO-1: AdamW sharded {} ways)", sync.group().size());
+    } else {
+      int64_t elements = 0;
+      for (const auto& p : runner_->Parameters()) elements += p.numel();
+      buckets = GradientBucketCount(elements, GradientBucketBytes());
+    }
+    Log(LogLevel::kInfo,
+        "section '{}' tp {} cp {} dp {}: gradient sync over {} ranks (dp x cp): {}, {} bucket{} of at most {} bytes",
+        section.name, place_.coords.tp, place_.coords.cp, place_.coords.dp, sync.group().size(), how, buckets,
+        buckets == 1 ? "" : "s", GradientBucketBytes());
   }
   resumed_ = resuming;
   if (!resuming) return Status::Ok();
@@ -490,18 +506,15 @@ Status RankLoop::Backward(int mb_index) {
   return Status::Ok();
 }
 
-Status RankLoop::SumGradientsOverCp() {
-  if (CpSize() == 1) return Status::Ok();
-  return AllReduceGradients(comms_.group(plan::GroupKind::kCP), runner_->Parameters(), &blocked_seconds_);
-}
-
 Status RankLoop::OptimizerStep(int64_t step) {
   runner_->EnsureGradients();
   MAESTRO_RETURN_IF_ERROR(SumTiedEmbeddingGradient());
-  MAESTRO_RETURN_IF_ERROR(SumGradientsOverCp());
+  // The gradient sync spans DP x CP (docs/gradient_sync.md): CP ranks hold
+  // the same parameters, each the gradient of its share of the sequence.
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   if (ep_exchange_) {
-    // Routed experts over the ranks holding the same experts, the rest over DP.
+    // Routed experts over the ranks holding the same experts, the rest over
+    // DP (no CP: SectionRunner::Create refuses CP with EP).
     std::vector<torch::Tensor> dense, routed;
     const std::vector<bool> is_routed = runner_->ParametersOfRoutedExperts();
     const std::vector<torch::Tensor> params = runner_->Parameters();
@@ -512,7 +525,7 @@ Status RankLoop::OptimizerStep(int64_t step) {
     }
   } else {
     MAESTRO_RETURN_IF_ERROR(
-        AllReduceGradients(comms_.group(plan::GroupKind::kDP), runner_->Parameters(), &blocked_seconds_));
+        AllReduceGradients(comms_.group(plan::GroupKind::kDPxCP), runner_->Parameters(), &blocked_seconds_));
   }
   // The trace's "O" is the optimizer's compute: the DP all-reduce above is
   // mostly the wait for the slowest replica, a barrier the simulator models

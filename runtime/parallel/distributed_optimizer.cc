@@ -9,6 +9,7 @@
 
 #include "base/checks.h"
 #include "runtime/collectives.h"
+#include "runtime/parallel/data_parallel.h"
 #include "runtime/tensor_buffer.h"
 #include "runtime/torch_call.h"
 
@@ -49,6 +50,7 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
   opt->tp_sharded_ = std::move(tp_sharded);
   opt->dp_size_ = std::max(1, dp.group().size());
   opt->dp_rank_ = std::max(0, dp.group().my_index);
+  opt->bucket_bytes_ = GradientBucketBytes();
   int64_t n = 0;
   for (const auto& p : params) {
     if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
@@ -125,6 +127,13 @@ void DistributedOptimizer::Bind() {
   }
 }
 
+int64_t DistributedOptimizer::reduce_scatter_buckets() const {
+  if (dp_size_ == 1) return 0;
+  const int64_t per_shard =
+      std::clamp<int64_t>(bucket_bytes_ / static_cast<int64_t>(sizeof(float)) / dp_size_, 1, shard_);
+  return (shard_ + per_shard - 1) / per_shard;
+}
+
 Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradients", [&] {
     Bind();  // a gradient someone replaced (set_to_none) comes back into the buffer
@@ -135,8 +144,32 @@ Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
     grad_shard_.copy_(flat_grads_);
     return Status::Ok();
   }
-  return TimedWait(dp_->ReduceScatter(FloatBuffer(flat_grads_), FloatBuffer(grad_shard_), launcher::ReduceOp::kSum),
-                   blocked_seconds);
+  // Buckets (docs/gradient_sync.md): bucket k reduce-scatters elements
+  // [k b, k b + n) of every rank's shard, packed rank after rank into one
+  // (G, n) buffer of at most bucket_bytes_, into the same elements of this
+  // rank's gradient shard. One bucket covering the shards is the flat buffer
+  // itself, reduce-scattered without a copy.
+  const int64_t g = dp_size_;
+  const int64_t per_shard = std::clamp<int64_t>(bucket_bytes_ / static_cast<int64_t>(sizeof(float)) / g, 1, shard_);
+  if (per_shard == shard_) {
+    return TimedWait(dp_->ReduceScatter(FloatBuffer(flat_grads_), FloatBuffer(grad_shard_), launcher::ReduceOp::kSum),
+                     blocked_seconds);
+  }
+  torch::Tensor bucket;
+  MAESTRO_RETURN_IF_ERROR(
+      TorchCall(what_ + ": ZeRO-1 gradient bucket", [&] { bucket = torch::empty({g * per_shard}, torch::kFloat32); }));
+  const auto by_rank = flat_grads_.view({g, shard_});
+  for (int64_t at = 0; at < shard_; at += per_shard) {
+    const int64_t n = std::min(per_shard, shard_ - at);
+    auto packed = bucket.narrow(0, 0, g * n);
+    MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradient bucket", [&] {
+      packed.view({g, n}).copy_(by_rank.narrow(1, at, n));
+    }));
+    auto out = grad_shard_.narrow(0, at, n);
+    MAESTRO_RETURN_IF_ERROR(TimedWait(
+        dp_->ReduceScatter(FloatBuffer(packed), FloatBuffer(out), launcher::ReduceOp::kSum), blocked_seconds));
+  }
+  return Status::Ok();
 }
 
 StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seconds) {

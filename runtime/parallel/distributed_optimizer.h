@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // ZeRO-1 (a distributed optimizer): AdamW's states sharded over a section's
-// DP group. One step, after the last backward of the step:
-//   1. reduce-scatter of the flat gradient over DP (sum): rank d gets the
-//      summed gradient of its shard only;
+// DP group, or, with context parallelism, over its DP x CP group
+// (plan::GroupKind::kDPxCP, as Megatron-LM's distributed optimizer:
+// docs/gradient_sync.md); "DP" below is the group passed as `dp`. One step,
+// after the last backward of the step:
+//   1. reduce-scatter of the flat gradient over DP (sum), in buckets of at
+//      most GradientBucketBytes() (data_parallel.h): rank d gets the summed
+//      gradient of its shard only;
 //   2. the global gradient norm from the shards (sums of squares in fp64,
 //      all-reduced over DP; TP-sharded parameters' squares summed over TP,
 //      replicated ones counted once, as SectionRunner::OptimizerStep does),
@@ -24,7 +28,8 @@
 // into the flat gradient buffer, so autograd accumulates into the buffer that
 // is reduce-scattered and the all-gather writes the parameters in place: no
 // full-size copy in either direction. The rank holds (fp32): weights 4N,
-// gradients 4N, AdamW moments 8S; during the step a gradient shard, AdamW's
+// gradients 4N, AdamW moments 8S; during the reduce-scatter one packed
+// bucket (and MPI's buffers of it); during the step a gradient shard, AdamW's
 // denominator and the all-gather's send buffer (4S each at most).
 // TP x DP: each TP rank has its own flat buffer of its own slices and runs
 // the above over its DP group (the ranks with the same TP index).
@@ -93,7 +98,9 @@ class DistributedOptimizer {
       std::vector<bool> counted_in_norm = {});
 
   // Step 1: the flat gradient (N_pad) reduce-scattered into this rank's
-  // gradient shard (S). Waits count in *blocked_seconds.
+  // gradient shard (S), bucket by bucket (each bucket (G, n) elements, at
+  // most GradientBucketBytes(); packed unless one bucket covers all). Waits
+  // count in *blocked_seconds.
   Status ReduceScatterGradients(double* blocked_seconds);
   // Steps 2 and 3 at learning rate `lr`: returns the global gradient norm
   // before clipping. The norm's two small all-reduces count in *blocked_seconds.
@@ -115,6 +122,8 @@ class DistributedOptimizer {
   int dp_size() const { return dp_size_; }        // G
   int dp_rank() const { return dp_rank_; }        // d
   int64_t step_count() const { return step_; }    // AdamW steps taken
+  // The reduce-scatter's buckets per step (this one's, not the experts').
+  int64_t reduce_scatter_buckets() const;
 
  private:
   DistributedOptimizer() = default;
@@ -141,6 +150,7 @@ class DistributedOptimizer {
   std::vector<int64_t> offsets_;  // params_[i] occupies [offsets_[i], offsets_[i] + numel) of the flat buffers
   int64_t numel_ = 0, shard_ = 0;
   int dp_size_ = 1, dp_rank_ = 0;
+  int64_t bucket_bytes_ = 0;                // the reduce-scatter's bucket (GradientBucketBytes)
   torch::Tensor flat_params_, flat_grads_;  // (G * S) fp32
   torch::Tensor exp_avg_, exp_avg_sq_;      // (S) fp32
   torch::Tensor grad_shard_;                // (S) fp32 between ReduceScatterGradients and StepShard

@@ -97,8 +97,8 @@ TEST(Planner, WithinTwoPercentOfExhaustiveSearchOnRandomForests) {
 
 // CP ranks hold the same parameters: their gradients are summed with the DP
 // replicas' (issue #16), so CP 2 at DP 1 still pays a sync, and CP 2 x DP 2
-// pays an all-reduce over CP and one over DP (what the runtime runs,
-// docs/context_parallel.md).
+// pays one ring all-reduce over the 4 DP x CP ranks (what the runtime runs,
+// docs/gradient_sync.md).
 TEST(CostModel, TheGradientSyncSpansDataAndContextParallelRanks) {
   const CostModel model({Gpu("g", 2, 8, 80, 300)}, 32);
   const SectionWork s = Decoder("llm", 1024, 8, true, 1, 4096);
@@ -112,8 +112,12 @@ TEST(CostModel, TheGradientSyncSpansDataAndContextParallelRanks) {
   c.dp = 2;
   EXPECT_DOUBLE_EQ(model.Evaluate(s, c).dp_sync_seconds, cp2);  // the same group of 2, the same bytes
   c.cp = 2;
-  // The runtime sums over CP, then over DP: two all-reduces of 2 ranks each.
-  EXPECT_NEAR(model.Evaluate(s, c).dp_sync_seconds / cp2, (1.0 / 2 + 1.0 / 2) / (1.0 / 2), 1e-9);
+  // One all-reduce over the 4 DP x CP ranks: 2 (n - 1) / n of the bytes.
+  EXPECT_NEAR(model.Evaluate(s, c).dp_sync_seconds / cp2, (3.0 / 4) / (1.0 / 2), 1e-9);
+  // ZeRO-1 over the same 4 ranks: reduce-scatter of the fp32 gradients and
+  // all-gather of the fp32 parameters, (n - 1) / n of each: the same bytes.
+  c.zero_stage = 1;
+  EXPECT_NEAR(model.Evaluate(s, c).dp_sync_seconds / cp2, (3.0 / 4) / (1.0 / 2), 1e-9);
 }
 
 TEST(CostModel, AMeasuredProfileReplacesTheAnalyticTime) {

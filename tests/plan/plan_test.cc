@@ -69,6 +69,27 @@ TEST(RankLayout, ExpertParallelGroupsAreConsecutiveDpRanks) {
   p.sections[0].config.ep = 1;  // no EP: each group is the rank alone
   EXPECT_EQ(GroupOf(p, 5, GroupKind::kEP), (std::vector<int>{5}));
   EXPECT_EQ(GroupOf(p, 5, GroupKind::kExpertDP), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(GroupOf(p, 5, GroupKind::kDPxCP), GroupOf(p, 5, GroupKind::kDP));  // cp 1: the DP group
+}
+
+TEST(Groups, DpxCpHoldsEveryDpAndCpRankOfOneTpAndPpIndex) {
+  Plan p;
+  p.job_name = "dpcp";
+  AddSection(p, "llm", 2, 2, 2, 1);  // ranks 0..7: tp fastest, then cp, then dp
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  const auto c = CoordsOfRank(p, 7).ValueOrDie();  // tp 1, cp 1, dp 1
+  ASSERT_EQ(c.cp, 1);
+  ASSERT_EQ(c.dp, 1);
+  const auto group = GroupOf(p, 7, GroupKind::kDPxCP);
+  EXPECT_EQ(group, (std::vector<int>{1, 3, 5, 7}));
+  // A rank's index in it is dp * cp_size + cp (docs/gradient_sync.md).
+  for (size_t i = 0; i < group.size(); ++i) {
+    const auto x = CoordsOfRank(p, group[i]).ValueOrDie();
+    EXPECT_EQ(static_cast<size_t>(x.dp * 2 + x.cp), i);
+    EXPECT_EQ(x.tp, 1);
+  }
+  EXPECT_EQ(GroupsOf(p, 0, GroupKind::kDPxCP).size(), 2u);  // one per TP index
+  EXPECT_STREQ(GroupKindName(GroupKind::kDPxCP), "dp-cp");
 }
 
 TEST(Links, FanOutMapsUpstreamReplicaToConsecutiveDownstreamReplicas) {

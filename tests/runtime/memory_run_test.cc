@@ -21,7 +21,8 @@
 //  - pipeline stages: the decoder at PP 2, each stage within 20%;
 //  - context parallelism: the decoder at CP 2 (docs/context_parallel.md:
 //    each rank's activations of half the tokens plus the gathered K and V),
-//    each rank within 20%;
+//    each rank within 20%; at CP 2 x DP 2 with ZeRO-1 over the 4 DP x CP
+//    ranks (docs/gradient_sync.md), each rank within 20%;
 //  - activation recomputation (runtime/recompute.h, issue #17 item 6): the
 //    decoder with full and with selective recomputation, each rank within
 //    20% of its estimate, and each peak below the same run's without
@@ -431,6 +432,25 @@ TEST(MemoryAsMeasured, ContextParallelRanksHoldWhatTheEstimateSays) {
   ASSERT_EQ(run.memory.size(), 2u);
   ASSERT_EQ(run.plan.sections[0].config.cp, 2);
   EXPECT_EQ(run.plan.sections[0].planner_only, "") << "decoder CP runs on the runtime";
+  ExpectWithin20Percent(run, "lm");
+}
+
+// ZeRO-1 over DP x CP (docs/gradient_sync.md, Megatron-LM's distributed
+// optimizer): the decoder at CP 2 x DP 2, AdamW's moments sharded over the 4
+// ranks and the gradients reduce-scattered in buckets; each rank within 20%.
+TEST(MemoryAsMeasured, Zero1OverDpAndCpHoldsWhatTheEstimateSays) {
+  std::string spec = std::string(kHeader) + kDecoderSpec;
+  const std::string mb = "micro_batch = 8";
+  spec.replace(spec.find(mb), mb.size(), "micro_batch = 4");  // 4 samples per replica
+  const MeasuredRun run =
+      CompileAndRun("cp2_dp2_zero1", spec, 4, {{"lm", "cp", 2, "lm.cp=2"}, {"lm", "dp", 2, "lm.dp=2"}});
+  ASSERT_EQ(run.memory.size(), 4u);
+  const auto& config = run.plan.sections[0].config;
+  ASSERT_EQ(config.cp, 2);
+  ASSERT_EQ(config.dp, 2);
+  EXPECT_EQ(config.zero_stage, 1) << "the runtime shards AdamW over DP x CP: the planner emits ZeRO-1";
+  const auto& m = run.compiled.assignment.sections[0].cost.memory;
+  EXPECT_NEAR(m.optimizer * 4, m.gradients * 2, 0.01 * m.gradients) << "fp32 moments (8 B) over 4 ranks";
   ExpectWithin20Percent(run, "lm");
 }
 
