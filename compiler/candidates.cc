@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "compiler/model.h"
-#include "plan/encoder_tp_split.h"
+#include "plan/tensor_parallel_split.h"
 
 namespace maestro::compiler {
 
@@ -39,19 +39,9 @@ bool IsEncoder(const plan::ModelDesc& m) {
 }
 
 bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {
-  switch (m.kind) {
-    case plan::ModelKind::kDecoder:
-      if (m.heads % tp != 0 || !(m.kv_heads % tp == 0 || tp % m.kv_heads == 0)) return false;
-      // MoE: every expert (and the shared expert) is split like a dense MLP.
-      return m.experts == 0 || (m.moe_ffn_hidden % tp == 0 &&
-                                static_cast<int64_t>(ExtraValue(m, "shared_expert_ffn_hidden", 0)) % tp == 0);
-    case plan::ModelKind::kProjector:
-    case plan::ModelKind::kVit:
-    case plan::ModelKind::kAudioEncoder:
-      // The runtime's rule, from its one home (runtime/models/encoders.h calls it too).
-      return plan::CheckEncoderTensorParallelSplit(m, tp).ok();
-  }
-  return false;
+  // The runtime's rule, from its one home (runtime/models/decoder.cc and
+  // encoders.cc call it too).
+  return plan::CheckTensorParallelSplit(m, tp).ok();
 }
 
 plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, bool recompute,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The configurations the planner may choose for a section, and the rules that
 // gate them (the one home of each):
-//   - TP must split the attention heads (and a decoder's KV heads, or be a
-//     multiple of them): TpSplitsHeads;
+//   - TP must split the model as the runtime splits it (heads, KV heads,
+//     MLP widths: plan/tensor_parallel_split.h): TpSplitsHeads;
 //   - PP splits the layers evenly, CP splits the tokens into 2 * CP chunks;
 //   - the GPU count is a divisor of a node or whole nodes (a het component
 //     is part of one node or whole nodes), any count where sections share
@@ -52,10 +52,11 @@ plan::ParallelConfig ConfigOf(int tp, int pp, int cp, int dp, int micro_batch, b
 bool IsEncoder(const plan::ModelDesc& model);
 
 // Does TP degree `tp` split the model as the runtime splits it: its attention
-// heads (a decoder's KV heads too, or `tp` a multiple of them; a MoE's expert
-// widths, moe_ffn_hidden and shared_expert_ffn_hidden), an encoder's MLP
-// inner units (ffn_hidden, a ViT merger's hidden), a projector's out_dim?
-// (Encoders and projectors: plan/encoder_tp_split.h, the runtime's rule.)
+// heads (a decoder's KV heads too: the runtime does not replicate KV heads;
+// its ffn_hidden, and a MoE's expert widths, moe_ffn_hidden and
+// shared_expert_ffn_hidden), an encoder's MLP inner units (ffn_hidden, a ViT
+// merger's hidden), a projector's out_dim? The runtime's rule, from its one
+// home: plan/tensor_parallel_split.h.
 bool TpSplitsHeads(const plan::ModelDesc& model, int tp);
 
 // The largest number of DP replicas that can all get work.

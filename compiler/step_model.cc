@@ -10,6 +10,7 @@
 
 #include "base/checks.h"
 #include "compiler/model.h"
+#include "plan/tensor_parallel_split.h"
 
 namespace maestro::compiler {
 
@@ -184,15 +185,12 @@ struct Bytes {
 };
 
 Status CheckTpDivides(const plan::ModelDesc& d, const PassShape& s) {
-  const bool heads_ok = d.heads % s.tp == 0;
-  const bool kv_ok = d.kind != plan::ModelKind::kDecoder || d.kv_heads % s.tp == 0 || s.tp % d.kv_heads == 0;
-  const bool ffn_ok = d.kind == plan::ModelKind::kProjector ||
-                      (d.ffn_hidden % s.tp == 0 && d.moe_ffn_hidden % s.tp == 0 &&
-                       static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0)) % s.tp == 0);
-  if (d.kind != plan::ModelKind::kProjector && (!heads_ok || !kv_ok || !ffn_ok)) {
-    return Status::InvalidArgument("PredictSectionPass: tp = " + std::to_string(s.tp) +
-                                   " must divide heads, kv_heads (or be a multiple of it) and ffn_hidden (MoE: "
-                                   "moe_ffn_hidden, shared_expert_ffn_hidden)");
+  // The runtime's rule (plan/tensor_parallel_split.h); a projector's pass is
+  // priced at any TP (the monolithic baseline runs it whole on every TP rank).
+  if (d.kind != plan::ModelKind::kProjector) {
+    if (const Status split = plan::CheckTensorParallelSplit(d, s.tp); !split.ok()) {
+      return Status::InvalidArgument("PredictSectionPass: " + split.message());
+    }
   }
   if (d.experts > 0 && (s.ep < 1 || d.experts % s.ep != 0)) {
     return Status::InvalidArgument("PredictSectionPass: ep = " + std::to_string(s.ep) + " must divide experts (" +
@@ -587,9 +585,8 @@ StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc,
   if (micro_batch < 1 || seq_len < 1 || tp < 1) {
     return Status::InvalidArgument("PredictDecoderStepFromParts: micro_batch, seq_len and tp must be >= 1");
   }
-  if (desc.heads % tp != 0 || desc.kv_heads % tp != 0 || desc.ffn_hidden % tp != 0) {
-    return Status::InvalidArgument("PredictDecoderStepFromParts: tp = " + std::to_string(tp) +
-                                   " must divide heads, kv_heads and ffn_hidden");
+  if (const Status split = plan::CheckTensorParallelSplit(desc, tp); !split.ok()) {
+    return Status::InvalidArgument("PredictDecoderStepFromParts: " + split.message());
   }
   PassShape shape;
   shape.samples = static_cast<double>(micro_batch);

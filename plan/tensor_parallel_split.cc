@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "plan/encoder_tp_split.h"
+#include "plan/tensor_parallel_split.h"
 
 #include <fmt/format.h>
 
@@ -15,12 +15,18 @@ int64_t ExtraInteger(const ModelDesc& m, const char* key) {
   return it != m.extra.end() && it->second > 0 ? static_cast<int64_t>(it->second) : 0;
 }
 
-}  // namespace
-
-Status CheckEncoderTensorParallelSplit(const ModelDesc& m, int tp) {
-  if (tp < 1) return Status::InvalidArgument(fmt::format("tensor parallelism: tp = {} must be >= 1", tp));
+// The sizes TP must divide for `m`, by the runtime's sharding code.
+std::vector<std::pair<const char*, int64_t>> SizesTpMustDivide(const ModelDesc& m) {
   std::vector<std::pair<const char*, int64_t>> must_divide;
   switch (m.kind) {
+    case ModelKind::kDecoder:
+      must_divide = {
+          {"heads", m.heads}, {"kv_heads", m.kv_heads != 0 ? m.kv_heads : m.heads}, {"ffn_hidden", m.ffn_hidden}};
+      if (m.experts > 0) {
+        must_divide.push_back({"moe_ffn_hidden", m.moe_ffn_hidden != 0 ? m.moe_ffn_hidden : m.ffn_hidden});
+        must_divide.push_back({"shared_expert_ffn_hidden", ExtraInteger(m, "shared_expert_ffn_hidden")});
+      }
+      break;
     case ModelKind::kVit: {
       must_divide = {{"heads", m.heads}, {"ffn_hidden", m.ffn_hidden}};
       const int64_t merge = ExtraInteger(m, "spatial_merge");
@@ -32,9 +38,15 @@ Status CheckEncoderTensorParallelSplit(const ModelDesc& m, int tp) {
     }
     case ModelKind::kAudioEncoder: must_divide = {{"heads", m.heads}, {"ffn_hidden", m.ffn_hidden}}; break;
     case ModelKind::kProjector: must_divide = {{"out_dim", m.out_dim}}; break;
-    case ModelKind::kDecoder:
-      return Status::InvalidArgument("CheckEncoderTensorParallelSplit: a decoder is not an encoder");
   }
+  return must_divide;
+}
+
+}  // namespace
+
+Status CheckTensorParallelSplit(const ModelDesc& m, int tp) {
+  if (tp < 1) return Status::InvalidArgument(fmt::format("tensor parallelism: tp = {} must be >= 1", tp));
+  const std::vector<std::pair<const char*, int64_t>> must_divide = SizesTpMustDivide(m);
   std::string sizes;
   for (const auto& [name, value] : must_divide) {
     sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", name, value);
@@ -47,6 +59,13 @@ Status CheckEncoderTensorParallelSplit(const ModelDesc& m, int tp) {
     }
   }
   return Status::Ok();
+}
+
+Status CheckEncoderTensorParallelSplit(const ModelDesc& m, int tp) {
+  if (m.kind == ModelKind::kDecoder) {
+    return Status::InvalidArgument("CheckEncoderTensorParallelSplit: a decoder is not an encoder");
+  }
+  return CheckTensorParallelSplit(m, tp);
 }
 
 }  // namespace maestro::plan

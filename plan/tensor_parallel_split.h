@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one rule for which tensor-parallel degrees split an encoder (ViT,
-// audio encoder) or a projector, as runtime/models/encoders.h
-// ShardEncoderForTensorParallel splits them (docs/encoder_tp.md): TP must
-// divide the attention heads and the MLP's ffn_hidden (and a ViT patch
-// merger's hidden width: extra.merger_hidden, or spatial_merge^2 x hidden),
-// a projector's out_dim. The planner (compiler/candidates.h TpSplitsHeads)
-// and the runtime (runtime/models/encoders.h CheckEncoderSplitsOverTp) both
-// call it. A decoder's rule is not here (compiler/candidates.h,
-// runtime/models/decoder.cc).
+// The one rule for which tensor-parallel degrees split a model, as the
+// runtime splits it: a decoder as runtime/models/decoder.cc
+// ShardDecoderForTensorParallel does (TP divides the attention heads, the
+// KV heads (no KV-head replication) and the MLP's ffn_hidden; a MoE decoder's
+// expert and shared-expert widths too), an encoder (ViT, audio encoder) or a
+// projector as runtime/models/encoders.h ShardEncoderForTensorParallel does
+// (docs/encoder_tp.md): TP divides the attention heads and the MLP's
+// ffn_hidden (and a ViT patch merger's hidden width: extra.merger_hidden, or
+// spatial_merge^2 x hidden), a projector's out_dim. The planner
+// (compiler/candidates.h TpSplitsHeads, the step model's pass checks) and
+// the runtime both call it, so the planner never emits a TP the runtime
+// refuses.
 // Torch-free. May call: base, plan. Thread safety: pure functions.
 #pragma once
 
@@ -16,9 +19,12 @@
 
 namespace maestro::plan {
 
-// Ok when TP of degree `tp` (>= 1) splits `model`, an encoder or projector;
-// else InvalidArgument naming the sizes and the one `tp` does not divide.
-// A decoder: InvalidArgument (not an encoder).
+// Ok when TP of degree `tp` (>= 1) splits `model` (any kind); else
+// InvalidArgument naming the sizes and the one `tp` does not divide.
+Status CheckTensorParallelSplit(const ModelDesc& model, int tp);
+
+// The same rule for an encoder or projector only (a decoder:
+// InvalidArgument, not an encoder).
 Status CheckEncoderTensorParallelSplit(const ModelDesc& model, int tp);
 
 }  // namespace maestro::plan

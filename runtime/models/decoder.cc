@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/checks.h"
+#include "plan/tensor_parallel_split.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/parallel/context_parallel.h"
 #include "runtime/recompute.h"
@@ -107,16 +109,8 @@ int TensorParallelShardDim(const std::string& name) {
 Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer* tp) {
   const auto& d = model.desc();
   const int n = tp->size();
-  if (d.heads % n != 0 || KvHeads(d) % n != 0 || d.ffn_hidden % n != 0) {
-    return Status::InvalidArgument(std::string("tp = ") + std::to_string(n) + " must divide heads (" +
-                                   std::to_string(d.heads) + "), kv_heads (" + std::to_string(KvHeads(d)) +
-                                   ") and ffn_hidden (" + std::to_string(d.ffn_hidden) + ")");
-  }
-  if (d.experts > 0 && (MoeFfnHidden(d) % n != 0 || SharedExpertFfnHidden(d) % n != 0)) {
-    return Status::InvalidArgument(std::string("tp = ") + std::to_string(n) + " must divide moe_ffn_hidden (" +
-                                   std::to_string(MoeFfnHidden(d)) + ") and shared_expert_ffn_hidden (" +
-                                   std::to_string(SharedExpertFfnHidden(d)) + ")");
-  }
+  // The one rule, shared with the planner (plan/tensor_parallel_split.h).
+  MAESTRO_RETURN_IF_ERROR(plan::CheckTensorParallelSplit(d, n));
   for (const auto& block : *model.blocks) {
     auto* b = block->as<DecoderBlockImpl>();
     b->attn->Shard(tp->rank(), n);

@@ -13,7 +13,7 @@
 
 #include "base/checks.h"
 #include "hf/name_map.h"
-#include "plan/encoder_tp_split.h"
+#include "plan/tensor_parallel_split.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/model_desc.h"
 #include "runtime/parallel/vit_context_parallel.h"

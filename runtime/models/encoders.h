@@ -263,7 +263,7 @@ StatusOr<MlpProjector> BuildMlpProjector(const plan::ModelDesc& desc, const Mode
 // projector).
 Status ShardEncoderForTensorParallel(torch::nn::Module& model, const plan::ModelDesc& desc, TensorParallelReducer* tp);
 // Ok when TP of size `n` splits desc's encoder or projector (the sizes above:
-// plan/encoder_tp_split.h, the rule's one home, which the planner's
+// plan/tensor_parallel_split.h, the rule's one home, which the planner's
 // compiler/candidates.h TpSplitsHeads calls too), else the InvalidArgument
 // ShardEncoderForTensorParallel returns.
 Status CheckEncoderSplitsOverTp(const plan::ModelDesc& desc, int n);

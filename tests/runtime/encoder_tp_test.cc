@@ -293,7 +293,7 @@ TEST(EncoderTensorParallel, TpThatDoesNotDivideTheHeadsIsRefusedByName) {
 }
 
 // The rule that a TP degree splits an encoder or projector has one home
-// (plan/encoder_tp_split.h) that the planner (compiler::TpSplitsHeads) and
+// (plan/tensor_parallel_split.h) that the planner (compiler::TpSplitsHeads) and
 // the runtime call. Over a grid of shapes the planner accepts a TP degree
 // exactly when the runtime's ShardEncoderForTensorParallel shards the built
 // model, and a shard then holds fewer parameters than the whole.
@@ -349,6 +349,59 @@ TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsAnEncoderOverAG
   EXPECT_GT(built_shapes, 30);
   EXPECT_GT(split, 20) << "the grid must contain shapes TP splits";
   EXPECT_GT(refused, 20) << "and shapes it refuses";
+}
+
+// The decoder's rule has the same home: over a grid of dense and MoE
+// decoder shapes (KV heads fewer than TP among them, which the runtime does
+// not replicate) the planner accepts a TP degree exactly when the runtime's
+// sharding accepts it, and a shard then holds fewer parameters than the whole.
+TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsADecoderOverAGrid) {
+  std::vector<ModelDesc> shapes;
+  for (int64_t heads : {2, 4, 6, 8}) {
+    for (int64_t kv_heads : {int64_t{1}, int64_t{2}, heads}) {
+      if (heads % kv_heads != 0) continue;
+      for (int64_t ffn : {12, 16, 18}) {
+        shapes.push_back(fixtures::DecoderModel({48, 1, heads, kv_heads, ffn, 40}));
+        ModelDesc moe = fixtures::DecoderModel({48, 1, heads, kv_heads, 16, 40});
+        moe.experts = 4;
+        moe.experts_per_token = 2;
+        moe.moe_ffn_hidden = ffn;
+        shapes.push_back(moe);
+      }
+    }
+  }
+  int built_shapes = 0, split = 0, refused = 0, kv_fewer_than_tp = 0;
+  for (const ModelDesc& d : shapes) {
+    if (!ValidateModelDesc(d, "grid").ok()) continue;
+    ++built_shapes;
+    for (int tp : {1, 2, 3, 4}) {
+      auto whole = BuildModel(d);
+      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      auto model = BuildModel(d);
+      ASSERT_TRUE(model.ok());
+      InProcessTpGroup group(tp);
+      ThreadReducer reducer(group, tp - 1);
+      const Status sharded = ShardModelForTensorParallel(**model, d, &reducer);
+      const bool planner = compiler::TpSplitsHeads(d, tp);
+      const std::string what = "decoder heads " + std::to_string(d.heads) + " kv_heads " + std::to_string(d.kv_heads) +
+                               " ffn_hidden " + std::to_string(d.ffn_hidden) + " experts " + std::to_string(d.experts) +
+                               " moe_ffn_hidden " + std::to_string(d.moe_ffn_hidden) + " tp " + std::to_string(tp);
+      EXPECT_EQ(sharded.ok(), planner) << what << ": " << sharded.ToString();
+      if (d.kv_heads < tp && d.heads % tp == 0) ++kv_fewer_than_tp;
+      if (sharded.ok() && tp > 1) {
+        int64_t shard_params = 0, whole_params = 0;
+        for (const auto& p : (*model)->parameters()) shard_params += p.numel();
+        for (const auto& p : (*whole)->parameters()) whole_params += p.numel();
+        EXPECT_LT(shard_params, whole_params) << what;
+        ++split;
+      }
+      if (!sharded.ok()) ++refused;
+    }
+  }
+  EXPECT_GT(built_shapes, 20);
+  EXPECT_GT(split, 20) << "the grid must contain shapes TP splits";
+  EXPECT_GT(refused, 20) << "and shapes it refuses";
+  EXPECT_GT(kv_fewer_than_tp, 5) << "and shapes with fewer KV heads than TP";
 }
 
 }  // namespace
