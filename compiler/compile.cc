@@ -223,12 +223,14 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
   if (m.devices.size() != 1) return "it runs on several GPU types in lockstep; a fused section runs on one";
   // CP: the runtime's rule (runtime/section_runner.cc CheckContextParallelRuns
   // for a fused section; docs/fused_context_parallel.md): decoder CP inside,
-  // encoders whole on every CP rank, not with PP. The components' own CP
+  // encoders whole on every CP rank, not with PP (a runtime table with
+  // context_parallel_with_pipeline, e.g. --runtime-support all, plans a
+  // fused CP x PP section planner-only). The components' own CP
   // limits (the MoE load-balancing loss) make the baseline planner-only above.
   if (m.config.cp != 1 && !support.context_parallel_fused) {
     return fmt::format("the runtime's fused sections run CP = 1 (CP {})", m.config.cp);
   }
-  if (m.config.cp != 1 && m.config.pp != 1) {
+  if (m.config.cp != 1 && m.config.pp != 1 && !support.context_parallel_with_pipeline) {
     return fmt::format("the runtime's fused sections do not combine CP and PP (CP {} x PP {})", m.config.cp,
                        m.config.pp);
   }

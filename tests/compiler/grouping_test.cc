@@ -13,6 +13,7 @@
 #include "base/checks.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "compiler/workload_builder.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
@@ -118,6 +119,32 @@ TEST(Grouping, NoExampleSpecIsPredictedSlowerThanItsRunnableBaseline) {
   // mllm_multi_image and qwen2vl_7b_mllm: their baselines run CP 4
   // (docs/fused_context_parallel.md).
   EXPECT_GE(with_cp, 2) << "the example specs whose runnable baseline has CP";
+}
+
+// A baseline with CP and PP together runs fused only on a runtime that
+// combines them (context_parallel_with_pipeline): planned for such a runtime
+// (--runtime-support all), the fused plan is a choice, so qwen2vl's plan is
+// never slower than its CP 4 x PP 2 baseline; on this build's runtime the
+// same baseline names the missing combination.
+TEST(Grouping, AFusedCpTimesPpBaselineIsAChoiceOnlyWhereTheRuntimeCombinesThem) {
+  auto spec = ParseSpecFile(kSpecs + "qwen2vl_7b_mllm.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto all = ParseRuntimeSupport("all");
+  ASSERT_TRUE(all.ok());
+  CompileOptions options;
+  options.support = *all;
+  options.support_given = true;
+  auto r = Compile(*spec, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GT(r->monolithic.config.cp, 1) << "the premise: the baseline runs CP and PP\n" << r->report;
+  ASSERT_GT(r->monolithic.config.pp, 1) << "the premise: the baseline runs CP and PP\n" << r->report;
+  EXPECT_EQ(FusedPlanBlocker(*r, options.support), "");
+  const auto js = nlohmann::json::parse(r->report_json);
+  EXPECT_GE(js["speedup_vs_monolithic"].get<double>(), 1.0 - 1e-9) << r->report;
+
+  RuntimeSupport no_cp_pp = *all;
+  no_cp_pp.context_parallel_with_pipeline = false;
+  EXPECT_NE(FusedPlanBlocker(*r, no_cp_pp).find("do not combine CP and PP"), std::string::npos);
 }
 
 }  // namespace
