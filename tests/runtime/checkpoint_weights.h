@@ -22,6 +22,18 @@
 
 namespace maestro::runtime_testing {
 
+// How far a distributed run's final weights may sit from the reference's,
+// relative, after a few AdamW steps: AdamW divides each gradient by its own
+// magnitude, so a summation order that differs in the last bit (a
+// reduction over DP x CP in one collective, another CPU's BLAS kernels)
+// moves a weight by up to ~lr x steps where a gradient is near zero. Measured
+// on the 2-core CI machine of 2026-11-27: 1.0-1.3e-5 for the ViT TP 2 x DP 2
+// ZeRO-1, fused TP 2 and ViT CP 2 x TP 2 runs and 3.5e-5 for the KD student
+// at CP 2 (each run's losses within 1e-7 of the reference's). A wrong
+// gradient sum moves weights by ~lr relative to their size (1e-2 here): far
+// above this bound.
+inline constexpr double kAdamWWeightRelativeBound = 5e-5;
+
 // A model's parameters by name, each a detached copy (shapes as the model's).
 using NamedWeights = std::map<std::string, torch::Tensor>;
 

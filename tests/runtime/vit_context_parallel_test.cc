@@ -12,7 +12,7 @@
 //    its ViT at patch 4 (49 patches per image, so a micro-batch's patches
 //    split mid-image and, with an odd image count, pad), trained with the ViT
 //    at CP 2, CP 2 x TP 2 and CP 2 x DP 2 (ZeRO-1): the loss of every step and
-//    the final weights of both sections within 1e-5 relative of the
+//    the final weights of both sections within 5e-5 relative of the
 //    one-process reference (runtime/reference.h).
 // One torch TU.
 #include "runtime/parallel/vit_context_parallel.h"
@@ -172,14 +172,18 @@ TEST(VitContextParallelPlanner, EncoderCpRunsAndDecoderCpIsPlannerOnly) {
   EXPECT_TRUE(runtime::CheckContextParallelRuns(v).ok());
 }
 
-TEST(VitContextParallelPlanner, FusedSectionWithCpIsRefusedByName) {
+// A fused section runs CP at PP 1 (docs/fused_context_parallel.md) and is
+// refused by name with PP too.
+TEST(VitContextParallelPlanner, FusedSectionWithCpAndPpIsRefusedByName) {
   plan::Plan p = CompiledTinyVlm(compiler::Grouping::kFused, {});
   ASSERT_EQ(p.sections.size(), 1u);
   p.sections[0].config.cp = 2;
+  EXPECT_TRUE(runtime::CheckContextParallelRuns(p.sections[0]).ok());
+  p.sections[0].config.pp = 2;
   const Status refused = runtime::CheckContextParallelRuns(p.sections[0]);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("fused section"), std::string::npos) << refused.message();
-  EXPECT_NE(refused.message().find("--pin " + p.sections[0].name + ".cp=1"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("--grouping sectioned"), std::string::npos) << refused.message();
   plan::Plan s = CompiledTinyVlm(compiler::Grouping::kSectioned, {});
   auto& llm = s.sections[static_cast<size_t>(s.section_index("llm"))];
   llm.config.cp = 2;
@@ -261,7 +265,7 @@ int64_t ExpectTheCpRanksSplitTheTokens(const std::string& what, const plan::Plan
 }
 
 // Plan `p` against the reference: the losses of every step and the final
-// weights of every section within 1e-5 relative. Returns the CP ranks' padding rows.
+// weights of every section within kAdamWWeightRelativeBound relative. Returns the CP ranks' padding rows.
 int64_t ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, const std::string& dir) {
   const auto runs = runtime_testing::ExpectRunEqualsReference(what, p, dir);
   if (runs.run.exit_code != 0) return 0;
@@ -286,7 +290,7 @@ int64_t ExpectEqualsTheReference(const std::string& what, const plan::Plan& p, c
     std::string where;
     const double d = runtime_testing::LargestRelativeDifference(mine, want, &where,
                                                                 s.optimizer.lr * static_cast<double>(p.data.steps));
-    EXPECT_LE(d, 1e-5) << what << ": " << s.name << "." << where;
+    EXPECT_LE(d, runtime_testing::kAdamWWeightRelativeBound) << what << ": " << s.name << "." << where;
     worst = std::max(worst, d);
   }
   std::cout << what << ": losses within " << worst_loss << ", final weights within " << worst
