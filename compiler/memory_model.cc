@@ -7,6 +7,7 @@
 #include "compiler/model.h"
 #include "hf/name_map.h"
 #include "plan/gradient_bucket.h"
+#include "plan/loss_chunk.h"
 
 namespace maestro::compiler {
 
@@ -198,30 +199,6 @@ double LargestParameter(const plan::ModelDesc& m, int tp) {
   return 0.0;
 }
 
-// The gradient sync over DP x CP (docs/gradient_sync.md) runs after the
-// backwards have freed the graphs and holds, beyond the gradients, one
-// packed bucket of at most plan::kGradientBucketBytes (PyTorch DDP's 25 MiB)
-// and, on a CPU slot (MPI backend), MPI's buffers for it. Without ZeRO-1
-// (runtime/parallel/data_parallel.cc) the in-place all-reduce keeps a
-// reduction buffer of the bucket's size (measured before buckets: a ViT at
-// CP 2 peaked 2 x its 228 MB of fp32 gradients above an estimate without
-// the term, the whole gradient being one "bucket"). Under ZeRO-1
-// (distributed_optimizer.cc) Open MPI 4.1's non-blocking reduce-scatter
-// (coll/libnbc nbc_ireduce_scatter_block.c) mallocs 2 x its input; gradients
-// that fit one bucket are reduce-scattered in place, unpacked. NCCL (a GPU
-// slot) reduces in its own fixed-size channel buffers: the packed bucket only.
-// ZeRO-1 also allocates the gradient shard the buckets reduce into (1/(dp
-// cp) of the gradients) before the first bucket; it lives through AdamW.
-double GradientSyncBytes(double gradients, const plan::ParallelConfig& c, bool cpu) {
-  const int ranks = std::max(c.dp, 1) * std::max(c.cp, 1);
-  if (ranks <= 1 || gradients <= 0) return 0.0;
-  const double bucket = std::min(gradients, D(plan::kGradientBucketBytes));
-  const bool packed = c.zero_stage < 1 || gradients > D(plan::kGradientBucketBytes);
-  const double mpi_buffers = !cpu ? 0.0 : c.zero_stage >= 1 ? 2.0 * bucket : bucket;
-  const double gradient_shard = c.zero_stage >= 1 ? gradients / ranks : 0.0;
-  return gradient_shard + (packed ? bucket : 0.0) + mpi_buffers;
-}
-
 // Per token, what a section keeps outside its layers: a ViT's input pixels
 // (kept by the patch convolution), final norm and patch merger; the audio
 // stem; a decoder's final RMSNorm and its output (kept by the LM head).
@@ -262,6 +239,30 @@ double LogitsChainBytes(const SectionWork& s) {
 }
 
 }  // namespace
+
+// The gradient sync over DP x CP (docs/gradient_sync.md) runs after the
+// backwards have freed the graphs and holds, beyond the gradients, one
+// packed bucket of at most plan::kGradientBucketBytes (PyTorch DDP's 25 MiB)
+// and, on a CPU slot (MPI backend), MPI's buffers for it. Without ZeRO-1
+// (runtime/parallel/data_parallel.cc) the in-place all-reduce keeps a
+// reduction buffer of the bucket's size (measured before buckets: a ViT at
+// CP 2 peaked 2 x its 228 MB of fp32 gradients above an estimate without
+// the term, the whole gradient being one "bucket"). Under ZeRO-1
+// (distributed_optimizer.cc) Open MPI 4.1's non-blocking reduce-scatter
+// (coll/libnbc nbc_ireduce_scatter_block.c) mallocs 2 x its input; gradients
+// that fit one bucket are reduce-scattered in place, unpacked. NCCL (a GPU
+// slot) reduces in its own fixed-size channel buffers: the packed bucket only.
+// ZeRO-1 also allocates the gradient shard the buckets reduce into (1/(dp
+// cp) of the gradients) before the first bucket; it lives through AdamW.
+double GradientSyncBytes(double gradients, const plan::ParallelConfig& c, bool cpu) {
+  const int ranks = std::max(c.dp, 1) * std::max(c.cp, 1);
+  if (ranks <= 1 || gradients <= 0) return 0.0;
+  const double bucket = std::min(gradients, D(plan::kGradientBucketBytes));
+  const bool packed = c.zero_stage < 1 || gradients > D(plan::kGradientBucketBytes);
+  const double mpi_buffers = !cpu ? 0.0 : c.zero_stage >= 1 ? 2.0 * bucket : bucket;
+  const double gradient_shard = c.zero_stage >= 1 ? gradients / ranks : 0.0;
+  return gradient_shard + (packed ? bucket : 0.0) + mpi_buffers;
+}
 
 PrecisionBytes BytesOf(ParamPrecision precision) {
   switch (precision) {
@@ -394,7 +395,13 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     const double stem = holds_head ? stem_tokens * StemBytes(m, a) : tokens_mb * a * D(m.hidden);
     double act = copies * (tokens_mb * per_mb + stem + gathered_kv);
     if (m.kind == ModelKind::kDecoder && s.sink && holds_head) {
-      act += tokens_mb * LogitsChainBytes(s);
+      // The vocabulary loss runs over chunks of positions past
+      // plan::kLossWholeTokens (plan/loss_chunk.h): one chunk's chain at a time.
+      const double samples = std::max(1.0, std::ceil(samples_per_microbatch - 1e-9));
+      const auto positions = static_cast<int64_t>(std::ceil(D(s.tokens) / cp));
+      const double chain_tokens =
+          samples * D(plan::LossChunkPositions(static_cast<int64_t>(samples), std::max<int64_t>(positions, 1)));
+      act += std::min(tokens_mb, chain_tokens) * LogitsChainBytes(s);
       // The teacher's rows: whole on every CP rank (docs/context_parallel.md).
       if (s.kd_teacher_hidden > 0) act += tokens_mb * D(cp) * 4.0 * D(s.kd_teacher_hidden);
     }

@@ -36,7 +36,9 @@
 //               holds min(pp - s, micro-batches) under 1F1B, and each stage
 //               is priced with its own layers (EstimateStageMemory). A training decoder sink adds
 //               its fp32 logits chain (log_softmax, KD's teacher logits and KL
-//               terms); a forward-only section keeps no graph, only one
+//               terms) for at most one loss chunk's tokens (plan/loss_chunk.h:
+//               the runtime runs a larger micro-batch's loss in chunks,
+//               recomputed in backward); a forward-only section keeps no graph, only one
 //               layer's working set and its output rows. Activation
 //               recomputation (docs/recompute.md): full keeps each layer's
 //               input and one layer's graph; selective drops each layer's
@@ -97,6 +99,13 @@ PrecisionBytes BytesOf(ParamPrecision precision);
 // 5, drops the score-sized 5as/h term, keeping 34sbh).
 double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t context, double act_bytes,
                             bool explicit_attention, bool attention_core_recomputed = false);
+
+// The transient of the gradient sync over DP x CP beyond the gradients
+// (docs/gradient_sync.md): ZeRO-1's gradient shard, one packed bucket of at
+// most plan::kGradientBucketBytes, and on a CPU slot (`cpu`, MPI) MPI's
+// buffers for it; 0 when dp x cp is 1. `gradients`: the rank's gradient
+// bytes that the sync covers.
+double GradientSyncBytes(double gradients, const plan::ParallelConfig& config, bool cpu);
 
 // The per-GPU memory of section `s` under `config`, with `microbatches`
 // micro-batches per replica of `samples_per_microbatch` samples each, on

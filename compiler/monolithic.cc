@@ -9,6 +9,7 @@
 
 #include "base/units.h"
 #include "compiler/config_text.h"
+#include "compiler/memory_model.h"
 #include "compiler/planner.h"
 
 namespace maestro::compiler {
@@ -109,12 +110,15 @@ ReplicaStep EvaluateReplica(const CostModel& model, const Workload& w, const Mon
     // the micro-batch that drew an image for every sample.
     const double fullest = std::min<double>(c.micro_batch, per_replica);
     MemoryBreakdown mem = model.EvaluateWith(sw, sc_config, microbatches, fullest).memory;
-    // An encoder whole on every CP rank has its gradients summed over CP
-    // with the decoders' (the runtime's fused section, one flat all-reduce
-    // of every parameter: docs/fused_context_parallel.md), so it holds the
-    // flat copy and MPI's buffer that memory_model.cc charges a section at
-    // CP > 1. Measured: tests/runtime/memory_run_test.cc FusedSectionAtCp2...
-    if (s.trains() && c.cp > 1 && sc_config.cp == 1) mem.activations = std::max(mem.activations, 2.0 * mem.gradients);
+    // An encoder whole on every CP rank has its gradients summed over DP x
+    // CP with the decoders' (the runtime's fused section syncs every
+    // parameter in one bucketed pass: docs/fused_context_parallel.md,
+    // docs/gradient_sync.md), so it holds that sync's transient, as a
+    // section at CP > 1 does. Measured: tests/runtime/memory_run_test.cc
+    // FusedSectionAtCp2...
+    if (s.trains() && c.cp > 1 && sc_config.cp == 1) {
+      mem.activations = std::max(mem.activations, GradientSyncBytes(mem.gradients, c, dev.cpu));
+    }
     if (!fx.colocated_memory && mem.total() > dev.memory_bytes) out.fits = false;
     memory.weights += mem.weights;
     memory.gradients += mem.gradients;
