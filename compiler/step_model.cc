@@ -10,6 +10,7 @@
 
 #include "base/checks.h"
 #include "compiler/model.h"
+#include "plan/loss_chunk.h"
 #include "plan/tensor_parallel_split.h"
 
 namespace maestro::compiler {
@@ -54,6 +55,16 @@ class StepSum {
     Add(part, Phase::kBackward, bwd);
     out_.gemm_seconds += fwd + bwd;
     out_.terms.push_back({"gemm " + name, fwd + bwd, kernels});
+  }
+
+  // The forward of y = x W^T run again in backward (a recomputed region):
+  // `times` forward GEMMs charged to the backward phase.
+  void GemmRecomputed(const std::string& name, Part part, double m, double k, double n, double times) {
+    if (!train_) return;
+    const double fwd = times * Gemm1(m, k, n);
+    Add(part, Phase::kBackward, fwd);
+    out_.gemm_seconds += fwd;
+    out_.terms.push_back({"gemm " + name + " (recomputed)", fwd, times});
   }
 
   // Memory-bound kernels: each entry is one kernel's bytes read + written
@@ -350,14 +361,33 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   sum.Memory("embedding scatter", Part::kPre, kB, {b.Act(2 * h)}, m, 1);
   sum.Memory("embedding dense grad", Part::kPre, kB, {b.Act(vocab * h)}, 1, 1);
 
+  // The vocabulary loss in chunks of positions past plan::kLossWholeTokens
+  // (plan/loss_chunk.h, section_runner.cc PerSampleLoss): each chunk's head
+  // GEMM at the chunk's rows, and in backward each chunk's head and loss
+  // forwards again (RunRecomputed) before their backward.
+  const double loss_samples = std::max(1.0, std::ceil(s.samples - 1e-9));
+  const auto loss_positions = static_cast<int64_t>(std::max(1.0, std::ceil(m / loss_samples)));
+  const bool loss_chunked = sum.train() && s.lm_loss && s.loss_in_chunks &&
+                            plan::LossIsChunked(static_cast<int64_t>(loss_samples), loss_positions);
+  const double chunks =
+      loss_chunked
+          ? std::ceil(static_cast<double>(loss_positions) /
+                      static_cast<double>(plan::LossChunkPositions(static_cast<int64_t>(loss_samples), loss_positions)))
+          : 1.0;
+  const double chunk_rows = m / chunks;
   if (s.lm_loss) {
     // The LM head (not split by TP: decoder.cc shards only the blocks).
-    sum.Gemm("lm_head", Part::kPost, m, h, vocab, 1);
-    // Vocabulary pass (section_runner.cc PerSampleLoss): logits.to(f32),
+    sum.Gemm("lm_head", Part::kPost, chunk_rows, h, vocab, chunks);
+    // Vocabulary pass (section_runner.cc MaskedPositionLoss): logits.to(f32),
     // log_softmax (r4 w4), nll gather (scalar); backward: nll' zero-filled
     // fp32 grad (w4) + scatter, log_softmax' (r8 w4), to(f32)'.
-    sum.Memory("logits fp32 + cross-entropy", Part::kPost, kF, {b.Cast(vocab), 8 * vocab, 0.0}, m, 1);
+    const std::initializer_list<double> ce_forward = {b.Cast(vocab), 8 * vocab, 0.0};
+    sum.Memory("logits fp32 + cross-entropy", Part::kPost, kF, ce_forward, m, 1);
     sum.Memory("logits fp32 + cross-entropy", Part::kPost, kB, {4 * vocab, 0.0, 12 * vocab, b.Cast(vocab)}, m, 1);
+    if (loss_chunked) {
+      sum.GemmRecomputed("lm_head", Part::kPost, chunk_rows, h, vocab, chunks);
+      sum.Memory("logits fp32 + cross-entropy (recomputed)", Part::kPost, kB, ce_forward, m, 1);
+    }
     // Tied weights: the LM head's dW added to the embedding's grad (r2 w1).
     if (d.tie_embeddings) sum.Memory("tied embedding grad accumulation", Part::kPost, kB, {b.Act(3 * vocab * h)}, 1, 1);
   }
@@ -365,11 +395,17 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     // KD (PerSampleLoss with teacher logits): the frozen teacher head on the
     // detached teacher hidden state, then the temperature-scaled KL.
     const double v = vocab;
-    sum.Gemm("kd teacher_head (frozen)", Part::kPost, m, static_cast<double>(s.kd_teacher_hidden), v, 1, false, false);
+    const double teacher_hidden = static_cast<double>(s.kd_teacher_hidden);
+    sum.Gemm("kd teacher_head (frozen)", Part::kPost, chunk_rows, teacher_hidden, v, chunks, false, false);
     // Forward: teacher to(f32), / T; student to(f32), / T, log_softmax;
     // teacher log_softmax, exp, (t - s), *, sum.
-    sum.Memory("kd KL", Part::kPost, kF,
-               {b.Cast(v), 8 * v, b.Cast(v), 8 * v, 8 * v, 8 * v, 8 * v, 12 * v, 12 * v, 4 * v}, m, 1);
+    const std::initializer_list<double> kl_forward = {b.Cast(v), 8 * v, b.Cast(v), 8 * v,  8 * v,
+                                                      8 * v,     8 * v, 12 * v,    12 * v, 4 * v};
+    sum.Memory("kd KL", Part::kPost, kF, kl_forward, m, 1);
+    if (loss_chunked) {
+      sum.GemmRecomputed("kd teacher_head (frozen)", Part::kPost, chunk_rows, teacher_hidden, v, chunks);
+      sum.Memory("kd KL (recomputed)", Part::kPost, kB, kl_forward, m, 1);
+    }
     // Backward (the student side): sum' expand, mul', sub', log_softmax',
     // / T', to(f32)', and the accumulation into the logits' grad.
     sum.Memory("kd KL", Part::kPost, kB, {4 * v, 12 * v, 8 * v, 12 * v, 8 * v, b.Cast(v), b.Act(3 * v)}, m, 1);
@@ -593,6 +629,7 @@ StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc,
   shape.tokens_per_sample = static_cast<double>(seq_len);
   shape.train = true;
   shape.lm_loss = true;
+  shape.loss_in_chunks = false;  // decoder_speed.cc computes its cross-entropy whole
   shape.tp = tp;
   shape.activation_bytes = 2;
   shape.fused = fused;

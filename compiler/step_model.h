@@ -76,6 +76,10 @@ struct PassShape {
   bool recompute_attention_core = false;  // selective: the attention core's forward again during backward
   bool lm_loss = false;                   // decoder: LM head + fp32 cross-entropy (a sink that trains)
   int64_t kd_teacher_hidden = 0;          // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
+  // The vocabulary loss in chunks past plan::kLossWholeTokens, recomputed in
+  // backward, as section_runner.cc runs it (plan/loss_chunk.h); false: whole,
+  // as runtime/decoder_speed.cc's timed loop (PredictDecoderStepFromParts).
+  bool loss_in_chunks = true;
   int tp = 1, cp = 1, pp = 1;
   int ep = 1;                // MoE: the EP group the routed experts split over (docs/moe.md)
   int activation_bytes = 2;  // bf16 2, fp32 4

@@ -17,6 +17,7 @@
 #include "datasets/sample_source.h"
 #include "hf/checkpoint.h"
 #include "hf/name_map.h"
+#include "plan/loss_chunk.h"
 #include "runtime/fused_pipeline.h"
 #include "runtime/hf_weights.h"
 #include "runtime/models/decoder.h"
@@ -30,6 +31,7 @@
 #include "runtime/reference.h"
 #include "runtime/torch_call.h"
 #include "runtime/torch_compat.h"
+#include "runtime/vocab_loss.h"
 
 namespace maestro::runtime {
 
@@ -688,41 +690,14 @@ MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64
 
 namespace {
 
-// Per-sample loss of a decoder sink: the mean over the sample's target
-// positions of (1 - a) CE + a T^2 KL (a = 0 without a teacher).
-// logits: (B, T, V); targets: (B, T); teacher_logits: (B, T, V) or undefined.
-// target_counts: (B) fp32, each sample's target count over its whole
-// sequence (context parallelism: T is this rank's part, and the CP ranks'
-// results sum to the whole mean), or undefined: counted in `targets`.
-// Returns (B).
-torch::Tensor PerSampleLoss(const torch::Tensor& logits, const torch::Tensor& targets,
-                            const torch::Tensor& teacher_logits, const plan::LossDesc& loss,
-                            const torch::Tensor& target_counts = {}) {
-  const auto v = logits.size(2);
-  auto mask = targets.ne(datasets::kIgnoreTarget);  // (B, T)
-  auto safe_targets = targets.masked_fill(~mask, 0);
-  auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);      // (B, T, V)
-  auto ce = -log_probs.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1);  // (B, T)
-  torch::Tensor per_position = ce;
-  if (teacher_logits.defined()) {
-    const double temp = loss.temperature;
-    auto s_scaled = torch::log_softmax(logits.to(torch::kFloat32) / temp, -1);  // (B, T, V)
-    auto t_scaled = teacher_logits.to(torch::kFloat32) / temp;
-    torch::Tensor kl;
-    if (loss.top_k > 0 && loss.top_k < v) {
-      auto top = t_scaled.topk(loss.top_k, -1);                // values, indices (B, T, k)
-      auto t_logp = torch::log_softmax(std::get<0>(top), -1);  // teacher renormalized over its top-k
-      auto s_logp = s_scaled.gather(-1, std::get<1>(top));     // student log-probs at those tokens
-      kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1);         // (B, T)
-    } else {
-      auto t_logp = torch::log_softmax(t_scaled, -1);
-      kl = (t_logp.exp() * (t_logp - s_scaled)).sum(-1);
-    }
-    per_position = (1.0 - loss.kd_alpha) * ce + loss.kd_alpha * temp * temp * kl;
-  }
-  auto maskf = mask.to(torch::kFloat32);
-  auto counts = target_counts.defined() ? target_counts : maskf.sum(-1).clamp_min(1.0);  // (B)
-  return (per_position * maskf).sum(-1) / counts;                                        // (B)
+// The argmax token at position `pos` of sample `b`: from `logits` (B, T, V)
+// when the loss kept them, else the head on that one row of `hidden`
+// (B, T, C), without grad (a chunked loss keeps no logits).
+int64_t AnswerToken(DecoderLMImpl* lm, const torch::Tensor& hidden, const torch::Tensor& logits, int64_t b,
+                    int64_t pos) {
+  if (logits.defined()) return logits[b][pos].argmax().item<int64_t>();
+  torch::NoGradGuard no_grad;
+  return lm->Logits(hidden[b][pos]).argmax().item<int64_t>();
 }
 
 }  // namespace
@@ -885,12 +860,9 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
           break;
         }
         if (!trains()) break;
-        auto logits = lm->Logits(hidden);  // (B, T, V); context parallelism: (B, T/cp, V)
-        torch::Tensor teacher_logits;
         if (teacher_hidden.defined()) {
           TORCH_CHECK(impl.teacher_head.defined(), "KD rows without a teacher head");
           if (cp > 1) teacher_hidden = SplitSequenceForContextParallel(teacher_hidden, 1, cp, cp_rank);
-          teacher_logits = torch::matmul(teacher_hidden, impl.teacher_head.t()).detach();  // (B, T, V)
         }
         plan::LossDesc loss = s.loss;
         if (loss.kind != "kd") loss.kd_alpha = 0.0;
@@ -900,7 +872,9 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
           target_counts = targets.ne(datasets::kIgnoreTarget).to(torch::kFloat32).sum(-1).clamp_min(1.0);
           targets = SplitSequenceForContextParallel(targets, 1, cp, cp_rank);
         }
-        auto per_sample = PerSampleLoss(logits, targets, teacher_logits, loss, target_counts);  // (B)
+        torch::Tensor logits;  // (B, T, V) when the loss ran whole; context parallelism: (B, T/cp, V)
+        auto per_sample = PerSampleLoss(lm, hidden, targets, teacher_hidden, impl.teacher_head, loss, target_counts,
+                                        plan::LossChunkPositions(hidden.size(0), hidden.size(1)), &logits);  // (B)
         // MoE: + router_aux_loss_coef * sample b's load-balancing term (docs/moe.md).
         if (const double coef = RouterAuxLossCoef(s.model); coef > 0) {
           per_sample = per_sample + coef * lm->RouterBalanceLoss().to(per_sample.scalar_type());
@@ -923,7 +897,7 @@ StatusOr<SectionRunner::Output> SectionRunner::Forward(const MicroBatchData& dat
           const int64_t want = data.input_ids[static_cast<int64_t>(b)][pos + 1].item<int64_t>();
           if (cp > 1) pos = row_of_position[static_cast<size_t>(pos)];
           if (pos < 0) continue;
-          const int64_t got = logits[static_cast<int64_t>(b)][pos].argmax().item<int64_t>();
+          const int64_t got = AnswerToken(lm, hidden, logits, static_cast<int64_t>(b), pos);
           ++out.answers;
           if (got == want) ++out.answers_right;
         }

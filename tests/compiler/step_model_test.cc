@@ -13,6 +13,7 @@
 #include <string>
 
 #include "compiler/device_profile.h"
+#include "plan/loss_chunk.h"
 #include "tests/fixtures/models.h"
 
 namespace maestro::compiler {
@@ -268,6 +269,50 @@ TEST(SectionPass, ForwardOnlyHasNoBackwardNoOptimizerAndAForwardNoSlowerThanTrai
   // Training: backward about twice the forward (two GEMMs per projection).
   EXPECT_GT(trained->backward_seconds / trained->forward_seconds, 1.6);
   EXPECT_LT(trained->backward_seconds / trained->forward_seconds, 2.6);
+}
+
+// The chunked vocabulary loss (plan/loss_chunk.h): past kLossWholeTokens a
+// micro-batch's head and loss forwards run again in backward, and the
+// step model charges exactly those; at or below it nothing changes.
+TEST(SectionPass, AChunkedLossChargesTheHeadAndLossForwardsAgainInBackward) {
+  const DeviceProfile p = H100();
+  const auto term = [](const PassTimes& t, const std::string& name) {
+    double seconds = -1;
+    for (const StepTerm& x : t.detail.terms) {
+      if (x.name == name) seconds = x.seconds;
+    }
+    return seconds;
+  };
+  for (int64_t kd_hidden : {int64_t{0}, int64_t{4096}}) {
+    PassShape whole = Train(4, 4096);  // 16384 tokens: eight chunks
+    whole.kd_teacher_hidden = kd_hidden;
+    whole.loss_in_chunks = false;
+    PassShape chunked = whole;
+    chunked.loss_in_chunks = true;
+    auto w = PredictSectionPass(Llama3_8BLayers8(), whole, p);
+    auto c = PredictSectionPass(Llama3_8BLayers8(), chunked, p);
+    ASSERT_TRUE(w.ok() && c.ok());
+    EXPECT_EQ(term(*w, "gemm lm_head (recomputed)"), -1.0);
+    const double head_again = term(*c, "gemm lm_head (recomputed)");
+    ASSERT_GT(head_again, 0.0) << "the chunks' head GEMMs run again";
+    double again = head_again + term(*c, "memory logits fp32 + cross-entropy (recomputed) backward");
+    if (kd_hidden > 0) {
+      ASSERT_GT(term(*c, "gemm kd teacher_head (frozen) (recomputed)"), 0.0);
+      again += term(*c, "gemm kd teacher_head (frozen) (recomputed)") + term(*c, "memory kd KL (recomputed) backward");
+    }
+    // The chunks' GEMMs run at 2048 rows, the whole one's at 16384: the
+    // forwards differ by that rate alone (under 10% here), the backwards
+    // by the recomputation too.
+    EXPECT_NEAR(c->forward_seconds, w->forward_seconds, 0.1 * w->forward_seconds);
+    EXPECT_GT(c->backward_seconds - w->backward_seconds, 0.8 * again);
+    EXPECT_LT(c->backward_seconds - w->backward_seconds, 1.2 * again);
+    // Up to kLossWholeTokens the loss runs whole: no recomputation.
+    PassShape small = Train(1, plan::kLossWholeTokens);
+    small.kd_teacher_hidden = kd_hidden;
+    auto s = PredictSectionPass(Llama3_8BLayers8(), small, p);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(term(*s, "gemm lm_head (recomputed)"), -1.0);
+  }
 }
 
 TEST(SectionPass, RecomputeAddsTheBlocksForwardToTheBackward) {

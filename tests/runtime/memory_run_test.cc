@@ -36,6 +36,9 @@
 //  - the same VLM fused at CP 2 (docs/fused_context_parallel.md): each rank
 //    (the ViT whole, its gradients summed over CP in the flat all-reduce)
 //    within 20% of the monolithic model's estimate at that configuration.
+//  - the chunked vocabulary loss (docs/loss_chunking.md): a decoder on
+//    32 x 512 tokens of an 8192-token vocabulary holds one 2048-token
+//    chunk's logits chain, within 20% of the estimate that counts one chunk.
 // Each run stays under ~2 GB and ~40 s on two cores.
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
@@ -54,6 +57,7 @@
 #include "compiler/memory_model.h"
 #include "compiler/monolithic.h"
 #include "compiler/spec.h"
+#include "plan/loss_chunk.h"
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/launcher/run_util.h"
@@ -581,6 +585,46 @@ TEST(MemoryAsMeasured, FusedSectionAtCp2HoldsWhatTheMonolithicEstimateSays) {
       m.memory.gradients / 1e6, m.memory.optimizer / 1e6, m.memory.activations / 1e6);
   ExpectRanksWithin20Percent(memory, p.sections[0].name, m.memory.total() - compiler::kCpuWorkerBaselineBytes,
                              breakdown);
+}
+
+// The chunked vocabulary loss (docs/loss_chunking.md): 32 x 512 tokens of an
+// 8192-token vocabulary, past plan::kLossWholeTokens. Whole, the
+// cross-entropy's fp32 logits chain (3 x 4 x V bytes a token) would be
+// 1.6 GB; the runtime holds one 2048-token chunk's (0.2 GB), and the rank's
+// peak is within 20% of the estimate that counts one chunk, which the whole
+// chain would exceed by far more than 20%.
+TEST(MemoryAsMeasured, ChunkedVocabularyLossHoldsOneChunksLogits) {
+  std::string header = kHeader;
+  const std::string seq = "seq_len = 256";
+  header.replace(header.find(seq), seq.size(), "seq_len = 512");
+  const std::string batch = "global_batch = 8";
+  header.replace(header.find(batch), batch.size(), "global_batch = 32");
+  const MeasuredRun run = CompileAndRun("chunked_loss", header + R"(
+[models.lm]
+kind = "decoder"
+hidden = 128
+layers = 2
+heads = 4
+kv_heads = 2
+ffn_hidden = 384
+vocab = 8192
+
+[[section]]
+name = "lm"
+model = "lm"
+mode = "train"
+micro_batch = 32
+optimizer = { lr = 1e-3 }
+)");
+  ASSERT_FALSE(run.memory.empty());
+  std::string breakdown;
+  const double estimate = EstimateAboveReserve(run, "lm", &breakdown);
+  const double tokens = 32.0 * 512, vocab = 8192, chain_per_token = 3 * 4 * vocab;
+  const double chunk_tokens = 32.0 * static_cast<double>(plan::LossChunkPositions(32, 512));
+  ASSERT_LT(chunk_tokens, tokens) << "the premise: the micro-batch's loss runs in chunks";
+  const double unchunked_extra = (tokens - chunk_tokens) * chain_per_token;
+  EXPECT_GT(unchunked_extra, 0.4 * estimate) << "a run that kept every token's chain must fail the 20% bound";
+  ExpectRanksWithin20Percent(run.memory, "lm", estimate, breakdown);
 }
 
 TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {

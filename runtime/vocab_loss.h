@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// A training decoder sink's loss over the vocabulary: the LM head, the
+// cross-entropy and, for a KD student, the frozen teacher head and the
+// temperature-scaled KL (top-k or full vocabulary), per sample. Past
+// plan::kLossWholeTokens tokens a micro-batch runs head and loss over chunks
+// of positions, each recomputed in backward (plan/loss_chunk.h,
+// docs/loss_chunking.md), so autograd keeps one chunk's fp32 logits chain
+// instead of every token's.
+//
+// Owns: MaskedPositionLoss, PerSampleLoss.
+// Runtime-internal: includes torch; only runtime/*.cc and tests/runtime
+// include it. May call: runtime/models/decoder.h, runtime/recompute.h,
+// datasets (kIgnoreTarget), plan, libtorch. Thread safety: one thread per
+// model, as the models.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "plan/plan.h"
+#include "runtime/models/decoder.h"
+
+namespace maestro::runtime {
+
+// Per position: (1 - a) CE + a T^2 KL (a = loss.kd_alpha, 0 without a
+// teacher), zero where the target is datasets::kIgnoreTarget.
+// logits: (B, L, V); targets: (B, L) int64; teacher_logits: (B, L, V) or
+// undefined. Returns (B, L) fp32.
+torch::Tensor MaskedPositionLoss(const torch::Tensor& logits, const torch::Tensor& targets,
+                                 const torch::Tensor& teacher_logits, const plan::LossDesc& loss);
+
+// Per sample: the mean over the sample's target positions of
+// MaskedPositionLoss, with `lm`'s head (and a KD student's frozen teacher
+// head) applied here, over chunks of `chunk_positions` positions (the
+// runner passes plan::LossChunkPositions(B, T)). One chunk (chunk_positions
+// >= T) runs whole and sets *logits to its (B, T, V) logits (the caption
+// answers read them); more chunks each run under RunRecomputed and leave
+// *logits undefined. Differentiable through `hidden` and the head.
+// hidden: (B, T, C); targets: (B, T) int64; teacher_hidden: (B, T, C_teacher)
+// or undefined, with teacher_head (V, C_teacher) fp32; target_counts: (B)
+// fp32, each sample's target count over its whole sequence (context
+// parallelism: T is this rank's part, and the CP ranks' results sum to the
+// whole mean), or undefined: counted in `targets`. Returns (B) fp32.
+torch::Tensor PerSampleLoss(DecoderLMImpl* lm, const torch::Tensor& hidden, const torch::Tensor& targets,
+                            const torch::Tensor& teacher_hidden, const torch::Tensor& teacher_head,
+                            const plan::LossDesc& loss, const torch::Tensor& target_counts, int64_t chunk_positions,
+                            torch::Tensor* logits);
+
+}  // namespace maestro::runtime
