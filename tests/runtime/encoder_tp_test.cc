@@ -292,11 +292,53 @@ TEST(EncoderTensorParallel, TpThatDoesNotDivideTheHeadsIsRefusedByName) {
   EXPECT_NE(s.message().find("tp = 2 must divide heads"), std::string::npos) << s.message();
 }
 
-// The rule that a TP degree splits an encoder or projector has one home
-// (plan/tensor_parallel_split.h) that the planner (compiler::TpSplitsHeads) and
-// the runtime call. Over a grid of shapes the planner accepts a TP degree
-// exactly when the runtime's ShardEncoderForTensorParallel shards the built
-// model, and a shard then holds fewer parameters than the whole.
+// Over `shapes` x TP 1-4: the planner (compiler::TpSplitsHeads) accepts a
+// TP degree exactly when the runtime's sharding (ShardModelForTensorParallel)
+// shards the built model, and a shard then holds fewer parameters than the
+// whole. Counts the shapes built, the (shape, TP > 1) pairs split and those
+// refused, and the pairs `counted` marks.
+struct GridCounts {
+  int built = 0, split = 0, refused = 0, counted = 0;
+};
+GridCounts ExpectPlannerAgreesWithTheRuntime(const std::vector<ModelDesc>& shapes,
+                                             const std::function<bool(const ModelDesc&, int)>& counted = {}) {
+  GridCounts n;
+  for (const ModelDesc& d : shapes) {
+    if (!ValidateModelDesc(d, "grid").ok()) continue;
+    ++n.built;
+    for (int tp : {1, 2, 3, 4}) {
+      auto whole = BuildModel(d);
+      auto model = BuildModel(d);
+      EXPECT_TRUE(whole.ok() && model.ok()) << whole.status().ToString();
+      if (!whole.ok() || !model.ok()) return n;
+      InProcessTpGroup group(tp);
+      ThreadReducer reducer(group, tp - 1);
+      const Status sharded = ShardModelForTensorParallel(**model, d, &reducer);
+      const bool planner = compiler::TpSplitsHeads(d, tp);
+      const std::string what = std::string(plan::ModelKindName(d.kind)) + " heads " + std::to_string(d.heads) +
+                               " kv_heads " + std::to_string(d.kv_heads) + " ffn_hidden " +
+                               std::to_string(d.ffn_hidden) + " experts " + std::to_string(d.experts) +
+                               " moe_ffn_hidden " + std::to_string(d.moe_ffn_hidden) + " out_dim " +
+                               std::to_string(d.out_dim) + " tp " + std::to_string(tp);
+      EXPECT_EQ(sharded.ok(), planner) << what << ": " << sharded.ToString();
+      if (counted && counted(d, tp)) ++n.counted;
+      if (sharded.ok() && tp > 1) {
+        int64_t shard_params = 0, whole_params = 0;
+        for (const auto& p : (*model)->parameters()) shard_params += p.numel();
+        for (const auto& p : (*whole)->parameters()) whole_params += p.numel();
+        EXPECT_LT(shard_params, whole_params) << what;
+        ++n.split;
+      }
+      if (!sharded.ok()) ++n.refused;
+    }
+  }
+  return n;
+}
+
+// The rule that a TP degree splits a model has one home
+// (plan/tensor_parallel_split.h) that the planner (compiler::TpSplitsHeads)
+// and the runtime call: over a grid of encoder and projector shapes the two
+// agree (ExpectPlannerAgreesWithTheRuntime).
 TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsAnEncoderOverAGrid) {
   std::vector<ModelDesc> shapes;
   for (int64_t heads : {1, 2, 3, 4, 6}) {
@@ -319,42 +361,15 @@ TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsAnEncoderOverAG
     projector.out_dim = out_dim;
     shapes.push_back(projector);
   }
-  int built_shapes = 0, split = 0, refused = 0;
-  for (const ModelDesc& d : shapes) {
-    if (!ValidateModelDesc(d, "grid").ok()) continue;
-    ++built_shapes;
-    for (int tp : {1, 2, 3, 4}) {
-      auto whole = BuildModel(d);
-      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-      auto model = BuildModel(d);
-      ASSERT_TRUE(model.ok());
-      InProcessTpGroup group(tp);
-      ThreadReducer reducer(group, tp - 1);
-      const Status sharded = ShardEncoderForTensorParallel(**model, d, &reducer);
-      const bool planner = compiler::TpSplitsHeads(d, tp);
-      const std::string what = std::string(plan::ModelKindName(d.kind)) + " heads " + std::to_string(d.heads) +
-                               " ffn_hidden " + std::to_string(d.ffn_hidden) + " out_dim " + std::to_string(d.out_dim) +
-                               " tp " + std::to_string(tp);
-      EXPECT_EQ(sharded.ok(), planner) << what << ": " << sharded.ToString();
-      if (sharded.ok() && tp > 1) {
-        int64_t shard_params = 0, whole_params = 0;
-        for (const auto& p : (*model)->parameters()) shard_params += p.numel();
-        for (const auto& p : (*whole)->parameters()) whole_params += p.numel();
-        EXPECT_LT(shard_params, whole_params) << what;
-        ++split;
-      }
-      if (!sharded.ok()) ++refused;
-    }
-  }
-  EXPECT_GT(built_shapes, 30);
-  EXPECT_GT(split, 20) << "the grid must contain shapes TP splits";
-  EXPECT_GT(refused, 20) << "and shapes it refuses";
+  const GridCounts n = ExpectPlannerAgreesWithTheRuntime(shapes);
+  EXPECT_GT(n.built, 30);
+  EXPECT_GT(n.split, 20) << "the grid must contain shapes TP splits";
+  EXPECT_GT(n.refused, 20) << "and shapes it refuses";
 }
 
 // The decoder's rule has the same home: over a grid of dense and MoE
 // decoder shapes (KV heads fewer than TP among them, which the runtime does
-// not replicate) the planner accepts a TP degree exactly when the runtime's
-// sharding accepts it, and a shard then holds fewer parameters than the whole.
+// not replicate) the planner and the runtime agree.
 TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsADecoderOverAGrid) {
   std::vector<ModelDesc> shapes;
   for (int64_t heads : {2, 4, 6, 8}) {
@@ -370,38 +385,12 @@ TEST(EncoderTensorParallel, PlannerAndRuntimeAgreeOnWhichTpSplitsADecoderOverAGr
       }
     }
   }
-  int built_shapes = 0, split = 0, refused = 0, kv_fewer_than_tp = 0;
-  for (const ModelDesc& d : shapes) {
-    if (!ValidateModelDesc(d, "grid").ok()) continue;
-    ++built_shapes;
-    for (int tp : {1, 2, 3, 4}) {
-      auto whole = BuildModel(d);
-      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-      auto model = BuildModel(d);
-      ASSERT_TRUE(model.ok());
-      InProcessTpGroup group(tp);
-      ThreadReducer reducer(group, tp - 1);
-      const Status sharded = ShardModelForTensorParallel(**model, d, &reducer);
-      const bool planner = compiler::TpSplitsHeads(d, tp);
-      const std::string what = "decoder heads " + std::to_string(d.heads) + " kv_heads " + std::to_string(d.kv_heads) +
-                               " ffn_hidden " + std::to_string(d.ffn_hidden) + " experts " + std::to_string(d.experts) +
-                               " moe_ffn_hidden " + std::to_string(d.moe_ffn_hidden) + " tp " + std::to_string(tp);
-      EXPECT_EQ(sharded.ok(), planner) << what << ": " << sharded.ToString();
-      if (d.kv_heads < tp && d.heads % tp == 0) ++kv_fewer_than_tp;
-      if (sharded.ok() && tp > 1) {
-        int64_t shard_params = 0, whole_params = 0;
-        for (const auto& p : (*model)->parameters()) shard_params += p.numel();
-        for (const auto& p : (*whole)->parameters()) whole_params += p.numel();
-        EXPECT_LT(shard_params, whole_params) << what;
-        ++split;
-      }
-      if (!sharded.ok()) ++refused;
-    }
-  }
-  EXPECT_GT(built_shapes, 20);
-  EXPECT_GT(split, 20) << "the grid must contain shapes TP splits";
-  EXPECT_GT(refused, 20) << "and shapes it refuses";
-  EXPECT_GT(kv_fewer_than_tp, 5) << "and shapes with fewer KV heads than TP";
+  const GridCounts n = ExpectPlannerAgreesWithTheRuntime(
+      shapes, [](const ModelDesc& d, int tp) { return d.kv_heads < tp && d.heads % tp == 0; });
+  EXPECT_GT(n.built, 20);
+  EXPECT_GT(n.split, 20) << "the grid must contain shapes TP splits";
+  EXPECT_GT(n.refused, 20) << "and shapes it refuses";
+  EXPECT_GT(n.counted, 5) << "and shapes with fewer KV heads than TP";
 }
 
 }  // namespace
