@@ -20,7 +20,7 @@
 //    LLM's second-stage AdamW state under its own key; its last stage
 //    killed mid-run ends the job within the communication timeout, mpirun
 //    naming the dead rank;
-//  - the compiler (specs/omni_audio_vision_llm.toml, whose monolithic
+//  - the compiler (specs/kd_72b_to_7b.toml without CP, whose monolithic
 //    baseline pipelines): the fused plan is chosen when predicted faster,
 //    else it is the rejected alternative with its step; `--grouping fused`
 //    gives one section with the baseline's PP; a runtime without
@@ -276,14 +276,15 @@ TEST(FusedPipelineFailure, ALastStageKilledMidRunEndsTheJobNamingItsRank) {
 
 // ---- the compiler ----
 
-// specs/omni_audio_vision_llm.toml (ViT + audio encoder + LLM): planned for
-// this build's runtime without CP (which its baseline takes since CP runs),
-// its monolithic baseline pipelines (TP 2 PP 2 when this was written).
-// `support`: a --runtime-support list, "" for this build's.
+// specs/kd_72b_to_7b.toml (a 72B teacher and a 7B student at 8K tokens):
+// planned for this build's runtime without CP, its monolithic baseline
+// pipelines (TP 2 PP 4 when this was written). omni_audio_vision_llm's did
+// until the chunked vocabulary loss (docs/loss_chunking.md) let its 16K-token
+// LLM fit at TP 2 PP 1. `support`: a --runtime-support list, "" for this
+// build's.
 constexpr char kWithoutCp[] = "dp,micro_batch,tp_decoder,pp_decoder,tp_encoder,pp_fused,recompute,zero1";
-
-StatusOr<compiler::CompileResult> CompileOmni(compiler::Grouping grouping, const std::string& support) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/omni_audio_vision_llm.toml");
+StatusOr<compiler::CompileResult> CompileKd72b(compiler::Grouping grouping, const std::string& support) {
+  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
   if (!spec.ok()) return spec.status();
   compiler::CompileOptions options;
   options.grouping = grouping;
@@ -295,12 +296,12 @@ StatusOr<compiler::CompileResult> CompileOmni(compiler::Grouping grouping, const
 }
 
 TEST(FusedPipelineCompiler, AMonolithicBaselineWithPpIsTheFusedPlanWhenFaster) {
-  auto r = CompileOmni(compiler::Grouping::kAuto, kWithoutCp);
+  auto r = CompileKd72b(compiler::Grouping::kAuto, kWithoutCp);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(r->monolithic.found);
   ASSERT_GT(r->monolithic.config.pp, 1) << "the baseline this test is about pipelines";
   const double sectioned = r->simulated.step_seconds, fused = r->monolithic_simulated.step_seconds;
-  std::printf("omni: sectioned %.3f s, monolithic %.3f s (TP%d PP%d DP%d); %s\n", sectioned, fused,
+  std::printf("kd_72b_to_7b: sectioned %.3f s, monolithic %.3f s (TP%d PP%d DP%d); %s\n", sectioned, fused,
               r->monolithic.config.tp, r->monolithic.config.pp, r->monolithic.config.dp, r->grouping.why.c_str());
   EXPECT_EQ(r->grouping.why.find("cannot run"), std::string::npos) << "the fused plan runs: " << r->grouping.why;
   if (fused < sectioned) {
@@ -321,7 +322,7 @@ TEST(FusedPipelineCompiler, AMonolithicBaselineWithPpIsTheFusedPlanWhenFaster) {
 }
 
 TEST(FusedPipelineCompiler, GroupingFusedGivesOneSectionWithTheBaselinesPp) {
-  auto r = CompileOmni(compiler::Grouping::kFused, kWithoutCp);
+  auto r = CompileKd72b(compiler::Grouping::kFused, kWithoutCp);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->plan.sections.size(), 1u);
   const auto& f = r->plan.sections[0];
@@ -335,14 +336,14 @@ TEST(FusedPipelineCompiler, ARuntimeWithoutPpFusedNamesPpAsTheBlocker) {
   // This build's table less pp_fused (and the features the spec does not
   // need): --grouping fused fails naming PP, auto keeps sectioned.
   const std::string without = "dp,micro_batch,tp_decoder,pp_decoder,tp_encoder,moe,recompute,zero1,run_ahead";
-  auto with_list = CompileOmni(compiler::Grouping::kAuto, without + ",pp_fused");
+  auto with_list = CompileKd72b(compiler::Grouping::kAuto, without + ",pp_fused");
   ASSERT_TRUE(with_list.ok()) << with_list.status().ToString();
   ASSERT_GT(with_list->monolithic.config.pp, 1);
-  auto forced = CompileOmni(compiler::Grouping::kFused, without);
+  auto forced = CompileKd72b(compiler::Grouping::kFused, without);
   ASSERT_FALSE(forced.ok());
   EXPECT_NE(forced.status().message().find("fused sections run PP = 1"), std::string::npos)
       << forced.status().ToString();
-  auto automatic = CompileOmni(compiler::Grouping::kAuto, without);
+  auto automatic = CompileKd72b(compiler::Grouping::kAuto, without);
   ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
   EXPECT_FALSE(automatic->grouping.fused);
   EXPECT_NE(automatic->grouping.why.find("PP = 1"), std::string::npos) << automatic->grouping.why;
