@@ -139,10 +139,15 @@ SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignm
   const std::vector<int> held = GpusHeldPerDevice(model, w, a);
   SplitBound out;
   for (size_t i = 0; i < w.sections.size(); ++i) {
-    const SectionCost& c = a.sections[i].cost;
+    // No rounding: the section's samples in full micro-batches of the plan's
+    // size, a fractional count of them, each priced at that size. (The
+    // plan's own cost prices its micro-batches at their mean fill, which a
+    // replica with fewer samples than micro-batches x mb has below mb.)
+    const plan::ParallelConfig& config = a.sections[i].cost.config;
     const size_t d = static_cast<size_t>(w.sections[i].device);
     const double active = static_cast<double>(model.global_batch()) * w.sections[i].active_fraction;
-    const double microbatches = active / (c.config.dp * c.config.micro_batch);
+    const double microbatches = active / (config.dp * config.micro_batch);
+    const SectionCost c = model.EvaluateWith(w.sections[i], config, std::max(microbatches, 1e-9), config.micro_batch);
     work[d] += c.gpus * (microbatches * c.stage_seconds + c.dp_sync_seconds + c.optimizer_seconds);
   }
   for (size_t d = 0; d < devs.size(); ++d) {

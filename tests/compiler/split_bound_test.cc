@@ -7,21 +7,26 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/checks.h"
 #include "compiler/compile.h"
+#include "compiler/cost_model.h"
 #include "compiler/report.h"
 #include "compiler/spec.h"
+#include "compiler/workload_builder.h"
 
 namespace maestro::compiler {
 namespace {
 
 const std::string kSpecs = std::string(MAESTRO_SOURCE_DIR) + "/specs/";
 
-StatusOr<CompileResult> CompileSpec(const std::string& name, Grouping grouping = Grouping::kAuto) {
+StatusOr<CompileResult> CompileSpec(const std::string& name, Grouping grouping = Grouping::kAuto,
+                                    std::vector<PinOverride> pins = {}) {
   MAESTRO_ASSIGN_OR_RETURN(Spec spec, ParseSpecFile(kSpecs + name));
   CompileOptions options;
   options.grouping = grouping;
+  options.pins = std::move(pins);
   return Compile(spec, options);
 }
 
@@ -53,6 +58,41 @@ TEST(SplitBound, ASectionedPlanIsBelowTheBoundItsWorkAndGpusGive) {
   double busiest = 0;
   for (const auto& s : r->assignment.sections) busiest = std::max(busiest, s.cost.step_seconds);
   EXPECT_LE(js["split_bound_seconds"].get<double>(), busiest * (1 + 1e-9));
+}
+
+// "No rounding" prices every sample at the plan's micro-batch size. A
+// replica of 16 samples at micro-batch 32 runs one micro-batch of 16 (the
+// plan's cost prices it at that fill); the bound is half a full 32-sample
+// micro-batch, at a 32-sample micro-batch's time. (It once took half a
+// micro-batch at the 16-sample time: a per-sample time no configuration
+// reaches, which put this plan at half its bound.)
+TEST(SplitBound, PartialMicroBatchesArePricedAtTheFullMicroBatch) {
+  auto r =
+      CompileSpec("tiny_teacher.toml", Grouping::kAuto, {{"teacher", "micro_batch", 32, "teacher.micro_batch=32"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SectionCost& plan_cost = r->assignment.sections[0].cost;
+  ASSERT_EQ(plan_cost.config.micro_batch, 32);
+  ASSERT_EQ(plan_cost.config.dp, 2);
+  ASSERT_DOUBLE_EQ(plan_cost.microbatches, 1.0);  // 16 samples per replica: one micro-batch
+
+  auto spec = ParseSpecFile(kSpecs + "tiny_teacher.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const CostModel model(DevicesOf(*spec), spec->data.global_batch);
+  const double full_microbatches = 32.0 / (2 * 32);
+  const SectionCost full = model.EvaluateWith(r->workload.sections[0], plan_cost.config, full_microbatches, 32);
+  const double expected = full_microbatches * full.stage_seconds + full.dp_sync_seconds + full.optimizer_seconds;
+  const auto js = nlohmann::json::parse(r->report_json);
+  const double bound = js["split_bound_seconds"].get<double>();
+  EXPECT_NEAR(bound, expected, 1e-9 * expected);
+  // A full micro-batch takes longer than one of 16 samples, and less per sample.
+  EXPECT_GT(full.stage_seconds, plan_cost.stage_seconds);
+  EXPECT_LT(full.stage_seconds / 32, plan_cost.stage_seconds / 16);
+  const double at_the_fill =
+      full_microbatches * plan_cost.stage_seconds + full.dp_sync_seconds + full.optimizer_seconds;
+  EXPECT_GT(bound, at_the_fill * 1.5);
+  const double fraction = js["fraction_of_split_bound"].get<double>();
+  EXPECT_GT(fraction, 0.75);
+  EXPECT_LT(fraction, 1.0);
 }
 
 }  // namespace
