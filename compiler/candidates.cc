@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "compiler/model.h"
 #include "plan/tensor_parallel_split.h"
@@ -36,6 +37,21 @@ std::vector<int> ComponentSizes(const DeviceType& dev) {
 
 bool IsEncoder(const plan::ModelDesc& m) {
   return m.kind != plan::ModelKind::kDecoder;
+}
+
+bool EdgeDpsAllowed(int from_dp, int to_dp, int fanout, int fanin, const PlannerOptions& options) {
+  if (!plan::EdgeDpRuleHolds(from_dp, to_dp, fanout, fanin)) return false;
+  if (from_dp % to_dp == 0 || to_dp % from_dp == 0) return true;
+  return !options.nested_dp_edges && DpSlots({from_dp, to_dp}) <= kMostDpSlots;
+}
+
+int64_t DpSlots(const std::vector<int>& dps) {
+  int64_t l = 1;
+  for (int dp : dps) {
+    l = std::lcm(l, static_cast<int64_t>(std::max(dp, 1)));
+    if (l > kMostDpSlots) return kMostDpSlots + 1;
+  }
+  return l;
 }
 
 bool TpSplitsHeads(const plan::ModelDesc& m, int tp) {

@@ -33,7 +33,25 @@ struct PlannerOptions {
   std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32};
   int max_pp = 64;
   int max_cp = 8;
+  // Every edge's DP degrees divide one another (the fan-out and fan-in maps).
+  // Off: any two degrees, linked by overlapping shares (plan::EdgeDpRuleHolds);
+  // the compile plans both ways and keeps the faster simulated step.
+  bool nested_dp_edges = false;
 };
+
+// The most placement slots a plan may have: the lcm of its DP degrees
+// (scheduler/prepared.h). Placing a sample scans the slots of the sections
+// it activates, so the planner keeps them few (43 -> 21 replicas: 903).
+inline constexpr int64_t kMostDpSlots = 4096;
+
+// Do DP degrees `from_dp` -> `to_dp` suit an edge pinned to `fanout` /
+// `fanin` (0: not pinned) under `options`: the edge's rule
+// (plan::EdgeDpRuleHolds), one dividing the other under nested_dp_edges, and
+// an lcm of at most kMostDpSlots.
+bool EdgeDpsAllowed(int from_dp, int to_dp, int fanout, int fanin, const PlannerOptions& options);
+
+// The lcm of `dps` (placement slots), or kMostDpSlots + 1 once past it.
+int64_t DpSlots(const std::vector<int>& dps);
 
 // Every structurally valid configuration of a section (degrees divide the
 // model, the GPU count is a divisor or multiple of a node, pins hold,

@@ -133,6 +133,23 @@ std::vector<int> InFlightCapsToTry(const Spec& spec, const Workload& w) {
   return {0, 16, 4, 1};
 }
 
+// The DP degree of every section of `a`.
+std::vector<int> DpDegreesOf(const Assignment& a) {
+  std::vector<int> dps;
+  for (const auto& s : a.sections) dps.push_back(s.cost.config.dp);
+  return dps;
+}
+
+// True when on every edge of `w` one DP degree divides the other.
+bool EdgesNest(const Workload& w, const Assignment& a) {
+  for (const EdgeWork& e : w.edges) {
+    const int from = a.sections[static_cast<size_t>(e.from)].cost.config.dp;
+    const int to = a.sections[static_cast<size_t>(e.to)].cost.config.dp;
+    if (from % to != 0 && to % from != 0) return false;
+  }
+  return true;
+}
+
 // One sectioned plan at in-flight cap `cap`: the planner's assignment,
 // refined and simulated; the outcome's failure, or the status of a check.
 struct SectionedAttempt {
@@ -145,8 +162,8 @@ struct SectionedAttempt {
   }
 };
 
-SectionedAttempt PlanSectionedAt(const Spec& spec, const CompileOptions& options, const CostModel& model,
-                                 const PlannerOptions& po, const Workload& workload, int cap) {
+SectionedAttempt PlanSectionedOnce(const Spec& spec, const CompileOptions& options, const CostModel& model,
+                                   const PlannerOptions& po, const Workload& workload, int cap) {
   SectionedAttempt a;
   a.cap = cap;
   a.result.workload = workload;
@@ -165,7 +182,36 @@ SectionedAttempt PlanSectionedAt(const Spec& spec, const CompileOptions& options
   // A run_ahead pin the runtime lacks is planner-only too (ChooseRunAhead).
   a.status = CheckLocalRunsEverything(spec, r.assignment);
   if (a.status.ok()) a.status = CheckRuntimeRunsEverything(spec, options, r.assignment);
+  if (a.status.ok() && DpSlots(DpDegreesOf(r.assignment)) > kMostDpSlots) {
+    a.status = Status::InvalidArgument(
+        fmt::format("the plan's DP degrees need more than {} placement slots (their lcm)", kMostDpSlots));
+  }
   return a;
+}
+
+// The sectioned plan at in-flight cap `cap`: planned with edges between any
+// DP degrees, and, when that plan has an edge whose degrees do not divide
+// one another, planned again with nested degrees only (the fan-out and
+// fan-in maps); the faster simulated step is kept, the nested one on a tie.
+// The analytic search ranks plans by their slowest section, and a plan
+// whose replicas' shares straddle one another can simulate slower than it
+// predicts (kd_72b_to_7b_4k: 7.13 s predicted, 7.57 s simulated, against a
+// nested plan at 7.41 s both ways).
+SectionedAttempt PlanSectionedAt(const Spec& spec, const CompileOptions& options, const CostModel& model,
+                                 const PlannerOptions& po, const Workload& workload, int cap) {
+  SectionedAttempt any = PlanSectionedOnce(spec, options, model, po, workload, cap);
+  if (po.nested_dp_edges || (any.status.ok() && EdgesNest(any.result.workload, any.result.assignment))) return any;
+  PlannerOptions nested_po = po;
+  nested_po.nested_dp_edges = true;
+  SectionedAttempt nested = PlanSectionedOnce(spec, options, model, nested_po, workload, cap);
+  if (!any.status.ok()) return nested.status.ok() ? nested : any;
+  if (!nested.status.ok()) return any;
+  SectionedAttempt& kept = nested.step_seconds() <= any.step_seconds() ? nested : any;
+  const SectionedAttempt& other = &kept == &nested ? any : nested;
+  kept.result.refinement_log += fmt::format(
+      "  edges: {} ({:.4g} s/step); {} {:.4g} s/step\n", &kept == &nested ? "nested DP degrees" : "any DP degrees",
+      kept.step_seconds(), &kept == &nested ? "any DP degrees" : "nested DP degrees only", other.step_seconds());
+  return std::move(kept);
 }
 
 // The report's line on the in-flight cap: the one chosen, and what each

@@ -59,7 +59,7 @@ PlanOutcome ExhaustiveSearch(const CostModel& model, const Workload& w, const Pl
         const int dp_other = fitting[other][static_cast<size_t>(pick[other])].config.dp;
         const int df = e.from == static_cast<int>(k) ? c.config.dp : dp_other;
         const int dt = e.from == static_cast<int>(k) ? dp_other : c.config.dp;
-        if (!plan::EdgeDpRuleHolds(df, dt, e.fanout, e.fanin)) {
+        if (!EdgeDpsAllowed(df, dt, e.fanout, e.fanin, o)) {
           ok = false;
           break;
         }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <numeric>
+
 #include "base/units.h"
 #include "compiler/config_text.h"
 #include "compiler/runtime_support.h"
@@ -125,6 +127,14 @@ std::string ExplainEdges(const CompileResult& r) {
     const EdgeWork& ew = w.edges[e];
     const int a_dp = a.sections[static_cast<size_t>(ew.from)].cost.config.dp;
     const int b_dp = a.sections[static_cast<size_t>(ew.to)].cost.config.dp;
+    if (a_dp % b_dp != 0 && b_dp % a_dp != 0) {
+      t += fmt::format(
+          "edge {} -> {}: DP {} -> {}, neither divides the other: {} links between replicas whose "
+          "shares of the batch overlap\n",
+          w.sections[static_cast<size_t>(ew.from)].name, w.sections[static_cast<size_t>(ew.to)].name, a_dp, b_dp,
+          a_dp + b_dp - std::gcd(a_dp, b_dp));
+      continue;
+    }
     t += fmt::format("edge {} -> {}: DP {} x {} = {}{}\n", w.sections[static_cast<size_t>(ew.from)].name,
                      w.sections[static_cast<size_t>(ew.to)].name, a_dp,
                      b_dp >= a_dp ? fmt::format("fan-out {}", b_dp / a_dp) : fmt::format("(1/{}) fan-in", a_dp / b_dp),

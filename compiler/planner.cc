@@ -267,7 +267,7 @@ PlanOutcome PlanSections(const CostModel& model, const Workload& w, const Planne
   if (!out.ok()) return out;
   out.failure = CheckNodeBudget(model, w, tables);
   if (!out.ok()) return out;
-  const FrontPlanner planner(model, w, std::move(tables));
+  const FrontPlanner planner(model, w, std::move(tables), o);
   out.failure = CheckFanOuts(model, w, planner);
   if (!out.ok()) return out;
   out.assignment = PickAssignment(model, w, o, planner, SearchSmallestBottleneck(planner));

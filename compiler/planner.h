@@ -6,8 +6,9 @@
 //     whole nodes), or, where sections share nodes (DeviceType::packs_nodes),
 //     the GPUs per type fit its nodes x gpus_per_node,
 //   - every section's per-GPU memory fits,
-//   - on every edge DP_from * fanout = DP_to or DP_to * fanin = DP_from
-//     (integer; pinned fan-outs hold exactly),
+//   - on every edge a pinned fan-out or fan-in holds exactly; unpinned, any
+//     two DP degrees (EdgeDpsAllowed: at most kMostDpSlots placement slots,
+//     or one dividing the other under PlannerOptions::nested_dp_edges),
 // maximizing the steady-state throughput B / max(section step time, edge
 // transfer time): sections run concurrently under the wavefront schedule, a
 // section active for a share p of the samples does p of the work.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "base/text.h"
 #include "base/units.h"
@@ -259,8 +260,11 @@ std::string SectionTable(const std::vector<ReportSection>& sections) {
 }
 
 std::string EdgeText(const ReportEdge& e) {
-  const std::string fan = e.dp_to >= e.dp_from ? fmt::format("fan-out {}", e.dp_to / e.dp_from)
-                                               : fmt::format("fan-in {}", e.dp_from / e.dp_to);
+  const bool nested = e.dp_to % e.dp_from == 0 || e.dp_from % e.dp_to == 0;
+  const std::string fan =
+      !nested ? fmt::format("{} links by overlapping shares", e.dp_from + e.dp_to - std::gcd(e.dp_from, e.dp_to))
+      : e.dp_to >= e.dp_from ? fmt::format("fan-out {}", e.dp_to / e.dp_from)
+                             : fmt::format("fan-in {}", e.dp_from / e.dp_to);
   return fmt::format("edge {} -> {} ({}): {} (DP {} -> {}), {}/sample{}, {:.3g} s/step of transfer\n", e.from, e.to,
                      PrintableText(e.tensor), fan, e.dp_from, e.dp_to, HumanBytes(e.bytes_per_sample),
                      e.carries_gradient ? " (+ gradient back)" : "", e.seconds_per_step);

@@ -10,15 +10,16 @@
 
 namespace maestro::compiler::internal {
 
-FrontPlanner::FrontPlanner(const CostModel& model, const Workload& w, std::vector<SectionTable> tables)
-    : model_(model), w_(w), tables_(std::move(tables)) {
+FrontPlanner::FrontPlanner(const CostModel& model, const Workload& w, std::vector<SectionTable> tables,
+                           const PlannerOptions& options)
+    : model_(model), w_(w), tables_(std::move(tables)), options_(options) {
   adj_.assign(w.sections.size(), {});
   BuildPairs();
   ClassifyGraph();
 }
 
 // The pairs of sections joined by edges, and per pair the options whose DP
-// degrees keep every edge's fan-out rule.
+// degrees every edge allows (EdgeDpsAllowed).
 void FrontPlanner::BuildPairs() {
   std::map<std::pair<int, int>, size_t> index;
   for (size_t e = 0; e < w_.edges.size(); ++e) {
@@ -39,13 +40,12 @@ void FrontPlanner::BuildPairs() {
     for (size_t ia = 0; ia < A.size(); ++ia) {
       for (size_t ib = 0; ib < B.size(); ++ib) {
         const int da = A[ia].dp, db = B[ib].dp;
-        if (db % da != 0 && da % db != 0) continue;  // cheap filter before the per-edge rules
         double worst = 0;
         bool ok = true;
         for (int e : p.edges) {
           const EdgeWork& ew = w_.edges[static_cast<size_t>(e)];
           const int df = ew.from == p.a ? da : db, dt = ew.from == p.a ? db : da;
-          if (!plan::EdgeDpRuleHolds(df, dt, ew.fanout, ew.fanin)) {
+          if (!EdgeDpsAllowed(df, dt, ew.fanout, ew.fanin, options_)) {
             ok = false;
             break;
           }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "compiler/assignment.h"
+#include "compiler/candidates.h"
 #include "compiler/cost_model.h"
 #include "plan/plan.h"
 
@@ -62,7 +63,9 @@ struct Solution {
 class FrontPlanner {
  public:
   // `tables`: one per section of `w`, every option's front non-empty.
-  FrontPlanner(const CostModel& model, const Workload& w, std::vector<SectionTable> tables);
+  // `options`: which DP degrees an edge may join (EdgeDpsAllowed).
+  FrontPlanner(const CostModel& model, const Workload& w, std::vector<SectionTable> tables,
+               const PlannerOptions& options);
 
   const std::vector<SectionPair>& pairs() const { return pairs_; }
   const std::vector<SectionTable>& tables() const { return tables_; }
@@ -82,6 +85,7 @@ class FrontPlanner {
   const CostModel& model_;
   const Workload& w_;
   std::vector<SectionTable> tables_;
+  PlannerOptions options_;
   std::vector<SectionPair> pairs_;
   std::vector<std::vector<size_t>> adj_;
   bool forest_ = true;

@@ -389,16 +389,19 @@ std::string Describe(const plan::ParallelConfig& c) {
   return out;
 }
 
-// Does every edge at section `i` keep its fan-out rule with `i` at DP `dp`
-// and the other sections as in `a`?
-bool EdgesHoldWith(const Workload& work, const Assignment& a, size_t i, int dp) {
+// Does every edge at section `i` allow its DP degrees (EdgeDpsAllowed) with
+// `i` at DP `dp` and the other sections as in `a`, and do the plan's DP
+// degrees keep at most kMostDpSlots placement slots?
+bool EdgesHoldWith(const Workload& work, const Assignment& a, size_t i, int dp, const PlannerOptions& options) {
   for (const EdgeWork& e : work.edges) {
     if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
     const int from_dp = e.from == static_cast<int>(i) ? dp : a.sections[static_cast<size_t>(e.from)].cost.config.dp;
     const int to_dp = e.to == static_cast<int>(i) ? dp : a.sections[static_cast<size_t>(e.to)].cost.config.dp;
-    if (!plan::EdgeDpRuleHolds(from_dp, to_dp, e.fanout, e.fanin)) return false;
+    if (!EdgeDpsAllowed(from_dp, to_dp, e.fanout, e.fanin, options)) return false;
   }
-  return true;
+  std::vector<int> dps;
+  for (size_t k = 0; k < a.sections.size(); ++k) dps.push_back(k == i ? dp : a.sections[k].cost.config.dp);
+  return DpSlots(dps) <= kMostDpSlots;
 }
 
 // `a` with section `i` under `c` (evaluated as `cost`), summarized.
@@ -450,7 +453,7 @@ struct NeighbourConfig {
 
 // Section `i`'s single moves in `a` that are feasible: a candidate
 // configuration (pins, runtime support), one move away, that fits in memory
-// on the same nodes, keeps every edge's fan-out rule, and whose micro-batch
+// on the same nodes, keeps every edge's DP rule (EdgesHoldWith), and whose micro-batch
 // is not more than twice what a replica gets (it would run as a smaller one).
 std::vector<NeighbourConfig> NeighbourConfigs(const CostModel& model, const Workload& work, const Assignment& a,
                                               size_t i, const PlannerOptions& options) {
@@ -462,7 +465,7 @@ std::vector<NeighbourConfig> NeighbourConfigs(const CostModel& model, const Work
     if (!MoveBetween(now.config, c, &move)) continue;
     const double per_replica = std::ceil(static_cast<double>(model.global_batch()) * s.active_fraction / c.dp - 1e-9);
     if (c.micro_batch > 1 && c.micro_batch / 2 >= per_replica) continue;
-    if (!EdgesHoldWith(work, a, i, c.dp)) continue;
+    if (!EdgesHoldWith(work, a, i, c.dp, options)) continue;
     const SectionCost cost = model.Evaluate(s, c);
     if (!cost.fits || cost.nodes != now.nodes) continue;
     out.push_back({move, c, cost});

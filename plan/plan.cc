@@ -197,7 +197,13 @@ Status SavePlan(const Plan& plan, const std::string& path) {
 bool EdgeDpRuleHolds(int from_dp, int to_dp, int fanout, int fanin) {
   if (fanout > 0) return to_dp == from_dp * fanout;
   if (fanin > 0) return from_dp == to_dp * fanin;
-  return to_dp % from_dp == 0 || from_dp % to_dp == 0;
+  return from_dp > 0 && to_dp > 0;
+}
+
+bool ReplicasLinked(int up, int from_dp, int down, int to_dp) {
+  // up/from_dp < (down+1)/to_dp and down/to_dp < (up+1)/from_dp.
+  return static_cast<int64_t>(up) * to_dp < static_cast<int64_t>(down + 1) * from_dp &&
+         static_cast<int64_t>(down) * from_dp < static_cast<int64_t>(up + 1) * to_dp;
 }
 
 namespace {
@@ -438,8 +444,7 @@ Status Validate(const Plan& plan) {
     const int b = plan.sections[d].config.dp;
     if (!EdgeDpRuleHolds(a, b)) {
       return Status::InvalidArgument(
-          fmt::format("edge {} -> {}: DP degrees {} and {} do not divide one another (DP_from * fanout = DP_to)",
-                      e.from, e.to, a, b));
+          fmt::format("edge {} -> {}: DP degrees {} and {} must be at least 1", e.from, e.to, a, b));
     }
   }
   DirectedEdges graph;
@@ -582,22 +587,23 @@ std::vector<Link> LinksOfEdge(const Plan& plan, int edge_index) {
   const auto& uc = plan.sections[static_cast<size_t>(u)].config;
   const auto& dc = plan.sections[static_cast<size_t>(d)].config;
   std::vector<Link> links;
-  const int n = std::max(uc.dp, dc.dp);
-  for (int i = 0; i < n; ++i) {
+  // Walk both sections' shares of [0, 1) in order: each step links the two
+  // current replicas, then leaves the share that ends first (both when they
+  // end together). Fan-out k: downstream i is fed by upstream i / k; fan-in
+  // k: upstream i feeds downstream i / k.
+  int up = 0, down = 0;
+  while (up < uc.dp && down < dc.dp) {
     Link l;
     l.edge = edge_index;
-    // Fan-out (dc.dp >= uc.dp): downstream replica i is fed by upstream i / k.
-    // Fan-in  (uc.dp >  dc.dp): upstream replica i feeds downstream i / k.
-    if (dc.dp >= uc.dp) {
-      l.down_dp = i;
-      l.up_dp = i / (dc.dp / uc.dp);
-    } else {
-      l.up_dp = i;
-      l.down_dp = i / (uc.dp / dc.dp);
-    }
-    l.up_rank = GlobalRankOf(plan, u, 0, 0, l.up_dp, uc.pp - 1);
-    l.down_rank = GlobalRankOf(plan, d, 0, 0, l.down_dp, 0);
+    l.up_dp = up;
+    l.down_dp = down;
+    l.up_rank = GlobalRankOf(plan, u, 0, 0, up, uc.pp - 1);
+    l.down_rank = GlobalRankOf(plan, d, 0, 0, down, 0);
     links.push_back(l);
+    // Share ends: (up + 1) / uc.dp against (down + 1) / dc.dp.
+    const int64_t up_end = static_cast<int64_t>(up + 1) * dc.dp, down_end = static_cast<int64_t>(down + 1) * uc.dp;
+    if (up_end <= down_end) ++up;
+    if (down_end <= up_end) ++down;
   }
   return links;
 }
@@ -623,8 +629,8 @@ void FillLayout(Plan& plan) {
     auto& edge = plan.edges[e];
     const int a = plan.sections[static_cast<size_t>(plan.section_index(edge.from))].config.dp;
     const int b = plan.sections[static_cast<size_t>(plan.section_index(edge.to))].config.dp;
-    edge.fanout = b >= a ? b / a : 0;
-    edge.fanin = a > b ? a / b : 0;
+    edge.fanout = b >= a && b % a == 0 ? b / a : 0;
+    edge.fanin = a > b && a % b == 0 ? a / b : 0;
     for (const Link& l : LinksOfEdge(plan, static_cast<int>(e))) plan.links.push_back(l);
   }
 }

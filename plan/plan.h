@@ -240,10 +240,20 @@ struct SectionPlan {
   int run_ahead = 0;
 };
 
-// The fan-out rule of an edge, the one every module checks (docs/spec.md):
+// The DP rule of an edge, the one every module checks (docs/spec.md):
 // DP_from * fanout = DP_to when `fanout` is pinned (> 0), DP_from = DP_to *
-// fanin when `fanin` is pinned, and otherwise one DP degree divides the other.
+// fanin when `fanin` is pinned, and otherwise any two DP degrees: a sample's
+// replicas are those whose shares of [0, 1) hold its placement slot
+// (scheduler/prepared.h), and replicas u of `from` and d of `to` are linked
+// when their shares [u/DP_from, (u+1)/DP_from) and [d/DP_to, (d+1)/DP_to)
+// overlap (LinksOfEdge; DP_from + DP_to - gcd links).
 bool EdgeDpRuleHolds(int from_dp, int to_dp, int fanout = 0, int fanin = 0);
+
+// True when replica `up` of a section at DP `from_dp` and replica `down` of
+// one at DP `to_dp` are linked: their shares of [0, 1) overlap. With one
+// degree a multiple k of the other this is the fan-out (down / k == up) or
+// fan-in (up / k == down) map.
+bool ReplicasLinked(int up, int from_dp, int down, int to_dp);
 
 struct EdgePlan {
   std::string from, to;           // section names
@@ -251,7 +261,9 @@ struct EdgePlan {
   int64_t bytes_per_sample = 0;   // activation bytes crossing per sample
   bool carries_gradient = false;  // true when `from` trains
   // Added in schema 1 (optional; 0 when absent): DP_to / DP_from when the
-  // downstream DP is the larger (fan-out), DP_from / DP_to otherwise (fan-in).
+  // downstream DP is a multiple of the upstream one (fan-out), DP_from / DP_to
+  // when the upstream one is a multiple of it (fan-in); both 0 when neither
+  // divides the other (links by overlapping shares: EdgeDpRuleHolds).
   int fanout = 0;
   int fanin = 0;
   double seconds_per_sample = 0.0;  // transfer time of one sample's tensor (optional; 0: unknown)
@@ -438,7 +450,9 @@ std::vector<std::vector<int>> GroupsOf(const Plan& plan, int section, GroupKind 
 // sections' configs and placements. REQUIRES: Validate(plan).ok().
 void FillLayout(Plan& plan);
 
-// All links of edge `edge_index` (fan-out or fan-in as the DP degrees say).
+// All links of edge `edge_index`: every pair of replicas whose shares of
+// [0, 1) overlap (ReplicasLinked), in order of the shares (the fan-out or
+// fan-in map where one DP degree divides the other).
 std::vector<Link> LinksOfEdge(const Plan& plan, int edge_index);
 // Every link in the plan that `global_rank` is an endpoint of.
 std::vector<Link> LinksOfRank(const Plan& plan, int global_rank);

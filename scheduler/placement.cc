@@ -18,6 +18,95 @@ void PlaceOnSlot(const Prepared& pr, int i, int64_t slot, Placement* place) {
   }
 }
 
+// True when, on every edge, one DP degree divides the other: each replica of
+// the narrower section is then a union of whole replicas of the wider one.
+bool DpDegreesNest(const Prepared& pr) {
+  for (const EdgeSpec& e : pr.p->edges) {
+    const int a = pr.p->sections[static_cast<size_t>(e.from)].dp;
+    const int b = pr.p->sections[static_cast<size_t>(e.to)].dp;
+    if (a % b != 0 && b % a != 0) return false;
+  }
+  return true;
+}
+
+// Where DP degrees do not nest, a replica overlaps two or more replicas of
+// another section, and the greedy's early choices for one section can leave
+// a later sample no slot that is good for both: 512 equal samples over
+// 43 -> 21 replicas gave a student replica 26 samples where 24 or 25 are
+// possible. This moves samples off the most loaded replica (by normalised
+// load) to a slot whose replicas all stay below that peak, one sample at a
+// time, until no move lowers it. Each move lowers the peak or the number of
+// replicas at it, so it ends; it is capped at 4 moves per sample anyway.
+void RepairPeaks(const Prepared& pr, const std::vector<double>& inv_mean,
+                 const std::vector<std::vector<int32_t>>& slot_replica, std::vector<int64_t>& slot_of,
+                 std::vector<std::vector<double>>* load, Placement* place) {
+  const Problem& p = *pr.p;
+  const auto norm = [&](int s, int r) {
+    return (*load)[static_cast<size_t>(s)][static_cast<size_t>(r)] * inv_mean[static_cast<size_t>(s)];
+  };
+  const auto replica_at = [&](int s, int64_t slot) {
+    return slot_replica[static_cast<size_t>(s)][static_cast<size_t>(slot)];
+  };
+  std::vector<int> act;
+  std::vector<double> cost;
+  for (int64_t moves = 0; moves < 4 * static_cast<int64_t>(pr.n); ++moves) {
+    int peak_s = -1, peak_r = -1;
+    double peak = 0;
+    for (int s = 0; s < pr.S; ++s) {
+      for (int r = 0; r < p.sections[static_cast<size_t>(s)].dp; ++r) {
+        if (norm(s, r) > peak) {
+          peak = norm(s, r);
+          peak_s = s;
+          peak_r = r;
+        }
+      }
+    }
+    if (peak_s < 0) return;
+    const double below = peak * (1 - 1e-12);
+    bool moved = false;
+    for (int i = 0; i < pr.n && !moved; ++i) {
+      if ((*place)[Idx(peak_s, i, pr.n)] != peak_r) continue;
+      act.clear();
+      cost.clear();
+      int64_t act_lcm = 1;
+      for (int s = 0; s < pr.S; ++s) {
+        if (!Activ(pr, s, i)) continue;
+        act.push_back(s);
+        cost.push_back(pr.fwd1[Idx(s, i, pr.n)] + pr.bwd1[Idx(s, i, pr.n)]);
+        act_lcm = std::lcm(act_lcm, static_cast<int64_t>(p.sections[static_cast<size_t>(s)].dp));
+      }
+      const int64_t from = slot_of[static_cast<size_t>(i)];
+      int64_t best = -1;
+      double best_max = below;
+      for (int64_t slot = 0; slot < pr.L; slot += pr.L / act_lcm) {
+        if (replica_at(peak_s, slot) == peak_r) continue;
+        double mx = 0;
+        for (size_t k = 0; k < act.size(); ++k) {
+          const int s = act[k];
+          const int r = replica_at(s, slot);
+          if (r == replica_at(s, from)) continue;
+          mx = std::max(mx, norm(s, r) + cost[k] * inv_mean[static_cast<size_t>(s)]);
+        }
+        if (mx < best_max) {
+          best_max = mx;
+          best = slot;
+        }
+      }
+      if (best < 0) continue;
+      for (size_t k = 0; k < act.size(); ++k) {
+        const int s = act[k];
+        const int r_old = replica_at(s, from), r_new = replica_at(s, best);
+        (*load)[static_cast<size_t>(s)][static_cast<size_t>(r_old)] -= cost[k];
+        (*load)[static_cast<size_t>(s)][static_cast<size_t>(r_new)] += cost[k];
+        (*place)[Idx(s, i, pr.n)] = r_new;
+      }
+      slot_of[static_cast<size_t>(i)] = best;
+      moved = true;
+    }
+    if (!moved) return;
+  }
+}
+
 }  // namespace
 
 Placement PlaceContiguous(const Prepared& pr) {
@@ -84,6 +173,9 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
   }
   std::vector<int> act;
   std::vector<double> cost;
+  std::vector<int64_t> slot_of(static_cast<size_t>(pr.n), -1);
+  const bool nested = DpDegreesNest(pr);
+  std::vector<int> slot_count(nested ? 0 : static_cast<size_t>(pr.L), 0);
   for (const Item& item : order) {
     const int i = item.index;
     act.clear();
@@ -101,6 +193,7 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
     int64_t best_slot = 0;
     double best_max = std::numeric_limits<double>::infinity();
     double best_sum = std::numeric_limits<double>::infinity();
+    int best_fill = std::numeric_limits<int>::max();
     for (int64_t slot = 0; slot < pr.L; slot += stride) {
       double mx = 0, sum = 0;
       for (size_t k = 0; k < act.size(); ++k) {
@@ -112,9 +205,11 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
         mx = std::max(mx, v);
         sum += v;
       }
-      if (mx < best_max || (mx == best_max && sum < best_sum)) {
+      const int fill = nested ? 0 : slot_count[static_cast<size_t>(slot)];
+      if (mx < best_max || (mx == best_max && (fill < best_fill || (fill == best_fill && sum < best_sum)))) {
         best_max = mx;
         best_sum = sum;
+        best_fill = fill;
         best_slot = slot;
       }
     }
@@ -124,7 +219,10 @@ Placement PlaceBalanced(const Prepared& pr, uint64_t tie_seed) {
       place[Idx(s, i, pr.n)] = r;
       load[static_cast<size_t>(s)][static_cast<size_t>(r)] += cost[k];
     }
+    slot_of[static_cast<size_t>(i)] = best_slot;
+    if (!nested) ++slot_count[static_cast<size_t>(best_slot)];
   }
+  if (!nested) RepairPeaks(pr, inv_mean, slot_replica, slot_of, &load, &place);
   return place;
 }
 

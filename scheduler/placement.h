@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal to scheduler/: where each sample runs, one replica per section it
 // activates, before any order is chosen. Every placement goes through a slot
-// in [0, L) (scheduler/prepared.h), so the fan-out maps of every edge hold.
+// in [0, L) (scheduler/prepared.h), so every edge links the sample's replicas
+// (plan::ReplicasLinked).
 //
 // Owns: Placement, the data-order placements of the static baselines
 // (contiguous slices; round-robin dealing over the replicas of the widest
@@ -28,7 +29,7 @@ using Placement = std::vector<int32_t>;
 Placement PlaceContiguous(const Prepared& pr);
 
 // Data order dealt round-robin, `block` samples at a time, over the replicas
-// of the widest section; the other sections follow through the fan-out maps.
+// of the widest section; the other sections follow through the slots.
 // block = the widest section's micro_batch: Megatron's sampler (FIFO);
 // block = 1: PyTorch's DistributedSampler, sample i to replica i mod world
 // (shuffle off; FIFO-strided).

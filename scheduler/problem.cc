@@ -114,8 +114,7 @@ Status ValidateProblem(const Problem& p) {
     if (!plan::EdgeDpRuleHolds(a, b)) {
       return Status::InvalidArgument("edge '" + p.sections[static_cast<size_t>(edge.from)].name + "' -> '" +
                                      p.sections[static_cast<size_t>(edge.to)].name + "': dp " + std::to_string(a) +
-                                     " and " + std::to_string(b) +
-                                     " do not divide one another (fan-out rule DP_from * k = DP_to)");
+                                     " and " + std::to_string(b) + " must be at least 1");
     }
   }
   // Acyclic: a topological order reaches every section.

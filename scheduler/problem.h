@@ -62,8 +62,9 @@ struct SectionSpec {
 };
 
 // A dependency: `to` consumes the activation of `from`, sample by sample.
-// Replica i of `from` feeds replicas i*k..i*k+k-1 of `to` (fan-out k), or
-// replicas j*k..j*k+k-1 of `from` feed replica j of `to` (fan-in k).
+// Any two DP degrees: replica u of `from` feeds replica d of `to` when their
+// shares of the batch overlap (plan::ReplicasLinked): replicas i*k..i*k+k-1
+// of `to` under fan-out k, replica j of `to` from j*k..j*k+k-1 under fan-in k.
 struct EdgeSpec {
   int from = 0;
   int to = 0;
@@ -161,7 +162,7 @@ struct Problem {
   DirectedEdges SectionGraph() const;
 };
 
-// Checks sizes, modality indices, DP divisibility on every edge, acyclicity,
+// Checks sizes, modality indices, DP degrees of at least 1, acyclicity,
 // unique sample ids, and that costs are set. Messages name the offending part.
 Status ValidateProblem(const Problem& problem);
 

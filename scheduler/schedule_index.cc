@@ -72,8 +72,9 @@ Status CheckEveryActivatedSampleIsPlaced(const Problem& p, const ScheduleIndex& 
   return Status::Ok();
 }
 
-// Fan-out maps: replica u of `from` and replica d of `to` are linked when
-// d / (dp_to / dp_from) == u (fan-out) or u / (dp_from / dp_to) == d (fan-in).
+// Links: replica u of `from` and replica d of `to` are linked when their
+// shares of [0, 1) overlap (plan::ReplicasLinked: the fan-out or fan-in map
+// where one DP degree divides the other).
 Status CheckFanOutMaps(const Problem& p, const ScheduleIndex& idx) {
   const int n = idx.num_samples;
   const int S = static_cast<int>(p.sections.size());
@@ -89,13 +90,13 @@ Status CheckFanOutMaps(const Problem& p, const ScheduleIndex& idx) {
       if (ru < 0 || rd < 0) continue;
       const int u = ru - base[static_cast<size_t>(e.from)];
       const int d = rd - base[static_cast<size_t>(e.to)];
-      const bool ok = b >= a ? (d / (b / a) == u) : (u / (a / b) == d);
+      const bool ok = plan::ReplicasLinked(u, a, d, b);
       if (!ok) {
         return Status::InvalidArgument("schedule: sample " + std::to_string(p.samples[static_cast<size_t>(i)].id) +
                                        " runs on replica " + std::to_string(u) + " of '" +
                                        p.sections[static_cast<size_t>(e.from)].name + "' and replica " +
                                        std::to_string(d) + " of '" + p.sections[static_cast<size_t>(e.to)].name +
-                                       "', which the fan-out map does not link");
+                                       "', which are not linked (their shares of the batch do not overlap)");
       }
     }
   }

@@ -13,7 +13,7 @@
 // What a schedule promises (tests/scheduler/ checks each over random plans):
 //  * every sample is processed exactly once by each section it activates,
 //    forward and (for training sections) backward;
-//  * placements respect the fan-out maps of every edge the sample crosses;
+//  * a sample's replicas are linked on every edge it crosses (plan::ReplicasLinked);
 //  * the set of samples of the step is unchanged (only placement and order);
 //  * same (problem, seed, step, policy) -> the same schedule, bit for bit.
 //
@@ -130,7 +130,7 @@ struct ScheduleIndex {
 };
 // Checks every promise of a schedule against its problem (one program per
 // replica, each activated sample exactly once per section and nowhere else,
-// fan-out maps respected, ops well-formed: one F per micro-batch, one B after
+// replicas linked on every edge, ops well-formed: one F per micro-batch, one B after
 // it for training sections, one final optimizer op) and returns the index.
 StatusOr<ScheduleIndex> IndexSchedule(const Problem& problem, const Schedule& schedule);
 

@@ -167,14 +167,30 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     const SimulatedStep before = SimulateSectioned(model, *work, after_refinement, s);
     const SimulatedStep now = SimulateSectioned(model, *work, priced, s);
     ASSERT_TRUE(before.ok && now.ok) << before.error << now.error;
-    // maestro-compile keeps the shorter of the two searches.
+    // The same two searches with nested DP degrees only (compile.cc plans
+    // both ways when the first plan's edge divides neither way).
+    PlannerOptions nested = o;
+    nested.nested_dp_edges = true;
+    const PlanOutcome planned_nested = PlanSections(model, *work, nested);
+    ASSERT_TRUE(planned_nested.ok()) << planned_nested.failure.message;
+    Assignment nested_after = RefineBySimulation(model, *work, planned_nested.assignment, nested, s, nullptr);
+    (void)ChooseRunAhead(*spec, model, *work, nested, s, &nested_after);
+    Assignment nested_priced = planned_nested.assignment;
+    (void)ChooseRunAhead(*spec, model, *work, nested, s, &nested_priced);
+    nested_priced = RefineBySimulation(model, *work, nested_priced, nested, s, nullptr);
+    (void)ChooseRunAhead(*spec, model, *work, nested, s, &nested_priced);
+    const SimulatedStep nested_before = SimulateSectioned(model, *work, nested_after, s);
+    const SimulatedStep nested_now = SimulateSectioned(model, *work, nested_priced, s);
+    ASSERT_TRUE(nested_before.ok && nested_now.ok) << nested_before.error << nested_now.error;
+    // maestro-compile keeps the shortest of the searches.
     CompileOptions options;
     options.grouping = Grouping::kSectioned;
     options.support = o.support;
     options.support_given = *support != '\0';
     auto compiled = Compile(*spec, options);
     ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
-    const double shorter = std::min(before.step_seconds, now.step_seconds);
+    const double shorter =
+        std::min({before.step_seconds, now.step_seconds, nested_before.step_seconds, nested_now.step_seconds});
     EXPECT_NEAR(compiled->simulated.step_seconds, shorter, 1e-9 * shorter) << support;
   }
 }

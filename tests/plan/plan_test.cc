@@ -5,7 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "plan/profile.h"
 
@@ -121,10 +124,57 @@ TEST(Links, FanInMirrorsFanOut) {
   EXPECT_EQ(LinksOfRank(p, GlobalRankOf(p, 1, 0, 0, 1, 0)).size(), 2u);
 }
 
-TEST(Validate, RejectsBadFanOutCyclesAndLayoutGaps) {
-  Plan p = VlmPlan(2, 3);
-  EXPECT_NE(Validate(p).message().find("do not divide"), std::string::npos);
-  p = VlmPlan(1, 2);
+// DP degrees that do not divide one another: replicas are linked where their
+// shares of [0, 1) overlap. DP 2 -> 3: upstream 0 holds [0, 1/2), which
+// meets downstream 0 ([0, 1/3)) and 1 ([1/3, 2/3)); upstream 1 meets 1 and 2.
+TEST(Links, DpDegreesThatDoNotDivideLinkReplicasWhoseSharesOverlap) {
+  const Plan p = VlmPlan(2, 3);
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  const auto links = LinksOfEdge(p, 0);
+  std::vector<std::pair<int, int>> pairs;
+  for (const Link& l : links) {
+    pairs.emplace_back(l.up_dp, l.down_dp);
+    EXPECT_EQ(l.up_rank, GlobalRankOf(p, 0, 0, 0, l.up_dp, 0));
+    EXPECT_EQ(l.down_rank, GlobalRankOf(p, 1, 0, 0, l.down_dp, 0));
+  }
+  EXPECT_EQ(pairs, (std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 1}, {1, 2}}));
+  Plan filled = p;
+  FillLayout(filled);
+  EXPECT_EQ(filled.edges[0].fanout, 0);
+  EXPECT_EQ(filled.edges[0].fanin, 0);
+  EXPECT_EQ(filled.links.size(), 4u);
+  // Every (up, down) pair: linked exactly when LinksOfEdge lists it, for
+  // degrees that nest and degrees that do not (DP_from + DP_to - gcd links).
+  for (int a = 1; a <= 7; ++a) {
+    for (int b = 1; b <= 7; ++b) {
+      const Plan q = VlmPlan(a, b);
+      std::set<std::pair<int, int>> listed;
+      for (const Link& l : LinksOfEdge(q, 0)) EXPECT_TRUE(listed.insert({l.up_dp, l.down_dp}).second);
+      EXPECT_EQ(static_cast<int>(listed.size()), a + b - std::gcd(a, b)) << a << " -> " << b;
+      for (int u = 0; u < a; ++u) {
+        for (int d = 0; d < b; ++d) {
+          EXPECT_EQ(ReplicasLinked(u, a, d, b), listed.count({u, d}) == 1)
+              << a << " -> " << b << ": " << u << ", " << d;
+        }
+      }
+      // Where one divides the other, the fan-out / fan-in map.
+      if (b % a == 0) {
+        for (int d = 0; d < b; ++d) EXPECT_TRUE(ReplicasLinked(d / (b / a), a, d, b));
+      }
+      if (a % b == 0) {
+        for (int u = 0; u < a; ++u) EXPECT_TRUE(ReplicasLinked(u, a, u / (a / b), b));
+      }
+    }
+  }
+}
+
+TEST(Validate, RejectsCyclesAndLayoutGaps) {
+  // The DP rule: a pinned fan-out or fan-in is exact; otherwise any degrees.
+  EXPECT_FALSE(EdgeDpRuleHolds(1, 2, 3, 0));
+  EXPECT_FALSE(EdgeDpRuleHolds(6, 2, 0, 2));
+  EXPECT_TRUE(EdgeDpRuleHolds(2, 6, 3, 0));
+  EXPECT_TRUE(EdgeDpRuleHolds(2, 3));
+  Plan p = VlmPlan(1, 2);
   p.edges.push_back({"llm", "vit", "loop", 1, false});
   EXPECT_NE(Validate(p).message().find("cycle"), std::string::npos);
   p = VlmPlan(1, 2);

@@ -141,6 +141,31 @@ TEST(RuntimeTrain, KdSectionedEqualsMonolithicFanOut2) {
   ExpectSameLosses("kd_fanout2", KdPlan(2, 6));
 }
 
+// DP degrees that divide neither way (plan::EdgeDpRuleHolds): replicas are
+// linked where their shares of the batch overlap, so a replica talks to two
+// on the other side. ViT DP 2 -> LLM DP 3 (4 links, gradients back to two
+// ViT replicas from the middle LLM one) and teacher DP 3 -> student DP 2 (4
+// links, a student replica fed by two teachers): the same losses as the
+// reference.
+TEST(RuntimeTrain, VlmSectionedEqualsMonolithicDp2To3) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const plan::Plan p = LocalPlan("tiny_vlm.toml", {{"vit", {2, 8}}, {"llm", {3, 4}}}, 6);
+  ASSERT_EQ(p.edges[0].fanout, 0);
+  ASSERT_EQ(p.edges[0].fanin, 0);
+  ASSERT_EQ(p.links.size(), 4u);
+  ExpectSameLosses("vlm_dp2_to_3", p);
+}
+TEST(RuntimeTrain, KdSectionedEqualsMonolithicDp3To2) {
+  auto p = LocalPlan("tiny_kd.toml", {{"teacher", {3, 4}}, {"student", {2, 4}}}, 6);
+  for (auto& s : p.sections) {
+    s.init_from.clear();
+    if (s.name == "student") runtime_testing::UseKdLoss(s);
+  }
+  ASSERT_EQ(p.edges[0].fanout, 0);
+  ASSERT_EQ(p.edges[0].fanin, 0);
+  ExpectSameLosses("kd_dp3_to_2", p);
+}
+
 // Fused sections (every component on every rank, one after another inside
 // each micro-batch, autograd across them): the same losses as the
 // reference, with DP 2 (the ViT on the image samples of each rank's share)

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "plan/plan.h"
@@ -62,11 +63,10 @@ Problem TwoSectionProblem(int n_samples, bool image_every_other) {
 
 TEST(SchedulerProblem, RejectsBadInputWithAMessageNamingThePart) {
   Problem p = TwoSectionProblem(4, false);
-  p.sections[1].dp = 3;  // 1 and 3 divide, fine; make it 2 vs 3
-  p.sections[0].dp = 2;
+  p.sections[0].dp = 0;
   Status st = ValidateProblem(p);
   EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("do not divide"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("must be >= 1"), std::string::npos) << st.message();
 
   p = TwoSectionProblem(4, false);
   p.edges.push_back(EdgeSpec{1, 0});
@@ -92,6 +92,43 @@ TEST(SchedulerProblem, RejectsBadInputWithAMessageNamingThePart) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("finite and >= 0"), std::string::npos) << bad.status().message();
   EXPECT_FALSE(ComputeLowerBound(p).ok());
+}
+
+// DP degrees that do not divide one another (plan::EdgeDpRuleHolds): every
+// policy's schedule is valid (each sample's replicas are linked:
+// IndexSchedule checks it), and the wavefront placement gives every replica
+// of both sections its fair share of equal samples: 512 over 43 -> 21
+// replicas is 11-12 and 24-25, the fewest the slowest replica can have. (The
+// greedy alone once gave a student replica 26.)
+TEST(SchedulerPlacement, DpDegreesThatDoNotDivideStayBalancedAndLinked) {
+  for (const auto& [a, b, n] :
+       std::vector<std::tuple<int, int, int>>{{43, 21, 512}, {2, 3, 64}, {21, 22, 512}, {5, 3, 64}, {13, 7, 100}}) {
+    Problem p;
+    p.sections = {SectionSpec{"teacher", false, -1, a, 1}, SectionSpec{"student", true, -1, b, 1}};
+    p.edges = {EdgeSpec{0, 1}};
+    for (int i = 0; i < n; ++i) {
+      Sample s;
+      s.id = static_cast<uint64_t>(i);
+      s.text_tokens = 4096;
+      p.samples.push_back(s);
+    }
+    p.costs = std::make_shared<FlatCosts>(0.0, 1.0, 0.0);
+    for (Policy policy : kAllPolicies) {
+      ScheduleOptions o;
+      o.policy = policy;
+      auto sch = BuildSchedule(p, o);
+      ASSERT_TRUE(sch.ok()) << PolicyName(policy) << ": " << sch.status().ToString();
+      ASSERT_TRUE(IndexSchedule(p, *sch).ok()) << PolicyName(policy) << " " << a << " -> " << b;
+      if (policy != Policy::kWavefront) continue;
+      for (const RankProgram& r : sch->ranks) {
+        size_t samples = 0;
+        for (const MicroBatch& mb : r.micro_batches) samples += mb.sample_ids.size();
+        const int dp = r.section == 0 ? a : b;
+        EXPECT_LE(samples, static_cast<size_t>((n + dp - 1) / dp)) << a << " -> " << b << ", section " << r.section;
+        EXPECT_GE(samples, static_cast<size_t>(n / dp)) << a << " -> " << b << ", section " << r.section;
+      }
+    }
+  }
 }
 
 TEST(SchedulerProblem, FromPlanMapsSectionsModalitiesAndEdges) {
