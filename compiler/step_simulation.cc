@@ -622,6 +622,107 @@ int WidenIntoIdleGpus(const CostModel& model, const Workload& work, const Planne
   return widened;
 }
 
+// Section `i` of `a` at DP `dp`, everything else as it is: a candidate
+// configuration (pins, runtime support) that fits; false when there is none.
+bool AtDp(const CostModel& model, const Workload& work, const Assignment& a, size_t i, int dp,
+          const PlannerOptions& options, NeighbourConfig* out) {
+  if (dp < 1) return false;
+  const plan::ParallelConfig& now = a.sections[i].cost.config;
+  for (const plan::ParallelConfig& c : CandidateConfigs(model, work.sections[i], options)) {
+    if (c.dp != dp || c.tp != now.tp || c.pp != now.pp || c.cp != now.cp || c.ep != now.ep ||
+        c.micro_batch != now.micro_batch || c.recompute != now.recompute ||
+        c.recompute_selective != now.recompute_selective) {
+      continue;
+    }
+    SectionCost cost = model.Evaluate(work.sections[i], c);
+    if (!cost.fits || cost.nodes <= 0) return false;
+    *out = {RefinementMove::kDp, c, std::move(cost)};
+    return true;
+  }
+  return false;
+}
+
+// Every edge of `trial` allows its DP degrees, and the plan's slots stay few.
+bool EdgesHold(const Workload& work, const Assignment& trial, const PlannerOptions& options) {
+  std::vector<int> dps;
+  for (const auto& s : trial.sections) dps.push_back(s.cost.config.dp);
+  for (const EdgeWork& e : work.edges) {
+    if (!EdgeDpsAllowed(dps[static_cast<size_t>(e.from)], dps[static_cast<size_t>(e.to)], e.fanout, e.fanin, options)) {
+      return false;
+    }
+  }
+  return DpSlots(dps) <= kMostDpSlots;
+}
+
+// Budget units of `device` that no section of `a` holds.
+int UnitsFree(const CostModel& model, const Workload& work, const Assignment& a, int device) {
+  int held = 0;
+  for (size_t k = 0; k < work.sections.size(); ++k) {
+    if (work.sections[k].device == device) held += a.sections[k].cost.nodes;
+  }
+  return model.devices()[static_cast<size_t>(device)].budget_units() - held;
+}
+
+// Replicas moved between sections (the single moves keep each section's
+// nodes): one replica more for a section, paid by budget units no section
+// holds or by the fewest replicas of another section on the same GPU type
+// that free enough of them. The trade with the shortest simulated step is
+// taken while one beats the step (kd_72b_to_7b_4k: the teacher 21 -> 22
+// replicas and the student 21 -> 20, on the 2 GPUs the plan left idle and 2
+// of the student's). Returns how many were taken.
+int TradeReplicas(const CostModel& model, const Workload& work, const PlannerOptions& options,
+                  const SimulationSettings& search, SearchBudget& budget, Assignment& best, double& step,
+                  std::string* log) {
+  int trades = 0;
+  for (;;) {
+    Assignment winner;
+    double winner_step = step * (1.0 - kRefinementTolerance);
+    std::string what;
+    for (size_t j = 0; j < work.sections.size(); ++j) {
+      NeighbourConfig up{};
+      if (!AtDp(model, work, best, j, best.sections[j].cost.config.dp + 1, options, &up)) continue;
+      const int device = work.sections[j].device;
+      const int extra = up.cost.nodes - best.sections[j].cost.nodes;
+      const int free = UnitsFree(model, work, best, device);
+      std::vector<std::pair<int, NeighbourConfig>> payers;  // (-1: idle units, the section giving replicas)
+      if (extra <= free) payers.push_back({-1, {}});
+      for (size_t i = 0; i < work.sections.size() && extra > free; ++i) {
+        if (i == j || work.sections[i].device != device) continue;
+        const int dp_i = best.sections[i].cost.config.dp;
+        for (int k = 1; k < dp_i; ++k) {
+          NeighbourConfig down{};
+          if (!AtDp(model, work, best, i, dp_i - k, options, &down)) continue;
+          if (best.sections[i].cost.nodes - down.cost.nodes >= extra - free) {
+            payers.push_back({static_cast<int>(i), std::move(down)});
+            break;
+          }
+        }
+      }
+      for (const auto& [i, down] : payers) {
+        Assignment trial = WithSection(model, work, best, j, up.config, up.cost, options);
+        if (i >= 0) trial = WithSection(model, work, trial, static_cast<size_t>(i), down.config, down.cost, options);
+        if (!EdgesHold(work, trial, options)) continue;
+        if (!budget.Take()) return trades;
+        const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
+        if (!sim.ok || sim.step_seconds >= winner_step || !LinksKeepUp(trial, sim.step_seconds)) continue;
+        what = i < 0 ? fmt::format("section '{}': DP {} -> {} (on idle units)", work.sections[j].name,
+                                   best.sections[j].cost.config.dp, up.config.dp)
+                     : fmt::format("section '{}': DP {} -> {}, section '{}': DP {} -> {}", work.sections[j].name,
+                                   best.sections[j].cost.config.dp, up.config.dp,
+                                   work.sections[static_cast<size_t>(i)].name,
+                                   best.sections[static_cast<size_t>(i)].cost.config.dp, down.config.dp);
+        winner = std::move(trial);
+        winner_step = sim.step_seconds;
+      }
+    }
+    if (what.empty()) return trades;
+    if (log) *log += fmt::format("  {}: simulated step {:.4g} s -> {:.4g} s\n", what, step, winner_step);
+    best = std::move(winner);
+    step = winner_step;
+    ++trades;
+  }
+}
+
 }  // namespace
 
 const char* RefinementMoveName(RefinementMove move) {
@@ -670,6 +771,11 @@ Assignment RefineBySimulation(const CostModel& model, const Workload& work, cons
   const int widened = st.converged ? WidenIntoIdleGpus(model, work, options, search, budget, best, step, log) : 0;
   if (widened > 0) {
     st.moves += widened;
+    st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
+  }
+  const int traded = st.converged ? TradeReplicas(model, work, options, search, budget, best, step, log) : 0;
+  if (traded > 0) {
+    st.moves += traded;
     st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
   }
   st.simulations = budget.simulations();

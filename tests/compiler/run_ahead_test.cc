@@ -167,18 +167,19 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     const SimulatedStep before = SimulateSectioned(model, *work, after_refinement, s);
     const SimulatedStep now = SimulateSectioned(model, *work, priced, s);
     ASSERT_TRUE(before.ok && now.ok) << before.error << now.error;
-    // The same two searches with nested DP degrees only (compile.cc plans
-    // both ways when the first plan's edge divides neither way).
+    // The same two searches from the plan with nested DP degrees only
+    // (compile.cc plans both ways when the first plan's edge divides neither
+    // way; the refinement then allows any degrees).
     PlannerOptions nested = o;
     nested.nested_dp_edges = true;
     const PlanOutcome planned_nested = PlanSections(model, *work, nested);
     ASSERT_TRUE(planned_nested.ok()) << planned_nested.failure.message;
-    Assignment nested_after = RefineBySimulation(model, *work, planned_nested.assignment, nested, s, nullptr);
-    (void)ChooseRunAhead(*spec, model, *work, nested, s, &nested_after);
+    Assignment nested_after = RefineBySimulation(model, *work, planned_nested.assignment, o, s, nullptr);
+    (void)ChooseRunAhead(*spec, model, *work, o, s, &nested_after);
     Assignment nested_priced = planned_nested.assignment;
-    (void)ChooseRunAhead(*spec, model, *work, nested, s, &nested_priced);
-    nested_priced = RefineBySimulation(model, *work, nested_priced, nested, s, nullptr);
-    (void)ChooseRunAhead(*spec, model, *work, nested, s, &nested_priced);
+    (void)ChooseRunAhead(*spec, model, *work, o, s, &nested_priced);
+    nested_priced = RefineBySimulation(model, *work, nested_priced, o, s, nullptr);
+    (void)ChooseRunAhead(*spec, model, *work, o, s, &nested_priced);
     const SimulatedStep nested_before = SimulateSectioned(model, *work, nested_after, s);
     const SimulatedStep nested_now = SimulateSectioned(model, *work, nested_priced, s);
     ASSERT_TRUE(nested_before.ok && nested_now.ok) << nested_before.error << nested_now.error;
@@ -195,14 +196,14 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
   }
 }
 
-// specs/kd_72b_to_7b_4k.toml on this build's runtime plans its teacher with
+// specs/kd_32b_to_1_5b.toml on this build's runtime plans its teacher with
 // CP > 1 (docs/run_ahead.md "Context parallel"): the planner sets run_ahead
 // = 1 on it because that shortens the simulated step (ChooseRunAhead on the
 // compiled assignment with the teacher's run-ahead off: the same choice,
 // the step longer without it), the plan is not planner-only; a runtime
 // without `run_ahead_cp` gets no run-ahead on that teacher, naming why.
 TEST(RunAheadPlanner, AContextParallelTeacherRunsAheadWhereItShortensTheStep) {
-  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b_4k.toml");
+  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_32b_to_1_5b.toml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   CompileOptions options;
   options.grouping = Grouping::kSectioned;

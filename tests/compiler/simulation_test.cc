@@ -135,12 +135,19 @@ TEST(Refinement, NeverSlowerKeepsNodesPinsAndFanOutRules) {
     const SimulatedStep after = SimulateSectioned(model, *work, refined, s);
     ASSERT_TRUE(before.ok && after.ok) << before.error << after.error;
     EXPECT_LE(after.step_seconds, before.step_seconds * 1.02) << name;  // searched on 2 batches, judged on 4
+    // Single moves keep each section's nodes; a trade moves replicas between
+    // sections on one GPU type and keeps within its budget.
+    std::vector<int> units(model.devices().size(), 0);
     for (size_t i = 0; i < refined.sections.size(); ++i) {
       const auto& c = refined.sections[i].cost;
-      EXPECT_EQ(c.nodes, planned.assignment.sections[i].cost.nodes) << name;
+      if (log.find("section '" + work->sections[i].name + "': DP ") == std::string::npos) {
+        EXPECT_EQ(c.nodes, planned.assignment.sections[i].cost.nodes) << name << "\n" << log;
+      }
+      units[static_cast<size_t>(work->sections[i].device)] += c.nodes;
       EXPECT_TRUE(c.fits) << name;
       EXPECT_EQ(refined.sections[i].planner_only, "") << name;
     }
+    for (size_t d = 0; d < units.size(); ++d) EXPECT_LE(units[d], model.devices()[d].budget_units()) << name;
     for (const auto& e : work->edges) {
       const int a = refined.sections[static_cast<size_t>(e.from)].cost.config.dp;
       const int b = refined.sections[static_cast<size_t>(e.to)].cost.config.dp;
