@@ -389,19 +389,23 @@ std::string Describe(const plan::ParallelConfig& c) {
   return out;
 }
 
-// Does every edge at section `i` allow its DP degrees (EdgeDpsAllowed) with
-// `i` at DP `dp` and the other sections as in `a`, and do the plan's DP
-// degrees keep at most kMostDpSlots placement slots?
-bool EdgesHoldWith(const Workload& work, const Assignment& a, size_t i, int dp, const PlannerOptions& options) {
+// Do the DP degrees `dps` (one per section) suit every edge
+// (EdgeDpsAllowed) and keep at most kMostDpSlots placement slots? With
+// section `i` of `a` at DP `dp` (EdgesHoldWith), or as `trial` has them
+// (EdgesHold).
+bool DpsHold(const Workload& work, const std::vector<int>& dps, const PlannerOptions& options) {
   for (const EdgeWork& e : work.edges) {
-    if (e.from != static_cast<int>(i) && e.to != static_cast<int>(i)) continue;
-    const int from_dp = e.from == static_cast<int>(i) ? dp : a.sections[static_cast<size_t>(e.from)].cost.config.dp;
-    const int to_dp = e.to == static_cast<int>(i) ? dp : a.sections[static_cast<size_t>(e.to)].cost.config.dp;
-    if (!EdgeDpsAllowed(from_dp, to_dp, e.fanout, e.fanin, options)) return false;
+    if (!EdgeDpsAllowed(dps[static_cast<size_t>(e.from)], dps[static_cast<size_t>(e.to)], e.fanout, e.fanin, options)) {
+      return false;
+    }
   }
+  return DpSlots(dps) <= kMostDpSlots;
+}
+
+bool EdgesHoldWith(const Workload& work, const Assignment& a, size_t i, int dp, const PlannerOptions& options) {
   std::vector<int> dps;
   for (size_t k = 0; k < a.sections.size(); ++k) dps.push_back(k == i ? dp : a.sections[k].cost.config.dp);
-  return DpSlots(dps) <= kMostDpSlots;
+  return DpsHold(work, dps, options);
 }
 
 // `a` with section `i` under `c` (evaluated as `cost`), summarized.
@@ -642,16 +646,10 @@ bool AtDp(const CostModel& model, const Workload& work, const Assignment& a, siz
   return false;
 }
 
-// Every edge of `trial` allows its DP degrees, and the plan's slots stay few.
 bool EdgesHold(const Workload& work, const Assignment& trial, const PlannerOptions& options) {
   std::vector<int> dps;
   for (const auto& s : trial.sections) dps.push_back(s.cost.config.dp);
-  for (const EdgeWork& e : work.edges) {
-    if (!EdgeDpsAllowed(dps[static_cast<size_t>(e.from)], dps[static_cast<size_t>(e.to)], e.fanout, e.fanin, options)) {
-      return false;
-    }
-  }
-  return DpSlots(dps) <= kMostDpSlots;
+  return DpsHold(work, dps, options);
 }
 
 // Budget units of `device` that no section of `a` holds.

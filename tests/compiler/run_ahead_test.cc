@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "base/checks.h"
 #include "compiler/compile.h"
@@ -149,14 +150,18 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     s.seq_len = spec->data.seq_len;
     s.modalities = spec->data.modalities;
     s.seed = spec->data.seed;
-    // Refined without run-ahead, then run-ahead added (the order before).
-    Assignment after_refinement = RefineBySimulation(model, *work, planned.assignment, o, s, nullptr);
-    (void)ChooseRunAhead(*spec, model, *work, o, s, &after_refinement);
-    // Run-ahead priced during the refinement.
-    Assignment priced = planned.assignment;
-    (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
-    priced = RefineBySimulation(model, *work, priced, o, s, nullptr);
-    (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
+    // From `start`: refined without run-ahead, then run-ahead added (the
+    // order before); and run-ahead priced during the refinement.
+    const auto both_orders = [&](const Assignment& start) {
+      Assignment after_refinement = RefineBySimulation(model, *work, start, o, s, nullptr);
+      (void)ChooseRunAhead(*spec, model, *work, o, s, &after_refinement);
+      Assignment priced = start;
+      (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
+      priced = RefineBySimulation(model, *work, priced, o, s, nullptr);
+      (void)ChooseRunAhead(*spec, model, *work, o, s, &priced);
+      return std::make_pair(std::move(after_refinement), std::move(priced));
+    };
+    const auto [after_refinement, priced] = both_orders(planned.assignment);
     const size_t teacher = 0;
     ASSERT_EQ(work->sections[teacher].name, "teacher");
     // This build's teacher runs ahead; with every feature too where that
@@ -174,12 +179,7 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     nested.nested_dp_edges = true;
     const PlanOutcome planned_nested = PlanSections(model, *work, nested);
     ASSERT_TRUE(planned_nested.ok()) << planned_nested.failure.message;
-    Assignment nested_after = RefineBySimulation(model, *work, planned_nested.assignment, o, s, nullptr);
-    (void)ChooseRunAhead(*spec, model, *work, o, s, &nested_after);
-    Assignment nested_priced = planned_nested.assignment;
-    (void)ChooseRunAhead(*spec, model, *work, o, s, &nested_priced);
-    nested_priced = RefineBySimulation(model, *work, nested_priced, o, s, nullptr);
-    (void)ChooseRunAhead(*spec, model, *work, o, s, &nested_priced);
+    const auto [nested_after, nested_priced] = both_orders(planned_nested.assignment);
     const SimulatedStep nested_before = SimulateSectioned(model, *work, nested_after, s);
     const SimulatedStep nested_now = SimulateSectioned(model, *work, nested_priced, s);
     ASSERT_TRUE(nested_before.ok && nested_now.ok) << nested_before.error << nested_now.error;
