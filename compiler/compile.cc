@@ -532,10 +532,11 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   const std::vector<DeviceType> devices = DevicesOf(spec);
   MAESTRO_ASSIGN_OR_RETURN(r.workload, BuildWorkload(spec, devices, options.extra_profiles));
   const CostModel model(devices, spec.data.global_batch);
+  const PlannerOptions po = PlannerOptionsOf(spec, options);
+  MarkPipelineStreams(spec, po.support, &r.workload);
 
   // The sectioned plan at each in-flight cap tried (the shortest simulated
   // step wins; the first on a tie), the baseline, and the simulation of both.
-  const PlannerOptions po = PlannerOptionsOf(spec, options);
   std::vector<SectionedAttempt> attempts;
   size_t chosen = 0;
   for (int cap : InFlightCapsToTry(spec, r.workload)) {

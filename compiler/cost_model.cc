@@ -252,7 +252,13 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     const double bytes_per_param = c.zero_stage >= 1 ? grad_bytes + param_bytes : 2.0 * grad_bytes;
     out.dp_sync_seconds = (n - 1) / n * bytes_per_param * params_per_gpu / bw;
   }
-  out.step_seconds = (microbatches + pp - 1) * stage + out.dp_sync_seconds + out.optimizer_seconds;
+  // 1F1B fills and drains once per step; a forward-only section streaming
+  // ahead (up to plan::kMaxRunAhead batches, compiler/run_ahead.h) only
+  // where those batches hold fewer micro-batches of a replica than stages.
+  out.fill_stages = s.pipeline_streams_ahead >= 2 && c.ep <= 1
+                        ? std::max(0.0, pp - 1 - (s.pipeline_streams_ahead - 1) * microbatches)
+                        : pp - 1;
+  out.step_seconds = (microbatches + out.fill_stages) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;
 }
 

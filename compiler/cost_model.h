@@ -135,6 +135,14 @@ struct SectionWork {
   int in_flight_cap = 0;
   int64_t kd_teacher_hidden = 0;
   int kd_top_k = 0;
+  // A forward-only section the planner runs 2 or more global batches ahead
+  // where the runtime streams its pipeline across steps (compiler/run_ahead.h
+  // MarkPipelineStreams; runtime/run_ahead.h), at most this many batches
+  // (its pin, else plan::kMaxRunAhead; 0: it does not stream): at PP > 1 its
+  // step pays no fill beyond max(0, PP - 1 - (batches - 1) x micro-batches),
+  // the stages the stream cannot cover (EP > 1 keeps no spool and never
+  // runs ahead: it pays the fill).
+  int pipeline_streams_ahead = 0;
   bool trains() const { return mode == plan::SectionMode::kTrain; }
 };
 
@@ -164,6 +172,7 @@ struct SectionCost {
   double flops_backward_per_sample = 0;
   double stage_seconds = 0;  // one micro-batch on one pipeline stage
   double microbatches = 0;   // per replica per step
+  double fill_stages = 0;    // stage times of pipeline fill and drain per step: PP - 1 (less when it streams ahead)
   double dp_sync_seconds = 0;
   double step_seconds = 0;           // the section's busy time per step
   double useful_flops_per_step = 0;  // forward (+ backward) of its active samples

@@ -107,7 +107,10 @@ std::string ExplainSection(const CostModel& model, const PlannerOptions& o, cons
   t += fmt::format(
       "  time per step: {:.4g} micro-batches x {:.4g} s per stage{} + DP sync {:.4g} s + optimizer {:.4g} s = {:.4g} s "
       "({})\n",
-      c.microbatches, c.stage_seconds, c.config.pp > 1 ? fmt::format(" (+{} fill)", c.config.pp - 1) : "",
+      c.microbatches, c.stage_seconds,
+      c.config.pp > 1 ? (c.fill_stages > 0 ? fmt::format(" (+{:.4g} fill)", c.fill_stages)
+                                           : std::string(" (no fill: its pipeline streams across steps running ahead)"))
+                      : "",
       c.dp_sync_seconds, c.optimizer_seconds, c.step_seconds, priced_by);
   if (i == bottleneck) {
     t += "  this is the bottleneck section: the other sections got the fewest nodes that keep up with it\n";

@@ -115,10 +115,10 @@ int Run(int argc, char** argv) {
   std::string support;
   CLI::Option* support_option = app.add_option(
       "--runtime-support", support,
-      "plan for a runtime with these features instead of this build's: comma list of dp, micro_batch, "
-      "tp_decoder, pp_decoder, tp_encoder, pp_encoder, cp_decoder, cp_encoder, cp_pp, cp_fused (cp: all four), "
-      "pp_fused, ep, moe, "
-      "recompute, zero1; or all");
+      "plan for a runtime with these features instead of this build's (" +
+          maestro::compiler::RuntimeSupportText(maestro::compiler::kRuntimeSupport) + "): a comma list of " +
+          maestro::compiler::RuntimeSupportText(*maestro::compiler::ParseRuntimeSupport("all")) +
+          " (cp: every cp_ row); or all");
   app.add_option("--local", options.local_ranks,
                  "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
       ->check(CLI::Range(1, 4096));

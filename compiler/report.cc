@@ -149,7 +149,12 @@ SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignm
     const double active = static_cast<double>(model.global_batch()) * w.sections[i].active_fraction;
     const double microbatches = active / (config.dp * config.micro_batch);
     const SectionCost c = model.EvaluateWith(w.sections[i], config, std::max(microbatches, 1e-9), config.micro_batch);
-    work[d] += c.gpus * (microbatches * c.stage_seconds + c.dp_sync_seconds + c.optimizer_seconds);
+    // A training pipeline fills and drains every step (its weights change
+    // between steps: nothing can stream across them), like its DP sync and
+    // optimizer a per-step cost of its configuration; a frozen section runs
+    // ahead and pays none.
+    const double fill = w.sections[i].trains() ? (config.pp - 1) * c.stage_seconds : 0.0;
+    work[d] += c.gpus * (microbatches * c.stage_seconds + fill + c.dp_sync_seconds + c.optimizer_seconds);
   }
   for (size_t d = 0; d < devs.size(); ++d) {
     out.gpus_held += held[d];
@@ -359,7 +364,8 @@ std::string ReportText(const Report& r) {
   if (r.split_bound.step_seconds > 0) {
     t += fmt::format(
         "split bound: {:.4g} s/step (the {} GPU(s) held split by each section's work at the plan's per-GPU times: "
-        "no whole nodes, no rounding, no fill or drain); this plan reaches {:.0f}% of it\n",
+        "no whole nodes, no rounding, frozen sections running ahead with no fill; a training pipeline's fill and "
+        "drain counted as its own per-step time); this plan reaches {:.0f}% of it\n",
         r.split_bound.step_seconds, r.split_bound.gpus_held, 100 * r.split_bound.fraction);
   }
   std::string run_ahead;

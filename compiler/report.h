@@ -84,11 +84,13 @@ struct ReportMonolithic {
 
 // The ideal split (issue #16): the GPUs the plan holds, divided among the
 // sections in proportion to their work, with no whole nodes, no rounding of
-// samples to replicas and micro-batches, and no pipeline fill or drain (a
-// frozen teacher running ahead), at the plan's own per-GPU times. Work of a
-// section = its GPUs x (its active samples / (DP x micro-batch) stage times +
-// DP sync + optimizer). Per GPU type (sections do not move across types):
-// the bound is the largest of sum(work on the type) / GPUs held of the type.
+// samples to replicas and micro-batches, and frozen sections running ahead
+// (no pipeline fill), at the plan's own per-GPU times. Work of a section =
+// its GPUs x (its active samples / (DP x micro-batch) stage times + DP sync
+// + optimizer + a training section's 1F1B fill and drain, (PP - 1) stage
+// times: per step, whatever the split, as its weights change between steps).
+// Per GPU type (sections do not move across types): the bound is the
+// largest of sum(work on the type) / GPUs held of the type.
 struct SplitBound {
   double step_seconds = 0;  // 0: no bound (nothing held)
   double fraction = 0;      // step_seconds / the plan's predicted (simulated) step

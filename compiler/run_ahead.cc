@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace maestro::compiler {
@@ -42,7 +44,27 @@ std::string MissingSupport(const RuntimeSupport& support, const Workload& work, 
   return "";
 }
 
+// Global batches ahead that run section `i` without a fill per step: 1, or
+// for a pipeline the runtime streams, enough that the batches after the
+// next one hold PP - 1 micro-batches of a replica (its last stage's lag).
+int BatchesAheadFor(const Workload& work, const Assignment& a, size_t i) {
+  const SectionCost& cost = a.sections[i].cost;
+  if (work.sections[i].pipeline_streams_ahead < 2 || cost.config.pp <= 1) return 1;
+  const int per_step = std::max(1, static_cast<int>(std::floor(cost.microbatches)));
+  return std::min(work.sections[i].pipeline_streams_ahead, 1 + (cost.config.pp - 1 + per_step - 1) / per_step);
+}
+
 }  // namespace
+
+void MarkPipelineStreams(const Spec& spec, const RuntimeSupport& support, Workload* work) {
+  const bool streams = support.run_ahead && support.run_ahead_model_parallel && support.run_ahead_stream;
+  for (size_t i = 0; i < work->sections.size(); ++i) {
+    SectionWork& s = work->sections[i];
+    const int pin = i < spec.sections.size() ? spec.sections[i].run_ahead : -1;
+    const bool eligible = streams && !s.trains() && FeedsTraining(*work, i) && !HasUpstream(*work, i);
+    s.pipeline_streams_ahead = !eligible || (pin >= 0 && pin < 2) ? 0 : pin >= 2 ? pin : plan::kMaxRunAhead;
+  }
+}
 
 std::string ChooseRunAhead(const Spec& spec, const CostModel& model, const Workload& work, const PlannerOptions& po,
                            const SimulationSettings& settings, Assignment* a) {
@@ -74,10 +96,15 @@ std::string ChooseRunAhead(const Spec& spec, const CostModel& model, const Workl
   if (candidates.empty()) return log;
   const SimulatedStep before = SimulateSectioned(model, work, *a, settings);
   Assignment trial = *a;
-  for (size_t i : candidates) trial.sections[i].run_ahead = 1;
+  for (size_t i : candidates) trial.sections[i].run_ahead = BatchesAheadFor(work, *a, i);
   const SimulatedStep after = SimulateSectioned(model, work, trial, settings);
-  std::string names;
-  for (size_t i : candidates) names += (names.empty() ? "'" : ", '") + work.sections[i].name + "'";
+  std::string names, batches;
+  for (size_t i : candidates) {
+    names += (names.empty() ? "'" : ", '") + work.sections[i].name + "'";
+    const int k = trial.sections[i].run_ahead;
+    batches += fmt::format("{}run_ahead = {}{}", batches.empty() ? "" : ", ", k,
+                           k > 1 ? " (its pipeline streams from one step into the next: no fill per step)" : "");
+  }
   if (!before.ok || !after.ok) {
     log += fmt::format("  section(s) {}: no run-ahead (the plan could not be simulated: {})\n", names,
                        before.ok ? after.error : before.error);
@@ -86,9 +113,9 @@ std::string ChooseRunAhead(const Spec& spec, const CostModel& model, const Workl
   if (after.step_seconds < before.step_seconds * (1.0 - kRefinementTolerance)) {
     *a = std::move(trial);
     log += fmt::format(
-        "  section(s) {}: run_ahead = 1: the training sections find this step's rows ready (computed during the "
+        "  section(s) {}: {}: the training sections find this step's rows ready (computed during the "
         "previous step), the simulated step {:.4g} s -> {:.4g} s\n",
-        names, before.step_seconds, after.step_seconds);
+        names, batches, before.step_seconds, after.step_seconds);
   } else {
     log +=
         fmt::format("  section(s) {}: no run-ahead: the simulated step {:.4g} s -> {:.4g} s is not {:.1f}% shorter\n",

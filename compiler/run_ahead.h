@@ -7,9 +7,10 @@
 // support lacks it). Otherwise every forward-only section that feeds a
 // training section directly, where the support has run-ahead (TP and/or
 // PP > 1: `run_ahead_mp`; CP > 1: `run_ahead_cp`; either without an
-// upstream section; not EP), gets run_ahead = 1 when
-// that shortens the simulated step
-// by more than kRefinementTolerance; 1 suffices in the steady state (the
+// upstream section; not EP), gets run_ahead = 1 (2 for a pipelined one the
+// runtime streams across steps, `run_ahead_stream`: with 1 it would fill and
+// drain its pipeline every step) when that shortens the simulated step by
+// more than kRefinementTolerance; that suffices in the steady state (the
 // simulator, scheduler/simulator.h: the next batch's rows are ready at the
 // step's start), more only absorbs step-to-step variation and costs spool.
 // The monolithic baseline has no separate forward-only section: nothing here
@@ -26,6 +27,16 @@
 #include "compiler/step_simulation.h"
 
 namespace maestro::compiler {
+
+// Sets SectionWork::pipeline_streams_ahead (its pin, else
+// plan::kMaxRunAhead) on every forward-only section that feeds a training
+// section, has no upstream section, and whose run_ahead pin (if any) is 2
+// or more, where `support` has run-ahead with model parallelism and the
+// stream across steps: ChooseRunAhead gives such a section at PP > 1
+// enough batches that those after the next hold PP - 1 of its micro-batches,
+// so the analytic search counts its pipeline without a fill per step (the
+// runtime pays it once per start).
+void MarkPipelineStreams(const Spec& spec, const RuntimeSupport& support, Workload* work);
 
 // Sets a->sections[i].run_ahead (and planner_only for a pin the support
 // lacks); returns one line per section considered, for the report and

@@ -94,9 +94,15 @@ struct RuntimeSupport {
   // to compute (tests/runtime/run_ahead_mp_test.cc). With CP > 1 (and TP),
   // TP = CP = 0 owns it and the CP and TP peers compute the same rows
   // (`run_ahead_cp`; tests/runtime/run_ahead_cp_test.cc). Not with EP.
+  // `run_ahead_stream`: a pipelined one running 2 or more batches ahead
+  // streams from one step into the next (its stages lag the first by up to
+  // PP - 1 micro-batches across the step boundary, runtime/run_ahead.h), so
+  // it pays the pipeline fill once per start, not once per step
+  // (tests/runtime/run_ahead_mp_test.cc RunAheadStream).
   bool run_ahead = true;
   bool run_ahead_model_parallel = true;
   bool run_ahead_context_parallel = true;
+  bool run_ahead_stream = true;
   bool gqa_in_sdpa = true;
   bool fused_rms_norm = false;
   bool fused_adamw = true;

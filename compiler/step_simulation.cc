@@ -59,11 +59,21 @@ class SectionedCosts : public scheduler::SectionCostModel {
       const SectionCost& cost = a.sections[i].cost;
       shares_.push_back(cost.forward_share > 0 ? cost.forward_share : ForwardShare(s, c));
       optimizer_.push_back(s.trains() ? cost.dp_sync_seconds + cost.optimizer_seconds + fill : 0.0);
-      latency_.push_back((c.pp - 1) * full * shares_.back());
+      // A forward-only section running ahead sends rows it computed during
+      // the previous step: no pipeline latency on its edges; its own ranks
+      // pay its fill instead (none where its pipeline streams across steps,
+      // runtime/run_ahead.h), spread over its micro-batches.
+      const int ahead = s.trains() ? 0 : a.sections[i].run_ahead;
+      const double ahead_fill_stages = ahead >= 2 && s.pipeline_streams_ahead >= 2
+                                           ? std::max(0.0, c.pp - 1 - (ahead - 1) * std::floor(cost.microbatches))
+                                           : static_cast<double>(c.pp - 1);
+      latency_.push_back(ahead > 0 ? 0.0 : (c.pp - 1) * full * shares_.back());
+      ahead_fill_.push_back(ahead > 0 ? ahead_fill_stages * full / std::max(1.0, cost.microbatches) : 0.0);
     }
   }
   double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
-    return Stage(section, samples.size()) * shares_[static_cast<size_t>(section)];
+    return Stage(section, samples.size()) * shares_[static_cast<size_t>(section)] +
+           ahead_fill_[static_cast<size_t>(section)];
   }
   double BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
     return Stage(section, samples.size()) * (1.0 - shares_[static_cast<size_t>(section)]);
@@ -88,6 +98,7 @@ class SectionedCosts : public scheduler::SectionCostModel {
   std::vector<std::vector<double>> stages_;
   std::vector<double> shares_;  // forward's share of a micro-batch: measured, else the model's
   std::vector<double> optimizer_, latency_;
+  std::vector<double> ahead_fill_;  // a running-ahead section's fill per micro-batch
 };
 
 }  // namespace

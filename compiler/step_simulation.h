@@ -14,7 +14,10 @@
 // (CostModel::EvaluateWith), split forward : backward = 1 : 2 (1 : 3 with
 // recomputation). Per step, a training section adds its DP gradient sync and
 // the (PP - 1) stage times of 1F1B fill and drain; a pipelined upstream
-// section's (PP - 1)-stage latency is added to its outgoing transfers. An
+// section's (PP - 1)-stage latency is added to its outgoing transfers,
+// except where it runs ahead: its rows were computed during the previous
+// step, and its own ranks pay its fill (spread over its micro-batches; none
+// where its pipeline streams across steps, run_ahead >= 2). An
 // activation (or gradient) reaches the other side after bytes / link
 // bandwidth. In the monolithic replica an encoder that cannot be split the
 // way the LLM is (tensor- or pipeline-parallel) runs whole on pipeline stage

@@ -44,7 +44,8 @@ constexpr SupportFlag kSupportFlags[] = {{"dp", &RuntimeSupport::data_parallel},
                                          {"zero1", &RuntimeSupport::zero1_optimizer_sharding},
                                          {"run_ahead", &RuntimeSupport::run_ahead},
                                          {"run_ahead_mp", &RuntimeSupport::run_ahead_model_parallel},
-                                         {"run_ahead_cp", &RuntimeSupport::run_ahead_context_parallel}};
+                                         {"run_ahead_cp", &RuntimeSupport::run_ahead_context_parallel},
+                                         {"run_ahead_stream", &RuntimeSupport::run_ahead_stream}};
 
 }  // namespace
 

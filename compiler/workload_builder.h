@@ -32,9 +32,9 @@ namespace maestro::compiler {
 StatusOr<PinOverride> ParsePin(const std::string& text);
 
 // Parses --runtime-support: a comma list of the features the target runtime
-// has, from dp, micro_batch, tp_decoder, pp_decoder, tp_encoder, pp_encoder,
-// cp, ep, moe, recompute, zero1, run_ahead, run_ahead_mp, run_ahead_cp; or "all". InvalidArgument names an unknown one
-// and refuses an empty one ("dp,,tp_decoder", "").
+// has (RuntimeSupportText of "all" lists them; cp = every cp_ row); or
+// "all". InvalidArgument names an unknown one and refuses an empty one
+// ("dp,,tp_decoder", "").
 StatusOr<RuntimeSupport> ParseRuntimeSupport(const std::string& list);
 std::string RuntimeSupportText(const RuntimeSupport& support);
 

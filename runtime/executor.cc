@@ -160,7 +160,10 @@ class RankLoop {
   Status Setup();
   Status Resume();
   Status RunStep(const StepBatch& batch);
-  Status ComputeAhead(const StepBatch& batch);
+  // `batch` null: the run stops; every micro-batch appended is computed.
+  Status ComputeAhead(const StepBatch* batch);
+  Status ComputeAheadItem(const AheadItem& item, bool input_received);
+  Status ReceiveAheadInput(const AheadItem& item);
   // A model-parallel forward-only section with a spool (docs/run_ahead.md):
   // the positions of each of `micro_batches` (sample ids) whose rows the
   // owner's spool lacks, the same on every rank of the replica; on the owner
@@ -171,9 +174,12 @@ class RankLoop {
   // such a section: only the samples at `positions` go through the stages;
   // the owner returns the whole micro-batch's rows (B, row...) from `looked`
   // filled with them (spooled), the other ranks an undefined tensor.
+  // `received`: a later stage's input (positions.size(), T, C) received
+  // earlier (undefined: received here).
   StatusOr<torch::Tensor> ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
                                                const std::vector<int64_t>& positions, int64_t epoch,
-                                               OutputSpool::Looked* looked);
+                                               OutputSpool::Looked* looked,
+                                               const torch::Tensor& received = torch::Tensor());
   bool SpoolOwner() const {
     return place_.coords.tp == 0 && place_.coords.cp == 0 && (!pipeline_ || pipeline_->last());
   }
@@ -236,8 +242,9 @@ class RankLoop {
   // TP or PP > 1 and running ahead: one rank of the replica owns the spool
   // (SpoolOwner) and says which rows every rank computes.
   bool model_parallel_spool_ = false;
-  std::vector<std::vector<int64_t>> rows_to_compute_;  // the step in flight: per micro-batch, positions
-  std::vector<OutputSpool::Looked> looked_;            // the owner: per micro-batch, the spooled rows
+  std::vector<std::vector<int64_t>> rows_to_compute_;   // the step in flight: per micro-batch, positions
+  std::vector<OutputSpool::Looked> looked_;             // the owner: per micro-batch, the spooled rows
+  std::map<int64_t, torch::Tensor> held_stage_inputs_;  // run-ahead: inputs received for a later call, by seq
   std::vector<StepBatch> ahead_;  // the batches after the one in flight (ShareNextBatch's lookahead)
   std::unique_ptr<datalayer::PreemptionSignal> signal_;
   StepReporter reporter_;
@@ -311,7 +318,10 @@ Status RankLoop::Setup() {
       MAESTRO_ASSIGN_OR_RETURN(
           spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
     }
-    if (run_ahead > 0) run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_);
+    if (run_ahead > 0) {
+      run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_, pipeline_ ? pipeline_->stage() : 0,
+                                              pipeline_ ? pipeline_->stages() : 1);
+    }
   }
   return Status::Ok();
 }
@@ -622,7 +632,7 @@ Status RankLoop::RunStep(const StepBatch& batch) {
     MAESTRO_RETURN_IF_ERROR(OptimizerStep(batch.step));
   }
   if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
-  MAESTRO_RETURN_IF_ERROR(ComputeAhead(batch));
+  MAESTRO_RETURN_IF_ERROR(ComputeAhead(&batch));
   return edges_.DrainSends();
 }
 
@@ -732,46 +742,83 @@ Status RankLoop::SumTiedEmbeddingGradient() {
   return pipeline_->SumTiedGradient(tied.mutable_grad());
 }
 
+// Run-ahead (runtime/run_ahead.h): computes one micro-batch of a later
+// step into the spool (a model-parallel replica: only the rows the owner's
+// spool lacks, on every rank of the replica, stages streaming into the
+// next; `input_received`: a later stage's input is in held_stage_inputs_).
+Status RankLoop::ComputeAheadItem(const AheadItem& item, bool input_received) {
+  if (!model_parallel_spool_) {
+    MicroBatchData data;
+    data.sample_ids = item.sample_ids;  // the spool loads the payloads of the rows it lacks
+    return spool_->Rows(data, item.epoch, *runner_, *samples_, &staging_).status();
+  }
+  std::optional<OutputSpool::Looked> looked;
+  if (spool_) {
+    // The owner: only the rows to compute are filled and spooled; the
+    // others are in the spool already and are not read here.
+    looked.emplace();
+    looked->missing = item.positions;
+    std::vector<int64_t> shape{static_cast<int64_t>(item.sample_ids.size())};
+    const auto row = runner_->OutputRowShape();
+    shape.insert(shape.end(), row.begin(), row.end());
+    looked->rows = torch::empty(shape, torch::kFloat32);
+  }
+  torch::Tensor received;
+  if (input_received) {
+    const auto it = held_stage_inputs_.find(item.seq);
+    if (it != held_stage_inputs_.end()) {
+      received = std::move(it->second);
+      held_stage_inputs_.erase(it);
+    } else if (!item.positions.empty() && pipeline_ && !pipeline_->first()) {
+      return Status::Internal(fmt::format("run-ahead: stage {} holds no input for micro-batch {} of step {}",
+                                          pipeline_->stage(), item.index, item.step));
+    }
+  }
+  return ForwardRowsToCompute(item.index, item.sample_ids, item.positions, item.epoch, looked ? &*looked : nullptr,
+                              received)
+      .status();
+}
+
+// A later stage's input of `item` from the previous stage, held until the
+// next run-ahead computes it (runtime/run_ahead.h: no send crosses a step).
+Status RankLoop::ReceiveAheadInput(const AheadItem& item) {
+  if (item.positions.empty() || !pipeline_ || pipeline_->first()) return Status::Ok();
+  const auto& s = plan_.sections[static_cast<size_t>(section_)];
+  MAESTRO_ASSIGN_OR_RETURN(
+      held_stage_inputs_[item.seq],
+      pipeline_->ReceiveFromAbove(item.index, PipelineGroup::Part::kActivation,
+                                  {static_cast<int64_t>(item.positions.size()), plan_.data.seq_len, s.model.hidden},
+                                  TorchDevice(compute_)));
+  return Status::Ok();
+}
+
 // Run-ahead (runtime/run_ahead.h): the rows of the next batches into the
 // spool, while this step's sends are in flight and the training sections
-// finish the step.
-Status RankLoop::ComputeAhead(const StepBatch& batch) {
+// finish the step. `flush`: the run stops after this step: every
+// micro-batch appended is computed (a pipelined replica's stages otherwise
+// carry the stream's last ones into the next step).
+Status RankLoop::ComputeAhead(const StepBatch* batch) {
   if (!run_ahead_) return Status::Ok();
   const int64_t start_us = WallMicros();
   const auto start = Clock::now();
-  if (model_parallel_spool_) {
-    // Every rank of the replica computes the rows the owner's spool lacks,
-    // micro-batch by micro-batch (stages streaming into the next).
-    std::vector<std::vector<int64_t>> positions;
-    const auto share = [&](const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch) -> Status {
-      return ShareRowsToCompute(micro_batches, epoch, &positions, nullptr);
+  const auto compute = [&](const AheadItem& item, bool received) { return ComputeAheadItem(item, received); };
+  const auto between = [&] { edges_.PollSends(); };
+  if (batch == nullptr) {
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->Flush(compute, between));
+  } else if (model_parallel_spool_) {
+    // Every rank of the replica computes the rows the owner's spool lacks.
+    const auto share = [&](const std::vector<std::vector<int64_t>>& micro_batches,
+                           int64_t epoch) -> StatusOr<std::vector<std::vector<int64_t>>> {
+      std::vector<std::vector<int64_t>> positions;
+      MAESTRO_RETURN_IF_ERROR(ShareRowsToCompute(micro_batches, epoch, &positions, nullptr));
+      return positions;
     };
-    const auto compute = [&](int index, const std::vector<int64_t>& ids, int64_t epoch) -> Status {
-      std::optional<OutputSpool::Looked> looked;
-      if (spool_) {
-        // The owner: only the rows to compute are filled and spooled; the
-        // others are in the spool already and are not read here.
-        looked.emplace();
-        looked->missing = positions[static_cast<size_t>(index)];
-        std::vector<int64_t> shape{static_cast<int64_t>(ids.size())};
-        const auto row = runner_->OutputRowShape();
-        shape.insert(shape.end(), row.begin(), row.end());
-        looked->rows = torch::empty(shape, torch::kFloat32);
-      }
-      return ForwardRowsToCompute(index, ids, positions[static_cast<size_t>(index)], epoch, looked ? &*looked : nullptr)
-          .status();
-    };
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(
-        batch.step, ahead_, compute, [&] { edges_.PollSends(); }, share));
-    if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
+    const auto receive = [&](const AheadItem& item) { return ReceiveAheadInput(item); };
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between, share, receive));
   } else {
-    const auto compute = [&](int, const std::vector<int64_t>& ids, int64_t epoch) -> Status {
-      MicroBatchData data;
-      data.sample_ids = ids;  // the spool loads the payloads of the rows it lacks
-      return spool_->Rows(data, epoch, *runner_, *samples_, &staging_).status();
-    };
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch.step, ahead_, compute, [&] { edges_.PollSends(); }));
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between));
   }
+  if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
   // The spool serves committed rows only: commit (at this step boundary, a
   // no-op when every row was there) so the next step reads them back, and
   // a kill loses none of them.
@@ -842,14 +889,16 @@ Status RankLoop::ShareRowsToCompute(const std::vector<std::vector<int64_t>>& mic
 
 StatusOr<torch::Tensor> RankLoop::ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
                                                        const std::vector<int64_t>& positions, int64_t epoch,
-                                                       OutputSpool::Looked* looked) {
+                                                       OutputSpool::Looked* looked, const torch::Tensor& received) {
   std::vector<int64_t> sub;
   for (int64_t p : positions) sub.push_back(ids.at(static_cast<size_t>(p)));
   torch::Tensor computed;
   if (!sub.empty()) {
     const auto& s = plan_.sections[static_cast<size_t>(section_)];
     std::map<int, torch::Tensor> inputs;  // a frozen section's spooled rows need none but the previous stage's
-    if (pipeline_ && !pipeline_->first()) {
+    if (received.defined()) {
+      inputs[kPipelineInput] = received;
+    } else if (pipeline_ && !pipeline_->first()) {
       MAESTRO_ASSIGN_OR_RETURN(inputs[kPipelineInput], pipeline_->ReceiveFromAbove(mb, PipelineGroup::Part::kActivation,
                                                                                    {static_cast<int64_t>(sub.size()),
                                                                                     plan_.data.seq_len, s.model.hidden},
@@ -953,6 +1002,10 @@ StatusOr<TrainSummary> RankLoop::Run() {
     const bool last = batch.step + 1 >= total_steps_;
     const bool due = plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0;
     if (stop || last || due) {
+      // The stream's micro-batches a pipelined replica carries into the next
+      // step are computed now when the run ends here (every rank of the
+      // replica decided alike: FinishStep's sum), so a resume finds them.
+      if (stop || last) MAESTRO_RETURN_IF_ERROR(ComputeAhead(nullptr));
       MAESTRO_RETURN_IF_ERROR(Checkpoint(batch.step));
       memory_.MarkCheckpointEnd();
     }
@@ -988,6 +1041,12 @@ StatusOr<TrainSummary> RankLoop::Run() {
     Log(LogLevel::kInfo, "section '{}' tp {} cp {} dp {}: context parallel: held {} of {} tokens (+{} padding)",
         plan_.sections[static_cast<size_t>(section_)].name, place_.coords.tp, place_.coords.cp, replica_, counts.mine,
         counts.total, counts.padding);
+  }
+  if (run_ahead_ && pipeline_) {
+    Log(LogLevel::kInfo,
+        "section '{}' dp {} stage {}: carried {} micro-batch(es) across step boundaries (run-ahead stream)",
+        plan_.sections[static_cast<size_t>(section_)].name, replica_, pipeline_->stage(),
+        run_ahead_->carried_micro_batches());
   }
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",

@@ -76,12 +76,14 @@ StatusOr<std::vector<std::vector<int64_t>>> UnpackRowsToCompute(const std::vecto
 }
 
 RunAhead::RunAhead(const plan::Plan& plan, int section, int replica,
-                   std::shared_ptr<const scheduler::SectionCostModel> costs)
+                   std::shared_ptr<const scheduler::SectionCostModel> costs, int stage, int stages)
     : plan_(plan),
       section_(section),
       replica_(replica),
       batches_(plan.sections[static_cast<size_t>(section)].run_ahead),
       costs_(std::move(costs)),
+      stage_(stage),
+      stages_(std::max(stages, 1)),
       bound_rows_(static_cast<int64_t>(batches_) * plan.data.global_batch) {}
 
 int64_t RunAhead::rows_ahead() const {
@@ -90,16 +92,30 @@ int64_t RunAhead::rows_ahead() const {
   return rows;
 }
 
+Status RunAhead::ComputeThrough(int64_t end_seq, const ComputeRows& compute, const std::function<void()>& between) {
+  while (!pending_.empty() && pending_.front().seq < end_seq) {
+    const AheadItem item = std::move(pending_.front());
+    pending_.pop_front();
+    MAESTRO_RETURN_IF_ERROR(compute(item, item.seq < received_end_));
+    computed_end_ = item.seq + 1;
+    received_end_ = std::max(received_end_, computed_end_);
+    if (between) between();
+  }
+  return Status::Ok();
+}
+
 Status RunAhead::ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead, const ComputeRows& compute,
-                              const std::function<void()>& between, const BeforeStep& before_step) {
+                              const std::function<void()>& between, const BeforeStep& before_step,
+                              const ReceiveInput& receive) {
   // The step in flight and those before it are no longer ahead.
   rows_by_step_.erase(rows_by_step_.begin(), rows_by_step_.upper_bound(step));
+  step_begin_.erase(step_begin_.begin(), step_begin_.upper_bound(step));
   for (const StepBatch& batch : ahead) {
     if (batch.step <= step || batch.step > step + batches_) {
       return Status::Internal(
           fmt::format("run-ahead: step {} is not among the {} after step {}", batch.step, batches_, step));
     }
-    if (batch.step <= last_step_ahead_) continue;  // computed during an earlier step
+    if (batch.step <= last_step_ahead_) continue;  // appended during an earlier step
     scheduler::Problem problem;
     MAESTRO_ASSIGN_OR_RETURN(const auto schedule, ScheduleOfBatch(plan_, costs_, batch, &problem));
     const int rank_index = schedule.RankIndex(section_, replica_);
@@ -114,12 +130,30 @@ Status RunAhead::ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead,
       const auto& ids = program.micro_batches[static_cast<size_t>(op.micro_batch)].sample_ids;
       micro_batches.emplace_back(ids.begin(), ids.end());
     }
-    if (before_step) MAESTRO_RETURN_IF_ERROR(before_step(micro_batches, batch.epoch));
+    std::vector<std::vector<int64_t>> positions;
+    if (before_step) {
+      MAESTRO_ASSIGN_OR_RETURN(positions, before_step(micro_batches, batch.epoch));
+      if (positions.size() != micro_batches.size()) {
+        return Status::Internal(fmt::format("run-ahead: step {} has {} micro-batches but {} sets of rows to compute",
+                                            batch.step, micro_batches.size(), positions.size()));
+      }
+    }
     int64_t rows = 0;
+    step_begin_[batch.step] = next_seq_;
     for (size_t m = 0; m < micro_batches.size(); ++m) {
-      MAESTRO_RETURN_IF_ERROR(compute(static_cast<int>(m), micro_batches[m], batch.epoch));
-      rows += static_cast<int64_t>(micro_batches[m].size());
-      if (between) between();
+      AheadItem item;
+      item.seq = next_seq_++;
+      item.step = batch.step;
+      item.index = static_cast<int>(m);
+      item.epoch = batch.epoch;
+      item.sample_ids = std::move(micro_batches[m]);
+      if (before_step) {
+        item.positions = std::move(positions[m]);
+      } else {
+        for (size_t p = 0; p < item.sample_ids.size(); ++p) item.positions.push_back(static_cast<int64_t>(p));
+      }
+      rows += static_cast<int64_t>(item.sample_ids.size());
+      pending_.push_back(std::move(item));
     }
     rows_by_step_[batch.step] = rows;
     last_step_ahead_ = batch.step;
@@ -130,7 +164,37 @@ Status RunAhead::ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead,
                                           most_rows_ahead_, bound_rows_, batches_));
     }
   }
+  // How far each stage computes (the class comment): the lag of stage j is
+  // min(j, L), L the micro-batches after step+1's last (at most P - 1).
+  const int64_t end = next_seq_;
+  // The first seq of a step after step+1 (every micro-batch before it is due by the next step).
+  const auto later = step_begin_.upper_bound(step + 1);
+  const int64_t due = later == step_begin_.end() ? end : later->second;
+  const int64_t lag_limit = std::min<int64_t>(stages_ - 1, end - due);
+  const auto lag_of = [&](int stage) { return std::min<int64_t>(stage, lag_limit); };
+  MAESTRO_RETURN_IF_ERROR(ComputeThrough(end - lag_of(stage_), compute, between));
+  if (stage_ > 0) {
+    // The inputs the previous stage sent during this call and this stage
+    // computes in the next one: received now, so no send stays in flight.
+    const int64_t previous_end = end - lag_of(stage_ - 1);
+    for (const AheadItem& item : pending_) {
+      if (item.seq >= previous_end) break;
+      if (item.seq < received_end_) continue;
+      if (!receive) return Status::Internal("run-ahead: a pipeline stage without a way to receive its inputs");
+      MAESTRO_RETURN_IF_ERROR(receive(item));
+      received_end_ = item.seq + 1;
+    }
+  }
+  carried_ += static_cast<int64_t>(pending_.size());
+  if (stage_ == stages_ - 1 && !pending_.empty() && pending_.front().step <= step + 1) {
+    return Status::Internal(
+        fmt::format("run-ahead: step {}'s rows are not all computed after step {}", pending_.front().step, step));
+  }
   return Status::Ok();
+}
+
+Status RunAhead::Flush(const ComputeRows& compute, const std::function<void()>& between) {
+  return ComputeThrough(next_seq_, compute, between);
 }
 
 }  // namespace maestro::runtime

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,29 +73,70 @@ std::vector<int64_t> PackRowsToCompute(const std::vector<std::vector<int64_t>>& 
 // The inverse; an error when `wire` is truncated or has trailing values.
 StatusOr<std::vector<std::vector<int64_t>>> UnpackRowsToCompute(const std::vector<int64_t>& wire);
 
+// One micro-batch of a step computed ahead: the unit of the stream a
+// pipelined replica's stages pass along (below). The same items, in the same
+// order, on every rank of the replica.
+struct AheadItem {
+  int64_t seq = 0;   // its place in the replica's stream of micro-batches computed ahead
+  int64_t step = 0;  // the step whose forward will send its rows
+  int index = 0;     // its place among that step's forwards (the stage messages' tag)
+  int64_t epoch = 0;
+  std::vector<int64_t> sample_ids;
+  // The positions (ascending) of sample_ids whose rows are computed: what
+  // BeforeStep returned (every position without one).
+  std::vector<int64_t> positions;
+};
+
+// Pipelined replicas (PP = P > 1) stream across steps. Stage j of P lags the
+// first stage by min(j, L) micro-batches of the stream: at the end of a
+// ComputeAhead it has computed the stream up to (its end - min(j, L)) and
+// holds, received but not computed, the next micro-batch (the one stage j-1
+// computed last), so every message of a call is matched inside it (no send
+// crosses a step boundary; NCCL's in-order sends and collectives stay
+// aligned). L = min(P - 1, micro-batches appended after the last one of step
+// s+1): the last stage has finished step s+1's rows when the call for step s
+// returns, and the next call begins where this one ended, with no fill or
+// drain. With run_ahead = 1 nothing follows step s+1, L = 0, and every call
+// fills and drains the pipeline as a whole; run_ahead >= 2 pays the fill
+// once per start (docs/run_ahead.md "Streaming across steps").
 class RunAhead {
  public:
-  // Computes the rows of samples `sample_ids` (one micro-batch, in order;
-  // `index`: its place among the step's forwards) at `epoch` into the spool
-  // where it lacks them.
-  using ComputeRows = std::function<Status(int index, const std::vector<int64_t>& sample_ids, int64_t epoch)>;
-  // Before a step's micro-batches are computed: all of them (in order), so a
-  // model-parallel replica can agree which rows to compute (null: nothing).
-  using BeforeStep = std::function<Status(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch)>;
+  // Computes the rows of `item` (on the spool's owner, into the spool where
+  // it lacks them); `input_received`: its stage input was received earlier
+  // (ReceiveInput), else the stage receives it now. `item.positions` empty:
+  // nothing to compute (no stage message either).
+  using ComputeRows = std::function<Status(const AheadItem& item, bool input_received)>;
+  // A stage > 0 receives `item`'s input from the previous stage and holds it
+  // for a later ComputeRows (nothing when item.positions is empty).
+  using ReceiveInput = std::function<Status(const AheadItem& item)>;
+  // Before a step's micro-batches are computed: all of them (in order);
+  // returns per micro-batch the positions to compute, the same on every rank
+  // of a model-parallel replica (null: all of them).
+  using BeforeStep = std::function<StatusOr<std::vector<std::vector<int64_t>>>(
+      const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch)>;
 
   // Replica `replica` of section `section` (its plan run_ahead > 0); `costs`:
-  // the run's (RuntimeCostModel), which the schedules ahead are built with.
-  RunAhead(const plan::Plan& plan, int section, int replica, std::shared_ptr<const scheduler::SectionCostModel> costs);
+  // the run's (RuntimeCostModel), which the schedules ahead are built with;
+  // this rank is pipeline stage `stage` of `stages`.
+  RunAhead(const plan::Plan& plan, int section, int replica, std::shared_ptr<const scheduler::SectionCostModel> costs,
+           int stage = 0, int stages = 1);
 
   int batches() const { return batches_; }
 
   // During step `step` (after this rank's own ops of it were issued): every
   // batch of `ahead` (steps step+1 .. step+k, ShareNextBatch's lookahead) not
-  // yet computed ahead: this replica's micro-batches in that step's schedule
-  // through `compute` (after `before_step`, when given), `between` after
-  // each (it lets sends in flight progress).
+  // yet appended joins the stream (after `before_step`, when given), and
+  // this stage computes the stream up to its lag (above), `between` after
+  // each micro-batch (it lets sends in flight progress); then a stage > 0
+  // receives the inputs its previous stage computed beyond that
+  // (`receive`). On return, every row of step+1 is computed on the last stage.
   Status ComputeAhead(int64_t step, const std::vector<StepBatch>& ahead, const ComputeRows& compute,
-                      const std::function<void()>& between, const BeforeStep& before_step = nullptr);
+                      const std::function<void()>& between, const BeforeStep& before_step = nullptr,
+                      const ReceiveInput& receive = nullptr);
+  // Every micro-batch of the stream not yet computed on this stage, in order
+  // (before the run stops: every rank of the replica calls it at the same
+  // point, and every row appended is then computed and spooled).
+  Status Flush(const ComputeRows& compute, const std::function<void()>& between);
 
   // Rows of steps after the one in flight computed ahead: now and at most
   // (both <= bound_rows(): k batches of this replica's samples).
@@ -102,15 +144,30 @@ class RunAhead {
   int64_t most_rows_ahead() const { return most_rows_ahead_; }
   int64_t bound_rows() const { return bound_rows_; }
   int64_t steps_computed_ahead() const { return steps_computed_; }
+  // Micro-batches this stage has yet to compute / of them, received.
+  int64_t pending_micro_batches() const { return static_cast<int64_t>(pending_.size()); }
+  int64_t received_micro_batches() const { return received_end_ - computed_end_; }
+  // Summed over the calls so far: the micro-batches this stage carried from
+  // one call into the next (0 without PP or with run_ahead = 1).
+  int64_t carried_micro_batches() const { return carried_; }
 
  private:
+  Status ComputeThrough(int64_t end_seq, const ComputeRows& compute, const std::function<void()>& between);
+
   const plan::Plan& plan_;
   int section_, replica_, batches_;
   std::shared_ptr<const scheduler::SectionCostModel> costs_;
+  int stage_ = 0, stages_ = 1;
   int64_t bound_rows_ = 0;
   std::map<int64_t, int64_t> rows_by_step_;  // steps after the one in flight -> its rows computed ahead
-  int64_t last_step_ahead_ = -1;             // the last step whose rows are computed ahead
+  int64_t last_step_ahead_ = -1;             // the last step appended to the stream
   int64_t most_rows_ahead_ = 0, steps_computed_ = 0;
+  std::deque<AheadItem> pending_;          // appended, not yet computed on this stage (seq ascending)
+  std::map<int64_t, int64_t> step_begin_;  // steps after the one in flight -> the seq of its first micro-batch
+  int64_t next_seq_ = 0;                   // the seq of the next micro-batch appended
+  int64_t computed_end_ = 0;               // this stage computed every seq below
+  int64_t received_end_ = 0;               // ... and received the input of every seq below (>= computed_end_)
+  int64_t carried_ = 0;
 };
 
 }  // namespace maestro::runtime

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -56,12 +57,23 @@ int TeacherRunAhead(const plan::Plan& p) {
   return p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead;
 }
 
+// What ChooseRunAhead gives a teacher of `config` running `microbatches`
+// per step on this build's runtime (run_ahead_stream): 1, or at PP > 1
+// enough batches that those after the next hold PP - 1 of its micro-batches.
+int StreamingRunAhead(const plan::ParallelConfig& config, double microbatches) {
+  if (config.pp <= 1) return 1;
+  const int per_step = std::max(1, static_cast<int>(std::floor(microbatches)));
+  return std::min(plan::kMaxRunAhead, 1 + (config.pp - 1 + per_step - 1) / per_step);
+}
+
 TEST(RunAheadPlanner, TheTeacherRunsAheadWhereItShortensTheSimulatedStep) {
   auto chosen = CompileText(TinyKdText());
   ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
   auto off = CompileText(WithSectionKey("teacher", "run_ahead = 0"));
   ASSERT_TRUE(off.ok()) << off.status().ToString();
-  EXPECT_EQ(TeacherRunAhead(chosen->plan), 1);
+  const SectionCost& teacher_cost = chosen->assignment.sections[0].cost;
+  const int k = StreamingRunAhead(teacher_cost.config, teacher_cost.microbatches);
+  EXPECT_EQ(TeacherRunAhead(chosen->plan), k);
   EXPECT_EQ(TeacherRunAhead(off->plan), 0);
   EXPECT_EQ(chosen->plan.sections[static_cast<size_t>(chosen->plan.section_index("student"))].run_ahead, 0);
   EXPECT_LT(chosen->simulated.step_seconds, off->simulated.step_seconds * (1 - 0.005));
@@ -72,8 +84,8 @@ TEST(RunAheadPlanner, TheTeacherRunsAheadWhereItShortensTheSimulatedStep) {
   EXPECT_EQ(off->report.find("run-ahead ("), std::string::npos) << off->report;
   const auto js = nlohmann::json::parse(chosen->report_json);
   EXPECT_EQ(js["sections"][0]["name"], "teacher");
-  EXPECT_EQ(js["sections"][0]["run_ahead"], 1);
-  EXPECT_NE(chosen->explain.find("run_ahead = 1"), std::string::npos) << chosen->explain;
+  EXPECT_EQ(js["sections"][0]["run_ahead"], k);
+  EXPECT_NE(chosen->explain.find(fmt::format("run_ahead = {}", k)), std::string::npos) << chosen->explain;
   EXPECT_NE(off->explain.find("pinned in the spec"), std::string::npos) << off->explain;
   // A pin of 2 is kept.
   auto two = CompileText(WithSectionKey("teacher", "run_ahead = 2"));
@@ -97,7 +109,8 @@ TEST(RunAheadPlan, WrittenOnlyWhenOnAndRefusedOnATrainingSection) {
   EXPECT_NE(on.find("\"run_ahead\""), std::string::npos);
   auto back = plan::PlanFromJson(on, "plan.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(TeacherRunAhead(*back), 1);
+  EXPECT_GE(TeacherRunAhead(*back), 1);
+  EXPECT_EQ(TeacherRunAhead(*back), TeacherRunAhead(p));
   p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead = 0;
   const std::string off = plan::PlanToJson(p);
   EXPECT_EQ(off.find("\"run_ahead\""), std::string::npos) << "an older plan's shape: no field";
@@ -121,10 +134,42 @@ TEST(RunAheadPlanner, AModelParallelTeacherRunsAheadOnThisRuntime) {
   const plan::Plan& p = r->plan;
   const auto& teacher = p.sections[static_cast<size_t>(p.section_index("teacher"))];
   EXPECT_TRUE(teacher.config.tp > 1 || teacher.config.pp > 1) << teacher.config.tp << " " << teacher.config.pp;
-  EXPECT_EQ(teacher.run_ahead, 1) << r->explain;
   const auto i = static_cast<size_t>(p.section_index("teacher"));
   ASSERT_LT(i, r->assignment.sections.size());
+  const SectionCost& cost = r->assignment.sections[i].cost;
+  EXPECT_EQ(teacher.run_ahead, StreamingRunAhead(cost.config, cost.microbatches)) << r->explain;
   EXPECT_EQ(r->assignment.sections[i].planner_only, "") << r->report;
+  if (teacher.config.pp > 1) {
+    // Its pipeline streams across steps: the step model charges no fill.
+    EXPECT_EQ(cost.fill_stages, 0) << r->explain;
+    EXPECT_NE(r->explain.find("no fill: its pipeline streams across steps"), std::string::npos) << r->explain;
+  }
+}
+
+// A runtime without the stream across steps (`run_ahead_stream` off): a
+// pipelined teacher runs one batch ahead and pays its fill every step, in
+// the analytic model and the simulation alike; the plan for this build's
+// runtime, whose teacher streams, is not slower.
+TEST(RunAheadPlanner, WithoutTheStreamAPipelinedTeacherPaysItsFillEveryStep) {
+  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  CompileOptions streaming;
+  streaming.grouping = Grouping::kSectioned;
+  auto with = Compile(*spec, streaming);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  CompileOptions plain = streaming;
+  plain.support = kRuntimeSupport;
+  plain.support.run_ahead_stream = false;
+  plain.support_given = true;
+  auto without = Compile(*spec, plain);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  const auto i = static_cast<size_t>(without->plan.section_index("teacher"));
+  const auto& teacher = without->plan.sections[i];
+  EXPECT_LE(teacher.run_ahead, 1) << without->explain;
+  EXPECT_EQ(without->workload.sections[i].pipeline_streams_ahead, 0);
+  EXPECT_EQ(without->assignment.sections[i].cost.fill_stages, teacher.config.pp - 1) << without->explain;
+  EXPECT_LE(with->simulated.step_seconds, without->simulated.step_seconds) << with->explain << without->explain;
+  EXPECT_GE(with->workload.sections[i].pipeline_streams_ahead, 2);
 }
 
 // The simulation's refinement searches with run-ahead priced (compile.cc:
@@ -144,6 +189,7 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     const CostModel model(devices, spec->data.global_batch);
     PlannerOptions o;
     if (*support != '\0') o.support = *ParseRuntimeSupport(support);
+    MarkPipelineStreams(*spec, o.support, &*work);  // as Compile does
     const PlanOutcome planned = PlanSections(model, *work, o);
     ASSERT_TRUE(planned.ok()) << planned.failure.message;
     SimulationSettings s;
@@ -167,7 +213,7 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
     // This build's teacher runs ahead; with every feature too where that
     // shortens the step (a CP teacher: run_ahead_cp).
     if (*support == '\0') {
-      EXPECT_EQ(priced.sections[teacher].run_ahead, 1) << support;
+      EXPECT_GE(priced.sections[teacher].run_ahead, 1) << support;
     }
     const SimulatedStep before = SimulateSectioned(model, *work, after_refinement, s);
     const SimulatedStep now = SimulateSectioned(model, *work, priced, s);

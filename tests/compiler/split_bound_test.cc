@@ -95,5 +95,33 @@ TEST(SplitBound, PartialMicroBatchesArePricedAtTheFullMicroBatch) {
   EXPECT_LT(fraction, 1.0);
 }
 
+// A training pipeline's fill and drain is its own per-step time, like its DP
+// sync: the bound counts (PP - 1) full stage times per replica for the
+// training section, and none for a frozen one (it runs ahead). tiny_kd with
+// its student pinned to PP 2 and its teacher to PP 2: the bound is exactly
+// the sum of both sections' work, the student's with its fill.
+TEST(SplitBound, ATrainingPipelineFillCountsAndAFrozenOneDoesNot) {
+  auto r = CompileSpec("tiny_kd.toml", Grouping::kSectioned,
+                       {{"student", "pp", 2, "student.pp=2"}, {"teacher", "pp", 2, "teacher.pp=2"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto spec = ParseSpecFile(kSpecs + "tiny_kd.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const CostModel model(DevicesOf(*spec), spec->data.global_batch);
+  double work = 0;
+  for (size_t i = 0; i < r->workload.sections.size(); ++i) {
+    const SectionWork& s = r->workload.sections[i];
+    const plan::ParallelConfig& c = r->assignment.sections[i].cost.config;
+    ASSERT_EQ(c.pp, 2) << s.name;
+    const double microbatches = spec->data.global_batch * s.active_fraction / (c.dp * c.micro_batch);
+    const SectionCost full = model.EvaluateWith(s, c, microbatches, c.micro_batch);
+    const double fill = s.trains() ? full.stage_seconds : 0.0;
+    work += full.gpus * (microbatches * full.stage_seconds + fill + full.dp_sync_seconds + full.optimizer_seconds);
+  }
+  const auto js = nlohmann::json::parse(r->report_json);
+  const double bound = js["split_bound_seconds"].get<double>();
+  const double expected = work / js["gpus_held"].get<int>();
+  EXPECT_NEAR(bound, expected, 1e-9 * expected);
+}
+
 }  // namespace
 }  // namespace maestro::compiler

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Run-ahead of a tensor- or pipeline-parallel frozen section
 // (docs/run_ahead.md, runtime/run_ahead.h), labels mpi;runtime: the tiny KD
-// with its teacher at TP 2, PP 2 or TP 2 x PP 2 (the rank that sends
+// with its teacher at TP 2, PP 2, TP 2 x PP 2 or PP 3 (the rank that sends
 // downstream owns the spool and tells its TP peer and the other stage which
 // rows to compute; a peer that computed other rows would fail the TP
 // all-reduce or the stage's receive, not pass)
@@ -26,6 +26,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,7 +35,9 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "runtime/cost_model.h"
 #include "runtime/run_ahead.h"
+#include "runtime/step_batch.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/multi_rank_harness.h"
@@ -114,6 +118,12 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
     EXPECT_EQ(hits, (kSteps - 1) * p.data.global_batch) << "steps 1-3 read back\n" << result.output;
     EXPECT_EQ(line.bound, k * p.data.global_batch) << result.output;
     EXPECT_EQ(line.most_rows, k * p.data.global_batch) << result.output;
+    // Stage j lags the first by j micro-batches in every call that appends a
+    // later batch (steps 0 .. kSteps - 3; 4 micro-batches per step, more
+    // than PP - 1): the pipeline streams from one step into the next.
+    for (int j = 0; layout.pp > 1 && j < layout.pp; ++j) {
+      EXPECT_EQ(LoggedNumber(result.output, fmt::format("stage {}: carried ", j)), j * (kSteps - 2)) << result.output;
+    }
   }
   ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
   EXPECT_EQ(losses[2], losses[0]);
@@ -197,7 +207,7 @@ TEST_P(RunAheadModelParallel, ATeacherRankKilledMidRunResumesAndReusesTheSpool) 
   const auto whole = RunWorkers(p, plan_path, dir + "/whole");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
-  // TP 2: TP rank 0 (the owner); PP 2 and TP 2 x PP 2: stage 0, TP rank 0 (not the owner).
+  // TP 2: TP rank 0 (the owner); with PP: stage 0, TP rank 0 (not the owner).
   const int victim = plan::GlobalRankOf(p, p.section_index("teacher"), 0, 0, 0, 0);
   const auto killed = runtime_testing::RunAndKillRank(p, plan_path, dir + "/split", victim, 5,
                                                       std::chrono::seconds(180), std::chrono::milliseconds(20));
@@ -222,7 +232,7 @@ TEST_P(RunAheadModelParallel, ATeacherRankKilledMidRunResumesAndReusesTheSpool) 
 
 INSTANTIATE_TEST_SUITE_P(TeacherTp2AndPp2, RunAheadModelParallel,
                          ::testing::Values(TeacherLayout{"tp2", 2, 1}, TeacherLayout{"pp2", 1, 2},
-                                           TeacherLayout{"tp2pp2", 2, 2}),
+                                           TeacherLayout{"tp2pp2", 2, 2}, TeacherLayout{"pp3", 1, 3}),
                          [](const ::testing::TestParamInfo<TeacherLayout>& layout) { return layout.param.name; });
 
 // CheckRunAheadRuns: a model-parallel section runs ahead only without an
@@ -243,6 +253,168 @@ TEST(RunAheadRowsToCompute, AModelParallelSectionWithAnUpstreamSectionIsRefused)
   single.edges.push_back(into_teacher);
   EXPECT_TRUE(runtime::CheckRunAheadRuns(single).ok()) << runtime::CheckRunAheadRuns(single).ToString();
 }
+
+// ---- The stream of a pipelined replica across steps (RunAhead, torch-free) --
+// P stages' RunAhead objects driven as the executor drives them, one call per
+// step each (stage 0 first: a stage needs only what earlier stages computed,
+// so this order is one the concurrent run can take). A stage's compute or
+// receive of a micro-batch is a message from the previous stage, which must
+// have computed it in the same call (nothing in flight across steps), and a
+// stage computes a micro-batch it did not receive earlier only after the
+// previous stage did. After the call of step s, the last stage has computed
+// every micro-batch of step s+1 (its forwards read them at once).
+struct StreamCase {
+  int stages = 2, run_ahead = 2;
+};
+
+class RunAheadStream : public ::testing::TestWithParam<StreamCase> {};
+
+TEST_P(RunAheadStream, StagesStreamAcrossStepsWithoutFillAndEveryRowIsDue) {
+  const StreamCase c = GetParam();
+  constexpr int64_t kSteps = 7;
+  auto p = MpKdPlan(TeacherLayout{"pp", 1, c.stages}, kSteps, c.run_ahead);
+  const int teacher = p.section_index("teacher");
+  auto& t = p.sections[static_cast<size_t>(teacher)];
+  t.config.micro_batch = 2;  // 8 micro-batches of the 16 samples per step: more than P - 1
+  const auto costs = runtime::RuntimeCostModel(p);
+  const auto batch_of = [&](int64_t step) {
+    runtime::StepBatch b;
+    b.step = step;
+    for (int64_t i = 0; i < p.data.global_batch; ++i) {
+      scheduler::Sample x;
+      x.id = static_cast<uint64_t>(step * p.data.global_batch + i);
+      x.text_tokens = p.data.seq_len;
+      b.samples.push_back(x);
+      b.ids.push_back(static_cast<int64_t>(x.id));
+    }
+    return b;
+  };
+  std::vector<std::unique_ptr<runtime::RunAhead>> stages;
+  for (int j = 0; j < c.stages; ++j)
+    stages.push_back(std::make_unique<runtime::RunAhead>(p, teacher, 0, costs, j, c.stages));
+  // computed[j][seq] = the step (call) in which stage j computed it; held[j]: received, not computed.
+  std::vector<std::map<int64_t, int64_t>> computed(static_cast<size_t>(c.stages));
+  std::vector<std::set<int64_t>> held(static_cast<size_t>(c.stages));
+  std::map<int64_t, int64_t> step_of_seq;
+  std::vector<int64_t> per_call(static_cast<size_t>(c.stages));
+  std::vector<std::map<int64_t, int64_t>> place_in_call(static_cast<size_t>(c.stages));  // seq -> i-th computed
+  int64_t micro_batches_per_step = 0;
+  const auto steady = [&](int64_t step) { return c.run_ahead >= 2 && step >= 1 && step + c.run_ahead <= kSteps - 1; };
+  const auto run_call = [&](int64_t step, bool flush) {
+    std::vector<runtime::StepBatch> ahead;
+    for (int64_t s = step + 1; s <= std::min(step + c.run_ahead, kSteps - 1); ++s) ahead.push_back(batch_of(s));
+    for (int j = 0; j < c.stages; ++j) {
+      const size_t sj = static_cast<size_t>(j);
+      per_call[sj] = 0;
+      place_in_call[sj].clear();
+      const auto compute = [&](const runtime::AheadItem& item, bool received) -> Status {
+        EXPECT_FALSE(computed[sj].count(item.seq)) << "stage " << j << " computes seq " << item.seq << " twice";
+        EXPECT_EQ(received, held[sj].count(item.seq) == 1) << "stage " << j << " seq " << item.seq;
+        if (j > 0 && !received) {
+          const auto& prev = computed[sj - 1];
+          EXPECT_TRUE(prev.count(item.seq) && prev.at(item.seq) == step)
+              << "stage " << j << " receives seq " << item.seq << " that stage " << j - 1
+              << " did not send in this call";
+          // No fill in the steady state: the i-th micro-batch a stage
+          // computes in a call is at most the previous stage's (i-1)-th, so
+          // all stages compute at once (with a fill, stage j's first would
+          // wait for stage j-1's first of the same call).
+          if (steady(step) && !flush) {
+            EXPECT_LT(place_in_call[sj - 1].at(item.seq), per_call[sj]) << "stage " << j << " step " << step;
+          }
+        }
+        held[sj].erase(item.seq);
+        place_in_call[sj][item.seq] = per_call[sj];
+        computed[sj][item.seq] = step;
+        step_of_seq[item.seq] = item.step;
+        EXPECT_EQ(static_cast<int64_t>(item.positions.size()), static_cast<int64_t>(item.sample_ids.size()));
+        ++per_call[sj];
+        return Status::Ok();
+      };
+      const auto receive = [&](const runtime::AheadItem& item) -> Status {
+        EXPECT_GT(j, 0);
+        const auto& prev = computed[sj - 1];
+        EXPECT_TRUE(prev.count(item.seq) && prev.at(item.seq) == step)
+            << "stage " << j << " holds seq " << item.seq << " that stage " << j - 1 << " did not send in this call";
+        EXPECT_TRUE(held[sj].insert(item.seq).second);
+        return Status::Ok();
+      };
+      const Status st = flush ? stages[sj]->Flush(compute, nullptr)
+                              : stages[sj]->ComputeAhead(step, ahead, compute, nullptr, nullptr, receive);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_LE(stages[sj]->received_micro_batches(), 1) << "a stage holds at most one input across steps";
+    }
+    if (flush) return;
+    // Every micro-batch of step+1 is computed on the last stage.
+    for (const auto& [seq, s] : step_of_seq) {
+      if (s == step + 1) {
+        EXPECT_TRUE(computed.back().count(seq)) << "step " << s << " seq " << seq << " not due";
+      }
+    }
+    if (step == 0) {
+      for (const auto& entry : step_of_seq) micro_batches_per_step += entry.second == 1 ? 1 : 0;
+    }
+  };
+  for (int64_t step = 0; step < kSteps; ++step) {
+    ASSERT_NO_FATAL_FAILURE(run_call(step, false));
+    // The steady state (every call appends a batch and carries the stream on):
+    // each stage computes one step's micro-batches per call.
+    for (int j = 0; steady(step) && j < c.stages; ++j) {
+      EXPECT_EQ(per_call[static_cast<size_t>(j)], micro_batches_per_step) << "stage " << j << " step " << step;
+    }
+    if (c.run_ahead == 1) {
+      for (int j = 0; j < c.stages; ++j) EXPECT_EQ(stages[static_cast<size_t>(j)]->pending_micro_batches(), 0);
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(run_call(kSteps - 1, true));
+  ASSERT_GT(micro_batches_per_step, c.stages - 1);
+  for (int j = 0; j < c.stages; ++j) {
+    EXPECT_EQ(static_cast<int64_t>(computed[static_cast<size_t>(j)].size()), (kSteps - 1) * micro_batches_per_step)
+        << "stage " << j << " computed every micro-batch of steps 1.." << kSteps - 1 << " once";
+  }
+}
+
+// A stop in the middle: Flush on every stage computes what the stream
+// carries, so the spool holds every row appended.
+TEST(RunAheadStreamFlush, FlushComputesWhatTheStagesCarry) {
+  auto p = MpKdPlan(TeacherLayout{"pp3", 1, 3}, 6, 2);
+  const int teacher = p.section_index("teacher");
+  const auto costs = runtime::RuntimeCostModel(p);
+  std::vector<runtime::StepBatch> ahead;
+  for (int64_t s = 1; s <= 2; ++s) {
+    runtime::StepBatch b;
+    b.step = s;
+    for (int64_t i = 0; i < p.data.global_batch; ++i) {
+      scheduler::Sample x;
+      x.id = static_cast<uint64_t>(s * 100 + i);
+      x.text_tokens = p.data.seq_len;
+      b.samples.push_back(x);
+      b.ids.push_back(static_cast<int64_t>(x.id));
+    }
+    ahead.push_back(b);
+  }
+  runtime::RunAhead last(p, teacher, 0, costs, 2, 3);
+  int64_t n = 0;
+  const auto compute = [&](const runtime::AheadItem&, bool) {
+    ++n;
+    return Status::Ok();
+  };
+  const auto receive = [&](const runtime::AheadItem&) { return Status::Ok(); };
+  ASSERT_TRUE(last.ComputeAhead(0, ahead, compute, nullptr, nullptr, receive).ok());
+  const int64_t before_flush = n;
+  EXPECT_EQ(last.pending_micro_batches(), 2) << "the last of 3 stages lags by 2 micro-batches";
+  EXPECT_EQ(last.received_micro_batches(), 1) << "and holds the one stage 1 computed last";
+  ASSERT_TRUE(last.Flush(compute, nullptr).ok());
+  EXPECT_EQ(last.pending_micro_batches(), 0);
+  EXPECT_EQ(n, before_flush + 2) << "the 2 it carried";
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndRunAhead, RunAheadStream,
+                         ::testing::Values(StreamCase{2, 1}, StreamCase{2, 2}, StreamCase{3, 2}, StreamCase{4, 3},
+                                           StreamCase{3, 1}),
+                         [](const ::testing::TestParamInfo<StreamCase>& c) {
+                           return fmt::format("pp{}_ahead{}", c.param.stages, c.param.run_ahead);
+                         });
 
 // The wire form of the rows to compute round-trips, empty micro-batches
 // included; a truncated or overlong message is an error, not a guess.
