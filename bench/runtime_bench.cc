@@ -50,6 +50,10 @@ Plan LocalPlan(const std::string& spec_name, int64_t steps) {
   for (size_t i = 0; i < p.sections.size(); ++i) {
     auto& s = p.sections[i];
     s.config.tp = s.config.pp = s.config.cp = s.config.dp = 1;
+    // A frozen section the planner ran ahead by more than one batch to
+    // stream its pipeline (docs/run_ahead.md) has none here: one batch is
+    // what it needs at PP 1 (compiler/run_ahead.h).
+    s.run_ahead = std::min(s.run_ahead, 1);
     const bool trains_decoder =
         s.mode == maestro::plan::SectionMode::kTrain && s.model.kind == maestro::plan::ModelKind::kDecoder;
     s.config.micro_batch = trains_decoder ? static_cast<int>(std::max<int64_t>(4, p.data.global_batch / 4)) : 8;
