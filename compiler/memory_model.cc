@@ -418,7 +418,17 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     const double merge = ExtraValue(m, "spatial_merge", 0);
     // A CP decoder's output rows are gathered whole on every CP rank.
     const double out_rows = m.kind == ModelKind::kVit && merge > 0 ? tokens_mb / (merge * merge) : tokens_mb * D(cp);
-    if (!s.sink) act += mbs * out_rows * a * out_width;
+    if (!last_stage) {
+      // A stage before the last sends each micro-batch's activation to the
+      // next as an fp32 wire copy, held until the step's sends drain
+      // (runtime/parallel/pipeline_parallel.h); it keeps no rows of its own.
+      act += mbs * tokens_mb * 4.0 * D(m.hidden);
+    } else if (!s.sink) {
+      act += mbs * out_rows * a * out_width;
+    }
+    // A later stage of a pipeline streaming ahead holds the input it
+    // received for the next step's first micro-batch (runtime/run_ahead.h).
+    if (!first_stage && s.pipeline_streams_ahead >= 2) act += tokens_mb * 4.0 * D(m.hidden);
     out.activations = act;
   }
   out.reserved = dev.reserved_bytes;

@@ -224,6 +224,27 @@ TEST(MemoryModel, ASectionWaitingForGradientsKeepsEveryMicroBatch) {
   EXPECT_NEAR(upstream.activations, 4 * sink.activations, 1e-9 * sink.activations);
 }
 
+// A forward-only pipelined section (a frozen teacher): a stage before the
+// last holds each micro-batch's activation as an fp32 wire copy until the
+// step's sends drain (runtime/parallel/pipeline_parallel.h), the last keeps
+// the output rows it sends downstream, and a later stage of a pipeline
+// streaming ahead (runtime/run_ahead.h) holds one more received input.
+TEST(MemoryModel, AForwardOnlyPipelineHoldsItsSendsAndAStreamingStageItsNextInput) {
+  SectionWork teacher = Decoder(false);  // 128 tokens, hidden 256
+  teacher.sink = false;                  // it feeds a student
+  const plan::ParallelConfig c = Config(1, 1, 2, false, 2);
+  const double wire = 128.0 * 2 * 4.0 * 256;  // one micro-batch of 2 samples, fp32
+  const MemoryBreakdown first3 = EstimateStageMemory(teacher, c, 0, 3, 2, Cpu());
+  const MemoryBreakdown first1 = EstimateStageMemory(teacher, c, 0, 1, 2, Cpu());
+  EXPECT_NEAR(first3.activations - first1.activations, 2 * wire, 1.0) << "each micro-batch's send";
+  const MemoryBreakdown last = EstimateStageMemory(teacher, c, 1, 3, 2, Cpu());
+  teacher.pipeline_streams_ahead = 3;
+  const MemoryBreakdown streaming_last = EstimateStageMemory(teacher, c, 1, 3, 2, Cpu());
+  const MemoryBreakdown streaming_first = EstimateStageMemory(teacher, c, 0, 3, 2, Cpu());
+  EXPECT_NEAR(streaming_last.activations - last.activations, wire, 1.0) << "the input held across a step";
+  EXPECT_DOUBLE_EQ(streaming_first.activations, first3.activations) << "the first stage receives nothing";
+}
+
 // Pipeline stages (EstimateStageMemory): each stage holds its own layers
 // (plan::StageLayerSpan: pp_layers when set); the first the embedding, the
 // last the head, the final norm and the logits chain; a stage s keeps
