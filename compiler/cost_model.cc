@@ -101,6 +101,11 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
 CostModel::CostModel(std::vector<DeviceType> devices, int64_t global_batch)
     : devices_(std::move(devices)), global_batch_(std::max<int64_t>(global_batch, 1)) {}
 
+double PipelineFillStages(int pp, int batches_ahead, double microbatches) {
+  if (batches_ahead < 2) return pp - 1;
+  return std::max(0.0, pp - 1 - (batches_ahead - 1) * std::floor(microbatches));
+}
+
 int CostModel::NodesFor(int device, int gpus) const {
   const int gpn = devices_[static_cast<size_t>(device)].gpus_per_node;
   if (gpus <= 0 || gpn <= 0) return 0;
@@ -255,9 +260,7 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   // 1F1B fills and drains once per step; a forward-only section streaming
   // ahead (up to plan::kMaxRunAhead batches, compiler/run_ahead.h) only
   // where those batches hold fewer micro-batches of a replica than stages.
-  out.fill_stages = s.pipeline_streams_ahead >= 2 && c.ep <= 1
-                        ? std::max(0.0, pp - 1 - (s.pipeline_streams_ahead - 1) * microbatches)
-                        : pp - 1;
+  out.fill_stages = PipelineFillStages(c.pp, c.ep <= 1 ? s.pipeline_streams_ahead : 0, microbatches);
   out.step_seconds = (microbatches + out.fill_stages) * stage + out.dp_sync_seconds + out.optimizer_seconds;
   return out;
 }

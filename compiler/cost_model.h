@@ -146,6 +146,13 @@ struct SectionWork {
   bool trains() const { return mode == plan::SectionMode::kTrain; }
 };
 
+// Stage times of pipeline fill and drain per step of a PP = `pp` section
+// with `microbatches` per replica per step: pp - 1, or, for a frozen one
+// whose pipeline streams `batches_ahead` >= 2 batches ahead
+// (runtime/run_ahead.h), only the stages the batches after the next do not
+// cover: max(0, pp - 1 - (batches_ahead - 1) x floor(microbatches)).
+double PipelineFillStages(int pp, int batches_ahead, double microbatches);
+
 struct EdgeWork {
   int from = -1, to = -1;  // section indices
   std::string tensor;

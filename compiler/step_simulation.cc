@@ -64,9 +64,8 @@ class SectionedCosts : public scheduler::SectionCostModel {
       // pay its fill instead (none where its pipeline streams across steps,
       // runtime/run_ahead.h), spread over its micro-batches.
       const int ahead = s.trains() ? 0 : a.sections[i].run_ahead;
-      const double ahead_fill_stages = ahead >= 2 && s.pipeline_streams_ahead >= 2
-                                           ? std::max(0.0, c.pp - 1 - (ahead - 1) * std::floor(cost.microbatches))
-                                           : static_cast<double>(c.pp - 1);
+      const double ahead_fill_stages =
+          PipelineFillStages(c.pp, s.pipeline_streams_ahead >= 2 ? ahead : 0, cost.microbatches);
       latency_.push_back(ahead > 0 ? 0.0 : (c.pp - 1) * full * shares_.back());
       ahead_fill_.push_back(ahead > 0 ? ahead_fill_stages * full / std::max(1.0, cost.microbatches) : 0.0);
     }

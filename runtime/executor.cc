@@ -164,6 +164,8 @@ class RankLoop {
   Status ComputeAhead(const StepBatch* batch);
   Status ComputeAheadItem(const AheadItem& item, bool input_received);
   Status ReceiveAheadInput(const AheadItem& item);
+  // Such a section's stage > 0: micro-batch `mb`'s activation (samples, T, C) from the previous stage.
+  StatusOr<torch::Tensor> ReceiveFrozenStageInput(int mb, int64_t samples);
   // A model-parallel forward-only section with a spool (docs/run_ahead.md):
   // the positions of each of `micro_batches` (sample ids) whose rows the
   // owner's spool lacks, the same on every rank of the replica; on the owner
@@ -175,7 +177,7 @@ class RankLoop {
   // the owner returns the whole micro-batch's rows (B, row...) from `looked`
   // filled with them (spooled), the other ranks an undefined tensor.
   // `received`: a later stage's input (positions.size(), T, C) received
-  // earlier (undefined: received here).
+  // earlier (undefined: received here, ReceiveFrozenStageInput).
   StatusOr<torch::Tensor> ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
                                                const std::vector<int64_t>& positions, int64_t epoch,
                                                OutputSpool::Looked* looked,
@@ -783,18 +785,20 @@ Status RankLoop::ComputeAheadItem(const AheadItem& item, bool input_received) {
 // next run-ahead computes it (runtime/run_ahead.h: no send crosses a step).
 Status RankLoop::ReceiveAheadInput(const AheadItem& item) {
   if (item.positions.empty() || !pipeline_ || pipeline_->first()) return Status::Ok();
-  const auto& s = plan_.sections[static_cast<size_t>(section_)];
-  MAESTRO_ASSIGN_OR_RETURN(
-      held_stage_inputs_[item.seq],
-      pipeline_->ReceiveFromAbove(item.index, PipelineGroup::Part::kActivation,
-                                  {static_cast<int64_t>(item.positions.size()), plan_.data.seq_len, s.model.hidden},
-                                  TorchDevice(compute_)));
+  MAESTRO_ASSIGN_OR_RETURN(held_stage_inputs_[item.seq],
+                           ReceiveFrozenStageInput(item.index, static_cast<int64_t>(item.positions.size())));
   return Status::Ok();
+}
+
+StatusOr<torch::Tensor> RankLoop::ReceiveFrozenStageInput(int mb, int64_t samples) {
+  const auto& s = plan_.sections[static_cast<size_t>(section_)];
+  return pipeline_->ReceiveFromAbove(mb, PipelineGroup::Part::kActivation,
+                                     {samples, plan_.data.seq_len, s.model.hidden}, TorchDevice(compute_));
 }
 
 // Run-ahead (runtime/run_ahead.h): the rows of the next batches into the
 // spool, while this step's sends are in flight and the training sections
-// finish the step. `flush`: the run stops after this step: every
+// finish the step. `batch` null: the run stops after this step, and every
 // micro-batch appended is computed (a pipelined replica's stages otherwise
 // carry the stream's last ones into the next step).
 Status RankLoop::ComputeAhead(const StepBatch* batch) {
@@ -894,15 +898,11 @@ StatusOr<torch::Tensor> RankLoop::ForwardRowsToCompute(int mb, const std::vector
   for (int64_t p : positions) sub.push_back(ids.at(static_cast<size_t>(p)));
   torch::Tensor computed;
   if (!sub.empty()) {
-    const auto& s = plan_.sections[static_cast<size_t>(section_)];
     std::map<int, torch::Tensor> inputs;  // a frozen section's spooled rows need none but the previous stage's
     if (received.defined()) {
       inputs[kPipelineInput] = received;
     } else if (pipeline_ && !pipeline_->first()) {
-      MAESTRO_ASSIGN_OR_RETURN(inputs[kPipelineInput], pipeline_->ReceiveFromAbove(mb, PipelineGroup::Part::kActivation,
-                                                                                   {static_cast<int64_t>(sub.size()),
-                                                                                    plan_.data.seq_len, s.model.hidden},
-                                                                                   TorchDevice(compute_)));
+      MAESTRO_ASSIGN_OR_RETURN(inputs[kPipelineInput], ReceiveFrozenStageInput(mb, static_cast<int64_t>(sub.size())));
     }
     const auto start = Clock::now();
     MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples_, sub));

@@ -53,6 +53,18 @@ StatusOr<CompileResult> CompileText(const std::string& text) {
   return Compile(spec, options);
 }
 
+// specs/`name`, compiled sectioned for this build's runtime or `support`.
+StatusOr<CompileResult> CompileExampleSectioned(const std::string& name, const RuntimeSupport* support = nullptr) {
+  MAESTRO_ASSIGN_OR_RETURN(Spec spec, ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + name));
+  CompileOptions options;
+  options.grouping = Grouping::kSectioned;
+  if (support != nullptr) {
+    options.support = *support;
+    options.support_given = true;
+  }
+  return Compile(spec, options);
+}
+
 int TeacherRunAhead(const plan::Plan& p) {
   return p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead;
 }
@@ -125,11 +137,7 @@ TEST(RunAheadPlan, WrittenOnlyWhenOnAndRefusedOnATrainingSection) {
 // build's runtime support (run_ahead_model_parallel) the planner lets it run
 // ahead and the plan is not planner-only, as with --runtime-support all.
 TEST(RunAheadPlanner, AModelParallelTeacherRunsAheadOnThisRuntime) {
-  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  CompileOptions options;
-  options.grouping = Grouping::kSectioned;
-  auto r = Compile(*spec, options);
+  auto r = CompileExampleSectioned("kd_72b_to_7b.toml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const plan::Plan& p = r->plan;
   const auto& teacher = p.sections[static_cast<size_t>(p.section_index("teacher"))];
@@ -151,17 +159,11 @@ TEST(RunAheadPlanner, AModelParallelTeacherRunsAheadOnThisRuntime) {
 // the analytic model and the simulation alike; the plan for this build's
 // runtime, whose teacher streams, is not slower.
 TEST(RunAheadPlanner, WithoutTheStreamAPipelinedTeacherPaysItsFillEveryStep) {
-  auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  CompileOptions streaming;
-  streaming.grouping = Grouping::kSectioned;
-  auto with = Compile(*spec, streaming);
+  auto with = CompileExampleSectioned("kd_72b_to_7b.toml");
   ASSERT_TRUE(with.ok()) << with.status().ToString();
-  CompileOptions plain = streaming;
-  plain.support = kRuntimeSupport;
-  plain.support.run_ahead_stream = false;
-  plain.support_given = true;
-  auto without = Compile(*spec, plain);
+  RuntimeSupport plain = kRuntimeSupport;
+  plain.run_ahead_stream = false;
+  auto without = CompileExampleSectioned("kd_72b_to_7b.toml", &plain);
   ASSERT_TRUE(without.ok()) << without.status().ToString();
   const auto i = static_cast<size_t>(without->plan.section_index("teacher"));
   const auto& teacher = without->plan.sections[i];
