@@ -181,7 +181,9 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     // (compiler/step_model.h), else the efficiency curve.
     bool priced = false;
     if (dev.kernels && samples_per_mb > 0) {
-      auto pass = PredictSectionPass(s.model, PassShapeOf(s, c, samples_per_mb, dev), *dev.kernels);
+      PassShape shape = PassShapeOf(s, c, samples_per_mb, dev);
+      shape.keep_terms = false;  // only the times are read here
+      auto pass = PredictSectionPass(s.model, shape, *dev.kernels);
       if (pass.ok()) {
         const double compute = pass->forward_seconds + pass->backward_seconds;
         stage = compute;

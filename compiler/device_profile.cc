@@ -137,6 +137,8 @@ DeviceProfile ParseOrThrow(const json& j) {
     p.gemm.push_back(std::move(row));
   }
 
+  p.IndexGemm();
+
   const json& att = Field(j, "attention", "");
   CheckSource(att, "/attention");
   const std::vector<double> t = PositiveArray(Field(att, "t", "/attention"), "/attention/t");
@@ -180,24 +182,71 @@ DeviceProfile ParseOrThrow(const json& j) {
 
 }  // namespace
 
+void DeviceProfile::IndexGemm() {
+  gemm_groups.clear();
+  for (auto& row : gemm) {
+    row.log_m.clear();
+    for (const double v : row.m) row.log_m.push_back(std::log(v));
+  }
+  for (const auto& row : gemm) {
+    if (std::any_of(gemm_groups.begin(), gemm_groups.end(), [&](const GemmKGroup& g) { return g.k == row.k; })) {
+      continue;
+    }
+    GemmKGroup group;
+    group.k = row.k;
+    std::vector<size_t> members;
+    for (size_t i = 0; i < gemm.size(); ++i) {
+      if (gemm[i].k == row.k) members.push_back(i);
+    }
+    std::sort(members.begin(), members.end(), [&](size_t a, size_t b) { return gemm[a].n < gemm[b].n; });
+    for (const size_t i : members) {
+      if (!group.rows.empty() && gemm[group.rows.back()].n == gemm[i].n) continue;  // duplicate N: the first wins
+      group.rows.push_back(i);
+      group.log_n.push_back(std::log(gemm[i].n));
+    }
+    gemm_groups.push_back(std::move(group));
+  }
+}
+
+namespace {
+
+// LogInterp of row's tflops over log(m) at log_x = log(x): the same
+// arithmetic, with the table's logarithms precomputed.
+double RowTflops(const GemmRow& row, double x, double log_x) {
+  const auto& xs = row.m;
+  if (xs.size() == 1 || x <= xs.front()) return row.tflops.front();
+  if (x >= xs.back()) return row.tflops.back();
+  size_t hi = 1;
+  while (xs[hi] < x) ++hi;
+  const double a = row.log_m[hi - 1], b = row.log_m[hi];
+  const double w = (log_x - a) / (b - a);
+  return row.tflops[hi - 1] + w * (row.tflops[hi] - row.tflops[hi - 1]);
+}
+
+}  // namespace
+
 double DeviceProfile::GemmFlopsPerSecond(double m, double k, double n) const {
-  // Nearest K (in log space); its rows, ascending in N.
-  double best_k = gemm.front().k;
-  for (const auto& row : gemm) {
-    if (std::fabs(std::log(row.k / k)) < std::fabs(std::log(best_k / k))) best_k = row.k;
+  // Nearest K (in log space; the first group wins a tie); its rows, ascending in N.
+  const GemmKGroup* best = &gemm_groups.front();
+  double best_distance = std::fabs(std::log(best->k / k));
+  for (const auto& group : gemm_groups) {
+    const double distance = std::fabs(std::log(group.k / k));
+    if (distance < best_distance) {
+      best = &group;
+      best_distance = distance;
+    }
   }
-  std::vector<double> ns, effs;
-  std::vector<const GemmRow*> group;
-  for (const auto& row : gemm) {
-    if (row.k == best_k) group.push_back(&row);
-  }
-  std::sort(group.begin(), group.end(), [](const GemmRow* a, const GemmRow* b) { return a->n < b->n; });
-  for (const GemmRow* row : group) {
-    if (!ns.empty() && ns.back() == row->n) continue;  // duplicate N: the first row wins
-    ns.push_back(row->n);
-    effs.push_back(LogInterp(row->m, row->tflops, m));
-  }
-  return LogInterp(ns, effs, n) * 1e12;
+  const double log_m = std::log(m);
+  const auto tflops_of = [&](size_t i) { return RowTflops(gemm[best->rows[i]], m, log_m); };
+  const auto& rows = best->rows;
+  if (rows.size() == 1 || n <= gemm[rows.front()].n) return tflops_of(0) * 1e12;
+  if (n >= gemm[rows.back()].n) return tflops_of(rows.size() - 1) * 1e12;
+  size_t hi = 1;
+  while (gemm[rows[hi]].n < n) ++hi;
+  const double a = best->log_n[hi - 1], b = best->log_n[hi];
+  const double w = (std::log(n) - a) / (b - a);
+  const double lo_tflops = tflops_of(hi - 1), hi_tflops = tflops_of(hi);
+  return (lo_tflops + w * (hi_tflops - lo_tflops)) * 1e12;
 }
 
 double DeviceProfile::AttentionFlopsPerSecond(double head_dim, double t, bool forward_and_backward) const {

@@ -32,6 +32,15 @@ struct GemmRow {
   double k = 0, n = 0;
   std::vector<double> m;       // tokens, ascending (noisy points removed)
   std::vector<double> tflops;  // one per m
+  std::vector<double> log_m;   // log of each m (IndexGemm)
+};
+
+// The rows of one K, ascending in N with duplicate N removed (the first row
+// wins): what GemmFlopsPerSecond interpolates over, built once per profile.
+struct GemmKGroup {
+  double k = 0;
+  std::vector<size_t> rows;   // indices into DeviceProfile::gemm
+  std::vector<double> log_n;  // log of each row's n
 };
 
 struct AttentionRow {
@@ -57,8 +66,15 @@ class DeviceProfile {
   std::vector<AttentionRow> attention;
   std::vector<ValidationCase> validation;
 
-  // Achieved FLOP/s of y = x W^T with x (m, k), W (n, k). REQUIRES m, k, n > 0.
+  // The K groups of `gemm`, in the order each K first appears (IndexGemm).
+  std::vector<GemmKGroup> gemm_groups;
+
+  // Achieved FLOP/s of y = x W^T with x (m, k), W (n, k). REQUIRES m, k, n > 0
+  // and gemm indexed (the parser does it; a profile built by hand calls IndexGemm).
   double GemmFlopsPerSecond(double m, double k, double n) const;
+  // Builds gemm_groups and every row's log_m from `gemm` (the planner asks
+  // for millions of GEMM rates: no logarithm of a table value at a call).
+  void IndexGemm();
   // Achieved FLOP/s of causal SDPA at head_dim and sequence length t, forward
   // (backward = false) or forward+backward (true). REQUIRES head_dim, t > 0.
   double AttentionFlopsPerSecond(double head_dim, double t, bool forward_and_backward) const;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "base/checks.h"
 #include "compiler/model.h"
@@ -42,7 +43,7 @@ class StepSum {
   // y = x W^T with x (m, k), W (n, k), `times` over; in backward dX (m rows,
   // inner n) unless the input needs no gradient (pixels, a detached teacher
   // hidden state) and dW (n rows, inner m) unless W is frozen.
-  void Gemm(const std::string& name, Part part, double m, double k, double n, double times, bool input_grad = true,
+  void Gemm(std::string_view name, Part part, double m, double k, double n, double times, bool input_grad = true,
             bool weight_grad = true) {
     const double fwd = times * Gemm1(m, k, n);
     double bwd = 0;
@@ -54,23 +55,23 @@ class StepSum {
     Add(part, Phase::kForward, fwd);
     Add(part, Phase::kBackward, bwd);
     out_.gemm_seconds += fwd + bwd;
-    out_.terms.push_back({"gemm " + name, fwd + bwd, kernels});
+    Term(kernels, fwd + bwd, "gemm ", name);
   }
 
   // The forward of y = x W^T run again in backward (a recomputed region):
   // `times` forward GEMMs charged to the backward phase.
-  void GemmRecomputed(const std::string& name, Part part, double m, double k, double n, double times) {
+  void GemmRecomputed(std::string_view name, Part part, double m, double k, double n, double times) {
     if (!train_) return;
     const double fwd = times * Gemm1(m, k, n);
     Add(part, Phase::kBackward, fwd);
     out_.gemm_seconds += fwd;
-    out_.terms.push_back({"gemm " + name + " (recomputed)", fwd, times});
+    Term(times, fwd, "gemm ", name, " (recomputed)");
   }
 
   // Memory-bound kernels: each entry is one kernel's bytes read + written
   // per token (or per step with tokens = 1; kNoKernel: skipped); `times`
   // repeats the set (layers). Backward sets count only when training.
-  void Memory(const std::string& name, Part part, Phase phase, std::initializer_list<double> bytes_per_token,
+  void Memory(std::string_view name, Part part, Phase phase, std::initializer_list<double> bytes_per_token,
               double tokens, double times) {
     if (phase == Phase::kBackward && !train_) return;
     double s = 0, kernels = 0;
@@ -82,12 +83,11 @@ class StepSum {
     s *= times;
     Add(part, phase, s);
     out_.memory_seconds += s;
-    out_.terms.push_back(
-        {std::string("memory ") + name + (phase == Phase::kForward ? " forward" : " backward"), s, times * kernels});
+    Term(times * kernels, s, "memory ", name, phase == Phase::kForward ? " forward" : " backward");
   }
 
   // Flash SDPA: `forward_flops` per layer (the compiler's count), `layers`.
-  void Attention(const std::string& name, double forward_flops, double head_dim, double context, double layers) {
+  void Attention(std::string_view name, double forward_flops, double head_dim, double context, double layers) {
     const double fwd = Kernel(forward_flops / device_.AttentionFlopsPerSecond(head_dim, context, false));
     double bwd = 0;
     if (train_) {
@@ -98,7 +98,7 @@ class StepSum {
     Add(Part::kBlocks, Phase::kBackward, layers * bwd);
     attention_forward_ += layers * fwd;
     out_.attention_seconds += layers * (fwd + bwd);
-    out_.terms.push_back({"attention " + name, layers * (fwd + bwd), layers * (train_ ? 2 : 1)});
+    Term(layers * (train_ ? 2 : 1), layers * (fwd + bwd), "attention ", name);
   }
 
   // torch::optim::AdamW::step (torch/csrc/api/src/optim/adamw.cpp): per
@@ -108,7 +108,7 @@ class StepSum {
   // .add_(eps) (r1 w1), p.addcdiv_(m, denom) (r3 w1) elements. Weight decay
   // 0 (decoder_speed.cc) skips p.mul_. And autograd's accumulation of a
   // further micro-batch's gradient into .grad (r2 w1).
-  void Parameters(const std::string& name, double numel, double tensors, double elem) {
+  void Parameters(std::string_view name, double numel, double tensors, double elem) {
     if (param_bytes_ > 0) elem = param_bytes_;
     total_numel_ += numel * tensors;
     total_tensors_ += tensors;
@@ -118,7 +118,7 @@ class StepSum {
       s += Kernel(e * elem * numel / device_.memory_bytes_per_s);
     optimizer_ += s * tensors;
     accumulate_ += tensors * Kernel(3 * elem * numel / device_.memory_bytes_per_s);
-    optimizer_terms_.push_back({"optimizer AdamW " + name, s * tensors, tensors * 8});
+    if (keep_terms_) optimizer_terms_.push_back({"optimizer AdamW " + std::string(name), s * tensors, tensors * 8});
   }
 
   double Seconds(Part part, Phase phase) const {
@@ -140,6 +140,8 @@ class StepSum {
     return s;
   }
   void UseFusedAdamW() { fused_adamw_ = true; }
+  // Without terms: only the sums (the planner's millions of evaluations).
+  void DropTerms() { keep_terms_ = false; }
   // at::_fused_adamw_ (ATen native/cuda/fused_adamw_impl.cu over
   // MultiTensorApply.cuh): one pass reading param, grad, m, v and writing
   // param, m, v (7 element accesses); a launch holds at most 36 tensors of
@@ -158,10 +160,12 @@ class StepSum {
     StepBreakdown out = out_;
     if (with_optimizer && optimizer_shards_ > 1) {
       out.optimizer_seconds = FlatShardAdamW();
-      out.terms.push_back({"optimizer AdamW on the ZeRO-1 shard", out.optimizer_seconds, 8});
+      if (keep_terms_) out.terms.push_back({"optimizer AdamW on the ZeRO-1 shard", out.optimizer_seconds, 8});
     } else if (with_optimizer && fused_adamw_) {
       out.optimizer_seconds = FusedAdamW();
-      out.terms.push_back({"optimizer at::_fused_adamw_", out.optimizer_seconds, std::ceil(total_tensors_ / 36.0)});
+      if (keep_terms_) {
+        out.terms.push_back({"optimizer at::_fused_adamw_", out.optimizer_seconds, std::ceil(total_tensors_ / 36.0)});
+      }
     } else if (with_optimizer) {
       out.optimizer_seconds = optimizer_;
       out.terms.insert(out.terms.end(), optimizer_terms_.begin(), optimizer_terms_.end());
@@ -172,6 +176,14 @@ class StepSum {
 
  private:
   void Add(Part part, Phase phase, double s) { seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)] += s; }
+  void Term(double kernels, double seconds, std::string_view prefix, std::string_view name,
+            std::string_view suffix = {}) {
+    if (!keep_terms_) return;
+    std::string text;
+    text.reserve(prefix.size() + name.size() + suffix.size());
+    text.append(prefix).append(name).append(suffix);
+    out_.terms.push_back({std::move(text), seconds, kernels});
+  }
 
   const DeviceProfile& device_;
   bool train_;
@@ -182,6 +194,7 @@ class StepSum {
   double attention_forward_ = 0;
   double total_numel_ = 0, total_tensors_ = 0, elem_ = 2;
   bool fused_adamw_ = false;
+  bool keep_terms_ = true;
   std::vector<StepTerm> optimizer_terms_;
   StepBreakdown out_;
 };
@@ -571,6 +584,7 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
   if (shape.fused.adamw) sum.UseFusedAdamW();
   if (shape.optimizer_shards > 1) sum.UseFlatShardAdamW(shape.optimizer_shards);
   if (shape.param_bytes > 0) sum.UseParamBytes(shape.param_bytes);
+  if (!shape.keep_terms) sum.DropTerms();
   switch (desc.kind) {
     case plan::ModelKind::kDecoder: AddDecoder(sum, desc, shape, m, all_tokens); break;
     case plan::ModelKind::kVit: AddVit(sum, desc, shape, m, all_tokens); break;

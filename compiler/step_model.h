@@ -94,6 +94,9 @@ struct PassShape {
   // rank steps all its parameters.
   int optimizer_shards = 1;
   FusedOps fused;
+  // false: PassTimes::detail has the sums but no terms (no strings built:
+  // the cost model's evaluations read only the times).
+  bool keep_terms = true;
 };
 
 struct PassTimes {

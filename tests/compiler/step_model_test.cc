@@ -6,11 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "compiler/device_profile.h"
 #include "plan/loss_chunk.h"
@@ -135,6 +137,64 @@ TEST(DeviceProfile, GemmInterpolationHitsTablePointsSkipsTheNoisyOneAndClamps) {
   EXPECT_DOUBLE_EQ(p.AttentionFlopsPerSecond(80, 64, true), 96e12);  // clamped below T = 256
 }
 
+// The interpolation as the header states it, straight from the rows (the
+// profile's GemmFlopsPerSecond answers from an index built once: IndexGemm).
+double DirectLogInterp(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+  if (xs.size() == 1 || x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  size_t hi = 1;
+  while (xs[hi] < x) ++hi;
+  const double w = (std::log(x) - std::log(xs[hi - 1])) / (std::log(xs[hi]) - std::log(xs[hi - 1]));
+  return ys[hi - 1] + w * (ys[hi] - ys[hi - 1]);
+}
+double DirectGemmFlopsPerSecond(const DeviceProfile& p, double m, double k, double n) {
+  double best_k = p.gemm.front().k;
+  for (const auto& row : p.gemm) {
+    if (std::fabs(std::log(row.k / k)) < std::fabs(std::log(best_k / k))) best_k = row.k;
+  }
+  std::vector<const GemmRow*> group;
+  for (const auto& row : p.gemm) {
+    if (row.k == best_k) group.push_back(&row);
+  }
+  std::stable_sort(group.begin(), group.end(), [](const GemmRow* a, const GemmRow* b) { return a->n < b->n; });
+  std::vector<double> ns, effs;
+  for (const GemmRow* row : group) {
+    if (!ns.empty() && ns.back() == row->n) continue;
+    ns.push_back(row->n);
+    effs.push_back(DirectLogInterp(row->m, row->tflops, m));
+  }
+  return DirectLogInterp(ns, effs, n) * 1e12;
+}
+
+TEST(DeviceProfile, TheIndexedGemmLookupEqualsTheDirectInterpolationEverywhere) {
+  const DeviceProfile p = H100();
+  ASSERT_FALSE(p.gemm_groups.empty()) << "the parser indexes the table";
+  std::vector<double> ks, ns;
+  for (const auto& row : p.gemm) {
+    ks.push_back(row.k);
+    ns.push_back(row.n);
+  }
+  // Every table K and N, the geometric midpoints between them (ties in log
+  // K: the first group wins), and points off and past the table.
+  const size_t table_ks = ks.size();
+  for (size_t i = 0; i + 1 < table_ks; ++i) ks.push_back(std::sqrt(ks[i] * ks[i + 1]));
+  for (double x : {1.0, 7.0, 100.0, 3000.0, 1e5}) ks.push_back(x), ns.push_back(x);
+  int compared = 0;
+  for (const double m : {1.0, 16.0, 100.0, 1024.0, 2048.0, 3000.0, 65536.0, 1e7}) {
+    for (const double k : ks) {
+      for (const double n : ns) {
+        ASSERT_EQ(p.GemmFlopsPerSecond(m, k, n), DirectGemmFlopsPerSecond(p, m, k, n))
+            << "m " << m << " k " << k << " n " << n;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+  // A profile scaled to another peak keeps its index and scales the rates.
+  const DeviceProfile half = ScaledToPeak(p, p.peak_flops / 2);
+  EXPECT_DOUBLE_EQ(half.GemmFlopsPerSecond(1024, 1280, 640), 129e12 / 2);
+}
+
 struct Case {
   const char* model;
   int64_t micro_batch, seq_len;
@@ -252,6 +312,22 @@ PassShape Train(double samples, double tokens) {
   s.tokens_per_sample = tokens;
   s.lm_loss = true;
   return s;
+}
+
+// Dropping the terms (what the cost model's evaluations do) changes no time.
+TEST(SectionPass, WithoutTermsTheTimesAreTheSame) {
+  const DeviceProfile p = H100();
+  PassShape shape = Train(2, 4096);
+  auto with = PredictSectionPass(Llama3_8BLayers8(), shape, p);
+  shape.keep_terms = false;
+  auto without = PredictSectionPass(Llama3_8BLayers8(), shape, p);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_FALSE(with->detail.terms.empty());
+  EXPECT_TRUE(without->detail.terms.empty());
+  EXPECT_EQ(with->forward_seconds, without->forward_seconds);
+  EXPECT_EQ(with->backward_seconds, without->backward_seconds);
+  EXPECT_EQ(with->optimizer_seconds, without->optimizer_seconds);
+  EXPECT_EQ(with->detail.total_seconds, without->detail.total_seconds);
 }
 
 TEST(SectionPass, ForwardOnlyHasNoBackwardNoOptimizerAndAForwardNoSlowerThanTraining) {

@@ -352,8 +352,11 @@ TEST(RuntimeTrain, KdTopKLossDiffersFromFullKlAndStillAgrees) {
 // reference's, which recomputes everything.
 TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
   auto p = KdPlan(1, 1);
-  p.data.global_batch = 128;
   const std::string dir = Fresh("kd_spool");
+  // A short epoch: the small Megatron corpus above (about 100 packed samples).
+  p.data.corpus = WriteCorpus(dir, 0);
+  p.data.eos_id = 300;
+  p.data.global_batch = 32;
   // Steps per epoch from the dataset's own manifest (written by a first, 1-step start).
   std::string plan_path = WritePlan(p, dir);
   const auto first = RunSectioned(p, plan_path, dir + "/sectioned");
@@ -366,7 +369,8 @@ TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
   }
   ASSERT_GT(samples, 0);
   const int64_t steps_per_epoch = (samples + p.data.global_batch - 1) / p.data.global_batch;
-  ASSERT_LT(steps_per_epoch, 20) << "keep the test short";
+  ASSERT_LT(steps_per_epoch, 8) << "keep the test short";
+  ASSERT_GE(steps_per_epoch, 2) << "an epoch of several steps";
   p.data.steps = steps_per_epoch + 2;
   plan_path = WritePlan(p, dir);
   const auto rest = RunSectioned(p, plan_path, dir + "/sectioned");  // resumes at step 1
