@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "base/checks.h"
 #include "base/files.h"
@@ -106,6 +108,72 @@ void RefineAndSimulate(const Spec& spec, const CostModel& model, const PlannerOp
   r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
 }
 
+// The pins of a spec's sections (and --pin) as a fused plan sees them: one
+// configuration for every component, so every pinned value must hold for
+// it (recomputation: a training section's pin). `refusal` says why no fused
+// plan can honour them (pins that disagree, an edge's fan-out); `text`
+// lists them ("" when nothing is pinned).
+struct FusedPins {
+  int tp = 0, pp = 0, cp = 0, ep = 0, dp = 0, micro_batch = 0;
+  std::optional<plan::RecomputeGranularity> recompute;
+  std::string text, refusal;
+
+  bool Admit(const plan::ParallelConfig& c) const {
+    return (tp == 0 || c.tp == tp) && (pp == 0 || c.pp == pp) && (cp == 0 || c.cp == cp) && (ep == 0 || c.ep == ep) &&
+           (dp == 0 || c.dp == dp) && (micro_batch == 0 || c.micro_batch == micro_batch) &&
+           (!recompute || c.recompute_granularity() == *recompute);
+  }
+};
+
+FusedPins FusedPinsOf(const Spec& spec, const Workload& w) {
+  FusedPins out;
+  std::map<std::string, std::string> first_pin;  // key -> "section 'x' pins key = v"
+  const auto pin = [&](const std::string& section, const char* key, int value, int& slot) {
+    if (value == 0 || !out.refusal.empty()) return;
+    const std::string said = fmt::format("section '{}' pins {} = {}", PrintableText(section), key, value);
+    if (slot != 0 && slot != value) {
+      out.refusal =
+          fmt::format("{} and {}; a fused plan runs every component at one configuration", first_pin[key], said);
+      return;
+    }
+    if (slot == 0) {
+      slot = value;
+      first_pin[key] = said;
+      out.text += fmt::format("{}{} {}", out.text.empty() ? "" : ", ", key, value);
+    }
+  };
+  for (size_t i = 0; i < spec.sections.size(); ++i) {
+    const SectionSpec& s = spec.sections[i];
+    pin(s.name, "tp", s.tp, out.tp);
+    pin(s.name, "pp", s.pp, out.pp);
+    pin(s.name, "cp", s.cp, out.cp);
+    pin(s.name, "ep", s.ep, out.ep);
+    pin(s.name, "dp", s.dp, out.dp);
+    pin(s.name, "micro_batch", s.micro_batch, out.micro_batch);
+    const bool trains = i < w.sections.size() && w.sections[i].trains();
+    if (s.recompute && trains && out.refusal.empty()) {
+      const std::string value = plan::RecomputeGranularityName(*s.recompute);
+      if (out.recompute && *out.recompute != *s.recompute) {
+        out.refusal = fmt::format(
+            "{} and section '{}' pins recompute = {}; a fused plan recomputes every training "
+            "component alike",
+            first_pin["recompute"], PrintableText(s.name), value);
+      } else if (!out.recompute) {
+        out.recompute = s.recompute;
+        first_pin["recompute"] = fmt::format("section '{}' pins recompute = {}", PrintableText(s.name), value);
+        out.text += fmt::format("{}recompute {}", out.text.empty() ? "" : ", ", value);
+      }
+    }
+  }
+  for (const EdgeSpec& e : spec.edges) {
+    if (out.refusal.empty() && (e.fanout || e.fanin)) {
+      out.refusal = fmt::format("edge {} -> {} pins its {}; a fused plan has no edges between sections",
+                                PrintableText(e.from), PrintableText(e.to), e.fanout ? "fanout" : "fanin");
+    }
+  }
+  return out;
+}
+
 // The monolithic baseline and its simulated step.
 void PlanBaseline(const Spec& spec, const CostModel& model, const PlannerOptions& po, CompileResult& r) {
   r.monolithic_device = DeviceIndex(spec, spec.cluster.default_gpu);
@@ -115,6 +183,33 @@ void PlanBaseline(const Spec& spec, const CostModel& model, const PlannerOptions
   sim.seq_len = spec.data.seq_len;
   sim.modalities = spec.data.modalities;
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
+  // The fused alternative: the baseline's configuration, or where the spec
+  // pins section configurations the best one that honours every pin.
+  const FusedPins pins = FusedPinsOf(spec, r.workload);
+  r.fused_pins = pins.text;
+  r.fused_is_baseline = false;
+  if (!pins.refusal.empty()) {
+    r.fused = MonolithicPlan();
+    r.fused.why_not = pins.refusal;
+    r.fused_simulated = SimulatedStep();
+    return;
+  }
+  r.fused_is_baseline = pins.text.empty() || (r.monolithic.found && pins.Admit(r.monolithic.config));
+  if (r.fused_is_baseline) {
+    r.fused = r.monolithic;
+    r.fused_simulated = r.monolithic_simulated;
+    return;
+  }
+  const DeviceType& dev = model.devices()[static_cast<size_t>(r.monolithic_device)];
+  const std::vector<MonolithicDevice> on =
+      r.monolithic.found
+          ? r.monolithic.devices
+          : std::vector<MonolithicDevice>{
+                {r.monolithic_device, dev.shared_node ? dev.gpus_per_node : dev.nodes * dev.gpus_per_node}};
+  r.fused = PlanMonolithicAdmitting(model, r.workload, on, po,
+                                    [&pins](const plan::ParallelConfig& c) { return pins.Admit(c); });
+  if (!r.fused.found) r.fused.why_not = "the pins (" + pins.text + "): " + r.fused.why_not;
+  r.fused_simulated = SimulateMonolithic(model, r.workload, r.fused, r.monolithic_device, sim);
 }
 
 // The in-flight caps the compiler tries (plan::Plan::schedule_max_in_flight):
@@ -265,8 +360,9 @@ std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport
 }  // namespace
 
 std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& support) {
-  const MonolithicPlan& m = r.monolithic;
+  const MonolithicPlan& m = r.fused;
   if (r.workload.sections.size() < 2) return "the workload has one component";
+  if (!m.found && !r.fused_is_baseline) return m.why_not;  // the pins rule every configuration out
   if (!m.found) return "no single configuration fits: " + m.why_not;
   if (!m.planner_only.empty()) return "its configuration needs what the runtime lacks (" + m.planner_only + ")";
   if (m.devices.size() != 1) return "it runs on several GPU types in lockstep; a fused section runs on one";
@@ -293,25 +389,15 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
 
 namespace {
 
-// A section's configuration pinned in the spec (or by --pin): the user asked
-// for sections, so auto keeps them.
-bool PinsSections(const Spec& spec) {
-  for (const SectionSpec& s : spec.sections) {
-    if (s.tp || s.pp || s.cp || s.ep || s.dp || s.micro_batch || s.recompute.has_value()) return true;
-  }
-  for (const EdgeSpec& e : spec.edges) {
-    if (e.fanout || e.fanin) return true;
-  }
-  return false;
-}
-
 // Chooses the grouping (CompileOptions::grouping): the sectioned plan, or
 // the fused one when it is predicted faster (auto) or forced.
 StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& options, const CompileResult& r) {
   GroupingChoice g;
   const double sectioned = r.simulated.ok ? r.simulated.step_seconds : r.assignment.bottleneck_seconds;
-  const double fused = r.monolithic_simulated.ok ? r.monolithic_simulated.step_seconds : r.monolithic.step_seconds;
+  const double fused = r.fused_simulated.ok ? r.fused_simulated.step_seconds : r.fused.step_seconds;
   const std::string blocker = FusedPlanBlocker(r, PlannerOptionsOf(spec, options).support);
+  // Pins the fused plan honours, for the why lines.
+  const std::string honouring = r.fused_pins.empty() ? "" : " (honouring the pins: " + r.fused_pins + ")";
   g.chosen_step_seconds = sectioned;
   if (options.grouping == Grouping::kFused) {
     if (!blocker.empty()) {
@@ -321,37 +407,30 @@ StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& 
     }
     g.fused = true;
   } else if (options.grouping == Grouping::kAuto && blocker.empty() && fused < sectioned) {
-    g.fused = !PinsSections(spec);
-    if (!g.fused) {
-      g.rejected = "fused";
-      g.rejected_step_seconds = fused;
-      g.why = fmt::format(
-          "sectioned: the spec pins section configurations (a fused plan has one); fused would run a step in "
-          "{:.4g} s against {:.4g} s (--grouping fused chooses it)",
-          fused, sectioned);
-      return g;
-    }
+    g.fused = true;
   }
   if (g.fused) {
     g.chosen_step_seconds = fused;
     g.rejected = "sectioned";
     g.rejected_step_seconds = sectioned;
     g.why = options.grouping == Grouping::kFused
-                ? "fused by --grouping fused"
+                ? "fused by --grouping fused" + honouring
                 : fmt::format(
-                      "fused: every component on every GPU runs a step in {:.4g} s, the sectioned plan in "
+                      "fused: every component on every GPU runs a step in {:.4g} s{}, the sectioned plan in "
                       "{:.4g} s (the components are too small to pay for GPUs of their own)",
-                      fused, sectioned);
+                      fused, honouring, sectioned);
     return g;
+  }
+  if (options.grouping == Grouping::kSectioned) {
+    g.why = "sectioned by --grouping sectioned";
+  } else if (blocker.empty()) {
+    g.why = fmt::format("sectioned: {:.4g} s per step against {:.4g} s fused{}", sectioned, fused, honouring);
+  } else {
+    g.why = "sectioned: a fused plan cannot run here (" + blocker + ")";
   }
   if (blocker.empty()) {
     g.rejected = "fused";
     g.rejected_step_seconds = fused;
-    g.why = options.grouping == Grouping::kSectioned
-                ? "sectioned by --grouping sectioned"
-                : fmt::format("sectioned: {:.4g} s per step against {:.4g} s fused", sectioned, fused);
-  } else {
-    g.why = "sectioned: a fused plan cannot run here (" + blocker + ")";
   }
   return g;
 }
@@ -361,7 +440,7 @@ StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& 
 // components' (each on the share of samples that activates it).
 plan::SectionPlan FusedSectionOf(const Spec& spec, const CostModel& model, const CompileResult& r,
                                  const std::vector<plan::SectionPlan>& components) {
-  const MonolithicPlan& m = r.monolithic;
+  const MonolithicPlan& m = r.fused;
   const DeviceType& d = model.devices()[static_cast<size_t>(m.devices.front().device)];
   plan::SectionPlan sp;
   std::string name = "fused";

@@ -53,14 +53,23 @@ struct CompileResult {
   StepPrediction prediction;           // the sectioned plan's step (simulated)
   SimulatedStep simulated;             // its simulation: per-section utilization and bubbles
   SimulatedStep monolithic_simulated;  // the baseline's, FIFO
+  // The fused alternative: the baseline's configuration, or where sections
+  // pin their configuration the best one that honours every pin (the
+  // baseline itself is never held to pins); found = false with why_not when
+  // the pins rule every configuration out.
+  MonolithicPlan fused;
+  SimulatedStep fused_simulated;
+  std::string fused_pins;          // the pins it honours ("tp 2, recompute full"), "" when none
+  bool fused_is_baseline = false;  // fused is the baseline's plan (no pins, or pins it meets)
   std::string sbatch;
   std::string report;       // the human table
   std::string report_json;  // the same as one JSON object
   std::string explain;      // why each choice (--explain)
 };
 
-// Why the fused plan (the monolithic baseline's configuration, run as one
-// fused section) cannot run on the runtime of `support`; "" when it can.
+// Why the fused plan (CompileResult::fused: the monolithic baseline's
+// configuration, or the best one the pins allow, run as one fused section)
+// cannot run on the runtime of `support`; "" when it can.
 std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& support);
 
 // Plans the spec and renders every output (writes nothing).

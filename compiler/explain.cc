@@ -219,8 +219,14 @@ std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const
   }
   if (r.monolithic.found) t += ExplainMonolithic(r);
   t += "grouping (sectioned, or every component fused in one section on every GPU under the baseline's "
-       "configuration; the faster simulated step wins): " +
+       "configuration, or the best one the pins allow; the faster simulated step wins): " +
        r.grouping.why + "\n";
+  if (!r.fused_is_baseline && r.fused.found) {
+    t +=
+        fmt::format("  fused under the pins ({}): {} on {} GPUs, {:.4g} s/step simulated ({:.4g} s analytic)\n",
+                    r.fused_pins, ConfigText(r.fused.config), r.fused.gpus,
+                    r.fused_simulated.ok ? r.fused_simulated.step_seconds : r.fused.step_seconds, r.fused.step_seconds);
+  }
   return t;
 }
 

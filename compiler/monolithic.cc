@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "base/units.h"
@@ -228,7 +229,8 @@ bool SharedConfigRuns(const Workload& w, const plan::ParallelConfig& c, const Pl
 // The best configuration on `on` under `fx` (found = false: none fits;
 // least_memory gets the smallest per-GPU memory seen).
 MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const std::vector<MonolithicDevice>& on,
-                                const PlannerOptions& o, const MonolithicEffects& fx, double* least_memory) {
+                                const PlannerOptions& o, const MonolithicEffects& fx, double* least_memory,
+                                const std::function<bool(const plan::ParallelConfig&)>& admit = nullptr) {
   MonolithicPlan best;
   int gpus = 0, gpn = std::numeric_limits<int>::max();
   for (const MonolithicDevice& d : on) {
@@ -268,6 +270,7 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
               c.set_recompute_granularity(rc);
               c.ep = ep;
               if (!SharedConfigRuns(w, c, o)) continue;
+              if (admit && !admit(c)) continue;
               MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
               if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());
               if (!cand.found) continue;
@@ -409,6 +412,22 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
   m.gpus = budget;
   m.basis = fmt::format("all {} GPUs of '{}' (the budget of the default GPU type)", budget, dev.name);
   return m;
+}
+
+MonolithicPlan PlanMonolithicAdmitting(const CostModel& model, const Workload& w,
+                                       const std::vector<MonolithicDevice>& on, const PlannerOptions& o,
+                                       const std::function<bool(const plan::ParallelConfig&)>& admit) {
+  double least_memory = kInf;
+  MonolithicPlan best = SearchMonolithic(model, w, on, o, MonolithicEffects{}, &least_memory, admit);
+  if (!best.found) {
+    const DeviceType& dev = model.devices()[static_cast<size_t>(on.empty() ? 0 : on.front().device)];
+    best.why_not = least_memory < kInf ? fmt::format(
+                                             "no configuration the pins allow fits all sections on one '{}' GPU (least "
+                                             "memory {} GiB of {} GiB)",
+                                             dev.name, GiBText(least_memory), GiBText(dev.memory_bytes))
+                                       : fmt::format("no configuration of {} GPU(s) has what the pins ask", best.gpus);
+  }
+  return best;
 }
 
 std::string DescribeMonolithic(const MonolithicPlan& m) {

@@ -11,6 +11,7 @@
 // Thread safety: pure functions of their arguments.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,13 @@ MonolithicPlan EvaluateMonolithic(const CostModel& model, const Workload& work, 
 // The best configuration on the GPUs `on`, with its terms.
 MonolithicPlan PlanMonolithicOn(const CostModel& model, const Workload& work, const std::vector<MonolithicDevice>& on,
                                 const PlannerOptions& options);
+
+// The best configuration on the GPUs `on` among those `admit` accepts (a
+// fused plan that honours the spec's pins: compile.cc), found = false with
+// why_not when none fits; no terms. The baseline itself is never filtered.
+MonolithicPlan PlanMonolithicAdmitting(const CostModel& model, const Workload& work,
+                                       const std::vector<MonolithicDevice>& on, const PlannerOptions& options,
+                                       const std::function<bool(const plan::ParallelConfig&)>& admit);
 
 // The baseline the report compares with (docs/monolithic.md, "The fair
 // comparison"): a workload on one GPU type runs on all GPUs of the default

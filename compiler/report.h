@@ -78,8 +78,12 @@ struct ReportMonolithic {
   bool speedup_simulated = false;           // the speed-up compares simulated step times
   double speedup = 0, speedup_analytic = 0, speedup_per_gpu = 0, speedup_per_peak_flops = 0;
   // The sectioned plan's speed-up when the fused plan was chosen (the plan
-  // is then the baseline's configuration: its speed-up is 1).
+  // is then the baseline's configuration, its speed-up 1, or the best
+  // configuration the spec's pins allow, its speed-up the baseline's
+  // simulated step over its own).
   double sectioned_speedup = 0;
+  plan::ParallelConfig fused_config;  // the fused plan's (when chosen)
+  std::string fused_pins;             // the pins it honours, "" when none
 };
 
 // The ideal split (issue #16): the GPUs the plan holds, divided among the

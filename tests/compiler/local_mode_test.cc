@@ -153,6 +153,7 @@ TEST(LocalMode, GrowGivesEverySectionARankWhenTheMachineHasFewerCores) {
   const Spec spec = Load("tiny_vlm3.toml");
   ASSERT_EQ(spec.sections.size(), 3u);
   CompileOptions grow = Local(2);
+  grow.grouping = Grouping::kSectioned;  // auto may fuse them (the pins allow it): one rank per section asked
   grow.local_grow = true;
   grow.local_cores = 2;
   auto r = Compile(spec, grow);
@@ -160,11 +161,14 @@ TEST(LocalMode, GrowGivesEverySectionARankWhenTheMachineHasFewerCores) {
   ExpectLocalPlan(r->plan, 4);
   EXPECT_EQ(r->plan.world_size(), 4);
   EXPECT_EQ(r->plan.shared_cores, 2);
-  auto exact = Compile(spec, Local(2));  // without it, two ranks are too few
+  CompileOptions exact_options = Local(2);
+  exact_options.grouping = Grouping::kSectioned;
+  auto exact = Compile(spec, exact_options);  // without it, two ranks are too few
   ASSERT_FALSE(exact.ok());
   EXPECT_NE(exact.status().message().find("--local 3"), std::string::npos) << exact.status().message();
   CompileOptions five = Local(5);  // grow never shrinks a larger N
   five.local_grow = true;
+  five.grouping = Grouping::kSectioned;
   auto f = Compile(spec, five);
   ASSERT_TRUE(f.ok()) << f.status().message();
   ExpectLocalPlan(f->plan, 5);

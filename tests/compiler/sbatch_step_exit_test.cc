@@ -33,6 +33,7 @@ class SbatchStepExit : public ::testing::Test {
     CompileOptions options;
     options.out_dir = dir_.string();
     options.worker = "stub-worker";
+    options.grouping = Grouping::kSectioned;  // a heterogeneous job of three components
     auto r = Compile(*spec, options);
     ASSERT_TRUE(r.ok()) << r.status().message();
     std::ofstream(dir_ / "job.sbatch") << r->sbatch;

@@ -84,7 +84,7 @@ CompiledJob Compile(const std::string& name) {
   fs::permissions(wrapper, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
   auto compile = testing::RunCommand(
       {std::string(MAESTRO_BIN_DIR) + "/maestro-compile", std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm3.toml",
-       "-o", job.dir.string(), "--worker", wrapper.string()},
+       "-o", job.dir.string(), "--worker", wrapper.string(), "--grouping", "sectioned"},
       {}, seconds(60));
   EXPECT_TRUE(compile.ok() && compile->exit_code == 0) << (compile.ok() ? compile->output : "");
   auto plan = plan::LoadPlan((job.dir / "plan.json").string());
