@@ -78,13 +78,14 @@ int MaxUsefulDp(const CostModel& model, const SectionWork& s) {
   return std::max(1, static_cast<int>(std::ceil(active - 1e-9)));
 }
 
-std::string ConfigOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
-  plan::ModelDesc dense = m;
-  dense.experts = 0;
-  return PlannerOnlyFeatures(dense, c, rs);
-}
+namespace {
 
-std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+// PlannerOnlyFeatures of `m`, its experts counted only when `with_experts`
+// (ConfigOnlyFeatures: no copy of the model description, which the
+// planner's candidate loops would pay millions of times).
+std::string MissingFeatures(const plan::ModelDesc& m, bool with_experts, const plan::ParallelConfig& c,
+                            const RuntimeSupport& rs) {
+  const int64_t experts = with_experts ? m.experts : 0;
   std::vector<std::string> f;
   const bool enc = IsEncoder(m);
   if (c.tp > 1 && !(enc ? rs.tensor_parallel_encoder : rs.tensor_parallel_decoder)) {
@@ -107,7 +108,7 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
   }
   // The MoE load-balancing term is per sample over all its tokens; the
   // runtime refuses it at CP > 1 (docs/context_parallel.md).
-  if (c.cp > 1 && m.experts > 0 && ExtraValue(m, "router_aux_loss_coef", 0) > 0) {
+  if (c.cp > 1 && experts > 0 && ExtraValue(m, "router_aux_loss_coef", 0) > 0) {
     f.push_back(fmt::format("CP={} with the MoE load-balancing loss", c.cp));
   }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
@@ -117,12 +118,22 @@ std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelCo
     f.push_back(c.recompute ? "recompute" : "selective recompute");
   }
   if (c.zero_stage >= 1 && c.dp > 1 && !rs.zero1_optimizer_sharding) f.push_back("ZeRO-1");
-  if (m.experts > 0 && !rs.mixture_of_experts) f.push_back("MoE");
+  if (experts > 0 && !rs.mixture_of_experts) f.push_back("MoE");
   if (c.dp > 1 && !rs.data_parallel) f.push_back("DP");
   if (c.micro_batch > 1 && !rs.micro_batching) f.push_back("micro-batching");
   std::string out;
   for (const auto& x : f) out += (out.empty() ? "" : ", ") + x;
   return out;
+}
+
+}  // namespace
+
+std::string ConfigOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+  return MissingFeatures(m, /*with_experts=*/false, c, rs);
+}
+
+std::string PlannerOnlyFeatures(const plan::ModelDesc& m, const plan::ParallelConfig& c, const RuntimeSupport& rs) {
+  return MissingFeatures(m, /*with_experts=*/true, c, rs);
 }
 
 std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const SectionWork& s,

@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <thread>
 
 #include "compiler/config_text.h"
 #include "scheduler/simulator.h"
@@ -500,6 +503,16 @@ class SearchBudget {
     return true;
   }
   int simulations() const { return simulations_; }
+  // How many more Take() calls would succeed.
+  int Remaining() const {
+    int n = 0;
+    double work = work_;
+    for (int s = simulations_; s < kMaxRefinementSimulations && work + per_simulation_ <= kMaxRefinementWork; ++s) {
+      work += per_simulation_;
+      ++n;
+    }
+    return n;
+  }
 
  private:
   double per_simulation_;
@@ -537,21 +550,73 @@ bool LinksKeepUp(const Assignment& trial, double step) {
 // simulated step is the shortest and beats `step` by more than the
 // tolerance (`winner`, `winner_step`); false when none does. `complete`
 // turns false when the budget ran out before every neighbour was tried.
+// Calls body(k) for k in [0, count) on `wanted` threads (0: the machine's
+// cores, at most kMaxRefinementThreads); body writes only its own k's results.
+constexpr unsigned kMaxRefinementThreads = 16;
+void ForEachInParallel(size_t count, int wanted, const std::function<void(size_t)>& body) {
+  const unsigned cores = wanted > 0
+                             ? static_cast<unsigned>(wanted)
+                             : std::max(1u, std::min(kMaxRefinementThreads, std::thread::hardware_concurrency()));
+  const size_t threads = std::min<size_t>(cores, count);
+  if (threads <= 1) {
+    for (size_t k = 0; k < count; ++k) body(k);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t k = next++; k < count; k = next++) body(k);
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(threads - 1);
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
+}
+
+// One section's best single move. The neighbours that could beat the
+// current step are simulated in parallel first (as many as the budget has
+// left); then one pass in order takes the budget and the winner exactly as
+// simulating one after another would (a neighbour no faster than the winner
+// so far is skipped without a simulation), so the result does not depend
+// on the thread count.
 bool FindBestMove(const CostModel& model, const Workload& work, const PlannerOptions& options,
                   const SimulationSettings& search, size_t i, const Assignment& best, double step, SearchBudget& budget,
                   Assignment& winner, double& winner_step, bool& complete) {
   winner_step = step * (1.0 - kRefinementTolerance);
   complete = true;
   bool found = false;
-  for (const NeighbourConfig& n : NeighbourConfigs(model, work, best, i, options)) {
+  const std::vector<NeighbourConfig> neighbours = NeighbourConfigs(model, work, best, i, options);
+  std::vector<size_t> speculated;  // neighbours simulated ahead, in order
+  const size_t room = static_cast<size_t>(budget.Remaining());
+  for (size_t k = 0; k < neighbours.size() && speculated.size() < room; ++k) {
+    if (neighbours[k].cost.step_seconds < winner_step) speculated.push_back(k);
+  }
+  std::vector<Assignment> trials(speculated.size());
+  std::vector<SimulatedStep> sims(speculated.size());
+  ForEachInParallel(speculated.size(), search.threads, [&](size_t s) {
+    const NeighbourConfig& n = neighbours[speculated[s]];
+    trials[s] = WithSection(model, work, best, i, n.config, n.cost, options);
+    sims[s] = SimulateSectioned(model, work, trials[s], search);
+  });
+  size_t s = 0;
+  for (size_t k = 0; k < neighbours.size(); ++k) {
+    const NeighbourConfig& n = neighbours[k];
     // A section busy longer than the step to beat cannot shorten it.
     if (n.cost.step_seconds >= winner_step) continue;
     if (!budget.Take()) {
       complete = false;
       break;
     }
-    Assignment trial = WithSection(model, work, best, i, n.config, n.cost, options);
-    const SimulatedStep sim = SimulateSectioned(model, work, trial, search);
+    while (s < speculated.size() && speculated[s] < k) ++s;
+    Assignment trial;
+    SimulatedStep sim;
+    if (s < speculated.size() && speculated[s] == k) {
+      trial = std::move(trials[s]);
+      sim = std::move(sims[s]);
+    } else {  // beyond what was simulated ahead
+      trial = WithSection(model, work, best, i, n.config, n.cost, options);
+      sim = SimulateSectioned(model, work, trial, search);
+    }
     if (!sim.ok || sim.step_seconds >= winner_step || !LinksKeepUp(trial, sim.step_seconds)) continue;
     winner = std::move(trial);
     winner_step = sim.step_seconds;

@@ -55,6 +55,10 @@ struct SimulationSettings {
   uint64_t seed = 0;
   int64_t seq_len = 1;
   std::vector<plan::ModalityDesc> modalities;
+  // RefineBySimulation: threads that simulate a section's neighbours ahead
+  // (0 = this machine's cores, at most 16). The refined plan does not depend
+  // on it (FindBestMove replays the sequential order).
+  int threads = 0;
 };
 
 struct SectionSimulation {

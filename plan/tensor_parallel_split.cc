@@ -47,12 +47,12 @@ std::vector<std::pair<const char*, int64_t>> SizesTpMustDivide(const ModelDesc& 
 Status CheckTensorParallelSplit(const ModelDesc& m, int tp) {
   if (tp < 1) return Status::InvalidArgument(fmt::format("tensor parallelism: tp = {} must be >= 1", tp));
   const std::vector<std::pair<const char*, int64_t>> must_divide = SizesTpMustDivide(m);
-  std::string sizes;
-  for (const auto& [name, value] : must_divide) {
-    sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", name, value);
-  }
   for (const auto& [name, value] : must_divide) {
     if (value % tp != 0) {
+      std::string sizes;  // the message only (the planner asks millions of times)
+      for (const auto& [other, size] : must_divide) {
+        sizes += fmt::format("{}{} = {}", sizes.empty() ? "" : ", ", other, size);
+      }
       return Status::InvalidArgument(fmt::format(
           "tensor parallelism of the {} ({}): tp = {} must divide {}; pick a tp that divides them all (or tp = 1)",
           ModelKindName(m.kind), sizes, tp, name));

@@ -312,14 +312,23 @@ TEST(Refinement, EndsAtALocalOptimumOfItsMoveSet) {
             << log;
       }
     }
-    // Same spec, same plan.
-    const Assignment again = RefineBySimulation(model, *work, planned.assignment, o, s, nullptr);
-    for (size_t i = 0; i < refined.sections.size(); ++i) {
-      const plan::ParallelConfig& x = refined.sections[i].cost.config;
-      const plan::ParallelConfig& y = again.sections[i].cost.config;
-      EXPECT_TRUE(x.tp == y.tp && x.pp == y.pp && x.cp == y.cp && x.dp == y.dp && x.micro_batch == y.micro_batch &&
-                  x.recompute_granularity() == y.recompute_granularity())
-          << name;
+    // Same spec, same plan, the same moves and simulations counted, whatever
+    // the threads that simulate a section's neighbours ahead (one: in order).
+    for (const int threads : {1, 3}) {
+      SimulationSettings t = s;
+      t.threads = threads;
+      std::string again_log;
+      RefinementStats again_stats;
+      const Assignment again = RefineBySimulation(model, *work, planned.assignment, o, t, &again_log, &again_stats);
+      EXPECT_EQ(again_log, log) << name << " on " << threads << " thread(s)";
+      EXPECT_EQ(again_stats.simulations, stats.simulations) << name << " on " << threads << " thread(s)";
+      for (size_t i = 0; i < refined.sections.size(); ++i) {
+        const plan::ParallelConfig& x = refined.sections[i].cost.config;
+        const plan::ParallelConfig& y = again.sections[i].cost.config;
+        EXPECT_TRUE(x.tp == y.tp && x.pp == y.pp && x.cp == y.cp && x.dp == y.dp && x.micro_batch == y.micro_batch &&
+                    x.recompute_granularity() == y.recompute_granularity())
+            << name << " on " << threads << " thread(s)";
+      }
     }
   }
   // The property is not vacuous: the specs offer many moves of most kinds.
