@@ -12,7 +12,8 @@
 // compiler/explain.h (--explain). This header includes the first two, so its
 // users see the whole public API.
 // May call: base, plan, scheduler (through compiler/step_simulation.h),
-// compiler/*. Thread safety: pure functions.
+// compiler/*. Thread safety: pure functions (the refinement runs its
+// simulations on helper threads of its own: compiler/step_simulation.h).
 #pragma once
 
 #include <string>

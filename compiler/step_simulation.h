@@ -32,7 +32,10 @@
 // compiler/candidates.h, compiler/monolithic.h, compiler/step_prediction.h:
 // AnalyticStepPredictor is the fallback when a simulation fails).
 // Thread safety: pure functions; the cost-model adapters are immutable after
-// construction.
+// construction. RefineBySimulation simulates a section's neighbours on up to
+// SimulationSettings::threads helper threads (each on its own copy of the
+// assignment; the CostModel and Workload are only read) and replays their
+// results in order: its plan, log and counts do not depend on the threads.
 #pragma once
 
 #include <cstdint>
