@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// RankLoop: batch -> schedule -> dispatch this rank's ops. Everything else a
+// RankLoop (runtime/rank_loop.h): batch -> schedule -> dispatch this rank's
+// ops. Its run-ahead members are in executor_run_ahead.cc; everything else a
 // step needs has its own file (see executor.h).
 #include "runtime/executor.h"
 
@@ -35,6 +36,7 @@
 #include "runtime/parallel/vit_context_parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
+#include "runtime/rank_loop.h"
 #include "runtime/reference.h"
 #include "runtime/run_ahead.h"
 #include "runtime/section_runner.h"
@@ -50,11 +52,8 @@ namespace maestro::runtime {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using executor_internal::Clock;
+using executor_internal::SecondsSince;
 
 // EP lockstep (runtime/parallel/expert_parallel.h). One op of a rank in the
 // sequence its EP group runs together: its own micro-batch, or an empty one
@@ -136,146 +135,9 @@ StatusOr<std::vector<LockstepOp>> LockstepOps(const std::vector<std::vector<sche
   return mine;
 }
 
-class RankLoop {
- public:
-  RankLoop(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Communicators& comms,
-           const TrainOptions& options, const ComputePlacement& compute)
-      : plan_(plan),
-        place_(place),
-        comms_(comms),
-        options_(options),
-        section_(place.coords.section),
-        replica_(place.coords.dp),
-        total_steps_(options.steps >= 0 ? options.steps : plan.data.steps),
-        reporter_(plan, options.progress, total_steps_),
-        trace_(total_steps_),
-        memory_(place.coords.section),
-        compute_(compute),
-        staging_(TorchDevice(compute)),
-        edges_(plan, place, comms, &blocked_seconds_, &staging_) {}
+}  // namespace
 
-  StatusOr<TrainSummary> Run();
-
- private:
-  Status Setup();
-  Status Resume();
-  Status RunStep(const StepBatch& batch);
-  // `batch` null: the run stops; every micro-batch appended is computed.
-  Status ComputeAhead(const StepBatch* batch);
-  Status ComputeAheadItem(const AheadItem& item, bool input_received);
-  Status ReceiveAheadInput(const AheadItem& item);
-  // Such a section's stage > 0: micro-batch `mb`'s activation (samples, T, C) from the previous stage.
-  StatusOr<torch::Tensor> ReceiveFrozenStageInput(int mb, int64_t samples);
-  // A model-parallel forward-only section with a spool (docs/run_ahead.md):
-  // the positions of each of `micro_batches` (sample ids) whose rows the
-  // owner's spool lacks, the same on every rank of the replica; on the owner
-  // the rows it has go to *looked (null: not kept).
-  Status ShareRowsToCompute(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch,
-                            std::vector<std::vector<int64_t>>* positions, std::vector<OutputSpool::Looked>* looked);
-  // Micro-batch `mb` (sample ids `ids`, tag index `mb` between stages) of
-  // such a section: only the samples at `positions` go through the stages;
-  // the owner returns the whole micro-batch's rows (B, row...) from `looked`
-  // filled with them (spooled), the other ranks an undefined tensor.
-  // `received`: a later stage's input (positions.size(), T, C) received
-  // earlier (undefined: received here, ReceiveFrozenStageInput).
-  StatusOr<torch::Tensor> ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
-                                               const std::vector<int64_t>& positions, int64_t epoch,
-                                               OutputSpool::Looked* looked,
-                                               const torch::Tensor& received = torch::Tensor());
-  bool SpoolOwner() const {
-    return place_.coords.tp == 0 && place_.coords.cp == 0 && (!pipeline_ || pipeline_->last());
-  }
-  Status Forward(int mb_index);
-  Status Backward(int mb_index);
-  // EP lockstep: an empty micro-batch's MoE exchanges (LockstepOps).
-  Status ForwardNoTokens(int slot);
-  Status BackwardNoTokens(int slot);
-  // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
-  // Backward between this stage and its neighbours.
-  Status ReceiveFromPreviousStage(int mb_index, int64_t samples);
-  Status SendToNextStage(int mb_index);
-  Status SumTiedEmbeddingGradient();
-  Status OptimizerStep(int64_t step);
-  Status ShardedOptimizerStep(int64_t step);
-  Status Checkpoint(int64_t step);
-  Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
-  Status EvaluateCaptionsAtEnd(TrainSummary* summary);
-  Status EvaluateHeldOutAtEnd(TrainSummary* summary);
-  bool Rank0() const { return place_.world_rank == 0; }
-  int TpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.tp; }
-  int EpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.ep; }
-  int CpSize() const { return plan_.sections[static_cast<size_t>(section_)].config.cp; }
-  // The sample ids of micro-batch `mb_index` of this rank's program, in order.
-  std::vector<int64_t> MicroBatchIds(int mb_index) const {
-    const auto& ids = program_->micro_batches[static_cast<size_t>(mb_index)].sample_ids;
-    return std::vector<int64_t>(ids.begin(), ids.end());
-  }
-
-  const plan::Plan& plan_;
-  const launcher::RankPlace& place_;
-  launcher::Communicators& comms_;
-  TrainOptions options_;
-  int section_, replica_;
-  int64_t total_steps_;
-  bool resumed_ = false;  // the run resumed from a checkpoint
-  std::vector<std::string> modality_names_;
-  std::shared_ptr<const scheduler::SectionCostModel> costs_;
-
-  std::unique_ptr<datasets::SampleSource> samples_;
-  std::unique_ptr<GroupReducer> tp_reducer_;                    // outlives runner_
-  std::unique_ptr<PipelineGroup> pipeline_;                     // pp > 1; outlives runner_
-  std::unique_ptr<GroupExpertExchange> ep_exchange_;            // ep > 1; outlives runner_
-  std::map<int, std::vector<torch::Tensor>> no_token_outputs_;  // EP: empty forwards by slot, awaiting their backward
-  bool pipeline_run_ahead_ = false;                             // 1F1B warm-up allowed (StageOrder)
-  std::unique_ptr<SectionRunner> runner_;
-  // A ZeRO-1 section's AdamW shard (OptimizerShardedOverDp); null otherwise,
-  // when the runner's replicated AdamW steps.
-  // One per training runner (runner_->CheckpointedRunners(): a fused
-  // section's training components), in that order.
-  std::vector<std::unique_ptr<DistributedOptimizer>> sharded_optimizers_;
-  ShardedOptimizers Shards() const {
-    ShardedOptimizers out;
-    for (const auto& o : sharded_optimizers_) out.push_back(o.get());
-    return out;
-  }
-  std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
-  std::unique_ptr<OutputSpool> spool_;
-  std::unique_ptr<RunAhead> run_ahead_;  // a forward-only section with run_ahead > 0 (runtime/run_ahead.h)
-  // TP or PP > 1 and running ahead: one rank of the replica owns the spool
-  // (SpoolOwner) and says which rows every rank computes.
-  bool model_parallel_spool_ = false;
-  std::vector<std::vector<int64_t>> rows_to_compute_;   // the step in flight: per micro-batch, positions
-  std::vector<OutputSpool::Looked> looked_;             // the owner: per micro-batch, the spooled rows
-  std::map<int64_t, torch::Tensor> held_stage_inputs_;  // run-ahead: inputs received for a later call, by seq
-  std::vector<StepBatch> ahead_;  // the batches after the one in flight (ShareNextBatch's lookahead)
-  std::unique_ptr<datalayer::PreemptionSignal> signal_;
-  StepReporter reporter_;
-  StepTrace trace_;
-  RankMemoryTracker memory_;
-
-  // The step in flight.
-  int64_t current_step_ = 0;
-  int64_t current_epoch_ = 0;
-  scheduler::Problem problem_;
-  scheduler::Schedule schedule_;
-  const scheduler::RankProgram* program_ = nullptr;
-  struct MicroBatchState {
-    MicroBatchData data;
-    std::map<int, torch::Tensor> inputs;
-    torch::Tensor stage_input;          // pp > 1, not the first stage: the previous stage's activation (B, T, C)
-    torch::Tensor stage_teacher_input;  // a fused KD section's: the frozen teacher's (B, T, C_teacher)
-    SectionRunner::Output out;
-  };
-  std::vector<MicroBatchState> states_;
-  double busy_seconds_ = 0.0;
-  double blocked_seconds_ = 0.0;
-  ComputePlacement compute_;  // this rank's device and precision (ChooseRankCompute)
-  TransferStaging staging_;   // its copies to and from the wire
-  EdgeExchange edges_;        // counts into blocked_seconds_
-  double loss_sum_ = 0.0;
-  int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
-  double last_loss_ = 0.0;
-};
+namespace executor_internal {
 
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
@@ -748,176 +610,6 @@ Status RankLoop::SumTiedEmbeddingGradient() {
 // step into the spool (a model-parallel replica: only the rows the owner's
 // spool lacks, on every rank of the replica, stages streaming into the
 // next; `input_received`: a later stage's input is in held_stage_inputs_).
-Status RankLoop::ComputeAheadItem(const AheadItem& item, bool input_received) {
-  if (!model_parallel_spool_) {
-    MicroBatchData data;
-    data.sample_ids = item.sample_ids;  // the spool loads the payloads of the rows it lacks
-    return spool_->Rows(data, item.epoch, *runner_, *samples_, &staging_).status();
-  }
-  std::optional<OutputSpool::Looked> looked;
-  if (spool_) {
-    // The owner: only the rows to compute are filled and spooled; the
-    // others are in the spool already and are not read here.
-    looked.emplace();
-    looked->missing = item.positions;
-    std::vector<int64_t> shape{static_cast<int64_t>(item.sample_ids.size())};
-    const auto row = runner_->OutputRowShape();
-    shape.insert(shape.end(), row.begin(), row.end());
-    looked->rows = torch::empty(shape, torch::kFloat32);
-  }
-  torch::Tensor received;
-  if (input_received) {
-    const auto it = held_stage_inputs_.find(item.seq);
-    if (it != held_stage_inputs_.end()) {
-      received = std::move(it->second);
-      held_stage_inputs_.erase(it);
-    } else if (!item.positions.empty() && pipeline_ && !pipeline_->first()) {
-      return Status::Internal(fmt::format("run-ahead: stage {} holds no input for micro-batch {} of step {}",
-                                          pipeline_->stage(), item.index, item.step));
-    }
-  }
-  return ForwardRowsToCompute(item.index, item.sample_ids, item.positions, item.epoch, looked ? &*looked : nullptr,
-                              received)
-      .status();
-}
-
-// A later stage's input of `item` from the previous stage, held until the
-// next run-ahead computes it (runtime/run_ahead.h: no send crosses a step).
-Status RankLoop::ReceiveAheadInput(const AheadItem& item) {
-  if (item.positions.empty() || !pipeline_ || pipeline_->first()) return Status::Ok();
-  MAESTRO_ASSIGN_OR_RETURN(held_stage_inputs_[item.seq],
-                           ReceiveFrozenStageInput(item.index, static_cast<int64_t>(item.positions.size())));
-  return Status::Ok();
-}
-
-StatusOr<torch::Tensor> RankLoop::ReceiveFrozenStageInput(int mb, int64_t samples) {
-  const auto& s = plan_.sections[static_cast<size_t>(section_)];
-  return pipeline_->ReceiveFromAbove(mb, PipelineGroup::Part::kActivation,
-                                     {samples, plan_.data.seq_len, s.model.hidden}, TorchDevice(compute_));
-}
-
-// Run-ahead (runtime/run_ahead.h): the rows of the next batches into the
-// spool, while this step's sends are in flight and the training sections
-// finish the step. `batch` null: the run stops after this step, and every
-// micro-batch appended is computed (a pipelined replica's stages otherwise
-// carry the stream's last ones into the next step).
-Status RankLoop::ComputeAhead(const StepBatch* batch) {
-  if (!run_ahead_) return Status::Ok();
-  const int64_t start_us = WallMicros();
-  const auto start = Clock::now();
-  const auto compute = [&](const AheadItem& item, bool received) { return ComputeAheadItem(item, received); };
-  const auto between = [&] { edges_.PollSends(); };
-  if (batch == nullptr) {
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->Flush(compute, between));
-  } else if (model_parallel_spool_) {
-    // Every rank of the replica computes the rows the owner's spool lacks.
-    const auto share = [&](const std::vector<std::vector<int64_t>>& micro_batches,
-                           int64_t epoch) -> StatusOr<std::vector<std::vector<int64_t>>> {
-      std::vector<std::vector<int64_t>> positions;
-      MAESTRO_RETURN_IF_ERROR(ShareRowsToCompute(micro_batches, epoch, &positions, nullptr));
-      return positions;
-    };
-    const auto receive = [&](const AheadItem& item) { return ReceiveAheadInput(item); };
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between, share, receive));
-  } else {
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between));
-  }
-  if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
-  // The spool serves committed rows only: commit (at this step boundary, a
-  // no-op when every row was there) so the next step reads them back, and
-  // a kill loses none of them.
-  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
-  busy_seconds_ += SecondsSince(start);
-  trace_.Add("ahead", start_us, 0);
-  return Status::Ok();
-}
-
-// Owner: which rows the spool lacks; then the CP group of the TP rank 0s
-// (CP rank 0 is the owner's), the last stage's TP group, then each PP group
-// from the last stage (docs/run_ahead.md). The broadcasts wait with the
-// groups' timeouts.
-Status RankLoop::ShareRowsToCompute(const std::vector<std::vector<int64_t>>& micro_batches, int64_t epoch,
-                                    std::vector<std::vector<int64_t>>* positions,
-                                    std::vector<OutputSpool::Looked>* looked) {
-  positions->clear();
-  if (looked != nullptr) looked->clear();
-  if (spool_) {
-    const auto row = runner_->OutputRowShape();
-    for (const auto& ids : micro_batches) {
-      MAESTRO_ASSIGN_OR_RETURN(auto found, spool_->Lookup(ids, epoch, row, &staging_));
-      positions->push_back(found.missing);
-      if (looked != nullptr) looked->push_back(std::move(found));
-    }
-  }
-  std::vector<int64_t> wire = PackRowsToCompute(*positions);
-  // A group's broadcast on its backend's device (fp64 carries these small integers exactly).
-  const auto broadcast = [&](launcher::Backend& group, int root) -> Status {
-    if (group.device() == launcher::Device::kCpu) {
-      int64_t n = static_cast<int64_t>(wire.size());
-      MAESTRO_RETURN_IF_ERROR(
-          TimedWait(group.Broadcast(launcher::Buffer{&n, 1, launcher::DType::kI64, launcher::Device::kCpu}, root),
-                    &blocked_seconds_));
-      wire.resize(static_cast<size_t>(n));
-      if (n == 0) return Status::Ok();
-      return TimedWait(group.Broadcast(launcher::CpuBuffer(wire), root), &blocked_seconds_);
-    }
-    auto n = torch::tensor({static_cast<double>(wire.size())}, torch::kFloat64).to(TorchDevice(compute_));
-    MAESTRO_RETURN_IF_ERROR(TimedWait(
-        group.Broadcast(launcher::Buffer{n.data_ptr(), 1, launcher::DType::kF64, launcher::Device::kCuda}, root),
-        &blocked_seconds_));
-    std::vector<double> host(wire.begin(), wire.end());
-    host.resize(static_cast<size_t>(n.cpu().item<double>()));
-    auto values = torch::tensor(host, torch::kFloat64).to(TorchDevice(compute_));
-    if (!host.empty()) {
-      MAESTRO_RETURN_IF_ERROR(TimedWait(
-          group.Broadcast(
-              launcher::Buffer{values.data_ptr(), host.size(), launcher::DType::kF64, launcher::Device::kCuda}, root),
-          &blocked_seconds_));
-    }
-    auto back = values.cpu();
-    wire.assign(back.data_ptr<double>(), back.data_ptr<double>() + back.numel());
-    return Status::Ok();
-  };
-  const bool last_stage = !pipeline_ || pipeline_->last();
-  if (CpSize() > 1 && place_.coords.tp == 0) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kCP), 0));
-  if (TpSize() > 1 && last_stage) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kTP), 0));
-  if (pipeline_) MAESTRO_RETURN_IF_ERROR(broadcast(comms_.group(plan::GroupKind::kPP), pipeline_->stages() - 1));
-  MAESTRO_ASSIGN_OR_RETURN(*positions, UnpackRowsToCompute(wire));
-  if (positions->size() != micro_batches.size()) {
-    return Status::Internal(fmt::format("section '{}': the rows to compute cover {} micro-batches, the step has {}",
-                                        plan_.sections[static_cast<size_t>(section_)].name, positions->size(),
-                                        micro_batches.size()));
-  }
-  return Status::Ok();
-}
-
-StatusOr<torch::Tensor> RankLoop::ForwardRowsToCompute(int mb, const std::vector<int64_t>& ids,
-                                                       const std::vector<int64_t>& positions, int64_t epoch,
-                                                       OutputSpool::Looked* looked, const torch::Tensor& received) {
-  std::vector<int64_t> sub;
-  for (int64_t p : positions) sub.push_back(ids.at(static_cast<size_t>(p)));
-  torch::Tensor computed;
-  if (!sub.empty()) {
-    std::map<int, torch::Tensor> inputs;  // a frozen section's spooled rows need none but the previous stage's
-    if (received.defined()) {
-      inputs[kPipelineInput] = received;
-    } else if (pipeline_ && !pipeline_->first()) {
-      MAESTRO_ASSIGN_OR_RETURN(inputs[kPipelineInput], ReceiveFrozenStageInput(mb, static_cast<int64_t>(sub.size())));
-    }
-    const auto start = Clock::now();
-    MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples_, sub));
-    MAESTRO_ASSIGN_OR_RETURN(auto out, runner_->Forward(data, inputs));
-    busy_seconds_ += SecondsSince(start);
-    computed = out.rows;
-    if (pipeline_ && !pipeline_->last()) {
-      MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb, PipelineGroup::Part::kActivation, computed.detach()));
-    }
-  }
-  if (looked == nullptr) return torch::Tensor();
-  MAESTRO_RETURN_IF_ERROR(spool_->Fill(*looked, ids, epoch, computed, &staging_));
-  return looked->rows;
-}
-
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
@@ -1068,7 +760,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
   return summary;
 }
 
-}  // namespace
+}  // namespace executor_internal
 
 int ThreadsPerRank() {
   if (const char* v = std::getenv("MAESTRO_THREADS_PER_RANK")) {
@@ -1114,7 +806,7 @@ StatusOr<TrainSummary> RunTraining(const plan::Plan& plan, const launcher::RankP
                                    launcher::Communicators& comms, const TrainOptions& options) {
   try {
     MAESTRO_ASSIGN_OR_RETURN(const auto compute, ChooseRankCompute(plan, place, options));
-    RankLoop loop(plan, place, comms, options, compute);
+    executor_internal::RankLoop loop(plan, place, comms, options, compute);
     return loop.Run();
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("rank {}: torch: {}", place.world_rank, e.what_without_backtrace()));
