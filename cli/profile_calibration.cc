@@ -89,9 +89,14 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
     if (e.contains("args") && e.at("args").is_object() && !name.empty()) {
       const nlohmann::json& args = e.at("args");
       op.step = args.value("step", int64_t{-1});
-      op.samples = args.value("samples", 0);
+      // A forward-only section's op that a spool served in part is timed by
+      // the rows it computed (runtime/trace.h): a run-ahead or spooled
+      // teacher's F ops mostly read rows back, its A ops compute the next
+      // batches'. An op that computed none calibrates nothing.
+      op.samples = args.contains("computed") ? args.value("computed", 0) : args.value("samples", 0);
       op.section = e.value("pid", -1);
       if (name[0] == 'F' || name[0] == 'B') op.kind = name[0];
+      if (name[0] == 'A' && name != "ahead") op.kind = 'F';
       if (name == "O") op.kind = 'O';
     }
     all.push_back(op);

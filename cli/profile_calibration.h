@@ -15,6 +15,10 @@
 //     advanced at min(1, cores / D): its alone time is the integral of that
 //     rate over the op (the inverse of the simulator's processor sharing).
 //     Without shared cores it is the op's duration.
+//     A forward-only section's ops where a spool served rows (the trace's
+//     "computed" argument: a run-ahead teacher's F ops read the rows its A
+//     ops computed a step earlier) count at the rows they computed, and A
+//     ops count as forwards: the rows read back are not the section's cost.
 //  2. The median forward and backward at every micro-batch size the run
 //     used at least kMinOps times. Two sizes or more: the weighted
 //     least-squares line seconds = fixed + per_sample * samples through them

@@ -96,6 +96,62 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   return shape;
 }
 
+// The modelled compute of one micro-batch on one pipeline stage (no
+// communication): the step model from parts when the device has kernel
+// tables (compiler/step_model.h), else the efficiency curve.
+struct ModelledCompute {
+  double stage_seconds = 0, forward_share = 0, optimizer_seconds = 0;
+  bool step_model = false;
+};
+ModelledCompute ModelCompute(const SectionWork& s, const plan::ParallelConfig& c, const DeviceType& dev,
+                             double samples_per_mb, double microbatches, double flops_per_sample_run,
+                             double teacher_head) {
+  ModelledCompute out;
+  const bool train = s.trains();
+  const double tp = c.tp, pp = c.pp, cp = c.cp;
+  const double tokens = static_cast<double>(s.tokens);
+  const double h = Hidden(s.model);
+  if (dev.kernels && samples_per_mb > 0) {
+    PassShape shape = PassShapeOf(s, c, samples_per_mb, dev);
+    shape.keep_terms = false;  // only the times are read here
+    auto pass = PredictSectionPass(s.model, shape, *dev.kernels);
+    if (pass.ok()) {
+      const double compute = pass->forward_seconds + pass->backward_seconds;
+      out.stage_seconds = compute;
+      out.forward_share = compute > 0 ? pass->forward_seconds / compute : 0;
+      if (train) {
+        out.optimizer_seconds = pass->optimizer_seconds + std::max(0.0, microbatches - 1) * pass->accumulate_seconds;
+      }
+      out.step_model = true;
+      return out;
+    }
+  }
+  const double gemm = samples_per_mb * tokens / cp * h / tp;
+  const double width = h / tp;
+  const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;
+  const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size) * width_eff;
+  // The teacher head is not split by TP (every rank holds it whole).
+  out.stage_seconds = samples_per_mb * (flops_per_sample_run / (tp * pp * cp) + teacher_head / (pp * cp)) /
+                      (dev.peak_flops * std::max(eff, 1e-6));
+  return out;
+}
+
+// The profiled GPU count nearest `gpus` (by ratio; the smaller on a tie), 0
+// when the section has no profile.
+int NearestProfiledGpus(const std::vector<ProfileSpec>& profiles, int gpus) {
+  int best = 0;
+  double best_distance = 0;
+  for (const auto& p : profiles) {
+    const double distance = std::abs(std::log(static_cast<double>(p.gpus) / gpus));
+    if (best == 0 || distance < best_distance - 1e-12 ||
+        (std::abs(distance - best_distance) <= 1e-12 && p.gpus < best)) {
+      best = p.gpus;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 CostModel::CostModel(std::vector<DeviceType> devices, int64_t global_batch)
@@ -177,32 +233,38 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     out.forward_share = m.forward_share;
     out.optimizer_seconds = m.optimizer_seconds;
   } else {
-    // Compute: the step model from parts when the device has kernel tables
-    // (compiler/step_model.h), else the efficiency curve.
-    bool priced = false;
-    if (dev.kernels && samples_per_mb > 0) {
-      PassShape shape = PassShapeOf(s, c, samples_per_mb, dev);
-      shape.keep_terms = false;  // only the times are read here
-      auto pass = PredictSectionPass(s.model, shape, *dev.kernels);
-      if (pass.ok()) {
-        const double compute = pass->forward_seconds + pass->backward_seconds;
-        stage = compute;
-        out.forward_share = compute > 0 ? pass->forward_seconds / compute : 0;
-        if (train) {
-          out.optimizer_seconds = pass->optimizer_seconds + std::max(0.0, microbatches - 1) * pass->accumulate_seconds;
+    const ModelledCompute mc =
+        ModelCompute(s, c, dev, samples_per_mb, microbatches, flops_per_sample_run, teacher_head);
+    stage = mc.stage_seconds;
+    out.forward_share = mc.forward_share;
+    out.optimizer_seconds = mc.optimizer_seconds;
+    out.step_model = mc.step_model;
+    // A section measured on this machine at other GPU counts (maestro
+    // profile; --gpu-counts adds TP degrees) is priced here by the model
+    // scaled to the nearest measured count: the model's ratio between the two
+    // configurations, the measurement's level. Unscaled, a configuration the
+    // profile did not cover would be priced on the model's own footing beside
+    // measured ones (on a CPU 2-2.5x optimistic, docs/e2e.md), and the search
+    // (the monolithic baseline's too) would pick it for that alone.
+    const int measured_gpus = NearestProfiledGpus(s.profiles, c.tp * c.pp * c.cp);
+    if (measured_gpus > 0) {
+      const MeasuredStage m0 = InterpolateProfiles(s.profiles, measured_gpus, samples_per_mb);
+      plan::ParallelConfig c0 = c;  // how maestro profile measures a GPU count: TP over it
+      c0.tp = measured_gpus;
+      c0.pp = c0.cp = 1;
+      const ModelledCompute mc0 =
+          ModelCompute(s, c0, dev, samples_per_mb, microbatches, flops_per_sample_run, teacher_head);
+      if (m0.seconds > 0 && mc0.stage_seconds > 0) {
+        out.calibration_scale = m0.seconds / mc0.stage_seconds;
+        out.calibrated_at_gpus = measured_gpus;
+        stage *= out.calibration_scale;
+        if (m0.forward_share > 0) out.forward_share = m0.forward_share;
+        // The optimizer steps the parameters this rank holds: the measured
+        // step's, per parameter.
+        if (train && m0.optimizer_seconds > 0) {
+          out.optimizer_seconds = m0.optimizer_seconds * measured_gpus / (tp * pp);
         }
-        out.step_model = true;
-        priced = true;
       }
-    }
-    if (!priced) {
-      const double gemm = samples_per_mb * tokens / cp * h / tp;
-      const double width = h / tp;
-      const double width_eff = dev.half_efficiency_width > 0 ? width / (width + dev.half_efficiency_width) : 1.0;
-      const double eff = dev.mfu * gemm / (gemm + dev.half_efficiency_size) * width_eff;
-      // The teacher head is not split by TP (every rank holds it whole).
-      stage = samples_per_mb * (flops_per_sample_run / (tp * pp * cp) + teacher_head / (pp * cp)) /
-              (dev.peak_flops * std::max(eff, 1e-6));
     }
     const int gpn = dev.gpus_per_node;
     const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;

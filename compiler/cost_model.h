@@ -185,8 +185,13 @@ struct SectionCost {
   double useful_flops_per_step = 0;  // forward (+ backward) of its active samples
   bool measured = false;             // a profile replaced the analytic compute
   bool step_model = false;           // the step model from parts priced the compute (device kernel tables)
-  double forward_share = 0;          // forward / (forward + backward), measured or from parts; 0: unknown
-  double optimizer_seconds = 0;      // optimizer step (+ gradient accumulation) per replica per step; 0: unknown
+  // Not measured at this configuration's GPU count but at another: the
+  // model's compute scaled by measured / modelled at calibrated_at_gpus
+  // (0: not scaled).
+  double calibration_scale = 0;
+  int calibrated_at_gpus = 0;
+  double forward_share = 0;      // forward / (forward + backward), measured or from parts; 0: unknown
+  double optimizer_seconds = 0;  // optimizer step (+ gradient accumulation) per replica per step; 0: unknown
 };
 
 class CostModel {

@@ -99,6 +99,10 @@ std::string ExplainSection(const CostModel& model, const PlannerOptions& o, cons
       HumanBytes(c.memory.weights), HumanBytes(c.memory.gradients), HumanBytes(c.memory.optimizer), c.config.dp,
       HumanBytes(c.memory.activations), HumanBytes(c.memory.reserved), HumanBytes(c.memory.total()),
       HumanBytes(d.memory_bytes));
+  const std::string scaled = c.calibration_scale > 0
+                                 ? fmt::format(", scaled x{:.3g} to the profile measured at {} GPU(s)",
+                                               c.calibration_scale, c.calibrated_at_gpus)
+                                 : "";
   const std::string priced_by = c.measured ? "measured profile"
                                 : c.step_model
                                     ? fmt::format("step model from parts, {} tables; forward {:.0f}% of a micro-batch",
@@ -111,7 +115,7 @@ std::string ExplainSection(const CostModel& model, const PlannerOptions& o, cons
       c.config.pp > 1 ? (c.fill_stages > 0 ? fmt::format(" (+{:.4g} fill)", c.fill_stages)
                                            : std::string(" (no fill: its pipeline streams across steps running ahead)"))
                       : "",
-      c.dp_sync_seconds, c.optimizer_seconds, c.step_seconds, priced_by);
+      c.dp_sync_seconds, c.optimizer_seconds, c.step_seconds, priced_by + scaled);
   if (i == bottleneck) {
     t += "  this is the bottleneck section: the other sections got the fewest nodes that keep up with it\n";
   } else {

@@ -300,7 +300,8 @@ Status RankLoop::Forward(int mb_index) {
       MAESTRO_RETURN_IF_ERROR(edges_.SendRows(mb_index, ids, rows, runner_->out_edges()));
       looked_[static_cast<size_t>(mb_index)] = OutputSpool::Looked();  // the sends keep what they need
     }
-    trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()));
+    trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()),
+               static_cast<int>(rows_to_compute_[static_cast<size_t>(mb_index)].size()));
     return Status::Ok();
   }
   MAESTRO_RETURN_IF_ERROR(edges_.ReceiveRows(mb_index, ids, runner_->in_edges(), runner_->trains(), &state.inputs));
@@ -311,8 +312,11 @@ Status RankLoop::Forward(int mb_index) {
   const auto start = Clock::now();        // busy = compute, not the wait for inputs
   const int64_t start_us = WallMicros();  // so is the op in the trace
   MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*samples_, ids));
+  int computed = -1;  // the trace's: -1, every sample (no spool)
   if (spool_) {
+    const int64_t computed_before = spool_->computed();
     MAESTRO_ASSIGN_OR_RETURN(state.out.rows, spool_->Rows(state.data, current_epoch_, *runner_, *samples_, &staging_));
+    computed = static_cast<int>(spool_->computed() - computed_before);
   } else if (state.stage_input.defined()) {
     std::map<int, torch::Tensor> inputs = state.inputs;
     inputs[kPipelineInput] = state.stage_input;
@@ -332,7 +336,7 @@ Status RankLoop::Forward(int mb_index) {
   } else {
     MAESTRO_RETURN_IF_ERROR(edges_.SendRows(mb_index, ids, state.out.rows, runner_->out_edges()));
   }
-  trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()));
+  trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()), computed);
   return Status::Ok();
 }
 

@@ -8,11 +8,18 @@
 
 namespace maestro::runtime::executor_internal {
 
+// Each item is an op of the trace, A<index>, with the rows it computed.
 Status RankLoop::ComputeAheadItem(const AheadItem& item, bool input_received) {
+  const int64_t start_us = WallMicros();
+  const int samples = static_cast<int>(item.sample_ids.size());
   if (!model_parallel_spool_) {
     MicroBatchData data;
     data.sample_ids = item.sample_ids;  // the spool loads the payloads of the rows it lacks
-    return spool_->Rows(data, item.epoch, *runner_, *samples_, &staging_).status();
+    const int64_t computed_before = spool_->computed();
+    MAESTRO_RETURN_IF_ERROR(spool_->Rows(data, item.epoch, *runner_, *samples_, &staging_).status());
+    trace_.Add(fmt::format("A{}", item.index), start_us, samples,
+               static_cast<int>(spool_->computed() - computed_before));
+    return Status::Ok();
   }
   std::optional<OutputSpool::Looked> looked;
   if (spool_) {
@@ -36,9 +43,11 @@ Status RankLoop::ComputeAheadItem(const AheadItem& item, bool input_received) {
                                           pipeline_->stage(), item.index, item.step));
     }
   }
-  return ForwardRowsToCompute(item.index, item.sample_ids, item.positions, item.epoch, looked ? &*looked : nullptr,
-                              received)
-      .status();
+  MAESTRO_RETURN_IF_ERROR(ForwardRowsToCompute(item.index, item.sample_ids, item.positions, item.epoch,
+                                               looked ? &*looked : nullptr, received)
+                              .status());
+  trace_.Add(fmt::format("A{}", item.index), start_us, samples, static_cast<int>(item.positions.size()));
+  return Status::Ok();
 }
 
 // A later stage's input of `item` from the previous stage, held until the
@@ -63,7 +72,6 @@ StatusOr<torch::Tensor> RankLoop::ReceiveFrozenStageInput(int mb, int64_t sample
 // carry the stream's last ones into the next step).
 Status RankLoop::ComputeAhead(const StepBatch* batch) {
   if (!run_ahead_) return Status::Ok();
-  const int64_t start_us = WallMicros();
   const auto start = Clock::now();
   const auto compute = [&](const AheadItem& item, bool received) { return ComputeAheadItem(item, received); };
   const auto between = [&] { edges_.PollSends(); };
@@ -82,6 +90,9 @@ Status RankLoop::ComputeAhead(const StepBatch* batch) {
   } else {
     MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between));
   }
+  // The trace's "ahead" op: what follows the items (their A ops; the trace's
+  // ops never nest).
+  const int64_t start_us = WallMicros();
   if (pipeline_) MAESTRO_RETURN_IF_ERROR(pipeline_->Drain());
   // The spool serves committed rows only: commit (at this step boundary, a
   // no-op when every row was there) so the next step reads them back, and

@@ -17,9 +17,9 @@ int64_t WallMicros() {
       .count();
 }
 
-void StepTrace::Add(const std::string& name, int64_t start_us, int samples) {
+void StepTrace::Add(const std::string& name, int64_t start_us, int samples, int computed) {
   if (step_ >= 20 && step_ < total_steps_ - 100) return;
-  events_.push_back({name, step_, start_us, WallMicros() - start_us, samples});
+  events_.push_back({name, step_, start_us, WallMicros() - start_us, samples, computed});
 }
 
 StatusOr<nlohmann::json> WriteTrace(launcher::Backend& world, const plan::Plan& plan, int section, int world_rank,
@@ -29,13 +29,15 @@ StatusOr<nlohmann::json> WriteTrace(launcher::Backend& world, const plan::Plan& 
   MAESTRO_RETURN_IF_ERROR(CreateDirectories(dir));
   nlohmann::json mine = nlohmann::json::array();
   for (const auto& e : events) {
+    nlohmann::json args = {{"step", e.step}, {"samples", e.samples}};
+    if (e.computed >= 0) args["computed"] = e.computed;
     mine.push_back({{"name", e.name},
                     {"ph", "X"},
                     {"ts", e.start_us},
                     {"dur", e.dur_us},
                     {"pid", section},
                     {"tid", world_rank},
-                    {"args", {{"step", e.step}, {"samples", e.samples}}}});
+                    {"args", std::move(args)}});
   }
   MAESTRO_RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/rank-{}.json", dir, world_rank), mine.dump()));
   MAESTRO_RETURN_IF_ERROR(Wait(world.Barrier()));

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Perfetto trace of a run: each rank records its ops (F<m>, B<m>, O,
-// checkpoint) as wall-clock intervals; at the end every rank writes
+// A<m> (a frozen section's micro-batch computed ahead, docs/run_ahead.md),
+// ahead (the rest of a run-ahead: pipeline drain, spool commit), checkpoint)
+// as wall-clock intervals, never nested; at the end every rank writes
 // <run_dir>/trace/rank-<r>.json and rank 0 merges them into
 // <run_dir>/trace.json (chrome://tracing format: one process per section,
 // one thread per rank). Long runs keep their first 20 and last 100 steps.
@@ -31,6 +33,9 @@ struct TraceEvent {
   int64_t step = 0;
   int64_t start_us = 0, dur_us = 0;
   int samples = 0;
+  // Of `samples`, the rows the op computed where a spool serves the others
+  // (a forward-only section's F or A op); -1: every sample was computed.
+  int computed = -1;
 };
 
 // One rank's events.
@@ -39,8 +44,9 @@ class StepTrace {
   explicit StepTrace(int64_t total_steps) : total_steps_(total_steps) {}
   // The step the following events belong to.
   void set_step(int64_t step) { step_ = step; }
-  // An op `name` from `start_us` (WallMicros) until now, over `samples` samples.
-  void Add(const std::string& name, int64_t start_us, int samples);
+  // An op `name` from `start_us` (WallMicros) until now, over `samples`
+  // samples of which `computed` were computed (-1: all; see TraceEvent).
+  void Add(const std::string& name, int64_t start_us, int samples, int computed = -1);
   const std::vector<TraceEvent>& events() const { return events_; }
 
  private:

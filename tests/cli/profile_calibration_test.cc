@@ -76,6 +76,40 @@ TEST(ProfileCalibration, OneSizeScalesEverySweepPointOfTheSection) {
   EXPECT_NEAR(profile[3].optimizer_seconds, 0.005, 1e-9);
 }
 
+// A run-ahead teacher (section 0, forward only): its F ops read back rows its
+// A ops computed a step earlier (the trace's "computed" argument, 0 there),
+// so only the A ops time it; the "ahead" op after the items is not a forward.
+TEST(ProfileCalibration, ASpooledForwardSectionIsTimedByTheRowsItComputed) {
+  std::vector<plan::ProfilePoint> profile = {Point("vit", 4, 0.010, 0.010, 0.0), Point("vit", 8, 0.020, 0.020, 0.0),
+                                             Point("llm", 8, 0.020, 0.008, 0.002)};
+  const auto with_computed = [](nlohmann::json op, int computed) {
+    op["args"]["computed"] = computed;
+    return op;
+  };
+  nlohmann::json events = nlohmann::json::array();
+  double t = 0.0;
+  for (int64_t step = 2; step < 6; ++step, t += 1.0) {
+    events.push_back(with_computed(Op("F0", 0, step, 4, 0.0002, t), 0));        // read back: not a forward of 4
+    events.push_back(with_computed(Op("A0", 0, step, 4, 0.030, t + 0.01), 4));  // 3x the sweep
+    events.push_back(Op("ahead", 0, step, 0, 0.5, t + 0.05));
+  }
+  auto result = CalibrateProfile(TwoSections(), nlohmann::json{{"traceEvents", events}}, 2, &profile);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ((*result)[0].sizes, 1);
+  EXPECT_EQ((*result)[0].ops, 4);  // the four A ops
+  EXPECT_NEAR((*result)[0].ratio, 3.0, 1e-9);
+  EXPECT_NEAR(profile[1].seconds, 0.060, 1e-9);
+
+  // Without the argument (every sample computed), the same F ops would have
+  // timed it at a fiftieth of the sweep: what the argument is there to prevent.
+  std::vector<plan::ProfilePoint> again = {Point("vit", 4, 0.010, 0.010, 0.0), Point("vit", 8, 0.020, 0.020, 0.0)};
+  nlohmann::json bare = nlohmann::json::array();
+  for (int64_t step = 2; step < 6; ++step) bare.push_back(Op("F0", 0, step, 4, 0.0002, step));
+  auto unmarked = CalibrateProfile(TwoSections(), nlohmann::json{{"traceEvents", bare}}, 2, &again);
+  ASSERT_TRUE(unmarked.ok());
+  EXPECT_NEAR((*unmarked)[0].ratio, 0.02, 1e-9);
+}
+
 TEST(ProfileCalibration, SeveralSizesReplaceTheSweepBetweenThemByTheInRunLine) {
   // llm's sweep: 1 -> 0.004, 4 -> 0.010, 16 -> 0.034 (forward a third); the
   // run used sizes 4, 8 and 12 (partial micro-batches), each 3 times, at

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
+#include <vector>
 
 #include "compiler/model.h"
 #include "tests/fixtures/workloads.h"
@@ -143,6 +145,48 @@ TEST(CostModel, AMeasuredProfileReplacesTheAnalyticTime) {
   EXPECT_DOUBLE_EQ(model.Evaluate(s, c).stage_seconds, 0.25);
   c.tp = 1;  // no profile on replicas of 1 GPU: analytic again
   EXPECT_FALSE(model.Evaluate(s, c).measured);
+}
+
+// A configuration whose GPU count the profile did not measure: the model's
+// compute there times measured / modelled at the nearest measured count, not
+// the model alone beside measured configurations (docs/spec.md, [[profile]]).
+TEST(CostModel, AConfigurationTheProfileMissesIsTheModelScaledToTheNearestMeasuredCount) {
+  DeviceType d = Gpu("g", 2, 4, 40, 300);
+  d.intra_bytes_per_s = d.inter_bytes_per_s = 1e30;  // no communication: the compute alone
+  const CostModel model({d}, 32);
+  const SectionWork bare = Decoder("llm", 1024, 8, true, 1, 1024);
+  SectionWork s = bare;
+  s.profiles.push_back(ProfileSpec{"llm", 1, 4, 0.8, 0.3, 0.1, {}});
+  plan::ParallelConfig one;
+  one.micro_batch = 4;
+  ASSERT_TRUE(model.Evaluate(s, one).measured);
+  const double scale = 0.8 / model.Evaluate(bare, one).stage_seconds;
+  ASSERT_GT(std::abs(scale - 1.0), 0.05) << "the premise: the model and the measurement differ";
+  for (const auto& [tp, pp, cp] : std::vector<std::tuple<int, int, int>>{{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1}}) {
+    plan::ParallelConfig c = one;
+    c.tp = tp;
+    c.pp = pp;
+    c.cp = cp;
+    const SectionCost got = model.Evaluate(s, c);
+    const SectionCost modelled = model.Evaluate(bare, c);
+    SCOPED_TRACE(::testing::Message() << "tp " << tp << " pp " << pp << " cp " << cp);
+    EXPECT_FALSE(got.measured);
+    EXPECT_EQ(got.calibrated_at_gpus, 1);
+    EXPECT_NEAR(got.calibration_scale, scale, 1e-12 * scale);
+    EXPECT_NEAR(got.stage_seconds, modelled.stage_seconds * scale, 1e-9 * got.stage_seconds);
+    EXPECT_DOUBLE_EQ(got.forward_share, 0.3 / 0.8);
+    EXPECT_NEAR(got.optimizer_seconds, 0.1 / (tp * pp), 1e-15);  // the measured step per parameter held
+  }
+  // Profiled at 1 and 4 GPUs: a replica of 2 is as near to both by ratio and
+  // takes the smaller; one of 8 takes 4.
+  s.profiles.push_back(ProfileSpec{"llm", 4, 4, 0.3, 0.1, 0.03, {}});
+  plan::ParallelConfig two = one;
+  two.tp = 2;
+  EXPECT_EQ(model.Evaluate(s, two).calibrated_at_gpus, 1);
+  two.pp = 4;
+  EXPECT_EQ(model.Evaluate(s, two).calibrated_at_gpus, 4);
+  // No profile at all: the model alone, unscaled.
+  EXPECT_EQ(model.Evaluate(bare, two).calibration_scale, 0.0);
 }
 
 TEST(CostModel, ProfilesInterpolateLinearlyBetweenMicroBatchSizes) {
