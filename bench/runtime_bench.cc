@@ -1,28 +1,39 @@
 // SPDX-License-Identifier: Apache-2.0
-// maestro-bench runtime: the tiny KD spec trained two ways on this machine, in
-// the same run — sectioned (teacher and student on their own ranks under
-// mpirun, wavefront-scheduled, 1 intra-op thread per rank on 2 cores) and the
-// monolithic reference (one process, every section one after another, torch
-// using every core) — and the framework's own overhead.
-//   sectioned_vs_monolithic  samples/s sectioned / samples/s monolithic
-//   overhead_fraction        time of the sectioned run that is neither model
-//                            compute nor waiting on a peer (data loading,
-//                            scheduling, bookkeeping), per rank, averaged
-//   wavefront_vs_fifo        the tiny VLM (ViT rank + decoder rank, image
-//                            fraction 0.7) measured with the wavefront schedule
-//                            vs FIFO (data order): samples/s ratio; without
-//                            the Fashion-MNIST demo images it is not run and
-//                            wavefront_vs_fifo_skipped says why
-//   tiny_vlm_best_vs_monolithic  the tiny VLM as `maestro run` plans it for
-//                            this machine (the planner's grouping: sectioned
-//                            or fused, tiny_vlm_best_grouping) vs the
-//                            monolithic reference: samples/s ratio
-// Steps after the first 3 (warm-up) count.
+// maestro-bench runtime: real training runs on this machine's cores, in the
+// same run, of the plans `maestro run` would train here (local mode, one rank
+// per core), for tiny KD (keys without a prefix) and, when the Fashion-MNIST
+// demo images are present, tiny VLM (keys prefixed tiny_vlm_):
+//   sectioned_vs_monolithic  samples/s of the planner's sectioned plan over
+//                            the monolithic baseline's: every component fused
+//                            on every rank at the baseline's configuration
+//                            (DP over the ranks, its micro-batch), the
+//                            compiler's baseline with every option the
+//                            runtime has
+//   sectioned_vs_monolithic_predicted  the same ratio as the compiler
+//                            predicts it (simulated steps)
+//   best_vs_monolithic       the planner's own choice (best_grouping: fused or
+//                            sectioned) over the baseline; when it chose the
+//                            baseline's plan this is the same run: 1
+//   sectioned_vs_reference, monolithic_vs_reference  over the one-process
+//                            reference (every section one after another in
+//                            one process, torch on every core): a weaker
+//                            baseline than the fused one on small models,
+//                            kept as a figure, never as the claim
+//   overhead_fraction        time of the KD sectioned run that is neither
+//                            model compute nor waiting on a peer (data
+//                            loading, scheduling, bookkeeping), per rank
+//   wavefront_vs_fifo        the VLM's sectioned plan with the wavefront
+//                            schedule vs FIFO (data order): samples/s ratio
+// Without the images, tiny_vlm_skipped says why. Steps after the first 3
+// (warm-up) count. Each ratio is the median over `rounds` rounds (3; 1 with
+// --quick) of runs in rotated order (a shared machine drifts between runs);
+// *_rounds lists the headline ratios' per-round values.
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -38,41 +49,19 @@ namespace {
 namespace fs = std::filesystem;
 using maestro::plan::Plan;
 
-Plan LocalPlan(const std::string& spec_name, int64_t steps) {
-  auto spec = maestro::compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
-  if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
-  maestro::compiler::CompileOptions options;
-  options.grouping = maestro::compiler::Grouping::kSectioned;  // one rank per section, placed below
-  auto compiled = maestro::compiler::Compile(*spec, options);
-  if (!compiled.ok()) throw std::runtime_error(compiled.status().ToString());
-  Plan p = compiled->plan;
-  int rank = 0;
-  for (size_t i = 0; i < p.sections.size(); ++i) {
-    auto& s = p.sections[i];
-    s.config.tp = s.config.pp = s.config.cp = s.config.dp = 1;
-    // A frozen section the planner ran ahead by more than one batch to
-    // stream its pipeline (docs/run_ahead.md) has none here: one batch is
-    // what it needs at PP 1 (compiler/run_ahead.h).
-    s.run_ahead = std::min(s.run_ahead, 1);
-    const bool trains_decoder =
-        s.mode == maestro::plan::SectionMode::kTrain && s.model.kind == maestro::plan::ModelKind::kDecoder;
-    s.config.micro_batch = trains_decoder ? static_cast<int>(std::max<int64_t>(4, p.data.global_batch / 4)) : 8;
-    s.placement = {static_cast<int>(i), rank, 1, 1, 0, s.placement.gpu_type, "", ""};
-    ++rank;
-    s.init_from.clear();  // teacher weights from the seed: the speed does not depend on them
-    if (s.name == "student" && s.loss.kind != "kd") s.loss.kind = "kd";
-  }
-  for (auto& e : p.edges) e.fanout = e.fanin = 0;
-  p.layout.clear();
-  p.links.clear();
-  p.data.steps = steps;
-  maestro::plan::FillLayout(p);
-  return p;
-}
+// A plan `maestro run` would train on this machine: local mode, one rank
+// per core sharing the cores, the planner's configuration under `grouping`
+// (kAuto: the planner's own choice; kFused: every component fused on every
+// rank, the monolithic baseline's configuration; kSectioned: the sectioned
+// plan). Teacher weights come from the seed (the speed does not depend on
+// them).
+struct LocalPlanned {
+  Plan plan;
+  double predicted_step_seconds = 0;  // the compiler's simulated step of this plan
+  bool fused = false;
+};
 
-// The plan `maestro run` trains on this machine: local mode on its cores,
-// the planner's own grouping and configuration.
-Plan ChosenLocalPlan(const std::string& spec_name, int64_t steps) {
+LocalPlanned PlannedLocalPlan(const std::string& spec_name, int64_t steps, maestro::compiler::Grouping grouping) {
   auto spec = maestro::compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
   if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
   maestro::compiler::CompileOptions options;
@@ -80,11 +69,19 @@ Plan ChosenLocalPlan(const std::string& spec_name, int64_t steps) {
   options.local_ranks = cores;
   options.local_cores = cores;
   options.local_grow = true;
+  options.grouping = grouping;
   auto compiled = maestro::compiler::Compile(*spec, options);
   if (!compiled.ok()) throw std::runtime_error(compiled.status().ToString());
-  Plan p = compiled->plan;
-  p.data.steps = steps;
-  return p;
+  LocalPlanned out;
+  out.plan = compiled->plan;
+  out.plan.data.steps = steps;
+  for (auto& s : out.plan.sections) {
+    s.init_from.clear();
+    for (auto& c : s.components) c.init_from.clear();
+  }
+  out.predicted_step_seconds = compiled->grouping.chosen_step_seconds;
+  out.fused = compiled->grouping.fused;
+  return out;
 }
 
 // Sum of samples and seconds over the steps past warm-up; mean overhead.
@@ -129,63 +126,152 @@ RunFigures ReadMetrics(const std::string& path) {
   return f;
 }
 
+double Rate(const RunFigures& f) {
+  return f.samples / f.seconds;
+}
+
+RunFigures RunPlan(const std::string& worker, const Plan& plan, const std::string& dir, const std::string& name) {
+  RunSectioned(worker, plan, WritePlan(plan, dir + "/" + name + ".json"), dir + "/" + name);
+  return ReadMetrics(dir + "/" + name + "/metrics.jsonl");
+}
+
+// The one-process reference on `plan`'s workload (the plan only names the
+// models, data and steps it trains).
+RunFigures RunReference(const std::string& worker, const Plan& plan, const std::string& dir, const std::string& name) {
+  const std::string plan_path = WritePlan(plan, dir + "/" + name + ".json");
+  // The reference prints `step N loss` lines: to stderr, like every log.
+  auto rc = maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/" + name, plan_path},
+                                     maestro::cli::ChildStdout::kToStderr);
+  if (!rc.ok() || *rc != 0) throw std::runtime_error("the one-process reference run of " + name + " failed");
+  return ReadMetrics(dir + "/" + name + "/metrics.jsonl");
+}
+
+// One workload's groupings, measured in the same run on this machine's cores:
+// the planner's sectioned plan, the monolithic baseline (every component fused
+// on every rank at the baseline's configuration: DP over the ranks, the
+// planner's micro-batch; every option the runtime has) and the one-process
+// reference. The planner's own choice is one of the first two (the same plan:
+// not run again) or, should it differ from both, run as well. A shared
+// machine's speed drifts between runs by more than these ratios (measured
+// here: the same KD pair at 0.96 and 1.17 in two runs of this benchmark), so
+// the runs go in rounds, each round every plan once in an order rotated by
+// the round, and each ratio is the median of the rounds' ratios.
+struct RoundRates {
+  double sectioned = 0, monolithic = 0, reference = 0, best = 0, fifo = 0;
+};
+struct GroupingFigures {
+  std::vector<RoundRates> rounds;
+  double overhead_fraction = 0;  // the sectioned runs', mean over rounds
+  int steps_measured = 0;
+  LocalPlanned sectioned_plan, monolithic_plan;
+  bool best_fused = false;
+};
+
+GroupingFigures MeasureGroupings(const std::string& worker, const std::string& spec_name, int64_t steps, int rounds,
+                                 bool with_fifo, const std::string& dir, const std::string& name) {
+  using maestro::compiler::Grouping;
+  GroupingFigures g;
+  g.sectioned_plan = PlannedLocalPlan(spec_name, steps, Grouping::kSectioned);
+  g.sectioned_plan.plan.schedule_policy = "wavefront";
+  g.monolithic_plan = PlannedLocalPlan(spec_name, steps, Grouping::kFused);
+  const LocalPlanned best = PlannedLocalPlan(spec_name, steps, Grouping::kAuto);
+  g.best_fused = best.fused;
+  const std::string best_json = maestro::plan::PlanToJson(best.plan);
+  const bool best_is_monolithic = best_json == maestro::plan::PlanToJson(g.monolithic_plan.plan);
+  const bool best_is_sectioned = !best_is_monolithic && best_json == maestro::plan::PlanToJson(g.sectioned_plan.plan);
+  Plan fifo = g.sectioned_plan.plan;
+  fifo.schedule_policy = "fifo";
+  for (int r = 0; r < rounds; ++r) {
+    RoundRates rates;
+    const std::string tag = name + "_r" + std::to_string(r);
+    std::vector<std::function<void()>> runs = {
+        [&] {
+          const RunFigures f = RunPlan(worker, g.sectioned_plan.plan, dir, tag + "_sectioned");
+          rates.sectioned = Rate(f);
+          g.overhead_fraction += f.overhead / f.steps / rounds;
+          g.steps_measured = f.steps;
+        },
+        [&] { rates.monolithic = Rate(RunPlan(worker, g.monolithic_plan.plan, dir, tag + "_monolithic")); },
+        [&] { rates.reference = Rate(RunReference(worker, g.monolithic_plan.plan, dir, tag + "_reference")); }};
+    if (!best_is_monolithic && !best_is_sectioned) {
+      runs.push_back([&] { rates.best = Rate(RunPlan(worker, best.plan, dir, tag + "_best")); });
+    }
+    if (with_fifo) runs.push_back([&] { rates.fifo = Rate(RunPlan(worker, fifo, dir, tag + "_fifo")); });
+    std::rotate(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(r % runs.size()), runs.end());
+    for (const auto& run : runs) run();
+    if (best_is_monolithic) rates.best = rates.monolithic;
+    if (best_is_sectioned) rates.best = rates.sectioned;
+    g.rounds.push_back(rates);
+  }
+  return g;
+}
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// `prefix`sectioned_vs_monolithic and the rest (see the header): the median
+// over the rounds, and for the two headline ratios each round's as well.
+void Report(const GroupingFigures& g, const std::string& prefix, nlohmann::json& out) {
+  const auto ratio = [&](const std::string& key, double RoundRates::*over, double RoundRates::*under) {
+    std::vector<double> per_round;
+    for (const auto& r : g.rounds) per_round.push_back(r.*over / r.*under);
+    out[prefix + key] = MedianOf(per_round);
+    return per_round;
+  };
+  out[prefix + "sectioned_vs_monolithic_rounds"] =
+      ratio("sectioned_vs_monolithic", &RoundRates::sectioned, &RoundRates::monolithic);
+  out[prefix + "sectioned_vs_monolithic_predicted"] =
+      g.monolithic_plan.predicted_step_seconds / g.sectioned_plan.predicted_step_seconds;
+  ratio("best_vs_monolithic", &RoundRates::best, &RoundRates::monolithic);
+  out[prefix + "best_grouping"] = g.best_fused ? "fused" : "sectioned";
+  ratio("sectioned_vs_reference", &RoundRates::sectioned, &RoundRates::reference);
+  ratio("monolithic_vs_reference", &RoundRates::monolithic, &RoundRates::reference);
+  std::vector<double> sectioned, monolithic, reference;
+  for (const auto& r : g.rounds) {
+    sectioned.push_back(r.sectioned);
+    monolithic.push_back(r.monolithic);
+    reference.push_back(r.reference);
+  }
+  out[prefix + "sectioned_samples_per_s"] = MedianOf(sectioned);
+  out[prefix + "monolithic_samples_per_s"] = MedianOf(monolithic);
+  out[prefix + "reference_samples_per_s"] = MedianOf(reference);
+}
+
 }  // namespace
 
-MAESTRO_BENCHMARK(runtime, "tiny KD: sectioned (mpirun, wavefront) vs monolithic samples/s, framework overhead") {
+MAESTRO_BENCHMARK(runtime, "tiny KD and tiny VLM: sectioned vs monolithic (fused DP) samples/s, framework overhead") {
   const int64_t steps = options.quick ? 10 : 40;
-  const Plan plan = LocalPlan("tiny_kd.toml", steps);
   char tmpl[] = "/tmp/maestro-runtime-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("cannot create a temporary directory in /tmp");
   const std::string dir = tmpl;
-  const std::string plan_path = WritePlan(plan, dir + "/plan.json");
   const std::string worker = maestro::cli::SelfDirectory() + "/maestro-worker";
 
-  RunSectioned(worker, plan, plan_path, dir + "/sectioned");
-  // The reference prints `step N loss` lines: to stderr, like every log.
-  auto rc = maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/monolithic", plan_path},
-                                     maestro::cli::ChildStdout::kToStderr);
-  if (!rc.ok() || *rc != 0) throw std::runtime_error("the monolithic reference run failed");
-
   nlohmann::json out;
-  // The wavefront schedule vs data order on the VLM, where the order matters
-  // (it trains on Fashion-MNIST: without it, the KD figures still come).
+  const int rounds = options.quick ? 1 : 3;
+  out["rounds"] = rounds;
+  const GroupingFigures kd = MeasureGroupings(worker, "tiny_kd.toml", steps, rounds, false, dir, "kd");
+  Report(kd, "", out);
+  out["overhead_fraction"] = kd.overhead_fraction;
+  out["steps_measured"] = kd.steps_measured;
+
+  // The VLM trains on Fashion-MNIST: without it, the KD figures still come.
   const maestro::Status images = maestro::datasets::FindFashionMnist(maestro::datasets::DefaultFashionMnistDir());
   if (images.ok()) {
-    Plan vlm = LocalPlan("tiny_vlm.toml", steps);
-    vlm.schedule_policy = "wavefront";
-    RunSectioned(worker, vlm, WritePlan(vlm, dir + "/vlm_wavefront.json"), dir + "/vlm_wavefront");
-    vlm.schedule_policy = "fifo";
-    RunSectioned(worker, vlm, WritePlan(vlm, dir + "/vlm_fifo.json"), dir + "/vlm_fifo");
-    const auto wavefront = ReadMetrics(dir + "/vlm_wavefront/metrics.jsonl");
-    const auto fifo = ReadMetrics(dir + "/vlm_fifo/metrics.jsonl");
-    out["wavefront_vs_fifo"] = (wavefront.samples / wavefront.seconds) / (fifo.samples / fifo.seconds);
-    // The planner's choice against the monolithic reference (every option
-    // the runtime has: one process, torch on every core), same steps.
-    const Plan best = ChosenLocalPlan("tiny_vlm.toml", steps);
-    const std::string best_path = WritePlan(best, dir + "/vlm_best.json");
-    RunSectioned(worker, best, best_path, dir + "/vlm_best");
-    auto vlm_rc =
-        maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/vlm_reference", best_path},
-                                 maestro::cli::ChildStdout::kToStderr);
-    if (!vlm_rc.ok() || *vlm_rc != 0) throw std::runtime_error("the VLM's monolithic reference run failed");
-    const auto chosen = ReadMetrics(dir + "/vlm_best/metrics.jsonl");
-    const auto reference = ReadMetrics(dir + "/vlm_reference/metrics.jsonl");
-    out["tiny_vlm_best_vs_monolithic"] = (chosen.samples / chosen.seconds) / (reference.samples / reference.seconds);
-    out["tiny_vlm_best_grouping"] = best.sections.size() == 1 && best.sections[0].fused() ? "fused" : "sectioned";
+    // With it the wavefront schedule vs data order on the same sectioned
+    // plan, where the order matters (image fraction 0.7).
+    const GroupingFigures vlm = MeasureGroupings(worker, "tiny_vlm.toml", steps, rounds, true, dir, "vlm");
+    Report(vlm, "tiny_vlm_", out);
+    std::vector<double> per_round;
+    for (const auto& r : vlm.rounds) per_round.push_back(r.sectioned / r.fifo);
+    out["wavefront_vs_fifo"] = MedianOf(per_round);
+    out["wavefront_vs_fifo_rounds"] = per_round;
   } else {
-    out["wavefront_vs_fifo_skipped"] = "needs the Fashion-MNIST demo images: " + images.ToString();
+    out["tiny_vlm_skipped"] = "needs the Fashion-MNIST demo images: " + images.ToString();
   }
-
-  const auto sectioned = ReadMetrics(dir + "/sectioned/metrics.jsonl");
-  const auto monolithic = ReadMetrics(dir + "/monolithic/metrics.jsonl");
   fs::remove_all(dir);
-  const double sectioned_rate = sectioned.samples / sectioned.seconds;
-  const double monolithic_rate = monolithic.samples / monolithic.seconds;
-  out["sectioned_samples_per_s"] = sectioned_rate;
-  out["monolithic_samples_per_s"] = monolithic_rate;
-  out["sectioned_vs_monolithic"] = sectioned_rate / monolithic_rate;
-  out["overhead_fraction"] = sectioned.overhead / sectioned.steps;
-  out["steps_measured"] = sectioned.steps;
   out["cores"] = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   return out;
 }

@@ -54,6 +54,9 @@ const std::map<std::string, std::vector<std::string>> kRequiredKeys = {
      {"pp2_vs_dp2", "tp2_vs_dp2", "zero1_vs_dp2", "recompute_full_vs_none", "recompute_selective_vs_none",
       "moe_vs_dense", "pp_bubble_fraction", "pp_bubble_theory", "pp_imbalance_fraction", "pp_stages",
       "pp_micro_batches"}},
+    {"runtime",
+     {"sectioned_vs_monolithic", "sectioned_vs_monolithic_predicted", "best_vs_monolithic", "sectioned_vs_reference",
+      "monolithic_vs_reference", "overhead_fraction"}},
 };
 
 // maestro-bench parallel: the measured PP bubble (the span of a step's
@@ -70,6 +73,27 @@ void ExpectParallelFigures(const nlohmann::json& result) {
   for (const auto& key : {"pp2_vs_dp2", "tp2_vs_dp2", "zero1_vs_dp2", "recompute_full_vs_none",
                           "recompute_selective_vs_none", "moe_vs_dense"}) {
     EXPECT_GT(result[key].get<double>(), 0.0) << key;
+  }
+}
+
+// maestro-bench runtime: for each workload it measured, the planner's choice
+// follows its own prediction (fused exactly when it predicts the sectioned
+// plan slower than the baseline), and a choice of the baseline's plan is the
+// baseline's run itself (ratio 1), not a second, different plan.
+void ExpectRuntimeFigures(const nlohmann::json& result) {
+  for (const std::string prefix : {"", "tiny_vlm_"}) {
+    if (!result.contains(prefix + "best_grouping")) {
+      EXPECT_FALSE(prefix.empty()) << "the KD figures always come";
+      continue;
+    }
+    const bool fused = result[prefix + "best_grouping"] == "fused";
+    EXPECT_EQ(fused, result[prefix + "sectioned_vs_monolithic_predicted"].get<double>() < 1.0) << result.dump();
+    if (fused) {
+      EXPECT_EQ(result[prefix + "best_vs_monolithic"].get<double>(), 1.0) << result.dump();
+    }
+    for (const auto& key : {"sectioned_vs_monolithic", "monolithic_vs_reference", "sectioned_vs_reference"}) {
+      EXPECT_GT(result[prefix + key].get<double>(), 0.0) << prefix + key;
+    }
   }
 }
 
@@ -158,6 +182,7 @@ TEST_P(BenchJsonOutput, QuickJsonRunPrintsOneJsonObjectOnStdoutAndLogsOnStderr) 
     }
   }
   if (name == "parallel") ExpectParallelFigures(result);
+  if (name == "runtime") ExpectRuntimeFigures(result);
 
   // The children's logs went to stderr.
   const auto log = kChildLogs.find(name);
