@@ -32,9 +32,16 @@ MeasuredStep MeasureStep(const plan::Plan& plan, const scheduler::Schedule& sche
   for (const auto& e : events) {
     if (e.value("ph", "") != "X" || !e.contains("args") || e["args"].value("step", int64_t{-1}) != step) continue;
     const std::string name = e.value("name", "");
-    if (name.empty() || (name[0] != 'F' && name[0] != 'B' && name[0] != 'O')) continue;
+    // A<m>: a frozen section's micro-batch computed ahead (trace.h); the
+    // simulator's steady state has its ranks compute the next batch's rows in
+    // this step's forward ops, so the A ops are its forwards here, and an F
+    // op that computed nothing (the rows read back) is not.
+    const bool ahead = !name.empty() && name[0] == 'A' && name != "ahead";
+    if (name.empty() || (name[0] != 'F' && name[0] != 'B' && name[0] != 'O' && !ahead)) continue;
     const double ts_s = e.value("ts", 0.0) * 1e-6;
     computing.push_back({ts_s, ts_s + e.value("dur", 0.0) * 1e-6});
+    const int computed = e["args"].value("computed", -1);
+    if (name[0] == 'F' && computed == 0) continue;
     auto coords = plan::CoordsOfRank(plan, e.value("tid", -1));
     // One rank per replica: TP 0 and, with pipeline stages, the first
     // (docs/pipeline.md: its ops time one stage's share of the section).
@@ -42,11 +49,11 @@ MeasuredStep MeasureStep(const plan::Plan& plan, const scheduler::Schedule& sche
     scheduler::OpInterval op;
     op.rank = schedule.RankIndex(coords->section, coords->dp);
     if (op.rank < 0) continue;
-    op.kind = name[0] == 'F'   ? scheduler::OpKind::kForward
-              : name[0] == 'B' ? scheduler::OpKind::kBackward
-                               : scheduler::OpKind::kOptimizer;
+    op.kind = name[0] == 'F' || ahead ? scheduler::OpKind::kForward
+              : name[0] == 'B'        ? scheduler::OpKind::kBackward
+                                      : scheduler::OpKind::kOptimizer;
     op.micro_batch = name.size() > 1 ? std::atoi(name.c_str() + 1) : -1;
-    op.samples = e["args"].value("samples", 0);
+    op.samples = computed >= 0 ? computed : e["args"].value("samples", 0);
     const int64_t ts = e.value("ts", int64_t{0}), dur = e.value("dur", int64_t{0});
     op.start = static_cast<double>(ts);
     op.end = static_cast<double>(ts + dur);
@@ -89,7 +96,10 @@ plan::Plan FitCostsToStep(const plan::Plan& plan, const scheduler::Schedule& sch
       ++o_n[s];
       continue;
     }
-    auto& mb = micro_batches[{op.rank, op.micro_batch}];
+    // A forward-only section's ops are micro-batches of their own (its
+    // run-ahead items of two batches may share an index).
+    const bool forward_only = plan.sections[s].mode == plan::SectionMode::kForward;
+    auto& mb = micro_batches[{op.rank, forward_only ? -1 - static_cast<int>(i) : op.micro_batch}];
     mb.first += d;
     if (op.kind == scheduler::OpKind::kForward) {
       f_sec[s] += d;

@@ -27,7 +27,11 @@ namespace maestro::runtime {
 // The ops of step `step` in the merged trace `events`, as a Simulation of
 // `schedule` (times in seconds from the step's first op), and each op's time
 // alone on a core (scheduler::AloneSeconds over every rank's computing
-// intervals, TP ranks too; plan.shared_cores).
+// intervals, TP ranks too; plan.shared_cores). A run-ahead section's A ops
+// are its forwards (at the rows they computed) and its F ops that only read
+// rows back are left out, as the simulator's steady state has it. (The run's
+// last step, which WriteTimelines draws, computes nothing ahead: under
+// run-ahead it shows the training path alone, not the steady state.)
 struct MeasuredStep {
   scheduler::Simulation timeline;
   std::vector<double> alone_seconds;  // per timeline.ops[i]
