@@ -93,10 +93,10 @@ StatusOr<std::vector<SectionCalibration>> CalibrateProfile(const plan::Plan& pla
       // the rows it computed (runtime/trace.h): a run-ahead or spooled
       // teacher's F ops mostly read rows back, its A ops compute the next
       // batches'. An op that computed none calibrates nothing.
-      op.samples = args.contains("computed") ? args.value("computed", 0) : args.value("samples", 0);
+      op.samples = args.value("computed", args.value("samples", 0));
       op.section = e.value("pid", -1);
       if (name[0] == 'F' || name[0] == 'B') op.kind = name[0];
-      if (name[0] == 'A' && name != "ahead") op.kind = 'F';
+      if (name[0] == 'A') op.kind = 'F';  // A<m>; the "ahead" op after them is lowercase
       if (name == "O") op.kind = 'O';
     }
     all.push_back(op);

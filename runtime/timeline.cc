@@ -36,8 +36,9 @@ MeasuredStep MeasureStep(const plan::Plan& plan, const scheduler::Schedule& sche
     // simulator's steady state has its ranks compute the next batch's rows in
     // this step's forward ops, so the A ops are its forwards here, and an F
     // op that computed nothing (the rows read back) is not.
-    const bool ahead = !name.empty() && name[0] == 'A' && name != "ahead";
-    if (name.empty() || (name[0] != 'F' && name[0] != 'B' && name[0] != 'O' && !ahead)) continue;
+    if (name.empty()) continue;
+    const bool ahead = name[0] == 'A';  // A<m>; the "ahead" op after them is lowercase
+    if (name[0] != 'F' && name[0] != 'B' && name[0] != 'O' && !ahead) continue;
     const double ts_s = e.value("ts", 0.0) * 1e-6;
     computing.push_back({ts_s, ts_s + e.value("dur", 0.0) * 1e-6});
     const int computed = e["args"].value("computed", -1);
