@@ -95,10 +95,19 @@ struct ReportMonolithic {
 // times: per step, whatever the split, as its weights change between steps).
 // Per GPU type (sections do not move across types): the bound is the
 // largest of sum(work on the type) / GPUs held of the type.
+// Whose per-GPU times price the work: the chosen sectioned plan's; the
+// sectioned plan's when a fused plan was chosen (its sections' widths and
+// micro-batches: a stricter bound than the fused plan's own times, which
+// split without rounding would give the fused step back); the fused plan's
+// own step when it beats that bound (every GPU on every component).
+enum class SplitBoundBasis { kPlan, kSectionedPlan, kFusedPlan };
+const char* SplitBoundBasisName(SplitBoundBasis b);  // "plan", "sectioned_plan", "fused_plan"
+
 struct SplitBound {
   double step_seconds = 0;  // 0: no bound (nothing held)
   double fraction = 0;      // step_seconds / the plan's predicted (simulated) step
   int gpus_held = 0;
+  SplitBoundBasis basis = SplitBoundBasis::kPlan;
 };
 SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignment& a, double plan_step_seconds);
 

@@ -60,6 +60,49 @@ TEST(SplitBound, ASectionedPlanIsBelowTheBoundItsWorkAndGpusGive) {
   EXPECT_LE(js["split_bound_seconds"].get<double>(), busiest * (1 + 1e-9));
 }
 
+// The report says whose per-GPU times price the bound. A sectioned plan:
+// its own. A fused plan: the sectioned plan's (the stricter bound; the fused
+// plan's own times, split without rounding, give its step back), unless the
+// fused step beats that bound, which then is the fused plan (fraction 1).
+TEST(SplitBound, TheReportNamesWhosePerGpuTimesPriceTheBound) {
+  struct Case {
+    std::string spec;
+    Grouping grouping;
+    std::string basis;  // both fused cases occur among the specs
+  };
+  for (const Case& c :
+       {Case{"tiny_kd.toml", Grouping::kSectioned, "plan"}, Case{"tiny_kd.toml", Grouping::kFused, "sectioned_plan"},
+        Case{"tiny_vlm.toml", Grouping::kFused, "fused_plan"}}) {
+    SCOPED_TRACE(c.spec);
+    auto fused = CompileSpec(c.spec, c.grouping);
+    ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+    auto sectioned = CompileSpec(c.spec, Grouping::kSectioned);
+    ASSERT_TRUE(sectioned.ok()) << sectioned.status().ToString();
+    const auto js = nlohmann::json::parse(fused->report_json);
+    const auto sectioned_js = nlohmann::json::parse(sectioned->report_json);
+    const double sectioned_bound = sectioned_js["split_bound_seconds"].get<double>();
+    const std::string basis = js["split_bound_basis"].get<std::string>();
+    EXPECT_EQ(basis, c.basis);
+    if (c.grouping == Grouping::kSectioned) {
+      EXPECT_EQ(basis, "plan");
+      EXPECT_NE(fused->report.find("at the plan's per-GPU times"), std::string::npos) << fused->report;
+      continue;
+    }
+    ASSERT_TRUE(fused->grouping.fused);
+    const double fused_step = fused->grouping.chosen_step_seconds;
+    if (fused_step < sectioned_bound) {
+      EXPECT_EQ(basis, "fused_plan");
+      EXPECT_DOUBLE_EQ(js["split_bound_seconds"].get<double>(), fused_step);
+      EXPECT_DOUBLE_EQ(js["fraction_of_split_bound"].get<double>(), 1.0);
+      EXPECT_NE(fused->report.find("the fused plan's own step"), std::string::npos) << fused->report;
+    } else {
+      EXPECT_EQ(basis, "sectioned_plan");
+      EXPECT_DOUBLE_EQ(js["split_bound_seconds"].get<double>(), sectioned_bound);
+      EXPECT_NE(fused->report.find("at the sectioned plan's per-GPU times"), std::string::npos) << fused->report;
+    }
+  }
+}
+
 // "No rounding" prices every sample at the plan's micro-batch size. A
 // replica of 16 samples at micro-batch 32 runs one micro-batch of 16 (the
 // plan's cost prices it at that fill); the bound is half a full 32-sample
