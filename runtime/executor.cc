@@ -60,6 +60,12 @@ using executor_internal::SecondsSince;
 // (micro_batch -1) that serves the peers' rows. `slot` pairs a backward with
 // its forward: the i-th forward of the sequence opens slot i on every rank,
 // and a backward closes one slot on every rank at once.
+// Does a section of `plan` compute rows of later batches ahead (SectionPlan::run_ahead)?
+bool PlanRunsAhead(const plan::Plan& plan) {
+  return std::any_of(plan.sections.begin(), plan.sections.end(),
+                     [](const plan::SectionPlan& s) { return s.run_ahead > 0; });
+}
+
 struct LockstepOp {
   scheduler::OpKind kind = scheduler::OpKind::kForward;
   int micro_batch = -1;
@@ -439,6 +445,12 @@ Status RankLoop::ShardedOptimizerStep(int64_t step) {
 }
 
 Status RankLoop::RunStep(const StepBatch& batch) {
+  if (Rank0() && PlanRunsAhead(plan_) && program_ != nullptr) {
+    previous_step_ = current_step_;
+    previous_problem_ = std::move(problem_);
+    previous_schedule_ = std::move(schedule_);
+    program_ = nullptr;
+  }
   current_step_ = batch.step;
   current_epoch_ = batch.epoch;
   trace_.set_step(batch.step);
@@ -730,7 +742,14 @@ StatusOr<TrainSummary> RankLoop::Run() {
   MAESTRO_ASSIGN_OR_RETURN(
       auto events, WriteTrace(comms_.world(), plan_, section_, place_.world_rank, options_.run_dir, trace_.events()));
   if (Rank0()) {
-    MAESTRO_RETURN_IF_ERROR(WriteTimelines(plan_, problem_, schedule_, current_step_, events, options_.run_dir));
+    // Under run-ahead the step before the last is the steady state: it
+    // computes the next batch's rows ahead; the last computes none. (The
+    // first step of a start computes its own rows and the next ones, so
+    // that step is drawn only when no other ran before the last.)
+    const bool steady = previous_step_ >= 0 && steps_this_start >= 3;
+    MAESTRO_RETURN_IF_ERROR(WriteTimelines(plan_, steady ? previous_problem_ : problem_,
+                                           steady ? previous_schedule_ : schedule_,
+                                           steady ? previous_step_ : current_step_, events, options_.run_dir));
   }
   if (CpSize() > 1) {
     const ContextParallelTokenCounts& counts = ContextParallelTokensOfThisProcess();

@@ -182,6 +182,12 @@ class RankLoop {
   scheduler::Problem problem_;
   scheduler::Schedule schedule_;
   const scheduler::RankProgram* program_ = nullptr;
+  // Rank 0, when a section runs ahead: the step before the one in flight
+  // (-1: none yet), its problem and schedule, which the timeline draws: the
+  // run's last step computes nothing ahead, the one before it does.
+  int64_t previous_step_ = -1;
+  scheduler::Problem previous_problem_;
+  scheduler::Schedule previous_schedule_;
   struct MicroBatchState {
     MicroBatchData data;
     std::map<int, torch::Tensor> inputs;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The last step as it ran and as the step simulator predicts it: rank 0
+// A step as it ran and as the step simulator predicts it (the executor
+// draws the last one, or under run-ahead the one before it): rank 0
 // turns the merged trace (trace.h) into the measured timeline, fits
 // per-section costs to the same step's ops, and writes two Gantt charts on
 // one time scale (<run_dir>/timeline_measured.svg, timeline_predicted.svg)
@@ -29,9 +30,9 @@ namespace maestro::runtime {
 // alone on a core (scheduler::AloneSeconds over every rank's computing
 // intervals, TP ranks too; plan.shared_cores). A run-ahead section's A ops
 // are its forwards (at the rows they computed) and its F ops that only read
-// rows back are left out, as the simulator's steady state has it. (The run's
-// last step, which WriteTimelines draws, computes nothing ahead: under
-// run-ahead it shows the training path alone, not the steady state.)
+// rows back are left out, as the simulator's steady state has it. (A run's
+// last step computes nothing ahead; under run-ahead the executor draws the
+// step before it, the steady state.)
 struct MeasuredStep {
   scheduler::Simulation timeline;
   std::vector<double> alone_seconds;  // per timeline.ops[i]

@@ -6,8 +6,10 @@
 // calibration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 // GCC 12 reports a false -Wnull-dereference inside nlohmann::json's inlined code.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wnull-dereference"
@@ -133,6 +135,26 @@ TEST(MaestroProfile, ARunAheadTeacherIsCalibratedByTheRowsItComputed) {
   }
   EXPECT_GT(ahead_rows, 0) << "the premise: the teacher ran ahead";
   EXPECT_GT(read_back_ops, 0);
+
+  // The timeline draws the steady state: the step before the last, which
+  // computes the last one's rows ahead (the last computes none).
+  std::map<int64_t, int> ahead_rows_of_step;
+  int64_t last_step = -1;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X" || e.value("pid", -1) != teacher_section) continue;
+    const std::string name = e.value("name", "");
+    const int64_t step = e["args"].value("step", int64_t{-1});
+    last_step = std::max(last_step, step);
+    if (name[0] == 'A' && name != "ahead") ahead_rows_of_step[step] += e["args"].value("computed", 0);
+  }
+  ASSERT_GE(last_step, 2);
+  std::ifstream timeline_file(dir + "/out/calibration/timeline.json");
+  const auto timeline = nlohmann::json::parse(timeline_file, nullptr, false);
+  ASSERT_TRUE(timeline.is_object() && timeline.contains("step")) << "no calibration/timeline.json";
+  const int64_t drawn = timeline["step"].get<int64_t>();
+  EXPECT_EQ(drawn, last_step - 1) << "the step before the last";
+  EXPECT_GT(ahead_rows_of_step[drawn], 0) << "the drawn step computes rows ahead";
+  EXPECT_EQ(ahead_rows_of_step[last_step], 0) << "the premise: the last step computes nothing ahead";
 
   // The calibrated teacher at the sizes the run used stays within 3x of
   // its sweep (a shared machine's runs differ by tens of percent; the
