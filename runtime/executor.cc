@@ -55,17 +55,17 @@ namespace {
 using executor_internal::Clock;
 using executor_internal::SecondsSince;
 
-// EP lockstep (runtime/parallel/expert_parallel.h). One op of a rank in the
-// sequence its EP group runs together: its own micro-batch, or an empty one
-// (micro_batch -1) that serves the peers' rows. `slot` pairs a backward with
-// its forward: the i-th forward of the sequence opens slot i on every rank,
-// and a backward closes one slot on every rank at once.
 // Does a section of `plan` compute rows of later batches ahead (SectionPlan::run_ahead)?
 bool PlanRunsAhead(const plan::Plan& plan) {
   return std::any_of(plan.sections.begin(), plan.sections.end(),
                      [](const plan::SectionPlan& s) { return s.run_ahead > 0; });
 }
 
+// EP lockstep (runtime/parallel/expert_parallel.h). One op of a rank in the
+// sequence its EP group runs together: its own micro-batch, or an empty one
+// (micro_batch -1) that serves the peers' rows. `slot` pairs a backward with
+// its forward: the i-th forward of the sequence opens slot i on every rank,
+// and a backward closes one slot on every rank at once.
 struct LockstepOp {
   scheduler::OpKind kind = scheduler::OpKind::kForward;
   int micro_batch = -1;
