@@ -32,18 +32,14 @@ struct SectionOps {
   std::vector<double> optimizer;
 };
 
-// Piecewise-linear value of the sweep points `pts` (sorted by micro-batch)
-// at `samples`, extended by the nearest segment (one point: proportional).
+// The sweep points `pts` (sorted by micro-batch) at `samples`: the curve the
+// compiler prices them by (plan::ProfileCurveAt).
 double SweepAt(const std::vector<const plan::ProfilePoint*>& pts, double samples, bool forward) {
-  const auto v = [&](const plan::ProfilePoint* p) { return forward ? p->forward_seconds : p->seconds; };
-  if (pts.empty()) return 0.0;
-  if (pts.size() == 1) return v(pts[0]) * samples / pts[0]->micro_batch;
-  size_t hi = 1;
-  while (hi + 1 < pts.size() && pts[hi]->micro_batch < samples) ++hi;
-  const auto* a = pts[hi - 1];
-  const auto* b = pts[hi];
-  const double slope = (v(b) - v(a)) / (b->micro_batch - a->micro_batch);
-  return std::max(0.0, v(a) + slope * (samples - a->micro_batch));
+  std::vector<std::pair<double, double>> curve;
+  for (const plan::ProfilePoint* p : pts) {
+    curve.push_back({static_cast<double>(p->micro_batch), forward ? p->forward_seconds : p->seconds});
+  }
+  return plan::ProfileCurveAt(curve, samples);
 }
 
 // The points of `section` at `gpus`, sorted by micro-batch (pointers into `points`).

@@ -7,6 +7,7 @@
 #include "compiler/memory_model.h"
 #include "compiler/runtime_support.h"
 #include "compiler/step_model.h"
+#include "plan/profile.h"
 
 namespace maestro::compiler {
 
@@ -28,10 +29,10 @@ double KvWidth(const plan::ModelDesc& m) {
 }
 
 // A section's measured time at `samples` samples per micro-batch on replicas
-// of `gpus` GPUs: piecewise linear through the profile's points (sorted by
-// micro-batch), extended by the nearest segment's line outside them (one
-// point: proportional), so a partial micro-batch of a data-dependent section
-// costs what its samples cost. seconds = 0: no profile for `gpus`.
+// of `gpus` GPUs: the curve through the profile's points
+// (plan::ProfileCurveAt: piecewise linear, extended by the nearest segment,
+// floored outside the points), so a partial micro-batch of a data-dependent
+// section costs what its samples cost. seconds = 0: no profile for `gpus`.
 struct MeasuredStage {
   double seconds = 0, forward_share = 0, optimizer_seconds = 0;
 };
@@ -46,17 +47,9 @@ MeasuredStage InterpolateProfiles(const std::vector<ProfileSpec>& profiles, int 
             [](const ProfileSpec* a, const ProfileSpec* b) { return a->micro_batch < b->micro_batch; });
   const auto at = [](const ProfileSpec* p, bool forward) { return forward ? p->forward_seconds : p->seconds; };
   const auto line = [&](bool forward) {
-    if (points.size() == 1) return at(points[0], forward) * samples / points[0]->micro_batch;
-    size_t hi = 1;
-    while (hi + 1 < points.size() && points[hi]->micro_batch < samples) ++hi;
-    const ProfileSpec* a = points[hi - 1];
-    const ProfileSpec* b = points[hi];
-    const double slope = (at(b, forward) - at(a, forward)) / (b->micro_batch - a->micro_batch);
-    // Never below the proportional share of the smallest point (fixed costs
-    // do not go negative when extrapolating down to one sample).
-    const double floor =
-        samples < points[0]->micro_batch ? at(points[0], forward) * samples / points[0]->micro_batch : 0.0;
-    return std::max(floor, at(a, forward) + slope * (samples - a->micro_batch));
+    std::vector<std::pair<double, double>> curve;
+    for (const ProfileSpec* p : points) curve.push_back({static_cast<double>(p->micro_batch), at(p, forward)});
+    return plan::ProfileCurveAt(curve, samples);
   };
   out.seconds = std::max(line(false), 1e-12);
   const bool have_forward =

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -14,6 +15,22 @@
 #include "base/read_file.h"
 
 namespace maestro::plan {
+
+double ProfileCurveAt(const std::vector<std::pair<double, double>>& points, double samples) {
+  if (points.empty() || !(samples > 0)) return 0.0;
+  const auto& first = points.front();
+  const auto& last = points.back();
+  if (points.size() == 1) return first.second * samples / first.first;
+  size_t hi = 1;
+  while (hi + 1 < points.size() && points[hi].first < samples) ++hi;
+  const auto& a = points[hi - 1];
+  const auto& b = points[hi];
+  const double slope = (b.second - a.second) / (b.first - a.first);
+  const double floor = samples < first.first  ? first.second * samples / first.first
+                       : samples > last.first ? last.second
+                                              : 0.0;
+  return std::max(floor, a.second + slope * (samples - a.first));
+}
 
 std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points) {
   nlohmann::json out = nlohmann::json::array();

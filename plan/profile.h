@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -25,6 +26,16 @@ struct ProfilePoint {
   double forward_seconds = 0.0;    // its forward part (0: unknown)
   double optimizer_seconds = 0.0;  // the replica's optimizer step per training step (0: unknown or frozen)
 };
+
+// The time at `samples` samples per micro-batch of a measured curve:
+// `points` are (micro-batch, seconds), sorted by micro-batch. Piecewise
+// linear through them, extended by the nearest segment outside them, and
+// never below what an affine cost with no negative fixed part allows: below
+// the smallest point, its proportional share; above the largest, its value
+// (a noisy sweep whose per-sample time rises with the size extrapolates to
+// zero or below otherwise). One point: proportional. None, or samples <= 0: 0.
+// The compiler's pricing and `maestro profile`'s calibration both use it.
+double ProfileCurveAt(const std::vector<std::pair<double, double>>& points, double samples);
 
 std::string ProfilePointsToJson(const std::vector<ProfilePoint>& points);
 // InvalidArgument naming the point ("profile point 3: ...") when the text is

@@ -76,6 +76,33 @@ TEST(ProfileCalibration, OneSizeScalesEverySweepPointOfTheSection) {
   EXPECT_NEAR(profile[3].optimizer_seconds, 0.005, 1e-9);
 }
 
+// A noisy sweep whose per-sample time rises with the size (4: 0.0275 s,
+// 16: 0.2099 s, as a CI run measured) extrapolates below zero at one sample;
+// the planner (which floors it at the proportional share) planned
+// micro-batch 1, the run timed it at 0.0168 s, and the calibration divided by
+// the clamped zero: every point x1.7e10 and a plan that predicted 1.8e9 s per
+// step. The calibration reads the sweep as the compiler prices it.
+TEST(ProfileCalibration, ASizeBelowTheSweepIsComparedAtTheProportionalShareOfItsSmallestPoint) {
+  plan::Plan p = TwoSections();
+  p.sections[1].config.micro_batch = 1;
+  std::vector<plan::ProfilePoint> profile = {Point("vit", 4, 0.010, 0.004, 0.0), Point("llm", 4, 0.0275, 0.0125, 0.0),
+                                             Point("llm", 16, 0.2099, 0.0751, 0.0)};
+  nlohmann::json events = nlohmann::json::array();
+  double t = 0.0;
+  for (int64_t step = 1; step < 4; ++step, t += 1.0) {
+    events.push_back(Op("F0", 1, step, 1, 0.006, t));
+    events.push_back(Op("B0", 1, step, 1, 0.0108, t + 0.01));
+  }
+  auto result = CalibrateProfile(p, nlohmann::json{{"traceEvents", events}}, 1, &profile);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  const SectionCalibration& llm = (*result)[1];
+  EXPECT_EQ(llm.sizes, 1);
+  EXPECT_NEAR(llm.sweep_seconds, 0.0275 / 4, 1e-12);    // the floor, not zero
+  EXPECT_NEAR(llm.ratio, 0.0168 / (0.0275 / 4), 1e-9);  // 2.44x
+  EXPECT_NEAR(Find(profile, "llm", 4)->seconds, 0.0275 * llm.ratio, 1e-9);
+  EXPECT_NEAR(Find(profile, "llm", 16)->seconds, 0.2099 * llm.ratio, 1e-9);
+}
+
 // A run-ahead teacher (section 0, forward only): its F ops read back rows its
 // A ops computed a step earlier (the trace's "computed" argument, 0 there),
 // so only the A ops time it; the "ahead" op after the items is not a forward.

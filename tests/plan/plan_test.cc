@@ -497,4 +497,25 @@ TEST(SharedNodes, AVersionTwoPlanReadsAsOneComponentPerSection) {
 }
 
 }  // namespace
+// The measured curve the compiler prices and the calibration compares with.
+TEST(ProfileCurve, PiecewiseLinearExtendedByTheNearestSegmentAndFlooredOutsideThePoints) {
+  using plan::ProfileCurveAt;
+  EXPECT_EQ(ProfileCurveAt({}, 4), 0.0);
+  EXPECT_EQ(ProfileCurveAt({{4, 1.0}}, 0), 0.0);
+  EXPECT_DOUBLE_EQ(ProfileCurveAt({{4, 1.0}}, 6), 1.5);  // one point: proportional
+  const std::vector<std::pair<double, double>> rising = {{4, 1.0}, {8, 1.6}, {16, 2.8}};
+  EXPECT_DOUBLE_EQ(ProfileCurveAt(rising, 6), 1.3);   // between points
+  EXPECT_DOUBLE_EQ(ProfileCurveAt(rising, 32), 5.2);  // the last segment, extended
+  EXPECT_DOUBLE_EQ(ProfileCurveAt(rising, 2), 0.7);   // the first segment (a fixed part of 0.4)
+  // A noisy sweep: per-sample time rising with the size. Its first segment
+  // reaches zero near 3 samples; below the smallest point the curve is at
+  // least that point's proportional share.
+  const std::vector<std::pair<double, double>> noisy = {{4, 0.0275}, {16, 0.2099}};
+  EXPECT_DOUBLE_EQ(ProfileCurveAt(noisy, 1), 0.0275 / 4);
+  EXPECT_GT(ProfileCurveAt(noisy, 1), 0.0);
+  // A falling last segment: never below the largest point beyond it.
+  const std::vector<std::pair<double, double>> falling = {{4, 1.0}, {8, 0.9}};
+  EXPECT_DOUBLE_EQ(ProfileCurveAt(falling, 64), 0.9);
+}
+
 }  // namespace maestro::plan
