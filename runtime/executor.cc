@@ -55,12 +55,6 @@ namespace {
 using executor_internal::Clock;
 using executor_internal::SecondsSince;
 
-// Does a section of `plan` compute rows of later batches ahead (SectionPlan::run_ahead)?
-bool PlanRunsAhead(const plan::Plan& plan) {
-  return std::any_of(plan.sections.begin(), plan.sections.end(),
-                     [](const plan::SectionPlan& s) { return s.run_ahead > 0; });
-}
-
 // EP lockstep (runtime/parallel/expert_parallel.h). One op of a rank in the
 // sequence its EP group runs together: its own micro-batch, or an empty one
 // (micro_batch -1) that serves the peers' rows. `slot` pairs a backward with
@@ -445,7 +439,7 @@ Status RankLoop::ShardedOptimizerStep(int64_t step) {
 }
 
 Status RankLoop::RunStep(const StepBatch& batch) {
-  if (Rank0() && PlanRunsAhead(plan_) && program_ != nullptr) {
+  if (Rank0() && MostRunAhead(plan_) > 0 && program_ != nullptr) {
     previous_step_ = current_step_;
     previous_problem_ = std::move(problem_);
     previous_schedule_ = std::move(schedule_);

@@ -120,15 +120,20 @@ TEST(MaestroProfile, ARunAheadTeacherIsCalibratedByTheRowsItComputed) {
   }
   ASSERT_GE(teacher_section, 0) << "the premise: the calibration ran the teacher as a section of its own";
   int ahead_rows = 0, read_back_ops = 0;
+  std::map<int64_t, int> ahead_rows_of_step;  // for the timeline below
+  int64_t last_step = -1;
   for (const auto& e : trace["traceEvents"]) {
     if (e.value("ph", "") != "X" || e.value("pid", -1) != teacher_section) continue;
     const std::string name = e.value("name", "");
     const auto& args = e["args"];
-    if (name[0] == 'A' && name != "ahead") {
+    const int64_t step = args.value("step", int64_t{-1});
+    last_step = std::max(last_step, step);
+    if (name[0] == 'A') {  // A<m>; the "ahead" op after them is lowercase
       ASSERT_TRUE(args.contains("computed")) << e.dump();
       ahead_rows += args["computed"].get<int>();
+      ahead_rows_of_step[step] += args["computed"].get<int>();
     }
-    if (name[0] == 'F' && args.value("step", 0) >= 1) {
+    if (name[0] == 'F' && step >= 1) {
       ASSERT_TRUE(args.contains("computed")) << e.dump();
       if (args["computed"].get<int>() == 0) ++read_back_ops;
     }
@@ -138,15 +143,6 @@ TEST(MaestroProfile, ARunAheadTeacherIsCalibratedByTheRowsItComputed) {
 
   // The timeline draws the steady state: the step before the last, which
   // computes the last one's rows ahead (the last computes none).
-  std::map<int64_t, int> ahead_rows_of_step;
-  int64_t last_step = -1;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e.value("ph", "") != "X" || e.value("pid", -1) != teacher_section) continue;
-    const std::string name = e.value("name", "");
-    const int64_t step = e["args"].value("step", int64_t{-1});
-    last_step = std::max(last_step, step);
-    if (name[0] == 'A' && name != "ahead") ahead_rows_of_step[step] += e["args"].value("computed", 0);
-  }
   ASSERT_GE(last_step, 2);
   std::ifstream timeline_file(dir + "/out/calibration/timeline.json");
   const auto timeline = nlohmann::json::parse(timeline_file, nullptr, false);
