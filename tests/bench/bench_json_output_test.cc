@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/bench/bench_process.h"
+#include "tests/fixtures/test_paths.h"
 
 #ifndef MAESTRO_BENCH_SLOW_SET
 #define MAESTRO_BENCH_SLOW_SET 0

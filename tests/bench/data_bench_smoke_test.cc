@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tests/bench/bench_process.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace {
 

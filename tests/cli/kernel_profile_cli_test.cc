@@ -24,6 +24,7 @@
 #include "compiler/device_profile.h"
 #include "compiler/step_model.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 
 namespace maestro::cli {

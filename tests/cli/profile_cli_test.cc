@@ -23,6 +23,7 @@
 #include "plan/plan.h"
 #include "plan/profile.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::cli {
 namespace {

@@ -23,6 +23,7 @@
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::compiler {

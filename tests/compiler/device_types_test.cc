@@ -17,6 +17,7 @@
 #include "compiler/spec.h"
 #include "compiler/step_model.h"
 #include "compiler/workload_builder.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

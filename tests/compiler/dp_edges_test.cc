@@ -18,6 +18,7 @@
 #include "compiler/spec.h"
 #include "compiler/step_simulation.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

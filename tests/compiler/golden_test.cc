@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "base/shell.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace fs = std::filesystem;
 

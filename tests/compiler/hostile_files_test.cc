@@ -16,6 +16,7 @@
 #include "compiler/model.h"
 #include "compiler/spec.h"
 #include "plan/profile.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

@@ -18,6 +18,7 @@
 #include "compiler/memory_model.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

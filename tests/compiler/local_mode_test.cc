@@ -10,6 +10,7 @@
 #include "compiler/runtime_support.h"
 #include "compiler/spec.h"
 #include "scheduler/scheduler.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/shell.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

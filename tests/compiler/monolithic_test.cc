@@ -14,6 +14,7 @@
 #include "compiler/model.h"
 #include "compiler/planner.h"
 #include "compiler/step_simulation.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {

@@ -12,6 +12,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

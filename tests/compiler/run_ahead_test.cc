@@ -24,6 +24,7 @@
 #include "compiler/step_simulation.h"
 #include "compiler/workload_builder.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

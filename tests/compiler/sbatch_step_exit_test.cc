@@ -16,6 +16,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "compiler/model.h"
 #include "compiler/step_simulation.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {

@@ -11,6 +11,7 @@
 
 #include "compiler/compile.h"
 #include "tests/fixtures/specs.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

@@ -15,6 +15,7 @@
 #include "compiler/report.h"
 #include "compiler/spec.h"
 #include "compiler/workload_builder.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

@@ -17,6 +17,7 @@
 #include "base/checks.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

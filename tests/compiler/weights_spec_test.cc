@@ -11,6 +11,7 @@
 
 #include "compiler/spec.h"
 #include "tests/fixtures/hf_checkpoints.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
 namespace {

@@ -26,6 +26,7 @@
 #include "tests/datalayer/child_process.h"
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datalayer::testing {
 
@@ -86,7 +87,7 @@ inline CampaignResult RunKill9Campaign(const CampaignOptions& c) {
   ref.row_values = 1024;
   r.want = RunFakeTrainer(ref).ValueOrDie().weights;
 
-  const std::vector<std::string> argv = {MAESTRO_BIN_DIR "/fake_trainer",
+  const std::vector<std::string> argv = {std::string(MAESTRO_BIN_DIR) + "/fake_trainer",
                                          "--run-dir",
                                          dir + "/run",
                                          "--manifest",

@@ -9,6 +9,7 @@
 #include "tests/datalayer/child_process.h"
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datalayer {
 namespace {
@@ -49,7 +50,7 @@ TEST(PreemptionSignal, FakeTrainerCheckpointsExitsWithRequeueCodeAndResumesExact
   ref.checkpoint_every = 4;
   const uint64_t want = testing::RunFakeTrainer(ref).ValueOrDie().weights;
 
-  std::vector<std::string> argv = {MAESTRO_BIN_DIR "/fake_trainer",
+  std::vector<std::string> argv = {std::string(MAESTRO_BIN_DIR) + "/fake_trainer",
                                    "--run-dir",
                                    dir + "/run",
                                    "--manifest",

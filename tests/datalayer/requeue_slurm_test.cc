@@ -16,6 +16,7 @@
 #include "datalayer/sample_index.h"
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::datalayer {
@@ -62,8 +63,9 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
                                "}\n"
                                "trap 'forward_signal USR1' USR1\n"
                                "trap 'forward_signal TERM' TERM\n"
-                               "srun --unbuffered --ntasks=1 " MAESTRO_BIN_DIR "/fake_trainer --run-dir " +
-                               dir + "/run --manifest " + manifest +
+                               "srun --unbuffered --ntasks=1 " +
+                               std::string(MAESTRO_BIN_DIR) + "/fake_trainer --run-dir " + dir + "/run --manifest " +
+                               manifest +
                                " --checkpoint-every 2 \"${wait_args[@]}\" &\n"
                                "step_pid=$!\n"
                                "while kill -0 \"$step_pid\" 2>/dev/null; do wait \"$step_pid\"; done\n"

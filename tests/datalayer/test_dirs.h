@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/fixtures/test_paths.h"
+
 namespace maestro::datalayer::testing {
 
 // An empty directory under the build's test-tmp (or /dev/shm when

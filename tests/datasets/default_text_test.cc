@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "tests/fixtures/test_paths.h"
+
 namespace maestro::datasets {
 namespace {
 

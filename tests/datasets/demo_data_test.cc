@@ -20,6 +20,7 @@
 
 #include "datasets/idx_file.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datasets {
 namespace {

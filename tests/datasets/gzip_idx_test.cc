@@ -14,6 +14,7 @@
 
 #include "datasets/demo_data.h"
 #include "datasets/idx_file.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datasets {
 namespace {

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/fixtures/test_paths.h"
+
 namespace maestro::datasets {
 namespace {
 

@@ -26,6 +26,7 @@
 
 #include "datalayer/sample_index.h"
 #include "datasets/image_decode.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datasets {
 namespace {

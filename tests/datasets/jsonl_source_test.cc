@@ -22,6 +22,7 @@
 
 #include "datalayer/sample_index.h"
 #include "tests/fixtures/image_files.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datasets {
 namespace {

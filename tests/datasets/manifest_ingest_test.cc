@@ -12,6 +12,7 @@
 #include "datalayer/sample_index.h"
 #include "datasets/demo_data.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::datasets {
 namespace {

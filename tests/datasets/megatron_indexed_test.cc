@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/fixtures/test_paths.h"
+
 namespace maestro::datasets {
 namespace {
 

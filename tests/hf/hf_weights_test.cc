@@ -40,6 +40,7 @@
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/models.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime {
 namespace {

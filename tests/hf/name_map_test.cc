@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/fixtures/models.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::hf {
 namespace {

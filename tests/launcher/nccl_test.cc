@@ -16,6 +16,7 @@
 #include "plan/plan.h"
 #include "run_util.h"
 #include "test_plans.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::launcher::testing {
 namespace {

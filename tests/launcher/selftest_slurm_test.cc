@@ -19,6 +19,7 @@
 #include "base/exit_codes.h"
 #include "plan/plan.h"
 #include "test_plans.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::launcher {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "plan/profile.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::plan {
 namespace {

@@ -8,6 +8,7 @@
 #include "compiler/model.h"
 #include "runtime/models/model_desc.h"
 #include "tests/fixtures/models.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro {
 namespace {

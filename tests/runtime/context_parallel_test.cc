@@ -41,6 +41,7 @@
 #include "plan/plan.h"
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"

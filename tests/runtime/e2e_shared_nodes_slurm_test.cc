@@ -23,6 +23,7 @@
 
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/runtime/run_dir_util.h"
 #include "tests/slurm/slurm_test_util.h"
 

@@ -44,6 +44,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/run_dir_util.h"

@@ -30,6 +30,7 @@
 #include "compiler/spec.h"
 #include "plan/plan.h"
 #include "tests/fixtures/image_files.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/multi_rank_harness.h"

@@ -38,6 +38,7 @@
 #include "runtime/parallel/data_parallel.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/run_dir_util.h"

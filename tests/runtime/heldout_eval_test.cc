@@ -41,6 +41,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/reference.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
 

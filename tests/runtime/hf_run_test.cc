@@ -27,6 +27,7 @@
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
 #include "tests/fixtures/hf_checkpoints.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
 

@@ -13,6 +13,7 @@
 
 #include "compiler/device_profile.h"
 #include "runtime/decoder_speed.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime {
 namespace {

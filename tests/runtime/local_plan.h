@@ -14,6 +14,7 @@
 #include "compiler/spec.h"
 #include "compiler/workload_builder.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime_testing {
 

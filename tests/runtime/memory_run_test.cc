@@ -63,6 +63,7 @@
 #include "plan/loss_chunk.h"
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 
 namespace maestro {

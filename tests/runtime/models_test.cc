@@ -41,6 +41,7 @@
 #include "runtime/models/model_desc.h"
 #include "runtime/torch_compat.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime {
 namespace {

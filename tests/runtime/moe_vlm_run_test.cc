@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
 

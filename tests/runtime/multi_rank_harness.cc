@@ -16,6 +16,7 @@
 
 #include "datalayer/sample_index.h"
 #include "tests/fixtures/image_files.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro::runtime_testing {

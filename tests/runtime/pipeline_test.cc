@@ -49,6 +49,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/models/layers.h"
 #include "runtime/models/model_desc.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"

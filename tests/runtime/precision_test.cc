@@ -21,6 +21,7 @@
 #include "runtime/device_staging.h"
 #include "runtime/section_runner.h"
 #include "runtime/torch_compat.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime {
 namespace {

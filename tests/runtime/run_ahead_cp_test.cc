@@ -32,6 +32,7 @@
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
 #include "runtime/run_ahead.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/run_dir_util.h"

@@ -38,6 +38,7 @@
 #include "runtime/cost_model.h"
 #include "runtime/run_ahead.h"
 #include "runtime/step_batch.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/multi_rank_harness.h"

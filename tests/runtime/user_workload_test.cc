@@ -22,6 +22,7 @@
 
 #include "hf/checkpoint.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
 

@@ -38,6 +38,7 @@
 #include "plan/plan.h"
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"

@@ -20,6 +20,7 @@
 #include "plan/plan.h"
 #include "scheduler/simulator.h"
 #include "scheduler/synthetic.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::scheduler {
 namespace {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/fixtures/test_paths.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::testing {
