@@ -71,6 +71,26 @@ Status CheckRuntimeRunsEverything(const Spec& spec, const CompileOptions& option
   return Status::Ok();
 }
 
+// What the runtime refuses (plan/runtime_support.h CheckPlanRuns: a model
+// feature it lacks such as a config's rope_scaling, edges it cannot wire,
+// data it cannot feed) is refused here, at the spec's line of the section,
+// before any rank starts. A plan for more than this runtime
+// (--allow-planner-only, --runtime-support) is not held to it, except in
+// local mode, which runs the plan.
+Status CheckPlanStarts(const Spec& spec, const CompileOptions& options, const plan::Plan& plan) {
+  if (!spec.cluster.local && (options.allow_planner_only || options.support_given)) return Status::Ok();
+  std::string section;
+  const Status runs = plan::CheckPlanRuns(plan, plan::kRuntimeSupport, &section);
+  if (runs.ok()) return Status::Ok();
+  SourcePos pos = spec.cluster.pos;
+  for (const auto& s : spec.sections) {
+    if (s.name == section) pos = s.pos;
+  }
+  return Status::InvalidArgument(AtPos(
+      spec.path, pos,
+      runs.message() + (spec.cluster.local ? "" : "; --allow-planner-only plans it anyway (the job would not start)")));
+}
+
 // The simulation's refinement of the assignment, the run-ahead choice, and
 // the simulated step of the sectioned plan.
 void RefineAndSimulate(const Spec& spec, const CostModel& model, const PlannerOptions& po, CompileResult& r) {
@@ -330,7 +350,7 @@ std::string InFlightLog(const std::vector<SectionedAttempt>& attempts, size_t ch
 }
 
 // Why the runtime cannot pipeline the fused section over `pp` stages; ""
-// when it can: the runtime's rule (runtime/fused_pipeline.h
+// when it can: the runtime's rule (runtime/parallel/fused_pipeline.h
 // FusedPipelineRefusal) in the workload's terms.
 std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport& support) {
   if (!support.pipeline_parallel_fused) return "the runtime's fused sections run PP = 1";
@@ -634,6 +654,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
 
   // The outputs.
   MAESTRO_ASSIGN_OR_RETURN(r.plan, BuildPlan(spec, model, r));
+  MAESTRO_RETURN_IF_ERROR(CheckPlanStarts(spec, options, r.plan));
   MAESTRO_ASSIGN_OR_RETURN(r.sbatch, RenderSbatch(r.plan, spec, options));
   const Report report = BuildReport(spec, model, r, options);
   r.report = ReportText(report);

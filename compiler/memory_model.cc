@@ -26,12 +26,13 @@ double KvHeadsOf(const plan::ModelDesc& m) {
   return D(m.kv_heads > 0 ? m.kv_heads : m.heads);
 }
 bool QuickGeluOf(const plan::ModelDesc& m) {
-  const int layout = hf::VitLayoutOf(m);
-  const bool published = m.kind == ModelKind::kVit && (layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl);
+  const int layout = plan::VitLayout(m);
+  const bool published =
+      m.kind == ModelKind::kVit && (layout == plan::kVitLayoutClip || layout == plan::kVitLayoutQwen2Vl);
   return ExtraValue(m, "quick_gelu", published ? 1.0 : 0.0) != 0.0;
 }
 bool VisionRopeOf(const plan::ModelDesc& m) {
-  return m.kind == ModelKind::kVit && hf::VitLayoutOf(m) == hf::kVitLayoutQwen2Vl;
+  return m.kind == ModelKind::kVit && plan::VitLayout(m) == plan::kVitLayoutQwen2Vl;
 }
 
 // The parameters of an encoder or projector that TP splits

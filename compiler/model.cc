@@ -391,7 +391,7 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   int64_t max_pos = 0;
   MAESTRO_ASSIGN_OR_RETURN(max_pos, r.Int("max_position_embeddings", 0));
   if (max_pos > 0) d.extra["max_position_embeddings"] = static_cast<double>(max_pos);
-  // What the runtime's decoder computes with (runtime/models/model_desc.h);
+  // What the runtime's decoder computes with (plan/model_desc.h);
   // the defaults are those of transformers' LlamaConfig / MistralConfig /
   // Qwen2Config (rms_norm_eps 1e-6) and MixtralConfig (1e-5).
   MAESTRO_ASSIGN_OR_RETURN(d.extra["rope_theta"], r.Double("rope_theta", 10000.0));

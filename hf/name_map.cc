@@ -388,14 +388,6 @@ const char* WeightLayoutName(WeightLayout layout) {
   return "unknown";
 }
 
-int VitLayoutOf(const plan::ModelDesc& desc) {
-  auto it = desc.extra.find(kVitLayoutKey);
-  if (it != desc.extra.end()) return static_cast<int>(it->second);
-  auto pos = desc.extra.find("pos_embed");
-  if (pos != desc.extra.end() && pos->second == 0.0) return kVitLayoutQwen2Vl;
-  return kVitLayoutBuiltin;
-}
-
 WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
   switch (desc.kind) {
     case plan::ModelKind::kDecoder:
@@ -404,9 +396,9 @@ WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
                  ? WeightLayout::kQwenMoe
                  : WeightLayout::kMixtral;
     case plan::ModelKind::kVit:
-      switch (VitLayoutOf(desc)) {
-        case kVitLayoutClip: return WeightLayout::kClipVision;
-        case kVitLayoutQwen2Vl: return WeightLayout::kQwen2VlVision;
+      switch (plan::VitLayout(desc)) {
+        case plan::kVitLayoutClip: return WeightLayout::kClipVision;
+        case plan::kVitLayoutQwen2Vl: return WeightLayout::kQwen2VlVision;
         default: return WeightLayout::kBuiltinVit;
       }
     case plan::ModelKind::kAudioEncoder: return WeightLayout::kWhisperEncoder;
@@ -440,7 +432,7 @@ bool WeightNames::PassedOver(const std::string& hf_name) const {
 }
 
 StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
-  if (desc.kind == plan::ModelKind::kVit && VitLayoutOf(desc) == kVitLayoutHfVit) {
+  if (desc.kind == plan::ModelKind::kVit && plan::VitLayout(desc) == plan::kVitLayoutHfVit) {
     return Status::InvalidArgument(
         "HF ViTModel (model_type vit) is counted by the planner but not built by the runtime; use a CLIP or "
         "Qwen2-VL vision tower");

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "plan/model_desc.h"
 #include "plan/plan.h"
 
 namespace maestro::hf {
@@ -61,17 +62,8 @@ inline constexpr const char* kMoeLayoutKey = "moe_layout";
 inline constexpr int kMoeLayoutMixtral = 0;
 inline constexpr int kMoeLayoutQwen = 1;
 
-// ModelDesc::extra["vit_layout"]: which ViT the runtime builds.
-inline constexpr const char* kVitLayoutKey = "vit_layout";
-inline constexpr int kVitLayoutBuiltin = 0;  // Maestro's ViT (fused qkv, learned positions, no class token)
-inline constexpr int kVitLayoutClip = 1;     // CLIPVisionModel
-inline constexpr int kVitLayoutQwen2Vl = 2;  // Qwen2-VL's vision tower (2-D RoPE, Conv3d, PatchMerger)
-inline constexpr int kVitLayoutHfVit = 3;    // HF ViTModel: counted by the compiler, not built by the runtime
-
-// The ViT layout of desc: extra.vit_layout when set; otherwise Qwen2-VL when
-// the spec turned learned positions off (pos_embed = false: the only ViT
-// without them is the 2-D RoPE one), else the built-in one.
-int VitLayoutOf(const plan::ModelDesc& desc);
+// Which ViT a desc is (the weight layout follows it): plan/model_desc.h
+// VitLayout and its kVitLayout* values.
 // The weight layout of any desc (decoder: kMixtral when experts > 0).
 WeightLayout WeightLayoutOf(const plan::ModelDesc& desc);
 

@@ -5,7 +5,7 @@
 // in backward (runtime/recompute.h), so a micro-batch holds one chunk's
 // fp32 logits chain instead of every token's (past kLossWholeTokens). One
 // rule that the runtime
-// (runtime/section_runner.cc) chunks by and the memory and step models
+// (runtime/section_forward.cc) chunks by and the memory and step models
 // (compiler/memory_model.cc, step_model.cc) price. Torch-free, header-only.
 // May call: nothing. Thread safety: pure functions.
 #pragma once

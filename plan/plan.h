@@ -166,7 +166,7 @@ struct ParallelConfig {
 // Layers [first, end) of a decoder of `layers` blocks that pipeline stage
 // `stage` of config.pp holds: config.pp_layers when set, else the even split
 // (the first layers % pp stages one layer more: 3 over 2 stages is 2 + 1).
-// The one home of the stage split: the runtime (runtime/pipeline.h) and the
+// The one home of the stage split: the runtime (runtime/parallel/pipeline_stages.h) and the
 // memory model (compiler/memory_model.h) read it. REQUIRES: 0 <= stage < pp
 // <= layers, and pp_layers valid (Validate) when set.
 struct StageLayerRange {

@@ -68,4 +68,13 @@ Status CheckEncoderTensorParallelSplit(const ModelDesc& m, int tp) {
   return CheckTensorParallelSplit(m, tp);
 }
 
+Status CheckExpertParallelSplit(const ModelDesc& m, int ep) {
+  if (ep == 1) return Status::Ok();
+  if (ep < 1 || m.kind != ModelKind::kDecoder || m.experts <= 0 || m.experts % ep != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "expert parallelism over {} ranks needs a MoE decoder whose experts ({}) it divides", ep, m.experts));
+  }
+  return Status::Ok();
+}
+
 }  // namespace maestro::plan

@@ -11,6 +11,9 @@
 // (compiler/candidates.h TpSplitsHeads, the step model's pass checks) and
 // the runtime both call it, so the planner never emits a TP the runtime
 // refuses.
+// Expert parallelism's rule is here too: EP of degree `ep` splits a MoE
+// decoder whose experts it divides (runtime/models/decoder.cc
+// ShardDecoderForExpertParallel keeps experts/ep of them per rank).
 // Torch-free. May call: base, plan. Thread safety: pure functions.
 #pragma once
 
@@ -26,5 +29,9 @@ Status CheckTensorParallelSplit(const ModelDesc& model, int tp);
 // The same rule for an encoder or projector only (a decoder:
 // InvalidArgument, not an encoder).
 Status CheckEncoderTensorParallelSplit(const ModelDesc& model, int tp);
+
+// Ok when EP of degree `ep` (>= 1) splits `model`'s routed experts: ep 1,
+// or a MoE decoder whose experts ep divides; else InvalidArgument naming them.
+Status CheckExpertParallelSplit(const ModelDesc& model, int ep);
 
 }  // namespace maestro::plan

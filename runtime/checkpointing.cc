@@ -9,11 +9,12 @@
 
 #include "base/checks.h"
 #include "base/files.h"
+#include "datalayer/sample_index.h"
+#include "plan/plan_graph.h"
 #include "runtime/collectives.h"
-#include "runtime/fused_pipeline.h"
 #include "runtime/message_tags.h"
 #include "runtime/parallel/distributed_optimizer.h"
-#include "runtime/reference.h"
+#include "runtime/parallel/fused_pipeline.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
@@ -41,7 +42,7 @@ std::vector<const plan::SectionPlan*> CheckpointedComponents(const plan::Section
     if (section.mode == plan::SectionMode::kTrain) out.push_back(&section);
     return out;
   }
-  for (int k : FusedComponentOrder(section)) {
+  for (int k : plan::FusedComponentOrder(section)) {
     const auto& c = section.components[static_cast<size_t>(k)];
     if (c.mode == plan::SectionMode::kTrain && FusedComponentOnStage(c, stage)) out.push_back(&c);
   }
@@ -249,6 +250,44 @@ Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::Checkpoint
   state.next_step = 0;
   MAESTRO_RETURN_IF_ERROR(store->Write(state).status());
   return store->RemoveAllBut({0});
+}
+
+StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string dir, file;
+  if (fs::is_directory(path, ec)) {
+    const std::string index_path = (fs::path(path) / "index.sqlite").string();
+    if (!fs::exists(index_path, ec)) {
+      return Status::NotFound(
+          fmt::format("init '{}': no index.sqlite in this run directory (train that run first, "
+                      "e.g. `maestro run` its spec)",
+                      path));
+    }
+    MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open(index_path));
+    MAESTRO_ASSIGN_OR_RETURN(auto commit, index->LastCommit());
+    if (commit.checkpoint_step < 0) {
+      return Status::NotFound(fmt::format("init '{}': the run has no committed checkpoint yet", path));
+    }
+    dir = (fs::path(path) / "checkpoints").string();
+    file = commit.checkpoint_file;
+  } else if (fs::is_regular_file(path, ec)) {
+    dir = fs::path(path).parent_path().string();
+    file = fs::path(path).filename().string();
+  } else {
+    return Status::NotFound(
+        fmt::format("init '{}': no such checkpoint file or run directory (fix [[section]] init in the spec)", path));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1000));
+  MAESTRO_ASSIGN_OR_RETURN(auto data, store->Read(file));
+  auto it = data.sections.find(section_name);
+  if (it == data.sections.end()) {
+    std::string names;
+    for (const auto& [name, state] : data.sections) names += (names.empty() ? "" : ", ") + name;
+    return Status::NotFound(fmt::format("init '{}': the checkpoint has no section '{}' (it has: {}); set init_section",
+                                        path, section_name, names));
+  }
+  return it->second.model;
 }
 
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir) {

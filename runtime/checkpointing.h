@@ -16,9 +16,9 @@
 // "<section>#pp<p>..." for p > 0; a resume needs the same PP layout.
 // Runtime-internal: SectionRunner and DistributedOptimizer are torch classes
 // (the header itself is torch-free). May call: runtime/section_runner,
-// runtime/fused_pipeline (which stage of a fused section holds which
+// runtime/parallel/fused_pipeline (which stage of a fused section holds which
 // component), runtime/parallel/distributed_optimizer, runtime/collectives, datalayer,
-// launcher, plan, base.
+// launcher, plan (plan_graph: a fused section's component order), base.
 // Thread safety: one thread per process.
 #pragma once
 
@@ -96,5 +96,10 @@ std::string InitialWeightsDir(const std::string& run_dir);
 Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::CheckpointData state);
 // Reads it back (verified); NotFound naming the folder when there is none.
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir);
+
+// Reads the model bytes of `section_name` from `path`: a checkpoint file
+// (.mckpt) or a run directory (its last committed checkpoint). What a
+// section's `init_from` and the end-of-run evaluations read.
+StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name);
 
 }  // namespace maestro::runtime

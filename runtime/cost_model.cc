@@ -3,7 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/models/model_desc.h"
+#include "plan/model_desc.h"
+#include "runtime/models/parameter_count.h"
 #include "runtime/plan_data.h"
 
 namespace maestro::runtime {

@@ -4,7 +4,7 @@
 // proxy from parameter counts that only ranks sections. Only the order of
 // work depends on the costs, never the result. The timeline (timeline.h)
 // also predicts a measured step with costs fitted to it.
-// May call: scheduler, plan, runtime/models/model_desc, runtime/plan_data (torch-free). Torch-free.
+// May call: scheduler, plan, plan/model_desc, runtime/plan_data (torch-free). Torch-free.
 #pragma once
 
 #include <memory>

@@ -1,52 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// RankLoop (runtime/rank_loop.h): batch -> schedule -> dispatch this rank's
-// ops. Its run-ahead members are in executor_run_ahead.cc; everything else a
-// step needs has its own file (see executor.h).
+// RankLoop (runtime/rank_loop.h): setup and resume, batch -> schedule ->
+// dispatch this rank's ops (forward, backward, optimizer), checkpoints and
+// the run. Its other rooms: executor_run_ahead.cc, executor_pipeline.cc,
+// executor_expert_lockstep.cc (see executor.h).
 #include "runtime/executor.h"
 
-#include <fmt/format.h>
-#include <torch/torch.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <map>
-#include <memory>
-#include <optional>
-#include <set>
-
-#include "base/checks.h"
-#include "base/log.h"
-#include "datalayer/preemption.h"
-#include "datalayer/training_run.h"
-#include "runtime/checkpointing.h"
-#include "runtime/collectives.h"
-#include "runtime/cost_model.h"
-#include "runtime/device_staging.h"
-#include "runtime/edge_exchange.h"
-#include "runtime/fused_pipeline.h"
-#include "runtime/output_spool.h"
-#include "runtime/parallel/data_parallel.h"
-#include "runtime/parallel/distributed_optimizer.h"
-#include "runtime/parallel/expert_parallel.h"
-#include "runtime/parallel/pipeline_parallel.h"
-#include "runtime/parallel/tensor_parallel.h"
-#include "runtime/parallel/vit_context_parallel.h"
-#include "runtime/pipeline.h"
-#include "runtime/plan_data.h"
+#include "plan/runtime_support.h"
+#include "runtime/evaluation.h"
 #include "runtime/rank_loop.h"
-#include "runtime/reference.h"
-#include "runtime/run_ahead.h"
-#include "runtime/section_runner.h"
-#include "runtime/step_batch.h"
-#include "runtime/step_metrics.h"
-#include "runtime/timeline.h"
-#include "runtime/torch_call.h"
-#include "runtime/trace.h"
-#include "scheduler/problem.h"
-#include "scheduler/scheduler.h"
+#include "runtime/section_optimizer.h"
 
 namespace maestro::runtime {
 
@@ -55,113 +17,13 @@ namespace {
 using executor_internal::Clock;
 using executor_internal::SecondsSince;
 
-// EP lockstep (runtime/parallel/expert_parallel.h). One op of a rank in the
-// sequence its EP group runs together: its own micro-batch, or an empty one
-// (micro_batch -1) that serves the peers' rows. `slot` pairs a backward with
-// its forward: the i-th forward of the sequence opens slot i on every rank,
-// and a backward closes one slot on every rank at once.
-struct LockstepOp {
-  scheduler::OpKind kind = scheduler::OpKind::kForward;
-  int micro_batch = -1;
-  int slot = -1;
-};
-
-// programs[k]: EP rank k's ops in its order (optimizer ops are skipped).
-// Merges them into one sequence every peer runs, each peer's own ops in
-// its own order: a backward as soon as every rank that really ran its slot
-// has it next (empty for the others), else a forward (empty where a rank has
-// none next). Returns EP rank `me`'s part; an error when the programs cannot
-// be merged (a backward before its forward).
-StatusOr<std::vector<LockstepOp>> LockstepOps(const std::vector<std::vector<scheduler::Op>>& programs, int me) {
-  const size_t g = programs.size();
-  std::vector<size_t> next(g, 0);
-  std::vector<std::map<int, int>> slot_of(g);  // rank -> micro-batch -> slot
-  std::vector<std::set<int>> real(g);          // rank -> the slots it ran a micro-batch of its own in
-  const auto peek = [&](size_t r) -> const scheduler::Op* {
-    while (next[r] < programs[r].size() && programs[r][next[r]].kind == scheduler::OpKind::kOptimizer) ++next[r];
-    return next[r] < programs[r].size() ? &programs[r][next[r]] : nullptr;
-  };
-  const auto closes = [&](size_t r) {  // the slot rank r's next op closes, or -1
-    const scheduler::Op* op = peek(r);
-    if (op == nullptr || op->kind != scheduler::OpKind::kBackward) return -1;
-    const auto it = slot_of[r].find(op->micro_batch);
-    return it == slot_of[r].end() ? -2 : it->second;
-  };
-  std::vector<LockstepOp> mine;
-  int slots = 0;
-  while (true) {
-    bool left = false, forward = false;
-    std::set<int> candidates;
-    for (size_t r = 0; r < g; ++r) {
-      const scheduler::Op* op = peek(r);
-      left |= op != nullptr;
-      forward |= op != nullptr && op->kind == scheduler::OpKind::kForward;
-      const int s = closes(r);
-      if (s == -2) return Status::Internal(fmt::format("EP lockstep: EP rank {} has a backward before its forward", r));
-      if (s >= 0) candidates.insert(s);
-    }
-    if (!left) break;
-    int chosen = -1;
-    for (int s : candidates) {
-      bool ok = true;
-      for (size_t r = 0; r < g && ok; ++r) ok = real[r].count(s) == 0 || closes(r) == s;
-      if (ok) {
-        chosen = s;
-        break;
-      }
-    }
-    if (chosen >= 0) {
-      for (size_t r = 0; r < g; ++r) {
-        LockstepOp op{scheduler::OpKind::kBackward, -1, chosen};
-        if (real[r].count(chosen) > 0) op.micro_batch = programs[r][next[r]++].micro_batch;
-        if (r == static_cast<size_t>(me)) mine.push_back(op);
-      }
-      continue;
-    }
-    if (!forward) return Status::Internal("EP lockstep: the EP group's programs cannot be merged");
-    const int slot = slots++;
-    for (size_t r = 0; r < g; ++r) {
-      LockstepOp op{scheduler::OpKind::kForward, -1, slot};
-      const scheduler::Op* own = peek(r);
-      if (own != nullptr && own->kind == scheduler::OpKind::kForward) {
-        op.micro_batch = own->micro_batch;
-        slot_of[r][own->micro_batch] = slot;
-        real[r].insert(slot);
-        ++next[r];
-      }
-      if (r == static_cast<size_t>(me)) mine.push_back(op);
-    }
-  }
-  return mine;
-}
-
 }  // namespace
 
 namespace executor_internal {
 
 Status RankLoop::Setup() {
   torch::set_num_threads(ThreadsPerRank());
-  for (const auto& s : plan_.sections) {
-    // CP: decoder and ViT sections of their own, without PP (CheckContextParallelRuns).
-    MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(s));
-    if (s.config.pp > 1 && s.fused()) {
-      if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
-    } else if (s.config.pp > 1 && s.model.kind != plan::ModelKind::kDecoder) {
-      return Status::FailedPrecondition(
-          fmt::format("section '{}': the runtime pipelines decoder sections only (plan has pp {}); recompile with "
-                      "--pin {}.pp=1",
-                      s.name, s.config.pp, s.name));
-    }
-  }
-  for (const auto& s : plan_.sections) {
-    if (s.config.ep != 1 && (s.fused() || s.model.kind != plan::ModelKind::kDecoder || s.model.experts <= 0)) {
-      return Status::FailedPrecondition(
-          fmt::format("section '{}': expert parallelism is for MoE decoder sections (plan has ep {}; "
-                      "docs/moe.md); set its ep to 1 in plan.json, or recompile the spec",
-                      s.name, s.config.ep));
-    }
-  }
-  MAESTRO_RETURN_IF_ERROR(CheckRunAheadRuns(plan_));
+  MAESTRO_RETURN_IF_ERROR(plan::CheckPlanRuns(plan_));  // what the runtime refuses, by name
   modality_names_ = scheduler::ModalityNamesOf(plan_);
   costs_ = RuntimeCostModel(plan_);
   MAESTRO_ASSIGN_OR_RETURN(samples_, OpenPlanDataset(plan_));
@@ -237,7 +99,7 @@ Status RankLoop::Resume() {
   MAESTRO_ASSIGN_OR_RETURN(runner_, SectionRunner::Create(plan_, section_, runner_options));
   // A stage runs ahead of the program (1F1B) only when no upstream section
   // trains: that one may wait for our input gradients before its next
-  // forward (runtime/pipeline.h).
+  // forward (runtime/parallel/pipeline_stages.h).
   pipeline_run_ahead_ = std::none_of(runner_->in_edges().begin(), runner_->in_edges().end(),
                                      [&](int e) { return EdgeProducerTrains(plan_, e); });
   if (zero1) {
@@ -392,7 +254,7 @@ Status RankLoop::OptimizerStep(int64_t step) {
   if (!sharded_optimizers_.empty()) return ShardedOptimizerStep(step);
   if (ep_exchange_) {
     // Routed experts over the ranks holding the same experts, the rest over
-    // DP (no CP: SectionRunner::Create refuses CP with EP).
+    // DP (no CP: plan/runtime_support.h refuses CP with EP).
     std::vector<torch::Tensor> dense, routed;
     const std::vector<bool> is_routed = runner_->ParametersOfRoutedExperts();
     const std::vector<torch::Tensor> params = runner_->Parameters();
@@ -463,35 +325,9 @@ Status RankLoop::RunStep(const StepBatch& batch) {
       micro_batches.push_back(MicroBatchIds(static_cast<int>(m)));
     MAESTRO_RETURN_IF_ERROR(ShareRowsToCompute(micro_batches, batch.epoch, &rows_to_compute_, &looked_));
   }
-  const auto order = [&](const scheduler::RankProgram& program) {
-    return pipeline_ ? StageOrder(program.ops, pipeline_->stage(), pipeline_->stages(), pipeline_run_ahead_)
-                     : program.ops;
-  };
-  std::vector<scheduler::Op> ops = order(*program_);
-  if (ep_exchange_) {
-    // Lockstep: the EP group's programs merged into one op sequence that
-    // every peer runs, its own ops in its own order, empty ones between.
-    const auto& c = plan_.sections[static_cast<size_t>(section_)].config;
-    std::vector<std::vector<scheduler::Op>> peers;
-    for (int k = 0; k < c.ep; ++k) {
-      const int peer_index = schedule_.RankIndex(section_, place_.coords.expert_dp * c.ep + k);
-      peers.push_back(peer_index < 0 ? std::vector<scheduler::Op>{}
-                                     : order(schedule_.ranks[static_cast<size_t>(peer_index)]));
-    }
-    MAESTRO_ASSIGN_OR_RETURN(const auto lockstep, LockstepOps(peers, place_.coords.ep_rank));
-    for (const LockstepOp& op : lockstep) {
-      const bool own = op.micro_batch >= 0;
-      if (op.kind == scheduler::OpKind::kForward) {
-        MAESTRO_RETURN_IF_ERROR(own ? Forward(op.micro_batch) : ForwardNoTokens(op.slot));
-      } else {
-        MAESTRO_RETURN_IF_ERROR(own ? Backward(op.micro_batch) : BackwardNoTokens(op.slot));
-      }
-    }
-    no_token_outputs_.clear();  // a forward-only section's empty forwards have no backward
-    ops.erase(std::remove_if(ops.begin(), ops.end(),
-                             [](const scheduler::Op& op) { return op.kind != scheduler::OpKind::kOptimizer; }),
-              ops.end());
-  }
+  std::vector<scheduler::Op> ops = OpsInStageOrder(*program_);
+  // EP: the group's passes run together first; the optimizer op stays.
+  if (ep_exchange_) MAESTRO_RETURN_IF_ERROR(RunExpertLockstep(&ops));
   for (const auto& op : ops) {
     switch (op.kind) {
       case scheduler::OpKind::kForward: MAESTRO_RETURN_IF_ERROR(Forward(op.micro_batch)); break;
@@ -510,116 +346,8 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   return edges_.DrainSends();
 }
 
-Status RankLoop::ForwardNoTokens(int slot) {
-  const auto start = Clock::now();
-  std::vector<torch::Tensor> outputs;
-  MAESTRO_RETURN_IF_ERROR(TorchCall("an empty micro-batch's expert exchanges (EP lockstep)",
-                                    [&] { outputs = runner_->ForwardNoTokens(); }));
-  no_token_outputs_[slot] = std::move(outputs);
-  busy_seconds_ += SecondsSince(start);
-  return Status::Ok();
-}
-
-Status RankLoop::BackwardNoTokens(int slot) {
-  const auto it = no_token_outputs_.find(slot);
-  if (it == no_token_outputs_.end()) return Status::Internal("EP lockstep: an empty backward without its forward");
-  const auto start = Clock::now();
-  const std::vector<torch::Tensor> outputs = std::move(it->second);
-  no_token_outputs_.erase(it);
-  MAESTRO_RETURN_IF_ERROR(
-      TorchCall("an empty micro-batch's expert exchanges (EP lockstep)", [&] { runner_->BackwardNoTokens(outputs); }));
-  busy_seconds_ += SecondsSince(start);
-  return Status::Ok();
-}
-
-// The previous stage's activation of micro-batch `mb_index` (`samples` x
-// seq_len x hidden), a leaf whose gradient goes back (Backward); a KD
-// teacher's rows, relayed from the first stage, go where the edge's would.
-Status RankLoop::ReceiveFromPreviousStage(int mb_index, int64_t samples) {
-  auto& state = states_[static_cast<size_t>(mb_index)];
-  const torch::Device device = TorchDevice(compute_);
-  // A fused section's activation is its training decoder's; a fused KD
-  // section's frozen teacher sends its own beside it (docs/fused_pipeline.md).
-  SectionRunner* decoder = runner_->PipelinedDecoder();
-  if (decoder == nullptr) return Status::Internal("a pipelined section without a decoder");
-  MAESTRO_ASSIGN_OR_RETURN(
-      state.stage_input,
-      pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kActivation,
-                                  {samples, plan_.data.seq_len, decoder->section_plan().model.hidden}, device));
-  if (runner_->trains()) state.stage_input.set_requires_grad(true);
-  if (SectionRunner* teacher = runner_->PipelinedTeacher()) {
-    MAESTRO_ASSIGN_OR_RETURN(
-        state.stage_teacher_input,
-        pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kTeacherRows,
-                                    {samples, plan_.data.seq_len, teacher->section_plan().model.hidden}, device));
-  }
-  if (const int kd = runner_->kd_edge(); kd >= 0) {
-    std::vector<int64_t> shape{samples};
-    const auto row = RowShapeOf(plan_, plan_.section_index(plan_.edges[static_cast<size_t>(kd)].from));
-    shape.insert(shape.end(), row.begin(), row.end());
-    MAESTRO_ASSIGN_OR_RETURN(state.inputs[kd],
-                             pipeline_->ReceiveFromAbove(mb_index, PipelineGroup::Part::kTeacherRows, shape, device));
-  }
-  return Status::Ok();
-}
-
-// Test-only fault injection (tests/runtime/pipeline_test.cc, a hung stage):
-// MAESTRO_TEST_HANG_BEFORE_STAGE_SEND="<world rank>:<step>" makes that rank
-// stop for good before its first send to the next stage in that step, alive
-// but silent, as a stage stuck in a kernel or a driver would be. Its
-// neighbours' waits must end with the launcher's timeout naming it.
-void HangHereIfTestAsks(int world_rank, int64_t step) {
-  const char* v = std::getenv("MAESTRO_TEST_HANG_BEFORE_STAGE_SEND");
-  if (v == nullptr) return;
-  int rank = -1;
-  long long at_step = -1;
-  if (std::sscanf(v, "%d:%lld", &rank, &at_step) != 2 || rank != world_rank || at_step != step) return;
-  std::fprintf(stderr, "[rank %d] MAESTRO_TEST_HANG_BEFORE_STAGE_SEND: hanging before a stage send at step %lld\n",
-               world_rank, at_step);
-  std::fflush(stderr);
-  for (;;) pause();
-}
-
-// This stage's activation to the next stage, and the KD teacher's rows on
-// their way to the last stage.
-Status RankLoop::SendToNextStage(int mb_index) {
-  HangHereIfTestAsks(place_.world_rank, current_step_);
-  auto& state = states_[static_cast<size_t>(mb_index)];
-  if (!state.out.rows.defined()) {
-    return Status::Internal(fmt::format("section '{}' pipeline stage {}: micro-batch {} made no activation",
-                                        plan_.sections[static_cast<size_t>(section_)].name, pipeline_->stage(),
-                                        mb_index));
-  }
-  MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb_index, PipelineGroup::Part::kActivation, state.out.rows));
-  if (runner_->PipelinedTeacher() != nullptr) {
-    MAESTRO_RETURN_IF_ERROR(
-        pipeline_->SendDown(mb_index, PipelineGroup::Part::kTeacherRows, state.out.teacher_stage_rows.detach()));
-  }
-  if (const int kd = runner_->kd_edge(); kd >= 0) {
-    auto it = state.inputs.find(kd);
-    if (it == state.inputs.end()) {
-      return Status::Internal(fmt::format("section '{}' pipeline stage {}: micro-batch {} has no teacher rows to relay",
-                                          plan_.sections[static_cast<size_t>(section_)].name, pipeline_->stage(),
-                                          mb_index));
-    }
-    MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb_index, PipelineGroup::Part::kTeacherRows, it->second));
-  }
-  return Status::Ok();
-}
-
-// Tied embeddings: the first stage's (embedding) and the last's (head)
-// gradients summed on both, before the DP all-reduce.
-Status RankLoop::SumTiedEmbeddingGradient() {
-  if (!pipeline_) return Status::Ok();
-  torch::Tensor tied = runner_->TiedEmbedding();
-  if (!tied.defined()) return Status::Ok();
-  return pipeline_->SumTiedGradient(tied.mutable_grad());
-}
-
-// Run-ahead (runtime/run_ahead.h): computes one micro-batch of a later
-// step into the spool (a model-parallel replica: only the rows the owner's
-// spool lacks, on every rank of the replica, stages streaming into the
-// next; `input_received`: a later stage's input is in held_stage_inputs_).
+// The spool's rows and every training section's state after step `step`
+// (runtime/checkpointing.h).
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());

@@ -19,8 +19,16 @@
 // crosses sections between that device and the wire (device_staging.h).
 // The loop stops on a preemption signal (exit 85 after a checkpoint).
 //
-// May call: the runtime files above, runtime/section_runner, runtime/pipeline, runtime/fused_pipeline,
-// runtime/parallel, runtime/reference (evaluation), scheduler, datalayer, launcher, datasets, plan, base,
+// RankLoop (runtime/rank_loop.h, private) is written in rooms: executor.cc
+// (setup, resume, a step's forward, backward and optimizer ops, checkpoints,
+// the run), executor_run_ahead.cc (a frozen section computing the next
+// batches' rows), executor_pipeline.cc (the hooks between pipeline stages)
+// and executor_expert_lockstep.cc (an EP group's passes run together).
+// What the runtime refuses is checked first (plan/runtime_support.h
+// CheckPlanRuns).
+//
+// May call: the runtime files above, runtime/section_runner, runtime/parallel,
+// runtime/evaluation, scheduler, datalayer, launcher, datasets, plan, base,
 // libtorch.
 // Thread safety: one thread per process.
 #pragma once
@@ -32,35 +40,9 @@
 #include "launcher/communicators.h"
 #include "launcher/launch_env.h"
 #include "plan/plan.h"
-#include "runtime/device_choice.h"
+#include "runtime/train_options.h"
 
 namespace maestro::runtime {
-
-struct TrainOptions {
-  std::string run_dir;            // index, spool, checkpoints, metrics.jsonl, trace.json
-  int64_t steps = -1;             // stop after this global step count (-1: plan.data.steps; 0 on a
-                                  // fresh run: write the initial weights, train nothing)
-  int64_t stop_after_steps = -1;  // test hook: behave as if preempted after this many steps of this start
-  bool progress = true;           // rank 0 prints a line (or a bar on a terminal) per step
-  bool evaluate = true;           // at the end: caption accuracy (captions), held-out loss (test_corpus)
-  int64_t eval_samples = 0;       // 0: the whole test split
-  // Where each rank computes and in which precision (runtime/device_choice.h:
-  // auto = the plan's GPUs when this libtorch sees them, bf16 there, else
-  // the CPU in fp32).
-  DeviceRequest device = DeviceRequest::kAuto;
-  PrecisionRequest precision = PrecisionRequest::kAuto;
-};
-
-// The result of one start of the loop (rank 0's view; other ranks see the
-// same step numbers).
-struct TrainSummary {
-  int64_t first_step = 0;  // the step this start resumed at
-  int64_t steps_done = 0;  // steps run by this start
-  bool preempted = false;  // stopped on a signal (or stop_after_steps) after a checkpoint
-  double final_loss = 0.0;
-  double caption_accuracy = -1.0;  // -1: not evaluated
-  double heldout_loss = -1.0;      // -1: not evaluated; else the sink decoder's loss on the test corpus (eval.json)
-};
 
 // Intra-op threads of one rank: $MAESTRO_THREADS_PER_RANK, else the cores
 // divided among the ranks on this node (mpirun and srun both say how many).

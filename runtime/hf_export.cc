@@ -16,10 +16,10 @@
 #include "datalayer/sample_index.h"
 #include "hf/checkpoint.h"
 #include "hf/name_map.h"
+#include "plan/model_desc.h"
 #include "runtime/checkpointing.h"
 #include "runtime/hf_weights.h"
 #include "runtime/models/encoders.h"
-#include "runtime/models/model_desc.h"
 
 namespace maestro::runtime {
 

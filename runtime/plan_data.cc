@@ -11,8 +11,7 @@
 #include "datasets/demo_data.h"
 #include "datasets/jsonl_source.h"
 #include "datasets/megatron_source.h"
-#include "hf/name_map.h"
-#include "runtime/models/model_desc.h"
+#include "plan/model_desc.h"
 
 namespace maestro::runtime {
 
@@ -146,12 +145,12 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
   std::array<float, 3> mean{datasets::kPixelMean, datasets::kPixelMean, datasets::kPixelMean};
   std::array<float, 3> stdev{datasets::kPixelStd, datasets::kPixelStd, datasets::kPixelStd};
   *decode = datasets::DecodeOptions{};
-  if (layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl) {
+  if (layout == plan::kVitLayoutClip || layout == plan::kVitLayoutQwen2Vl) {
     mean = datasets::kOpenAiClipMean;
     stdev = datasets::kOpenAiClipStd;
   }
-  if (layout == hf::kVitLayoutClip) spec.fit = datasets::ImageFit::kShortestEdgeThenCenterCrop;
-  if (layout == hf::kVitLayoutQwen2Vl) decode->alpha = datasets::AlphaHandling::kCompositeOnWhite;
+  if (layout == plan::kVitLayoutClip) spec.fit = datasets::ImageFit::kShortestEdgeThenCenterCrop;
+  if (layout == plan::kVitLayoutQwen2Vl) decode->alpha = datasets::AlphaHandling::kCompositeOnWhite;
   MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_mean, "image_mean", spec.channels, mean, &spec.mean));
   MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_std, "image_std", spec.channels, stdev, &spec.std));
   Status valid = datasets::ValidateImageSpec(spec);

@@ -5,8 +5,8 @@
 // what the sections read of the data's layout (the image placeholder id,
 // images per sample). Shared by the executor, the section runner, the
 // reference and the profiler.
-// May call: datasets, datalayer, plan, runtime/models/model_desc.h, hf/name_map.h
-// (the ViT layouts), base. Torch-free.
+// May call: datasets, datalayer, plan (plan/model_desc.h: the ViT layouts),
+// base. Torch-free.
 #pragma once
 
 #include <memory>

@@ -10,12 +10,13 @@
 #include <memory>
 
 #include "base/checks.h"
+#include "plan/plan_graph.h"
+#include "plan/runtime_support.h"
 #include "runtime/collectives.h"
 #include "runtime/executor.h"
 #include "runtime/message_tags.h"
 #include "runtime/parallel/tensor_parallel.h"
 #include "runtime/plan_data.h"
-#include "runtime/reference.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
@@ -151,6 +152,7 @@ Status RefuseFused(const plan::Plan& plan) {
 
 StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, const ProfileOptions& options) {
   MAESTRO_RETURN_IF_ERROR(RefuseFused(plan));
+  MAESTRO_RETURN_IF_ERROR(plan::CheckPlanRuns(plan));
   torch::set_num_threads(std::max(1, options.threads));
   MAESTRO_ASSIGN_OR_RETURN(auto samples, OpenPlanDataset(plan));
   std::vector<ProfilePoint> points;
@@ -172,6 +174,7 @@ StatusOr<std::vector<ProfilePoint>> ProfileSections(const plan::Plan& plan, cons
 StatusOr<std::vector<ProfilePoint>> ProfileRanks(const plan::Plan& plan, const launcher::RankPlace& place,
                                                  launcher::Communicators& comms, const ProfileOptions& options) {
   MAESTRO_RETURN_IF_ERROR(RefuseFused(plan));
+  MAESTRO_RETURN_IF_ERROR(plan::CheckPlanRuns(plan));
   torch::set_num_threads(ThreadsPerRank());
   const int section = place.coords.section;
   const auto& sp = plan.sections[static_cast<size_t>(section)];

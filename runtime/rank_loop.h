@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // RankLoop, the executor's per-rank step loop (runtime/executor.h), as a
-// class the executor's own files share. Private: include only from
-// runtime/executor.cc (setup, resume, the step's ops, checkpoints, the run)
-// and runtime/executor_run_ahead.cc (a frozen section computing the next
-// batches' rows: runtime/run_ahead.h, docs/run_ahead.md).
+// class the executor's own files share. Private: include only from them:
+// runtime/executor.cc (setup, resume, the step's ops, checkpoints, the run),
+// runtime/executor_run_ahead.cc (a frozen section computing the next
+// batches' rows: runtime/run_ahead.h, docs/run_ahead.md),
+// runtime/executor_pipeline.cc (the hooks between pipeline stages) and
+// runtime/executor_expert_lockstep.cc (an EP group's passes together).
+// Every include any of them needs is here, once.
 // May call: what runtime/executor.cc may. Thread safety: one thread.
 #pragma once
 
@@ -29,18 +32,15 @@
 #include "runtime/cost_model.h"
 #include "runtime/device_staging.h"
 #include "runtime/edge_exchange.h"
-#include "runtime/executor.h"
-#include "runtime/fused_pipeline.h"
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
+#include "runtime/parallel/pipeline_stages.h"
 #include "runtime/parallel/tensor_parallel.h"
 #include "runtime/parallel/vit_context_parallel.h"
-#include "runtime/pipeline.h"
 #include "runtime/plan_data.h"
-#include "runtime/reference.h"
 #include "runtime/run_ahead.h"
 #include "runtime/section_runner.h"
 #include "runtime/step_batch.h"
@@ -48,6 +48,7 @@
 #include "runtime/timeline.h"
 #include "runtime/torch_call.h"
 #include "runtime/trace.h"
+#include "runtime/train_options.h"
 #include "scheduler/problem.h"
 #include "scheduler/scheduler.h"
 
@@ -110,11 +111,17 @@ class RankLoop {
   }
   Status Forward(int mb_index);
   Status Backward(int mb_index);
-  // EP lockstep: an empty micro-batch's MoE exchanges (LockstepOps).
+  // EP lockstep (executor_expert_lockstep.cc): runs `ops`' forwards and
+  // backwards merged with the EP group's (LockstepOps), leaving the
+  // optimizer op in *ops; an empty micro-batch's MoE exchanges.
+  Status RunExpertLockstep(std::vector<scheduler::Op>* ops);
   Status ForwardNoTokens(int slot);
   Status BackwardNoTokens(int slot);
-  // Pipeline stages (pp > 1; runtime/pipeline.h): the hooks of Forward and
-  // Backward between this stage and its neighbours.
+  // Pipeline stages (pp > 1; executor_pipeline.cc): `program`'s ops in this
+  // stage's order (runtime/parallel/pipeline_stages.h StageOrder; a rank
+  // without PP: as they are), and the hooks of Forward and Backward between
+  // this stage and its neighbours.
+  std::vector<scheduler::Op> OpsInStageOrder(const scheduler::RankProgram& program) const;
   Status ReceiveFromPreviousStage(int mb_index, int64_t samples);
   Status SendToNextStage(int mb_index);
   Status SumTiedEmbeddingGradient();

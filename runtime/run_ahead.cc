@@ -9,36 +9,6 @@
 
 namespace maestro::runtime {
 
-Status CheckRunAheadRuns(const plan::Plan& plan) {
-  for (const auto& s : plan.sections) {
-    if (s.run_ahead <= 0) continue;
-    const bool feeds =
-        std::any_of(plan.edges.begin(), plan.edges.end(), [&](const plan::EdgePlan& e) { return e.from == s.name; });
-    std::string why;
-    if (s.mode != plan::SectionMode::kForward || s.fused()) {
-      why = "only a forward-only section that is not fused runs ahead";
-    } else if (!feeds) {
-      why = "it feeds no other section: nothing waits for its rows";
-    } else if (s.config.ep > 1) {
-      why = fmt::format("with EP = {} a spool hit would skip an all-to-all its EP peers wait for", s.config.ep);
-    } else if ((s.config.tp > 1 || s.config.pp > 1 || s.config.cp > 1) &&
-               std::any_of(plan.edges.begin(), plan.edges.end(),
-                           [&](const plan::EdgePlan& e) { return e.to == s.name; })) {
-      why = fmt::format(
-          "with TP = {} PP = {} CP = {} the runtime runs ahead only a section without upstream sections (its "
-          "replica computes the rows its spool lacks from the samples alone)",
-          s.config.tp, s.config.pp, s.config.cp);
-    }
-    if (!why.empty()) {
-      return Status::FailedPrecondition(fmt::format(
-          "section '{}': run_ahead = {} but {}; recompile without `run_ahead` for it (the planner only sets it where "
-          "the runtime runs it) or set run_ahead = 0 in plan.json",
-          s.name, s.run_ahead, why));
-    }
-  }
-  return Status::Ok();
-}
-
 int MostRunAhead(const plan::Plan& plan) {
   int most = 0;
   for (const auto& s : plan.sections) most = std::max(most, s.run_ahead);

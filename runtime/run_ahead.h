@@ -53,12 +53,6 @@
 
 namespace maestro::runtime {
 
-// OK when every section of `plan` with run_ahead > 0 can run ahead on this
-// runtime: forward-only, not fused, with an outgoing edge, not EP (any TP,
-// PP and CP; TP, PP or CP > 1 only without an upstream section); else the
-// error names the section and the fix.
-Status CheckRunAheadRuns(const plan::Plan& plan);
-
 // The most global batches any section of `plan` runs ahead (ShareNextBatch's lookahead).
 int MostRunAhead(const plan::Plan& plan);
 

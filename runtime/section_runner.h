@@ -1,29 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-// SectionRunner: one section's model, loss and optimizer on one rank — the
-// compute both executors share (the distributed one in executor.h and the
-// one-process monolithic reference in reference.h), so that they differ only
-// in where activations come from and where gradients go.
+// SectionRunner: one section's compute on one rank, as both executors see it
+// (the distributed one in executor.h and the one-process reference in
+// reference.h), so that they differ only in where activations come from and
+// where gradients go. Two kinds implement it:
+//   - ModelRunner (runtime/model_runner.h): a section of one model. Its
+//     build (section_build.cc: the model, then TP, the PP stage, CP, EP,
+//     recompute and the initial weights applied to it in that order), its
+//     forward per model kind (section_forward.cc), its optimizer
+//     (section_optimizer.cc) and its state (section_state.cc) each have a
+//     file.
+//   - FusedSectionRunner (runtime/fused_section.h): a fused section, its
+//     components' ModelRunners run one after another on every sample.
+// A caller never asks which kind it has.
 //
-// Owns: building the section's model from the plan (weights from the run's
-// seed, `init_from` or its Hugging Face `weights`), the forward of one micro-batch (a ViT's rows for
-// 0..K images per sample, image embeddings spliced into a decoder's sequence
-// at the plan's placeholder id, a KD student's teacher head, the loss of a
-// sink), AdamW with per-section gradient clipping and the LR schedule, and
-// the section's checkpoint state (model + optimizer bytes).
-// May call: runtime/models, runtime/parallel, runtime/pipeline (stage split), runtime/fused_pipeline
-// (a fused section's stages), runtime/hf_weights, hf
-// (checkpoint folders), runtime/plan_data (placeholder id, images per
-// sample), runtime/reference (SectionActivates), datasets (SampleSource,
-// token ids), datalayer (init_from),
-// plan, base, libtorch. Torch-internal: include only from runtime/*.cc and
-// tests/runtime.
+// May call: runtime/micro_batch (the micro-batch), plan, base, libtorch.
+// Torch-internal: include only from runtime/*.cc and tests/runtime.
 //
 // Loss scaling. A sink's micro-batch loss is sum_b loss_b / global_batch,
 // where loss_b is sample b's mean over its target tokens (a MoE decoder adds
 // router_aux_loss_coef * sample b's load-balancing term, docs/moe.md; only a
-// sink may have one). The step's gradient
-// is then the sum of the micro-batches' gradients, whatever the placement
-// and order of the samples (DP gradients are summed, not averaged).
+// sink may have one). The step's gradient is then the sum of the
+// micro-batches' gradients, whatever the placement and order of the samples
+// (DP gradients are summed, not averaged).
 //
 // Device and precision (RunnerOptions; runtime/device_choice.h picks them).
 // The model is built on options.device (weights from one CPU generator, so
@@ -50,34 +48,15 @@
 #include <vector>
 
 #include "base/status.h"
-#include "datasets/sample_source.h"
 #include "plan/plan.h"
 #include "runtime/device_choice.h"
+#include "runtime/micro_batch.h"
 
 namespace maestro::launcher {
 class Backend;  // launcher/comm.h
 }  // namespace maestro::launcher
 
 namespace maestro::runtime {
-
-// The payloads of one micro-batch, stacked. B samples; a section reads the
-// fields it needs.
-struct MicroBatchData {
-  std::vector<int64_t> sample_ids;        // (B)
-  torch::Tensor input_ids;                // (B, T) int64 (decoder sections)
-  torch::Tensor target_ids;               // (B, T) int64, -100 where no loss
-  torch::Tensor images;                   // (N_img, channels, H, W) fp32: every sample's images, in sample order
-  std::vector<int64_t> image_counts;      // (B) images of each sample
-  std::vector<int64_t> answer_positions;  // (B), -1 when the sample has no caption answer
-  std::vector<int> labels;                // (B), -1 when none
-};
-
-// Loads the payloads of `sample_ids` (in that order) of `split` (train ids
-// or test indices) from `samples` and stacks them. Every sample has the same
-// token count, every image the same (channels, H, W).
-StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
-                                        datasets::Split split);
-StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
 class TensorParallelReducer;   // runtime/parallel/tensor_parallel.h
 class PipelineGroup;           // runtime/parallel/pipeline_parallel.h
@@ -101,15 +80,16 @@ struct RunnerOptions {
   // weights and keeps this rank's shard; the optimizer state is per shard.
   TensorParallelReducer* tensor_parallel = nullptr;
   // Decoder sections with pp > 1: this rank's pipeline stage (must outlive
-  // the runner). The runner holds only the stage's layers (runtime/pipeline.h
-  // LayersOfStage; the first stage the embeddings, the last the final norm,
-  // head and loss); Forward reads the previous stage's activation from
-  // inputs[kPipelineInput] and a non-last stage returns its activation as
-  // Output::rows. SaveModel() gathers the whole model (collective over the
-  // PP and TP groups), LoadModel() takes the whole model and keeps the
-  // stage's part; the optimizer state is per stage. OptimizerStep's norm is
-  // over every stage (a tied embedding counted once). A fused section with
-  // pp > 1: docs/fused_pipeline.md (decoders staged, encoders on stage 0).
+  // the runner). The runner holds only the stage's layers
+  // (runtime/parallel/pipeline_stages.h LayersOfStage; the first stage the
+  // embeddings, the last the final norm, head and loss); Forward reads the
+  // previous stage's activation from inputs[kPipelineInput] and a non-last
+  // stage returns its activation as Output::rows. SaveModel() gathers the
+  // whole model (collective over the PP and TP groups), LoadModel() takes the
+  // whole model and keeps the stage's part; the optimizer state is per
+  // stage. OptimizerStep's norm is over every stage (a tied embedding counted
+  // once). A fused section with pp > 1: docs/fused_pipeline.md (decoders
+  // staged, encoders on stage 0).
   PipelineGroup* pipeline = nullptr;
   // MoE decoder sections with ep > 1: this rank's EP group (must outlive the
   // runner). The model keeps this EP rank's routed experts (docs/moe.md);
@@ -144,32 +124,33 @@ struct RunnerOptions {
 // section's name (splitmix64), so every process builds the same weights.
 uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name);
 
-// LR of `step` (0-based): linear warmup over warmup_steps to lr, then
-// constant or a cosine to lr / 10 at `total_steps` (0 = constant).
-double LearningRate(const plan::OptimizerDesc& opt, int64_t step, int64_t total_steps);
+// The shape of one sample's row on the edges leaving section `section` of
+// `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a
+// ViT's (K * VitOutputTokens, VitOutputDim) with K = MaxImagesPerSample
+// (plan_data.h), a decoder's (seq_len, hidden), a projector's (rows of its
+// input, out_dim).
+std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section);
 
 class SectionRunner {
  public:
-  // Builds section `section` of `plan`. Initial weights: loaded from
+  // Builds section `section` of `plan`: a FusedSectionRunner for a fused
+  // section, else a ModelRunner. Initial weights: loaded from
   // section.init_from (a .mckpt or a run directory) when set, else from the
   // model's Hugging Face `weights` folder when set (this TP rank's slice
   // only, converted to the model's dtype), else from SectionSeed.
   static StatusOr<std::unique_ptr<SectionRunner>> Create(const plan::Plan& plan, int section,
                                                          const RunnerOptions& options = {});
-  ~SectionRunner();
+  virtual ~SectionRunner();
 
   int section() const { return section_; }
-  const plan::SectionPlan& section_plan() const;
+  const plan::SectionPlan& section_plan() const { return section_plan_; }
+  const RunnerOptions& options() const { return options_; }
   // True when the section (a fused one: any of its components) trains.
-  bool trains() const;
-  // A fused section (plan::SectionPlan::components): its components'
-  // runners, built on plan::ExpandFusedSections(plan), in the order Forward
-  // runs them (topological); empty for a section of one component.
-  const std::vector<std::unique_ptr<SectionRunner>>& components() const { return components_; }
+  virtual bool trains() const = 0;
   // The training runners whose state a checkpoint holds under their own
   // names: a fused section's training components, else this runner when it
   // trains.
-  std::vector<SectionRunner*> CheckpointedRunners();
+  virtual std::vector<SectionRunner*> CheckpointedRunners() = 0;
   // True when no edge leaves the section: it computes a loss (train) or
   // nothing useful (forward).
   bool is_sink() const { return out_edges_.empty(); }
@@ -178,8 +159,9 @@ class SectionRunner {
 
   // The shape of one sample's row on the edges that leave this section:
   // ViT (tokens, width), decoder (T, C), projector (rows, out_dim); the row
-  // count of a projector is that of its input.
-  std::vector<int64_t> OutputRowShape() const;
+  // count of a projector is that of its input. Empty for a fused section
+  // (it sends no rows).
+  virtual std::vector<int64_t> OutputRowShape() const = 0;
 
   struct Output {
     torch::Tensor rows;     // (B, OutputRowShape...) when edges leave the section
@@ -191,32 +173,37 @@ class SectionRunner {
     // A pipelined fused KD section's non-last stage: the frozen teacher's
     // activation (B, T, C_teacher) for the next stage (rows: the student's).
     torch::Tensor teacher_stage_rows;
+    // Adds `part`'s loss and counts to this one's (rows are not added): the
+    // one rule for summing the forwards of several sections or components.
+    void AddLossAndCounts(const Output& part);
   };
   // One micro-batch. `data`: its B samples, every one activating this
   // section (a fused section: every sample; each component runs on the
   // samples that activate it, rows pass between components in memory and
-  // autograd spans them; the loss is the sum of its sinks' losses). `inputs`: per input edge (plan edge index), the
-  // rows of the samples the upstream section processed, in micro-batch order: (n_e, upstream OutputRowShape...). For a
-  // training section the caller makes them leaves with requires_grad to read their gradients.
-  StatusOr<Output> Forward(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs);
+  // autograd spans them; the loss is the sum of its sinks' losses).
+  // `inputs`: per input edge (plan edge index), the rows of the samples the
+  // upstream section processed, in micro-batch order: (n_e, upstream
+  // OutputRowShape...). For a training section the caller makes them leaves
+  // with requires_grad to read their gradients.
+  virtual StatusOr<Output> Forward(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs) = 0;
 
   // Trainable parameters, in a fixed order (DP all-reduce, clipping).
-  std::vector<torch::Tensor> Parameters();
+  virtual std::vector<torch::Tensor> Parameters() = 0;
   // Per entry of Parameters(): true when it is this rank's TP slice (its
   // gradient's squares are summed over the TP group for the norm), false
   // when whole on every TP rank.
-  std::vector<bool> ParametersShardedOverTp();
+  virtual std::vector<bool> ParametersShardedOverTp() = 0;
   // Per entry of Parameters(): false for the one a gradient norm leaves out
   // (a tied embedding on a pipeline's last stage: the first stage counts it).
-  std::vector<bool> ParametersCountedInNorm();
+  virtual std::vector<bool> ParametersCountedInNorm() = 0;
   // Per entry of Parameters(): true for a routed expert's parameter (EP:
   // reduced over the expert-DP group, not DP; IsRoutedExpertParameter).
-  std::vector<bool> ParametersOfRoutedExperts();
-  // EP, an empty micro-batch (lockstep, runtime/parallel/expert_parallel.h):
+  virtual std::vector<bool> ParametersOfRoutedExperts() = 0;
+  // EP, an empty micro-batch (lockstep, runtime/parallel/expert_lockstep.h):
   // this rank's part in its MoE layers' exchanges without tokens, forward
   // (returns what BackwardNoTokens takes) and backward.
-  std::vector<torch::Tensor> ForwardNoTokens();
-  void BackwardNoTokens(const std::vector<torch::Tensor>& outputs);
+  virtual std::vector<torch::Tensor> ForwardNoTokens() { return {}; }
+  static void BackwardNoTokens(const std::vector<torch::Tensor>& outputs);
   // Gives every parameter without a gradient a zero one (a section that saw
   // no sample in a step, an MoE expert no token picked): the optimizer then
   // steps every parameter the same way on every rank and in the reference.
@@ -224,7 +211,7 @@ class SectionRunner {
   // Clips the (already DP-summed) gradients to optimizer.grad_clip, sets the
   // LR of `step`, steps AdamW and zeroes the gradients. Returns the norm
   // before clipping.
-  double OptimizerStep(int64_t step);
+  virtual double OptimizerStep(int64_t step) = 0;
 
   // The weights changed outside OptimizerStep (a ZeRO-1 step gathered new
   // parameters): drops the bf16 casts that mixed precision caches from a
@@ -233,14 +220,16 @@ class SectionRunner {
 
   // Checkpoint state: model and optimizer as torch archives (bytes). With TP,
   // SaveModel() is collective over the TP group and returns the full model.
-  StatusOr<std::string> SaveModel();
-  StatusOr<std::string> SaveOptimizer();
-  Status LoadModel(const std::string& bytes);
-  Status LoadOptimizer(const std::string& bytes);
+  // A fused section's state is saved and loaded per component
+  // (CheckpointedRunners): on it these fail.
+  virtual StatusOr<std::string> SaveModel() = 0;
+  virtual StatusOr<std::string> SaveOptimizer() = 0;
+  virtual Status LoadModel(const std::string& bytes) = 0;
+  virtual Status LoadOptimizer(const std::string& bytes) = 0;
 
-  // REQUIRES: !components().empty() is false (a fused section has one
-  // module per component).
-  torch::nn::Module& module();
+  // The model. REQUIRES: a section of one model (a fused section has one
+  // module per component: it throws).
+  virtual torch::nn::Module& module();
   // True when the model is a TP shard (RunnerOptions::tensor_parallel, size > 1).
   bool Sharded() const;
   // True when the model is one stage of a pipeline (RunnerOptions::pipeline, size > 1).
@@ -250,72 +239,31 @@ class SectionRunner {
   // The CP group size (RunnerOptions::context_parallel), 1 without one.
   int ContextParallelSize() const;
   // A KD student's teacher edge (plan edge index), -1 when none.
-  int kd_edge() const;
+  virtual int kd_edge() const { return -1; }
   // The decoder whose stage activation crosses between pipeline stages as
   // Output::rows: this runner, or a fused section's training decoder
   // component (docs/fused_pipeline.md); null for a fused section without one.
-  SectionRunner* PipelinedDecoder();
+  virtual SectionRunner* PipelinedDecoder() { return this; }
   // A pipelined fused KD section's forward-only decoder component (its
   // activation travels as Output::teacher_stage_rows), else null.
-  SectionRunner* PipelinedTeacher();
+  virtual SectionRunner* PipelinedTeacher() { return nullptr; }
   // The tied embedding (V, C) of a staged decoder's first or last stage
   // (both hold it: PipelineGroup::SumTiedGradient), else undefined.
-  torch::Tensor TiedEmbedding();
+  virtual torch::Tensor TiedEmbedding() { return {}; }
+
+ protected:
+  // Section `section` of `plan` (which must outlive the runner) with
+  // `options`; its in and out edges are read from the plan.
+  SectionRunner(const plan::Plan& plan, int section, const RunnerOptions& options);
+
+  const plan::Plan& plan() const { return *plan_; }
 
  private:
-  SectionRunner() = default;
-  static StatusOr<std::unique_ptr<SectionRunner>> CreateFused(const plan::Plan& plan, int section,
-                                                              const RunnerOptions& options);
-  StatusOr<Output> ForwardFused(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs);
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  int section_ = -1;
+  const plan::Plan* plan_;
+  int section_;
+  plan::SectionPlan section_plan_;
+  RunnerOptions options_;
   std::vector<int> in_edges_, out_edges_;
-  // A fused section: the component-level plan its components' runners point
-  // into (owned here), and those runners.
-  std::shared_ptr<const plan::Plan> expanded_;
-  std::vector<std::unique_ptr<SectionRunner>> components_;
 };
-
-// Ok when section `s` can run with its plan's cp (1, or a decoder, ViT or
-// fused section that is not pipelined); otherwise
-// FailedPrecondition naming the section and the fix.
-Status CheckContextParallelRuns(const plan::SectionPlan& s);
-
-// The shape of one sample's row on the edges leaving section `section` of
-// `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a
-// ViT's (K * VitOutputTokens, VitOutputDim) with K = MaxImagesPerSample
-// (plan_data.h), a decoder's (seq_len, hidden), a projector's (rows of its
-// input, out_dim).
-std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section);
-
-class VitEncoderImpl;  // runtime/models/encoders.h
-
-// A ViT section's micro-batch with 0..max_images images per sample:
-// data.images (sum of data.image_counts, C, H, W) are encoded (only the real
-// images), and sample b's rows are its images' rows in order, then zeros:
-// returns (B, max_images * vit.output_tokens(), vit.output_dim()). Padding
-// rows are constants, so they carry no gradient into the ViT.
-torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, int64_t max_images, torch::Device device);
-
-// A decoder's input embeddings with an upstream section's image rows spliced
-// in. embeds: (B, T, C); ids: (B, T) int64; rows: (n, max_images * P, C) for
-// the n samples of the micro-batch that activate `upstream` (in micro-batch
-// order; SectionActivates with image_counts[b] > 0), P rows per image. Sample
-// b's first image_counts[b] * P rows fill, in order, its positions holding
-// image_token_id, which must number exactly that many; its other rows (the
-// padding) are not read and get zero gradient. Returns (B, T, C).
-torch::Tensor SpliceImageRows(const torch::Tensor& embeds, const torch::Tensor& ids, int64_t image_token_id,
-                              const torch::Tensor& rows, const MicroBatchData& data, const plan::SectionPlan& upstream,
-                              int64_t max_images);
-
-// The samples at `positions` (indices into data.sample_ids, increasing) of a
-// micro-batch, as LoadMicroBatch would have stacked them: input_ids and
-// target_ids (n, T), their images (sum of their counts, C, H, W).
-MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions);
-
-// Reads the model bytes of `section_name` from `path`: a checkpoint file
-// (.mckpt) or a run directory (its last committed checkpoint).
-StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name);
 
 }  // namespace maestro::runtime

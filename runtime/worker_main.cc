@@ -35,6 +35,7 @@
 #include "launcher/worker_context.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
+#include "runtime/evaluation.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/reference.h"

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "base/checks.h"
+#include "plan/model_desc.h"
 #include "plan/tensor_parallel_split.h"
-#include "runtime/models/model_desc.h"
 #include "runtime/parallel/context_parallel.h"
 #include "runtime/recompute.h"
 #include "runtime/torch_compat.h"
@@ -448,11 +448,7 @@ void DecoderLMImpl::BackwardNoTokens(const std::vector<torch::Tensor>& outputs) 
 
 Status ShardDecoderForExpertParallel(DecoderLMImpl& model, ExpertParallelExchange* ep) {
   const auto& desc = model.desc();
-  if (desc.experts <= 0 || desc.experts % ep->size() != 0) {
-    return Status::InvalidArgument(
-        fmt::format("expert parallelism over {} ranks needs a MoE decoder whose experts ({}) it divides", ep->size(),
-                    desc.experts));
-  }
+  MAESTRO_RETURN_IF_ERROR(plan::CheckExpertParallelSplit(desc, ep->size()));  // the one rule, shared with the planner
   for (const auto& block : *model.blocks) {
     auto moe = block->as<DecoderBlockImpl>()->moe;
     if (moe && moe->router->weight.numel() > 0) moe->KeepExperts(ep);  // another stage's block is empty

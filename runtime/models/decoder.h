@@ -194,7 +194,7 @@ class DecoderLMImpl : public torch::nn::Module {
   // embeds: (B, T, C) -> hidden (B, T, C): the blocks and the final RMSNorm
   // (what crosses the wire in KD: the student applies the teacher's head).
   torch::Tensor ForwardEmbeds(const torch::Tensor& embeds);
-  // Pipeline stages (runtime/pipeline.h): embeds (B, T, C) -> (B, T, C)
+  // Pipeline stages (runtime/parallel/pipeline_stages.h): embeds (B, T, C) -> (B, T, C)
   // through blocks [first, end) only (no final norm); and the final norm,
   // (..., C) -> (..., C).
   torch::Tensor ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end);

@@ -13,9 +13,10 @@
 
 #include "base/checks.h"
 #include "hf/name_map.h"
+#include "plan/model_desc.h"
 #include "plan/tensor_parallel_split.h"
 #include "runtime/models/decoder.h"
-#include "runtime/models/model_desc.h"
+#include "runtime/models/parameter_count.h"
 #include "runtime/parallel/vit_context_parallel.h"
 #include "runtime/recompute.h"
 #include "runtime/torch_compat.h"
@@ -224,7 +225,7 @@ VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params
   const int64_t c = desc.hidden, p = desc.patch_size;
   const auto activation = QuickGelu(desc) ? MlpActivation::kQuickGelu : MlpActivation::kGelu;
   const double eps = LayerNormEps(desc);
-  if (layout_ == hf::kVitLayoutClip) {
+  if (layout_ == plan::kVitLayoutClip) {
     patch_embed =
         register_module("patch_embed", Conv(std::vector<int64_t>{p, p}, desc.channels, c, p, 0, false, params));
     class_embedding = register_parameter("class_embedding", params.Normal({c}));
@@ -234,7 +235,7 @@ VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params
     final_norm = register_module("final_norm", LayerNorm(c, eps, params));
     return;
   }
-  if (layout_ == hf::kVitLayoutQwen2Vl) {
+  if (layout_ == plan::kVitLayoutQwen2Vl) {
     auto it = desc.extra.find("temporal_patch");
     const int64_t temporal = it == desc.extra.end() ? 1 : static_cast<int64_t>(it->second);
     patch_embed = register_module("patch_embed", Conv(std::vector<int64_t>{temporal, p, p}, desc.channels, c, 0, 0,
@@ -284,12 +285,12 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
   if (context_parallel != nullptr && context_parallel->group().size() > 1) return ForwardContextParallel(images);
   const int64_t b = images.size(0), c = desc_.hidden;
   torch::Tensor x;
-  if (layout_ == hf::kVitLayoutClip) {
+  if (layout_ == plan::kVitLayoutClip) {
     x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
     x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
     return RunBlocks(blocks, pre_norm(x), recompute_);  // (B, 1+N, C): last_hidden_state
   }
-  if (layout_ == hf::kVitLayoutQwen2Vl) {
+  if (layout_ == plan::kVitLayoutQwen2Vl) {
     // A still image is repeated over the temporal patch (Qwen2-VL's processor does the same).
     const int64_t temporal = patch_embed->weight.size(2);
     auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
@@ -309,10 +310,10 @@ torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images
   // The stem runs on every image (one matmul per patch: cheap next to the
   // blocks); each rank keeps its chunk of the tokens (images in order).
   torch::Tensor x;  // (B, tokens per image, C)
-  if (layout_ == hf::kVitLayoutClip) {
+  if (layout_ == plan::kVitLayoutClip) {
     x = patch_embed(images).flatten(2).transpose(1, 2);
     x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
-  } else if (layout_ == hf::kVitLayoutQwen2Vl) {
+  } else if (layout_ == plan::kVitLayoutQwen2Vl) {
     const int64_t temporal = patch_embed->weight.size(2);
     auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
     x = patch_embed(frames).flatten(2).transpose(1, 2);
@@ -325,9 +326,9 @@ torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images
   const EncoderContextParallel cp{&group, split};
   CountContextParallelForward(*split);
   auto local = split->Local(x.reshape({b * tokens, c})).unsqueeze(0);  // (1, chunk, C)
-  if (layout_ == hf::kVitLayoutClip) {
+  if (layout_ == plan::kVitLayoutClip) {
     local = RunBlocks(blocks, pre_norm(local), recompute_, nullptr, &cp);
-  } else if (layout_ == hf::kVitLayoutQwen2Vl) {
+  } else if (layout_ == plan::kVitLayoutQwen2Vl) {
     if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
     const auto rows = split->LocalOffsetsInSegment(x.device());  // each local token's patch
     const RopeTables local_rope{rope_.cos.index_select(0, rows), rope_.sin.index_select(0, rows)};

@@ -156,7 +156,7 @@ class VitEncoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& images);
 
   const plan::ModelDesc& desc() const { return desc_; }
-  int layout() const { return layout_; }  // hf::kVitLayout*
+  int layout() const { return layout_; }  // plan::kVitLayout*
   int64_t num_patches() const;
   // Activation recomputation of the blocks (DecoderLM::SetRecompute).
   void SetRecompute(plan::RecomputeGranularity granularity);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/runtime_support.h"
 #include "runtime/collectives.h"
 
 namespace maestro::runtime {
@@ -90,19 +91,8 @@ torch::Tensor GatherWholeSequence(const torch::Tensor& local, int64_t dim, launc
   return gathered.index_select(d, inverse);
 }
 
-std::string ContextParallelSplitError(int64_t seq_len, int cp_size) {
-  if (cp_size < 1) return "context parallelism needs cp >= 1, got " + std::to_string(cp_size);
-  if (cp_size == 1) return "";
-  if (seq_len % (2 * cp_size) != 0) {
-    return "a sequence of " + std::to_string(seq_len) +
-           " tokens does not split into 2*cp = " + std::to_string(2 * cp_size) +
-           " equal chunks (context parallelism's load-balanced causal split)";
-  }
-  return "";
-}
-
 torch::Tensor ContextParallelPositions(int64_t seq_len, int cp_size, int cp_rank) {
-  const std::string error = ContextParallelSplitError(seq_len, cp_size);
+  const std::string error = plan::ContextParallelSplitError(seq_len, cp_size);
   TORCH_CHECK(error.empty(), error);
   auto opts = torch::TensorOptions().dtype(torch::kInt64);
   if (cp_size == 1) return torch::arange(seq_len, opts);

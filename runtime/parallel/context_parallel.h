@@ -43,17 +43,13 @@ torch::Tensor GatherWholeSequence(const torch::Tensor& local, int64_t dim, launc
 // The global positions CP rank `cp_rank` of `cp_size` holds of a sequence of
 // `seq_len` tokens: chunks r and 2*cp_size-1-r of 2*cp_size equal chunks, in
 // that order. Returns int64 (seq_len / cp_size). REQUIRES: 2*cp_size divides
-// seq_len (ContextParallelSplitError says why not). cp_size 1: 0..seq_len-1.
+// seq_len (plan/runtime_support.h ContextParallelSplitError says why not). cp_size 1: 0..seq_len-1.
 torch::Tensor ContextParallelPositions(int64_t seq_len, int cp_size, int cp_rank);
 
 // The positions of GatherSequence's result over the CP ranks (rank 0's
 // ContextParallelPositions, then rank 1's, ...): int64 (seq_len), a
 // permutation of 0..seq_len-1.
 torch::Tensor GatheredContextParallelPositions(int64_t seq_len, int cp_size);
-
-// "" when a sequence of `seq_len` tokens splits over `cp_size` CP ranks
-// (2*cp_size divides it); otherwise what is wrong, for the caller's message.
-std::string ContextParallelSplitError(int64_t seq_len, int cp_size);
 
 // full: [..., seq_len, ...] along `dim` -> this rank's part [..., seq_len/cp_size, ...]
 // (ContextParallelPositions' rows, in order). Differentiable (index_select).

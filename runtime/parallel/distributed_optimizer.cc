@@ -10,6 +10,7 @@
 #include "base/checks.h"
 #include "runtime/collectives.h"
 #include "runtime/parallel/data_parallel.h"
+#include "runtime/parallel/gradient_norm.h"
 #include "runtime/tensor_buffer.h"
 #include "runtime/torch_call.h"
 
@@ -172,62 +173,60 @@ Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
   return Status::Ok();
 }
 
+namespace {
+
+// `values` summed over `group` in fp64, its wait counted in *blocked_seconds.
+SumOverGroup SumOver(launcher::Backend* group, double* blocked_seconds) {
+  return [group, blocked_seconds](std::vector<double>& values) {
+    return TimedWait(group->AllReduce(DoubleBuffer(values), launcher::ReduceOp::kSum), blocked_seconds);
+  };
+}
+
+}  // namespace
+
 StatusOr<double> DistributedOptimizer::StepShard(double lr, double* blocked_seconds) {
   if (!grad_shard_.defined()) {
     return Status::Internal(fmt::format("{}: StepShard before ReduceScatterGradients", what_));
   }
-  MAESTRO_ASSIGN_OR_RETURN(double squares, SquaresOfShard(blocked_seconds));
+  // The one rule of the global norm (gradient_norm.h): the shards' squares
+  // summed over DP (the routed experts' over expert-DP and EP), TP slices
+  // over TP, every stage's over PP.
+  MAESTRO_ASSIGN_OR_RETURN(const GradientSquares dense, SquaresOfShard());
+  GradientSquares routed;
+  GradientNormGroups groups;
+  if (dp_size_ > 1) groups.shards = SumOver(dp_, blocked_seconds);
   if (experts_) {
-    MAESTRO_ASSIGN_OR_RETURN(const double expert_squares, experts_->SquaresOfShard(blocked_seconds));
-    squares += expert_squares;
+    MAESTRO_ASSIGN_OR_RETURN(routed, experts_->SquaresOfShard());
+    if (experts_->dp_size_ > 1) groups.expert_shards = SumOver(experts_->dp_, blocked_seconds);
+    if (experts_->ep_ != nullptr) groups.experts = SumOver(experts_->ep_, blocked_seconds);
   }
-  const double norm = std::sqrt(squares);
+  if (tp_ != nullptr) groups.tensor_parallel = SumOver(tp_, blocked_seconds);
+  if (pp_ != nullptr) groups.stages = SumOver(pp_, blocked_seconds);
+  MAESTRO_ASSIGN_OR_RETURN(const double norm, GlobalGradientNorm(dense, routed, groups));
   MAESTRO_RETURN_IF_ERROR(UpdateShard(lr, norm));
   if (experts_) MAESTRO_RETURN_IF_ERROR(experts_->UpdateShard(lr, norm));
   return norm;
 }
 
-StatusOr<double> DistributedOptimizer::SquaresOfShard(double* blocked_seconds) {
+StatusOr<GradientSquares> DistributedOptimizer::SquaresOfShard() {
   torch::NoGradGuard guard;
-  // Sums of squares of this shard's elements: [TP-sharded parameters, replicated ones].
-  std::vector<double> squares{0.0, 0.0};
+  GradientSquares squares;
   const int64_t lo = static_cast<int64_t>(dp_rank_) * shard_, hi = lo + shard_;
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradient norm", [&] {
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
       if (a >= b || !counted_in_norm_[i]) continue;
-      const double sq = grad_shard_.narrow(0, a - lo, b - a).to(torch::kFloat64).pow(2).sum().item<double>();
-      squares[tp_sharded_[i] ? 0 : 1] += sq;
+      squares.Add(grad_shard_.narrow(0, a - lo, b - a).to(torch::kFloat64).pow(2).sum().item<double>(), tp_sharded_[i]);
     }
   }));
-  if (dp_size_ > 1) {
-    MAESTRO_RETURN_IF_ERROR(
-        TimedWait(dp_->AllReduce(DoubleBuffer(squares), launcher::ReduceOp::kSum), blocked_seconds));
-  }
-  if (ep_ != nullptr) {  // routed experts: each EP rank holds others
-    MAESTRO_RETURN_IF_ERROR(
-        TimedWait(ep_->AllReduce(DoubleBuffer(squares), launcher::ReduceOp::kSum), blocked_seconds));
-  }
-  if (tp_ != nullptr) {
-    std::vector<double> sharded{squares[0]};
-    MAESTRO_RETURN_IF_ERROR(
-        TimedWait(tp_->AllReduce(DoubleBuffer(sharded), launcher::ReduceOp::kSum), blocked_seconds));
-    squares[0] = sharded[0];
-  }
-  if (pp_ != nullptr) {  // every stage's squares
-    std::vector<double> total{squares[0] + squares[1]};
-    MAESTRO_RETURN_IF_ERROR(TimedWait(pp_->AllReduce(DoubleBuffer(total), launcher::ReduceOp::kSum), blocked_seconds));
-    squares = {total[0], 0.0};
-  }
-  return squares[0] + squares[1];
+  return squares;
 }
 
 Status DistributedOptimizer::UpdateShard(double lr, double norm) {
   torch::NoGradGuard guard;
   const int64_t lo = static_cast<int64_t>(dp_rank_) * shard_;
   return TorchCall(what_ + ": ZeRO-1 AdamW step", [&] {
-    const double clip = desc_.grad_clip;
-    if (clip > 0 && norm > clip) grad_shard_.mul_(clip / (norm + 1e-6));
+    if (const double scale = ClipScale(norm, desc_.grad_clip); scale != 1.0) grad_shard_.mul_(scale);
     // torch::optim::AdamW::step (libtorch 1.13), on the shard.
     auto p = flat_params_.narrow(0, lo, shard_);
     const auto& g = grad_shard_;

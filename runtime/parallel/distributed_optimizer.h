@@ -9,8 +9,9 @@
 //      gradient of its shard only;
 //   2. the global gradient norm from the shards (sums of squares in fp64,
 //      all-reduced over DP; TP-sharded parameters' squares summed over TP,
-//      replicated ones counted once, as SectionRunner::OptimizerStep does),
-//      and clipping of the shard to optimizer.grad_clip;
+//      replicated ones counted once: the one rule of
+//      runtime/parallel/gradient_norm.h, which the replicated AdamW follows
+//      too), and clipping of the shard to optimizer.grad_clip;
 //   3. AdamW on the shard: m, v and the step count of this rank's elements
 //      only, the update torch::optim::AdamW (libtorch 1.13) makes, op for op:
 //      p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -69,6 +70,7 @@
 #include "base/status.h"
 #include "launcher/comm.h"
 #include "plan/plan.h"
+#include "runtime/parallel/gradient_norm.h"
 
 namespace maestro::runtime {
 
@@ -131,9 +133,10 @@ class DistributedOptimizer {
   // value in when a load replaced its storage) and every gradient a view of
   // flat_grads_ (its value kept). Cheap when already bound.
   void Bind();
-  // This shard's gradient squares, summed over DP (and EP for experts), TP
-  // for TP slices, and PP: the square of its part of the global norm.
-  StatusOr<double> SquaresOfShard(double* blocked_seconds);
+  // The squares of this rank's shard of the gradient (parameters counted in
+  // the norm only), by TP slice or replicated; StepShard sums them over the
+  // groups (runtime/parallel/gradient_norm.h).
+  StatusOr<GradientSquares> SquaresOfShard();
   // Clips the shard with the global `norm` and applies AdamW at `lr`.
   Status UpdateShard(double lr, double norm);
 

@@ -2,7 +2,7 @@
 // Pipeline parallelism of a decoder section: this rank's stage and what
 // crosses between stages over its PP group (the ranks of one TP, CP and DP
 // index, one per stage, in stage order: plan/plan.h's layout). The stage
-// split and the order of a stage's ops are runtime/pipeline.h; the section
+// split and the order of a stage's ops are runtime/parallel/pipeline_stages.h; the section
 // runner builds and runs only its stage's layers (section_runner.h).
 //
 // Between stages s and s + 1, per micro-batch m (tags on the PP group's own

@@ -123,7 +123,7 @@ TEST(ModelFacts, ImportedConfigsCarryWhatTheRuntimeComputesWith) {
       R"("vocab_size":10,"rope_scaling":{"rope_type":"llama3","factor":8.0}})",
       "x.json");
   ASSERT_TRUE(scaled.ok());
-  EXPECT_EQ(scaled->extra.at("rope_scaling"), 1);  // the runtime refuses it (runtime/models/model_desc.cc)
+  EXPECT_EQ(scaled->extra.at("rope_scaling"), 1);  // the runtime refuses it (plan/model_desc.cc)
 }
 
 TEST(ModelFacts, FlopsPerTokenFollowTheDocumentedFormula) {

@@ -140,7 +140,7 @@ TEST(HfNameMap, MixtralExperts) {
 
 ModelDesc Clip() {
   ModelDesc d = fixtures::VitModel({16, 2, 2, 40, 12, 4, 3});
-  d.extra["vit_layout"] = kVitLayoutClip;
+  d.extra["vit_layout"] = plan::kVitLayoutClip;
   return d;
 }
 
@@ -172,7 +172,7 @@ TEST(HfNameMap, Qwen2VlVisionTowerAndItsInferredLayout) {
   d.extra["temporal_patch"] = 2;
   d.extra["spatial_merge"] = 3;
   d.out_dim = 24;
-  EXPECT_EQ(VitLayoutOf(d), kVitLayoutQwen2Vl);
+  EXPECT_EQ(plan::VitLayout(d), plan::kVitLayoutQwen2Vl);
   auto names = ExpandWeightNames(d);
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(names->layout, WeightLayout::kQwen2VlVision);
@@ -221,7 +221,7 @@ TEST(HfNameMap, LlavaProjectorAndLayoutsWithoutATable) {
   auto none = ExpandWeightNames(builtin);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("built-in ViT"), std::string::npos);
-  builtin.extra["vit_layout"] = kVitLayoutHfVit;
+  builtin.extra["vit_layout"] = plan::kVitLayoutHfVit;
   EXPECT_FALSE(ExpandWeightNames(builtin).ok());
 }
 

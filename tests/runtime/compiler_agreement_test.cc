@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The compiler plans with analytic parameter counts (compiler/model.h); the
-// runtime builds real modules (runtime/models/model_desc.h). For every model
+// runtime builds real modules (plan/model_desc.h). For every model
 // kind, both must count the same parameters for the same descriptor, or the
 // planner's memory and FLOP estimates describe a model that never runs.
 #include <gtest/gtest.h>
 
 #include "compiler/model.h"
-#include "runtime/models/model_desc.h"
+#include "plan/model_desc.h"
+#include "runtime/models/parameter_count.h"
 #include "tests/fixtures/models.h"
 #include "tests/fixtures/test_paths.h"
 

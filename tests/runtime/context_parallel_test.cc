@@ -39,6 +39,7 @@
 #include "compiler/compile.h"
 #include "launcher/mpi_backend.h"
 #include "plan/plan.h"
+#include "plan/runtime_support.h"
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
@@ -97,8 +98,8 @@ TEST(ContextParallelSplit, ChunksRAndMirrorAndTheInverse) {
     EXPECT_TRUE(torch::equal(parts.back(), x.index_select(1, ContextParallelPositions(24, 4, r))));
   }
   EXPECT_TRUE(torch::equal(JoinContextParallelParts(parts, 1), x));
-  EXPECT_NE(runtime::ContextParallelSplitError(18, 2), "");
-  EXPECT_EQ(runtime::ContextParallelSplitError(16, 2), "");
+  EXPECT_NE(plan::ContextParallelSplitError(18, 2), "");
+  EXPECT_EQ(plan::ContextParallelSplitError(16, 2), "");
 }
 
 // The weight rank `rank` puts on the gathered tensor of `shape` (every rank can make every rank's).

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "compiler/candidates.h"
+#include "plan/model_desc.h"
 #include "runtime/models/encoders.h"
-#include "runtime/models/model_desc.h"
 #include "runtime/parallel/tensor_parallel.h"
 #include "tests/fixtures/models.h"
 

@@ -41,6 +41,7 @@
 #include "compiler/workload_builder.h"
 #include "datalayer/checkpoint_store.h"
 #include "plan/plan.h"
+#include "plan/runtime_support.h"
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
 #include "tests/fixtures/demo_images.h"
@@ -280,9 +281,9 @@ TEST(FusedContextParallelTraining, StopAndResumeIsBitIdenticalToAnUninterruptedR
 TEST(FusedContextParallelRules, CpWithPipelineStagesIsRefusedNamingTheFix) {
   plan::Plan p = FusedPlan("tiny_kd.toml", 1, 2, 1, 2);
   ASSERT_FALSE(p.sections.empty());
-  EXPECT_TRUE(runtime::CheckContextParallelRuns(p.sections[0]).ok());
+  EXPECT_TRUE(plan::CheckContextParallelRuns(p, p.sections[0]).ok());
   p.sections[0].config.pp = 2;
-  const Status refused = runtime::CheckContextParallelRuns(p.sections[0]);
+  const Status refused = plan::CheckContextParallelRuns(p, p.sections[0]);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("cp 2 x pp 2"), std::string::npos) << refused.ToString();
   EXPECT_NE(refused.message().find("--grouping sectioned"), std::string::npos) << refused.ToString();
@@ -352,7 +353,7 @@ TEST(FusedContextParallelCompiler, GroupingFusedGivesOneSectionWithTheBaselinesC
   EXPECT_GT(f.config.cp, 1);
   EXPECT_EQ(f.config.cp, r->monolithic.config.cp);
   EXPECT_EQ(f.config.pp, 1) << "fused CP runs at PP 1";
-  const Status runs = runtime::CheckContextParallelRuns(f);
+  const Status runs = plan::CheckContextParallelRuns(r->plan, f);
   EXPECT_TRUE(runs.ok()) << "the compiler emits only what the runtime runs: " << runs.ToString();
 }
 

@@ -26,7 +26,7 @@
 //    gives one section with the baseline's PP; a runtime without
 //    `pp_fused` names PP as the blocker.
 // One torch TU (the checkpoints' weights are read back with torch).
-#include "runtime/fused_pipeline.h"
+#include "runtime/parallel/fused_pipeline.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -43,6 +43,7 @@
 #include "compiler/compile.h"
 #include "compiler/workload_builder.h"
 #include "plan/plan.h"
+#include "plan/runtime_support.h"
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
@@ -100,25 +101,25 @@ TEST(FusedPipelineRules, DecodersOnEveryStageEncodersAndProjectorsOnTheFirst) {
 }
 
 TEST(FusedPipelineRules, RefusesWhatTheRuntimeCannotPipelineNamingTheSectionAndTheFix) {
-  EXPECT_EQ(runtime::FusedPipelineRefusal(FusedVlm(2)), "");
-  EXPECT_EQ(runtime::FusedPipelineRefusal(FusedVlm(1)), "");
+  EXPECT_EQ(plan::FusedPipelineRefusal(FusedVlm(2)), "");
+  EXPECT_EQ(plan::FusedPipelineRefusal(FusedVlm(1)), "");
   plan::SectionPlan too_deep = FusedVlm(3);
-  const std::string deep = runtime::FusedPipelineRefusal(too_deep);
+  const std::string deep = plan::FusedPipelineRefusal(too_deep);
   EXPECT_NE(deep.find("pp 3 is more than decoder 'llm''s 2 layers"), std::string::npos) << deep;
   EXPECT_NE(deep.find("--grouping sectioned"), std::string::npos) << deep;
   plan::SectionPlan some = FusedVlm(2);
   some.components[2].activation = "image";
-  EXPECT_NE(runtime::FusedPipelineRefusal(some).find("runs on some samples only"), std::string::npos);
+  EXPECT_NE(plan::FusedPipelineRefusal(some).find("runs on some samples only"), std::string::npos);
   plan::SectionPlan two = FusedVlm(2);
   two.components.push_back(Component("llm2", plan::ModelKind::kDecoder, plan::SectionMode::kTrain));
-  EXPECT_NE(runtime::FusedPipelineRefusal(two).find("2 training and 0 forward-only"), std::string::npos);
+  EXPECT_NE(plan::FusedPipelineRefusal(two).find("2 training and 0 forward-only"), std::string::npos);
   plan::SectionPlan feeding = FusedVlm(2);
   feeding.components.push_back(Component("student", plan::ModelKind::kDecoder, plan::SectionMode::kTrain));
   plan::EdgePlan e;
   e.from = "llm";
   e.to = "student";
   feeding.component_edges.push_back(e);
-  EXPECT_NE(runtime::FusedPipelineRefusal(feeding).find("training decoder 'llm' feeds another component"),
+  EXPECT_NE(plan::FusedPipelineRefusal(feeding).find("training decoder 'llm' feeds another component"),
             std::string::npos);
 }
 
@@ -330,7 +331,7 @@ TEST(FusedPipelineCompiler, GroupingFusedGivesOneSectionWithTheBaselinesPp) {
   EXPECT_TRUE(f.fused());
   EXPECT_GT(f.config.pp, 1);
   EXPECT_EQ(f.config.pp, r->monolithic.config.pp);
-  EXPECT_EQ(runtime::FusedPipelineRefusal(f), "") << "the compiler emits only what the runtime pipelines";
+  EXPECT_EQ(plan::FusedPipelineRefusal(f), "") << "the compiler emits only what the runtime pipelines";
 }
 
 TEST(FusedPipelineCompiler, ARuntimeWithoutPpFusedNamesPpAsTheBlocker) {

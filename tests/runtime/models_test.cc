@@ -36,9 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "plan/model_desc.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
-#include "runtime/models/model_desc.h"
+#include "runtime/models/parameter_count.h"
 #include "runtime/torch_compat.h"
 #include "tests/fixtures/python3.h"
 #include "tests/fixtures/test_paths.h"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Pipeline parallelism of decoder sections (runtime/pipeline.h,
+// Pipeline parallelism of decoder sections (runtime/parallel/pipeline_stages.h,
 // runtime/parallel/pipeline_parallel.h), labels mpi;runtime:
 //  - the stage split (even, the first stages take the remainder) and each
 //    stage's op order: 1F1B's warm-up of P - 1 - s forwards, the last stage
@@ -28,8 +28,6 @@
 //    that hangs (alive, silent: MAESTRO_TEST_HANG_BEFORE_STAGE_SEND) ends
 //    it within comm_timeout_s with the launcher's error naming its rank.
 // One torch TU (the checkpoints' weights are read back with torch).
-#include "runtime/pipeline.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -45,10 +43,11 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "plan/model_desc.h"
 #include "plan/plan.h"
 #include "runtime/models/encoders.h"
 #include "runtime/models/layers.h"
-#include "runtime/models/model_desc.h"
+#include "runtime/parallel/pipeline_stages.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/checkpoint_weights.h"

@@ -107,7 +107,7 @@ ModelDesc Vit() {
 ModelDesc Qwen2VlVit() {
   ModelDesc d = fixtures::VitModel({32, 2, 4, 128, 16, 4, 3});
   d.out_dim = 24;
-  d.extra["vit_layout"] = 2;  // hf::kVitLayoutQwen2Vl
+  d.extra["vit_layout"] = 2;  // plan::kVitLayoutQwen2Vl
   d.extra["temporal_patch"] = 2;
   d.extra["spatial_merge"] = 2;
   d.extra["cls_token"] = 0;

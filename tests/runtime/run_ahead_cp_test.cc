@@ -31,6 +31,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "plan/runtime_support.h"
 #include "runtime/run_ahead.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
@@ -220,20 +221,20 @@ TEST(RunAheadContextParallelResume, StopAndResumeReusesTheSpooledRowsBitIdentica
 // section and the fix.
 TEST(RunAheadContextParallelRules, UpstreamSectionsAndExpertParallelismStayRefused) {
   auto p = CpKdPlan(TeacherLayout{"tp2cp2", 2, 2}, 2, 1);
-  EXPECT_TRUE(runtime::CheckRunAheadRuns(p).ok()) << runtime::CheckRunAheadRuns(p).ToString();
+  EXPECT_TRUE(plan::CheckRunAheadRuns(p).ok()) << plan::CheckRunAheadRuns(p).ToString();
   auto upstream = p;
   plan::EdgePlan into_teacher;
   into_teacher.from = "student";
   into_teacher.to = "teacher";
   upstream.edges.push_back(into_teacher);
-  const Status refused = runtime::CheckRunAheadRuns(upstream);
+  const Status refused = plan::CheckRunAheadRuns(upstream);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("section 'teacher'"), std::string::npos) << refused.ToString();
   EXPECT_NE(refused.message().find("CP = 2"), std::string::npos) << refused.ToString();
   EXPECT_NE(refused.message().find("upstream"), std::string::npos) << refused.ToString();
   auto ep = p;
   ep.sections[static_cast<size_t>(ep.section_index("teacher"))].config.ep = 2;
-  const Status ep_refused = runtime::CheckRunAheadRuns(ep);
+  const Status ep_refused = plan::CheckRunAheadRuns(ep);
   ASSERT_FALSE(ep_refused.ok());
   EXPECT_NE(ep_refused.message().find("EP = 2"), std::string::npos) << ep_refused.ToString();
   EXPECT_NE(ep_refused.message().find("run_ahead = 0"), std::string::npos) << ep_refused.ToString();

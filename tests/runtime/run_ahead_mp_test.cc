@@ -35,6 +35,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "plan/runtime_support.h"
 #include "runtime/cost_model.h"
 #include "runtime/run_ahead.h"
 #include "runtime/step_batch.h"
@@ -241,18 +242,18 @@ INSTANTIATE_TEST_SUITE_P(TeacherTp2AndPp2, RunAheadModelParallel,
 // alone); at TP = PP = 1 the rule is as before. The error names the section.
 TEST(RunAheadRowsToCompute, AModelParallelSectionWithAnUpstreamSectionIsRefused) {
   auto p = MpKdPlan(TeacherLayout{"tp2", 2, 1}, 2, 1);
-  EXPECT_TRUE(runtime::CheckRunAheadRuns(p).ok()) << runtime::CheckRunAheadRuns(p).ToString();
+  EXPECT_TRUE(plan::CheckRunAheadRuns(p).ok()) << plan::CheckRunAheadRuns(p).ToString();
   plan::EdgePlan into_teacher;
   into_teacher.from = "student";
   into_teacher.to = "teacher";
   p.edges.push_back(into_teacher);
-  const Status refused = runtime::CheckRunAheadRuns(p);
+  const Status refused = plan::CheckRunAheadRuns(p);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("section 'teacher'"), std::string::npos) << refused.ToString();
   EXPECT_NE(refused.message().find("upstream"), std::string::npos) << refused.ToString();
   auto single = MpKdPlan(TeacherLayout{"tp1", 1, 1}, 2, 1);
   single.edges.push_back(into_teacher);
-  EXPECT_TRUE(runtime::CheckRunAheadRuns(single).ok()) << runtime::CheckRunAheadRuns(single).ToString();
+  EXPECT_TRUE(plan::CheckRunAheadRuns(single).ok()) << plan::CheckRunAheadRuns(single).ToString();
 }
 
 // ---- The stream of a pipelined replica across steps (RunAhead, torch-free) --

@@ -36,6 +36,7 @@
 #include "compiler/runtime_support.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
+#include "plan/runtime_support.h"
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
 #include "tests/fixtures/test_paths.h"
@@ -170,7 +171,7 @@ TEST(VitContextParallelPlanner, EncoderCpRunsAndDecoderCpIsPlannerOnly) {
   compiler::RuntimeSupport no_encoder_cp;
   no_encoder_cp.context_parallel_encoder = false;
   EXPECT_EQ(compiler::PlannerOnlyFeatures(v.model, v.config, no_encoder_cp), "CP=2 (encoder)");
-  EXPECT_TRUE(runtime::CheckContextParallelRuns(v).ok());
+  EXPECT_TRUE(plan::CheckContextParallelRuns(p, v).ok());
 }
 
 // A fused section runs CP at PP 1 (docs/fused_context_parallel.md) and is
@@ -179,9 +180,9 @@ TEST(VitContextParallelPlanner, FusedSectionWithCpAndPpIsRefusedByName) {
   plan::Plan p = CompiledTinyVlm(compiler::Grouping::kFused, {});
   ASSERT_EQ(p.sections.size(), 1u);
   p.sections[0].config.cp = 2;
-  EXPECT_TRUE(runtime::CheckContextParallelRuns(p.sections[0]).ok());
+  EXPECT_TRUE(plan::CheckContextParallelRuns(p, p.sections[0]).ok());
   p.sections[0].config.pp = 2;
-  const Status refused = runtime::CheckContextParallelRuns(p.sections[0]);
+  const Status refused = plan::CheckContextParallelRuns(p, p.sections[0]);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("fused section"), std::string::npos) << refused.message();
   EXPECT_NE(refused.message().find("--grouping sectioned"), std::string::npos) << refused.message();
@@ -189,9 +190,9 @@ TEST(VitContextParallelPlanner, FusedSectionWithCpAndPpIsRefusedByName) {
   auto& llm = s.sections[static_cast<size_t>(s.section_index("llm"))];
   llm.config.cp = 2;
   // Decoder CP runs too (docs/context_parallel.md), but not with PP.
-  EXPECT_TRUE(runtime::CheckContextParallelRuns(llm).ok());
+  EXPECT_TRUE(plan::CheckContextParallelRuns(s, llm).ok());
   llm.config.pp = 2;
-  const Status pipelined = runtime::CheckContextParallelRuns(llm);
+  const Status pipelined = plan::CheckContextParallelRuns(s, llm);
   ASSERT_FALSE(pipelined.ok());
   EXPECT_NE(pipelined.message().find("context and pipeline parallelism"), std::string::npos) << pipelined.message();
 }

@@ -1,26 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // ModelDesc checks and defaults (no torch in this file).
-#include "runtime/models/model_desc.h"
+#include "plan/model_desc.h"
 
 #include <algorithm>
 #include <string>
 
-#include "hf/name_map.h"
-
-namespace maestro::runtime {
+namespace maestro::plan {
 namespace {
 
-double ExtraOr(const plan::ModelDesc& desc, const char* key, double fallback) {
+double ExtraOr(const ModelDesc& desc, const char* key, double fallback) {
   auto it = desc.extra.find(key);
   return it == desc.extra.end() ? fallback : it->second;
 }
 
 const char* VitLayoutName(int layout) {
   switch (layout) {
-    case hf::kVitLayoutBuiltin: return "built-in";
-    case hf::kVitLayoutClip: return "CLIP";
-    case hf::kVitLayoutQwen2Vl: return "Qwen2-VL";
-    case hf::kVitLayoutHfVit: return "HF ViTModel";
+    case kVitLayoutBuiltin: return "built-in";
+    case kVitLayoutClip: return "CLIP";
+    case kVitLayoutQwen2Vl: return "Qwen2-VL";
+    case kVitLayoutHfVit: return "HF ViTModel";
   }
   return "unknown";
 }
@@ -28,12 +26,12 @@ const char* VitLayoutName(int layout) {
 // Collects the first failed requirement as an InvalidArgument.
 class DescChecker {
  public:
-  DescChecker(const plan::ModelDesc& desc, const std::string& where) : desc_(desc), where_(where) {}
+  DescChecker(const ModelDesc& desc, const std::string& where) : desc_(desc), where_(where) {}
 
   // Requires `ok`; `what` says what the field must be, e.g. "heads > 0".
   void Require(bool ok, const std::string& what) {
     if (ok || !status_.ok()) return;
-    status_ = Status::InvalidArgument(where_ + ": " + plan::ModelKindName(desc_.kind) + " model needs " + what +
+    status_ = Status::InvalidArgument(where_ + ": " + ModelKindName(desc_.kind) + " model needs " + what +
                                       " (fix the section's [model] in the spec, or the imported config.json)");
   }
   void Positive(int64_t value, const char* field) {
@@ -45,13 +43,13 @@ class DescChecker {
   Status status() const { return status_; }
 
  private:
-  const plan::ModelDesc& desc_;
+  const ModelDesc& desc_;
   std::string where_;
   Status status_;
 };
 
 // The pre-LN encoder blocks of the ViT and the audio encoder.
-void CheckEncoderBlocks(const plan::ModelDesc& d, DescChecker& c) {
+void CheckEncoderBlocks(const ModelDesc& d, DescChecker& c) {
   c.Positive(d.hidden, "hidden");
   c.Positive(d.layers, "layers");
   c.Positive(d.heads, "heads");
@@ -67,10 +65,10 @@ void CheckEncoderBlocks(const plan::ModelDesc& d, DescChecker& c) {
 // The structure flags the compiler counts parameters by (compiler/model.cc,
 // with its defaults) must describe what the layout builds, or the planner
 // would plan a model that never runs.
-void CheckVitFlags(const plan::ModelDesc& d, DescChecker& c) {
+void CheckVitFlags(const ModelDesc& d, DescChecker& c) {
   const int layout = VitLayout(d);
   const std::string name = VitLayoutName(layout);
-  c.Require(layout >= hf::kVitLayoutBuiltin && layout <= hf::kVitLayoutQwen2Vl,
+  c.Require(layout >= kVitLayoutBuiltin && layout <= kVitLayoutQwen2Vl,
             "extra.vit_layout 0 (built-in), 1 (CLIP) or 2 (Qwen2-VL); " + name +
                 " is counted by the planner but not built by the runtime");
   struct Flag {
@@ -83,21 +81,19 @@ void CheckVitFlags(const plan::ModelDesc& d, DescChecker& c) {
       {"pooler", 0, 0, 0, 0},    {"qkv_bias", 1, 1, 1, 1},   {"cls_token", 1, 0, 1, 0}, {"temporal_patch", 1, 1, 1, -1},
   };
   for (const Flag& f : flags) {
-    const double want = layout == hf::kVitLayoutClip      ? f.clip
-                        : layout == hf::kVitLayoutQwen2Vl ? f.qwen2_vl
-                                                          : f.builtin;
+    const double want = layout == kVitLayoutClip ? f.clip : layout == kVitLayoutQwen2Vl ? f.qwen2_vl : f.builtin;
     if (want < 0) continue;
     // The built-in ViT predates cls_token: absent means no class token there.
-    const bool lenient = layout == hf::kVitLayoutBuiltin && std::string(f.key) == "cls_token";
+    const bool lenient = layout == kVitLayoutBuiltin && std::string(f.key) == "cls_token";
     const double got = lenient ? ExtraOr(d, f.key, 0) : ExtraOr(d, f.key, f.compiler_default);
     c.Require(got == want, "extra." + std::string(f.key) + " = " + std::to_string(static_cast<int>(want)) + " (the " +
                                name + " ViT is built that way), got " + std::to_string(static_cast<int>(got)));
   }
   const int64_t merge = SpatialMerge(d);
-  if (layout == hf::kVitLayoutClip) {
+  if (layout == kVitLayoutClip) {
     c.Require(merge == 0, "no extra.spatial_merge: the CLIP tower has no patch merger");
   }
-  if (layout == hf::kVitLayoutQwen2Vl) {
+  if (layout == kVitLayoutQwen2Vl) {
     c.Require(merge >= 1, "extra.spatial_merge >= 1: the Qwen2-VL tower ends in its PatchMerger");
     c.Require(MergerHidden(d) == merge * merge * d.hidden, "extra.merger_hidden = spatial_merge^2 * hidden (Qwen2-VL)");
     c.Require(d.heads > 0 && (d.hidden / std::max<int64_t>(d.heads, 1)) % 4 == 0,
@@ -108,57 +104,61 @@ void CheckVitFlags(const plan::ModelDesc& d, DescChecker& c) {
 
 }  // namespace
 
-double RopeTheta(const plan::ModelDesc& desc) {
+double RopeTheta(const ModelDesc& desc) {
   return ExtraOr(desc, kRopeThetaKey, 10000.0);
 }
-double RmsNormEps(const plan::ModelDesc& desc) {
+double RmsNormEps(const ModelDesc& desc) {
   return ExtraOr(desc, kRmsNormEpsKey, 1e-5);
 }
-double LayerNormEps(const plan::ModelDesc& desc) {
-  const bool qwen2_vl = desc.kind == plan::ModelKind::kVit && VitLayout(desc) == hf::kVitLayoutQwen2Vl;
+double LayerNormEps(const ModelDesc& desc) {
+  const bool qwen2_vl = desc.kind == ModelKind::kVit && VitLayout(desc) == kVitLayoutQwen2Vl;
   return ExtraOr(desc, kLayerNormEpsKey, qwen2_vl ? 1e-6 : 1e-5);
 }
-bool QkvBias(const plan::ModelDesc& desc) {
+bool QkvBias(const ModelDesc& desc) {
   return ExtraOr(desc, kQkvBiasKey, 0) != 0;
 }
-int64_t SlidingWindow(const plan::ModelDesc& desc) {
+int64_t SlidingWindow(const ModelDesc& desc) {
   return static_cast<int64_t>(ExtraOr(desc, kSlidingWindowKey, 0));
 }
-bool QuickGelu(const plan::ModelDesc& desc) {
+bool QuickGelu(const ModelDesc& desc) {
   const int layout = VitLayout(desc);
-  const bool published = layout == hf::kVitLayoutClip || layout == hf::kVitLayoutQwen2Vl;
+  const bool published = layout == kVitLayoutClip || layout == kVitLayoutQwen2Vl;
   return ExtraOr(desc, kQuickGeluKey, published ? 1 : 0) != 0;
 }
-int64_t SharedExpertFfnHidden(const plan::ModelDesc& desc) {
+int64_t SharedExpertFfnHidden(const ModelDesc& desc) {
   return desc.experts > 0 ? static_cast<int64_t>(ExtraOr(desc, kSharedExpertFfnHiddenKey, 0)) : 0;
 }
-bool NormTopkProb(const plan::ModelDesc& desc) {
+bool NormTopkProb(const ModelDesc& desc) {
   return ExtraOr(desc, kNormTopkProbKey, 1) != 0;
 }
-double RouterAuxLossCoef(const plan::ModelDesc& desc) {
+double RouterAuxLossCoef(const ModelDesc& desc) {
   return desc.experts > 0 ? ExtraOr(desc, kRouterAuxLossCoefKey, 0) : 0.0;
 }
-bool QkNorm(const plan::ModelDesc& desc) {
+bool QkNorm(const ModelDesc& desc) {
   return ExtraOr(desc, kQkNormKey, 0) != 0;
 }
-int VitLayout(const plan::ModelDesc& desc) {
-  return hf::VitLayoutOf(desc);
+int VitLayout(const ModelDesc& desc) {
+  auto it = desc.extra.find(kVitLayoutKey);
+  if (it != desc.extra.end()) return static_cast<int>(it->second);
+  auto pos = desc.extra.find("pos_embed");
+  if (pos != desc.extra.end() && pos->second == 0.0) return kVitLayoutQwen2Vl;
+  return kVitLayoutBuiltin;
 }
-int64_t VitOutputTokens(const plan::ModelDesc& desc) {
+int64_t VitOutputTokens(const ModelDesc& desc) {
   const int64_t side = desc.patch_size > 0 ? desc.image_size / desc.patch_size : 0;
   const int64_t merge = SpatialMerge(desc);
   if (merge > 0) return side * side / (merge * merge);
-  return VitLayout(desc) == hf::kVitLayoutClip ? side * side + 1 : side * side;
+  return VitLayout(desc) == kVitLayoutClip ? side * side + 1 : side * side;
 }
-int64_t VitOutputDim(const plan::ModelDesc& desc) {
+int64_t VitOutputDim(const ModelDesc& desc) {
   return SpatialMerge(desc) > 0 ? desc.out_dim : desc.hidden;
 }
-int64_t AudioPositions(const plan::ModelDesc& desc) {
+int64_t AudioPositions(const ModelDesc& desc) {
   return static_cast<int64_t>(ExtraOr(desc, "max_source_positions", static_cast<double>((desc.audio_frames + 1) / 2)));
 }
 
-Status CheckSequenceLength(const plan::ModelDesc& desc, int64_t tokens, const std::string& where) {
-  const int64_t window = desc.kind == plan::ModelKind::kDecoder ? SlidingWindow(desc) : 0;
+Status CheckSequenceLength(const ModelDesc& desc, int64_t tokens, const std::string& where) {
+  const int64_t window = desc.kind == ModelKind::kDecoder ? SlidingWindow(desc) : 0;
   if (window > 0 && tokens > window) {
     return Status::InvalidArgument(
         where + ": sequences of " + std::to_string(tokens) + " tokens are longer than the model's sliding window (" +
@@ -168,28 +168,28 @@ Status CheckSequenceLength(const plan::ModelDesc& desc, int64_t tokens, const st
   return Status::Ok();
 }
 
-int64_t HeadDim(const plan::ModelDesc& desc) {
+int64_t HeadDim(const ModelDesc& desc) {
   if (desc.head_dim != 0) return desc.head_dim;
   return desc.heads > 0 ? desc.hidden / desc.heads : 0;
 }
-int64_t KvHeads(const plan::ModelDesc& desc) {
+int64_t KvHeads(const ModelDesc& desc) {
   return desc.kv_heads != 0 ? desc.kv_heads : desc.heads;
 }
-int64_t MoeFfnHidden(const plan::ModelDesc& desc) {
+int64_t MoeFfnHidden(const ModelDesc& desc) {
   return desc.moe_ffn_hidden != 0 ? desc.moe_ffn_hidden : desc.ffn_hidden;
 }
 
-int64_t SpatialMerge(const plan::ModelDesc& desc) {
+int64_t SpatialMerge(const ModelDesc& desc) {
   return static_cast<int64_t>(ExtraOr(desc, "spatial_merge", 0));
 }
 
-int64_t MergerHidden(const plan::ModelDesc& desc) {
+int64_t MergerHidden(const ModelDesc& desc) {
   const auto mid = static_cast<int64_t>(ExtraOr(desc, "merger_hidden", 0));
   const int64_t merge = SpatialMerge(desc);
   return mid > 0 ? mid : merge * merge * desc.hidden;
 }
 
-Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
+Status ValidateModelDesc(const ModelDesc& d, const std::string& where) {
   DescChecker c(d, where);
   for (auto [value, field] : {std::pair{d.hidden, "hidden"},
                               {d.layers, "layers"},
@@ -211,7 +211,7 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
     c.NonNegative(value, field);
   }
   switch (d.kind) {
-    case plan::ModelKind::kDecoder: {
+    case ModelKind::kDecoder: {
       c.Positive(d.hidden, "hidden");
       c.Positive(d.layers, "layers");
       c.Positive(d.heads, "heads");
@@ -248,7 +248,7 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
                 "no rope_scaling (the config's rope_scaling is not implemented: positions would be wrong)");
       break;
     }
-    case plan::ModelKind::kVit:
+    case ModelKind::kVit:
       CheckEncoderBlocks(d, c);
       c.Positive(d.image_size, "image_size");
       c.Positive(d.patch_size, "patch_size");
@@ -264,7 +264,7 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
         c.Positive(d.out_dim, "out_dim (the patch merger's output width)");
       }
       break;
-    case plan::ModelKind::kAudioEncoder:
+    case ModelKind::kAudioEncoder:
       CheckEncoderBlocks(d, c);
       c.Positive(d.mel_bins, "mel_bins");
       c.Positive(d.audio_frames, "audio_frames");
@@ -272,7 +272,7 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
       c.Require(AudioPositions(d) >= (d.audio_frames + 1) / 2,
                 "2 * extra.max_source_positions >= audio_frames (the position table covers the conv output)");
       break;
-    case plan::ModelKind::kProjector:
+    case ModelKind::kProjector:
       c.Positive(d.in_dim, "in_dim");
       c.Positive(d.out_dim, "out_dim");
       break;
@@ -280,4 +280,4 @@ Status ValidateModelDesc(const plan::ModelDesc& d, const std::string& where) {
   return c.status();
 }
 
-}  // namespace maestro::runtime
+}  // namespace maestro::plan

@@ -1,18 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pipeline parallelism of a fused section (pp > 1; docs/fused_pipeline.md):
-// which stage holds which component, and which fused sections the runtime
-// can pipeline. What the monolithic baseline assumes (docs/monolithic.md):
+// which stage holds which component. What the monolithic baseline assumes (docs/monolithic.md):
 // encoders and projectors are a prefix module, run whole on the first stage
 // (at the section's TP); every decoder's layers are split over the stages
-// (runtime/pipeline.h LayersOfStage). The section runner builds only the
+// (runtime/parallel/pipeline_stages.h LayersOfStage). The section runner builds only the
 // components its stage holds; the executor moves the trained decoder's
 // activation between stages and, in a fused KD section, the frozen
-// teacher's beside it.
+// teacher's beside it. Which fused sections the runtime pipelines:
+// plan/runtime_support.h FusedPipelineRefusal.
 //
 // Torch-free. May call: plan. Thread safety: pure functions.
 #pragma once
-
-#include <string>
 
 #include "plan/plan.h"
 
@@ -22,14 +20,5 @@ namespace maestro::runtime {
 // a decoder on every stage (its share of the layers), an encoder or a
 // projector on the first stage only.
 bool FusedComponentOnStage(const plan::SectionPlan& component, int stage);
-
-// "" when the runtime runs fused section `fused` with its config's pp (any
-// pp for pp = 1); otherwise why not, in words that name the section and
-// the fix. It pipelines a fused section with exactly one training decoder,
-// the section's only sink, run on every sample (activation "always"), fed
-// by any encoders and projectors and by at most one forward-only decoder
-// (a KD teacher, also run on every sample); every decoder has at least pp
-// layers.
-std::string FusedPipelineRefusal(const plan::SectionPlan& fused);
 
 }  // namespace maestro::runtime

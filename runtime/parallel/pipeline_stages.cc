@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "runtime/pipeline.h"
+#include "runtime/parallel/pipeline_stages.h"
 
 #include <algorithm>
 

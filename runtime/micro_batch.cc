@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/micro_batch.h"
+
+#include <fmt/format.h>
+
+#include "base/checks.h"
+
+namespace maestro::runtime {
+
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
+                                        datasets::Split split) {
+  MicroBatchData mb;
+  mb.sample_ids = sample_ids;
+  const int64_t b = static_cast<int64_t>(sample_ids.size());
+  std::vector<int64_t> inputs, targets;
+  std::vector<float> pixels;
+  int64_t seq_len = -1, images = 0;
+  std::vector<int64_t> image_shape;  // (channels, H, W) of the first image
+  for (int64_t id : sample_ids) {
+    auto sample = samples.Load(split, id);
+    if (!sample.ok()) return sample.status();
+    if (seq_len < 0) seq_len = static_cast<int64_t>(sample->input_ids.size());
+    if (static_cast<int64_t>(sample->input_ids.size()) != seq_len ||
+        static_cast<int64_t>(sample->target_ids.size()) != seq_len) {
+      return Status::Internal(
+          fmt::format("sample {}: {} tokens, the micro-batch has {}", id, sample->input_ids.size(), seq_len));
+    }
+    inputs.insert(inputs.end(), sample->input_ids.begin(), sample->input_ids.end());
+    targets.insert(targets.end(), sample->target_ids.begin(), sample->target_ids.end());
+    mb.image_counts.push_back(static_cast<int64_t>(sample->images.size()));
+    mb.answer_positions.push_back(sample->answer_position);
+    mb.labels.push_back(sample->label);
+    for (const auto& image : sample->images) {
+      const std::vector<int64_t> shape{image.channels, image.height, image.width};
+      if (image_shape.empty()) image_shape = shape;
+      if (shape != image_shape || static_cast<int64_t>(image.pixels.size()) != shape[0] * shape[1] * shape[2]) {
+        return Status::Internal(fmt::format("sample {}: an image of {}x{}x{} ({} values) in a micro-batch of {}x{}x{}",
+                                            id, shape[0], shape[1], shape[2], image.pixels.size(), image_shape[0],
+                                            image_shape[1], image_shape[2]));
+      }
+      pixels.insert(pixels.end(), image.pixels.begin(), image.pixels.end());
+      ++images;
+    }
+  }
+  if (b == 0) return mb;
+  mb.input_ids = torch::from_blob(inputs.data(), {b, seq_len}, torch::kInt64).clone();
+  mb.target_ids = torch::from_blob(targets.data(), {b, seq_len}, torch::kInt64).clone();
+  if (images > 0) {
+    mb.images =
+        torch::from_blob(pixels.data(), {images, image_shape[0], image_shape[1], image_shape[2]}, torch::kFloat32)
+            .clone();
+  }
+  return mb;
+}
+
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids) {
+  return LoadMicroBatch(samples, sample_ids, datasets::Split::kTrain);
+}
+
+MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions) {
+  MicroBatchData out;
+  std::vector<int64_t> image_starts(data.image_counts.size() + 1, 0);
+  for (size_t b = 0; b < data.image_counts.size(); ++b) image_starts[b + 1] = image_starts[b] + data.image_counts[b];
+  std::vector<torch::Tensor> images;
+  for (int64_t p : positions) {
+    const auto b = static_cast<size_t>(p);
+    out.sample_ids.push_back(data.sample_ids[b]);
+    out.image_counts.push_back(data.image_counts[b]);
+    out.answer_positions.push_back(data.answer_positions[b]);
+    out.labels.push_back(data.labels[b]);
+    if (data.image_counts[b] > 0) images.push_back(data.images.narrow(0, image_starts[b], data.image_counts[b]));
+  }
+  if (positions.empty()) return out;
+  auto index = torch::tensor(positions, torch::kInt64);
+  if (data.input_ids.defined()) out.input_ids = data.input_ids.index_select(0, index);
+  if (data.target_ids.defined()) out.target_ids = data.target_ids.index_select(0, index);
+  if (!images.empty()) out.images = images.size() == 1 ? images[0] : torch::cat(images, 0);
+  return out;
+}
+
+}  // namespace maestro::runtime
