@@ -7,7 +7,7 @@
 //
 // Owns: ParamPrecision, DeviceType, SectionWork, EdgeWork.
 // May call: plan, compiler/device_profile.h (a GPU type's kernel tables),
-// compiler/model.h (ModelFacts), compiler/spec.h (ProfileSpec).
+// compiler/model.h (ModelFacts), compiler/spec_types.h (ProfileSpec).
 // Thread safety: values.
 #pragma once
 
@@ -18,7 +18,7 @@
 
 #include "compiler/device_profile.h"
 #include "compiler/model.h"
-#include "compiler/spec.h"
+#include "compiler/spec_types.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {

@@ -7,7 +7,7 @@
 // (docs/spec.md documents each one), and the checks one table can make on
 // its own (a name's spelling, a value that cannot go on an #SBATCH line, a
 // model's shape). Checks across tables live in compiler/spec_graph.h.
-// May call: compiler/toml_reader.h, compiler/model.h, base, plan, TOML++,
+// May call: compiler/spec_types.h, compiler/toml_reader.h, compiler/model.h, base, plan, TOML++,
 // fmt. Internal to maestro_compiler (includes TOML++ through toml_reader.h):
 // include it only from compiler/*.cc.
 // Thread safety: pure functions of their arguments (errors go to `d`).
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/spec.h"
+#include "compiler/spec_types.h"
 #include "compiler/toml_reader.h"
 
 namespace maestro::compiler::internal {
