@@ -15,7 +15,7 @@
 // whole public API.
 // May call: base, plan, scheduler (through compiler/step_simulation.h),
 // compiler/*. Thread safety: pure functions (the refinement runs its
-// simulations on helper threads of its own: compiler/step_simulation.h).
+// simulations on helper threads of its own: compiler/refinement.h).
 #pragma once
 
 #include <string>

@@ -7,8 +7,9 @@
 //
 // Owns: GroupingChoice, CompileResult.
 // May call: plan, compiler/assignment.h (Workload, Assignment),
-// compiler/monolithic.h (MonolithicPlan), compiler/step_prediction.h,
-// compiler/step_simulation.h (SimulatedStep, RefinementStats).
+// compiler/monolithic.h (MonolithicPlan), compiler/refinement.h
+// (RefinementStats), compiler/step_prediction.h, compiler/step_simulation.h
+// (SimulatedStep).
 // Thread safety: values.
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #include "compiler/assignment.h"
 #include "compiler/monolithic.h"
+#include "compiler/refinement.h"
 #include "compiler/step_prediction.h"
 #include "compiler/step_simulation.h"
 #include "plan/plan.h"
