@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "base/checks.h"
 #include "base/files.h"
 #include "base/log.h"
 
@@ -157,8 +158,28 @@ class LineParser {
  public:
   LineParser(const LineContext& ctx, int64_t line, int64_t sample) : ctx_(ctx), line_(line), sample_(sample) {}
 
+  // One line of the manifest, checked in this order: a JSON object within
+  // the limits, its "id", no unknown key, "input_ids", "labels" or
+  // "loss_mask", "images", and the image placeholders (with
+  // "image_positions"). The first problem is the error.
   StatusOr<ParsedLine> Parse(const char* data, size_t size) {
     ParsedLine out;
+    json doc;
+    MAESTRO_RETURN_IF_ERROR(ParseObject(data, size, &doc));
+    MAESTRO_RETURN_IF_ERROR(ReadUserId(doc, &out));
+    MAESTRO_RETURN_IF_ERROR(CheckKnownKeys(doc));
+    MAESTRO_RETURN_IF_ERROR(ReadInputIds(doc, &out));
+    MAESTRO_RETURN_IF_ERROR(ReadLossTargets(doc, &out));
+    std::vector<std::string> written;  // the image paths as in the line, for messages
+    MAESTRO_RETURN_IF_ERROR(ReadImages(doc, &out, &written));
+    MAESTRO_RETURN_IF_ERROR(ReadPlaceholderRuns(doc, written, &out));
+    return out;
+  }
+
+ private:
+  // The line as a JSON object: at most kJsonlMaxLineBytes, nested at most
+  // kJsonlMaxDepth deep, valid JSON, an object (into *parsed).
+  Status ParseObject(const char* data, size_t size, json* parsed) const {
     if (size > static_cast<size_t>(kJsonlMaxLineBytes)) {
       return Bad(fmt::format("the line is longer than the limit of {} bytes", kJsonlMaxLineBytes),
                  "one sample per line, with a newline after each; split very long samples");
@@ -167,7 +188,8 @@ class LineParser {
       return Bad(fmt::format("JSON nested deeper than {} levels", kJsonlMaxDepth),
                  "a line is a flat object of arrays; flatten \"meta\"");
     }
-    json doc = json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+    json& doc = *parsed;
+    doc = json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) {
       // Parse again with exceptions only to word the error.
       std::string why = "invalid JSON";
@@ -185,6 +207,12 @@ class LineParser {
       return Bad(fmt::format("the line is {}, not a JSON object", Brief(doc)),
                  "write each sample as {\"input_ids\": [...], ...}");
     }
+    return Status::Ok();
+  }
+
+  // "id" (optional): a string or an integer; named in every later message.
+  Status ReadUserId(const json& doc, ParsedLine* line) {
+    ParsedLine& out = *line;
     if (const auto it = doc.find("id"); it != doc.end()) {
       if (!it->is_string() && !it->is_number_integer()) {
         return Bad(fmt::format("\"id\" is {}, not a string or an integer", Brief(*it)),
@@ -194,6 +222,11 @@ class LineParser {
       if (out.user_id.size() > 64) out.user_id = out.user_id.substr(0, 61) + "...";
       user_id_ = out.user_id;
     }
+    return Status::Ok();
+  }
+
+  // Every key is one the manifest knows (with a suggestion for a near miss).
+  Status CheckKnownKeys(const json& doc) const {
     for (const auto& item : doc.items()) {
       const std::string& key = item.key();
       if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) != kKnownKeys.end()) continue;
@@ -210,9 +243,13 @@ class LineParser {
                  "the known keys are input_ids, labels, loss_mask, images, image_positions, id, meta; put "
                  "anything else under \"meta\"");
     }
+    return Status::Ok();
+  }
 
+  // "input_ids": 1 to seq_len + 1 token ids inside the vocabulary.
+  Status ReadInputIds(const json& doc, ParsedLine* line) const {
+    ParsedLine& out = *line;
     const JsonlManifestOptions& o = *ctx_.options;
-    // input_ids
     const auto ids = doc.find("input_ids");
     if (ids == doc.end()) {
       return Bad("no \"input_ids\"", "every line needs \"input_ids\": the token ids your processor produced");
@@ -243,8 +280,15 @@ class LineParser {
       }
       out.tokens[static_cast<size_t>(t)] = id;
     }
+    return Status::Ok();
+  }
 
-    // labels / loss_mask
+  // "labels" (-100 or a token id per input token) or "loss_mask" (0/1 per
+  // input token), at most one of them.
+  Status ReadLossTargets(const json& doc, ParsedLine* line) const {
+    ParsedLine& out = *line;
+    const JsonlManifestOptions& o = *ctx_.options;
+    const int64_t n = static_cast<int64_t>(out.tokens.size());
     const auto labels = doc.find("labels");
     const auto mask = doc.find("loss_mask");
     if (labels != doc.end() && mask != doc.end()) {
@@ -285,9 +329,15 @@ class LineParser {
         out.loss_mask[static_cast<size_t>(t)] = static_cast<uint8_t>(m);
       }
     }
+    return Status::Ok();
+  }
 
-    // images
-    std::vector<std::string> written;  // as in the line, for messages
+  // "images": path strings, resolved against the manifest's folder (and
+  // checked to exist when asked); none unless the model takes images.
+  Status ReadImages(const json& doc, ParsedLine* line, std::vector<std::string>* written_paths) const {
+    ParsedLine& out = *line;
+    const JsonlManifestOptions& o = *ctx_.options;
+    std::vector<std::string>& written = *written_paths;
     if (const auto images = doc.find("images"); images != doc.end()) {
       if (!images->is_array()) {
         return Bad(fmt::format("\"images\" is {}, not an array of paths", Brief(*images)),
@@ -312,8 +362,17 @@ class LineParser {
           fmt::format("the line lists {} image(s), but the model takes no images (no image token id)", num_images),
           "use a manifest without images for this model, or set image_token_id and tokens_per_image");
     }
+    return Status::Ok();
+  }
 
-    // Placeholder runs.
+  // The image placeholder tokens: tokens_per_image per listed image, in runs
+  // that end within the first seq_len inputs, one run per image; and
+  // "image_positions" (optional), the start of each image's run.
+  Status ReadPlaceholderRuns(const json& doc, const std::vector<std::string>& written, ParsedLine* line) const {
+    ParsedLine& out = *line;
+    const JsonlManifestOptions& o = *ctx_.options;
+    const int64_t n = static_cast<int64_t>(out.tokens.size());
+    const int64_t num_images = static_cast<int64_t>(out.image_paths.size());
     int64_t placeholders = 0;
     std::vector<ImageTokenRun> maximal;
     if (o.image_token_id >= 0) {
@@ -375,10 +434,9 @@ class LineParser {
         }
       }
     }
-    return out;
+    return Status::Ok();
   }
 
- private:
   Status Bad(const std::string& what, const std::string& fix) const {
     return Status::InvalidArgument(fmt::format("{}:{} (sample {}{}): {}; {}", *ctx_.path, line_, sample_,
                                                user_id_.empty() ? std::string() : ", id " + user_id_, what, fix));
