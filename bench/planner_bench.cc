@@ -12,6 +12,7 @@
 #include "bench/registry.h"
 #include "compiler/model.h"
 #include "compiler/planner.h"
+#include "compiler/refinement.h"
 #include "compiler/step_simulation.h"
 #include "tests/fixtures/workloads.h"
 

@@ -383,102 +383,106 @@ int DoctorCommand() {
   return rc.ok() ? *rc : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"maestro: train compound LLM workloads (distillation, multimodal) section by section"};
-  app.require_subcommand(1);
-
-  RunArgs run_args;
-  auto* run = app.add_subcommand("run", "compile a spec and train it on this machine (the embedded default)");
-  run->add_option("spec", run_args.spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
-  run->add_option("-o,--out", run_args.out_dir, "output directory (plan, report, run/: index, checkpoints, metrics)")
+// `maestro run` and its options, parsed into *args.
+CLI::App* AddRunCommand(CLI::App& app, RunArgs* args) {
+  CLI::App* run = app.add_subcommand("run", "compile a spec and train it on this machine (the embedded default)");
+  run->add_option("spec", args->spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
+  run->add_option("-o,--out", args->out_dir, "output directory (plan, report, run/: index, checkpoints, metrics)")
       ->capture_default_str();
-  run->add_option("--ranks", run_args.ranks,
+  run->add_option("--ranks", args->ranks,
                   "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
       ->check(CLI::PositiveNumber);
-  run->add_option("--steps", run_args.steps,
+  run->add_option("--steps", args->steps,
                   "train until this step (default: the spec's job.steps); 0 on a fresh run writes the initial "
                   "weights (for `maestro export`) and trains nothing")
       ->check(CLI::NonNegativeNumber);
-  run->add_option("--pin", run_args.pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
-  run->add_option("--grouping", run_args.grouping,
+  run->add_option("--pin", args->pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+  run->add_option("--grouping", args->grouping,
                   "auto: the faster of the sectioned plan and every component fused in one section on every rank "
                   "(the report says why); sectioned or fused: that one")
       ->check(CLI::IsMember({"auto", "sectioned", "fused"}))
       ->capture_default_str();
-  run->add_flag("--fresh", run_args.fresh, "start over: remove the run directory first (default: resume it)");
-  run->add_flag("--reference", run_args.reference,
+  run->add_flag("--fresh", args->fresh, "start over: remove the run directory first (default: resume it)");
+  run->add_flag("--reference", args->reference,
                 "train every section in one process (the monolithic reference), for comparison");
-  run->add_flag("--no-eval", run_args.no_eval, "skip the final evaluation");
-  run->add_option("--eval-samples", run_args.eval_samples, "evaluate on the first N test samples (default: all)");
-  run->add_option("--worker-arg", run_args.worker_args, "extra argument for maestro-worker (repeatable)");
+  run->add_flag("--no-eval", args->no_eval, "skip the final evaluation");
+  run->add_option("--eval-samples", args->eval_samples, "evaluate on the first N test samples (default: all)");
+  run->add_option("--worker-arg", args->worker_args, "extra argument for maestro-worker (repeatable)");
 
-  run->add_option("--profiles", run_args.profiles,
+  run->add_option("--profiles", args->profiles,
                   "measured section profiles for the compiler (what `maestro profile` wrote)")
       ->check(CLI::ExistingFile);
+  return run;
+}
 
-  ProfileArgs profile_args;
+// `maestro profile` and the options main asks about after parsing.
+struct ProfileCommandLine {
+  CLI::App* command = nullptr;
+  CLI::Option* spec = nullptr;     // given: the spec mode
+  CLI::Option* repeats = nullptr;  // given: passed on to maestro-kernel-profile
+};
+
+// `maestro profile`: the options of the spec mode and of --kernels (which
+// exclude each other), parsed into *args.
+ProfileCommandLine AddProfileCommand(CLI::App& app, ProfileArgs* args) {
   auto* profile = app.add_subcommand(
       "profile",
       "measure each section's micro-batch times on this machine and recompile the spec with them; or, with "
       "--kernels -o FILE, measure this machine's device (GEMM, attention, bandwidth, one decoder step) into a "
       "device profile for the step model");
-  auto* profile_spec = profile->add_option("spec", profile_args.spec, "workload spec (TOML); not with --kernels")
-                           ->check(CLI::ExistingFile);
+  auto* profile_spec =
+      profile->add_option("spec", args->spec, "workload spec (TOML); not with --kernels")->check(CLI::ExistingFile);
   auto* profile_out =
       profile
-          ->add_option("-o,--out", profile_args.out_dir,
+          ->add_option("-o,--out", args->out_dir,
                        "output directory (plan, report, profile.json); with --kernels: the device profile to write")
           ->capture_default_str();
   auto* kernels =
-      profile->add_flag("--kernels", profile_args.kernels,
+      profile->add_flag("--kernels", args->kernels,
                         "measure this machine's device instead of a spec's sections: GEMM and causal-attention "
                         "tables, memory bandwidth, the per-kernel floor and one decoder training step, written to "
                         "-o FILE as a device profile (docs/step_model.md; maestro-kernel-profile --help lists the "
                         "grid options)");
   kernels->excludes(profile_spec)->needs(profile_out);
-  profile
-      ->add_option("--device", profile_args.device, "with --kernels: auto (CUDA when usable, else the CPU), cpu, cuda")
+  profile->add_option("--device", args->device, "with --kernels: auto (CUDA when usable, else the CPU), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->needs(kernels);
-  profile->add_flag("--quick", profile_args.quick, "with --kernels: fewer repeats and grid points (CI on a CPU)")
+  profile->add_flag("--quick", args->quick, "with --kernels: fewer repeats and grid points (CI on a CPU)")
       ->needs(kernels);
   profile
-      ->add_option("--kernel-arg", profile_args.kernel_args,
+      ->add_option("--kernel-arg", args->kernel_args,
                    "with --kernels: an extra argument for maestro-kernel-profile, e.g. --kernel-arg=--gemm-m=256,1024 "
                    "(repeatable)")
       ->needs(kernels);
   auto* profile_ranks =
       profile
-          ->add_option("--ranks", profile_args.ranks,
+          ->add_option("--ranks", args->ranks,
                        "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
           ->check(CLI::PositiveNumber);
-  auto* profile_pins = profile->add_option("--pin", profile_args.pins,
-                                           "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
+  auto* profile_pins =
+      profile->add_option("--pin", args->pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");
   auto* profile_micro_batches =
       profile
-          ->add_option("--micro-batches", profile_args.micro_batches,
+          ->add_option("--micro-batches", args->micro_batches,
                        "micro-batch sizes to measure (default 1,2,4,8,16,32,64 and each section's own)")
           ->delimiter(',')
           ->allow_extra_args(false)
           ->check(CLI::PositiveNumber);
   auto* profile_gpu_counts =
       profile
-          ->add_option("--gpu-counts", profile_args.gpu_counts,
+          ->add_option("--gpu-counts", args->gpu_counts,
                        "also measure every decoder section at these GPU counts (TP degrees), e.g. 1,2; the compiler "
                        "then plans TP from measurements too")
           ->delimiter(',')
           ->allow_extra_args(false)
           ->check(CLI::PositiveNumber);
   auto* profile_repeats =
-      profile
-          ->add_option("--repeats", profile_args.repeats, "timed runs per size (or kernel point); the median is kept")
+      profile->add_option("--repeats", args->repeats, "timed runs per size (or kernel point); the median is kept")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
   auto* profile_calibration =
       profile
-          ->add_option("--calibration-steps", profile_args.calibration_steps,
+          ->add_option("--calibration-steps", args->calibration_steps,
                        "train the compiled plan this many steps (after 5 of warm-up) and scale each section's "
                        "profile to its in-run time; 0: keep the sweep as measured")
           ->check(CLI::NonNegativeNumber)
@@ -488,7 +492,31 @@ int main(int argc, char** argv) {
        {profile_ranks, profile_pins, profile_micro_batches, profile_gpu_counts, profile_calibration}) {
     kernels->excludes(spec_only);
   }
+  return ProfileCommandLine{profile, profile_spec, profile_repeats};
+}
 
+// maestro export ...: `args` (everything after `export`) go to maestro-export.
+int ExportCommand(const std::vector<std::string>& args) {
+  std::vector<std::string> command{maestro::cli::SelfDirectory() + "/maestro-export"};
+  for (const auto& arg : args) command.push_back(arg);
+  auto rc = maestro::cli::RunProcess(command);
+  if (!rc.ok()) {
+    std::fprintf(stderr, "maestro export: %s\n", rc.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  return *rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"maestro: train compound LLM workloads (distillation, multimodal) section by section"};
+  app.require_subcommand(1);
+
+  RunArgs run_args;
+  CLI::App* run = AddRunCommand(app, &run_args);
+  ProfileArgs profile_args;
+  const ProfileCommandLine profile = AddProfileCommand(app, &profile_args);
   auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
 
   // Everything after `export` goes to maestro-export (its --help lists the options).
@@ -500,23 +528,15 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*run) return RunCommand(run_args);
-  if (*profile) {
-    if (profile_args.kernels) return KernelProfileCommand(profile_args, profile_repeats->count() > 0);
-    if (profile_spec->count() == 0) {
-      return profile->exit(CLI::RequiredError("profile: a spec (maestro profile spec.toml) or --kernels -o FILE"));
+  if (*profile.command) {
+    if (profile_args.kernels) return KernelProfileCommand(profile_args, profile.repeats->count() > 0);
+    if (profile.spec->count() == 0) {
+      return profile.command->exit(
+          CLI::RequiredError("profile: a spec (maestro profile spec.toml) or --kernels -o FILE"));
     }
     return ProfileCommand(profile_args);
   }
   if (*doctor) return DoctorCommand();
-  if (*export_cmd) {
-    std::vector<std::string> command{maestro::cli::SelfDirectory() + "/maestro-export"};
-    for (const auto& arg : export_cmd->remaining()) command.push_back(arg);
-    auto rc = maestro::cli::RunProcess(command);
-    if (!rc.ok()) {
-      std::fprintf(stderr, "maestro export: %s\n", rc.status().message().c_str());
-      return maestro::kExitFailure;
-    }
-    return *rc;
-  }
+  if (*export_cmd) return ExportCommand(export_cmd->remaining());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "base/files.h"
 #include "base/text.h"
 #include "compiler/explain.h"
+#include "compiler/refinement.h"
 #include "compiler/report.h"
 #include "compiler/run_ahead.h"
 

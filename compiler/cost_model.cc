@@ -145,6 +145,107 @@ int NearestProfiledGpus(const std::vector<ProfileSpec>& profiles, int gpus) {
   return best;
 }
 
+// For a section without a profile at its own GPU count: *stage (the
+// modelled compute of one micro-batch on one stage) and out's forward share,
+// optimizer step and calibration scaled to the nearest measured count. A
+// section measured on this machine at other GPU counts (maestro
+// profile; --gpu-counts adds TP degrees) is priced by the model
+// scaled to the nearest measured count: the model's ratio between the two
+// configurations, the measurement's level. Unscaled, a configuration the
+// profile did not cover would be priced on the model's own footing beside
+// measured ones (on a CPU 2-2.5x optimistic, docs/e2e.md), and the search
+// (the monolithic baseline's too) would pick it for that alone.
+void ScaleToNearestProfiledGpus(const SectionWork& s, const plan::ParallelConfig& c, const DeviceType& dev,
+                                double samples_per_mb, double microbatches, double flops_per_sample_run,
+                                double teacher_head, double* stage, SectionCost* out) {
+  const bool train = s.trains();
+  const double tp = c.tp, pp = c.pp;
+  const int measured_gpus = NearestProfiledGpus(s.profiles, c.tp * c.pp * c.cp);
+  if (measured_gpus > 0) {
+    const MeasuredStage m0 = InterpolateProfiles(s.profiles, measured_gpus, samples_per_mb);
+    plan::ParallelConfig c0 = c;  // how maestro profile measures a GPU count: TP over it
+    c0.tp = measured_gpus;
+    c0.pp = c0.cp = 1;
+    const ModelledCompute mc0 =
+        ModelCompute(s, c0, dev, samples_per_mb, microbatches, flops_per_sample_run, teacher_head);
+    if (m0.seconds > 0 && mc0.stage_seconds > 0) {
+      out->calibration_scale = m0.seconds / mc0.stage_seconds;
+      out->calibrated_at_gpus = measured_gpus;
+      *stage *= out->calibration_scale;
+      if (m0.forward_share > 0) out->forward_share = m0.forward_share;
+      // The optimizer steps the parameters this rank holds: the measured
+      // step's, per parameter.
+      if (train && m0.optimizer_seconds > 0) {
+        out->optimizer_seconds = m0.optimizer_seconds * measured_gpus / (tp * pp);
+      }
+    }
+  }
+}
+
+// The communication of one micro-batch on one pipeline stage that the
+// modelled compute leaves out (a measured profile includes it), added to
+// `stage` in this order: TP all-reduces, EP all-to-alls, CP exchanges of K
+// and V, PP sends. `gpus`: the section's GPUs (PP sends leave the node past
+// one node's worth).
+double AddModelParallelTraffic(double stage, const SectionWork& s, const plan::ParallelConfig& c, const DeviceType& dev,
+                               double samples_per_mb, int gpus) {
+  const bool train = s.trains();
+  const double tp = c.tp, pp = c.pp, cp = c.cp;
+  const double tokens = static_cast<double>(s.tokens);
+  const double h = Hidden(s.model);
+  const double layers = Layers(s.model);
+  const int gpn = dev.gpus_per_node;
+  const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
+  const double act_bytes = samples_per_mb * tokens / cp * h * kBf16;
+  if (c.tp > 1) {
+    const double allreduces = (train ? 4.0 : 2.0) + (train && c.recompute ? 2.0 : 0.0);
+    stage += allreduces * layers / pp * 2.0 * (tp - 1) / tp * act_bytes / mp_bw;
+  }
+  if (c.ep > 1 && s.model.experts > 0) {
+    // Expert parallelism: every routed slot's row (k per token) goes to its
+    // expert's rank and comes back (dispatch, combine), and the transposes
+    // in backward: 4 all-to-alls per layer in training, 2 forward only.
+    // (ep-1)/ep of the rows leave the rank; an EP group is tp*cp*ep
+    // consecutive ranks, on one node when they fit.
+    const double ep = c.ep;
+    const double k = static_cast<double>(std::max<int64_t>(s.model.experts_per_token, 1));
+    const double ep_bw = (c.tp * c.cp * c.ep <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
+    stage += (train ? 4.0 : 2.0) * layers / pp * (ep - 1) / ep * act_bytes * k / ep_bw;
+  }
+  if (c.cp > 1) {
+    // What the runtime does (runtime/parallel/context_parallel.h
+    // GatherSequence, docs/context_parallel.md): per layer an all-gather of
+    // this rank's K and V in forward (again under full recomputation; a
+    // selective one recomputes the core after the gather) and a
+    // reduce-scatter of their gradients in backward, in the activations'
+    // dtype, not overlapped with compute. A ring all-gather or
+    // reduce-scatter moves (cp - 1) of the cp blocks through each rank
+    // (NCCL's bus bandwidth: algbw * (n - 1) / n; Thakur et al., 2005).
+    const double exchanges = train ? (c.recompute ? 3.0 : 2.0) : 1.0;
+    const double kv_bytes = samples_per_mb * tokens / cp * KvWidth(s.model) * 2.0 * BytesOf(dev.precision).activation;
+    stage += exchanges * layers / pp * (cp - 1) * kv_bytes / tp / mp_bw;
+  }
+  if (c.pp > 1) {
+    const double pp_bw = gpus > gpn ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
+    stage += (train ? 2.0 : 1.0) * act_bytes / tp / pp_bw;
+  }
+  return stage;
+}
+
+// The gradient sync's seconds per step over the dp * cp ranks of a training
+// section with params_per_gpu parameters per GPU on `gpus` GPUs.
+double GradientSyncSeconds(const plan::ParallelConfig& c, const DeviceType& dev, double params_per_gpu, int gpus) {
+  const double cp = c.cp, dp = c.dp;
+  const double n = dp * cp;
+  const double bw = gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
+  // Gradients in their dtype (fp32 under mixed precision); ZeRO-1
+  // all-gathers the parameters it steps (fp32 masters unless pure bf16).
+  const double grad_bytes = BytesOf(dev.precision).gradient;
+  const double param_bytes = dev.precision == ParamPrecision::kPureBf16 ? 2.0 : 4.0;
+  const double bytes_per_param = c.zero_stage >= 1 ? grad_bytes + param_bytes : 2.0 * grad_bytes;
+  return (n - 1) / n * bytes_per_param * params_per_gpu / bw;
+}
+
 }  // namespace
 
 CostModel::CostModel(std::vector<DeviceType> devices, int64_t global_batch)
@@ -184,8 +285,6 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   const bool train = s.trains();
   const double tp = c.tp, pp = c.pp, cp = c.cp, dp = c.dp;
   const double tokens = static_cast<double>(s.tokens);
-  const double h = Hidden(s.model);
-  const double layers = Layers(s.model);
 
   // FLOPs. A KD student also runs the frozen teacher head (hidden_t -> vocab)
   // on the teacher's hidden state, forward only (section_runner.cc).
@@ -232,68 +331,10 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
     out.forward_share = mc.forward_share;
     out.optimizer_seconds = mc.optimizer_seconds;
     out.step_model = mc.step_model;
-    // A section measured on this machine at other GPU counts (maestro
-    // profile; --gpu-counts adds TP degrees) is priced here by the model
-    // scaled to the nearest measured count: the model's ratio between the two
-    // configurations, the measurement's level. Unscaled, a configuration the
-    // profile did not cover would be priced on the model's own footing beside
-    // measured ones (on a CPU 2-2.5x optimistic, docs/e2e.md), and the search
-    // (the monolithic baseline's too) would pick it for that alone.
-    const int measured_gpus = NearestProfiledGpus(s.profiles, c.tp * c.pp * c.cp);
-    if (measured_gpus > 0) {
-      const MeasuredStage m0 = InterpolateProfiles(s.profiles, measured_gpus, samples_per_mb);
-      plan::ParallelConfig c0 = c;  // how maestro profile measures a GPU count: TP over it
-      c0.tp = measured_gpus;
-      c0.pp = c0.cp = 1;
-      const ModelledCompute mc0 =
-          ModelCompute(s, c0, dev, samples_per_mb, microbatches, flops_per_sample_run, teacher_head);
-      if (m0.seconds > 0 && mc0.stage_seconds > 0) {
-        out.calibration_scale = m0.seconds / mc0.stage_seconds;
-        out.calibrated_at_gpus = measured_gpus;
-        stage *= out.calibration_scale;
-        if (m0.forward_share > 0) out.forward_share = m0.forward_share;
-        // The optimizer steps the parameters this rank holds: the measured
-        // step's, per parameter.
-        if (train && m0.optimizer_seconds > 0) {
-          out.optimizer_seconds = m0.optimizer_seconds * measured_gpus / (tp * pp);
-        }
-      }
-    }
-    const int gpn = dev.gpus_per_node;
-    const double mp_bw = (c.tp * c.cp <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
-    const double act_bytes = samples_per_mb * tokens / cp * h * kBf16;
-    if (c.tp > 1) {
-      const double allreduces = (train ? 4.0 : 2.0) + (train && c.recompute ? 2.0 : 0.0);
-      stage += allreduces * layers / pp * 2.0 * (tp - 1) / tp * act_bytes / mp_bw;
-    }
-    if (c.ep > 1 && s.model.experts > 0) {
-      // Expert parallelism: every routed slot's row (k per token) goes to its
-      // expert's rank and comes back (dispatch, combine), and the transposes
-      // in backward: 4 all-to-alls per layer in training, 2 forward only.
-      // (ep-1)/ep of the rows leave the rank; an EP group is tp*cp*ep
-      // consecutive ranks, on one node when they fit.
-      const double ep = c.ep;
-      const double k = static_cast<double>(std::max<int64_t>(s.model.experts_per_token, 1));
-      const double ep_bw = (c.tp * c.cp * c.ep <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
-      stage += (train ? 4.0 : 2.0) * layers / pp * (ep - 1) / ep * act_bytes * k / ep_bw;
-    }
-    if (c.cp > 1) {
-      // What the runtime does (runtime/parallel/context_parallel.h
-      // GatherSequence, docs/context_parallel.md): per layer an all-gather of
-      // this rank's K and V in forward (again under full recomputation; a
-      // selective one recomputes the core after the gather) and a
-      // reduce-scatter of their gradients in backward, in the activations'
-      // dtype, not overlapped with compute. A ring all-gather or
-      // reduce-scatter moves (cp - 1) of the cp blocks through each rank
-      // (NCCL's bus bandwidth: algbw * (n - 1) / n; Thakur et al., 2005).
-      const double exchanges = train ? (c.recompute ? 3.0 : 2.0) : 1.0;
-      const double kv_bytes = samples_per_mb * tokens / cp * KvWidth(s.model) * 2.0 * BytesOf(dev.precision).activation;
-      stage += exchanges * layers / pp * (cp - 1) * kv_bytes / tp / mp_bw;
-    }
-    if (c.pp > 1) {
-      const double pp_bw = out.gpus > gpn ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-      stage += (train ? 2.0 : 1.0) * act_bytes / tp / pp_bw;
-    }
+    // Measured at other GPU counts: the model at the measurement's level.
+    ScaleToNearestProfiledGpus(s, c, dev, samples_per_mb, microbatches, flops_per_sample_run, teacher_head, &stage,
+                               &out);
+    stage = AddModelParallelTraffic(stage, s, c, dev, samples_per_mb, out.gpus);
   }
   out.measured = measured;
   out.stage_seconds = stage;
@@ -304,16 +345,7 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   // of the gradients and an all-gather of the updated parameters. A ring
   // all-reduce moves 2 (n - 1) / n of the bytes through each rank, a ring
   // reduce-scatter or all-gather (n - 1) / n (Thakur et al., 2005).
-  if (train && dp * cp > 1) {
-    const double n = dp * cp;
-    const double bw = out.gpus > dev.gpus_per_node ? dev.inter_bytes_per_s : dev.intra_bytes_per_s;
-    // Gradients in their dtype (fp32 under mixed precision); ZeRO-1
-    // all-gathers the parameters it steps (fp32 masters unless pure bf16).
-    const double grad_bytes = BytesOf(dev.precision).gradient;
-    const double param_bytes = dev.precision == ParamPrecision::kPureBf16 ? 2.0 : 4.0;
-    const double bytes_per_param = c.zero_stage >= 1 ? grad_bytes + param_bytes : 2.0 * grad_bytes;
-    out.dp_sync_seconds = (n - 1) / n * bytes_per_param * params_per_gpu / bw;
-  }
+  if (train && dp * cp > 1) out.dp_sync_seconds = GradientSyncSeconds(c, dev, params_per_gpu, out.gpus);
   // 1F1B fills and drains once per step; a forward-only section streaming
   // ahead (up to plan::kMaxRunAhead batches, compiler/run_ahead.h) only
   // where those batches hold fewer micro-batches of a replica than stages.

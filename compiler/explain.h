@@ -6,14 +6,14 @@
 // slower.
 //
 // Owns: RenderExplain.
-// May call: base (units), plan, compiler/compile.h (CompileResult),
+// May call: base (units), plan, compiler/compile_result.h (CompileResult),
 // compiler/cost_model.h, compiler/planner.h, compiler/runtime_support.h, fmt.
 // Thread safety: pure functions.
 #pragma once
 
 #include <string>
 
-#include "compiler/compile.h"
+#include "compiler/compile_result.h"
 #include "compiler/cost_model.h"
 #include "compiler/planner.h"
 

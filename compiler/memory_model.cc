@@ -290,27 +290,45 @@ double LayerActivationBytes(const plan::ModelDesc& model, int tp, int64_t contex
 
 namespace {
 
-// One rank of section `s`: pipeline stage `stage` of a decoder (its own
-// layers, plan::StageLayerSpan; the first also the embedding, the last the
-// final norm, the head, the loss and a KD student's teacher head), or, with
-// stage < 0, a rank of a section that is not a pipelined decoder.
-MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelConfig& c, int stage, double microbatches,
-                                   double samples_per_microbatch, const DeviceType& dev) {
-  MemoryBreakdown out;
-  const PrecisionBytes bytes = BytesOf(dev.precision);
-  const double a = bytes.activation;
+// Where one rank of a section sits: its degrees and, for a stage of a
+// pipelined decoder (`stage` >= 0), its layers (plan::StageLayerSpan) and
+// whether it is the first or the last stage.
+struct RankPlace {
+  int tp = 1, pp = 1, cp = 1, dp = 1;
+  bool staged = false;
+  plan::StageLayerRange stage_span;
+  bool first_stage = true, last_stage = true;
+  bool holds_head = true;    // the final norm, the head, the loss (every rank when not staged)
+  double stage_share = 1.0;  // of the blocks
+};
+
+RankPlace PlaceOf(const plan::ModelDesc& m, const plan::ParallelConfig& c, int stage) {
+  RankPlace r;
+  r.tp = std::max(c.tp, 1);
+  r.pp = std::max(c.pp, 1);
+  r.cp = std::max(c.cp, 1);
+  r.dp = std::max(c.dp, 1);
+  r.staged = stage >= 0;
+  r.stage_span = r.staged ? plan::StageLayerSpan(c, m.layers, stage) : plan::StageLayerRange{};
+  r.first_stage = !r.staged || stage == 0;
+  r.last_stage = !r.staged || stage == r.pp - 1;
+  r.holds_head = r.last_stage;
+  r.stage_share = r.staged ? D(r.stage_span.count()) / D(std::max<int64_t>(m.layers, 1)) : 1.0 / r.pp;
+  return r;
+}
+
+// The rank's weights, gradients and optimizer states (out's first three
+// terms): its share of the parameters under TP, PP and EP, the bf16 copies
+// autocast caches of those its matmuls read, a KD student's teacher head,
+// ZeRO-1's shards.
+void AddParameterMemory(const SectionWork& s, const plan::ParallelConfig& c, const RankPlace& r,
+                        const PrecisionBytes& bytes, MemoryBreakdown* out) {
   const plan::ModelDesc& m = s.model;
   const bool train = s.trains();
-  const int tp = std::max(c.tp, 1), pp = std::max(c.pp, 1), cp = std::max(c.cp, 1), dp = std::max(c.dp, 1);
-  const bool staged = stage >= 0;
-  const plan::StageLayerRange stage_span = staged ? plan::StageLayerSpan(c, m.layers, stage) : plan::StageLayerRange{};
-  const bool first_stage = !staged || stage == 0, last_stage = !staged || stage == pp - 1;
-  const bool holds_head = last_stage;  // the final norm, the head, the loss (every rank when not staged)
-  const double stage_share =
-      staged ? D(stage_span.count()) / D(std::max<int64_t>(m.layers, 1)) : 1.0 / pp;  // of the blocks
-  // libtorch 1.13 on a CPU slot runs the explicit softmax attention; GPUs
-  // (libtorch 2.x) a fused one.
-  const bool explicit_attention = dev.cpu;
+  const int tp = r.tp, pp = r.pp, cp = r.cp, dp = r.dp;
+  const bool staged = r.staged, first_stage = r.first_stage, last_stage = r.last_stage, holds_head = r.holds_head;
+  const plan::StageLayerRange& stage_span = r.stage_span;
+  const double stage_share = r.stage_share;
 
   // Parameters of the rank's share, and those its matmuls read (what
   // autocast casts: not a decoder's embedding lookup table nor its norms).
@@ -347,21 +365,43 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
     params = (split / tp + (params - split)) / pp;
     matmul_params = params;
   }
-  out.weights = train ? bytes.weight * params + bytes.compute_copy * matmul_params : bytes.forward_weight * params;
+  out->weights = train ? bytes.weight * params + bytes.compute_copy * matmul_params : bytes.forward_weight * params;
   if (s.kd_teacher_hidden > 0 && holds_head) {
-    out.weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
+    out->weights += 4.0 * D(m.vocab) * D(s.kd_teacher_hidden);  // TeacherHead: fp32
   }
   if (train) {
-    out.gradients = bytes.gradient * params;
+    out->gradients = bytes.gradient * params;
     if (c.zero_stage >= 1) {
       // ZeRO-1 shards over DP x CP (docs/gradient_sync.md); the routed
       // experts over their expert-DP group (no CP with EP).
       const double experts_here = expert_params / ep / tp * stage_share;  // the rank's routed experts
-      out.optimizer = bytes.optimizer * ((params - experts_here) / (dp * cp) + experts_here / std::max(1, dp / ep));
+      out->optimizer = bytes.optimizer * ((params - experts_here) / (dp * cp) + experts_here / std::max(1, dp / ep));
     } else {
-      out.optimizer = bytes.optimizer * params;
+      out->optimizer = bytes.optimizer * params;
     }
   }
+}
+
+// One rank of section `s`: pipeline stage `stage` of a decoder (its own
+// layers, plan::StageLayerSpan; the first also the embedding, the last the
+// final norm, the head, the loss and a KD student's teacher head), or, with
+// stage < 0, a rank of a section that is not a pipelined decoder.
+MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelConfig& c, int stage, double microbatches,
+                                   double samples_per_microbatch, const DeviceType& dev) {
+  MemoryBreakdown out;
+  const PrecisionBytes bytes = BytesOf(dev.precision);
+  const double a = bytes.activation;
+  const plan::ModelDesc& m = s.model;
+  const bool train = s.trains();
+  const RankPlace r = PlaceOf(m, c, stage);
+  const int tp = r.tp, pp = r.pp, cp = r.cp;
+  const bool staged = r.staged, first_stage = r.first_stage, last_stage = r.last_stage, holds_head = r.holds_head;
+  const plan::StageLayerRange& stage_span = r.stage_span;
+  // libtorch 1.13 on a CPU slot runs the explicit softmax attention; GPUs
+  // (libtorch 2.x) a fused one.
+  const bool explicit_attention = dev.cpu;
+
+  AddParameterMemory(s, c, r, bytes, &out);
 
   // Activations of the micro-batches in flight.
   const double mbs = std::max(1.0, std::ceil(microbatches - 1e-9));

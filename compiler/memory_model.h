@@ -49,14 +49,24 @@
 //   reserved    the device's reserve: on a GPU min(2 GB, 10%) (framework,
 //               NCCL buffers, fragmentation); on a CPU slot the measured
 //               baseline of a maestro-worker rank (kCpuWorkerBaselineBytes).
-// May call: compiler/cost_model.h (the types), compiler/model.h, hf (layouts),
-// plan. Thread safety: pure functions.
+// Owns: MemoryBreakdown (the terms above), BytesOf, LayerActivationBytes,
+// GradientSyncBytes, EstimateSectionMemory, EstimateStageMemory. The cost
+// model (compiler/cost_model.h) calls it and holds its breakdown in every
+// SectionCost.
+// May call: compiler/section_work.h (the types), compiler/model.h, hf
+// (layouts), plan. Thread safety: pure functions.
 #pragma once
 
-#include "compiler/cost_model.h"
+#include "compiler/section_work.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
+
+// One rank's memory at its peak, term by term (bytes).
+struct MemoryBreakdown {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0, reserved = 0;
+  double total() const { return weights + gradients + optimizer + activations + reserved; }
+};
 
 // What maestro-worker occupies on a CPU rank before it builds its section's
 // model: libtorch, Open MPI + PMIx, the plan, the dataset and its sample

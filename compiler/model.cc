@@ -154,130 +154,145 @@ int64_t NaturalTokens(const ModelDesc& d, int64_t seq_len) {
   return seq_len;
 }
 
+namespace {
+
+// A decoder: attention (GQA, biases, q/k norms), a dense or MoE MLP (with a
+// shared expert), the embedding and an untied head; `s` tokens per sample.
+void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
+  const int64_t h = d.hidden;
+  const int64_t hd = HeadDim(d);
+  const int64_t q = d.heads * hd, kv = d.kv_heads * hd;
+  const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
+  const bool o_bias = ExtraFlag(d, "attn_out_bias", false);
+  const bool mlp_bias = ExtraFlag(d, "mlp_bias", false);
+  const bool gated = ExtraFlag(d, "mlp_gated", true);
+  const int64_t norm = ExtraFlag(d, "norm_bias", false) ? 2 * h : h;
+  const int64_t attn_w = h * q + 2 * h * kv + q * h;
+  const int64_t attn_b = (qkv_bias ? q + 2 * kv : 0) + (o_bias ? h : 0);
+  auto mlp = [&](int64_t ffn, int64_t* weights) {
+    *weights = (gated ? 3 : 2) * h * ffn;
+    return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
+  };
+  const int64_t qk_norm = ExtraFlag(d, "qk_norm", false) ? 2 * hd : 0;  // Qwen3: RMSNorm of q and k heads
+  int64_t layer = attn_w + attn_b + 2 * norm + qk_norm;
+  int64_t layer_active = layer;
+  int64_t layer_mm = attn_w;
+  if (d.experts > 0) {
+    int64_t expert_w = 0;
+    const int64_t expert = mlp(d.moe_ffn_hidden, &expert_w);
+    const int64_t router = h * d.experts;
+    layer += router + d.experts * expert;
+    layer_active += router + d.experts_per_token * expert;
+    layer_mm += router + d.experts_per_token * expert_w;
+    // Qwen2-MoE: a shared expert every token passes, with a (1, C) sigmoid gate.
+    const auto shared_ffn = static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0));
+    if (shared_ffn > 0) {
+      int64_t shared_w = 0;
+      const int64_t shared = mlp(shared_ffn, &shared_w) + h;
+      layer += shared;
+      layer_active += shared;
+      layer_mm += shared_w + h;
+    }
+  } else {
+    int64_t mlp_w = 0;
+    const int64_t m = mlp(d.ffn_hidden, &mlp_w);
+    layer += m;
+    layer_active += m;
+    layer_mm += mlp_w;
+  }
+  const int64_t embed = d.vocab * h;
+  const int64_t head = d.tie_embeddings ? 0 : d.vocab * h;
+  f->params = embed + d.layers * layer + norm + head;
+  f->active_params = embed + d.layers * layer_active + norm + head;
+  f->matmul_params = d.layers * layer_mm + d.vocab * h;  // the LM head runs even when tied
+  f->embedding_params = embed;
+  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * (s / 2.0) * static_cast<double>(q);
+  f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
+  f->output_dim = h;
+}
+
+// A ViT: the patch stem, positions, the blocks, the optional final norm,
+// pooler and patch merger.
+void VitFacts(const ModelDesc& d, double s, ModelFacts* f) {
+  const int64_t h = d.hidden;
+  const int64_t ffn = d.ffn_hidden;
+  const int64_t temporal = static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1));
+  const int64_t patch_w = d.channels * temporal * d.patch_size * d.patch_size * h;
+  const int64_t side = d.image_size / d.patch_size;
+  const int64_t patches = side * side;
+  const bool cls = ExtraFlag(d, "cls_token", true);
+  int64_t p = patch_w + (ExtraFlag(d, "patch_bias", true) ? h : 0);
+  if (cls) p += h;
+  if (ExtraFlag(d, "pos_embed", true)) p += (patches + (cls ? 1 : 0)) * h;
+  if (ExtraFlag(d, "pre_norm", false)) p += 2 * h;
+  const bool qkv_bias = ExtraFlag(d, "qkv_bias", true);
+  const int64_t layer_w = 4 * h * h + 2 * h * ffn;
+  const int64_t layer = layer_w + (qkv_bias ? 3 * h : 0) + h + ffn + h + 4 * h;  // biases + two LayerNorms
+  p += d.layers * layer;
+  if (ExtraFlag(d, "final_norm", true)) p += 2 * h;
+  if (ExtraFlag(d, "pooler", false)) p += h * h + h;
+  int64_t merger_mm_per_token = 0;
+  const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
+  if (merge > 0) {
+    const int64_t in = h * merge * merge;
+    const int64_t mh = static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)) > 0
+                           ? static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0))
+                           : in;
+    p += 2 * h + in * mh + mh + mh * d.out_dim + d.out_dim;
+    merger_mm_per_token = (in * mh + mh * d.out_dim) / (merge * merge);
+  }
+  f->params = p;
+  f->active_params = p;
+  f->matmul_params = d.layers * layer_w + patch_w + merger_mm_per_token;
+  f->embedding_params = 0;
+  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+  f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
+  f->output_dim = merge > 0 ? d.out_dim : h;
+}
+
+// A Whisper-style audio encoder: two convolutions, positions, the blocks.
+void AudioEncoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
+  const int64_t h = d.hidden;
+  const int64_t ffn = d.ffn_hidden;
+  const int64_t positions =
+      static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>((d.audio_frames + 1) / 2)));
+  const int64_t conv1 = d.mel_bins * h * 3, conv2 = h * h * 3;
+  int64_t p = conv1 + h + conv2 + h + positions * h;
+  const int64_t layer_w = 4 * h * h + 2 * h * ffn;
+  const int64_t layer = layer_w + 3 * h /* q, v, o biases */ + ffn + h + 4 * h;
+  p += d.layers * layer + 2 * h;
+  f->params = p;
+  f->active_params = p;
+  f->matmul_params = d.layers * layer_w + 2 * conv1 + conv2;  // conv1 runs at twice the output rate
+  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
+  f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
+  f->output_dim = h;
+}
+
+// The runtime's MLP projector (runtime/models/encoders.cc, LLaVA's
+// "mlp2x_gelu"): Linear(in_dim -> out_dim), GELU, Linear(out_dim -> out_dim).
+void ProjectorFacts(const ModelDesc& d, ModelFacts* f) {
+  const int64_t w = d.in_dim * d.out_dim + d.out_dim * d.out_dim;
+  const int64_t p = w + 2 * d.out_dim;
+  f->params = p;
+  f->active_params = p;
+  f->matmul_params = w;
+  f->flops_per_token = 2.0 * static_cast<double>(w);
+  f->output_dim = d.out_dim;
+}
+
+}  // namespace
+
 ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
   ModelFacts f;
   if (seq_len <= 0) seq_len = NaturalTokens(d, 4096);
   f.seq_len = seq_len;
   const double s = static_cast<double>(seq_len);
-  const int64_t h = d.hidden;
   switch (d.kind) {
-    case ModelKind::kDecoder: {
-      const int64_t hd = HeadDim(d);
-      const int64_t q = d.heads * hd, kv = d.kv_heads * hd;
-      const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
-      const bool o_bias = ExtraFlag(d, "attn_out_bias", false);
-      const bool mlp_bias = ExtraFlag(d, "mlp_bias", false);
-      const bool gated = ExtraFlag(d, "mlp_gated", true);
-      const int64_t norm = ExtraFlag(d, "norm_bias", false) ? 2 * h : h;
-      const int64_t attn_w = h * q + 2 * h * kv + q * h;
-      const int64_t attn_b = (qkv_bias ? q + 2 * kv : 0) + (o_bias ? h : 0);
-      auto mlp = [&](int64_t ffn, int64_t* weights) {
-        *weights = (gated ? 3 : 2) * h * ffn;
-        return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
-      };
-      const int64_t qk_norm = ExtraFlag(d, "qk_norm", false) ? 2 * hd : 0;  // Qwen3: RMSNorm of q and k heads
-      int64_t layer = attn_w + attn_b + 2 * norm + qk_norm;
-      int64_t layer_active = layer;
-      int64_t layer_mm = attn_w;
-      if (d.experts > 0) {
-        int64_t expert_w = 0;
-        const int64_t expert = mlp(d.moe_ffn_hidden, &expert_w);
-        const int64_t router = h * d.experts;
-        layer += router + d.experts * expert;
-        layer_active += router + d.experts_per_token * expert;
-        layer_mm += router + d.experts_per_token * expert_w;
-        // Qwen2-MoE: a shared expert every token passes, with a (1, C) sigmoid gate.
-        const auto shared_ffn = static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0));
-        if (shared_ffn > 0) {
-          int64_t shared_w = 0;
-          const int64_t shared = mlp(shared_ffn, &shared_w) + h;
-          layer += shared;
-          layer_active += shared;
-          layer_mm += shared_w + h;
-        }
-      } else {
-        int64_t mlp_w = 0;
-        const int64_t m = mlp(d.ffn_hidden, &mlp_w);
-        layer += m;
-        layer_active += m;
-        layer_mm += mlp_w;
-      }
-      const int64_t embed = d.vocab * h;
-      const int64_t head = d.tie_embeddings ? 0 : d.vocab * h;
-      f.params = embed + d.layers * layer + norm + head;
-      f.active_params = embed + d.layers * layer_active + norm + head;
-      f.matmul_params = d.layers * layer_mm + d.vocab * h;  // the LM head runs even when tied
-      f.embedding_params = embed;
-      f.attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * (s / 2.0) * static_cast<double>(q);
-      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) + f.attention_flops_per_token;
-      f.output_dim = h;
-      break;
-    }
-    case ModelKind::kVit: {
-      const int64_t ffn = d.ffn_hidden;
-      const int64_t temporal = static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1));
-      const int64_t patch_w = d.channels * temporal * d.patch_size * d.patch_size * h;
-      const int64_t side = d.image_size / d.patch_size;
-      const int64_t patches = side * side;
-      const bool cls = ExtraFlag(d, "cls_token", true);
-      int64_t p = patch_w + (ExtraFlag(d, "patch_bias", true) ? h : 0);
-      if (cls) p += h;
-      if (ExtraFlag(d, "pos_embed", true)) p += (patches + (cls ? 1 : 0)) * h;
-      if (ExtraFlag(d, "pre_norm", false)) p += 2 * h;
-      const bool qkv_bias = ExtraFlag(d, "qkv_bias", true);
-      const int64_t layer_w = 4 * h * h + 2 * h * ffn;
-      const int64_t layer = layer_w + (qkv_bias ? 3 * h : 0) + h + ffn + h + 4 * h;  // biases + two LayerNorms
-      p += d.layers * layer;
-      if (ExtraFlag(d, "final_norm", true)) p += 2 * h;
-      if (ExtraFlag(d, "pooler", false)) p += h * h + h;
-      int64_t merger_mm_per_token = 0;
-      const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
-      if (merge > 0) {
-        const int64_t in = h * merge * merge;
-        const int64_t mh = static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)) > 0
-                               ? static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0))
-                               : in;
-        p += 2 * h + in * mh + mh + mh * d.out_dim + d.out_dim;
-        merger_mm_per_token = (in * mh + mh * d.out_dim) / (merge * merge);
-      }
-      f.params = p;
-      f.active_params = p;
-      f.matmul_params = d.layers * layer_w + patch_w + merger_mm_per_token;
-      f.embedding_params = 0;
-      f.attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
-      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) + f.attention_flops_per_token;
-      f.output_dim = merge > 0 ? d.out_dim : h;
-      break;
-    }
-    case ModelKind::kAudioEncoder: {
-      const int64_t ffn = d.ffn_hidden;
-      const int64_t positions =
-          static_cast<int64_t>(ExtraValue(d, "max_source_positions", static_cast<double>((d.audio_frames + 1) / 2)));
-      const int64_t conv1 = d.mel_bins * h * 3, conv2 = h * h * 3;
-      int64_t p = conv1 + h + conv2 + h + positions * h;
-      const int64_t layer_w = 4 * h * h + 2 * h * ffn;
-      const int64_t layer = layer_w + 3 * h /* q, v, o biases */ + ffn + h + 4 * h;
-      p += d.layers * layer + 2 * h;
-      f.params = p;
-      f.active_params = p;
-      f.matmul_params = d.layers * layer_w + 2 * conv1 + conv2;  // conv1 runs at twice the output rate
-      f.attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
-      f.flops_per_token = 2.0 * static_cast<double>(f.matmul_params) + f.attention_flops_per_token;
-      f.output_dim = h;
-      break;
-    }
-    case ModelKind::kProjector: {
-      // The runtime's MLP projector (runtime/models/encoders.cc, LLaVA's
-      // "mlp2x_gelu"): Linear(in_dim -> out_dim), GELU, Linear(out_dim -> out_dim).
-      const int64_t w = d.in_dim * d.out_dim + d.out_dim * d.out_dim;
-      const int64_t p = w + 2 * d.out_dim;
-      f.params = p;
-      f.active_params = p;
-      f.matmul_params = w;
-      f.flops_per_token = 2.0 * static_cast<double>(w);
-      f.output_dim = d.out_dim;
-      break;
-    }
+    case ModelKind::kDecoder: DecoderFacts(d, s, &f); break;
+    case ModelKind::kVit: VitFacts(d, s, &f); break;
+    case ModelKind::kAudioEncoder: AudioEncoderFacts(d, s, &f); break;
+    case ModelKind::kProjector: ProjectorFacts(d, &f); break;
   }
   return f;
 }

@@ -18,7 +18,9 @@
 // each, the fewest nodes that keep every section and edge under it (exact
 // tree dynamic programming when the section graph is a forest on one GPU
 // type; branch and bound otherwise). ExhaustiveSearch is the oracle the tests
-// compare with; PlanMonolithic is the single-configuration baseline.
+// compare with. The single-configuration baseline (PlanMonolithic,
+// compiler/monolithic.h) calls the planner to find the GPUs it holds; it is
+// not a part of it, so this header does not include it.
 //
 // The public header of the planner; the parts have their own files:
 //   compiler/assignment.h       the workload, an assignment, PlanOutcome
@@ -27,7 +29,6 @@
 //   compiler/planner.cc         PlanSections, in named phases
 //   compiler/sectioned_search.h the fronts and their search (internal)
 //   compiler/exhaustive_search.cc  the oracle
-//   compiler/monolithic.h       the monolithic baseline
 //   compiler/step_prediction.h  the StepPredictor seam and the analytic
 //                               predictor; the simulator fills the seam
 //                               (SimulatorStepPredictor,
@@ -41,7 +42,6 @@
 #include "compiler/assignment.h"
 #include "compiler/candidates.h"
 #include "compiler/cost_model.h"
-#include "compiler/monolithic.h"
 #include "compiler/step_prediction.h"
 
 namespace maestro::compiler {

@@ -7,9 +7,10 @@
 //
 // Owns: Report and its parts, BuildReport, ReportText, ReportJson,
 // PredictedUtilization (plan.json's predicted_utilization is the report's).
-// May call: base (units), plan, compiler/compile.h (CompileResult),
-// compiler/cost_model.h, compiler/planner.h, compiler/step_simulation.h,
-// compiler/workload_builder.h (RuntimeSupportText), nlohmann-json, fmt.
+// May call: base (units), plan, compiler/compile_result.h (CompileResult),
+// compiler/compile_options.h, compiler/cost_model.h, compiler/planner.h,
+// compiler/step_simulation.h, compiler/workload_builder.h
+// (RuntimeSupportText), nlohmann-json, fmt.
 // Thread safety: pure functions.
 #pragma once
 
@@ -17,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/compile.h"
+#include "compiler/compile_options.h"
+#include "compiler/compile_result.h"
 #include "compiler/cost_model.h"
 #include "compiler/planner.h"
 #include "compiler/spec.h"

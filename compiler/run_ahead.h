@@ -15,7 +15,7 @@
 // step's start), more only absorbs step-to-step variation and costs spool.
 // The monolithic baseline has no separate forward-only section: nothing here
 // touches it.
-// May call: compiler (assignment, candidates, spec, step_simulation), plan, base.
+// May call: compiler (assignment, candidates, spec, step_simulation, refinement), plan, base.
 // Thread safety: a pure function of its arguments.
 #pragma once
 
@@ -23,6 +23,7 @@
 
 #include "compiler/assignment.h"
 #include "compiler/candidates.h"
+#include "compiler/refinement.h"
 #include "compiler/spec.h"
 #include "compiler/step_simulation.h"
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The spec's entry points: reads the TOML text, hands each table to its
 // reader (compiler/spec_tables.h), applies the cluster defaults and runs the
-// graph checks (compiler/spec_graph.h). The TOML reader and the suggestions
-// live in compiler/toml_reader.h.
+// graph checks (compiler/spec_graph.h). The TOML reader lives in
+// compiler/toml_reader.h, the spec's values and the suggestions in
+// compiler/spec_types.h.
 #include "compiler/spec.h"
 
 #include <fmt/format.h>
@@ -29,27 +30,6 @@ static_assert(kMaxModalities == scheduler::kMaxModalities, "the spec's limit is 
 using internal::Diagnostics;
 using internal::PosOf;
 using internal::TableReader;
-
-const GpuTypeSpec* ClusterSpec::Find(const std::string& name) const {
-  for (const auto& g : gpu_types) {
-    if (g.name == name) return &g;
-  }
-  return nullptr;
-}
-
-int Spec::section_index(const std::string& name) const {
-  for (size_t i = 0; i < sections.size(); ++i) {
-    if (sections[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-const ModelSpec* Spec::FindModel(const std::string& name) const {
-  for (const auto& m : models) {
-    if (m.name == name) return &m;
-  }
-  return nullptr;
-}
 
 StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path, const std::string& base_dir) {
   // plan.json and the JSON report hold the spec's path and paths relative to

@@ -8,13 +8,13 @@
 // `loss` (only a training sink; kd needs a frozen decoder teacher with the
 // same vocabulary). The checks that need the cost model live in
 // compiler/compile.cc.
-// May call: compiler/toml_reader.h (Diagnostics), base/graph.h (FindCycle),
+// May call: compiler/spec_types.h, compiler/toml_reader.h (Diagnostics), base/graph.h (FindCycle),
 // plan (EdgeDpRuleHolds), fmt. Internal to maestro_compiler: include it only
 // from compiler/*.cc.
 // Thread safety: pure function of the spec (errors go to `d`).
 #pragma once
 
-#include "compiler/spec.h"
+#include "compiler/spec_types.h"
 #include "compiler/toml_reader.h"
 
 namespace maestro::compiler::internal {

@@ -7,7 +7,9 @@
 // (docs/spec.md documents each one), and the checks one table can make on
 // its own (a name's spelling, a value that cannot go on an #SBATCH line, a
 // model's shape). Checks across tables live in compiler/spec_graph.h.
-// May call: compiler/toml_reader.h, compiler/model.h, base, plan, TOML++,
+// Where: spec_tables.cc ([job], [cluster], [data], [[section]], [[edge]],
+// [[profile]]), spec_models.cc ([models.<name>]: ReadModel).
+// May call: compiler/spec_types.h, compiler/toml_reader.h, compiler/model.h, base, plan, TOML++,
 // fmt. Internal to maestro_compiler (includes TOML++ through toml_reader.h):
 // include it only from compiler/*.cc.
 // Thread safety: pure functions of their arguments (errors go to `d`).
@@ -16,10 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "compiler/spec.h"
+#include "compiler/spec_types.h"
 #include "compiler/toml_reader.h"
 
 namespace maestro::compiler::internal {
+
+// A path the spec wrote (`rel`), relative to the spec's folder `base`; an
+// absolute one, or any path when the folder is ".", as written.
+std::string JoinPath(const std::string& base, const std::string& rel);
 
 void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job);
 void ReadCluster(Diagnostics& d, const toml::table& t, const std::string& base_dir, ClusterSpec& c);

@@ -274,41 +274,13 @@ void AddMoe(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
   }
 }
 
-// ---- Decoder (runtime/models/decoder.cc, layers.h; section_runner.cc's loss).
-void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
+// ---- A decoder's RMSNorms on m tokens of this rank: two per layer and the
+// final one, as at::rms_norm or the eager fp32 chain.
+void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, double layers) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
-  const double head_dim = static_cast<double>(d.head_dim > 0 ? d.head_dim : d.hidden / d.heads);
-  const double layers = static_cast<double>(d.layers);
-  const double t = s.attention_context > 0 ? s.attention_context : s.tokens_per_sample;
-  const double h = static_cast<double>(d.hidden);
-  const double q = static_cast<double>(d.heads / s.tp) * head_dim;  // query width on this rank
-  const double kv_heads = d.kv_heads >= s.tp ? static_cast<double>(d.kv_heads / s.tp) : 1.0;
-  const double kv = kv_heads * head_dim;  // key / value width on this rank
-  const bool moe = d.experts > 0;
-  const double f = moe ? 0.0 : static_cast<double>(d.ffn_hidden / s.tp);  // the dense MLP's width on this rank
-  const double vocab = static_cast<double>(d.vocab);
-  const bool gqa = kv < q;
-  const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
   const auto kF = Phase::kForward;
   const auto kB = Phase::kBackward;
-
-  // ---- GEMMs (GqaAttention, SwiGluMlp).
-  sum.Gemm("attn.q_proj", Part::kBlocks, m, h, q, layers);
-  sum.Gemm("attn.k_proj + v_proj", Part::kBlocks, m, h, kv, 2 * layers);
-  sum.Gemm("attn.o_proj", Part::kBlocks, m, q, h, layers);
-  if (moe) {
-    AddMoe(sum, d, s, m);
-  } else {
-    sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * layers);
-    sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
-  }
-
-  // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
-  // as compiler/model.h counts them (4 * T/2 * q per token forward).
-  sum.Attention("(causal SDPA)", 4 * all_tokens / s.cp * (t / 2) * q, head_dim, t, layers);
-
-  // ---- Memory-bound kernels, bytes read + written per token. RmsNorm
-  // (layers.h), forward: to(f32) (r a w4); pow(2) r4 w4; mean r4; + eps;
+  // RmsNorm (layers.h), forward: to(f32) (r a w4); pow(2) r4 w4; mean r4; + eps;
   // rsqrt; x32 * r r4 w4; to(dtype) r4 w a; weight * (r a w a).
   const std::initializer_list<double> norm_fwd = {b.Cast(h), 8 * h, 4 * h, 0.0, 0.0, 8 * h, b.Cast(h), b.Act(2 * h)};
   // Its autograd backward: g * weight (r a w a); g * normed (r 1.5a w a)
@@ -332,52 +304,20 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     sum.Memory("final rms_norm", Part::kPost, kF, norm_fwd, m, 1);
     sum.Memory("final rms_norm", Part::kPost, kB, norm_bwd, m, 1);
   }
-  // RoPE (ApplyRope): -x2 (half the width, r w), cat (r1 w1), x * cos, rotated
-  // * sin (r1 w1 each, the tables broadcast), + (r2 w1); per element of q or k.
-  for (const auto& [what, w] : {std::pair<const char*, double>{"rope q", q}, {"rope k", kv}}) {
-    sum.Memory(what, Part::kBlocks, kF, {b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w)}, m, layers);
-    // Backward: g * sin, g * cos, neg', the two narrow' (zero + copy into the
-    // full width), two accumulations.
-    sum.Memory(what, Part::kBlocks, kB,
-               {b.Act(2 * w), b.Act(2 * w), b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w), b.Act(3 * w)}, m,
-               layers);
-  }
-  if (gqa && !s.fused.gqa_in_sdpa) {
-    // repeat_interleave of K and V to H heads (r kv w q, each) and its
-    // backward, a sum over the group (r q w kv, each).
-    sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kF, {b.Act(kv + q), b.Act(kv + q)}, m, layers);
-    sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kB, {b.Act(q + kv), b.Act(q + kv)}, m, layers);
-  }
-  // SDPA output (B, H, T, D) -> transpose(1, 2).reshape: a copy; in
-  // backward, grad_out made contiguous for flash, and the grads of q, k, v
-  // back from (B, H, T, D) to (B, T, H*D) rows for the GEMMs.
-  sum.Memory("attention output layout copy", Part::kBlocks, kF, {b.Act(2 * q)}, m, layers);
-  sum.Memory("attention layout copies", Part::kBlocks, kB, {b.Act(2 * q), b.Act(2 * q), b.Act(2 * kv), b.Act(2 * kv)},
-             m, layers);
-  if (qkv_bias) {
-    sum.Memory("qkv bias grads (row sums)", Part::kBlocks, kB, {b.Act(q), b.Act(kv), b.Act(kv)}, m, layers);
-  }
-  // SwiGLU: silu (r1 w1), * up (r2 w1); backward g * up, g * silu, silu'.
-  if (!moe) {
-    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
-    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
-  }
-  // Residual adds (r2 w1) x 2; backward: the residual stream's grad
-  // accumulated at the two branch points, the normed input's grads from
-  // q/k/v (2 adds) and from gate/up (1 add).
-  sum.Memory("residual adds", Part::kBlocks, kF, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
-  sum.Memory("gradient accumulations (residual, shared inputs)", Part::kBlocks, kB,
-             {b.Act(3 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h)}, m, layers);
-  // Embedding: gather forward (r1 w1); backward: index scatter (r1 w1) per
-  // token, the dense (V, h) grad zeroed (w1 per element).
-  sum.Memory("embedding gather", Part::kPre, kF, {b.Act(2 * h)}, m, 1);
-  sum.Memory("embedding scatter", Part::kPre, kB, {b.Act(2 * h)}, m, 1);
-  sum.Memory("embedding dense grad", Part::kPre, kB, {b.Act(vocab * h)}, 1, 1);
+}
 
-  // The vocabulary loss in chunks of positions past plan::kLossWholeTokens
-  // (plan/loss_chunk.h, section_runner.cc PerSampleLoss): each chunk's head
-  // GEMM at the chunk's rows, and in backward each chunk's head and loss
-  // forwards again (RunRecomputed) before their backward.
+// ---- A decoder sink's loss (section_runner.cc PerSampleLoss) on m tokens of
+// this rank: the LM head and cross-entropy, a KD student's frozen teacher
+// head and KL. The vocabulary loss runs in chunks of positions past
+// plan::kLossWholeTokens (plan/loss_chunk.h): each chunk's head GEMM at the
+// chunk's rows, and in backward each chunk's head and loss forwards again
+// (RunRecomputed) before their backward.
+void AddDecoderLoss(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double h = static_cast<double>(d.hidden);
+  const double vocab = static_cast<double>(d.vocab);
+  const auto kF = Phase::kForward;
+  const auto kB = Phase::kBackward;
   const double loss_samples = std::max(1.0, std::ceil(s.samples - 1e-9));
   const auto loss_positions = static_cast<int64_t>(std::max(1.0, std::ceil(m / loss_samples)));
   const bool loss_chunked = sum.train() && s.lm_loss && s.loss_in_chunks &&
@@ -423,6 +363,86 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     // / T', to(f32)', and the accumulation into the logits' grad.
     sum.Memory("kd KL", Part::kPost, kB, {4 * v, 12 * v, 8 * v, 12 * v, 8 * v, b.Cast(v), b.Act(3 * v)}, m, 1);
   }
+}
+
+// ---- Decoder (runtime/models/decoder.cc, layers.h; section_runner.cc's loss).
+void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double head_dim = static_cast<double>(d.head_dim > 0 ? d.head_dim : d.hidden / d.heads);
+  const double layers = static_cast<double>(d.layers);
+  const double t = s.attention_context > 0 ? s.attention_context : s.tokens_per_sample;
+  const double h = static_cast<double>(d.hidden);
+  const double q = static_cast<double>(d.heads / s.tp) * head_dim;  // query width on this rank
+  const double kv_heads = d.kv_heads >= s.tp ? static_cast<double>(d.kv_heads / s.tp) : 1.0;
+  const double kv = kv_heads * head_dim;  // key / value width on this rank
+  const bool moe = d.experts > 0;
+  const double f = moe ? 0.0 : static_cast<double>(d.ffn_hidden / s.tp);  // the dense MLP's width on this rank
+  const double vocab = static_cast<double>(d.vocab);
+  const bool gqa = kv < q;
+  const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
+  const auto kF = Phase::kForward;
+  const auto kB = Phase::kBackward;
+
+  // ---- GEMMs (GqaAttention, SwiGluMlp).
+  sum.Gemm("attn.q_proj", Part::kBlocks, m, h, q, layers);
+  sum.Gemm("attn.k_proj + v_proj", Part::kBlocks, m, h, kv, 2 * layers);
+  sum.Gemm("attn.o_proj", Part::kBlocks, m, q, h, layers);
+  if (moe) {
+    AddMoe(sum, d, s, m);
+  } else {
+    sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * layers);
+    sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
+  }
+
+  // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
+  // as compiler/model.h counts them (4 * T/2 * q per token forward).
+  sum.Attention("(causal SDPA)", 4 * all_tokens / s.cp * (t / 2) * q, head_dim, t, layers);
+
+  // ---- Memory-bound kernels, bytes read + written per token.
+  AddDecoderRmsNorms(sum, s, h, m, layers);
+  // RoPE (ApplyRope): -x2 (half the width, r w), cat (r1 w1), x * cos, rotated
+  // * sin (r1 w1 each, the tables broadcast), + (r2 w1); per element of q or k.
+  for (const auto& [what, w] : {std::pair<const char*, double>{"rope q", q}, {"rope k", kv}}) {
+    sum.Memory(what, Part::kBlocks, kF, {b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w)}, m, layers);
+    // Backward: g * sin, g * cos, neg', the two narrow' (zero + copy into the
+    // full width), two accumulations.
+    sum.Memory(what, Part::kBlocks, kB,
+               {b.Act(2 * w), b.Act(2 * w), b.Act(w), b.Act(2 * w), b.Act(2 * w), b.Act(3 * w), b.Act(3 * w)}, m,
+               layers);
+  }
+  if (gqa && !s.fused.gqa_in_sdpa) {
+    // repeat_interleave of K and V to H heads (r kv w q, each) and its
+    // backward, a sum over the group (r q w kv, each).
+    sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kF, {b.Act(kv + q), b.Act(kv + q)}, m, layers);
+    sum.Memory("gqa repeat_interleave k, v", Part::kBlocks, kB, {b.Act(q + kv), b.Act(q + kv)}, m, layers);
+  }
+  // SDPA output (B, H, T, D) -> transpose(1, 2).reshape: a copy; in
+  // backward, grad_out made contiguous for flash, and the grads of q, k, v
+  // back from (B, H, T, D) to (B, T, H*D) rows for the GEMMs.
+  sum.Memory("attention output layout copy", Part::kBlocks, kF, {b.Act(2 * q)}, m, layers);
+  sum.Memory("attention layout copies", Part::kBlocks, kB, {b.Act(2 * q), b.Act(2 * q), b.Act(2 * kv), b.Act(2 * kv)},
+             m, layers);
+  if (qkv_bias) {
+    sum.Memory("qkv bias grads (row sums)", Part::kBlocks, kB, {b.Act(q), b.Act(kv), b.Act(kv)}, m, layers);
+  }
+  // SwiGLU: silu (r1 w1), * up (r2 w1); backward g * up, g * silu, silu'.
+  if (!moe) {
+    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
+    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  }
+  // Residual adds (r2 w1) x 2; backward: the residual stream's grad
+  // accumulated at the two branch points, the normed input's grads from
+  // q/k/v (2 adds) and from gate/up (1 add).
+  sum.Memory("residual adds", Part::kBlocks, kF, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
+  sum.Memory("gradient accumulations (residual, shared inputs)", Part::kBlocks, kB,
+             {b.Act(3 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h), b.Act(3 * h)}, m, layers);
+  // Embedding: gather forward (r1 w1); backward: index scatter (r1 w1) per
+  // token, the dense (V, h) grad zeroed (w1 per element).
+  sum.Memory("embedding gather", Part::kPre, kF, {b.Act(2 * h)}, m, 1);
+  sum.Memory("embedding scatter", Part::kPre, kB, {b.Act(2 * h)}, m, 1);
+  sum.Memory("embedding dense grad", Part::kPre, kB, {b.Act(vocab * h)}, 1, 1);
+
+  AddDecoderLoss(sum, d, s, m);
 
   // ---- Parameters of this rank (optimizer and .grad accumulation).
   const double e = b.a;

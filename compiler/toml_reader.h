@@ -5,10 +5,11 @@
 //
 // Owns: the wording of type, range and unknown-key messages
 // ("job.time must be a string, not an integer", "unknown key 'nmae' in
-// [[section]] (did you mean 'name'?)"), the cap of 20 messages, and the
-// definitions of AtPos, EditDistance and Suggest (declared in spec.h).
+// [[section]] (did you mean 'name'?)") and the cap of 20 messages; each
+// message is located by AtPos and suggests through Suggest
+// (compiler/spec_types.h).
 // Knows no key of the spec: compiler/spec_tables.cc says which keys exist.
-// May call: base, TOML++, fmt. Internal to maestro_compiler (includes TOML++,
+// May call: base, compiler/spec_types.h, TOML++, fmt. Internal to maestro_compiler (includes TOML++,
 // a private dependency): include it only from compiler/*.cc.
 // Thread safety: a Diagnostics and its TableReaders belong to one parse
 // (one thread); the free functions are pure.
@@ -22,7 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/spec.h"
+#include "compiler/spec_types.h"
 
 namespace maestro::compiler::internal {
 

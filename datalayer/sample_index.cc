@@ -158,6 +158,138 @@ Status SampleIndex::LoadSamples() {
   return Status::Ok();
 }
 
+namespace {
+
+// A manifest line the fast scanner leaves to nlohmann-json (escapes, floats,
+// unknown keys, errors): parsed into *doc, which `line`'s views point into;
+// the errors name manifest_path:line_no.
+Status ReadManifestLineJson(const char* begin, const char* stop, const std::string& manifest_path, size_t line_no,
+                            nlohmann::json* doc, internal::ManifestLine* line) {
+  auto where = [&] { return fmt::format("{}:{}", manifest_path, line_no); };
+  nlohmann::json& j = *doc;
+  j = nlohmann::json::parse(begin, stop, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: not a JSON object; each line must look like "
+                    "{{\"id\": 17, \"location\": \"shard-3.tar:1234\", \"tokens\": {{\"text\": 412}}}}",
+                    where()));
+  }
+  const auto id = j.find("id");
+  const auto location = j.find("location");
+  const auto toks = j.find("tokens");
+  if (id == j.end() || !id->is_number_integer()) {
+    return Status::InvalidArgument(fmt::format("{}: \"id\" must be an integer sample id", where()));
+  }
+  if (location == j.end() || !location->is_string()) {
+    return Status::InvalidArgument(fmt::format("{}: \"location\" must be a string (where the payload is)", where()));
+  }
+  if (toks == j.end() || !toks->is_object() || toks->empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: \"tokens\" must be a non-empty object of modality -> token count, e.g. {{\"text\": 412}}", where()));
+  }
+  line->id = id->get<int64_t>();
+  line->location = location->get_ref<const std::string&>();
+  line->tokens.clear();
+  for (auto it = toks->begin(); it != toks->end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}: token count of modality '{}' must be a non-negative integer", where(), it.key()));
+    }
+    line->tokens.emplace_back(it.key(), it.value().get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SampleIndex::PrepareSampleInsert(SqliteStmt* insert) {
+  std::string cols = "sample_id, location, modality_mask, tokens_total";
+  std::string vals = "?, ?, ?, ?";
+  for (const auto& m : modalities_) {
+    cols += ", tokens_" + m;
+    vals += ", ?";
+  }
+  MAESTRO_ASSIGN_OR_RETURN(*insert, db_->Prepare(fmt::format("INSERT INTO samples({}) VALUES({})", cols, vals)));
+  return Status::Ok();
+}
+
+Status SampleIndex::AddModality(const std::string& name) {
+  const int id_of_new = static_cast<int>(modalities_.size());
+  Status s = db_->Exec(fmt::format("ALTER TABLE samples ADD COLUMN tokens_{} INTEGER NOT NULL DEFAULT 0", name));
+  if (s.ok()) s = db_->Exec(fmt::format("INSERT INTO modalities(modality_id, name) VALUES({}, '{}')", id_of_new, name));
+  modalities_.push_back(name);
+  return s;
+}
+
+Status SampleIndex::InsertManifestSamples(const std::string& text, const std::string& manifest_path,
+                                          IngestStats* stats) {
+  std::map<std::string, int, std::less<>> column_of;  // modality -> index into modalities_
+  internal::ManifestLine line;
+  for (size_t i = 0; i < modalities_.size(); ++i) column_of[modalities_[i]] = static_cast<int>(i);
+  SqliteStmt insert;
+  MAESTRO_RETURN_IF_ERROR(PrepareSampleInsert(&insert));
+
+  std::vector<int64_t> tokens(modalities_.size());
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line_no;
+    const char* begin = text.data() + pos;
+    const char* stop = text.data() + end;
+    pos = end + 1;
+    while (begin < stop && (*begin == ' ' || *begin == '\t' || *begin == '\r')) ++begin;
+    if (begin == stop) continue;  // blank line
+    auto where = [&] { return fmt::format("{}:{}", manifest_path, line_no); };
+    nlohmann::json j;  // only for lines the fast scanner leaves to nlohmann
+    if (!internal::ScanSimpleManifestLine(begin, stop, line)) {
+      MAESTRO_RETURN_IF_ERROR(ReadManifestLineJson(begin, stop, manifest_path, line_no, &j, &line));
+    }
+    std::fill(tokens.begin(), tokens.end(), 0);
+    int64_t mask = 0;
+    int64_t total = 0;
+    for (const auto& [name_view, n] : line.tokens) {
+      auto col = column_of.find(name_view);
+      if (col == column_of.end()) {
+        const std::string name(name_view);
+        if (!ValidModalityName(name)) {
+          return Status::InvalidArgument(fmt::format(
+              "{}: modality name '{}' must be 1-32 characters of [a-z0-9_], starting with a letter", where(), name));
+        }
+        if (modalities_.size() >= 62) {
+          return Status::InvalidArgument(fmt::format("{}: more than 62 modalities", where()));
+        }
+        const int id_of_new = static_cast<int>(modalities_.size());
+        insert = SqliteStmt();
+        Status s = AddModality(name);
+        column_of[name] = id_of_new;
+        tokens.push_back(0);
+        if (s.ok()) s = PrepareSampleInsert(&insert);
+        if (!s.ok()) return s;
+        col = column_of.find(name_view);
+      }
+      tokens[static_cast<size_t>(col->second)] = n;
+      mask |= int64_t{1} << col->second;
+      total += n;
+    }
+    insert.Bind(1, line.id);
+    insert.BindStatic(2, line.location);
+    insert.Bind(3, mask);
+    insert.Bind(4, total);
+    for (size_t m = 0; m < tokens.size(); ++m) insert.Bind(static_cast<int>(5 + m), tokens[m]);
+    if (Status s = insert.Run(); !s.ok()) {
+      if (s.code() == StatusCode::kFailedPrecondition) {
+        return Status::InvalidArgument(
+            fmt::format("{}: sample id {} appears twice in the manifest; sample ids must be unique", where(), line.id));
+      }
+      return s.WithContext(where());
+    }
+    ++stats->samples;
+  }
+  return Status::Ok();
+}
+
 StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_path) {
   struct stat st {};
   if (::stat(manifest_path.c_str(), &st) != 0) {
@@ -184,118 +316,12 @@ StatusOr<IngestStats> SampleIndex::IngestManifest(const std::string& manifest_pa
   MAESTRO_RETURN_IF_ERROR(db_->Exec("PRAGMA cache_size=-65536"));
   MAESTRO_RETURN_IF_ERROR(db_->Begin());
   IngestStats stats;
-  std::map<std::string, int, std::less<>> column_of;  // modality -> index into modalities_
-  internal::ManifestLine line;
-  for (size_t i = 0; i < modalities_.size(); ++i) column_of[modalities_[i]] = static_cast<int>(i);
-  SqliteStmt insert;
-  auto prepare_insert = [&]() -> Status {
-    std::string cols = "sample_id, location, modality_mask, tokens_total";
-    std::string vals = "?, ?, ?, ?";
-    for (const auto& m : modalities_) {
-      cols += ", tokens_" + m;
-      vals += ", ?";
-    }
-    MAESTRO_ASSIGN_OR_RETURN(insert, db_->Prepare(fmt::format("INSERT INTO samples({}) VALUES({})", cols, vals)));
-    return Status::Ok();
-  };
   auto fail = [&](Status s) {
     db_->RollbackQuietly();
     (void)LoadSamples();
     return s;
   };
-  if (Status s = prepare_insert(); !s.ok()) return fail(s);
-
-  std::vector<int64_t> tokens(modalities_.size());
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++line_no;
-    const char* begin = text.data() + pos;
-    const char* stop = text.data() + end;
-    pos = end + 1;
-    while (begin < stop && (*begin == ' ' || *begin == '\t' || *begin == '\r')) ++begin;
-    if (begin == stop) continue;  // blank line
-    auto where = [&] { return fmt::format("{}:{}", manifest_path, line_no); };
-    nlohmann::json j;  // only for lines the fast scanner leaves to nlohmann
-    if (!internal::ScanSimpleManifestLine(begin, stop, line)) {
-      j = nlohmann::json::parse(begin, stop, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) {
-        return fail(Status::InvalidArgument(
-            fmt::format("{}: not a JSON object; each line must look like "
-                        "{{\"id\": 17, \"location\": \"shard-3.tar:1234\", \"tokens\": {{\"text\": 412}}}}",
-                        where())));
-      }
-      const auto id = j.find("id");
-      const auto location = j.find("location");
-      const auto toks = j.find("tokens");
-      if (id == j.end() || !id->is_number_integer()) {
-        return fail(Status::InvalidArgument(fmt::format("{}: \"id\" must be an integer sample id", where())));
-      }
-      if (location == j.end() || !location->is_string()) {
-        return fail(
-            Status::InvalidArgument(fmt::format("{}: \"location\" must be a string (where the payload is)", where())));
-      }
-      if (toks == j.end() || !toks->is_object() || toks->empty()) {
-        return fail(Status::InvalidArgument(fmt::format(
-            "{}: \"tokens\" must be a non-empty object of modality -> token count, e.g. {{\"text\": 412}}", where())));
-      }
-      line.id = id->get<int64_t>();
-      line.location = location->get_ref<const std::string&>();
-      line.tokens.clear();
-      for (auto it = toks->begin(); it != toks->end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
-          return fail(Status::InvalidArgument(
-              fmt::format("{}: token count of modality '{}' must be a non-negative integer", where(), it.key())));
-        }
-        line.tokens.emplace_back(it.key(), it.value().get<int64_t>());
-      }
-    }
-    std::fill(tokens.begin(), tokens.end(), 0);
-    int64_t mask = 0;
-    int64_t total = 0;
-    for (const auto& [name_view, n] : line.tokens) {
-      auto col = column_of.find(name_view);
-      if (col == column_of.end()) {
-        const std::string name(name_view);
-        if (!ValidModalityName(name)) {
-          return fail(Status::InvalidArgument(fmt::format(
-              "{}: modality name '{}' must be 1-32 characters of [a-z0-9_], starting with a letter", where(), name)));
-        }
-        if (modalities_.size() >= 62) {
-          return fail(Status::InvalidArgument(fmt::format("{}: more than 62 modalities", where())));
-        }
-        const int id_of_new = static_cast<int>(modalities_.size());
-        insert = SqliteStmt();
-        Status s = db_->Exec(fmt::format("ALTER TABLE samples ADD COLUMN tokens_{} INTEGER NOT NULL DEFAULT 0", name));
-        if (s.ok())
-          s = db_->Exec(fmt::format("INSERT INTO modalities(modality_id, name) VALUES({}, '{}')", id_of_new, name));
-        modalities_.push_back(name);
-        column_of[name] = id_of_new;
-        tokens.push_back(0);
-        if (s.ok()) s = prepare_insert();
-        if (!s.ok()) return fail(s);
-        col = column_of.find(name_view);
-      }
-      tokens[static_cast<size_t>(col->second)] = n;
-      mask |= int64_t{1} << col->second;
-      total += n;
-    }
-    insert.Bind(1, line.id);
-    insert.BindStatic(2, line.location);
-    insert.Bind(3, mask);
-    insert.Bind(4, total);
-    for (size_t m = 0; m < tokens.size(); ++m) insert.Bind(static_cast<int>(5 + m), tokens[m]);
-    if (Status s = insert.Run(); !s.ok()) {
-      if (s.code() == StatusCode::kFailedPrecondition) {
-        return fail(Status::InvalidArgument(fmt::format(
-            "{}: sample id {} appears twice in the manifest; sample ids must be unique", where(), line.id)));
-      }
-      return fail(s.WithContext(where()));
-    }
-    ++stats.samples;
-  }
+  if (Status s = InsertManifestSamples(text, manifest_path, &stats); !s.ok()) return fail(s);
   if (stats.samples == 0) {
     return fail(Status::InvalidArgument(fmt::format("manifest {} has no samples", manifest_path)));
   }

@@ -115,6 +115,15 @@ class SampleIndex {
   Status LoadSamples();
   StatusOr<std::optional<std::string>> GetMeta(const std::string& key);
   Status SetMeta(const std::string& key, const std::string& value);
+  // IngestManifest's steps, inside its transaction (the caller rolls back on
+  // an error): every line of `text` into samples (a modality first seen adds
+  // its column), counted in stats->samples.
+  Status InsertManifestSamples(const std::string& text, const std::string& manifest_path, IngestStats* stats);
+  // The INSERT of one sample row: a tokens_<name> column per modality.
+  Status PrepareSampleInsert(SqliteStmt* insert);
+  // A modality first seen in the manifest: its tokens_<name> column and its
+  // modalities row (bit = its index), appended to modalities_.
+  Status AddModality(const std::string& name);
 
   std::unique_ptr<SqliteDb> db_;
   Env* env_;

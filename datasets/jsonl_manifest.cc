@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // JSONL manifests of pretokenized multimodal samples. The rules are in
 // jsonl_manifest.h (JsonlManifest::Open) and docs/data.md ("## JSONL
-// manifests").
+// manifests"); one line's checks and its sample are in jsonl_line.cc.
 #include "datasets/jsonl_manifest.h"
 
 #include <fcntl.h>
@@ -20,18 +20,22 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "base/checks.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "datasets/jsonl_line.h"
 
 namespace maestro::datasets {
 
 namespace {
 
+using internal::BuildSample;
+using internal::LineContext;
+using internal::ParsedLine;
+using internal::ParseJsonlLine;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr std::array<std::string_view, 7> kKnownKeys = {"input_ids",       "labels", "loss_mask", "images",
-                                                        "image_positions", "id",     "meta"};
 constexpr int64_t kMaxSeqLen = std::numeric_limits<int32_t>::max();
 constexpr size_t kReadChunk = size_t{1} << 20;
 
@@ -45,80 +49,12 @@ uint64_t HashBytes(const char* data, size_t size) {
   return h;
 }
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 bool IsBlank(const char* data, size_t size) {
   for (size_t i = 0; i < size; ++i) {
     const char c = data[i];
     if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return false;
   }
   return true;
-}
-
-// The deepest nesting of arrays and objects, outside strings; stops counting
-// past `limit`.
-int JsonDepth(const char* data, size_t size, int limit) {
-  int depth = 0;
-  int deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < size; ++i) {
-    const char c = data[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// A short rendering of a JSON value for messages.
-std::string Brief(const json& v) {
-  if (v.is_array()) return fmt::format("an array of {}", v.size());
-  if (v.is_object()) return "an object";
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  if (v.is_string()) return "the string " + s;
-  if (v.is_boolean()) return "the boolean " + s;
-  if (v.is_null()) return "null";
-  return s;
-}
-
-// An integer that fits int64; false for floats, strings, out-of-range values.
-bool GetInt(const json& v, int64_t* out) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-    *out = static_cast<int64_t>(u);
-    return true;
-  }
-  if (v.is_number_integer()) {
-    *out = v.get<int64_t>();
-    return true;
-  }
-  return false;
 }
 
 // Per accepted sample: where its line is and what Open counted (40 bytes).
@@ -132,347 +68,6 @@ struct Entry {
   uint32_t loss = 0;
 };
 static_assert(sizeof(Entry) == 40, "keep the per-sample table compact");
-
-// A validated line.
-struct ParsedLine {
-  std::string user_id;
-  std::vector<int64_t> tokens;
-  std::vector<int64_t> labels;     // empty unless given
-  std::vector<uint8_t> loss_mask;  // empty unless given
-  bool has_labels = false;
-  bool has_loss_mask = false;
-  std::vector<std::string> image_paths;  // resolved
-  std::vector<ImageTokenRun> runs;
-};
-
-// What the line parser needs to know about the manifest.
-struct LineContext {
-  const std::string* path = nullptr;  // as given to Open
-  const fs::path* dir = nullptr;      // the manifest's folder, absolute
-  const JsonlManifestOptions* options = nullptr;
-  bool check_images_exist = false;
-};
-
-class LineParser {
- public:
-  LineParser(const LineContext& ctx, int64_t line, int64_t sample) : ctx_(ctx), line_(line), sample_(sample) {}
-
-  StatusOr<ParsedLine> Parse(const char* data, size_t size) {
-    ParsedLine out;
-    if (size > static_cast<size_t>(kJsonlMaxLineBytes)) {
-      return Bad(fmt::format("the line is longer than the limit of {} bytes", kJsonlMaxLineBytes),
-                 "one sample per line, with a newline after each; split very long samples");
-    }
-    if (JsonDepth(data, size, kJsonlMaxDepth) > kJsonlMaxDepth) {
-      return Bad(fmt::format("JSON nested deeper than {} levels", kJsonlMaxDepth),
-                 "a line is a flat object of arrays; flatten \"meta\"");
-    }
-    json doc = json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded()) {
-      // Parse again with exceptions only to word the error.
-      std::string why = "invalid JSON";
-      try {
-        const json again = json::parse(data, data + size);
-        (void)again;
-      } catch (const json::exception& e) {
-        why = e.what();
-      }
-      return Bad(fmt::format("not valid JSON ({})", why),
-                 "each line must be one complete JSON object; check quoting and that objects are not split "
-                 "across lines");
-    }
-    if (!doc.is_object()) {
-      return Bad(fmt::format("the line is {}, not a JSON object", Brief(doc)),
-                 "write each sample as {\"input_ids\": [...], ...}");
-    }
-    if (const auto it = doc.find("id"); it != doc.end()) {
-      if (!it->is_string() && !it->is_number_integer()) {
-        return Bad(fmt::format("\"id\" is {}, not a string or an integer", Brief(*it)),
-                   "write the sample's name as a string or an integer, or drop \"id\"");
-      }
-      out.user_id = it->dump(-1, ' ', false, json::error_handler_t::replace);
-      if (out.user_id.size() > 64) out.user_id = out.user_id.substr(0, 61) + "...";
-      user_id_ = out.user_id;
-    }
-    for (const auto& item : doc.items()) {
-      const std::string& key = item.key();
-      if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) != kKnownKeys.end()) continue;
-      std::string_view nearest;
-      size_t best = 4;  // suggest only close names
-      for (std::string_view known : kKnownKeys) {
-        const size_t d = EditDistance(key, known);
-        if (d < best) best = d, nearest = known;
-      }
-      std::string shown = json(key).dump(-1, ' ', false, json::error_handler_t::replace);
-      if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-      return Bad(fmt::format("unknown key {}{}", shown,
-                             nearest.empty() ? std::string() : fmt::format(" (did you mean \"{}\"?)", nearest)),
-                 "the known keys are input_ids, labels, loss_mask, images, image_positions, id, meta; put "
-                 "anything else under \"meta\"");
-    }
-
-    const JsonlManifestOptions& o = *ctx_.options;
-    // input_ids
-    const auto ids = doc.find("input_ids");
-    if (ids == doc.end()) {
-      return Bad("no \"input_ids\"", "every line needs \"input_ids\": the token ids your processor produced");
-    }
-    if (!ids->is_array()) {
-      return Bad(fmt::format("\"input_ids\" is {}, not an array of integers", Brief(*ids)),
-                 "write the token ids as a JSON array of integers");
-    }
-    if (ids->empty()) return Bad("\"input_ids\" is empty", "drop the line, or give the sample its tokens");
-    const int64_t n = static_cast<int64_t>(ids->size());
-    if (n > o.seq_len + 1) {
-      return Bad(fmt::format("\"input_ids\" has {} tokens, more than seq_len + 1 = {} (seq_len inputs and the "
-                             "next-token target of the last)",
-                             n, o.seq_len + 1),
-                 "samples are never truncated: split the sample into shorter lines, or raise seq_len");
-    }
-    out.tokens.resize(static_cast<size_t>(n));
-    for (int64_t t = 0; t < n; ++t) {
-      const json& v = (*ids)[static_cast<size_t>(t)];
-      int64_t id = 0;
-      if (!GetInt(v, &id)) {
-        return Bad(fmt::format("input_ids[{}] is {}, not an integer token id", t, Brief(v)),
-                   "write token ids as JSON integers (no quotes, no decimal point)");
-      }
-      if (id < 0 || id >= o.vocab_size) {
-        return Bad(fmt::format("input_ids[{}] = {} is outside the vocabulary [0, {})", t, id, o.vocab_size),
-                   "tokenize with the model's own tokenizer, or set vocab_size to the model's");
-      }
-      out.tokens[static_cast<size_t>(t)] = id;
-    }
-
-    // labels / loss_mask
-    const auto labels = doc.find("labels");
-    const auto mask = doc.find("loss_mask");
-    if (labels != doc.end() && mask != doc.end()) {
-      return Bad("both \"labels\" and \"loss_mask\" are given",
-                 "give one: labels (-100 = no loss) or loss_mask (0/1 per token)");
-    }
-    if (labels != doc.end()) {
-      if (!labels->is_array() || static_cast<int64_t>(labels->size()) != n) {
-        return Bad(fmt::format("\"labels\" is {}, but input_ids has {} tokens", Brief(*labels), n),
-                   "give one label per input token (the HF convention: -100 = no loss, else the token id)");
-      }
-      out.has_labels = true;
-      out.labels.resize(static_cast<size_t>(n));
-      for (int64_t t = 0; t < n; ++t) {
-        const json& v = (*labels)[static_cast<size_t>(t)];
-        int64_t label = 0;
-        if (!GetInt(v, &label) || (label != kJsonlIgnoreTarget && (label < 0 || label >= o.vocab_size))) {
-          return Bad(fmt::format("labels[{}] is {}, neither -100 nor a token id in [0, {})", t, Brief(v), o.vocab_size),
-                     "a label is -100 (no loss) or the token id to predict");
-        }
-        out.labels[static_cast<size_t>(t)] = label;
-      }
-    }
-    if (mask != doc.end()) {
-      if (!mask->is_array() || static_cast<int64_t>(mask->size()) != n) {
-        return Bad(fmt::format("\"loss_mask\" is {}, but input_ids has {} tokens", Brief(*mask), n),
-                   "give one 0/1 per input token (1 = the token is predicted)");
-      }
-      out.has_loss_mask = true;
-      out.loss_mask.resize(static_cast<size_t>(n));
-      for (int64_t t = 0; t < n; ++t) {
-        const json& v = (*mask)[static_cast<size_t>(t)];
-        int64_t m = 0;
-        if (!GetInt(v, &m) || (m != 0 && m != 1)) {
-          return Bad(fmt::format("loss_mask[{}] is {}, not 0 or 1", t, Brief(v)),
-                     "write 1 where the token is predicted, 0 elsewhere (integers, not booleans)");
-        }
-        out.loss_mask[static_cast<size_t>(t)] = static_cast<uint8_t>(m);
-      }
-    }
-
-    // images
-    std::vector<std::string> written;  // as in the line, for messages
-    if (const auto images = doc.find("images"); images != doc.end()) {
-      if (!images->is_array()) {
-        return Bad(fmt::format("\"images\" is {}, not an array of paths", Brief(*images)),
-                   "write \"images\": [\"relative/path.jpg\", ...] (an empty array for no image)");
-      }
-      for (size_t k = 0; k < images->size(); ++k) {
-        const json& v = (*images)[k];
-        if (!v.is_string()) {
-          return Bad(fmt::format("images[{}] is {}, not a path string", k, Brief(v)),
-                     "write each image as a path string relative to the manifest's folder");
-        }
-        std::string resolved;
-        Status s = ResolveImage(k, v.get_ref<const std::string&>(), &resolved);
-        if (!s.ok()) return s;
-        written.push_back(v.get<std::string>());
-        out.image_paths.push_back(std::move(resolved));
-      }
-    }
-    const int64_t num_images = static_cast<int64_t>(out.image_paths.size());
-    if (o.image_token_id < 0 && num_images > 0) {
-      return Bad(
-          fmt::format("the line lists {} image(s), but the model takes no images (no image token id)", num_images),
-          "use a manifest without images for this model, or set image_token_id and tokens_per_image");
-    }
-
-    // Placeholder runs.
-    int64_t placeholders = 0;
-    std::vector<ImageTokenRun> maximal;
-    if (o.image_token_id >= 0) {
-      for (int64_t t = 0; t < n;) {
-        if (out.tokens[static_cast<size_t>(t)] != o.image_token_id) {
-          ++t;
-          continue;
-        }
-        int64_t e = t;
-        while (e < n && out.tokens[static_cast<size_t>(e)] == o.image_token_id) ++e;
-        maximal.push_back({t, e - t});
-        placeholders += e - t;
-        t = e;
-      }
-    }
-    if (placeholders != num_images * o.tokens_per_image) {
-      return Bad(
-          fmt::format("input_ids holds {} image placeholder tokens (id {}), but \"images\" lists {} "
-                      "image(s) x tokens_per_image {} = {}",
-                      placeholders, o.image_token_id, num_images, o.tokens_per_image, num_images * o.tokens_per_image),
-          "each image needs exactly tokens_per_image placeholders in a row (what the processor emits "
-          "after expanding); list one path per image, and check tokens_per_image and image_token_id "
-          "against the model");
-    }
-    for (const ImageTokenRun& run : maximal) {
-      if (run.length % o.tokens_per_image != 0) {
-        return Bad(fmt::format("the placeholder run at input_ids[{}] has {} tokens, not a multiple of "
-                               "tokens_per_image {}",
-                               run.start, run.length, o.tokens_per_image),
-                   "each image needs exactly tokens_per_image placeholders in a row");
-      }
-      if (run.start + run.length > o.seq_len) {
-        return Bad(fmt::format("the placeholder run [{}, {}) reaches past the seq_len = {} inputs: the image "
-                               "would be cut",
-                               run.start, run.start + run.length, o.seq_len),
-                   "shorten the sample so that its images end within the first seq_len tokens, or raise "
-                   "seq_len");
-      }
-      for (int64_t s = run.start; s < run.start + run.length; s += o.tokens_per_image) {
-        out.runs.push_back({s, o.tokens_per_image});
-      }
-    }
-    if (const auto pos = doc.find("image_positions"); pos != doc.end()) {
-      if (!pos->is_array() || static_cast<int64_t>(pos->size()) != num_images) {
-        return Bad(fmt::format("\"image_positions\" is {}, but \"images\" lists {} image(s)", Brief(*pos), num_images),
-                   "give one start position per image, or drop \"image_positions\"");
-      }
-      for (size_t k = 0; k < pos->size(); ++k) {
-        int64_t p = 0;
-        if (!GetInt((*pos)[k], &p) || p < 0) {
-          return Bad(fmt::format("image_positions[{}] is {}, not a non-negative integer", k, Brief((*pos)[k])),
-                     "give the index in input_ids where each image's placeholders start");
-        }
-        if (p != out.runs[k].start) {
-          return Bad(fmt::format("image_positions[{}] = {}, but image {} ({})'s placeholders start at "
-                                 "input_ids[{}]",
-                                 k, p, k, written[k], out.runs[k].start),
-                     "image k fills the k-th run of placeholders: fix image_positions or the order of images");
-        }
-      }
-    }
-    return out;
-  }
-
- private:
-  Status Bad(const std::string& what, const std::string& fix) const {
-    return Status::InvalidArgument(fmt::format("{}:{} (sample {}{}): {}; {}", *ctx_.path, line_, sample_,
-                                               user_id_.empty() ? std::string() : ", id " + user_id_, what, fix));
-  }
-
-  Status ResolveImage(size_t k, const std::string& written, std::string* resolved) const {
-    const JsonlManifestOptions& o = *ctx_.options;
-    std::string shown = json(written).dump(-1, ' ', false, json::error_handler_t::replace);
-    if (shown.size() > 120) shown = shown.substr(0, 117) + "...";
-    if (written.empty()) return Bad(fmt::format("images[{}] is an empty path", k), "give the image's path");
-    if (written.find('\0') != std::string::npos) {
-      return Bad(fmt::format("images[{}] {} holds a NUL character", k, shown), "give the image's path");
-    }
-    const fs::path given(written);
-    fs::path full;
-    if (given.is_absolute()) {
-      if (!o.allow_absolute_paths) {
-        return Bad(fmt::format("images[{}] {} is an absolute path", k, shown),
-                   fmt::format("write it relative to the manifest's folder {}, or set allow_absolute_paths",
-                               ctx_.dir->string()));
-      }
-      full = given.lexically_normal();
-    } else {
-      const fs::path normal = given.lexically_normal();
-      if (!normal.empty() && *normal.begin() == "..") {
-        if (!o.allow_absolute_paths) {
-          return Bad(
-              fmt::format("images[{}] {} leaves the manifest's folder {} (via \"..\")", k, shown, ctx_.dir->string()),
-              "keep images under the manifest's folder, or set allow_absolute_paths");
-        }
-      }
-      full = (*ctx_.dir / normal).lexically_normal();
-    }
-    *resolved = full.string();
-    if (!ctx_.check_images_exist) return Status::Ok();
-    struct stat st {};
-    if (::stat(resolved->c_str(), &st) != 0) {
-      const int err = errno;
-      const std::string where = fmt::format("{}:{} (sample {}{})", *ctx_.path, line_, sample_,
-                                            user_id_.empty() ? std::string() : ", id " + user_id_);
-      if (err == ENOENT || err == ENOTDIR) {
-        return Status::NotFound(
-            fmt::format("{}: images[{}] {} ({}) does not exist; fix the path (relative to "
-                        "{}) or add the file",
-                        where, k, shown, *resolved, ctx_.dir->string()));
-      }
-      return Status::IOError(fmt::format("{}: images[{}] {} ({}): {}", where, k, shown, *resolved, std::strerror(err)));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      return Bad(fmt::format("images[{}] {} ({}) is not a regular file", k, shown, *resolved),
-                 "point at the image file itself");
-    }
-    return Status::Ok();
-  }
-
-  const LineContext& ctx_;
-  int64_t line_;
-  int64_t sample_;
-  std::string user_id_;
-};
-
-void BuildSample(const ParsedLine& p, const JsonlManifestOptions& o, JsonlSample* s) {
-  const int64_t n = static_cast<int64_t>(p.tokens.size());
-  const int64_t L = o.seq_len;
-  const auto is_placeholder = [&](int64_t id) { return o.image_token_id >= 0 && id == o.image_token_id; };
-  s->user_id = p.user_id;
-  s->input_ids.assign(static_cast<size_t>(L), o.pad_id);
-  s->target_ids.assign(static_cast<size_t>(L), kJsonlIgnoreTarget);
-  s->real_tokens = std::min(n, L);
-  s->counts = {};
-  for (int64_t t = 0; t < s->real_tokens; ++t) {
-    const int64_t cur = p.tokens[static_cast<size_t>(t)];
-    s->input_ids[static_cast<size_t>(t)] = cur;
-    if (is_placeholder(cur)) {
-      ++s->counts.image;
-    } else {
-      ++s->counts.text;
-    }
-    if (t + 1 >= n) continue;
-    const int64_t next = p.tokens[static_cast<size_t>(t + 1)];
-    if (is_placeholder(cur) || is_placeholder(next)) continue;
-    int64_t target = next;
-    if (p.has_labels) {
-      target = p.labels[static_cast<size_t>(t + 1)];
-    } else if (p.has_loss_mask && p.loss_mask[static_cast<size_t>(t + 1)] == 0) {
-      target = kJsonlIgnoreTarget;
-    }
-    s->target_ids[static_cast<size_t>(t)] = target;
-    if (target != kJsonlIgnoreTarget) ++s->counts.loss;
-  }
-  s->counts.images = static_cast<int64_t>(p.image_paths.size());
-  s->image_paths = p.image_paths;
-  s->image_runs = p.runs;
-}
 
 Status ValidateOptions(const std::string& path, const JsonlManifestOptions& o) {
   const auto bad = [&](const std::string& what) {
@@ -565,9 +160,9 @@ StatusOr<JsonlManifest> JsonlManifest::Open(const std::string& path, const Jsonl
     const int64_t line = ++impl->lines;
     if (!overlong && IsBlank(data, size)) return true;
     const int64_t sample = static_cast<int64_t>(impl->entries.size());
-    LineParser parser(ctx, line, sample);
     StatusOr<ParsedLine> parsed =
-        overlong ? parser.Parse(nullptr, static_cast<size_t>(kJsonlMaxLineBytes) + 1) : parser.Parse(data, size);
+        overlong ? ParseJsonlLine(ctx, line, sample, nullptr, static_cast<size_t>(kJsonlMaxLineBytes) + 1)
+                 : ParseJsonlLine(ctx, line, sample, data, size);
     if (!parsed.ok()) {
       if (!skip) {
         failed = parsed.status();
@@ -707,8 +302,7 @@ StatusOr<JsonlSample> JsonlManifest::Sample(int64_t i) const {
                     impl.path, e.line, i));
   }
   const LineContext ctx = impl.Context(false);
-  LineParser parser(ctx, e.line, i);
-  StatusOr<ParsedLine> parsed = parser.Parse(bytes.data(), bytes.size());
+  StatusOr<ParsedLine> parsed = ParseJsonlLine(ctx, e.line, i, bytes.data(), bytes.size());
   if (!parsed.ok()) return parsed.status();  // cannot happen: the same bytes passed at Open
   JsonlSample s;
   s.id = i;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Megatron indexed corpora: the mmap reader with its validation, the "pack"
-// and "split" sample rules, and the writer. See megatron_indexed.h and
-// docs/data.md. May call: base, POSIX. No libtorch.
+// Megatron indexed corpora: the dtypes and the mmap reader with its
+// validation. The "pack" and "split" sample rules are in
+// megatron_samples.cc, the writer in megatron_writer.cc. See
+// megatron_indexed.h and docs/data.md. May call: base, POSIX. No libtorch.
 #include "datasets/megatron_indexed.h"
 
 #include <fcntl.h>
@@ -203,11 +204,25 @@ struct MegatronIndexedDataset::Files {
     return Status::Corruption(fmt::format("{}: {}; {}", path, what, kRegenerateFix));
   }
 
-  // Checks everything the reader relies on; called once by Open.
+  // Checks everything the reader relies on; called once by Open. In order:
+  // the header and the index's size (sets dtype, itemsize, the counts and
+  // where the arrays start), the document index, the sequences inside the
+  // .bin (sets total_tokens).
   Status Validate();
+  Status ValidateHeader();
+  Status ValidateDocumentIndex() const;
+  Status ValidateSequences();
 };
 
 Status MegatronIndexedDataset::Files::Validate() {
+  MAESTRO_RETURN_IF_ERROR(ValidateHeader());
+  MAESTRO_RETURN_IF_ERROR(ValidateDocumentIndex());
+  return ValidateSequences();
+}
+
+// Magic, version, dtype, the counts against the .idx size, and what follows
+// the document indices (nothing, or one mode per sequence).
+Status MegatronIndexedDataset::Files::ValidateHeader() {
   const uint8_t* p = idx.data;
   const size_t size = idx.size;
   if (size < kMegatronIdxMagicSize || std::memcmp(p, kMegatronIdxMagic, kMegatronIdxMagicSize) != 0) {
@@ -273,8 +288,11 @@ Status MegatronIndexedDataset::Files::Validate() {
   pointers = lengths + 4 * n;
   document_indices = pointers + 8 * n;
   modes = (tail == n && n != 0) ? document_indices + 8 * m : nullptr;
+  return Status::Ok();
+}
 
-  // Document indices: 0, never decreasing, sequence_count last.
+// Document indices: 0, never decreasing, sequence_count last.
+Status MegatronIndexedDataset::Files::ValidateDocumentIndex() const {
   if (document_entries == 0) {
     return Corrupt(idx_path, "the document index is empty; Megatron writes at least its first entry, 0");
   }
@@ -300,8 +318,12 @@ Status MegatronIndexedDataset::Files::Validate() {
                                          "every sequence must belong to a document",
                                          DocIndex(document_entries - 1), sequence_count));
   }
+  return Status::Ok();
+}
 
-  // Sequences: inside the .bin, back to back from byte 0.
+// Sequences: inside the .bin, back to back from byte 0, and the .bin exactly
+// as long as the index says.
+Status MegatronIndexedDataset::Files::ValidateSequences() {
   const uint64_t bin_size = bin.size;
   uint64_t expected = 0;  // where the next sequence must start
   for (int64_t d = 0; d + 1 < document_entries; ++d) {
@@ -521,375 +543,6 @@ Status MegatronIndexedDataset::CheckTokenIds(int64_t vocab_size) const {
     MAESTRO_RETURN_IF_ERROR(CheckDocumentTokenIds(d, vocab_size));
   }
   return Status::Ok();
-}
-
-// ---- samples ---------------------------------------------------------------------
-
-StatusOr<MegatronSamples> MegatronSamples::Build(MegatronIndexedDataset dataset, MegatronSampleOptions options) {
-  const std::string& idx = dataset.idx_path();
-  if (options.seq_len <= 0) {
-    return Status::InvalidArgument(
-        fmt::format("{}: seq_len {} must be positive (the tokens per sample)", idx, options.seq_len));
-  }
-  if (options.seq_len > std::numeric_limits<int32_t>::max()) {
-    return Status::InvalidArgument(fmt::format("{}: seq_len {} is too large (at most 2^31 - 1)", idx, options.seq_len));
-  }
-  auto check_id = [&](const char* name, int64_t id) -> Status {
-    if (id < 0) {
-      return Status::InvalidArgument(fmt::format("{}: {} {} is negative; token ids start at 0", idx, name, id));
-    }
-    if (options.vocab_size > 0 && id >= options.vocab_size) {
-      return Status::InvalidArgument(fmt::format("{}: {} {} is outside the vocabulary [0, {}); use the tokenizer's {}",
-                                                 idx, name, id, options.vocab_size, name));
-    }
-    return Status::Ok();
-  };
-  if (options.eos_id) MAESTRO_RETURN_IF_ERROR(check_id("eos_id", *options.eos_id));
-  MAESTRO_RETURN_IF_ERROR(check_id("pad_id", options.pad_id));
-  if (dataset.has_sequence_modes()) {
-    for (int64_t i = 0; i < dataset.sequence_count(); ++i) {
-      if (dataset.SequenceMode(i) != 0) {
-        return Status::InvalidArgument(fmt::format(
-            "{}: sequence {} (document {}) has mode {}, not 0 (text); Maestro's text samples read text-only "
-            "corpora: point the text data source at a corpus preprocessed without modes",
-            idx, i, dataset.DocumentOfSequence(i), static_cast<int>(dataset.SequenceMode(i))));
-      }
-    }
-  }
-  MegatronSamples s(std::move(dataset), std::move(options));
-  const int64_t documents = s.dataset_.document_count();
-  const int64_t seq_len = s.options_.seq_len;
-  if (s.options_.rule == MegatronSampleRule::kPack) {
-    const int64_t stream = s.StreamStart(documents);
-    s.sample_count_ = stream >= 1 ? (stream - 1) / seq_len : 0;
-  } else {
-    s.first_sample_.resize(static_cast<size_t>(documents) + 1);
-    int64_t total = 0;
-    for (int64_t d = 0; d < documents; ++d) {
-      s.first_sample_[static_cast<size_t>(d)] = total;
-      const int64_t len = s.ExtendedLength(d);
-      if (len >= 2) total += (len - 2) / seq_len + 1;
-    }
-    s.first_sample_[static_cast<size_t>(documents)] = total;
-    s.sample_count_ = total;
-  }
-  return s;
-}
-
-int64_t MegatronSamples::ExtendedLength(int64_t d) const {
-  return dataset_.DocumentLength(d) + (options_.eos_id ? 1 : 0);
-}
-
-int64_t MegatronSamples::StreamStart(int64_t d) const {
-  const int64_t tokens = d < dataset_.document_count() ? dataset_.DocumentTokenOffset(d) : dataset_.total_tokens();
-  return tokens + (options_.eos_id ? d : 0);
-}
-
-int64_t MegatronSamples::DocumentAtStream(int64_t pos) const {
-  // The last document d with StreamStart(d) <= pos (empty documents without
-  // eos span nothing; the last of a run of equal starts holds pos).
-  int64_t lo = 0;
-  int64_t hi = dataset_.document_count();  // StreamStart(hi) = stream length > pos
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (StreamStart(mid) <= pos) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
-int64_t MegatronSamples::DocumentOfSplitSample(int64_t k) const {
-  // The last d with first_sample_[d] <= k (documents without samples share
-  // the next one's first id; upper_bound skips them).
-  const auto it = std::upper_bound(first_sample_.begin(), first_sample_.end(), k);
-  return static_cast<int64_t>(it - first_sample_.begin()) - 1;
-}
-
-void MegatronSamples::CheckId(int64_t k) const {
-  if (k < 0 || k >= sample_count_) {
-    throw std::out_of_range(fmt::format("{}: sample {} is outside [0, {})", dataset_.idx_path(), k, sample_count_));
-  }
-}
-
-int64_t MegatronSamples::RealTokens(int64_t k) const {
-  CheckId(k);
-  const int64_t seq_len = options_.seq_len;
-  if (options_.rule == MegatronSampleRule::kPack) return seq_len;
-  const int64_t d = DocumentOfSplitSample(k);
-  const int64_t window = ExtendedLength(d) - (k - first_sample_[static_cast<size_t>(d)]) * seq_len;
-  return std::min(window, seq_len);
-}
-
-int64_t MegatronSamples::LossTokens(int64_t k) const {
-  CheckId(k);
-  const int64_t seq_len = options_.seq_len;
-  if (options_.rule == MegatronSampleRule::kPack) return seq_len;
-  const int64_t d = DocumentOfSplitSample(k);
-  const int64_t window = ExtendedLength(d) - (k - first_sample_[static_cast<size_t>(d)]) * seq_len;
-  return std::min(window, seq_len + 1) - 1;
-}
-
-std::vector<MegatronSamplePiece> MegatronSamples::Pieces(int64_t k) const {
-  CheckId(k);
-  const int64_t seq_len = options_.seq_len;
-  std::vector<MegatronSamplePiece> pieces;
-  // One document's extended tokens [from, from + want) as pieces.
-  auto take = [&](int64_t d, int64_t from, int64_t want) {
-    const int64_t len = dataset_.DocumentLength(d);
-    if (from < len && want > 0) {
-      const int64_t c = std::min(want, len - from);
-      pieces.push_back({d, dataset_.DocumentTokenOffset(d) + from, c, false});
-      from += c;
-      want -= c;
-    }
-    if (want > 0 && options_.eos_id && from == len) {
-      pieces.push_back({d, -1, 1, true});
-      --want;
-    }
-    return want;
-  };
-  if (options_.rule == MegatronSampleRule::kSplit) {
-    const int64_t d = DocumentOfSplitSample(k);
-    const int64_t from = (k - first_sample_[static_cast<size_t>(d)]) * seq_len;
-    take(d, from, std::min(seq_len + 1, ExtendedLength(d) - from));
-    return pieces;
-  }
-  const int64_t pos = k * seq_len;
-  int64_t d = DocumentAtStream(pos);
-  int64_t from = pos - StreamStart(d);
-  int64_t want = seq_len + 1;
-  while (want > 0) {
-    want = take(d, from, want);
-    ++d;
-    from = 0;
-  }
-  return pieces;
-}
-
-int64_t MegatronSamples::ReadWindow(int64_t k, int64_t* tokens) const {
-  CheckId(k);
-  const int64_t seq_len = options_.seq_len;
-  if (options_.rule == MegatronSampleRule::kPack && !options_.eos_id) {
-    // The stream is the .bin itself.
-    dataset_.ReadTokens(k * seq_len, seq_len + 1, tokens);
-    return seq_len + 1;
-  }
-  int64_t n = 0;
-  for (const MegatronSamplePiece& piece : Pieces(k)) {
-    if (piece.eos) {
-      tokens[n] = *options_.eos_id;
-    } else {
-      dataset_.ReadTokens(piece.first_token, piece.count, tokens + n);
-    }
-    n += piece.count;
-  }
-  std::fill(tokens + n, tokens + seq_len + 1, options_.pad_id);
-  return n;
-}
-
-void MegatronSamples::ReadSample(int64_t k, MegatronTokenSample* out) const {
-  const size_t seq_len = static_cast<size_t>(options_.seq_len);
-  if (options_.rule == MegatronSampleRule::kPack && !options_.eos_id) {
-    // The window converted once from the .bin; the labels are its last
-    // seq_len tokens, copied while they are still in the cache.
-    CheckId(k);
-    out->input_ids.resize(seq_len + 1);
-    out->labels.resize(seq_len);
-    dataset_.ReadTokens(k * options_.seq_len, options_.seq_len + 1, out->input_ids.data());
-    std::memcpy(out->labels.data(), out->input_ids.data() + 1, seq_len * sizeof(int64_t));
-    out->input_ids.resize(seq_len);
-    out->real_tokens = options_.seq_len;
-    out->loss_tokens = options_.seq_len;
-    return;
-  }
-  out->input_ids.resize(seq_len + 1);
-  const int64_t real = ReadWindow(k, out->input_ids.data());
-  out->labels.assign(out->input_ids.begin() + 1, out->input_ids.end());
-  for (int64_t i = std::max<int64_t>(real - 1, 0); i < static_cast<int64_t>(seq_len); ++i) {
-    out->labels[static_cast<size_t>(i)] = kIgnoreLabel;
-  }
-  out->input_ids.resize(seq_len);
-  out->real_tokens = std::min<int64_t>(real, static_cast<int64_t>(seq_len));
-  out->loss_tokens = real - 1;
-}
-
-StatusOr<MegatronTokenSample> MegatronSamples::Sample(int64_t k) const {
-  if (k < 0 || k >= sample_count_) {
-    return Status::InvalidArgument(fmt::format("{}: sample {} is outside the {} samples [0, {})", dataset_.idx_path(),
-                                               k, sample_count_, sample_count_));
-  }
-  MegatronTokenSample sample;
-  ReadSample(k, &sample);
-  return sample;
-}
-
-std::vector<int64_t> MegatronSamples::TokenCounts() const {
-  std::vector<int64_t> counts(static_cast<size_t>(sample_count_), options_.seq_len);
-  if (options_.rule == MegatronSampleRule::kPack) return counts;
-  for (int64_t d = 0; d + 1 < static_cast<int64_t>(first_sample_.size()); ++d) {
-    const int64_t first = first_sample_[static_cast<size_t>(d)];
-    const int64_t last = first_sample_[static_cast<size_t>(d) + 1];
-    if (last == first) continue;
-    const int64_t tail = ExtendedLength(d) - (last - 1 - first) * options_.seq_len;
-    counts[static_cast<size_t>(last - 1)] = std::min(tail, options_.seq_len);
-  }
-  return counts;
-}
-
-// ---- the writer ----------------------------------------------------------------------
-
-struct MegatronIndexedDatasetWriter::State {
-  std::string prefix;
-  MegatronDType dtype = MegatronDType::kUint16;
-  bool with_modes = false;
-  std::FILE* bin = nullptr;
-  std::vector<int32_t> lengths;
-  std::vector<int8_t> modes;
-  std::vector<int64_t> document_indices{0};
-  std::vector<uint8_t> buffer;
-  bool finalized = false;
-
-  std::string BinTmp() const { return prefix + ".bin.tmp"; }
-  ~State() {
-    if (bin != nullptr) std::fclose(bin);
-    if (!finalized) std::remove(BinTmp().c_str());
-  }
-};
-
-MegatronIndexedDatasetWriter::MegatronIndexedDatasetWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
-MegatronIndexedDatasetWriter::MegatronIndexedDatasetWriter(MegatronIndexedDatasetWriter&&) noexcept = default;
-MegatronIndexedDatasetWriter& MegatronIndexedDatasetWriter::operator=(MegatronIndexedDatasetWriter&&) noexcept =
-    default;
-MegatronIndexedDatasetWriter::~MegatronIndexedDatasetWriter() = default;
-
-StatusOr<MegatronIndexedDatasetWriter> MegatronIndexedDatasetWriter::Create(const std::string& prefix,
-                                                                            MegatronDType dtype,
-                                                                            bool with_sequence_modes) {
-  if (!MegatronDTypeIsInteger(dtype)) {
-    return Status::InvalidArgument(
-        fmt::format("{}: cannot write a token corpus with dtype {} (code {}); use an "
-                    "integer dtype (uint16 for vocabularies under 65500, else int32)",
-                    prefix, MegatronDTypeName(dtype), static_cast<int>(dtype)));
-  }
-  auto state = std::make_unique<State>();
-  state->prefix = prefix;
-  state->dtype = dtype;
-  state->with_modes = with_sequence_modes;
-  state->bin = std::fopen(state->BinTmp().c_str(), "wb");
-  if (state->bin == nullptr) {
-    return Status::IOError(fmt::format("{}: cannot create: {}", state->BinTmp(), std::strerror(errno)));
-  }
-  return MegatronIndexedDatasetWriter(std::move(state));
-}
-
-namespace {
-template <typename T>
-bool PackTokens(const int64_t* tokens, size_t count, uint8_t* out, size_t* bad) {
-  constexpr int64_t kMin = static_cast<int64_t>(std::numeric_limits<T>::min());
-  constexpr int64_t kMax = static_cast<int64_t>(std::numeric_limits<T>::max());
-  for (size_t i = 0; i < count; ++i) {
-    if (tokens[i] < kMin || tokens[i] > kMax) {
-      *bad = i;
-      return false;
-    }
-    const T v = static_cast<T>(tokens[i]);
-    std::memcpy(out + i * sizeof(T), &v, sizeof(T));
-  }
-  return true;
-}
-}  // namespace
-
-Status MegatronIndexedDatasetWriter::AddSequence(const int64_t* tokens, size_t count, int8_t mode) {
-  State& s = *state_;
-  if (s.finalized) return Status::FailedPrecondition(fmt::format("{}: the writer is finalized", s.prefix));
-  if (count > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return Status::InvalidArgument(fmt::format("{}: sequence {} has {} tokens; Megatron stores lengths as int32",
-                                               s.prefix, s.lengths.size(), count));
-  }
-  const size_t itemsize = static_cast<size_t>(MegatronDTypeSize(s.dtype));
-  s.buffer.resize(count * itemsize);
-  size_t bad = 0;
-  bool ok = true;
-  switch (s.dtype) {
-    case MegatronDType::kUint8: ok = PackTokens<uint8_t>(tokens, count, s.buffer.data(), &bad); break;
-    case MegatronDType::kInt8: ok = PackTokens<int8_t>(tokens, count, s.buffer.data(), &bad); break;
-    case MegatronDType::kInt16: ok = PackTokens<int16_t>(tokens, count, s.buffer.data(), &bad); break;
-    case MegatronDType::kUint16: ok = PackTokens<uint16_t>(tokens, count, s.buffer.data(), &bad); break;
-    case MegatronDType::kInt32: ok = PackTokens<int32_t>(tokens, count, s.buffer.data(), &bad); break;
-    case MegatronDType::kInt64: ok = PackTokens<int64_t>(tokens, count, s.buffer.data(), &bad); break;
-    case MegatronDType::kFloat32:
-    case MegatronDType::kFloat64: ok = false; break;
-  }
-  if (!ok) {
-    return Status::InvalidArgument(fmt::format("{}: sequence {}, token {} is id {}, which does not fit dtype {}",
-                                               s.prefix, s.lengths.size(), bad, tokens[bad],
-                                               MegatronDTypeName(s.dtype)));
-  }
-  if (!s.buffer.empty() && std::fwrite(s.buffer.data(), 1, s.buffer.size(), s.bin) != s.buffer.size()) {
-    return Status::IOError(fmt::format("{}: write failed: {}", s.BinTmp(), std::strerror(errno)));
-  }
-  s.lengths.push_back(static_cast<int32_t>(count));
-  s.modes.push_back(mode);
-  return Status::Ok();
-}
-
-Status MegatronIndexedDatasetWriter::EndDocument() {
-  state_->document_indices.push_back(static_cast<int64_t>(state_->lengths.size()));
-  return Status::Ok();
-}
-
-Status MegatronIndexedDatasetWriter::AddDocument(const std::vector<int64_t>& tokens) {
-  MAESTRO_RETURN_IF_ERROR(AddSequence(tokens.data(), tokens.size()));
-  return EndDocument();
-}
-
-Status MegatronIndexedDatasetWriter::Finalize() {
-  State& s = *state_;
-  if (s.finalized) return Status::FailedPrecondition(fmt::format("{}: the writer is finalized", s.prefix));
-  const bool flushed = std::fflush(s.bin) == 0 && ::fsync(::fileno(s.bin)) == 0;
-  const int flush_errno = errno;
-  const bool closed = std::fclose(s.bin) == 0;
-  s.bin = nullptr;
-  if (!flushed || !closed) {
-    return Status::IOError(fmt::format("{}: write failed: {}", s.BinTmp(), std::strerror(flush_errno)));
-  }
-  // The .idx exactly as Megatron's _IndexWriter writes it.
-  const uint64_t n = s.lengths.size();
-  const uint64_t m = s.document_indices.size();
-  std::string idx;
-  idx.reserve(kMegatronIdxHeaderSize + n * 13 + m * 8);
-  auto put = [&idx](const void* p, size_t bytes) { idx.append(static_cast<const char*>(p), bytes); };
-  put(kMegatronIdxMagic, kMegatronIdxMagicSize);
-  put(&kMegatronIdxVersion, 8);
-  const uint8_t code = static_cast<uint8_t>(s.dtype);
-  put(&code, 1);
-  put(&n, 8);
-  put(&m, 8);
-  put(s.lengths.data(), n * 4);
-  const int64_t itemsize = MegatronDTypeSize(s.dtype);
-  int64_t pointer = 0;
-  for (int32_t len : s.lengths) {
-    put(&pointer, 8);
-    pointer += static_cast<int64_t>(len) * itemsize;
-  }
-  put(s.document_indices.data(), m * 8);
-  if (s.with_modes) put(s.modes.data(), n);
-  MAESTRO_RETURN_IF_ERROR(WriteFileAtomically(s.prefix + ".idx", idx));
-  if (std::rename(s.BinTmp().c_str(), (s.prefix + ".bin").c_str()) != 0) {
-    return Status::IOError(fmt::format("{}: cannot rename to {}.bin: {}", s.BinTmp(), s.prefix, std::strerror(errno)));
-  }
-  s.finalized = true;
-  return Status::Ok();
-}
-
-Status WriteMegatronIndexedDataset(const std::string& prefix, const std::vector<std::vector<int64_t>>& documents,
-                                   MegatronDType dtype) {
-  MAESTRO_ASSIGN_OR_RETURN(MegatronIndexedDatasetWriter writer, MegatronIndexedDatasetWriter::Create(prefix, dtype));
-  for (const auto& doc : documents) MAESTRO_RETURN_IF_ERROR(writer.AddDocument(doc));
-  return writer.Finalize();
 }
 
 }  // namespace maestro::datasets

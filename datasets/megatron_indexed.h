@@ -19,6 +19,8 @@
 // Owns: MegatronDType, MegatronIndexedDataset (mmap reader, validation, token
 // reads, vocab check), MegatronSamples (the "pack" and "split" sample rules),
 // MegatronIndexedDatasetWriter / WriteMegatronIndexedDataset.
+// Where: megatron_indexed.cc (the dtypes, the reader and its validation),
+// megatron_samples.cc (MegatronSamples), megatron_writer.cc (the writer).
 // May call: base (Status, files), POSIX (open, mmap, pread). No libtorch.
 // Thread safety: MegatronIndexedDataset and MegatronSamples are immutable after
 // Open / Build; every const method may be called from many threads. Copies

@@ -335,6 +335,265 @@ Status CheckProfileOutputPath(const std::string& path) {
   return Status::Ok();
 }
 
+namespace {
+
+// What every measurement of one profile shares: the options, the device, its
+// tensors' dtype, the timer, the progress lines, and the text each "source"
+// ends with (how it was timed; where, when and on what).
+struct ProfileRun {
+  const KernelProfileOptions& o;
+  std::string device_kind;  // "cuda" or "cpu"
+  bool gpu;
+  std::string device_name, dtype_name;
+  torch::TensorOptions topts;
+  std::string timing, where;
+  const OpTimer& timer;
+  std::function<void(const std::string&)> say;
+};
+
+// GEMM: y = x W^T at every row and M of the grid; the best rate and its point
+// in *best_tflops, *best_at (the peak when none is known).
+StatusOr<json> MeasureGemmTable(const ProfileRun& run, double* best_tflops, std::string* best_at) {
+  const KernelProfileOptions& o = run.o;
+  const auto& topts = run.topts;
+  const std::string& dtype_name = run.dtype_name;
+  const std::string& timing = run.timing;
+  const std::string& where = run.where;
+  const OpTimer& timer = run.timer;
+  const auto& say = run.say;
+  json gemm;
+  gemm["source"] = "y = x W^T (at::linear), x (M, K), W (N, K), FLOPs 2 M K N, " + dtype_name +
+                   ", forward only; M tokens, K inner width, N output width; TFLOP/s; " + timing + "; " + where;
+  gemm["m"] = o.gemm_m;
+  for (const auto& row : o.gemm_rows) {
+    std::vector<double> tflops;
+    const auto weight = torch::randn({row.n, row.k}, topts);  // (N, K)
+    for (int64_t m : o.gemm_m) {
+      const std::string at = "gemm " + RowLabel(row) + " (K " + std::to_string(row.k) + ", N " + std::to_string(row.n) +
+                             "), M " + std::to_string(m);
+      try {
+        const auto x = torch::randn({m, row.k}, topts);  // (M, K)
+        const double seconds = timer.SecondsPerCall([&] { return torch::linear(x, weight); });
+        const double rate =
+            2.0 * static_cast<double>(m) * static_cast<double>(row.k) * static_cast<double>(row.n) / seconds / 1e12;
+        tflops.push_back(Round4(rate));
+        if (rate > *best_tflops) {
+          *best_tflops = rate;
+          *best_at = at;
+        }
+      } catch (const c10::Error& e) {
+        return PointError(at, e);
+      }
+    }
+    say("  gemm " + RowLabel(row) + ": " + JoinRates(tflops) + " TFLOP/s");
+    gemm["rows"].push_back({{"label", RowLabel(row)}, {"k", row.k}, {"n", row.n}, {"tflops", tflops}});
+  }
+  return gemm;
+}
+
+// Causal attention, forward and forward + backward, at every row and T of the
+// grid.
+StatusOr<json> MeasureAttentionTable(const ProfileRun& run) {
+  const KernelProfileOptions& o = run.o;
+  const auto& topts = run.topts;
+  const std::string& dtype_name = run.dtype_name;
+  const std::string& timing = run.timing;
+  const std::string& where = run.where;
+  const OpTimer& timer = run.timer;
+  const auto& say = run.say;
+  json attention;
+  attention["source"] = "causal scaled-dot-product attention (runtime/torch_compat.h: " +
+                        std::string(compat::kTorch2 ? "at::scaled_dot_product_attention" : "matmul + softmax + mask") +
+                        "), q, k, v (B, heads, T, head_dim), B x T = " + std::to_string(o.attention_tokens) +
+                        " tokens (B at least 1), " + dtype_name + "; TFLOP/s forward and forward+backward; " + timing +
+                        "; " + where;
+  attention["flops_convention"] =
+      "forward 4*B*T*(T/2)*heads*head_dim (the compiler's causal count); forward+backward "
+      "3x forward";
+  attention["tokens"] = o.attention_tokens;
+  attention["t"] = o.attention_t;
+  for (const auto& row : o.attention_rows) {
+    std::vector<double> fwd, fwd_bwd;
+    for (int64_t t : o.attention_t) {
+      const int64_t b = std::max<int64_t>(1, o.attention_tokens / t);
+      const std::string at = "attention " + std::to_string(row.heads) + " x " + std::to_string(row.head_dim) + ", T " +
+                             std::to_string(t) + ", B " + std::to_string(b);
+      const double flops = 4.0 * static_cast<double>(b) * static_cast<double>(t) * (static_cast<double>(t) / 2.0) *
+                           static_cast<double>(row.heads) * static_cast<double>(row.head_dim);
+      try {
+        const auto q = torch::randn({b, row.heads, t, row.head_dim}, topts);  // (B, H, T, D)
+        const auto k = torch::randn_like(q);
+        const auto v = torch::randn_like(q);
+        const double forward = timer.SecondsPerCall([&] {
+          torch::NoGradGuard no_grad;
+          return compat::ScaledDotProductAttention(q, k, v, /*causal=*/true);
+        });
+        const auto qg = q.clone().requires_grad_(true);
+        const auto kg = k.clone().requires_grad_(true);
+        const auto vg = v.clone().requires_grad_(true);
+        const auto grad_out = torch::randn_like(q);  // (B, H, T, D)
+        const double both = timer.SecondsPerCall([&] {
+          const auto out = compat::ScaledDotProductAttention(qg, kg, vg, /*causal=*/true);
+          return torch::autograd::grad({out}, {qg, kg, vg}, {grad_out});
+        });
+        fwd.push_back(Round4(flops / forward / 1e12));
+        fwd_bwd.push_back(Round4(3.0 * flops / both / 1e12));
+      } catch (const c10::Error& e) {
+        return PointError(at, e);
+      }
+    }
+    say("  attention " + std::to_string(row.heads) + " x " + std::to_string(row.head_dim) + ": forward " +
+        JoinRates(fwd) + ", forward+backward " + JoinRates(fwd_bwd) + " TFLOP/s");
+    attention["rows"].push_back(
+        {{"heads", row.heads}, {"head_dim", row.head_dim}, {"fwd_tflops", fwd}, {"fwd_bwd_tflops", fwd_bwd}});
+  }
+  return attention;
+}
+
+// Memory bandwidth: dst.copy_(src), bytes read + written.
+Status MeasureMemoryBandwidth(const ProfileRun& run, json* profile) {
+  const KernelProfileOptions& o = run.o;
+  const bool gpu = run.gpu;
+  const auto& topts = run.topts;
+  const std::string& timing = run.timing;
+  const std::string& where = run.where;
+  const OpTimer& timer = run.timer;
+  const auto& say = run.say;
+  json& doc = *profile;
+  const int64_t bytes = o.copy_mib << 20;
+  const int64_t elems = bytes / static_cast<int64_t>(gpu ? 2 : 4);
+  double tb_per_s = 0;
+  try {
+    const auto src = torch::ones({elems}, topts);
+    auto dst = torch::empty_like(src);
+    const double seconds = timer.SecondsPerCall([&] { dst.copy_(src); });
+    tb_per_s = 2.0 * static_cast<double>(bytes) / seconds / 1e12;
+  } catch (const c10::Error& e) {
+    return PointError("the " + std::to_string(o.copy_mib) + " MiB copy", e);
+  }
+  doc["memory_bandwidth_tb_per_s"] = {
+      {"value", Round4(tb_per_s)},
+      {"source", std::string(gpu ? "device-to-device" : "memory-to-memory") + " tensor.copy_ of " +
+                     std::to_string(o.copy_mib) + " MiB, bytes read + written / time; " + timing + "; " + where}};
+  say("  memory bandwidth: " + JoinRates({tb_per_s * 1e3}) + " GB/s");
+  return Status::Ok();
+}
+
+// Per-kernel floor: a + b on one-element tensors, each call one op.
+Status MeasureKernelFloor(const ProfileRun& run, json* profile) {
+  const auto& topts = run.topts;
+  const std::string& timing = run.timing;
+  const std::string& where = run.where;
+  const OpTimer& timer = run.timer;
+  const auto& say = run.say;
+  json& doc = *profile;
+  double us = 0;
+  try {
+    const auto a = torch::ones({1}, topts);
+    const auto b = torch::ones({1}, topts);
+    us = timer.SecondsPerCall([&] { return a + b; }) * 1e6;
+  } catch (const c10::Error& e) {
+    return PointError("the one-element add", e);
+  }
+  doc["kernel_launch_us"] = {{"value", Round4(us)},
+                             {"source",
+                              "median time per op of a + b on one-element tensors, ops back to back (eager libtorch's "
+                              "per-kernel floor on this machine); " +
+                                  timing + "; " + where}};
+  say("  kernel floor: " + JoinRates({us}) + " us");
+  return Status::Ok();
+}
+
+// Peak: a datasheet value by name on CUDA, else the best GEMM measured
+// (best_gemm_tflops at best_gemm_at).
+void AddPeak(const ProfileRun& run, double best_gemm_tflops, const std::string& best_gemm_at, json* profile) {
+  const KernelProfileOptions& o = run.o;
+  const bool gpu = run.gpu;
+  const std::string& device_name = run.device_name;
+  const std::string& dtype_name = run.dtype_name;
+  const std::string& where = run.where;
+  const auto& say = run.say;
+  json& doc = *profile;
+  double peak = 0;
+  std::string source;
+  if (o.peak_tflops > 0) {
+    peak = o.peak_tflops;
+    source = "given with --peak-tflops";
+  } else if (gpu) {
+    peak = KnownBf16PeakTflops(device_name, &source);
+    if (peak > 0) source = "dense bf16 peak of " + device_name + " by name: " + source + " (halved)";
+  }
+  if (peak <= 0) {
+    peak = best_gemm_tflops;
+    source = std::string(gpu ? "the device name matches no known bf16 peak: " : "") +
+             "NOT a datasheet peak: the best GEMM rate measured (" + best_gemm_at + ", " + dtype_name +
+             "); the MFU it gives reads high";
+  }
+  doc["peak_bf16_tflops"] = {{"value", Round4(peak)}, {"source", source + "; " + where}};
+  say("  peak: " + JoinRates({peak}) + " TFLOP/s (" + source + ")");
+}
+
+// Validation: one decoder's training step (runtime/decoder_speed.h).
+Status MeasureValidationStep(const ProfileRun& run, json* profile) {
+  const KernelProfileOptions& o = run.o;
+  const std::string& device_kind = run.device_kind;
+  const bool gpu = run.gpu;
+  const std::string& dtype_name = run.dtype_name;
+  const std::string& where = run.where;
+  const auto& say = run.say;
+  json& doc = *profile;
+  const ValidationDecoder& v = o.validation;
+  plan::ModelDesc desc;
+  desc.kind = plan::ModelKind::kDecoder;
+  desc.hidden = v.hidden;
+  desc.layers = v.layers;
+  desc.heads = v.heads;
+  desc.kv_heads = v.kv_heads;
+  desc.ffn_hidden = v.ffn_hidden;
+  desc.vocab = v.vocab;
+  desc.tie_embeddings = v.tie_embeddings;
+  DecoderSpeedOptions speed_options;
+  speed_options.device = device_kind;
+  speed_options.bf16 = gpu;
+  speed_options.micro_batch = v.micro_batch;
+  speed_options.seq_len = v.seq_len;
+  speed_options.warmup = gpu ? 3 : o.warmup;
+  speed_options.steps = gpu ? 10 : std::max(3, o.repeats);
+  StatusOr<DecoderSpeed> speed = Status::Internal("not measured");
+  try {
+    speed = MeasureDecoderTraining(desc, speed_options);
+  } catch (const c10::Error& e) {
+    return PointError("the validation step of " + v.model, e);
+  }
+  if (!speed.ok()) {
+    return Status(speed.status().code(),
+                  "maestro profile --kernels: the validation step of " + v.model + ": " + speed.status().message());
+  }
+  json shape = {{"hidden", v.hidden},
+                {"layers", v.layers},
+                {"heads", v.heads},
+                {"kv_heads", v.kv_heads},
+                {"ffn_hidden", v.ffn_hidden},
+                {"vocab", v.vocab},
+                {"tie_embeddings", v.tie_embeddings}};
+  json measured_case = {{"model", v.model},        {"micro_batch", v.micro_batch},
+                        {"seq_len", v.seq_len},    {"seconds_per_step", Round4(speed->seconds_per_step)},
+                        {"params", speed->params}, {"shape", shape}};
+  json validation;
+  validation["source"] =
+      "whole training step of runtime/models/decoder.cc (runtime/decoder_speed.cc): random ids, "
+      "forward, fp32 cross-entropy, backward, torch::optim::AdamW, " +
+      dtype_name + "; mean of " + std::to_string(speed_options.steps) + " timed steps after " +
+      std::to_string(speed_options.warmup) + " warm-up; " + where;
+  validation["cases"] = json::array({measured_case});
+  doc["validation"] = validation;
+  say("  validation: " + v.model + " " + std::to_string(v.micro_batch) + " x " + std::to_string(v.seq_len) + ": " +
+      JoinRates({speed->seconds_per_step}) + " s/step");
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<json> MeasureKernelProfile(const KernelProfileOptions& given,
                                     const std::function<void(const std::string&)>& progress) {
   MAESTRO_RETURN_IF_ERROR(CheckKernelProfileOptions(given));
@@ -392,197 +651,15 @@ StatusOr<json> MeasureKernelProfile(const KernelProfileOptions& given,
                    {"host", host},
                    {"setup", where + "; " + timing}};
 
-  // GEMM: y = x W^T.
-  json gemm;
-  gemm["source"] = "y = x W^T (at::linear), x (M, K), W (N, K), FLOPs 2 M K N, " + dtype_name +
-                   ", forward only; M tokens, K inner width, N output width; TFLOP/s; " + timing + "; " + where;
-  gemm["m"] = o.gemm_m;
+  const ProfileRun run{o, device_kind, gpu, device_name, dtype_name, topts, timing, where, timer, say};
   double best_gemm_tflops = 0;
   std::string best_gemm_at;
-  for (const auto& row : o.gemm_rows) {
-    std::vector<double> tflops;
-    const auto weight = torch::randn({row.n, row.k}, topts);  // (N, K)
-    for (int64_t m : o.gemm_m) {
-      const std::string at = "gemm " + RowLabel(row) + " (K " + std::to_string(row.k) + ", N " + std::to_string(row.n) +
-                             "), M " + std::to_string(m);
-      try {
-        const auto x = torch::randn({m, row.k}, topts);  // (M, K)
-        const double seconds = timer.SecondsPerCall([&] { return torch::linear(x, weight); });
-        const double rate =
-            2.0 * static_cast<double>(m) * static_cast<double>(row.k) * static_cast<double>(row.n) / seconds / 1e12;
-        tflops.push_back(Round4(rate));
-        if (rate > best_gemm_tflops) {
-          best_gemm_tflops = rate;
-          best_gemm_at = at;
-        }
-      } catch (const c10::Error& e) {
-        return PointError(at, e);
-      }
-    }
-    say("  gemm " + RowLabel(row) + ": " + JoinRates(tflops) + " TFLOP/s");
-    gemm["rows"].push_back({{"label", RowLabel(row)}, {"k", row.k}, {"n", row.n}, {"tflops", tflops}});
-  }
-  doc["gemm"] = gemm;
-
-  // Causal attention, forward and forward + backward.
-  json attention;
-  attention["source"] = "causal scaled-dot-product attention (runtime/torch_compat.h: " +
-                        std::string(compat::kTorch2 ? "at::scaled_dot_product_attention" : "matmul + softmax + mask") +
-                        "), q, k, v (B, heads, T, head_dim), B x T = " + std::to_string(o.attention_tokens) +
-                        " tokens (B at least 1), " + dtype_name + "; TFLOP/s forward and forward+backward; " + timing +
-                        "; " + where;
-  attention["flops_convention"] =
-      "forward 4*B*T*(T/2)*heads*head_dim (the compiler's causal count); forward+backward "
-      "3x forward";
-  attention["tokens"] = o.attention_tokens;
-  attention["t"] = o.attention_t;
-  for (const auto& row : o.attention_rows) {
-    std::vector<double> fwd, fwd_bwd;
-    for (int64_t t : o.attention_t) {
-      const int64_t b = std::max<int64_t>(1, o.attention_tokens / t);
-      const std::string at = "attention " + std::to_string(row.heads) + " x " + std::to_string(row.head_dim) + ", T " +
-                             std::to_string(t) + ", B " + std::to_string(b);
-      const double flops = 4.0 * static_cast<double>(b) * static_cast<double>(t) * (static_cast<double>(t) / 2.0) *
-                           static_cast<double>(row.heads) * static_cast<double>(row.head_dim);
-      try {
-        const auto q = torch::randn({b, row.heads, t, row.head_dim}, topts);  // (B, H, T, D)
-        const auto k = torch::randn_like(q);
-        const auto v = torch::randn_like(q);
-        const double forward = timer.SecondsPerCall([&] {
-          torch::NoGradGuard no_grad;
-          return compat::ScaledDotProductAttention(q, k, v, /*causal=*/true);
-        });
-        const auto qg = q.clone().requires_grad_(true);
-        const auto kg = k.clone().requires_grad_(true);
-        const auto vg = v.clone().requires_grad_(true);
-        const auto grad_out = torch::randn_like(q);  // (B, H, T, D)
-        const double both = timer.SecondsPerCall([&] {
-          const auto out = compat::ScaledDotProductAttention(qg, kg, vg, /*causal=*/true);
-          return torch::autograd::grad({out}, {qg, kg, vg}, {grad_out});
-        });
-        fwd.push_back(Round4(flops / forward / 1e12));
-        fwd_bwd.push_back(Round4(3.0 * flops / both / 1e12));
-      } catch (const c10::Error& e) {
-        return PointError(at, e);
-      }
-    }
-    say("  attention " + std::to_string(row.heads) + " x " + std::to_string(row.head_dim) + ": forward " +
-        JoinRates(fwd) + ", forward+backward " + JoinRates(fwd_bwd) + " TFLOP/s");
-    attention["rows"].push_back(
-        {{"heads", row.heads}, {"head_dim", row.head_dim}, {"fwd_tflops", fwd}, {"fwd_bwd_tflops", fwd_bwd}});
-  }
-  doc["attention"] = attention;
-
-  // Memory bandwidth: dst.copy_(src), bytes read + written.
-  {
-    const int64_t bytes = o.copy_mib << 20;
-    const int64_t elems = bytes / static_cast<int64_t>(gpu ? 2 : 4);
-    double tb_per_s = 0;
-    try {
-      const auto src = torch::ones({elems}, topts);
-      auto dst = torch::empty_like(src);
-      const double seconds = timer.SecondsPerCall([&] { dst.copy_(src); });
-      tb_per_s = 2.0 * static_cast<double>(bytes) / seconds / 1e12;
-    } catch (const c10::Error& e) {
-      return PointError("the " + std::to_string(o.copy_mib) + " MiB copy", e);
-    }
-    doc["memory_bandwidth_tb_per_s"] = {
-        {"value", Round4(tb_per_s)},
-        {"source", std::string(gpu ? "device-to-device" : "memory-to-memory") + " tensor.copy_ of " +
-                       std::to_string(o.copy_mib) + " MiB, bytes read + written / time; " + timing + "; " + where}};
-    say("  memory bandwidth: " + JoinRates({tb_per_s * 1e3}) + " GB/s");
-  }
-
-  // Per-kernel floor: a + b on one-element tensors, each call one op.
-  {
-    double us = 0;
-    try {
-      const auto a = torch::ones({1}, topts);
-      const auto b = torch::ones({1}, topts);
-      us = timer.SecondsPerCall([&] { return a + b; }) * 1e6;
-    } catch (const c10::Error& e) {
-      return PointError("the one-element add", e);
-    }
-    doc["kernel_launch_us"] = {
-        {"value", Round4(us)},
-        {"source",
-         "median time per op of a + b on one-element tensors, ops back to back (eager libtorch's "
-         "per-kernel floor on this machine); " +
-             timing + "; " + where}};
-    say("  kernel floor: " + JoinRates({us}) + " us");
-  }
-
-  // Peak: a datasheet value by name on CUDA, else the best GEMM measured.
-  {
-    double peak = 0;
-    std::string source;
-    if (o.peak_tflops > 0) {
-      peak = o.peak_tflops;
-      source = "given with --peak-tflops";
-    } else if (gpu) {
-      peak = KnownBf16PeakTflops(device_name, &source);
-      if (peak > 0) source = "dense bf16 peak of " + device_name + " by name: " + source + " (halved)";
-    }
-    if (peak <= 0) {
-      peak = best_gemm_tflops;
-      source = std::string(gpu ? "the device name matches no known bf16 peak: " : "") +
-               "NOT a datasheet peak: the best GEMM rate measured (" + best_gemm_at + ", " + dtype_name +
-               "); the MFU it gives reads high";
-    }
-    doc["peak_bf16_tflops"] = {{"value", Round4(peak)}, {"source", source + "; " + where}};
-    say("  peak: " + JoinRates({peak}) + " TFLOP/s (" + source + ")");
-  }
-
-  // Validation: one decoder's training step (runtime/decoder_speed.h).
-  {
-    const ValidationDecoder& v = o.validation;
-    plan::ModelDesc desc;
-    desc.kind = plan::ModelKind::kDecoder;
-    desc.hidden = v.hidden;
-    desc.layers = v.layers;
-    desc.heads = v.heads;
-    desc.kv_heads = v.kv_heads;
-    desc.ffn_hidden = v.ffn_hidden;
-    desc.vocab = v.vocab;
-    desc.tie_embeddings = v.tie_embeddings;
-    DecoderSpeedOptions speed_options;
-    speed_options.device = device_kind;
-    speed_options.bf16 = gpu;
-    speed_options.micro_batch = v.micro_batch;
-    speed_options.seq_len = v.seq_len;
-    speed_options.warmup = gpu ? 3 : o.warmup;
-    speed_options.steps = gpu ? 10 : std::max(3, o.repeats);
-    StatusOr<DecoderSpeed> speed = Status::Internal("not measured");
-    try {
-      speed = MeasureDecoderTraining(desc, speed_options);
-    } catch (const c10::Error& e) {
-      return PointError("the validation step of " + v.model, e);
-    }
-    if (!speed.ok()) {
-      return Status(speed.status().code(),
-                    "maestro profile --kernels: the validation step of " + v.model + ": " + speed.status().message());
-    }
-    json shape = {{"hidden", v.hidden},
-                  {"layers", v.layers},
-                  {"heads", v.heads},
-                  {"kv_heads", v.kv_heads},
-                  {"ffn_hidden", v.ffn_hidden},
-                  {"vocab", v.vocab},
-                  {"tie_embeddings", v.tie_embeddings}};
-    json measured_case = {{"model", v.model},        {"micro_batch", v.micro_batch},
-                          {"seq_len", v.seq_len},    {"seconds_per_step", Round4(speed->seconds_per_step)},
-                          {"params", speed->params}, {"shape", shape}};
-    json validation;
-    validation["source"] =
-        "whole training step of runtime/models/decoder.cc (runtime/decoder_speed.cc): random ids, "
-        "forward, fp32 cross-entropy, backward, torch::optim::AdamW, " +
-        dtype_name + "; mean of " + std::to_string(speed_options.steps) + " timed steps after " +
-        std::to_string(speed_options.warmup) + " warm-up; " + where;
-    validation["cases"] = json::array({measured_case});
-    doc["validation"] = validation;
-    say("  validation: " + v.model + " " + std::to_string(v.micro_batch) + " x " + std::to_string(v.seq_len) + ": " +
-        JoinRates({speed->seconds_per_step}) + " s/step");
-  }
+  MAESTRO_ASSIGN_OR_RETURN(doc["gemm"], MeasureGemmTable(run, &best_gemm_tflops, &best_gemm_at));
+  MAESTRO_ASSIGN_OR_RETURN(doc["attention"], MeasureAttentionTable(run));
+  MAESTRO_RETURN_IF_ERROR(MeasureMemoryBandwidth(run, &doc));
+  MAESTRO_RETURN_IF_ERROR(MeasureKernelFloor(run, &doc));
+  AddPeak(run, best_gemm_tflops, best_gemm_at, &doc);
+  MAESTRO_RETURN_IF_ERROR(MeasureValidationStep(run, &doc));
   return doc;
 }
 

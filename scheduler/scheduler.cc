@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// BuildSchedule (one home for the policies: which placement, which order),
-// the policy names and Schedule::RankIndex. The pieces live beside it:
+// BuildSchedule (one home for the policies: which placement, which order)
+// and the policy names. The pieces live beside it:
+//   schedule.{h,cc}         the Schedule value and Schedule::RankIndex
 //   prepared.{h,cc}         what every policy derives from a problem once
 //   placement.{h,cc}        contiguous, round-robin and balanced placements
 //   static_schedule.{h,cc}  the data-order programs of the static policies
@@ -29,7 +30,6 @@
 //     first micro-batch is a quarter size so its consumers start sooner.
 #include "scheduler/scheduler.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -66,14 +66,6 @@ StatusOr<Policy> PolicyFromName(const std::string& name) {
   }
   return Status::InvalidArgument("unknown scheduling policy '" + name +
                                  "' (expected wavefront, fifo, balance, fifo-contiguous or fifo-strided)");
-}
-
-int Schedule::RankIndex(int section, int replica) const {
-  auto it = std::lower_bound(
-      ranks.begin(), ranks.end(), std::make_pair(section, replica),
-      [](const RankProgram& r, const std::pair<int, int>& key) { return std::make_pair(r.section, r.replica) < key; });
-  if (it == ranks.end() || it->section != section || it->replica != replica) return -1;
-  return static_cast<int>(it - ranks.begin());
 }
 
 StatusOr<Schedule> BuildSchedule(const Problem& problem, const ScheduleOptions& options) {

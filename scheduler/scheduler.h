@@ -3,10 +3,12 @@
 // in which order (micro-batches, forward/backward interleaving) every sample
 // runs, plus the sends/receives that implies and the step's lower bound.
 //
-// Owns: Schedule (per-rank op sequences; its compact JSON form), the four
-// policies (wavefront, FIFO, FIFO-contiguous, balance-only), IndexSchedule(),
-// ImpliedTransfers(), ComputeLowerBound().
-// May call: base, plan, scheduler/problem.h, nlohmann-json.
+// Owns: the policies (wavefront, FIFO, FIFO-strided, FIFO-contiguous,
+// balance-only), BuildSchedule(), the compact JSON form of a Schedule (the
+// value itself, per-rank op sequences, is scheduler/schedule.h, which this
+// header includes), IndexSchedule(), ImpliedTransfers(), ComputeLowerBound().
+// May call: base, plan, scheduler/problem.h, scheduler/schedule.h,
+// nlohmann-json.
 // Called by: the compiler (planning, report), the runtime (execution order),
 // the datalayer (stores the schedule of each step).
 //
@@ -36,6 +38,7 @@
 
 #include "base/status.h"
 #include "scheduler/problem.h"
+#include "scheduler/schedule.h"
 
 namespace maestro::scheduler {
 
@@ -52,46 +55,6 @@ enum class Policy {
 };
 const char* PolicyName(Policy policy);
 StatusOr<Policy> PolicyFromName(const std::string& name);
-
-enum class OpKind : uint8_t { kForward, kBackward, kOptimizer };
-
-struct Op {
-  OpKind kind = OpKind::kForward;
-  int32_t micro_batch = -1;  // index into RankProgram::micro_batches; -1 for kOptimizer
-  bool operator==(const Op& o) const { return kind == o.kind && micro_batch == o.micro_batch; }
-};
-
-struct MicroBatch {
-  std::vector<uint64_t> sample_ids;  // Sample::id, in the order they are stacked
-  bool operator==(const MicroBatch& o) const { return sample_ids == o.sample_ids; }
-};
-
-// One DP replica of one section: its micro-batches and the order of its ops.
-struct RankProgram {
-  int section = 0;
-  int replica = 0;
-  std::vector<MicroBatch> micro_batches;
-  std::vector<Op> ops;
-  bool operator==(const RankProgram& o) const {
-    return section == o.section && replica == o.replica && micro_batches == o.micro_batches && ops == o.ops;
-  }
-};
-
-struct Schedule {
-  std::string policy;
-  uint64_t seed = 0;
-  int64_t step = 0;
-  // Sorted by (section, replica); RankIndex() finds one.
-  std::vector<RankProgram> ranks;
-  // The scheduler's own prediction of the step time (seconds); the simulator
-  // recomputes it from the ops (they agree for the wavefront policy).
-  double predicted_step_seconds = 0.0;
-
-  int RankIndex(int section, int replica) const;
-  bool operator==(const Schedule& o) const {
-    return policy == o.policy && seed == o.seed && step == o.step && ranks == o.ranks;
-  }
-};
 
 struct ScheduleOptions {
   Policy policy = Policy::kWavefront;

@@ -6,7 +6,7 @@
 // Owns: StaticSchedule() (each rank's samples in data order, in chunks of
 // micro_batch; a loss section runs F0 B0 F1 B1 ..., another training section
 // all its forwards then all its backwards, then the optimizer).
-// May call: scheduler/prepared.h, scheduler/placement.h, scheduler/scheduler.h.
+// May call: scheduler/prepared.h, scheduler/placement.h, scheduler/schedule.h.
 // Called by: scheduler.cc (BuildSchedule) only.
 //
 // Thread safety: pure function.
@@ -14,7 +14,7 @@
 
 #include "scheduler/placement.h"
 #include "scheduler/prepared.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/schedule.h"
 
 namespace maestro::scheduler::internal {
 

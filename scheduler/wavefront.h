@@ -13,7 +13,7 @@
 // in-flight cap, a stalled rank may go one micro-batch over (deadlock
 // relief). docs/scheduler.md has the long version.
 // May call: base, scheduler/prepared.h, scheduler/placement.h,
-// scheduler/scheduler.h.
+// scheduler/schedule.h.
 // Called by: scheduler.cc (BuildSchedule) only.
 //
 // Thread safety: pure function (its state lives in one call).
@@ -24,7 +24,7 @@
 #include "base/status.h"
 #include "scheduler/placement.h"
 #include "scheduler/prepared.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/schedule.h"
 
 namespace maestro::scheduler::internal {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/model.h"
+#include "compiler/monolithic.h"
 #include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {
