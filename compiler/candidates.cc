@@ -112,7 +112,7 @@ std::string MissingFeatures(const plan::ModelDesc& m, bool with_experts, const p
     f.push_back(fmt::format("CP={} with the MoE load-balancing loss", c.cp));
   }
   if (c.ep > 1 && !rs.expert_parallel) f.push_back(fmt::format("EP={}", c.ep));
-  // The runtime does not combine them yet (runtime/section_runner.cc).
+  // The runtime does not combine them yet (plan/runtime_support.h).
   if (c.cp > 1 && c.ep > 1) f.push_back(fmt::format("CP={} with EP={}", c.cp, c.ep));
   if (c.recompute_granularity() != plan::RecomputeGranularity::kNone && !rs.activation_recompute) {
     f.push_back(c.recompute ? "recompute" : "selective recompute");

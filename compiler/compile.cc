@@ -351,31 +351,28 @@ std::string InFlightLog(const std::vector<SectionedAttempt>& attempts, size_t ch
 }
 
 // Why the runtime cannot pipeline the fused section over `pp` stages; ""
-// when it can: the runtime's rule (runtime/parallel/fused_pipeline.h
-// FusedPipelineRefusal) in the workload's terms.
+// when it can: the runtime's rule (plan/runtime_support.h
+// FusedPipelineRefusal) on the fused section the workload would make.
 std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport& support) {
   if (!support.pipeline_parallel_fused) return "the runtime's fused sections run PP = 1";
-  int trained = 0, frozen = 0;
+  plan::SectionPlan fused;
+  fused.name = "fused";
+  fused.config.pp = pp;
   for (const SectionWork& s : w.sections) {
-    if (s.model.kind != plan::ModelKind::kDecoder) continue;
-    (s.trains() ? trained : frozen) += 1;
-    if (s.activation != "always") {
-      return fmt::format(
-          "decoder '{}' runs on some samples only; the runtime pipelines fused decoders run on every "
-          "sample",
-          s.name);
-    }
-    if (s.model.layers < pp) return fmt::format("decoder '{}' has fewer layers than PP {}", s.name, pp);
-    if (s.trains() && !s.sink) {
-      return fmt::format("training decoder '{}' feeds another section; a pipelined fused section's is its last",
-                         s.name);
-    }
+    plan::SectionPlan c;
+    c.name = s.name;
+    c.model = s.model;
+    c.mode = s.mode;
+    c.activation = s.activation;
+    fused.components.push_back(std::move(c));
   }
-  if (trained != 1 || frozen > 1) {
-    return fmt::format("{} training and {} forward-only decoders; a pipelined fused section has one of each at most",
-                       trained, frozen);
+  for (const EdgeWork& e : w.edges) {
+    plan::EdgePlan edge;
+    edge.from = w.sections[static_cast<size_t>(e.from)].name;
+    edge.to = w.sections[static_cast<size_t>(e.to)].name;
+    fused.component_edges.push_back(std::move(edge));
   }
-  return "";
+  return plan::FusedPipelineRefusal(fused);
 }
 
 }  // namespace
@@ -387,7 +384,7 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
   if (!m.found) return "no single configuration fits: " + m.why_not;
   if (!m.planner_only.empty()) return "its configuration needs what the runtime lacks (" + m.planner_only + ")";
   if (m.devices.size() != 1) return "it runs on several GPU types in lockstep; a fused section runs on one";
-  // CP: the runtime's rule (runtime/section_runner.cc CheckContextParallelRuns
+  // CP: the runtime's rule (plan/runtime_support.h CheckContextParallelRuns
   // for a fused section; docs/fused_context_parallel.md): decoder CP inside,
   // encoders whole on every CP rank, not with PP (a runtime table with
   // context_parallel_with_pipeline, e.g. --runtime-support all, plans a

@@ -287,7 +287,7 @@ SectionCost CostModel::EvaluateWith(const SectionWork& s, const plan::ParallelCo
   const double tokens = static_cast<double>(s.tokens);
 
   // FLOPs. A KD student also runs the frozen teacher head (hidden_t -> vocab)
-  // on the teacher's hidden state, forward only (section_runner.cc).
+  // on the teacher's hidden state, forward only (runtime/section_forward.cc).
   const double model_forward = tokens * s.facts.flops_per_token;
   const double teacher_head =
       tokens * 2.0 * static_cast<double>(s.kd_teacher_hidden) * static_cast<double>(s.model.vocab);

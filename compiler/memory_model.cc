@@ -181,7 +181,7 @@ double ForwardOnlyLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, 
 }
 
 // The largest parameter tensor on a rank (elements): the optimizer step's
-// gradient clipping squares each gradient in fp64 (runtime/section_runner.cc
+// gradient clipping squares each gradient in fp64 (runtime/section_optimizer.cc
 // OptimizerStep: grad.to(kFloat64).pow(2), 16 B per element at once).
 double LargestParameter(const plan::ModelDesc& m, int tp) {
   const double c = D(m.hidden);
@@ -223,7 +223,7 @@ double StemBytes(const plan::ModelDesc& m, double a) {
   return 0.0;
 }
 
-// A training decoder sink's loss chain per token (runtime/section_runner.cc
+// A training decoder sink's loss chain per token (runtime/section_forward.cc
 // PerSampleLoss, fp32 over the vocabulary V). Cross-entropy: at the start of
 // backward log_softmax's saved output, its incoming and outgoing gradients
 // (3 x 4V). KD over the whole vocabulary: 6 x 4V as measured

@@ -17,7 +17,7 @@
 //               ShardEncoderForTensorParallel): stems, positions, norms and
 //               row-parallel biases stay whole. A KD student also holds
 //               the teacher's output head, V x C_teacher in fp32
-//               (runtime/section_runner.cc TeacherHead).
+//               (runtime/section_build.cc TeacherHead).
 //   gradients   one per trained parameter (train only), the parameter's dtype.
 //   optimizer   AdamW's two moments (torch::optim::AdamW). Sharded over DP
 //               when the configuration says zero_stage >= 1, which the

@@ -35,11 +35,11 @@ std::string MissingSupport(const RuntimeSupport& support, const Workload& work, 
   }
   if (c.cp > 1 && !support.run_ahead_context_parallel) return fmt::format("run-ahead with CP={}", c.cp);
   // The runtime's model-parallel run-ahead computes rows from the samples
-  // alone (runtime/run_ahead.h CheckRunAheadRuns).
+  // alone (plan/runtime_support.h CheckRunAheadRuns).
   if ((c.tp > 1 || c.pp > 1 || c.cp > 1) && HasUpstream(work, i)) {
     return fmt::format("run-ahead with TP={} PP={} CP={} of a section with upstream sections", c.tp, c.pp, c.cp);
   }
-  // An EP section keeps no spool (runtime/run_ahead.h CheckRunAheadRuns).
+  // An EP section keeps no spool (plan/runtime_support.h CheckRunAheadRuns).
   if (c.ep > 1) return fmt::format("run-ahead with EP={}", c.ep);
   return "";
 }

@@ -100,7 +100,7 @@ struct SectionWork {
   std::vector<ProfileSpec> profiles;
   // Its place in the graph (compiler/memory_model.h, compiler/step_model.h):
   // no edge leaves it (a training decoder computes its logits and loss here),
-  // and for a KD student (a decoder fed by a decoder: runtime/section_runner.cc
+  // and for a KD student (a decoder fed by a decoder: runtime/section_build.cc
   // holds the teacher's head there) the teacher's hidden width (the head, the
   // teacher logits and the KL run and live on the student) and the KD loss's
   // top_k (0: whole vocabulary).

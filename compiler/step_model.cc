@@ -306,7 +306,7 @@ void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, do
   }
 }
 
-// ---- A decoder sink's loss (section_runner.cc PerSampleLoss) on m tokens of
+// ---- A decoder sink's loss (runtime/vocab_loss.cc PerSampleLoss) on m tokens of
 // this rank: the LM head and cross-entropy, a KD student's frozen teacher
 // head and KL. The vocabulary loss runs in chunks of positions past
 // plan::kLossWholeTokens (plan/loss_chunk.h): each chunk's head GEMM at the
@@ -331,7 +331,7 @@ void AddDecoderLoss(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, 
   if (s.lm_loss) {
     // The LM head (not split by TP: decoder.cc shards only the blocks).
     sum.Gemm("lm_head", Part::kPost, chunk_rows, h, vocab, chunks);
-    // Vocabulary pass (section_runner.cc MaskedPositionLoss): logits.to(f32),
+    // Vocabulary pass (runtime/vocab_loss.cc MaskedPositionLoss): logits.to(f32),
     // log_softmax (r4 w4), nll gather (scalar); backward: nll' zero-filled
     // fp32 grad (w4) + scatter, log_softmax' (r8 w4), to(f32)'.
     const std::initializer_list<double> ce_forward = {b.Cast(vocab), 8 * vocab, 0.0};
@@ -365,7 +365,7 @@ void AddDecoderLoss(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, 
   }
 }
 
-// ---- Decoder (runtime/models/decoder.cc, layers.h; section_runner.cc's loss).
+// ---- Decoder (runtime/models/decoder.cc, layers.h; section_forward.cc's loss).
 void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
   const double head_dim = static_cast<double>(d.head_dim > 0 ? d.head_dim : d.hidden / d.heads);

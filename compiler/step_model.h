@@ -2,7 +2,7 @@
 // The step model from parts (issue #23): the seconds of one micro-batch of a
 // section on one GPU (or CPU slot with its own tables), as the sum of what
 // the runtime's code really runs (runtime/models/decoder.cc, encoders.cc,
-// layers.h, runtime/section_runner.cc, torch::optim::AdamW):
+// layers.h, runtime/section_forward.cc, torch::optim::AdamW):
 //  - GEMMs: each projection's forward y = x W^T (M tokens, K inner, N output
 //    per TP rank) and, when the section trains, its two backward GEMMs with
 //    their own shapes (dX: M x N -> K; dW: N x M -> K), each at the device's
@@ -77,7 +77,7 @@ struct PassShape {
   bool lm_loss = false;                   // decoder: LM head + fp32 cross-entropy (a sink that trains)
   int64_t kd_teacher_hidden = 0;          // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
   // The vocabulary loss in chunks past plan::kLossWholeTokens, recomputed in
-  // backward, as section_runner.cc runs it (plan/loss_chunk.h); false: whole,
+  // backward, as runtime/vocab_loss.cc runs it (plan/loss_chunk.h); false: whole,
   // as runtime/decoder_speed.cc's timed loop (PredictDecoderStepFromParts).
   bool loss_in_chunks = true;
   int tp = 1, cp = 1, pp = 1;

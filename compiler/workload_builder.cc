@@ -393,7 +393,7 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
     MAESTRO_ASSIGN_OR_RETURN(EdgeWork ew, EdgeWorkOf(spec, e, w, devices));
     w.edges.push_back(ew);
   }
-  // The graph's view of each section (runtime/section_runner.cc): a section
+  // The graph's view of each section (runtime/section_build.cc): a section
   // with an edge out is no sink; a decoder fed by a decoder is a KD student
   // (it holds the teacher's head and runs the teacher logits and the KL); a
   // training decoder sink computes the LM head and the loss.

@@ -148,7 +148,11 @@ Status CheckPipelineRuns(const SectionPlan& s, const RuntimeSupport& support) {
     if (!support.pipeline_parallel_fused) {
       return Unsupported(s, fmt::format("a fused section at PP = {}", s.config.pp), "pipeline_parallel_fused");
     }
-    if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
+    if (const std::string why = FusedPipelineRefusal(s); !why.empty()) {
+      return Status::FailedPrecondition(why +
+                                        " (recompile with --grouping sectioned, or without --runtime-support: the "
+                                        "planner emits only what this runtime runs)");
+    }
     return Status::Ok();
   }
   if (!IsDecoder(s) || !support.pipeline_parallel_decoder) {
@@ -170,9 +174,6 @@ Status CheckPipelineRuns(const SectionPlan& s, const RuntimeSupport& support) {
 std::string FusedPipelineRefusal(const SectionPlan& fused) {
   const int pp = fused.config.pp;
   if (pp <= 1) return "";
-  const std::string fix =
-      "recompile with --grouping sectioned, or without --runtime-support: the planner emits only what this runtime "
-      "runs";
   int trained = 0, frozen = 0;
   for (const auto& c : fused.components) {
     if (!IsDecoder(c)) continue;
@@ -180,27 +181,27 @@ std::string FusedPipelineRefusal(const SectionPlan& fused) {
     if (!RunsOnEverySample(c)) {
       return fmt::format(
           "fused section '{}': decoder '{}' runs on some samples only (activation '{}'); a pipelined fused section "
-          "needs its decoders on every sample ({})",
-          fused.name, c.name, c.activation, fix);
+          "needs its decoders on every sample",
+          fused.name, c.name, c.activation);
     }
     if (c.model.layers < pp) {
-      return fmt::format("fused section '{}': pp {} is more than decoder '{}''s {} layers ({})", fused.name, pp, c.name,
-                         c.model.layers, fix);
+      return fmt::format("fused section '{}': pp {} is more than decoder '{}''s {} layers", fused.name, pp, c.name,
+                         c.model.layers);
     }
     bool feeds_another = false;
     for (const auto& e : fused.component_edges) feeds_another = feeds_another || e.from == c.name;
     if (c.mode == SectionMode::kTrain && feeds_another) {
       return fmt::format(
           "fused section '{}': training decoder '{}' feeds another component; with pp {} the runtime pipelines a "
-          "fused section whose trained decoder is its last ({})",
-          fused.name, c.name, pp, fix);
+          "fused section whose trained decoder is its last",
+          fused.name, c.name, pp);
     }
   }
   if (trained != 1 || frozen > 1) {
     return fmt::format(
         "fused section '{}': {} training and {} forward-only decoder(s); with pp {} the runtime pipelines one "
-        "training decoder, fed by encoders, projectors and at most one forward-only teacher ({})",
-        fused.name, trained, frozen, pp, fix);
+        "training decoder, fed by encoders, projectors and at most one forward-only teacher",
+        fused.name, trained, frozen, pp);
   }
   return "";
 }

@@ -15,8 +15,9 @@ Reports, and exits 1 when any is found:
     and a file of y includes x.h.
 Checked folders: the libraries' (base, plan, scheduler, hf, compiler,
 datalayer, datasets, launcher, runtime, cli, bench). Function detection
-relies on clang-format's layout (a definition starts at column 0 and ends
-with a lone "}" at column 0), which scripts/format.sh keeps.
+relies on clang-format's layout (a definition starts at column 0, or at
+column 2 inside a class body, and ends with a lone "}" at its own column),
+which scripts/format.sh keeps.
 """
 import argparse
 import os
@@ -53,30 +54,38 @@ def opening_comment(lines):
     return "\n".join(text)
 
 
+CONTROL = re.compile(r"^\s*(if|for|while|switch|else|do|try|catch|return|case|default)\b")
+
+
 def functions(lines):
-    """(name, first line index, last line index) of each top-level definition."""
+    """(name, first line index, last line index) of each definition: at
+    column 0, or a member defined inside a class body (indented by 2)."""
     i = 0
     n = len(lines)
     while i < n:
         line = lines[i]
-        if not line or line[0].isspace() or NOT_A_FUNCTION.match(line) or "(" not in line:
+        indent = len(line) - len(line.lstrip(" "))
+        body = line.strip()
+        if (indent not in (0, 2) or not body or NOT_A_FUNCTION.match(body) or CONTROL.match(line) or
+                "(" not in line or (indent == 2 and i > 0 and lines[i - 1].rstrip().endswith(","))):
             i += 1
             continue
-        head = line.split("(", 1)[0]
-        if "=" in head:
+        head = body.split("(", 1)[0]
+        if "=" in head or "[" in head or head.endswith(("return", "new")):
             i += 1
             continue
         # The signature runs to a line ending in "{" (a definition) or ";" (a declaration).
         j = i
         while j < n and not lines[j].rstrip().endswith("{") and not lines[j].rstrip().endswith(";"):
-            if j > i and lines[j] and not lines[j][0].isspace():
+            if j > i and lines[j] and len(lines[j]) - len(lines[j].lstrip(" ")) <= indent:
                 break
             j += 1
         if j >= n or not lines[j].rstrip().endswith("{"):
             i = j + 1 if j > i else i + 1
             continue
+        close = " " * indent + "}"
         k = j + 1
-        while k < n and lines[k].rstrip() != "}":
+        while k < n and lines[k].rstrip() != close:
             k += 1
         if k >= n:
             break
