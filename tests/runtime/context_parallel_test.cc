@@ -28,11 +28,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,7 +39,6 @@
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
 #include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/multi_rank_harness.h"
@@ -51,35 +47,13 @@
 namespace maestro {
 namespace {
 
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
 using runtime::ContextParallelPositions;
 using runtime::GatheredContextParallelPositions;
 using runtime::GatherSequence;
 using runtime::JoinContextParallelParts;
 using runtime::SplitSequenceForContextParallel;
-
-bool IsMpirunRank() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
-
-// Runs the current test as `ranks` processes under mpirun and expects them all to pass.
-void RunThisTestUnderMpirun(int ranks) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto argv = MpirunArgs(ranks);
-  argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
-  argv.push_back(std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name());
-  argv.push_back("--gtest_color=no");
-  const auto r = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  // Every rank ran the test and passed it.
-  int passed = 0;
-  for (size_t at = r.output.find("[  PASSED  ] 1 test"); at != std::string::npos;
-       at = r.output.find("[  PASSED  ] 1 test", at + 1)) {
-    ++passed;
-  }
-  EXPECT_EQ(passed, ranks) << r.output;
-}
+using runtime_testing::IsMpirunRank;
+using runtime_testing::RunThisTestUnderMpirun;
 
 TEST(ContextParallelSplit, ChunksRAndMirrorAndTheInverse) {
   // 16 tokens, cp 2: 4 chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.

@@ -23,11 +23,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,7 +37,9 @@
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -48,30 +47,11 @@ namespace {
 
 using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
+using runtime_testing::IsMpirunRank;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::RunThisTestUnderMpirun;
 using runtime_testing::WritePlan;
-
-bool IsMpirunRank() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
-
-// Runs the current test as `ranks` processes under mpirun and expects them all to pass.
-void RunThisTestUnderMpirun(int ranks) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto argv = MpirunArgs(ranks);
-  argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
-  argv.push_back(std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name());
-  argv.push_back("--gtest_color=no");
-  const auto r = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  int passed = 0;
-  for (size_t at = r.output.find("[  PASSED  ] 1 test"); at != std::string::npos;
-       at = r.output.find("[  PASSED  ] 1 test", at + 1)) {
-    ++passed;
-  }
-  EXPECT_EQ(passed, ranks) << r.output;
-}
 
 // Parameters of shapes (3, 5), (7), (1), (2, 2, 3) and (4, 3): 47 elements.
 std::vector<torch::Tensor> TestParameters() {
@@ -173,7 +153,7 @@ TEST(BucketedReduceScatterMpi, SmallBucketsStepTheSameParametersAsOneBucket) {
 
 // ---- maestro-worker ranks against the reference ----
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+const std::string kWorker = runtime_testing::WorkerBinary();
 
 struct Choice {
   int cp = 1, dp = 1, micro_batch = 4, zero_stage = 0;
@@ -215,21 +195,8 @@ launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& 
 }
 
 // Section `s`'s weights in the run's last checkpoint, by parameter name.
-std::map<std::string, torch::Tensor> SectionWeights(const plan::SectionPlan& s, const std::string& run_dir) {
-  std::map<std::string, torch::Tensor> out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find(s.name);
-  EXPECT_TRUE(it != state.sections.end()) << run_dir << " has no section " << s.name;
-  if (it == state.sections.end()) return out;
-  auto module = runtime::BuildModel(s.model, runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
+runtime_testing::NamedWeights SectionWeights(const plan::SectionPlan& s, const std::string& run_dir) {
+  return runtime_testing::CheckpointWeights(s.model, run_dir, s.name);
 }
 
 // The "gradient sync" lines of the run's ranks for section `name`
@@ -261,7 +228,7 @@ std::string ExpectEqualsReference(const std::string& what, const plan::Plan& p, 
   const std::string path = WritePlan(p, dir);
   const auto run = RunWorkers(p, path, dir + "/run", bucket_bytes);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", path});
+  const auto reference = runtime_testing::RunReference(path, dir + "/reference");
   EXPECT_EQ(reference.exit_code, 0) << reference.output;
   if (run.exit_code != 0 || reference.exit_code != 0) return run.output;
   const auto got = Losses(dir + "/run"), want = Losses(dir + "/reference");

@@ -41,6 +41,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/reference.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -117,10 +118,7 @@ class HeldOutEvalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One folder per test: ctest runs the tests of this file as processes side by side.
-    root_ = std::string(MAESTRO_TEST_TMP) + "/heldout_eval/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = fixtures::PerTestDir("heldout_eval");
     workload_ = root_ + "/workload";
     made_ = fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/scripts/make_example_workload.py",
                                           {workload_, "--teacher-steps", "10"}, root_ + "/make_example.log");

@@ -27,6 +27,7 @@
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
 #include "tests/fixtures/hf_checkpoints.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -96,10 +97,7 @@ class HfRunTest : public ::testing::Test {
   void SetUp() override {
     // One folder per test: ctest runs the tests of this file as processes side by side.
     delete root_;
-    root_ = new fs::path(fs::path(MAESTRO_TEST_TMP) / "hf_run" /
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(*root_);
-    fs::create_directories(*root_);
+    root_ = new fs::path(fixtures::PerTestDir("hf_run"));
     auto teacher = fixtures::WriteRandomHfCheckpoint((*root_ / "teacher").string(),
                                                      fixtures::TinyQwen2Config(64, 2, 4, 2, 128, 512, false),
                                                      hf::TensorDType::kBF16, 1);

@@ -49,6 +49,27 @@ RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
   return RunCaptured(argv, {});
 }
 
+bool IsMpirunRank() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+void RunThisTestUnderMpirun(int ranks) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  auto argv = MpirunArgs(ranks);
+  argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
+  argv.push_back(std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name());
+  argv.push_back("--gtest_color=no");
+  const auto r = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Every rank ran the test and passed it.
+  int passed = 0;
+  for (size_t at = r.output.find("[  PASSED  ] 1 test"); at != std::string::npos;
+       at = r.output.find("[  PASSED  ] 1 test", at + 1)) {
+    ++passed;
+  }
+  EXPECT_EQ(passed, ranks) << r.output;
+}
+
 namespace {
 
 // A fatal failure (it ends the caller that wraps it in ASSERT_NO_FATAL_FAILURE)

@@ -4,6 +4,8 @@
 // for themselves.
 //  - running a plan: maestro-worker ranks under mpirun (RunWorkers), the
 //    one-process reference (RunReference);
+//  - running the current test as the ranks of an mpirun job of its own
+//    binary (IsMpirunRank, RunThisTestUnderMpirun);
 //  - comparing runs: every step's loss against another run's within a
 //    relative tolerance (ExpectLossesNear), a plan's run against the
 //    reference (ExpectRunEqualsReference), a run stopped after a checkpoint
@@ -69,6 +71,17 @@ RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const st
 // <run_dir> <extra_flags...> <plan_path>).
 RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
                        const std::vector<std::string>& extra_flags = {});
+
+// True in a process mpirun started (OMPI_COMM_WORLD_SIZE is set): one rank
+// of the job RunThisTestUnderMpirun runs.
+bool IsMpirunRank();
+
+// Runs the current test as `ranks` processes under mpirun (MpirunArgs: this
+// binary with a gtest filter naming the test, MAESTRO_COMM_TIMEOUT_S=60) and
+// expects the job to exit 0 and every rank to pass the test. A test whose
+// body is one rank's part starts with
+//   if (!IsMpirunRank()) return RunThisTestUnderMpirun(2);
+void RunThisTestUnderMpirun(int ranks);
 
 // Every step of `got` finite and within `relative` x |want| of `want`'s loss at
 // that step (fatal when `want` lacks the step); messages say `what`, the

@@ -22,6 +22,7 @@
 
 #include "hf/checkpoint.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -50,10 +51,7 @@ class UserWorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One folder per test: ctest runs the tests of this file as processes side by side.
-    root_ = std::string(MAESTRO_TEST_TMP) + "/user_workload/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = fixtures::PerTestDir("user_workload");
     workload_ = root_ + "/example";
     const Status made =
         fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/scripts/make_example_workload.py",
