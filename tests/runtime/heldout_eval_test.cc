@@ -42,6 +42,7 @@
 #include "runtime/reference.h"
 #include "tests/fixtures/python3.h"
 #include "tests/fixtures/scratch.h"
+#include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -62,56 +63,22 @@ constexpr int kSteps = 8;
 // A KD of the example's models from their configs (weights from the seed:
 // the `weights` key is not needed to measure a held-out loss).
 std::string KdSpec(const std::string& test_corpus, const std::string& rule) {
-  return R"([job]
-name = "heldout-kd"
-steps = )" +
-         std::to_string(kSteps) +
-         R"(
-
-[cluster]
-nodes = 1
-gpus_per_node = 2
-
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 2
-tflops_bf16 = 0.05
-
-[data]
-global_batch = 8
-seq_len = 64
-seed = 7
-corpus = "corpus/train_text_document"
-test_corpus = ")" +
-         test_corpus +
-         R"("
-sample_rule = ")" +
-         rule + R"("
-eos_id = 1
-
+  return fixtures::WithKeys(fixtures::LocalCpuSpecHead("heldout-kd") + R"(
 [models.teacher]
 hf_config = "teacher/config.json"
 
 [models.student]
 hf_config = "student/config.json"
-
-[[section]]
-name = "teacher"
-model = "teacher"
-mode = "forward"
-
-[[section]]
-name = "student"
-model = "student"
-mode = "train"
-optimizer = { lr = 3e-3, warmup_steps = 2 }
-loss = { kind = "kd", alpha = 0.5, temperature = 2.0 }
-
-[[edge]]
-from = "teacher"
-to = "student"
-tensor = "teacher_hidden"
-)";
+)" + fixtures::KdSectionsToml(),
+                            {{"job", "steps", std::to_string(kSteps)},
+                             {"cluster.gpu.cpu", "memory_gb", "2"},
+                             {"data", "seq_len", "64"},
+                             {"data", "seed", "7"},
+                             {"data", "corpus", "\"corpus/train_text_document\""},
+                             {"data", "test_corpus", "\"" + test_corpus + "\""},
+                             {"data", "sample_rule", "\"" + rule + "\""},
+                             {"data", "eos_id", "1"},
+                             {"section.student", "optimizer", "{ lr = 3e-3, warmup_steps = 2 }"}});
 }
 
 class HeldOutEvalTest : public ::testing::Test {

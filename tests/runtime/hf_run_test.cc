@@ -28,6 +28,7 @@
 #include "plan/plan.h"
 #include "tests/fixtures/hf_checkpoints.h"
 #include "tests/fixtures/scratch.h"
+#include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/run_dir_util.h"
@@ -46,50 +47,14 @@ const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 // layers, 32 wide, tied, sharded into several files. Both bf16, vocab 512
 // (the built-in text data's).
 std::string KdSpec(const std::string& teacher_dir, const std::string& student_dir) {
-  return R"([job]
-name = "hf-kd"
-steps = 3
-
-[cluster]
-nodes = 1
-gpus_per_node = 4
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 2
-tflops_bf16 = 0.05
-
-[data]
-global_batch = 4
-seq_len = 32
-seed = 11
-
-[models.teacher]
-weights = ")" +
-         teacher_dir +
-         R"("
-
-[models.student]
-weights = ")" +
-         student_dir +
-         R"("
-
-[[section]]
-name = "teacher"
-model = "teacher"
-mode = "forward"
-
-[[section]]
-name = "student"
-model = "student"
-mode = "train"
-optimizer = { lr = 1e-3 }
-loss = { kind = "kd", alpha = 0.5, temperature = 2.0 }
-
-[[edge]]
-from = "teacher"
-to = "student"
-tensor = "teacher_hidden"
-)";
+  return fixtures::WithKeys(fixtures::LocalCpuSpecHead("hf-kd") + "\n[models.teacher]\nweights = \"" + teacher_dir +
+                                "\"\n\n[models.student]\nweights = \"" + student_dir + "\"\n" + fixtures::KdSectionsToml(),
+                            {{"job", "steps", "3"},
+                             {"cluster", "gpus_per_node", "4"},
+                             {"cluster.gpu.cpu", "memory_gb", "2"},
+                             {"data", "global_batch", "4"},
+                             {"data", "seq_len", "32"},
+                             {"data", "seed", "11"}});
 }
 
 class HfRunTest : public ::testing::Test {
