@@ -136,8 +136,8 @@ TEST(GatherSequenceMpi, TwoRanksForwardAndGradientEqualOneProcess) {
 using plan::RecomputeGranularity;
 using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::Losses;
 using runtime_testing::RunWorkers;
+using runtime_testing::WeightsOf;
 using runtime_testing::WritePlan;
 
 // A section's parallel configuration in a test plan.
@@ -166,11 +166,6 @@ std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_context_parallel", name);
 }
 
-// Section `name`'s weights in the run's last checkpoint, by parameter name.
-runtime_testing::NamedWeights SectionWeights(const plan::Plan& p, const std::string& run_dir, const std::string& name) {
-  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, name), run_dir, name);
-}
-
 // Runs `p` under mpirun, the same plan with every section at CP 1, and the
 // one-process reference: every step's loss within 1e-5 relative of both, the
 // loss moves; each training section's final weights within 5e-5 (kAdamWWeightRelativeBound) relative of
@@ -184,25 +179,11 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
   for (auto& s : flat.sections) s.config.cp = 1;
   runtime_testing::PlaceOnThisMachine(flat, p.data.steps);
   const std::string dir = Fresh(what);
-  const std::string path = WritePlan(p, dir);
-  const std::string flat_path = WritePlan(flat, dir + "/cp1");
-  const auto run = RunWorkers(p, path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto flat_run = RunWorkers(flat, flat_path, dir + "/cp1/run");
-  ASSERT_EQ(flat_run.exit_code, 0) << flat_run.output;
-  const auto reference = runtime_testing::RunReference(path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto got = Losses(dir + "/run"), unsplit = Losses(dir + "/cp1/run"), want = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(got.size()), p.data.steps) << run.output;
-  ASSERT_EQ(want.size(), got.size()) << reference.output;
-  ASSERT_EQ(unsplit.size(), got.size()) << flat_run.output;
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, got, want, 1e-5, " vs the reference"));
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, got, unsplit, 1e-5, " vs cp 1"));
-  runtime_testing::ExpectLossFalls(what, got);
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectRunEqualsReferenceAndOther(what, p, flat, dir, "cp1", " vs cp 1"));
   for (const auto& s : p.sections) {
     if (s.mode != plan::SectionMode::kTrain) continue;
-    const auto w = SectionWeights(p, dir + "/run", s.name), u = SectionWeights(p, dir + "/cp1/run", s.name),
-               ref = SectionWeights(p, dir + "/reference", s.name);
+    const auto w = WeightsOf(p, s.name, dir + "/run"), u = WeightsOf(p, s.name, dir + "/cp1/run"),
+               ref = WeightsOf(p, s.name, dir + "/reference");
     ASSERT_FALSE(w.empty()) << what << ": " << s.name;
     ASSERT_EQ(w.size(), u.size());
     ASSERT_EQ(w.size(), ref.size());

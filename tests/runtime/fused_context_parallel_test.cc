@@ -282,13 +282,7 @@ StatusOr<compiler::CompileResult> CompileQwen2Vl(compiler::Grouping grouping, co
   text.replace(at, seq.size(), "seq_len = 131072");
   auto spec = compiler::ParseSpecString(text, path, std::string(MAESTRO_SOURCE_DIR) + "/specs");
   if (!spec.ok()) return spec.status();
-  compiler::CompileOptions options;
-  options.grouping = grouping;
-  if (!support.empty()) {
-    MAESTRO_ASSIGN_OR_RETURN(options.support, compiler::ParseRuntimeSupport(support));
-    options.support_given = true;
-  }
-  return compiler::Compile(*spec, options);
+  return runtime_testing::CompileForRuntime(*spec, grouping, support);
 }
 
 TEST(FusedContextParallelCompiler, AMonolithicBaselineWithCpIsTheFusedPlanWhenFaster) {

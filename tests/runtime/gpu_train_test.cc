@@ -44,7 +44,6 @@ using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 // Not measured on a GPU yet (this was written without one): the CPU's bf16
 // runs stay within 1e-4 of fp32 (train_mpi_test.cc), CUDA's autocast casts
 // more ops (conv, baddbmm) and cuDNN may use TF32, so these leave room. The
@@ -54,7 +53,7 @@ constexpr double kBf16VsFp32 = 1e-2;
 constexpr double kBf16VsBf16 = 2e-3;
 
 bool WorkerSeesCuda(std::string* why) {
-  const auto version = RunCaptured({kWorker, "--version"}, {});
+  const auto version = RunCaptured({runtime_testing::WorkerBinary(), "--version"}, {});
   if (version.exit_code != 0) {
     *why = "maestro-worker --version failed: " + version.output;
     return false;

@@ -45,6 +45,7 @@
 #include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -55,8 +56,6 @@ using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
 
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 const std::string kChecker = std::string(MAESTRO_SOURCE_DIR) + "/tests/fixtures/check_exported_loss.py";
 constexpr int kSteps = 8;
 
@@ -153,7 +152,7 @@ TEST_F(HeldOutEvalTest, TheRunsHeldOutLossIsWhatAnIndependentCheckComputesFromTh
   const std::string spec = WriteSpec("heldout_kd.toml", "corpus/heldout_text_document");
   const std::string out = root_ + "/kd";
   const RunResult run =
-      RunCaptured({kMaestro, "run", spec, "-o", out, "--ranks", "2", "--fresh"}, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--ranks", "2", "--fresh"}, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("held-out loss "), std::string::npos) << run.output;
 
@@ -185,7 +184,7 @@ TEST_F(HeldOutEvalTest, TheRunsHeldOutLossIsWhatAnIndependentCheckComputesFromTh
 
   // The monolithic reference trains the same student: the same held-out loss.
   const RunResult reference =
-      RunCaptured({kMaestro, "run", spec, "-o", root_ + "/kd_reference", "--reference", "--fresh"}, {});
+      runtime_testing::RunMaestro({"run", spec, "-o", root_ + "/kd_reference", "--reference", "--fresh"}, {});
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto reference_eval = EvalJson(root_ + "/kd_reference/run");
   ASSERT_TRUE(reference_eval.is_object());
@@ -205,14 +204,14 @@ TEST_F(HeldOutEvalTest, NoEvalWritesNothingAndEvalSamplesEvaluatesThatMany) {
   const std::string spec = WriteSpec("heldout_kd_split.toml", "corpus/heldout_text_document", "split");
   const std::string out = root_ + "/kd_samples";
   const RunResult first =
-      RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--fresh", "--steps", "2", "--no-eval"}, {});
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--fresh", "--steps", "2", "--no-eval"}, {});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_FALSE(fs::exists(out + "/run/eval.json"));
   EXPECT_EQ(first.output.find("held-out loss"), std::string::npos) << first.output;
 
   // The same run again: nothing left to train, the last checkpoint evaluated.
   const RunResult again =
-      RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--steps", "2", "--eval-samples", "7"}, {});
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--steps", "2", "--eval-samples", "7"}, {});
   ASSERT_EQ(again.exit_code, 0) << again.output;
   const auto eval = EvalJson(out + "/run");
   ASSERT_TRUE(eval.is_object()) << again.output;
@@ -338,7 +337,7 @@ TEST_F(HeldOutEvalTest, AHeldOutTokenOutsideTheVocabularyStopsTheRunBeforeTraini
   ASSERT_TRUE(datasets::WriteMegatronIndexedDataset(bad, documents, datasets::MegatronDType::kUint16).ok());
   const std::string spec = WriteSpec("heldout_kd_bad.toml", "corpus/bad_heldout_text_document");
   const std::string out = root_ + "/kd_bad";
-  const RunResult run = RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
+  const RunResult run = runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find(bad + ".bin"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("400"), std::string::npos) << run.output;

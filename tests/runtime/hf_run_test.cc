@@ -31,6 +31,7 @@
 #include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -41,7 +42,6 @@ using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
 
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 
 // teacher: 2 layers, 64 wide, untied (its head is lm_head); student: 2
 // layers, 32 wide, tied, sharded into several files. Both bf16, vocab 512
@@ -75,11 +75,7 @@ class HfRunTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete root_; }
 
-  static RunResult Maestro(const std::vector<std::string>& args) {
-    std::vector<std::string> argv{"timeout", "-s", "KILL", "300", kMaestro};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCaptured(argv);
-  }
+  static RunResult Maestro(const std::vector<std::string>& args) { return runtime_testing::RunMaestro(args, {}, 300); }
 
   // Every tensor of `exported` equals the student's: names, dtypes, shapes, bytes.
   static void ExpectSameTensors(const fs::path& exported, const fs::path& source) {
@@ -113,15 +109,11 @@ void ZeroStepsRoundTrip(const fs::path& root, const std::string& name, const std
   fs::remove_all(out);
   std::vector<std::string> run{"run", (root / "kd.toml").string(), "-o", out.string(), "--steps", "0", "--no-eval"};
   run.insert(run.end(), layout.begin(), layout.end());
-  auto r = [&] {
-    std::vector<std::string> argv{"timeout", "-s", "KILL", "300", kMaestro};
-    argv.insert(argv.end(), run.begin(), run.end());
-    return RunCaptured(argv);
-  }();
+  auto r = runtime_testing::RunMaestro(run, {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(out / "run" / "initial")) << r.output;
   EXPECT_TRUE(runtime_testing::Losses((out / "run").string()).empty());  // nothing trained
-  auto e = RunCaptured({kMaestro, "export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
+  auto e = runtime_testing::RunMaestro({"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
   ASSERT_EQ(e.exit_code, 0) << e.output;
   EXPECT_NE(e.output.find("initial weights"), std::string::npos) << e.output;
 }

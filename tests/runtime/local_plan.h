@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The runtime tests' plans: an example spec compiled with a given grouping,
-// and a plan re-placed on this machine after a test chose its sections'
-// configurations. No torch.
+// a spec compiled for a runtime that supports a given list of features, and
+// a plan re-placed on this machine after a test chose its sections'
+// configurations. No torch. May call: compiler, plan.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/checks.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "compiler/workload_builder.h"
@@ -35,6 +37,19 @@ inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Gr
   auto compiled = compiler::Compile(*spec, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
   return compiled.ok() ? compiled->plan : plan::Plan();
+}
+
+// `spec` compiled (cluster mode) with `grouping` for a runtime that
+// supports `support` (a --runtime-support list; "": this build's runtime).
+inline StatusOr<compiler::CompileResult> CompileForRuntime(const compiler::Spec& spec, compiler::Grouping grouping,
+                                                           const std::string& support) {
+  compiler::CompileOptions options;
+  options.grouping = grouping;
+  if (!support.empty()) {
+    MAESTRO_ASSIGN_OR_RETURN(options.support, compiler::ParseRuntimeSupport(support));
+    options.support_given = true;
+  }
+  return compiler::Compile(spec, options);
 }
 
 // Places every section of `p` (its configs as the test set them) on one

@@ -28,6 +28,19 @@ std::string WorkerBinary() {
   return std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 }
 
+std::string MaestroBinary() {
+  return std::string(MAESTRO_BIN_DIR) + "/maestro";
+}
+
+RunResult RunMaestro(const std::vector<std::string>& args,
+                     const std::vector<std::pair<std::string, std::string>>& env, int kill_after_s) {
+  std::vector<std::string> argv;
+  if (kill_after_s > 0) argv = {"timeout", "-s", "KILL", std::to_string(kill_after_s)};
+  argv.push_back(MaestroBinary());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCaptured(argv, env);
+}
+
 RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
                      const std::vector<std::string>& extra_flags, const WorkerOptions& options) {
   auto argv = MpirunArgs(p.world_size());
@@ -110,6 +123,36 @@ RunAndReference ExpectRunEqualsReference(const std::string& what, const plan::Pl
     ASSERT_EQ(static_cast<int64_t>(out.run_losses.size()), p.data.steps) << what << "\n" << out.run.output;
     ASSERT_EQ(out.reference_losses.size(), out.run_losses.size()) << what << "\n" << out.reference.output;
     ExpectLossesNear(what, out.run_losses, out.reference_losses, 1e-5);
+    ExpectLossFalls(what, out.run_losses);
+  }();
+  return out;
+}
+
+ThreeRuns ExpectRunEqualsReferenceAndOther(const std::string& what, const plan::Plan& p, const plan::Plan& other,
+                                           const std::string& dir, const std::string& other_name,
+                                           const std::string& against_other) {
+  ThreeRuns out;
+  const std::string path = WritePlan(p, dir);
+  const std::string other_dir = dir + "/" + other_name;
+  const std::string other_path = WritePlan(other, other_dir);
+  out.run = RunWorkers(p, path, dir + "/run");
+  AssertExitCode(out.run, 0, what);
+  if (out.run.exit_code != 0) return out;
+  out.other = RunWorkers(other, other_path, other_dir + "/run");
+  AssertExitCode(out.other, 0, what + " (" + other_name + ")");
+  if (out.other.exit_code != 0) return out;
+  out.reference = RunReference(path, dir + "/reference");
+  AssertExitCode(out.reference, 0, what + " (the reference)");
+  if (out.reference.exit_code != 0) return out;
+  out.run_losses = Losses(dir + "/run");
+  out.other_losses = Losses(other_dir + "/run");
+  out.reference_losses = Losses(dir + "/reference");
+  [&] {
+    ASSERT_EQ(static_cast<int64_t>(out.run_losses.size()), p.data.steps) << what << "\n" << out.run.output;
+    ASSERT_EQ(out.reference_losses.size(), out.run_losses.size()) << what << "\n" << out.reference.output;
+    ASSERT_EQ(out.other_losses.size(), out.run_losses.size()) << what << "\n" << out.other.output;
+    ASSERT_NO_FATAL_FAILURE(ExpectLossesNear(what, out.run_losses, out.reference_losses, 1e-5, " vs the reference"));
+    ASSERT_NO_FATAL_FAILURE(ExpectLossesNear(what, out.run_losses, out.other_losses, 1e-5, against_other));
     ExpectLossFalls(what, out.run_losses);
   }();
   return out;
@@ -247,6 +290,20 @@ void UseKdLoss(plan::SectionPlan& student) {
   student.loss.kind = "kd";
   student.loss.kd_alpha = 0.5;
   student.loss.temperature = 2.0;
+}
+
+plan::SectionPlan* ShapeTinyKd(plan::Plan& p, const SectionDegrees& student, const SectionDegrees& teacher,
+                               int student_zero_stage) {
+  plan::SectionPlan* student_section = nullptr;
+  for (auto& s : p.sections) {
+    const bool is_student = s.name == "student";
+    s.init_from.clear();
+    SetDegrees(s, is_student ? student : teacher);
+    s.config.zero_stage = is_student ? student_zero_stage : 0;
+    if (is_student) student_section = &s;
+  }
+  EXPECT_NE(student_section, nullptr) << "the tiny KD has a section 'student'";
+  return student_section;
 }
 
 void UseTinyMoe(plan::ModelDesc& model, bool qwen2_shape, double aux_loss_coef) {

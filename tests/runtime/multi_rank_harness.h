@@ -3,12 +3,13 @@
 // docs/testing.md): what the mpirun tests of tests/runtime had each written
 // for themselves.
 //  - running a plan: maestro-worker ranks under mpirun (RunWorkers), the
-//    one-process reference (RunReference);
+//    one-process reference (RunReference); the maestro CLI (RunMaestro);
 //  - running the current test as the ranks of an mpirun job of its own
 //    binary (IsMpirunRank, RunThisTestUnderMpirun);
 //  - comparing runs: every step's loss against another run's within a
 //    relative tolerance (ExpectLossesNear), a plan's run against the
-//    reference (ExpectRunEqualsReference), a run stopped after a checkpoint
+//    reference (ExpectRunEqualsReference) and against the same training laid
+//    out another way (ExpectRunEqualsReferenceAndOther), a run stopped after a checkpoint
 //    and resumed against an uninterrupted one (ExpectStopAndResumeLossesEqual,
 //    ExpectSameCheckpointWeights);
 //  - reading a run back: numbers a worker logged (LoggedNumber,
@@ -18,7 +19,7 @@
 //    (WaitForWorkerOfRank, RunAndKillRank);
 //  - shaping a compiled example plan before PlaceOnThisMachine (local_plan.h):
 //    a section's TP/PP/CP/DP and micro-batch (SetDegrees), the tiny KD's
-//    student on the KD loss (UseKdLoss), the one section of a fused plan
+//    sections (ShapeTinyKd) and its student on the KD loss (UseKdLoss), the one section of a fused plan
 //    (TheFusedSection), a MoE student (UseTinyMoe), a JSONL manifest as the
 //    data (UseImageManifest); and a generated JSONL manifest of PNG/JPEG
 //    images (WriteImageManifest).
@@ -53,6 +54,14 @@ using StepLosses = std::map<int64_t, double>;
 
 // The built maestro-worker.
 std::string WorkerBinary();
+
+// The built maestro CLI.
+std::string MaestroBinary();
+
+// `maestro <args...>` with `env` added to its environment, under `timeout -s
+// KILL <kill_after_s>` when kill_after_s > 0.
+RunResult RunMaestro(const std::vector<std::string>& args,
+                     const std::vector<std::pair<std::string, std::string>>& env = {}, int kill_after_s = 0);
 
 // How RunWorkers starts the ranks beyond the plan and the flags.
 struct WorkerOptions {
@@ -107,6 +116,24 @@ struct RunAndReference {
 // loss falls (ExpectLossFalls).
 RunAndReference ExpectRunEqualsReference(const std::string& what, const plan::Plan& p, const std::string& dir,
                                          const std::string& run_name = "run", const WorkerOptions& options = {});
+
+// What ExpectRunEqualsReferenceAndOther ran: the outputs and the losses.
+struct ThreeRuns {
+  RunResult run, other, reference;
+  StepLosses run_losses, other_losses, reference_losses;
+};
+
+// `p` against the reference and against `other`, the same training laid
+// out another way (at CP 1, at PP 1, at ZeRO stage 0): writes `p` to `dir`
+// and `other` to `dir`/`other_name`, runs `p` under mpirun in `dir`/run,
+// `other` in `dir`/`other_name`/run and the reference of `p` in
+// `dir`/reference; fatal unless each exits 0, `p`'s run logged p.data.steps
+// losses and the other two as many; then every step's loss within 1e-5
+// relative of the reference's and of `other`'s (ExpectLossesNear, fatal;
+// `against_other` names it: " vs cp 1"), and the loss falls.
+ThreeRuns ExpectRunEqualsReferenceAndOther(const std::string& what, const plan::Plan& p, const plan::Plan& other,
+                                           const std::string& dir, const std::string& other_name,
+                                           const std::string& against_other);
 
 // What ExpectStopAndResumeLossesEqual ran: the uninterrupted run, the
 // stopped one and its resumption.
@@ -188,6 +215,15 @@ void SetDegrees(plan::SectionPlan& section, const SectionDegrees& degrees);
 // The tiny KD's student trains on the KD loss (alpha 0.5, temperature 2)
 // when its spec gave it another.
 void UseKdLoss(plan::SectionPlan& student);
+
+// The tiny KD (specs/tiny_kd.toml compiled sectioned: CompiledExamplePlan)
+// as the mpirun tests shape it: both sections' initial weights from the
+// seed (init_from cleared), the student at `student` with ZeRO stage
+// `student_zero_stage`, the frozen teacher at `teacher` with ZeRO stage 0.
+// Returns the student (nullptr, and a failure, when `p` has none); the
+// caller shapes it further, then places the plan (PlaceOnThisMachine).
+plan::SectionPlan* ShapeTinyKd(plan::Plan& p, const SectionDegrees& student, const SectionDegrees& teacher,
+                               int student_zero_stage = 0);
 
 // The tiny KD student (a dense decoder) made a MoE of 4 experts, top 2, each
 // of FFN 64, with the load-balancing term's coefficient `aux_loss_coef`;

@@ -228,22 +228,19 @@ struct Layout {
 // replica: the pipeline has work to overlap), the KD loss.
 plan::Plan KdPlan(const Layout& l, int64_t steps) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
+  plan::SectionPlan* student = runtime_testing::ShapeTinyKd(
+      p, {l.student_tp, l.student_pp, 1, l.student_dp, 4}, {1, l.teacher_pp, 1, 1, 4}, l.zero_stage);
   for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(
-        s, {student ? l.student_tp : 1, student ? l.student_pp : l.teacher_pp, 1, student ? l.student_dp : 1, 4});
-    s.config.zero_stage = student ? l.zero_stage : 0;
-    if (student) s.config.pp_layers = l.student_pp_layers;
     // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); here
     // a pipelined teacher streams (its run-ahead: run_ahead_mp_test.cc).
-    if (!student && l.teacher_pp > 1) s.run_ahead = 0;
-    if (student) {
-      s.model.layers = l.student_layers;
-      s.model.tie_embeddings = l.tied;
-      s.optimizer.weight_decay = 0.1;
-      runtime_testing::UseKdLoss(s);
-    }
+    if (&s != student && l.teacher_pp > 1) s.run_ahead = 0;
+  }
+  if (student != nullptr) {
+    student->config.pp_layers = l.student_pp_layers;
+    student->model.layers = l.student_layers;
+    student->model.tie_embeddings = l.tied;
+    student->optimizer.weight_decay = 0.1;
+    runtime_testing::UseKdLoss(*student);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -253,11 +250,6 @@ using runtime_testing::WritePlan;
 
 std::string Fresh(const std::string& name) {
   return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_pipeline", name);
-}
-
-// A section's weights in a run's last checkpoint, by name.
-runtime_testing::NamedWeights Weights(const plan::Plan& p, const std::string& section, const std::string& run_dir) {
-  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, section), run_dir, section);
 }
 
 // Plan `p` (the student, maybe the teacher, in pipeline stages) against the
@@ -297,9 +289,9 @@ std::string ExpectPipelineEqualsReference(const std::string& what, const plan::P
   runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference");
   runtime_testing::ExpectLossesNear(what, a, f, 1e-5, " vs pp = 1");
   runtime_testing::ExpectLossFalls(what, a);
-  const auto w = Weights(p, "student", dir + "/run");
-  const auto u = Weights(p, "student", dir + "/unstaged/run");
-  const auto ref = Weights(p, "student", dir + "/reference");
+  const auto w = runtime_testing::WeightsOf(p, "student", dir + "/run");
+  const auto u = runtime_testing::WeightsOf(p, "student", dir + "/unstaged/run");
+  const auto ref = runtime_testing::WeightsOf(p, "student", dir + "/reference");
   EXPECT_FALSE(w.empty());
   if (w.empty()) return run.output;
   std::string where_flat, where_ref, where_flat_ref;

@@ -69,14 +69,10 @@ struct TeacherLayout {
 // stream).
 plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(s, {student ? 1 : layout.tp, student ? layout.student_pp : layout.pp, 1, 1, 4});
-    s.config.zero_stage = 0;
-    s.run_ahead = student ? 0 : run_ahead;
-    if (student) runtime_testing::UseKdLoss(s);
-  }
+  plan::SectionPlan* student =
+      runtime_testing::ShapeTinyKd(p, {1, layout.student_pp, 1, 1, 4}, {layout.tp, layout.pp, 1, 1, 4});
+  for (auto& s : p.sections) s.run_ahead = &s == student ? 0 : run_ahead;
+  if (student != nullptr) runtime_testing::UseKdLoss(*student);
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }

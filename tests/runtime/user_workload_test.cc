@@ -24,19 +24,17 @@
 #include "tests/fixtures/python3.h"
 #include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
 using runtime_testing::ReadText;
 
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 
 double Mean(const std::map<int64_t, double>& losses, bool first, size_t n) {
   std::vector<double> v;
@@ -64,7 +62,7 @@ class UserWorkloadTest : public ::testing::Test {
 
 TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldOutLoss) {
   const std::string kd = root_ + "/kd";
-  const RunResult run = RunCaptured({kMaestro, "run", workload_ + "/kd.toml", "-o", kd, "--ranks", "2", "--fresh"},
+  const RunResult run = runtime_testing::RunMaestro({"run", workload_ + "/kd.toml", "-o", kd, "--ranks", "2", "--fresh"},
                                     {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto losses = Losses(kd + "/run");
@@ -76,7 +74,7 @@ TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldO
   ASSERT_GT(eval.at("samples").get<int64_t>(), 0);
 
   const std::string exported = root_ + "/student-hf";
-  const RunResult export_run = RunCaptured({kMaestro, "export", kd, "--section", "student", "-o", exported}, {});
+  const RunResult export_run = runtime_testing::RunMaestro({"export", kd, "--section", "student", "-o", exported}, {});
   ASSERT_EQ(export_run.exit_code, 0) << export_run.output;
   // The same tensors under the same names as the student we started from
   // (tied embeddings stay tied: no lm_head.weight).
@@ -106,7 +104,7 @@ TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldO
 
 TEST_F(UserWorkloadTest, AVlmFromHfWeightsLearnsTheCaptionsOfImageFiles) {
   const std::string vlm = root_ + "/vlm";
-  const RunResult run = RunCaptured({kMaestro, "run", workload_ + "/vlm.toml", "-o", vlm, "--ranks", "3", "--fresh"},
+  const RunResult run = runtime_testing::RunMaestro({"run", workload_ + "/vlm.toml", "-o", vlm, "--ranks", "3", "--fresh"},
                                     {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto losses = Losses(vlm + "/run");
