@@ -161,6 +161,15 @@ struct CheckpointChecks {
 void ExpectSameCheckpointWeights(const std::string& what, const datalayer::CheckpointData& x,
                                  const datalayer::CheckpointData& y, const CheckpointChecks& checks = {});
 
+// ExpectStopAndResumeLossesEqual (fatal where it fails), then the last
+// checkpoints of the uninterrupted and the resumed run: both of step
+// `last_step`, holding entry `entry` (fatal otherwise: a shard's, e.g.
+// "student#dp1", whose state came back), the same weights
+// (ExpectSameCheckpointWeights with `checks`).
+void ExpectStopAndResumeCheckpointsEqual(const std::string& what, const plan::Plan& p, const std::string& dir,
+                                         int64_t stop_after, int64_t last_step, const std::string& entry,
+                                         const CheckpointChecks& checks);
+
 // Section `section`'s weights in the last checkpoints of `run_a` and `run_b`
 // are the same bytes (fatal when either lacks the section).
 void ExpectSameSectionWeights(const std::string& what, const std::string& run_a, const std::string& run_b,
@@ -205,6 +214,12 @@ KilledRun RunAndKillRank(const plan::Plan& p, const std::string& plan_path, cons
                          size_t steps, std::chrono::seconds within, std::chrono::milliseconds poll,
                          const WorkerOptions& options = {});
 
+// A run whose rank `victim` was killed (RunAndKillRank): fatal unless the
+// rank was found and killed (`no_progress` says why not); the job failed,
+// within the communication timeout (60 s) of the kill, mpirun naming the
+// killed rank ("process rank <victim>").
+void ExpectKilledRankEndedTheJob(const KilledRun& killed, int victim, const std::string& no_progress);
+
 // A section's parallel degrees and micro-batch as a test sets them; the rest
 // of its config (ZeRO stage, EP, recomputation, pp_layers) stays as compiled.
 struct SectionDegrees {
@@ -241,12 +256,18 @@ void UseImageManifest(plan::Plan& p, const std::string& manifest, int64_t image_
 // nullptr, when it has another count or that section is not fused).
 plan::SectionPlan* TheFusedSection(plan::Plan& p);
 
-// <dir>/img/<k>.png (28x28 gray) and <dir>/img/<k>.jpg (20x36 RGB), k < 6, and
-// <dir>/train.jsonl: sample i ("id": "s<i>") has i % 3 images (PNG and JPEG
-// alternating), each as `placeholders_per_image` x `image_token` then a
-// word naming it, then counting text; then `extra_lines` as given. Returns
-// the manifest's path.
+// What WriteImageManifest's samples refer to: PNG and JPEG images
+// alternating, each sample with an "id" (the default); or PNG images only
+// and no ids.
+enum class ImageManifestKind { kPngAndJpegWithIds, kPngOnly };
+
+// <dir>/img/<k>.png (28x28 gray) and <dir>/img/<k>.jpg (20x36 RGB; not for
+// kPngOnly), k < 6, and <dir>/train.jsonl: sample i ("id": "s<i>" but for
+// kPngOnly) has i % 3 images (PNG and JPEG alternating, or PNG), each as
+// `placeholders_per_image` x `image_token` then a word naming it, then
+// counting text; then `extra_lines` as given. Returns the manifest's path.
 std::string WriteImageManifest(const std::string& dir, int samples, int64_t placeholders_per_image, int64_t image_token,
-                               const std::vector<std::string>& extra_lines = {});
+                               const std::vector<std::string>& extra_lines = {},
+                               ImageManifestKind kind = ImageManifestKind::kPngAndJpegWithIds);
 
 }  // namespace maestro::runtime_testing

@@ -57,16 +57,25 @@ class UserWorkloadTest : public ::testing::Test {
     if (made.code() == StatusCode::kUnavailable) GTEST_SKIP() << made.ToString();
     ASSERT_TRUE(made.ok()) << made.ToString();
   }
+  // `maestro run` of the example's `spec` into `out` on `ranks` ranks:
+  // fatal unless it exits 0 having logged at least 10 steps; its output in
+  // *run, its losses in *losses.
+  void Train(const std::string& spec, const std::string& out, const std::string& ranks, RunResult* run,
+             std::map<int64_t, double>* losses) {
+    *run = runtime_testing::RunMaestro({"run", workload_ + "/" + spec, "-o", out, "--ranks", ranks, "--fresh"},
+                                       {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+    ASSERT_EQ(run->exit_code, 0) << run->output;
+    *losses = Losses(out + "/run");
+    ASSERT_GE(losses->size(), 10u) << run->output;
+  }
   std::string root_, workload_;
 };
 
 TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldOutLoss) {
   const std::string kd = root_ + "/kd";
-  const RunResult run = runtime_testing::RunMaestro({"run", workload_ + "/kd.toml", "-o", kd, "--ranks", "2", "--fresh"},
-                                    {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto losses = Losses(kd + "/run");
-  ASSERT_GE(losses.size(), 10u) << run.output;
+  RunResult run;
+  std::map<int64_t, double> losses;
+  ASSERT_NO_FATAL_FAILURE(Train("kd.toml", kd, "2", &run, &losses));
   EXPECT_LT(Mean(losses, false, 5), Mean(losses, true, 5)) << run.output;
   const auto eval = nlohmann::json::parse(ReadText(kd + "/run/eval.json"), nullptr, false);
   ASSERT_TRUE(eval.is_object()) << run.output;
@@ -104,11 +113,9 @@ TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldO
 
 TEST_F(UserWorkloadTest, AVlmFromHfWeightsLearnsTheCaptionsOfImageFiles) {
   const std::string vlm = root_ + "/vlm";
-  const RunResult run = runtime_testing::RunMaestro({"run", workload_ + "/vlm.toml", "-o", vlm, "--ranks", "3", "--fresh"},
-                                    {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto losses = Losses(vlm + "/run");
-  ASSERT_GE(losses.size(), 10u) << run.output;
+  RunResult run;
+  std::map<int64_t, double> losses;
+  ASSERT_NO_FATAL_FAILURE(Train("vlm.toml", vlm, "3", &run, &losses));
   for (const auto& [step, loss] : losses) ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
   EXPECT_LT(Mean(losses, false, 5), Mean(losses, true, 5)) << run.output;
   // The index holds the manifest's samples with their image tokens.
