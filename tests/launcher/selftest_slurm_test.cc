@@ -19,7 +19,9 @@
 #include "base/exit_codes.h"
 #include "plan/plan.h"
 #include "test_plans.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
+#include "tests/slurm/cluster_test.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::launcher {
@@ -28,12 +30,13 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
-TEST(LauncherSlurm, SelfTestPassesAcrossThreeHetComponents) {
-  auto cluster = ::maestro::testing::LocalSlurmCluster::FromEnvironment();
-  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  const fs::path work = fs::path(MAESTRO_TEST_TMP) / ("launcher_slurm_" + std::to_string(::getpid()));
-  fs::remove_all(work);
-  fs::create_directories(work);
+// Each test: the local cluster (SetUp fails without one) and a scratch
+// folder of this process.
+class LauncherSlurm : public ::maestro::testing::SlurmClusterTest {};
+
+TEST_F(LauncherSlurm, SelfTestPassesAcrossThreeHetComponents) {
+  const auto* cluster = &this->cluster();
+  const fs::path work = fixtures::ScratchDir("launcher_slurm_", "");
 
   // job.sbatch runs `srun ... <worker> plan.json`: the worker given to the
   // compiler is a wrapper that adds --selftest.
@@ -86,12 +89,9 @@ TEST(LauncherSlurm, SelfTestPassesAcrossThreeHetComponents) {
 
 // Two components (enc: 2 ranks, llm: 2 ranks); rank 3 hangs before the DP
 // all-reduce. Under srun the timeout path must name it, its group and the op.
-TEST(LauncherSlurm, HungRankInAHetjobIsNamedAndTheStepEnds) {
-  auto cluster = ::maestro::testing::LocalSlurmCluster::FromEnvironment();
-  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  const fs::path work = fs::path(MAESTRO_TEST_TMP) / ("launcher_slurm_hang_" + std::to_string(::getpid()));
-  fs::remove_all(work);
-  fs::create_directories(work);
+TEST_F(LauncherSlurm, HungRankInAHetjobIsNamedAndTheStepEnds) {
+  const auto* cluster = &this->cluster();
+  const fs::path work = fixtures::ScratchDir("launcher_slurm_hang_", "");
   ASSERT_TRUE(plan::SavePlan(::maestro::launcher::testing::FanOut1Plan(), (work / "plan.json").string()).ok());
   const fs::path script = work / "hang.sbatch";
   {

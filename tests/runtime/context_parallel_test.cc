@@ -135,9 +135,8 @@ using runtime_testing::RunWorkers;
 using runtime_testing::WeightsOf;
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_context_parallel", name);
-}
+// Fresh(name): <test-tmp>/runtime_context_parallel/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_context_parallel"};
 
 // Runs `p` under mpirun, the same plan with every section at CP 1, and the
 // one-process reference: every step's loss within 1e-5 relative of both, the

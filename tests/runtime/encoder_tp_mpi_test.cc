@@ -73,9 +73,8 @@ plan::Plan FusedTp2Plan(int64_t steps) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_encoder_tp", name);
-}
+// Fresh(name): <test-tmp>/runtime_encoder_tp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_encoder_tp"};
 
 // The components of `p` by name with their model: a fused section's, else its sections'.
 std::map<std::string, plan::ModelDesc> ModelsOf(const plan::Plan& p) {

@@ -59,9 +59,8 @@ plan::Plan EpPlan(Shape shape, Layout layout, int64_t steps, double aux_coef = 0
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_ep", name);
-}
+// Fresh(name): <test-tmp>/runtime_ep/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_ep"};
 
 // Per step, the number of micro-batches each rank of section `pid` (its
 // index) computed, from the run's trace.json (the "F<i>" intervals; an empty

@@ -76,9 +76,8 @@ plan::Plan FusedPlan(const std::string& spec, int tp, int cp, int dp, int64_t st
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_fused_context_parallel", name);
-}
+// Fresh(name): <test-tmp>/runtime_fused_context_parallel/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_fused_context_parallel"};
 
 // Component `name`'s AdamW first moments (exp_avg) in checkpoint `state`,
 // by parameter name. After one step they are (1 - beta1) x the step's

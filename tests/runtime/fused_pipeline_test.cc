@@ -141,9 +141,8 @@ plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t st
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_fused_pipeline", name);
-}
+// Fresh(name): <test-tmp>/runtime_fused_pipeline/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_fused_pipeline"};
 
 // Component `name`'s peak learning rate.
 double LearningRateOf(const plan::Plan& p, const std::string& name) {

@@ -91,9 +91,8 @@ plan::Plan VlmPlan(const std::string& manifest, int llm_dp, int64_t steps) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_gpu_train", name);
-}
+// Fresh(name): <test-tmp>/runtime_gpu_train/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_gpu_train"};
 
 // The ranks on CUDA with their per-step lines, a communication timeout of 120 s.
 RunResult Sectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,

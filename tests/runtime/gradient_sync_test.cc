@@ -146,9 +146,8 @@ TEST(BucketedReduceScatterMpi, SmallBucketsStepTheSameParametersAsOneBucket) {
 const std::string kWorker = runtime_testing::WorkerBinary();
 
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_gradient_sync", name);
-}
+// Fresh(name): <test-tmp>/runtime_gradient_sync/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_gradient_sync"};
 
 launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
                                         const std::string& bucket_bytes = "",

@@ -200,10 +200,8 @@ std::vector<RankMemory> RunPlan(const plan::Plan& plan, const std::string& dir) 
   return memory;
 }
 
-// <test-tmp>/memory_run/<name>, emptied.
-std::string RunDir(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/memory_run", name);
-}
+// RunDir(name): <test-tmp>/memory_run/<name>, emptied.
+const runtime_testing::FreshDirs RunDir{"memory_run"};
 
 // Compiles `spec_text` for this machine (one CPU rank per section, or
 // `ranks`, with `pins`), runs it under mpirun and reads every rank's memory.

@@ -52,9 +52,8 @@ plan::Plan MoePlan(Shape shape, int dp, int zero_stage, double aux_coef, int64_t
 
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_moe", name);
-}
+// Fresh(name): <test-tmp>/runtime_moe/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_moe"};
 
 // The losses of a run under mpirun in `run_dir` (a failure unless it exits 0).
 std::map<int64_t, double> TrainedLosses(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir) {

@@ -247,9 +247,8 @@ plan::Plan KdPlan(const Layout& l, int64_t steps) {
 
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_pipeline", name);
-}
+// Fresh(name): <test-tmp>/runtime_pipeline/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_pipeline"};
 
 // Plan `p` (the student, maybe the teacher, in pipeline stages) against the
 // one-process reference and against the same plan without stages (every

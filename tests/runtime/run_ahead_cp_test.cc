@@ -68,9 +68,8 @@ plan::Plan CpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_run_ahead_cp", name);
-}
+// Fresh(name): <test-tmp>/runtime_run_ahead_cp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_run_ahead_cp"};
 
 class RunAheadContextParallel : public ::testing::TestWithParam<TeacherLayout> {};
 

@@ -77,8 +77,35 @@ plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_run_ahead_mp", name);
+// Fresh(name): <test-tmp>/runtime_run_ahead_mp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_run_ahead_mp"};
+
+// A run of MpKdPlan(layout, steps, run_ahead): the plan written to
+// <dir>/plan<run_ahead>, run under mpirun in <dir>/k<run_ahead>.
+struct RunAheadRun {
+  plan::Plan plan;
+  std::string plan_path, run_dir;
+  runtime_testing::RunResult result;
+};
+// Runs it; fatal unless it exits 0.
+void RunAtRunAhead(const TeacherLayout& layout, int64_t steps, int run_ahead, const std::string& dir,
+                   RunAheadRun* out) {
+  out->plan = MpKdPlan(layout, steps, run_ahead);
+  out->plan_path = runtime_testing::WritePlan(out->plan, fmt::format("{}/plan{}", dir, run_ahead));
+  out->run_dir = fmt::format("{}/k{}", dir, run_ahead);
+  out->result = RunWorkers(out->plan, out->plan_path, out->run_dir);
+  ASSERT_EQ(out->result.exit_code, 0) << out->result.output;
+}
+
+// The reference of `plan_path` run in <dir>/reference (fatal unless it exits
+// 0 with as many losses as `losses`): `losses` within 1e-5 of its.
+void ExpectReferenceLosses(const std::string& what, const std::string& plan_path, const std::string& dir,
+                           const std::map<int64_t, double>& losses) {
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto r = Losses(dir + "/reference");
+  ASSERT_EQ(r.size(), losses.size());
+  runtime_testing::ExpectLossesNear(what, losses, r);
 }
 
 class RunAheadModelParallel : public ::testing::TestWithParam<TeacherLayout> {};
@@ -92,13 +119,13 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
   std::map<int, datalayer::CheckpointData> last;
   std::string plan_path;
   for (int k : {0, 2}) {
-    const auto p = MpKdPlan(layout, kSteps, k);
-    plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
-    const std::string run = fmt::format("{}/k{}", dir, k);
-    const auto result = RunWorkers(p, plan_path, run);
-    ASSERT_EQ(result.exit_code, 0) << result.output;
-    losses[k] = Losses(run);
-    last[k] = LastCheckpoint(run);
+    RunAheadRun run;
+    ASSERT_NO_FATAL_FAILURE(RunAtRunAhead(layout, kSteps, k, dir, &run));
+    const plan::Plan& p = run.plan;
+    const runtime_testing::RunResult& result = run.result;
+    plan_path = run.plan_path;
+    losses[k] = Losses(run.run_dir);
+    last[k] = LastCheckpoint(run.run_dir);
     const RunAheadLine line = ParseRunAheadLine(result.output);
     if (k == 0) {
       EXPECT_EQ(line.steps_ahead, -1) << "run_ahead 0 runs nothing ahead\n" << result.output;
@@ -126,12 +153,7 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
   EXPECT_EQ(losses[2], losses[0]);
   ASSERT_TRUE(last[2].sections.count("student") && last[0].sections.count("student"));
   EXPECT_TRUE(last[2].sections.at("student").model == last[0].sections.at("student").model);
-
-  const auto reference = RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto r = Losses(dir + "/reference");
-  ASSERT_EQ(r.size(), losses[2].size());
-  runtime_testing::ExpectLossesNear(layout.name + " run_ahead 2", losses[2], r);
+  ExpectReferenceLosses(layout.name + " run_ahead 2", plan_path, dir, losses[2]);
 }
 
 // A PP 2 teacher running ahead into a PP 2 student (the rows arrive at the
@@ -144,23 +166,17 @@ TEST(RunAheadModelParallelIntoAPipeline, Pp2TeacherIntoAPp2StudentEqualsRunAhead
   std::map<int, std::map<int64_t, double>> losses;
   std::string plan_path;
   for (int k : {0, 1}) {
-    const auto p = MpKdPlan(layout, kSteps, k);
-    plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
-    const std::string run = fmt::format("{}/k{}", dir, k);
-    const auto result = RunWorkers(p, plan_path, run);
-    ASSERT_EQ(result.exit_code, 0) << result.output;
-    losses[k] = Losses(run);
+    RunAheadRun run;
+    ASSERT_NO_FATAL_FAILURE(RunAtRunAhead(layout, kSteps, k, dir, &run));
+    plan_path = run.plan_path;
+    losses[k] = Losses(run.run_dir);
     if (k == 1) {
-      EXPECT_EQ(ParseRunAheadLine(result.output).steps_ahead, kSteps - 1) << result.output;
+      EXPECT_EQ(ParseRunAheadLine(run.result.output).steps_ahead, kSteps - 1) << run.result.output;
     }
   }
   ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
   EXPECT_EQ(losses[1], losses[0]);
-  const auto reference = RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto r = Losses(dir + "/reference");
-  ASSERT_EQ(r.size(), losses[1].size());
-  runtime_testing::ExpectLossesNear("pp2_into_pp2 run_ahead 1", losses[1], r);
+  ExpectReferenceLosses("pp2_into_pp2 run_ahead 1", plan_path, dir, losses[1]);
 }
 
 // (b) Stopped after step 2 (exit 85) with the teacher 2 batches ahead and

@@ -105,9 +105,8 @@ plan::Plan VlmPlan(int llm_dp, int64_t steps, int llm_tp = 1) {
 
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_train", name);
-}
+// Fresh(name): <test-tmp>/runtime_train/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_train"};
 
 // These runs keep the worker's per-step lines (no --no-progress).
 const runtime_testing::WorkerOptions kPerStepLines = [] {

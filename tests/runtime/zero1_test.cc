@@ -223,9 +223,8 @@ plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
 }
 
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_zero1", name);
-}
+// Fresh(name): <test-tmp>/runtime_zero1/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_zero1"};
 
 // Plan `p` (the student with zero_stage 1) against the same plan with
 // zero_stage 0 and against the reference.
