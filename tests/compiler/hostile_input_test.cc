@@ -23,8 +23,8 @@
 #include "base/shell.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
-#include "tests/fixtures/specs.h"
 #include "tests/fixtures/scratch.h"
+#include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
@@ -97,9 +97,7 @@ ToolRun RunTool(const fs::path& cwd, const std::vector<std::string>& args) {
 
 class HostileInput : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fixtures::PerTestDir("hostile_input");
-  }
+  void SetUp() override { dir_ = fixtures::PerTestDir("hostile_input"); }
   fs::path Write(const fs::path& path, const std::string& text) {
     fs::create_directories(path.parent_path());
     std::ofstream(path, std::ios::binary) << text;

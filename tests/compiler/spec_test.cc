@@ -51,7 +51,8 @@ TEST(Spec, ACorpusIsResolvedAgainstTheSpecFolderAndExcludesAManifest) {
   EXPECT_EQ(s->data.corpus, "specs/data/web_text_document");
   EXPECT_EQ(s->data.sample_rule, "split");
   EXPECT_EQ(s->data.eos_id, 2);
-  EXPECT_NE(ErrorOf(WithData("corpus = \"c\"\nmanifest = \"m.jsonl\"\n")).find("exclude each other"), std::string::npos);
+  EXPECT_NE(ErrorOf(WithData("corpus = \"c\"\nmanifest = \"m.jsonl\"\n")).find("exclude each other"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(WithData("corpus = \"c\"\ndataset = \"text\"\n")).find("exclude each other"), std::string::npos);
   const std::string e = ErrorOf(WithData("corpus = \"c\"\nsample_rule = \"packed\"\n"));
   EXPECT_NE(e.find("did you mean"), std::string::npos) << e;

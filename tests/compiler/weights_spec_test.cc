@@ -42,9 +42,7 @@ model = "llm"
 
 class WeightsSpecTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fixtures::PerTestDir("weights_spec");
-  }
+  void SetUp() override { root_ = fixtures::PerTestDir("weights_spec"); }
   // A 2-layer Qwen2 checkpoint at root_/name, written for `layers` layers.
   void Write(const std::string& name, int layers, uint64_t max_shard_bytes = uint64_t{1} << 30) {
     auto desc =

@@ -108,7 +108,8 @@ TEST(MegatronIndexedTest, RoundTripsEveryIntegerDtype) {
   };
   for (const DTypeCase& c : cases) {
     SCOPED_TRACE(MegatronDTypeName(c.dtype));
-    const std::string prefix = fixtures::ScratchDir(kScratch, std::string("rt-") + MegatronDTypeName(c.dtype)) + "/corpus";
+    const std::string prefix =
+        fixtures::ScratchDir(kScratch, std::string("rt-") + MegatronDTypeName(c.dtype)) + "/corpus";
     const Docs docs = {{c.min, c.max, 0, 1}, {}, {c.max}, {5, 4, 3, 2, 1, 0, c.min}};
     ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, docs, c.dtype).ok());
     // Each of the three spellings of the pair opens it.
@@ -166,7 +167,8 @@ TEST(MegatronIndexedTest, ReadTokensWidensWholeBlocksAndTailsOfEveryDtype) {
                                           c.min / 2, c.max / 2, c.min == 0 ? 1 : -1};
     std::vector<int64_t> doc(16 * 3 + 5);
     for (size_t i = 0; i < doc.size(); ++i) doc[i] = pattern[i % pattern.size()];
-    const std::string prefix = fixtures::ScratchDir(kScratch, std::string("widen-") + MegatronDTypeName(c.dtype)) + "/corpus";
+    const std::string prefix =
+        fixtures::ScratchDir(kScratch, std::string("widen-") + MegatronDTypeName(c.dtype)) + "/corpus";
     ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {doc}, c.dtype).ok());
     const MegatronIndexedDataset ds = OpenOrDie(prefix);
     const int64_t n = static_cast<int64_t>(doc.size());

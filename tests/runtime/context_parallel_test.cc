@@ -130,8 +130,8 @@ TEST(GatherSequenceMpi, TwoRanksForwardAndGradientEqualOneProcess) {
 using plan::RecomputeGranularity;
 using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::SectionedExamplePlan;
 using runtime_testing::RunWorkers;
+using runtime_testing::SectionedExamplePlan;
 using runtime_testing::WeightsOf;
 using runtime_testing::WritePlan;
 
@@ -182,13 +182,15 @@ TEST(ContextParallelTrain, DecoderCp2EqualsReference) {
 }
 
 TEST(ContextParallelTrain, DecoderCp2Dp2Zero1FullRecomputeEqualsReference) {
-  ExpectEqualsReference("lm_cp2_dp2",
-                        SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 2, 4, 1, RecomputeGranularity::kFull}}}, 4));
+  ExpectEqualsReference(
+      "lm_cp2_dp2",
+      SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 2, 4, 1, RecomputeGranularity::kFull}}}, 4));
 }
 
 TEST(ContextParallelTrain, DecoderCp2Tp2SelectiveRecomputeEqualsReference) {
-  ExpectEqualsReference("lm_cp2_tp2", SectionedExamplePlan("tiny_teacher.toml",
-                                                {{"teacher", {2, 2, 1, 4, 0, RecomputeGranularity::kSelective}}}, 4));
+  ExpectEqualsReference(
+      "lm_cp2_tp2",
+      SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {2, 2, 1, 4, 0, RecomputeGranularity::kSelective}}}, 4));
 }
 
 TEST(ContextParallelTrain, KdStudentAndTeacherCp2EqualReference) {
@@ -199,7 +201,8 @@ TEST(ContextParallelTrain, KdStudentAndTeacherCp2EqualReference) {
 
 TEST(ContextParallelTrain, VlmLlmCp2ReceivingImageRowsEqualsReference) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
-  ExpectEqualsReference("vlm_llm_cp2", SectionedExamplePlan("tiny_vlm.toml", {{"vit", {1, 1, 1, 8}}, {"llm", {1, 2, 1, 4}}}, 4));
+  ExpectEqualsReference("vlm_llm_cp2",
+                        SectionedExamplePlan("tiny_vlm.toml", {{"vit", {1, 1, 1, 8}}, {"llm", {1, 2, 1, 4}}}, 4));
 }
 
 TEST(ContextParallelTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {

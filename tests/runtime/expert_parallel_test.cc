@@ -51,8 +51,8 @@ struct Layout {
 // replicas of an EP group different counts).
 plan::Plan EpPlan(Shape shape, Layout layout, int64_t steps, double aux_coef = 0.05) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  plan::SectionPlan* student = runtime_testing::ShapeTinyKd(p, {layout.tp, layout.pp, 1, layout.dp, 2},
-                                                            {1, 1, 1, 1, 8}, layout.zero_stage);
+  plan::SectionPlan* student =
+      runtime_testing::ShapeTinyKd(p, {layout.tp, layout.pp, 1, layout.dp, 2}, {1, 1, 1, 1, 8}, layout.zero_stage);
   for (auto& s : p.sections) s.config.ep = &s == student ? layout.ep : 1;
   if (student != nullptr) runtime_testing::UseTinyMoe(student->model, shape == Shape::kQwen2Moe, aux_coef);
   runtime_testing::PlaceOnThisMachine(p, steps);

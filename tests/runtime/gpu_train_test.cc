@@ -74,7 +74,8 @@ constexpr int64_t kImageToken = 300;  // below the tiny decoder's vocabulary of 
 // has i % 3 images, each as 16 placeholder tokens then a word naming it,
 // then counting text.
 std::string WriteManifest(const std::string& dir, int samples) {
-  return runtime_testing::WriteImageManifest(dir, samples, 16, kImageToken, {}, runtime_testing::ImageManifestKind::kPngOnly);
+  return runtime_testing::WriteImageManifest(dir, samples, 16, kImageToken, {},
+                                             runtime_testing::ImageManifestKind::kPngOnly);
 }
 
 // The tiny VLM (vit -> llm) on the manifest, vit DP 1, llm DP `llm_dp`, on

@@ -49,8 +49,8 @@ namespace {
 using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::SectionedExamplePlan;
 using runtime_testing::Losses;
+using runtime_testing::SectionedExamplePlan;
 using runtime_testing::WritePlan;
 
 // Parameters of shapes (3, 5), (7), (1), (2, 2, 3) and (4, 3): 47 elements.
@@ -144,7 +144,6 @@ TEST(BucketedReduceScatterMpi, SmallBucketsStepTheSameParametersAsOneBucket) {
 // ---- maestro-worker ranks against the reference ----
 
 const std::string kWorker = runtime_testing::WorkerBinary();
-
 
 // Fresh(name): <test-tmp>/runtime_gradient_sync/<name>, emptied.
 const runtime_testing::FreshDirs Fresh{"runtime_gradient_sync"};

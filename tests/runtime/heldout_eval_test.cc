@@ -151,8 +151,8 @@ void ExportStudent(const plan::Plan& p, const std::string& run_dir, const std::s
 TEST_F(HeldOutEvalTest, TheRunsHeldOutLossIsWhatAnIndependentCheckComputesFromTheExportedStudent) {
   const std::string spec = WriteSpec("heldout_kd.toml", "corpus/heldout_text_document");
   const std::string out = root_ + "/kd";
-  const RunResult run =
-      runtime_testing::RunMaestro({"run", spec, "-o", out, "--ranks", "2", "--fresh"}, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+  const RunResult run = runtime_testing::RunMaestro({"run", spec, "-o", out, "--ranks", "2", "--fresh"},
+                                                    {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("held-out loss "), std::string::npos) << run.output;
 
@@ -337,7 +337,8 @@ TEST_F(HeldOutEvalTest, AHeldOutTokenOutsideTheVocabularyStopsTheRunBeforeTraini
   ASSERT_TRUE(datasets::WriteMegatronIndexedDataset(bad, documents, datasets::MegatronDType::kUint16).ok());
   const std::string spec = WriteSpec("heldout_kd_bad.toml", "corpus/bad_heldout_text_document");
   const std::string out = root_ + "/kd_bad";
-  const RunResult run = runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
+  const RunResult run =
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find(bad + ".bin"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("400"), std::string::npos) << run.output;

@@ -42,13 +42,13 @@ using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
 
-
 // teacher: 2 layers, 64 wide, untied (its head is lm_head); student: 2
 // layers, 32 wide, tied, sharded into several files. Both bf16, vocab 512
 // (the built-in text data's).
 std::string KdSpec(const std::string& teacher_dir, const std::string& student_dir) {
   return fixtures::WithKeys(fixtures::LocalCpuSpecHead("hf-kd") + "\n[models.teacher]\nweights = \"" + teacher_dir +
-                                "\"\n\n[models.student]\nweights = \"" + student_dir + "\"\n" + fixtures::KdSectionsToml(),
+                                "\"\n\n[models.student]\nweights = \"" + student_dir + "\"\n" +
+                                fixtures::KdSectionsToml(),
                             {{"job", "steps", "3"},
                              {"cluster", "gpus_per_node", "4"},
                              {"cluster.gpu.cpu", "memory_gb", "2"},
@@ -113,7 +113,8 @@ void ZeroStepsRoundTrip(const fs::path& root, const std::string& name, const std
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(out / "run" / "initial")) << r.output;
   EXPECT_TRUE(runtime_testing::Losses((out / "run").string()).empty());  // nothing trained
-  auto e = runtime_testing::RunMaestro({"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
+  auto e = runtime_testing::RunMaestro(
+      {"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
   ASSERT_EQ(e.exit_code, 0) << e.output;
   EXPECT_NE(e.output.find("initial weights"), std::string::npos) << e.output;
 }

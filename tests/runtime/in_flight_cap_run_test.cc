@@ -117,9 +117,9 @@ TEST(InFlightCapRun, TheViTKeepsTheCapAndTheLossesEqualTheReference) {
   EXPECT_LE(capped.most_open, 2) << "cap 1 (+ 1 of the scheduler's deadlock relief), as the memory model assumes";
 
   const fs::path spec = root / "tiny_vlm_cap1.toml";
-  const RunResult reference = runtime_testing::RunMaestro(
-      {"run", spec.string(), "-o", (root / "reference").string(), "--reference", "--steps", "3", "--no-eval", "--fresh"},
-      {}, 600);
+  const RunResult reference = runtime_testing::RunMaestro({"run", spec.string(), "-o", (root / "reference").string(),
+                                                           "--reference", "--steps", "3", "--no-eval", "--fresh"},
+                                                          {}, 600);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto want = runtime_testing::Losses((root / "reference" / "run").string());
   for (const CappedRun* run : {&capped, &uncapped}) {

@@ -117,14 +117,14 @@ router_aux_loss_coef = 0.01
 // each) at micro-batch 2 on 256-token samples, on 3 ranks; `batch` samples a
 // step, so the same plan runs 4 or 64 micro-batches a step.
 std::string PipelinedTeacherSpec(int batch) {
-  return fixtures::WithKeys(Head("memory-pp-teacher") + fixtures::DecoderModelToml("teacher", {256, 2, 4, 2, 512, 512}) +
-                                fixtures::DecoderModelToml("student", {64, 1, 2, 1, 128, 512}) +
-                                fixtures::KdSectionsToml(8),
-                            {{"cluster", "gpus_per_node", "3"},
-                             {"data", "global_batch", std::to_string(batch)},
-                             {"section.teacher", "micro_batch", "2"},
-                             {"section.teacher", "pp", "2"},
-                             {"section.student", "loss", kKdLossTopK0}});
+  return fixtures::WithKeys(
+      Head("memory-pp-teacher") + fixtures::DecoderModelToml("teacher", {256, 2, 4, 2, 512, 512}) +
+          fixtures::DecoderModelToml("student", {64, 1, 2, 1, 128, 512}) + fixtures::KdSectionsToml(8),
+      {{"cluster", "gpus_per_node", "3"},
+       {"data", "global_batch", std::to_string(batch)},
+       {"section.teacher", "micro_batch", "2"},
+       {"section.teacher", "pp", "2"},
+       {"section.student", "loss", kKdLossTopK0}});
 }
 
 // A VLM whose ViT is weights-heavy: 8 blocks of 768 (7.1M parameters each)
@@ -357,29 +357,58 @@ struct MeasuredCase {
 // The cases, one a test below.
 const std::vector<MeasuredCase>& MeasuredCases() {
   static const std::vector<MeasuredCase> cases = {
-      {"cp2", DecoderSpec(), 2, {{"lm", "cp", 2, "lm.cp=2"}}, 2, {"lm"}, {{"cp", 2}},
+      {"cp2",
+       DecoderSpec(),
+       2,
+       {{"lm", "cp", 2, "lm.cp=2"}},
+       2,
+       {"lm"},
+       {{"cp", 2}},
        [](const plan::SectionPlan& s, const compiler::MemoryBreakdown&) {
          EXPECT_EQ(s.planner_only, "") << "decoder CP runs on the runtime";
        }},
       // 4 samples per replica.
-      {"cp2_dp2_zero1", DecoderSpec(4), 4, {{"lm", "cp", 2, "lm.cp=2"}, {"lm", "dp", 2, "lm.dp=2"}}, 4, {"lm"},
+      {"cp2_dp2_zero1",
+       DecoderSpec(4),
+       4,
+       {{"lm", "cp", 2, "lm.cp=2"}, {"lm", "dp", 2, "lm.dp=2"}},
+       4,
+       {"lm"},
        {{"cp", 2}, {"dp", 2}},
        [](const plan::SectionPlan& s, const compiler::MemoryBreakdown& m) {
          EXPECT_EQ(s.config.zero_stage, 1) << "the runtime shards AdamW over DP x CP: the planner emits ZeRO-1";
          EXPECT_NEAR(m.optimizer * 4, m.gradients * 2, 0.01 * m.gradients) << "fp32 moments (8 B) over 4 ranks";
        }},
-      {"moe", MoeSpec(), 0, {}, 0, {"lm"}, {},
+      {"moe",
+       MoeSpec(),
+       0,
+       {},
+       0,
+       {"lm"},
+       {},
        [](const plan::SectionPlan& s, const compiler::MemoryBreakdown& m) {
          ASSERT_EQ(s.model.experts, 8);
          EXPECT_EQ(s.planner_only, "") << "MoE runs on the runtime";
          EXPECT_GT(m.activations, 0.2 * (m.total() - m.reserved)) << "activations must be a real share of the estimate";
        }},
-      {"moe_ep2", MoeSpec(), 2, {{"lm", "ep", 2, "lm.ep=2"}, {"lm", "dp", 2, "lm.dp=2"}}, 2, {"lm"}, {{"ep", 2}},
+      {"moe_ep2",
+       MoeSpec(),
+       2,
+       {{"lm", "ep", 2, "lm.ep=2"}, {"lm", "dp", 2, "lm.dp=2"}},
+       2,
+       {"lm"},
+       {{"ep", 2}},
        [](const plan::SectionPlan& s, const compiler::MemoryBreakdown&) {
          EXPECT_EQ(s.planner_only, "") << "EP runs on the runtime";
        }},
       {"vit_cp2", VitSpec(), 3, {{"vit", "cp", 2, "vit.cp=2"}}, 0, {"vit"}, {{"cp", 2}}, nullptr},
-      {"vit_tp2", VitSpec(), 3, {{"vit", "tp", 2, "vit.tp=2"}}, 0, {"vit"}, {{"tp", 2}},
+      {"vit_tp2",
+       VitSpec(),
+       3,
+       {{"vit", "tp", 2, "vit.tp=2"}},
+       0,
+       {"vit"},
+       {{"tp", 2}},
        [](const plan::SectionPlan&, const compiler::MemoryBreakdown& m) {
          EXPECT_GT(m.weights + m.gradients + m.optimizer, 0.7 * (m.total() - m.reserved)) << "weights must dominate";
        }},

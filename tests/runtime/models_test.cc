@@ -500,8 +500,9 @@ TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
 }
 
 TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
-  for (const auto& desc : {fixtures::TinyDecoderModel(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(), fixtures::TinyVitModel(),
-                           fixtures::TinyClipVisionModel(), fixtures::TinyQwen2VlVisionModel(), fixtures::TinyAudioModel(), TinyProjector()}) {
+  for (const auto& desc : {fixtures::TinyDecoderModel(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(),
+                           fixtures::TinyVitModel(), fixtures::TinyClipVisionModel(),
+                           fixtures::TinyQwen2VlVisionModel(), fixtures::TinyAudioModel(), TinyProjector()}) {
     ModelBuildOptions meta;
     meta.device = torch::kMeta;
     auto cpu = BuildModel(desc), shapes = BuildModel(desc, meta);
@@ -535,7 +536,8 @@ TEST(RuntimeModels, ParameterCountMatchesHandDerivedFormulas) {
             (10 * 3 * 32 + 32) + (32 * 3 * 32 + 32) + 6 * 32 + 2 * (block - 32) + 2 * 32);
   // CLIP: conv without bias, class embedding, positions 1+4, pre-norm, blocks
   // (separate q/k/v with biases: as many as fused), post-norm.
-  EXPECT_EQ(ParameterCount(fixtures::TinyClipVisionModel()).value(), 3 * 4 * 4 * 32 + 32 + 5 * 32 + 2 * 32 + 2 * block + 2 * 32);
+  EXPECT_EQ(ParameterCount(fixtures::TinyClipVisionModel()).value(),
+            3 * 4 * 4 * 32 + 32 + 5 * 32 + 2 * 32 + 2 * block + 2 * 32);
   // Qwen2-VL: Conv3d (32, 3, 2, 4, 4) without bias, blocks with F = 128, no
   // final norm, merger: ln_q, 128 -> 128, 128 -> 24.
   const int64_t block128 = 2 * 2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32);

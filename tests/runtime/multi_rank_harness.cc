@@ -32,8 +32,8 @@ std::string MaestroBinary() {
   return std::string(MAESTRO_BIN_DIR) + "/maestro";
 }
 
-RunResult RunMaestro(const std::vector<std::string>& args,
-                     const std::vector<std::pair<std::string, std::string>>& env, int kill_after_s) {
+RunResult RunMaestro(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+                     int kill_after_s) {
   std::vector<std::string> argv;
   if (kill_after_s > 0) argv = {"timeout", "-s", "KILL", std::to_string(kill_after_s)};
   argv.push_back(MaestroBinary());
@@ -259,6 +259,37 @@ int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs) {
     consumed += *n;
   }
   return consumed;
+}
+
+StopAndResumeRuns ExpectRunAheadResumeComputesEachRowOnce(const std::string& what, const plan::Plan& p,
+                                                          const std::string& dir, int64_t stop_after,
+                                                          int64_t rows_before_stop, const WorkerOptions& options) {
+  StopAndResumeRuns runs = ExpectStopAndResumeLossesEqual(what, p, dir, stop_after, options);
+  if (::testing::Test::HasFatalFailure()) return runs;
+  ExpectSameSectionWeights(what, dir + "/whole", dir + "/split", "student");
+  const int64_t computed_whole = LoggedNumber(runs.whole.output, "computed ");
+  const int64_t computed_first = LoggedNumber(runs.first.output, "computed ");
+  const int64_t computed_second = LoggedNumber(runs.second.output, "computed ");
+  EXPECT_EQ(computed_first, rows_before_stop) << what << ": the steps before the stop and those computed ahead\n"
+                                              << runs.first.output;
+  EXPECT_EQ(computed_first + computed_second, computed_whole)
+      << what << ": the rows computed ahead before the stop are not computed again\n"
+      << runs.first.output << runs.second.output;
+  ExpectWholeAndSplitConsumed(dir, p.data.steps, p.data.steps * p.data.global_batch);
+  return runs;
+}
+
+plan::EdgePlan StudentIntoTeacherEdge() {
+  plan::EdgePlan into_teacher;
+  into_teacher.from = "student";
+  into_teacher.to = "teacher";
+  return into_teacher;
+}
+
+void ExpectWholeAndSplitConsumed(const std::string& dir, int64_t epochs, int64_t samples) {
+  for (const std::string run : {"whole", "split"}) {
+    EXPECT_EQ(ConsumedSamples(dir + "/" + run, epochs), samples) << run;
+  }
 }
 
 pid_t WaitForWorkerOfRank(const std::string& plan_path, int rank, const std::string& run_dir, size_t steps,

@@ -191,6 +191,26 @@ RunAheadLine ParseRunAheadLine(const std::string& output);
 // (and a failure) when the index cannot be read.
 int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs);
 
+// A KD whose teacher runs ahead, stopped after `stop_after` steps and
+// resumed (ExpectStopAndResumeLossesEqual; fatal where it fails): the
+// student's weights the same as the uninterrupted run's; the teacher
+// computed `rows_before_stop` rows before the stop and, over both starts,
+// as many as the uninterrupted run (the rows computed ahead before the stop
+// are read back, not computed again); every sample consumed once
+// (ExpectWholeAndSplitConsumed over p.data.steps). Returns the runs.
+StopAndResumeRuns ExpectRunAheadResumeComputesEachRowOnce(const std::string& what, const plan::Plan& p,
+                                                          const std::string& dir, int64_t stop_after,
+                                                          int64_t rows_before_stop, const WorkerOptions& options = {});
+
+// The tiny KD's edge from its student into its teacher (the teacher then
+// has an upstream section).
+plan::EdgePlan StudentIntoTeacherEdge();
+
+// The uninterrupted and the stopped-and-resumed run of `dir`
+// (ExpectStopAndResumeLossesEqual's whole and split) each consumed
+// `samples` samples over their first `epochs` epochs: every sample once.
+void ExpectWholeAndSplitConsumed(const std::string& dir, int64_t epochs, int64_t samples);
+
 // Polls every `poll` (a file and /proc, not synchronization) until
 // `run_dir`'s metrics.jsonl has at least `steps` losses and the
 // maestro-worker of world rank `rank` running `plan_path` is found; its pid,

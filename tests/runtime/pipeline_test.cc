@@ -227,8 +227,8 @@ struct Layout {
 // replica: the pipeline has work to overlap), the KD loss.
 plan::Plan KdPlan(const Layout& l, int64_t steps) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  plan::SectionPlan* student = runtime_testing::ShapeTinyKd(
-      p, {l.student_tp, l.student_pp, 1, l.student_dp, 4}, {1, l.teacher_pp, 1, 1, 4}, l.zero_stage);
+  plan::SectionPlan* student = runtime_testing::ShapeTinyKd(p, {l.student_tp, l.student_pp, 1, l.student_dp, 4},
+                                                            {1, l.teacher_pp, 1, 1, 4}, l.zero_stage);
   for (auto& s : p.sections) {
     // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); here
     // a pipelined teacher streams (its run-ahead: run_ahead_mp_test.cc).

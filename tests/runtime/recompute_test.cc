@@ -97,7 +97,6 @@ void ExpectSame(const ModelDesc& desc, const torch::Tensor& input, RecomputeGran
   }
 }
 
-
 torch::Tensor Ids() {
   torch::manual_seed(3);
   return torch::randint(0, 50, {2, 7}, torch::kLong);

@@ -38,7 +38,6 @@
 namespace maestro {
 namespace {
 
-using runtime_testing::ConsumedSamples;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::LoggedNumber;
 using runtime_testing::Losses;
@@ -143,9 +142,7 @@ TEST(RunAheadContextParallelResume, StopAndResumeReusesTheSpooledRowsBitIdentica
   // Hits after the resume: step 2 at its forwards and step 3 (computed
   // ahead during step 2).
   EXPECT_EQ(LoggedNumber(second.output, "spool hits "), 2 * p.data.global_batch) << second.output;
-  for (const std::string run : {"whole", "split"}) {
-    EXPECT_EQ(ConsumedSamples(dir + "/" + run, kSteps), kSteps * p.data.global_batch) << run;
-  }
+  runtime_testing::ExpectWholeAndSplitConsumed(dir, kSteps, kSteps * p.data.global_batch);
 }
 
 // CheckRunAheadRuns: a CP teacher without upstream sections runs ahead (with
@@ -156,10 +153,7 @@ TEST(RunAheadContextParallelRules, UpstreamSectionsAndExpertParallelismStayRefus
   auto p = CpKdPlan(TeacherLayout{"tp2cp2", 2, 2}, 2, 1);
   EXPECT_TRUE(runtime::CheckRunAheadRuns(p).ok()) << runtime::CheckRunAheadRuns(p).ToString();
   auto upstream = p;
-  plan::EdgePlan into_teacher;
-  into_teacher.from = "student";
-  into_teacher.to = "teacher";
-  upstream.edges.push_back(into_teacher);
+  upstream.edges.push_back(runtime_testing::StudentIntoTeacherEdge());
   const Status refused = runtime::CheckRunAheadRuns(upstream);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("section 'teacher'"), std::string::npos) << refused.ToString();

@@ -35,7 +35,6 @@ using launcher::testing::RunResult;
 using runtime_testing::Losses;
 using runtime_testing::ReadText;
 
-
 double Mean(const std::map<int64_t, double>& losses, bool first, size_t n) {
   std::vector<double> v;
   for (const auto& [step, loss] : losses) v.push_back(loss);

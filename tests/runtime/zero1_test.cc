@@ -222,7 +222,6 @@ plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
   return p;
 }
 
-
 // Fresh(name): <test-tmp>/runtime_zero1/<name>, emptied.
 const runtime_testing::FreshDirs Fresh{"runtime_zero1"};
 
