@@ -65,11 +65,11 @@ constexpr int kWarmupSteps = 3;
 // 2: PP 2 runs m = 8 micro-batches per step, DP 2 four per replica.
 std::string SpecText(int64_t steps, bool moe) {
   namespace fixtures = maestro::fixtures;
-  std::string spec = fixtures::WithKeys(fixtures::LocalCpuBatchSpecHead("parallel-bench", "bench"),
-                                        {{"job", "steps", std::to_string(steps)},
-                                         {"data", "global_batch", "16"},
-                                         {"data", "seq_len", "128"}}) +
-                     fixtures::DecoderModelToml("lm", {256, 4, 4, 4, 768, 512});
+  std::string spec =
+      fixtures::WithKeys(
+          fixtures::LocalCpuBatchSpecHead("parallel-bench", "bench"),
+          {{"job", "steps", std::to_string(steps)}, {"data", "global_batch", "16"}, {"data", "seq_len", "128"}}) +
+      fixtures::DecoderModelToml("lm", {256, 4, 4, 4, 768, 512});
   if (moe) spec += "experts = 4\nexperts_per_token = 1\nmoe_ffn_hidden = 768\n";
   return spec + fixtures::SectionToml("lm", "train", 2);
 }

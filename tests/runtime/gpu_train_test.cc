@@ -37,7 +37,6 @@ namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
 
@@ -50,7 +49,7 @@ constexpr double kBf16VsFp32 = 1e-2;
 constexpr double kBf16VsBf16 = 2e-3;
 
 bool WorkerSeesCuda(std::string* why) {
-  const auto version = RunCaptured({runtime_testing::WorkerBinary(), "--version"}, {});
+  const auto version = runtime_testing::RunBuiltTool("maestro-worker", {"--version"});
   if (version.exit_code != 0) {
     *why = "maestro-worker --version failed: " + version.output;
     return false;

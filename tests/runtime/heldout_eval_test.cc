@@ -52,7 +52,6 @@ namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
 
@@ -246,10 +245,9 @@ TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChe
   }
   // The KD plan, its sink given the teacher's desc and weights.
   const std::string compiled = root_ + "/kd_teacher_plan";
-  const RunResult compile = RunCaptured(
-      {std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
-       WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"},
-      {});
+  const RunResult compile = runtime_testing::RunBuiltTool(
+      "maestro-compile",
+      {WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"});
   ASSERT_EQ(compile.exit_code, 0) << compile.output;
   auto loaded_plan = plan::LoadPlan(compiled + "/plan.json");
   ASSERT_TRUE(loaded_plan.ok()) << loaded_plan.status().ToString();

@@ -38,7 +38,6 @@ namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
 
@@ -196,16 +195,18 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   fs::remove_all(dir / "student-copy");
   // Resume with the compiled plan (a recompile would refuse the missing folder).
-  auto second = RunCaptured({"timeout", "-s", "KILL", "300", std::string(MAESTRO_BIN_DIR) + "/maestro-worker",
-                             "--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(), "--steps", "3",
-                             (dir / "out" / "plan.json").string()});
+  auto second = runtime_testing::RunBuiltTool("maestro-worker",
+                                              {"--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(),
+                                               "--steps", "3", (dir / "out" / "plan.json").string()},
+                                              {}, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_EQ(runtime_testing::Losses((dir / "out" / "run").string()).size(), 3u) << second.output;
   // A fresh run cannot start without it, and says which folder is missing.
   fs::remove_all(dir / "out" / "run");
-  auto fresh = RunCaptured({"timeout", "-s", "KILL", "300", std::string(MAESTRO_BIN_DIR) + "/maestro-worker",
-                            "--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(), "--steps", "1",
-                            (dir / "out" / "plan.json").string()});
+  auto fresh = runtime_testing::RunBuiltTool("maestro-worker",
+                                             {"--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(),
+                                              "--steps", "1", (dir / "out" / "plan.json").string()},
+                                             {}, 300);
   EXPECT_NE(fresh.exit_code, 0);
   EXPECT_NE(fresh.output.find("student-copy"), std::string::npos) << fresh.output;
 }

@@ -32,13 +32,18 @@ std::string MaestroBinary() {
   return std::string(MAESTRO_BIN_DIR) + "/maestro";
 }
 
-RunResult RunMaestro(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
-                     int kill_after_s) {
+RunResult RunBuiltTool(const std::string& tool, const std::vector<std::string>& args,
+                       const std::vector<std::pair<std::string, std::string>>& env, int kill_after_s) {
   std::vector<std::string> argv;
   if (kill_after_s > 0) argv = {"timeout", "-s", "KILL", std::to_string(kill_after_s)};
-  argv.push_back(MaestroBinary());
+  argv.push_back(std::string(MAESTRO_BIN_DIR) + "/" + tool);
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCaptured(argv, env);
+}
+
+RunResult RunMaestro(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+                     int kill_after_s) {
+  return RunBuiltTool("maestro", args, env, kill_after_s);
 }
 
 RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,

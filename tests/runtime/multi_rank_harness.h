@@ -58,8 +58,13 @@ std::string WorkerBinary();
 // The built maestro CLI.
 std::string MaestroBinary();
 
-// `maestro <args...>` with `env` added to its environment, under `timeout -s
-// KILL <kill_after_s>` when kill_after_s > 0.
+// The built `tool` (bin/<tool>: maestro, maestro-compile, maestro-worker)
+// with `args`, `env` added to its environment, under `timeout -s KILL
+// <kill_after_s>` when kill_after_s > 0.
+RunResult RunBuiltTool(const std::string& tool, const std::vector<std::string>& args,
+                       const std::vector<std::pair<std::string, std::string>>& env = {}, int kill_after_s = 0);
+
+// RunBuiltTool of maestro.
 RunResult RunMaestro(const std::vector<std::string>& args,
                      const std::vector<std::pair<std::string, std::string>>& env = {}, int kill_after_s = 0);
 
