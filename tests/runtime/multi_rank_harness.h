@@ -3,31 +3,38 @@
 // docs/testing.md): what the mpirun tests of tests/runtime had each written
 // for themselves.
 //  - running a plan: maestro-worker ranks under mpirun (RunWorkers), the
-//    one-process reference (RunReference); the maestro CLI (RunMaestro);
+//    one-process reference (RunReference); the built tools (RunBuiltTool,
+//    RunMaestro);
 //  - running the current test as the ranks of an mpirun job of its own
-//    binary (IsMpirunRank, RunThisTestUnderMpirun);
+//    binary (IsMpirunRank, RunThisTestUnderMpirun; mpi_world.h adds the
+//    MPI world group);
 //  - comparing runs: every step's loss against another run's within a
 //    relative tolerance (ExpectLossesNear), a plan's run against the
 //    reference (ExpectRunEqualsReference) and against the same training laid
-//    out another way (ExpectRunEqualsReferenceAndOther), a run stopped after a checkpoint
-//    and resumed against an uninterrupted one (ExpectStopAndResumeLossesEqual,
-//    ExpectSameCheckpointWeights);
+//    out another way (ExpectRunEqualsReferenceAndOther), a run stopped after
+//    a checkpoint and resumed against an uninterrupted one
+//    (ExpectStopAndResumeLossesEqual, ExpectSameCheckpointWeights,
+//    ExpectStopAndResumeCheckpointsEqual; with a teacher running ahead:
+//    ExpectRunAheadResumeComputesEachRowOnce, ExpectWholeAndSplitConsumed);
 //  - reading a run back: numbers a worker logged (LoggedNumber,
 //    ParseRunAheadLine), the samples its index consumed (ConsumedSamples), a
 //    section's weights against another run's (ExpectSameSectionWeights);
 //  - killing a rank's worker once the run has made progress
-//    (WaitForWorkerOfRank, RunAndKillRank);
+//    (WaitForWorkerOfRank, RunAndKillRank) and what the job must then do
+//    (ExpectKilledRankEndedTheJob);
 //  - shaping a compiled example plan before PlaceOnThisMachine (local_plan.h):
 //    a section's TP/PP/CP/DP and micro-batch (SetDegrees), the tiny KD's
-//    sections (ShapeTinyKd) and its student on the KD loss (UseKdLoss), the one section of a fused plan
-//    (TheFusedSection), a MoE student (UseTinyMoe), a JSONL manifest as the
-//    data (UseImageManifest); and a generated JSONL manifest of PNG/JPEG
-//    images (WriteImageManifest).
+//    sections (ShapeTinyKd, StudentIntoTeacherEdge) and its student on the
+//    KD loss (UseKdLoss), the one section of a fused plan (TheFusedSection),
+//    a MoE student (UseTinyMoe), a JSONL manifest as the data
+//    (UseImageManifest); and a generated JSONL manifest of PNG/JPEG images
+//    (WriteImageManifest).
 // May call: plan/, datalayer/ (the sample index), the launcher's test helpers
 // (tests/launcher/run_util.h) and run_dir_util.h. No torch here: the
 // checkpoint weights' comparison is tests/runtime/checkpoint_weights.h.
 // A test that includes it links maestro_runtime_testutil and defines
-// MAESTRO_MPIRUN, as every mpirun test does (run_util.h's MpirunArgs).
+// MAESTRO_MPIRUN (run_util.h's MpirunArgs), as maestro_runtime_mpi_test()
+// in tests/runtime/CMakeLists.txt does for every mpirun test.
 // GoogleTest assertions inside a helper end that helper only: a caller that
 // must stop on them wraps the call in ASSERT_NO_FATAL_FAILURE.
 #pragma once
