@@ -52,6 +52,7 @@
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
+#include "tests/fixtures/specs.h"
 
 namespace {
 
@@ -63,48 +64,14 @@ constexpr int kWarmupSteps = 3;
 // One decoder sink on the built-in text. Global batch 16 in micro-batches of
 // 2: PP 2 runs m = 8 micro-batches per step, DP 2 four per replica.
 std::string SpecText(int64_t steps, bool moe) {
-  std::string spec = R"([job]
-name = "parallel-bench"
-time = "00:10:00"
-output = "bench-%j.out"
-steps = )" + std::to_string(steps) +
-                     R"(
-
-[cluster]
-nodes = 1
-gpus_per_node = 2
-
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 8
-tflops_bf16 = 0.05
-partition = "batch"
-
-[data]
-dataset = "text"
-global_batch = 16
-seq_len = 128
-seed = 5
-
-[models.lm]
-kind = "decoder"
-hidden = 256
-layers = 4
-heads = 4
-kv_heads = 4
-ffn_hidden = 768
-vocab = 512
-)";
+  namespace fixtures = maestro::fixtures;
+  std::string spec =
+      fixtures::WithKeys(
+          fixtures::LocalCpuBatchSpecHead("parallel-bench", "bench"),
+          {{"job", "steps", std::to_string(steps)}, {"data", "global_batch", "16"}, {"data", "seq_len", "128"}}) +
+      fixtures::DecoderModelToml("lm", {256, 4, 4, 4, 768, 512});
   if (moe) spec += "experts = 4\nexperts_per_token = 1\nmoe_ffn_hidden = 768\n";
-  spec += R"(
-[[section]]
-name = "lm"
-model = "lm"
-mode = "train"
-micro_batch = 2
-optimizer = { lr = 1e-3 }
-)";
-  return spec;
+  return spec + fixtures::SectionToml("lm", "train", 2);
 }
 
 Plan CompiledPlan(const std::string& dir, int64_t steps, bool moe) {

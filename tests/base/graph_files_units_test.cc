@@ -9,11 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "base/files.h"
 #include "base/graph.h"
 #include "base/units.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro {
 namespace {
@@ -73,21 +73,10 @@ TEST(FindCycle, FollowsEdgesInTheirOrderFromTheSmallestVertex) {
   EXPECT_EQ(c.closing_edge, 3);
 }
 
-class FilesTest : public ::testing::Test {
+class FilesTest : public fixtures::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/maestro-files-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  std::string dir_;
+  FilesTest() : TempDirTest("maestro-files") {}
+  static std::string Read(const std::string& path) { return fixtures::ReadFile(path); }
 };
 
 TEST_F(FilesTest, CreateDirectoriesMakesParentsAndAcceptsExisting) {

@@ -16,7 +16,6 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "compiler/device_profile.h"
 #include "compiler/step_model.h"
 #include "plan/plan.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 
@@ -41,13 +41,6 @@ std::string FreshDir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // The quick CPU sweep into `path`; fails the test when it does not succeed.
@@ -71,7 +64,7 @@ TEST(KernelProfileCli, CpuQuickSweepWritesADeviceProfileTheCompilerReads) {
 
   auto profile = compiler::LoadDeviceProfileFile(path);
   ASSERT_TRUE(profile.ok()) << profile.status().ToString();
-  const auto doc = nlohmann::json::parse(ReadText(path));
+  const auto doc = nlohmann::json::parse(fixtures::ReadFile(path));
   EXPECT_EQ(doc.at("device"), "cpu");
   EXPECT_EQ(doc.at("dtype"), "fp32");  // the runtime trains fp32 on the CPU
 
@@ -170,7 +163,7 @@ TEST(KernelProfileCli, StepModelPricesTheMeasuredCpuDecoderStepWithinAFactorOfTh
   ASSERT_TRUE(profile.ok()) << profile.status().ToString();
   ASSERT_EQ(profile->validation.size(), 1u);
   const auto& measured = profile->validation[0];
-  const auto shape = nlohmann::json::parse(ReadText(path)).at("validation").at("cases").at(0).at("shape");
+  const auto shape = nlohmann::json::parse(fixtures::ReadFile(path)).at("validation").at("cases").at(0).at("shape");
   plan::ModelDesc desc;
   desc.kind = plan::ModelKind::kDecoder;
   desc.hidden = shape.at("hidden").get<int64_t>();
@@ -212,7 +205,7 @@ TEST(KernelProfileCli, ABadGridLeavesAnExistingFileAsItWas) {
       RunCaptured({kMaestro, "profile", "--kernels", "-o", path, "--device", "cpu", "--kernel-arg=--gemm-m=256,64"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--gemm-m must be strictly ascending (256 then 64)"), std::string::npos) << r.output;
-  EXPECT_EQ(ReadText(path), "{\"kept\": true}\n");
+  EXPECT_EQ(fixtures::ReadFile(path), "{\"kept\": true}\n");
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 

@@ -24,6 +24,7 @@
 #include "compiler/spec.h"
 #include "plan/plan.h"
 #include "tests/fixtures/test_paths.h"
+#include "tests/slurm/cluster_test.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::compiler {
@@ -62,15 +63,8 @@ void FitLocalCluster(Spec& spec) {
   spec.job.time = "00:05:00";
 }
 
-class CompileSlurmTest : public ::testing::Test {
+class CompileSlurmTest : public maestro::testing::SlurmClusterTest {
  protected:
-  void SetUp() override {
-    auto found = LocalSlurmCluster::FromEnvironment();
-    ASSERT_TRUE(found.ok()) << found.status().ToString();
-    cluster_.emplace(*found);
-  }
-  const LocalSlurmCluster& cluster() const { return *cluster_; }
-
   // Compiles `spec` into `dir` with `worker` as the step; returns the plan.
   plan::Plan CompileInto(Spec spec, const fs::path& dir, const std::string& worker) {
     CompileOptions options;
@@ -120,9 +114,6 @@ class CompileSlurmTest : public ::testing::Test {
     fs::permissions(stub, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
     return stub.string();
   }
-
- private:
-  std::optional<LocalSlurmCluster> cluster_;
 };
 
 // Cancels a job that a failing test left behind (a no-op once it ended).

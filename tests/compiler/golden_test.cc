@@ -11,10 +11,9 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "base/shell.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace fs = std::filesystem;
@@ -22,18 +21,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kGolden = fs::path(MAESTRO_SOURCE_DIR) / "tests/compiler/golden";
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void Spit(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << text;
-}
 
 std::vector<std::string> Cases() {
   std::vector<std::string> out;
@@ -57,7 +44,7 @@ TEST_P(Golden, OutputsMatch) {
       fs::copy_file(e.path(), work / name);
     }
   }
-  std::string args = fs::exists(src / "args.txt") ? Slurp(src / "args.txt") : "";
+  std::string args = fs::exists(src / "args.txt") ? maestro::fixtures::ReadFile(src / "args.txt") : "";
   while (!args.empty() && (args.back() == '\n' || args.back() == ' ')) args.pop_back();
   const std::string cmd = "cd " + maestro::ShellQuote(work.string()) + " && " +
                           maestro::ShellQuote(std::string(MAESTRO_BIN_DIR) + "/maestro-compile") +
@@ -68,15 +55,15 @@ TEST_P(Golden, OutputsMatch) {
   const bool update = std::getenv("MAESTRO_UPDATE_GOLDEN") != nullptr;
   const bool expect_error = fs::exists(src / "error.txt") || (update && rc != 0);
   if (expect_error) {
-    const std::string err = Slurp(work / "stderr.txt");
-    if (update) Spit(src / "error.txt", err);
+    const std::string err = maestro::fixtures::ReadFile(work / "stderr.txt");
+    if (update) maestro::fixtures::WriteFile(src / "error.txt", err);
     EXPECT_EQ(rc, 2) << err;
-    EXPECT_EQ(err, Slurp(src / "error.txt"));
+    EXPECT_EQ(err, maestro::fixtures::ReadFile(src / "error.txt"));
     EXPECT_EQ(err.find("terminate"), std::string::npos);  // no crash, no stack trace
     EXPECT_FALSE(fs::exists(work / "out" / "plan.json"));
     return;
   }
-  ASSERT_EQ(rc, 0) << Slurp(work / "stderr.txt");
+  ASSERT_EQ(rc, 0) << maestro::fixtures::ReadFile(work / "stderr.txt");
   const std::vector<std::pair<fs::path, std::string>> outputs = {{work / "stdout.txt", "report.txt"},
                                                                  {work / "out" / "plan.json", "plan.json"},
                                                                  {work / "out" / "job.sbatch", "job.sbatch"}};
@@ -86,8 +73,8 @@ TEST_P(Golden, OutputsMatch) {
       EXPECT_FALSE(fs::exists(actual)) << actual << " was written but " << GetParam() << " expects none";
       continue;
     }
-    if (update) Spit(src / expected, Slurp(actual));
-    EXPECT_EQ(Slurp(actual), Slurp(src / expected))
+    if (update) maestro::fixtures::WriteFile(src / expected, maestro::fixtures::ReadFile(actual));
+    EXPECT_EQ(maestro::fixtures::ReadFile(actual), maestro::fixtures::ReadFile(src / expected))
         << GetParam() << "/" << expected << " differs; MAESTRO_UPDATE_GOLDEN=1 regenerates it";
   }
 }

@@ -16,6 +16,7 @@
 #include "compiler/model.h"
 #include "compiler/spec.h"
 #include "plan/profile.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
@@ -26,10 +27,7 @@ namespace fs = std::filesystem;
 class HostileFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ =
-        fs::path(MAESTRO_TEST_TMP) / "hostile_files" / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = fixtures::PerTestDir("hostile_files");
     fifo_ = (dir_ / "pipe").string();
     ASSERT_EQ(::mkfifo(fifo_.c_str(), 0600), 0);
   }

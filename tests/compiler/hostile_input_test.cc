@@ -23,6 +23,7 @@
 #include "base/shell.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 
@@ -75,13 +76,6 @@ std::vector<std::string> Lines(const std::string& text) {
   return out;
 }
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct ToolRun {
   int exit_code = -1;
   std::string out, err;
@@ -96,19 +90,14 @@ ToolRun RunTool(const fs::path& cwd, const std::vector<std::string>& args) {
   const int status = std::system(cmd.c_str());
   ToolRun r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = Slurp(cwd / "tool.out");
-  r.err = Slurp(cwd / "tool.err");
+  r.out = fixtures::ReadFile(cwd / "tool.out");
+  r.err = fixtures::ReadFile(cwd / "tool.err");
   return r;
 }
 
 class HostileInput : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ =
-        fs::path(MAESTRO_TEST_TMP) / "hostile_input" / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = fixtures::PerTestDir("hostile_input"); }
   fs::path Write(const fs::path& path, const std::string& text) {
     fs::create_directories(path.parent_path());
     std::ofstream(path, std::ios::binary) << text;
@@ -379,13 +368,13 @@ TEST_F(HostileInput, NoOutFolderIsRefusedAndNothingIsWritten) {
   EXPECT_NE(run.err.find("-o DIR"), std::string::npos) << run.err;
   run = RunTool(dir_, {spec.string(), "-o", ""});
   EXPECT_EQ(run.exit_code, 2) << run.err;
-  EXPECT_EQ(Slurp(dir_ / "plan.json"), "someone else's\n");
+  EXPECT_EQ(fixtures::ReadFile(dir_ / "plan.json"), "someone else's\n");
   EXPECT_FALSE(fs::exists(dir_ / "job.sbatch"));
   EXPECT_FALSE(fs::exists(dir_ / "report.txt"));
   run = RunTool(dir_, {spec.string(), "--dry-run"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("maestro-compile: job 't'"), std::string::npos);
-  EXPECT_EQ(Slurp(dir_ / "plan.json"), "someone else's\n");
+  EXPECT_EQ(fixtures::ReadFile(dir_ / "plan.json"), "someone else's\n");
 }
 
 // ---- Outputs ---------------------------------------------------------------------------
@@ -418,7 +407,7 @@ TEST_F(HostileInput, OutputPathThatIsADirectoryReplacesNothing) {
     EXPECT_EQ(left, (std::vector<std::string>{"job.sbatch", "plan.json", "report.txt"})) << in_the_way;
     for (const std::string name : {"plan.json", "job.sbatch", "report.txt"}) {
       if (name != in_the_way) {
-        EXPECT_EQ(Slurp(out / name), "old " + name) << in_the_way << ": " << name;
+        EXPECT_EQ(fixtures::ReadFile(out / name), "old " + name) << in_the_way << ": " << name;
       }
     }
   }
@@ -433,9 +422,9 @@ TEST_F(HostileInput, OutputsAreReplacedTogether) {
   o.out_dir = (dir_ / "out").string();
   for (const std::string name : {"plan.json", "job.sbatch", "report.txt"}) Write(dir_ / "out" / name, "old");
   ASSERT_TRUE(WriteOutputs(*r, o).ok());
-  EXPECT_EQ(Slurp(dir_ / "out" / "job.sbatch"), r->sbatch);
-  EXPECT_EQ(Slurp(dir_ / "out" / "report.txt"), r->report);
-  EXPECT_EQ(Slurp(dir_ / "out" / "plan.json"), plan::PlanToJson(r->plan) + "\n");
+  EXPECT_EQ(fixtures::ReadFile(dir_ / "out" / "job.sbatch"), r->sbatch);
+  EXPECT_EQ(fixtures::ReadFile(dir_ / "out" / "report.txt"), r->report);
+  EXPECT_EQ(fixtures::ReadFile(dir_ / "out" / "plan.json"), plan::PlanToJson(r->plan) + "\n");
   struct stat st {};
   ASSERT_EQ(::stat((dir_ / "out" / "job.sbatch").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0755u);

@@ -22,16 +22,6 @@ SectionWork Decoder(bool train = true, int64_t tokens = 128) {
   return fixtures::DecoderWork("llm", {256, 4, 8, 2, 768, 1024}, train, tokens);
 }
 
-DeviceType Cpu() {
-  DeviceType d;
-  d.name = "cpu";
-  d.cpu = true;
-  d.precision = ParamPrecision::kFp32;
-  d.memory_bytes = 8e9;
-  d.reserved_bytes = kCpuWorkerBaselineBytes;
-  return d;
-}
-
 DeviceType Gpu() {
   DeviceType d = fixtures::H100Like(1);
   d.precision = ParamPrecision::kPureBf16;
@@ -46,7 +36,7 @@ plan::ParallelConfig Config(int tp, int dp, int micro_batch = 1, bool recompute 
 TEST(MemoryModel, BytesPerParameterFollowThePrecision) {
   const SectionWork s = Decoder();
   const double p = static_cast<double>(s.facts.params);
-  const MemoryBreakdown cpu = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
+  const MemoryBreakdown cpu = EstimateSectionMemory(s, Config(1, 1), 1, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(cpu.weights, 4 * p);
   EXPECT_DOUBLE_EQ(cpu.gradients, 4 * p);
   EXPECT_DOUBLE_EQ(cpu.optimizer, 8 * p);
@@ -102,8 +92,8 @@ TEST(MemoryModel, OptimizerStatesShardOverDpOnlyWhereTheRuntimeDoesIt) {
   const plan::ParallelConfig sharded = ConfigOf(1, 1, 1, /*dp=*/4, 1, false, with);
   EXPECT_EQ(replicated.zero_stage, 0);
   EXPECT_EQ(sharded.zero_stage, 1);
-  EXPECT_DOUBLE_EQ(EstimateSectionMemory(s, replicated, 1, 1, Cpu()).optimizer, 8 * p);
-  EXPECT_DOUBLE_EQ(EstimateSectionMemory(s, sharded, 1, 1, Cpu()).optimizer, 8 * p / 4);
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(s, replicated, 1, 1, fixtures::CpuLike()).optimizer, 8 * p);
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(s, sharded, 1, 1, fixtures::CpuLike()).optimizer, 8 * p / 4);
   // A runtime without it: a ZeRO-1 configuration is planner-only.
   EXPECT_EQ(PlannerOnlyFeatures(s.model, sharded, without), "ZeRO-1");
   EXPECT_EQ(PlannerOnlyFeatures(s.model, sharded, with), "");
@@ -113,7 +103,7 @@ TEST(MemoryModel, OptimizerStatesShardOverDpOnlyWhereTheRuntimeDoesIt) {
   EXPECT_TRUE(kRuntimeSupport.zero1_optimizer_sharding);
   EXPECT_EQ(ConfigOf(1, 1, 1, 4, 1, false).zero_stage, 1);
   PlannerOptions options;
-  const CostModel model({Cpu()}, 16);
+  const CostModel model({fixtures::CpuLike()}, 16);
   for (const auto& c : CandidateConfigs(model, s, options)) EXPECT_EQ(c.zero_stage, 1);
 }
 
@@ -121,17 +111,17 @@ TEST(MemoryModel, TensorParallelismLeavesTheEmbeddingAndHeadWhole) {
   const SectionWork s = Decoder();
   const double p = static_cast<double>(s.facts.params);
   const double whole = 2.0 * 1024 * 256 + (2 * 4 + 1) * 256;  // embedding, LM head, norms
-  const MemoryBreakdown tp2 = EstimateSectionMemory(s, Config(2, 1), 1, 1, Cpu());
+  const MemoryBreakdown tp2 = EstimateSectionMemory(s, Config(2, 1), 1, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(tp2.weights, 4 * ((p - whole) / 2 + whole));
   EXPECT_GT(tp2.weights, 4 * p / 2);  // not the naive P / tp
   // Tied: one V x C table fewer.
   SectionWork tied = s;
   tied.model.tie_embeddings = true;
   tied.facts = ComputeModelFacts(tied.model, tied.tokens);
-  EXPECT_DOUBLE_EQ(EstimateSectionMemory(tied, Config(2, 1), 1, 1, Cpu()).weights,
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(tied, Config(2, 1), 1, 1, fixtures::CpuLike()).weights,
                    4 * ((static_cast<double>(tied.facts.params) - whole + 1024 * 256) / 2 + whole - 1024 * 256));
   // Activations: the residual stream stays whole, the heads and FFN split.
-  const MemoryBreakdown tp1 = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
+  const MemoryBreakdown tp1 = EstimateSectionMemory(s, Config(1, 1), 1, 1, fixtures::CpuLike());
   EXPECT_LT(tp2.activations, tp1.activations);
   EXPECT_GT(tp2.activations, tp1.activations / 2);
 }
@@ -156,23 +146,23 @@ TEST(MemoryModel, DecoderLayerBytesFollowTheShapes) {
 
 TEST(MemoryModel, KdStudentHoldsTheTeacherHeadAndLogits) {
   SectionWork student = Decoder();
-  const MemoryBreakdown alone = EstimateSectionMemory(student, Config(1, 1), 1, 2, Cpu());
+  const MemoryBreakdown alone = EstimateSectionMemory(student, Config(1, 1), 1, 2, fixtures::CpuLike());
   student.kd_teacher_hidden = 512;
-  const MemoryBreakdown kd = EstimateSectionMemory(student, Config(1, 1), 1, 2, Cpu());
+  const MemoryBreakdown kd = EstimateSectionMemory(student, Config(1, 1), 1, 2, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(kd.weights - alone.weights, 4.0 * 1024 * 512);  // fp32 V x C_teacher
   // Logits chain: 3 x 4V (CE) -> 6 x 4V (KD), plus the teacher's fp32 rows.
   const double tokens = 2 * 128;
   EXPECT_DOUBLE_EQ(kd.activations - alone.activations, tokens * ((6 - 3) * 4.0 * 1024 + 4.0 * 512));
   student.kd_top_k = 16;
-  EXPECT_LT(EstimateSectionMemory(student, Config(1, 1), 1, 2, Cpu()).activations, kd.activations);
+  EXPECT_LT(EstimateSectionMemory(student, Config(1, 1), 1, 2, fixtures::CpuLike()).activations, kd.activations);
 }
 
 TEST(MemoryModel, RecomputationKeepsLayerInputsAndOneLayer) {
   const SectionWork s = Decoder();
   const double tokens = 128;
   const double layer = LayerActivationBytes(s.model, 1, 128, 4.0, true);
-  const MemoryBreakdown full = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
-  const MemoryBreakdown recompute = EstimateSectionMemory(s, Config(1, 1, 1, true), 1, 1, Cpu());
+  const MemoryBreakdown full = EstimateSectionMemory(s, Config(1, 1), 1, 1, fixtures::CpuLike());
+  const MemoryBreakdown recompute = EstimateSectionMemory(s, Config(1, 1, 1, true), 1, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(full.activations - recompute.activations, tokens * (4 * layer - (4 * 4.0 * 256 + layer)));
 }
 
@@ -191,18 +181,18 @@ TEST(MemoryModel, SelectiveRecomputationDropsTheAttentionCoreOfEveryLayer) {
       2.0 * 256 + 4.0 * heads);
   plan::ParallelConfig selective = Config(1, 1);
   selective.set_recompute_granularity(plan::RecomputeGranularity::kSelective);
-  const MemoryBreakdown none = EstimateSectionMemory(s, Config(1, 1), 1, 1, Cpu());
-  const MemoryBreakdown sel = EstimateSectionMemory(s, selective, 1, 1, Cpu());
+  const MemoryBreakdown none = EstimateSectionMemory(s, Config(1, 1), 1, 1, fixtures::CpuLike());
+  const MemoryBreakdown sel = EstimateSectionMemory(s, selective, 1, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(none.activations - sel.activations, tokens * 4 * (4.0 * heads * context));  // 4 layers
-  const MemoryBreakdown full = EstimateSectionMemory(s, Config(1, 1, 1, true), 1, 1, Cpu());
+  const MemoryBreakdown full = EstimateSectionMemory(s, Config(1, 1, 1, true), 1, 1, fixtures::CpuLike());
   EXPECT_LT(full.activations, sel.activations);
 }
 
 TEST(MemoryModel, ForwardOnlyKeepsNoGraphAndNoOptimizer) {
   const SectionWork train = Decoder(true);
   SectionWork teacher = Decoder(false);
-  const MemoryBreakdown t = EstimateSectionMemory(train, Config(1, 1), 1, 4, Cpu());
-  const MemoryBreakdown f = EstimateSectionMemory(teacher, Config(1, 1), 1, 4, Cpu());
+  const MemoryBreakdown t = EstimateSectionMemory(train, Config(1, 1), 1, 4, fixtures::CpuLike());
+  const MemoryBreakdown f = EstimateSectionMemory(teacher, Config(1, 1), 1, 4, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(f.weights, t.weights);
   EXPECT_EQ(f.gradients, 0.0);
   EXPECT_EQ(f.optimizer, 0.0);
@@ -211,16 +201,16 @@ TEST(MemoryModel, ForwardOnlyKeepsNoGraphAndNoOptimizer) {
   EXPECT_GT(f.activations, 0.0);
   // A teacher feeding a student keeps every micro-batch's rows of the step.
   teacher.sink = false;
-  EXPECT_DOUBLE_EQ(EstimateSectionMemory(teacher, Config(1, 1), 3, 4, Cpu()).activations -
-                       EstimateSectionMemory(Decoder(false), Config(1, 1), 3, 4, Cpu()).activations,
+  EXPECT_DOUBLE_EQ(EstimateSectionMemory(teacher, Config(1, 1), 3, 4, fixtures::CpuLike()).activations -
+                       EstimateSectionMemory(Decoder(false), Config(1, 1), 3, 4, fixtures::CpuLike()).activations,
                    3 * 4 * 128 * 4.0 * 256);
 }
 
 TEST(MemoryModel, ASectionWaitingForGradientsKeepsEveryMicroBatch) {
   SectionWork vit = fixtures::SectionOf("vit", fixtures::VitModel({64, 2, 4, 128, 64, 8, 1}), true, 64);
-  const MemoryBreakdown sink = EstimateSectionMemory(vit, Config(1, 1, 2), 4, 2, Cpu());
+  const MemoryBreakdown sink = EstimateSectionMemory(vit, Config(1, 1, 2), 4, 2, fixtures::CpuLike());
   vit.sink = false;
-  const MemoryBreakdown upstream = EstimateSectionMemory(vit, Config(1, 1, 2), 4, 2, Cpu());
+  const MemoryBreakdown upstream = EstimateSectionMemory(vit, Config(1, 1, 2), 4, 2, fixtures::CpuLike());
   EXPECT_NEAR(upstream.activations, 4 * sink.activations, 1e-9 * sink.activations);
 }
 
@@ -234,13 +224,13 @@ TEST(MemoryModel, AForwardOnlyPipelineHoldsItsSendsAndAStreamingStageItsNextInpu
   teacher.sink = false;                  // it feeds a student
   const plan::ParallelConfig c = Config(1, 1, 2, false, 2);
   const double wire = 128.0 * 2 * 4.0 * 256;  // one micro-batch of 2 samples, fp32
-  const MemoryBreakdown first3 = EstimateStageMemory(teacher, c, 0, 3, 2, Cpu());
-  const MemoryBreakdown first1 = EstimateStageMemory(teacher, c, 0, 1, 2, Cpu());
+  const MemoryBreakdown first3 = EstimateStageMemory(teacher, c, 0, 3, 2, fixtures::CpuLike());
+  const MemoryBreakdown first1 = EstimateStageMemory(teacher, c, 0, 1, 2, fixtures::CpuLike());
   EXPECT_NEAR(first3.activations - first1.activations, 2 * wire, 1.0) << "each micro-batch's send";
-  const MemoryBreakdown last = EstimateStageMemory(teacher, c, 1, 3, 2, Cpu());
+  const MemoryBreakdown last = EstimateStageMemory(teacher, c, 1, 3, 2, fixtures::CpuLike());
   teacher.pipeline_streams_ahead = 3;
-  const MemoryBreakdown streaming_last = EstimateStageMemory(teacher, c, 1, 3, 2, Cpu());
-  const MemoryBreakdown streaming_first = EstimateStageMemory(teacher, c, 0, 3, 2, Cpu());
+  const MemoryBreakdown streaming_last = EstimateStageMemory(teacher, c, 1, 3, 2, fixtures::CpuLike());
+  const MemoryBreakdown streaming_first = EstimateStageMemory(teacher, c, 0, 3, 2, fixtures::CpuLike());
   EXPECT_NEAR(streaming_last.activations - last.activations, wire, 1.0) << "the input held across a step";
   EXPECT_DOUBLE_EQ(streaming_first.activations, first3.activations) << "the first stage receives nothing";
 }
@@ -254,29 +244,29 @@ TEST(MemoryModel, PipelineStagesArePricedWithTheirOwnLayers) {
   const SectionWork s = Decoder();  // a sink: 4 layers, vocab 1024, untied
   const double embed = static_cast<double>(s.model.vocab * s.model.hidden);
   plan::ParallelConfig c = Config(1, 1, 1, false, 2);
-  const MemoryBreakdown first = EstimateStageMemory(s, c, 0, 4, 1, Cpu());
-  const MemoryBreakdown last = EstimateStageMemory(s, c, 1, 4, 1, Cpu());
-  const MemoryBreakdown whole = EstimateSectionMemory(s, Config(1, 1), 4, 1, Cpu());
+  const MemoryBreakdown first = EstimateStageMemory(s, c, 0, 4, 1, fixtures::CpuLike());
+  const MemoryBreakdown last = EstimateStageMemory(s, c, 1, 4, 1, fixtures::CpuLike());
+  const MemoryBreakdown whole = EstimateSectionMemory(s, Config(1, 1), 4, 1, fixtures::CpuLike());
   // Weights: the two stages together hold the model once (fp32, 4 B) and
   // the final norm's and head's parameters sit on the last.
   EXPECT_NEAR(first.weights + last.weights, whole.weights, 1.0);
   EXPECT_NEAR(last.weights - first.weights, 4.0 * static_cast<double>(s.model.hidden), 1.0)
       << "2 + 2 layers, embedding and head of equal size: the last adds the final norm";
   // 1F1B in flight: the first of 2 stages keeps 2 micro-batches, the last 1.
-  EXPECT_NEAR(first.activations, 2.0 * EstimateStageMemory(s, c, 0, 1, 1, Cpu()).activations, 1.0);
-  EXPECT_NEAR(last.activations, EstimateStageMemory(s, c, 1, 1, 1, Cpu()).activations, 1.0);
+  EXPECT_NEAR(first.activations, 2.0 * EstimateStageMemory(s, c, 0, 1, 1, fixtures::CpuLike()).activations, 1.0);
+  EXPECT_NEAR(last.activations, EstimateStageMemory(s, c, 1, 1, 1, fixtures::CpuLike()).activations, 1.0);
   // Moving a layer to the first stage moves its parameters there.
   c.pp_layers = {3, 1};
-  const MemoryBreakdown first3 = EstimateStageMemory(s, c, 0, 4, 1, Cpu());
-  const MemoryBreakdown last1 = EstimateStageMemory(s, c, 1, 4, 1, Cpu());
+  const MemoryBreakdown first3 = EstimateStageMemory(s, c, 0, 4, 1, fixtures::CpuLike());
+  const MemoryBreakdown last1 = EstimateStageMemory(s, c, 1, 4, 1, fixtures::CpuLike());
   const double layer_bytes = (whole.weights - 4.0 * (2.0 * embed + static_cast<double>(s.model.hidden))) / 4.0;
   EXPECT_NEAR(first3.weights - first.weights, layer_bytes, 1.0);
   EXPECT_NEAR(last.weights - last1.weights, layer_bytes, 1.0);
   // The section: its heaviest stage.
-  const MemoryBreakdown section = EstimateSectionMemory(s, c, 4, 1, Cpu());
+  const MemoryBreakdown section = EstimateSectionMemory(s, c, 4, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(section.total(), std::max(first3.total(), last1.total()));
   // Not a pipelined decoder: the stage is the section.
-  EXPECT_DOUBLE_EQ(EstimateStageMemory(s, Config(1, 1), 0, 4, 1, Cpu()).total(), whole.total());
+  EXPECT_DOUBLE_EQ(EstimateStageMemory(s, Config(1, 1), 0, 4, 1, fixtures::CpuLike()).total(), whole.total());
 }
 
 }  // namespace

@@ -42,16 +42,6 @@ double RoutedExpertParams() {
   return static_cast<double>(kLayers * kExperts * 3 * kHidden * kExpertFfn);
 }
 
-DeviceType Cpu() {
-  DeviceType d;
-  d.name = "cpu";
-  d.cpu = true;
-  d.precision = ParamPrecision::kFp32;
-  d.memory_bytes = 8e9;
-  d.reserved_bytes = kCpuWorkerBaselineBytes;
-  return d;
-}
-
 plan::ParallelConfig Config(int dp, int ep, int zero_stage) {
   plan::ParallelConfig c = ConfigOf(1, 1, 1, dp, 1, false);
   c.ep = ep;
@@ -63,23 +53,23 @@ TEST(MoeMemoryModel, EpSplitsTheRoutedExpertsAndTheirOptimizerState) {
   const SectionWork s = fixtures::SectionOf("moe", Moe(), true, kTokens);
   const double p = static_cast<double>(s.facts.params), experts = RoutedExpertParams();
   ASSERT_GT(p, experts);
-  const MemoryBreakdown one = EstimateSectionMemory(s, Config(4, 1, 0), 1, 1, Cpu());
-  const MemoryBreakdown two = EstimateSectionMemory(s, Config(4, 2, 0), 1, 1, Cpu());
+  const MemoryBreakdown one = EstimateSectionMemory(s, Config(4, 1, 0), 1, 1, fixtures::CpuLike());
+  const MemoryBreakdown two = EstimateSectionMemory(s, Config(4, 2, 0), 1, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(one.weights, 4 * p);
   EXPECT_DOUBLE_EQ(two.weights, 4 * (p - experts / 2));
   EXPECT_DOUBLE_EQ(two.gradients, 4 * (p - experts / 2));
   EXPECT_DOUBLE_EQ(two.optimizer, 8 * (p - experts / 2));
   // ZeRO-1 at dp 4, ep 2: the other parameters' moments over 4 ranks, this
   // rank's 4 of 8 experts' over the 2 ranks that hold them.
-  const MemoryBreakdown zero = EstimateSectionMemory(s, Config(4, 2, 1), 1, 1, Cpu());
+  const MemoryBreakdown zero = EstimateSectionMemory(s, Config(4, 2, 1), 1, 1, fixtures::CpuLike());
   EXPECT_DOUBLE_EQ(zero.optimizer, 8 * ((p - experts) / 4 + (experts / 2) / 2));
   // The graphs' bytes do not depend on ep. At 64 samples a micro-batch the
   // graphs are the larger of the transients (the gradient sync's shard and
   // buckets, which do depend on ep, are what one sample's micro-batch
   // holds at most).
-  const MemoryBreakdown graphs = EstimateSectionMemory(s, Config(4, 2, 1), 1, 64, Cpu());
-  const MemoryBreakdown graphs_ep1 = EstimateSectionMemory(s, Config(4, 1, 1), 1, 64, Cpu());
-  const MemoryBreakdown zero_ep1 = EstimateSectionMemory(s, Config(4, 1, 1), 1, 1, Cpu());
+  const MemoryBreakdown graphs = EstimateSectionMemory(s, Config(4, 2, 1), 1, 64, fixtures::CpuLike());
+  const MemoryBreakdown graphs_ep1 = EstimateSectionMemory(s, Config(4, 1, 1), 1, 64, fixtures::CpuLike());
+  const MemoryBreakdown zero_ep1 = EstimateSectionMemory(s, Config(4, 1, 1), 1, 1, fixtures::CpuLike());
   ASSERT_GT(graphs.activations, std::max(zero.activations, zero_ep1.activations)) << "the premise: graphs dominate";
   EXPECT_DOUBLE_EQ(graphs.activations, graphs_ep1.activations);
 }

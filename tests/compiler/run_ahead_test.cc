@@ -25,6 +25,7 @@
 #include "compiler/workload_builder.h"
 #include "plan/plan.h"
 #include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/workloads.h"
 
 namespace maestro::compiler {
 namespace {
@@ -186,19 +187,16 @@ TEST(RunAheadPlanner, TheRefinementSearchesWithRunAheadPricedOnAKdTeacher) {
   for (const char* support : {"", "all"}) {
     auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    const auto devices = DevicesOf(*spec);
-    auto work = BuildWorkload(*spec, devices);
+    fixtures::PlanningInputs inputs = fixtures::PlanningInputsOf(*spec);
+    auto& work = inputs.work;
+    const CostModel& model = inputs.model;
+    const SimulationSettings& s = inputs.settings;
     ASSERT_TRUE(work.ok());
-    const CostModel model(devices, spec->data.global_batch);
     PlannerOptions o;
     if (*support != '\0') o.support = *ParseRuntimeSupport(support);
     MarkPipelineStreams(*spec, o.support, &*work);  // as Compile does
     const PlanOutcome planned = PlanSections(model, *work, o);
     ASSERT_TRUE(planned.ok()) << planned.failure.message;
-    SimulationSettings s;
-    s.seq_len = spec->data.seq_len;
-    s.modalities = spec->data.modalities;
-    s.seed = spec->data.seed;
     // From `start`: refined without run-ahead, then run-ahead added (the
     // order before); and run-ahead priced during the refinement.
     const auto both_orders = [&](const Assignment& start) {
@@ -266,14 +264,8 @@ TEST(RunAheadPlanner, AContextParallelTeacherRunsAheadWhereItShortensTheStep) {
   ASSERT_LT(i, r->assignment.sections.size());
   EXPECT_EQ(r->assignment.sections[i].planner_only, "") << r->report;
 
-  const auto devices = DevicesOf(*spec);
-  auto work = BuildWorkload(*spec, devices);
+  auto [work, model, s] = fixtures::PlanningInputsOf(*spec);
   ASSERT_TRUE(work.ok());
-  const CostModel model(devices, spec->data.global_batch);
-  SimulationSettings s;
-  s.seq_len = spec->data.seq_len;
-  s.modalities = spec->data.modalities;
-  s.seed = spec->data.seed;
   PlannerOptions o;
   Assignment off = r->assignment;
   off.sections[i].run_ahead = 0;

@@ -116,20 +116,14 @@ TEST(Refinement, NeverSlowerKeepsNodesPinsAndFanOutRules) {
   for (const char* name : {"kd_72b_to_7b.toml", "tiny_vlm.toml", "omni_audio_vision_llm.toml"}) {
     auto spec = ParseSpecFile(kSpecs + name);
     ASSERT_TRUE(spec.ok()) << spec.status().message();
-    const auto devices = DevicesOf(*spec);
-    auto work = BuildWorkload(*spec, devices);
+    auto [work, model, s] = fixtures::PlanningInputsOf(*spec);
     ASSERT_TRUE(work.ok());
-    const CostModel model(devices, spec->data.global_batch);
     // A GPU runtime with what these specs need to fit an H100 (CP,
     // recomputation, ZeRO-1), whatever this build's runtime_support.h says.
     PlannerOptions o;
     o.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,recompute,zero1");
     const PlanOutcome planned = PlanSections(model, *work, o);
     ASSERT_TRUE(planned.ok()) << planned.failure.message;
-    SimulationSettings s;
-    s.seq_len = spec->data.seq_len;
-    s.modalities = spec->data.modalities;
-    s.seed = spec->data.seed;
     std::string log;
     const Assignment refined = RefineBySimulation(model, *work, planned.assignment, o, s, &log);
     const SimulatedStep before = SimulateSectioned(model, *work, planned.assignment, s);
@@ -178,10 +172,8 @@ TEST(Refinement, SmallerTeacherMicroBatchesLetTheStudentStartEarlier) {
   // starts from a large one).
   auto spec = ParseSpecFile(kSpecs + "kd_72b_to_7b.toml");
   ASSERT_TRUE(spec.ok());
-  const auto devices = DevicesOf(*spec);
-  auto work = BuildWorkload(*spec, devices);
+  [[maybe_unused]] auto [work, model, settings] = fixtures::PlanningInputsOf(*spec);
   ASSERT_TRUE(work.ok());
-  const CostModel model(devices, spec->data.global_batch);
   PlannerOptions o;
   o.support = *ParseRuntimeSupport("dp,micro_batch,tp_decoder,pp_decoder,cp,recompute,zero1");
   // Nested DP degrees: the teacher at 8 replicas of 10 GPUs (32 samples
@@ -256,18 +248,12 @@ TEST(Refinement, EndsAtALocalOptimumOfItsMoveSet) {
   for (const char* name : {"kd_32b_to_1_5b.toml", "omni_audio_vision_llm.toml", "tiny_vlm3.toml"}) {
     auto spec = ParseSpecFile(kSpecs + name);
     ASSERT_TRUE(spec.ok()) << spec.status().message();
-    const auto devices = DevicesOf(*spec);
-    auto work = BuildWorkload(*spec, devices);
+    auto [work, model, s] = fixtures::PlanningInputsOf(*spec);
     ASSERT_TRUE(work.ok());
-    const CostModel model(devices, spec->data.global_batch);
     PlannerOptions o;
     o.support = *ParseRuntimeSupport(kGpuRuntime);
     const PlanOutcome planned = PlanSections(model, *work, o);
     ASSERT_TRUE(planned.ok()) << planned.failure.message;
-    SimulationSettings s;
-    s.seq_len = spec->data.seq_len;
-    s.modalities = spec->data.modalities;
-    s.seed = spec->data.seed;
     std::string log;
     RefinementStats stats;
     const Assignment refined = RefineBySimulation(model, *work, planned.assignment, o, s, &log, &stats);
@@ -345,10 +331,8 @@ TEST(Refinement, EndsAtALocalOptimumOfItsMoveSet) {
 TEST(Refinement, MicroBatchMovesReachEveryCandidateSize) {
   auto spec = ParseSpecFile(kSpecs + "kd_32b_to_1_5b.toml");
   ASSERT_TRUE(spec.ok());
-  const auto devices = DevicesOf(*spec);
-  auto work = BuildWorkload(*spec, devices);
+  [[maybe_unused]] auto [work, model, settings] = fixtures::PlanningInputsOf(*spec);
   ASSERT_TRUE(work.ok());
-  const CostModel model(devices, spec->data.global_batch);
   PlannerOptions o;
   o.support = *ParseRuntimeSupport(kGpuRuntime);
   const PlanOutcome planned = PlanSections(model, *work, o);

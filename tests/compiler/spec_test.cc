@@ -22,6 +22,11 @@ std::string Base(const std::string& job_extra = "", const std::string& tail = ""
   return fixtures::TwoSectionSpec(job_extra, tail);
 }
 
+// Base() with `keys` (whole lines, as written) added to its [data].
+std::string WithData(const std::string& keys) {
+  return fixtures::WithLines(Base(), "data", keys);
+}
+
 std::string ErrorOf(const std::string& text) {
   auto s = ParseSpecString(text, "spec.toml", ".");
   if (s.ok()) return "";
@@ -40,37 +45,26 @@ TEST(Spec, ValidSpecParsesIntoSectionsAndEdges) {
 
 // [data] corpus: a Megatron corpus prefix, relative to the spec's folder.
 TEST(Spec, ACorpusIsResolvedAgainstTheSpecFolderAndExcludesAManifest) {
-  auto with = [](const std::string& keys) {
-    std::string text = Base();
-    const std::string at = "seq_len = 2048\n";
-    text.insert(text.find(at) + at.size(), keys);
-    return text;
-  };
-  auto s = ParseSpecString(with("corpus = \"data/web_text_document\"\nsample_rule = \"split\"\neos_id = 2\n"),
+  auto s = ParseSpecString(WithData("corpus = \"data/web_text_document\"\nsample_rule = \"split\"\neos_id = 2\n"),
                            "specs/x.toml", "specs");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->data.corpus, "specs/data/web_text_document");
   EXPECT_EQ(s->data.sample_rule, "split");
   EXPECT_EQ(s->data.eos_id, 2);
-  EXPECT_NE(ErrorOf(with("corpus = \"c\"\nmanifest = \"m.jsonl\"\n")).find("exclude each other"), std::string::npos);
-  EXPECT_NE(ErrorOf(with("corpus = \"c\"\ndataset = \"text\"\n")).find("exclude each other"), std::string::npos);
-  const std::string e = ErrorOf(with("corpus = \"c\"\nsample_rule = \"packed\"\n"));
+  EXPECT_NE(ErrorOf(WithData("corpus = \"c\"\nmanifest = \"m.jsonl\"\n")).find("exclude each other"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithData("corpus = \"c\"\ndataset = \"text\"\n")).find("exclude each other"), std::string::npos);
+  const std::string e = ErrorOf(WithData("corpus = \"c\"\nsample_rule = \"packed\"\n"));
   EXPECT_NE(e.find("did you mean"), std::string::npos) << e;
 }
 
 // [data] manifest: a JSONL manifest relative to the spec's folder, with the
 // keys of its samples; wrong combinations name the key and the fix.
 TEST(Spec, AManifestCarriesItsKeysIntoThePlanAndWrongCombinationsAreNamed) {
-  auto with = [](const std::string& keys) {
-    std::string text = Base();
-    const std::string at = "seq_len = 2048\n";
-    text.insert(text.find(at) + at.size(), keys);
-    return text;
-  };
   const std::string good =
       "manifest = \"data/train.jsonl\"\nimage_token_id = 31999\nmax_images_per_sample = 3\n"
       "on_bad_sample = \"skip\"\nallow_absolute_image_paths = true\nimage_mean = [0.5]\nimage_std = [0.2, 0.3, 0.4]\n";
-  auto s = ParseSpecString(with(good), "specs/x.toml", "specs");
+  auto s = ParseSpecString(WithData(good), "specs/x.toml", "specs");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->data.manifest, "specs/data/train.jsonl");
   EXPECT_EQ(s->data.image_token_id, 31999);
@@ -91,7 +85,7 @@ TEST(Spec, AManifestCarriesItsKeysIntoThePlanAndWrongCombinationsAreNamed) {
   const plan::Plan expanded = plan::ExpandFusedSections(compiled->plan);  // whatever the grouping
   const auto& vit = expanded.sections[0];
   EXPECT_EQ(vit.tokens_per_sample, 3 * (16 * 16 + 1));
-  auto k1 = ParseSpecString(with("manifest = \"m.jsonl\"\nimage_token_id = 7\n"), "x.toml", ".");
+  auto k1 = ParseSpecString(WithData("manifest = \"m.jsonl\"\nimage_token_id = 7\n"), "x.toml", ".");
   ASSERT_TRUE(k1.ok()) << k1.status().ToString();
   auto compiled1 = Compile(*k1, CompileOptions{});
   ASSERT_TRUE(compiled1.ok()) << compiled1.status().ToString();
@@ -99,7 +93,7 @@ TEST(Spec, AManifestCarriesItsKeysIntoThePlanAndWrongCombinationsAreNamed) {
             3 * plan::ExpandFusedSections(compiled1->plan).edges[0].bytes_per_sample);
 
   // A projector after the ViT maps all K images' rows of a sample.
-  std::string with_projector = with("manifest = \"m.jsonl\"\nimage_token_id = 7\nmax_images_per_sample = 2\n");
+  std::string with_projector = WithData("manifest = \"m.jsonl\"\nimage_token_id = 7\nmax_images_per_sample = 2\n");
   const std::string llm_inputs = "inputs = [\"vit.image_embeddings\"]";
   with_projector.replace(with_projector.find(llm_inputs), llm_inputs.size(), "inputs = [\"proj.image_embeddings\"]");
   with_projector += R"(
@@ -124,7 +118,7 @@ inputs = ["vit.image_embeddings"]
   EXPECT_EQ(projected_plan.sections[static_cast<size_t>(proj)].tokens_per_sample, 2 * (16 * 16 + 1));
 
   const auto error_has = [&](const std::string& keys, const std::vector<std::string>& words) {
-    const std::string e = ErrorOf(with(keys));
+    const std::string e = ErrorOf(WithData(keys));
     for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << keys << " -> " << e;
   };
   error_has("manifest = \"m.jsonl\"\n", {"image_token_id", "section 'vit'", "placeholder"});
@@ -142,28 +136,22 @@ inputs = ["vit.image_embeddings"]
 
 // [data] test_corpus: the held-out corpus, resolved like corpus, needs one.
 TEST(Spec, ATestCorpusIsResolvedAgainstTheSpecFolderAndNeedsACorpus) {
-  auto with = [](const std::string& keys) {
-    std::string text = Base();
-    const std::string at = "seq_len = 2048\n";
-    text.insert(text.find(at) + at.size(), keys);
-    return text;
-  };
-  auto s = ParseSpecString(with("corpus = \"data/train_document\"\ntest_corpus = \"data/heldout_document\"\n"),
+  auto s = ParseSpecString(WithData("corpus = \"data/train_document\"\ntest_corpus = \"data/heldout_document\"\n"),
                            "specs/x.toml", "specs");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->data.test_corpus, "specs/data/heldout_document");
   auto absolute =
-      ParseSpecString(with("corpus = \"c\"\ntest_corpus = \"/data/heldout_document\"\n"), "specs/x.toml", "specs");
+      ParseSpecString(WithData("corpus = \"c\"\ntest_corpus = \"/data/heldout_document\"\n"), "specs/x.toml", "specs");
   ASSERT_TRUE(absolute.ok()) << absolute.status().ToString();
   EXPECT_EQ(absolute->data.test_corpus, "/data/heldout_document");
-  auto none = ParseSpecString(with("corpus = \"c\"\n"), "specs/x.toml", "specs");
+  auto none = ParseSpecString(WithData("corpus = \"c\"\n"), "specs/x.toml", "specs");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->data.test_corpus, "");
-  const std::string alone = ErrorOf(with("test_corpus = \"h\"\n"));
+  const std::string alone = ErrorOf(WithData("test_corpus = \"h\"\n"));
   EXPECT_NE(alone.find("data.test_corpus"), std::string::npos) << alone;
   EXPECT_NE(alone.find("set data.corpus"), std::string::npos) << alone;
-  EXPECT_NE(ErrorOf(with("corpus = \"c\"\ntest_corpus = \"\"\n")).find("non-empty"), std::string::npos);
-  const std::string typo = ErrorOf(with("corpus = \"c\"\ntest_corpos = \"h\"\n"));
+  EXPECT_NE(ErrorOf(WithData("corpus = \"c\"\ntest_corpus = \"\"\n")).find("non-empty"), std::string::npos);
+  const std::string typo = ErrorOf(WithData("corpus = \"c\"\ntest_corpos = \"h\"\n"));
   EXPECT_NE(typo.find("did you mean 'test_corpus'"), std::string::npos) << typo;
 }
 

@@ -11,6 +11,7 @@
 
 #include "compiler/spec.h"
 #include "tests/fixtures/hf_checkpoints.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
@@ -41,12 +42,7 @@ model = "llm"
 
 class WeightsSpecTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ =
-        fs::path(MAESTRO_TEST_TMP) / "weights_spec" / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
+  void SetUp() override { root_ = fixtures::PerTestDir("weights_spec"); }
   // A 2-layer Qwen2 checkpoint at root_/name, written for `layers` layers.
   void Write(const std::string& name, int layers, uint64_t max_shard_bytes = uint64_t{1} << 30) {
     auto desc =

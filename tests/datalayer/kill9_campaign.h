@@ -2,7 +2,7 @@
 // A kill -9 campaign against the fake_trainer process (real files on disk):
 // N lives, each killed with SIGKILL, then one life that runs to the end; the
 // outcome for the tests in kill9_test.cc and kill9_campaign_slow_test.cc to
-// check. A life is killed by the test after its first or second commit plus
+// check (ExpectExactResume). A life is killed by the test after its first or second commit plus
 // a seeded random fraction of the time between two commits (so kills land
 // anywhere inside a step), or kills itself right before a chosen write of
 // HDF5's (fake_trainer --kill-at, tests/datalayer/kill_points.h) with the
@@ -205,6 +205,24 @@ inline CampaignResult RunKill9Campaign(const CampaignOptions& c) {
   r.corrupt_files += TakeCorruptFiles(dir + "/run/spool");
   RemoveDir(dir);
   return r;
+}
+
+// What campaign `c` must end with: every kill landed, the last life ran to
+// the end (fatal otherwise) with the weights of an uninterrupted run and no
+// wrong spool row; every sample of both epochs consumed exactly once; epoch
+// 0 recomputed only rows not yet committed when a life was killed, epoch 1
+// nothing (it reuses the spooled teacher outputs).
+inline void ExpectExactResume(const CampaignOptions& c, const CampaignResult& r) {
+  EXPECT_EQ(r.kills, c.kills) << "the run is too short for " << c.kills << " kills";
+  ASSERT_TRUE(r.final_ok) << r.final_output;
+  EXPECT_EQ(r.weights, r.want) << "final weights differ from an uninterrupted run";
+  EXPECT_EQ(r.wrong, 0) << "a spool row with wrong values was used";
+  EXPECT_EQ(r.consumed0, c.samples);
+  EXPECT_EQ(r.consumed1, c.samples);
+  EXPECT_EQ(r.distinct0, c.samples);
+  // Recomputations only for rows not yet committed when a life was killed.
+  EXPECT_LE(r.recomputed0, int64_t{c.kills} * c.batch * c.checkpoint_every);
+  EXPECT_EQ(r.computed1, 0) << "epoch 1 must reuse the spooled teacher outputs (recomputed rows in epoch 1 must be 0)";
 }
 
 }  // namespace maestro::datalayer::testing

@@ -5,7 +5,8 @@
 // run, and the teacher outputs reused (epoch 1 computes nothing: the spec
 // reuses them across epochs; epoch 0 recomputes at most the uncommitted rows
 // of each killed life). The campaign itself: kill9_campaign.h; 100 kills:
-// kill9_campaign_slow_test.cc.
+// kill9_campaign_slow_test.cc; what a campaign must end with:
+// kill9_campaign.h ExpectExactResume.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -15,24 +16,11 @@
 namespace maestro::datalayer {
 namespace {
 
-void ExpectExactResume(const testing::CampaignOptions& c, const testing::CampaignResult& r) {
-  EXPECT_EQ(r.kills, c.kills) << "the run is too short for " << c.kills << " kills";
-  ASSERT_TRUE(r.final_ok) << r.final_output;
-  EXPECT_EQ(r.weights, r.want) << "final weights differ from an uninterrupted run";
-  EXPECT_EQ(r.wrong, 0) << "a spool row with wrong values was used";
-  EXPECT_EQ(r.consumed0, c.samples);
-  EXPECT_EQ(r.consumed1, c.samples);
-  EXPECT_EQ(r.distinct0, c.samples);
-  // Recomputations only for rows not yet committed when a life was killed.
-  EXPECT_LE(r.recomputed0, int64_t{c.kills} * c.batch * c.checkpoint_every);
-  EXPECT_EQ(r.computed1, 0) << "epoch 1 must reuse the spooled teacher outputs";
-}
-
 TEST(Kill9, TwentyRandomKillsThenResumeLosesNothingAndRepeatsNothing) {
   testing::CampaignOptions c;
   c.name = "kill9";
   const testing::CampaignResult r = testing::RunKill9Campaign(c);
-  ExpectExactResume(c, r);
+  testing::ExpectExactResume(c, r);
   RecordProperty("recomputed_rows", static_cast<int>(r.recomputed0));
   std::printf("kill -9 x%d: %lld teacher rows recomputed of %lld\n", r.kills, static_cast<long long>(r.recomputed0),
               static_cast<long long>(c.samples));
@@ -53,7 +41,7 @@ TEST(Kill9, KillsBeforeTheSuperblockWriteKeepEveryCommittedRow) {
   const testing::CampaignResult r = testing::RunKill9Campaign(c);
   EXPECT_EQ(r.self_kills, r.kills) << "every life must die at its kill point inside a flush";
   EXPECT_EQ(r.corrupt_files, 0) << "a spool file was moved aside: its committed rows were dropped";
-  ExpectExactResume(c, r);
+  testing::ExpectExactResume(c, r);
   std::printf(
       "kill -9 before the superblock write x%d: %lld rows recomputed in epoch 0, %lld in epoch 1, %d files "
       "moved aside\n",

@@ -16,6 +16,7 @@
 #include "datalayer/sample_index.h"
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/slurm/slurm_test_util.h"
 
@@ -23,13 +24,6 @@ namespace maestro::datalayer {
 namespace {
 
 constexpr int64_t kSamples = 160;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
   auto cluster = maestro::testing::LocalSlurmCluster::FromEnvironment();
@@ -80,11 +74,11 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
   // Wait until the first life has committed a checkpoint (it then waits for
   // the signal), then signal the batch script only, like --signal=B:USR1@N.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ReadAll(out).find("committed") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no checkpoint in time:\n" << ReadAll(out);
+  while (fixtures::ReadFile(out).find("committed") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no checkpoint in time:\n" << fixtures::ReadFile(out);
     auto job = cluster->ShowJob(*id);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
-    ASSERT_FALSE(job->finished()) << "job ended early:\n" << ReadAll(out);
+    ASSERT_FALSE(job->finished()) << "job ended early:\n" << fixtures::ReadFile(out);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling, not synchronization
   }
   ASSERT_TRUE(cluster->Run({"scancel", "--batch", "--signal=USR1", *id}).ok());
@@ -94,7 +88,7 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
   auto requeued = cluster->WaitForJobState(
       *id, [](const maestro::testing::SlurmJobInfo& j) { return j.components[0].restarts >= 1; },
       std::chrono::seconds(60));
-  ASSERT_TRUE(requeued.ok()) << requeued.status().ToString() << "\n" << ReadAll(out);
+  ASSERT_TRUE(requeued.ok()) << requeued.status().ToString() << "\n" << fixtures::ReadFile(out);
   // Slurm revokes the first life's job credential at the requeue with a
   // resolution of one second; a restart within that same second is killed
   // ("Job credential revoked"). So make it eligible only once the wall clock
@@ -107,11 +101,11 @@ TEST(RequeueSlurm, UsrOneCheckpointsRequeuesAndResumesAtTheNextStep) {
   auto done = cluster->WaitForJobState(
       *id,
       [&](const maestro::testing::SlurmJobInfo& j) {
-        return j.finished() && ReadAll(out).find("start restart_count=1") != std::string::npos;
+        return j.finished() && fixtures::ReadFile(out).find("start restart_count=1") != std::string::npos;
       },
       std::chrono::seconds(90));
-  ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << ReadAll(out);
-  const std::string text = ReadAll(out);
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << fixtures::ReadFile(out);
+  const std::string text = fixtures::ReadFile(out);
   EXPECT_EQ(done->state(), "COMPLETED") << text << "\n"
                                         << [&] {
                                              std::string all;

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <set>
+#include <string>
 
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
@@ -93,12 +95,20 @@ TEST(SampleIndex, SchemaVersionMismatchIsAClearError) {
   EXPECT_NE(reopened.status().message().find("reads version 1"), std::string::npos);
 }
 
+// A SampleIndex at <dir>/index.sqlite with `manifest` ingested and a run
+// configured (`seed`, `global_batch`); fatal where either fails.
+void OpenConfigured(const std::string& dir, const std::string& manifest, uint64_t seed, int64_t global_batch,
+                    std::unique_ptr<SampleIndex>* index) {
+  *index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
+  ASSERT_TRUE((*index)->IngestManifest(manifest).ok());
+  ASSERT_TRUE((*index)->ConfigureRun(seed, global_batch).ok());
+}
+
 TEST(SampleIndex, EpochPermutationsAreSeededPermutationsAndBatchesCoverTheEpoch) {
   const std::string dir = testing::FreshDir("perm");
   ASSERT_TRUE(testing::WriteFakeManifest(dir + "/m.jsonl", 103).ok());
-  auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
-  ASSERT_TRUE(index->IngestManifest(dir + "/m.jsonl").ok());
-  ASSERT_TRUE(index->ConfigureRun(42, 10).ok());
+  std::unique_ptr<SampleIndex> index;
+  ASSERT_NO_FATAL_FAILURE(OpenConfigured(dir, dir + "/m.jsonl", 42, 10, &index));
   EXPECT_EQ(index->StepsPerEpoch(), 11);
   const auto e0 = index->EpochPermutation(0);
   const auto e1 = index->EpochPermutation(1);
@@ -119,14 +129,12 @@ TEST(SampleIndex, EpochPermutationsAreSeededPermutationsAndBatchesCoverTheEpoch)
   EXPECT_EQ(seen, e1);
   // Another index with the same seed gives the same order; another seed not.
   const std::string dir2 = testing::FreshDir("perm2");
-  auto index2 = SampleIndex::Open(dir2 + "/index.sqlite").ValueOrDie();
-  ASSERT_TRUE(index2->IngestManifest(dir + "/m.jsonl").ok());
-  ASSERT_TRUE(index2->ConfigureRun(42, 10).ok());
+  std::unique_ptr<SampleIndex> index2;
+  ASSERT_NO_FATAL_FAILURE(OpenConfigured(dir2, dir + "/m.jsonl", 42, 10, &index2));
   EXPECT_EQ(index2->EpochPermutation(0), e0);
   const std::string dir3 = testing::FreshDir("perm3");
-  auto index3 = SampleIndex::Open(dir3 + "/index.sqlite").ValueOrDie();
-  ASSERT_TRUE(index3->IngestManifest(dir + "/m.jsonl").ok());
-  ASSERT_TRUE(index3->ConfigureRun(43, 10).ok());
+  std::unique_ptr<SampleIndex> index3;
+  ASSERT_NO_FATAL_FAILURE(OpenConfigured(dir3, dir + "/m.jsonl", 43, 10, &index3));
   EXPECT_NE(index3->EpochPermutation(0), e0);
   // The seed cannot change mid-run.
   EXPECT_EQ(index->ConfigureRun(43, 10).code(), StatusCode::kFailedPrecondition);
@@ -135,9 +143,8 @@ TEST(SampleIndex, EpochPermutationsAreSeededPermutationsAndBatchesCoverTheEpoch)
 TEST(SampleIndex, CommitStepsIsOrderedAndConsumesEachSampleOnce) {
   const std::string dir = testing::FreshDir("commit");
   ASSERT_TRUE(testing::WriteFakeManifest(dir + "/m.jsonl", 20).ok());
-  auto index = SampleIndex::Open(dir + "/index.sqlite").ValueOrDie();
-  ASSERT_TRUE(index->IngestManifest(dir + "/m.jsonl").ok());
-  ASSERT_TRUE(index->ConfigureRun(1, 5).ok());
+  std::unique_ptr<SampleIndex> index;
+  ASSERT_NO_FATAL_FAILURE(OpenConfigured(dir, dir + "/m.jsonl", 1, 5, &index));
   auto b0 = index->BatchForStep(0).ValueOrDie();
   auto b1 = index->BatchForStep(1).ValueOrDie();
   auto b2 = index->BatchForStep(2).ValueOrDie();

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Scratch directories for the datalayer tests.
+// Scratch directories for the datalayer tests (tests/fixtures/scratch.h).
 #pragma once
-
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::datalayer::testing {
@@ -15,13 +14,9 @@ namespace maestro::datalayer::testing {
 // `fast_fsync`, where fsync is free: crash tests that only simulate process
 // death do not need a real disk).
 inline std::string FreshDir(const std::string& name, bool fast_fsync = false) {
-  namespace fs = std::filesystem;
-  fs::path base = MAESTRO_TEST_TMP;
-  if (fast_fsync && fs::is_directory("/dev/shm")) base = "/dev/shm";
-  const fs::path dir = base / ("maestro-datalayer-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
+  std::filesystem::path base = MAESTRO_TEST_TMP;
+  if (fast_fsync && std::filesystem::is_directory("/dev/shm")) base = "/dev/shm";
+  return fixtures::ScratchDir("maestro-datalayer-", name, base);
 }
 
 inline void RemoveDir(const std::string& dir) {

@@ -4,28 +4,23 @@
 #include "datasets/default_text.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-datasets-text-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// This file's scratch folders: <test-tmp>/maestro-datasets-text-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-datasets-text-";
 
 TEST(DefaultText, FortunesInOrderWithoutSeparators) {
-  const std::string dir = ScratchDir("fortunes");
+  const std::string dir = fixtures::ScratchDir(kScratch, "fortunes");
   std::ofstream(dir + "/literature") << "A quote.\n\t\t-- Someone\n%\nAnother one.\n%\n";
   std::ofstream(dir + "/fortunes") << "Fortune one.\n%\n100% sure.\n";
   std::ofstream(dir + "/riddles") << "Q: Why?\nA: Because.\n%";
@@ -36,7 +31,7 @@ TEST(DefaultText, FortunesInOrderWithoutSeparators) {
 }
 
 TEST(DefaultText, FallsBackToGplThenFailsNamingBothPackages) {
-  const std::string dir = ScratchDir("fallback");
+  const std::string dir = fixtures::ScratchDir(kScratch, "fallback");
   std::ofstream(dir + "/GPL-3") << "GNU GENERAL PUBLIC LICENSE\n";
   auto gpl = ReadDefaultText(dir + "/no-fortunes", dir + "/GPL-3");
   ASSERT_TRUE(gpl.ok()) << gpl.status().ToString();

@@ -5,7 +5,6 @@
 #include "datasets/demo_data.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -20,7 +19,7 @@
 
 #include "datasets/idx_file.h"
 #include "tests/fixtures/demo_images.h"
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
@@ -29,12 +28,8 @@ namespace fs = std::filesystem;
 
 const std::string kLiterature = "/usr/share/games/fortunes/literature";
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-datasets-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// This file's scratch folders: <test-tmp>/maestro-datasets-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-datasets-";
 
 std::unique_ptr<DemoDataset> OpenOrDie(const DemoOptions& options) {
   auto ds = DemoDataset::Open(options);
@@ -245,7 +240,7 @@ TEST(DemoCaptions, ManifestRoundTripsThroughNlohmann) {
   ASSERT_TRUE(text_ds);
   ASSERT_EQ(text_ds->NumTrain(), ds->NumTrainTextChunks());
   const IdxArray images = ReadIdx("train-images-idx3-ubyte.gz", 3);
-  const std::string path = ScratchDir("manifest") + "/captions.jsonl";
+  const std::string path = fixtures::ScratchDir(kScratch, "manifest") + "/captions.jsonl";
   auto written = ds->WriteManifest(path);
   ASSERT_TRUE(written.ok()) << written.status().ToString();
   EXPECT_EQ(*written, ds->NumTrain());
@@ -315,7 +310,7 @@ TEST(DemoCaptions, ImageFractionIsRespectedAndTextChunksCycleEvenly) {
     // Interleaved, not blocked: text runs are as short as the fraction allows.
     EXPECT_LE(longest_text_run, static_cast<int64_t>(std::ceil((1 - fraction) / fraction)) + 1) << fraction;
     // Text chunk uses, by the manifest's locations (two chunks may hold the same bytes).
-    const std::string path = ScratchDir("fraction") + "/m.jsonl";
+    const std::string path = fixtures::ScratchDir(kScratch, "fraction") + "/m.jsonl";
     ASSERT_TRUE(ds->WriteManifest(path).ok());
     std::map<int64_t, int64_t> chunk_uses;
     std::ifstream in(path);
@@ -342,7 +337,7 @@ TEST(DemoCaptions, SameOptionsGiveTheSameManifestAndSamples) {
   auto b = OpenOrDie(Captions(40, 0.6, 3));
   auto c = OpenOrDie(Captions(40, 0.6, 4));
   ASSERT_TRUE(a && b && c);
-  const std::string dir = ScratchDir("determinism");
+  const std::string dir = fixtures::ScratchDir(kScratch, "determinism");
   ASSERT_TRUE(a->WriteManifest(dir + "/a.jsonl").ok());
   ASSERT_TRUE(b->WriteManifest(dir + "/b.jsonl").ok());
   auto slurp = [](const std::string& p) {
@@ -424,7 +419,7 @@ TEST(DemoText, ChunksHeldOutSplitAndTargets) {
 }
 
 TEST(DemoText, CustomTextPathAndItsErrors) {
-  const std::string dir = ScratchDir("text");
+  const std::string dir = fixtures::ScratchDir(kScratch, "text");
   {
     std::ofstream f(dir + "/tiny.txt");
     f << "0123456789abcdefghij";  // 20 bytes
@@ -482,7 +477,7 @@ TEST(DemoErrors, BadOptionsGiveClearStatuses) {
 }
 
 TEST(DemoErrors, CorruptIdxFileIsCorruptionNamingTheFile) {
-  const std::string dir = ScratchDir("corrupt");
+  const std::string dir = fixtures::ScratchDir(kScratch, "corrupt");
   for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                            "t10k-labels-idx1-ubyte.gz"}) {
     std::ofstream f(dir + "/" + name);
@@ -526,7 +521,7 @@ TEST_F(FashionMnistDirEnv, UnsetOrEmptyMeansTheDebianFolder) {
 }
 
 TEST_F(FashionMnistDirEnv, AnEmptyFolderIsNotFoundEverywhereNamingTheFileAndTheFix) {
-  const std::string empty = ScratchDir("fashion_empty");
+  const std::string empty = fixtures::ScratchDir(kScratch, "fashion_empty");
   ::setenv(kFashionMnistDirEnv, empty.c_str(), 1);
   EXPECT_EQ(DemoOptions().fashion_dir, empty);
 
@@ -551,7 +546,7 @@ TEST_F(FashionMnistDirEnv, AnEmptyFolderIsNotFoundEverywhereNamingTheFileAndTheF
 }
 
 TEST_F(FashionMnistDirEnv, EachOfTheFourFilesIsLookedForAndOpenReadsTheFolderItNames) {
-  const std::string dir = ScratchDir("fashion_partial");
+  const std::string dir = fixtures::ScratchDir(kScratch, "fashion_partial");
   ::setenv(kFashionMnistDirEnv, dir.c_str(), 1);
   const std::vector<std::string> names = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};

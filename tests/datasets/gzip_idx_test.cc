@@ -3,43 +3,30 @@
 // read alike, damaged gzip streams are Corruption, and no byte string makes
 // ParseIdx crash or accept data that disagrees with its dims.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include "datasets/demo_data.h"
 #include "datasets/idx_file.h"
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-datasets-gz-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// This file's scratch folders: <test-tmp>/maestro-datasets-gz-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-datasets-gz-";
 
 void WriteGzip(const std::string& path, const std::string& content) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(gzwrite(f, content.data(), static_cast<unsigned>(content.size())), static_cast<int>(content.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 std::string SomeText() {
@@ -49,7 +36,7 @@ std::string SomeText() {
 }
 
 TEST(GzipRead, GzipAndPlainFilesReadTheSame) {
-  const std::string dir = ScratchDir("same");
+  const std::string dir = fixtures::ScratchDir(kScratch, "same");
   const std::string text = SomeText();
   WriteGzip(dir + "/t.gz", text);
   std::ofstream(dir + "/t.txt", std::ios::binary) << text;
@@ -78,9 +65,9 @@ TEST(GzipRead, GzipAndPlainFilesReadTheSame) {
 }
 
 TEST(GzipRead, TruncatedOrDamagedGzipIsCorruption) {
-  const std::string dir = ScratchDir("damaged");
+  const std::string dir = fixtures::ScratchDir(kScratch, "damaged");
   WriteGzip(dir + "/good.gz", SomeText());
-  const std::string good = Slurp(dir + "/good.gz");
+  const std::string good = fixtures::ReadFile(dir + "/good.gz");
   std::ofstream(dir + "/truncated.gz", std::ios::binary) << good.substr(0, good.size() / 2);
   std::string flipped = good;
   flipped[flipped.size() - 6] = static_cast<char>(flipped[flipped.size() - 6] ^ 0x5a);  // inside the CRC-32 trailer

@@ -11,36 +11,29 @@
 #include <gtest/gtest.h>
 #include <jpeglib.h>
 #include <png.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/image_files.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-images-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// This file's scratch folders: <test-tmp>/maestro-images-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-images-";
 
 void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(f.good()) << path;
+  ASSERT_TRUE(fixtures::WriteFile(path, bytes)) << path;
 }
 
 // ---- PNG writer (libpng) ---------------------------------------------------
@@ -114,31 +107,7 @@ struct JpegSpec {
 };
 
 std::string EncodeJpeg(const JpegSpec& s) {
-  jpeg_compress_struct cinfo{};
-  jpeg_error_mgr err{};
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;  // NOLINT(google-runtime-int)
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(s.width);
-  cinfo.image_height = static_cast<JDIMENSION>(s.height);
-  cinfo.input_components = s.components;
-  cinfo.in_color_space = s.color_space;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, s.quality, TRUE);
-  if (s.progressive) jpeg_simple_progression(&cinfo);
-  jpeg_start_compress(&cinfo, TRUE);
-  std::vector<uint8_t> copy = s.pixels;
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = copy.data() + static_cast<size_t>(cinfo.next_scanline) * static_cast<size_t>(s.width * s.components);
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::string out(reinterpret_cast<const char*>(buffer), size);
-  free(buffer);  // NOLINT(cppcoreguidelines-no-malloc): jpeg_mem_dest allocates with malloc
-  return out;
+  return testing::EncodeJpeg(s.pixels, s.height, s.width, s.components, s.color_space, s.quality, s.progressive);
 }
 
 // A smooth RGB test picture (JPEG keeps smooth pictures close).
@@ -176,7 +145,7 @@ DecodedImage MustDecode(const std::string& bytes, const DecodeOptions& options =
 // ---- format detection ------------------------------------------------------
 
 TEST(ImageFormatDetection, MagicBytesDecideNotTheFileName) {
-  const std::string dir = ScratchDir("magic");
+  const std::string dir = fixtures::ScratchDir(kScratch, "magic");
   const std::vector<uint8_t> rgb = RandomBytes(6 * 5 * 3, 1);
   PngSpec png;
   png.width = 6;
@@ -718,7 +687,7 @@ TEST(ImagePatchify, RasterOrderOfChannelMajorPatches) {
 // ---- end to end and bad input ---------------------------------------------------------
 
 TEST(ImageLoad, LoadImageForModelOnAFile) {
-  const std::string dir = ScratchDir("load");
+  const std::string dir = fixtures::ScratchDir(kScratch, "load");
   const std::vector<uint8_t> rgb = RandomBytes(8 * 8 * 3, 10);
   PngSpec s;
   s.width = 8;
@@ -752,7 +721,7 @@ void ExpectErrorNaming(const StatusOr<DecodedImage>& r, StatusCode code, const s
 }
 
 TEST(ImageErrors, MissingUnreadableAndEmptyFiles) {
-  const std::string dir = ScratchDir("files");
+  const std::string dir = fixtures::ScratchDir(kScratch, "files");
   ExpectErrorNaming(DecodeImageFile(dir + "/nope.jpg"), StatusCode::kNotFound, dir + "/nope.jpg", "no such");
   ExpectErrorNaming(DecodeImageFile(dir + "/nope/x.png"), StatusCode::kNotFound, dir + "/nope/x.png", "no such");
   fs::create_directories(dir + "/folder.png");

@@ -9,7 +9,6 @@
 
 #include <gtest/gtest.h>
 #include <png.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -26,7 +25,7 @@
 
 #include "datalayer/sample_index.h"
 #include "datasets/image_decode.h"
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
@@ -54,24 +53,11 @@ JsonlManifestOptions TinyOptions() {
   return o;
 }
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-jsonl-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// This file's scratch folders: <test-tmp>/maestro-jsonl-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-jsonl-";
 
 void Spit(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  ASSERT_TRUE(fixtures::WriteFile(path, bytes)) << path;
 }
 
 void PngAppend(png_structp png, png_bytep data, size_t n) {
@@ -99,7 +85,7 @@ void WritePng(const std::string& path, uint8_t r, uint8_t g, uint8_t b) {
 
 // A manifest directory with img/a.png (red), img/b.png (green), img/c.png (blue).
 std::string DirWithImages(const std::string& name) {
-  const std::string dir = ScratchDir(name);
+  const std::string dir = fixtures::ScratchDir(kScratch, name);
   WritePng(dir + "/img/a.png", 255, 0, 0);
   WritePng(dir + "/img/b.png", 0, 255, 0);
   WritePng(dir + "/img/c.png", 0, 0, 255);
@@ -300,7 +286,7 @@ TEST_F(GoodManifest, IndexManifestIngestsIntoTheSampleIndex) {
   EXPECT_EQ(*written, 6);
 
   // Each line: id, "<abs manifest>:<line>", text = non-placeholder inputs, image only with images.
-  std::istringstream lines(Slurp(index_manifest));
+  std::istringstream lines(fixtures::ReadFile(index_manifest));
   std::string text;
   int64_t i = 0;
   const std::vector<int64_t> expected_text = {5, 3, 4, kSeqLen, 1, 2};
@@ -472,7 +458,7 @@ INSTANTIATE_TEST_SUITE_P(JsonlManifest, BadLine, ::testing::ValuesIn(BadCases())
                          [](const ::testing::TestParamInfo<BadCase>& p) { return p.param.name; });
 
 TEST(JsonlManifestErrors, ErrorsNameTheUsersIdWhenTheLineHasOne) {
-  const std::string dir = ScratchDir("user-id");
+  const std::string dir = fixtures::ScratchDir(kScratch, "user-id");
   const std::string path = dir + "/m.jsonl";
   Spit(path, "{\"input_ids\": [1], \"id\": \"cat-7\", \"labels\": [500]}\n");
   auto m = JsonlManifest::Open(path, TinyOptions());
@@ -544,7 +530,7 @@ TEST(JsonlManifestErrors, SkipLeavesOutExactlyTheBadLines) {
 }
 
 TEST(JsonlManifestErrors, OptionsAndFiles) {
-  const std::string dir = ScratchDir("options");
+  const std::string dir = fixtures::ScratchDir(kScratch, "options");
   const std::string path = dir + "/m.jsonl";
   Spit(path, "{\"input_ids\": [1]}\n");
   const auto fails = [&](JsonlManifestOptions o, const std::string& says) {
@@ -616,7 +602,7 @@ TEST(JsonlManifestPaths, AbsoluteAndOutsidePathsWhenAllowed) {
 }
 
 TEST(JsonlManifestFile, AnInPlaceEditIsCaughtAndARenamedReplacementIsNot) {
-  const std::string dir = ScratchDir("edit");
+  const std::string dir = fixtures::ScratchDir(kScratch, "edit");
   const std::string path = dir + "/m.jsonl";
   Spit(path, "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 5, 6]}\n");
   auto m = JsonlManifest::Open(path, TinyOptions());
@@ -644,7 +630,7 @@ TEST(JsonlManifestFile, AnInPlaceEditIsCaughtAndARenamedReplacementIsNot) {
 }
 
 TEST(JsonlManifestFile, OverlongLineIsRefusedAndSkippable) {
-  const std::string dir = ScratchDir("overlong");
+  const std::string dir = fixtures::ScratchDir(kScratch, "overlong");
   const std::string path = dir + "/m.jsonl";
   std::string text = "{\"input_ids\": [1]}\n{\"meta\": \"";
   text.append(static_cast<size_t>(kJsonlMaxLineBytes) + 10, 'x');

@@ -10,7 +10,6 @@
 #include "datasets/jsonl_source.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,7 +21,7 @@
 
 #include "datalayer/sample_index.h"
 #include "tests/fixtures/image_files.h"
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
@@ -37,11 +36,11 @@ using testing::WriteBytes;
 constexpr int64_t kImageToken = 63;
 constexpr int64_t kTokensPerImage = 2;
 
+// <test-tmp>/maestro-jsonl-source-<pid>/<name>, emptied, with an empty img/ in it.
 std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-jsonl-source-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir / "img");
-  return dir.string();
+  const std::string dir = fixtures::ScratchDir("maestro-jsonl-source-", name);
+  fs::create_directories(dir + "/img");
+  return dir;
 }
 
 JsonlSourceOptions TinyOptions() {

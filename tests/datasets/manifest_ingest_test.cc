@@ -3,7 +3,6 @@
 // arrives with its location and token counts, and a global batch's samples
 // load from the dataset by id.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,19 +11,15 @@
 #include "datalayer/sample_index.h"
 #include "datasets/demo_data.h"
 #include "tests/fixtures/demo_images.h"
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-datasets-ingest-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// This file's scratch folders: <test-tmp>/maestro-datasets-ingest-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-datasets-ingest-";
 
 TEST(DemoManifest, IngestsIntoTheSampleIndexWithMatchingTokenCounts) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
@@ -34,7 +29,7 @@ TEST(DemoManifest, IngestsIntoTheSampleIndexWithMatchingTokenCounts) {
   options.image_fraction = 0.5;
   auto ds = DemoDataset::Open(options);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  const std::string dir = ScratchDir("ingest");
+  const std::string dir = fixtures::ScratchDir(kScratch, "ingest");
   auto written = (*ds)->WriteManifest(dir + "/train.jsonl");
   ASSERT_TRUE(written.ok()) << written.status().ToString();
 

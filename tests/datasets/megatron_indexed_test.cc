@@ -7,19 +7,16 @@
 #include "datasets/megatron_indexed.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "tests/fixtures/test_paths.h"
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
@@ -27,24 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using Docs = std::vector<std::vector<int64_t>>;
 
-std::string ScratchDir(const std::string& name) {
-  const fs::path dir = fs::path(MAESTRO_TEST_TMP) / ("maestro-megatron-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void Spit(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+// This file's scratch folders: <test-tmp>/maestro-megatron-<pid>/<name> (fixtures::ScratchDir).
+constexpr char kScratch[] = "maestro-megatron-";
 
 // Little-endian bytes built with shifts (independent of the writer's memcpy).
 void PutLE(std::string* out, uint64_t v, int bytes) {
@@ -64,7 +45,7 @@ MegatronIndexedDataset OpenOrDie(const std::string& prefix) {
 // ---- the bytes --------------------------------------------------------------
 
 TEST(MegatronIndexedTest, WritesTheBytesMegatronWrites) {
-  const std::string prefix = ScratchDir("bytes") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "bytes") + "/corpus";
   // Two documents of one sequence each, and an empty third one.
   ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {{1, 2, 3}, {500, 65535}, {}}, MegatronDType::kUint16).ok());
   // What Megatron's _IndexWriter writes: header, lengths (int32), pointers
@@ -77,14 +58,14 @@ TEST(MegatronIndexedTest, WritesTheBytesMegatronWrites) {
   for (uint64_t len : {3, 2, 0}) PutLE(&idx, len, 4);
   for (uint64_t ptr : {0, 6, 10}) PutLE(&idx, ptr, 8);
   for (uint64_t e : {0, 1, 2, 3}) PutLE(&idx, e, 8);
-  EXPECT_EQ(Slurp(prefix + ".idx"), idx);
+  EXPECT_EQ(fixtures::ReadFile(prefix + ".idx"), idx);
   std::string bin;
   for (uint64_t t : {1, 2, 3, 500, 65535}) PutLE(&bin, t, 2);
-  EXPECT_EQ(Slurp(prefix + ".bin"), bin);
+  EXPECT_EQ(fixtures::ReadFile(prefix + ".bin"), bin);
   EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
 
   // The multimodal tail: one int8 mode per sequence after the document index.
-  const std::string mm = ScratchDir("bytes-mm") + "/corpus";
+  const std::string mm = fixtures::ScratchDir(kScratch, "bytes-mm") + "/corpus";
   auto writer = MegatronIndexedDatasetWriter::Create(mm, MegatronDType::kInt32, /*with_sequence_modes=*/true);
   ASSERT_TRUE(writer.ok());
   const std::vector<int64_t> a = {7, -8};
@@ -102,10 +83,10 @@ TEST(MegatronIndexedTest, WritesTheBytesMegatronWrites) {
   for (uint64_t ptr : {0, 8}) PutLE(&mm_idx, ptr, 8);
   for (uint64_t e : {0, 2}) PutLE(&mm_idx, e, 8);
   for (uint64_t mode : {0, 3}) PutLE(&mm_idx, mode, 1);
-  EXPECT_EQ(Slurp(mm + ".idx"), mm_idx);
+  EXPECT_EQ(fixtures::ReadFile(mm + ".idx"), mm_idx);
   std::string mm_bin;
   for (int64_t t : {7, -8, 9}) PutLE(&mm_bin, static_cast<uint64_t>(t), 4);
-  EXPECT_EQ(Slurp(mm + ".bin"), mm_bin);
+  EXPECT_EQ(fixtures::ReadFile(mm + ".bin"), mm_bin);
 }
 
 // ---- reading ---------------------------------------------------------------------
@@ -127,7 +108,8 @@ TEST(MegatronIndexedTest, RoundTripsEveryIntegerDtype) {
   };
   for (const DTypeCase& c : cases) {
     SCOPED_TRACE(MegatronDTypeName(c.dtype));
-    const std::string prefix = ScratchDir(std::string("rt-") + MegatronDTypeName(c.dtype)) + "/corpus";
+    const std::string prefix =
+        fixtures::ScratchDir(kScratch, std::string("rt-") + MegatronDTypeName(c.dtype)) + "/corpus";
     const Docs docs = {{c.min, c.max, 0, 1}, {}, {c.max}, {5, 4, 3, 2, 1, 0, c.min}};
     ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, docs, c.dtype).ok());
     // Each of the three spellings of the pair opens it.
@@ -185,7 +167,8 @@ TEST(MegatronIndexedTest, ReadTokensWidensWholeBlocksAndTailsOfEveryDtype) {
                                           c.min / 2, c.max / 2, c.min == 0 ? 1 : -1};
     std::vector<int64_t> doc(16 * 3 + 5);
     for (size_t i = 0; i < doc.size(); ++i) doc[i] = pattern[i % pattern.size()];
-    const std::string prefix = ScratchDir(std::string("widen-") + MegatronDTypeName(c.dtype)) + "/corpus";
+    const std::string prefix =
+        fixtures::ScratchDir(kScratch, std::string("widen-") + MegatronDTypeName(c.dtype)) + "/corpus";
     ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {doc}, c.dtype).ok());
     const MegatronIndexedDataset ds = OpenOrDie(prefix);
     const int64_t n = static_cast<int64_t>(doc.size());
@@ -203,7 +186,7 @@ TEST(MegatronIndexedTest, ReadTokensWidensWholeBlocksAndTailsOfEveryDtype) {
 }
 
 TEST(MegatronIndexedTest, DocumentsOfSeveralSequencesAndModes) {
-  const std::string prefix = ScratchDir("multi") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "multi") + "/corpus";
   auto writer = MegatronIndexedDatasetWriter::Create(prefix, MegatronDType::kUint16, /*with_sequence_modes=*/true);
   ASSERT_TRUE(writer.ok());
   const std::vector<int64_t> s0 = {10, 11}, s1 = {12}, s2 = {13, 14, 15};
@@ -252,7 +235,7 @@ std::vector<int64_t> Labels(const MegatronSamples& s, int64_t k) {
 }
 
 TEST(MegatronIndexedTest, PackRuleOnAHandCheckedCorpus) {
-  const std::string prefix = ScratchDir("pack") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "pack") + "/corpus";
   ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {{1, 2, 3}, {4, 5}, {6, 7, 8, 9}}, MegatronDType::kUint16).ok());
   const MegatronIndexedDataset ds = OpenOrDie(prefix);
   MegatronSampleOptions o;
@@ -294,7 +277,7 @@ TEST(MegatronIndexedTest, PackRuleOnAHandCheckedCorpus) {
 }
 
 TEST(MegatronIndexedTest, SplitRuleOnAHandCheckedCorpus) {
-  const std::string prefix = ScratchDir("split") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "split") + "/corpus";
   ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {{1, 2, 3, 4, 5}, {6}, {7, 8}}, MegatronDType::kInt32).ok());
   const MegatronIndexedDataset ds = OpenOrDie(prefix);
   MegatronSampleOptions o;
@@ -377,7 +360,7 @@ TEST(MegatronIndexedTest, RulesMatchANaiveReferenceOnRandomCorpora) {
   std::mt19937_64 rng(20240515);
   for (int trial = 0; trial < 12; ++trial) {
     SCOPED_TRACE(trial);
-    const std::string prefix = ScratchDir("random-" + std::to_string(trial)) + "/corpus";
+    const std::string prefix = fixtures::ScratchDir(kScratch, "random-" + std::to_string(trial)) + "/corpus";
     // Documents of 0-3 sequences of 0-40 tokens (empty documents included).
     Docs docs;
     auto writer =
@@ -437,7 +420,7 @@ TEST(MegatronIndexedTest, RulesMatchANaiveReferenceOnRandomCorpora) {
 }
 
 TEST(MegatronIndexedTest, SampleOptionsAreChecked) {
-  const std::string prefix = ScratchDir("options") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "options") + "/corpus";
   ASSERT_TRUE(WriteMegatronIndexedDataset(prefix, {{1, 2, 3}}, MegatronDType::kUint16).ok());
   const MegatronIndexedDataset ds = OpenOrDie(prefix);
   MegatronSampleOptions o;
@@ -470,10 +453,10 @@ TEST(MegatronIndexedTest, SampleOptionsAreChecked) {
 class MegatronDamagedCorpusTest : public testing::Test {
  protected:
   void SetUp() override {
-    prefix_ = ScratchDir(testing::UnitTest::GetInstance()->current_test_info()->name()) + "/corpus";
+    prefix_ = fixtures::ScratchDir(kScratch, testing::UnitTest::GetInstance()->current_test_info()->name()) + "/corpus";
     ASSERT_TRUE(WriteMegatronIndexedDataset(prefix_, {{1, 2, 3}, {4, 5}, {6, 7, 8, 9}}, MegatronDType::kUint16).ok());
-    idx_ = Slurp(prefix_ + ".idx");
-    bin_ = Slurp(prefix_ + ".bin");
+    idx_ = fixtures::ReadFile(prefix_ + ".idx");
+    bin_ = fixtures::ReadFile(prefix_ + ".bin");
     ASSERT_TRUE(MegatronIndexedDataset::Open(prefix_).ok());
   }
   // Offsets in the .idx of the three-sequence, four-entry corpus.
@@ -483,8 +466,8 @@ class MegatronDamagedCorpusTest : public testing::Test {
 
   // Writes the damaged pair, opens it, and returns the error.
   Status OpenDamaged() {
-    Spit(prefix_ + ".idx", idx_);
-    Spit(prefix_ + ".bin", bin_);
+    fixtures::WriteFile(prefix_ + ".idx", idx_);
+    fixtures::WriteFile(prefix_ + ".bin", bin_);
     auto ds = MegatronIndexedDataset::Open(prefix_);
     EXPECT_FALSE(ds.ok()) << "the damaged corpus opened";
     return ds.ok() ? Status::Ok() : ds.status();
@@ -587,7 +570,7 @@ TEST_F(MegatronDamagedCorpusTest, BinLongerThanTheIndexSays) {
 }
 
 TEST_F(MegatronDamagedCorpusTest, MissingBin) {
-  Spit(idx_path(), idx_);
+  fixtures::WriteFile(idx_path(), idx_);
   fs::remove(bin_path());
   auto ds = MegatronIndexedDataset::Open(prefix_);
   ASSERT_FALSE(ds.ok());
@@ -661,7 +644,7 @@ TEST_F(MegatronDamagedCorpusTest, TokenIdAtOrAboveVocab) {
 }
 
 TEST(MegatronIndexedTest, NegativeTokenIdsAreOutsideTheVocab) {
-  const std::string prefix = ScratchDir("negative") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "negative") + "/corpus";
   auto writer = MegatronIndexedDatasetWriter::Create(prefix, MegatronDType::kInt16);
   ASSERT_TRUE(writer.ok());
   const std::vector<int64_t> a = {1, 2}, b = {3, -4, 5};
@@ -677,7 +660,7 @@ TEST(MegatronIndexedTest, NegativeTokenIdsAreOutsideTheVocab) {
 }
 
 TEST(MegatronIndexedTest, WriterRefusesFloatDtypes) {
-  const std::string prefix = ScratchDir("float-writer") + "/corpus";
+  const std::string prefix = fixtures::ScratchDir(kScratch, "float-writer") + "/corpus";
   auto w = MegatronIndexedDatasetWriter::Create(prefix, MegatronDType::kFloat32);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);

@@ -5,27 +5,26 @@
 #include "datasets/megatron_source.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
+
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
 namespace {
 
-class MegatronSourceTest : public ::testing::Test {
+class MegatronSourceTest : public fixtures::TempDirTest {
  protected:
+  MegatronSourceTest() : TempDirTest("maestro-msrc") {}
   void SetUp() override {
-    char tmpl[] = "/tmp/maestro-msrc-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     prefix_ = dir_ + "/corpus";
     // Two documents: 1..7 and 20..24.
     ASSERT_TRUE(
         WriteMegatronIndexedDataset(prefix_, {{1, 2, 3, 4, 5, 6, 7}, {20, 21, 22, 23, 24}}, MegatronDType::kUint16)
             .ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_, prefix_;
+  std::string prefix_;
 };
 
 TEST_F(MegatronSourceTest, SplitSamplesBecomeRecordsWithShiftedTargets) {

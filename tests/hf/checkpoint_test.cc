@@ -4,29 +4,28 @@
 #include "hf/checkpoint.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::hf {
 namespace {
 
 namespace fs = std::filesystem;
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public fixtures::TempDirTest {
  protected:
+  CheckpointTest() : TempDirTest("maestro-ckpt") {}
   void SetUp() override {
-    char tmpl[] = "/tmp/maestro-ckpt-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     for (int i = 0; i < 3; ++i) payloads_.push_back(std::string(400, static_cast<char>('a' + i)));
     tensors_ = {{"model.embed_tokens.weight", TensorDType::kBF16, {10, 20}, payloads_[0]},
                 {"model.norm.weight", TensorDType::kF32, {100}, payloads_[1]},
                 {"lm_head.weight", TensorDType::kF16, {20, 10}, payloads_[2]}};
   }
-  void TearDown() override { fs::remove_all(dir_); }
   void ExpectSame(const HfCheckpoint& ckpt) {
     EXPECT_EQ(ckpt.TensorNames().size(), tensors_.size());
     for (const TensorToWrite& t : tensors_) {
@@ -39,7 +38,6 @@ class CheckpointTest : public ::testing::Test {
       EXPECT_EQ(std::memcmp(v.data, t.bytes.data(), v.bytes), 0);
     }
   }
-  std::string dir_;
   std::vector<std::string> payloads_;
   std::vector<TensorToWrite> tensors_;
 };

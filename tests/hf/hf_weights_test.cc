@@ -29,7 +29,6 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +39,7 @@
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/models.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime {
@@ -49,13 +49,6 @@ namespace fs = std::filesystem;
 using TensorMap = std::map<std::string, torch::Tensor>;
 
 // ---- python3 and its files ------------------------------------------------------
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The first of $MAESTRO_PYTHON3, /usr/bin/python3, python3 that has torch
 // (as tests/runtime/models_test.cc; exit 3 = no torch).
@@ -67,7 +60,7 @@ Status MakeCheckpoints(const fs::path& out) {
 TensorMap LoadTensors(const fs::path& dir) {
   std::ifstream data(dir / "data.bin", std::ios::binary);
   TensorMap out;
-  for (const auto& entry : nlohmann::json::parse(ReadText(dir / "index.json"))) {
+  for (const auto& entry : nlohmann::json::parse(fixtures::ReadFile(dir / "index.json"))) {
     const bool is_long = entry.at("dtype").get<std::string>() == "i64";
     auto t = torch::empty(entry.at("shape").get<std::vector<int64_t>>(), is_long ? torch::kLong : torch::kFloat32);
     data.seekg(entry.at("offset").get<int64_t>());

@@ -5,35 +5,21 @@
 #include "hf/safetensors.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "tests/fixtures/scratch.h"
 
 namespace maestro::hf {
 namespace {
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public fixtures::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/maestro-st-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  SafetensorsTest() : TempDirTest("maestro-st") {}
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  void WriteRaw(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << bytes;
-  }
+  static std::string Read(const std::string& path) { return fixtures::ReadFile(path); }
+  void WriteRaw(const std::string& path, const std::string& bytes) { fixtures::WriteFile(path, bytes); }
   // A file of the given header text (size prefix added) and data bytes.
   static std::string FileOf(const std::string& header, const std::string& data) {
     std::string out(8, '\0');
@@ -50,7 +36,6 @@ class SafetensorsTest : public ::testing::Test {
     EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().message();
     return f.status().message();
   }
-  std::string dir_;
 };
 
 TEST_F(SafetensorsTest, WritesTheFormatByteForByte) {

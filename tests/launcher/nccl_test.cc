@@ -21,6 +21,19 @@
 namespace maestro::launcher::testing {
 namespace {
 
+#ifdef MAESTRO_HAVE_NCCL
+// Saves `p` as <test-tmp>/launcher/<mode>.json (fatal when it cannot) and
+// runs launcher_comm_probe on it in `mode` as `ranks` processes under mpirun.
+void RunProbe(const plan::Plan& p, int ranks, const std::string& mode, RunResult* r) {
+  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/launcher";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(plan::SavePlan(p, dir + "/" + mode + ".json").ok());
+  auto argv = MpirunArgs(ranks);
+  argv.insert(argv.end(), {std::string(MAESTRO_BIN_DIR) + "/launcher_comm_probe", dir + "/" + mode + ".json", mode});
+  *r = RunCaptured(argv);
+}
+#endif
+
 TEST(Nccl, OneRankEveryCollectiveOnDeviceMemoryWithIdThroughPmix) {
 #ifndef MAESTRO_HAVE_NCCL
   GTEST_SKIP() << "built without NCCL";
@@ -30,12 +43,8 @@ TEST(Nccl, OneRankEveryCollectiveOnDeviceMemoryWithIdThroughPmix) {
   p.job_name = "nccl";
   AddSection(p, "llm", 1, 1, 1, 1);
   p.sections[0].placement.gpus_per_task = 1;
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/launcher";
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(plan::SavePlan(p, dir + "/nccl.json").ok());
-  auto argv = MpirunArgs(1);
-  argv.insert(argv.end(), {std::string(MAESTRO_BIN_DIR) + "/launcher_comm_probe", dir + "/nccl.json", "nccl"});
-  const auto r = RunCaptured(argv);
+  RunResult r;
+  ASSERT_NO_FATAL_FAILURE(RunProbe(p, 1, "nccl", &r));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PROBE OK: nccl, every collective"), std::string::npos) << r.output;
 #endif
@@ -52,12 +61,8 @@ TEST(MpiCuda, TwoRanksEveryCollectiveOnDeviceMemoryStagedThroughHost) {
   plan::Plan p;
   p.job_name = "mpi-cuda";
   AddSection(p, "llm", 1, 1, 2, 1);
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/launcher";
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(plan::SavePlan(p, dir + "/mpi-cuda.json").ok());
-  auto argv = MpirunArgs(2);
-  argv.insert(argv.end(), {std::string(MAESTRO_BIN_DIR) + "/launcher_comm_probe", dir + "/mpi-cuda.json", "mpi-cuda"});
-  const auto r = RunCaptured(argv);
+  RunResult r;
+  ASSERT_NO_FATAL_FAILURE(RunProbe(p, 2, "mpi-cuda", &r));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PROBE OK: mpi+host-staging, every collective and a ring"), std::string::npos) << r.output;
 #endif

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The runtime's multi-rank tests read a run's trained weights back and
 // compare them (docs/testing.md): a checkpoint entry's parameters by name
-// (CheckpointWeights) and the largest relative difference between two sets
+// (CheckpointWeights; WeightsOf a plan's section or component) and the
+// largest relative difference between two sets
 // (LargestRelativeDifference). For the tests that are already one torch TU
 // (pipeline, ZeRO-1, CP, encoder TP, fused PP); header-only, so the torch-free
 // harness library (multi_rank_harness.h) stays torch-free.
@@ -64,6 +65,12 @@ inline plan::ModelDesc ModelOf(const plan::Plan& p, const std::string& name) {
   const int index = expanded.section_index(name);
   EXPECT_GE(index, 0) << "no section or component " << name;
   return index < 0 ? plan::ModelDesc{} : expanded.sections[static_cast<size_t>(index)].model;
+}
+
+// Section (or fused component) `entry` of `p`'s weights in `run_dir`'s last
+// checkpoint, by parameter name (CheckpointWeights of ModelOf).
+inline NamedWeights WeightsOf(const plan::Plan& p, const std::string& entry, const std::string& run_dir) {
+  return CheckpointWeights(ModelOf(p, entry), run_dir, entry);
 }
 
 // The largest of max |a - b| / max |b| over the tensors of `a` (each found in

@@ -80,14 +80,7 @@ TEST(CompilerRuntimeAgreement, VitWithoutClsTokenWithAndWithoutPatchMerger) {
 }
 
 TEST(CompilerRuntimeAgreement, WhisperAudioEncoder) {
-  ModelDesc d;
-  d.kind = ModelKind::kAudioEncoder;
-  d.hidden = 32;
-  d.layers = 2;
-  d.heads = 4;
-  d.ffn_hidden = 64;
-  d.mel_bins = 16;
-  d.audio_frames = 16;
+  ModelDesc d = fixtures::AudioEncoderModel({32, 2, 4, 64, 16, 16});
   ExpectAgree(d, "audio encoder");
   // By hand: conv1 16x32x3 + 32, conv2 32x32x3 + 32, positions 8 x 32, per
   // layer q/k/v/o 4 x 32^2 + fc1/fc2 2 x 32 x 64 + biases (q, v, o: 3 x 32;

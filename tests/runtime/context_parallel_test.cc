@@ -28,11 +28,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,44 +40,20 @@
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
 #include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/mpi_world.h"
 #include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
 using runtime::ContextParallelPositions;
 using runtime::GatheredContextParallelPositions;
 using runtime::GatherSequence;
 using runtime::JoinContextParallelParts;
 using runtime::SplitSequenceForContextParallel;
-
-bool IsMpirunRank() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
-
-// Runs the current test as `ranks` processes under mpirun and expects them all to pass.
-void RunThisTestUnderMpirun(int ranks) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto argv = MpirunArgs(ranks);
-  argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
-  argv.push_back(std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name());
-  argv.push_back("--gtest_color=no");
-  const auto r = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  // Every rank ran the test and passed it.
-  int passed = 0;
-  for (size_t at = r.output.find("[  PASSED  ] 1 test"); at != std::string::npos;
-       at = r.output.find("[  PASSED  ] 1 test", at + 1)) {
-    ++passed;
-  }
-  EXPECT_EQ(passed, ranks) << r.output;
-}
 
 TEST(ContextParallelSplit, ChunksRAndMirrorAndTheInverse) {
   // 16 tokens, cp 2: 4 chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
@@ -138,24 +111,19 @@ void CheckGatherSequence(launcher::Backend& group, at::IntArrayRef full_shape, i
 }
 
 TEST(GatherSequenceMpi, TwoRanksForwardAndGradientEqualOneProcess) {
-  if (!IsMpirunRank()) return RunThisTestUnderMpirun(2);
-  auto session = launcher::MpiSession::Init();
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  {
-    auto world = (*session)->World(launcher::Millis(60000));
-    ASSERT_TRUE(world.ok()) << world.status().ToString();
-    ASSERT_EQ((*world)->group().size(), 2);
-    CheckGatherSequence(**world, {2, 16, 5}, 1);    // hidden rows (B, T, C) along T
-    CheckGatherSequence(**world, {2, 3, 8, 4}, 2);  // K / V (B, heads, T, D) along T
-    CheckGatherSequence(**world, {12, 3}, 0);       // dim 0
-    CheckGatherSequence(**world, {2, 4, 12}, -1);   // a negative dim
+  runtime_testing::OnEveryRank(2, [](launcher::Backend& world) {
+    ASSERT_EQ(world.group().size(), 2);
+    CheckGatherSequence(world, {2, 16, 5}, 1);    // hidden rows (B, T, C) along T
+    CheckGatherSequence(world, {2, 3, 8, 4}, 2);  // K / V (B, heads, T, D) along T
+    CheckGatherSequence(world, {12, 3}, 0);       // dim 0
+    CheckGatherSequence(world, {2, 4, 12}, -1);   // a negative dim
     // bf16 travels as fp32 and comes back in its dtype.
     torch::manual_seed(3);
     auto half = torch::randn({1, 8, 2}).to(torch::kBFloat16);
-    auto g = GatherSequence(SplitSequenceForContextParallel(half, 1, 2, (*world)->group().my_index), 1, **world);
+    auto g = GatherSequence(SplitSequenceForContextParallel(half, 1, 2, world.group().my_index), 1, world);
     EXPECT_EQ(g.scalar_type(), torch::kBFloat16);
     EXPECT_TRUE(torch::equal(g, half.index_select(1, GatheredContextParallelPositions(8, 2))));
-  }
+  });
 }
 
 // ---- decoder sections with context parallelism, end to end ----
@@ -163,40 +131,13 @@ TEST(GatherSequenceMpi, TwoRanksForwardAndGradientEqualOneProcess) {
 using plan::RecomputeGranularity;
 using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::Losses;
 using runtime_testing::RunWorkers;
+using runtime_testing::SectionedExamplePlan;
+using runtime_testing::WeightsOf;
 using runtime_testing::WritePlan;
 
-// A section's parallel configuration in a test plan.
-struct Choice {
-  int tp = 1, cp = 1, dp = 1, micro_batch = 4, zero_stage = 0;
-  RecomputeGranularity recompute = RecomputeGranularity::kNone;
-};
-
-// specs/<spec> compiled sectioned, each section configured as `choice` says,
-// on this machine's CPU ranks, `steps` steps; initial weights from the seed.
-plan::Plan Sectioned(const std::string& spec, const std::map<std::string, Choice>& choice, int64_t steps) {
-  plan::Plan p = runtime_testing::CompiledExamplePlan(spec, compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const Choice& c = choice.at(s.name);
-    s.init_from.clear();
-    s.run_ahead = 0;
-    runtime_testing::SetDegrees(s, {c.tp, 1, c.cp, c.dp, c.micro_batch});
-    s.config.zero_stage = c.zero_stage;
-    s.config.set_recompute_granularity(c.recompute);
-  }
-  runtime_testing::PlaceOnThisMachine(p, steps);
-  return p;
-}
-
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_context_parallel", name);
-}
-
-// Section `name`'s weights in the run's last checkpoint, by parameter name.
-runtime_testing::NamedWeights SectionWeights(const plan::Plan& p, const std::string& run_dir, const std::string& name) {
-  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, name), run_dir, name);
-}
+// Fresh(name): <test-tmp>/runtime_context_parallel/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_context_parallel"};
 
 // Runs `p` under mpirun, the same plan with every section at CP 1, and the
 // one-process reference: every step's loss within 1e-5 relative of both, the
@@ -211,25 +152,11 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
   for (auto& s : flat.sections) s.config.cp = 1;
   runtime_testing::PlaceOnThisMachine(flat, p.data.steps);
   const std::string dir = Fresh(what);
-  const std::string path = WritePlan(p, dir);
-  const std::string flat_path = WritePlan(flat, dir + "/cp1");
-  const auto run = RunWorkers(p, path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto flat_run = RunWorkers(flat, flat_path, dir + "/cp1/run");
-  ASSERT_EQ(flat_run.exit_code, 0) << flat_run.output;
-  const auto reference = runtime_testing::RunReference(path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto got = Losses(dir + "/run"), unsplit = Losses(dir + "/cp1/run"), want = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(got.size()), p.data.steps) << run.output;
-  ASSERT_EQ(want.size(), got.size()) << reference.output;
-  ASSERT_EQ(unsplit.size(), got.size()) << flat_run.output;
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, got, want, 1e-5, " vs the reference"));
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, got, unsplit, 1e-5, " vs cp 1"));
-  runtime_testing::ExpectLossFalls(what, got);
+  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectRunEqualsReferenceAndOther(what, p, flat, dir, "cp1", " vs cp 1"));
   for (const auto& s : p.sections) {
     if (s.mode != plan::SectionMode::kTrain) continue;
-    const auto w = SectionWeights(p, dir + "/run", s.name), u = SectionWeights(p, dir + "/cp1/run", s.name),
-               ref = SectionWeights(p, dir + "/reference", s.name);
+    const auto w = WeightsOf(p, s.name, dir + "/run"), u = WeightsOf(p, s.name, dir + "/cp1/run"),
+               ref = WeightsOf(p, s.name, dir + "/reference");
     ASSERT_FALSE(w.empty()) << what << ": " << s.name;
     ASSERT_EQ(w.size(), u.size());
     ASSERT_EQ(w.size(), ref.size());
@@ -252,32 +179,35 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
 }
 
 TEST(ContextParallelTrain, DecoderCp2EqualsReference) {
-  ExpectEqualsReference("lm_cp2", Sectioned("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 4));
+  ExpectEqualsReference("lm_cp2", SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 4));
 }
 
 TEST(ContextParallelTrain, DecoderCp2Dp2Zero1FullRecomputeEqualsReference) {
-  ExpectEqualsReference("lm_cp2_dp2",
-                        Sectioned("tiny_teacher.toml", {{"teacher", {1, 2, 2, 4, 1, RecomputeGranularity::kFull}}}, 4));
+  ExpectEqualsReference(
+      "lm_cp2_dp2",
+      SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 2, 4, 1, RecomputeGranularity::kFull}}}, 4));
 }
 
 TEST(ContextParallelTrain, DecoderCp2Tp2SelectiveRecomputeEqualsReference) {
-  ExpectEqualsReference("lm_cp2_tp2", Sectioned("tiny_teacher.toml",
-                                                {{"teacher", {2, 2, 1, 4, 0, RecomputeGranularity::kSelective}}}, 4));
+  ExpectEqualsReference(
+      "lm_cp2_tp2",
+      SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {2, 2, 1, 4, 0, RecomputeGranularity::kSelective}}}, 4));
 }
 
 TEST(ContextParallelTrain, KdStudentAndTeacherCp2EqualReference) {
-  plan::Plan p = Sectioned("tiny_kd.toml", {{"teacher", {1, 2, 1, 8}}, {"student", {1, 2, 1, 4}}}, 4);
+  plan::Plan p = SectionedExamplePlan("tiny_kd.toml", {{"teacher", {1, 2, 1, 8}}, {"student", {1, 2, 1, 4}}}, 4);
   runtime_testing::UseKdLoss(p.sections[static_cast<size_t>(p.section_index("student"))]);
   ExpectEqualsReference("kd_cp2", p);
 }
 
 TEST(ContextParallelTrain, VlmLlmCp2ReceivingImageRowsEqualsReference) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
-  ExpectEqualsReference("vlm_llm_cp2", Sectioned("tiny_vlm.toml", {{"vit", {1, 1, 1, 8}}, {"llm", {1, 2, 1, 4}}}, 4));
+  ExpectEqualsReference("vlm_llm_cp2",
+                        SectionedExamplePlan("tiny_vlm.toml", {{"vit", {1, 1, 1, 8}}, {"llm", {1, 2, 1, 4}}}, 4));
 }
 
 TEST(ContextParallelTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
-  const plan::Plan p = Sectioned("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 5);
+  const plan::Plan p = SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 5);
   const std::string dir = Fresh("resume");
   // Steps 2..4 run on the restored weights and AdamW moments (the optimizer's
   // archive keys its state by tensor address, so its bytes are not compared).
@@ -287,7 +217,7 @@ TEST(ContextParallelTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
 }
 
 TEST(ContextParallelTrain, CpWithPipelineStagesIsRefusedNamingTheFix) {
-  plan::Plan p = Sectioned("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 2);
+  plan::Plan p = SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 2);
   p.sections[0].config.pp = 2;
   runtime_testing::PlaceOnThisMachine(p, 2);
   const std::string dir = Fresh("cp_pp");

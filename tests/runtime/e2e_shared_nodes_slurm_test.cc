@@ -23,6 +23,7 @@
 
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/runtime/run_dir_util.h"
 #include "tests/slurm/slurm_test_util.h"
@@ -35,13 +36,6 @@ using std::chrono::seconds;
 using testing::LocalSlurmCluster;
 
 constexpr int64_t kSteps = 8;
-
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Replaces the one occurrence of `from` in `text` (the test fails if absent).
 void ReplaceOnce(std::string& text, const std::string& from, const std::string& to) {
@@ -59,7 +53,7 @@ TEST(E2eSlurmSharedNodes, VitAndProjectorShareANodeWithDecoderRanksAndMatchTheRe
   fs::remove_all(dir);
   fs::create_directories(dir);
   // tiny_vlm3 on 2 nodes x 3 slots, sections sharing nodes, the decoder at DP 4.
-  std::string spec = ReadAll(fs::path(MAESTRO_SOURCE_DIR) / "specs/tiny_vlm3.toml");
+  std::string spec = fixtures::ReadFile(fs::path(MAESTRO_SOURCE_DIR) / "specs/tiny_vlm3.toml");
   ReplaceOnce(spec, "share_nodes = false", "share_nodes = true");
   ReplaceOnce(spec, "nodes = 4\n", "nodes = 2\n");
   ReplaceOnce(spec, "gpus_per_node = 2\n", "gpus_per_node = 3\n");
@@ -97,7 +91,7 @@ TEST(E2eSlurmSharedNodes, VitAndProjectorShareANodeWithDecoderRanksAndMatchTheRe
   EXPECT_EQ(plan::NodeSpanOf(*plan, llm).last, 1);
   EXPECT_EQ(plan::NodeSpanOf(*plan, vit).first, 1);
   EXPECT_EQ(plan::NodeSpanOf(*plan, proj).first, 1);
-  const std::string sbatch = ReadAll(dir / "job.sbatch");
+  const std::string sbatch = fixtures::ReadFile(dir / "job.sbatch");
   EXPECT_EQ(sbatch.find("#SBATCH hetjob"), std::string::npos) << sbatch;
   EXPECT_NE(sbatch.find("#SBATCH --nodes=2"), std::string::npos) << sbatch;
   EXPECT_NE(sbatch.find("#SBATCH --ntasks-per-node=3"), std::string::npos) << sbatch;

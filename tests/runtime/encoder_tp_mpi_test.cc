@@ -73,9 +73,8 @@ plan::Plan FusedTp2Plan(int64_t steps) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_encoder_tp", name);
-}
+// Fresh(name): <test-tmp>/runtime_encoder_tp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_encoder_tp"};
 
 // The components of `p` by name with their model: a fused section's, else its sections'.
 std::map<std::string, plan::ModelDesc> ModelsOf(const plan::Plan& p) {
@@ -150,18 +149,11 @@ TEST(EncoderTpTraining, FusedVlmTp2WithTheVitSplitEqualsTheReference) {
 TEST(EncoderTpTraining, VitTp2StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   const plan::Plan p = VitTp2Plan(6);
-  const std::string dir = Fresh("resume");
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("vit_tp2", p, dir, 3));
   // Weights equal after 3 steps past the resume show that every TP shard's
   // weights and moments came back.
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  EXPECT_EQ(x.step, 5);
-  EXPECT_EQ(y.step, 5);
-  ASSERT_TRUE(x.sections.count("vit#tp1"));
-  runtime_testing::ExpectSameCheckpointWeights("vit_tp2", x, y,
-                                               {/*optimizer_present=*/true, /*optimizer_bytes_equal=*/false,
-                                                /*only_shards_lack_weights=*/false});
+  runtime_testing::ExpectStopAndResumeCheckpointsEqual("vit_tp2", p, Fresh("resume"), 3, 5, "vit#tp1",
+                                                       {/*optimizer_present=*/true, /*optimizer_bytes_equal=*/false,
+                                                        /*only_shards_lack_weights=*/false});
 }
 
 }  // namespace

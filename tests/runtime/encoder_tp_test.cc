@@ -210,33 +210,10 @@ void ExpectShardsComputeTheWhole(const std::string& name, const ModelDesc& desc,
 }
 
 ModelDesc TinyVitWithMerger() {
-  ModelDesc d = fixtures::VitModel({32, 2, 4, 64, 8, 4, 3});
+  ModelDesc d = fixtures::TinyVitModel();
   d.out_dim = 24;
   d.extra["spatial_merge"] = 1;
   d.extra["merger_hidden"] = 48;
-  return d;
-}
-
-ModelDesc TinyClip() {
-  ModelDesc d = fixtures::VitModel({32, 2, 4, 64, 8, 4, 3});
-  d.extra["vit_layout"] = 1;
-  d.extra["cls_token"] = 1;
-  d.extra["patch_bias"] = 0;
-  d.extra["pre_norm"] = 1;
-  d.extra["pooler"] = 0;
-  return d;
-}
-
-ModelDesc TinyQwen2Vl() {
-  ModelDesc d = fixtures::VitModel({32, 2, 4, 128, 16, 4, 3});
-  d.out_dim = 24;
-  d.extra["vit_layout"] = 2;
-  d.extra["temporal_patch"] = 2;
-  d.extra["spatial_merge"] = 2;
-  d.extra["cls_token"] = 0;
-  d.extra["pos_embed"] = 0;
-  d.extra["patch_bias"] = 0;
-  d.extra["final_norm"] = 0;
   return d;
 }
 
@@ -250,11 +227,11 @@ TEST(EncoderTensorParallel, BuiltinVitWithMergerSplitInTwoEqualsTheWhole) {
 }
 
 TEST(EncoderTensorParallel, ClipVitSplitInTwoEqualsTheWhole) {
-  ExpectShardsComputeTheWhole("clip", TinyClip(), Input({2, 3, 8, 8}));
+  ExpectShardsComputeTheWhole("clip", fixtures::TinyClipVisionModel(), Input({2, 3, 8, 8}));
 }
 
 TEST(EncoderTensorParallel, Qwen2VlVitFusedQkvSplitInTwoEqualsTheWhole) {
-  ExpectShardsComputeTheWhole("qwen2_vl", TinyQwen2Vl(), Input({2, 3, 16, 16}));
+  ExpectShardsComputeTheWhole("qwen2_vl", fixtures::TinyQwen2VlVisionModel(), Input({2, 3, 16, 16}));
 }
 
 TEST(EncoderTensorParallel, AudioEncoderSplitInTwoEqualsTheWhole) {

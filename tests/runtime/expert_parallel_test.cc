@@ -51,23 +51,16 @@ struct Layout {
 // replicas of an EP group different counts).
 plan::Plan EpPlan(Shape shape, Layout layout, int64_t steps, double aux_coef = 0.05) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(
-        s, {student ? layout.tp : 1, student ? layout.pp : 1, 1, student ? layout.dp : 1, student ? 2 : 8});
-    s.config.ep = student ? layout.ep : 1;
-    s.config.zero_stage = student ? layout.zero_stage : 0;
-    if (!student) continue;
-    runtime_testing::UseTinyMoe(s.model, shape == Shape::kQwen2Moe, aux_coef);
-  }
+  plan::SectionPlan* student =
+      runtime_testing::ShapeTinyKd(p, {layout.tp, layout.pp, 1, layout.dp, 2}, {1, 1, 1, 1, 8}, layout.zero_stage);
+  for (auto& s : p.sections) s.config.ep = &s == student ? layout.ep : 1;
+  if (student != nullptr) runtime_testing::UseTinyMoe(student->model, shape == Shape::kQwen2Moe, aux_coef);
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_ep", name);
-}
+// Fresh(name): <test-tmp>/runtime_ep/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_ep"};
 
 // Per step, the number of micro-batches each rank of section `pid` (its
 // index) computed, from the run's trace.json (the "F<i>" intervals; an empty

@@ -46,21 +46,17 @@
 #include "runtime/section_runner.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
-using launcher::testing::RunResult;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::RunWorkers;
 using runtime_testing::WritePlan;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 
 // `spec` compiled fused (--grouping fused), re-placed on this machine at TP
 // `tp` x CP `cp` x DP `dp`, micro-batches of 4; tiny_kd's teacher from the
@@ -71,36 +67,18 @@ plan::Plan FusedPlan(const std::string& spec, int tp, int cp, int dp, int64_t st
   if (p.sections.empty()) return p;
   auto& f = p.sections[0];
   EXPECT_TRUE(f.fused());
-  f.config.tp = tp;
-  f.config.pp = 1;
-  f.config.cp = cp;
-  f.config.dp = dp;
-  f.config.micro_batch = 4;
+  runtime_testing::SetDegrees(f, {tp, 1, cp, dp, 4});
   f.config.zero_stage = zero_stage;
   for (auto& c : f.components) {
     c.init_from.clear();
-    if (c.name == "student" && c.loss.kind != "kd") {
-      c.loss.kind = "kd";
-      c.loss.kd_alpha = 0.5;
-      c.loss.temperature = 2.0;
-    }
+    if (c.name == "student") runtime_testing::UseKdLoss(c);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_fused_context_parallel", name);
-}
-
-RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                     std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
+// Fresh(name): <test-tmp>/runtime_fused_context_parallel/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_fused_context_parallel"};
 
 // Component `name`'s AdamW first moments (exp_avg) in checkpoint `state`,
 // by parameter name. After one step they are (1 - beta1) x the step's
@@ -193,8 +171,7 @@ void ExpectFusedContextParallelEqualsReference(const std::string& what, plan::Pl
   const auto run = RunWorkers(p, plan_path, dir + "/run");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* steps : {"1", "2"}) {
-    const auto reference = RunCaptured(
-        {kWorker, "--reference", "--no-eval", "--steps", steps, "--run-dir", dir + "/reference", plan_path});
+    const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference", {"--steps", steps});
     ASSERT_EQ(reference.exit_code, 0) << reference.output;
   }
   const auto a = Losses(dir + "/run"), r = Losses(dir + "/reference");
@@ -305,13 +282,7 @@ StatusOr<compiler::CompileResult> CompileQwen2Vl(compiler::Grouping grouping, co
   text.replace(at, seq.size(), "seq_len = 131072");
   auto spec = compiler::ParseSpecString(text, path, std::string(MAESTRO_SOURCE_DIR) + "/specs");
   if (!spec.ok()) return spec.status();
-  compiler::CompileOptions options;
-  options.grouping = grouping;
-  if (!support.empty()) {
-    MAESTRO_ASSIGN_OR_RETURN(options.support, compiler::ParseRuntimeSupport(support));
-    options.support_given = true;
-  }
-  return compiler::Compile(*spec, options);
+  return runtime_testing::CompileForRuntime(*spec, grouping, support);
 }
 
 TEST(FusedContextParallelCompiler, AMonolithicBaselineWithCpIsTheFusedPlanWhenFaster) {

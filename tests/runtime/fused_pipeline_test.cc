@@ -58,8 +58,7 @@ namespace {
 
 using runtime_testing::LargestRelativeDifference;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::Losses;
-using runtime_testing::RunWorkers;
+using runtime_testing::WeightsOf;
 using runtime_testing::WritePlan;
 
 // ---- which stage holds what; what the runtime refuses ----
@@ -143,14 +142,8 @@ plan::Plan FusedPlan(const std::string& spec, int tp, int pp, int dp, int64_t st
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_fused_pipeline", name);
-}
-
-// Component `name`'s weights in a run's last checkpoint.
-runtime_testing::NamedWeights Weights(const plan::Plan& p, const std::string& name, const std::string& run_dir) {
-  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, name), run_dir, name);
-}
+// Fresh(name): <test-tmp>/runtime_fused_pipeline/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_fused_pipeline"};
 
 // Component `name`'s peak learning rate.
 double LearningRateOf(const plan::Plan& p, const std::string& name) {
@@ -179,27 +172,14 @@ void ExpectFusedPipelineEqualsReference(const std::string& what, const plan::Pla
   unstaged.sections[0].config.pp = 1;
   runtime_testing::PlaceOnThisMachine(unstaged, p.data.steps);
   const std::string dir = Fresh(what);
-  const std::string plan_path = WritePlan(p, dir);
-  const std::string unstaged_path = WritePlan(unstaged, dir + "/unstaged");
-  const auto run = RunWorkers(p, plan_path, dir + "/run");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto flat = RunWorkers(unstaged, unstaged_path, dir + "/unstaged/run");
-  ASSERT_EQ(flat.exit_code, 0) << flat.output;
-  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto a = Losses(dir + "/run"), f = Losses(dir + "/unstaged/run"), r = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
-  ASSERT_EQ(r.size(), a.size());
-  ASSERT_EQ(f.size(), a.size());
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference"));
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, f, 1e-5, " vs pp = 1"));
-  runtime_testing::ExpectLossFalls(what, a);
+  ASSERT_NO_FATAL_FAILURE(
+      runtime_testing::ExpectRunEqualsReferenceAndOther(what, p, unstaged, dir, "unstaged", " vs pp = 1"));
   const std::vector<std::string> trained = TrainedComponents(p);
   ASSERT_FALSE(trained.empty());
   for (const std::string& name : trained) {
-    const auto w = Weights(p, name, dir + "/run");
-    const auto u = Weights(p, name, dir + "/unstaged/run");
-    const auto ref = Weights(p, name, dir + "/reference");
+    const auto w = WeightsOf(p, name, dir + "/run");
+    const auto u = WeightsOf(p, name, dir + "/unstaged/run");
+    const auto ref = WeightsOf(p, name, dir + "/reference");
     ASSERT_FALSE(w.empty()) << name;
     std::string where_flat, where_ref, where_flat_ref;
     const double noise = LearningRateOf(p, name) * static_cast<double>(p.data.steps);
@@ -250,8 +230,8 @@ TEST(FusedPipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   EXPECT_TRUE(x.sections.count("llm#pp1")) << "the LLM's second stage has its own AdamW state";
   EXPECT_FALSE(x.sections.count("vit#pp1")) << "the ViT runs on the first stage only";
   for (const std::string& name : TrainedComponents(p)) {
-    const auto u = Weights(p, name, dir + "/whole");
-    const auto v = Weights(p, name, dir + "/split");
+    const auto u = WeightsOf(p, name, dir + "/whole");
+    const auto v = WeightsOf(p, name, dir + "/split");
     ASSERT_FALSE(u.empty());
     std::string where;
     EXPECT_EQ(LargestRelativeDifference(u, v, &where, 0.0), 0.0) << name << ": " << where;
@@ -269,11 +249,7 @@ TEST(FusedPipelineFailure, ALastStageKilledMidRunEndsTheJobNamingItsRank) {
   const int victim = plan::GlobalRankOf(p, 0, 0, 0, 0, 1);
   const auto killed = runtime_testing::RunAndKillRank(p, plan_path, dir + "/run", victim, 2, std::chrono::seconds(90),
                                                       std::chrono::milliseconds(50));
-  ASSERT_GT(killed.pid, 0) << "the pipelined fused run made no progress";
-  const auto& result = killed.result;
-  EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_LT(killed.seconds_after_kill, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
-  EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
+  runtime_testing::ExpectKilledRankEndedTheJob(killed, victim, "the pipelined fused run made no progress");
 }
 
 // ---- the compiler ----
@@ -288,13 +264,7 @@ constexpr char kWithoutCp[] = "dp,micro_batch,tp_decoder,pp_decoder,tp_encoder,p
 StatusOr<compiler::CompileResult> CompileKd72b(compiler::Grouping grouping, const std::string& support) {
   auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/kd_72b_to_7b.toml");
   if (!spec.ok()) return spec.status();
-  compiler::CompileOptions options;
-  options.grouping = grouping;
-  if (!support.empty()) {
-    MAESTRO_ASSIGN_OR_RETURN(options.support, compiler::ParseRuntimeSupport(support));
-    options.support_given = true;
-  }
-  return compiler::Compile(*spec, options);
+  return runtime_testing::CompileForRuntime(*spec, grouping, support);
 }
 
 TEST(FusedPipelineCompiler, AMonolithicBaselineWithPpIsTheFusedPlanWhenFaster) {

@@ -14,7 +14,6 @@
 // so it needs no demo data set: a GPU machine runs it as it is. Skips only
 // without a CUDA device (maestro-worker --version says "cuda no"). No torch
 // headers here.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,14 +21,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "plan/plan.h"
-#include "tests/fixtures/image_files.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
@@ -40,11 +37,9 @@ namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 // Not measured on a GPU yet (this was written without one): the CPU's bf16
 // runs stay within 1e-4 of fp32 (train_mpi_test.cc), CUDA's autocast casts
 // more ops (conv, baddbmm) and cuDNN may use TF32, so these leave room. The
@@ -54,7 +49,7 @@ constexpr double kBf16VsFp32 = 1e-2;
 constexpr double kBf16VsBf16 = 2e-3;
 
 bool WorkerSeesCuda(std::string* why) {
-  const auto version = RunCaptured({kWorker, "--version"}, {});
+  const auto version = runtime_testing::RunBuiltTool("maestro-worker", {"--version"});
   if (version.exit_code != 0) {
     *why = "maestro-worker --version failed: " + version.output;
     return false;
@@ -78,34 +73,8 @@ constexpr int64_t kImageToken = 300;  // below the tiny decoder's vocabulary of 
 // has i % 3 images, each as 16 placeholder tokens then a word naming it,
 // then counting text.
 std::string WriteManifest(const std::string& dir, int samples) {
-  fs::create_directories(dir + "/img");
-  for (int k = 0; k < 6; ++k) {
-    std::vector<uint8_t> gray(28 * 28);
-    for (int y = 0; y < 28; ++y) {
-      for (int x = 0; x < 28; ++x)
-        gray[static_cast<size_t>(y * 28 + x)] = static_cast<uint8_t>((x * (k + 1) * 9 + y * 17) % 256);
-    }
-    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.png", dir, k), testing::EncodePng8(gray, 28, 28, 1)));
-  }
-  std::string text;
-  for (int i = 0; i < samples; ++i) {
-    std::vector<int64_t> ids{257};
-    std::vector<std::string> images;
-    for (int k = 0; k < i % 3; ++k) {
-      const int image = (i + k) % 6;
-      images.push_back(fmt::format("img/{}.png", image));
-      ids.insert(ids.end(), 16, kImageToken);
-      ids.push_back(260 + image);
-    }
-    for (int t = 0; t < 8 + i % 5; ++t) ids.push_back(32 + (i * 7 + t) % 60);
-    ids.push_back(258);
-    nlohmann::json line{{"input_ids", ids}};
-    if (!images.empty()) line["images"] = images;
-    text += line.dump() + "\n";
-  }
-  const std::string path = dir + "/train.jsonl";
-  EXPECT_TRUE(testing::WriteBytes(path, text));
-  return path;
+  return runtime_testing::WriteImageManifest(dir, samples, 16, kImageToken, {},
+                                             runtime_testing::ImageManifestKind::kPngOnly);
 }
 
 // The tiny VLM (vit -> llm) on the manifest, vit DP 1, llm DP `llm_dp`, on
@@ -122,9 +91,8 @@ plan::Plan VlmPlan(const std::string& manifest, int llm_dp, int64_t steps) {
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_gpu_train", name);
-}
+// Fresh(name): <test-tmp>/runtime_gpu_train/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_gpu_train"};
 
 // The ranks on CUDA with their per-step lines, a communication timeout of 120 s.
 RunResult Sectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,

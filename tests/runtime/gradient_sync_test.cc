@@ -23,11 +23,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,7 +37,10 @@
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/mpi_world.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
@@ -50,28 +50,8 @@ using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
 using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
+using runtime_testing::SectionedExamplePlan;
 using runtime_testing::WritePlan;
-
-bool IsMpirunRank() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
-
-// Runs the current test as `ranks` processes under mpirun and expects them all to pass.
-void RunThisTestUnderMpirun(int ranks) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto argv = MpirunArgs(ranks);
-  argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
-  argv.push_back(std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name());
-  argv.push_back("--gtest_color=no");
-  const auto r = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  int passed = 0;
-  for (size_t at = r.output.find("[  PASSED  ] 1 test"); at != std::string::npos;
-       at = r.output.find("[  PASSED  ] 1 test", at + 1)) {
-    ++passed;
-  }
-  EXPECT_EQ(passed, ranks) << r.output;
-}
 
 // Parameters of shapes (3, 5), (7), (1), (2, 2, 3) and (4, 3): 47 elements.
 std::vector<torch::Tensor> TestParameters() {
@@ -90,13 +70,8 @@ torch::Tensor RankGradient(const torch::Tensor& param, size_t i, int rank) {
 }
 
 TEST(BucketedAllReduceMpi, EveryBucketSizeSumsTheGradientsAsOneProcess) {
-  if (!IsMpirunRank()) return RunThisTestUnderMpirun(2);
-  auto session = launcher::MpiSession::Init();
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  {
-    auto world = (*session)->World(launcher::Millis(60000));
-    ASSERT_TRUE(world.ok()) << world.status().ToString();
-    const int ranks = (*world)->group().size(), me = (*world)->group().my_index;
+  runtime_testing::OnEveryRank(2, [](launcher::Backend& world) {
+    const int ranks = world.group().size(), me = world.group().my_index;
     ASSERT_EQ(ranks, 2);
     auto params = TestParameters();
     // 1 element per bucket, 7 (buckets straddle parameters), 16, everything.
@@ -115,7 +90,7 @@ TEST(BucketedAllReduceMpi, EveryBucketSizeSumsTheGradientsAsOneProcess) {
       }
       ASSERT_FALSE(params.back().grad().is_contiguous());
       double blocked = 0;
-      const Status synced = runtime::AllReduceGradients(**world, params, &blocked, bucket_bytes);
+      const Status synced = runtime::AllReduceGradients(world, params, &blocked, bucket_bytes);
       ASSERT_TRUE(synced.ok()) << synced.ToString();
       for (size_t i = 0; i < params.size(); ++i) {
         EXPECT_TRUE(torch::allclose(params[i].grad(), want[i], 1e-6, 1e-7))
@@ -123,17 +98,12 @@ TEST(BucketedAllReduceMpi, EveryBucketSizeSumsTheGradientsAsOneProcess) {
             << (params[i].grad() - want[i]).abs().max().item<float>();
       }
     }
-  }
+  });
 }
 
 TEST(BucketedReduceScatterMpi, SmallBucketsStepTheSameParametersAsOneBucket) {
-  if (!IsMpirunRank()) return RunThisTestUnderMpirun(2);
-  auto session = launcher::MpiSession::Init();
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  {
-    auto world = (*session)->World(launcher::Millis(60000));
-    ASSERT_TRUE(world.ok()) << world.status().ToString();
-    const int me = (*world)->group().my_index;
+  runtime_testing::OnEveryRank(2, [](launcher::Backend& world) {
+    const int me = world.group().my_index;
     plan::OptimizerDesc desc;
     desc.lr = 1e-2;
     desc.weight_decay = 0.1;
@@ -148,7 +118,7 @@ TEST(BucketedReduceScatterMpi, SmallBucketsStepTheSameParametersAsOneBucket) {
       }
       auto params = TestParameters();
       const std::vector<bool> flags(params.size(), false);
-      auto opt = runtime::DistributedOptimizer::Create(params, flags, **world, nullptr, desc, "test");
+      auto opt = runtime::DistributedOptimizer::Create(params, flags, world, nullptr, desc, "test");
       ASSERT_TRUE(opt.ok()) << opt.status().ToString();
       shard_numel.push_back((*opt)->shard_numel());
       for (int step = 0; step < 3; ++step) {
@@ -168,40 +138,15 @@ TEST(BucketedReduceScatterMpi, SmallBucketsStepTheSameParametersAsOneBucket) {
       EXPECT_TRUE(torch::equal(runs[1][i], runs[0][i])) << "parameter " << i;
       EXPECT_FALSE(torch::equal(runs[0][i], initial[i])) << "parameter " << i << " moved";
     }
-  }
+  });
 }
 
 // ---- maestro-worker ranks against the reference ----
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+const std::string kWorker = runtime_testing::WorkerBinary();
 
-struct Choice {
-  int cp = 1, dp = 1, micro_batch = 4, zero_stage = 0;
-};
-
-// specs/<spec> compiled sectioned, each section configured as `choice` says,
-// on this machine's CPU ranks, `steps` steps; initial weights from the seed.
-plan::Plan Sectioned(const std::string& spec, const std::map<std::string, Choice>& choice, int64_t steps) {
-  plan::Plan p = runtime_testing::CompiledExamplePlan(spec, compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const Choice& c = choice.at(s.name);
-    s.init_from.clear();
-    s.run_ahead = 0;
-    s.config.pp = 1;
-    s.config.tp = 1;
-    s.config.cp = c.cp;
-    s.config.dp = c.dp;
-    s.config.micro_batch = c.micro_batch;
-    s.config.zero_stage = c.zero_stage;
-    s.config.set_recompute_granularity(plan::RecomputeGranularity::kNone);
-  }
-  runtime_testing::PlaceOnThisMachine(p, steps);
-  return p;
-}
-
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_gradient_sync", name);
-}
+// Fresh(name): <test-tmp>/runtime_gradient_sync/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_gradient_sync"};
 
 launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
                                         const std::string& bucket_bytes = "",
@@ -215,21 +160,8 @@ launcher::testing::RunResult RunWorkers(const plan::Plan& p, const std::string& 
 }
 
 // Section `s`'s weights in the run's last checkpoint, by parameter name.
-std::map<std::string, torch::Tensor> SectionWeights(const plan::SectionPlan& s, const std::string& run_dir) {
-  std::map<std::string, torch::Tensor> out;
-  const auto state = LastCheckpoint(run_dir);
-  auto it = state.sections.find(s.name);
-  EXPECT_TRUE(it != state.sections.end()) << run_dir << " has no section " << s.name;
-  if (it == state.sections.end()) return out;
-  auto module = runtime::BuildModel(s.model, runtime::ModelBuildOptions{});
-  EXPECT_TRUE(module.ok());
-  if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
-  for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
+runtime_testing::NamedWeights SectionWeights(const plan::SectionPlan& s, const std::string& run_dir) {
+  return runtime_testing::CheckpointWeights(s.model, run_dir, s.name);
 }
 
 // The "gradient sync" lines of the run's ranks for section `name`
@@ -261,7 +193,7 @@ std::string ExpectEqualsReference(const std::string& what, const plan::Plan& p, 
   const std::string path = WritePlan(p, dir);
   const auto run = RunWorkers(p, path, dir + "/run", bucket_bytes);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  const auto reference = RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", path});
+  const auto reference = runtime_testing::RunReference(path, dir + "/reference");
   EXPECT_EQ(reference.exit_code, 0) << reference.output;
   if (run.exit_code != 0 || reference.exit_code != 0) return run.output;
   const auto got = Losses(dir + "/run"), want = Losses(dir + "/reference");
@@ -300,7 +232,7 @@ std::string ExpectEqualsReference(const std::string& what, const plan::Plan& p, 
 }
 
 TEST(GradientSyncTrain, Dp2WithoutZero1InSeveralBucketsEqualsReference) {
-  const plan::Plan p = Sectioned("tiny_teacher.toml", {{"teacher", {1, 2, 4, 0}}}, 4);
+  const plan::Plan p = SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 1, 2, 4, 0}}}, 4);
   // 64 KiB buckets: the tiny LM's gradients take several.
   const std::string output = ExpectEqualsReference("dp2_buckets", p, Fresh("dp2_buckets"), "65536");
   const auto lines = SyncLines(output, "teacher");
@@ -313,7 +245,7 @@ TEST(GradientSyncTrain, Dp2WithoutZero1InSeveralBucketsEqualsReference) {
 }
 
 TEST(GradientSyncTrain, Cp2Dp2Zero1ShardsOverFourRanksEqualsReferenceAndResumesBitIdentical) {
-  const plan::Plan p = Sectioned("tiny_teacher.toml", {{"teacher", {2, 2, 4, 1}}}, 4);
+  const plan::Plan p = SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 2, 4, 1}}}, 4);
   const std::string dir = Fresh("cp2_dp2_zero1");
   const std::string output = ExpectEqualsReference("cp2_dp2_zero1", p, dir, "65536");
   const auto lines = SyncLines(output, "teacher");
@@ -352,7 +284,7 @@ TEST(GradientSyncTrain, Cp2Dp2Zero1ShardsOverFourRanksEqualsReferenceAndResumesB
 
 TEST(GradientSyncTrain, VitCp2Zero1ShardsOverItsCpRanksEqualsReference) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
-  const plan::Plan p = Sectioned("tiny_vlm.toml", {{"vit", {2, 1, 8, 1}}, {"llm", {1, 1, 4, 0}}}, 4);
+  const plan::Plan p = SectionedExamplePlan("tiny_vlm.toml", {{"vit", {1, 2, 1, 8, 1}}, {"llm", {1, 1, 1, 4, 0}}}, 4);
   const std::string dir = Fresh("vit_cp2_zero1");
   const std::string output = ExpectEqualsReference("vit_cp2_zero1", p, dir);
   const auto lines = SyncLines(output, "vit");

@@ -41,86 +41,49 @@
 #include "runtime/hf_weights.h"
 #include "runtime/models/encoders.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/scratch.h"
+#include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
 
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 const std::string kChecker = std::string(MAESTRO_SOURCE_DIR) + "/tests/fixtures/check_exported_loss.py";
 constexpr int kSteps = 8;
 
 // A KD of the example's models from their configs (weights from the seed:
 // the `weights` key is not needed to measure a held-out loss).
 std::string KdSpec(const std::string& test_corpus, const std::string& rule) {
-  return R"([job]
-name = "heldout-kd"
-steps = )" +
-         std::to_string(kSteps) +
-         R"(
-
-[cluster]
-nodes = 1
-gpus_per_node = 2
-
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 2
-tflops_bf16 = 0.05
-
-[data]
-global_batch = 8
-seq_len = 64
-seed = 7
-corpus = "corpus/train_text_document"
-test_corpus = ")" +
-         test_corpus +
-         R"("
-sample_rule = ")" +
-         rule + R"("
-eos_id = 1
-
+  return fixtures::WithKeys(fixtures::LocalCpuSpecHead("heldout-kd") + R"(
 [models.teacher]
 hf_config = "teacher/config.json"
 
 [models.student]
 hf_config = "student/config.json"
-
-[[section]]
-name = "teacher"
-model = "teacher"
-mode = "forward"
-
-[[section]]
-name = "student"
-model = "student"
-mode = "train"
-optimizer = { lr = 3e-3, warmup_steps = 2 }
-loss = { kind = "kd", alpha = 0.5, temperature = 2.0 }
-
-[[edge]]
-from = "teacher"
-to = "student"
-tensor = "teacher_hidden"
-)";
+)" + fixtures::KdSectionsToml(),
+                            {{"job", "steps", std::to_string(kSteps)},
+                             {"cluster.gpu.cpu", "memory_gb", "2"},
+                             {"data", "seq_len", "64"},
+                             {"data", "seed", "7"},
+                             {"data", "corpus", "\"corpus/train_text_document\""},
+                             {"data", "test_corpus", "\"" + test_corpus + "\""},
+                             {"data", "sample_rule", "\"" + rule + "\""},
+                             {"data", "eos_id", "1"},
+                             {"section.student", "optimizer", "{ lr = 3e-3, warmup_steps = 2 }"}});
 }
 
 class HeldOutEvalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One folder per test: ctest runs the tests of this file as processes side by side.
-    root_ = std::string(MAESTRO_TEST_TMP) + "/heldout_eval/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = fixtures::PerTestDir("heldout_eval");
     workload_ = root_ + "/workload";
     made_ = fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/scripts/make_example_workload.py",
                                           {workload_, "--teacher-steps", "10"}, root_ + "/make_example.log");
@@ -187,8 +150,8 @@ void ExportStudent(const plan::Plan& p, const std::string& run_dir, const std::s
 TEST_F(HeldOutEvalTest, TheRunsHeldOutLossIsWhatAnIndependentCheckComputesFromTheExportedStudent) {
   const std::string spec = WriteSpec("heldout_kd.toml", "corpus/heldout_text_document");
   const std::string out = root_ + "/kd";
-  const RunResult run =
-      RunCaptured({kMaestro, "run", spec, "-o", out, "--ranks", "2", "--fresh"}, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+  const RunResult run = runtime_testing::RunMaestro({"run", spec, "-o", out, "--ranks", "2", "--fresh"},
+                                                    {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("held-out loss "), std::string::npos) << run.output;
 
@@ -220,7 +183,7 @@ TEST_F(HeldOutEvalTest, TheRunsHeldOutLossIsWhatAnIndependentCheckComputesFromTh
 
   // The monolithic reference trains the same student: the same held-out loss.
   const RunResult reference =
-      RunCaptured({kMaestro, "run", spec, "-o", root_ + "/kd_reference", "--reference", "--fresh"}, {});
+      runtime_testing::RunMaestro({"run", spec, "-o", root_ + "/kd_reference", "--reference", "--fresh"}, {});
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto reference_eval = EvalJson(root_ + "/kd_reference/run");
   ASSERT_TRUE(reference_eval.is_object());
@@ -240,14 +203,14 @@ TEST_F(HeldOutEvalTest, NoEvalWritesNothingAndEvalSamplesEvaluatesThatMany) {
   const std::string spec = WriteSpec("heldout_kd_split.toml", "corpus/heldout_text_document", "split");
   const std::string out = root_ + "/kd_samples";
   const RunResult first =
-      RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--fresh", "--steps", "2", "--no-eval"}, {});
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--fresh", "--steps", "2", "--no-eval"}, {});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_FALSE(fs::exists(out + "/run/eval.json"));
   EXPECT_EQ(first.output.find("held-out loss"), std::string::npos) << first.output;
 
   // The same run again: nothing left to train, the last checkpoint evaluated.
   const RunResult again =
-      RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--steps", "2", "--eval-samples", "7"}, {});
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--steps", "2", "--eval-samples", "7"}, {});
   ASSERT_EQ(again.exit_code, 0) << again.output;
   const auto eval = EvalJson(out + "/run");
   ASSERT_TRUE(eval.is_object()) << again.output;
@@ -282,10 +245,9 @@ TEST_F(HeldOutEvalTest, TheExampleModelsLoadAndThePretrainedTeachersLossIsTheChe
   }
   // The KD plan, its sink given the teacher's desc and weights.
   const std::string compiled = root_ + "/kd_teacher_plan";
-  const RunResult compile = RunCaptured(
-      {std::string(MAESTRO_BIN_DIR) + "/maestro-compile",
-       WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"},
-      {});
+  const RunResult compile = runtime_testing::RunBuiltTool(
+      "maestro-compile",
+      {WriteSpec("heldout_kd_teacher.toml", "corpus/heldout_text_document"), "-o", compiled, "--local", "2"});
   ASSERT_EQ(compile.exit_code, 0) << compile.output;
   auto loaded_plan = plan::LoadPlan(compiled + "/plan.json");
   ASSERT_TRUE(loaded_plan.ok()) << loaded_plan.status().ToString();
@@ -373,7 +335,8 @@ TEST_F(HeldOutEvalTest, AHeldOutTokenOutsideTheVocabularyStopsTheRunBeforeTraini
   ASSERT_TRUE(datasets::WriteMegatronIndexedDataset(bad, documents, datasets::MegatronDType::kUint16).ok());
   const std::string spec = WriteSpec("heldout_kd_bad.toml", "corpus/bad_heldout_text_document");
   const std::string out = root_ + "/kd_bad";
-  const RunResult run = RunCaptured({kMaestro, "run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
+  const RunResult run =
+      runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--fresh", "--steps", "2"}, {});
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find(bad + ".bin"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("400"), std::string::npos) << run.output;

@@ -27,68 +27,33 @@
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
 #include "tests/fixtures/hf_checkpoints.h"
+#include "tests/fixtures/scratch.h"
+#include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::ReadText;
-
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 
 // teacher: 2 layers, 64 wide, untied (its head is lm_head); student: 2
 // layers, 32 wide, tied, sharded into several files. Both bf16, vocab 512
 // (the built-in text data's).
 std::string KdSpec(const std::string& teacher_dir, const std::string& student_dir) {
-  return R"([job]
-name = "hf-kd"
-steps = 3
-
-[cluster]
-nodes = 1
-gpus_per_node = 4
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 2
-tflops_bf16 = 0.05
-
-[data]
-global_batch = 4
-seq_len = 32
-seed = 11
-
-[models.teacher]
-weights = ")" +
-         teacher_dir +
-         R"("
-
-[models.student]
-weights = ")" +
-         student_dir +
-         R"("
-
-[[section]]
-name = "teacher"
-model = "teacher"
-mode = "forward"
-
-[[section]]
-name = "student"
-model = "student"
-mode = "train"
-optimizer = { lr = 1e-3 }
-loss = { kind = "kd", alpha = 0.5, temperature = 2.0 }
-
-[[edge]]
-from = "teacher"
-to = "student"
-tensor = "teacher_hidden"
-)";
+  return fixtures::WithKeys(fixtures::LocalCpuSpecHead("hf-kd") + "\n[models.teacher]\nweights = \"" + teacher_dir +
+                                "\"\n\n[models.student]\nweights = \"" + student_dir + "\"\n" +
+                                fixtures::KdSectionsToml(),
+                            {{"job", "steps", "3"},
+                             {"cluster", "gpus_per_node", "4"},
+                             {"cluster.gpu.cpu", "memory_gb", "2"},
+                             {"data", "global_batch", "4"},
+                             {"data", "seq_len", "32"},
+                             {"data", "seed", "11"}});
 }
 
 class HfRunTest : public ::testing::Test {
@@ -96,10 +61,7 @@ class HfRunTest : public ::testing::Test {
   void SetUp() override {
     // One folder per test: ctest runs the tests of this file as processes side by side.
     delete root_;
-    root_ = new fs::path(fs::path(MAESTRO_TEST_TMP) / "hf_run" /
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(*root_);
-    fs::create_directories(*root_);
+    root_ = new fs::path(fixtures::PerTestDir("hf_run"));
     auto teacher = fixtures::WriteRandomHfCheckpoint((*root_ / "teacher").string(),
                                                      fixtures::TinyQwen2Config(64, 2, 4, 2, 128, 512, false),
                                                      hf::TensorDType::kBF16, 1);
@@ -112,11 +74,7 @@ class HfRunTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete root_; }
 
-  static RunResult Maestro(const std::vector<std::string>& args) {
-    std::vector<std::string> argv{"timeout", "-s", "KILL", "300", kMaestro};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCaptured(argv);
-  }
+  static RunResult Maestro(const std::vector<std::string>& args) { return runtime_testing::RunMaestro(args, {}, 300); }
 
   // Every tensor of `exported` equals the student's: names, dtypes, shapes, bytes.
   static void ExpectSameTensors(const fs::path& exported, const fs::path& source) {
@@ -150,15 +108,12 @@ void ZeroStepsRoundTrip(const fs::path& root, const std::string& name, const std
   fs::remove_all(out);
   std::vector<std::string> run{"run", (root / "kd.toml").string(), "-o", out.string(), "--steps", "0", "--no-eval"};
   run.insert(run.end(), layout.begin(), layout.end());
-  auto r = [&] {
-    std::vector<std::string> argv{"timeout", "-s", "KILL", "300", kMaestro};
-    argv.insert(argv.end(), run.begin(), run.end());
-    return RunCaptured(argv);
-  }();
+  auto r = runtime_testing::RunMaestro(run, {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(out / "run" / "initial")) << r.output;
   EXPECT_TRUE(runtime_testing::Losses((out / "run").string()).empty());  // nothing trained
-  auto e = RunCaptured({kMaestro, "export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
+  auto e = runtime_testing::RunMaestro(
+      {"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
   ASSERT_EQ(e.exit_code, 0) << e.output;
   EXPECT_NE(e.output.find("initial weights"), std::string::npos) << e.output;
 }
@@ -240,16 +195,18 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   fs::remove_all(dir / "student-copy");
   // Resume with the compiled plan (a recompile would refuse the missing folder).
-  auto second = RunCaptured({"timeout", "-s", "KILL", "300", std::string(MAESTRO_BIN_DIR) + "/maestro-worker",
-                             "--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(), "--steps", "3",
-                             (dir / "out" / "plan.json").string()});
+  auto second = runtime_testing::RunBuiltTool("maestro-worker",
+                                              {"--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(),
+                                               "--steps", "3", (dir / "out" / "plan.json").string()},
+                                              {}, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_EQ(runtime_testing::Losses((dir / "out" / "run").string()).size(), 3u) << second.output;
   // A fresh run cannot start without it, and says which folder is missing.
   fs::remove_all(dir / "out" / "run");
-  auto fresh = RunCaptured({"timeout", "-s", "KILL", "300", std::string(MAESTRO_BIN_DIR) + "/maestro-worker",
-                            "--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(), "--steps", "1",
-                            (dir / "out" / "plan.json").string()});
+  auto fresh = runtime_testing::RunBuiltTool("maestro-worker",
+                                             {"--reference", "--no-eval", "--run-dir", (dir / "out" / "run").string(),
+                                              "--steps", "1", (dir / "out" / "plan.json").string()},
+                                             {}, 300);
   EXPECT_NE(fresh.exit_code, 0);
   EXPECT_NE(fresh.output.find("student-copy"), std::string::npos) << fresh.output;
 }

@@ -22,24 +22,16 @@
 
 #include "plan/plan.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 const std::string kSpec = std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_vlm.toml";
-
-RunResult Maestro(std::vector<std::string> args) {
-  std::vector<std::string> argv{"timeout", "-s", "KILL", "600", kMaestro};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCaptured(argv);
-}
 
 // specs/tiny_vlm.toml with `max_in_flight = cap` in its [job] table, at `path`.
 void WriteSpecWithCap(int cap, const fs::path& path) {
@@ -92,9 +84,10 @@ void TrainAt(int cap, const fs::path& root, CappedRun* out) {
   const fs::path spec = root / ("tiny_vlm_cap" + std::to_string(cap) + ".toml");
   WriteSpecWithCap(cap, spec);
   const fs::path dir = root / ("cap" + std::to_string(cap));
-  const RunResult run = Maestro({"run", spec.string(), "-o", dir.string(), "--ranks", "3", "--grouping", "sectioned",
-                                 "--steps", "3", "--no-eval", "--fresh", "--pin", "vit.micro_batch=4", "--pin",
-                                 "llm.micro_batch=4", "--pin", "llm.cp=1"});
+  const RunResult run = runtime_testing::RunMaestro(
+      {"run", spec.string(), "-o", dir.string(), "--ranks", "3", "--grouping", "sectioned", "--steps", "3", "--no-eval",
+       "--fresh", "--pin", "vit.micro_batch=4", "--pin", "llm.micro_batch=4", "--pin", "llm.cp=1"},
+      {}, 600);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   auto plan = plan::LoadPlan((dir / "plan.json").string());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -124,8 +117,9 @@ TEST(InFlightCapRun, TheViTKeepsTheCapAndTheLossesEqualTheReference) {
   EXPECT_LE(capped.most_open, 2) << "cap 1 (+ 1 of the scheduler's deadlock relief), as the memory model assumes";
 
   const fs::path spec = root / "tiny_vlm_cap1.toml";
-  const RunResult reference = Maestro({"run", spec.string(), "-o", (root / "reference").string(), "--reference",
-                                       "--steps", "3", "--no-eval", "--fresh"});
+  const RunResult reference = runtime_testing::RunMaestro({"run", spec.string(), "-o", (root / "reference").string(),
+                                                           "--reference", "--steps", "3", "--no-eval", "--fresh"},
+                                                          {}, 600);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto want = runtime_testing::Losses((root / "reference" / "run").string());
   for (const CappedRun* run : {&capped, &uncapped}) {

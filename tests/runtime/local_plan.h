@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The runtime tests' plans: an example spec compiled with a given grouping,
-// and a plan re-placed on this machine after a test chose its sections'
-// configurations. No torch.
+// a spec compiled for a runtime that supports a given list of features, a
+// plan re-placed on this machine after a test chose its sections'
+// configurations, and an example spec compiled sectioned with each section
+// laid out as a test says (SectionedExamplePlan). No torch. May call: compiler, plan.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "base/checks.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "compiler/workload_builder.h"
@@ -37,6 +41,26 @@ inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Gr
   return compiled.ok() ? compiled->plan : plan::Plan();
 }
 
+// `spec` compiled (cluster mode) with `grouping` for a runtime that
+// supports `support` (a --runtime-support list; "": this build's runtime).
+inline StatusOr<compiler::CompileResult> CompileForRuntime(const compiler::Spec& spec, compiler::Grouping grouping,
+                                                           const std::string& support) {
+  compiler::CompileOptions options;
+  options.grouping = grouping;
+  if (!support.empty()) {
+    MAESTRO_ASSIGN_OR_RETURN(options.support, compiler::ParseRuntimeSupport(support));
+    options.support_given = true;
+  }
+  return compiler::Compile(spec, options);
+}
+
+// A section's layout in a test plan: its TP, CP and DP degrees (PP 1), its
+// micro-batch, ZeRO stage and recomputation.
+struct SectionLayout {
+  int tp = 1, cp = 1, dp = 1, micro_batch = 4, zero_stage = 0;
+  plan::RecomputeGranularity recompute = plan::RecomputeGranularity::kNone;
+};
+
 // Places every section of `p` (its configs as the test set them) on one
 // node of CPU ranks, ranks numbered in section order, fan-outs derived
 // again, `steps` steps; validated and laid out.
@@ -57,6 +81,28 @@ inline void PlaceOnThisMachine(plan::Plan& p, int64_t steps) {
   p.data.steps = steps;
   EXPECT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
   plan::FillLayout(p);
+}
+
+// specs/<spec_name> compiled sectioned, each section laid out as `layouts`
+// says (every section has one there), its initial weights from the seed and
+// no run-ahead, on this machine's CPU ranks, `steps` steps.
+inline plan::Plan SectionedExamplePlan(const std::string& spec_name,
+                                       const std::map<std::string, SectionLayout>& layouts, int64_t steps) {
+  plan::Plan p = CompiledExamplePlan(spec_name, compiler::Grouping::kSectioned);
+  for (auto& s : p.sections) {
+    const SectionLayout& l = layouts.at(s.name);
+    s.init_from.clear();
+    s.run_ahead = 0;
+    s.config.tp = l.tp;
+    s.config.pp = 1;
+    s.config.cp = l.cp;
+    s.config.dp = l.dp;
+    s.config.micro_batch = l.micro_batch;
+    s.config.zero_stage = l.zero_stage;
+    s.config.set_recompute_granularity(l.recompute);
+  }
+  PlaceOnThisMachine(p, steps);
+  return p;
 }
 
 }  // namespace maestro::runtime_testing

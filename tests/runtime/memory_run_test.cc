@@ -49,8 +49,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -63,219 +63,75 @@
 #include "plan/loss_chunk.h"
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
+#include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-namespace fs = std::filesystem;
 using launcher::testing::MpirunArgs;
 using launcher::testing::RunCaptured;
 
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+// The students' loss: KD over the whole vocabulary.
+constexpr char kKdLossTopK0[] = R"({ kind = "kd", alpha = 0.5, temperature = 2.0, top_k = 0 })";
 
-constexpr char kHeader[] = R"([job]
-name = "memory"
-time = "00:10:00"
-output = "memory-%j.out"
-steps = 2
+const std::string kWorker = runtime_testing::WorkerBinary();
 
-[cluster]
-nodes = 1
-gpus_per_node = 2
-
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 8
-tflops_bf16 = 0.05
-partition = "batch"
-
-[data]
-dataset = "text"
-global_batch = 8
-seq_len = 256
-seed = 5
-)";
+// The head of every spec here: [job] `name`, 2 steps, on this machine's CPU
+// ranks (2 unless a test says), the built-in text in global batches of 8
+// samples of 256 tokens (seed 5).
+std::string Head(const std::string& name = "memory") {
+  return fixtures::LocalCpuBatchSpecHead(name, "memory");
+}
 
 // 27M parameters: 18M in six GQA blocks, 8.4M in the embedding and LM head.
-constexpr char kDecoderSpec[] = R"(
-[models.lm]
-kind = "decoder"
-hidden = 512
-layers = 6
-heads = 8
-kv_heads = 2
-ffn_hidden = 1536
-vocab = 8192
+std::string DecoderSpec(int micro_batch = 8) {
+  return Head() + fixtures::DecoderModelToml("lm", {512, 6, 8, 2, 1536, 8192}) +
+         fixtures::SectionToml("lm", "train", micro_batch);
+}
 
-[[section]]
-name = "lm"
-model = "lm"
-mode = "train"
-micro_batch = 8
-optimizer = { lr = 1e-3 }
-)";
-
-constexpr char kKdSpec[] = R"(
-[models.teacher]
-kind = "decoder"
-hidden = 768
-layers = 10
-heads = 12
-kv_heads = 4
-ffn_hidden = 2048
-vocab = 8192
-
-[models.student]
-kind = "decoder"
-hidden = 256
-layers = 4
-heads = 4
-kv_heads = 2
-ffn_hidden = 768
-vocab = 8192
-
-[[section]]
-name = "teacher"
-model = "teacher"
-mode = "forward"
-micro_batch = 8
-
-[[section]]
-name = "student"
-model = "student"
-mode = "train"
-micro_batch = 8
-optimizer = { lr = 1e-3 }
-loss = { kind = "kd", alpha = 0.5, temperature = 2.0, top_k = 0 }
-
-[[edge]]
-from = "teacher"
-to = "student"
-tensor = "teacher_hidden"
-)";
+std::string KdSpec() {
+  return fixtures::WithKeys(Head() + fixtures::DecoderModelToml("teacher", {768, 10, 12, 4, 2048, 8192}) +
+                                fixtures::DecoderModelToml("student", {256, 4, 4, 2, 768, 8192}) +
+                                fixtures::KdSectionsToml(8),
+                            {{"section.student", "loss", kKdLossTopK0}});
+}
 
 // A Qwen2-MoE-shaped decoder (docs/moe.md): 8 experts of 768, top 2 as they
 // are, a gated shared expert of 512, the load-balancing loss; 36M parameters,
 // 28M of them routed experts.
-constexpr char kMoeSpec[] = R"(
-[models.lm]
-kind = "decoder"
-hidden = 384
-layers = 4
-heads = 6
-kv_heads = 2
-vocab = 8192
-experts = 8
+std::string MoeSpec() {
+  return Head() + fixtures::DecoderModelToml("lm", {384, 4, 6, 2, 0, 8192}) + R"(experts = 8
 experts_per_token = 2
 moe_ffn_hidden = 768
 shared_expert_ffn_hidden = 512
 norm_topk_prob = false
 router_aux_loss_coef = 0.01
-
-[[section]]
-name = "lm"
-model = "lm"
-mode = "train"
-micro_batch = 8
-optimizer = { lr = 1e-3 }
-)";
+)" + fixtures::SectionToml("lm", "train", 8);
+}
 
 // A KD pair whose frozen teacher is a pipeline of 2 stages (one block
-// each) at micro-batch 2 on 256-token samples; the global batch is
-// substituted (@BATCH@), so the same plan runs 4 or 64 micro-batches a step.
-constexpr char kPipelinedTeacherSpec[] = R"([job]
-name = "memory-pp-teacher"
-time = "00:10:00"
-output = "memory-%j.out"
-steps = 2
-
-[cluster]
-nodes = 1
-gpus_per_node = 3
-
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 8
-tflops_bf16 = 0.05
-partition = "batch"
-
-[data]
-dataset = "text"
-global_batch = @BATCH@
-seq_len = 256
-seed = 5
-
-[models.teacher]
-kind = "decoder"
-hidden = 256
-layers = 2
-heads = 4
-kv_heads = 2
-ffn_hidden = 512
-vocab = 512
-
-[models.student]
-kind = "decoder"
-hidden = 64
-layers = 1
-heads = 2
-kv_heads = 1
-ffn_hidden = 128
-vocab = 512
-
-[[section]]
-name = "teacher"
-model = "teacher"
-mode = "forward"
-pp = 2
-micro_batch = 2
-
-[[section]]
-name = "student"
-model = "student"
-mode = "train"
-micro_batch = 8
-optimizer = { lr = 1e-3 }
-loss = { kind = "kd", alpha = 0.5, temperature = 2.0, top_k = 0 }
-
-[[edge]]
-from = "teacher"
-to = "student"
-tensor = "teacher_hidden"
-)";
+// each) at micro-batch 2 on 256-token samples, on 3 ranks; `batch` samples a
+// step, so the same plan runs 4 or 64 micro-batches a step.
+std::string PipelinedTeacherSpec(int batch) {
+  return fixtures::WithKeys(
+      Head("memory-pp-teacher") + fixtures::DecoderModelToml("teacher", {256, 2, 4, 2, 512, 512}) +
+          fixtures::DecoderModelToml("student", {64, 1, 2, 1, 128, 512}) + fixtures::KdSectionsToml(8),
+      {{"cluster", "gpus_per_node", "3"},
+       {"data", "global_batch", std::to_string(batch)},
+       {"section.teacher", "micro_batch", "2"},
+       {"section.teacher", "pp", "2"},
+       {"section.student", "loss", kKdLossTopK0}});
+}
 
 // A VLM whose ViT is weights-heavy: 8 blocks of 768 (7.1M parameters each)
 // on 28x28 images in 16 patches, so its activations are small; the decoder
 // is tiny and not measured.
-constexpr char kVitTpSpec[] = R"([job]
-name = "memory-vit"
-time = "00:10:00"
-output = "memory-%j.out"
-steps = 2
-
-[cluster]
-nodes = 1
-gpus_per_node = 2
-
-[cluster.gpu.cpu]
-cpu = true
-memory_gb = 8
-tflops_bf16 = 0.05
-partition = "batch"
-
-[data]
-dataset = "fashion_mnist_captions"
-global_batch = 8
-seq_len = 32
-seed = 5
-
-[[data.modality]]
-name = "image"
-fraction = 0.7
-tokens = 16
-
+std::string VitSpec() {
+  return fixtures::WithKeys(Head("memory-vit") + "\n" + fixtures::ModalityToml("image", "0.7", 16) + R"(
 [models.vit]
 kind = "vit"
 hidden = 768
@@ -289,32 +145,13 @@ cls_token = false
 spatial_merge = 1
 merger_hidden = 256
 out_dim = 128
-
-[models.llm]
-kind = "decoder"
-hidden = 128
-layers = 2
-heads = 4
-kv_heads = 2
-ffn_hidden = 384
-vocab = 512
-
-[[section]]
-name = "vit"
-model = "vit"
-mode = "train"
-activation = "image"
-micro_batch = 4
-optimizer = { lr = 1e-3 }
-
-[[section]]
-name = "llm"
-model = "llm"
-mode = "train"
-inputs = ["vit.image_embeddings"]
-micro_batch = 8
-optimizer = { lr = 1e-3 }
-)";
+)" + fixtures::DecoderModelToml("llm", {128, 2, 4, 2, 384, 512}) +
+                                fixtures::SectionToml("vit", "train", 4) + fixtures::SectionToml("llm", "train", 8),
+                            {{"data", "dataset", "\"fashion_mnist_captions\""},
+                             {"data", "seq_len", "32"},
+                             {"section.vit", "activation", "\"image\""},
+                             {"section.llm", "inputs", "[\"vit.image_embeddings\"]"}});
+}
 
 struct RankMemory {
   std::string section;
@@ -363,13 +200,14 @@ std::vector<RankMemory> RunPlan(const plan::Plan& plan, const std::string& dir) 
   return memory;
 }
 
+// RunDir(name): <test-tmp>/memory_run/<name>, emptied.
+const runtime_testing::FreshDirs RunDir{"memory_run"};
+
 // Compiles `spec_text` for this machine (one CPU rank per section, or
 // `ranks`, with `pins`), runs it under mpirun and reads every rank's memory.
 MeasuredRun CompileAndRun(const std::string& name, const std::string& spec_text, int ranks = 0,
                           const std::vector<compiler::PinOverride>& pins = {}) {
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/memory_run/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const std::string dir = RunDir(name);
   MeasuredRun run;
   auto spec = compiler::ParseSpecString(spec_text, dir + "/spec.toml", dir);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
@@ -388,12 +226,17 @@ MeasuredRun CompileAndRun(const std::string& name, const std::string& spec_text,
   return run;
 }
 
+// An estimate's parts, for messages.
+std::string Breakdown(const compiler::MemoryBreakdown& m) {
+  return fmt::format("weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} MB, activations {:.0f} MB",
+                     m.weights / 1e6, m.gradients / 1e6, m.optimizer / 1e6, m.activations / 1e6);
+}
+
 // Section `name`'s estimate above the reserve, and its breakdown for messages.
 double EstimateAboveReserve(const MeasuredRun& run, const std::string& name, std::string* breakdown) {
   const int s = run.plan.section_index(name);
   const auto& m = run.compiled.assignment.sections[static_cast<size_t>(s)].cost.memory;
-  *breakdown = fmt::format("weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} MB, activations {:.0f} MB",
-                           m.weights / 1e6, m.gradients / 1e6, m.optimizer / 1e6, m.activations / 1e6);
+  *breakdown = Breakdown(m);
   EXPECT_DOUBLE_EQ(m.reserved, compiler::kCpuWorkerBaselineBytes);
   EXPECT_NEAR(run.plan.sections[static_cast<size_t>(s)].predicted_memory_bytes, m.total(), 1.0);
   return run.plan.sections[static_cast<size_t>(s)].predicted_memory_bytes - compiler::kCpuWorkerBaselineBytes;
@@ -431,10 +274,8 @@ void ExpectWithin20Percent(const MeasuredRun& run, const std::string& section) {
 }
 
 TEST(MemoryAsMeasured, Zero1AtDp2HoldsWhatTheEstimateSaysAndLessThanZeroStage0) {
-  std::string spec = std::string(kHeader) + kDecoderSpec;
-  const std::string mb = "micro_batch = 8";
-  spec.replace(spec.find(mb), mb.size(), "micro_batch = 4");  // 4 samples per replica
-  const MeasuredRun run = CompileAndRun("zero1", spec, 2, {{"lm", "dp", 2, "lm.dp=2"}});
+  // 4 samples per replica.
+  const MeasuredRun run = CompileAndRun("zero1", DecoderSpec(4), 2, {{"lm", "dp", 2, "lm.dp=2"}});
   ASSERT_FALSE(run.memory.empty());
   const auto& config = run.plan.sections[0].config;
   ASSERT_EQ(config.dp, 2);
@@ -448,10 +289,7 @@ TEST(MemoryAsMeasured, Zero1AtDp2HoldsWhatTheEstimateSaysAndLessThanZeroStage0) 
   // the moments too (memory_model.cc: optimizer / dp under zero_stage >= 1).
   plan::Plan replicated = run.plan;
   replicated.sections[0].config.zero_stage = 0;
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/memory_run/zero0";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const auto memory0 = RunPlan(replicated, dir);
+  const auto memory0 = RunPlan(replicated, RunDir("zero0"));
   const double sharded_away = m.optimizer * (config.dp - 1);
   const double peak0 =
       ExpectRanksWithin20Percent(memory0, "lm", estimate1 + sharded_away,
@@ -468,7 +306,7 @@ TEST(MemoryAsMeasured, Zero1AtDp2HoldsWhatTheEstimateSaysAndLessThanZeroStage0) 
 // stage's peak within 20% of its own estimate, and the section's estimate
 // is its heaviest stage's.
 TEST(MemoryAsMeasured, PipelineStagesHoldWhatTheEstimateSays) {
-  const MeasuredRun run = CompileAndRun("pp2", std::string(kHeader) + kDecoderSpec, 2, {{"lm", "pp", 2, "lm.pp=2"}});
+  const MeasuredRun run = CompileAndRun("pp2", DecoderSpec(), 2, {{"lm", "pp", 2, "lm.pp=2"}});
   ASSERT_EQ(run.memory.size(), 2u);
   ASSERT_EQ(run.plan.sections[0].config.pp, 2);
   std::string breakdown;
@@ -482,47 +320,164 @@ TEST(MemoryAsMeasured, PipelineStagesHoldWhatTheEstimateSays) {
     const auto& m = stages[static_cast<size_t>(coords->pp)];
     const double estimate = m.total() - m.reserved;
     heaviest = std::max(heaviest, estimate);
-    const std::string stage_breakdown =
-        fmt::format("stage {}: weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} MB, activations {:.0f} MB",
-                    coords->pp, m.weights / 1e6, m.gradients / 1e6, m.optimizer / 1e6, m.activations / 1e6);
+    const std::string stage_breakdown = fmt::format("stage {}: {}", coords->pp, Breakdown(m));
     ExpectRanksWithin20Percent({run.memory[static_cast<size_t>(r)]}, "lm", estimate, stage_breakdown);
   }
   EXPECT_NEAR(section_estimate, heaviest, 1.0) << "the section is priced as its heaviest stage; " << breakdown;
 }
 
+// ---- runs whose measured sections' ranks each hold what the estimate says ----
+
+// A section's parallel degree by name ("tp", "cp", "dp", "ep").
+int DegreeOf(const plan::ParallelConfig& c, const std::string& degree) {
+  if (degree == "tp") return c.tp;
+  if (degree == "cp") return c.cp;
+  if (degree == "dp") return c.dp;
+  if (degree == "ep") return c.ep;
+  ADD_FAILURE() << "no degree " << degree;
+  return -1;
+}
+
+// A spec compiled with `pins` on `ranks` ranks (0: one per section) and run;
+// fatal unless `measured_ranks` ranks' memory was read (0: at least one)
+// and the first of `sections` has the `degrees` it was pinned to; then the
+// case's own `checks` of that section's plan and estimate, and every rank of
+// each of `sections` within 20% of its estimate (ExpectWithin20Percent).
+struct MeasuredCase {
+  std::string name;  // the run's folder, memory_run/<name>
+  std::string spec;
+  int ranks = 0;
+  std::vector<compiler::PinOverride> pins;
+  size_t measured_ranks = 0;
+  std::vector<std::string> sections;
+  std::map<std::string, int> degrees;
+  std::function<void(const plan::SectionPlan&, const compiler::MemoryBreakdown&)> checks;
+};
+
+// The cases, one a test below.
+const std::vector<MeasuredCase>& MeasuredCases() {
+  static const std::vector<MeasuredCase> cases = {
+      {"cp2",
+       DecoderSpec(),
+       2,
+       {{"lm", "cp", 2, "lm.cp=2"}},
+       2,
+       {"lm"},
+       {{"cp", 2}},
+       [](const plan::SectionPlan& s, const compiler::MemoryBreakdown&) {
+         EXPECT_EQ(s.planner_only, "") << "decoder CP runs on the runtime";
+       }},
+      // 4 samples per replica.
+      {"cp2_dp2_zero1",
+       DecoderSpec(4),
+       4,
+       {{"lm", "cp", 2, "lm.cp=2"}, {"lm", "dp", 2, "lm.dp=2"}},
+       4,
+       {"lm"},
+       {{"cp", 2}, {"dp", 2}},
+       [](const plan::SectionPlan& s, const compiler::MemoryBreakdown& m) {
+         EXPECT_EQ(s.config.zero_stage, 1) << "the runtime shards AdamW over DP x CP: the planner emits ZeRO-1";
+         EXPECT_NEAR(m.optimizer * 4, m.gradients * 2, 0.01 * m.gradients) << "fp32 moments (8 B) over 4 ranks";
+       }},
+      {"moe",
+       MoeSpec(),
+       0,
+       {},
+       0,
+       {"lm"},
+       {},
+       [](const plan::SectionPlan& s, const compiler::MemoryBreakdown& m) {
+         ASSERT_EQ(s.model.experts, 8);
+         EXPECT_EQ(s.planner_only, "") << "MoE runs on the runtime";
+         EXPECT_GT(m.activations, 0.2 * (m.total() - m.reserved)) << "activations must be a real share of the estimate";
+       }},
+      {"moe_ep2",
+       MoeSpec(),
+       2,
+       {{"lm", "ep", 2, "lm.ep=2"}, {"lm", "dp", 2, "lm.dp=2"}},
+       2,
+       {"lm"},
+       {{"ep", 2}},
+       [](const plan::SectionPlan& s, const compiler::MemoryBreakdown&) {
+         EXPECT_EQ(s.planner_only, "") << "EP runs on the runtime";
+       }},
+      {"vit_cp2", VitSpec(), 3, {{"vit", "cp", 2, "vit.cp=2"}}, 0, {"vit"}, {{"cp", 2}}, nullptr},
+      {"vit_tp2",
+       VitSpec(),
+       3,
+       {{"vit", "tp", 2, "vit.tp=2"}},
+       0,
+       {"vit"},
+       {{"tp", 2}},
+       [](const plan::SectionPlan&, const compiler::MemoryBreakdown& m) {
+         EXPECT_GT(m.weights + m.gradients + m.optimizer, 0.7 * (m.total() - m.reserved)) << "weights must dominate";
+       }},
+      {"kd", KdSpec(), 0, {}, 0, {"teacher", "student"}, {}, nullptr},
+  };
+  return cases;
+}
+
+// Runs MeasuredCases' case `name`.
+void ExpectMeasuredCase(const std::string& name) {
+  const auto& cases = MeasuredCases();
+  const auto c = std::find_if(cases.begin(), cases.end(), [&](const MeasuredCase& x) { return x.name == name; });
+  ASSERT_NE(c, cases.end()) << name;
+  const MeasuredRun run = CompileAndRun(c->name, c->spec, c->ranks, c->pins);
+  if (c->measured_ranks > 0) {
+    ASSERT_EQ(run.memory.size(), c->measured_ranks);
+  } else {
+    ASSERT_FALSE(run.memory.empty());
+  }
+  const int index = run.plan.section_index(c->sections.front());
+  ASSERT_GE(index, 0);
+  const plan::SectionPlan& section = run.plan.sections[static_cast<size_t>(index)];
+  for (const auto& [degree, value] : c->degrees) ASSERT_EQ(DegreeOf(section.config, degree), value) << degree;
+  if (c->checks) c->checks(section, run.compiled.assignment.sections[static_cast<size_t>(index)].cost.memory);
+  for (const std::string& s : c->sections) ExpectWithin20Percent(run, s);
+}
+
 TEST(MemoryAsMeasured, ContextParallelRanksHoldWhatTheEstimateSays) {
-  const MeasuredRun run = CompileAndRun("cp2", std::string(kHeader) + kDecoderSpec, 2, {{"lm", "cp", 2, "lm.cp=2"}});
-  ASSERT_EQ(run.memory.size(), 2u);
-  ASSERT_EQ(run.plan.sections[0].config.cp, 2);
-  EXPECT_EQ(run.plan.sections[0].planner_only, "") << "decoder CP runs on the runtime";
-  ExpectWithin20Percent(run, "lm");
+  ExpectMeasuredCase("cp2");
 }
 
 // ZeRO-1 over DP x CP (docs/gradient_sync.md, Megatron-LM's distributed
 // optimizer): the decoder at CP 2 x DP 2, AdamW's moments sharded over the 4
 // ranks and the gradients reduce-scattered in buckets; each rank within 20%.
 TEST(MemoryAsMeasured, Zero1OverDpAndCpHoldsWhatTheEstimateSays) {
-  std::string spec = std::string(kHeader) + kDecoderSpec;
-  const std::string mb = "micro_batch = 8";
-  spec.replace(spec.find(mb), mb.size(), "micro_batch = 4");  // 4 samples per replica
-  const MeasuredRun run =
-      CompileAndRun("cp2_dp2_zero1", spec, 4, {{"lm", "cp", 2, "lm.cp=2"}, {"lm", "dp", 2, "lm.dp=2"}});
-  ASSERT_EQ(run.memory.size(), 4u);
-  const auto& config = run.plan.sections[0].config;
-  ASSERT_EQ(config.cp, 2);
-  ASSERT_EQ(config.dp, 2);
-  EXPECT_EQ(config.zero_stage, 1) << "the runtime shards AdamW over DP x CP: the planner emits ZeRO-1";
-  const auto& m = run.compiled.assignment.sections[0].cost.memory;
-  EXPECT_NEAR(m.optimizer * 4, m.gradients * 2, 0.01 * m.gradients) << "fp32 moments (8 B) over 4 ranks";
-  ExpectWithin20Percent(run, "lm");
+  ExpectMeasuredCase("cp2_dp2_zero1");
+}
+
+// A MoE decoder: its experts' weights, gradients and AdamW, the routed
+// slots' activations (each token's k experts' SwiGLU) and the shared expert.
+TEST(MemoryAsMeasured, MoeDecoderPeakAboveBaselineMatchesTheEstimate) {
+  ExpectMeasuredCase("moe");
+}
+
+// The MoE decoder at EP 2 x DP 2: each rank holds half the routed experts
+// (weights, gradients, AdamW) and its share of the exchanged rows.
+TEST(MemoryAsMeasured, ExpertParallelRanksHoldTheirExpertsAsTheEstimateSays) {
+  ExpectMeasuredCase("moe_ep2");
+}
+
+// The ViT at CP 2: each rank's chunk of the patches, the gathered k/v, and
+// the stem and merger over the whole sequence.
+TEST(MemoryAsMeasured, VitAtCp2HoldsWhatTheEstimateSays) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectMeasuredCase("vit_cp2");
+}
+
+TEST(MemoryAsMeasured, VitAtTp2HoldsItsShardAsTheEstimateSays) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  ExpectMeasuredCase("vit_tp2");
+}
+
+TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {
+  ExpectMeasuredCase("kd");
 }
 
 // The decoder spec with `recompute = <value>` pinned on its section.
 std::string DecoderSpecWithRecompute(const std::string& value) {
-  std::string spec = std::string(kHeader) + kDecoderSpec;
-  const std::string mb = "micro_batch = 8";
-  spec.replace(spec.find(mb), mb.size(), mb + "\nrecompute = " + value);
-  return spec;
+  return fixtures::WithKeys(DecoderSpec(), {{"section.lm", "recompute", value}});
 }
 
 // The decoder without recomputation (its peak within 20% of the estimate),
@@ -560,53 +515,6 @@ TEST(MemoryAsMeasured, DecoderPeakMatchesTheEstimateAndRecomputeLowersItAsTheEst
   EXPECT_LT(peak["recompute_full"], peak["recompute_selective"]) << "full keeps less than selective";
 }
 
-// A MoE decoder: its experts' weights, gradients and AdamW, the routed
-// slots' activations (each token's k experts' SwiGLU) and the shared expert.
-TEST(MemoryAsMeasured, MoeDecoderPeakAboveBaselineMatchesTheEstimate) {
-  const MeasuredRun run = CompileAndRun("moe", std::string(kHeader) + kMoeSpec);
-  ASSERT_FALSE(run.memory.empty());
-  ASSERT_EQ(run.plan.sections[0].model.experts, 8);
-  EXPECT_EQ(run.plan.sections[0].planner_only, "") << "MoE runs on the runtime";
-  const auto& m = run.compiled.assignment.sections[0].cost.memory;
-  EXPECT_GT(m.activations, 0.2 * (m.total() - m.reserved)) << "activations must be a real share of the estimate";
-  ExpectWithin20Percent(run, "lm");
-}
-
-// The MoE decoder at EP 2 x DP 2: each rank holds half the routed experts
-// (weights, gradients, AdamW) and its share of the exchanged rows.
-TEST(MemoryAsMeasured, ExpertParallelRanksHoldTheirExpertsAsTheEstimateSays) {
-  const MeasuredRun run = CompileAndRun("moe_ep2", std::string(kHeader) + kMoeSpec, 2,
-                                        {{"lm", "ep", 2, "lm.ep=2"}, {"lm", "dp", 2, "lm.dp=2"}});
-  ASSERT_EQ(run.memory.size(), 2u);
-  ASSERT_EQ(run.plan.sections[0].config.ep, 2);
-  EXPECT_EQ(run.plan.sections[0].planner_only, "") << "EP runs on the runtime";
-  ExpectWithin20Percent(run, "lm");
-}
-
-// The ViT at CP 2: each rank's chunk of the patches, the gathered k/v, and
-// the stem and merger over the whole sequence.
-TEST(MemoryAsMeasured, VitAtCp2HoldsWhatTheEstimateSays) {
-  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
-  const MeasuredRun run = CompileAndRun("vit_cp2", kVitTpSpec, 3, {{"vit", "cp", 2, "vit.cp=2"}});
-  ASSERT_FALSE(run.memory.empty());
-  const int vit = run.plan.section_index("vit");
-  ASSERT_GE(vit, 0);
-  ASSERT_EQ(run.plan.sections[static_cast<size_t>(vit)].config.cp, 2);
-  ExpectWithin20Percent(run, "vit");
-}
-
-TEST(MemoryAsMeasured, VitAtTp2HoldsItsShardAsTheEstimateSays) {
-  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
-  const MeasuredRun run = CompileAndRun("vit_tp2", kVitTpSpec, 3, {{"vit", "tp", 2, "vit.tp=2"}});
-  ASSERT_FALSE(run.memory.empty());
-  const int vit = run.plan.section_index("vit");
-  ASSERT_GE(vit, 0);
-  ASSERT_EQ(run.plan.sections[static_cast<size_t>(vit)].config.tp, 2);
-  const auto& m = run.compiled.assignment.sections[static_cast<size_t>(vit)].cost.memory;
-  EXPECT_GT(m.weights + m.gradients + m.optimizer, 0.7 * (m.total() - m.reserved)) << "weights must dominate";
-  ExpectWithin20Percent(run, "vit");
-}
-
 // A fused section at CP 2 (docs/fused_context_parallel.md): the ViT whole
 // on both CP ranks (its weights, gradients and AdamW, and the CP
 // all-reduce's copy of its gradients), the LLM at decoder CP. A fused plan's
@@ -614,10 +522,8 @@ TEST(MemoryAsMeasured, VitAtTp2HoldsItsShardAsTheEstimateSays) {
 // (compile.cc FusedSectionOf): each rank within 20% of it at TP 1 CP 2.
 TEST(MemoryAsMeasured, FusedSectionAtCp2HoldsWhatTheMonolithicEstimateSays) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
-  const std::string dir = std::string(MAESTRO_TEST_TMP) + "/memory_run/fused_cp2";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  auto spec = compiler::ParseSpecString(kVitTpSpec, dir + "/spec.toml", dir);
+  const std::string dir = RunDir("fused_cp2");
+  auto spec = compiler::ParseSpecString(VitSpec(), dir + "/spec.toml", dir);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   // The spec pins the ViT's and the LLM's micro-batches apart (4 and 8),
   // which no fused plan honours: here the fused section takes the
@@ -651,11 +557,8 @@ TEST(MemoryAsMeasured, FusedSectionAtCp2HoldsWhatTheMonolithicEstimateSays) {
   ASSERT_EQ(p.world_size(), 2);
   const auto memory = RunPlan(p, dir);
   ASSERT_EQ(memory.size(), 2u);
-  const std::string breakdown = fmt::format(
-      "weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} MB, activations {:.0f} MB", m.memory.weights / 1e6,
-      m.memory.gradients / 1e6, m.memory.optimizer / 1e6, m.memory.activations / 1e6);
   ExpectRanksWithin20Percent(memory, p.sections[0].name, m.memory.total() - compiler::kCpuWorkerBaselineBytes,
-                             breakdown);
+                             Breakdown(m.memory));
 }
 
 // The chunked vocabulary loss (docs/loss_chunking.md): 32 x 512 tokens of an
@@ -665,28 +568,10 @@ TEST(MemoryAsMeasured, FusedSectionAtCp2HoldsWhatTheMonolithicEstimateSays) {
 // peak is within 20% of the estimate that counts one chunk, which the whole
 // chain would exceed by far more than 20%.
 TEST(MemoryAsMeasured, ChunkedVocabularyLossHoldsOneChunksLogits) {
-  std::string header = kHeader;
-  const std::string seq = "seq_len = 256";
-  header.replace(header.find(seq), seq.size(), "seq_len = 512");
-  const std::string batch = "global_batch = 8";
-  header.replace(header.find(batch), batch.size(), "global_batch = 32");
-  const MeasuredRun run = CompileAndRun("chunked_loss", header + R"(
-[models.lm]
-kind = "decoder"
-hidden = 128
-layers = 2
-heads = 4
-kv_heads = 2
-ffn_hidden = 384
-vocab = 8192
-
-[[section]]
-name = "lm"
-model = "lm"
-mode = "train"
-micro_batch = 32
-optimizer = { lr = 1e-3 }
-)");
+  const std::string header = fixtures::WithKeys(Head(), {{"data", "seq_len", "512"}, {"data", "global_batch", "32"}});
+  const MeasuredRun run =
+      CompileAndRun("chunked_loss", header + fixtures::DecoderModelToml("lm", {128, 2, 4, 2, 384, 8192}) +
+                                        fixtures::SectionToml("lm", "train", 32));
   ASSERT_FALSE(run.memory.empty());
   std::string breakdown;
   const double estimate = EstimateAboveReserve(run, "lm", &breakdown);
@@ -698,13 +583,6 @@ optimizer = { lr = 1e-3 }
   ExpectRanksWithin20Percent(run.memory, "lm", estimate, breakdown);
 }
 
-TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {
-  const MeasuredRun run = CompileAndRun("kd", std::string(kHeader) + kKdSpec);
-  ASSERT_FALSE(run.memory.empty());
-  ExpectWithin20Percent(run, "teacher");
-  ExpectWithin20Percent(run, "student");
-}
-
 // A forward-only pipeline (docs/run_ahead.md, "What the memory model
 // counts"): a stage before the last sends each micro-batch's activation as
 // an fp32 wire copy and holds the copies until the step's sends drain; the
@@ -714,14 +592,8 @@ TEST(MemoryAsMeasured, KdTeacherAndStudentMatchTheEstimate) {
 // difference of two runs: the stages' weights are too small for the
 // absolute 20% test above to see these terms).
 TEST(MemoryAsMeasured, AForwardOnlyPipelineStageHoldsItsStepsMessagesAsTheEstimateSays) {
-  const auto spec_with_batch = [](int batch) {
-    std::string spec = kPipelinedTeacherSpec;
-    const std::string key = "@BATCH@";
-    spec.replace(spec.find(key), key.size(), std::to_string(batch));
-    return spec;
-  };
-  const MeasuredRun few = CompileAndRun("pp_teacher_8", spec_with_batch(8), 3);
-  const MeasuredRun many = CompileAndRun("pp_teacher_128", spec_with_batch(128), 3);
+  const MeasuredRun few = CompileAndRun("pp_teacher_8", PipelinedTeacherSpec(8), 3);
+  const MeasuredRun many = CompileAndRun("pp_teacher_128", PipelinedTeacherSpec(128), 3);
   ASSERT_EQ(few.memory.size(), 3u);
   ASSERT_EQ(many.memory.size(), 3u);
   const int teacher = many.plan.section_index("teacher");

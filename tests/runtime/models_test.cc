@@ -234,12 +234,8 @@ void CheckAgainstPyTorch(const ReferenceCase& c) {
 
 // ---- the descs -----------------------------------------------------------------
 
-ModelDesc TinyDecoder() {
-  return fixtures::DecoderModel({32, 2, 4, 2, 48, 50});  // GQA: 2 query heads per kv head
-}
-
 ModelDesc TinyMoeDecoder() {
-  ModelDesc d = TinyDecoder();
+  ModelDesc d = fixtures::TinyDecoderModel();
   d.kv_heads = 1;  // MQA
   d.experts = 4;
   d.experts_per_token = 2;
@@ -272,18 +268,10 @@ ModelDesc TinyQwen3Moe() {
   return d;
 }
 
-ModelDesc TinyVit() {
-  return fixtures::VitModel({32, 2, 4, 64, 8, 4, 3});
-}
-
-ModelDesc TinyAudio() {
-  return fixtures::AudioEncoderModel({32, 2, 4, 64, 10, 12});
-}
-
 // Qwen2's decoder: q/k/v biases, tied embeddings, a head_dim that is not
 // hidden / heads, its rope_theta and eps.
 ModelDesc TinyQwen2() {
-  ModelDesc d = TinyDecoder();
+  ModelDesc d = fixtures::TinyDecoderModel();
   d.head_dim = 12;
   d.tie_embeddings = true;
   d.extra["qkv_bias"] = 1;
@@ -294,36 +282,9 @@ ModelDesc TinyQwen2() {
 
 // Mistral: a sliding window of 8 tokens.
 ModelDesc TinyMistral() {
-  ModelDesc d = TinyDecoder();
+  ModelDesc d = fixtures::TinyDecoderModel();
   d.extra["sliding_window"] = 8;
   d.extra["rms_norm_eps"] = 1e-6;
-  return d;
-}
-
-// CLIPVisionModel's tower, flags as compiler::ModelFromHfConfig sets them.
-ModelDesc TinyClip() {
-  ModelDesc d = TinyVit();
-  d.extra["vit_layout"] = 1;
-  d.extra["cls_token"] = 1;
-  d.extra["patch_bias"] = 0;
-  d.extra["pre_norm"] = 1;
-  d.extra["pooler"] = 0;
-  return d;
-}
-
-// Qwen2-VL's vision tower: 4x4 patches of 4x4 pixels, a 2x2 merger, 2 frames.
-ModelDesc TinyQwen2Vl() {
-  ModelDesc d = TinyVit();
-  d.image_size = 16;
-  d.ffn_hidden = 128;
-  d.out_dim = 24;
-  d.extra["vit_layout"] = 2;
-  d.extra["temporal_patch"] = 2;
-  d.extra["spatial_merge"] = 2;
-  d.extra["cls_token"] = 0;
-  d.extra["pos_embed"] = 0;
-  d.extra["patch_bias"] = 0;
-  d.extra["final_norm"] = 0;
   return d;
 }
 
@@ -373,7 +334,7 @@ ReferenceCase FloatInputCase(const std::string& name, const ModelDesc& desc, std
 // ---- reference tests -------------------------------------------------------------
 
 TEST(RuntimeModelsReference, DecoderGqaRopeSwiGluMatchesPyTorch) {
-  CheckAgainstPyTorch(DecoderCase("decoder_gqa", TinyDecoder(), 2, 7));
+  CheckAgainstPyTorch(DecoderCase("decoder_gqa", fixtures::TinyDecoderModel(), 2, 7));
 }
 
 TEST(RuntimeModelsReference, DecoderMoeTop2Of4TiedMatchesPyTorch) {
@@ -414,23 +375,23 @@ TEST(RuntimeModelsReference, DecoderMistralInsideItsWindowMatchesPyTorch) {
 }
 
 TEST(RuntimeModelsReference, VitEncoderMatchesPyTorch) {
-  CheckAgainstPyTorch(FloatInputCase("vit", TinyVit(), {2, 3, 8, 8}));
+  CheckAgainstPyTorch(FloatInputCase("vit", fixtures::TinyVitModel(), {2, 3, 8, 8}));
 }
 
 TEST(RuntimeModelsReference, ClipVisionTowerMatchesPyTorch) {
-  CheckAgainstPyTorch(FloatInputCase("clip", TinyClip(), {2, 3, 8, 8}));
+  CheckAgainstPyTorch(FloatInputCase("clip", fixtures::TinyClipVisionModel(), {2, 3, 8, 8}));
 }
 
 TEST(RuntimeModelsReference, Qwen2VlVisionTowerMatchesPyTorch) {
   // The reference flattens patches as Qwen2-VL's image processor does (merge
   // window by merge window) and runs HF's block-ordered 2-D RoPE; the C++
   // model keeps patches row-major: same tokens out.
-  CheckAgainstPyTorch(FloatInputCase("qwen2_vl", TinyQwen2Vl(), {2, 3, 16, 16}));
+  CheckAgainstPyTorch(FloatInputCase("qwen2_vl", fixtures::TinyQwen2VlVisionModel(), {2, 3, 16, 16}));
 }
 
 TEST(RuntimeModelsReference, WhisperAudioEncoderMatchesPyTorch) {
   // 11 frames: odd, so the stride-2 conv's ceil(F/2) = 6 is exercised.
-  CheckAgainstPyTorch(FloatInputCase("audio", TinyAudio(), {2, 10, 11}));
+  CheckAgainstPyTorch(FloatInputCase("audio", fixtures::TinyAudioModel(), {2, 10, 11}));
 }
 
 TEST(RuntimeModelsReference, MlpProjectorMatchesPyTorch) {
@@ -440,18 +401,18 @@ TEST(RuntimeModelsReference, MlpProjectorMatchesPyTorch) {
 // ---- shapes, determinism, descs ----------------------------------------------------
 
 TEST(RuntimeModels, OutputShapes) {
-  auto lm = BuildDecoder(TinyDecoder());
+  auto lm = BuildDecoder(fixtures::TinyDecoderModel());
   ASSERT_TRUE(lm.ok());
   auto ids = torch::zeros({3, 5}, torch::kLong);
   auto hidden = (*lm)->ForwardEmbeds((*lm)->Embed(ids));
   EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{3, 5, 32}));
   EXPECT_EQ((*lm)->Logits(hidden).sizes(), (std::vector<int64_t>{3, 5, 50}));
 
-  auto vit = BuildVitEncoder(TinyVit());
+  auto vit = BuildVitEncoder(fixtures::TinyVitModel());
   ASSERT_TRUE(vit.ok());
   EXPECT_EQ((*vit)->forward(torch::zeros({2, 3, 8, 8})).sizes(), (std::vector<int64_t>{2, 4, 32}));
 
-  auto audio = BuildAudioEncoder(TinyAudio());
+  auto audio = BuildAudioEncoder(fixtures::TinyAudioModel());
   ASSERT_TRUE(audio.ok());
   EXPECT_EQ((*audio)->forward(torch::zeros({2, 10, 12})).sizes(), (std::vector<int64_t>{2, 6, 32}));
   EXPECT_THROW((*audio)->forward(torch::zeros({2, 10, 13})), c10::Error);  // longer than audio_frames
@@ -462,20 +423,20 @@ TEST(RuntimeModels, OutputShapes) {
 }
 
 TEST(RuntimeModels, NewLayoutsOutputShapes) {
-  auto clip = BuildVitEncoder(TinyClip());
+  auto clip = BuildVitEncoder(fixtures::TinyClipVisionModel());
   ASSERT_TRUE(clip.ok()) << clip.status().ToString();
   EXPECT_EQ((*clip)->output_tokens(), 5);  // the class token + 4 patches
-  EXPECT_EQ(VitOutputTokens(TinyClip()), 5);
-  EXPECT_EQ(VitOutputTokens(TinyVit()), 4);
-  EXPECT_EQ(VitOutputDim(TinyQwen2Vl()), 24);
+  EXPECT_EQ(VitOutputTokens(fixtures::TinyClipVisionModel()), 5);
+  EXPECT_EQ(VitOutputTokens(fixtures::TinyVitModel()), 4);
+  EXPECT_EQ(VitOutputDim(fixtures::TinyQwen2VlVisionModel()), 24);
   EXPECT_EQ((*clip)->forward(torch::zeros({2, 3, 8, 8})).sizes(), (std::vector<int64_t>{2, 5, 32}));
-  auto qwen = BuildVitEncoder(TinyQwen2Vl());
+  auto qwen = BuildVitEncoder(fixtures::TinyQwen2VlVisionModel());
   ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
   EXPECT_EQ((*qwen)->output_tokens(), 4);
   EXPECT_EQ((*qwen)->output_dim(), 24);
   EXPECT_EQ((*qwen)->forward(torch::zeros({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 4, 24}));
   // Whisper's table starts as its sinusoids and is frozen.
-  auto audio = BuildAudioEncoder(TinyAudio());
+  auto audio = BuildAudioEncoder(fixtures::TinyAudioModel());
   ASSERT_TRUE(audio.ok());
   EXPECT_TRUE(torch::allclose((*audio)->embed_positions, SinusoidalPositions(6, 32)));
   EXPECT_FALSE((*audio)->embed_positions.requires_grad());
@@ -496,7 +457,7 @@ TEST(RuntimeModels, MistralRefusesSequencesLongerThanItsWindow) {
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.message().find("section 'llm'"), std::string::npos);
   EXPECT_NE(too_long.message().find("seq_len <= 8"), std::string::npos);
-  EXPECT_TRUE(CheckSequenceLength(TinyDecoder(), 100000).ok());
+  EXPECT_TRUE(CheckSequenceLength(fixtures::TinyDecoderModel(), 100000).ok());
 }
 
 TEST(RuntimeModels, CausalDecoderIgnoresFutureTokens) {
@@ -540,8 +501,9 @@ TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
 }
 
 TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
-  for (const auto& desc : {TinyDecoder(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(), TinyVit(),
-                           TinyClip(), TinyQwen2Vl(), TinyAudio(), TinyProjector()}) {
+  for (const auto& desc : {fixtures::TinyDecoderModel(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(),
+                           fixtures::TinyVitModel(), fixtures::TinyClipVisionModel(),
+                           fixtures::TinyQwen2VlVisionModel(), fixtures::TinyAudioModel(), TinyProjector()}) {
     ModelBuildOptions meta;
     meta.device = torch::kMeta;
     auto cpu = BuildModel(desc), shapes = BuildModel(desc, meta);
@@ -557,7 +519,7 @@ TEST(RuntimeModels, ParameterCountMatchesHandDerivedFormulas) {
   // Dense decoder, C=32, L=2, H=4, K=2, D=8, F=48, V=50, untied.
   const int64_t attn_gqa = 32 * (4 * 8) + 2 * 32 * (2 * 8) + (4 * 8) * 32;  // q, k+v, o
   const int64_t decoder = 50 * 32 + 2 * (2 * 32 + attn_gqa + 3 * 32 * 48) + 32 + 50 * 32;
-  EXPECT_EQ(ParameterCount(TinyDecoder()).value(), decoder);
+  EXPECT_EQ(ParameterCount(fixtures::TinyDecoderModel()).value(), decoder);
   EXPECT_EQ(decoder, 18720);
 
   // MoE decoder, K=1, E=4 experts of F=24, router (E, C), tied head.
@@ -568,18 +530,19 @@ TEST(RuntimeModels, ParameterCountMatchesHandDerivedFormulas) {
   // Encoder block: 2 LayerNorms, qkv + out with biases, fc1 + fc2 with biases.
   const int64_t block = 2 * 2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 64 + 64) + (64 * 32 + 32);
   // ViT: conv 3x4x4 -> 32 + bias, positions N=4, 2 blocks, final LayerNorm.
-  EXPECT_EQ(ParameterCount(TinyVit()).value(), (3 * 4 * 4 * 32 + 32) + 4 * 32 + 2 * block + 2 * 32);
+  EXPECT_EQ(ParameterCount(fixtures::TinyVitModel()).value(), (3 * 4 * 4 * 32 + 32) + 4 * 32 + 2 * block + 2 * 32);
   // Whisper: conv1 (32, 10, 3) + bias, conv2 (32, 32, 3) + bias, positions
   // ceil(12 / 2) x 32, blocks without the k bias.
-  EXPECT_EQ(ParameterCount(TinyAudio()).value(),
+  EXPECT_EQ(ParameterCount(fixtures::TinyAudioModel()).value(),
             (10 * 3 * 32 + 32) + (32 * 3 * 32 + 32) + 6 * 32 + 2 * (block - 32) + 2 * 32);
   // CLIP: conv without bias, class embedding, positions 1+4, pre-norm, blocks
   // (separate q/k/v with biases: as many as fused), post-norm.
-  EXPECT_EQ(ParameterCount(TinyClip()).value(), 3 * 4 * 4 * 32 + 32 + 5 * 32 + 2 * 32 + 2 * block + 2 * 32);
+  EXPECT_EQ(ParameterCount(fixtures::TinyClipVisionModel()).value(),
+            3 * 4 * 4 * 32 + 32 + 5 * 32 + 2 * 32 + 2 * block + 2 * 32);
   // Qwen2-VL: Conv3d (32, 3, 2, 4, 4) without bias, blocks with F = 128, no
   // final norm, merger: ln_q, 128 -> 128, 128 -> 24.
   const int64_t block128 = 2 * 2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32);
-  EXPECT_EQ(ParameterCount(TinyQwen2Vl()).value(),
+  EXPECT_EQ(ParameterCount(fixtures::TinyQwen2VlVisionModel()).value(),
             32 * 3 * 2 * 4 * 4 + 2 * block128 + 2 * 32 + (128 * 128 + 128) + (128 * 24 + 24));
   // Qwen2: the dense decoder with D = 12, q/k/v biases, tied head.
   const int64_t attn_qwen = 32 * 48 + 48 + 2 * (32 * 24 + 24) + 48 * 32;
@@ -616,56 +579,56 @@ TEST(RuntimeModels, BadDescsAreInvalidArgumentNotACrash) {
     EXPECT_NE(count.status().message().find(mentions), std::string::npos) << count.status().message();
     EXPECT_FALSE(BuildModel(d).ok());
   };
-  ModelDesc d = TinyDecoder();
+  ModelDesc d = fixtures::TinyDecoderModel();
   d.kv_heads = 3;
   expect_invalid(d, "kv_heads");
-  d = TinyDecoder();
+  d = fixtures::TinyDecoderModel();
   d.vocab = 0;
   expect_invalid(d, "vocab");
-  d = TinyDecoder();
+  d = fixtures::TinyDecoderModel();
   d.hidden = 30;  // 30 / 4 heads
   expect_invalid(d, "divisible by heads");
-  d = TinyDecoder();
+  d = fixtures::TinyDecoderModel();
   d.head_dim = 7;  // RoPE needs even
   expect_invalid(d, "even head_dim");
   d = TinyMoeDecoder();
   d.experts_per_token = 5;
   expect_invalid(d, "experts_per_token");
-  d = TinyVit();
+  d = fixtures::TinyVitModel();
   d.patch_size = 3;
   expect_invalid(d, "patch_size");
-  d = TinyAudio();
+  d = fixtures::TinyAudioModel();
   d.mel_bins = 0;
   expect_invalid(d, "mel_bins");
   d = TinyProjector();
   d.out_dim = -1;
   expect_invalid(d, "out_dim");
-  d = TinyDecoder();
+  d = fixtures::TinyDecoderModel();
   d.extra["attn_out_bias"] = 1;  // counted by the compiler for attention_bias configs, not built
   expect_invalid(d, "attn_out_bias");
-  d = TinyDecoder();
+  d = fixtures::TinyDecoderModel();
   d.extra["rope_scaling"] = 1;
   expect_invalid(d, "rope_scaling");
-  d = TinyVit();
+  d = fixtures::TinyVitModel();
   d.extra["cls_token"] = 1;  // the built-in ViT has none
   expect_invalid(d, "cls_token");
-  d = TinyClip();
+  d = fixtures::TinyClipVisionModel();
   d.extra["spatial_merge"] = 2;
   expect_invalid(d, "patch merger");
-  d = TinyClip();
+  d = fixtures::TinyClipVisionModel();
   d.extra.erase("patch_bias");  // the compiler would count a bias CLIP does not have
   expect_invalid(d, "patch_bias");
-  d = TinyQwen2Vl();
+  d = fixtures::TinyQwen2VlVisionModel();
   d.extra["merger_hidden"] = 64;
   expect_invalid(d, "merger_hidden");
-  d = TinyVit();
+  d = fixtures::TinyVitModel();
   d.extra["vit_layout"] = 3;
   expect_invalid(d, "not built by the runtime");
-  d = TinyAudio();
+  d = fixtures::TinyAudioModel();
   d.extra["max_source_positions"] = 5;  // 12 frames need 6
   expect_invalid(d, "max_source_positions");
-  EXPECT_FALSE(BuildDecoder(TinyVit()).ok());
-  EXPECT_FALSE(BuildVitEncoder(TinyDecoder()).ok());
+  EXPECT_FALSE(BuildDecoder(fixtures::TinyVitModel()).ok());
+  EXPECT_FALSE(BuildVitEncoder(fixtures::TinyDecoderModel()).ok());
 }
 
 }  // namespace

@@ -40,16 +40,11 @@ enum class Shape { kMixtral, kQwen2Moe };
 // micro-batches of 4 and `zero_stage`.
 plan::Plan MoePlan(Shape shape, int dp, int zero_stage, double aux_coef, int64_t steps, int tp = 1) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(s, {student ? tp : 1, 1, 1, student ? dp : 1, student ? 4 : 8});
-    s.config.zero_stage = student ? zero_stage : 0;
-    if (!student) continue;
-    runtime_testing::UseTinyMoe(s.model, shape == Shape::kQwen2Moe, aux_coef);
-    EXPECT_EQ(s.model.experts, kExperts);
-    EXPECT_EQ(s.model.experts_per_token, kTopK);
-    if (shape == Shape::kQwen2Moe) s.model.extra["qkv_bias"] = 1;
+  if (plan::SectionPlan* s = runtime_testing::ShapeTinyKd(p, {tp, 1, 1, dp, 4}, {1, 1, 1, 1, 8}, zero_stage)) {
+    runtime_testing::UseTinyMoe(s->model, shape == Shape::kQwen2Moe, aux_coef);
+    EXPECT_EQ(s->model.experts, kExperts);
+    EXPECT_EQ(s->model.experts_per_token, kTopK);
+    if (shape == Shape::kQwen2Moe) s->model.extra["qkv_bias"] = 1;
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -57,9 +52,8 @@ plan::Plan MoePlan(Shape shape, int dp, int zero_stage, double aux_coef, int64_t
 
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_moe", name);
-}
+// Fresh(name): <test-tmp>/runtime_moe/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_moe"};
 
 // The losses of a run under mpirun in `run_dir` (a failure unless it exits 0).
 std::map<int64_t, double> TrainedLosses(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir) {

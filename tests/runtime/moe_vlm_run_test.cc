@@ -13,24 +13,16 @@
 
 #include "plan/plan.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 const std::string kSpec = std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_moe_vlm.toml";
-
-RunResult Maestro(std::vector<std::string> args) {
-  std::vector<std::string> argv{"timeout", "-s", "KILL", "600", kMaestro};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCaptured(argv);
-}
 
 TEST(TinyMoeVlm, VitCp2AndMoeLlmEp2xPp2TrainUnderMaestroRunAndEqualTheReference) {
   const fs::path root = fs::path(MAESTRO_TEST_TMP) / "tiny_moe_vlm";
@@ -38,11 +30,13 @@ TEST(TinyMoeVlm, VitCp2AndMoeLlmEp2xPp2TrainUnderMaestroRunAndEqualTheReference)
   fs::create_directories(root);
   const std::string steps = "3";
 
-  const RunResult run = Maestro(
-      {"run", kSpec, "-o", (root / "sectioned").string(), "--ranks", "6", "--steps", steps, "--no-eval", "--fresh"});
+  const RunResult run = runtime_testing::RunMaestro(
+      {"run", kSpec, "-o", (root / "sectioned").string(), "--ranks", "6", "--steps", steps, "--no-eval", "--fresh"}, {},
+      600);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const RunResult reference = Maestro(
-      {"run", kSpec, "-o", (root / "reference").string(), "--reference", "--steps", steps, "--no-eval", "--fresh"});
+  const RunResult reference = runtime_testing::RunMaestro(
+      {"run", kSpec, "-o", (root / "reference").string(), "--reference", "--steps", steps, "--no-eval", "--fresh"}, {},
+      600);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
 
   auto plan = plan::LoadPlan((root / "sectioned" / "plan.json").string());

@@ -28,6 +28,24 @@ std::string WorkerBinary() {
   return std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
 }
 
+std::string MaestroBinary() {
+  return std::string(MAESTRO_BIN_DIR) + "/maestro";
+}
+
+RunResult RunBuiltTool(const std::string& tool, const std::vector<std::string>& args,
+                       const std::vector<std::pair<std::string, std::string>>& env, int kill_after_s) {
+  std::vector<std::string> argv;
+  if (kill_after_s > 0) argv = {"timeout", "-s", "KILL", std::to_string(kill_after_s)};
+  argv.push_back(std::string(MAESTRO_BIN_DIR) + "/" + tool);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCaptured(argv, env);
+}
+
+RunResult RunMaestro(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+                     int kill_after_s) {
+  return RunBuiltTool("maestro", args, env, kill_after_s);
+}
+
 RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
                      const std::vector<std::string>& extra_flags, const WorkerOptions& options) {
   auto argv = MpirunArgs(p.world_size());
@@ -47,6 +65,27 @@ RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   argv.push_back(plan_path);
   return RunCaptured(argv, {});
+}
+
+bool IsMpirunRank() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+void RunThisTestUnderMpirun(int ranks) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  auto argv = MpirunArgs(ranks);
+  argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
+  argv.push_back(std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name());
+  argv.push_back("--gtest_color=no");
+  const auto r = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Every rank ran the test and passed it.
+  int passed = 0;
+  for (size_t at = r.output.find("[  PASSED  ] 1 test"); at != std::string::npos;
+       at = r.output.find("[  PASSED  ] 1 test", at + 1)) {
+    ++passed;
+  }
+  EXPECT_EQ(passed, ranks) << r.output;
 }
 
 namespace {
@@ -89,6 +128,36 @@ RunAndReference ExpectRunEqualsReference(const std::string& what, const plan::Pl
     ASSERT_EQ(static_cast<int64_t>(out.run_losses.size()), p.data.steps) << what << "\n" << out.run.output;
     ASSERT_EQ(out.reference_losses.size(), out.run_losses.size()) << what << "\n" << out.reference.output;
     ExpectLossesNear(what, out.run_losses, out.reference_losses, 1e-5);
+    ExpectLossFalls(what, out.run_losses);
+  }();
+  return out;
+}
+
+ThreeRuns ExpectRunEqualsReferenceAndOther(const std::string& what, const plan::Plan& p, const plan::Plan& other,
+                                           const std::string& dir, const std::string& other_name,
+                                           const std::string& against_other) {
+  ThreeRuns out;
+  const std::string path = WritePlan(p, dir);
+  const std::string other_dir = dir + "/" + other_name;
+  const std::string other_path = WritePlan(other, other_dir);
+  out.run = RunWorkers(p, path, dir + "/run");
+  AssertExitCode(out.run, 0, what);
+  if (out.run.exit_code != 0) return out;
+  out.other = RunWorkers(other, other_path, other_dir + "/run");
+  AssertExitCode(out.other, 0, what + " (" + other_name + ")");
+  if (out.other.exit_code != 0) return out;
+  out.reference = RunReference(path, dir + "/reference");
+  AssertExitCode(out.reference, 0, what + " (the reference)");
+  if (out.reference.exit_code != 0) return out;
+  out.run_losses = Losses(dir + "/run");
+  out.other_losses = Losses(other_dir + "/run");
+  out.reference_losses = Losses(dir + "/reference");
+  [&] {
+    ASSERT_EQ(static_cast<int64_t>(out.run_losses.size()), p.data.steps) << what << "\n" << out.run.output;
+    ASSERT_EQ(out.reference_losses.size(), out.run_losses.size()) << what << "\n" << out.reference.output;
+    ASSERT_EQ(out.other_losses.size(), out.run_losses.size()) << what << "\n" << out.other.output;
+    ASSERT_NO_FATAL_FAILURE(ExpectLossesNear(what, out.run_losses, out.reference_losses, 1e-5, " vs the reference"));
+    ASSERT_NO_FATAL_FAILURE(ExpectLossesNear(what, out.run_losses, out.other_losses, 1e-5, against_other));
     ExpectLossFalls(what, out.run_losses);
   }();
   return out;
@@ -142,6 +211,18 @@ void ExpectSameCheckpointWeights(const std::string& what, const datalayer::Check
   }
 }
 
+void ExpectStopAndResumeCheckpointsEqual(const std::string& what, const plan::Plan& p, const std::string& dir,
+                                         int64_t stop_after, int64_t last_step, const std::string& entry,
+                                         const CheckpointChecks& checks) {
+  ASSERT_NO_FATAL_FAILURE(ExpectStopAndResumeLossesEqual(what, p, dir, stop_after));
+  const auto x = LastCheckpoint(dir + "/whole");
+  const auto y = LastCheckpoint(dir + "/split");
+  EXPECT_EQ(x.step, last_step) << what;
+  EXPECT_EQ(y.step, last_step) << what;
+  ASSERT_TRUE(x.sections.count(entry)) << what << ": no checkpoint entry " << entry;
+  ExpectSameCheckpointWeights(what, x, y, checks);
+}
+
 void ExpectSameSectionWeights(const std::string& what, const std::string& run_a, const std::string& run_b,
                               const std::string& section) {
   const auto x = LastCheckpoint(run_a);
@@ -185,6 +266,37 @@ int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs) {
   return consumed;
 }
 
+StopAndResumeRuns ExpectRunAheadResumeComputesEachRowOnce(const std::string& what, const plan::Plan& p,
+                                                          const std::string& dir, int64_t stop_after,
+                                                          int64_t rows_before_stop, const WorkerOptions& options) {
+  StopAndResumeRuns runs = ExpectStopAndResumeLossesEqual(what, p, dir, stop_after, options);
+  if (::testing::Test::HasFatalFailure()) return runs;
+  ExpectSameSectionWeights(what, dir + "/whole", dir + "/split", "student");
+  const int64_t computed_whole = LoggedNumber(runs.whole.output, "computed ");
+  const int64_t computed_first = LoggedNumber(runs.first.output, "computed ");
+  const int64_t computed_second = LoggedNumber(runs.second.output, "computed ");
+  EXPECT_EQ(computed_first, rows_before_stop) << what << ": the steps before the stop and those computed ahead\n"
+                                              << runs.first.output;
+  EXPECT_EQ(computed_first + computed_second, computed_whole)
+      << what << ": the rows computed ahead before the stop are not computed again\n"
+      << runs.first.output << runs.second.output;
+  ExpectWholeAndSplitConsumed(dir, p.data.steps, p.data.steps * p.data.global_batch);
+  return runs;
+}
+
+plan::EdgePlan StudentIntoTeacherEdge() {
+  plan::EdgePlan into_teacher;
+  into_teacher.from = "student";
+  into_teacher.to = "teacher";
+  return into_teacher;
+}
+
+void ExpectWholeAndSplitConsumed(const std::string& dir, int64_t epochs, int64_t samples) {
+  for (const std::string run : {"whole", "split"}) {
+    EXPECT_EQ(ConsumedSamples(dir + "/" + run, epochs), samples) << run;
+  }
+}
+
 pid_t WaitForWorkerOfRank(const std::string& plan_path, int rank, const std::string& run_dir, size_t steps,
                           std::chrono::seconds within, std::chrono::milliseconds poll) {
   const auto deadline = std::chrono::steady_clock::now() + within;
@@ -213,6 +325,16 @@ KilledRun RunAndKillRank(const plan::Plan& p, const std::string& plan_path, cons
   return out;
 }
 
+void ExpectKilledRankEndedTheJob(const KilledRun& killed, int victim, const std::string& no_progress) {
+  ASSERT_GT(killed.pid, 0) << no_progress;
+  const RunResult& result = killed.result;
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  // mpirun ends with the killed rank's status (128 + 9); the outer timeout
+  // (MpirunArgs: 120 s) would end it after the communication timeout.
+  EXPECT_LT(killed.seconds_after_kill, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
+  EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
+}
+
 void SetDegrees(plan::SectionPlan& section, const SectionDegrees& degrees) {
   section.config.tp = degrees.tp;
   section.config.pp = degrees.pp;
@@ -226,6 +348,20 @@ void UseKdLoss(plan::SectionPlan& student) {
   student.loss.kind = "kd";
   student.loss.kd_alpha = 0.5;
   student.loss.temperature = 2.0;
+}
+
+plan::SectionPlan* ShapeTinyKd(plan::Plan& p, const SectionDegrees& student, const SectionDegrees& teacher,
+                               int student_zero_stage) {
+  plan::SectionPlan* student_section = nullptr;
+  for (auto& s : p.sections) {
+    const bool is_student = s.name == "student";
+    s.init_from.clear();
+    SetDegrees(s, is_student ? student : teacher);
+    s.config.zero_stage = is_student ? student_zero_stage : 0;
+    if (is_student) student_section = &s;
+  }
+  EXPECT_NE(student_section, nullptr) << "the tiny KD has a section 'student'";
+  return student_section;
 }
 
 void UseTinyMoe(plan::ModelDesc& model, bool qwen2_shape, double aux_loss_coef) {
@@ -258,7 +394,8 @@ plan::SectionPlan* TheFusedSection(plan::Plan& p) {
 }
 
 std::string WriteImageManifest(const std::string& dir, int samples, int64_t placeholders_per_image, int64_t image_token,
-                               const std::vector<std::string>& extra_lines) {
+                               const std::vector<std::string>& extra_lines, ImageManifestKind kind) {
+  const bool jpeg = kind == ImageManifestKind::kPngAndJpegWithIds;
   std::filesystem::create_directories(dir + "/img");
   for (int k = 0; k < 6; ++k) {
     std::vector<uint8_t> gray(28 * 28), rgb(20 * 36 * 3);
@@ -268,7 +405,9 @@ std::string WriteImageManifest(const std::string& dir, int samples, int64_t plac
     }
     for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * (k + 3)) % 251);
     EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.png", dir, k), testing::EncodePng8(gray, 28, 28, 1)));
-    EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.jpg", dir, k), testing::EncodeJpeg8(rgb, 20, 36, 3)));
+    if (jpeg) {
+      EXPECT_TRUE(testing::WriteBytes(fmt::format("{}/img/{}.jpg", dir, k), testing::EncodeJpeg8(rgb, 20, 36, 3)));
+    }
   }
   std::string text;
   for (int i = 0; i < samples; ++i) {
@@ -276,13 +415,14 @@ std::string WriteImageManifest(const std::string& dir, int samples, int64_t plac
     std::vector<std::string> images;
     for (int k = 0; k < i % 3; ++k) {
       const int image = (i + k) % 6;
-      images.push_back(fmt::format("img/{}.{}", image, (i + k) % 2 == 0 ? "png" : "jpg"));
+      images.push_back(fmt::format("img/{}.{}", image, !jpeg || (i + k) % 2 == 0 ? "png" : "jpg"));
       ids.insert(ids.end(), static_cast<size_t>(placeholders_per_image), image_token);
       ids.push_back(260 + image);  // a word naming the image
     }
     for (int t = 0; t < 8 + i % 5; ++t) ids.push_back(32 + (i * 7 + t) % 60);  // counting text
     ids.push_back(258);
-    nlohmann::json line{{"input_ids", ids}, {"id", fmt::format("s{}", i)}};
+    nlohmann::json line{{"input_ids", ids}};
+    if (jpeg) line["id"] = fmt::format("s{}", i);
     if (!images.empty()) line["images"] = images;
     text += line.dump() + "\n";
   }

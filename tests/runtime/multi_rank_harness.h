@@ -3,28 +3,38 @@
 // docs/testing.md): what the mpirun tests of tests/runtime had each written
 // for themselves.
 //  - running a plan: maestro-worker ranks under mpirun (RunWorkers), the
-//    one-process reference (RunReference);
+//    one-process reference (RunReference); the built tools (RunBuiltTool,
+//    RunMaestro);
+//  - running the current test as the ranks of an mpirun job of its own
+//    binary (IsMpirunRank, RunThisTestUnderMpirun; mpi_world.h adds the
+//    MPI world group);
 //  - comparing runs: every step's loss against another run's within a
 //    relative tolerance (ExpectLossesNear), a plan's run against the
-//    reference (ExpectRunEqualsReference), a run stopped after a checkpoint
-//    and resumed against an uninterrupted one (ExpectStopAndResumeLossesEqual,
-//    ExpectSameCheckpointWeights);
+//    reference (ExpectRunEqualsReference) and against the same training laid
+//    out another way (ExpectRunEqualsReferenceAndOther), a run stopped after
+//    a checkpoint and resumed against an uninterrupted one
+//    (ExpectStopAndResumeLossesEqual, ExpectSameCheckpointWeights,
+//    ExpectStopAndResumeCheckpointsEqual; with a teacher running ahead:
+//    ExpectRunAheadResumeComputesEachRowOnce, ExpectWholeAndSplitConsumed);
 //  - reading a run back: numbers a worker logged (LoggedNumber,
 //    ParseRunAheadLine), the samples its index consumed (ConsumedSamples), a
 //    section's weights against another run's (ExpectSameSectionWeights);
 //  - killing a rank's worker once the run has made progress
-//    (WaitForWorkerOfRank, RunAndKillRank);
+//    (WaitForWorkerOfRank, RunAndKillRank) and what the job must then do
+//    (ExpectKilledRankEndedTheJob);
 //  - shaping a compiled example plan before PlaceOnThisMachine (local_plan.h):
 //    a section's TP/PP/CP/DP and micro-batch (SetDegrees), the tiny KD's
-//    student on the KD loss (UseKdLoss), the one section of a fused plan
-//    (TheFusedSection), a MoE student (UseTinyMoe), a JSONL manifest as the
-//    data (UseImageManifest); and a generated JSONL manifest of PNG/JPEG
-//    images (WriteImageManifest).
+//    sections (ShapeTinyKd, StudentIntoTeacherEdge) and its student on the
+//    KD loss (UseKdLoss), the one section of a fused plan (TheFusedSection),
+//    a MoE student (UseTinyMoe), a JSONL manifest as the data
+//    (UseImageManifest); and a generated JSONL manifest of PNG/JPEG images
+//    (WriteImageManifest).
 // May call: plan/, datalayer/ (the sample index), the launcher's test helpers
 // (tests/launcher/run_util.h) and run_dir_util.h. No torch here: the
 // checkpoint weights' comparison is tests/runtime/checkpoint_weights.h.
 // A test that includes it links maestro_runtime_testutil and defines
-// MAESTRO_MPIRUN, as every mpirun test does (run_util.h's MpirunArgs).
+// MAESTRO_MPIRUN (run_util.h's MpirunArgs), as maestro_runtime_mpi_test()
+// in tests/runtime/CMakeLists.txt does for every mpirun test.
 // GoogleTest assertions inside a helper end that helper only: a caller that
 // must stop on them wraps the call in ASSERT_NO_FATAL_FAILURE.
 #pragma once
@@ -52,6 +62,19 @@ using StepLosses = std::map<int64_t, double>;
 // The built maestro-worker.
 std::string WorkerBinary();
 
+// The built maestro CLI.
+std::string MaestroBinary();
+
+// The built `tool` (bin/<tool>: maestro, maestro-compile, maestro-worker)
+// with `args`, `env` added to its environment, under `timeout -s KILL
+// <kill_after_s>` when kill_after_s > 0.
+RunResult RunBuiltTool(const std::string& tool, const std::vector<std::string>& args,
+                       const std::vector<std::pair<std::string, std::string>>& env = {}, int kill_after_s = 0);
+
+// RunBuiltTool of maestro.
+RunResult RunMaestro(const std::vector<std::string>& args,
+                     const std::vector<std::pair<std::string, std::string>>& env = {}, int kill_after_s = 0);
+
 // How RunWorkers starts the ranks beyond the plan and the flags.
 struct WorkerOptions {
   bool per_step_lines = false;                                 // false: --no-progress
@@ -69,6 +92,17 @@ RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const st
 // <run_dir> <extra_flags...> <plan_path>).
 RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
                        const std::vector<std::string>& extra_flags = {});
+
+// True in a process mpirun started (OMPI_COMM_WORLD_SIZE is set): one rank
+// of the job RunThisTestUnderMpirun runs.
+bool IsMpirunRank();
+
+// Runs the current test as `ranks` processes under mpirun (MpirunArgs: this
+// binary with a gtest filter naming the test, MAESTRO_COMM_TIMEOUT_S=60) and
+// expects the job to exit 0 and every rank to pass the test. A test whose
+// body is one rank's part starts with
+//   if (!IsMpirunRank()) return RunThisTestUnderMpirun(2);
+void RunThisTestUnderMpirun(int ranks);
 
 // Every step of `got` finite and within `relative` x |want| of `want`'s loss at
 // that step (fatal when `want` lacks the step); messages say `what`, the
@@ -94,6 +128,24 @@ struct RunAndReference {
 // loss falls (ExpectLossFalls).
 RunAndReference ExpectRunEqualsReference(const std::string& what, const plan::Plan& p, const std::string& dir,
                                          const std::string& run_name = "run", const WorkerOptions& options = {});
+
+// What ExpectRunEqualsReferenceAndOther ran: the outputs and the losses.
+struct ThreeRuns {
+  RunResult run, other, reference;
+  StepLosses run_losses, other_losses, reference_losses;
+};
+
+// `p` against the reference and against `other`, the same training laid
+// out another way (at CP 1, at PP 1, at ZeRO stage 0): writes `p` to `dir`
+// and `other` to `dir`/`other_name`, runs `p` under mpirun in `dir`/run,
+// `other` in `dir`/`other_name`/run and the reference of `p` in
+// `dir`/reference; fatal unless each exits 0, `p`'s run logged p.data.steps
+// losses and the other two as many; then every step's loss within 1e-5
+// relative of the reference's and of `other`'s (ExpectLossesNear, fatal;
+// `against_other` names it: " vs cp 1"), and the loss falls.
+ThreeRuns ExpectRunEqualsReferenceAndOther(const std::string& what, const plan::Plan& p, const plan::Plan& other,
+                                           const std::string& dir, const std::string& other_name,
+                                           const std::string& against_other);
 
 // What ExpectStopAndResumeLossesEqual ran: the uninterrupted run, the
 // stopped one and its resumption.
@@ -121,6 +173,15 @@ struct CheckpointChecks {
 void ExpectSameCheckpointWeights(const std::string& what, const datalayer::CheckpointData& x,
                                  const datalayer::CheckpointData& y, const CheckpointChecks& checks = {});
 
+// ExpectStopAndResumeLossesEqual (fatal where it fails), then the last
+// checkpoints of the uninterrupted and the resumed run: both of step
+// `last_step`, holding entry `entry` (fatal otherwise: a shard's, e.g.
+// "student#dp1", whose state came back), the same weights
+// (ExpectSameCheckpointWeights with `checks`).
+void ExpectStopAndResumeCheckpointsEqual(const std::string& what, const plan::Plan& p, const std::string& dir,
+                                         int64_t stop_after, int64_t last_step, const std::string& entry,
+                                         const CheckpointChecks& checks);
+
 // Section `section`'s weights in the last checkpoints of `run_a` and `run_b`
 // are the same bytes (fatal when either lacks the section).
 void ExpectSameSectionWeights(const std::string& what, const std::string& run_a, const std::string& run_b,
@@ -141,6 +202,26 @@ RunAheadLine ParseRunAheadLine(const std::string& output);
 // The samples `run_dir`'s index consumed over epochs 0 .. `epochs` - 1; -1
 // (and a failure) when the index cannot be read.
 int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs);
+
+// A KD whose teacher runs ahead, stopped after `stop_after` steps and
+// resumed (ExpectStopAndResumeLossesEqual; fatal where it fails): the
+// student's weights the same as the uninterrupted run's; the teacher
+// computed `rows_before_stop` rows before the stop and, over both starts,
+// as many as the uninterrupted run (the rows computed ahead before the stop
+// are read back, not computed again); every sample consumed once
+// (ExpectWholeAndSplitConsumed over p.data.steps). Returns the runs.
+StopAndResumeRuns ExpectRunAheadResumeComputesEachRowOnce(const std::string& what, const plan::Plan& p,
+                                                          const std::string& dir, int64_t stop_after,
+                                                          int64_t rows_before_stop, const WorkerOptions& options = {});
+
+// The tiny KD's edge from its student into its teacher (the teacher then
+// has an upstream section).
+plan::EdgePlan StudentIntoTeacherEdge();
+
+// The uninterrupted and the stopped-and-resumed run of `dir`
+// (ExpectStopAndResumeLossesEqual's whole and split) each consumed
+// `samples` samples over their first `epochs` epochs: every sample once.
+void ExpectWholeAndSplitConsumed(const std::string& dir, int64_t epochs, int64_t samples);
 
 // Polls every `poll` (a file and /proc, not synchronization) until
 // `run_dir`'s metrics.jsonl has at least `steps` losses and the
@@ -165,6 +246,12 @@ KilledRun RunAndKillRank(const plan::Plan& p, const std::string& plan_path, cons
                          size_t steps, std::chrono::seconds within, std::chrono::milliseconds poll,
                          const WorkerOptions& options = {});
 
+// A run whose rank `victim` was killed (RunAndKillRank): fatal unless the
+// rank was found and killed (`no_progress` says why not); the job failed,
+// within the communication timeout (60 s) of the kill, mpirun naming the
+// killed rank ("process rank <victim>").
+void ExpectKilledRankEndedTheJob(const KilledRun& killed, int victim, const std::string& no_progress);
+
 // A section's parallel degrees and micro-batch as a test sets them; the rest
 // of its config (ZeRO stage, EP, recomputation, pp_layers) stays as compiled.
 struct SectionDegrees {
@@ -175,6 +262,15 @@ void SetDegrees(plan::SectionPlan& section, const SectionDegrees& degrees);
 // The tiny KD's student trains on the KD loss (alpha 0.5, temperature 2)
 // when its spec gave it another.
 void UseKdLoss(plan::SectionPlan& student);
+
+// The tiny KD (specs/tiny_kd.toml compiled sectioned: CompiledExamplePlan)
+// as the mpirun tests shape it: both sections' initial weights from the
+// seed (init_from cleared), the student at `student` with ZeRO stage
+// `student_zero_stage`, the frozen teacher at `teacher` with ZeRO stage 0.
+// Returns the student (nullptr, and a failure, when `p` has none); the
+// caller shapes it further, then places the plan (PlaceOnThisMachine).
+plan::SectionPlan* ShapeTinyKd(plan::Plan& p, const SectionDegrees& student, const SectionDegrees& teacher,
+                               int student_zero_stage = 0);
 
 // The tiny KD student (a dense decoder) made a MoE of 4 experts, top 2, each
 // of FFN 64, with the load-balancing term's coefficient `aux_loss_coef`;
@@ -192,12 +288,18 @@ void UseImageManifest(plan::Plan& p, const std::string& manifest, int64_t image_
 // nullptr, when it has another count or that section is not fused).
 plan::SectionPlan* TheFusedSection(plan::Plan& p);
 
-// <dir>/img/<k>.png (28x28 gray) and <dir>/img/<k>.jpg (20x36 RGB), k < 6, and
-// <dir>/train.jsonl: sample i ("id": "s<i>") has i % 3 images (PNG and JPEG
-// alternating), each as `placeholders_per_image` x `image_token` then a
-// word naming it, then counting text; then `extra_lines` as given. Returns
-// the manifest's path.
+// What WriteImageManifest's samples refer to: PNG and JPEG images
+// alternating, each sample with an "id" (the default); or PNG images only
+// and no ids.
+enum class ImageManifestKind { kPngAndJpegWithIds, kPngOnly };
+
+// <dir>/img/<k>.png (28x28 gray) and <dir>/img/<k>.jpg (20x36 RGB; not for
+// kPngOnly), k < 6, and <dir>/train.jsonl: sample i ("id": "s<i>" but for
+// kPngOnly) has i % 3 images (PNG and JPEG alternating, or PNG), each as
+// `placeholders_per_image` x `image_token` then a word naming it, then
+// counting text; then `extra_lines` as given. Returns the manifest's path.
 std::string WriteImageManifest(const std::string& dir, int samples, int64_t placeholders_per_image, int64_t image_token,
-                               const std::vector<std::string>& extra_lines = {});
+                               const std::vector<std::string>& extra_lines = {},
+                               ImageManifestKind kind = ImageManifestKind::kPngAndJpegWithIds);
 
 }  // namespace maestro::runtime_testing

@@ -62,7 +62,6 @@ using launcher::testing::RunResult;
 using runtime::LayersOfStage;
 using runtime::StageOrder;
 using runtime_testing::LargestRelativeDifference;
-using runtime_testing::LastCheckpoint;
 using runtime_testing::Losses;
 using runtime_testing::RunWorkers;
 using scheduler::Op;
@@ -227,22 +226,19 @@ struct Layout {
 // replica: the pipeline has work to overlap), the KD loss.
 plan::Plan KdPlan(const Layout& l, int64_t steps) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
+  plan::SectionPlan* student = runtime_testing::ShapeTinyKd(p, {l.student_tp, l.student_pp, 1, l.student_dp, 4},
+                                                            {1, l.teacher_pp, 1, 1, 4}, l.zero_stage);
   for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(
-        s, {student ? l.student_tp : 1, student ? l.student_pp : l.teacher_pp, 1, student ? l.student_dp : 1, 4});
-    s.config.zero_stage = student ? l.zero_stage : 0;
-    if (student) s.config.pp_layers = l.student_pp_layers;
     // The planner lets tiny_kd's teacher run ahead (docs/run_ahead.md); here
     // a pipelined teacher streams (its run-ahead: run_ahead_mp_test.cc).
-    if (!student && l.teacher_pp > 1) s.run_ahead = 0;
-    if (student) {
-      s.model.layers = l.student_layers;
-      s.model.tie_embeddings = l.tied;
-      s.optimizer.weight_decay = 0.1;
-      runtime_testing::UseKdLoss(s);
-    }
+    if (&s != student && l.teacher_pp > 1) s.run_ahead = 0;
+  }
+  if (student != nullptr) {
+    student->config.pp_layers = l.student_pp_layers;
+    student->model.layers = l.student_layers;
+    student->model.tie_embeddings = l.tied;
+    student->optimizer.weight_decay = 0.1;
+    runtime_testing::UseKdLoss(*student);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
@@ -250,14 +246,8 @@ plan::Plan KdPlan(const Layout& l, int64_t steps) {
 
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_pipeline", name);
-}
-
-// A section's weights in a run's last checkpoint, by name.
-runtime_testing::NamedWeights Weights(const plan::Plan& p, const std::string& section, const std::string& run_dir) {
-  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, section), run_dir, section);
-}
+// Fresh(name): <test-tmp>/runtime_pipeline/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_pipeline"};
 
 // Plan `p` (the student, maybe the teacher, in pipeline stages) against the
 // one-process reference and against the same plan without stages (every
@@ -296,9 +286,9 @@ std::string ExpectPipelineEqualsReference(const std::string& what, const plan::P
   runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference");
   runtime_testing::ExpectLossesNear(what, a, f, 1e-5, " vs pp = 1");
   runtime_testing::ExpectLossFalls(what, a);
-  const auto w = Weights(p, "student", dir + "/run");
-  const auto u = Weights(p, "student", dir + "/unstaged/run");
-  const auto ref = Weights(p, "student", dir + "/reference");
+  const auto w = runtime_testing::WeightsOf(p, "student", dir + "/run");
+  const auto u = runtime_testing::WeightsOf(p, "student", dir + "/unstaged/run");
+  const auto ref = runtime_testing::WeightsOf(p, "student", dir + "/reference");
   EXPECT_FALSE(w.empty());
   if (w.empty()) return run.output;
   std::string where_flat, where_ref, where_flat_ref;
@@ -386,19 +376,13 @@ TEST(PipelineTraining, Bf16AutocastTracksTheUnpipelinedBf16Run) {
 
 TEST(PipelineTraining, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const plan::Plan p = KdPlan(Layout{}, 5);
-  const std::string dir = Fresh("resume");
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("pp2", p, dir, 2));
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  EXPECT_EQ(x.step, 4);
-  EXPECT_EQ(y.step, 4);
-  ASSERT_TRUE(x.sections.count("student#pp1")) << "the second stage's AdamW state has its own key";
-  // (AdamW archives are not compared as bytes: libtorch keys their state by
+  // The second stage's AdamW state has its own key, student#pp1. (AdamW
+  // archives are not compared as bytes: libtorch keys their state by
   // TensorImpl address. Weights equal 3 steps past the resume show that every
   // stage's moments came back.)
-  runtime_testing::ExpectSameCheckpointWeights("pp2", x, y,
-                                               {/*optimizer_present=*/true, /*optimizer_bytes_equal=*/false,
-                                                /*only_shards_lack_weights=*/true});
+  runtime_testing::ExpectStopAndResumeCheckpointsEqual("pp2", p, Fresh("resume"), 2, 4, "student#pp1",
+                                                       {/*optimizer_present=*/true, /*optimizer_bytes_equal=*/false,
+                                                        /*only_shards_lack_weights=*/true});
 }
 
 TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {
@@ -410,13 +394,7 @@ TEST(PipelineFailure, AStageKilledMidRunEndsTheJobNamingItsRank) {
   const int victim = plan::GlobalRankOf(p, p.section_index("student"), 0, 0, 0, 1);  // the middle stage
   const auto killed = runtime_testing::RunAndKillRank(p, plan_path, dir + "/run", victim, 2, std::chrono::seconds(90),
                                                       std::chrono::milliseconds(50));
-  ASSERT_GT(killed.pid, 0) << "the pipelined run made no progress";
-  const RunResult& result = killed.result;
-  EXPECT_NE(result.exit_code, 0) << result.output;
-  // mpirun ends with the killed rank's status (128 + 9); the outer timeout
-  // (MpirunArgs: 120 s) would end it after the communication timeout.
-  EXPECT_LT(killed.seconds_after_kill, 60.0) << "within the communication timeout (60 s): no hang\n" << result.output;
-  EXPECT_NE(result.output.find("process rank " + std::to_string(victim)), std::string::npos) << result.output;
+  runtime_testing::ExpectKilledRankEndedTheJob(killed, victim, "the pipelined run made no progress");
 }
 
 // A stage that hangs (alive, silent: the worker's test hook blocks it for

@@ -77,9 +77,8 @@ plan::Plan WithoutRecompute(plan::Plan p) {
 
 using runtime_testing::WritePlan;
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_recompute", name);
-}
+// Fresh(name): <test-tmp>/runtime_recompute/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_recompute"};
 
 // Runs each plan of `runs` under mpirun and the reference on the first plan
 // without recomputation; every run's losses equal the reference's.

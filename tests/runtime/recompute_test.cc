@@ -97,29 +97,6 @@ void ExpectSame(const ModelDesc& desc, const torch::Tensor& input, RecomputeGran
   }
 }
 
-ModelDesc Decoder() {
-  return fixtures::DecoderModel({32, 2, 4, 2, 48, 50});  // GQA: 2 query heads per kv head
-}
-ModelDesc Vit() {
-  return fixtures::VitModel({32, 2, 4, 64, 8, 4, 3});
-}
-// As tests/runtime/models_test.cc's: 4x4 patches of 4x4 pixels, a 2x2 merger, 2 frames.
-ModelDesc Qwen2VlVit() {
-  ModelDesc d = fixtures::VitModel({32, 2, 4, 128, 16, 4, 3});
-  d.out_dim = 24;
-  d.extra["vit_layout"] = 2;  // plan::kVitLayoutQwen2Vl
-  d.extra["temporal_patch"] = 2;
-  d.extra["spatial_merge"] = 2;
-  d.extra["cls_token"] = 0;
-  d.extra["pos_embed"] = 0;
-  d.extra["patch_bias"] = 0;
-  d.extra["final_norm"] = 0;
-  return d;
-}
-ModelDesc Audio() {
-  return fixtures::AudioEncoderModel({32, 2, 4, 64, 10, 12});
-}
-
 torch::Tensor Ids() {
   torch::manual_seed(3);
   return torch::randint(0, 50, {2, 7}, torch::kLong);
@@ -133,28 +110,28 @@ constexpr double kFp32 = 1e-5;
 constexpr double kBf16 = 2e-2;  // bf16 keeps 8 mantissa bits; the two runs round differently
 
 TEST(Recompute, DecoderFullAndSelectiveEqualPlainFp32) {
-  ExpectSame(Decoder(), Ids(), RecomputeGranularity::kFull, false, kFp32);
-  ExpectSame(Decoder(), Ids(), RecomputeGranularity::kSelective, false, kFp32);
+  ExpectSame(fixtures::TinyDecoderModel(), Ids(), RecomputeGranularity::kFull, false, kFp32);
+  ExpectSame(fixtures::TinyDecoderModel(), Ids(), RecomputeGranularity::kSelective, false, kFp32);
 }
 
 TEST(Recompute, VitFullAndSelectiveEqualPlainFp32) {
-  ExpectSame(Vit(), Images(8), RecomputeGranularity::kFull, false, kFp32);
-  ExpectSame(Vit(), Images(8), RecomputeGranularity::kSelective, false, kFp32);
+  ExpectSame(fixtures::TinyVitModel(), Images(8), RecomputeGranularity::kFull, false, kFp32);
+  ExpectSame(fixtures::TinyVitModel(), Images(8), RecomputeGranularity::kSelective, false, kFp32);
 }
 
 TEST(Recompute, Qwen2VlVisionRopeAndWhisperEqualPlainFp32) {
-  ExpectSame(Qwen2VlVit(), Images(16), RecomputeGranularity::kFull, false, kFp32);
-  ExpectSame(Qwen2VlVit(), Images(16), RecomputeGranularity::kSelective, false, kFp32);
+  ExpectSame(fixtures::TinyQwen2VlVisionModel(), Images(16), RecomputeGranularity::kFull, false, kFp32);
+  ExpectSame(fixtures::TinyQwen2VlVisionModel(), Images(16), RecomputeGranularity::kSelective, false, kFp32);
   torch::manual_seed(9);
   const auto mel = torch::randn({2, 10, 11});
-  ExpectSame(Audio(), mel, RecomputeGranularity::kFull, false, kFp32);
-  ExpectSame(Audio(), mel, RecomputeGranularity::kSelective, false, kFp32);
+  ExpectSame(fixtures::TinyAudioModel(), mel, RecomputeGranularity::kFull, false, kFp32);
+  ExpectSame(fixtures::TinyAudioModel(), mel, RecomputeGranularity::kSelective, false, kFp32);
 }
 
 TEST(Recompute, DecoderAndVitUnderBf16AutocastEqualPlain) {
   for (auto g : {RecomputeGranularity::kFull, RecomputeGranularity::kSelective}) {
-    ExpectSame(Decoder(), Ids(), g, true, kBf16);
-    ExpectSame(Vit(), Images(8), g, true, kBf16);
+    ExpectSame(fixtures::TinyDecoderModel(), Ids(), g, true, kBf16);
+    ExpectSame(fixtures::TinyVitModel(), Images(8), g, true, kBf16);
   }
 }
 

@@ -21,7 +21,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <ostream>
 #include <string>
@@ -29,25 +28,23 @@
 
 #include "compiler/compile.h"
 #include "datalayer/checkpoint_store.h"
-#include "datalayer/sample_index.h"
 #include "plan/plan.h"
 #include "plan/runtime_support.h"
 #include "runtime/run_ahead.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
 #include "tests/runtime/local_plan.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
-using launcher::testing::MpirunArgs;
-using launcher::testing::RunCaptured;
-using launcher::testing::RunResult;
 using runtime_testing::LastCheckpoint;
+using runtime_testing::LoggedNumber;
 using runtime_testing::Losses;
-
-const std::string kWorker = std::string(MAESTRO_BIN_DIR) + "/maestro-worker";
+using runtime_testing::ParseRunAheadLine;
+using runtime_testing::RunAheadLine;
+using runtime_testing::RunWorkers;
 
 // The teacher's context (and tensor) parallelism.
 struct TeacherLayout {
@@ -64,78 +61,15 @@ void PrintTo(const TeacherLayout& layout, std::ostream* os) {
 // step).
 plan::Plan CpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    s.config.dp = s.config.pp = 1;
-    s.config.tp = student ? 1 : layout.tp;
-    s.config.cp = student ? 1 : layout.cp;
-    s.config.micro_batch = 4;
-    s.config.zero_stage = 0;
-    s.run_ahead = student ? 0 : run_ahead;
-    if (student && s.loss.kind != "kd") {
-      s.loss.kind = "kd";
-      s.loss.kd_alpha = 0.5;
-      s.loss.temperature = 2.0;
-    }
-  }
+  plan::SectionPlan* student = runtime_testing::ShapeTinyKd(p, {1, 1, 1, 1, 4}, {layout.tp, 1, layout.cp, 1, 4});
+  for (auto& s : p.sections) s.run_ahead = &s == student ? 0 : run_ahead;
+  if (student != nullptr) runtime_testing::UseKdLoss(*student);
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_run_ahead_cp", name);
-}
-
-RunResult RunSectioned(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
-                       std::vector<std::string> extra = {}) {
-  auto argv = MpirunArgs(p.world_size());
-  argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", run_dir});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(plan_path);
-  return RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-}
-
-// A number the worker logged after `label`, -1 when absent; `count`: how
-// many times the label appears.
-int64_t LoggedNumber(const std::string& output, const std::string& label, int* count = nullptr) {
-  int64_t value = -1;
-  int n = 0;
-  for (size_t at = output.find(label); at != std::string::npos; at = output.find(label, at + 1)) {
-    if (n++ == 0) value = std::atoll(output.c_str() + at + label.size());
-  }
-  if (count != nullptr) *count = n;
-  return value;
-}
-
-// The worker's "ran ahead by k batch(es): N step(s) computed ahead, at most
-// R rows ahead (bound B)" line.
-struct RunAheadLine {
-  int64_t steps_ahead = -1, most_rows = -1, bound = -1;
-};
-RunAheadLine ParseRunAhead(const std::string& output) {
-  RunAheadLine line;
-  const size_t at = output.find("batch(es): ");
-  if (at == std::string::npos) return line;
-  const std::string rest = output.substr(at);
-  line.steps_ahead = LoggedNumber(rest, "batch(es): ");
-  line.most_rows = LoggedNumber(rest, "at most ");
-  line.bound = LoggedNumber(rest, "(bound ");
-  return line;
-}
-
-int64_t ConsumedSamples(const std::string& run_dir, int64_t epochs) {
-  auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
-  EXPECT_TRUE(index.ok()) << index.status().ToString();
-  if (!index.ok()) return -1;
-  int64_t consumed = 0;
-  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-    auto n = (*index)->ConsumedCount(epoch);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
-    if (n.ok()) consumed += *n;
-  }
-  return consumed;
-}
+// Fresh(name): <test-tmp>/runtime_run_ahead_cp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_run_ahead_cp"};
 
 class RunAheadContextParallel : public ::testing::TestWithParam<TeacherLayout> {};
 
@@ -146,14 +80,14 @@ TEST_P(RunAheadContextParallel, EqualsTheReferenceAndComputesEachRowOnce) {
   const std::string dir = Fresh("equal_" + layout.name);
   const auto p = CpKdPlan(layout, kSteps, 1);
   const std::string plan_path = runtime_testing::WritePlan(p, dir);
-  const auto result = RunSectioned(p, plan_path, dir + "/run");
+  const auto result = RunWorkers(p, plan_path, dir + "/run");
   ASSERT_EQ(result.exit_code, 0) << result.output;
 
   int spool_lines = 0;
   const int64_t hits = LoggedNumber(result.output, "spool hits ", &spool_lines);
   const int64_t computed = LoggedNumber(result.output, "computed ");
   EXPECT_EQ(spool_lines, 1) << "one rank of the teacher's replica (TP = CP = 0) owns the spool\n" << result.output;
-  const RunAheadLine line = ParseRunAhead(result.output);
+  const RunAheadLine line = ParseRunAheadLine(result.output);
   EXPECT_EQ(line.steps_ahead, kSteps - 1) << result.output;
   EXPECT_EQ(computed, kSteps * p.data.global_batch)
       << "every row computed once: the forwards read back the rows computed ahead\n"
@@ -162,8 +96,7 @@ TEST_P(RunAheadContextParallel, EqualsTheReferenceAndComputesEachRowOnce) {
   EXPECT_EQ(line.bound, p.data.global_batch) << result.output;
   EXPECT_EQ(line.most_rows, p.data.global_batch) << result.output;
 
-  const auto reference =
-      RunCaptured({kWorker, "--reference", "--no-eval", "--run-dir", dir + "/reference", plan_path}, {});
+  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto mine = Losses(dir + "/run");
   const auto r = Losses(dir + "/reference");
@@ -184,11 +117,11 @@ TEST(RunAheadContextParallelResume, StopAndResumeReusesTheSpooledRowsBitIdentica
   const auto p = CpKdPlan(TeacherLayout{"cp2", 1, 2}, kSteps, 1);
   const std::string dir = Fresh("resume_cp2");
   const std::string plan_path = runtime_testing::WritePlan(p, dir);
-  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  const auto whole = RunWorkers(p, plan_path, dir + "/whole");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = RunSectioned(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
+  const auto first = RunWorkers(p, plan_path, dir + "/split", {"--stop-after-steps", "2"});
   ASSERT_EQ(first.exit_code, 85) << first.output;
-  const auto second = RunSectioned(p, plan_path, dir + "/split");
+  const auto second = RunWorkers(p, plan_path, dir + "/split");
   ASSERT_EQ(second.exit_code, 0) << second.output;
 
   const auto a = Losses(dir + "/whole");
@@ -210,9 +143,7 @@ TEST(RunAheadContextParallelResume, StopAndResumeReusesTheSpooledRowsBitIdentica
   // Hits after the resume: step 2 at its forwards and step 3 (computed
   // ahead during step 2).
   EXPECT_EQ(LoggedNumber(second.output, "spool hits "), 2 * p.data.global_batch) << second.output;
-  for (const std::string run : {"whole", "split"}) {
-    EXPECT_EQ(ConsumedSamples(dir + "/" + run, kSteps), kSteps * p.data.global_batch) << run;
-  }
+  runtime_testing::ExpectWholeAndSplitConsumed(dir, kSteps, kSteps * p.data.global_batch);
 }
 
 // CheckRunAheadRuns: a CP teacher without upstream sections runs ahead (with
@@ -223,10 +154,7 @@ TEST(RunAheadContextParallelRules, UpstreamSectionsAndExpertParallelismStayRefus
   auto p = CpKdPlan(TeacherLayout{"tp2cp2", 2, 2}, 2, 1);
   EXPECT_TRUE(plan::CheckRunAheadRuns(p).ok()) << plan::CheckRunAheadRuns(p).ToString();
   auto upstream = p;
-  plan::EdgePlan into_teacher;
-  into_teacher.from = "student";
-  into_teacher.to = "teacher";
-  upstream.edges.push_back(into_teacher);
+  upstream.edges.push_back(runtime_testing::StudentIntoTeacherEdge());
   const Status refused = plan::CheckRunAheadRuns(upstream);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("section 'teacher'"), std::string::npos) << refused.ToString();

@@ -70,20 +70,43 @@ struct TeacherLayout {
 // stream).
 plan::Plan MpKdPlan(const TeacherLayout& layout, int64_t steps, int run_ahead) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(s, {student ? 1 : layout.tp, student ? layout.student_pp : layout.pp, 1, 1, 4});
-    s.config.zero_stage = 0;
-    s.run_ahead = student ? 0 : run_ahead;
-    if (student) runtime_testing::UseKdLoss(s);
-  }
+  plan::SectionPlan* student =
+      runtime_testing::ShapeTinyKd(p, {1, layout.student_pp, 1, 1, 4}, {layout.tp, layout.pp, 1, 1, 4});
+  for (auto& s : p.sections) s.run_ahead = &s == student ? 0 : run_ahead;
+  if (student != nullptr) runtime_testing::UseKdLoss(*student);
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_run_ahead_mp", name);
+// Fresh(name): <test-tmp>/runtime_run_ahead_mp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_run_ahead_mp"};
+
+// A run of MpKdPlan(layout, steps, run_ahead): the plan written to
+// <dir>/plan<run_ahead>, run under mpirun in <dir>/k<run_ahead>.
+struct RunAheadRun {
+  plan::Plan plan;
+  std::string plan_path, run_dir;
+  runtime_testing::RunResult result;
+};
+// Runs it; fatal unless it exits 0.
+void RunAtRunAhead(const TeacherLayout& layout, int64_t steps, int run_ahead, const std::string& dir,
+                   RunAheadRun* out) {
+  out->plan = MpKdPlan(layout, steps, run_ahead);
+  out->plan_path = runtime_testing::WritePlan(out->plan, fmt::format("{}/plan{}", dir, run_ahead));
+  out->run_dir = fmt::format("{}/k{}", dir, run_ahead);
+  out->result = RunWorkers(out->plan, out->plan_path, out->run_dir);
+  ASSERT_EQ(out->result.exit_code, 0) << out->result.output;
+}
+
+// The reference of `plan_path` run in <dir>/reference (fatal unless it exits
+// 0 with as many losses as `losses`): `losses` within 1e-5 of its.
+void ExpectReferenceLosses(const std::string& what, const std::string& plan_path, const std::string& dir,
+                           const std::map<int64_t, double>& losses) {
+  const auto reference = RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto r = Losses(dir + "/reference");
+  ASSERT_EQ(r.size(), losses.size());
+  runtime_testing::ExpectLossesNear(what, losses, r);
 }
 
 class RunAheadModelParallel : public ::testing::TestWithParam<TeacherLayout> {};
@@ -97,13 +120,13 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
   std::map<int, datalayer::CheckpointData> last;
   std::string plan_path;
   for (int k : {0, 2}) {
-    const auto p = MpKdPlan(layout, kSteps, k);
-    plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
-    const std::string run = fmt::format("{}/k{}", dir, k);
-    const auto result = RunWorkers(p, plan_path, run);
-    ASSERT_EQ(result.exit_code, 0) << result.output;
-    losses[k] = Losses(run);
-    last[k] = LastCheckpoint(run);
+    RunAheadRun run;
+    ASSERT_NO_FATAL_FAILURE(RunAtRunAhead(layout, kSteps, k, dir, &run));
+    const plan::Plan& p = run.plan;
+    const runtime_testing::RunResult& result = run.result;
+    plan_path = run.plan_path;
+    losses[k] = Losses(run.run_dir);
+    last[k] = LastCheckpoint(run.run_dir);
     const RunAheadLine line = ParseRunAheadLine(result.output);
     if (k == 0) {
       EXPECT_EQ(line.steps_ahead, -1) << "run_ahead 0 runs nothing ahead\n" << result.output;
@@ -131,12 +154,7 @@ TEST_P(RunAheadModelParallel, EqualsRunAheadZeroBitForBitAndTheReference) {
   EXPECT_EQ(losses[2], losses[0]);
   ASSERT_TRUE(last[2].sections.count("student") && last[0].sections.count("student"));
   EXPECT_TRUE(last[2].sections.at("student").model == last[0].sections.at("student").model);
-
-  const auto reference = RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto r = Losses(dir + "/reference");
-  ASSERT_EQ(r.size(), losses[2].size());
-  runtime_testing::ExpectLossesNear(layout.name + " run_ahead 2", losses[2], r);
+  ExpectReferenceLosses(layout.name + " run_ahead 2", plan_path, dir, losses[2]);
 }
 
 // A PP 2 teacher running ahead into a PP 2 student (the rows arrive at the
@@ -149,23 +167,17 @@ TEST(RunAheadModelParallelIntoAPipeline, Pp2TeacherIntoAPp2StudentEqualsRunAhead
   std::map<int, std::map<int64_t, double>> losses;
   std::string plan_path;
   for (int k : {0, 1}) {
-    const auto p = MpKdPlan(layout, kSteps, k);
-    plan_path = runtime_testing::WritePlan(p, fmt::format("{}/plan{}", dir, k));
-    const std::string run = fmt::format("{}/k{}", dir, k);
-    const auto result = RunWorkers(p, plan_path, run);
-    ASSERT_EQ(result.exit_code, 0) << result.output;
-    losses[k] = Losses(run);
+    RunAheadRun run;
+    ASSERT_NO_FATAL_FAILURE(RunAtRunAhead(layout, kSteps, k, dir, &run));
+    plan_path = run.plan_path;
+    losses[k] = Losses(run.run_dir);
     if (k == 1) {
-      EXPECT_EQ(ParseRunAheadLine(result.output).steps_ahead, kSteps - 1) << result.output;
+      EXPECT_EQ(ParseRunAheadLine(run.result.output).steps_ahead, kSteps - 1) << run.result.output;
     }
   }
   ASSERT_EQ(static_cast<int64_t>(losses[0].size()), kSteps);
   EXPECT_EQ(losses[1], losses[0]);
-  const auto reference = RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto r = Losses(dir + "/reference");
-  ASSERT_EQ(r.size(), losses[1].size());
-  runtime_testing::ExpectLossesNear("pp2_into_pp2 run_ahead 1", losses[1], r);
+  ExpectReferenceLosses("pp2_into_pp2 run_ahead 1", plan_path, dir, losses[1]);
 }
 
 // (b) Stopped after step 2 (exit 85) with the teacher 2 batches ahead and
@@ -177,22 +189,14 @@ TEST_P(RunAheadModelParallel, StopAndResumeReusesTheRowsComputedAhead) {
   const auto p = MpKdPlan(layout, kSteps, 2);
   const std::string dir = Fresh("resume_" + layout.name);
   runtime_testing::StopAndResumeRuns runs;
-  ASSERT_NO_FATAL_FAILURE(runs = runtime_testing::ExpectStopAndResumeLossesEqual(layout.name, p, dir, 3));
-  runtime_testing::ExpectSameSectionWeights(layout.name, dir + "/whole", dir + "/split", "student");
-
-  const int64_t computed_whole = LoggedNumber(runs.whole.output, "computed ");
-  const int64_t computed_first = LoggedNumber(runs.first.output, "computed ");
-  const int64_t computed_second = LoggedNumber(runs.second.output, "computed ");
-  EXPECT_EQ(computed_whole, kSteps * p.data.global_batch) << runs.whole.output;
-  EXPECT_EQ(computed_first, 5 * p.data.global_batch) << "steps 0-2 and, ahead, 3-4\n" << runs.first.output;
-  EXPECT_EQ(computed_first + computed_second, computed_whole) << runs.first.output << runs.second.output;
+  // Steps 0-2 and, ahead, 3-4 before the stop.
+  ASSERT_NO_FATAL_FAILURE(
+      runs = runtime_testing::ExpectRunAheadResumeComputesEachRowOnce(layout.name, p, dir, 3, 5 * p.data.global_batch));
+  EXPECT_EQ(LoggedNumber(runs.whole.output, "computed "), kSteps * p.data.global_batch) << runs.whole.output;
   // Hits after the resume: steps 3 and 4 at their forwards, step 4 once more
   // when step 3 runs ahead (found in the spool, not computed), and step 5
   // (computed ahead during step 3).
   EXPECT_EQ(LoggedNumber(runs.second.output, "spool hits "), 4 * p.data.global_batch) << runs.second.output;
-  for (const std::string run : {"whole", "split"}) {
-    EXPECT_EQ(ConsumedSamples(dir + "/" + run, kSteps), kSteps * p.data.global_batch) << run;
-  }
 }
 
 // (c) kill -9 of one teacher rank (the spool's owner at TP 2, the first
@@ -243,9 +247,7 @@ INSTANTIATE_TEST_SUITE_P(TeacherTp2AndPp2, RunAheadModelParallel,
 TEST(RunAheadRowsToCompute, AModelParallelSectionWithAnUpstreamSectionIsRefused) {
   auto p = MpKdPlan(TeacherLayout{"tp2", 2, 1}, 2, 1);
   EXPECT_TRUE(plan::CheckRunAheadRuns(p).ok()) << plan::CheckRunAheadRuns(p).ToString();
-  plan::EdgePlan into_teacher;
-  into_teacher.from = "student";
-  into_teacher.to = "teacher";
+  const plan::EdgePlan into_teacher = runtime_testing::StudentIntoTeacherEdge();
   p.edges.push_back(into_teacher);
   const Status refused = plan::CheckRunAheadRuns(p);
   ASSERT_FALSE(refused.ok());

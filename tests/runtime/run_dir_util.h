@@ -2,7 +2,8 @@
 // What the runtime tests read back from a run directory: a file's text, the loss of every
 // step (metrics.jsonl; a step run twice, before and after a resume, keeps its
 // last line) and the state of the last committed checkpoint; and the pid of
-// a running maestro-worker of a given rank (to kill it).
+// a running maestro-worker of a given rank (to kill it). And a test's fresh
+// run folders (FreshDir, FreshDirs).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime_testing {
 
@@ -62,6 +64,16 @@ inline std::string FreshDir(const std::string& parent, const std::string& name) 
   std::filesystem::create_directories(dir);
   return dir;
 }
+
+// A test file's run folders under the build's test-tmp, each emptied when
+// asked for (FreshDir): `const FreshDirs Fresh{"runtime_zero1"};`, then
+// Fresh("resume") is <test-tmp>/runtime_zero1/resume.
+struct FreshDirs {
+  std::string folder;
+  std::string operator()(const std::string& name) const {
+    return FreshDir(std::string(MAESTRO_TEST_TMP) + "/" + folder, name);
+  }
+};
 
 // Writes `p` to `dir`/plan.json (creating `dir`); returns that path.
 inline std::string WritePlan(const plan::Plan& p, const std::string& dir) {

@@ -22,20 +22,18 @@
 
 #include "hf/checkpoint.h"
 #include "tests/fixtures/python3.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/test_paths.h"
-#include "tests/launcher/run_util.h"
+#include "tests/runtime/multi_rank_harness.h"
 #include "tests/runtime/run_dir_util.h"
 
 namespace maestro {
 namespace {
 
 namespace fs = std::filesystem;
-using launcher::testing::RunCaptured;
 using launcher::testing::RunResult;
 using runtime_testing::Losses;
 using runtime_testing::ReadText;
-
-const std::string kMaestro = std::string(MAESTRO_BIN_DIR) + "/maestro";
 
 double Mean(const std::map<int64_t, double>& losses, bool first, size_t n) {
   std::vector<double> v;
@@ -50,10 +48,7 @@ class UserWorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One folder per test: ctest runs the tests of this file as processes side by side.
-    root_ = std::string(MAESTRO_TEST_TMP) + "/user_workload/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = fixtures::PerTestDir("user_workload");
     workload_ = root_ + "/example";
     const Status made =
         fixtures::RunPython3WithTorch(std::string(MAESTRO_SOURCE_DIR) + "/scripts/make_example_workload.py",
@@ -61,16 +56,25 @@ class UserWorkloadTest : public ::testing::Test {
     if (made.code() == StatusCode::kUnavailable) GTEST_SKIP() << made.ToString();
     ASSERT_TRUE(made.ok()) << made.ToString();
   }
+  // `maestro run` of the example's `spec` into `out` on `ranks` ranks:
+  // fatal unless it exits 0 having logged at least 10 steps; its output in
+  // *run, its losses in *losses.
+  void Train(const std::string& spec, const std::string& out, const std::string& ranks, RunResult* run,
+             std::map<int64_t, double>* losses) {
+    *run = runtime_testing::RunMaestro({"run", workload_ + "/" + spec, "-o", out, "--ranks", ranks, "--fresh"},
+                                       {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
+    ASSERT_EQ(run->exit_code, 0) << run->output;
+    *losses = Losses(out + "/run");
+    ASSERT_GE(losses->size(), 10u) << run->output;
+  }
   std::string root_, workload_;
 };
 
 TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldOutLoss) {
   const std::string kd = root_ + "/kd";
-  const RunResult run = RunCaptured({kMaestro, "run", workload_ + "/kd.toml", "-o", kd, "--ranks", "2", "--fresh"},
-                                    {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto losses = Losses(kd + "/run");
-  ASSERT_GE(losses.size(), 10u) << run.output;
+  RunResult run;
+  std::map<int64_t, double> losses;
+  ASSERT_NO_FATAL_FAILURE(Train("kd.toml", kd, "2", &run, &losses));
   EXPECT_LT(Mean(losses, false, 5), Mean(losses, true, 5)) << run.output;
   const auto eval = nlohmann::json::parse(ReadText(kd + "/run/eval.json"), nullptr, false);
   ASSERT_TRUE(eval.is_object()) << run.output;
@@ -78,7 +82,7 @@ TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldO
   ASSERT_GT(eval.at("samples").get<int64_t>(), 0);
 
   const std::string exported = root_ + "/student-hf";
-  const RunResult export_run = RunCaptured({kMaestro, "export", kd, "--section", "student", "-o", exported}, {});
+  const RunResult export_run = runtime_testing::RunMaestro({"export", kd, "--section", "student", "-o", exported}, {});
   ASSERT_EQ(export_run.exit_code, 0) << export_run.output;
   // The same tensors under the same names as the student we started from
   // (tied embeddings stay tied: no lm_head.weight).
@@ -108,11 +112,9 @@ TEST_F(UserWorkloadTest, DistilFromHfWeightsExportTheStudentAndReproduceItsHeldO
 
 TEST_F(UserWorkloadTest, AVlmFromHfWeightsLearnsTheCaptionsOfImageFiles) {
   const std::string vlm = root_ + "/vlm";
-  const RunResult run = RunCaptured({kMaestro, "run", workload_ + "/vlm.toml", "-o", vlm, "--ranks", "3", "--fresh"},
-                                    {{"MAESTRO_COMM_TIMEOUT_S", "60"}});
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto losses = Losses(vlm + "/run");
-  ASSERT_GE(losses.size(), 10u) << run.output;
+  RunResult run;
+  std::map<int64_t, double> losses;
+  ASSERT_NO_FATAL_FAILURE(Train("vlm.toml", vlm, "3", &run, &losses));
   for (const auto& [step, loss] : losses) ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
   EXPECT_LT(Mean(losses, false, 5), Mean(losses, true, 5)) << run.output;
   // The index holds the manifest's samples with their image tokens.

@@ -209,9 +209,8 @@ std::string WriteManifest(const std::string& dir, int samples) {
   return runtime_testing::WriteImageManifest(dir, samples, kPatchesPerImage, kImageToken);
 }
 
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_vit_cp", name);
-}
+// Fresh(name): <test-tmp>/runtime_vit_cp/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_vit_cp"};
 
 // The tiny VLM (sectioned, --pin vit.cp=2) on the manifest in `data_dir`:
 // the ViT at patch 4 with cp 2, tp `vit_tp`, dp `dp` (ZeRO-1 when dp > 1),

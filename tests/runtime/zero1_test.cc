@@ -39,8 +39,6 @@ namespace {
 
 using runtime::DistributedOptimizer;
 using runtime_testing::LastCheckpoint;
-using runtime_testing::Losses;
-using runtime_testing::RunWorkers;
 
 // A DP group of one rank: the optimizer never communicates then, and says so
 // here if it tried.
@@ -216,30 +214,16 @@ TEST(DistributedOptimizer, SaveAndLoadContinueBitForBitAndAnotherLayoutIsRefused
 plan::Plan KdPlan(int dp, int tp, int zero_stage, int64_t steps) {
   // The student on ranks of its own.
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kSectioned);
-  for (auto& s : p.sections) {
-    const bool student = s.name == "student";
-    s.init_from.clear();
-    runtime_testing::SetDegrees(s, {student ? tp : 1, 1, 1, student ? dp : 1, student ? 4 : 8});
-    s.config.zero_stage = student ? zero_stage : 0;
-    if (student) {
-      s.optimizer.weight_decay = 0.1;
-      runtime_testing::UseKdLoss(s);
-    }
+  if (plan::SectionPlan* student = runtime_testing::ShapeTinyKd(p, {tp, 1, 1, dp, 4}, {1, 1, 1, 1, 8}, zero_stage)) {
+    student->optimizer.weight_decay = 0.1;
+    runtime_testing::UseKdLoss(*student);
   }
   runtime_testing::PlaceOnThisMachine(p, steps);
   return p;
 }
 
-using runtime_testing::WritePlan;
-
-std::string Fresh(const std::string& name) {
-  return runtime_testing::FreshDir(std::string(MAESTRO_TEST_TMP) + "/runtime_zero1", name);
-}
-
-// The student's weights in the run's last checkpoint, by name.
-runtime_testing::NamedWeights StudentWeights(const plan::Plan& p, const std::string& run_dir) {
-  return runtime_testing::CheckpointWeights(runtime_testing::ModelOf(p, "student"), run_dir, "student");
-}
+// Fresh(name): <test-tmp>/runtime_zero1/<name>, emptied.
+const runtime_testing::FreshDirs Fresh{"runtime_zero1"};
 
 // Plan `p` (the student with zero_stage 1) against the same plan with
 // zero_stage 0 and against the reference.
@@ -248,25 +232,11 @@ void ExpectZero1EqualsZero0AndReference(const std::string& what, const plan::Pla
   plan::Plan p0 = p;
   p0.sections[static_cast<size_t>(p0.section_index("student"))].config.zero_stage = 0;
   const std::string dir = Fresh(what);
-  const std::string plan1 = WritePlan(p, dir + "/zero1");
-  const std::string plan0 = WritePlan(p0, dir + "/zero0");
-  const auto zero1 = RunWorkers(p, plan1, dir + "/zero1/run");
-  ASSERT_EQ(zero1.exit_code, 0) << zero1.output;
-  const auto zero0 = RunWorkers(p0, plan0, dir + "/zero0/run");
-  ASSERT_EQ(zero0.exit_code, 0) << zero0.output;
-  const auto reference = runtime_testing::RunReference(plan1, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  ASSERT_NO_FATAL_FAILURE(
+      runtime_testing::ExpectRunEqualsReferenceAndOther(what, p, p0, dir, "zero0", " vs zero_stage 0"));
 
-  const auto a = Losses(dir + "/zero1/run"), b = Losses(dir + "/zero0/run"), r = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << zero1.output;
-  ASSERT_EQ(b.size(), a.size());
-  ASSERT_EQ(r.size(), a.size());
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, b, 1e-5, " vs zero_stage 0"));
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectLossesNear(what, a, r, 1e-5, " vs the reference"));
-  runtime_testing::ExpectLossFalls(what, a);
-
-  const auto w1 = StudentWeights(p, dir + "/zero1/run");
-  const auto w0 = StudentWeights(p, dir + "/zero0/run");
+  const auto w1 = runtime_testing::WeightsOf(p, "student", dir + "/run");
+  const auto w0 = runtime_testing::WeightsOf(p, "student", dir + "/zero0/run");
   ASSERT_FALSE(w1.empty());
   ASSERT_EQ(w1.size(), w0.size());
   std::string where;
@@ -274,7 +244,7 @@ void ExpectZero1EqualsZero0AndReference(const std::string& what, const plan::Pla
 
   // The checkpoint holds one AdamW shard per (TP, DP) rank, each about half
   // of the replicated state; zero_stage 0 keeps one per TP rank.
-  const auto c1 = LastCheckpoint(dir + "/zero1/run");
+  const auto c1 = LastCheckpoint(dir + "/run");
   const auto c0 = LastCheckpoint(dir + "/zero0/run");
   const auto& s = p.sections[static_cast<size_t>(p.section_index("student"))];
   for (int t = 0; t < s.config.tp; ++t) {
@@ -300,18 +270,11 @@ TEST(Zero1Training, KdStudentTp2Dp2EqualsZeroStage0AndTheReference) {
 
 TEST(Zero1Training, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const plan::Plan p = KdPlan(2, 1, 1, 6);
-  const std::string dir = Fresh("resume");
-  ASSERT_NO_FATAL_FAILURE(runtime_testing::ExpectStopAndResumeLossesEqual("resume", p, dir, 3));
   // Weights equal after 3 steps past the resume show that every shard's
   // moments came back; so do the shards' bytes (no addresses in them).
-  const auto x = LastCheckpoint(dir + "/whole");
-  const auto y = LastCheckpoint(dir + "/split");
-  EXPECT_EQ(x.step, 5);
-  EXPECT_EQ(y.step, 5);
-  ASSERT_TRUE(x.sections.count("student#dp1"));
-  runtime_testing::ExpectSameCheckpointWeights("resume", x, y,
-                                               {/*optimizer_present=*/false, /*optimizer_bytes_equal=*/true,
-                                                /*only_shards_lack_weights=*/false});
+  runtime_testing::ExpectStopAndResumeCheckpointsEqual("resume", p, Fresh("resume"), 3, 5, "student#dp1",
+                                                       {/*optimizer_present=*/false, /*optimizer_bytes_equal=*/true,
+                                                        /*only_shards_lack_weights=*/false});
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/fixtures/test_paths.h"
+#include "tests/slurm/cluster_test.h"
 #include "tests/slurm/slurm_test_util.h"
 
 namespace maestro::testing {
@@ -25,18 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
-class LocalSlurmClusterTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto found = LocalSlurmCluster::FromEnvironment();
-    ASSERT_TRUE(found.ok()) << found.status().ToString();
-    cluster_.emplace(*found);
-  }
-  const LocalSlurmCluster& cluster() const { return *cluster_; }
-
- private:
-  std::optional<LocalSlurmCluster> cluster_;
-};
+class LocalSlurmClusterTest : public SlurmClusterTest {};
 
 // One line of maestro-het-probe: "probe key=value key=value ...".
 std::map<std::string, std::string> ParseProbeLine(const std::string& line) {
