@@ -352,7 +352,7 @@ std::string InFlightLog(const std::vector<SectionedAttempt>& attempts, size_t ch
 
 // Why the runtime cannot pipeline the fused section over `pp` stages; ""
 // when it can: the runtime's rule (plan/runtime_support.h
-// FusedPipelineRefusal) on the fused section the workload would make.
+// FusedPipelineReason) on the fused section the workload would make.
 std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport& support) {
   if (!support.pipeline_parallel_fused) return "the runtime's fused sections run PP = 1";
   plan::SectionPlan fused;
@@ -372,7 +372,7 @@ std::string FusedPipelineBlocker(const Workload& w, int pp, const RuntimeSupport
     edge.to = w.sections[static_cast<size_t>(e.to)].name;
     fused.component_edges.push_back(std::move(edge));
   }
-  return plan::FusedPipelineRefusal(fused);
+  return plan::FusedPipelineReason(fused);
 }
 
 }  // namespace

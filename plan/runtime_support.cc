@@ -148,11 +148,7 @@ Status CheckPipelineRuns(const SectionPlan& s, const RuntimeSupport& support) {
     if (!support.pipeline_parallel_fused) {
       return Unsupported(s, fmt::format("a fused section at PP = {}", s.config.pp), "pipeline_parallel_fused");
     }
-    if (const std::string why = FusedPipelineRefusal(s); !why.empty()) {
-      return Status::FailedPrecondition(why +
-                                        " (recompile with --grouping sectioned, or without --runtime-support: the "
-                                        "planner emits only what this runtime runs)");
-    }
+    if (const std::string why = FusedPipelineRefusal(s); !why.empty()) return Status::FailedPrecondition(why);
     return Status::Ok();
   }
   if (!IsDecoder(s) || !support.pipeline_parallel_decoder) {
@@ -171,7 +167,7 @@ Status CheckPipelineRuns(const SectionPlan& s, const RuntimeSupport& support) {
   return Status::Ok();
 }
 
-std::string FusedPipelineRefusal(const SectionPlan& fused) {
+std::string FusedPipelineReason(const SectionPlan& fused) {
   const int pp = fused.config.pp;
   if (pp <= 1) return "";
   int trained = 0, frozen = 0;
@@ -204,6 +200,14 @@ std::string FusedPipelineRefusal(const SectionPlan& fused) {
         fused.name, trained, frozen, pp);
   }
   return "";
+}
+
+std::string FusedPipelineRefusal(const SectionPlan& fused) {
+  const std::string why = FusedPipelineReason(fused);
+  if (why.empty()) return "";
+  return why +
+         " (recompile with --grouping sectioned, or without --runtime-support: the planner emits only what this "
+         "runtime runs)";
 }
 
 std::string ContextParallelSplitError(int64_t seq_len, int cp_size) {

@@ -166,13 +166,17 @@ Status CheckTensorParallelRuns(const SectionPlan& s, const RuntimeSupport& suppo
 Status CheckPipelineRuns(const SectionPlan& s, const RuntimeSupport& support = kRuntimeSupport);
 
 // "" when the runtime pipelines fused section `fused` with its config's pp
-// (any pp for pp = 1); otherwise why not, in words that name the section
-// (CheckPipelineRuns adds the fix; the compiler's grouping says why it chose
-// a sectioned plan with it). It pipelines a fused section with exactly one training decoder,
-// the section's only sink, run on every sample (activation "always"), fed
-// by any encoders and projectors and by at most one forward-only decoder
-// (a KD teacher, also run on every sample); every decoder has at least pp
-// layers (docs/fused_pipeline.md).
+// (any pp for pp = 1); otherwise why not, in words that name the section.
+// It pipelines a fused section with exactly one training decoder, the
+// section's only sink, run on every sample (activation "always"), fed by any
+// encoders and projectors and by at most one forward-only decoder (a KD
+// teacher, also run on every sample); every decoder has at least pp layers
+// (docs/fused_pipeline.md). The compiler's grouping names this reason when it
+// chooses a sectioned plan.
+std::string FusedPipelineReason(const SectionPlan& fused);
+
+// FusedPipelineReason with the fix a user of the runtime needs (recompile
+// with --grouping sectioned); "" when it pipelines.
 std::string FusedPipelineRefusal(const SectionPlan& fused);
 
 // Context parallelism: decoder and ViT sections (a fused section: its

@@ -54,7 +54,8 @@ RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const st
   argv.insert(argv.end(), {"--run-dir", run_dir});
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   argv.push_back(plan_path);
-  std::vector<std::pair<std::string, std::string>> env{{"MAESTRO_COMM_TIMEOUT_S", options.comm_timeout_s}};
+  std::vector<std::pair<std::string, std::string>> env{{"MAESTRO_COMM_TIMEOUT_S", options.comm_timeout_s},
+                                                       {"MAESTRO_THREADS_PER_RANK", "1"}};
   env.insert(env.end(), options.extra_env.begin(), options.extra_env.end());
   return RunCaptured(argv, env);
 }
@@ -64,7 +65,7 @@ RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
   std::vector<std::string> argv{WorkerBinary(), "--reference", "--no-eval", "--run-dir", run_dir};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   argv.push_back(plan_path);
-  return RunCaptured(argv, {});
+  return RunCaptured(argv, {{"MAESTRO_THREADS_PER_RANK", "1"}});
 }
 
 bool IsMpirunRank() {

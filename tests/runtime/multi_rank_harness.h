@@ -84,12 +84,16 @@ struct WorkerOptions {
 
 // `p.world_size()` maestro-worker ranks under mpirun (MpirunArgs) running the
 // plan at `plan_path` in `run_dir`: --no-eval [--no-progress] --run-dir
-// <run_dir> <extra_flags...> <plan_path>.
+// <run_dir> <extra_flags...> <plan_path>. Each rank runs torch on one thread
+// (MAESTRO_THREADS_PER_RANK=1), as RunReference does: runs of different rank
+// counts are compared to 1e-5, and a one-rank run on two threads reduces in
+// another order (measured: a fused PP 2 run's ViT weights 4.2e-5 from its
+// PP 1 run's on two threads, within 1e-5 on one).
 RunResult RunWorkers(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
                      const std::vector<std::string>& extra_flags = {}, const WorkerOptions& options = {});
 
 // The one-process reference (maestro-worker --reference --no-eval --run-dir
-// <run_dir> <extra_flags...> <plan_path>).
+// <run_dir> <extra_flags...> <plan_path>), on one torch thread.
 RunResult RunReference(const std::string& plan_path, const std::string& run_dir,
                        const std::vector<std::string>& extra_flags = {});
 
