@@ -24,8 +24,9 @@
 //                            loading, scheduling, bookkeeping), per rank
 //   wavefront_vs_fifo        the VLM's sectioned plan with the wavefront
 //                            schedule vs FIFO (data order): samples/s ratio
-// Without the images, tiny_vlm_skipped says why. Steps after the first 3
-// (warm-up) count. Each ratio is the median over `rounds` rounds (3; 1 with
+// Without the images, tiny_vlm_skipped says why. Each run trains 40 steps (6
+// with --quick, which checks the output, not the speed); the steps after the
+// first 3 (warm-up) count. Each ratio is the median over `rounds` rounds (3; 1 with
 // --quick) of runs in rotated order (a shared machine drifts between runs);
 // *_rounds lists the headline ratios' per-round values.
 #include <unistd.h>
@@ -243,7 +244,7 @@ void Report(const GroupingFigures& g, const std::string& prefix, nlohmann::json&
 }  // namespace
 
 MAESTRO_BENCHMARK(runtime, "tiny KD and tiny VLM: sectioned vs monolithic (fused DP) samples/s, framework overhead") {
-  const int64_t steps = options.quick ? 10 : 40;
+  const int64_t steps = options.quick ? 6 : 40;
   char tmpl[] = "/tmp/maestro-runtime-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("cannot create a temporary directory in /tmp");
   const std::string dir = tmpl;

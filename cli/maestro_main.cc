@@ -527,6 +527,7 @@ int main(int argc, char** argv) {
   export_cmd->set_help_flag();
 
   CLI11_PARSE(app, argc, argv);
+  maestro::cli::PreferHugePagesForChildren();
   if (*run) return RunCommand(run_args);
   if (*profile.command) {
     if (profile_args.kernels) return KernelProfileCommand(profile_args, profile.repeats->count() > 0);

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -21,6 +22,20 @@ std::string SelfDirectory() {
   std::string path(buf, static_cast<size_t>(n));
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string WithHugePageMalloc(const char* existing) {
+  constexpr char kTunable[] = "glibc.malloc.hugetlb";
+  const std::string value = existing != nullptr ? existing : "";
+  if (value.empty()) return std::string(kTunable) + "=1";
+  // GLIBC_TUNABLES is name=value pairs joined by ':'; a user's own choice stays.
+  if (value.find(kTunable) != std::string::npos) return value;
+  return value + ":" + kTunable + "=1";
+}
+
+void PreferHugePagesForChildren() {
+  const std::string value = WithHugePageMalloc(std::getenv("GLIBC_TUNABLES"));
+  setenv("GLIBC_TUNABLES", value.c_str(), 1);
 }
 
 StatusOr<int> RunProcess(const std::vector<std::string>& argv, ChildStdout child_stdout) {
