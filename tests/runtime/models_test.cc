@@ -316,6 +316,14 @@ ModelDesc TinyQwen25Yarn() {
   return d;
 }
 
+// Whether desc's scaled frequencies differ from the unscaled ones (a case
+// whose scaling changes nothing would prove nothing).
+bool ScalingChangesFrequencies(const ModelDesc& d) {
+  const auto scaled = plan::RopeInverseFrequencies(plan::RopeTheta(d), plan::HeadDim(d), plan::RopeScalingOf(d));
+  const auto plain = plan::RopeInverseFrequencies(plan::RopeTheta(d), plan::HeadDim(d), plan::RopeScaling{});
+  return scaled != plain && scaled.front() == plain.front();
+}
+
 ModelDesc TinyProjector() {
   ModelDesc d;
   d.kind = ModelKind::kProjector;
@@ -400,6 +408,18 @@ TEST(RuntimeModelsReference, DecoderQwen2BiasesTiedHeadDim12MatchesPyTorch) {
 
 TEST(RuntimeModelsReference, DecoderMistralInsideItsWindowMatchesPyTorch) {
   CheckAgainstPyTorch(DecoderCase("decoder_mistral", TinyMistral(), 2, 8));
+}
+
+// 64 tokens, twice the original context of 32: positions past it are where
+// the scaled and unscaled angles part most.
+TEST(RuntimeModelsReference, DecoderLlama31RopeScalingBeyondTheOriginalContextMatchesPyTorch) {
+  ASSERT_TRUE(ScalingChangesFrequencies(TinyLlama31()));
+  CheckAgainstPyTorch(DecoderCase("decoder_llama31", TinyLlama31(), 2, 64));
+}
+
+TEST(RuntimeModelsReference, DecoderQwen25YarnBeyondTheOriginalContextMatchesPyTorch) {
+  ASSERT_TRUE(ScalingChangesFrequencies(TinyQwen25Yarn()));
+  CheckAgainstPyTorch(DecoderCase("decoder_qwen25_yarn", TinyQwen25Yarn(), 2, 64));
 }
 
 TEST(RuntimeModelsReference, VitEncoderMatchesPyTorch) {
