@@ -73,7 +73,7 @@ Status CheckRuntimeRunsEverything(const Spec& spec, const CompileOptions& option
 }
 
 // What the runtime refuses (plan/runtime_support.h CheckPlanRuns: a model
-// feature it lacks such as a config's rope_scaling, edges it cannot wire,
+// feature it lacks such as a config's dynamic NTK rope_scaling, edges it cannot wire,
 // data it cannot feed) is refused here, at the spec's line of the section,
 // before any rank starts. A plan for more than this runtime
 // (--allow-planner-only, --runtime-support) is not held to it, except in

@@ -11,6 +11,8 @@
 
 #include "base/checks.h"
 #include "base/read_file.h"
+#include "plan/model_desc.h"
+#include "plan/rope_scaling.h"
 
 namespace maestro::compiler {
 
@@ -62,7 +64,7 @@ Status RequireExtraRange(std::string* key, const std::string& where, const Model
   return Status::Ok();
 }
 
-int64_t HeadDim(const ModelDesc& d) {
+int64_t DecoderHeadDim(const ModelDesc& d) {
   return d.head_dim > 0 ? d.head_dim : d.hidden / d.heads;
 }
 
@@ -160,7 +162,7 @@ namespace {
 // shared expert), the embedding and an untied head; `s` tokens per sample.
 void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
   const int64_t h = d.hidden;
-  const int64_t hd = HeadDim(d);
+  const int64_t hd = DecoderHeadDim(d);
   const int64_t q = d.heads * hd, kv = d.kv_heads * hd;
   const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
   const bool o_bias = ExtraFlag(d, "attn_out_bias", false);
@@ -342,6 +344,81 @@ class HfReader {
   std::string origin_;
 };
 
+// The config's rope_scaling object (absent or null: none) as the
+// extra.rope_scaling_* keys (plan/model_desc.h). Its type is "rope_type" or
+// the legacy "type"; what the type needs and HF's defaults are read here,
+// what it may be is ValidateModelDesc's (dynamic is imported to be refused
+// by name). YaRN: original_max_position_embeddings defaults to the config's
+// max_position_embeddings, factor (when absent) to their ratio, as
+// transformers >= 4.57 standardizes them.
+Status ImportRopeScaling(const nlohmann::json& j, const std::string& origin, int64_t max_positions, ModelDesc& d) {
+  if (!j.contains("rope_scaling") || j.at("rope_scaling").is_null()) return Status::Ok();
+  const nlohmann::json& o = j.at("rope_scaling");
+  if (!o.is_object()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: key 'rope_scaling' must be an object (or null), got {}", origin, o.dump()));
+  }
+  const char* type_key = o.contains("rope_type") ? "rope_type" : "type";
+  if (!o.contains(type_key) || !o.at(type_key).is_string()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: rope_scaling needs a string 'rope_type' (or the legacy 'type'): default, linear, llama3 or yarn; got {}",
+        origin, o.dump()));
+  }
+  const std::string name = o.at(type_key).get<std::string>();
+  const std::optional<plan::RopeType> type = plan::RopeTypeOfName(name);
+  if (!type) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: rope_scaling.{} '{}' is not implemented: Maestro trains rope_type default, linear, llama3 and yarn "
+        "(change the config, or describe the model by shape in the spec)",
+        origin, type_key, name));
+  }
+  if (*type == plan::RopeType::kDefault) return Status::Ok();
+  HfReader r(o, origin + ": rope_scaling");
+  d.extra[plan::kRopeScalingTypeKey] = static_cast<double>(static_cast<int>(*type));
+  const bool yarn = *type == plan::RopeType::kYarn;
+  // Required (HF raises KeyError without them) unless a fallback is given.
+  auto number = [&](const char* key, const char* extra_key, std::optional<double> fallback) -> Status {
+    if (!r.Has(key) && !fallback) {
+      return Status::InvalidArgument(
+          fmt::format("{}: rope_scaling of rope_type '{}' needs the key '{}'", origin, name, key));
+    }
+    MAESTRO_ASSIGN_OR_RETURN(d.extra[extra_key], r.Double(key, fallback.value_or(0.0)));
+    return Status::Ok();
+  };
+  std::optional<double> original;
+  if (yarn && max_positions > 0) original = static_cast<double>(max_positions);
+  if (*type == plan::RopeType::kLlama3 || yarn) {
+    MAESTRO_RETURN_IF_ERROR(
+        number("original_max_position_embeddings", plan::kRopeScalingOriginalMaxPositionsKey, original));
+  }
+  std::optional<double> implied_factor;
+  const double stated_original = ExtraValue(d, plan::kRopeScalingOriginalMaxPositionsKey, 0);
+  if (yarn && max_positions > 0 && stated_original > 0) implied_factor = max_positions / stated_original;
+  MAESTRO_RETURN_IF_ERROR(number("factor", plan::kRopeScalingFactorKey, implied_factor));
+  if (*type == plan::RopeType::kLlama3) {
+    MAESTRO_RETURN_IF_ERROR(number("low_freq_factor", plan::kRopeScalingLowFreqFactorKey, std::nullopt));
+    MAESTRO_RETURN_IF_ERROR(number("high_freq_factor", plan::kRopeScalingHighFreqFactorKey, std::nullopt));
+  }
+  if (yarn) {
+    // HF reads beta_fast / beta_slow with `or`: null or 0 is the default.
+    MAESTRO_RETURN_IF_ERROR(number("beta_fast", plan::kRopeScalingBetaFastKey, 32.0));
+    MAESTRO_RETURN_IF_ERROR(number("beta_slow", plan::kRopeScalingBetaSlowKey, 1.0));
+    if (d.extra[plan::kRopeScalingBetaFastKey] == 0) d.extra[plan::kRopeScalingBetaFastKey] = 32.0;
+    if (d.extra[plan::kRopeScalingBetaSlowKey] == 0) d.extra[plan::kRopeScalingBetaSlowKey] = 1.0;
+    for (const auto& [key, extra_key] : {std::pair{"attention_factor", plan::kRopeScalingAttentionFactorKey},
+                                         {"mscale", plan::kRopeScalingMscaleKey},
+                                         {"mscale_all_dim", plan::kRopeScalingMscaleAllDimKey}}) {
+      if (r.Has(key)) MAESTRO_RETURN_IF_ERROR(number(key, extra_key, 0.0));
+    }
+    if (r.Has("truncate") && !o.at("truncate").is_boolean()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: rope_scaling.truncate must be true or false, got {}", origin, o.at("truncate").dump()));
+    }
+    d.extra[plan::kRopeScalingTruncateKey] = r.Bool("truncate", true) ? 1 : 0;
+  }
+  return Status::Ok();
+}
+
 StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& origin, const std::string& type) {
   HfReader r(j, origin);
   ModelDesc d;
@@ -416,9 +493,9 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   int64_t window = 0;
   MAESTRO_ASSIGN_OR_RETURN(window, r.Int("sliding_window", 0));
   if (window_on && window > 0) d.extra["sliding_window"] = static_cast<double>(window);
-  // rope_scaling (Llama 3.1's "llama3", YaRN, ...) changes every position's
-  // angles; the runtime refuses it rather than compute something else.
-  if (r.Has("rope_scaling")) d.extra["rope_scaling"] = 1;
+  // rope_scaling (Llama 3.1's "llama3", Qwen2.5's YaRN, ...) changes every
+  // position's angles (plan/rope_scaling.h).
+  MAESTRO_RETURN_IF_ERROR(ImportRopeScaling(j, origin, max_pos, d));
   return d;
 }
 

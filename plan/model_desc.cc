@@ -3,6 +3,8 @@
 #include "plan/model_desc.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <string>
 
 namespace maestro::plan {
@@ -11,6 +13,13 @@ namespace {
 double ExtraOr(const ModelDesc& desc, const char* key, double fallback) {
   auto it = desc.extra.find(key);
   return it == desc.extra.end() ? fallback : it->second;
+}
+
+// A number as people write it: 4, 0.5, 1e+06.
+std::string Num(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
 }
 
 const char* VitLayoutName(int layout) {
@@ -102,7 +111,62 @@ void CheckVitFlags(const ModelDesc& d, DescChecker& c) {
   }
 }
 
+// The rope scaling keys (plan/rope_scaling.h); each message names the extra
+// key and the config.json field it comes from.
+void CheckRopeScaling(const ModelDesc& d, DescChecker& c) {
+  c.Require(ExtraOr(d, kLegacyRopeScalingKey, 0) == 0,
+            "no extra.rope_scaling marker (a plan.json compiled before rope scaling was read: compile the spec "
+            "again, which imports the config's rope_scaling as extra.rope_scaling_*)");
+  const double code = ExtraOr(d, kRopeScalingTypeKey, 0);
+  const bool known = code >= 0 && code < kRopeTypeCount && code == std::floor(code);
+  c.Require(known, "extra.rope_scaling_type one of 0 (default), 1 (linear), 2 (llama3), 3 (yarn), got " + Num(code));
+  if (!known) return;
+  const RopeScaling s = RopeScalingOf(d);
+  c.Require(s.type != RopeType::kDynamic,
+            "a rope_scaling the runtime can train, not extra.rope_scaling_type 4 (rope_type \"dynamic\", dynamic "
+            "NTK): it rescales the frequencies with the live sequence length, so a trained position's frequency "
+            "would depend on the batch; train with linear, llama3 or yarn scaling, or none");
+  if (s.type == RopeType::kDefault || s.type == RopeType::kDynamic) return;
+  c.Require(s.factor >= 1, "extra.rope_scaling_factor >= 1 (rope_scaling.factor), got " + Num(s.factor));
+  if (s.type == RopeType::kLinear) return;
+  c.Require(s.original_max_position_embeddings > 0,
+            "extra.rope_scaling_original_max_position_embeddings > 0 (rope_scaling.original_max_position_embeddings)");
+  if (s.type == RopeType::kLlama3) {
+    c.Require(s.low_freq_factor > 0, "extra.rope_scaling_low_freq_factor > 0 (rope_scaling.low_freq_factor)");
+    c.Require(s.high_freq_factor > s.low_freq_factor,
+              "extra.rope_scaling_high_freq_factor > extra.rope_scaling_low_freq_factor (rope_scaling."
+              "high_freq_factor > low_freq_factor), got " +
+                  Num(s.high_freq_factor) + " and " + Num(s.low_freq_factor));
+    return;
+  }
+  c.Require(s.beta_fast > 0 && s.beta_slow > 0,
+            "extra.rope_scaling_beta_fast > 0 and extra.rope_scaling_beta_slow > 0 (rope_scaling.beta_fast, "
+            "beta_slow)");
+  c.Require(s.attention_factor >= 0 && s.mscale >= 0 && s.mscale_all_dim >= 0,
+            "extra.rope_scaling_attention_factor, _mscale and _mscale_all_dim >= 0 (rope_scaling.attention_factor, "
+            "mscale, mscale_all_dim)");
+}
+
 }  // namespace
+
+RopeScaling RopeScalingOf(const ModelDesc& desc) {
+  RopeScaling s;
+  const double code = ExtraOr(desc, kRopeScalingTypeKey, 0);
+  const bool known = code >= 0 && code < kRopeTypeCount;  // false for NaN too
+  s.type = known ? static_cast<RopeType>(static_cast<int>(code)) : RopeType::kDynamic;
+  s.factor = ExtraOr(desc, kRopeScalingFactorKey, s.factor);
+  s.low_freq_factor = ExtraOr(desc, kRopeScalingLowFreqFactorKey, s.low_freq_factor);
+  s.high_freq_factor = ExtraOr(desc, kRopeScalingHighFreqFactorKey, s.high_freq_factor);
+  s.original_max_position_embeddings =
+      ExtraOr(desc, kRopeScalingOriginalMaxPositionsKey, s.original_max_position_embeddings);
+  s.beta_fast = ExtraOr(desc, kRopeScalingBetaFastKey, s.beta_fast);
+  s.beta_slow = ExtraOr(desc, kRopeScalingBetaSlowKey, s.beta_slow);
+  s.attention_factor = ExtraOr(desc, kRopeScalingAttentionFactorKey, s.attention_factor);
+  s.mscale = ExtraOr(desc, kRopeScalingMscaleKey, s.mscale);
+  s.mscale_all_dim = ExtraOr(desc, kRopeScalingMscaleAllDimKey, s.mscale_all_dim);
+  s.truncate = ExtraOr(desc, kRopeScalingTruncateKey, 1) != 0;
+  return s;
+}
 
 double RopeTheta(const ModelDesc& desc) {
   return ExtraOr(desc, kRopeThetaKey, 10000.0);
@@ -244,8 +308,7 @@ Status ValidateModelDesc(const ModelDesc& d, const std::string& where) {
       c.Require(ExtraOr(d, "mlp_bias", 0) == 0, "no extra.mlp_bias (MLP biases are not built)");
       c.Require(ExtraOr(d, "mlp_gated", 1) != 0, "a gated (SwiGLU) MLP (extra.mlp_gated = 0 is not built)");
       c.Require(ExtraOr(d, "norm_bias", 0) == 0, "no extra.norm_bias (RMSNorm has no bias)");
-      c.Require(ExtraOr(d, "rope_scaling", 0) == 0,
-                "no rope_scaling (the config's rope_scaling is not implemented: positions would be wrong)");
+      CheckRopeScaling(d, c);
       break;
     }
     case ModelKind::kVit:

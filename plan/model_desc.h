@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "plan/plan.h"
+#include "plan/rope_scaling.h"
 
 namespace maestro::plan {
 
@@ -34,7 +35,28 @@ inline constexpr const char* kSharedExpertFfnHiddenKey =
 inline constexpr const char* kNormTopkProbKey = "norm_topk_prob";             // top-k weights renormalized; 1 (Mixtral)
 inline constexpr const char* kRouterAuxLossCoefKey = "router_aux_loss_coef";  // load-balancing loss weight, 0
 inline constexpr const char* kQkNormKey = "qk_norm";  // decoder: RMSNorm of q and k heads (Qwen3), 0
+// A decoder's rope scaling (plan/rope_scaling.h), one key per parameter of
+// the config's `rope_scaling` object (compiler/model.cc imports them,
+// runtime/hf_export.cc writes them back); absent keys take RopeScaling's
+// defaults, an absent type is no scaling.
+inline constexpr const char* kRopeScalingTypeKey = "rope_scaling_type";  // a RopeType code, 0 = none
+inline constexpr const char* kRopeScalingFactorKey = "rope_scaling_factor";
+inline constexpr const char* kRopeScalingLowFreqFactorKey = "rope_scaling_low_freq_factor";
+inline constexpr const char* kRopeScalingHighFreqFactorKey = "rope_scaling_high_freq_factor";
+inline constexpr const char* kRopeScalingOriginalMaxPositionsKey = "rope_scaling_original_max_position_embeddings";
+inline constexpr const char* kRopeScalingBetaFastKey = "rope_scaling_beta_fast";
+inline constexpr const char* kRopeScalingBetaSlowKey = "rope_scaling_beta_slow";
+inline constexpr const char* kRopeScalingAttentionFactorKey = "rope_scaling_attention_factor";  // 0 = derived
+inline constexpr const char* kRopeScalingMscaleKey = "rope_scaling_mscale";
+inline constexpr const char* kRopeScalingMscaleAllDimKey = "rope_scaling_mscale_all_dim";
+inline constexpr const char* kRopeScalingTruncateKey = "rope_scaling_truncate";  // 1 (HF's default) or 0
+// The marker of plans compiled before rope scaling was read (any nonzero
+// value): refused, the spec must be compiled again.
+inline constexpr const char* kLegacyRopeScalingKey = "rope_scaling";
 double RopeTheta(const ModelDesc& desc);
+// The rope scaling of desc's extra. A type code that is no RopeType reads
+// as kDynamic: never computed, and ValidateModelDesc refuses both.
+RopeScaling RopeScalingOf(const ModelDesc& desc);
 double RmsNormEps(const ModelDesc& desc);
 double LayerNormEps(const ModelDesc& desc);
 bool QkvBias(const ModelDesc& desc);

@@ -139,7 +139,7 @@ Status CheckSectionRuns(const Plan& plan, const SectionPlan& s, const RuntimeSup
 // ExpandFusedSections(plan)).
 
 // The model is one the runtime builds (plan/model_desc.h ValidateModelDesc:
-// its fields, and no feature it lacks such as rope_scaling or mixed dense
+// its fields, and no feature it lacks such as dynamic NTK rope_scaling or mixed dense
 // and MoE layers).
 Status CheckModelRuns(const SectionPlan& s);
 

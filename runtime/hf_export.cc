@@ -149,6 +149,31 @@ const char* TorchDtypeName(torch::Dtype dtype) {
   }
 }
 
+// The config's rope_scaling object of desc's extra.rope_scaling_* keys
+// (null when there is no scaling): every parameter written, so that
+// compiler/model.cc imports the same ones back.
+nlohmann::json RopeScalingJson(const plan::ModelDesc& desc) {
+  const plan::RopeScaling s = plan::RopeScalingOf(desc);
+  if (s.type == plan::RopeType::kDefault) return nullptr;
+  nlohmann::json j{{"rope_type", plan::RopeTypeName(s.type)}, {"factor", s.factor}};
+  if (s.type == plan::RopeType::kLlama3 || s.type == plan::RopeType::kYarn) {
+    j["original_max_position_embeddings"] = static_cast<int64_t>(s.original_max_position_embeddings);
+  }
+  if (s.type == plan::RopeType::kLlama3) {
+    j["low_freq_factor"] = s.low_freq_factor;
+    j["high_freq_factor"] = s.high_freq_factor;
+  }
+  if (s.type == plan::RopeType::kYarn) {
+    j["beta_fast"] = s.beta_fast;
+    j["beta_slow"] = s.beta_slow;
+    j["truncate"] = s.truncate;
+    if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
+    if (s.mscale > 0) j["mscale"] = s.mscale;
+    if (s.mscale_all_dim > 0) j["mscale_all_dim"] = s.mscale_all_dim;
+  }
+  return j;
+}
+
 }  // namespace
 
 StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max_positions,
@@ -182,6 +207,7 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
   j["max_position_embeddings"] = max_positions;
   j["rms_norm_eps"] = RmsNormEps(desc);
   j["rope_theta"] = RopeTheta(desc);
+  if (nlohmann::json scaling = RopeScalingJson(desc); !scaling.is_null()) j["rope_scaling"] = std::move(scaling);
   j["tie_word_embeddings"] = desc.tie_embeddings;
   j["hidden_act"] = "silu";
   if (!qwen2) {

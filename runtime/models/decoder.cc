@@ -18,13 +18,19 @@
 
 namespace maestro::runtime {
 
-RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device, torch::Dtype dtype) {
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim));  // (D/2)
-  auto t = torch::arange(positions, f32);                                                                       // (T)
-  auto freqs = torch::outer(t, inv_freq);        // (T, D/2)
-  auto angles = torch::cat({freqs, freqs}, -1);  // (T, D)
-  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+torch::Tensor RopeInverseFrequencyTensor(int64_t head_dim, double theta, const plan::RopeScaling& scaling,
+                                         torch::Device device) {
+  const std::vector<double> freqs = plan::RopeInverseFrequencies(theta, head_dim, scaling);
+  return torch::tensor(freqs, torch::kFloat64).to(torch::kFloat32).to(device);  // (D/2)
+}
+
+RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, double attention_factor,
+                          torch::Dtype dtype) {
+  auto t = torch::arange(positions, inv_freq.options());  // (T)
+  auto freqs = torch::outer(t, inv_freq);                 // (T, D/2)
+  auto angles = torch::cat({freqs, freqs}, -1);           // (T, D)
+  if (attention_factor == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  return {(angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)};
 }
 
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
@@ -346,7 +352,11 @@ torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t 
               ") of ", desc_.layers);
   const int cp_size = cp_ != nullptr ? cp_->group().size() : 1;
   const int64_t seq_len = embeds.size(1) * cp_size;  // the whole sequence
-  auto rope = MakeRopeTables(seq_len, HeadDim(desc_), RopeTheta(desc_), embeds.device(), embeds.scalar_type());
+  const plan::RopeScaling scaling = plan::RopeScalingOf(desc_);
+  if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != embeds.device()) {
+    rope_inv_freq_ = RopeInverseFrequencyTensor(HeadDim(desc_), RopeTheta(desc_), scaling, embeds.device());
+  }
+  auto rope = MakeRopeTables(seq_len, rope_inv_freq_, plan::RopeAttentionFactor(scaling), embeds.scalar_type());
   ContextParallelAttention cp;
   if (cp_size > 1) {
     // This rank's tokens: their rotary angles, and the causal mask of their

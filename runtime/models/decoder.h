@@ -13,7 +13,9 @@
 // Llama, Mistral and Qwen2 are this module: Qwen2 adds q/k/v biases
 // (extra.qkv_bias), Mistral a sliding window (extra.sliding_window: longer
 // sequences are refused, see CheckSequenceLength), each its rope_theta and
-// rms_norm_eps; head_dim may differ from hidden / heads.
+// rms_norm_eps; head_dim may differ from hidden / heads. Llama 3.1+ and
+// Qwen2.5 YaRN configs add rope scaling (plan/rope_scaling.h, the
+// extra.rope_scaling_* keys).
 // Parameter names (stable: checkpoints and the PyTorch reference use them;
 // hf/name_map.cc maps them to Hugging Face's):
 //   embed_tokens.weight, blocks.<i>.attn_norm.weight,
@@ -42,6 +44,7 @@
 
 #include "base/status.h"
 #include "plan/plan.h"
+#include "plan/rope_scaling.h"
 #include "runtime/models/layers.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
@@ -52,9 +55,16 @@ namespace maestro::runtime {
 struct RopeTables {
   torch::Tensor cos, sin;  // (T, D) each, in the activations' dtype
 };
-// positions: T; head_dim: D (even); theta: the RoPE base. Angles are computed
-// in fp32 (inv_freq = theta^(-2i/D)) and the tables cast to dtype.
-RopeTables MakeRopeTables(int64_t positions, int64_t head_dim, double theta, torch::Device device, torch::Dtype dtype);
+// The decoder's inverse frequencies (D/2), fp32 on `device`:
+// plan::RopeInverseFrequencies(theta, head_dim, scaling) (theta^(-2i/D),
+// scaled as the config's rope_scaling says), rounded once to fp32.
+torch::Tensor RopeInverseFrequencyTensor(int64_t head_dim, double theta, const plan::RopeScaling& scaling,
+                                         torch::Device device);
+// positions: T; inv_freq: (D/2) fp32. Angles, cos and sin are computed in
+// fp32 (as HF does), multiplied by attention_factor
+// (plan::RopeAttentionFactor: YaRN's, else 1) and cast to dtype.
+RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, double attention_factor,
+                          torch::Dtype dtype);
 // x: (B, H, T, D); tables: (T, D). Returns x*cos + rotate_half(x)*sin,
 // rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
@@ -242,6 +252,9 @@ class DecoderLMImpl : public torch::nn::Module {
   plan::ModelDesc desc_;
   plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
   launcher::Backend* cp_ = nullptr;
+  // RopeInverseFrequencyTensor of desc_ on the activations' device, made on
+  // first use there (not a buffer: no checkpoint holds it).
+  torch::Tensor rope_inv_freq_;
 };
 TORCH_MODULE(DecoderLM);
 

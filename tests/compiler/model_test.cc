@@ -12,8 +12,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "base/shell.h"
+#include "plan/model_desc.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
@@ -118,12 +120,89 @@ TEST(ModelFacts, ImportedConfigsCarryWhatTheRuntimeComputesWith) {
   EXPECT_EQ(vl->extra.at("vit_layout"), 2);
   EXPECT_EQ(vl->extra.at("temporal_patch"), 2);
   EXPECT_EQ(vl->extra.at("spatial_merge"), 2);
-  auto scaled = ModelFromHfConfig(
-      R"({"model_type":"llama","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"intermediate_size":8,)"
-      R"("vocab_size":10,"rope_scaling":{"rope_type":"llama3","factor":8.0}})",
+}
+
+// A tiny llama config with `rope_scaling` = scaling (JSON text).
+std::string LlamaWithRopeScaling(const std::string& scaling) {
+  return R"({"model_type":"llama","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,)"
+         R"("intermediate_size":8,"vocab_size":10,"max_position_embeddings":131072,"rope_scaling":)" +
+         scaling + "}";
+}
+
+TEST(ModelFacts, RopeScalingIsImportedParameterByParameter) {
+  using plan::RopeType;
+  auto llama31 = ModelFromHfConfig(
+      LlamaWithRopeScaling(R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
+                           R"("original_max_position_embeddings":8192})"),
       "x.json");
-  ASSERT_TRUE(scaled.ok());
-  EXPECT_EQ(scaled->extra.at("rope_scaling"), 1);  // the runtime refuses it (plan/model_desc.cc)
+  ASSERT_TRUE(llama31.ok()) << llama31.status().ToString();
+  const plan::RopeScaling l = plan::RopeScalingOf(*llama31);
+  EXPECT_EQ(l.type, RopeType::kLlama3);
+  EXPECT_EQ(l.factor, 8.0);
+  EXPECT_EQ(l.low_freq_factor, 1.0);
+  EXPECT_EQ(l.high_freq_factor, 4.0);
+  EXPECT_EQ(l.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(plan::ValidateModelDesc(*llama31).ok());
+  EXPECT_EQ(llama31->extra.count(plan::kLegacyRopeScalingKey), 0u);
+
+  // Qwen2.5's YaRN, with the legacy "type" key: the factor as written (not
+  // max_position_embeddings / original, transformers >= 4.57), HF's betas.
+  auto qwen = ModelFromHfConfig(
+      LlamaWithRopeScaling(R"({"type":"yarn","factor":4.0,"original_max_position_embeddings":32768})"), "x.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  const plan::RopeScaling y = plan::RopeScalingOf(*qwen);
+  EXPECT_EQ(y.type, RopeType::kYarn);
+  EXPECT_EQ(y.factor, 4.0);
+  EXPECT_EQ(y.original_max_position_embeddings, 32768);
+  EXPECT_EQ(y.beta_fast, 32);
+  EXPECT_EQ(y.beta_slow, 1);
+  EXPECT_TRUE(y.truncate);
+  EXPECT_EQ(y.attention_factor, 0);  // derived: 0.1 ln 4 + 1
+
+  // YaRN without a factor: max_position_embeddings / original (DeepSeek's rule).
+  auto implied = ModelFromHfConfig(
+      LlamaWithRopeScaling(R"({"rope_type":"yarn","original_max_position_embeddings":4096,"truncate":false,)"
+                           R"("mscale":1.0,"mscale_all_dim":0.5})"),
+      "x.json");
+  ASSERT_TRUE(implied.ok()) << implied.status().ToString();
+  EXPECT_EQ(plan::RopeScalingOf(*implied).factor, 32.0);
+  EXPECT_FALSE(plan::RopeScalingOf(*implied).truncate);
+  EXPECT_EQ(plan::RopeScalingOf(*implied).mscale_all_dim, 0.5);
+
+  // rope_type "default" and null are no scaling.
+  for (const char* none : {R"({"rope_type":"default"})", "null"}) {
+    auto plain = ModelFromHfConfig(LlamaWithRopeScaling(none), "x.json");
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_EQ(plain->extra.count(plan::kRopeScalingTypeKey), 0u) << none;
+  }
+
+  // dynamic NTK is imported so that validation refuses it by name.
+  auto dynamic = ModelFromHfConfig(LlamaWithRopeScaling(R"({"rope_type":"dynamic","factor":2.0})"), "x.json");
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status().ToString();
+  const Status refused = plan::ValidateModelDesc(*dynamic);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("dynamic"), std::string::npos) << refused.ToString();
+}
+
+TEST(ModelFacts, MalformedRopeScalingIsRefusedNamingTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"("llama3")", "'rope_scaling' must be an object"},
+      {R"({"factor":8.0})", "'rope_type'"},
+      {R"({"rope_type":"longrope","factor":2.0})", "'longrope' is not implemented"},
+      {R"({"rope_type":"llama3","factor":8.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192})",
+       "'low_freq_factor'"},
+      {R"({"rope_type":"llama3","factor":"8","low_freq_factor":1.0,"high_freq_factor":4.0,)"
+       R"("original_max_position_embeddings":8192})",
+       "'factor' must be a number"},
+      {R"({"rope_type":"linear"})", "'factor'"},
+      {R"({"rope_type":"yarn","factor":4.0,"truncate":"yes"})", "truncate must be true or false"},
+  };
+  for (const auto& [scaling, mentions] : cases) {
+    auto d = ModelFromHfConfig(LlamaWithRopeScaling(scaling), "x.json");
+    ASSERT_FALSE(d.ok()) << scaling;
+    EXPECT_NE(d.status().message().find("x.json"), std::string::npos) << d.status().ToString();
+    EXPECT_NE(d.status().message().find(mentions), std::string::npos) << d.status().ToString();
+  }
 }
 
 TEST(ModelFacts, FlopsPerTokenFollowTheDocumentedFormula) {

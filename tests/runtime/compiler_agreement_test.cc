@@ -3,10 +3,13 @@
 // runtime builds real modules (plan/model_desc.h). For every model
 // kind, both must count the same parameters for the same descriptor, or the
 // planner's memory and FLOP estimates describe a model that never runs.
+// And what the runtime exports (runtime/hf_export.h's config.json) the
+// compiler imports back to the same desc: rope scaling included.
 #include <gtest/gtest.h>
 
 #include "compiler/model.h"
 #include "plan/model_desc.h"
+#include "runtime/hf_export.h"
 #include "runtime/models/parameter_count.h"
 #include "tests/fixtures/models.h"
 #include "tests/fixtures/test_paths.h"
@@ -139,6 +142,56 @@ TEST(CompilerRuntimeAgreement, Projector) {
   proj.in_dim = 48;
   proj.out_dim = 64;
   ExpectAgree(proj, "projector");
+}
+
+// Every rope scaling parameter written by the export comes back from the
+// compiler's import, so an exported folder trains as the run did.
+TEST(CompilerRuntimeAgreement, ExportedRopeScalingReimportsIdentically) {
+  ModelDesc llama = fixtures::DecoderModel({64, 2, 4, 2, 176, 97});
+  llama.extra[plan::kRopeThetaKey] = 500000.0;
+  llama.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kLlama3);
+  llama.extra[plan::kRopeScalingFactorKey] = 8.0;
+  llama.extra[plan::kRopeScalingLowFreqFactorKey] = 1.0;
+  llama.extra[plan::kRopeScalingHighFreqFactorKey] = 4.0;
+  llama.extra[plan::kRopeScalingOriginalMaxPositionsKey] = 8192;
+  ModelDesc yarn = fixtures::DecoderModel({64, 2, 4, 2, 176, 97});
+  yarn.extra[plan::kQkvBiasKey] = 1;  // exported as qwen2
+  yarn.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kYarn);
+  yarn.extra[plan::kRopeScalingFactorKey] = 4.0;
+  yarn.extra[plan::kRopeScalingOriginalMaxPositionsKey] = 32768;
+  yarn.extra[plan::kRopeScalingBetaFastKey] = 16.0;
+  yarn.extra[plan::kRopeScalingTruncateKey] = 0;
+  yarn.extra[plan::kRopeScalingAttentionFactorKey] = 1.25;
+  ModelDesc linear = fixtures::DecoderModel({64, 2, 4, 2, 176, 97});
+  linear.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kLinear);
+  linear.extra[plan::kRopeScalingFactorKey] = 2.0;
+  for (const ModelDesc& d : {llama, yarn, linear, fixtures::DecoderModel({64, 2, 4, 2, 176, 97})}) {
+    const plan::RopeScaling want = plan::RopeScalingOf(d);
+    SCOPED_TRACE(plan::RopeTypeName(want.type));
+    auto text = runtime::DecoderConfigJson(d, 131072, "float32");
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    auto back = compiler::ModelFromHfConfig(*text, "exported config.json");
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << *text;
+    ASSERT_TRUE(plan::ValidateModelDesc(*back).ok());
+    const plan::RopeScaling got = plan::RopeScalingOf(*back);
+    EXPECT_EQ(got.type, want.type) << *text;
+    EXPECT_EQ(plan::RopeTheta(*back), plan::RopeTheta(d));
+    // Every rope_scaling_* key of the desc comes back with its value.
+    for (const auto& [key, value] : d.extra) {
+      if (key.rfind("rope_scaling", 0) != 0) continue;
+      ASSERT_TRUE(back->extra.count(key)) << key << " lost:\n" << *text;
+      EXPECT_EQ(back->extra.at(key), value) << key;
+    }
+    EXPECT_EQ(got.factor, want.factor);
+    EXPECT_EQ(got.low_freq_factor, want.low_freq_factor);
+    EXPECT_EQ(got.high_freq_factor, want.high_freq_factor);
+    EXPECT_EQ(got.original_max_position_embeddings, want.original_max_position_embeddings);
+    EXPECT_EQ(got.beta_fast, want.beta_fast);
+    EXPECT_EQ(got.beta_slow, want.beta_slow);
+    EXPECT_EQ(got.attention_factor, want.attention_factor);
+    EXPECT_EQ(got.truncate, want.truncate);
+    EXPECT_EQ(plan::RopeInverseFrequencies(1e4, 16, got), plan::RopeInverseFrequencies(1e4, 16, want));
+  }
 }
 
 }  // namespace

@@ -288,6 +288,42 @@ ModelDesc TinyMistral() {
   return d;
 }
 
+// Llama 3.1's rope scaling on the tiny decoder, shrunk so that 64 tokens run
+// past the original context: theta 100 and original 32 put the four
+// frequencies (wavelengths 6.3, 19.9, 62.8, 199) on every branch of the rule
+// (kept, blended, divided by 8, divided by 8).
+ModelDesc TinyLlama31() {
+  ModelDesc d = fixtures::TinyDecoderModel();
+  d.extra[plan::kRopeThetaKey] = 100.0;
+  d.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kLlama3);
+  d.extra[plan::kRopeScalingFactorKey] = 8.0;
+  d.extra[plan::kRopeScalingLowFreqFactorKey] = 1.0;
+  d.extra[plan::kRopeScalingHighFreqFactorKey] = 4.0;
+  d.extra[plan::kRopeScalingOriginalMaxPositionsKey] = 32;
+  return d;
+}
+
+// Qwen2.5's YaRN (factor 4) on the tiny decoder at an original context of
+// 32: the ramp between the correction dimensions is 0, 0.5, 1, 1 and cos and
+// sin are scaled by 0.1 ln 4 + 1.
+ModelDesc TinyQwen25Yarn() {
+  ModelDesc d = TinyQwen2();
+  d.head_dim = 0;  // hidden / heads = 8: four frequencies
+  d.extra[plan::kRopeThetaKey] = 100.0;
+  d.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kYarn);
+  d.extra[plan::kRopeScalingFactorKey] = 4.0;
+  d.extra[plan::kRopeScalingOriginalMaxPositionsKey] = 32;
+  return d;
+}
+
+// Whether desc's scaled frequencies differ from the unscaled ones (a case
+// whose scaling changes nothing would prove nothing).
+bool ScalingChangesFrequencies(const ModelDesc& d) {
+  const auto scaled = plan::RopeInverseFrequencies(plan::RopeTheta(d), plan::HeadDim(d), plan::RopeScalingOf(d));
+  const auto plain = plan::RopeInverseFrequencies(plan::RopeTheta(d), plan::HeadDim(d), plan::RopeScaling{});
+  return scaled != plain && scaled.front() == plain.front();
+}
+
 ModelDesc TinyProjector() {
   ModelDesc d;
   d.kind = ModelKind::kProjector;
@@ -372,6 +408,18 @@ TEST(RuntimeModelsReference, DecoderQwen2BiasesTiedHeadDim12MatchesPyTorch) {
 
 TEST(RuntimeModelsReference, DecoderMistralInsideItsWindowMatchesPyTorch) {
   CheckAgainstPyTorch(DecoderCase("decoder_mistral", TinyMistral(), 2, 8));
+}
+
+// 64 tokens, twice the original context of 32: positions past it are where
+// the scaled and unscaled angles part most.
+TEST(RuntimeModelsReference, DecoderLlama31RopeScalingBeyondTheOriginalContextMatchesPyTorch) {
+  ASSERT_TRUE(ScalingChangesFrequencies(TinyLlama31()));
+  CheckAgainstPyTorch(DecoderCase("decoder_llama31", TinyLlama31(), 2, 64));
+}
+
+TEST(RuntimeModelsReference, DecoderQwen25YarnBeyondTheOriginalContextMatchesPyTorch) {
+  ASSERT_TRUE(ScalingChangesFrequencies(TinyQwen25Yarn()));
+  CheckAgainstPyTorch(DecoderCase("decoder_qwen25_yarn", TinyQwen25Yarn(), 2, 64));
 }
 
 TEST(RuntimeModelsReference, VitEncoderMatchesPyTorch) {
@@ -607,8 +655,24 @@ TEST(RuntimeModels, BadDescsAreInvalidArgumentNotACrash) {
   d.extra["attn_out_bias"] = 1;  // counted by the compiler for attention_bias configs, not built
   expect_invalid(d, "attn_out_bias");
   d = fixtures::TinyDecoderModel();
-  d.extra["rope_scaling"] = 1;
-  expect_invalid(d, "rope_scaling");
+  d.extra[plan::kLegacyRopeScalingKey] = 1;  // a plan.json from before rope scaling was read
+  expect_invalid(d, "compile the spec again");
+  EXPECT_TRUE(plan::ValidateModelDesc(TinyLlama31()).ok());
+  EXPECT_TRUE(plan::ValidateModelDesc(TinyQwen25Yarn()).ok());
+  d = TinyLlama31();
+  d.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kDynamic);
+  expect_invalid(d, "live sequence length");
+  d.extra[plan::kRopeScalingTypeKey] = 9;
+  expect_invalid(d, "extra.rope_scaling_type one of");
+  d = TinyLlama31();
+  d.extra[plan::kRopeScalingHighFreqFactorKey] = 1.0;
+  expect_invalid(d, "rope_scaling_high_freq_factor");
+  d = TinyLlama31();
+  d.extra.erase(plan::kRopeScalingOriginalMaxPositionsKey);
+  expect_invalid(d, "rope_scaling_original_max_position_embeddings");
+  d = TinyQwen25Yarn();
+  d.extra[plan::kRopeScalingFactorKey] = 0.5;
+  expect_invalid(d, "rope_scaling_factor >= 1");
   d = fixtures::TinyVitModel();
   d.extra["cls_token"] = 1;  // the built-in ViT has none
   expect_invalid(d, "cls_token");

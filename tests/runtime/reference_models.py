@@ -86,12 +86,72 @@ class LlamaRMSNorm(nn.Module):
         return self.weight * hidden_states.to(input_dtype)
 
 
-def rotary_cos_sin(seq_len, dim, base):
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+def rope_frequencies(dim, base, extra):
+    """The dim/2 rotary inverse frequencies and the factor cos and sin are
+    scaled by, in float64, from the published rules (extra.rope_scaling_type:
+    0 none, 1 linear, 2 llama3, 3 yarn; the other rope_scaling_* keys are the
+    config's rope_scaling numbers):
+      none    theta_i = base^(-2i/dim)                       (RoFormer)
+      linear  theta_i / s                                    (position interpolation, Chen et al. 2023)
+      llama3  wavelength w_i = 2 pi / theta_i against the original context L:
+              w < L / high_freq_factor keeps theta_i, w > L / low_freq_factor takes theta_i / s,
+              between: (1 - a) theta_i / s + a theta_i, a = (L / w - low) / (high - low)
+              (Meta's Llama 3.1 apply_scaling)
+      yarn    NTK-by-parts (Peng et al. 2023 and their reference code): the
+              dimension d(r) at which theta_d turns r times over L solves
+              L theta_d / (2 pi) = r; with lo = d(beta_fast), hi = d(beta_slow)
+              (floor and ceil unless truncate is 0), clamped to [0, dim - 1],
+              g_i = clamp((i - lo) / (hi - lo), 0, 1) and
+              theta'_i = g_i theta_i / s + (1 - g_i) theta_i; cos and sin are
+              scaled by sqrt(1/t) = 0.1 ln s + 1, or the config's
+              attention_factor, or the mscale / mscale_all_dim ratio.
+    """
+    i = torch.arange(dim // 2, dtype=torch.float64)
+    theta = base ** (-2.0 * i / dim)
+    kind = int(extra.get("rope_scaling_type", 0))
+    s = extra.get("rope_scaling_factor", 1.0)
+    original = extra.get("rope_scaling_original_max_position_embeddings", 0.0)
+    if kind == 0:
+        return theta, 1.0
+    if kind == 1:
+        return theta / s, 1.0
+    if kind == 2:
+        low = extra.get("rope_scaling_low_freq_factor", 1.0)
+        high = extra.get("rope_scaling_high_freq_factor", 4.0)
+        w = 2 * math.pi / theta
+        a = (original / w - low) / (high - low)
+        blended = (1 - a) * theta / s + a * theta
+        out = torch.where(w < original / high, theta, blended)
+        return torch.where(w > original / low, theta / s, out), 1.0
+    if kind == 3:
+        def dim_turning(r):  # solves original * base^(-2d/dim) / (2 pi) = r for d
+            return dim * math.log(original / (2 * math.pi * r)) / (2 * math.log(base))
+        lo = dim_turning(extra.get("rope_scaling_beta_fast", 32.0))
+        hi = dim_turning(extra.get("rope_scaling_beta_slow", 1.0))
+        if extra.get("rope_scaling_truncate", 1):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        g = ((i - lo) / (hi - lo)).clamp(0, 1)
+        scaled = g * theta / s + (1 - g) * theta
+
+        def m(scale, k):
+            return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+        if extra.get("rope_scaling_attention_factor", 0):
+            return scaled, extra["rope_scaling_attention_factor"]
+        if extra.get("rope_scaling_mscale", 0) and extra.get("rope_scaling_mscale_all_dim", 0):
+            return scaled, m(s, extra["rope_scaling_mscale"]) / m(s, extra["rope_scaling_mscale_all_dim"])
+        return scaled, m(s, 1.0)
+    sys.exit(f"rope_scaling_type {kind}: the C++ side must have refused it")
+
+
+def rotary_cos_sin(seq_len, dim, base, extra):
+    inv_freq, scale = rope_frequencies(dim, base, extra)
     t = torch.arange(seq_len, dtype=inv_freq.dtype)
     freqs = torch.einsum("i,j->ij", t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos() * scale, emb.sin() * scale
 
 
 def rotate_half(x):
@@ -254,7 +314,7 @@ class LlamaForCausalLM(nn.Module):
         if window and embeds.shape[1] > window:
             sys.exit("sequence longer than the sliding window: the C++ side must have refused it")
         cos, sin = rotary_cos_sin(embeds.shape[1], d["head_dim"] or d["hidden"] // d["heads"],
-                                  d["extra"].get("rope_theta", 10000.0))
+                                  d["extra"].get("rope_theta", 10000.0), d["extra"])
         x = embeds
         for block in self.blocks:
             x = block(x, cos, sin)

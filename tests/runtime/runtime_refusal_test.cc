@@ -13,7 +13,7 @@
 //    the section with groups of the plan's sizes (stand-ins that fail on any
 //    communication: building exchanges nothing) on the first and the last
 //    pipeline stage, so no refusal hides in the build;
-//  - a model feature the runtime lacks (a Llama 3.1 config's rope_scaling,
+//  - a model feature the runtime lacks (a config's dynamic NTK rope_scaling,
 //    an o_proj or MLP bias) or data it cannot feed (an audio encoder) is
 //    refused by maestro-compile at the section's line of the spec (and in
 //    local mode, as `maestro run` compiles), and by the runtime's gate.
@@ -35,6 +35,7 @@
 #include "compiler/spec.h"
 #include "compiler/workload_builder.h"
 #include "launcher/comm.h"
+#include "plan/model_desc.h"
 #include "plan/runtime_support.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
@@ -291,19 +292,47 @@ class RefusedAtCompileTime : public ::testing::Test {
   fs::path root_;
 };
 
-// The issue's case: a Llama 3.1 folder (rope_scaling of type llama3)
-// compiled, and a worker stopped on it only after the ranks started.
-TEST_F(RefusedAtCompileTime, ALlama31FoldersRopeScaling) {
-  const std::string config =
-      R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+// A Llama 3.1 folder's config with `rope_scaling` = scaling (JSON text).
+std::string Llama31Config(const std::string& scaling) {
+  return R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
 "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": true,
-"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-"original_max_position_embeddings": 8192}, "torch_dtype": "bfloat16"})";
-  auto desc = fixtures::WriteRandomHfCheckpoint((root_ / "llama31").string(), config + std::string("\n"),
+"rope_scaling": )" +
+         scaling + R"(, "torch_dtype": "bfloat16"})" + "\n";
+}
+
+// Issue #38's case was a Llama 3.1 folder (rope_scaling of type llama3),
+// compiled and stopped by a worker only after the ranks started; it is
+// refused no more (plan/rope_scaling.h computes its frequencies): the spec
+// compiles and the runtime's gate takes the plan.
+TEST_F(RefusedAtCompileTime, ALlama31FoldersRopeScalingCompilesAndPassesTheGate) {
+  auto desc = fixtures::WriteRandomHfCheckpoint(
+      (root_ / "llama31").string(),
+      Llama31Config(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+"original_max_position_embeddings": 8192})"),
+      hf::TensorDType::kBF16, 7);
+  ASSERT_TRUE(desc.ok()) << desc.status().ToString();
+  const std::string text = SpecText("weights = \"llama31\"");
+  auto spec = compiler::ParseSpecString(text, (root_ / "spec.toml").string(), root_.string());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto compiled = compiler::Compile(*spec, compiler::CompileOptions{});
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  EXPECT_TRUE(plan::CheckPlanRuns(compiled->plan).ok());
+  const plan::ModelDesc& model = compiled->plan.sections.at(0).model;
+  EXPECT_EQ(plan::RopeScalingOf(model).type, plan::RopeType::kLlama3);
+  EXPECT_EQ(plan::RopeScalingOf(model).original_max_position_embeddings, 8192);
+}
+
+// Dynamic NTK stays refused: it rescales the frequencies with the live
+// sequence length, so a trained position's frequency would depend on the
+// batch. Refused at the section's line, naming the rope type and why.
+TEST_F(RefusedAtCompileTime, ADynamicNtkRopeScaling) {
+  auto desc = fixtures::WriteRandomHfCheckpoint((root_ / "dynamic").string(),
+                                                Llama31Config(R"({"rope_type": "dynamic", "factor": 2.0})"),
                                                 hf::TensorDType::kBF16, 7);
   ASSERT_TRUE(desc.ok()) << desc.status().ToString();
-  ExpectRefusedAtTheSection(SpecText("weights = \"llama31\""), "rope_scaling");
+  ExpectRefusedAtTheSection(SpecText("weights = \"dynamic\""), "rope_scaling_type 4 (rope_type \"dynamic\"");
+  ExpectRefusedAtTheSection(SpecText("weights = \"dynamic\""), "live sequence length");
 }
 
 TEST_F(RefusedAtCompileTime, ModelFeaturesTheRuntimeDoesNotBuild) {
