@@ -427,7 +427,8 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   MAESTRO_ASSIGN_OR_RETURN(d.layers, r.Int("num_hidden_layers"));
   MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("num_attention_heads"));
   MAESTRO_ASSIGN_OR_RETURN(d.kv_heads, r.Int("num_key_value_heads", d.heads));
-  MAESTRO_ASSIGN_OR_RETURN(d.head_dim, r.Int("head_dim", 0));
+  // transformers' Qwen3Config defaults head_dim to 128, not hidden / heads.
+  MAESTRO_ASSIGN_OR_RETURN(d.head_dim, r.Int("head_dim", type == "qwen3" ? 128 : 0));
   MAESTRO_ASSIGN_OR_RETURN(d.vocab, r.Int("vocab_size"));
   d.tie_embeddings = r.Bool("tie_word_embeddings", false);
   int64_t ffn = 0;
@@ -464,6 +465,7 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
     d.extra["moe_layout"] = 1;  // hf/name_map.h's kMoeLayoutQwen (hf is not a compiler dependency)
   } else {
     d.ffn_hidden = ffn;
+    if (type == "qwen3") d.extra["qk_norm"] = 1;  // Qwen3's q_norm / k_norm, dense as in its MoE
   }
   if (d.experts > 0) {
     // The load-balancing loss's weight (transformers' default 0.001); the
@@ -489,7 +491,7 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   MAESTRO_ASSIGN_OR_RETURN(d.extra["rope_theta"], r.Double("rope_theta", 10000.0));
   MAESTRO_ASSIGN_OR_RETURN(d.extra["rms_norm_eps"], r.Double("rms_norm_eps", type == "mixtral" ? 1e-5 : 1e-6));
   // Mistral's window (null in later Mistral configs); Qwen2 only with use_sliding_window.
-  const bool window_on = type == "qwen2" || qwen_moe ? r.Bool("use_sliding_window", false) : true;
+  const bool window_on = type == "qwen2" || type == "qwen3" || qwen_moe ? r.Bool("use_sliding_window", false) : true;
   int64_t window = 0;
   MAESTRO_ASSIGN_OR_RETURN(window, r.Int("sliding_window", 0));
   if (window_on && window > 0) d.extra["sliding_window"] = static_cast<double>(window);
@@ -614,8 +616,8 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   }
   const std::string type = j.at("model_type").get<std::string>();
   StatusOr<ModelDesc> d = Status::InvalidArgument("unset");
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen2_moe" ||
-      type == "qwen3_moe") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" ||
+      type == "qwen2_moe" || type == "qwen3_moe") {
     d = DecoderFromHf(j, origin, type);
   } else if (type == "vit") {
     d = VitFromHf(j, origin, false);
@@ -635,7 +637,7 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
     d = Qwen2VlVisionFromHf(j.at("vision_config"), origin + " (vision_config)");
   } else {
     return Status::InvalidArgument(fmt::format(
-        "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, mixtral, qwen2_moe, qwen3_moe, "
+        "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
         "vit, clip, clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
         origin, type));
   }

@@ -194,9 +194,17 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
   const bool qkv_bias = QkvBias(desc);
   const bool attention_bias = flag("attn_out_bias");
   const bool qwen2 = qkv_bias && !attention_bias;
+  // Qwen3: RMSNorm of the q and k heads; its attention_bias, like Llama's,
+  // puts biases on q, k, v and o together.
+  const bool qwen3 = QkNorm(desc);
+  if (qwen3 && qwen2) {
+    return Status::FailedPrecondition(
+        "this decoder has q/k norms (Qwen3) and biases on q, k and v only (Qwen2): no Hugging Face family has both, so "
+        "no config.json can describe it; drop extra.qkv_bias or extra.qk_norm in the spec");
+  }
   nlohmann::json j;
-  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = qwen2 ? "qwen2" : "llama";
+  j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
   j["hidden_size"] = desc.hidden;
   j["intermediate_size"] = desc.ffn_hidden;
   j["num_hidden_layers"] = desc.layers;

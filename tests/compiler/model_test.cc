@@ -66,6 +66,35 @@ TEST(ModelFacts, QwenMoeCountsMatchThePublishedTotalsAndActivatedParameters) {
   EXPECT_EQ(q3.active_params, 3'353'032'704);
 }
 
+// Qwen3-0.6B (qwen3, dense; its config.json as published, Qwen/Qwen3-0.6B):
+// head_dim 128 (not hidden / heads = 64), q_norm / k_norm of 128 in every
+// layer, no biases, tied embeddings. The model card gives 0.6B parameters,
+// 0.44B of them not the embedding; the exact total is the published shapes'.
+TEST(ModelFacts, Qwen3DenseCountsItsHeadDimAndQkNorms) {
+  const ModelFacts f = FactsOf("qwen3_0.6b.json");
+  const int64_t embed = 151'936LL * 1024;
+  const int64_t attn = 2 * 1024LL * 2048 + 2 * 1024LL * 1024 + 2 * 128;  // q/o (16 x 128), k/v (8 x 128), norms
+  const int64_t mlp = 3LL * 1024 * 3072;
+  EXPECT_EQ(f.params, embed + 28 * (attn + mlp + 2 * 1024) + 1024);
+  EXPECT_EQ(f.params, 596'049'920);
+  EXPECT_EQ(std::llround((f.params - embed) / 1e7), 44) << "the card's 0.44B without the embedding";
+  auto d = ModelFromHfConfigFile(kHf + "qwen3_0.6b.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->head_dim, 128);
+  EXPECT_EQ(d->extra.at("qk_norm"), 1);
+  EXPECT_EQ(d->extra.count("qkv_bias"), 0u);
+  EXPECT_EQ(d->extra.count("sliding_window"), 0u);  // use_sliding_window is false
+  EXPECT_EQ(d->extra.at("rope_theta"), 1e6);
+  EXPECT_TRUE(d->tie_embeddings);
+  EXPECT_TRUE(plan::ValidateModelDesc(*d).ok()) << plan::ValidateModelDesc(*d).ToString();
+  // Qwen3Config's head_dim default is 128, whatever hidden / heads is.
+  auto no_head_dim = ModelFromHfConfig(R"({"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128})",
+                                       "qwen3.json");
+  ASSERT_TRUE(no_head_dim.ok()) << no_head_dim.status().ToString();
+  EXPECT_EQ(no_head_dim->head_dim, 128);
+}
+
 TEST(ModelFacts, QwenMoeWithDenseLayersIsRefusedNamingTheKeys) {
   const std::string text = R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128, "mlp_only_layers": [1]})";

@@ -72,7 +72,7 @@ TensorMap LoadTensors(const fs::path& dir) {
 
 // ---- cases -----------------------------------------------------------------------
 
-const char* const kArchitectures[] = {"llama",     "mistral", "qwen2",    "mixtral", "qwen2_moe",
+const char* const kArchitectures[] = {"llama",     "mistral", "qwen2",    "qwen3",   "mixtral",        "qwen2_moe",
                                       "qwen3_moe", "clip",    "qwen2_vl", "whisper", "llava_projector"};
 
 class HfWeightsTest : public ::testing::Test {

@@ -4,7 +4,7 @@
 
     python3 make_tiny_checkpoints.py OUT_DIR
 
-For every architecture the runtime loads (llama, mistral, qwen2, mixtral,
+For every architecture the runtime loads (llama, mistral, qwen2, qwen3, mixtral,
 qwen2_moe, qwen3_moe, clip, qwen2_vl's vision tower, whisper's encoder, llava's projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
@@ -95,10 +95,13 @@ DECODER = [
     (r"^final_norm\.", "model.norm."),
     (r"^lm_head\.", "lm_head."),
 ]
+# Qwen3's q_norm / k_norm, dense and MoE.
+QK_NORM = [(r"^blocks\.(\d+)\.attn\.([qk])_norm\.", r"model.layers.\1.self_attn.\2_norm.")]
+# Qwen3 (modeling_qwen3.py): the dense decoder with them.
+QWEN3 = QK_NORM + DECODER
 # Qwen2-MoE / Qwen3-MoE (modeling_qwen2_moe.py, modeling_qwen3_moe.py): the
-# MoE block is "mlp" with its router "gate"; Qwen3's q_norm / k_norm.
-QWEN_MOE = [
-    (r"^blocks\.(\d+)\.attn\.([qk])_norm\.", r"model.layers.\1.self_attn.\2_norm."),
+# MoE block is "mlp" with its router "gate".
+QWEN_MOE = QK_NORM + [
     (r"^blocks\.(\d+)\.moe\.router\.", r"model.layers.\1.mlp.gate."),
     (r"^blocks\.(\d+)\.moe\.experts\.", r"model.layers.\1.mlp.experts."),
     (r"^blocks\.(\d+)\.moe\.shared_expert_gate\.", r"model.layers.\1.mlp.shared_expert_gate."),
@@ -169,7 +172,8 @@ def llm_desc(c):
                 experts_per_token=c.get("num_experts_per_tok", 0),
                 moe_ffn_hidden=c["intermediate_size"] if c.get("num_local_experts") else 0,
                 extra={"rope_theta": c["rope_theta"], "rms_norm_eps": c["rms_norm_eps"],
-                       "qkv_bias": 1 if c["model_type"] == "qwen2" else 0})
+                       "qkv_bias": 1 if c["model_type"] == "qwen2" else 0,
+                       "qk_norm": 1 if c["model_type"] == "qwen3" else 0})
 
 
 def cases():
@@ -182,6 +186,9 @@ def cases():
                                             intermediate_size=24, rms_norm_eps=1e-5))]:
         out.append({"name": name, "config": c, "desc": llm_desc(c), "rules": DECODER,
                     "input": ("ids", torch.randint(0, c["vocab_size"], (2, 6)))})
+    qwen3 = llm_config("qwen3", head_dim=12, rope_theta=1e6, attention_bias=False, use_sliding_window=False)
+    out.append({"name": "qwen3", "config": qwen3, "desc": llm_desc(qwen3), "rules": QWEN3,
+                "input": ("ids", torch.randint(0, qwen3["vocab_size"], (2, 6)))})
     for name, c in [("qwen2_moe", llm_config("qwen2_moe", num_experts=4, num_experts_per_tok=2,
                                               moe_intermediate_size=24, shared_expert_intermediate_size=40,
                                               norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],

@@ -7,6 +7,8 @@
 // compiler imports back to the same desc: rope scaling included.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "compiler/model.h"
 #include "plan/model_desc.h"
 #include "runtime/hf_export.h"
@@ -142,6 +144,30 @@ TEST(CompilerRuntimeAgreement, Projector) {
   proj.in_dim = 48;
   proj.out_dim = 64;
   ExpectAgree(proj, "projector");
+}
+
+// A dense decoder with q/k norms exports as Qwen3 (model_type qwen3, its
+// q_norm / k_norm kept) and re-imports with them; with q/k/v biases only
+// (Qwen2's) as well, no family describes it: refused, naming both keys.
+TEST(CompilerRuntimeAgreement, ADenseDecoderWithQkNormsExportsAsQwen3) {
+  ModelDesc qwen3 = fixtures::DecoderModel({64, 2, 4, 2, 176, 97});
+  qwen3.head_dim = 32;
+  qwen3.extra[plan::kQkNormKey] = 1;
+  auto text = runtime::DecoderConfigJson(qwen3, 4096, "float32");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(*text).at("model_type"), "qwen3") << *text;
+  auto back = compiler::ModelFromHfConfig(*text, "exported config.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << *text;
+  EXPECT_TRUE(plan::QkNorm(*back));
+  EXPECT_FALSE(plan::QkvBias(*back));
+  EXPECT_EQ(back->head_dim, 32);
+  EXPECT_EQ(compiler::ComputeModelFacts(*back, 16).params, compiler::ComputeModelFacts(qwen3, 16).params);
+
+  qwen3.extra[plan::kQkvBiasKey] = 1;
+  auto refused = runtime::DecoderConfigJson(qwen3, 4096, "float32");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("qk_norm"), std::string::npos) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("qkv_bias"), std::string::npos) << refused.status().ToString();
 }
 
 // Every rope scaling parameter written by the export comes back from the
