@@ -42,7 +42,11 @@
 //  - the chunked vocabulary loss (docs/loss_chunking.md): a decoder on
 //    32 x 512 tokens of an 8192-token vocabulary holds one 2048-token
 //    chunk's logits chain, within 20% of the estimate that counts one chunk.
-// Each run stays under ~2 GB and ~40 s on two cores.
+// Each run stays under ~2 GB and ~20 s alone on two cores (the decoder: 19 s,
+// under the huge-page malloc every test gets, tests/CMakeLists.txt); a test of
+// several runs (recompute 3, ZeRO-1 2, the forward-only pipeline 2) takes
+// their sum, over 30 s: smaller models would sink below the resident set's
+// noise (each estimate here is at least twice the worker's baseline).
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
