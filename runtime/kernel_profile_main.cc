@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/exit_codes.h"
+#include "runtime/host_allocator.h"
 #include "runtime/kernel_profile.h"
 
 namespace {
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
     options.command += " " + arg;
   }
 
+  // The host allocator the worker would train with (MAESTRO_HOST_ALLOCATOR,
+  // runtime/host_allocator.h): the profile measures what the runtime does.
+  if (auto installed = maestro::runtime::InstallHostAllocator(); !installed.ok()) {
+    std::fprintf(stderr, "%s\n", installed.status().message().c_str());
+    return ExitCodeOf(installed.status());
+  }
   if (auto writable = maestro::runtime::CheckKernelProfileOptions(options); !writable.ok()) {
     std::fprintf(stderr, "%s\n", writable.message().c_str());
     return ExitCodeOf(writable);

@@ -12,6 +12,9 @@
 // Training and --reference take --device auto|cpu|cuda and --precision
 // auto|fp32|bf16 (runtime/device_choice.h); profiles run on the CPU.
 //
+// MAESTRO_HOST_ALLOCATOR=huge-pages puts CPU tensors on runtime/host_allocator.h
+// (the memory suite's resident set follows the live tensors).
+//
 // Start-up (launcher/worker_context.h): PMIx_Init, MPI_Init, the allocation
 // checked against the plan, this rank placed, groups and links built. Any
 // error after that point ends the whole job (AbortJob), so no rank is left
@@ -37,6 +40,7 @@
 #include "plan/profile.h"
 #include "runtime/evaluation.h"
 #include "runtime/executor.h"
+#include "runtime/host_allocator.h"
 #include "runtime/profiler.h"
 #include "runtime/reference.h"
 #include "runtime/runtime_info.h"
@@ -266,6 +270,13 @@ int main(int argc, char** argv) {
   args.train.precision = *maestro::runtime::ParsePrecisionRequest(args.precision);
 
   if (args.version) return PrintVersion();
+  // Before the first tensor: MAESTRO_HOST_ALLOCATOR=huge-pages puts CPU
+  // tensors of 2 MiB or more on huge pages, unmapped when freed
+  // (runtime/host_allocator.h).
+  if (auto installed = maestro::runtime::InstallHostAllocator(); !installed.ok()) {
+    std::fprintf(stderr, "maestro-worker: %s\n", installed.status().ToString().c_str());
+    return maestro::kExitUsage;
+  }
   if (args.plan_path.empty()) {
     std::fprintf(stderr, "maestro-worker: missing plan.json (usage: maestro-worker [--selftest] plan.json)\n");
     return maestro::kExitUsage;

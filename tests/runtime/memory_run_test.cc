@@ -42,8 +42,8 @@
 //  - the chunked vocabulary loss (docs/loss_chunking.md): a decoder on
 //    32 x 512 tokens of an 8192-token vocabulary holds one 2048-token
 //    chunk's logits chain, within 20% of the estimate that counts one chunk.
-// Each run stays under ~2 GB and ~20 s alone on two cores (the decoder: 19 s,
-// under the huge-page malloc every test gets, tests/CMakeLists.txt); a test of
+// Each run stays under ~2 GB and ~10 s alone on two cores (the decoder: 8 s,
+// on the huge-page host allocator, RunPlan); a test of
 // several runs (recompute 3, ZeRO-1 2, the forward-only pipeline 2) takes
 // their sum, over 30 s: smaller models would sink below the resident set's
 // noise (each estimate here is at least twice the worker's baseline).
@@ -196,12 +196,16 @@ std::vector<RankMemory> RunPlan(const plan::Plan& plan, const std::string& dir) 
   const std::string plan_path = dir + "/plan.json";
   EXPECT_TRUE(plan::SavePlan(plan, plan_path).ok());
   auto argv = MpirunArgs(plan.world_size());
-  // glibc's malloc raises its mmap threshold after the first large free (up
-  // to 32 MB) and then keeps freed heap chunks resident: with the default,
-  // the decoder's peak RSS exceeds its live tensors by ~340 MB (+25%). A fixed
-  // threshold (mallopt(3) M_MMAP_THRESHOLD) returns freed tensors to the
-  // kernel, so the resident set follows what the runtime holds.
-  argv.insert(argv.end(), {"-x", "MALLOC_MMAP_THRESHOLD_=131072"});
+  // The resident set follows what the runtime holds. The workers' tensors of
+  // 2 MiB or more are unmapped when freed (MAESTRO_HOST_ALLOCATOR=huge-pages,
+  // runtime/host_allocator.h); glibc keeps freed heap chunks resident once
+  // its mmap threshold has grown (up to 32 MB), so smaller ones are mmap'd
+  // from 128 KiB (mallopt(3) M_MMAP_THRESHOLD). Without the threshold the
+  // MoE decoder (many routed slots under 2 MiB) measured 1.21-1.28x its
+  // estimate and the forward-only pipeline's growth 1.6-2x; with libtorch's
+  // allocator every run took about twice its time (its 2 MiB activations
+  // faulted in 4 KiB at a time) and the peaks were the same.
+  argv.insert(argv.end(), {"-x", "MALLOC_MMAP_THRESHOLD_=131072", "-x", "MAESTRO_HOST_ALLOCATOR=huge-pages"});
   argv.insert(argv.end(), {kWorker, "--no-eval", "--no-progress", "--run-dir", dir + "/run", plan_path});
   const auto result = RunCaptured(argv, {{"MAESTRO_COMM_TIMEOUT_S", "120"}});
   EXPECT_EQ(result.exit_code, 0) << result.output;
