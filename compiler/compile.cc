@@ -609,6 +609,7 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.image_std = spec.data.image_std;
   p.data.test_corpus = spec.data.test_corpus;
   p.checkpoint_every = spec.job.checkpoint_every;
+  p.checkpoint_minutes = spec.job.checkpoint_minutes;
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;
   p.schedule_policy = spec.job.schedule;

@@ -99,6 +99,7 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
   }
   r.Int("steps", &job.steps, 0, int64_t{1} << 40);
   r.Int("checkpoint_every", &job.checkpoint_every, 0, int64_t{1} << 40);
+  r.Number("checkpoint_minutes", &job.checkpoint_minutes, 0, 7 * 24 * 60.0);
   r.Number("comm_timeout_s", &job.comm_timeout_s, 0, 7 * 24 * 3600.0);
   r.Int("max_in_flight", &job.max_in_flight, 0, 1 << 20);
   std::string schedule;

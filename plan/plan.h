@@ -331,6 +331,17 @@ struct Link {
   int down_rank = -1;  // global rank that receives them
 };
 
+// The default wall time between checkpoints ([job] checkpoint_minutes). A
+// node that dies without a signal (no preemption notice, no time limit)
+// loses the work since the last checkpoint: half the interval on average,
+// 15 minutes of every GPU of the job here. A save costs the state's size over
+// the file system's write speed (a 7B student with AdamW, 112 GB, takes
+// about a minute at 2 GB/s), paid once per interval: a few percent at 30
+// minutes. Megatron-LM and torchtitan leave the interval to the user
+// (--save-interval, checkpoint.interval in steps); a step count cannot
+// follow a step time that the plan changes, so Maestro's default is in time.
+inline constexpr double kDefaultCheckpointMinutes = 30.0;
+
 struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string job_name;
@@ -346,6 +357,10 @@ struct Plan {
   std::vector<Link> links;
   // Added in schema 1 (optional), read by the runtime:
   int64_t checkpoint_every = 0;               // steps between checkpoints (0: at the end and on a signal)
+  // Added in schema 1 (optional): wall minutes between checkpoints, measured
+  // by rank 0 from the start (or the last checkpoint) to a step's end; 0 =
+  // none. Beside checkpoint_every: whichever comes first.
+  double checkpoint_minutes = kDefaultCheckpointMinutes;
   double comm_timeout_s = 0.0;                // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
   std::string schedule_policy = "wavefront";  // scheduler::PolicyFromName
   // Added in schema 1 (optional): a training section that feeds others keeps

@@ -49,6 +49,7 @@ Status RankLoop::Setup() {
                                               pipeline_ ? pipeline_->stages() : 1);
     }
   }
+  last_checkpoint_ = Clock::now();  // checkpoint_minutes count training, not the build or the resume
   return Status::Ok();
 }
 
@@ -353,10 +354,11 @@ Status RankLoop::Checkpoint(int64_t step) {
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
   MAESTRO_RETURN_IF_ERROR(WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), step));
   trace_.Add("checkpoint", start_us, 0);
+  last_checkpoint_ = Clock::now();
   return Status::Ok();
 }
 
-Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop) {
+Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop, bool* checkpoint_due) {
   RankStepStats mine;
   mine.counts_loss = place_.coords.tp == 0;  // every TP rank computes the same loss: count it once
   mine.loss_sum = loss_sum_;
@@ -364,6 +366,8 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   mine.answers = answers_;
   mine.answers_right = answers_right_;
   mine.stop_requested = signal_->requested();
+  mine.checkpoint_due = Rank0() && plan_.checkpoint_minutes > 0 &&
+                        SecondsSince(last_checkpoint_) >= 60.0 * plan_.checkpoint_minutes;
   mine.busy_seconds = busy_seconds_;
   // Framework time: neither compute nor blocked on a peer (data loading,
   // scheduling, bookkeeping), up to the end of this rank's last op.
@@ -375,6 +379,7 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   busy_seconds_ = 0;
   blocked_seconds_ = 0;
   *stop = totals.stop;
+  *checkpoint_due = totals.checkpoint_due;
   last_loss_ = totals.MeanLoss();
   if (!Rank0()) return Status::Ok();
   MAESTRO_RETURN_IF_ERROR(run_->StepDone({batch.step, batch.ids, scheduler::ScheduleToJson(schedule_)}));
@@ -424,13 +429,14 @@ StatusOr<TrainSummary> RankLoop::Run() {
     }
     MAESTRO_RETURN_IF_ERROR(RunStep(batch));
     memory_.MarkStepEnd();
-    bool stop = false;
-    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, t0, &stop));
+    bool stop = false, due_by_time = false;
+    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, t0, &stop, &due_by_time));
     ++steps_this_start;
     ++summary.steps_done;
     if (options_.stop_after_steps >= 0 && steps_this_start >= options_.stop_after_steps) stop = true;
     const bool last = batch.step + 1 >= total_steps_;
-    const bool due = plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0;
+    const bool due =
+        due_by_time || (plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0);
     if (stop || last || due) {
       // The stream's micro-batches a pipelined replica carries into the next
       // step are computed now when the run ends here (every rank of the

@@ -128,7 +128,10 @@ class RankLoop {
   Status OptimizerStep(int64_t step);
   Status ShardedOptimizerStep(int64_t step);
   Status Checkpoint(int64_t step);
-  Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop);
+  // The step's totals reported; `*stop`: some rank was signalled;
+  // `*checkpoint_due`: rank 0 found plan.checkpoint_minutes passed since
+  // the start or the last checkpoint (every rank gets the same answer).
+  Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop, bool* checkpoint_due);
   Status EvaluateCaptionsAtEnd(TrainSummary* summary);
   Status EvaluateHeldOutAtEnd(TrainSummary* summary);
   bool Rank0() const { return place_.world_rank == 0; }
@@ -211,6 +214,7 @@ class RankLoop {
   double loss_sum_ = 0.0;
   int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
   double last_loss_ = 0.0;
+  Clock::time_point last_checkpoint_ = Clock::now();  // or this start's; rank 0's clock decides checkpoint_minutes
 };
 
 }  // namespace maestro::runtime::executor_internal

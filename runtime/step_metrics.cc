@@ -16,8 +16,10 @@
 namespace maestro::runtime {
 
 StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int section, const RankStepStats& mine) {
-  // [loss_sum, loss_samples, answers, right, stop, busy per section..., framework seconds per section...]
-  std::vector<double> stats(5 + 2 * sections, 0.0);
+  // [loss_sum, loss_samples, answers, right, stop, checkpoint due, busy per section...,
+  //  framework seconds per section...]
+  constexpr size_t kHead = 6;
+  std::vector<double> stats(kHead + 2 * sections, 0.0);
   if (mine.counts_loss) {
     stats[0] = mine.loss_sum;
     stats[1] = static_cast<double>(mine.loss_samples);
@@ -25,8 +27,9 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
     stats[3] = static_cast<double>(mine.answers_right);
   }
   stats[4] = mine.stop_requested ? 1.0 : 0.0;
-  stats[5 + static_cast<size_t>(section)] = mine.busy_seconds;
-  stats[5 + sections + static_cast<size_t>(section)] = mine.framework_seconds;
+  stats[5] = mine.checkpoint_due ? 1.0 : 0.0;
+  stats[kHead + static_cast<size_t>(section)] = mine.busy_seconds;
+  stats[kHead + sections + static_cast<size_t>(section)] = mine.framework_seconds;
   MAESTRO_RETURN_IF_ERROR(Wait(world.AllReduce(launcher::CpuBuffer(stats), launcher::ReduceOp::kSum)));
   StepTotals totals;
   totals.loss_sum = stats[0];
@@ -34,8 +37,10 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
   totals.answers = stats[2];
   totals.answers_right = stats[3];
   totals.stop = stats[4] > 0;
-  totals.busy.assign(stats.begin() + 5, stats.begin() + 5 + static_cast<std::ptrdiff_t>(sections));
-  totals.framework.assign(stats.begin() + 5 + static_cast<std::ptrdiff_t>(sections), stats.end());
+  totals.checkpoint_due = stats[5] > 0;
+  const auto busy = stats.begin() + static_cast<std::ptrdiff_t>(kHead);
+  totals.busy.assign(busy, busy + static_cast<std::ptrdiff_t>(sections));
+  totals.framework.assign(busy + static_cast<std::ptrdiff_t>(sections), stats.end());
   return totals;
 }
 

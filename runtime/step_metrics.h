@@ -26,6 +26,7 @@ struct RankStepStats {
   double loss_sum = 0.0;
   int64_t loss_samples = 0, answers = 0, answers_right = 0;
   bool stop_requested = false;
+  bool checkpoint_due = false;     // rank 0: checkpoint_minutes have passed (one clock decides for all)
   double busy_seconds = 0.0;       // compute
   double framework_seconds = 0.0;  // neither compute nor blocked on a peer
 };
@@ -34,6 +35,7 @@ struct RankStepStats {
 struct StepTotals {
   double loss_sum = 0.0, loss_samples = 0.0, answers = 0.0, answers_right = 0.0;
   bool stop = false;              // some rank was asked to stop
+  bool checkpoint_due = false;    // some rank (rank 0) found a checkpoint due by time
   std::vector<double> busy;       // per section, summed over its ranks
   std::vector<double> framework;  // per section, summed over its ranks
   double MeanLoss() const { return loss_samples > 0 ? loss_sum / loss_samples : 0.0; }

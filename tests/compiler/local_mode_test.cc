@@ -275,7 +275,8 @@ model = "s"
 inputs = ["teacher.teacher_hidden"]
 )" + section;
   };
-  auto parsed = ParseSpecString(text("checkpoint_every = 3\ncomm_timeout_s = 2.5\nschedule = \"balance_only\"",
+  auto parsed = ParseSpecString(text("checkpoint_every = 3\ncheckpoint_minutes = 7.5\ncomm_timeout_s = 2.5\n"
+                                     "schedule = \"balance_only\"",
                                      "loss = { kind = \"kd\", alpha = 0.25, temperature = 3.0, top_k = 8 }"),
                                 "t.toml", "specs/dir");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
@@ -283,6 +284,7 @@ inputs = ["teacher.teacher_hidden"]
   ASSERT_TRUE(r.ok()) << r.status().message();
   const plan::Plan p = plan::ExpandFusedSections(r->plan);  // the keys reach the components, whatever the grouping
   EXPECT_EQ(p.checkpoint_every, 3);
+  EXPECT_DOUBLE_EQ(p.checkpoint_minutes, 7.5);
   EXPECT_DOUBLE_EQ(p.comm_timeout_s, 2.5);
   EXPECT_TRUE(scheduler::PolicyFromName(p.schedule_policy).ok()) << p.schedule_policy;
   EXPECT_EQ(*scheduler::PolicyFromName(p.schedule_policy), scheduler::Policy::kBalanceOnly);
@@ -310,6 +312,14 @@ inputs = ["teacher.teacher_hidden"]
   ASSERT_TRUE(dc.ok());
   EXPECT_EQ(dc->plan.schedule_policy, "wavefront");
   EXPECT_EQ(dc->plan.checkpoint_every, 0);
+  EXPECT_DOUBLE_EQ(dc->plan.checkpoint_minutes, plan::kDefaultCheckpointMinutes);
+  EXPECT_DOUBLE_EQ(plan::kDefaultCheckpointMinutes, 30.0);
+  // A negative interval is refused at its line.
+  auto negative = ParseSpecString(text("checkpoint_minutes = -1", ""), "t.toml", ".");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("checkpoint_minutes"), std::string::npos)
+      << negative.status().message();
+  EXPECT_NE(negative.status().message().find("t.toml:"), std::string::npos) << negative.status().message();
   EXPECT_EQ(plan::ExpandFusedSections(dc->plan).sections[1].loss.kind, "lm");
 }
 

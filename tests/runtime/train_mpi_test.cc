@@ -27,6 +27,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -555,6 +556,48 @@ TEST(RuntimeTrain, KdRunAheadStopAndResumeReusesTheRowsComputedAhead) {
                               "kd_run_ahead", p, dir, 3, 5 * p.data.global_batch, kPerStepLines));
   ASSERT_GT(LoggedNumber(runs.whole.output, "computed "), 0) << runs.whole.output;
   EXPECT_GE(LoggedNumber(runs.second.output, "spool hits "), 2 * p.data.global_batch) << runs.second.output;
+}
+
+// [job] checkpoint_minutes (issue #39 item 4): a rank that dies without a
+// signal (SIGKILL: no handler runs, nothing is written on the way out) loses
+// only the work since the last checkpoint by time, not the run. With an
+// interval shorter than a step every step's end is due; the student is
+// killed once 3 steps are logged, and the resubmission trains only the steps
+// after its checkpoint (at most one more than were left), ending with the
+// uninterrupted run's losses and student weights, every sample consumed
+// once. Without the time-based checkpoints it would start over at step 0.
+TEST(RuntimeTrain, CheckpointMinutesLetARunKilledWithoutASignalResumePastItsSteps) {
+  constexpr int64_t kSteps = 6;
+  auto p = KdPlan(1, kSteps);
+  p.checkpoint_every = 0;
+  p.checkpoint_minutes = 1e-6;
+  const std::string dir = Fresh("checkpoint_minutes_kill9");
+  const std::string plan_path = WritePlan(p, dir);
+  const auto whole = RunSectioned(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  const int student = plan::GlobalRankOf(p, p.section_index("student"), 0, 0, 0, 0);
+  const auto killed =
+      runtime_testing::RunAndKillRank(p, plan_path, dir + "/split", student, 3, std::chrono::seconds(120),
+                                      std::chrono::milliseconds(20), kPerStepLines);
+  ASSERT_GT(killed.pid, 0) << "the run made no progress\n" << killed.result.output;
+  ASSERT_NE(killed.result.exit_code, 0) << "killed mid-run: " << killed.result.output;
+  const int64_t logged_before = static_cast<int64_t>(Losses(dir + "/split").size());
+  ASSERT_GE(logged_before, 3);
+  ASSERT_LT(logged_before, kSteps) << "killed before the end";
+
+  const auto resumed = RunSectioned(p, plan_path, dir + "/split");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::regex step_line("step [0-9]+/" + std::to_string(kSteps) + " loss");
+  const auto trained = std::distance(std::sregex_iterator(resumed.output.begin(), resumed.output.end(), step_line),
+                                     std::sregex_iterator());
+  EXPECT_LE(trained, kSteps - (logged_before - 1))
+      << logged_before << " steps were logged before the kill, each followed by a checkpoint\n"
+      << resumed.output;
+  EXPECT_EQ(Losses(dir + "/whole"), Losses(dir + "/split"));
+  runtime_testing::ExpectSameSectionWeights("checkpoint_minutes", dir + "/whole", dir + "/split", "student");
+  EXPECT_EQ(ConsumedSamples(dir + "/split", kSteps), kSteps * p.data.global_batch)
+      << "every sample consumed exactly once";
 }
 
 // kill -9 of the running-ahead teacher mid-run (issue #16 item 3: "On
