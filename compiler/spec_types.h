@@ -53,11 +53,11 @@ struct JobSpec {
   std::string output = "maestro-%j.out";
   std::string error;  // "" = merged with output
   std::string work_dir = ".";
-  int64_t steps = 0;                   // 0 = one epoch
-  int64_t checkpoint_every = 0;        // steps between checkpoints (0: at the end and on a signal)
+  int64_t steps = 0;             // 0 = one epoch
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: at the end and on a signal)
   double checkpoint_minutes = plan::kDefaultCheckpointMinutes;  // wall minutes between checkpoints (0: none)
-  double comm_timeout_s = 0.0;         // 0: the worker's default
-  std::string schedule = "wavefront";  // a scheduler::PolicyName (canonical spelling)
+  double comm_timeout_s = 0.0;                                  // 0: the worker's default
+  std::string schedule = "wavefront";                           // a scheduler::PolicyName (canonical spelling)
   // The in-flight cap of training sections that feed others
   // (plan::Plan::schedule_max_in_flight): -1 = the compiler chooses, 0 = no
   // cap, N = at most N micro-batches between forward and backward.

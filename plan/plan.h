@@ -356,7 +356,7 @@ struct Plan {
   std::vector<SectionLayout> layout;
   std::vector<Link> links;
   // Added in schema 1 (optional), read by the runtime:
-  int64_t checkpoint_every = 0;               // steps between checkpoints (0: at the end and on a signal)
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: at the end and on a signal)
   // Added in schema 1 (optional): wall minutes between checkpoints, measured
   // by rank 0 from the start (or the last checkpoint) to a step's end; 0 =
   // none. Beside checkpoint_every: whichever comes first.

@@ -366,8 +366,8 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   mine.answers = answers_;
   mine.answers_right = answers_right_;
   mine.stop_requested = signal_->requested();
-  mine.checkpoint_due = Rank0() && plan_.checkpoint_minutes > 0 &&
-                        SecondsSince(last_checkpoint_) >= 60.0 * plan_.checkpoint_minutes;
+  mine.checkpoint_due =
+      Rank0() && plan_.checkpoint_minutes > 0 && SecondsSince(last_checkpoint_) >= 60.0 * plan_.checkpoint_minutes;
   mine.busy_seconds = busy_seconds_;
   // Framework time: neither compute nor blocked on a peer (data loading,
   // scheduling, bookkeeping), up to the end of this rank's last op.
@@ -435,8 +435,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
     ++summary.steps_done;
     if (options_.stop_after_steps >= 0 && steps_this_start >= options_.stop_after_steps) stop = true;
     const bool last = batch.step + 1 >= total_steps_;
-    const bool due =
-        due_by_time || (plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0);
+    const bool due = due_by_time || (plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0);
     if (stop || last || due) {
       // The stream's micro-batches a pipelined replica carries into the next
       // step are computed now when the run ends here (every rank of the

@@ -84,8 +84,8 @@ c10::DataPtr AllocateHostBytes(size_t bytes) {
   } else if (bytes > 0 && posix_memalign(&data, kSmallAlignment, bytes) != 0) {
     data = nullptr;
   }
-  TORCH_CHECK(data != nullptr || bytes == 0, "maestro host allocator: not enough memory: you tried to allocate ",
-              bytes, " bytes.");
+  TORCH_CHECK(data != nullptr || bytes == 0, "maestro host allocator: not enough memory: you tried to allocate ", bytes,
+              " bytes.");
   return {data, data, &FreeHostBytes, c10::Device(c10::DeviceType::CPU)};
 }
 
@@ -144,6 +144,8 @@ StatusOr<bool> InstallHostAllocator() {
   return installed;
 }
 
-size_t HostAllocatorMappedBytes() { return g_mapped_bytes.load(); }
+size_t HostAllocatorMappedBytes() {
+  return g_mapped_bytes.load();
+}
 
 }  // namespace maestro::runtime

@@ -317,8 +317,7 @@ inputs = ["teacher.teacher_hidden"]
   // A negative interval is refused at its line.
   auto negative = ParseSpecString(text("checkpoint_minutes = -1", ""), "t.toml", ".");
   ASSERT_FALSE(negative.ok());
-  EXPECT_NE(negative.status().message().find("checkpoint_minutes"), std::string::npos)
-      << negative.status().message();
+  EXPECT_NE(negative.status().message().find("checkpoint_minutes"), std::string::npos) << negative.status().message();
   EXPECT_NE(negative.status().message().find("t.toml:"), std::string::npos) << negative.status().message();
   EXPECT_EQ(plan::ExpandFusedSections(dc->plan).sections[1].loss.kind, "lm");
 }

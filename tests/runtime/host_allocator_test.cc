@@ -6,6 +6,8 @@
 // transparent huge pages taken where the kernel offers them, and a clear
 // refusal of an unknown MAESTRO_HOST_ALLOCATOR. Its own binary: the allocator
 // is the whole process's.
+#include "runtime/host_allocator.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -16,8 +18,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include "runtime/host_allocator.h"
 
 namespace maestro::runtime {
 namespace {
@@ -47,7 +47,9 @@ int64_t SmapsRollupBytes(const std::string& field) {
 }
 
 // A float tensor of `bytes`, every page written.
-torch::Tensor Filled(int64_t bytes) { return torch::ones({bytes / 4}, torch::kFloat32); }
+torch::Tensor Filled(int64_t bytes) {
+  return torch::ones({bytes / 4}, torch::kFloat32);
+}
 
 class HostAllocator : public ::testing::Test {
  protected:
@@ -91,7 +93,7 @@ TEST_F(HostAllocator, FreedLargeTensorsLeaveTheResidentSet) {
   const int64_t after = ResidentBytes();
   const int64_t freed = 24 * 3 * kMiB;
   EXPECT_GE(held - after, freed * 9 / 10) << "resident " << held / kMiB << " MiB with all 48 tensors, " << after / kMiB
-                                           << " MiB after freeing 24 (" << freed / kMiB << " MiB)";
+                                          << " MiB after freeing 24 (" << freed / kMiB << " MiB)";
 }
 
 TEST_F(HostAllocator, LargeTensorsAreBackedByHugePagesWhereTheKernelOffersThem) {
