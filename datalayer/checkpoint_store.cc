@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/checks.h"
 #include "datalayer/crc32c.h"
@@ -25,7 +27,60 @@ void PutU64(std::string& out, uint64_t v) {
   out.append(b, 8);
 }
 
+std::string Hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> Unhex(const std::string& text) {
+  if (text.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    unsigned value = 0;
+    if (std::sscanf(text.substr(i, 2).c_str(), "%2x", &value) != 1) return std::nullopt;
+    out += static_cast<char>(value);
+  }
+  return out;
+}
+
+// The metadata file of a format-2 checkpoint: the JSON text, a newline, and
+// "crc32c <8 hex digits>\n" of the text (a torn or edited file is refused).
+std::string EncodeMetadata(const CheckpointData& data) {
+  nlohmann::json m;
+  m["format_version"] = kShardedCheckpointFormatVersion;
+  m["step"] = data.step;
+  m["epoch"] = data.epoch;
+  m["next_step"] = data.next_step;
+  m["counters"] = data.counters;
+  nlohmann::json rng = nlohmann::json::object();
+  for (const auto& [name, bytes] : data.rng_states) rng[name] = Hex(bytes);
+  m["rng_states"] = rng;
+  m["slices"] = nlohmann::json::parse(SliceRecordsToJson(data.slices));
+  const std::string text = m.dump(1);
+  return text + fmt::format("\ncrc32c {:08x}\n", Crc32c(text.data(), text.size()));
+}
+
+bool IsShardedDirName(const std::string& name, int64_t* step) {
+  long long s = -1;
+  char extra = 0;
+  if (name.size() != ShardedCheckpointDirName(0).size() ||
+      std::sscanf(name.c_str(), "ckpt-%10lld%c", &s, &extra) != 1) {
+    return false;
+  }
+  *step = s;
+  return true;
+}
+
 }  // namespace
+
+std::string CheckpointStore::ShardedDir(int64_t step) const {
+  return dir_ + "/" + ShardedCheckpointDirName(step);
+}
 
 std::string CheckpointStore::FileName(int64_t step) {
   return fmt::format("ckpt-{:010d}.mckpt", step);
@@ -38,6 +93,21 @@ StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::stri
 }
 
 StatusOr<std::string> CheckpointStore::Write(const CheckpointData& data) {
+  if (data.sharded()) {
+    const std::string name = ShardedCheckpointDirName(data.step);
+    const std::string dir = dir_ + "/" + name;
+    MAESTRO_RETURN_IF_ERROR(CheckSlicesTile(data.slices, dir));
+    const std::string path = dir + "/" + kShardedCheckpointMetadata;
+    {
+      MAESTRO_ASSIGN_OR_RETURN(auto file, env_->NewWritableFile(path + ".tmp"));
+      MAESTRO_RETURN_IF_ERROR(file->Append(EncodeMetadata(data)));
+      MAESTRO_RETURN_IF_ERROR(file->Sync());
+      MAESTRO_RETURN_IF_ERROR(file->Close());
+    }
+    MAESTRO_RETURN_IF_ERROR(env_->RenameFile(path + ".tmp", path));
+    MAESTRO_RETURN_IF_ERROR(env_->SyncDir(dir));
+    return name;
+  }
   nlohmann::json header;
   header["format_version"] = kCheckpointFormatVersion;
   header["step"] = data.step;
@@ -91,7 +161,52 @@ StatusOr<std::string> CheckpointStore::Write(const CheckpointData& data) {
   return name;
 }
 
+StatusOr<CheckpointData> CheckpointStore::ReadSharded(const std::string& name) {
+  const std::string dir = dir_ + "/" + name;
+  const std::string path = dir + "/" + kShardedCheckpointMetadata;
+  MAESTRO_ASSIGN_OR_RETURN(std::string bytes, env_->ReadFile(path));
+  auto corrupt = [&](const std::string& why) {
+    return Status::Corruption(
+        fmt::format("checkpoint {} is {}; it is not loaded (an older committed checkpoint "
+                    "can be restored by hand, see docs/datalayer.md)",
+                    path, why));
+  };
+  const size_t tail = bytes.rfind("\ncrc32c ");
+  if (tail == std::string::npos) return corrupt("torn (no checksum line)");
+  unsigned want = 0;
+  if (std::sscanf(bytes.c_str() + tail + 1, "crc32c %8x", &want) != 1) return corrupt("torn (checksum line)");
+  if (Crc32c(bytes.data(), tail) != want) return corrupt("corrupt (checksum mismatch)");
+  const nlohmann::json m = nlohmann::json::parse(bytes.data(), bytes.data() + tail, nullptr, false);
+  if (m.is_discarded() || !m.is_object()) return corrupt("corrupt (JSON)");
+  const int64_t version = m.value("format_version", int64_t{-1});
+  if (version != kShardedCheckpointFormatVersion) {
+    return Status::FailedPrecondition(fmt::format("checkpoint {} has format version {}, this Maestro reads {} and {}",
+                                                  path, version, kCheckpointFormatVersion,
+                                                  kShardedCheckpointFormatVersion));
+  }
+  CheckpointData data;
+  data.dir = dir;
+  try {
+    data.step = m.at("step").get<int64_t>();
+    data.epoch = m.at("epoch").get<int64_t>();
+    data.next_step = m.at("next_step").get<int64_t>();
+    data.counters = m.at("counters").get<std::map<std::string, int64_t>>();
+    for (const auto& [key, value] : m.at("rng_states").items()) {
+      auto raw = Unhex(value.get<std::string>());
+      if (!raw) return corrupt("corrupt (rng state " + key + ")");
+      data.rng_states[key] = std::move(*raw);
+    }
+    MAESTRO_ASSIGN_OR_RETURN(data.slices, SliceRecordsFromJson(m.at("slices").dump()));
+  } catch (const nlohmann::json::exception& e) {
+    return corrupt(std::string("corrupt (") + e.what() + ")");
+  }
+  MAESTRO_RETURN_IF_ERROR(CheckSlicesTile(data.slices, path));
+  return data;
+}
+
 StatusOr<CheckpointData> CheckpointStore::Read(const std::string& file_name) {
+  int64_t step = -1;
+  if (IsShardedDirName(file_name, &step)) return ReadSharded(file_name);
   const std::string path = dir_ + "/" + file_name;
   MAESTRO_ASSIGN_OR_RETURN(std::string bytes, env_->ReadFile(path));
   auto corrupt = [&](const std::string& why) {
@@ -154,6 +269,11 @@ StatusOr<std::vector<int64_t>> CheckpointStore::ListSteps() {
   MAESTRO_ASSIGN_OR_RETURN(auto names, env_->ListDir(dir_));
   std::vector<int64_t> steps;
   for (const std::string& n : names) {
+    int64_t dir_step = -1;
+    if (IsShardedDirName(n, &dir_step)) {
+      if (env_->FileExists(dir_ + "/" + n + "/" + kShardedCheckpointMetadata)) steps.push_back(dir_step);
+      continue;
+    }
     long long step = -1;
     char tail[8] = {0};
     if (n.size() == FileName(0).size() && std::sscanf(n.c_str(), "ckpt-%10lld.%5s", &step, tail) == 2 &&
@@ -171,8 +291,19 @@ Status CheckpointStore::RemoveAllBut(const std::vector<int64_t>& keep) {
   for (const std::string& n : names) {
     if (n.rfind("ckpt-", 0) != 0) continue;
     bool kept = false;
-    for (int64_t s : keep) kept = kept || n == FileName(s);
-    if (!kept) MAESTRO_RETURN_IF_ERROR(env_->RemoveFile(dir_ + "/" + n));
+    for (int64_t s : keep) kept = kept || n == FileName(s) || n == ShardedCheckpointDirName(s);
+    if (kept) continue;
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir_ + "/" + n, ec)) {
+      // The metadata first: a directory without it is no checkpoint, whatever is left of it.
+      const std::string sub = dir_ + "/" + n;
+      MAESTRO_RETURN_IF_ERROR(env_->RemoveFile(sub + "/" + kShardedCheckpointMetadata));
+      MAESTRO_ASSIGN_OR_RETURN(auto files, env_->ListDir(sub));
+      for (const std::string& f : files) MAESTRO_RETURN_IF_ERROR(env_->RemoveFile(sub + "/" + f));
+      MAESTRO_RETURN_IF_ERROR(env_->RemoveDir(sub));
+    } else {
+      MAESTRO_RETURN_IF_ERROR(env_->RemoveFile(dir_ + "/" + n));
+    }
   }
   return Status::Ok();
 }

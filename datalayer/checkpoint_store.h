@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// CheckpointStore: per-section model and optimizer state at a step boundary
-// (the bytes come from the runtime, opaque here), written atomically together
-// with the index position and the RNG states.
+// CheckpointStore: the checkpoints of a run, in two formats.
+//   Format 2 (sharded, what the runtime writes; datalayer/sharded_checkpoint.h):
+//   a directory ckpt-<step>/ whose rank files every rank wrote itself; Write()
+//   adds metadata.json (the pieces of every global tensor, the index position,
+//   the runtime's counters) through tmp -> fsync -> rename -> fsync of the
+//   directory: the directory is a checkpoint once that rename is durable.
+//   Format 1 (ckpt-<step>.mckpt, read for runs written before): per-section
+//   model and optimizer state (the bytes come from the runtime, opaque here),
+//   written atomically together with the index position and the RNG states.
 //
 // Atomicity: Write() goes ckpt-<step>.mckpt.tmp -> Append -> fsync -> rename
 // to ckpt-<step>.mckpt -> fsync of the directory, all through Env. The file
@@ -22,6 +28,7 @@
 
 #include "base/status.h"
 #include "datalayer/env.h"
+#include "datalayer/sharded_checkpoint.h"
 
 namespace maestro::datalayer {
 
@@ -39,6 +46,13 @@ struct CheckpointData {
   int64_t next_step = 0;                          // index position: the global step to run next
   std::map<std::string, SectionState> sections;   // section name -> state
   std::map<std::string, std::string> rng_states;  // "torch.cpu", "data", ... -> bytes
+  // Format 2: the pieces of every global tensor, in the rank files of the
+  // checkpoint's directory (`sections` empty); the runtime's scalars (an
+  // AdamW step count per component). Read() sets `dir` (the directory).
+  std::vector<SliceRecord> slices;
+  std::map<std::string, int64_t> counters;
+  std::string dir;
+  bool sharded() const { return !slices.empty(); }
 };
 
 class CheckpointStore {
@@ -46,22 +60,33 @@ class CheckpointStore {
   // `dir` is created if missing. keep_last >= 1.
   static StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& dir, int keep_last,
                                                          Env* env = Env::Default());
-  static std::string FileName(int64_t step);  // "ckpt-0000000042.mckpt"
+  static std::string FileName(int64_t step);  // format 1: "ckpt-0000000042.mckpt"
+  // Format 2: the directory the ranks write step `step`'s files into
+  // (dir()/ShardedCheckpointDirName(step)).
+  std::string ShardedDir(int64_t step) const;
 
-  // Writes `data` atomically; returns the file name (relative to dir()).
+  // Writes `data` atomically; returns the file name (relative to dir()):
+  // format 1 a .mckpt file; format 2 (data.sharded()) the metadata of the
+  // directory ShardedDir(data.step), whose rank files must be durable
+  // already; the slices must tile their tensors (CheckSlicesTile).
   StatusOr<std::string> Write(const CheckpointData& data);
-  // Reads and verifies a checkpoint file (name relative to dir()).
+  // Reads and verifies a checkpoint (name relative to dir()): a .mckpt file,
+  // or a format-2 directory's metadata (the pieces' bytes are verified when
+  // read, ShardReader).
   StatusOr<CheckpointData> Read(const std::string& file_name);
-  // Steps of the complete checkpoint files present (not verified), ascending.
+  // Steps of the complete checkpoints present (not verified), ascending: a
+  // .mckpt file, or a directory holding its metadata.
   StatusOr<std::vector<int64_t>> ListSteps();
-  // Removes temporary files, and every checkpoint file whose step is not in
-  // `keep` (the committed ones to retain). Removal goes through Env.
+  // Removes temporary files, and every checkpoint (file, or directory with
+  // its files, committed or not) whose step is not in `keep` (the committed
+  // ones to retain). Removal goes through Env.
   Status RemoveAllBut(const std::vector<int64_t>& keep);
 
   const std::string& dir() const { return dir_; }
   int keep_last() const { return keep_last_; }
 
  private:
+  StatusOr<CheckpointData> ReadSharded(const std::string& name);
   CheckpointStore(std::string dir, int keep_last, Env* env) : dir_(std::move(dir)), keep_last_(keep_last), env_(env) {}
   std::string dir_;
   int keep_last_;

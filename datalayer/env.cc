@@ -88,6 +88,11 @@ Status Env::RemoveFile(const std::string& path) {
   return Status::Ok();
 }
 
+Status Env::RemoveDir(const std::string& path) {
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Errno("rmdir", path);
+  return Status::Ok();
+}
+
 Status Env::SyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Errno("open directory", dir);

@@ -56,6 +56,8 @@ class Env {
   // Atomic replace (rename(2)).
   virtual Status RenameFile(const std::string& from, const std::string& to);
   virtual Status RemoveFile(const std::string& path);
+  // rmdir(2) of an empty directory; a missing one is fine.
+  virtual Status RemoveDir(const std::string& path);
   // fsync of a directory, so that a rename or create in it is durable.
   virtual Status SyncDir(const std::string& dir);
 

@@ -10,13 +10,21 @@
 
 namespace maestro::datalayer {
 
+std::string TrainingRun::CheckpointsDir(const std::string& run_dir) {
+  return run_dir + "/checkpoints";
+}
+
+std::string TrainingRun::ShardedCheckpointDir(const std::string& run_dir, int64_t step) {
+  return CheckpointsDir(run_dir) + "/" + ShardedCheckpointDirName(step);
+}
+
 StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Open(const RunOptions& options, Env* env) {
   if (options.run_dir.empty()) return Status::InvalidArgument("TrainingRun needs a run directory");
   std::unique_ptr<TrainingRun> run(new TrainingRun(options, env));
   MAESTRO_RETURN_IF_ERROR(env->CreateDirs(options.run_dir + "/spool"));
   MAESTRO_ASSIGN_OR_RETURN(run->index_, SampleIndex::Open(options.run_dir + "/index.sqlite", env));
   MAESTRO_ASSIGN_OR_RETURN(run->checkpoints_,
-                           CheckpointStore::Open(options.run_dir + "/checkpoints", options.keep_last_checkpoints, env));
+                           CheckpointStore::Open(CheckpointsDir(options.run_dir), options.keep_last_checkpoints, env));
   return run;
 }
 

@@ -4,7 +4,7 @@
 //
 //   <run_dir>/index.sqlite        SampleIndex (+ spool commit records)
 //   <run_dir>/spool/<name>.h5     one ActivationSpool per forward-only output
-//   <run_dir>/checkpoints/        CheckpointStore
+//   <run_dir>/checkpoints/        CheckpointStore (ckpt-<step>/: a sharded checkpoint)
 //
 // The training loop:
 //   run = TrainingRun::Open(...); run->index().IngestManifest(...);
@@ -16,7 +16,8 @@
 //     if (checkpoint due || preemption requested) run->Checkpoint(state bytes);
 //   }
 // Checkpoint() = every spool's Commit() -> checkpoint file durable
-// (tmp, fsync, rename, fsync dir) -> ONE SQLite transaction: steps done +
+// (tmp, fsync, rename, fsync dir; a sharded checkpoint: every rank's file
+// already durable, then its metadata so) -> ONE SQLite transaction: steps done +
 // samples consumed + "checkpoint X holds them" -> prune to the last N.
 // A crash anywhere before that transaction leaves the previous commit point
 // intact: those steps are redone from the previous checkpoint, their samples
@@ -50,6 +51,11 @@ struct RunOptions {
 class TrainingRun {
  public:
   static StatusOr<std::unique_ptr<TrainingRun>> Open(const RunOptions& options, Env* env = Env::Default());
+  // <run_dir>/checkpoints: the CheckpointStore's directory.
+  static std::string CheckpointsDir(const std::string& run_dir);
+  // The directory every rank writes its pieces of step `step`'s sharded
+  // checkpoint into, before rank 0's Checkpoint() commits it.
+  static std::string ShardedCheckpointDir(const std::string& run_dir, int64_t step);
   ~TrainingRun();
 
   SampleIndex& index() { return *index_; }

@@ -268,11 +268,10 @@ TensorView SafetensorsFile::View(const TensorInfo& info) const {
   return v;
 }
 
-Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                            const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<std::string_view> pieces = {std::string_view(), std::string_view()};  // size, header
   uint64_t offset = 0;
   std::set<std::string> names;
   for (const TensorToWrite& t : tensors) {
@@ -294,14 +293,19 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
     header[t.name] = {
         {"dtype", TensorDTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    pieces.push_back(t.bytes);
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::array<char, 8> size_bytes{};
-  for (size_t i = 0; i < 8; ++i) size_bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
-  pieces[0] = std::string_view(size_bytes.data(), size_bytes.size());
-  pieces[1] = text;
+  std::string head(8, '\0');
+  for (size_t i = 0; i < 8; ++i) head[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return head + text;
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  MAESTRO_ASSIGN_OR_RETURN(const std::string head, EncodeSafetensorsHead(path, tensors, metadata));
+  std::vector<std::string_view> pieces = {head};
+  for (const TensorToWrite& t : tensors) pieces.push_back(t.bytes);
   return WriteFileAtomically(path, pieces);
 }
 

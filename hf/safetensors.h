@@ -130,5 +130,11 @@ struct TensorToWrite {
 // that do not match the shape.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
+// The bytes a safetensors file of `tensors` begins with (the 8-byte size and
+// the padded header; the tensors' bytes follow, in order), with the checks
+// above (`path` names the file in errors): for writers that write the file
+// their own way (datalayer's sharded checkpoints go through its Env).
+StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                            const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace maestro::hf

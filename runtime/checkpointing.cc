@@ -5,17 +5,23 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
 #include "base/checks.h"
 #include "base/files.h"
 #include "datalayer/sample_index.h"
+#include "datalayer/training_run.h"
 #include "plan/plan_graph.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/collectives.h"
 #include "runtime/message_tags.h"
+#include "runtime/models/encoders.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/parallel/fused_pipeline.h"
 #include "runtime/section_runner.h"
+#include "runtime/torch_call.h"
 
 namespace maestro::runtime {
 
@@ -123,11 +129,28 @@ StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::B
 
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                          const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner,
-                         const ShardedOptimizers& sharded) {
+                         const ShardedOptimizers& sharded, const std::string& run_dir) {
+  // Rank 0 names the sharded checkpoint's directory (empty: a format-1 file,
+  // sent by rank 0 as before); every rank then reads its own parts.
+  std::string name;
   if (place.world_rank == 0) {
     if (!resumed) return Status::Internal("ShareResumedState: rank 0 resumed from no state");
-    return SendResumedState(plan, world, *resumed, runner, sharded);
+    if (resumed->sharded()) name = std::filesystem::path(resumed->dir).filename().string();
+    for (int r = 1; r < plan.world_size(); ++r) MAESTRO_RETURN_IF_ERROR(SendBytes(world, name, r, kTagResumeModel));
+  } else {
+    MAESTRO_ASSIGN_OR_RETURN(name, RecvBytes(world, 0, kTagResumeModel));
   }
+  if (!name.empty()) {
+    std::optional<datalayer::CheckpointData> read;
+    if (place.world_rank != 0) {
+      MAESTRO_ASSIGN_OR_RETURN(auto store,
+                               datalayer::CheckpointStore::Open(datalayer::TrainingRun::CheckpointsDir(run_dir), 1000));
+      MAESTRO_ASSIGN_OR_RETURN(read, store->Read(name));
+    }
+    CheckpointTensors source(place.world_rank == 0 ? *resumed : *read);
+    return LoadRankPieces(source, runner.CheckpointedRunners(), sharded);
+  }
+  if (place.world_rank == 0) return SendResumedState(plan, world, *resumed, runner, sharded);
   const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
   for (size_t k = 0; k < mine.size(); ++k) {
     MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, 0, kTagResumeModel));
@@ -230,9 +253,50 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
 
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                        SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
-                       int64_t step) {
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, sharded, step));
-  if (place.world_rank == 0) MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+                       const std::string& run_dir, int64_t step) {
+  const bool rank0 = place.world_rank == 0;
+  // 1. Every rank: its own pieces, durable in its own file.
+  std::vector<datalayer::SliceRecord> records;
+  std::map<std::string, int64_t> counters;
+  {
+    MAESTRO_ASSIGN_OR_RETURN(RankPieces mine,
+                             CollectRankPieces(plan.sections[static_cast<size_t>(place.coords.section)], place.coords,
+                                               runner.CheckpointedRunners(), sharded));
+    MAESTRO_ASSIGN_OR_RETURN(records,
+                             datalayer::WriteRankShard(datalayer::TrainingRun::ShardedCheckpointDir(run_dir, step),
+                                                       place.world_rank, mine.slices, datalayer::Env::Default()));
+    counters = std::move(mine.counters);
+  }
+  // 2. Rank 0 learns every rank's records (a rank sends once its file is
+  // durable), then commits: metadata, then the index (TrainingRun::Checkpoint).
+  if (!rank0) {
+    const nlohmann::json message{{"slices", nlohmann::json::parse(datalayer::SliceRecordsToJson(records))},
+                                 {"counters", counters}};
+    MAESTRO_RETURN_IF_ERROR(SendBytes(world, message.dump(), 0, kTagCheckpointModel));
+  } else {
+    datalayer::CheckpointData state;
+    state.step = step;
+    state.slices = std::move(records);
+    state.counters = std::move(counters);
+    for (int r = 1; r < plan.world_size(); ++r) {
+      MAESTRO_ASSIGN_OR_RETURN(std::string bytes, RecvBytes(world, r, kTagCheckpointModel));
+      const nlohmann::json message = nlohmann::json::parse(bytes, nullptr, false);
+      if (message.is_discarded() || !message.contains("slices") || !message.contains("counters")) {
+        return Status::Internal(fmt::format("rank {} sent rank 0 no checkpoint records", r));
+      }
+      MAESTRO_ASSIGN_OR_RETURN(auto theirs, datalayer::SliceRecordsFromJson(message["slices"].dump()));
+      for (auto& record : theirs) state.slices.push_back(std::move(record));
+      for (const auto& [name, value] : message["counters"].items()) {
+        const auto count = value.get<int64_t>();
+        const auto [it, inserted] = state.counters.emplace(name, count);
+        if (!inserted && it->second != count) {
+          return Status::Internal(
+              fmt::format("ranks disagree on the checkpoint counter '{}' ({} and {})", name, it->second, count));
+        }
+      }
+    }
+    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+  }
   // Nobody runs ahead of a checkpoint that is not durable yet.
   return Wait(world.Barrier());
 }
@@ -252,42 +316,71 @@ Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::Checkpoint
   return store->RemoveAllBut({0});
 }
 
-StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name) {
+StatusOr<datalayer::CheckpointData> ReadCheckpointAt(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::string dir, file;
-  if (fs::is_directory(path, ec)) {
-    const std::string index_path = (fs::path(path) / "index.sqlite").string();
-    if (!fs::exists(index_path, ec)) {
-      return Status::NotFound(
-          fmt::format("init '{}': no index.sqlite in this run directory (train that run first, "
-                      "e.g. `maestro run` its spec)",
-                      path));
-    }
-    MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open(index_path));
+  if (fs::is_regular_file(fs::path(path) / "index.sqlite", ec)) {
+    MAESTRO_ASSIGN_OR_RETURN(auto index, datalayer::SampleIndex::Open((fs::path(path) / "index.sqlite").string()));
     MAESTRO_ASSIGN_OR_RETURN(auto commit, index->LastCommit());
     if (commit.checkpoint_step < 0) {
       return Status::NotFound(fmt::format("init '{}': the run has no committed checkpoint yet", path));
     }
-    dir = (fs::path(path) / "checkpoints").string();
+    dir = datalayer::TrainingRun::CheckpointsDir(path);
     file = commit.checkpoint_file;
+  } else if (fs::is_directory(path, ec) &&
+             fs::is_regular_file(fs::path(path) / datalayer::kShardedCheckpointMetadata, ec)) {
+    dir = fs::path(path).lexically_normal().parent_path().string();  // a checkpoint directory itself
+    file = fs::path(path).lexically_normal().filename().string();
+    if (file.empty()) {  // "ckpt-.../": the trailing slash
+      file = fs::path(dir).filename().string();
+      dir = fs::path(dir).parent_path().string();
+    }
+  } else if (fs::is_directory(path, ec)) {
+    return Status::NotFound(
+        fmt::format("init '{}': no index.sqlite in this run directory (train that run first, "
+                    "e.g. `maestro run` its spec)",
+                    path));
   } else if (fs::is_regular_file(path, ec)) {
     dir = fs::path(path).parent_path().string();
     file = fs::path(path).filename().string();
   } else {
-    return Status::NotFound(
-        fmt::format("init '{}': no such checkpoint file or run directory (fix [[section]] init in the spec)", path));
+    return Status::NotFound(fmt::format(
+        "init '{}': no such checkpoint (file or directory) or run directory (fix [[section]] init in the spec)", path));
   }
-  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1000));
-  MAESTRO_ASSIGN_OR_RETURN(auto data, store->Read(file));
-  auto it = data.sections.find(section_name);
-  if (it == data.sections.end()) {
-    std::string names;
-    for (const auto& [name, state] : data.sections) names += (names.empty() ? "" : ", ") + name;
-    return Status::NotFound(fmt::format("init '{}': the checkpoint has no section '{}' (it has: {}); set init_section",
-                                        path, section_name, names));
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir.empty() ? "." : dir, 1000));
+  return store->Read(file);
+}
+
+StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name,
+                                            const plan::ModelDesc& model) {
+  MAESTRO_ASSIGN_OR_RETURN(auto data, ReadCheckpointAt(path));
+  if (!data.sharded()) {
+    auto it = data.sections.find(section_name);
+    if (it == data.sections.end()) {
+      std::string names;
+      for (const auto& [name, state] : data.sections) names += (names.empty() ? "" : ", ") + name;
+      return Status::NotFound(fmt::format(
+          "init '{}': the checkpoint has no section '{}' (it has: {}); set init_section", path, section_name, names));
+    }
+    return it->second.model;
   }
-  return it->second.model;
+  // Format 2: the whole model assembled from its pieces, as the archive
+  // format 1 held.
+  ModelBuildOptions build;
+  build.seed = 0;
+  MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(model, build));
+  MAESTRO_RETURN_IF_ERROR(
+      LoadWholeModel(data, section_name, *module, fmt::format("init '{}': section '{}'", path, section_name)));
+  std::string bytes;
+  MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
+    torch::serialize::OutputArchive archive;
+    module->save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }));
+  return bytes;
 }
 
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir) {

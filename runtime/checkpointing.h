@@ -1,24 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // A distributed run's checkpoints: rank 0 owns the run directory
-// (datalayer::TrainingRun); on a resume it sends every training rank its
-// state, and at a checkpoint the DP-0 replica of each training section sends
-// rank 0 its full model (gathered over TP) and one optimizer shard per TP
-// rank. Checkpoint keys: "<section>" holds the model and TP rank 0's
-// optimizer state, "<section>#tp<t>" TP rank t's optimizer state.
-// ZeRO-1 sections (OptimizerShardedOverDp) add the shard index: every DP
-// (x CP) rank sends its own AdamW shard (DistributedOptimizer::Save), key
-// "<section>#dp<d>" / "<section>#tp<t>#dp<d>" for d > 0, d =
-// OptimizerShardIndex (dp * cp_size + cp; the DP index without CP); a resume
-// needs the same layout (DistributedOptimizer::Load says which differs).
-// Pipeline stages (pp > 1): the model is gathered over the stages too
-// (every DP-0 rank holds the whole after SaveModel; stage 0's TP rank 0
-// sends it), and each stage's optimizer state has its own key,
-// "<section>#pp<p>..." for p > 0; a resume needs the same PP layout.
+// (datalayer::TrainingRun) and commits; every rank writes and reads its own
+// state. Sharded (format 2, runtime/checkpoint_slices.h says which pieces a
+// rank writes): at a checkpoint every rank writes the pieces it owns into
+// its own file of <run_dir>/checkpoints/ckpt-<step>/ and sends rank 0 their
+// records; rank 0 commits (metadata, then the index). On a resume every rank
+// reads the metadata and loads its own parts, whatever layout wrote them:
+// nothing passes through rank 0.
+// Format 1 (one .mckpt written by rank 0, of runs written before; also the
+// initial weights of a zero-step run): the DP-0 replica of each training
+// section sends rank 0 its full model (gathered over TP, PP and EP) and its
+// optimizer shards under the keys OptimizerKey names; a format-1 resume
+// sends every rank its state from rank 0 and needs the layout that wrote it
+// (DistributedOptimizer::Load says which differs).
 // Runtime-internal: SectionRunner and DistributedOptimizer are torch classes
 // (the header itself is torch-free). May call: runtime/section_runner,
-// runtime/parallel/fused_pipeline (which stage of a fused section holds which
-// component), runtime/parallel/distributed_optimizer, runtime/collectives, datalayer,
-// launcher, plan (plan_graph: a fused section's component order), base.
+// runtime/checkpoint_slices, runtime/parallel/fused_pipeline (which stage of
+// a fused section holds which component), runtime/parallel/distributed_optimizer,
+// runtime/collectives, datalayer, launcher, plan (plan_graph: a fused
+// section's component order), base.
 // Thread safety: one thread per process.
 #pragma once
 
@@ -66,20 +66,23 @@ StatusOr<bool> ShareResumeDecision(const launcher::RankPlace& place, launcher::B
                                    const Status& rank0_status, bool rank0_resumed);
 
 // Collective over `world`, after ShareResumeDecision said true: every rank of
-// a training section loads the full model and its own optimizer shard into
-// `runner` (its optimizer state into `sharded` instead for a ZeRO-1 section). Rank 0 passes the state it resumed from;
-// other ranks nullopt.
+// a training section loads its part of the model and of its optimizer state
+// into `runner` (the optimizer state into `sharded` instead for a ZeRO-1
+// section). Rank 0 passes the state it resumed from; other ranks nullopt. A
+// sharded checkpoint loads into any layout (each rank reads it from
+// <run_dir>/checkpoints itself); a format-1 one needs the layout that wrote it.
 Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                          const std::optional<datalayer::CheckpointData>& resumed, SectionRunner& runner,
-                         const ShardedOptimizers& sharded);
+                         const ShardedOptimizers& sharded, const std::string& run_dir);
 
-// Collective over `world`: gathers the state of every training section after
-// step `step` on rank 0, which writes it (`run`: non-null on rank 0 only);
-// returns once the checkpoint is durable on every rank (a barrier).
+// Collective over `world`: the sharded checkpoint of every training
+// section after step `step`: each rank writes its pieces into
+// TrainingRun::ShardedCheckpointDir(run_dir, step), rank 0 commits it
+// (`run`: non-null on rank 0 only); returns once it is committed (a barrier).
 // `sharded`: this rank's AdamW shards in a ZeRO-1 section, else empty.
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                        SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
-                       int64_t step);
+                       const std::string& run_dir, int64_t step);
 
 // The initial weights of a run that trains for zero steps (`maestro run
 // --steps 0`): collective like WriteCheckpoint; rank 0 writes the state of
@@ -97,9 +100,15 @@ Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::Checkpoint
 // Reads it back (verified); NotFound naming the folder when there is none.
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir);
 
-// Reads the model bytes of `section_name` from `path`: a checkpoint file
-// (.mckpt) or a run directory (its last committed checkpoint). What a
-// section's `init_from` and the end-of-run evaluations read.
-StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name);
+// The checkpoint at `path`: a run directory (its last committed
+// checkpoint), a sharded checkpoint's directory (ckpt-<step>/) or a .mckpt
+// file. What a section's `init_from` reads (runtime/checkpoint_slices.h
+// LoadWholeModel loads a model out of it, either format).
+StatusOr<datalayer::CheckpointData> ReadCheckpointAt(const std::string& path);
+// The model of `section_name` in the checkpoint at `path` as a torch archive
+// of the whole model (a format-2 checkpoint's pieces assembled into a model
+// built from `model`): what the end-of-run evaluations read.
+StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::string& section_name,
+                                            const plan::ModelDesc& model);
 
 }  // namespace maestro::runtime

@@ -66,7 +66,7 @@ StatusOr<double> EvaluateRunCaptions(const plan::Plan& given, const std::string&
   std::map<std::string, std::string> models;
   for (const auto& s : plan.sections) {
     if (s.mode != plan::SectionMode::kTrain) continue;
-    MAESTRO_ASSIGN_OR_RETURN(models[s.name], ReadSectionModelBytes(run_dir, s.name));
+    MAESTRO_ASSIGN_OR_RETURN(models[s.name], ReadSectionModelBytes(run_dir, s.name, s.model));
   }
   return EvaluateCaptions(plan, models, max_samples, compute);
 }

@@ -148,7 +148,7 @@ Status RankLoop::Resume() {
   }
   resumed_ = resuming;
   if (!resuming) return Status::Ok();
-  return ShareResumedState(plan_, place_, comms_.world(), resumed, *runner_, Shards());
+  return ShareResumedState(plan_, place_, comms_.world(), resumed, *runner_, Shards(), options_.run_dir);
 }
 
 Status RankLoop::Forward(int mb_index) {
@@ -352,7 +352,8 @@ Status RankLoop::RunStep(const StepBatch& batch) {
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
-  MAESTRO_RETURN_IF_ERROR(WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), step));
+  MAESTRO_RETURN_IF_ERROR(
+      WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), options_.run_dir, step));
   trace_.Add("checkpoint", start_us, 0);
   last_checkpoint_ = Clock::now();
   return Status::Ok();

@@ -17,6 +17,7 @@
 #include "hf/checkpoint.h"
 #include "hf/name_map.h"
 #include "plan/model_desc.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/checkpointing.h"
 #include "runtime/hf_weights.h"
 #include "runtime/models/encoders.h"
@@ -78,7 +79,11 @@ StatusOr<datalayer::CheckpointData> ReadCheckpoint(const ExportOptions& options,
           "{}: no committed checkpoint of step {} (committed and kept: {}; leave out --step for the last)",
           summary->run_dir, options.step, committed.empty() ? "none" : fmt::format("{}", fmt::join(committed, ", "))));
     }
-    file = datalayer::CheckpointStore::FileName(options.step);
+    // A sharded checkpoint's directory, or a format-1 file of an older run.
+    std::error_code ec;
+    file = fs::is_directory(fs::path(checkpoints) / datalayer::ShardedCheckpointDirName(options.step), ec)
+               ? datalayer::ShardedCheckpointDirName(options.step)
+               : datalayer::CheckpointStore::FileName(options.step);
   } else {
     MAESTRO_ASSIGN_OR_RETURN(auto commit, index->LastCommit());
     if (commit.checkpoint_step < 0) {
@@ -277,24 +282,14 @@ StatusOr<ExportSummary> ExportSectionToHf(const ExportOptions& options) {
   }
 
   MAESTRO_ASSIGN_OR_RETURN(auto checkpoint, ReadCheckpoint(options, &summary));
-  auto state = checkpoint.sections.find(s.name);
-  if (state == checkpoint.sections.end() || state->second.model.empty()) {
-    return Status::Corruption(fmt::format("{}: holds no model of section '{}'", summary.checkpoint, s.name));
-  }
   MAESTRO_ASSIGN_OR_RETURN(std::string config, ExportConfig(plan, s, config_dtype));
 
   ModelBuildOptions build;
   build.seed = 0;
   MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(s.model, build));
-  try {
-    torch::serialize::InputArchive archive;
-    std::istringstream in(state->second.model);
-    archive.load_from(in);
-    module->load(archive);
-  } catch (const c10::Error& e) {
-    return Status::Corruption(fmt::format("{}: section '{}': the model does not load into the plan's desc: {}",
-                                          summary.checkpoint, s.name, e.what_without_backtrace()));
-  }
+  MAESTRO_RETURN_IF_ERROR(LoadWholeModel(
+      checkpoint, s.name, *module,
+      fmt::format("{}: section '{}' (does the model fit the plan's desc?)", summary.checkpoint, s.name)));
   MAESTRO_ASSIGN_OR_RETURN(auto tensors, ExportHfTensors(*module, s.model, dtype_out, dtype_by_name));
   std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"maestro_section", s.name}, {"maestro_step", std::to_string(summary.step)}};

@@ -18,30 +18,6 @@ std::string ShapeText(at::IntArrayRef shape) {
   return fmt::format("[{}]", fmt::join(shape.begin(), shape.end(), ", "));
 }
 
-StatusOr<torch::Dtype> TorchDtypeOf(hf::TensorDType dtype) {
-  switch (dtype) {
-    case hf::TensorDType::kBF16: return torch::kBFloat16;
-    case hf::TensorDType::kF16: return torch::kHalf;
-    case hf::TensorDType::kF32: return torch::kFloat32;
-    case hf::TensorDType::kF64: return torch::kFloat64;
-    default: break;
-  }
-  return Status::InvalidArgument(
-      fmt::format("dtype {} is not a floating-point weight dtype (BF16, F16, F32, F64)", hf::TensorDTypeName(dtype)));
-}
-
-StatusOr<hf::TensorDType> HfDtypeOf(torch::Dtype dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return hf::TensorDType::kBF16;
-    case torch::kHalf: return hf::TensorDType::kF16;
-    case torch::kFloat32: return hf::TensorDType::kF32;
-    case torch::kFloat64: return hf::TensorDType::kF64;
-    default: break;
-  }
-  return Status::InvalidArgument(fmt::format("cannot write weights as {}; use bf16, f16, f32 or f64",
-                                             c10::toString(static_cast<c10::ScalarType>(dtype))));
-}
-
 // The model's parameters by name; InvalidArgument when they are not the
 // ones the table expects (the model was not built from this desc).
 StatusOr<std::map<std::string, torch::Tensor>> ParametersMatching(torch::nn::Module& model,
@@ -85,6 +61,30 @@ StatusOr<torch::Tensor> StoredTensor(const hf::HfCheckpoint& ckpt, const hf::HfC
 }
 
 }  // namespace
+
+StatusOr<torch::Dtype> TorchDtypeOf(hf::TensorDType dtype) {
+  switch (dtype) {
+    case hf::TensorDType::kBF16: return torch::kBFloat16;
+    case hf::TensorDType::kF16: return torch::kHalf;
+    case hf::TensorDType::kF32: return torch::kFloat32;
+    case hf::TensorDType::kF64: return torch::kFloat64;
+    default: break;
+  }
+  return Status::InvalidArgument(
+      fmt::format("dtype {} is not a floating-point weight dtype (BF16, F16, F32, F64)", hf::TensorDTypeName(dtype)));
+}
+
+StatusOr<hf::TensorDType> HfDtypeOf(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return hf::TensorDType::kBF16;
+    case torch::kHalf: return hf::TensorDType::kF16;
+    case torch::kFloat32: return hf::TensorDType::kF32;
+    case torch::kFloat64: return hf::TensorDType::kF64;
+    default: break;
+  }
+  return Status::InvalidArgument(fmt::format("cannot write weights as {}; use bf16, f16, f32 or f64",
+                                             c10::toString(static_cast<c10::ScalarType>(dtype))));
+}
 
 Status LoadHfWeights(torch::nn::Module& model, const plan::ModelDesc& desc, const hf::HfCheckpoint& ckpt, int tp_rank,
                      int tp_size, torch::Dtype dtype) {

@@ -25,6 +25,12 @@
 
 namespace maestro::runtime {
 
+// The torch dtype of a stored floating-point tensor (BF16, F16, F32, F64),
+// and back: InvalidArgument for any other (the one mapping for HF weights,
+// the export and the sharded checkpoints' pieces).
+StatusOr<torch::Dtype> TorchDtypeOf(hf::TensorDType dtype);
+StatusOr<hf::TensorDType> HfDtypeOf(torch::Dtype dtype);
+
 // Copies every parameter of `model` from `ckpt`. `model` was built from
 // `desc` (BuildModel) and, when tp_size > 1, already sharded for rank
 // `tp_rank` (ShardModelForTensorParallel): each parameter then receives the

@@ -54,6 +54,8 @@ class ModelRunner final : public SectionRunner {
   StatusOr<std::string> SaveOptimizer() override;
   Status LoadModel(const std::string& bytes) override;
   Status LoadOptimizer(const std::string& bytes) override;
+  std::vector<ParameterPlacement> ParameterPlacements() override;
+  torch::optim::AdamW* ReplicatedAdamW() override { return optimizer_.get(); }
   torch::nn::Module& module() override { return *module_; }
   int kd_edge() const override { return kd_edge_; }
   torch::Tensor TiedEmbedding() override;

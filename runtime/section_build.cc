@@ -15,6 +15,7 @@
 #include "hf/checkpoint.h"
 #include "hf/name_map.h"
 #include "plan/model_desc.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/checkpointing.h"
 #include "runtime/fused_section.h"
 #include "runtime/hf_weights.h"
@@ -54,11 +55,11 @@ StatusOr<std::shared_ptr<torch::nn::Module>> BuildSectionModel(const plan::Plan&
   MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(s.model, build));
   if (!s.init_from.empty() && !skip_init) {
     const std::string from = s.init_section.empty() ? s.name : s.init_section;
-    MAESTRO_ASSIGN_OR_RETURN(auto bytes, ReadSectionModelBytes(s.init_from, from));
+    MAESTRO_ASSIGN_OR_RETURN(auto checkpoint, ReadCheckpointAt(s.init_from));
     MAESTRO_RETURN_IF_ERROR(
-        LoadModuleBytes(*module, bytes,
-                        fmt::format("section '{}': loading section '{}' of '{}' (is it the same model shape?)", s.name,
-                                    from, s.init_from)));
+        LoadWholeModel(checkpoint, from, *module,
+                       fmt::format("section '{}': loading section '{}' of '{}' (is it the same model shape?)", s.name,
+                                   from, s.init_from)));
   }
   return module;
 }

@@ -223,6 +223,27 @@ class SectionRunner {
   // A fused section's state is saved and loaded per component
   // (CheckpointedRunners): on it these fail.
   virtual StatusOr<std::string> SaveModel() = 0;
+  // What a sharded checkpoint (runtime/checkpoint_slices.h) needs to place
+  // this rank's part of each parameter in its global tensor: one entry per
+  // named parameter of the model, in module order (a fused section: none;
+  // its components have theirs). `local` is this rank's tensor: empty (numel
+  // 0) when another stage or EP rank holds the parameter; its TP split is
+  // `split_dim` (-1: whole on every TP rank) in `split_parts` blocks
+  // (TensorParallelSplit), this rank's slice `tp_rank` of `tp_size`.
+  struct ParameterPlacement {
+    std::string name;
+    torch::Tensor local;
+    int split_dim = -1;
+    int split_parts = 1;
+    int tp_rank = 0;
+    int tp_size = 1;
+    bool tied_copy = false;      // a later stage's copy of the tied embedding
+    bool routed_expert = false;  // IsRoutedExpertParameter under EP
+    bool trainable = false;      // in Parameters() (the k-th trainable entry is Parameters()[k])
+  };
+  virtual std::vector<ParameterPlacement> ParameterPlacements() { return {}; }
+  // The replicated AdamW (null for a ZeRO-1 or forward-only runner).
+  virtual torch::optim::AdamW* ReplicatedAdamW() { return nullptr; }
   virtual StatusOr<std::string> SaveOptimizer() = 0;
   virtual Status LoadModel(const std::string& bytes) = 0;
   virtual Status LoadOptimizer(const std::string& bytes) = 0;

@@ -127,6 +127,27 @@ Status ModelRunner::LoadModel(const std::string& bytes) {
   });
 }
 
+std::vector<SectionRunner::ParameterPlacement> ModelRunner::ParameterPlacements() {
+  std::vector<ParameterPlacement> out;
+  for (const auto& item : module_->named_parameters()) {
+    ParameterPlacement p;
+    p.name = item.key();
+    p.local = item.value();
+    if (Sharded()) {
+      const TensorParallelSplit split = TensorParallelSplitOf(item.key());
+      p.split_dim = split.dim;
+      p.split_parts = split.parts;
+      p.tp_rank = options().tensor_parallel->rank();
+      p.tp_size = options().tensor_parallel->size();
+    }
+    p.tied_copy = IsTiedCopy(item.key());
+    p.routed_expert = ExpertSharded() && IsRoutedExpertParameter(item.key());
+    p.trainable = item.value().requires_grad();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 Status ModelRunner::LoadOptimizer(const std::string& bytes) {
   if (!optimizer_ || bytes.empty()) return Status::Ok();
   return TorchCall(fmt::format("section '{}': loading the optimizer", section_plan().name), [&] {

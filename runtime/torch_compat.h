@@ -227,6 +227,25 @@ auto StateKey(Optim& optimizer, const torch::Tensor& p) {
 }
 }  // namespace internal
 
+// The AdamW state of parameter `p`: nullptr when it has none (never stepped).
+inline torch::optim::AdamWParamState* FindAdamWState(torch::optim::AdamW& optimizer, const torch::Tensor& p) {
+  auto it = optimizer.state().find(internal::StateKey(optimizer, p));
+  if (it == optimizer.state().end() || !it->second) return nullptr;
+  return static_cast<torch::optim::AdamWParamState*>(it->second.get());
+}
+// ... created as AdamW's step() creates it (zero moments, step 0) when missing.
+inline torch::optim::AdamWParamState& AdamWStateOf(torch::optim::AdamW& optimizer, const torch::Tensor& p) {
+  auto& slot = optimizer.state()[internal::StateKey(optimizer, p)];
+  if (!slot) {
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(0);
+    state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    slot = std::move(state);
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*slot);
+}
+
 // True when FusedAdamWStep runs on parameters on `device`.
 inline bool FusedAdamWAvailable(const torch::Device& device) {
 #if MAESTRO_TORCH_AT_LEAST(2, 4)

@@ -61,6 +61,7 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
                       opt->what_, c10::toString(p.scalar_type()), p.device().str()));
     }
     opt->offsets_.push_back(n);
+    opt->param_index_.push_back(opt->param_index_.size());
     n += p.numel();
   }
   opt->params_ = std::move(params);
@@ -92,7 +93,9 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::CreateWith
   }
   std::vector<torch::Tensor> dense, expert;
   std::vector<bool> dense_tp, expert_tp, dense_norm, expert_norm;
+  std::vector<size_t> dense_index, expert_index;
   for (size_t i = 0; i < params.size(); ++i) {
+    (routed_expert[i] ? expert_index : dense_index).push_back(i);
     (routed_expert[i] ? expert : dense).push_back(params[i]);
     (routed_expert[i] ? expert_tp : dense_tp).push_back(tp_sharded[i]);
     (routed_expert[i] ? expert_norm : dense_norm).push_back(counted_in_norm[i]);
@@ -102,6 +105,8 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::CreateWith
   MAESTRO_ASSIGN_OR_RETURN(opt->experts_, Create(std::move(expert), std::move(expert_tp), expert_dp, tp, desc,
                                                  what + " (routed experts)", pp, std::move(expert_norm)));
   opt->experts_->ep_ = ep.group().size() > 1 ? &ep : nullptr;
+  opt->param_index_ = std::move(dense_index);
+  opt->experts_->param_index_ = std::move(expert_index);
   return opt;
 }
 
@@ -318,6 +323,27 @@ Status DistributedOptimizer::Load(const std::string& bytes) {
     step_ = step.item<int64_t>();
     Bind();
   });
+}
+
+std::vector<DistributedOptimizer::ShardPiece> DistributedOptimizer::ShardPieces() {
+  std::vector<ShardPiece> pieces;
+  const int64_t lo = static_cast<int64_t>(dp_rank_) * shard_, hi = lo + shard_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t begin = std::max(lo, offsets_[i]), end = std::min(hi, offsets_[i] + params_[i].numel());
+    if (begin >= end) continue;
+    pieces.push_back(ShardPiece{param_index_[i], begin - offsets_[i], end - offsets_[i],
+                                exp_avg_.narrow(0, begin - lo, end - begin),
+                                exp_avg_sq_.narrow(0, begin - lo, end - begin)});
+  }
+  if (experts_) {
+    for (ShardPiece& piece : experts_->ShardPieces()) pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+void DistributedOptimizer::SetStepCount(int64_t step) {
+  step_ = step;
+  if (experts_) experts_->SetStepCount(step);
 }
 
 }  // namespace maestro::runtime

@@ -51,9 +51,11 @@
 // experts): a second DistributedOptimizer inside this one, whose squares are
 // also summed over the EP group. One norm clips both; Save/Load carry both.
 //
-// Checkpoints: each DP rank saves its own shard (Save: a torch archive of
-// m, v, the step count and the layout); a resume needs the same layout (N,
-// DP size, rank), which Load checks and names.
+// Checkpoints (runtime/checkpoint_slices.h): ShardPieces says which part of
+// which parameter this rank's moments hold, as views a checkpoint writes
+// from and loads into, so a checkpoint loads into any layout. Save/Load (a
+// torch archive of m, v, the step count and the layout) read the format-1
+// checkpoints of older runs, whose layout must match (Load checks and names it).
 //
 // Runtime-internal (torch). May call: launcher, runtime/collectives,
 // runtime/tensor_buffer, plan (OptimizerDesc), libtorch.
@@ -118,6 +120,19 @@ class DistributedOptimizer {
   StatusOr<std::string> Save() const;
   Status Load(const std::string& bytes);
 
+  // The part of parameter `param` (its index among Create's `params`) this
+  // rank's shard holds: elements [begin, end) of its flat C order, and the
+  // moments over them (writable views of length end - begin). Parameters the
+  // shard does not reach have no piece; the routed experts' follow the rest.
+  struct ShardPiece {
+    size_t param = 0;
+    int64_t begin = 0, end = 0;
+    torch::Tensor exp_avg, exp_avg_sq;
+  };
+  std::vector<ShardPiece> ShardPieces();
+  // The AdamW step count, after moments were loaded through ShardPieces.
+  void SetStepCount(int64_t step);
+
   // The layout (for tests and messages).
   int64_t numel() const { return numel_; }        // N
   int64_t shard_numel() const { return shard_; }  // S
@@ -150,7 +165,8 @@ class DistributedOptimizer {
   plan::OptimizerDesc desc_;
   std::vector<torch::Tensor> params_;
   std::vector<bool> tp_sharded_;
-  std::vector<int64_t> offsets_;  // params_[i] occupies [offsets_[i], offsets_[i] + numel) of the flat buffers
+  std::vector<size_t> param_index_;  // params_[i] is Create's params[param_index_[i]] (EP: of CreateWithExperts)
+  std::vector<int64_t> offsets_;     // params_[i] occupies [offsets_[i], offsets_[i] + numel) of the flat buffers
   int64_t numel_ = 0, shard_ = 0;
   int dp_size_ = 1, dp_rank_ = 0;
   int64_t bucket_bytes_ = 0;                // the reduce-scatter's bucket (GradientBucketBytes)

@@ -6,7 +6,8 @@
 // (LargestRelativeDifference). For the tests that are already one torch TU
 // (pipeline, ZeRO-1, CP, encoder TP, fused PP); header-only, so the torch-free
 // harness library (multi_rank_harness.h) stays torch-free.
-// May call: runtime/models (BuildModel), run_dir_util.h (LastCheckpoint).
+// May call: runtime/models (BuildModel), runtime/checkpoint_slices (either
+// checkpoint format), run_dir_util.h (LastCheckpoint).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "plan/plan.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/models/encoders.h"
 #include "tests/runtime/run_dir_util.h"
 
@@ -51,10 +53,8 @@ inline NamedWeights CheckpointWeights(const plan::ModelDesc& model, const std::s
   auto module = runtime::BuildModel(model, runtime::ModelBuildOptions{});
   EXPECT_TRUE(module.ok());
   if (!module.ok()) return out;
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.model);
-  archive.load_from(in);
-  (*module)->load(archive);
+  const Status loaded = runtime::LoadWholeModel(state, entry, **module, run_dir);
+  EXPECT_TRUE(loaded.ok()) << loaded.ToString();
   for (const auto& item : (*module)->named_parameters()) out[item.key()] = item.value().detach().clone();
   return out;
 }

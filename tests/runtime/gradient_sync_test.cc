@@ -255,13 +255,9 @@ TEST(GradientSyncTrain, Cp2Dp2Zero1ShardsOverFourRanksEqualsReferenceAndResumesB
     EXPECT_EQ(l.how, "reduce-scatter");
     EXPECT_GT(l.buckets, 1);
   }
-  // One AdamW shard per DP x CP rank: "teacher", "teacher#dp1" .. "#dp3".
+  // One AdamW shard per DP x CP rank, each written by its rank.
   const auto state = LastCheckpoint(dir + "/run");
-  for (const std::string key : {"teacher", "teacher#dp1", "teacher#dp2", "teacher#dp3"}) {
-    ASSERT_TRUE(state.sections.count(key)) << key;
-    EXPECT_FALSE(state.sections.at(key).optimizer.empty()) << key;
-  }
-  EXPECT_FALSE(state.sections.count("teacher#dp4"));
+  EXPECT_EQ(runtime_testing::PieceFiles(state, "teacher/adamw.").size(), 4u);
 
   // Stopped after step 2 and resumed: the same as the uninterrupted run.
   const std::string path = dir + "/plan.json";

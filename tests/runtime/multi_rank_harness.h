@@ -167,9 +167,8 @@ StopAndResumeRuns ExpectStopAndResumeLossesEqual(const std::string& what, const 
 
 // What ExpectSameCheckpointWeights checks beyond the weights.
 struct CheckpointChecks {
-  bool optimizer_present = false;         // every entry of `y` holds optimizer state
-  bool optimizer_bytes_equal = false;     // ... the same bytes as `x`'s (ZeRO-1 shards: no addresses in them)
-  bool only_shards_lack_weights = false;  // an entry has no weights iff its name has '#' (a TP/PP/DP shard)
+  bool optimizer_present = false;      // every entry of `y` holds optimizer state
+  bool optimizer_bytes_equal = false;  // ... the same bytes as `x`'s (AdamW's moments and step counts)
 };
 
 // Two checkpoints (an uninterrupted and a resumed run's): the same entries
@@ -179,12 +178,14 @@ void ExpectSameCheckpointWeights(const std::string& what, const datalayer::Check
 
 // ExpectStopAndResumeLossesEqual (fatal where it fails), then the last
 // checkpoints of the uninterrupted and the resumed run: both of step
-// `last_step`, holding entry `entry` (fatal otherwise: a shard's, e.g.
-// "student#dp1", whose state came back), the same weights
-// (ExpectSameCheckpointWeights with `checks`).
+// `last_step`, whose pieces of the tensors named `prefix`... (e.g.
+// "student/adamw.": the student's moments) come from `writer_files` rank
+// files in each (every TP slice, stage or ZeRO-1 shard written by its own
+// rank; fatal otherwise), with the same weights (ExpectSameCheckpointWeights
+// with `checks`).
 void ExpectStopAndResumeCheckpointsEqual(const std::string& what, const plan::Plan& p, const std::string& dir,
-                                         int64_t stop_after, int64_t last_step, const std::string& entry,
-                                         const CheckpointChecks& checks);
+                                         int64_t stop_after, int64_t last_step, const std::string& prefix,
+                                         size_t writer_files, const CheckpointChecks& checks);
 
 // Section `section`'s weights in the last checkpoints of `run_a` and `run_b`
 // are the same bytes (fatal when either lacks the section).

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -43,6 +44,41 @@ inline std::map<int64_t, double> Losses(const std::string& run_dir) {
   return losses;
 }
 
+// A sharded checkpoint's state per training component, as tests compare
+// it whatever layout wrote it: sections[c].model holds the whole global
+// tensors "c/<parameter>" (name, then C-order bytes, in name order),
+// sections[c].optimizer the "c/adamw.*" ones and the component's counters.
+// Two runs' entries are equal exactly when their weights (or AdamW states)
+// are bit-identical.
+inline void AddComponentView(datalayer::CheckpointData& data) {
+  std::map<std::string, std::vector<const datalayer::SliceRecord*>> by_tensor;
+  for (const auto& r : data.slices) by_tensor[r.tensor].push_back(&r);
+  datalayer::ShardReader reader(data.dir);
+  for (const auto& [name, pieces] : by_tensor) {
+    const size_t slash = name.find('/');
+    const std::string component = name.substr(0, slash), rest = name.substr(slash + 1);
+    auto bytes = datalayer::ReadWholeTensor(reader, pieces);
+    EXPECT_TRUE(bytes.ok()) << name << ": " << bytes.status().ToString();
+    if (!bytes.ok()) continue;
+    auto& state = data.sections[component];
+    (rest.rfind("adamw.", 0) == 0 ? state.optimizer : state.model) += name + '\0' + *bytes;
+  }
+  for (const auto& [name, value] : data.counters) {
+    data.sections[name.substr(0, name.find('/'))].optimizer += name + "=" + std::to_string(value);
+  }
+}
+
+// The rank files holding pieces of the tensors whose names begin with
+// `prefix` in a sharded checkpoint (each TP slice, stage, expert group or
+// ZeRO-1 shard is written by its own rank, a replica by one).
+inline std::set<std::string> PieceFiles(const datalayer::CheckpointData& data, const std::string& prefix) {
+  std::set<std::string> files;
+  for (const auto& r : data.slices) {
+    if (r.tensor.rfind(prefix, 0) == 0) files.insert(r.file);
+  }
+  return files;
+}
+
 inline datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
   auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
   EXPECT_TRUE(index.ok()) << index.status().ToString();
@@ -54,7 +90,9 @@ inline datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
   if (!commit.ok() || !store.ok()) return {};
   auto data = (*store)->Read(commit->checkpoint_file);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
-  return data.ok() ? *data : datalayer::CheckpointData{};
+  if (!data.ok()) return datalayer::CheckpointData{};
+  if (data->sharded()) AddComponentView(*data);
+  return *data;
 }
 
 // `parent`/`name`, emptied (removed, then created): a test's own run folder.

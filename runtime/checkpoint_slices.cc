@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runtime/checkpoint_slices.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "base/checks.h"
+#include "runtime/hf_weights.h"
+#include "runtime/model_runner.h"  // LoadModuleBytes (format 1)
+#include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/section_runner.h"
+#include "runtime/torch_call.h"
+#include "runtime/torch_compat.h"
+
+namespace maestro::runtime {
+
+namespace {
+
+using datalayer::Box;
+using Placement = SectionRunner::ParameterPlacement;
+
+constexpr char kExpAvg[] = "adamw.exp_avg";
+constexpr char kExpAvgSq[] = "adamw.exp_avg_sq";
+
+std::vector<int64_t> ShapeOf(const torch::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+Box WholeBox(const std::vector<int64_t>& shape) {
+  return Box{std::vector<int64_t>(shape.size(), 0), shape};
+}
+
+// `t` (whose element 0 is at `origin` of the same coordinates) narrowed to `box`.
+torch::Tensor Narrow(torch::Tensor t, const Box& box, const std::vector<int64_t>& origin) {
+  for (size_t d = 0; d < box.offsets.size(); ++d) {
+    t = t.narrow(static_cast<int64_t>(d), box.offsets[d] - origin[d], box.lengths[d]);
+  }
+  return t;
+}
+
+// Where a parameter's local tensor sits in its global tensor: TP splits
+// dimension `dim` in `parts` blocks, this rank holding slice `rank` of each.
+struct LocalToGlobal {
+  std::vector<int64_t> global_shape;
+  int dim = -1;
+  int parts = 1;
+  int rank = 0;
+  int64_t slice = 0;  // the local length of one block along dim
+  int64_t block = 0;  // the global length of one block along dim
+
+  explicit LocalToGlobal(const Placement& p) : global_shape(ShapeOf(p.local)) {
+    if (p.split_dim < 0 || p.tp_size <= 1) return;
+    dim = p.split_dim;
+    parts = std::max(1, p.split_parts);
+    rank = p.tp_rank;
+    slice = global_shape[static_cast<size_t>(dim)] / parts;
+    block = slice * p.tp_size;
+    global_shape[static_cast<size_t>(dim)] = block * parts;
+  }
+
+  // A box of the local tensor as boxes of the global one: (local part, global box) pairs.
+  std::vector<std::pair<Box, Box>> Map(const Box& local) const {
+    if (dim < 0) return {{local, local}};
+    std::vector<std::pair<Box, Box>> out;
+    const auto d = static_cast<size_t>(dim);
+    for (int p = 0; p < parts; ++p) {
+      const int64_t lo = std::max(local.offsets[d], p * slice);
+      const int64_t hi = std::min(local.offsets[d] + local.lengths[d], (p + 1) * slice);
+      if (hi <= lo) continue;
+      Box l = local, g = local;
+      l.offsets[d] = lo;
+      l.lengths[d] = hi - lo;
+      g.offsets[d] = lo - p * slice + p * block + rank * slice;
+      g.lengths[d] = hi - lo;
+      out.emplace_back(std::move(l), std::move(g));
+    }
+    return out;
+  }
+};
+
+// The one owner of each replicated piece (the header says who).
+bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const plan::RankCoords& coords) {
+  if (p.local.numel() == 0 || p.tied_copy || coords.cp != 0) return false;
+  if (p.routed_expert ? coords.dp >= std::max(1, section.config.ep) : coords.dp != 0) return false;
+  return p.split_dim >= 0 && p.tp_size > 1 ? true : coords.tp == 0;
+}
+
+Status AddPiece(RankPieces& out, const std::string& name, const std::vector<int64_t>& global_shape, const Box& box,
+                const torch::Tensor& data) {
+  torch::Tensor cpu = data.detach().to(torch::kCPU).contiguous();
+  MAESTRO_ASSIGN_OR_RETURN(hf::TensorDType dtype, HfDtypeOf(cpu.scalar_type()));
+  datalayer::SliceToWrite s;
+  s.tensor = name;
+  s.global_shape = global_shape;
+  s.dtype = dtype;
+  s.box = box;
+  s.bytes = std::string_view(static_cast<const char*>(cpu.data_ptr()), cpu.numel() * cpu.element_size());
+  out.slices.push_back(std::move(s));
+  out.storage.push_back(std::move(cpu));
+  return Status::Ok();
+}
+
+// Every piece of `local` (a tensor of the parameter's local shape) under `name`.
+Status AddWhole(RankPieces& out, const std::string& name, const LocalToGlobal& map, const torch::Tensor& local) {
+  const std::vector<int64_t> shape = ShapeOf(local);
+  for (const auto& [l, g] : map.Map(WholeBox(shape))) {
+    MAESTRO_RETURN_IF_ERROR(
+        AddPiece(out, name, map.global_shape, g, Narrow(local, l, std::vector<int64_t>(shape.size(), 0))));
+  }
+  return Status::Ok();
+}
+
+// A flat range [begin, end) of a parameter's local tensor, held as `flat`
+// (end - begin elements): its boxes, each with the part of `flat` it is.
+template <typename Fn>
+Status ForEachRun(const std::vector<int64_t>& local_shape, int64_t begin, int64_t end, const torch::Tensor& flat,
+                  Fn&& fn) {
+  int64_t cursor = begin;
+  for (const Box& run : datalayer::BoxesOfFlatRange(local_shape, begin, end)) {
+    const int64_t n = run.elements();
+    MAESTRO_RETURN_IF_ERROR(fn(run, flat.narrow(0, cursor - begin, n).view(run.lengths)));
+    cursor += n;
+  }
+  return Status::Ok();
+}
+
+std::vector<const Placement*> Trainable(const std::vector<Placement>& placements) {
+  std::vector<const Placement*> out;
+  for (const Placement& p : placements) {
+    if (p.trainable) out.push_back(&p);
+  }
+  return out;
+}
+
+// Reads the pieces of `name` over `local` (the part `local_box` of the
+// parameter's local tensor, as `local` is shaped) into `local`.
+Status ReadInto(CheckpointTensors& source, const std::string& name, const LocalToGlobal& map, const Box& local_box,
+                torch::Tensor local) {
+  for (const auto& [l, g] : map.Map(local_box)) {
+    MAESTRO_ASSIGN_OR_RETURN(torch::Tensor part, source.Read(name, map.global_shape, g));
+    Narrow(local, l, local_box.offsets).copy_(part);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ModelTensorName(const std::string& component, const std::string& parameter) {
+  return component + "/" + parameter;
+}
+
+std::string MomentTensorName(const std::string& component, const std::string& moment, const std::string& parameter) {
+  return component + "/" + moment + "/" + parameter;
+}
+
+std::string AdamStepCounter(const std::string& component) {
+  return component + "/adamw.step";
+}
+
+StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const plan::RankCoords& coords,
+                                       const std::vector<SectionRunner*>& runners,
+                                       const std::vector<DistributedOptimizer*>& sharded) {
+  RankPieces out;
+  torch::NoGradGuard guard;
+  for (size_t k = 0; k < runners.size(); ++k) {
+    const std::string& component = runners[k]->section_plan().name;
+    const std::vector<Placement> placements = runners[k]->ParameterPlacements();
+    torch::optim::AdamW* adam = runners[k]->ReplicatedAdamW();
+    DistributedOptimizer* zero = k < sharded.size() ? sharded[k] : nullptr;
+    bool wrote_moments = false;
+    int64_t adam_step = 0;
+    for (const Placement& p : placements) {
+      if (!WritesParameter(p, section, coords)) continue;
+      const LocalToGlobal map(p);
+      MAESTRO_RETURN_IF_ERROR(AddWhole(out, ModelTensorName(component, p.name), map, p.local));
+      if (adam == nullptr || !p.trainable) continue;
+      // A parameter AdamW never stepped has zero moments (its step() would create them so).
+      torch::optim::AdamWParamState* state = compat::FindAdamWState(*adam, p.local);
+      const torch::Tensor m = state ? state->exp_avg() : torch::zeros_like(p.local);
+      const torch::Tensor v = state ? state->exp_avg_sq() : torch::zeros_like(p.local);
+      MAESTRO_RETURN_IF_ERROR(AddWhole(out, MomentTensorName(component, kExpAvg, p.name), map, m));
+      MAESTRO_RETURN_IF_ERROR(AddWhole(out, MomentTensorName(component, kExpAvgSq, p.name), map, v));
+      adam_step = std::max<int64_t>(adam_step, state ? state->step() : 0);
+      wrote_moments = true;
+    }
+    if (wrote_moments) out.counters[AdamStepCounter(component)] = adam_step;
+    if (zero == nullptr) continue;
+    const std::vector<const Placement*> trainable = Trainable(placements);
+    for (const DistributedOptimizer::ShardPiece& piece : zero->ShardPieces()) {
+      if (piece.param >= trainable.size()) return Status::Internal(component + ": a ZeRO-1 piece of no parameter");
+      const Placement& p = *trainable[piece.param];
+      // A tied copy's moments are the first stage's embedding's; a parameter
+      // TP does not split has the same moments on every TP rank: TP rank 0's.
+      if (p.tied_copy || (!(p.split_dim >= 0 && p.tp_size > 1) && coords.tp != 0)) continue;
+      const LocalToGlobal map(p);
+      const std::vector<int64_t> shape = ShapeOf(p.local);
+      for (const auto& [moment, flat] : {std::pair{kExpAvg, piece.exp_avg}, std::pair{kExpAvgSq, piece.exp_avg_sq}}) {
+        const std::string name = MomentTensorName(component, moment, p.name);
+        auto add_run = [&](const Box& run, const torch::Tensor& data) {
+          for (const auto& [l, g] : map.Map(run)) {
+            MAESTRO_RETURN_IF_ERROR(AddPiece(out, name, map.global_shape, g, Narrow(data, l, run.offsets)));
+          }
+          return Status::Ok();
+        };
+        MAESTRO_RETURN_IF_ERROR(ForEachRun(shape, piece.begin, piece.end, flat, add_run));
+      }
+    }
+    out.counters[AdamStepCounter(component)] = zero->step_count();
+  }
+  return out;
+}
+
+CheckpointTensors::CheckpointTensors(const datalayer::CheckpointData& checkpoint)
+    : checkpoint_(checkpoint), reader_(checkpoint.dir) {
+  for (const auto& r : checkpoint.slices) pieces_[r.tensor].push_back(&r);
+}
+
+StatusOr<torch::Tensor> CheckpointTensors::Read(const std::string& tensor, const std::vector<int64_t>& expected_shape,
+                                                const Box& box) {
+  auto it = pieces_.find(tensor);
+  if (it == pieces_.end()) {
+    return Status::FailedPrecondition(fmt::format(
+        "the checkpoint {} has no tensor '{}': the spec changed since it was written (another model, section or "
+        "parameter). Resume with the spec that wrote it, or train in a new run directory",
+        checkpoint_.dir, tensor));
+  }
+  const datalayer::SliceRecord& first = *it->second.front();
+  if (first.global_shape != expected_shape) {
+    return Status::FailedPrecondition(fmt::format(
+        "the checkpoint {} holds '{}' as [{}], this plan's model as [{}]: the spec changed since it was written. "
+        "Resume with the spec that wrote it, or train in a new run directory",
+        checkpoint_.dir, tensor, fmt::join(first.global_shape, ", "), fmt::join(expected_shape, ", ")));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(torch::Dtype dtype, TorchDtypeOf(first.dtype));
+  torch::Tensor out;
+  int64_t covered = 0;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("reading '{}' from {}", tensor, checkpoint_.dir),
+                                    [&] { out = torch::empty(box.lengths, torch::TensorOptions().dtype(dtype)); }));
+  for (const datalayer::SliceRecord* r : it->second) {
+    const auto common = datalayer::Intersect(r->box, box);
+    if (!common) continue;
+    MAESTRO_ASSIGN_OR_RETURN(std::string_view bytes, reader_.Bytes(*r));
+    MAESTRO_ASSIGN_OR_RETURN(torch::Dtype stored, TorchDtypeOf(r->dtype));
+    MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("reading '{}' from {}", tensor, checkpoint_.dir), [&] {
+      // The mapped bytes, read only (from_blob wants a mutable pointer).
+      const torch::Tensor piece =
+          torch::from_blob(const_cast<char*>(bytes.data()), r->box.lengths, torch::TensorOptions().dtype(stored));
+      Narrow(out, *common, box.offsets).copy_(Narrow(piece, *common, r->box.offsets));
+    }));
+    covered += common->elements();
+  }
+  if (covered != box.elements()) {
+    return Status::Corruption(fmt::format("the checkpoint {} covers {} of the {} elements of '{}' asked for",
+                                          checkpoint_.dir, covered, box.elements(), tensor));
+  }
+  return out;
+}
+
+Status LoadRankPieces(CheckpointTensors& source, const std::vector<SectionRunner*>& runners,
+                      const std::vector<DistributedOptimizer*>& sharded) {
+  const auto& counters = source.checkpoint().counters;
+  for (size_t k = 0; k < runners.size(); ++k) {
+    const std::string& component = runners[k]->section_plan().name;
+    const std::string what = fmt::format("section '{}': loading the checkpoint", component);
+    const std::vector<Placement> placements = runners[k]->ParameterPlacements();
+    torch::optim::AdamW* adam = runners[k]->ReplicatedAdamW();
+    DistributedOptimizer* zero = k < sharded.size() ? sharded[k] : nullptr;
+    const auto step_it = counters.find(AdamStepCounter(component));
+    const int64_t adam_step = step_it == counters.end() ? 0 : step_it->second;
+    torch::NoGradGuard guard;
+    for (const Placement& p : placements) {
+      if (p.local.numel() == 0) continue;  // another stage's or EP rank's
+      const LocalToGlobal map(p);
+      const Box whole = WholeBox(ShapeOf(p.local));
+      MAESTRO_RETURN_IF_ERROR(ReadInto(source, ModelTensorName(component, p.name), map, whole, p.local));
+      if (adam == nullptr || !p.trainable || adam_step == 0) continue;
+      torch::optim::AdamWParamState& state = compat::AdamWStateOf(*adam, p.local);
+      state.step(adam_step);
+      MAESTRO_RETURN_IF_ERROR(
+          ReadInto(source, MomentTensorName(component, kExpAvg, p.name), map, whole, state.exp_avg()));
+      MAESTRO_RETURN_IF_ERROR(
+          ReadInto(source, MomentTensorName(component, kExpAvgSq, p.name), map, whole, state.exp_avg_sq()));
+    }
+    if (zero != nullptr && adam_step > 0) {
+      const std::vector<const Placement*> trainable = Trainable(placements);
+      for (DistributedOptimizer::ShardPiece& piece : zero->ShardPieces()) {
+        if (piece.param >= trainable.size()) return Status::Internal(component + ": a ZeRO-1 piece of no parameter");
+        const Placement& p = *trainable[piece.param];
+        const LocalToGlobal map(p);
+        const std::vector<int64_t> shape = ShapeOf(p.local);
+        for (const auto& [moment, flat] : {std::pair{kExpAvg, piece.exp_avg}, std::pair{kExpAvgSq, piece.exp_avg_sq}}) {
+          const std::string name = MomentTensorName(component, moment, p.name);
+          auto read_run = [&](const Box& run, const torch::Tensor& data) {
+            return ReadInto(source, name, map, run, data);
+          };
+          MAESTRO_RETURN_IF_ERROR(ForEachRun(shape, piece.begin, piece.end, flat, read_run));
+        }
+      }
+      zero->SetStepCount(adam_step);
+    }
+    compat::ClearAutocastCache();
+  }
+  return Status::Ok();
+}
+
+Status LoadWholeModel(const datalayer::CheckpointData& checkpoint, const std::string& component,
+                      torch::nn::Module& module, const std::string& what) {
+  if (!checkpoint.sharded()) {
+    auto it = checkpoint.sections.find(component);
+    if (it == checkpoint.sections.end() || it->second.model.empty()) {
+      std::string names;
+      for (const auto& [name, state] : checkpoint.sections) {
+        if (!state.model.empty()) names += (names.empty() ? "" : ", ") + name;
+      }
+      return Status::NotFound(
+          fmt::format("{}: the checkpoint has no section '{}' (it has: {})", what, component, names));
+    }
+    return LoadModuleBytes(module, it->second.model, what);  // format 1: a torch archive of the whole model
+  }
+  CheckpointTensors source(checkpoint);
+  torch::NoGradGuard guard;
+  for (auto& item : module.named_parameters()) {
+    const std::vector<int64_t> shape = ShapeOf(item.value());
+    auto part = source.Read(ModelTensorName(component, item.key()), shape, WholeBox(shape));
+    if (!part.ok()) return part.status().WithContext(what);
+    item.value().copy_(*part);
+  }
+  compat::ClearAutocastCache();
+  return Status::Ok();
+}
+
+}  // namespace maestro::runtime
