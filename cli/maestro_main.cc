@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // maestro: the user CLI.
-//   maestro run spec.toml [-o DIR]       compile, then train on this machine (mpirun)
+//   maestro run spec.toml [-o DIR]       compile, then train on this machine (mpirun); Ctrl-C
+//                                        checkpoints at the next step and exits 85 (run the same
+//                                        command again to resume), a second Ctrl-C stops at once
 //   maestro profile spec.toml [-o DIR]   measure each section's micro-batch times on this
 //                                        machine, in the run's layout, and recompile with them
 //   maestro profile --kernels -o FILE    this machine's device as a device profile for the step
@@ -9,6 +11,7 @@
 //   maestro doctor                       what this machine has: libraries, BLAS, launchers
 //   maestro export OUT --section S -o D  a trained section as a Hugging Face folder (maestro-export)
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -127,6 +130,43 @@ std::vector<std::string> MpirunCommand(const maestro::plan::Plan& plan, const st
   return command;
 }
 
+// Runs `command` (mpirun and the ranks) so that Ctrl-C is a preemption
+// (cli/subprocess.h, RunInterruptible): the first one makes every rank
+// checkpoint at the next step boundary (SIGUSR1, which mpirun passes on) and
+// exit kExitRequeue; a second one stops them at once (kExitInterrupted).
+// Returns the exit code of `maestro run`.
+int TrainUnderMpirun(const std::vector<std::string>& command) {
+  maestro::cli::InterruptOptions interrupts;
+  interrupts.request_signal = SIGUSR1;
+  interrupts.on_request =
+      "\nmaestro run: interrupted: checkpointing after the step in progress, then stopping "
+      "(Ctrl-C again stops at once, without waiting for it)\n";
+  interrupts.on_abort = "\nmaestro run: interrupted again: stopping every rank now, without waiting for a checkpoint\n";
+  auto run = maestro::cli::RunInterruptible(command, interrupts);
+  if (!run.ok()) {
+    std::fprintf(stderr, "maestro run: %s (is openmpi-bin installed? scripts/setup.sh installs it)\n",
+                 run.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  const int rc = run->exit_code;
+  if (run->interrupts >= 2) {
+    std::fprintf(stderr,
+                 "maestro run: stopped by a second Ctrl-C; run the same command again to resume from the last "
+                 "checkpoint written, if any\n");
+    return maestro::kExitInterrupted;
+  }
+  if (rc == maestro::kExitRequeue) {
+    std::fprintf(stderr, "maestro run: %s; run the same command again to resume at the next step\n",
+                 run->interrupts > 0 ? "interrupted: checkpoint written" : "stopped after a checkpoint");
+  } else if (run->interrupts > 0 && rc != maestro::kExitOk) {
+    std::fprintf(stderr,
+                 "maestro run: interrupted; the ranks stopped before they could checkpoint (exit code %d); the run "
+                 "keeps its last checkpoint, if any\n",
+                 rc);
+  }
+  return rc;
+}
+
 int RunCommand(const RunArgs& args) {
   namespace fs = std::filesystem;
   const std::string bin = maestro::cli::SelfDirectory();
@@ -161,16 +201,15 @@ int RunCommand(const RunArgs& args) {
   command.push_back(plan_path);
   std::fprintf(stderr, "maestro run: %d ranks, %zu sections; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
                plan.world_size(), plan.sections.size(), run_dir.c_str(), run_dir.c_str());
-  auto rc = maestro::cli::RunProcess(command);
-  if (!rc.ok()) {
-    std::fprintf(stderr, "maestro run: %s (is openmpi-bin installed? scripts/setup.sh installs it)\n",
-                 rc.status().message().c_str());
-    return maestro::kExitFailure;
+  if (args.reference) {  // one process without the preemption protocol: Ctrl-C stops it
+    auto rc = maestro::cli::RunProcess(command);
+    if (!rc.ok()) {
+      std::fprintf(stderr, "maestro run: %s\n", rc.status().message().c_str());
+      return maestro::kExitFailure;
+    }
+    return *rc;
   }
-  if (*rc == maestro::kExitRequeue) {
-    std::fprintf(stderr, "maestro run: stopped after a checkpoint; run the same command again to resume\n");
-  }
-  return *rc;
+  return TrainUnderMpirun(command);
 }
 
 // Trains `plan` (compiled with the sweep) for a few steps in out_dir/calibration
@@ -386,6 +425,9 @@ int DoctorCommand() {
 // `maestro run` and its options, parsed into *args.
 CLI::App* AddRunCommand(CLI::App& app, RunArgs* args) {
   CLI::App* run = app.add_subcommand("run", "compile a spec and train it on this machine (the embedded default)");
+  run->footer(
+      "Ctrl-C checkpoints after the step in progress and exits 85: run the same command again to resume at the next "
+      "step. A second Ctrl-C stops every rank at once, without waiting for a checkpoint (exit 130).");
   run->add_option("spec", args->spec, "workload spec (TOML)")->required()->check(CLI::ExistingFile);
   run->add_option("-o,--out", args->out_dir, "output directory (plan, report, run/: index, checkpoints, metrics)")
       ->capture_default_str();

@@ -1,6 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Running other programs without a shell: argv goes to posix_spawnp as is,
 // so no user string is ever interpreted by a shell.
+//
+// RunInterruptible runs a child that checkpoints on request (`maestro run`'s
+// mpirun) so that Ctrl-C in a terminal is a preemption: the child gets a
+// process group of its own, so the keyboard's SIGINT (sent to the terminal's
+// foreground group) reaches only this process, which turns the first one into
+// the child's request signal and a second one into an abort. (mpirun, left in
+// the foreground group, would end every rank on the first SIGINT: SIGTERM,
+// then SIGKILL a second later, before they could checkpoint. Open MPI puts
+// each rank in a process group of its own, so the ranks never see it.)
 #pragma once
 
 #include <string>
@@ -33,5 +42,31 @@ void PreferHugePagesForChildren();
 // Runs argv[0] (searched in PATH when it has no '/') with argv; waits; returns
 // the exit status (128+signal when killed), or an error when it cannot start.
 StatusOr<int> RunProcess(const std::vector<std::string>& argv, ChildStdout child_stdout = ChildStdout::kInherit);
+
+// What RunInterruptible says and sends; the texts are written from a signal
+// handler as they are (end them with a newline).
+struct InterruptOptions {
+  int request_signal = 0;       // sent to the child on the first SIGINT (SIGUSR1: mpirun passes it on)
+  const char* on_request = "";  // written to stderr then
+  const char* on_abort = "";    // written to stderr on the second SIGINT
+};
+
+struct InterruptibleResult {
+  int exit_code = 0;   // the child's, as RunProcess returns it
+  int interrupts = 0;  // SIGINTs received while the child ran
+};
+
+// RunProcess (stdout inherited), with the child in a process group of its own
+// and its stdin /dev/null (a background group that read the terminal would be
+// stopped; SIGTTOU is ignored in it, so a terminal with `stty tostop` does not
+// stop its output). While the child runs:
+//  - the first SIGINT writes `on_request` and sends the child `request_signal`;
+//  - a second SIGINT writes `on_abort` and sends it SIGTERM (mpirun then ends
+//    every rank: SIGTERM, SIGKILL a second later); a third, SIGKILL;
+//  - SIGTERM and SIGHUP are passed on to the child; SIGTSTP (Ctrl-Z) is passed
+//    on and this process stops too; SIGCONT is passed on.
+// A signal that was ignored when this was called (nohup, `cmd &` in a script)
+// stays ignored. The previous handlers are restored before it returns.
+StatusOr<InterruptibleResult> RunInterruptible(const std::vector<std::string>& argv, const InterruptOptions& options);
 
 }  // namespace maestro::cli

@@ -22,21 +22,25 @@ void ReportSignal(int sig) {
   char line[1024];
   const InFlightOp* op = g_in_flight.load();
   const int rank = g_reporter_rank.load();
+  // While a rank trains, SIGINT is a preemption request (datalayer/preemption.h);
+  // here it came before or after the training steps.
+  const char* why = sig == SIGINT ? "an interrupt outside the training steps, where no checkpoint is taken"
+                                  : "the launcher stops every rank when one fails";
   int n = 0;
   if (op != nullptr && op->group != nullptr) {
     const double waited = static_cast<double>(MonotonicNanos() - op->start_ns) * 1e-9;
     char peer[64] = "";
     if (op->peer >= 0) std::snprintf(peer, sizeof(peer), " with rank %d", op->peer);
     n = std::snprintf(line, sizeof(line),
-                      "[maestro rank %d ERROR] stopped by signal %d (the launcher stops every rank when one fails) "
+                      "[maestro rank %d ERROR] stopped by signal %d (%s) "
                       "after waiting %.1f s in %s #%llu of %zu bytes%s on %s\n",
-                      rank, sig, waited, op->op, static_cast<unsigned long long>(op->seq), op->bytes, peer,
+                      rank, sig, why, waited, op->op, static_cast<unsigned long long>(op->seq), op->bytes, peer,
                       op->group->description.c_str());
   } else {
     n = std::snprintf(line, sizeof(line),
-                      "[maestro rank %d ERROR] stopped by signal %d (the launcher stops every rank when one fails) "
+                      "[maestro rank %d ERROR] stopped by signal %d (%s) "
                       "outside any communication\n",
-                      rank, sig);
+                      rank, sig, why);
   }
   if (n > 0) {
     const size_t len = static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1;

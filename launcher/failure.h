@@ -53,7 +53,11 @@ const InFlightOp* CurrentInFlightOp();
 
 // SIGTERM / SIGINT / SIGHUP: print "maestro rank R: stopped by signal S while
 // waiting T s in <op>" (or "... outside communication"), then die of the
-// signal as before.
+// signal as before. While a rank trains, the runtime's PreemptionSignal
+// (datalayer/preemption.h) takes SIGTERM and SIGINT over: they then ask for a
+// checkpoint at the next step boundary instead (a second SIGINT still ends
+// the rank at once); this reporter covers the start-up and what follows the
+// training loop.
 void InstallTerminationReporter(int world_rank);
 
 // Prints `why` for rank `world_rank` to stderr and ends every rank of the job

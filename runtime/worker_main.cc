@@ -30,6 +30,7 @@
 #include "base/exit_codes.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "datalayer/preemption.h"
 #include "datalayer/versions.h"
 #include "launcher/communicators.h"
 #include "launcher/failure.h"
@@ -270,6 +271,11 @@ int main(int argc, char** argv) {
   args.train.precision = *maestro::runtime::ParsePrecisionRequest(args.precision);
 
   if (args.version) return PrintVersion();
+  // Training: a SIGUSR1 (`maestro run`'s Ctrl-C, Slurm's signal) during the
+  // start-up is kept until the loop can checkpoint (datalayer/preemption.h).
+  if (!args.selftest && !args.reference && args.profile_out.empty()) {
+    maestro::datalayer::KeepEarlyPreemptionRequests();
+  }
   // Before the first tensor: MAESTRO_HOST_ALLOCATOR=huge-pages puts CPU
   // tensors of 2 MiB or more on huge pages, unmapped when freed
   // (runtime/host_allocator.h).

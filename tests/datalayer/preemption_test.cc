@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <cstdlib>
+
 #include "base/exit_codes.h"
 #include "tests/datalayer/child_process.h"
 #include "tests/datalayer/fake_training.h"
@@ -14,8 +16,8 @@
 namespace maestro::datalayer {
 namespace {
 
-TEST(PreemptionSignal, UsrOneAndTermSetTheFlagAndHandlersAreRestored) {
-  for (int sig : {SIGUSR1, SIGTERM}) {
+TEST(PreemptionSignal, UsrOneTermAndIntSetTheFlagAndHandlersAreRestored) {
+  for (int sig : {SIGUSR1, SIGTERM, SIGINT}) {
     auto p = PreemptionSignal::Install().ValueOrDie();
     EXPECT_FALSE(p->requested());
     EXPECT_EQ(PreemptionSignal::Install().status().code(), StatusCode::kFailedPrecondition);
@@ -23,9 +25,37 @@ TEST(PreemptionSignal, UsrOneAndTermSetTheFlagAndHandlersAreRestored) {
     EXPECT_TRUE(p->requested());
     EXPECT_EQ(p->signal_number(), sig);
   }
-  struct sigaction now {};
-  sigaction(SIGUSR1, nullptr, &now);
-  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  for (int sig : {SIGUSR1, SIGTERM, SIGINT}) {
+    struct sigaction now {};
+    sigaction(sig, nullptr, &now);
+    EXPECT_EQ(now.sa_handler, SIG_DFL) << sig;
+  }
+}
+
+// Ctrl-C twice: the first is a request, the second ends the process at once.
+TEST(PreemptionSignal, ASecondInterruptEndsTheProcessAtOnce) {
+  EXPECT_EXIT(
+      {
+        auto p = PreemptionSignal::Install().ValueOrDie();
+        ::raise(SIGINT);
+        if (!p->requested() || p->signal_number() != SIGINT) std::_Exit(3);
+        ::raise(SIGINT);
+        std::_Exit(4);  // not reached
+      },
+      ::testing::KilledBySignal(SIGINT), "interrupted again: stopping now, without a checkpoint");
+}
+
+// maestro-worker's start-up: a SIGUSR1 before the loop installs its handlers
+// neither kills the process nor is lost.
+TEST(PreemptionSignal, AnEarlyUsrOneIsKeptForTheNextInstance) {
+  EXPECT_EXIT(
+      {
+        KeepEarlyPreemptionRequests();
+        ::raise(SIGUSR1);
+        auto p = PreemptionSignal::Install().ValueOrDie();
+        std::_Exit(p->requested() && p->signal_number() == SIGUSR1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(PreemptionSignal, SlurmRestartCount) {
