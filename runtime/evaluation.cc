@@ -156,14 +156,10 @@ StatusOr<HeldOutLoss> EvaluateRunHeldOut(const plan::Plan& given, const std::str
   if (commit.checkpoint_step < 0) {
     return Status::NotFound(fmt::format("held-out loss: run '{}' has no committed checkpoint", run_dir));
   }
-  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(run_dir + "/checkpoints", 1000));
-  MAESTRO_ASSIGN_OR_RETURN(auto checkpoint, store->Read(commit.checkpoint_file));
-  auto it = checkpoint.sections.find(name);
-  if (it == checkpoint.sections.end()) {
-    return Status::NotFound(fmt::format("held-out loss: checkpoint '{}/checkpoints/{}' has no section '{}'", run_dir,
-                                        commit.checkpoint_file, name));
-  }
-  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateHeldOut(plan, it->second.model, max_samples, compute));
+  // The last committed checkpoint's model of the section (either format).
+  MAESTRO_ASSIGN_OR_RETURN(std::string model,
+                           ReadSectionModelBytes(run_dir, name, plan.sections[static_cast<size_t>(section)].model));
+  MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateHeldOut(plan, model, max_samples, compute));
   result.step = commit.checkpoint_step;
   const nlohmann::json eval{{"step", result.step},
                             {"section", result.section},

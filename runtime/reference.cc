@@ -9,6 +9,7 @@
 
 #include "base/checks.h"
 #include "plan/runtime_support.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/checkpointing.h"
 #include "runtime/device_staging.h"
 #include "runtime/graph_forward.h"
@@ -32,7 +33,13 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
   runner_options.precision = options.compute.precision;
   for (size_t s = 0; s < plan.sections.size(); ++s) {
     MAESTRO_ASSIGN_OR_RETURN(auto runner, SectionRunner::Create(plan, static_cast<int>(s), runner_options));
-    if (resumed) {
+    if (resumed && resumed->sharded()) {
+      // A sharded checkpoint loads into this one process whatever layout wrote it.
+      if (runner->trains()) {
+        CheckpointTensors source(*resumed);
+        MAESTRO_RETURN_IF_ERROR(LoadRankPieces(source, runner->CheckpointedRunners(), {}));
+      }
+    } else if (resumed) {
       const std::string& name = plan.sections[s].name;
       if (resumed->sections.count(name + "#dp1") > 0) {
         return Status::FailedPrecondition(fmt::format(
@@ -86,7 +93,7 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
     datalayer::CheckpointData state;
     state.step = run->next_step() - 1;
     for (auto& runner : runners) {
-      if (!runner->trains()) continue;
+      if (!runner->trains() || !initial_only) continue;  // format 1: the initial weights only
       datalayer::SectionState section_state;
       MAESTRO_ASSIGN_OR_RETURN(section_state.model, runner->SaveModel());
       MAESTRO_ASSIGN_OR_RETURN(section_state.optimizer, runner->SaveOptimizer());
@@ -95,7 +102,24 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
     if (initial_only) {
       MAESTRO_RETURN_IF_ERROR(WriteInitialWeightsFile(options.run_dir, std::move(state)));
     } else {
-      MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
+      // A sharded checkpoint, as the distributed runs write it: this one
+      // process is rank 0 and owns every piece (one rank file).
+      datalayer::CheckpointData sharded;
+      sharded.step = state.step;
+      std::vector<datalayer::SliceToWrite> slices;
+      std::vector<RankPieces> kept;  // the pieces' bytes live here until written
+      for (auto& runner : runners) {
+        if (!runner->trains()) continue;
+        MAESTRO_ASSIGN_OR_RETURN(RankPieces pieces, CollectRankPieces(runner->section_plan(), plan::RankCoords{},
+                                                                      runner->CheckpointedRunners(), {}));
+        slices.insert(slices.end(), pieces.slices.begin(), pieces.slices.end());
+        sharded.counters.insert(pieces.counters.begin(), pieces.counters.end());
+        kept.push_back(std::move(pieces));
+      }
+      MAESTRO_ASSIGN_OR_RETURN(sharded.slices, datalayer::WriteRankShard(datalayer::TrainingRun::ShardedCheckpointDir(
+                                                                             options.run_dir, sharded.step),
+                                                                         0, slices, datalayer::Env::Default()));
+      MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(sharded)));
     }
   }
   return losses;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "base/checks.h"
@@ -43,6 +44,38 @@ uint64_t BytesU64(const std::string& s) {
   uint64_t v = 0;
   std::memcpy(&v, s.data(), std::min<size_t>(8, s.size()));
   return v;
+}
+
+// The fake student's state as a sharded checkpoint (format 2, as the
+// runtime writes it): the global tensor "student/state" (U64 [2]: weights,
+// updates), its two elements written by two "ranks" (this process plays
+// both, every durable operation through `env`: each is a crash point).
+StatusOr<std::vector<SliceRecord>> WriteStudentState(const std::string& dir, uint64_t weights, uint64_t updates,
+                                                     Env* env) {
+  std::vector<SliceRecord> records;
+  const uint64_t values[2] = {weights, updates};
+  for (int rank = 0; rank < 2; ++rank) {
+    SliceToWrite piece{"student/state",
+                       {2},
+                       hf::TensorDType::kU64,
+                       Box{{rank}, {1}},
+                       std::string_view(reinterpret_cast<const char*>(&values[rank]), sizeof(uint64_t))};
+    MAESTRO_ASSIGN_OR_RETURN(auto mine, WriteRankShard(dir, rank, {piece}, env));
+    records.insert(records.end(), mine.begin(), mine.end());
+  }
+  return records;
+}
+
+// ... and back from a resumed checkpoint: {weights, updates}.
+StatusOr<std::pair<uint64_t, uint64_t>> ReadStudentState(const CheckpointData& state) {
+  std::vector<const SliceRecord*> pieces;
+  for (const auto& r : state.slices) pieces.push_back(&r);
+  ShardReader reader(state.dir);
+  MAESTRO_ASSIGN_OR_RETURN(std::string bytes, ReadWholeTensor(reader, pieces));
+  if (bytes.size() != 2 * sizeof(uint64_t)) return Status::Corruption("fake student state: not two u64");
+  uint64_t v[2];
+  std::memcpy(v, bytes.data(), sizeof(v));
+  return std::make_pair(v[0], v[1]);
 }
 
 }  // namespace
@@ -95,8 +128,9 @@ StatusOr<FakeTrainerResult> RunFakeTrainer(const FakeTrainerOptions& o, Env* env
   uint64_t rng = o.seed;
   int64_t updates = 0;
   if (state) {
-    weights = BytesU64(state->sections.at("student").model);
-    updates = static_cast<int64_t>(BytesU64(state->sections.at("student").optimizer));
+    MAESTRO_ASSIGN_OR_RETURN(auto student, ReadStudentState(*state));
+    weights = student.first;
+    updates = static_cast<int64_t>(student.second);
     rng = BytesU64(state->rng_states.at("dropout"));
   }
   const int64_t total_steps = o.epochs * run->index().StepsPerEpoch();
@@ -106,7 +140,8 @@ StatusOr<FakeTrainerResult> RunFakeTrainer(const FakeTrainerOptions& o, Env* env
     const int64_t step = run->next_step() - 1;
     CheckpointData data;
     data.step = step;
-    data.sections["student"] = SectionState{U64Bytes(weights), U64Bytes(static_cast<uint64_t>(updates))};
+    MAESTRO_ASSIGN_OR_RETURN(data.slices, WriteStudentState(TrainingRun::ShardedCheckpointDir(ro.run_dir, step),
+                                                            weights, static_cast<uint64_t>(updates), env));
     data.rng_states["dropout"] = U64Bytes(rng);
     MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(data)));
     WriteAll(o.progress_fd, fmt::format("committed {}\n", step));

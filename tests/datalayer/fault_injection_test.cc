@@ -5,7 +5,9 @@
 // it. Invariants checked after every k: recovery succeeds (nothing corrupt is
 // loaded), every sample of every epoch is consumed exactly once, the final
 // weights equal an uninterrupted run's, no spool row with wrong values was
-// ever used, and no temporary or uncommitted checkpoint file survives.
+// ever used, and no temporary or uncommitted checkpoint file survives. The
+// fake trainer's checkpoints are sharded (two ranks' files, then the
+// metadata, then the index transaction: every one a crash point).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <filesystem>
 
 #include "datalayer/sample_index.h"
+#include "datalayer/sharded_checkpoint.h"
 #include "tests/datalayer/crash_env.h"
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
@@ -71,8 +74,14 @@ TEST(FaultInjection, CrashAtEveryDurableOperationThenRecoverExactlyOnce) {
     EXPECT_EQ(index->ConsumedCount(0).ValueOrDie(), kSamples);
     EXPECT_EQ(index->ConsumedCount(1).ValueOrDie(), kSamples);
     EXPECT_EQ(index->LastCommit().ValueOrDie().last_step, 9);
+    // Only committed sharded checkpoints are left: no torn rank file, no
+    // directory without its metadata, nothing temporary.
     for (const auto& entry : std::filesystem::directory_iterator(dir + "/checkpoints")) {
-      EXPECT_EQ(entry.path().extension(), ".mckpt") << entry.path();
+      EXPECT_TRUE(entry.is_directory()) << entry.path();
+      EXPECT_TRUE(std::filesystem::exists(entry.path() / kShardedCheckpointMetadata)) << entry.path();
+      for (const auto& file : std::filesystem::directory_iterator(entry.path())) {
+        EXPECT_NE(file.path().extension(), ".tmp") << file.path();
+      }
     }
     index.reset();
     testing::RemoveDir(dir);

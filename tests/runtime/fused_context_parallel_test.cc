@@ -42,6 +42,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "plan/plan.h"
 #include "plan/runtime_support.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/models/encoders.h"
 #include "runtime/section_runner.h"
 #include "tests/fixtures/demo_images.h"
@@ -91,29 +92,19 @@ std::map<std::string, torch::Tensor> FirstMoments(const plan::Plan& p, const std
   std::map<std::string, torch::Tensor> out;
   const plan::Plan expanded = plan::ExpandFusedSections(p);
   const int index = expanded.section_index(name);
-  auto it = state.sections.find(name);
-  EXPECT_TRUE(index >= 0 && it != state.sections.end()) << name << " in the checkpoint of step " << state.step;
-  if (index < 0 || it == state.sections.end()) return out;
+  EXPECT_TRUE(index >= 0 && state.sharded()) << name << " in the checkpoint of step " << state.step;
+  if (index < 0 || !state.sharded()) return out;
   auto module = runtime::BuildModel(expanded.sections[static_cast<size_t>(index)].model, runtime::ModelBuildOptions{});
   EXPECT_TRUE(module.ok());
   if (!module.ok()) return out;
-  std::vector<torch::Tensor> params;
-  std::vector<std::string> names;
+  runtime::CheckpointTensors source(state);
   for (const auto& item : (*module)->named_parameters()) {
     if (!item.value().requires_grad()) continue;
-    params.push_back(item.value());
-    names.push_back(item.key());
-  }
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-3));
-  torch::serialize::InputArchive archive;
-  std::istringstream in(it->second.optimizer);
-  archive.load_from(in);
-  optimizer.load(archive);  // the saved states in parameter order
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto found = optimizer.state().find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
-    EXPECT_TRUE(found != optimizer.state().end()) << name << ": no AdamW state for " << names[i];
-    if (found == optimizer.state().end()) continue;
-    out[names[i]] = static_cast<torch::optim::AdamWParamState&>(*found->second).exp_avg().clone();
+    const std::vector<int64_t> shape(item.value().sizes().begin(), item.value().sizes().end());
+    auto m = source.Read(runtime::MomentTensorName(name, "adamw.exp_avg", item.key()), shape,
+                         datalayer::Box{std::vector<int64_t>(shape.size(), 0), shape});
+    EXPECT_TRUE(m.ok()) << name << ": " << m.status().ToString();
+    if (m.ok()) out[item.key()] = *m;
   }
   return out;
 }
@@ -123,7 +114,7 @@ datalayer::CheckpointData CheckpointOfStep(const std::string& run_dir, int64_t s
   auto store = datalayer::CheckpointStore::Open(run_dir + "/checkpoints", 10);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   if (!store.ok()) return {};
-  auto data = (*store)->Read(fmt::format("ckpt-{:010d}.mckpt", step));
+  auto data = (*store)->Read(datalayer::ShardedCheckpointDirName(step));
   EXPECT_TRUE(data.ok()) << run_dir << ": " << data.status().ToString();
   return data.ok() ? *data : datalayer::CheckpointData{};
 }

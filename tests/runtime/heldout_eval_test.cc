@@ -37,6 +37,7 @@
 #include "datasets/megatron_indexed.h"
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
+#include "runtime/checkpoint_slices.h"
 #include "runtime/evaluation.h"
 #include "runtime/hf_weights.h"
 #include "runtime/models/encoders.h"
@@ -135,10 +136,8 @@ void ExportStudent(const plan::Plan& p, const std::string& run_dir, const std::s
   const auto& desc = components.sections[static_cast<size_t>(components.section_index("student"))].model;
   auto model = runtime::BuildModel(desc);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  torch::serialize::InputArchive archive;
-  std::istringstream in(checkpoint.sections.at("student").model);
-  archive.load_from(in);
-  (*model)->load(archive);
+  const Status loaded = runtime::LoadWholeModel(checkpoint, "student", **model, run_dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
   auto tensors = runtime::ExportHfTensors(**model, desc, torch::kFloat32);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   fs::remove_all(out);

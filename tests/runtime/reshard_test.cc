@@ -154,5 +154,27 @@ TEST(Reshard, FusedToSectionedAndBackEqualsTheReference) {
       "fused", {FusedKd(2, 1, steps), KdLayout({1, 1, 1, 2, 4}, 0, steps), FusedKd(1, 2, steps)}, "student");
 }
 
+// A resume under a spec whose model changed (the student's MLP narrower) is
+// refused before training, naming the tensor and both shapes; the run's
+// checkpoint is left as it was (a resume with the old spec still works).
+TEST(Reshard, AChangedModelIsRefusedNamingTheTensorAndBothShapes) {
+  const std::string dir = Fresh("changed");
+  const std::string run = dir + "/run";
+  plan::Plan before = KdLayout({1, 1, 1, 1, 4}, 0, 4);
+  const auto first = runtime_testing::RunWorkers(before, runtime_testing::WritePlan(before, dir + "/before"), run,
+                                                 {"--stop-after-steps", "2"});
+  ASSERT_EQ(first.exit_code, 85) << first.output;
+  plan::Plan after = before;
+  after.sections[static_cast<size_t>(after.section_index("student"))].model.ffn_hidden /= 2;
+  const auto refused = runtime_testing::RunWorkers(after, runtime_testing::WritePlan(after, dir + "/after"), run);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("the spec changed"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("student/blocks.0.mlp"), std::string::npos) << refused.output;
+  EXPECT_EQ(runtime_testing::Losses(run).size(), 2u) << "nothing trained under the changed spec";
+  const auto resumed = runtime_testing::RunWorkers(before, dir + "/before/plan.json", run);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(runtime_testing::Losses(run).size(), 4u);
+}
+
 }  // namespace
 }  // namespace maestro

@@ -79,6 +79,18 @@ inline std::set<std::string> PieceFiles(const datalayer::CheckpointData& data, c
   return files;
 }
 
+// The bytes of those pieces, by rank file.
+inline std::map<std::string, double> PieceBytesByFile(const datalayer::CheckpointData& data,
+                                                      const std::string& prefix) {
+  std::map<std::string, double> bytes;
+  for (const auto& r : data.slices) {
+    if (r.tensor.rfind(prefix, 0) == 0) {
+      bytes[r.file] += static_cast<double>(r.box.elements()) * static_cast<double>(hf::TensorDTypeSize(r.dtype));
+    }
+  }
+  return bytes;
+}
+
 inline datalayer::CheckpointData LastCheckpoint(const std::string& run_dir) {
   auto index = datalayer::SampleIndex::Open(run_dir + "/index.sqlite");
   EXPECT_TRUE(index.ok()) << index.status().ToString();
