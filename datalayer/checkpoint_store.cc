@@ -65,6 +65,14 @@ std::string EncodeMetadata(const CheckpointData& data) {
   return text + fmt::format("\ncrc32c {:08x}\n", Crc32c(text.data(), text.size()));
 }
 
+// A checkpoint file that fails a check: never loaded.
+Status Refused(const std::string& path, const std::string& why) {
+  return Status::Corruption(
+      fmt::format("checkpoint {} is {}; it is not loaded (an older committed checkpoint "
+                  "can be restored by hand, see docs/datalayer.md)",
+                  path, why));
+}
+
 bool IsShardedDirName(const std::string& name, int64_t* step) {
   long long s = -1;
   char extra = 0;
@@ -165,12 +173,7 @@ StatusOr<CheckpointData> CheckpointStore::ReadSharded(const std::string& name) {
   const std::string dir = dir_ + "/" + name;
   const std::string path = dir + "/" + kShardedCheckpointMetadata;
   MAESTRO_ASSIGN_OR_RETURN(std::string bytes, env_->ReadFile(path));
-  auto corrupt = [&](const std::string& why) {
-    return Status::Corruption(
-        fmt::format("checkpoint {} is {}; it is not loaded (an older committed checkpoint "
-                    "can be restored by hand, see docs/datalayer.md)",
-                    path, why));
-  };
+  auto corrupt = [&](const std::string& why) { return Refused(path, why); };
   const size_t tail = bytes.rfind("\ncrc32c ");
   if (tail == std::string::npos) return corrupt("torn (no checksum line)");
   unsigned want = 0;
@@ -209,12 +212,7 @@ StatusOr<CheckpointData> CheckpointStore::Read(const std::string& file_name) {
   if (IsShardedDirName(file_name, &step)) return ReadSharded(file_name);
   const std::string path = dir_ + "/" + file_name;
   MAESTRO_ASSIGN_OR_RETURN(std::string bytes, env_->ReadFile(path));
-  auto corrupt = [&](const std::string& why) {
-    return Status::Corruption(
-        fmt::format("checkpoint {} is {}; it is not loaded (an older committed checkpoint "
-                    "can be restored by hand, see docs/datalayer.md)",
-                    path, why));
-  };
+  auto corrupt = [&](const std::string& why) { return Refused(path, why); };
   if (bytes.size() < 16 + kTrailerBytes || std::memcmp(bytes.data(), kMagic, 8) != 0) {
     return corrupt("not a Maestro checkpoint (bad magic or too short)");
   }

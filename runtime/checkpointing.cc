@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "base/checks.h"
@@ -17,11 +16,11 @@
 #include "runtime/checkpoint_slices.h"
 #include "runtime/collectives.h"
 #include "runtime/message_tags.h"
+#include "runtime/model_runner.h"  // SaveModuleBytes
 #include "runtime/models/encoders.h"
 #include "runtime/parallel/distributed_optimizer.h"
 #include "runtime/parallel/fused_pipeline.h"
 #include "runtime/section_runner.h"
-#include "runtime/torch_call.h"
 
 namespace maestro::runtime {
 
@@ -372,15 +371,7 @@ StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::
   MAESTRO_ASSIGN_OR_RETURN(auto module, BuildModel(model, build));
   MAESTRO_RETURN_IF_ERROR(
       LoadWholeModel(data, section_name, *module, fmt::format("init '{}': section '{}'", path, section_name)));
-  std::string bytes;
-  MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
-    torch::serialize::OutputArchive archive;
-    module->save(archive);
-    std::ostringstream os;
-    archive.save_to(os);
-    bytes = os.str();
-  }));
-  return bytes;
+  return SaveModuleBytes(*module);
 }
 
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir) {

@@ -99,5 +99,8 @@ class ModelRunner final : public SectionRunner {
 // Loads an archive (saved from any device) onto the module's device, in the
 // module's dtype (section_state.cc); `what` names it in errors.
 Status LoadModuleBytes(torch::nn::Module& module, const std::string& bytes, const std::string& what);
+// The module as such an archive (its tensors as they are: CPU ones for a
+// checkpoint).
+StatusOr<std::string> SaveModuleBytes(torch::nn::Module& module);
 
 }  // namespace maestro::runtime

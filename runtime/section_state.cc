@@ -46,6 +46,18 @@ Status LoadModuleBytes(torch::nn::Module& module, const std::string& bytes, cons
   });
 }
 
+StatusOr<std::string> SaveModuleBytes(torch::nn::Module& module) {
+  std::string bytes;
+  MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
+    torch::serialize::OutputArchive archive;
+    module.save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }));
+  return bytes;
+}
+
 StatusOr<std::string> ModelRunner::SaveModel() {
   std::shared_ptr<torch::nn::Module> full = module_;
   if (Sharded() || Staged() || ExpertSharded()) {
@@ -83,15 +95,7 @@ StatusOr<std::string> ModelRunner::SaveModel() {
     torch::NoGradGuard guard;
     for (auto& item : full->named_parameters()) item.value().copy_(mine[item.key()]);
   }
-  std::string bytes;
-  MAESTRO_RETURN_IF_ERROR(TorchCall("saving the model", [&] {
-    torch::serialize::OutputArchive archive;
-    full->save(archive);
-    std::ostringstream os;
-    archive.save_to(os);
-    bytes = os.str();
-  }));
-  return bytes;
+  return SaveModuleBytes(*full);
 }
 
 StatusOr<std::string> ModelRunner::SaveOptimizer() {
