@@ -610,6 +610,8 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.test_corpus = spec.data.test_corpus;
   p.checkpoint_every = spec.job.checkpoint_every;
   p.checkpoint_minutes = spec.job.checkpoint_minutes;
+  p.keep_checkpoints = spec.job.keep_checkpoints;
+  p.checkpoint_async = spec.job.checkpoint_async;
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;
   p.schedule_policy = spec.job.schedule;
@@ -658,6 +660,7 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   const Report report = BuildReport(spec, model, r, options);
   r.report = ReportText(report);
   r.report_json = ReportJson(report);
+  r.warnings = report.warnings;
   r.explain = PrintableLines(RenderExplain(model, po, r, outcome));  // a spec's strings, escaped
   return r;
 }

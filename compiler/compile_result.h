@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/assignment.h"
 #include "compiler/monolithic.h"
@@ -56,9 +57,10 @@ struct CompileResult {
   std::string fused_pins;          // the pins it honours ("tp 2, recompute full"), "" when none
   bool fused_is_baseline = false;  // fused is the baseline's plan (no pins, or pins it meets)
   std::string sbatch;
-  std::string report;       // the human table
-  std::string report_json;  // the same as one JSON object
-  std::string explain;      // why each choice (--explain)
+  std::string report;                 // the human table
+  std::string report_json;            // the same as one JSON object
+  std::vector<std::string> warnings;  // the report's warning lines (maestro-compile also prints them to stderr)
+  std::string explain;                // why each choice (--explain)
 };
 
 }  // namespace maestro::compiler

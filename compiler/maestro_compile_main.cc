@@ -181,6 +181,7 @@ int Run(int argc, char** argv) {
     return result.status().code() == maestro::StatusCode::kInvalidArgument ? maestro::kExitUsage
                                                                            : maestro::kExitFailure;
   }
+  for (const std::string& w : result->warnings) Print(stderr, "maestro-compile: warning: " + w + "\n");
   if (json) {
     std::printf("%s\n", result->report_json.c_str());  // JSON escapes its strings itself
   } else {

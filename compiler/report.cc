@@ -224,6 +224,11 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
     out.split_bound.basis = SplitBoundBasis::kFusedPlan;
   }
   if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
+  out.checkpoint = PredictCheckpoint(spec, r.plan);
+  out.checkpoint_async = r.plan.checkpoint_async;
+  if (std::string warning = SignalLeadWarning(spec, out.checkpoint, r.grouping.chosen_step_seconds); !warning.empty()) {
+    out.warnings.push_back(std::move(warning));
+  }
   return out;
 }
 
@@ -427,6 +432,15 @@ std::string ReportText(const Report& r) {
     t += fmt::format("planned for a runtime with: {} (--runtime-support, not this build's table)\n",
                      r.planned_runtime_support);
   }
+  if (r.checkpoint.state_bytes > 0) {
+    t += fmt::format(
+        "checkpoint: {} of state (fp32 weights and AdamW moments of the training sections); the busiest node writes "
+        "{}: {:.3g} s at {:.3g} GB/s per node ([cluster] checkpoint_write_gbps){}\n",
+        HumanBytes(r.checkpoint.state_bytes), HumanBytes(r.checkpoint.busiest_node_bytes), r.checkpoint.write_seconds,
+        r.checkpoint.write_bytes_per_s / 1e9,
+        r.checkpoint_async ? "; periodic ones are written in the background (a step pays for the copy)" : "");
+  }
+  for (const std::string& w : r.warnings) t += "warning: " + w + "\n";
   return PrintableLines(t);
 }
 
@@ -579,6 +593,12 @@ std::string ReportJson(const Report& r) {
   js["max_in_flight"] = r.max_in_flight;
   js["planner_only"] =
       std::any_of(r.sections.begin(), r.sections.end(), [](const ReportSection& s) { return !s.planner_only.empty(); });
+  js["checkpoint"] = {{"state_bytes", r.checkpoint.state_bytes},
+                      {"busiest_node_bytes", r.checkpoint.busiest_node_bytes},
+                      {"write_bytes_per_s", r.checkpoint.write_bytes_per_s},
+                      {"predicted_write_seconds", r.checkpoint.write_seconds},
+                      {"async", r.checkpoint_async}};
+  js["warnings"] = r.warnings;
   // Invalid UTF-8 would throw (type_error.316); the spec reader refuses it in
   // its own path, and anything else is replaced (U+FFFD) rather than thrown.
   return js.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/checkpoint_cost.h"
 #include "compiler/compile_options.h"
 #include "compiler/compile_result.h"
 #include "compiler/cost_model.h"
@@ -135,6 +136,12 @@ struct Report {
   std::string in_flight_log;
   // Set when --runtime-support planned for another runtime (a text line only).
   std::string planned_runtime_support;
+  // The checkpoint's state and predicted write (compiler/checkpoint_cost.h),
+  // and whether periodic ones are written in the background.
+  CheckpointCost checkpoint;
+  bool checkpoint_async = true;
+  // Lines that warn about the spec (each also goes to stderr).
+  std::vector<std::string> warnings;
 };
 
 // The report of `r` (its workload, assignment, simulations and baseline).

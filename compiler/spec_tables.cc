@@ -100,6 +100,8 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
   r.Int("steps", &job.steps, 0, int64_t{1} << 40);
   r.Int("checkpoint_every", &job.checkpoint_every, 0, int64_t{1} << 40);
   r.Number("checkpoint_minutes", &job.checkpoint_minutes, 0, 7 * 24 * 60.0);
+  r.Int("keep_checkpoints", &job.keep_checkpoints, 1, 1000);
+  r.Bool("checkpoint_async", &job.checkpoint_async);
   r.Number("comm_timeout_s", &job.comm_timeout_s, 0, 7 * 24 * 3600.0);
   r.Int("max_in_flight", &job.max_in_flight, 0, 1 << 20);
   std::string schedule;
@@ -196,6 +198,7 @@ void ReadCluster(Diagnostics& d, const toml::table& t, const std::string& base_d
   r.Int("gpus_per_node", &c.gpus_per_node, 1, 1024);
   r.String("default_gpu", &c.default_gpu);
   r.Bool("share_nodes", &c.share_nodes);
+  r.Number("checkpoint_write_gbps", &c.checkpoint_write_gbps, 1e-3, 1e6);
   if (const toml::table* gpus = r.Table("gpu")) {
     for (const auto& [k, v] : *gpus) {
       GpuTypeSpec g;

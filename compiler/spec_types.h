@@ -53,9 +53,11 @@ struct JobSpec {
   std::string output = "maestro-%j.out";
   std::string error;  // "" = merged with output
   std::string work_dir = ".";
-  int64_t steps = 0;             // 0 = one epoch
-  int64_t checkpoint_every = 0;  // steps between checkpoints (0: at the end and on a signal)
+  int64_t steps = 0;                                            // 0 = one epoch
+  int64_t checkpoint_every = 0;                                 // steps between checkpoints (0: none by count)
   double checkpoint_minutes = plan::kDefaultCheckpointMinutes;  // wall minutes between checkpoints (0: none)
+  int keep_checkpoints = plan::kDefaultKeepCheckpoints;         // committed checkpoints kept (>= 1)
+  bool checkpoint_async = true;                                 // periodic checkpoints written by a background thread
   double comm_timeout_s = 0.0;                                  // 0: the worker's default
   std::string schedule = "wavefront";                           // a scheduler::PolicyName (canonical spelling)
   // The in-flight cap of training sections that feed others
@@ -92,6 +94,14 @@ struct GpuTypeSpec {
   SourcePos pos;
 };
 
+// [cluster] checkpoint_write_gbps's default: 2 GB/s per node. An assumed
+// figure, not a measurement of any cluster: what one client node sustains
+// writing a few large files to a parallel file system (the same figure as
+// plan/plan.h kDefaultCheckpointMinutes' reasoning). A user sets their file
+// system's, measured for instance with `maestro-bench checkpoint` on a node
+// (its raw write throughput; docs/datalayer.md records this machine's).
+inline constexpr double kDefaultCheckpointWriteGBps = 2.0;
+
 struct ClusterSpec {
   int nodes = 1;
   int gpus_per_node = 8;
@@ -100,6 +110,9 @@ struct ClusterSpec {
   // one het component per node group (plan schema 3). false: every section
   // its own het component on whole nodes or part of one node of its own.
   bool share_nodes = true;
+  // The file system's sustained write speed per node, GB/s (1e9 bytes), for
+  // the checkpoint's predicted write (compiler/checkpoint_cost.h).
+  double checkpoint_write_gbps = kDefaultCheckpointWriteGBps;
   std::vector<GpuTypeSpec> gpu_types;
   // Set by EffectiveSpec for --local (never by the reader): one node whose
   // gpus_per_node slots every section shares.

@@ -105,10 +105,15 @@ Status TrainingRun::CommitSpools() {
 
 Status TrainingRun::Checkpoint(CheckpointData state) {
   if (pending_.empty()) return Status::FailedPrecondition("TrainingRun::Checkpoint with no finished step");
-  if (state.step != pending_.back().step) {
+  // The steps the checkpoint holds: the pending ones up to state.step (an
+  // asynchronous save commits a step that later finished steps follow).
+  auto last = std::find_if(pending_.begin(), pending_.end(), [&](const StepRecord& r) { return r.step == state.step; });
+  if (last == pending_.end()) {
     return Status::InvalidArgument(
-        fmt::format("checkpoint of step {} but the last finished step is {}", state.step, pending_.back().step));
+        fmt::format("checkpoint of step {} but the finished steps not yet committed are {}..{}", state.step,
+                    pending_.front().step, pending_.back().step));
   }
+  const std::vector<StepRecord> held(pending_.begin(), last + 1);
   state.epoch = state.step / index_->StepsPerEpoch();
   state.next_step = state.step + 1;
   // 1. forward-only outputs durable and recorded.
@@ -116,8 +121,8 @@ Status TrainingRun::Checkpoint(CheckpointData state) {
   // 2. the checkpoint file durable under its final name.
   MAESTRO_ASSIGN_OR_RETURN(std::string file, checkpoints_->Write(state));
   // 3. the commit point: steps done + samples consumed + checkpoint, atomically.
-  MAESTRO_RETURN_IF_ERROR(index_->CommitSteps(pending_, state.step, file));
-  pending_.clear();
+  MAESTRO_RETURN_IF_ERROR(index_->CommitSteps(held, state.step, file));
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(held.size()));
   // 4. keep the last N committed checkpoints.
   MAESTRO_ASSIGN_OR_RETURN(std::vector<int64_t> committed, index_->CommittedCheckpoints());
   if (static_cast<int>(committed.size()) > options_.keep_last_checkpoints) {

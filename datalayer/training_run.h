@@ -75,9 +75,11 @@ class TrainingRun {
   // becomes durable, and its samples consumed, at the next Checkpoint().
   Status StepDone(StepRecord record);
   int64_t pending_steps() const { return static_cast<int64_t>(pending_.size()); }
-  // REQUIRES: pending_steps() > 0 and state.step == the last pending step
-  // (the caller fills sections and rng_states; epoch and next_step are set
-  // here). See the order of operations above.
+  // REQUIRES: state.step is a pending step (the last one, or an earlier one
+  // for an asynchronous save written while later steps ran); the pending
+  // steps up to it are committed, the later ones stay pending. The caller
+  // fills sections or slices; epoch and next_step are set here. See the
+  // order of operations above.
   Status Checkpoint(CheckpointData state);
   // Commits every spool without a checkpoint (a preempted step that is
   // abandoned keeps the teacher outputs it already computed).

@@ -78,8 +78,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch
                                                 image_mean, image_std, test_corpus)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
-                                                checkpoint_minutes, comm_timeout_s, schedule_policy,
-                                                schedule_max_in_flight, shared_cores)
+                                                checkpoint_minutes, keep_checkpoints, checkpoint_async, comm_timeout_s,
+                                                schedule_policy, schedule_max_in_flight, shared_cores)
 
 StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage) {
   StageLayerRange out;
@@ -382,6 +382,10 @@ Status Validate(const Plan& plan) {
   if (!(plan.checkpoint_minutes >= 0) || !std::isfinite(plan.checkpoint_minutes)) {
     return Status::InvalidArgument(fmt::format(
         "plan checkpoint_minutes = {}: must be 0 (none) or a positive number of minutes", plan.checkpoint_minutes));
+  }
+  if (plan.keep_checkpoints < 1) {
+    return Status::InvalidArgument(fmt::format(
+        "plan keep_checkpoints = {}: a run keeps at least its newest checkpoint (>= 1)", plan.keep_checkpoints));
   }
   if (plan.data.max_images_per_sample < 1) {
     return Status::InvalidArgument(

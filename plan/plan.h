@@ -341,6 +341,10 @@ struct Link {
 // (--save-interval, checkpoint.interval in steps); a step count cannot
 // follow a step time that the plan changes, so Maestro's default is in time.
 inline constexpr double kDefaultCheckpointMinutes = 30.0;
+// The committed checkpoints a run keeps ([job] keep_checkpoints): two, so
+// that one found damaged on a resume (a file system that lost writes after
+// the commit) leaves an older one to restore by hand (docs/datalayer.md).
+inline constexpr int kDefaultKeepCheckpoints = 2;
 
 struct Plan {
   int schema_version = kPlanSchemaVersion;
@@ -356,11 +360,20 @@ struct Plan {
   std::vector<SectionLayout> layout;
   std::vector<Link> links;
   // Added in schema 1 (optional), read by the runtime:
-  int64_t checkpoint_every = 0;  // steps between checkpoints (0: at the end and on a signal)
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: none by count)
   // Added in schema 1 (optional): wall minutes between checkpoints, measured
   // by rank 0 from the start (or the last checkpoint) to a step's end; 0 =
   // none. Beside checkpoint_every: whichever comes first.
   double checkpoint_minutes = kDefaultCheckpointMinutes;
+  // Added in schema 1 (optional): the committed checkpoints a run keeps (the
+  // newest; an older one is deleted only after a newer one is committed).
+  int keep_checkpoints = kDefaultKeepCheckpoints;
+  // Added in schema 1 (optional): a checkpoint due by checkpoint_every or
+  // checkpoint_minutes is written by a background thread while training goes
+  // on (the step loop pays the copy of the rank's state, not the write); it
+  // is committed at the first step end where every rank's file is durable.
+  // A run's last checkpoint, and one on a signal, are written at once.
+  bool checkpoint_async = true;
   double comm_timeout_s = 0.0;                // 0: the worker's default (60 s or $MAESTRO_COMM_TIMEOUT_S)
   std::string schedule_policy = "wavefront";  // scheduler::PolicyFromName
   // Added in schema 1 (optional): a training section that feeds others keeps

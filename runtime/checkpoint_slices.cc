@@ -87,9 +87,31 @@ bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const
   return p.split_dim >= 0 && p.tp_size > 1 ? true : coords.tp == 0;
 }
 
-Status AddPiece(RankPieces& out, const std::string& name, const std::vector<int64_t>& global_shape, const Box& box,
-                const torch::Tensor& data) {
-  torch::Tensor cpu = data.detach().to(torch::kCPU).contiguous();
+// How AddPiece holds a piece's bytes (CollectRankPieces' `memory`), and
+// whether a device copy is still in flight.
+struct PieceCopies {
+  PieceMemory memory = PieceMemory::kViewWherePossible;
+  bool device_copies = false;
+};
+
+// The piece's bytes on the host: a view of `data` where it may be one, a
+// copy otherwise (pinned, asynchronous, from a device).
+torch::Tensor HostBytesOf(const torch::Tensor& data, PieceCopies& copies) {
+  const torch::Tensor src = data.detach().contiguous();
+  if (src.is_cuda()) {
+    torch::Tensor host = torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(true));
+    host.copy_(src, /*non_blocking=*/true);
+    copies.device_copies = true;
+    return host;
+  }
+  torch::Tensor cpu = src.to(torch::kCPU);
+  if (copies.memory == PieceMemory::kOwnCopy && cpu.is_alias_of(data)) cpu = cpu.clone();
+  return cpu;
+}
+
+Status AddPiece(RankPieces& out, PieceCopies& copies, const std::string& name, const std::vector<int64_t>& global_shape,
+                const Box& box, const torch::Tensor& data) {
+  torch::Tensor cpu = HostBytesOf(data, copies);
   MAESTRO_ASSIGN_OR_RETURN(hf::TensorDType dtype, HfDtypeOf(cpu.scalar_type()));
   datalayer::SliceToWrite s;
   s.tensor = name;
@@ -103,11 +125,12 @@ Status AddPiece(RankPieces& out, const std::string& name, const std::vector<int6
 }
 
 // Every piece of `local` (a tensor of the parameter's local shape) under `name`.
-Status AddWhole(RankPieces& out, const std::string& name, const LocalToGlobal& map, const torch::Tensor& local) {
+Status AddWhole(RankPieces& out, PieceCopies& copies, const std::string& name, const LocalToGlobal& map,
+                const torch::Tensor& local) {
   const std::vector<int64_t> shape = ShapeOf(local);
   for (const auto& [l, g] : map.Map(WholeBox(shape))) {
     MAESTRO_RETURN_IF_ERROR(
-        AddPiece(out, name, map.global_shape, g, Narrow(local, l, std::vector<int64_t>(shape.size(), 0))));
+        AddPiece(out, copies, name, map.global_shape, g, Narrow(local, l, std::vector<int64_t>(shape.size(), 0))));
   }
   return Status::Ok();
 }
@@ -161,8 +184,9 @@ std::string AdamStepCounter(const std::string& component) {
 
 StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const plan::RankCoords& coords,
                                        const std::vector<SectionRunner*>& runners,
-                                       const std::vector<DistributedOptimizer*>& sharded) {
+                                       const std::vector<DistributedOptimizer*>& sharded, PieceMemory memory) {
   RankPieces out;
+  PieceCopies copies{memory};
   torch::NoGradGuard guard;
   for (size_t k = 0; k < runners.size(); ++k) {
     const std::string& component = runners[k]->section_plan().name;
@@ -174,14 +198,14 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
     for (const Placement& p : placements) {
       if (!WritesParameter(p, section, coords)) continue;
       const LocalToGlobal map(p);
-      MAESTRO_RETURN_IF_ERROR(AddWhole(out, ModelTensorName(component, p.name), map, p.local));
+      MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, ModelTensorName(component, p.name), map, p.local));
       if (adam == nullptr || !p.trainable) continue;
       // A parameter AdamW never stepped has zero moments (its step() would create them so).
       torch::optim::AdamWParamState* state = compat::FindAdamWState(*adam, p.local);
       const torch::Tensor m = state ? state->exp_avg() : torch::zeros_like(p.local);
       const torch::Tensor v = state ? state->exp_avg_sq() : torch::zeros_like(p.local);
-      MAESTRO_RETURN_IF_ERROR(AddWhole(out, MomentTensorName(component, kExpAvg, p.name), map, m));
-      MAESTRO_RETURN_IF_ERROR(AddWhole(out, MomentTensorName(component, kExpAvgSq, p.name), map, v));
+      MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, MomentTensorName(component, kExpAvg, p.name), map, m));
+      MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, MomentTensorName(component, kExpAvgSq, p.name), map, v));
       adam_step = std::max<int64_t>(adam_step, state ? state->step() : 0);
       wrote_moments = true;
     }
@@ -200,7 +224,7 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
         const std::string name = MomentTensorName(component, moment, p.name);
         auto add_run = [&](const Box& run, const torch::Tensor& data) {
           for (const auto& [l, g] : map.Map(run)) {
-            MAESTRO_RETURN_IF_ERROR(AddPiece(out, name, map.global_shape, g, Narrow(data, l, run.offsets)));
+            MAESTRO_RETURN_IF_ERROR(AddPiece(out, copies, name, map.global_shape, g, Narrow(data, l, run.offsets)));
           }
           return Status::Ok();
         };
@@ -209,6 +233,7 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
     }
     out.counters[AdamStepCounter(component)] = zero->step_count();
   }
+  if (copies.device_copies) torch::cuda::synchronize();  // the pinned copies have landed
   return out;
 }
 

@@ -56,12 +56,21 @@ struct RankPieces {
   std::map<std::string, int64_t> counters;
 };
 
+// Where the pieces' bytes live. kViewWherePossible: a CPU state already
+// contiguous is referenced, not copied (a checkpoint written before the
+// state changes again). kOwnCopy: every piece is a copy the state's later
+// updates do not touch (an asynchronous save's snapshot). Either way a
+// device tensor is copied into pinned host memory (the copies run on the
+// current stream, synchronized once at the end).
+enum class PieceMemory { kViewWherePossible, kOwnCopy };
+
 // This rank's pieces of `runners` (its CheckpointedRunners) with their ZeRO-1
 // optimizers (`sharded[k]` for runners[k]; absent or null: the runner's
 // replicated AdamW). `section`: the rank's section; `coords`: the rank's.
 StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const plan::RankCoords& coords,
                                        const std::vector<SectionRunner*>& runners,
-                                       const std::vector<DistributedOptimizer*>& sharded);
+                                       const std::vector<DistributedOptimizer*>& sharded,
+                                       PieceMemory memory = PieceMemory::kViewWherePossible);
 
 // The global tensors of a format-2 checkpoint, read box by box.
 class CheckpointTensors {

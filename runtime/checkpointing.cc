@@ -14,6 +14,7 @@
 #include "datalayer/training_run.h"
 #include "plan/plan_graph.h"
 #include "runtime/checkpoint_slices.h"
+#include "runtime/checkpoint_writer.h"
 #include "runtime/collectives.h"
 #include "runtime/message_tags.h"
 #include "runtime/model_runner.h"  // SaveModuleBytes
@@ -161,91 +162,58 @@ Status ShareResumedState(const plan::Plan& plan, const launcher::RankPlace& plac
 
 namespace {
 
-// Collective: the state of every training section after step `step`,
-// gathered on rank 0 (other ranks get an empty state).
-StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const launcher::RankPlace& place,
-                                                launcher::Backend& world, SectionRunner& runner,
-                                                const ShardedOptimizers& sharded, int64_t step) {
-  const bool rank0 = place.world_rank == 0;
+// Collective over `world`: rank 0 learns every rank's records and counters
+// (a rank sends once its file is durable) and gets the checkpoint of step
+// `step` to commit; the other ranks get nullopt.
+StatusOr<std::optional<datalayer::CheckpointData>> GatherRecords(const plan::Plan& plan,
+                                                                 const launcher::RankPlace& place,
+                                                                 launcher::Backend& world, int64_t step,
+                                                                 std::vector<datalayer::SliceRecord> records,
+                                                                 std::map<std::string, int64_t> counters) {
+  if (place.world_rank != 0) {
+    const nlohmann::json message{{"slices", nlohmann::json::parse(datalayer::SliceRecordsToJson(records))},
+                                 {"counters", counters}};
+    MAESTRO_RETURN_IF_ERROR(SendBytes(world, message.dump(), 0, kTagCheckpointModel));
+    return std::optional<datalayer::CheckpointData>();
+  }
   datalayer::CheckpointData state;
   state.step = step;
-  // The DP-0 replica of each training section sends its state to rank 0
-  // (one per training component of a fused section): the full model
-  // (gathered over TP: collective) and one optimizer shard per TP rank;
-  // under ZeRO-1 every DP rank sends its optimizer shard (the model only
-  // from DP 0: the all-gather made the replicas equal).
-  // EP: the first EP group's ranks (dp < ep) gather the experts (SaveModel
-  // is collective over the EP group) and each sends its optimizer state.
-  const bool zero1 = OptimizerShardedOverDp(runner.section_plan());
-  // Context parallelism replicates the parameters over CP: CP rank 0 sends
-  // the model; without ZeRO-1 it also speaks for its group's (replicated)
-  // optimizer, and on a resume every CP rank loads what CP rank 0 saved;
-  // under ZeRO-1 every DP x CP rank sends its own shard.
-  const int ep = std::max(1, runner.section_plan().config.ep);
-  if ((place.coords.dp < ep && place.coords.cp == 0) || zero1) {
-    // Every state first (SaveModel is collective over TP), then the sends:
-    // a send to rank 0 between two gathers would wait for rank 0, which
-    // waits in the next gather for this rank.
-    struct Saved {
-      std::string name, model, optimizer;
-    };
-    std::vector<Saved> saved;
-    const std::vector<SectionRunner*> mine = runner.CheckpointedRunners();
-    for (size_t k = 0; k < mine.size(); ++k) {
-      Saved one{mine[k]->section_plan().name, "", ""};
-      if (place.coords.dp < ep && place.coords.cp == 0) {
-        MAESTRO_ASSIGN_OR_RETURN(one.model, mine[k]->SaveModel());
-      }
-      if (DistributedOptimizer* shard = ShardOf(sharded, k)) {
-        MAESTRO_ASSIGN_OR_RETURN(one.optimizer, shard->Save());
-      } else {
-        MAESTRO_ASSIGN_OR_RETURN(one.optimizer, mine[k]->SaveOptimizer());
-      }
-      // The gather gave every stage and EP rank the whole.
-      if (place.coords.tp != 0 || place.coords.pp != 0 || place.coords.dp != 0 || place.coords.cp != 0) {
-        one.model.clear();
-      }
-      saved.push_back(std::move(one));
+  state.slices = std::move(records);
+  state.counters = std::move(counters);
+  for (int r = 1; r < plan.world_size(); ++r) {
+    MAESTRO_ASSIGN_OR_RETURN(std::string bytes, RecvBytes(world, r, kTagCheckpointModel));
+    const nlohmann::json message = nlohmann::json::parse(bytes, nullptr, false);
+    if (message.is_discarded() || !message.contains("slices") || !message.contains("counters")) {
+      return Status::Internal(fmt::format("rank {} sent rank 0 no checkpoint records", r));
     }
-    for (Saved& one : saved) {
-      if (rank0) {
-        state.sections[one.name].model = std::move(one.model);
-        state.sections[OptimizerKey(one.name, 0)].optimizer = std::move(one.optimizer);
-      } else {
-        if (place.coords.dp == 0 && place.coords.cp == 0) {
-          MAESTRO_RETURN_IF_ERROR(SendBytes(world, one.model, 0, kTagCheckpointModel));
-        }
-        MAESTRO_RETURN_IF_ERROR(SendBytes(world, one.optimizer, 0, kTagCheckpointOptimizer));
+    MAESTRO_ASSIGN_OR_RETURN(auto theirs, datalayer::SliceRecordsFromJson(message["slices"].dump()));
+    for (auto& record : theirs) state.slices.push_back(std::move(record));
+    for (const auto& [name, value] : message["counters"].items()) {
+      const auto count = value.get<int64_t>();
+      const auto [it, inserted] = state.counters.emplace(name, count);
+      if (!inserted && it->second != count) {
+        return Status::Internal(
+            fmt::format("ranks disagree on the checkpoint counter '{}' ({} and {})", name, it->second, count));
       }
     }
   }
-  if (rank0) {
-    for (size_t s = 0; s < plan.sections.size(); ++s) {
-      const auto& sp = plan.sections[s];
-      // ZeRO-1: one shard per DP x CP rank, d = its OptimizerShardIndex.
-      const bool zero1_shards = OptimizerShardedOverDp(sp);
-      const int replicas = zero1_shards ? sp.config.dp * sp.config.cp : std::max(1, sp.config.ep);
-      for (int p = 0; p < sp.config.pp; ++p) {
-        const auto components = CheckpointedComponents(sp, p);
-        for (int d = 0; d < replicas; ++d) {
-          for (int t = 0; t < sp.config.tp; ++t) {
-            const int cp = zero1_shards ? d % sp.config.cp : 0, dp = zero1_shards ? d / sp.config.cp : d;
-            const int from = plan::GlobalRankOf(plan, static_cast<int>(s), t, cp, dp, p);
-            if (from == 0) continue;
-            for (const plan::SectionPlan* c : components) {  // in the order the rank sent them
-              if (d == 0) {
-                MAESTRO_ASSIGN_OR_RETURN(auto model, RecvBytes(world, from, kTagCheckpointModel));
-                if (t == 0 && p == 0) state.sections[c->name].model = std::move(model);
-              }
-              MAESTRO_ASSIGN_OR_RETURN(auto optimizer, RecvBytes(world, from, kTagCheckpointOptimizer));
-              state.sections[OptimizerKey(c->name, t, d, p)].optimizer = std::move(optimizer);
-            }
-          }
-        }
-      }
-    }
-  }
-  return state;
+  return std::optional<datalayer::CheckpointData>(std::move(state));
+}
+
+// GatherRecords, then rank 0 commits step `step` (metadata, then the index:
+// TrainingRun::Checkpoint).
+Status CommitRecords(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                     datalayer::TrainingRun* run, int64_t step, std::vector<datalayer::SliceRecord> records,
+                     std::map<std::string, int64_t> counters) {
+  MAESTRO_ASSIGN_OR_RETURN(auto state,
+                           GatherRecords(plan, place, world, step, std::move(records), std::move(counters)));
+  return state ? run->Checkpoint(std::move(*state)) : Status::Ok();
+}
+
+StatusOr<RankPieces> CollectOwnPieces(const plan::Plan& plan, const launcher::RankPlace& place, SectionRunner& runner,
+                                      const ShardedOptimizers& sharded, PieceMemory memory) {
+  return CollectRankPieces(plan.sections[static_cast<size_t>(place.coords.section)], place.coords,
+                           runner.CheckpointedRunners(), sharded, memory);
 }
 
 }  // namespace
@@ -253,50 +221,43 @@ StatusOr<datalayer::CheckpointData> GatherState(const plan::Plan& plan, const la
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                        SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
                        const std::string& run_dir, int64_t step) {
-  const bool rank0 = place.world_rank == 0;
   // 1. Every rank: its own pieces, durable in its own file.
   std::vector<datalayer::SliceRecord> records;
   std::map<std::string, int64_t> counters;
   {
     MAESTRO_ASSIGN_OR_RETURN(RankPieces mine,
-                             CollectRankPieces(plan.sections[static_cast<size_t>(place.coords.section)], place.coords,
-                                               runner.CheckpointedRunners(), sharded));
+                             CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kViewWherePossible));
     MAESTRO_ASSIGN_OR_RETURN(records,
                              datalayer::WriteRankShard(datalayer::TrainingRun::ShardedCheckpointDir(run_dir, step),
                                                        place.world_rank, mine.slices, datalayer::Env::Default()));
     counters = std::move(mine.counters);
   }
-  // 2. Rank 0 learns every rank's records (a rank sends once its file is
-  // durable), then commits: metadata, then the index (TrainingRun::Checkpoint).
-  if (!rank0) {
-    const nlohmann::json message{{"slices", nlohmann::json::parse(datalayer::SliceRecordsToJson(records))},
-                                 {"counters", counters}};
-    MAESTRO_RETURN_IF_ERROR(SendBytes(world, message.dump(), 0, kTagCheckpointModel));
-  } else {
-    datalayer::CheckpointData state;
-    state.step = step;
-    state.slices = std::move(records);
-    state.counters = std::move(counters);
-    for (int r = 1; r < plan.world_size(); ++r) {
-      MAESTRO_ASSIGN_OR_RETURN(std::string bytes, RecvBytes(world, r, kTagCheckpointModel));
-      const nlohmann::json message = nlohmann::json::parse(bytes, nullptr, false);
-      if (message.is_discarded() || !message.contains("slices") || !message.contains("counters")) {
-        return Status::Internal(fmt::format("rank {} sent rank 0 no checkpoint records", r));
-      }
-      MAESTRO_ASSIGN_OR_RETURN(auto theirs, datalayer::SliceRecordsFromJson(message["slices"].dump()));
-      for (auto& record : theirs) state.slices.push_back(std::move(record));
-      for (const auto& [name, value] : message["counters"].items()) {
-        const auto count = value.get<int64_t>();
-        const auto [it, inserted] = state.counters.emplace(name, count);
-        if (!inserted && it->second != count) {
-          return Status::Internal(
-              fmt::format("ranks disagree on the checkpoint counter '{}' ({} and {})", name, it->second, count));
-        }
-      }
-    }
-    MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(state)));
-  }
+  // 2. Rank 0 learns every rank's records, then commits.
+  MAESTRO_RETURN_IF_ERROR(CommitRecords(plan, place, world, run, step, std::move(records), std::move(counters)));
   // Nobody runs ahead of a checkpoint that is not durable yet.
+  return Wait(world.Barrier());
+}
+
+StatusOr<std::unique_ptr<BackgroundRankWrite>> StartCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
+                                                               SectionRunner& runner, const ShardedOptimizers& sharded,
+                                                               const std::string& run_dir, int64_t step) {
+  MAESTRO_ASSIGN_OR_RETURN(RankPieces snapshot, CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kOwnCopy));
+  return std::make_unique<BackgroundRankWrite>(std::move(snapshot),
+                                               datalayer::TrainingRun::ShardedCheckpointDir(run_dir, step),
+                                               place.world_rank, step, datalayer::Env::Default());
+}
+
+Status FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                        BackgroundRankWrite& write, datalayer::TrainingRun* run) {
+  auto records = write.Wait();
+  if (!records.ok()) {
+    return Status(records.status().code(), fmt::format("writing this rank's file of the checkpoint of step {}: {}",
+                                                       write.step(), records.status().message()));
+  }
+  MAESTRO_RETURN_IF_ERROR(CommitRecords(plan, place, world, run, write.step(), std::move(*records), write.counters()));
+  // Rank 0's commit ends by removing every checkpoint directory it does not
+  // keep, uncommitted ones included: no rank starts writing the next one
+  // before that is done.
   return Wait(world.Barrier());
 }
 
@@ -304,10 +265,12 @@ std::string InitialWeightsDir(const std::string& run_dir) {
   return run_dir + "/initial";
 }
 
-Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::CheckpointData state) {
-  const std::string dir = InitialWeightsDir(run_dir);
-  MAESTRO_RETURN_IF_ERROR(CreateDirectories(dir));
-  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1));
+std::string InitialWeightsShardDir(const std::string& run_dir) {
+  return InitialWeightsDir(run_dir) + "/" + datalayer::ShardedCheckpointDirName(0);
+}
+
+Status CommitInitialWeights(const std::string& run_dir, datalayer::CheckpointData state) {
+  MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(InitialWeightsDir(run_dir), 1));
   state.step = 0;
   state.epoch = 0;
   state.next_step = 0;
@@ -383,15 +346,37 @@ StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& ru
   MAESTRO_ASSIGN_OR_RETURN(auto store, datalayer::CheckpointStore::Open(dir, 1));
   MAESTRO_ASSIGN_OR_RETURN(auto steps, store->ListSteps());
   if (steps.empty()) return Status::NotFound(fmt::format("{}: no initial-weights checkpoint in it", dir));
-  return store->Read(datalayer::CheckpointStore::FileName(steps.back()));
+  // Sharded (format 2), or the one .mckpt an older Maestro wrote.
+  const std::string name = std::filesystem::is_directory(store->ShardedDir(steps.back()), ec)
+                               ? datalayer::ShardedCheckpointDirName(steps.back())
+                               : datalayer::CheckpointStore::FileName(steps.back());
+  return store->Read(name);
 }
 
 Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                            SectionRunner& runner, const ShardedOptimizers& sharded, const std::string& run_dir) {
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherState(plan, place, world, runner, sharded, 0));
+  // Rank 0 clears what an earlier zero-step run left (another world size
+  // leaves other rank files) before anyone writes.
+  if (place.world_rank == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(InitialWeightsDir(run_dir), ec);
+    if (ec) return Status::IOError(fmt::format("{}: cannot remove: {}", InitialWeightsDir(run_dir), ec.message()));
+  }
+  MAESTRO_RETURN_IF_ERROR(Wait(world.Barrier()));
+  // As a checkpoint: every rank writes its own pieces, rank 0 the metadata.
+  std::vector<datalayer::SliceRecord> records;
+  std::map<std::string, int64_t> counters;
+  {
+    MAESTRO_ASSIGN_OR_RETURN(RankPieces mine,
+                             CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kViewWherePossible));
+    MAESTRO_ASSIGN_OR_RETURN(records, datalayer::WriteRankShard(InitialWeightsShardDir(run_dir), place.world_rank,
+                                                                mine.slices, datalayer::Env::Default()));
+    counters = std::move(mine.counters);
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherRecords(plan, place, world, 0, std::move(records), std::move(counters)));
   Status written;
-  if (place.world_rank == 0) written = WriteInitialWeightsFile(run_dir, std::move(state));
-  // Every rank waits for rank 0's file, whatever came of it.
+  if (state) written = CommitInitialWeights(run_dir, std::move(*state));
+  // Every rank waits for rank 0's commit, whatever came of it.
   MAESTRO_RETURN_IF_ERROR(Wait(world.Barrier()));
   return written;
 }

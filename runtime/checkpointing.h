@@ -7,15 +7,14 @@
 // records; rank 0 commits (metadata, then the index). On a resume every rank
 // reads the metadata and loads its own parts, whatever layout wrote them:
 // nothing passes through rank 0.
-// Format 1 (one .mckpt written by rank 0, of runs written before; also the
-// initial weights of a zero-step run): the DP-0 replica of each training
-// section sends rank 0 its full model (gathered over TP, PP and EP) and its
-// optimizer shards under the keys OptimizerKey names; a format-1 resume
-// sends every rank its state from rank 0 and needs the layout that wrote it
-// (DistributedOptimizer::Load says which differs).
+// Format 1 (one .mckpt, written by rank 0 in an older Maestro) still
+// resumes: rank 0 sends every rank its state, keyed as OptimizerKey names,
+// which needs the layout that wrote it (DistributedOptimizer::Load says
+// which differs). Every checkpoint written now, the initial weights of a
+// zero-step run included, is format 2.
 // Runtime-internal: SectionRunner and DistributedOptimizer are torch classes
 // (the header itself is torch-free). May call: runtime/section_runner,
-// runtime/checkpoint_slices, runtime/parallel/fused_pipeline (which stage of
+// runtime/checkpoint_slices, runtime/checkpoint_writer, runtime/parallel/fused_pipeline (which stage of
 // a fused section holds which component), runtime/parallel/distributed_optimizer,
 // runtime/collectives, datalayer, launcher, plan (plan_graph: a fused
 // section's component order), base.
@@ -23,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +38,7 @@ namespace maestro::runtime {
 
 class SectionRunner;
 class DistributedOptimizer;
+class BackgroundRankWrite;
 
 // This rank's ZeRO-1 shards, one per entry of its runner's
 // CheckpointedRunners() (a fused section has one per training component);
@@ -84,20 +85,41 @@ Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
                        SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
                        const std::string& run_dir, int64_t step);
 
+// The same checkpoint written in the background (plan.checkpoint_async),
+// in two halves. StartCheckpoint (this rank alone, at the step boundary of
+// `step`): snapshots the rank's pieces into host memory and starts the
+// thread writing its file. FinishCheckpoint (collective over `world`, at a
+// later step boundary that every rank reaches together): waits for the
+// thread, sends rank 0 the records (the caller committed its spool first,
+// as before WriteCheckpoint); rank 0
+// commits (metadata, then the index: the steps up to `write.step()` only,
+// run->Checkpoint), then a barrier (rank 0's pruning removes every
+// directory it does not keep, so no rank may start the next write before).
+StatusOr<std::unique_ptr<BackgroundRankWrite>> StartCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
+                                                               SectionRunner& runner, const ShardedOptimizers& sharded,
+                                                               const std::string& run_dir, int64_t step);
+Status FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
+                        BackgroundRankWrite& write, datalayer::TrainingRun* run);
+
 // The initial weights of a run that trains for zero steps (`maestro run
-// --steps 0`): collective like WriteCheckpoint; rank 0 writes the state of
-// every training section before step 0 to <run_dir>/initial/ (InitialWeights
-// below), outside the run's commit protocol (nothing was consumed).
+// --steps 0`): collective like WriteCheckpoint; every rank writes the
+// pieces it owns of every training section's state before step 0 into
+// InitialWeightsShardDir, rank 0 commits them (CommitInitialWeights),
+// outside the run's commit protocol (nothing was consumed).
 Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                            SectionRunner& runner, const ShardedOptimizers& sharded, const std::string& run_dir);
 
-// The folder of a run's initial-weights checkpoint (one .mckpt, step 0,
-// next_step 0): "<run_dir>/initial".
+// The folder of a run's initial-weights checkpoint: "<run_dir>/initial"; a
+// sharded checkpoint of step 0 (next_step 0) in it, InitialWeightsShardDir
+// (an older Maestro wrote one .mckpt there instead).
 std::string InitialWeightsDir(const std::string& run_dir);
-// Writes `state` (the training sections' models and optimizers before step
-// 0) as the run's initial-weights checkpoint, atomically, replacing any.
-Status WriteInitialWeightsFile(const std::string& run_dir, datalayer::CheckpointData state);
-// Reads it back (verified); NotFound naming the folder when there is none.
+std::string InitialWeightsShardDir(const std::string& run_dir);
+// Rank 0, once the rank files in InitialWeightsShardDir are durable:
+// `state` (their records) becomes the run's initial weights, atomically
+// (metadata), replacing any.
+Status CommitInitialWeights(const std::string& run_dir, datalayer::CheckpointData state);
+// Reads them back (verified; either format); NotFound naming the folder
+// when there is none.
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir);
 
 // The checkpoint at `path`: a run directory (its last committed

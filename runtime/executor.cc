@@ -351,15 +351,45 @@ Status RankLoop::RunStep(const StepBatch& batch) {
 // (runtime/checkpointing.h).
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
+  const auto t0 = Clock::now();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
   MAESTRO_RETURN_IF_ERROR(
       WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), options_.run_dir, step));
   trace_.Add("checkpoint", start_us, 0);
   last_checkpoint_ = Clock::now();
+  const double seconds = SecondsSince(t0);
+  if (Rank0()) reporter_.ReportCheckpoint(step, step, /*async=*/false, seconds, seconds);
   return Status::Ok();
 }
 
-Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop, bool* checkpoint_due) {
+// The step loop pays for the snapshot only; the write runs on.
+Status RankLoop::StartBackgroundCheckpoint(int64_t step) {
+  if (writing_) return Status::Internal("a background checkpoint started with another in flight");
+  const int64_t start_us = WallMicros();
+  const auto t0 = Clock::now();
+  MAESTRO_ASSIGN_OR_RETURN(writing_, StartCheckpoint(plan_, place_, *runner_, Shards(), options_.run_dir, step));
+  writing_snapshot_seconds_ = SecondsSince(t0);
+  trace_.Add("checkpoint_snapshot", start_us, 0);
+  last_checkpoint_ = Clock::now();
+  return Status::Ok();
+}
+
+Status RankLoop::FinishBackgroundCheckpoint(int64_t after_step) {
+  const int64_t start_us = WallMicros();
+  const auto t0 = Clock::now();
+  // The spool's rows so far are durable before rank 0 commits (as in Checkpoint).
+  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  std::unique_ptr<BackgroundRankWrite> write = std::move(writing_);
+  MAESTRO_RETURN_IF_ERROR(FinishCheckpoint(plan_, place_, comms_.world(), *write, run_.get()));
+  trace_.Add("checkpoint_commit", start_us, 0);
+  if (Rank0()) {
+    reporter_.ReportCheckpoint(write->step(), after_step, /*async=*/true, writing_snapshot_seconds_ + SecondsSince(t0),
+                               write->write_seconds());
+  }
+  return Status::Ok();
+}
+
+Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start, StepEnd* end) {
   RankStepStats mine;
   mine.counts_loss = place_.coords.tp == 0;  // every TP rank computes the same loss: count it once
   mine.loss_sum = loss_sum_;
@@ -367,6 +397,7 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   mine.answers = answers_;
   mine.answers_right = answers_right_;
   mine.stop_requested = signal_->requested();
+  mine.checkpoint_writing = writing_ != nullptr && !writing_->done();
   mine.checkpoint_due =
       Rank0() && plan_.checkpoint_minutes > 0 && SecondsSince(last_checkpoint_) >= 60.0 * plan_.checkpoint_minutes;
   mine.busy_seconds = busy_seconds_;
@@ -379,8 +410,9 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   loss_samples_ = answers_ = answers_right_ = 0;
   busy_seconds_ = 0;
   blocked_seconds_ = 0;
-  *stop = totals.stop;
-  *checkpoint_due = totals.checkpoint_due;
+  end->stop = totals.stop;
+  end->checkpoint_due = totals.checkpoint_due;
+  end->checkpoint_writing = totals.checkpoint_writing;
   last_loss_ = totals.MeanLoss();
   if (!Rank0()) return Status::Ok();
   MAESTRO_RETURN_IF_ERROR(run_->StepDone({batch.step, batch.ids, scheduler::ScheduleToJson(schedule_)}));
@@ -430,18 +462,31 @@ StatusOr<TrainSummary> RankLoop::Run() {
     }
     MAESTRO_RETURN_IF_ERROR(RunStep(batch));
     memory_.MarkStepEnd();
-    bool stop = false, due_by_time = false;
-    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, t0, &stop, &due_by_time));
+    StepEnd end;
+    MAESTRO_RETURN_IF_ERROR(FinishStep(batch, t0, &end));
     ++steps_this_start;
     ++summary.steps_done;
+    bool stop = end.stop;
     if (options_.stop_after_steps >= 0 && steps_this_start >= options_.stop_after_steps) stop = true;
     const bool last = batch.step + 1 >= total_steps_;
-    const bool due = due_by_time || (plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0);
-    if (stop || last || due) {
+    const bool due =
+        end.checkpoint_due || (plan_.checkpoint_every > 0 && (batch.step + 1) % plan_.checkpoint_every == 0);
+    // A background write is committed once every rank's file is durable;
+    // a new checkpoint, a stop or the end wait for it first (every rank
+    // decides alike: FinishStep's sum).
+    if (writing_ && (!end.checkpoint_writing || stop || last || due)) {
+      MAESTRO_RETURN_IF_ERROR(FinishBackgroundCheckpoint(batch.step));
+    }
+    if (stop || last) {
       // The stream's micro-batches a pipelined replica carries into the next
       // step are computed now when the run ends here (every rank of the
       // replica decided alike: FinishStep's sum), so a resume finds them.
-      if (stop || last) MAESTRO_RETURN_IF_ERROR(ComputeAhead(nullptr));
+      MAESTRO_RETURN_IF_ERROR(ComputeAhead(nullptr));
+      MAESTRO_RETURN_IF_ERROR(Checkpoint(batch.step));
+      memory_.MarkCheckpointEnd();
+    } else if (due && plan_.checkpoint_async) {
+      MAESTRO_RETURN_IF_ERROR(StartBackgroundCheckpoint(batch.step));
+    } else if (due) {
       MAESTRO_RETURN_IF_ERROR(Checkpoint(batch.step));
       memory_.MarkCheckpointEnd();
     }
@@ -454,6 +499,9 @@ StatusOr<TrainSummary> RankLoop::Run() {
       break;
     }
   }
+  // Every path out of the loop commits a background write first; should one
+  // remain, it is committed (every rank holds one alike) rather than lost.
+  if (writing_) MAESTRO_RETURN_IF_ERROR(FinishBackgroundCheckpoint(writing_->step()));
   // Zero steps asked of a fresh run: its initial weights, for `maestro export`.
   if (total_steps_ == 0 && !resumed_) {
     MAESTRO_RETURN_IF_ERROR(WriteInitialWeights(plan_, place_, comms_.world(), *runner_, Shards(), options_.run_dir));

@@ -192,7 +192,7 @@ StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& 
   options.run_dir = run_dir;
   options.seed = plan.data.seed;
   options.global_batch_size = plan.data.global_batch;
-  options.keep_last_checkpoints = 2;
+  options.keep_last_checkpoints = plan.keep_checkpoints;
   MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
   if (run->index().NumSamples() == 0) {
     MAESTRO_RETURN_IF_ERROR(samples.CheckBeforeIngest());

@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "datalayer/preemption.h"
 #include "datalayer/training_run.h"
+#include "runtime/checkpoint_writer.h"
 #include "runtime/checkpointing.h"
 #include "runtime/collectives.h"
 #include "runtime/cost_model.h"
@@ -127,11 +128,21 @@ class RankLoop {
   Status SumTiedEmbeddingGradient();
   Status OptimizerStep(int64_t step);
   Status ShardedOptimizerStep(int64_t step);
+  // The checkpoint after step `step`: written at once (Checkpoint), or
+  // started in the background (StartBackgroundCheckpoint: plan.
+  // checkpoint_async) and committed at a later step end (FinishBackground-
+  // Checkpoint, collective; `after_step`: the step that just ended).
   Status Checkpoint(int64_t step);
-  // The step's totals reported; `*stop`: some rank was signalled;
-  // `*checkpoint_due`: rank 0 found plan.checkpoint_minutes passed since
-  // the start or the last checkpoint (every rank gets the same answer).
-  Status FinishStep(const StepBatch& batch, Clock::time_point step_start, bool* stop, bool* checkpoint_due);
+  Status StartBackgroundCheckpoint(int64_t step);
+  Status FinishBackgroundCheckpoint(int64_t after_step);
+  // What every rank learns at a step's end (FinishStep's sum): `stop`: some
+  // rank was signalled; `checkpoint_due`: rank 0 found plan.
+  // checkpoint_minutes passed since the start or the last checkpoint;
+  // `checkpoint_writing`: some rank's background write has not finished.
+  struct StepEnd {
+    bool stop = false, checkpoint_due = false, checkpoint_writing = false;
+  };
+  Status FinishStep(const StepBatch& batch, Clock::time_point step_start, StepEnd* end);
   Status EvaluateCaptionsAtEnd(TrainSummary* summary);
   Status EvaluateHeldOutAtEnd(TrainSummary* summary);
   bool Rank0() const { return place_.world_rank == 0; }
@@ -215,6 +226,10 @@ class RankLoop {
   int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
   double last_loss_ = 0.0;
   Clock::time_point last_checkpoint_ = Clock::now();  // or this start's; rank 0's clock decides checkpoint_minutes
+  // The background write of this rank's file of a checkpoint not yet
+  // committed (plan.checkpoint_async), and the seconds its snapshot took.
+  std::unique_ptr<BackgroundRankWrite> writing_;
+  double writing_snapshot_seconds_ = 0.0;
 };
 
 }  // namespace maestro::runtime::executor_internal

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -90,37 +91,30 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
   }
   const bool initial_only = steps == 0 && !resumed;  // --steps 0: the initial weights, for `maestro export`
   if (run->pending_steps() > 0 || initial_only) {
-    datalayer::CheckpointData state;
-    state.step = run->next_step() - 1;
+    // A sharded checkpoint, as the distributed runs write it: this one
+    // process is rank 0 and owns every piece (one rank file); the initial
+    // weights of a zero-step run go to their own folder.
+    datalayer::CheckpointData sharded;
+    sharded.step = initial_only ? 0 : run->next_step() - 1;
+    std::vector<datalayer::SliceToWrite> slices;
+    std::vector<RankPieces> kept;  // the pieces' bytes live here until written
     for (auto& runner : runners) {
-      if (!runner->trains() || !initial_only) continue;  // format 1: the initial weights only
-      datalayer::SectionState section_state;
-      MAESTRO_ASSIGN_OR_RETURN(section_state.model, runner->SaveModel());
-      MAESTRO_ASSIGN_OR_RETURN(section_state.optimizer, runner->SaveOptimizer());
-      state.sections[runner->section_plan().name] = std::move(section_state);
+      if (!runner->trains()) continue;
+      MAESTRO_ASSIGN_OR_RETURN(RankPieces pieces, CollectRankPieces(runner->section_plan(), plan::RankCoords{},
+                                                                    runner->CheckpointedRunners(), {}));
+      slices.insert(slices.end(), pieces.slices.begin(), pieces.slices.end());
+      sharded.counters.insert(pieces.counters.begin(), pieces.counters.end());
+      kept.push_back(std::move(pieces));
     }
+    const std::string dir = initial_only ? InitialWeightsShardDir(options.run_dir)
+                                         : datalayer::TrainingRun::ShardedCheckpointDir(options.run_dir, sharded.step);
     if (initial_only) {
-      MAESTRO_RETURN_IF_ERROR(WriteInitialWeightsFile(options.run_dir, std::move(state)));
-    } else {
-      // A sharded checkpoint, as the distributed runs write it: this one
-      // process is rank 0 and owns every piece (one rank file).
-      datalayer::CheckpointData sharded;
-      sharded.step = state.step;
-      std::vector<datalayer::SliceToWrite> slices;
-      std::vector<RankPieces> kept;  // the pieces' bytes live here until written
-      for (auto& runner : runners) {
-        if (!runner->trains()) continue;
-        MAESTRO_ASSIGN_OR_RETURN(RankPieces pieces, CollectRankPieces(runner->section_plan(), plan::RankCoords{},
-                                                                      runner->CheckpointedRunners(), {}));
-        slices.insert(slices.end(), pieces.slices.begin(), pieces.slices.end());
-        sharded.counters.insert(pieces.counters.begin(), pieces.counters.end());
-        kept.push_back(std::move(pieces));
-      }
-      MAESTRO_ASSIGN_OR_RETURN(sharded.slices, datalayer::WriteRankShard(datalayer::TrainingRun::ShardedCheckpointDir(
-                                                                             options.run_dir, sharded.step),
-                                                                         0, slices, datalayer::Env::Default()));
-      MAESTRO_RETURN_IF_ERROR(run->Checkpoint(std::move(sharded)));
+      std::error_code ec;
+      std::filesystem::remove_all(InitialWeightsDir(options.run_dir), ec);  // another zero-step run's files
     }
+    MAESTRO_ASSIGN_OR_RETURN(sharded.slices, datalayer::WriteRankShard(dir, 0, slices, datalayer::Env::Default()));
+    MAESTRO_RETURN_IF_ERROR(initial_only ? CommitInitialWeights(options.run_dir, std::move(sharded))
+                                         : run->Checkpoint(std::move(sharded)));
   }
   return losses;
 }

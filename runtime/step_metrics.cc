@@ -16,9 +16,9 @@
 namespace maestro::runtime {
 
 StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int section, const RankStepStats& mine) {
-  // [loss_sum, loss_samples, answers, right, stop, checkpoint due, busy per section...,
-  //  framework seconds per section...]
-  constexpr size_t kHead = 6;
+  // [loss_sum, loss_samples, answers, right, stop, checkpoint due, checkpoint
+  //  writing, busy per section..., framework seconds per section...]
+  constexpr size_t kHead = 7;
   std::vector<double> stats(kHead + 2 * sections, 0.0);
   if (mine.counts_loss) {
     stats[0] = mine.loss_sum;
@@ -28,6 +28,7 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
   }
   stats[4] = mine.stop_requested ? 1.0 : 0.0;
   stats[5] = mine.checkpoint_due ? 1.0 : 0.0;
+  stats[6] = mine.checkpoint_writing ? 1.0 : 0.0;
   stats[kHead + static_cast<size_t>(section)] = mine.busy_seconds;
   stats[kHead + sections + static_cast<size_t>(section)] = mine.framework_seconds;
   MAESTRO_RETURN_IF_ERROR(Wait(world.AllReduce(launcher::CpuBuffer(stats), launcher::ReduceOp::kSum)));
@@ -38,6 +39,7 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
   totals.answers_right = stats[3];
   totals.stop = stats[4] > 0;
   totals.checkpoint_due = stats[5] > 0;
+  totals.checkpoint_writing = stats[6] > 0;
   const auto busy = stats.begin() + static_cast<std::ptrdiff_t>(kHead);
   totals.busy.assign(busy, busy + static_cast<std::ptrdiff_t>(sections));
   totals.framework.assign(busy + static_cast<std::ptrdiff_t>(sections), stats.end());
@@ -156,6 +158,18 @@ void StepReporter::ReportMemory(const std::vector<RankMemory>& ranks) {
 
 void StepReporter::ReportEval(const std::string& name, double value) {
   if (metrics_) metrics_ << nlohmann::json{{"eval", name}, {"value", value}}.dump() << "\n";
+}
+
+void StepReporter::ReportCheckpoint(int64_t step, int64_t committed_after_step, bool async, double stall_seconds,
+                                    double write_seconds) {
+  if (!metrics_) return;
+  metrics_ << nlohmann::json{{"checkpoint", step},
+                             {"committed_after_step", committed_after_step},
+                             {"async", async},
+                             {"stall_s", stall_seconds},
+                             {"write_s", write_seconds}}
+                  .dump()
+           << "\n";
 }
 
 }  // namespace maestro::runtime

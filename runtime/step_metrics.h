@@ -26,18 +26,20 @@ struct RankStepStats {
   double loss_sum = 0.0;
   int64_t loss_samples = 0, answers = 0, answers_right = 0;
   bool stop_requested = false;
-  bool checkpoint_due = false;     // rank 0: checkpoint_minutes have passed (one clock decides for all)
-  double busy_seconds = 0.0;       // compute
-  double framework_seconds = 0.0;  // neither compute nor blocked on a peer
+  bool checkpoint_due = false;      // rank 0: checkpoint_minutes have passed (one clock decides for all)
+  bool checkpoint_writing = false;  // this rank's background checkpoint write has not finished
+  double busy_seconds = 0.0;        // compute
+  double framework_seconds = 0.0;   // neither compute nor blocked on a peer
 };
 
 // The world's sum of a step.
 struct StepTotals {
   double loss_sum = 0.0, loss_samples = 0.0, answers = 0.0, answers_right = 0.0;
-  bool stop = false;              // some rank was asked to stop
-  bool checkpoint_due = false;    // some rank (rank 0) found a checkpoint due by time
-  std::vector<double> busy;       // per section, summed over its ranks
-  std::vector<double> framework;  // per section, summed over its ranks
+  bool stop = false;                // some rank was asked to stop
+  bool checkpoint_due = false;      // some rank (rank 0) found a checkpoint due by time
+  bool checkpoint_writing = false;  // some rank's background checkpoint write has not finished
+  std::vector<double> busy;         // per section, summed over its ranks
+  std::vector<double> framework;    // per section, summed over its ranks
   double MeanLoss() const { return loss_samples > 0 ? loss_sum / loss_samples : 0.0; }
 };
 
@@ -85,6 +87,13 @@ class StepReporter {
   void Report(int64_t step, int64_t epoch, size_t samples, double loss, const StepTotals& totals, double step_seconds);
   // A line {"eval": name, "value": value} (no flush).
   void ReportEval(const std::string& name, double value);
+  // A line {"checkpoint": step, "committed_after_step": t, "async": a,
+  // "stall_s": s, "write_s": w}: the checkpoint of step `step` committed at
+  // the end of step t (t = step when written at once); s: the seconds rank
+  // 0's step loop spent on it (the snapshot and the commit when async, the
+  // whole save otherwise); w: rank 0's seconds writing its file.
+  void ReportCheckpoint(int64_t step, int64_t committed_after_step, bool async, double stall_seconds,
+                        double write_seconds);
   // A line {"memory": [{"rank", "section", "baseline_rss_bytes",
   // "peak_rss_bytes", "process_peak_rss_bytes"}, ...]}, one entry per world rank.
   void ReportMemory(const std::vector<RankMemory>& ranks);

@@ -275,16 +275,20 @@ model = "s"
 inputs = ["teacher.teacher_hidden"]
 )" + section;
   };
-  auto parsed = ParseSpecString(text("checkpoint_every = 3\ncheckpoint_minutes = 7.5\ncomm_timeout_s = 2.5\n"
-                                     "schedule = \"balance_only\"",
-                                     "loss = { kind = \"kd\", alpha = 0.25, temperature = 3.0, top_k = 8 }"),
-                                "t.toml", "specs/dir");
+  auto parsed = ParseSpecString(
+      text("checkpoint_every = 3\ncheckpoint_minutes = 7.5\nkeep_checkpoints = 4\ncheckpoint_async = false\n"
+           "comm_timeout_s = 2.5\n"
+           "schedule = \"balance_only\"",
+           "loss = { kind = \"kd\", alpha = 0.25, temperature = 3.0, top_k = 8 }"),
+      "t.toml", "specs/dir");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   auto r = Compile(*parsed, CompileOptions{});
   ASSERT_TRUE(r.ok()) << r.status().message();
   const plan::Plan p = plan::ExpandFusedSections(r->plan);  // the keys reach the components, whatever the grouping
   EXPECT_EQ(p.checkpoint_every, 3);
   EXPECT_DOUBLE_EQ(p.checkpoint_minutes, 7.5);
+  EXPECT_EQ(p.keep_checkpoints, 4);
+  EXPECT_FALSE(p.checkpoint_async);
   EXPECT_DOUBLE_EQ(p.comm_timeout_s, 2.5);
   EXPECT_TRUE(scheduler::PolicyFromName(p.schedule_policy).ok()) << p.schedule_policy;
   EXPECT_EQ(*scheduler::PolicyFromName(p.schedule_policy), scheduler::Policy::kBalanceOnly);
@@ -314,11 +318,17 @@ inputs = ["teacher.teacher_hidden"]
   EXPECT_EQ(dc->plan.checkpoint_every, 0);
   EXPECT_DOUBLE_EQ(dc->plan.checkpoint_minutes, plan::kDefaultCheckpointMinutes);
   EXPECT_DOUBLE_EQ(plan::kDefaultCheckpointMinutes, 30.0);
+  EXPECT_EQ(dc->plan.keep_checkpoints, 2);
+  EXPECT_TRUE(dc->plan.checkpoint_async) << "periodic checkpoints are written in the background by default";
   // A negative interval is refused at its line.
   auto negative = ParseSpecString(text("checkpoint_minutes = -1", ""), "t.toml", ".");
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("checkpoint_minutes"), std::string::npos) << negative.status().message();
   EXPECT_NE(negative.status().message().find("t.toml:"), std::string::npos) << negative.status().message();
+  // Keeping no checkpoint is refused at its line too.
+  auto none_kept = ParseSpecString(text("keep_checkpoints = 0", ""), "t.toml", ".");
+  ASSERT_FALSE(none_kept.ok());
+  EXPECT_NE(none_kept.status().message().find("keep_checkpoints"), std::string::npos) << none_kept.status().message();
   EXPECT_EQ(plan::ExpandFusedSections(dc->plan).sections[1].loss.kind, "lm");
 }
 

@@ -83,6 +83,47 @@ TEST(TrainingRun, KeepsTheLastNCheckpointsAndRefusesAnotherSeed) {
   EXPECT_NE(resumed.status().message().find("seed 3"), std::string::npos) << resumed.status().ToString();
 }
 
+// An asynchronous save commits a step that later finished steps follow:
+// only the steps up to the checkpoint's are committed (their samples
+// consumed), the later ones stay pending for the next checkpoint; a resume
+// continues after the checkpoint's step. A step that is not pending is
+// refused, naming the pending range.
+TEST(TrainingRun, ACheckpointOfAnEarlierPendingStepCommitsOnlyTheStepsUpToIt) {
+  const std::string dir = testing::FreshDir("run_prefix_commit");
+  ASSERT_TRUE(testing::WriteFakeManifest(dir + "/m.jsonl", 40).ok());
+  {
+    auto run = TrainingRun::Open(Options(dir)).ValueOrDie();
+    ASSERT_TRUE(run->index().IngestManifest(dir + "/m.jsonl").ok());
+    ASSERT_TRUE(run->Resume().ok());
+    for (int64_t step = 0; step < 4; ++step) {
+      auto batch = run->NextBatch().ValueOrDie();
+      ASSERT_TRUE(run->StepDone({batch.step, batch.sample_ids, "{}"}).ok());
+    }
+    ASSERT_TRUE(run->Checkpoint(State(1, "w1")).ok());
+    EXPECT_EQ(run->pending_steps(), 2) << "steps 2 and 3 wait for the next checkpoint";
+    EXPECT_EQ(run->index().ConsumedCount(0).ValueOrDie(), 2 * 4);
+    const Status refused = run->Checkpoint(State(1, "again"));
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find("2..3"), std::string::npos) << refused.ToString();
+  }
+  auto run = TrainingRun::Open(Options(dir)).ValueOrDie();
+  ASSERT_TRUE(run->index().IngestManifest(dir + "/m.jsonl").ok());
+  auto state = run->Resume().ValueOrDie();
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->step, 1);
+  EXPECT_EQ(state->sections.at("student").model, "w1");
+  EXPECT_EQ(run->next_step(), 2) << "the steps after the checkpoint are redone";
+  for (int64_t step = 2; step < 5; ++step) {
+    auto batch = run->NextBatch().ValueOrDie();
+    ASSERT_EQ(batch.step, step);
+    ASSERT_TRUE(run->StepDone({batch.step, batch.sample_ids, "{}"}).ok());
+  }
+  ASSERT_TRUE(run->Checkpoint(State(3, "w3")).ok());
+  ASSERT_TRUE(run->Checkpoint(State(4, "w4")).ok());
+  EXPECT_EQ(run->pending_steps(), 0);
+  EXPECT_EQ(run->index().ConsumedCount(0).ValueOrDie(), 5 * 4) << "every sample of steps 0..4 consumed once";
+}
+
 TEST(TrainingRun, AnUnwritableRunDirectoryIsAClearError) {
   RunOptions o;
   o.run_dir = "/proc/maestro-no-such-dir/run";

@@ -110,7 +110,10 @@ void ZeroStepsRoundTrip(const fs::path& root, const std::string& name, const std
   run.insert(run.end(), layout.begin(), layout.end());
   auto r = runtime_testing::RunMaestro(run, {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(fs::exists(out / "run" / "initial")) << r.output;
+  // Sharded, as every checkpoint (each rank wrote its own pieces; nothing
+  // was gathered on rank 0).
+  EXPECT_TRUE(fs::exists(out / "run" / "initial" / "ckpt-0000000000" / "metadata.json")) << r.output;
+  EXPECT_TRUE(fs::exists(out / "run" / "initial" / "ckpt-0000000000" / "rank-00000.safetensors")) << r.output;
   EXPECT_TRUE(runtime_testing::Losses((out / "run").string()).empty());  // nothing trained
   auto e = runtime_testing::RunMaestro(
       {"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
@@ -133,6 +136,11 @@ TEST_F(HfRunTest, ZeroStepsThenExportGivesEveryTensorBackBitForBitWithTensorPara
   auto plan = plan::LoadPlan((*root_ / "zero-tp2" / "plan.json").string());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->sections.at(static_cast<size_t>(plan->section_index("student"))).config.tp, 2);
+  int rank_files = 0;
+  for (const auto& e : fs::directory_iterator(*root_ / "zero-tp2" / "run" / "initial" / "ckpt-0000000000")) {
+    rank_files += e.path().extension() == ".safetensors" ? 1 : 0;
+  }
+  EXPECT_EQ(rank_files, 2) << "each of the student's TP ranks writes its own slices (the teacher is frozen)";
   ExpectSameTensors(*root_ / "zero-tp2" / "student-hf", *root_ / "student");
 }
 

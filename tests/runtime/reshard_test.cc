@@ -14,7 +14,8 @@
 // Layouts of the tiny KD's student (the teacher frozen on one rank): TP 2 ->
 // 1, DP 1 -> 2 (the teacher's fan-out changes), ZeRO-1 DP 4 -> 2, ZeRO-1 off
 // -> PP 2, PP 2 -> CP 2, CP 2 -> DP 3 (an edge that splits its rows unevenly);
-// a MoE student EP 2 -> 1 -> EP 2 under ZeRO-1; fused -> sectioned -> fused.
+// a MoE student EP 2 -> 1 -> EP 2 under ZeRO-1; fused -> sectioned -> fused;
+// a teacher running ahead keeps its spool while the student goes DP 2 -> TP 2.
 // Each chain takes 40-70 s on the 2-core CI machine: 5-8 launches of 2-6
 // ranks, each starting libtorch (runtime/README.md says why that dominates).
 #include <gtest/gtest.h>
@@ -87,8 +88,9 @@ const runtime_testing::FreshDirs Fresh{"runtime_reshard"};
 
 // The chain the header describes, over `layouts` (each a plan of the whole
 // run's steps), in `dir`; `component` is the trained model compared.
+// `outputs` (when given) gets each start's output.
 void ExpectChainEqualsTheReference(const std::string& what, const std::vector<plan::Plan>& layouts,
-                                   const std::string& component) {
+                                   const std::string& component, std::vector<std::string>* outputs = nullptr) {
   const std::string dir = Fresh(what);
   const std::string run = dir + "/run";
   const int64_t steps = layouts.front().data.steps;
@@ -101,6 +103,7 @@ void ExpectChainEqualsTheReference(const std::string& what, const std::vector<pl
         last ? std::vector<std::string>{}
              : std::vector<std::string>{"--stop-after-steps", std::to_string(kStepsPerLayout)});
     ASSERT_EQ(result.exit_code, last ? 0 : 85) << what << ": layout " << i << "\n" << result.output;
+    if (outputs != nullptr) outputs->push_back(result.output);
     const auto losses = runtime_testing::Losses(run);
     ASSERT_EQ(static_cast<int64_t>(losses.size()), kStepsPerLayout * static_cast<int64_t>(i + 1))
         << what << ": layout " << i << " resumed at the step after the last checkpoint\n"
@@ -152,6 +155,24 @@ TEST(Reshard, FusedToSectionedAndBackEqualsTheReference) {
   const int64_t steps = 3 * kStepsPerLayout;
   ExpectChainEqualsTheReference(
       "fused", {FusedKd(2, 1, steps), KdLayout({1, 1, 1, 2, 4}, 0, steps), FusedKd(1, 2, steps)}, "student");
+}
+
+// The teacher's spool survives the student's change of layout (issue #39
+// item 5: "spooled teacher rows stay valid"). The teacher runs 2 batches
+// ahead, so when the run stops under student DP 2 it has computed and
+// spooled rows of the steps after the stop; resumed under student TP 2
+// (the teacher where it was), it reads those rows back instead of computing
+// them, and the run still equals the reference.
+TEST(Reshard, KdTeacherKeepsItsSpoolAcrossTheStudentsChangeOfLayout) {
+  const int64_t steps = 2 * kStepsPerLayout;
+  std::vector<plan::Plan> layouts{KdLayout({1, 1, 1, 2, 4}, 0, steps), KdLayout({2, 1, 1, 1, 4}, 0, steps)};
+  for (plan::Plan& p : layouts) p.sections[static_cast<size_t>(p.section_index("teacher"))].run_ahead = 2;
+  std::vector<std::string> outputs;
+  ExpectChainEqualsTheReference("kd_spool", layouts, "student", &outputs);
+  ASSERT_EQ(outputs.size(), 2u);
+  const int64_t hits = runtime_testing::LoggedNumber(outputs[1], "spool hits ");
+  EXPECT_GE(hits, layouts[1].data.global_batch) << "the rows spooled ahead before the change are read back\n"
+                                                << outputs[1];
 }
 
 // A resume under a spec whose model changed (the student's MLP narrower) is
