@@ -113,7 +113,12 @@ void ZeroStepsRoundTrip(const fs::path& root, const std::string& name, const std
   // Sharded, as every checkpoint (each rank wrote its own pieces; nothing
   // was gathered on rank 0).
   EXPECT_TRUE(fs::exists(out / "run" / "initial" / "ckpt-0000000000" / "metadata.json")) << r.output;
-  EXPECT_TRUE(fs::exists(out / "run" / "initial" / "ckpt-0000000000" / "rank-00000.safetensors")) << r.output;
+  int rank_files = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out / "run" / "initial" / "ckpt-0000000000", ec)) {
+    rank_files += e.path().extension() == ".safetensors" ? 1 : 0;
+  }
+  EXPECT_GE(rank_files, 1) << "the training ranks' files (a frozen section's rank writes none)\n" << r.output;
   EXPECT_TRUE(runtime_testing::Losses((out / "run").string()).empty());  // nothing trained
   auto e = runtime_testing::RunMaestro(
       {"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
