@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -197,51 +199,150 @@ StatusOr<HfCheckpoint::Located> HfCheckpoint::Find(std::string_view name) const 
   return it->second;
 }
 
-Status WriteHfCheckpoint(const std::string& dir, std::string_view config_json,
-                         const std::vector<TensorToWrite>& tensors, uint64_t max_shard_bytes,
-                         const std::map<std::string, std::string>& metadata) {
+StatusOr<std::unique_ptr<HfCheckpointWriter>> HfCheckpointWriter::Start(
+    const std::string& dir, std::string_view config_json, const std::vector<TensorSpec>& tensors,
+    uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
     return Status::FailedPrecondition(fmt::format("'{}' already exists: remove it or choose another output", dir));
   }
-  // Shards: consecutive tensors while they fit.
-  std::vector<std::vector<TensorToWrite>> shards(1);
-  uint64_t shard_bytes = 0, total = 0;
-  for (const TensorToWrite& t : tensors) {
-    if (!shards.back().empty() && shard_bytes + t.bytes.size() > max_shard_bytes) {
-      shards.emplace_back();
+  std::unique_ptr<HfCheckpointWriter> w(new HfCheckpointWriter());
+  w->dir_ = dir;
+  w->metadata_ = metadata;
+  w->tensors_ = tensors;
+  // Shards: consecutive tensors while they fit (a tensor larger than the
+  // limit gets a shard of its own).
+  uint64_t shard_bytes = 0;
+  size_t shards = 1;
+  std::set<std::string> names;
+  for (const TensorSpec& t : tensors) {
+    if (!names.insert(t.name).second) {
+      return Status::InvalidArgument(fmt::format("writing '{}': tensor '{}' is given twice", dir, t.name));
+    }
+    auto bytes = t.Bytes();
+    if (!bytes.ok()) return bytes.status().WithContext(fmt::format("writing '{}'", dir));
+    if (shard_bytes > 0 && shard_bytes + *bytes > max_shard_bytes) {
+      ++shards;
       shard_bytes = 0;
     }
-    shards.back().push_back(t);
-    shard_bytes += t.bytes.size();
-    total += t.bytes.size();
+    w->bytes_.push_back(*bytes);
+    w->shard_of_.push_back(shards - 1);
+    shard_bytes += *bytes;
   }
-  const std::string partial = fmt::format("{}.partial-{}", dir, ::getpid());
-  fs::remove_all(partial, ec);
-  MAESTRO_RETURN_IF_ERROR(CreateDirectories(partial));
-  auto write_all = [&]() -> Status {
-    MAESTRO_RETURN_IF_ERROR(WriteFileAtomically((fs::path(partial) / kConfigFileName).string(), config_json));
+  for (size_t i = 0; i < shards; ++i) {
+    w->file_names_.push_back(shards == 1 ? std::string(kSingleFileName)
+                                         : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards));
+  }
+  w->partial_ = fmt::format("{}.partial-{}", dir, ::getpid());
+  fs::remove_all(w->partial_, ec);
+  MAESTRO_RETURN_IF_ERROR(CreateDirectories(w->partial_));
+  MAESTRO_RETURN_IF_ERROR(WriteFileAtomically((fs::path(w->partial_) / kConfigFileName).string(), config_json));
+  MAESTRO_RETURN_IF_ERROR(w->OpenShard(0));
+  return w;
+}
+
+HfCheckpointWriter::~HfCheckpointWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!finished_ && !partial_.empty()) {
+    std::error_code ec;
+    fs::remove_all(partial_, ec);
+  }
+}
+
+Status HfCheckpointWriter::OpenShard(size_t shard) {
+  std::vector<TensorSpec> in_shard;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (shard_of_[i] == shard) in_shard.push_back(tensors_[i]);
+  }
+  const std::string path = (fs::path(partial_) / file_names_[shard]).string();
+  MAESTRO_ASSIGN_OR_RETURN(const std::string head, EncodeSafetensorsHead(path, in_shard, metadata_));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) return Status::IOError(fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
+  open_shard_ = shard;
+  if (int err = WriteFully(fd_, head); err != 0) {
+    return Status::IOError(fmt::format("writing '{}': {}", path, std::strerror(err)));
+  }
+  return Status::Ok();
+}
+
+Status HfCheckpointWriter::CloseShard() {
+  const std::string path = (fs::path(partial_) / file_names_[open_shard_]).string();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::IOError(fmt::format("fsync of '{}': {}", path, std::strerror(err)));
+  }
+  if (::close(fd) != 0) return Status::IOError(fmt::format("closing '{}': {}", path, std::strerror(errno)));
+  return Status::Ok();
+}
+
+Status HfCheckpointWriter::Append(std::string_view name, std::string_view bytes) {
+  if (finished_ || next_ >= tensors_.size()) {
+    return Status::InvalidArgument(fmt::format("writing '{}': tensor '{}' given after the last one", dir_, name));
+  }
+  const TensorSpec& spec = tensors_[next_];
+  if (name != spec.name || bytes.size() != bytes_[next_]) {
+    return Status::InvalidArgument(
+        fmt::format("writing '{}': expected tensor '{}' ({} bytes) next, got '{}' ({} bytes)", dir_, spec.name,
+                    bytes_[next_], name, bytes.size()));
+  }
+  if (shard_of_[next_] != open_shard_) {
+    MAESTRO_RETURN_IF_ERROR(CloseShard());
+    MAESTRO_RETURN_IF_ERROR(OpenShard(shard_of_[next_]));
+  }
+  if (int err = WriteFully(fd_, bytes); err != 0) {
+    return Status::IOError(
+        fmt::format("writing '{}': {}", (fs::path(partial_) / file_names_[open_shard_]).string(), std::strerror(err)));
+  }
+  ++next_;
+  return Status::Ok();
+}
+
+Status HfCheckpointWriter::Finish() {
+  if (next_ != tensors_.size()) {
+    return Status::FailedPrecondition(fmt::format("writing '{}': {} of {} tensors given; the next is '{}'", dir_, next_,
+                                                  tensors_.size(), tensors_[next_].name));
+  }
+  if (fd_ >= 0) MAESTRO_RETURN_IF_ERROR(CloseShard());
+  if (file_names_.size() > 1) {
     nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string name = shards.size() == 1
-                                   ? std::string(kSingleFileName)
-                                   : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-      MAESTRO_RETURN_IF_ERROR(WriteSafetensors((fs::path(partial) / name).string(), shards[i], metadata));
-      for (const TensorToWrite& t : shards[i]) weight_map[t.name] = name;
+    uint64_t total = 0;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      weight_map[tensors_[i].name] = file_names_[shard_of_[i]];
+      total += bytes_[i];
     }
-    if (shards.size() > 1) {
-      nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-      MAESTRO_RETURN_IF_ERROR(WriteFileAtomically((fs::path(partial) / kIndexFileName).string(), index.dump(2) + "\n"));
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    MAESTRO_RETURN_IF_ERROR(WriteFileAtomically((fs::path(partial_) / kIndexFileName).string(), index.dump(2) + "\n"));
+  }
+  MAESTRO_RETURN_IF_ERROR(FsyncPath(partial_));
+  std::error_code ec;
+  fs::rename(partial_, dir_, ec);
+  if (ec) return Status::IOError(fmt::format("cannot rename '{}' to '{}': {}", partial_, dir_, ec.message()));
+  finished_ = true;
+  const fs::path parent = fs::absolute(dir_, ec).parent_path();
+  return FsyncPath(parent.string());
+}
+
+Status WriteHfCheckpoint(const std::string& dir, std::string_view config_json,
+                         const std::vector<TensorToWrite>& tensors, uint64_t max_shard_bytes,
+                         const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    TensorSpec spec{t.name, t.dtype, t.shape};
+    auto bytes = spec.Bytes();
+    if (!bytes.ok()) return bytes.status().WithContext(fmt::format("writing '{}'", dir));
+    if (*bytes != t.bytes.size()) {
+      return Status::InvalidArgument(
+          fmt::format("writing '{}': tensor '{}' needs {} bytes, got {}", dir, t.name, *bytes, t.bytes.size()));
     }
-    MAESTRO_RETURN_IF_ERROR(FsyncPath(partial));
-    fs::rename(partial, dir, ec);
-    if (ec) return Status::IOError(fmt::format("cannot rename '{}' to '{}': {}", partial, dir, ec.message()));
-    const fs::path parent = fs::absolute(dir, ec).parent_path();
-    return FsyncPath(parent.string());
-  };
-  Status written = write_all();
-  if (!written.ok()) fs::remove_all(partial, ec);
-  return written;
+    specs.push_back(std::move(spec));
+  }
+  MAESTRO_ASSIGN_OR_RETURN(auto writer, HfCheckpointWriter::Start(dir, config_json, specs, max_shard_bytes, metadata));
+  for (const TensorToWrite& t : tensors) MAESTRO_RETURN_IF_ERROR(writer->Append(t.name, t.bytes));
+  return writer->Finish();
 }
 
 }  // namespace maestro::hf

@@ -66,6 +66,47 @@ class HfCheckpoint {
 //   InvalidArgument  unexpected tensors, a wrong shape, a non-float dtype.
 Status CheckCheckpointMatches(const HfCheckpoint& ckpt, const WeightNames& names, const std::string& desc_source);
 
+// Writes a checkpoint directory one tensor at a time, so that an export of
+// a model larger than memory holds one tensor (its caller's) and nothing
+// else: the tensors' specs are known first (they fix the shards and every
+// header), then each tensor's bytes are given in that order and go straight
+// to their shard's file. The layout, the shard rule and the atomicity are
+// WriteHfCheckpoint's (below). Usage: Start, Append x N, Finish; a writer
+// destroyed before Finish removes its partial directory.
+class HfCheckpointWriter {
+ public:
+  static StatusOr<std::unique_ptr<HfCheckpointWriter>> Start(
+      const std::string& dir, std::string_view config_json, const std::vector<TensorSpec>& tensors,
+      uint64_t max_shard_bytes = 5ull << 30, const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+  ~HfCheckpointWriter();
+  HfCheckpointWriter(const HfCheckpointWriter&) = delete;
+  HfCheckpointWriter& operator=(const HfCheckpointWriter&) = delete;
+
+  // The next tensor's bytes (its spec's name and size; InvalidArgument
+  // naming it otherwise, or when every tensor has been given).
+  Status Append(std::string_view name, std::string_view bytes);
+  // Every tensor given: closes the last shard, writes the index, fsyncs and
+  // renames the directory into place.
+  Status Finish();
+  // The shard files, in order (their names in `dir`).
+  const std::vector<std::string>& files() const { return file_names_; }
+
+ private:
+  HfCheckpointWriter() = default;
+  Status OpenShard(size_t shard);
+  Status CloseShard();
+  std::string dir_, partial_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<TensorSpec> tensors_;
+  std::vector<uint64_t> bytes_;   // per tensor
+  std::vector<size_t> shard_of_;  // per tensor
+  std::vector<std::string> file_names_;
+  size_t next_ = 0;  // the next tensor to append
+  int fd_ = -1;      // the open shard's file
+  size_t open_shard_ = 0;
+  bool finished_ = false;
+};
+
 // Writes `dir` as a checkpoint: config.json, and the tensors in order into
 // shards of at most `max_shard_bytes` each (a tensor larger than that gets a
 // shard of its own); one shard is model.safetensors, more are

@@ -11,6 +11,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -268,37 +269,58 @@ TensorView SafetensorsFile::View(const TensorInfo& info) const {
   return v;
 }
 
-StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorToWrite>& tensors,
+StatusOr<uint64_t> TensorSpec::Bytes() const {
+  uint64_t bytes = TensorDTypeSize(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) return Status::InvalidArgument(fmt::format("tensor '{}' has a negative dim", name));
+    if (d != 0 && bytes > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+      return Status::InvalidArgument(fmt::format("tensor '{}': its byte size overflows 64 bits", name));
+    }
+    bytes *= static_cast<uint64_t>(d);
+  }
+  return bytes;
+}
+
+StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorSpec>& tensors,
                                             const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   std::set<std::string> names;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorSpec& t : tensors) {
     if (t.name == "__metadata__" || !names.insert(t.name).second) {
       return Status::InvalidArgument(
           fmt::format("writing '{}': tensor name '{}' is reserved or given twice", path, t.name));
     }
-    uint64_t bytes = TensorDTypeSize(t.dtype);
-    for (int64_t d : t.shape) {
-      if (d < 0)
-        return Status::InvalidArgument(fmt::format("writing '{}': tensor '{}' has a negative dim", path, t.name));
-      bytes *= static_cast<uint64_t>(d);
-    }
-    if (bytes != t.bytes.size()) {
-      return Status::InvalidArgument(fmt::format("writing '{}': tensor '{}' ({} {}) needs {} bytes, got {}", path,
-                                                 t.name, TensorDTypeName(t.dtype),
-                                                 fmt::format("[{}]", fmt::join(t.shape, ", ")), bytes, t.bytes.size()));
-    }
+    auto bytes = t.Bytes();
+    if (!bytes.ok()) return bytes.status().WithContext(fmt::format("writing '{}'", path));
     header[t.name] = {
-        {"dtype", TensorDTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+        {"dtype", TensorDTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + *bytes}}};
+    offset += *bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string head(8, '\0');
   for (size_t i = 0; i < 8; ++i) head[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
   return head + text;
+}
+
+StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                            const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    TensorSpec spec{t.name, t.dtype, t.shape};
+    auto bytes = spec.Bytes();
+    if (!bytes.ok()) return bytes.status().WithContext(fmt::format("writing '{}'", path));
+    if (*bytes != t.bytes.size()) {
+      return Status::InvalidArgument(
+          fmt::format("writing '{}': tensor '{}' ({} {}) needs {} bytes, got {}", path, t.name,
+                      TensorDTypeName(t.dtype), fmt::format("[{}]", fmt::join(t.shape, ", ")), *bytes, t.bytes.size()));
+    }
+    specs.push_back(std::move(spec));
+  }
+  return EncodeSafetensorsHead(path, specs, metadata);
 }
 
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

@@ -115,6 +115,15 @@ class SafetensorsFile {
   size_t map_bytes_ = 0;
 };
 
+// What a header declares of one tensor: its name, dtype and shape.
+struct TensorSpec {
+  std::string name;
+  TensorDType dtype = TensorDType::kF32;
+  std::vector<int64_t> shape;
+  // Elements x dtype size; InvalidArgument for a negative dim or an overflow.
+  StatusOr<uint64_t> Bytes() const;
+};
+
 // One tensor to write: `bytes` must hold elements x dtype size bytes.
 struct TensorToWrite {
   std::string name;
@@ -135,6 +144,10 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
 // above (`path` names the file in errors): for writers that write the file
 // their own way (datalayer's sharded checkpoints go through its Env).
 StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                            const std::map<std::string, std::string>& metadata = {});
+// The same head from the tensors' specs alone, for a writer that streams
+// their bytes afterwards, in this order (hf::HfCheckpointWriter).
+StatusOr<std::string> EncodeSafetensorsHead(const std::string& path, const std::vector<TensorSpec>& tensors,
                                             const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace maestro::hf

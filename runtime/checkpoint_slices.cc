@@ -2,8 +2,11 @@
 #include "runtime/checkpoint_slices.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "base/checks.h"
@@ -26,6 +29,21 @@ constexpr char kExpAvgSq[] = "adamw.exp_avg_sq";
 
 std::vector<int64_t> ShapeOf(const torch::Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+// Drops this process's pages of `bytes`, a piece read from a rank file's
+// read-only private mapping (hf::SafetensorsFile: never written, so no page
+// is a private copy): they stay in the page cache and a later read faults
+// them back. Without it every piece read stays resident until the file is
+// unmapped, and reading a checkpoint larger than memory (an export, a load
+// of a big share) would hold all of it. Edge pages shared with a
+// neighbouring piece are kept.
+void ReleaseMappedPages(std::string_view bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t begin = (first + page - 1) & ~(page - 1);
+  const uintptr_t end = (first + bytes.size()) & ~(page - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 Box WholeBox(const std::vector<int64_t>& shape) {
@@ -162,8 +180,7 @@ std::vector<const Placement*> Trainable(const std::vector<Placement>& placements
 Status ReadInto(CheckpointTensors& source, const std::string& name, const LocalToGlobal& map, const Box& local_box,
                 torch::Tensor local) {
   for (const auto& [l, g] : map.Map(local_box)) {
-    MAESTRO_ASSIGN_OR_RETURN(torch::Tensor part, source.Read(name, map.global_shape, g));
-    Narrow(local, l, local_box.offsets).copy_(part);
+    MAESTRO_RETURN_IF_ERROR(source.CopyInto(name, map.global_shape, g, Narrow(local, l, local_box.offsets)));
   }
   return Status::Ok();
 }
@@ -245,6 +262,18 @@ CheckpointTensors::CheckpointTensors(const datalayer::CheckpointData& checkpoint
 StatusOr<torch::Tensor> CheckpointTensors::Read(const std::string& tensor, const std::vector<int64_t>& expected_shape,
                                                 const Box& box) {
   auto it = pieces_.find(tensor);
+  if (it == pieces_.end()) return CopyInto(tensor, expected_shape, box, torch::Tensor());  // its error
+  MAESTRO_ASSIGN_OR_RETURN(torch::Dtype dtype, TorchDtypeOf(it->second.front()->dtype));
+  torch::Tensor out;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("reading '{}' from {}", tensor, checkpoint_.dir),
+                                    [&] { out = torch::empty(box.lengths, torch::TensorOptions().dtype(dtype)); }));
+  MAESTRO_RETURN_IF_ERROR(CopyInto(tensor, expected_shape, box, out));
+  return out;
+}
+
+Status CheckpointTensors::CopyInto(const std::string& tensor, const std::vector<int64_t>& expected_shape,
+                                   const Box& box, torch::Tensor destination) {
+  auto it = pieces_.find(tensor);
   if (it == pieces_.end()) {
     return Status::FailedPrecondition(fmt::format(
         "the checkpoint {} has no tensor '{}': the spec changed since it was written (another model, section or "
@@ -258,11 +287,7 @@ StatusOr<torch::Tensor> CheckpointTensors::Read(const std::string& tensor, const
         "Resume with the spec that wrote it, or train in a new run directory",
         checkpoint_.dir, tensor, fmt::join(first.global_shape, ", "), fmt::join(expected_shape, ", ")));
   }
-  MAESTRO_ASSIGN_OR_RETURN(torch::Dtype dtype, TorchDtypeOf(first.dtype));
-  torch::Tensor out;
   int64_t covered = 0;
-  MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("reading '{}' from {}", tensor, checkpoint_.dir),
-                                    [&] { out = torch::empty(box.lengths, torch::TensorOptions().dtype(dtype)); }));
   for (const datalayer::SliceRecord* r : it->second) {
     const auto common = datalayer::Intersect(r->box, box);
     if (!common) continue;
@@ -272,15 +297,16 @@ StatusOr<torch::Tensor> CheckpointTensors::Read(const std::string& tensor, const
       // The mapped bytes, read only (from_blob wants a mutable pointer).
       const torch::Tensor piece =
           torch::from_blob(const_cast<char*>(bytes.data()), r->box.lengths, torch::TensorOptions().dtype(stored));
-      Narrow(out, *common, box.offsets).copy_(Narrow(piece, *common, r->box.offsets));
+      Narrow(destination, *common, box.offsets).copy_(Narrow(piece, *common, r->box.offsets));
     }));
+    ReleaseMappedPages(bytes);
     covered += common->elements();
   }
   if (covered != box.elements()) {
     return Status::Corruption(fmt::format("the checkpoint {} covers {} of the {} elements of '{}' asked for",
                                           checkpoint_.dir, covered, box.elements(), tensor));
   }
-  return out;
+  return Status::Ok();
 }
 
 Status LoadRankPieces(CheckpointTensors& source, const std::vector<SectionRunner*>& runners,
@@ -348,9 +374,8 @@ Status LoadWholeModel(const datalayer::CheckpointData& checkpoint, const std::st
   torch::NoGradGuard guard;
   for (auto& item : module.named_parameters()) {
     const std::vector<int64_t> shape = ShapeOf(item.value());
-    auto part = source.Read(ModelTensorName(component, item.key()), shape, WholeBox(shape));
-    if (!part.ok()) return part.status().WithContext(what);
-    item.value().copy_(*part);
+    const Status read = source.CopyInto(ModelTensorName(component, item.key()), shape, WholeBox(shape), item.value());
+    if (!read.ok()) return read.WithContext(what);
   }
   compat::ClearAutocastCache();
   return Status::Ok();

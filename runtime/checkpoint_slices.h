@@ -83,6 +83,12 @@ class CheckpointTensors {
   // spec changed since the checkpoint was written).
   StatusOr<torch::Tensor> Read(const std::string& tensor, const std::vector<int64_t>& expected_shape,
                                const datalayer::Box& box);
+  // The same box copied straight into `destination` (box.lengths shaped, any
+  // dtype and device; a view is fine): each piece's overlap from its mapped
+  // bytes, with no whole-box temporary (what a resume's load does: a rank
+  // holds its own state and the pages it is reading, nothing more).
+  Status CopyInto(const std::string& tensor, const std::vector<int64_t>& expected_shape, const datalayer::Box& box,
+                  torch::Tensor destination);
   const datalayer::CheckpointData& checkpoint() const { return checkpoint_; }
 
  private:
@@ -99,7 +105,8 @@ Status LoadRankPieces(CheckpointTensors& source, const std::vector<SectionRunner
 
 // Every parameter of `module` (a whole model, unsharded, of component
 // `component`) from `checkpoint`, either format: what `init_from`, the
-// evaluations and `maestro export` read. `what` names it in errors.
+// evaluations and a format-1 export read (a format-2 export streams its
+// tensors one at a time instead: runtime/hf_export.cc). `what` names it in errors.
 Status LoadWholeModel(const datalayer::CheckpointData& checkpoint, const std::string& component,
                       torch::nn::Module& module, const std::string& what);
 

@@ -10,6 +10,7 @@
 
 #include "base/checks.h"
 #include "base/files.h"
+#include "datalayer/crash_env.h"
 #include "datalayer/sample_index.h"
 #include "datalayer/training_run.h"
 #include "plan/plan_graph.h"
@@ -216,24 +217,37 @@ StatusOr<RankPieces> CollectOwnPieces(const plan::Plan& plan, const launcher::Ra
                            runner.CheckpointedRunners(), sharded, memory);
 }
 
+// This rank's pieces written now, as views of its state, into its file in
+// `dir`: the records of the pieces and the rank's counters. What a
+// synchronous checkpoint and the initial weights do (an asynchronous one
+// snapshots first: StartCheckpoint).
+struct WrittenPieces {
+  std::vector<datalayer::SliceRecord> records;
+  std::map<std::string, int64_t> counters;
+};
+StatusOr<WrittenPieces> WriteOwnPieces(const plan::Plan& plan, const launcher::RankPlace& place, SectionRunner& runner,
+                                       const ShardedOptimizers& sharded, const std::string& dir) {
+  MAESTRO_ASSIGN_OR_RETURN(RankPieces mine,
+                           CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kViewWherePossible));
+  WrittenPieces out;
+  MAESTRO_ASSIGN_OR_RETURN(
+      out.records, datalayer::WriteRankShard(dir, place.world_rank, mine.slices, datalayer::RankEnv(place.world_rank)));
+  out.counters = std::move(mine.counters);
+  return out;
+}
+
 }  // namespace
 
 Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                        SectionRunner& runner, const ShardedOptimizers& sharded, datalayer::TrainingRun* run,
                        const std::string& run_dir, int64_t step) {
   // 1. Every rank: its own pieces, durable in its own file.
-  std::vector<datalayer::SliceRecord> records;
-  std::map<std::string, int64_t> counters;
-  {
-    MAESTRO_ASSIGN_OR_RETURN(RankPieces mine,
-                             CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kViewWherePossible));
-    MAESTRO_ASSIGN_OR_RETURN(records,
-                             datalayer::WriteRankShard(datalayer::TrainingRun::ShardedCheckpointDir(run_dir, step),
-                                                       place.world_rank, mine.slices, datalayer::Env::Default()));
-    counters = std::move(mine.counters);
-  }
+  MAESTRO_ASSIGN_OR_RETURN(
+      WrittenPieces mine,
+      WriteOwnPieces(plan, place, runner, sharded, datalayer::TrainingRun::ShardedCheckpointDir(run_dir, step)));
   // 2. Rank 0 learns every rank's records, then commits.
-  MAESTRO_RETURN_IF_ERROR(CommitRecords(plan, place, world, run, step, std::move(records), std::move(counters)));
+  MAESTRO_RETURN_IF_ERROR(
+      CommitRecords(plan, place, world, run, step, std::move(mine.records), std::move(mine.counters)));
   // Nobody runs ahead of a checkpoint that is not durable yet.
   return Wait(world.Barrier());
 }
@@ -244,7 +258,7 @@ StatusOr<std::unique_ptr<BackgroundRankWrite>> StartCheckpoint(const plan::Plan&
   MAESTRO_ASSIGN_OR_RETURN(RankPieces snapshot, CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kOwnCopy));
   return std::make_unique<BackgroundRankWrite>(std::move(snapshot),
                                                datalayer::TrainingRun::ShardedCheckpointDir(run_dir, step),
-                                               place.world_rank, step, datalayer::Env::Default());
+                                               place.world_rank, step, datalayer::RankEnv(place.world_rank));
 }
 
 Status FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
@@ -337,6 +351,13 @@ StatusOr<std::string> ReadSectionModelBytes(const std::string& path, const std::
   return SaveModuleBytes(*module);
 }
 
+Status ClearInitialWeights(const std::string& run_dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(InitialWeightsDir(run_dir), ec);
+  if (ec) return Status::IOError(fmt::format("{}: cannot remove: {}", InitialWeightsDir(run_dir), ec.message()));
+  return Status::Ok();
+}
+
 StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& run_dir) {
   const std::string dir = InitialWeightsDir(run_dir);
   std::error_code ec;
@@ -355,25 +376,14 @@ StatusOr<datalayer::CheckpointData> ReadInitialWeightsFile(const std::string& ru
 
 Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
                            SectionRunner& runner, const ShardedOptimizers& sharded, const std::string& run_dir) {
-  // Rank 0 clears what an earlier zero-step run left (another world size
-  // leaves other rank files) before anyone writes.
-  if (place.world_rank == 0) {
-    std::error_code ec;
-    std::filesystem::remove_all(InitialWeightsDir(run_dir), ec);
-    if (ec) return Status::IOError(fmt::format("{}: cannot remove: {}", InitialWeightsDir(run_dir), ec.message()));
-  }
+  const Status cleared = place.world_rank == 0 ? ClearInitialWeights(run_dir) : Status::Ok();
   MAESTRO_RETURN_IF_ERROR(Wait(world.Barrier()));
+  MAESTRO_RETURN_IF_ERROR(cleared);
   // As a checkpoint: every rank writes its own pieces, rank 0 the metadata.
-  std::vector<datalayer::SliceRecord> records;
-  std::map<std::string, int64_t> counters;
-  {
-    MAESTRO_ASSIGN_OR_RETURN(RankPieces mine,
-                             CollectOwnPieces(plan, place, runner, sharded, PieceMemory::kViewWherePossible));
-    MAESTRO_ASSIGN_OR_RETURN(records, datalayer::WriteRankShard(InitialWeightsShardDir(run_dir), place.world_rank,
-                                                                mine.slices, datalayer::Env::Default()));
-    counters = std::move(mine.counters);
-  }
-  MAESTRO_ASSIGN_OR_RETURN(auto state, GatherRecords(plan, place, world, 0, std::move(records), std::move(counters)));
+  MAESTRO_ASSIGN_OR_RETURN(WrittenPieces mine,
+                           WriteOwnPieces(plan, place, runner, sharded, InitialWeightsShardDir(run_dir)));
+  MAESTRO_ASSIGN_OR_RETURN(auto state,
+                           GatherRecords(plan, place, world, 0, std::move(mine.records), std::move(mine.counters)));
   Status written;
   if (state) written = CommitInitialWeights(run_dir, std::move(*state));
   // Every rank waits for rank 0's commit, whatever came of it.

@@ -114,6 +114,9 @@ Status WriteInitialWeights(const plan::Plan& plan, const launcher::RankPlace& pl
 // (an older Maestro wrote one .mckpt there instead).
 std::string InitialWeightsDir(const std::string& run_dir);
 std::string InitialWeightsShardDir(const std::string& run_dir);
+// Rank 0, before any rank writes initial weights: removes what an earlier
+// zero-step run left there (another world size leaves other rank files).
+Status ClearInitialWeights(const std::string& run_dir);
 // Rank 0, once the rank files in InitialWeightsShardDir are durable:
 // `state` (their records) becomes the run's initial weights, atomically
 // (metadata), replacing any.

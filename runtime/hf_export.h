@@ -8,8 +8,10 @@
 // config.json of the export (the section's own HF config when it has one,
 // else one written from its ModelDesc), the dtype of each exported tensor,
 // and writing the folder atomically (hf::WriteHfCheckpoint).
-// Checkpoints hold each section's full model (gathered over TP when they
-// were written), so an export reads one section's bytes and nothing else.
+// A sharded checkpoint (format 2) is streamed: each global tensor is read
+// from the slices the ranks wrote (any layout), converted and appended to
+// its shard (hf::HfCheckpointWriter), one tensor in memory at a time. A
+// format-1 `.mckpt` holds each section's whole model: it is loaded whole.
 // Torch-free header; the .cc builds the model on libtorch.
 // May call: runtime/section_runner, runtime/hf_weights, runtime/checkpointing,
 // runtime/models, hf, datalayer, plan, base, nlohmann-json.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/checks.h"
+#include "datalayer/crash_env.h"
 #include "datasets/demo_data.h"
 #include "datasets/jsonl_source.h"
 #include "datasets/megatron_source.h"
@@ -193,7 +194,9 @@ StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& 
   options.seed = plan.data.seed;
   options.global_batch_size = plan.data.global_batch;
   options.keep_last_checkpoints = plan.keep_checkpoints;
-  MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options));
+  // Rank 0's (the executor's and the one-process reference's): its durable
+  // operations go through rank 0's Env (the crash tests' seam).
+  MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options, datalayer::RankEnv(0)));
   if (run->index().NumSamples() == 0) {
     MAESTRO_RETURN_IF_ERROR(samples.CheckBeforeIngest());
     const std::string manifest = run_dir + "/manifest.jsonl";

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/checks.h"
+#include "datalayer/crash_env.h"
 #include "plan/runtime_support.h"
 #include "runtime/checkpoint_slices.h"
 #include "runtime/checkpointing.h"
@@ -108,11 +109,8 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
     }
     const std::string dir = initial_only ? InitialWeightsShardDir(options.run_dir)
                                          : datalayer::TrainingRun::ShardedCheckpointDir(options.run_dir, sharded.step);
-    if (initial_only) {
-      std::error_code ec;
-      std::filesystem::remove_all(InitialWeightsDir(options.run_dir), ec);  // another zero-step run's files
-    }
-    MAESTRO_ASSIGN_OR_RETURN(sharded.slices, datalayer::WriteRankShard(dir, 0, slices, datalayer::Env::Default()));
+    if (initial_only) MAESTRO_RETURN_IF_ERROR(ClearInitialWeights(options.run_dir));
+    MAESTRO_ASSIGN_OR_RETURN(sharded.slices, datalayer::WriteRankShard(dir, 0, slices, datalayer::RankEnv(0)));
     MAESTRO_RETURN_IF_ERROR(initial_only ? CommitInitialWeights(options.run_dir, std::move(sharded))
                                          : run->Checkpoint(std::move(sharded)));
   }

@@ -274,15 +274,7 @@ inline void FusedAdamWStep(torch::optim::AdamW& optimizer) {
     std::vector<int64_t> steps;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      auto& slot = optimizer.state()[internal::StateKey(optimizer, p)];
-      if (!slot) {
-        auto state = std::make_unique<torch::optim::AdamWParamState>();
-        state->step(0);
-        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(state);
-      }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      torch::optim::AdamWParamState& state = AdamWStateOf(optimizer, p);
       state.step(state.step() + 1);
       params.push_back(p);
       grads.push_back(p.grad());

@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "datalayer/crash_env.h"
 #include "datalayer/sample_index.h"
 #include "datalayer/sharded_checkpoint.h"
-#include "tests/datalayer/crash_env.h"
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
 
@@ -43,7 +43,7 @@ TEST(FaultInjection, CrashAtEveryDurableOperationThenRecoverExactlyOnce) {
   ASSERT_TRUE(testing::WriteFakeManifest(manifest, kSamples).ok());
 
   // An uninterrupted run: the reference weights and the number of operations.
-  testing::CrashEnv counting(/*crash_at=*/-1);
+  CrashEnv counting(/*crash_at=*/-1);
   auto reference = testing::RunFakeTrainer(Options(root + "/reference", manifest), &counting).ValueOrDie();
   const long total_ops = counting.ops();
   ASSERT_GT(total_ops, 30);
@@ -55,14 +55,14 @@ TEST(FaultInjection, CrashAtEveryDurableOperationThenRecoverExactlyOnce) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      testing::CrashEnv env(k);
+      CrashEnv env(k);
       auto r = testing::RunFakeTrainer(Options(dir, manifest), &env);
       ::_exit(r.ok() ? 0 : 1);
     }
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), testing::kCrashExitCode) << "the child must die at operation k";
+    ASSERT_EQ(WEXITSTATUS(status), kCrashExitCode) << "the child must die at operation k";
     ++crashed;
 
     auto recovered = testing::RunFakeTrainer(Options(dir, manifest));

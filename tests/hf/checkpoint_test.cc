@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "tests/fixtures/scratch.h"
 
@@ -115,6 +116,62 @@ TEST_F(CheckpointTest, MissingPiecesAreNamed) {
   auto no_weights = HfCheckpoint::Open(dir_ + "/empty");
   ASSERT_FALSE(no_weights.ok());
   EXPECT_NE(no_weights.status().message().find("model.safetensors"), std::string::npos);
+}
+
+// The streaming writer gives the same directory as the whole-set write (the
+// shard rule is one), taking the tensors one at a time in their order.
+TEST_F(CheckpointTest, AStreamingWriteEqualsTheWholeWrite) {
+  const std::string whole = dir_ + "/whole", streamed = dir_ + "/streamed";
+  ASSERT_TRUE(WriteHfCheckpoint(whole, "{}", tensors_, 900).ok());
+  std::vector<TensorSpec> specs;
+  for (const TensorToWrite& t : tensors_) specs.push_back({t.name, t.dtype, t.shape});
+  auto writer = HfCheckpointWriter::Start(streamed, "{}", specs, 900);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_FALSE(fs::exists(streamed)) << "nothing is in place before Finish";
+  for (const TensorToWrite& t : tensors_) ASSERT_TRUE((*writer)->Append(t.name, t.bytes).ok());
+  ASSERT_TRUE((*writer)->Finish().ok());
+  EXPECT_EQ((*writer)->files(),
+            (std::vector<std::string>{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
+  for (const auto& entry : fs::directory_iterator(whole)) {
+    const fs::path other = fs::path(streamed) / entry.path().filename();
+    ASSERT_TRUE(fs::exists(other)) << other;
+    std::ifstream a(entry.path(), std::ios::binary), b(other, std::ios::binary);
+    std::stringstream bytes_a, bytes_b;
+    bytes_a << a.rdbuf();
+    bytes_b << b.rdbuf();
+    EXPECT_EQ(bytes_a.str(), bytes_b.str()) << entry.path().filename();
+  }
+  auto ckpt = HfCheckpoint::Open(streamed);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ExpectSame(**ckpt);
+}
+
+// Out of order, the wrong size, too many or too few: refused, naming the
+// tensor expected; a writer dropped unfinished leaves nothing behind.
+TEST_F(CheckpointTest, AStreamingWriteRefusesTensorsOutOfItsPlan) {
+  std::vector<TensorSpec> specs;
+  for (const TensorToWrite& t : tensors_) specs.push_back({t.name, t.dtype, t.shape});
+  const std::string out = dir_ + "/refused";
+  {
+    auto writer = HfCheckpointWriter::Start(out, "{}", specs, 500);
+    ASSERT_TRUE(writer.ok());
+    const Status wrong = (*writer)->Append(tensors_[1].name, tensors_[1].bytes);
+    EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(wrong.message().find("expected tensor 'model.embed_tokens.weight'"), std::string::npos)
+        << wrong.ToString();
+    EXPECT_FALSE((*writer)->Append(tensors_[0].name, "short").ok());
+    ASSERT_TRUE((*writer)->Append(tensors_[0].name, tensors_[0].bytes).ok());
+    const Status early = (*writer)->Finish();
+    EXPECT_EQ(early.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(early.message().find("model.norm.weight"), std::string::npos) << early.ToString();
+  }
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find("refused.partial"), std::string::npos) << entry.path();
+  }
+  specs.push_back(specs.front());
+  EXPECT_EQ(HfCheckpointWriter::Start(out, "{}", specs).status().code(), StatusCode::kInvalidArgument)
+      << "a name given twice";
 }
 
 }  // namespace
