@@ -283,34 +283,33 @@ int64_t PeakGrowth(const std::function<void()>& fn) {
   return StatusBytes("VmHWM") - before;
 }
 
-// The child's side: rank 0 of `layout` alone in this process; writes its
-// figures to <work>/rank0.json.
+// The child's side: rank 0 of `layout` alone in this process, one phase
+// ("load", "sync_save" or "async_save": each in a fresh process, so that
+// no phase reuses heap another freed); writes {"growth_bytes",
+// "own_state_bytes", "global_state_bytes"} to <work>/<phase>.json.
 nlohmann::json Rank0MemoryChild(const maestro::plan::ModelDesc& desc, const CheckpointLayout& layout,
-                                const std::string& work) {
-  const std::string text = OrDie(dl::Env::Default()->ReadFile(work + "/records.json"));
-  dl::CheckpointData data;
-  data.dir = work + "/checkpoint";
-  data.slices = OrDie(dl::SliceRecordsFromJson(text));
+                                const std::string& arg) {
+  const size_t colon = arg.find(':');
+  const std::string phase = arg.substr(0, colon), work = arg.substr(colon + 1);
   auto rank = OrDie(CheckpointSpeedRank::Create(desc, kComponent, layout, 0, 1));
-  data.counters[rank->step_counter()] = 1;
-  const double own = static_cast<double>(rank->state_bytes());
-  const int64_t load = PeakGrowth([&] { OrDie(rank->Load(data)); });
-  const int64_t sync_save = PeakGrowth([&] {
-    OrDie(dl::WriteRankShard(work + "/save-sync", 0, rank->Pieces(false), dl::Env::Default()));
-    rank->ReleaseSnapshot();
-  });
-  const int64_t async_save = PeakGrowth([&] {
-    auto pieces = rank->Pieces(true);  // the snapshot, held until its file is written
-    OrDie(dl::WriteRankShard(work + "/save-async", 0, pieces, dl::Env::Default()));
-    rank->ReleaseSnapshot();
-  });
-  nlohmann::json out;
-  out["own_state_bytes"] = own;
-  out["global_state_bytes"] = rank->global_state_bytes();
-  out["load_growth_bytes"] = load;
-  out["sync_save_growth_bytes"] = sync_save;
-  out["async_save_growth_bytes"] = async_save;
-  std::ofstream(work + "/rank0.json") << out.dump();
+  int64_t growth = 0;
+  if (phase == "load") {
+    dl::CheckpointData data;
+    data.dir = work + "/checkpoint";
+    data.slices = OrDie(dl::SliceRecordsFromJson(OrDie(dl::Env::Default()->ReadFile(work + "/records.json"))));
+    data.counters[rank->step_counter()] = 1;
+    growth = PeakGrowth([&] { OrDie(rank->Load(data)); });
+  } else {
+    const bool own_copy = phase == "async_save";  // the snapshot, held until its file is written
+    growth = PeakGrowth([&] {
+      OrDie(dl::WriteRankShard(work + "/" + phase, 0, rank->Pieces(own_copy), dl::Env::Default()));
+      rank->ReleaseSnapshot();
+    });
+  }
+  nlohmann::json out = {{"growth_bytes", growth},
+                        {"own_state_bytes", rank->state_bytes()},
+                        {"global_state_bytes", rank->global_state_bytes()}};
+  std::ofstream(work + "/" + phase + ".json") << out.dump();
   return out;
 }
 
@@ -321,30 +320,32 @@ nlohmann::json MeasureRank0Memory(const maestro::plan::ModelDesc& desc, const Ch
     const dl::CheckpointData data = WriteCheckpoint(ranks, work + "/checkpoint");
     std::ofstream(work + "/records.json") << dl::SliceRecordsToJson(data.slices);
   }
-  std::vector<std::string> argv{maestro::cli::SelfDirectory() + "/maestro-bench", "checkpoint"};
-  if (quick) argv.push_back("--quick");
-  argv.insert(argv.end(), {"--", kChildFlag + work});
-  const auto rc = maestro::cli::RunProcess(argv, maestro::cli::ChildStdout::kToStderr);
-  if (!rc.ok() || *rc != 0) throw std::runtime_error("the rank-0 memory child failed; its log is above");
-  const nlohmann::json child = nlohmann::json::parse(OrDie(dl::Env::Default()->ReadFile(work + "/rank0.json")));
-  fs::remove_all(work);
-  const double own = child["own_state_bytes"].get<double>();
   nlohmann::json out;
-  const double load = child["load_growth_bytes"].get<double>() / own;
-  const double sync_save = child["sync_save_growth_bytes"].get<double>() / own;
-  const double async_save = child["async_save_growth_bytes"].get<double>() / own;
-  out["rank0_peak_over_own_state"] = std::max({load, sync_save, async_save});
-  out["rank0_load_peak_over_own_state"] = load;
-  out["rank0_sync_save_peak_over_own_state"] = sync_save;
-  out["rank0_async_save_peak_over_own_state"] = async_save;
+  double worst = 0, own = 0, global = 0;
+  for (const std::string phase : {"load", "sync_save", "async_save"}) {
+    std::vector<std::string> argv{maestro::cli::SelfDirectory() + "/maestro-bench", "checkpoint"};
+    if (quick) argv.push_back("--quick");
+    argv.insert(argv.end(), {"--", kChildFlag + phase + ":" + work});
+    const auto rc = maestro::cli::RunProcess(argv, maestro::cli::ChildStdout::kToStderr);
+    if (!rc.ok() || *rc != 0) throw std::runtime_error("the rank-0 memory child (" + phase + ") failed; see above");
+    const auto child = nlohmann::json::parse(OrDie(dl::Env::Default()->ReadFile(work + "/" + phase + ".json")));
+    own = child["own_state_bytes"].get<double>();
+    global = child["global_state_bytes"].get<double>();
+    const double ratio = child["growth_bytes"].get<double>() / own;
+    out["rank0_" + phase + "_peak_over_own_state"] = ratio;
+    worst = std::max(worst, ratio);
+  }
+  fs::remove_all(work);
+  out["rank0_peak_over_own_state"] = worst;
   out["rank0_own_state_bytes"] = own;
-  out["rank0_global_over_own_state"] = child["global_state_bytes"].get<double>() / own;
+  out["rank0_global_over_own_state"] = global / own;
   out["rank0_layout"] = layout.Name();
   out["rank0_method"] =
-      "a child process holds rank 0's state only (parameters + moments of its TP slice and ZeRO-1 shard); peak "
-      "resident-set growth (VmHWM after a reset through /proc/self/clear_refs, minus VmRSS) while it loads its part "
-      "of the checkpoint all ranks wrote (file pages it maps included), saves its pieces as views (synchronous) and "
-      "as a snapshot (asynchronous); the largest over its own state's bytes";
+      "a child process per phase holds rank 0's state only (parameters + moments of its TP slice and ZeRO-1 shard); "
+      "peak resident-set growth (VmHWM after a reset through /proc/self/clear_refs, minus VmRSS) while it loads its "
+      "part of the checkpoint all ranks wrote (runtime CheckpointTensors::Read: the file pages it maps and its "
+      "temporaries included), saves its pieces as views (synchronous) or as a snapshot (asynchronous); the largest "
+      "over its own state's bytes";
   return out;
 }
 
