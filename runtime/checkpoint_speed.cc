@@ -266,8 +266,7 @@ Status CheckpointSpeedRank::Load(const datalayer::CheckpointData& checkpoint) {
   torch::NoGradGuard guard;
   auto read_into = [&](const std::string& name, const HeldParameter& p, const Box& local_box, torch::Tensor local) {
     for (const auto& [l, g] : p.Map(local_box)) {
-      MAESTRO_ASSIGN_OR_RETURN(torch::Tensor part, source.Read(name, p.global_shape, g));
-      Narrow(local, l, local_box.offsets).copy_(part);
+      MAESTRO_RETURN_IF_ERROR(source.CopyInto(name, p.global_shape, g, Narrow(local, l, local_box.offsets)));
     }
     return Status::Ok();
   };
