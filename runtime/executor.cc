@@ -384,7 +384,7 @@ Status RankLoop::FinishBackgroundCheckpoint(int64_t after_step) {
   trace_.Add("checkpoint_commit", start_us, 0);
   if (Rank0()) {
     reporter_.ReportCheckpoint(write->step(), after_step, /*async=*/true, writing_snapshot_seconds_ + SecondsSince(t0),
-                               write->write_seconds());
+                               write->write_seconds(), writing_snapshot_seconds_);
   }
   return Status::Ok();
 }

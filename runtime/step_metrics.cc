@@ -161,13 +161,11 @@ void StepReporter::ReportEval(const std::string& name, double value) {
 }
 
 void StepReporter::ReportCheckpoint(int64_t step, int64_t committed_after_step, bool async, double stall_seconds,
-                                    double write_seconds) {
+                                    double write_seconds, double snapshot_seconds) {
   if (!metrics_) return;
-  metrics_ << nlohmann::json{{"checkpoint", step},
-                             {"committed_after_step", committed_after_step},
-                             {"async", async},
-                             {"stall_s", stall_seconds},
-                             {"write_s", write_seconds}}
+  metrics_ << nlohmann::json{{"checkpoint", step},       {"committed_after_step", committed_after_step},
+                             {"async", async},           {"stall_s", stall_seconds},
+                             {"write_s", write_seconds}, {"snapshot_s", snapshot_seconds}}
                   .dump()
            << "\n";
 }

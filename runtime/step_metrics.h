@@ -88,12 +88,13 @@ class StepReporter {
   // A line {"eval": name, "value": value} (no flush).
   void ReportEval(const std::string& name, double value);
   // A line {"checkpoint": step, "committed_after_step": t, "async": a,
-  // "stall_s": s, "write_s": w}: the checkpoint of step `step` committed at
-  // the end of step t (t = step when written at once); s: the seconds rank
-  // 0's step loop spent on it (the snapshot and the commit when async, the
-  // whole save otherwise); w: rank 0's seconds writing its file.
+  // "stall_s": s, "write_s": w, "snapshot_s": c}: the checkpoint of step
+  // `step` committed at the end of step t (t = step when written at once);
+  // s: the seconds rank 0's step loop spent on it (the snapshot and the
+  // commit when async, the whole save otherwise); w: rank 0's seconds
+  // writing its file; c: of s, the snapshot's (0 when written at once).
   void ReportCheckpoint(int64_t step, int64_t committed_after_step, bool async, double stall_seconds,
-                        double write_seconds);
+                        double write_seconds, double snapshot_seconds = 0);
   // A line {"memory": [{"rank", "section", "baseline_rss_bytes",
   // "peak_rss_bytes", "process_peak_rss_bytes"}, ...]}, one entry per world rank.
   void ReportMemory(const std::vector<RankMemory>& ranks);

@@ -21,6 +21,7 @@
 // No torch headers: plans come from the compiler, runs are processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <random>
@@ -79,9 +80,13 @@ RunResult RunJob(const plan::Plan& p, const std::string& plan_path, const std::s
 
 class CheckpointCrash : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  // The plan and the uninterrupted run, once per process (a test process
+  // of its own under ctest: the folder is per process). In the test, not
+  // in SetUpTestSuite, whose failure gtest reports as a skip.
+  void SetUp() override {
+    if (plan_ != nullptr) return;
     plan_ = new plan::Plan(CrashPlan());
-    root_ = new std::string(Fresh("suite"));
+    root_ = new std::string(Fresh("suite_" + std::to_string(::getpid())));
     plan_path_ = new std::string(runtime_testing::WritePlan(*plan_, *root_));
     const auto whole = RunJob(*plan_, *plan_path_, *root_ + "/whole");
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
@@ -90,6 +95,7 @@ class CheckpointCrash : public ::testing::Test {
     delete plan_;
     delete root_;
     delete plan_path_;
+    plan_ = nullptr;
   }
 
   static int StudentRank() { return plan::GlobalRankOf(*plan_, plan_->section_index("student"), 0, 0, 0, 0); }
@@ -186,7 +192,7 @@ TEST_F(CheckpointCrash, SlowEveryOperationOfACheckpointOnTwoRanks) {
 TEST_F(CheckpointCrash, SlowTwentyKill9OfARandomWorkerEachResumeExactly) {
   plan::Plan p = CrashPlan();
   p.data.steps = 8;
-  const std::string dir = Fresh("campaign");
+  const std::string dir = Fresh("campaign_" + std::to_string(::getpid()));
   const std::string plan_path = runtime_testing::WritePlan(p, dir);
   const auto whole = RunJob(p, plan_path, dir + "/whole");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
@@ -196,7 +202,7 @@ TEST_F(CheckpointCrash, SlowTwentyKill9OfARandomWorkerEachResumeExactly) {
   for (int trial = 0; trial < 40 && kills < 20; ++trial) {
     const int rank = std::uniform_int_distribution<int>(0, p.world_size() - 1)(random);
     const auto after = static_cast<size_t>(std::uniform_int_distribution<int>(1, 7)(random));
-    const std::string run_dir = Fresh(fmt::format("campaign/trial{}", trial));
+    const std::string run_dir = Fresh(fmt::format("campaign_{}/trial{}", ::getpid(), trial));
     SCOPED_TRACE(fmt::format("trial {}: rank {} killed after {} logged steps", trial, rank, after));
     runtime_testing::WorkerOptions options;
     options.per_step_lines = true;

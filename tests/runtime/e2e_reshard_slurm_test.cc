@@ -10,7 +10,9 @@
 // sample of the 12 steps consumed once, and the losses of the one-process
 // reference within 1e-5 (the layouts sum gradients in other orders).
 // The README's "resume on another allocation" recipe, as a user runs it.
-// About 60 s: two jobs and a reference run.
+// About 130 s alone on two cores: two heterogeneous jobs (each start on the
+// local cluster takes seconds per component) and a reference run; over 30 s
+// because the property is two jobs on two allocations.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
