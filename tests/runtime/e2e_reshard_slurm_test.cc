@@ -28,6 +28,7 @@
 #include "plan/plan.h"
 #include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
+#include "tests/runtime/e2e_slurm_util.h"
 #include "tests/runtime/run_dir_util.h"
 #include "tests/slurm/slurm_test_util.h"
 
@@ -42,19 +43,12 @@ using testing::SlurmJobInfo;
 constexpr int64_t kSteps = 12;
 constexpr int64_t kGlobalBatch = 12;  // divides among 2, 3 and 4 replicas
 
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // specs/tiny_kd.toml for `nodes` nodes of one GPU: the teacher built from
 // the seed (its `init` line dropped), 12 steps, a checkpoint every 3, no
 // requeue, the built-in text, the run in <--chdir>/run.
 std::string Spec(int nodes) {
   std::string text;
-  std::istringstream in(ReadAll(fs::path(MAESTRO_SOURCE_DIR) / "specs" / "tiny_kd.toml"));
+  std::istringstream in(runtime_testing::ReadText((fs::path(MAESTRO_SOURCE_DIR) / "specs" / "tiny_kd.toml").string()));
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("init = ", 0) != 0) text += line + "\n";
   }
@@ -85,15 +79,7 @@ int Compile(const fs::path& base, int nodes, const fs::path& worker) {
   return plan.ok() ? plan->world_size() : 0;
 }
 
-// Waits for the job's end; Slurm 22.05's srun may hang after a het step
-// ended (docs/ARCHITECTURE.md): then the job is cancelled and the run's own
-// record is the verdict.
-StatusOr<SlurmJobInfo> WaitOrCancel(const LocalSlurmCluster& cluster, const std::string& id, seconds timeout) {
-  auto job = cluster.WaitForJob(id, timeout);
-  if (job.ok()) return job;
-  (void)cluster.Cancel(id);
-  return cluster.ShowJob(id);
-}
+using runtime_testing::WaitOrCancel;
 
 TEST(E2eSlurm, ARunPreemptedOnFourNodesResumesRecompiledForThree) {
   auto cluster = LocalSlurmCluster::FromEnvironment();

@@ -34,6 +34,7 @@
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/test_paths.h"
+#include "tests/runtime/e2e_slurm_util.h"
 #include "tests/runtime/run_dir_util.h"
 #include "tests/slurm/slurm_test_util.h"
 
@@ -102,15 +103,7 @@ CompiledJob Compile(const std::string& name) {
   return job;
 }
 
-// Waits for the job's end; Slurm 22.05's srun may hang after a het step ended
-// (docs/ARCHITECTURE.md): then the job is cancelled and the run's own record
-// (metrics, checkpoints) is the verdict.
-StatusOr<SlurmJobInfo> WaitOrCancel(const LocalSlurmCluster& cluster, const std::string& id, seconds timeout) {
-  auto job = cluster.WaitForJob(id, timeout);
-  if (job.ok()) return job;
-  (void)cluster.Cancel(id);
-  return cluster.ShowJob(id);
-}
+using runtime_testing::WaitOrCancel;
 
 #ifndef MAESTRO_E2E_KILL_TEST
 TEST(E2eSlurm, HeterogeneousJobTrainsAndSurvivesPreemptionBitIdentically) {
