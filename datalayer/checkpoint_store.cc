@@ -283,11 +283,13 @@ StatusOr<std::vector<int64_t>> CheckpointStore::ListSteps() {
   return steps;
 }
 
-Status CheckpointStore::RemoveAllBut(const std::vector<int64_t>& keep) {
+Status CheckpointStore::RemoveAllBut(const std::vector<int64_t>& keep, int64_t spare_after) {
   MAESTRO_ASSIGN_OR_RETURN(auto names, env_->ListDir(dir_));
   std::sort(names.begin(), names.end());
   for (const std::string& n : names) {
     if (n.rfind("ckpt-", 0) != 0) continue;
+    long long step = -1;  // every name here starts "ckpt-<step>" (a directory, a .mckpt file, a .tmp)
+    if (std::sscanf(n.c_str(), "ckpt-%10lld", &step) == 1 && step > spare_after) continue;
     bool kept = false;
     for (int64_t s : keep) kept = kept || n == FileName(s) || n == ShardedCheckpointDirName(s);
     if (kept) continue;

@@ -79,8 +79,11 @@ class CheckpointStore {
   StatusOr<std::vector<int64_t>> ListSteps();
   // Removes temporary files, and every checkpoint (file, or directory with
   // its files, committed or not) whose step is not in `keep` (the committed
-  // ones to retain). Removal goes through Env.
-  Status RemoveAllBut(const std::vector<int64_t>& keep);
+  // ones to retain) and not after `spare_after`. Removal goes through Env.
+  // A resume removes everything but `keep`; a commit spares the checkpoints
+  // after its own (the next one may be in the writing: an asynchronous
+  // save's commit runs while the ranks write the next).
+  Status RemoveAllBut(const std::vector<int64_t>& keep, int64_t spare_after = INT64_MAX);
 
   const std::string& dir() const { return dir_; }
   int keep_last() const { return keep_last_; }

@@ -84,6 +84,16 @@ StatusOr<std::unique_ptr<SampleIndex>> SampleIndex::Open(const std::string& path
   return index;
 }
 
+StatusOr<std::unique_ptr<SampleIndex>> SampleIndex::OpenForCommits(const std::string& path, int64_t steps_per_epoch,
+                                                                   Env* env) {
+  if (steps_per_epoch <= 0) return Status::InvalidArgument("SampleIndex::OpenForCommits before ConfigureRun");
+  MAESTRO_ASSIGN_OR_RETURN(auto db, SqliteDb::Open(path));
+  std::unique_ptr<SampleIndex> index(new SampleIndex(std::move(db), env));
+  MAESTRO_RETURN_IF_ERROR(index->CreateOrCheckSchema());
+  index->commit_steps_per_epoch_ = steps_per_epoch;
+  return index;
+}
+
 Status SampleIndex::CreateOrCheckSchema() {
   // meta may not exist yet: probe sqlite_master first.
   MAESTRO_ASSIGN_OR_RETURN(auto probe, db_->Prepare("SELECT count(*) FROM sqlite_master WHERE name='meta'"));
@@ -362,6 +372,7 @@ Status SampleIndex::ConfigureRun(uint64_t seed, int64_t global_batch_size) {
 }
 
 int64_t SampleIndex::StepsPerEpoch() const {
+  if (commit_steps_per_epoch_ > 0) return commit_steps_per_epoch_;
   if (batch_size_ <= 0) return 0;
   return (NumSamples() + batch_size_ - 1) / batch_size_;
 }

@@ -69,6 +69,13 @@ class SampleIndex {
   // Opens or creates the index at `path`. A file written with another schema
   // version is refused with FailedPrecondition naming both versions.
   static StatusOr<std::unique_ptr<SampleIndex>> Open(const std::string& path, Env* env = Env::Default());
+  // A second connection to the index at `path` (opened, schema checked),
+  // for a thread that commits while another reads and spools through the
+  // first (TrainingRun's commit off the step loop): CommitSteps,
+  // LastCommit, CommittedCheckpoints. No samples are loaded; StepsPerEpoch()
+  // is `steps_per_epoch` (the first connection's).
+  static StatusOr<std::unique_ptr<SampleIndex>> OpenForCommits(const std::string& path, int64_t steps_per_epoch,
+                                                               Env* env = Env::Default());
 
   // Ingests a JSONL manifest, one sample per line:
   //   {"id": 17, "location": "shard-0003.tar:1234", "tokens": {"text": 412, "image": 576}}
@@ -131,6 +138,7 @@ class SampleIndex {
   std::vector<std::string> modalities_;
   uint64_t seed_ = 0;
   int64_t batch_size_ = 0;
+  int64_t commit_steps_per_epoch_ = 0;                                 // OpenForCommits
   mutable std::map<int64_t, std::vector<int64_t>> permutation_cache_;  // epoch -> ids
 };
 

@@ -73,14 +73,29 @@ void FlatRangeBoxes(const std::vector<int64_t>& shape, size_t d, int64_t begin, 
 }
 
 nlohmann::json RecordJson(const SliceRecord& r) {
-  return {{"tensor", r.tensor},
-          {"global_shape", r.global_shape},
-          {"dtype", hf::TensorDTypeName(r.dtype)},
-          {"offsets", r.box.offsets},
-          {"lengths", r.box.lengths},
-          {"file", r.file},
-          {"key", r.key},
-          {"crc32c", r.crc32c}};
+  nlohmann::json j{{"tensor", r.tensor},
+                   {"global_shape", r.global_shape},
+                   {"dtype", hf::TensorDTypeName(r.dtype)},
+                   {"offsets", r.box.offsets},
+                   {"lengths", r.box.lengths},
+                   {"file", r.file},
+                   {"key", r.key}};
+  if (r.crc_block_bytes > 0) {
+    j["crc_block_bytes"] = r.crc_block_bytes;
+    j["block_crc32c"] = r.block_crc32c;
+  } else {
+    j["crc32c"] = r.crc32c;
+  }
+  return j;
+}
+
+// The CRC-32C of each kPieceCrcBlockBytes block of `bytes`.
+std::vector<uint32_t> BlockCrcs(std::string_view bytes) {
+  std::vector<uint32_t> out;
+  for (size_t at = 0; at < bytes.size(); at += static_cast<size_t>(kPieceCrcBlockBytes)) {
+    out.push_back(Crc32c(bytes.data() + at, std::min(bytes.size() - at, static_cast<size_t>(kPieceCrcBlockBytes))));
+  }
+  return out;
 }
 
 }  // namespace
@@ -124,7 +139,8 @@ StatusOr<std::vector<SliceRecord>> WriteRankShard(const std::string& dir, int ra
     r.box = s.box;
     r.file = file;
     r.key = fmt::format("{}@{}", s.tensor, fmt::join(s.box.offsets, ","));
-    r.crc32c = Crc32c(s.bytes.data(), s.bytes.size());
+    r.crc_block_bytes = kPieceCrcBlockBytes;
+    r.block_crc32c = BlockCrcs(s.bytes);
     tensors.push_back(hf::TensorToWrite{r.key, s.dtype, s.box.lengths, s.bytes});
     records.push_back(std::move(r));
   }
@@ -165,7 +181,19 @@ StatusOr<std::vector<SliceRecord>> SliceRecordsFromJson(std::string_view text) {
       r.box.lengths = e.at("lengths").get<std::vector<int64_t>>();
       r.file = e.at("file").get<std::string>();
       r.key = e.at("key").get<std::string>();
-      r.crc32c = e.at("crc32c").get<uint32_t>();
+      if (e.contains("block_crc32c")) {
+        r.crc_block_bytes = e.at("crc_block_bytes").get<int64_t>();
+        r.block_crc32c = e.at("block_crc32c").get<std::vector<uint32_t>>();
+        int64_t bytes = static_cast<int64_t>(hf::TensorDTypeSize(r.dtype));
+        for (int64_t n : r.box.lengths) bytes *= n;
+        const int64_t blocks = r.crc_block_bytes > 0 ? (bytes + r.crc_block_bytes - 1) / r.crc_block_bytes : -1;
+        if (blocks != static_cast<int64_t>(r.block_crc32c.size())) {
+          return Status::Corruption(fmt::format("checkpoint piece of '{}' in {}: {} block checksums for {} bytes",
+                                                r.tensor, r.file, r.block_crc32c.size(), bytes));
+        }
+      } else {
+        r.crc32c = e.at("crc32c").get<uint32_t>();  // written before block checksums
+      }
       if (r.file.find('/') != std::string::npos || r.file.rfind("rank-", 0) != 0) {
         return Status::Corruption(
             fmt::format("checkpoint piece of '{}': file '{}' is not a rank file", r.tensor, r.file));
@@ -214,7 +242,23 @@ Status CheckSlicesTile(const std::vector<SliceRecord>& records, const std::strin
   return Status::Ok();
 }
 
+std::pair<int64_t, int64_t> ByteSpanOf(const Box& piece, const Box& part, int64_t element_size) {
+  if (part.elements() == 0) return {0, 0};
+  // C-order offsets (within the piece) of part's first and last elements.
+  int64_t first = 0, last = 0;
+  for (size_t d = 0; d < piece.lengths.size(); ++d) {
+    const int64_t at = part.offsets[d] - piece.offsets[d];
+    first = first * piece.lengths[d] + at;
+    last = last * piece.lengths[d] + at + part.lengths[d] - 1;
+  }
+  return {first * element_size, (last + 1) * element_size};
+}
+
 StatusOr<std::string_view> ShardReader::Bytes(const SliceRecord& record) {
+  return Bytes(record, 0, INT64_MAX);
+}
+
+StatusOr<std::string_view> ShardReader::Bytes(const SliceRecord& record, int64_t begin, int64_t end) {
   auto& file = files_[record.file];
   if (!file) {
     auto opened = hf::SafetensorsFile::Open(dir_ + "/" + record.file);
@@ -232,15 +276,28 @@ StatusOr<std::string_view> ShardReader::Bytes(const SliceRecord& record) {
                     file->path(), record.key));
   }
   const hf::TensorView view = file->View(*info);
-  bool& verified = verified_[record.file + "/" + record.key];
-  if (!verified) {
-    if (Crc32c(view.data, view.bytes) != record.crc32c) {
+  const std::string_view bytes(reinterpret_cast<const char*>(view.data), view.bytes);
+  const auto size = static_cast<int64_t>(bytes.size());
+  const bool blocks = record.crc_block_bytes > 0;
+  const int64_t block = blocks ? record.crc_block_bytes : std::max<int64_t>(size, 1);
+  const size_t count = blocks ? record.block_crc32c.size() : 1;
+  std::vector<bool>& verified = verified_[record.file + "/" + record.key];
+  if (verified.size() != count) verified.assign(count, false);
+  begin = std::clamp<int64_t>(begin, 0, size);
+  end = std::clamp<int64_t>(end, begin, size);
+  const int64_t first = begin / block, last = end > begin ? (end - 1) / block : first - 1;
+  for (int64_t b = std::max<int64_t>(first, 0); b <= last && b < static_cast<int64_t>(count); ++b) {
+    if (verified[static_cast<size_t>(b)]) continue;
+    const std::string_view part = bytes.substr(static_cast<size_t>(b * block), static_cast<size_t>(block));
+    const uint32_t want = blocks ? record.block_crc32c[static_cast<size_t>(b)] : record.crc32c;
+    if (Crc32c(part.data(), part.size()) != want) {
       return Status::Corruption(
-          fmt::format("{}: tensor '{}' fails its checksum; the checkpoint is damaged", file->path(), record.key));
+          fmt::format("{}: tensor '{}' fails its checksum (bytes {}..{}); the checkpoint is damaged", file->path(),
+                      record.key, b * block, b * block + part.size()));
     }
-    verified = true;
+    verified[static_cast<size_t>(b)] = true;
   }
-  return std::string_view(reinterpret_cast<const char*>(view.data), view.bytes);
+  return bytes;
 }
 
 StatusOr<std::string> ReadWholeTensor(ShardReader& reader, const std::vector<const SliceRecord*>& pieces) {

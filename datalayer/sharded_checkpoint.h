@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -43,6 +44,12 @@ namespace maestro::datalayer {
 
 inline constexpr int kShardedCheckpointFormatVersion = 2;
 inline constexpr char kShardedCheckpointMetadata[] = "metadata.json";
+// A piece is checksummed in blocks of this many bytes (the last one
+// shorter): a reader verifies only the blocks it reads, so a load into
+// another layout, which reads part of a piece, checks what it reads and no
+// more. 256 KiB keeps the metadata small (a 112 GB state: ~430k checksums,
+// ~5 MB of JSON) and a part of a piece within a block or two of its bytes.
+inline constexpr int64_t kPieceCrcBlockBytes = int64_t{256} << 10;
 
 // A box of a tensor: [offsets[d], offsets[d] + lengths[d]) in every
 // dimension d (none for a scalar).
@@ -78,8 +85,18 @@ struct SliceRecord {
   Box box;
   std::string file;  // relative to the checkpoint directory
   std::string key;   // the tensor's name in that safetensors file
+  // The CRC-32C of each crc_block_bytes block of the piece's bytes (the
+  // last one shorter). A checkpoint written before block checksums has
+  // none (crc_block_bytes 0): crc32c covers the whole piece.
+  int64_t crc_block_bytes = 0;
+  std::vector<uint32_t> block_crc32c;
   uint32_t crc32c = 0;
 };
+
+// The bytes of a piece's C-order data (box `piece`, elements of
+// `element_size` bytes) between the first and the last element of `part`
+// (a box inside it): [first, second). What a reader of `part` touches.
+std::pair<int64_t, int64_t> ByteSpanOf(const Box& piece, const Box& part, int64_t element_size);
 
 std::string ShardedCheckpointDirName(int64_t step);  // "ckpt-0000000042"
 std::string RankShardFileName(int rank);             // "rank-00003.safetensors"
@@ -107,18 +124,23 @@ class ShardReader;
 StatusOr<std::string> ReadWholeTensor(ShardReader& reader, const std::vector<const SliceRecord*>& pieces);
 
 // Reads pieces' bytes from a checkpoint directory's rank files (memory-
-// mapped, each opened once), verifying each piece's CRC-32C the first time
-// it is read: Corruption naming the file otherwise.
+// mapped, each opened once), verifying the CRC-32C of each block read the
+// first time it is read: Corruption naming the file otherwise.
 class ShardReader {
  public:
   explicit ShardReader(std::string dir) : dir_(std::move(dir)) {}
+  // The piece's bytes, every block of them verified.
   StatusOr<std::string_view> Bytes(const SliceRecord& record);
+  // The piece's bytes, the blocks holding [begin, end) of them verified (a
+  // piece with one checksum: all of it). What a reader of part of the piece
+  // asks for (ByteSpanOf); it reads nothing outside [begin, end).
+  StatusOr<std::string_view> Bytes(const SliceRecord& record, int64_t begin, int64_t end);
   const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;
   std::map<std::string, std::unique_ptr<hf::SafetensorsFile>> files_;
-  std::map<std::string, bool> verified_;  // file + "/" + key
+  std::map<std::string, std::vector<bool>> verified_;  // file + "/" + key -> its blocks
 };
 
 }  // namespace maestro::datalayer

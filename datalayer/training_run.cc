@@ -104,6 +104,15 @@ Status TrainingRun::CommitSpools() {
 }
 
 Status TrainingRun::Checkpoint(CheckpointData state) {
+  MAESTRO_ASSIGN_OR_RETURN(TakenCheckpoint taken, TakeCheckpoint(std::move(state)));
+  Status committed = CommitTaken(taken);
+  // Not committed: the steps stay pending, and a later Checkpoint() may
+  // commit them (the previous commit point is intact).
+  if (!committed.ok()) pending_.insert(pending_.begin(), taken.steps.begin(), taken.steps.end());
+  return committed;
+}
+
+StatusOr<TrainingRun::TakenCheckpoint> TrainingRun::TakeCheckpoint(CheckpointData state) {
   if (pending_.empty()) return Status::FailedPrecondition("TrainingRun::Checkpoint with no finished step");
   // The steps the checkpoint holds: the pending ones up to state.step (an
   // asynchronous save commits a step that later finished steps follow).
@@ -113,22 +122,34 @@ Status TrainingRun::Checkpoint(CheckpointData state) {
         fmt::format("checkpoint of step {} but the finished steps not yet committed are {}..{}", state.step,
                     pending_.front().step, pending_.back().step));
   }
-  const std::vector<StepRecord> held(pending_.begin(), last + 1);
-  state.epoch = state.step / index_->StepsPerEpoch();
+  TakenCheckpoint taken;
+  taken.steps.assign(pending_.begin(), last + 1);
+  taken.steps_per_epoch = index_->StepsPerEpoch();
+  state.epoch = state.step / taken.steps_per_epoch;
   state.next_step = state.step + 1;
+  taken.state = std::move(state);
   // 1. forward-only outputs durable and recorded.
   MAESTRO_RETURN_IF_ERROR(CommitSpools());
+  pending_.erase(pending_.begin(), last + 1);
+  return taken;
+}
+
+Status TrainingRun::CommitTaken(const TakenCheckpoint& taken) {
+  if (!committer_) {
+    MAESTRO_ASSIGN_OR_RETURN(
+        committer_, SampleIndex::OpenForCommits(options_.run_dir + "/index.sqlite", taken.steps_per_epoch, env_));
+  }
+  const int64_t step = taken.state.step;
   // 2. the checkpoint file durable under its final name.
-  MAESTRO_ASSIGN_OR_RETURN(std::string file, checkpoints_->Write(state));
+  MAESTRO_ASSIGN_OR_RETURN(std::string file, checkpoints_->Write(taken.state));
   // 3. the commit point: steps done + samples consumed + checkpoint, atomically.
-  MAESTRO_RETURN_IF_ERROR(index_->CommitSteps(held, state.step, file));
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(held.size()));
-  // 4. keep the last N committed checkpoints.
-  MAESTRO_ASSIGN_OR_RETURN(std::vector<int64_t> committed, index_->CommittedCheckpoints());
+  MAESTRO_RETURN_IF_ERROR(committer_->CommitSteps(taken.steps, step, file));
+  // 4. keep the last N committed checkpoints; later ones may be in the writing.
+  MAESTRO_ASSIGN_OR_RETURN(std::vector<int64_t> committed, committer_->CommittedCheckpoints());
   if (static_cast<int>(committed.size()) > options_.keep_last_checkpoints) {
     committed.erase(committed.begin(), committed.end() - options_.keep_last_checkpoints);
   }
-  return checkpoints_->RemoveAllBut(committed);
+  return checkpoints_->RemoveAllBut(committed, /*spare_after=*/step);
 }
 
 }  // namespace maestro::datalayer

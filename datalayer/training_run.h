@@ -23,8 +23,16 @@
 // intact: those steps are redone from the previous checkpoint, their samples
 // were never marked consumed, and the orphan checkpoint file is ignored.
 //
+// Checkpoint() is TakeCheckpoint() then CommitTaken(): the first on the
+// loop's thread, the second on any one thread, while the loop goes on (an
+// asynchronous save's commit, off the step loop: runtime/checkpoint_writer.h).
+//
 // May call: SampleIndex, ActivationSpool, CheckpointStore, Env.
-// Thread safety: one thread at a time.
+// Thread safety: one thread at a time, but for CommitTaken: one commit at a
+// time, on any thread, while another calls everything else but Checkpoint,
+// checkpoints() and Resume (it owns a SQLite connection of its own and the
+// CheckpointStore; the loop's thread keeps index(), the spools, the
+// pending steps).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +89,21 @@ class TrainingRun {
   // fills sections or slices; epoch and next_step are set here. See the
   // order of operations above.
   Status Checkpoint(CheckpointData state);
+  // Checkpoint()'s two halves. TakeCheckpoint (the loop's thread): every
+  // spool committed, the pending steps up to state.step taken out (the later
+  // ones stay pending), epoch and next_step set. CommitTaken (see Thread
+  // safety): the checkpoint durable (a sharded one: its metadata), the index
+  // transaction, then the checkpoints before the last N removed (those after
+  // this one are left: the next may be in the writing). An error of either
+  // leaves the previous commit point intact; Checkpoint() puts the steps
+  // back in pending on an error of CommitTaken.
+  struct TakenCheckpoint {
+    CheckpointData state;
+    std::vector<StepRecord> steps;
+    int64_t steps_per_epoch = 0;
+  };
+  StatusOr<TakenCheckpoint> TakeCheckpoint(CheckpointData state);
+  Status CommitTaken(const TakenCheckpoint& taken);
   // Commits every spool without a checkpoint (a preempted step that is
   // abandoned keeps the teacher outputs it already computed).
   Status CommitSpools();
@@ -91,6 +114,7 @@ class TrainingRun {
   Env* env_;
   std::unique_ptr<SampleIndex> index_;
   std::unique_ptr<CheckpointStore> checkpoints_;
+  std::unique_ptr<SampleIndex> committer_;                // CommitTaken's connection, opened by its first call
   std::vector<std::unique_ptr<ActivationSpool>> spools_;  // destroyed before index_
   std::vector<StepRecord> pending_;
   int64_t next_step_ = 0;

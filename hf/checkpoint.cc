@@ -330,16 +330,9 @@ Status WriteHfCheckpoint(const std::string& dir, std::string_view config_json,
                          const std::map<std::string, std::string>& metadata) {
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
-  for (const TensorToWrite& t : tensors) {
-    TensorSpec spec{t.name, t.dtype, t.shape};
-    auto bytes = spec.Bytes();
-    if (!bytes.ok()) return bytes.status().WithContext(fmt::format("writing '{}'", dir));
-    if (*bytes != t.bytes.size()) {
-      return Status::InvalidArgument(
-          fmt::format("writing '{}': tensor '{}' needs {} bytes, got {}", dir, t.name, *bytes, t.bytes.size()));
-    }
-    specs.push_back(std::move(spec));
-  }
+  // The bytes' sizes are checked by Append (a writer dropped on an error
+  // removes its partial folder).
+  for (const TensorToWrite& t : tensors) specs.push_back(TensorSpec{t.name, t.dtype, t.shape});
   MAESTRO_ASSIGN_OR_RETURN(auto writer, HfCheckpointWriter::Start(dir, config_json, specs, max_shard_bytes, metadata));
   for (const TensorToWrite& t : tensors) MAESTRO_RETURN_IF_ERROR(writer->Append(t.name, t.bytes));
   return writer->Finish();

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/checks.h"
+#include "runtime/checkpoint_boxes.h"
 #include "runtime/hf_weights.h"
 #include "runtime/model_runner.h"  // LoadModuleBytes (format 1)
 #include "runtime/parallel/distributed_optimizer.h"
@@ -27,10 +28,6 @@ using Placement = SectionRunner::ParameterPlacement;
 constexpr char kExpAvg[] = "adamw.exp_avg";
 constexpr char kExpAvgSq[] = "adamw.exp_avg_sq";
 
-std::vector<int64_t> ShapeOf(const torch::Tensor& t) {
-  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
-}
-
 // Drops this process's pages of `bytes`, a piece read from a rank file's
 // read-only private mapping (hf::SafetensorsFile: never written, so no page
 // is a private copy): they stay in the page cache and a later read faults
@@ -46,57 +43,10 @@ void ReleaseMappedPages(std::string_view bytes) {
   if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-Box WholeBox(const std::vector<int64_t>& shape) {
-  return Box{std::vector<int64_t>(shape.size(), 0), shape};
+// Where a parameter's local tensor sits in its global tensor.
+LocalToGlobal MapOf(const Placement& p) {
+  return LocalToGlobal(ShapeOf(p.local), p.split_dim, p.split_parts, p.tp_rank, p.tp_size);
 }
-
-// `t` (whose element 0 is at `origin` of the same coordinates) narrowed to `box`.
-torch::Tensor Narrow(torch::Tensor t, const Box& box, const std::vector<int64_t>& origin) {
-  for (size_t d = 0; d < box.offsets.size(); ++d) {
-    t = t.narrow(static_cast<int64_t>(d), box.offsets[d] - origin[d], box.lengths[d]);
-  }
-  return t;
-}
-
-// Where a parameter's local tensor sits in its global tensor: TP splits
-// dimension `dim` in `parts` blocks, this rank holding slice `rank` of each.
-struct LocalToGlobal {
-  std::vector<int64_t> global_shape;
-  int dim = -1;
-  int parts = 1;
-  int rank = 0;
-  int64_t slice = 0;  // the local length of one block along dim
-  int64_t block = 0;  // the global length of one block along dim
-
-  explicit LocalToGlobal(const Placement& p) : global_shape(ShapeOf(p.local)) {
-    if (p.split_dim < 0 || p.tp_size <= 1) return;
-    dim = p.split_dim;
-    parts = std::max(1, p.split_parts);
-    rank = p.tp_rank;
-    slice = global_shape[static_cast<size_t>(dim)] / parts;
-    block = slice * p.tp_size;
-    global_shape[static_cast<size_t>(dim)] = block * parts;
-  }
-
-  // A box of the local tensor as boxes of the global one: (local part, global box) pairs.
-  std::vector<std::pair<Box, Box>> Map(const Box& local) const {
-    if (dim < 0) return {{local, local}};
-    std::vector<std::pair<Box, Box>> out;
-    const auto d = static_cast<size_t>(dim);
-    for (int p = 0; p < parts; ++p) {
-      const int64_t lo = std::max(local.offsets[d], p * slice);
-      const int64_t hi = std::min(local.offsets[d] + local.lengths[d], (p + 1) * slice);
-      if (hi <= lo) continue;
-      Box l = local, g = local;
-      l.offsets[d] = lo;
-      l.lengths[d] = hi - lo;
-      g.offsets[d] = lo - p * slice + p * block + rank * slice;
-      g.lengths[d] = hi - lo;
-      out.emplace_back(std::move(l), std::move(g));
-    }
-    return out;
-  }
-};
 
 // The one owner of each replicated piece (the header says who).
 bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const plan::RankCoords& coords) {
@@ -214,7 +164,7 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
     int64_t adam_step = 0;
     for (const Placement& p : placements) {
       if (!WritesParameter(p, section, coords)) continue;
-      const LocalToGlobal map(p);
+      const LocalToGlobal map = MapOf(p);
       MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, ModelTensorName(component, p.name), map, p.local));
       if (adam == nullptr || !p.trainable) continue;
       // A parameter AdamW never stepped has zero moments (its step() would create them so).
@@ -235,7 +185,7 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
       // A tied copy's moments are the first stage's embedding's; a parameter
       // TP does not split has the same moments on every TP rank: TP rank 0's.
       if (p.tied_copy || (!(p.split_dim >= 0 && p.tp_size > 1) && coords.tp != 0)) continue;
-      const LocalToGlobal map(p);
+      const LocalToGlobal map = MapOf(p);
       const std::vector<int64_t> shape = ShapeOf(p.local);
       for (const auto& [moment, flat] : {std::pair{kExpAvg, piece.exp_avg}, std::pair{kExpAvgSq, piece.exp_avg_sq}}) {
         const std::string name = MomentTensorName(component, moment, p.name);
@@ -291,7 +241,10 @@ Status CheckpointTensors::CopyInto(const std::string& tensor, const std::vector<
   for (const datalayer::SliceRecord* r : it->second) {
     const auto common = datalayer::Intersect(r->box, box);
     if (!common) continue;
-    MAESTRO_ASSIGN_OR_RETURN(std::string_view bytes, reader_.Bytes(*r));
+    // Only the blocks the overlap spans are verified (and touched).
+    const auto [begin, end] =
+        datalayer::ByteSpanOf(r->box, *common, static_cast<int64_t>(hf::TensorDTypeSize(r->dtype)));
+    MAESTRO_ASSIGN_OR_RETURN(std::string_view bytes, reader_.Bytes(*r, begin, end));
     MAESTRO_ASSIGN_OR_RETURN(torch::Dtype stored, TorchDtypeOf(r->dtype));
     MAESTRO_RETURN_IF_ERROR(TorchCall(fmt::format("reading '{}' from {}", tensor, checkpoint_.dir), [&] {
       // The mapped bytes, read only (from_blob wants a mutable pointer).
@@ -299,7 +252,7 @@ Status CheckpointTensors::CopyInto(const std::string& tensor, const std::vector<
           torch::from_blob(const_cast<char*>(bytes.data()), r->box.lengths, torch::TensorOptions().dtype(stored));
       Narrow(destination, *common, box.offsets).copy_(Narrow(piece, *common, r->box.offsets));
     }));
-    ReleaseMappedPages(bytes);
+    ReleaseMappedPages(bytes.substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
     covered += common->elements();
   }
   if (covered != box.elements()) {
@@ -323,7 +276,7 @@ Status LoadRankPieces(CheckpointTensors& source, const std::vector<SectionRunner
     torch::NoGradGuard guard;
     for (const Placement& p : placements) {
       if (p.local.numel() == 0) continue;  // another stage's or EP rank's
-      const LocalToGlobal map(p);
+      const LocalToGlobal map = MapOf(p);
       const Box whole = WholeBox(ShapeOf(p.local));
       MAESTRO_RETURN_IF_ERROR(ReadInto(source, ModelTensorName(component, p.name), map, whole, p.local));
       if (adam == nullptr || !p.trainable || adam_step == 0) continue;
@@ -339,7 +292,7 @@ Status LoadRankPieces(CheckpointTensors& source, const std::vector<SectionRunner
       for (DistributedOptimizer::ShardPiece& piece : zero->ShardPieces()) {
         if (piece.param >= trainable.size()) return Status::Internal(component + ": a ZeRO-1 piece of no parameter");
         const Placement& p = *trainable[piece.param];
-        const LocalToGlobal map(p);
+        const LocalToGlobal map = MapOf(p);
         const std::vector<int64_t> shape = ShapeOf(p.local);
         for (const auto& [moment, flat] : {std::pair{kExpAvg, piece.exp_avg}, std::pair{kExpAvgSq, piece.exp_avg_sq}}) {
           const std::string name = MomentTensorName(component, moment, p.name);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/checks.h"
+#include "runtime/checkpoint_boxes.h"
 #include "runtime/checkpoint_slices.h"
 #include "runtime/models/encoders.h"
 #include "runtime/parallel/tensor_parallel.h"
@@ -24,17 +25,6 @@ using datalayer::Box;
 constexpr char kExpAvg[] = "adamw.exp_avg";
 constexpr char kExpAvgSq[] = "adamw.exp_avg_sq";
 
-std::vector<int64_t> ShapeOf(const torch::Tensor& t) {
-  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
-}
-
-torch::Tensor Narrow(torch::Tensor t, const Box& box, const std::vector<int64_t>& origin) {
-  for (size_t d = 0; d < box.offsets.size(); ++d) {
-    t = t.narrow(static_cast<int64_t>(d), box.offsets[d] - origin[d], box.lengths[d]);
-  }
-  return t;
-}
-
 // One parameter as this rank holds it: its TP slice (`parts` blocks along
 // `dim`, this rank's slice of each, as checkpoint_slices.cc maps them).
 struct HeldParameter {
@@ -48,22 +38,8 @@ struct HeldParameter {
 
   // A box of the local tensor as (local part, global box) pairs.
   std::vector<std::pair<Box, Box>> Map(const Box& local_box) const {
-    if (!tp_split()) return {{local_box, local_box}};
-    const auto d = static_cast<size_t>(split.dim);
-    const int64_t slice = local.size(split.dim) / split.parts, block = slice * tp_size;
-    std::vector<std::pair<Box, Box>> out;
-    for (int p = 0; p < split.parts; ++p) {
-      const int64_t lo = std::max(local_box.offsets[d], p * slice);
-      const int64_t hi = std::min(local_box.offsets[d] + local_box.lengths[d], (p + 1) * slice);
-      if (hi <= lo) continue;
-      Box l = local_box, g = local_box;
-      l.offsets[d] = lo;
-      l.lengths[d] = hi - lo;
-      g.offsets[d] = lo - p * slice + p * block + tp_rank * slice;
-      g.lengths[d] = hi - lo;
-      out.emplace_back(std::move(l), std::move(g));
-    }
-    return out;
+    const int split_dim = tp_split() ? split.dim : -1;
+    return LocalToGlobal(ShapeOf(local), split_dim, split.parts, tp_rank, tp_size).Map(local_box);
   }
 };
 
@@ -73,10 +49,6 @@ struct ShardRun {
   size_t param = 0;
   int64_t begin = 0, end = 0, at = 0;
 };
-
-Box WholeBox(const std::vector<int64_t>& shape) {
-  return Box{std::vector<int64_t>(shape.size(), 0), shape};
-}
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/checkpoint_writer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <utility>
 
@@ -31,6 +33,26 @@ StatusOr<std::vector<datalayer::SliceRecord>> BackgroundRankWrite::Wait() {
   if (thread_.joinable()) thread_.join();
   pieces_ = RankPieces{};  // the snapshot's memory goes back
   return std::move(result_);
+}
+
+BackgroundCommit::BackgroundCommit(datalayer::TrainingRun* run, datalayer::TrainingRun::TakenCheckpoint taken)
+    : step_(taken.state.step), taken_(std::move(taken)) {
+  thread_ = std::thread([this, run] {
+    const auto t0 = std::chrono::steady_clock::now();
+    result_ = run->CommitTaken(taken_);
+    commit_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+}
+
+BackgroundCommit::~BackgroundCommit() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Status BackgroundCommit::Wait() {
+  if (thread_.joinable()) thread_.join();
+  taken_ = {};
+  if (result_.ok()) return result_;
+  return Status(result_.code(), fmt::format("committing the checkpoint of step {}: {}", step_, result_.message()));
 }
 
 }  // namespace maestro::runtime

@@ -4,13 +4,17 @@
 // boundary pays for the snapshot of the rank's pieces in host memory
 // (CollectRankPieces with PieceMemory::kOwnCopy: pinned copies on a GPU);
 // a thread writes them (datalayer::WriteRankShard: tmp, fsync, rename)
-// while training changes the state. The commit (rank 0's metadata and index)
-// is runtime/checkpointing.h FinishCheckpoint's, at a later step boundary.
+// while training changes the state. The commit is
+// runtime/checkpointing.h FinishCheckpoint's, at a later step boundary:
+// there rank 0 takes the steps the checkpoint holds and a BackgroundCommit
+// makes it durable (metadata, index transaction, pruning) on a thread of
+// its own, while the next steps run.
 //
-// Owns: the snapshot and the thread. May call: runtime/checkpoint_slices
-// (RankPieces), datalayer (WriteRankShard, Env), base.
-// Thread safety: the owner calls everything from one thread; the writer
-// thread touches only the snapshot and its own result.
+// Owns: the snapshot, the commit, their threads. May call:
+// runtime/checkpoint_slices (RankPieces), datalayer (WriteRankShard,
+// TrainingRun::CommitTaken, Env), base.
+// Thread safety: the owner calls everything from one thread; each thread
+// touches only what it was given and its own result.
 #pragma once
 
 #include <atomic>
@@ -24,6 +28,7 @@
 #include "base/status.h"
 #include "datalayer/env.h"
 #include "datalayer/sharded_checkpoint.h"
+#include "datalayer/training_run.h"
 #include "runtime/checkpoint_slices.h"
 
 namespace maestro::runtime {
@@ -62,6 +67,31 @@ class BackgroundRankWrite {
   StatusOr<std::vector<datalayer::SliceRecord>> result_;
   double write_seconds_ = 0.0;
   std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// Rank 0's commit of an asynchronous checkpoint (its steps already taken
+// from the run: TrainingRun::TakeCheckpoint) on a thread of its own:
+// TrainingRun::CommitTaken. The run must outlive it; one at a time (the next
+// checkpoint, a stop and the end of the run Wait for it first).
+class BackgroundCommit {
+ public:
+  BackgroundCommit(datalayer::TrainingRun* run, datalayer::TrainingRun::TakenCheckpoint taken);
+  ~BackgroundCommit();  // waits for the thread
+  BackgroundCommit(const BackgroundCommit&) = delete;
+  BackgroundCommit& operator=(const BackgroundCommit&) = delete;
+
+  int64_t step() const { return step_; }
+  // Waits for the commit; its error, naming the step. Call once.
+  Status Wait();
+  // Seconds the thread took (valid after Wait).
+  double commit_seconds() const { return commit_seconds_; }
+
+ private:
+  int64_t step_;
+  datalayer::TrainingRun::TakenCheckpoint taken_;
+  Status result_;
+  double commit_seconds_ = 0.0;
   std::thread thread_;
 };
 

@@ -261,18 +261,19 @@ StatusOr<std::unique_ptr<BackgroundRankWrite>> StartCheckpoint(const plan::Plan&
                                                place.world_rank, step, datalayer::RankEnv(place.world_rank));
 }
 
-Status FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                        BackgroundRankWrite& write, datalayer::TrainingRun* run) {
+StatusOr<std::unique_ptr<BackgroundCommit>> FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
+                                                             launcher::Backend& world, BackgroundRankWrite& write,
+                                                             datalayer::TrainingRun* run) {
   auto records = write.Wait();
   if (!records.ok()) {
     return Status(records.status().code(), fmt::format("writing this rank's file of the checkpoint of step {}: {}",
                                                        write.step(), records.status().message()));
   }
-  MAESTRO_RETURN_IF_ERROR(CommitRecords(plan, place, world, run, write.step(), std::move(*records), write.counters()));
-  // Rank 0's commit ends by removing every checkpoint directory it does not
-  // keep, uncommitted ones included: no rank starts writing the next one
-  // before that is done.
-  return Wait(world.Barrier());
+  MAESTRO_ASSIGN_OR_RETURN(auto state,
+                           GatherRecords(plan, place, world, write.step(), std::move(*records), write.counters()));
+  if (!state) return std::unique_ptr<BackgroundCommit>();
+  MAESTRO_ASSIGN_OR_RETURN(auto taken, run->TakeCheckpoint(std::move(*state)));
+  return std::make_unique<BackgroundCommit>(run, std::move(taken));
 }
 
 std::string InitialWeightsDir(const std::string& run_dir) {

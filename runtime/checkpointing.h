@@ -39,6 +39,7 @@ namespace maestro::runtime {
 class SectionRunner;
 class DistributedOptimizer;
 class BackgroundRankWrite;
+class BackgroundCommit;
 
 // This rank's ZeRO-1 shards, one per entry of its runner's
 // CheckpointedRunners() (a fused section has one per training component);
@@ -91,15 +92,18 @@ Status WriteCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
 // thread writing its file. FinishCheckpoint (collective over `world`, at a
 // later step boundary that every rank reaches together): waits for the
 // thread, sends rank 0 the records (the caller committed its spool first,
-// as before WriteCheckpoint); rank 0
-// commits (metadata, then the index: the steps up to `write.step()` only,
-// run->Checkpoint), then a barrier (rank 0's pruning removes every
-// directory it does not keep, so no rank may start the next write before).
+// as before WriteCheckpoint); rank 0 takes the steps up to `write.step()`
+// from the run (TrainingRun::TakeCheckpoint) and returns their commit
+// running on a thread (BackgroundCommit: metadata, index, pruning), the
+// other ranks nullptr. No barrier: the commit removes only checkpoints
+// before its own, never the next one the ranks may be writing. Rank 0 waits
+// for that commit before the next checkpoint, a stop or the run's end.
 StatusOr<std::unique_ptr<BackgroundRankWrite>> StartCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
                                                                SectionRunner& runner, const ShardedOptimizers& sharded,
                                                                const std::string& run_dir, int64_t step);
-Status FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place, launcher::Backend& world,
-                        BackgroundRankWrite& write, datalayer::TrainingRun* run);
+StatusOr<std::unique_ptr<BackgroundCommit>> FinishCheckpoint(const plan::Plan& plan, const launcher::RankPlace& place,
+                                                             launcher::Backend& world, BackgroundRankWrite& write,
+                                                             datalayer::TrainingRun* run);
 
 // The initial weights of a run that trains for zero steps (`maestro run
 // --steps 0`): collective like WriteCheckpoint; every rank writes the

@@ -353,6 +353,7 @@ Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   const auto t0 = Clock::now();
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  MAESTRO_RETURN_IF_ERROR(WaitForCommit());  // a background one commits first
   MAESTRO_RETURN_IF_ERROR(
       WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), options_.run_dir, step));
   trace_.Add("checkpoint", start_us, 0);
@@ -380,13 +381,20 @@ Status RankLoop::FinishBackgroundCheckpoint(int64_t after_step) {
   // The spool's rows so far are durable before rank 0 commits (as in Checkpoint).
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
   std::unique_ptr<BackgroundRankWrite> write = std::move(writing_);
-  MAESTRO_RETURN_IF_ERROR(FinishCheckpoint(plan_, place_, comms_.world(), *write, run_.get()));
+  MAESTRO_RETURN_IF_ERROR(WaitForCommit());  // commits go in step order
+  MAESTRO_ASSIGN_OR_RETURN(committing_, FinishCheckpoint(plan_, place_, comms_.world(), *write, run_.get()));
   trace_.Add("checkpoint_commit", start_us, 0);
   if (Rank0()) {
     reporter_.ReportCheckpoint(write->step(), after_step, /*async=*/true, writing_snapshot_seconds_ + SecondsSince(t0),
                                write->write_seconds(), writing_snapshot_seconds_);
   }
   return Status::Ok();
+}
+
+Status RankLoop::WaitForCommit() {
+  if (!committing_) return Status::Ok();
+  std::unique_ptr<BackgroundCommit> commit = std::move(committing_);
+  return commit->Wait();
 }
 
 Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start, StepEnd* end) {
@@ -502,6 +510,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
   // Every path out of the loop commits a background write first; should one
   // remain, it is committed (every rank holds one alike) rather than lost.
   if (writing_) MAESTRO_RETURN_IF_ERROR(FinishBackgroundCheckpoint(writing_->step()));
+  MAESTRO_RETURN_IF_ERROR(WaitForCommit());
   // Zero steps asked of a fresh run: its initial weights, for `maestro export`.
   if (total_steps_ == 0 && !resumed_) {
     MAESTRO_RETURN_IF_ERROR(WriteInitialWeights(plan_, place_, comms_.world(), *runner_, Shards(), options_.run_dir));

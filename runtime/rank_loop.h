@@ -135,6 +135,8 @@ class RankLoop {
   Status Checkpoint(int64_t step);
   Status StartBackgroundCheckpoint(int64_t step);
   Status FinishBackgroundCheckpoint(int64_t after_step);
+  // Rank 0: waits for committing_ (a no-op without one); its error.
+  Status WaitForCommit();
   // What every rank learns at a step's end (FinishStep's sum): `stop`: some
   // rank was signalled; `checkpoint_due`: rank 0 found plan.
   // checkpoint_minutes passed since the start or the last checkpoint;
@@ -230,6 +232,9 @@ class RankLoop {
   // committed (plan.checkpoint_async), and the seconds its snapshot took.
   std::unique_ptr<BackgroundRankWrite> writing_;
   double writing_snapshot_seconds_ = 0.0;
+  // Rank 0: the commit of the last background checkpoint, running on its
+  // thread (declared after run_: destroyed, and joined, before it).
+  std::unique_ptr<BackgroundCommit> committing_;
 };
 
 }  // namespace maestro::runtime::executor_internal

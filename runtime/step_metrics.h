@@ -89,10 +89,13 @@ class StepReporter {
   void ReportEval(const std::string& name, double value);
   // A line {"checkpoint": step, "committed_after_step": t, "async": a,
   // "stall_s": s, "write_s": w, "snapshot_s": c}: the checkpoint of step
-  // `step` committed at the end of step t (t = step when written at once);
-  // s: the seconds rank 0's step loop spent on it (the snapshot and the
-  // commit when async, the whole save otherwise); w: rank 0's seconds
-  // writing its file; c: of s, the snapshot's (0 when written at once).
+  // `step` committed at the end of step t (t = step when written at once;
+  // when async, rank 0's commit thread starts then and is waited for before
+  // the next checkpoint); s: the seconds rank 0's step loop spent on it (the
+  // snapshot, the gather of the ranks' records and, when a previous commit
+  // was still running, the wait for it, when async; the whole save
+  // otherwise); w: rank 0's seconds writing its file; c: of s, the
+  // snapshot's (0 when written at once).
   void ReportCheckpoint(int64_t step, int64_t committed_after_step, bool async, double stall_seconds,
                         double write_seconds, double snapshot_seconds = 0);
   // A line {"memory": [{"rank", "section", "baseline_rss_bytes",

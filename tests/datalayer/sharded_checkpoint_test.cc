@@ -10,6 +10,7 @@
 #include <random>
 
 #include "datalayer/checkpoint_store.h"
+#include "datalayer/crc32c.h"
 #include "datalayer/training_run.h"
 #include "tests/datalayer/test_dirs.h"
 
@@ -113,7 +114,9 @@ TEST(ShardedCheckpoint, EachRankWritesASafetensorsFileAndTheReaderVerifiesEveryP
   auto again = SliceRecordsFromJson(SliceRecordsToJson(records)).ValueOrDie();
   ASSERT_EQ(again.size(), records.size());
   EXPECT_EQ(again[2].box, records[2].box);
-  EXPECT_EQ(again[2].crc32c, records[2].crc32c);
+  EXPECT_EQ(again[2].crc_block_bytes, kPieceCrcBlockBytes);
+  EXPECT_EQ(again[2].block_crc32c, records[2].block_crc32c);
+  EXPECT_EQ(again[2].block_crc32c.size(), 1u) << "24 bytes: one block";
   ShardReader reader(dir);
   auto bytes = reader.Bytes(again[2]).ValueOrDie();
   EXPECT_EQ(bytes, BytesOf(ranks.bottom));
@@ -127,6 +130,65 @@ TEST(ShardedCheckpoint, EachRankWritesASafetensorsFileAndTheReaderVerifiesEveryP
   ShardReader fresh(dir);
   EXPECT_EQ(fresh.Bytes(records[2]).status().code(), StatusCode::kCorruption);
   EXPECT_TRUE(fresh.Bytes(records[0]).ok()) << "rank 0's file is intact";
+}
+
+TEST(ShardedCheckpoint, TheByteSpanOfAPartRunsFromItsFirstToItsLastElement) {
+  const Box piece{{4, 0}, {8, 10}};  // rows 4..11 of a tensor 10 wide
+  // Rows 5..6, every column: contiguous.
+  EXPECT_EQ(ByteSpanOf(piece, Box{{5, 0}, {2, 10}}, 4), std::make_pair(int64_t{40}, int64_t{120}));
+  // Columns 3..4 of every row: strided, from row 0's column 3 to row 7's column 4.
+  EXPECT_EQ(ByteSpanOf(piece, Box{{4, 3}, {8, 2}}, 2), std::make_pair(int64_t{6}, int64_t{(7 * 10 + 4 + 1) * 2}));
+  EXPECT_EQ(ByteSpanOf(piece, piece, 4), std::make_pair(int64_t{0}, int64_t{8 * 10 * 4}));
+  EXPECT_EQ(ByteSpanOf(Box{}, Box{}, 4), std::make_pair(int64_t{0}, int64_t{4})) << "a scalar";
+}
+
+// A piece of several checksum blocks: a reader of part of it verifies the
+// blocks it reads, and only those; a piece of a checkpoint written before
+// block checksums (one CRC) is verified whole, whatever part is read.
+TEST(ShardedCheckpoint, APartOfAPieceIsVerifiedBlockByBlock) {
+  const std::string dir = testing::FreshDir("sharded_blocks");
+  constexpr int64_t kRows = 8, kCols = 40000;  // 1.28 MB of fp32: 5 blocks of 256 KiB
+  const std::vector<float> values = Iota(kRows * kCols, 0);
+  const Box whole{{0, 0}, {kRows, kCols}};
+  auto records =
+      WriteRankShard(dir, 0, {{"w", {kRows, kCols}, hf::TensorDType::kF32, whole, BytesOf(values)}}, Env::Default())
+          .ValueOrDie();
+  ASSERT_EQ(records.size(), 1u);
+  const SliceRecord& record = records[0];
+  const auto bytes = static_cast<int64_t>(values.size() * sizeof(float));
+  EXPECT_EQ(static_cast<int64_t>(record.block_crc32c.size()), (bytes + kPieceCrcBlockBytes - 1) / kPieceCrcBlockBytes);
+  // One flipped byte in the last block.
+  {
+    const std::string path = dir + "/" + RankShardFileName(0);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(path) - 2));
+    f.put('#');
+  }
+  const Box top{{0, 0}, {2, kCols}}, bottom{{kRows - 1, 0}, {1, kCols}};
+  const auto [begin, end] = ByteSpanOf(whole, top, sizeof(float));
+  ShardReader reader(dir);
+  auto part = reader.Bytes(record, begin, end);
+  ASSERT_TRUE(part.ok()) << part.status().ToString() << ": the first rows' blocks are intact";
+  EXPECT_EQ(part->substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin)),
+            BytesOf(values).substr(0, static_cast<size_t>(end)));
+  const auto [bottom_begin, bottom_end] = ByteSpanOf(whole, bottom, sizeof(float));
+  EXPECT_EQ(reader.Bytes(record, bottom_begin, bottom_end).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(ShardReader(dir).Bytes(record).status().code(), StatusCode::kCorruption) << "the whole piece";
+  // Written before block checksums: one CRC of the whole piece (of the
+  // bytes as written), so the flipped byte fails even a read of the top.
+  SliceRecord old = record;
+  old.crc_block_bytes = 0;
+  old.block_crc32c.clear();
+  old.crc32c = Crc32c(values.data(), values.size() * sizeof(float));
+  auto old_again = SliceRecordsFromJson(SliceRecordsToJson({old})).ValueOrDie();
+  ASSERT_EQ(old_again.size(), 1u);
+  EXPECT_EQ(old_again[0].crc32c, old.crc32c);
+  EXPECT_TRUE(old_again[0].block_crc32c.empty());
+  EXPECT_EQ(ShardReader(dir).Bytes(old_again[0], begin, end).status().code(), StatusCode::kCorruption);
+  // A record whose block checksums do not fit its piece is refused.
+  SliceRecord short_list = record;
+  short_list.block_crc32c.pop_back();
+  EXPECT_EQ(SliceRecordsFromJson(SliceRecordsToJson({short_list})).status().code(), StatusCode::kCorruption);
 }
 
 TEST(ShardedCheckpoint, PiecesMustTileTheirTensorExactlyOnce) {
@@ -177,6 +239,13 @@ TEST(ShardedCheckpoint, TheMetadataCommitsTheDirectoryAndUncommittedOnesAreRemov
   // an older committed one beyond the kept set: both removed.
   ranks.Write(store->ShardedDir(9));
   data.step = 2;
+  data.slices = ranks.Write(store->ShardedDir(2));
+  ASSERT_TRUE(store->Write(data).ok());
+  // A commit's pruning spares what comes after it (the next checkpoint may
+  // be in the writing); a resume's does not.
+  ASSERT_TRUE(store->RemoveAllBut({5}, /*spare_after=*/5).ok());
+  EXPECT_TRUE(std::filesystem::exists(store->ShardedDir(9)));
+  EXPECT_FALSE(std::filesystem::exists(store->ShardedDir(2)));
   data.slices = ranks.Write(store->ShardedDir(2));
   ASSERT_TRUE(store->Write(data).ok());
   ASSERT_TRUE(store->RemoveAllBut({5}).ok());

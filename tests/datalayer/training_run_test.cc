@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "tests/datalayer/fake_training.h"
 #include "tests/datalayer/test_dirs.h"
@@ -122,6 +124,50 @@ TEST(TrainingRun, ACheckpointOfAnEarlierPendingStepCommitsOnlyTheStepsUpToIt) {
   ASSERT_TRUE(run->Checkpoint(State(4, "w4")).ok());
   EXPECT_EQ(run->pending_steps(), 0);
   EXPECT_EQ(run->index().ConsumedCount(0).ValueOrDie(), 5 * 4) << "every sample of steps 0..4 consumed once";
+}
+
+// An asynchronous save's commit off the step loop: TakeCheckpoint on the
+// loop's thread, CommitTaken on another while the loop reads the next
+// batches and finishes steps through its own connection. The commit spares
+// a later checkpoint's directory (in the writing), the next commit removes
+// an older uncommitted one, and every step is committed once, in order.
+TEST(TrainingRun, ACommitOnAnotherThreadRunsWhileTheLoopGoesOn) {
+  const std::string dir = testing::FreshDir("run_commit_thread");
+  ASSERT_TRUE(testing::WriteFakeManifest(dir + "/m.jsonl", 40).ok());
+  auto run = TrainingRun::Open(Options(dir)).ValueOrDie();
+  ASSERT_TRUE(run->index().IngestManifest(dir + "/m.jsonl").ok());
+  ASSERT_TRUE(run->Resume().ok());
+  auto finish_step = [&] {
+    auto batch = run->NextBatch().ValueOrDie();
+    ASSERT_TRUE(run->StepDone({batch.step, batch.sample_ids, "{}"}).ok());
+  };
+  finish_step();  // step 0
+  finish_step();  // step 1
+  auto taken = run->TakeCheckpoint(State(1, "w1"));
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(taken->steps.size(), 2u);
+  EXPECT_EQ(run->pending_steps(), 0);
+  // The ranks already write the next checkpoint (step 3) when the commit runs.
+  const std::string next = TrainingRun::ShardedCheckpointDir(Options(dir).run_dir, 3);
+  std::filesystem::create_directories(next);
+  std::ofstream(next + "/" + RankShardFileName(0)) << "in the writing";
+  Status committed;
+  std::thread commit([&] { committed = run->CommitTaken(*taken); });
+  for (int i = 0; i < 4; ++i) finish_step();  // steps 2..5, beside the commit
+  commit.join();
+  ASSERT_TRUE(committed.ok()) << committed.ToString();
+  auto point = run->index().LastCommit().ValueOrDie();
+  EXPECT_EQ(point.last_step, 1);
+  EXPECT_EQ(point.checkpoint_step, 1);
+  EXPECT_EQ(run->pending_steps(), 4);
+  EXPECT_TRUE(std::filesystem::exists(next)) << "a later checkpoint's directory is spared";
+  // The loop's next commit (step 5): steps 2..5; the uncommitted step-3
+  // directory is older than it now, and goes.
+  ASSERT_TRUE(run->Checkpoint(State(5, "w5")).ok());
+  EXPECT_EQ(run->index().LastCommit().ValueOrDie().last_step, 5);
+  EXPECT_EQ(run->index().ConsumedCount(0).ValueOrDie(), 24);  // 6 steps of 4
+  EXPECT_FALSE(std::filesystem::exists(next));
+  EXPECT_EQ(run->checkpoints().ListSteps().ValueOrDie(), (std::vector<int64_t>{1, 5}));
 }
 
 TEST(TrainingRun, AnUnwritableRunDirectoryIsAClearError) {

@@ -15,14 +15,21 @@
 // 1, DP 1 -> 2 (the teacher's fan-out changes), ZeRO-1 DP 4 -> 2, ZeRO-1 off
 // -> PP 2, PP 2 -> CP 2, CP 2 -> DP 3 (an edge that splits its rows unevenly);
 // a MoE student EP 2 -> 1 -> EP 2 under ZeRO-1; fused -> sectioned -> fused;
-// a teacher running ahead keeps its spool while the student goes DP 2 -> TP 2.
+// a teacher running ahead keeps its spool while the student goes DP 2 -> TP 2;
+// a run directory whose last checkpoint is a format-1 .mckpt resumes.
 // Each chain takes 40-70 s on the 2-core CI machine: 5-8 launches of 2-6
 // ranks, each starting libtorch (runtime/README.md says why that dominates).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "datalayer/checkpoint_store.h"
+#include "datalayer/sample_index.h"
+#include "runtime/checkpoint_slices.h"
+#include "runtime/section_runner.h"
 #include "tests/runtime/checkpoint_weights.h"
 #include "tests/runtime/local_plan.h"
 #include "tests/runtime/multi_rank_harness.h"
@@ -195,6 +202,64 @@ TEST(Reshard, AChangedModelIsRefusedNamingTheTensorAndBothShapes) {
   const auto resumed = runtime_testing::RunWorkers(before, dir + "/before/plan.json", run);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(runtime_testing::Losses(run).size(), 4u);
+}
+
+// A run directory of an older Maestro (issue #39 item 6): its last
+// committed checkpoint a format-1 `ckpt-<step>.mckpt` (each training
+// section's whole model and its AdamW as torch archives, sent to every
+// rank by rank 0). Made here from a format-2 run stopped after 2 steps: the
+// student's state loaded into a runner of the same plan, saved whole
+// (SaveModel, SaveOptimizer, what the format-1 writer stored), written as a
+// .mckpt, the index pointed at it and the sharded directory removed. The
+// resume continues from it at step 2 with every loss equal, bit for bit, to
+// the uninterrupted run's (weights and moments back: a resume without the
+// moments moves the losses, see kReshardWeightBound), and its next
+// checkpoint is sharded.
+TEST(Reshard, ARunDirectoryOfAnOlderMaestroResumesFromItsMckpt) {
+  namespace fs = std::filesystem;
+  const std::string dir = Fresh("format1");
+  const std::string run = dir + "/run";
+  const plan::Plan p = KdLayout({1, 1, 1, 1, 4}, 0, 4);
+  const std::string plan_path = runtime_testing::WritePlan(p, dir + "/plan");
+  const auto whole = runtime_testing::RunWorkers(p, plan_path, dir + "/whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = runtime_testing::RunWorkers(p, plan_path, run, {"--stop-after-steps", "2"});
+  ASSERT_EQ(first.exit_code, 85) << first.output;
+  {
+    auto index = datalayer::SampleIndex::Open(run + "/index.sqlite");
+    ASSERT_TRUE(index.ok()) << index.status().ToString();
+    auto commit = (*index)->LastCommit();
+    ASSERT_TRUE(commit.ok() && commit->checkpoint_step == 1);
+    auto sharded =
+        datalayer::CheckpointStore::Open(run + "/checkpoints", 2).ValueOrDie()->Read(commit->checkpoint_file);
+    ASSERT_TRUE(sharded.ok() && sharded->sharded()) << sharded.status().ToString();
+    auto runner = runtime::SectionRunner::Create(p, p.section_index("student"), runtime::RunnerOptions{});
+    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    runtime::CheckpointTensors source(*sharded);
+    ASSERT_TRUE(runtime::LoadRankPieces(source, (*runner)->CheckpointedRunners(), {}).ok());
+    datalayer::CheckpointData old;
+    old.step = sharded->step;
+    old.epoch = sharded->epoch;
+    old.next_step = sharded->next_step;
+    old.rng_states = sharded->rng_states;
+    old.sections["student"] = {(*runner)->SaveModel().ValueOrDie(), (*runner)->SaveOptimizer().ValueOrDie()};
+    fs::remove_all(run + "/checkpoints");
+    auto file = datalayer::CheckpointStore::Open(run + "/checkpoints", 2).ValueOrDie()->Write(old);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_EQ(*file, datalayer::CheckpointStore::FileName(1));
+    ASSERT_TRUE(
+        (*index)->db().Exec(fmt::format("UPDATE checkpoints SET file = '{}' WHERE checkpoint_step = 1", *file)).ok());
+  }
+  const auto resumed = runtime_testing::RunWorkers(p, plan_path, run);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto want = runtime_testing::Losses(dir + "/whole");
+  const auto got = runtime_testing::Losses(run);
+  ASSERT_EQ(got.size(), 4u) << resumed.output;
+  for (const auto& [step, loss] : want) EXPECT_EQ(loss, got.at(step)) << "step " << step;
+  EXPECT_EQ(runtime_testing::ConsumedSamples(run, 1), 4 * p.data.global_batch) << "every sample consumed once";
+  auto last = datalayer::SampleIndex::Open(run + "/index.sqlite").ValueOrDie()->LastCommit().ValueOrDie();
+  EXPECT_EQ(last.checkpoint_step, 3);
+  EXPECT_TRUE(fs::is_directory(run + "/checkpoints/" + last.checkpoint_file)) << "the next checkpoint is sharded";
 }
 
 }  // namespace
