@@ -112,9 +112,9 @@ TEST(E2eSlurm, ARunPreemptedOnFourNodesResumesRecompiledForThree) {
   ASSERT_TRUE(cluster->Run({"scancel", "--batch", "--signal=USR1", *id}).ok());
   // The batch script requeues a step that exits 85, and the local cluster's
   // jobs are requeueable (JobRequeue=1) whatever the spec says; a requeued
-  // job waits ~120 s for its BeginTime (it did: the wait below timed out
-  // every run). Its nodes are gone: once it ended or was requeued, cancel it
-  // (a pending job ends at once) and resubmit, as the user would.
+  // job waits ~120 s for its BeginTime (the e79a711 CI run's 120 s wait for
+  // its end ran out). Its nodes are gone: once it ended or was requeued,
+  // cancel it (a pending job ends at once) and resubmit, as the user would.
   auto left = cluster->WaitForJobState(
       *id, [](const SlurmJobInfo& j) { return j.finished() || j.components[0].restarts >= 1; }, seconds(120));
   ASSERT_TRUE(left.ok()) << left.status().ToString();

@@ -56,8 +56,9 @@ datalayer::CheckpointData LastCheckpoint(const fs::path& run_dir) {
 
 // Four checkpoints' worth: enough for a preemption and a kill to land
 // between two of them with steps left to resume (it was 40, then 20 with a
-// checkpoint every 5: more training for the same checks; the two tests took
-// 86 s and 50 s side by side, 56 s and 32 s at 12 steps).
+// checkpoint every 5: more training for the same checks; side by side on
+// two cores the two tests took 86 s and 50 s at 20 steps, 70 s and 49 s at
+// 12: a step is 0.08 s, most of a job is its 8 ranks' start).
 constexpr int64_t kSteps = 12;
 constexpr int64_t kCheckpointEvery = 3;
 
