@@ -217,8 +217,10 @@ std::vector<pid_t> WorkerPids(const fs::path& plan) {
   return pids;
 }
 
-// A random moment: after 4..9 logged steps (a checkpoint every 3), one
-// random worker. MAESTRO_E2E_KILL_SEED=N replays a draw; the seed is printed.
+// A random moment: after 5..9 logged steps (a checkpoint every 3, the one of
+// step 2 committed as step 3 ends: after 4 logged steps the kill raced that
+// commit, seed 2 of the 4..9 draw), one random worker.
+// MAESTRO_E2E_KILL_SEED=N replays a draw; the seed is printed.
 struct KillMoment {
   uint64_t seed = 0;
   size_t after_steps = 0;
@@ -231,7 +233,7 @@ KillMoment DrawKillMoment(int ranks) {
   k.seed = env != nullptr ? std::strtoull(env, nullptr, 10)
                           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::mt19937_64 rng(k.seed);
-  k.after_steps = 4 + static_cast<size_t>(rng() % 6);
+  k.after_steps = 5 + static_cast<size_t>(rng() % 5);
   k.victim = static_cast<size_t>(rng() % static_cast<uint64_t>(ranks));
   std::printf("kill -9 draw: MAESTRO_E2E_KILL_SEED=%llu -> after %zu steps, worker %zu of %d\n",
               static_cast<unsigned long long>(k.seed), k.after_steps, k.victim, ranks);
