@@ -75,8 +75,9 @@ void AppendDirectives(const plan::Plan& plan, const Spec& spec, ShellScriptWrite
 
 // The script body: start the step over every component, forward signals to
 // it, end a step whose srun hangs after every rank finished, and requeue when
-// the step asks for it.
-void AppendStepScript(const plan::Plan& plan, const CompileOptions& options, ShellScriptWriter& w) {
+// the step asks for it and the spec lets the job requeue (`requeue`);
+// otherwise the job ends with the step's code, saying how to resume.
+void AppendStepScript(const plan::Plan& plan, const CompileOptions& options, bool requeue, ShellScriptWriter& w) {
   const auto line = [&w](const std::string& l) { w.Line(l); };
   const int k = static_cast<int>(plan::NodeGroupsOf(plan).size());
   const std::string plan_path = (options.out_dir.empty() ? std::string(".") : options.out_dir) + "/plan.json";
@@ -133,9 +134,15 @@ void AppendStepScript(const plan::Plan& plan, const CompileOptions& options, She
   line("if [ \"$rc\" -eq 137 ] && [ -f \"$step_exit\" ]; then rc=$(cat \"$step_exit\"); fi");
   line("rm -f \"$step_exit\"");
   line(fmt::format("if [ \"$rc\" -eq {} ]; then", kExitRequeue));
-  line("  echo \"maestro: the step checkpointed and asked for a requeue; requeueing job $SLURM_JOB_ID\" >&2");
-  line("  scontrol requeue \"$SLURM_JOB_ID\"");
-  line("  exit 0");
+  if (requeue) {
+    line("  echo \"maestro: the step checkpointed and asked for a requeue; requeueing job $SLURM_JOB_ID\" >&2");
+    line("  scontrol requeue \"$SLURM_JOB_ID\"");
+    line("  exit 0");
+  } else {
+    line(
+        "  echo \"maestro: the step checkpointed and stopped; the spec does not requeue ([job] requeue = false): "
+        "submit this script again (the same work_dir) to resume at the next step\" >&2");
+  }
   line("fi");
   line("exit \"$rc\"");
 }
@@ -145,7 +152,7 @@ void AppendStepScript(const plan::Plan& plan, const CompileOptions& options, She
 StatusOr<std::string> RenderSbatch(const plan::Plan& plan, const Spec& spec, const CompileOptions& options) {
   ShellScriptWriter w("job.sbatch");
   AppendDirectives(plan, spec, w);
-  AppendStepScript(plan, options, w);
+  AppendStepScript(plan, options, spec.job.requeue, w);
   return w.Finish();
 }
 

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "base/checks.h"
@@ -232,13 +233,25 @@ std::vector<datalayer::SliceToWrite> CheckpointSpeedRank::Pieces(bool own_copy) 
   return out;  // views: `snapshot` holds views (and any contiguous copy), not the state's bytes again
 }
 
-Status CheckpointSpeedRank::Load(const datalayer::CheckpointData& checkpoint) {
+Status CheckpointSpeedRank::Load(const datalayer::CheckpointData& checkpoint, int64_t* bytes_spanned) {
   State& s = *state_;
   CheckpointTensors source(checkpoint);
+  std::map<std::string, std::vector<const datalayer::SliceRecord*>> pieces;
+  if (bytes_spanned != nullptr) {
+    for (const auto& r : checkpoint.slices) pieces[r.tensor].push_back(&r);
+  }
   torch::NoGradGuard guard;
   auto read_into = [&](const std::string& name, const HeldParameter& p, const Box& local_box, torch::Tensor local) {
     for (const auto& [l, g] : p.Map(local_box)) {
       MAESTRO_RETURN_IF_ERROR(source.CopyInto(name, p.global_shape, g, Narrow(local, l, local_box.offsets)));
+      if (bytes_spanned == nullptr) continue;
+      for (const datalayer::SliceRecord* r : pieces[name]) {
+        const auto common = datalayer::Intersect(r->box, g);
+        if (!common) continue;
+        const auto [begin, end] =
+            datalayer::ByteSpanOf(r->box, *common, static_cast<int64_t>(hf::TensorDTypeSize(r->dtype)));
+        *bytes_spanned += end - begin;
+      }
     }
     return Status::Ok();
   };

@@ -77,7 +77,12 @@ class CheckpointSpeedRank {
 
   // Every part this rank holds, read from `checkpoint` (format 2, any
   // layout) into the state; the errors are CheckpointTensors::Read's.
-  Status Load(const datalayer::CheckpointData& checkpoint);
+  // `bytes_spanned` (when given) grows by the bytes of the pieces the reads
+  // span (datalayer::ByteSpanOf: from a part's first to its last byte in
+  // each piece it meets): what the load touches of the files, as opposed
+  // to what it keeps (a part of a row-major piece split along its columns
+  // spans nearly the whole piece).
+  Status Load(const datalayer::CheckpointData& checkpoint, int64_t* bytes_spanned = nullptr);
   // The sum (float64) of the values of the pieces this rank writes: over
   // all ranks of a layout, the whole state's sum, whatever the layout (so a
   // load into another layout can be checked against the writers').

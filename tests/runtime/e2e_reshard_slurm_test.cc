@@ -110,14 +110,14 @@ TEST(E2eSlurm, ARunPreemptedOnFourNodesResumesRecompiledForThree) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
   }
   ASSERT_TRUE(cluster->Run({"scancel", "--batch", "--signal=USR1", *id}).ok());
-  // The batch script requeues a step that exits 85, and the local cluster's
-  // jobs are requeueable (JobRequeue=1) whatever the spec says; a requeued
-  // job waits ~120 s for its BeginTime (the e79a711 CI run's 120 s wait for
-  // its end ran out). Its nodes are gone: once it ended or was requeued,
-  // cancel it (a pending job ends at once) and resubmit, as the user would.
+  // The spec does not requeue (job.requeue = false): the batch script ends
+  // the job with the step's 85 instead of requeueing it (which would sit
+  // out the ~120 s BeginTime Slurm gives a requeued job, on nodes that are
+  // gone), and says how to resume.
   auto left = cluster->WaitForJobState(
       *id, [](const SlurmJobInfo& j) { return j.finished() || j.components[0].restarts >= 1; }, seconds(120));
   ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_TRUE(left->finished() && left->components[0].restarts == 0) << "a job whose spec says requeue = false";
   if (!left->finished()) {
     ASSERT_TRUE(cluster->Cancel(*id).ok());
   }
@@ -125,6 +125,7 @@ TEST(E2eSlurm, ARunPreemptedOnFourNodesResumesRecompiledForThree) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   auto output = cluster->ReadJobOutput(*job);
   ASSERT_TRUE(output.ok());
+  EXPECT_NE(output->find("the spec does not requeue"), std::string::npos) << *output;
   const int64_t stopped_at = runtime_testing::LastCheckpoint(run_dir.string()).step;
   ASSERT_GE(stopped_at, 4) << *output;
   ASSERT_LT(stopped_at, kSteps - 1) << "the preemption came too late to test anything\n" << *output;

@@ -240,6 +240,16 @@ KillMoment DrawKillMoment(int ranks) {
   return k;
 }
 
+// The step of the run's last committed checkpoint (-1: none yet), read from
+// its index while the job runs (SQLite WAL: a reader beside the writer).
+int64_t CommittedCheckpointStep(const fs::path& run_dir) {
+  if (!fs::exists(run_dir / "index.sqlite")) return -1;
+  auto index = datalayer::SampleIndex::Open((run_dir / "index.sqlite").string());
+  if (!index.ok()) return -1;
+  auto commit = (*index)->LastCommit();
+  return commit.ok() ? commit->checkpoint_step : -1;
+}
+
 TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();  // tiny_vlm3 trains on Fashion-MNIST
   auto cluster = LocalSlurmCluster::FromEnvironment();
@@ -253,6 +263,14 @@ TEST(E2eSlurm, KilledWorkerEndsTheJobAndAResubmissionResumes) {
   while (Losses(job_dir.run_dir).size() < moment.after_steps) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no training progress";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a file, not synchronization
+  }
+  // The first checkpoint (of step 2) is committed in the background after
+  // step 3 ends, as late as during step 5 on a loaded machine: the kill
+  // comes once the index holds it, so that the resume below is checked
+  // against a committed checkpoint, whatever the commit's timing.
+  while (CommittedCheckpointStep(job_dir.run_dir) < kCheckpointEvery - 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no checkpoint committed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling the index, not synchronization
   }
   const auto pids = WorkerPids(job_dir.dir / "plan.json");
   ASSERT_EQ(static_cast<int>(pids.size()), job_dir.ranks) << "one worker per rank";
