@@ -24,13 +24,17 @@ namespace {
 
 constexpr const char* kFashionPackageHint =
     "install the Debian package dataset-fashion-mnist (scripts/setup.sh does), or set MAESTRO_FASHION_MNIST_DIR to "
-    "a folder holding the four Fashion-MNIST .gz files";
+    "a folder holding the four Fashion-MNIST files (.gz, or uncompressed)";
 
 // The idx file of `what` ("images" or "labels") of Fashion-MNIST split
 // `split` ("train" or "t10k") in `dir`: the one name Open and
-// FindFashionMnist use.
+// FindFashionMnist use. The uncompressed file when `dir` holds one (as
+// torchvision's raw/ folder does; it reads without inflating 26 MB on every
+// rank), else the .gz the Debian package installs.
 std::string FashionFile(const std::string& dir, const std::string& split, const std::string& what) {
-  return fmt::format("{}/{}-{}-idx{}-ubyte.gz", dir, split, what, what == "images" ? 3 : 1);
+  const std::string path = fmt::format("{}/{}-{}-idx{}-ubyte", dir, split, what, what == "images" ? 3 : 1);
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) ? path : path + ".gz";
 }
 
 // Caption prefixes, each followed by the class word token. The longest fixes

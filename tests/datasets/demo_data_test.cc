@@ -476,6 +476,39 @@ TEST(DemoErrors, BadOptionsGiveClearStatuses) {
   EXPECT_NE(r.status().message().find("dataset-fashion-mnist"), std::string::npos);
 }
 
+// An uncompressed copy of the files (as torchvision's raw/ folder holds,
+// and as the tests' build-time copy does) is read instead of the .gz beside
+// it, and yields the same samples as the Debian package's .gz files alone.
+TEST(DemoData, AnUncompressedCopyIsReadInsteadOfTheGzipAndYieldsTheSameSamples) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  const std::string dir = fixtures::ScratchDir(kScratch, "uncompressed");
+  for (const char* name :
+       {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    auto bytes = ReadMaybeGzipFile(DefaultFashionMnistDir() + "/" + name + ".gz", "dataset-fashion-mnist");
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    std::ofstream(dir + "/" + name, std::ios::binary) << *bytes;
+  }
+  DemoOptions gz = Captions(64), raw = Captions(64);
+  gz.fashion_dir = kDebianFashionMnistDir;
+  raw.fashion_dir = dir;
+  const auto from_gz = OpenOrDie(gz), from_raw = OpenOrDie(raw);
+  ASSERT_TRUE(from_gz && from_raw);
+  ASSERT_EQ(from_raw->NumTrain(), from_gz->NumTrain());
+  ASSERT_EQ(from_raw->NumTest(), from_gz->NumTest());
+  for (int64_t id : {int64_t{0}, int64_t{1}, from_gz->NumTrain() / 2, from_gz->NumTrain() - 1}) {
+    const DemoSample a = from_gz->LoadTrain(id).ValueOrDie(), b = from_raw->LoadTrain(id).ValueOrDie();
+    EXPECT_EQ(a.input_ids, b.input_ids) << id;
+    EXPECT_EQ(a.image, b.image) << id;
+  }
+  EXPECT_EQ(from_gz->LoadTest(7).ValueOrDie().image, from_raw->LoadTest(7).ValueOrDie().image);
+  // The uncompressed file is the one read: cut short, it is refused by name.
+  fs::resize_file(dir + "/train-images-idx3-ubyte", 100);
+  auto cut = DemoDataset::Open(raw);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("train-images-idx3-ubyte"), std::string::npos) << cut.status().ToString();
+  EXPECT_EQ(cut.status().message().find("ubyte.gz"), std::string::npos) << cut.status().ToString();
+}
+
 TEST(DemoErrors, CorruptIdxFileIsCorruptionNamingTheFile) {
   const std::string dir = fixtures::ScratchDir(kScratch, "corrupt");
   for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
