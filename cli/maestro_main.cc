@@ -8,7 +8,7 @@
 //   maestro profile --kernels -o FILE    this machine's device as a device profile for the step
 //                                        model (maestro-kernel-profile: GEMM and attention sweeps,
 //                                        bandwidth, one decoder step; docs/step_model.md)
-//   maestro doctor                       what this machine has: libraries, BLAS, launchers
+//   maestro doctor                       what this machine has: libraries, BLAS, launchers, GPUs
 //   maestro export OUT --section S -o D  a trained section as a Hugging Face folder (maestro-export)
 #include <sched.h>
 #include <signal.h>
@@ -26,6 +26,7 @@
 #include "cli/profile_calibration.h"
 #include "cli/subprocess.h"
 #include "datalayer/versions.h"
+#include "launcher/gpu_inventory.h"
 #include "launcher/versions.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
@@ -417,6 +418,14 @@ int DoctorCommand() {
               maestro::launcher::PmixVersion().c_str(), maestro::launcher::MpiVersion().c_str(),
               maestro::launcher::NcclVersion().c_str(), maestro::datalayer::SqliteVersion().c_str(),
               maestro::datalayer::Hdf5Version().c_str());
+  // The GPUs this machine offers (launcher/gpu_inventory.h; MAESTRO_FAKE_GPUS
+  // stands in for them in tests).
+  auto gpus = maestro::launcher::DiscoverLocalGpus();
+  if (!gpus.ok()) {
+    std::fprintf(stderr, "maestro doctor: %s\n", gpus.status().message().c_str());
+    return maestro::kExitUsage;
+  }
+  std::printf("GPUs     %s\n", maestro::launcher::DescribeGpus(*gpus).c_str());
   std::fflush(stdout);
   auto rc = maestro::cli::RunProcess({bin + "/maestro-worker", "--version"});
   return rc.ok() ? *rc : 1;
@@ -559,7 +568,9 @@ int main(int argc, char** argv) {
   CLI::App* run = AddRunCommand(app, &run_args);
   ProfileArgs profile_args;
   const ProfileCommandLine profile = AddProfileCommand(app, &profile_args);
-  auto* doctor = app.add_subcommand("doctor", "print what this machine offers Maestro (libraries, BLAS, launchers)");
+  auto* doctor = app.add_subcommand("doctor",
+                                    "print what this machine offers Maestro (libraries, BLAS, launchers, GPUs; "
+                                    "MAESTRO_FAKE_GPUS stands in for them)");
 
   // Everything after `export` goes to maestro-export (its --help lists the options).
   auto* export_cmd = app.add_subcommand(
