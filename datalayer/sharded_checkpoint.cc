@@ -184,8 +184,7 @@ StatusOr<std::vector<SliceRecord>> SliceRecordsFromJson(std::string_view text) {
       if (e.contains("block_crc32c")) {
         r.crc_block_bytes = e.at("crc_block_bytes").get<int64_t>();
         r.block_crc32c = e.at("block_crc32c").get<std::vector<uint32_t>>();
-        int64_t bytes = static_cast<int64_t>(hf::TensorDTypeSize(r.dtype));
-        for (int64_t n : r.box.lengths) bytes *= n;
+        const int64_t bytes = static_cast<int64_t>(hf::TensorDTypeSize(r.dtype)) * r.box.elements();
         const int64_t blocks = r.crc_block_bytes > 0 ? (bytes + r.crc_block_bytes - 1) / r.crc_block_bytes : -1;
         if (blocks != static_cast<int64_t>(r.block_crc32c.size())) {
           return Status::Corruption(fmt::format("checkpoint piece of '{}' in {}: {} block checksums for {} bytes",
@@ -286,7 +285,7 @@ StatusOr<std::string_view> ShardReader::Bytes(const SliceRecord& record, int64_t
   begin = std::clamp<int64_t>(begin, 0, size);
   end = std::clamp<int64_t>(end, begin, size);
   const int64_t first = begin / block, last = end > begin ? (end - 1) / block : first - 1;
-  for (int64_t b = std::max<int64_t>(first, 0); b <= last && b < static_cast<int64_t>(count); ++b) {
+  for (int64_t b = first; b <= last && b < static_cast<int64_t>(count); ++b) {
     if (verified[static_cast<size_t>(b)]) continue;
     const std::string_view part = bytes.substr(static_cast<size_t>(b * block), static_cast<size_t>(block));
     const uint32_t want = blocks ? record.block_crc32c[static_cast<size_t>(b)] : record.crc32c;

@@ -37,11 +37,7 @@ StatusOr<std::vector<datalayer::SliceRecord>> BackgroundRankWrite::Wait() {
 
 BackgroundCommit::BackgroundCommit(datalayer::TrainingRun* run, datalayer::TrainingRun::TakenCheckpoint taken)
     : step_(taken.state.step), taken_(std::move(taken)) {
-  thread_ = std::thread([this, run] {
-    const auto t0 = std::chrono::steady_clock::now();
-    result_ = run->CommitTaken(taken_);
-    commit_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  });
+  thread_ = std::thread([this, run] { result_ = run->CommitTaken(taken_); });
 }
 
 BackgroundCommit::~BackgroundCommit() {

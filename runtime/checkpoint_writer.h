@@ -84,14 +84,11 @@ class BackgroundCommit {
   int64_t step() const { return step_; }
   // Waits for the commit; its error, naming the step. Call once.
   Status Wait();
-  // Seconds the thread took (valid after Wait).
-  double commit_seconds() const { return commit_seconds_; }
 
  private:
   int64_t step_;
   datalayer::TrainingRun::TakenCheckpoint taken_;
   Status result_;
-  double commit_seconds_ = 0.0;
   std::thread thread_;
 };
 
