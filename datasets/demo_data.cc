@@ -114,11 +114,12 @@ Status FindFashionMnist(const std::string& dir) {
 }
 
 struct DemoDataset::Impl {
-  // Fashion-MNIST, raw bytes (normalized when a sample is built).
-  std::vector<uint8_t> train_images;  // (num_train_images, 28, 28)
-  std::vector<uint8_t> train_labels;  // (num_train_images)
-  std::vector<uint8_t> test_images;   // (num_test_images, 28, 28)
-  std::vector<uint8_t> test_labels;   // (num_test_images)
+  // Fashion-MNIST, raw bytes read in place (normalized when a sample is
+  // built): every rank opens the dataset, and a rank reads only its samples.
+  IdxFile train_images;  // (num_train_images, 28, 28)
+  IdxFile train_labels;  // (num_train_images)
+  IdxFile test_images;   // (num_test_images, 28, 28)
+  IdxFile test_labels;   // (num_test_images)
   int64_t num_train_images = 0;
   int64_t num_test_images = 0;
 
@@ -144,33 +145,28 @@ DemoDataset::~DemoDataset() = default;
 
 namespace {
 
-Status LoadFashionSplit(const std::string& dir, const std::string& split, std::vector<uint8_t>& images,
-                        std::vector<uint8_t>& labels, int64_t& count) {
+Status LoadFashionSplit(const std::string& dir, const std::string& split, IdxFile& images, IdxFile& labels,
+                        int64_t& count) {
   const std::string images_path = FashionFile(dir, split, "images");
   const std::string labels_path = FashionFile(dir, split, "labels");
-  MAESTRO_ASSIGN_OR_RETURN(std::string image_bytes, ReadMaybeGzipFile(images_path, kFashionPackageHint));
-  MAESTRO_ASSIGN_OR_RETURN(IdxArray image_array, ParseIdx(image_bytes, 3, images_path));
-  image_bytes = std::string();
-  MAESTRO_ASSIGN_OR_RETURN(std::string label_bytes, ReadMaybeGzipFile(labels_path, kFashionPackageHint));
-  MAESTRO_ASSIGN_OR_RETURN(IdxArray label_array, ParseIdx(label_bytes, 1, labels_path));
-  if (image_array.dims[1] != kImageSide || image_array.dims[2] != kImageSide) {
-    return Status::Corruption(fmt::format("{}: images are {}x{}, expected {}x{}", images_path, image_array.dims[1],
-                                          image_array.dims[2], kImageSide, kImageSide));
+  MAESTRO_ASSIGN_OR_RETURN(images, IdxFile::Open(images_path, 3, kFashionPackageHint));
+  MAESTRO_ASSIGN_OR_RETURN(labels, IdxFile::Open(labels_path, 1, kFashionPackageHint));
+  if (images.dims()[1] != kImageSide || images.dims()[2] != kImageSide) {
+    return Status::Corruption(fmt::format("{}: images are {}x{}, expected {}x{}", images_path, images.dims()[1],
+                                          images.dims()[2], kImageSide, kImageSide));
   }
-  if (image_array.dims[0] != label_array.dims[0]) {
-    return Status::Corruption(fmt::format("{} has {} images but {} has {} labels", images_path, image_array.dims[0],
-                                          labels_path, label_array.dims[0]));
+  if (images.dims()[0] != labels.dims()[0]) {
+    return Status::Corruption(fmt::format("{} has {} images but {} has {} labels", images_path, images.dims()[0],
+                                          labels_path, labels.dims()[0]));
   }
-  if (image_array.dims[0] == 0) return Status::Corruption(fmt::format("{}: no images", images_path));
-  for (size_t i = 0; i < label_array.data.size(); ++i) {
-    if (label_array.data[i] >= kNumClasses) {
+  if (images.dims()[0] == 0) return Status::Corruption(fmt::format("{}: no images", images_path));
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels.data()[i] >= kNumClasses) {
       return Status::Corruption(
-          fmt::format("{}: label {} of sample {} is not a class 0..9", labels_path, label_array.data[i], i));
+          fmt::format("{}: label {} of sample {} is not a class 0..9", labels_path, labels.data()[i], i));
     }
   }
-  count = image_array.dims[0];
-  images = std::move(image_array.data);
-  labels = std::move(label_array.data);
+  count = images.dims()[0];
   return Status::Ok();
 }
 
@@ -308,8 +304,8 @@ StatusOr<DemoSample> DemoDataset::LoadTrain(int64_t sample_id) const {
   if (impl.IdHasImage(sample_id)) {
     const int64_t image = impl.ImageIndexOfId(sample_id);
     return BuildCaptionSample(sample_id, impl.train_images.data() + image * kImagePixels,
-                              impl.train_labels[static_cast<size_t>(image)],
-                              CaptionTemplate(options_.seed, 0, sample_id), options_.seq_len);
+                              impl.train_labels.data()[image], CaptionTemplate(options_.seed, 0, sample_id),
+                              options_.seq_len);
   }
   const int64_t chunk = impl.TextIndexOfId(sample_id) % impl.num_train_chunks;
   return BuildTextSample(sample_id, impl.text, chunk, impl.chunk_bytes, options_.seq_len);
@@ -324,9 +320,8 @@ StatusOr<DemoSample> DemoDataset::LoadTest(int64_t index) const {
   if (options_.kind == DemoKind::kText) {
     return BuildTextSample(index, impl.text, impl.num_train_chunks + index, impl.chunk_bytes, options_.seq_len);
   }
-  return BuildCaptionSample(index, impl.test_images.data() + index * kImagePixels,
-                            impl.test_labels[static_cast<size_t>(index)], CaptionTemplate(options_.seed, 1, index),
-                            options_.seq_len);
+  return BuildCaptionSample(index, impl.test_images.data() + index * kImagePixels, impl.test_labels.data()[index],
+                            CaptionTemplate(options_.seed, 1, index), options_.seq_len);
 }
 
 StatusOr<int64_t> DemoDataset::WriteManifest(const std::string& path) const {

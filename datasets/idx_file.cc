@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <utility>
+
+#include "base/checks.h"
 
 namespace maestro::datasets {
 
@@ -60,9 +63,16 @@ StatusOr<std::string> ReadMaybeGzipFile(const std::string& path, const std::stri
   return out;
 }
 
-StatusOr<IdxArray> ParseIdx(const std::string& bytes, int expected_rank, const std::string& what) {
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  if (bytes.size() < 4) return Status::Corruption(fmt::format("{}: idx file too short ({} bytes)", what, bytes.size()));
+namespace {
+
+struct IdxHeader {
+  std::vector<int64_t> dims;
+  size_t header_bytes = 0;
+};
+
+// The dims of idx bytes p[0, size), checked against their count.
+StatusOr<IdxHeader> ParseIdxHeader(const unsigned char* p, size_t size, int expected_rank, const std::string& what) {
+  if (size < 4) return Status::Corruption(fmt::format("{}: idx file too short ({} bytes)", what, size));
   if (p[0] != 0 || p[1] != 0 || p[2] != 0x08) {
     return Status::Corruption(fmt::format("{}: not an idx file of unsigned bytes (magic {:02x} {:02x} {:02x} {:02x})",
                                           what, p[0], p[1], p[2], p[3]));
@@ -71,9 +81,9 @@ StatusOr<IdxArray> ParseIdx(const std::string& bytes, int expected_rank, const s
   if (rank != expected_rank) {
     return Status::Corruption(fmt::format("{}: idx file has {} dims, expected {}", what, rank, expected_rank));
   }
-  const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  if (bytes.size() < header) return Status::Corruption(fmt::format("{}: idx header truncated", what));
-  IdxArray out;
+  IdxHeader out;
+  out.header_bytes = 4 + 4 * static_cast<size_t>(rank);
+  if (size < out.header_bytes) return Status::Corruption(fmt::format("{}: idx header truncated", what));
   uint64_t count = 1;
   for (int d = 0; d < rank; ++d) {
     const unsigned char* q = p + 4 + 4 * d;
@@ -82,12 +92,53 @@ StatusOr<IdxArray> ParseIdx(const std::string& bytes, int expected_rank, const s
     count *= dim;
     if (count > (uint64_t{1} << 40)) return Status::Corruption(fmt::format("{}: idx dims too large", what));
   }
-  if (bytes.size() - header != count) {
+  if (size - out.header_bytes != count) {
     return Status::Corruption(fmt::format("{}: idx data has {} bytes, the dims say {} (truncated or damaged file)",
-                                          what, bytes.size() - header, count));
+                                          what, size - out.header_bytes, count));
   }
-  out.data.assign(p + header, p + bytes.size());
   return out;
+}
+
+}  // namespace
+
+StatusOr<IdxArray> ParseIdx(const std::string& bytes, int expected_rank, const std::string& what) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  MAESTRO_ASSIGN_OR_RETURN(IdxHeader header, ParseIdxHeader(p, bytes.size(), expected_rank, what));
+  IdxArray out;
+  out.dims = std::move(header.dims);
+  out.data.assign(p + header.header_bytes, p + bytes.size());
+  return out;
+}
+
+StatusOr<IdxFile> IdxFile::Open(const std::string& path, int expected_rank, const std::string& package_hint) {
+  StatusOr<MappedFile> mapped = MappedFile::Open(path);
+  if (!mapped.ok()) {
+    if (mapped.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(fmt::format("{}: no such file ({})", path, package_hint));
+    }
+    return mapped.status();
+  }
+  IdxFile file;
+  file.mapped_ = std::move(mapped).value();
+  const uint8_t* bytes = file.mapped_.data();
+  size_t size = file.mapped_.size();
+  constexpr uint8_t kGzipMagic[2] = {0x1f, 0x8b};
+  if (size >= 2 && bytes[0] == kGzipMagic[0] && bytes[1] == kGzipMagic[1]) {
+    file.mapped_ = MappedFile();
+    MAESTRO_ASSIGN_OR_RETURN(file.inflated_, ReadMaybeGzipFile(path, package_hint));
+    bytes = reinterpret_cast<const uint8_t*>(file.inflated_.data());
+    size = file.inflated_.size();
+  }
+  MAESTRO_ASSIGN_OR_RETURN(IdxHeader header, ParseIdxHeader(bytes, size, expected_rank, path));
+  file.dims_ = std::move(header.dims);
+  file.header_ = header.header_bytes;
+  file.size_ = size - header.header_bytes;
+  return file;
+}
+
+const uint8_t* IdxFile::data() const {
+  const uint8_t* base = mapped_.data() != nullptr ? mapped_.data() : reinterpret_cast<const uint8_t*>(inflated_.data());
+  return base + header_;
 }
 
 }  // namespace maestro::datasets

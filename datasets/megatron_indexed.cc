@@ -1,15 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Megatron indexed corpora: the dtypes and the mmap reader with its
+// Megatron indexed corpora: the dtypes and the mapped reader with its
 // validation. The "pack" and "split" sample rules are in
 // megatron_samples.cc, the writer in megatron_writer.cc. See
 // megatron_indexed.h and docs/data.md. May call: base, POSIX. No libtorch.
 #include "datasets/megatron_indexed.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +16,7 @@
 
 #include "base/checks.h"
 #include "base/files.h"
+#include "base/mapped_file.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "Megatron indexed datasets are little-endian; this reader assumes a little-endian host"
@@ -46,54 +43,22 @@ constexpr const char* kRegenerateFix =
     "regenerate the pair with Megatron-LM's tools/preprocess_data.py, or copy both files again from where they were "
     "written";
 
-// A read-only mapping of a whole file; an empty file maps to nothing.
-struct Mapping {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-};
-
-StatusOr<Mapping> MapFile(const std::string& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) {
+// A read-only mapping of one file of the pair, its errors saying how to fix it.
+StatusOr<MappedFile> MapFile(const std::string& path, const char* what) {
+  StatusOr<MappedFile> mapped = MappedFile::Open(path);
+  if (mapped.ok()) return mapped;
+  switch (mapped.status().code()) {
+    case StatusCode::kNotFound:
       return Status::NotFound(
           fmt::format("{}: the Megatron {} file does not exist; pass the prefix that "
                       "preprocess_data.py printed (e.g. my-corpus_text_document, without "
                       ".bin/.idx), whose .bin and .idx sit side by side",
                       path, what));
-    }
-    return Status::IOError(fmt::format("{}: cannot open the Megatron {} file: {}", path, what, std::strerror(err)));
+    case StatusCode::kInvalidArgument:
+      return Status::InvalidArgument(
+          fmt::format("{}: is not a regular file; pass the Megatron {} file (or the prefix of the pair)", path, what));
+    default: return Status::IOError(fmt::format("the Megatron {} file: {}", what, mapped.status().message()));
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::IOError(fmt::format("{}: cannot stat the Megatron {} file: {}", path, what, std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::InvalidArgument(
-        fmt::format("{}: is not a regular file; pass the Megatron {} file (or the prefix of the pair)", path, what));
-  }
-  Mapping m;
-  m.size = static_cast<size_t>(st.st_size);
-  if (m.size > 0) {
-    void* addr = ::mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
-    if (addr == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return Status::IOError(
-          fmt::format("{}: cannot mmap the Megatron {} file ({} bytes): {}", path, what, m.size, std::strerror(err)));
-    }
-    m.data = static_cast<const uint8_t*>(addr);
-  }
-  ::close(fd);
-  return m;
-}
-
-void Unmap(const Mapping& m) {
-  if (m.data != nullptr) ::munmap(const_cast<uint8_t*>(m.data), m.size);
 }
 
 // Widens count tokens of type T to int64. The .bin mapping is page-aligned and
@@ -175,8 +140,8 @@ bool MegatronDTypeIsInteger(MegatronDType dtype) {
 struct MegatronIndexedDataset::Files {
   std::string idx_path;
   std::string bin_path;
-  Mapping idx;
-  Mapping bin;
+  MappedFile idx;
+  MappedFile bin;
   MegatronDType dtype = MegatronDType::kUint16;
   int itemsize = 0;
   int64_t sequence_count = 0;
@@ -190,10 +155,7 @@ struct MegatronIndexedDataset::Files {
   Files() = default;
   Files(const Files&) = delete;
   Files& operator=(const Files&) = delete;
-  ~Files() {
-    Unmap(idx);
-    Unmap(bin);
-  }
+  ~Files() = default;
 
   int64_t Length(int64_t i) const { return Load<int32_t>(lengths + 4 * i); }
   int64_t Pointer(int64_t i) const { return Load<int64_t>(pointers + 8 * i); }
@@ -223,8 +185,8 @@ Status MegatronIndexedDataset::Files::Validate() {
 // Magic, version, dtype, the counts against the .idx size, and what follows
 // the document indices (nothing, or one mode per sequence).
 Status MegatronIndexedDataset::Files::ValidateHeader() {
-  const uint8_t* p = idx.data;
-  const size_t size = idx.size;
+  const uint8_t* p = idx.data();
+  const size_t size = idx.size();
   if (size < kMegatronIdxMagicSize || std::memcmp(p, kMegatronIdxMagic, kMegatronIdxMagicSize) != 0) {
     std::string seen;
     for (size_t i = 0; i < std::min(size, kMegatronIdxMagicSize); ++i) seen += fmt::format("{:02x}", p[i]);
@@ -324,7 +286,7 @@ Status MegatronIndexedDataset::Files::ValidateDocumentIndex() const {
 // Sequences: inside the .bin, back to back from byte 0, and the .bin exactly
 // as long as the index says.
 Status MegatronIndexedDataset::Files::ValidateSequences() {
-  const uint64_t bin_size = bin.size;
+  const uint64_t bin_size = bin.size();
   uint64_t expected = 0;  // where the next sequence must start
   for (int64_t d = 0; d + 1 < document_entries; ++d) {
     for (int64_t i = DocIndex(d); i < DocIndex(d + 1); ++i) {
@@ -464,7 +426,7 @@ void MegatronIndexedDataset::ReadTokens(int64_t first_token, int64_t count, int6
                                         files_->bin_path, first_token, first_token, count, files_->total_tokens));
   }
   if (count == 0) return;
-  const uint8_t* src = files_->bin.data + first_token * files_->itemsize;
+  const uint8_t* src = files_->bin.data() + first_token * files_->itemsize;
   switch (files_->dtype) {
     case MegatronDType::kUint8: ConvertTokens<uint8_t>(src, count, out); return;
     case MegatronDType::kInt8: ConvertTokens<int8_t>(src, count, out); return;
@@ -506,7 +468,7 @@ Status MegatronIndexedDataset::CheckDocumentTokenIds(int64_t d, int64_t vocab_si
   const int64_t first = DocumentTokenOffset(d);
   const int64_t count = DocumentLength(d);
   if (count == 0) return Status::Ok();
-  const uint8_t* src = files_->bin.data + first * files_->itemsize;
+  const uint8_t* src = files_->bin.data() + first * files_->itemsize;
   int64_t bad = -1;
   switch (files_->dtype) {
     case MegatronDType::kUint8: bad = FindBadToken<uint8_t>(src, count, vocab_size); break;

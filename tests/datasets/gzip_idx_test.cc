@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // gzip reading (zlib) and idx parsing on made-up files: gzip and plain text
 // read alike, damaged gzip streams are Corruption, and no byte string makes
-// ParseIdx crash or accept data that disagrees with its dims.
+// ParseIdx crash or accept data that disagrees with its dims; IdxFile reads a
+// plain file in place (mapped) and a gzip one inflated, alike, with the same
+// checks.
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -115,6 +118,47 @@ TEST(IdxFile, RandomBytesNeverCrashAndNeverDisagreeWithTheDims) {
     }
   }
   EXPECT_GT(accepted, 0) << "some mutations (e.g. of the data bytes) stay valid";
+}
+
+// An idx array of 3 x 2 x 2 bytes, a plain file and its gzip: IdxFile reads
+// both as ParseIdx does, the plain one in place; a damaged one is refused with
+// ParseIdx's reason, a missing one names the hint.
+TEST(IdxFile, APlainFileIsReadInPlaceAndAGzipOneInflatedAlike) {
+  const std::string dir = fixtures::ScratchDir(kScratch, "idx_file");
+  std::string bytes("\x00\x00\x08\x03\x00\x00\x00\x03\x00\x00\x00\x02\x00\x00\x00\x02", 16);
+  for (int i = 0; i < 12; ++i) bytes.push_back(static_cast<char>(7 * i + 1));
+  std::ofstream(dir + "/a-idx3-ubyte", std::ios::binary) << bytes;
+  WriteGzip(dir + "/a-idx3-ubyte.gz", bytes);
+  auto expected = ParseIdx(bytes, 3, "expected");
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  for (const char* name : {"a-idx3-ubyte", "a-idx3-ubyte.gz"}) {
+    auto file = IdxFile::Open(dir + "/" + name, 3, "hint");
+    ASSERT_TRUE(file.ok()) << name << ": " << file.status().ToString();
+    EXPECT_EQ(file->dims(), expected->dims) << name;
+    ASSERT_EQ(file->size(), expected->data.size()) << name;
+    EXPECT_TRUE(std::equal(expected->data.begin(), expected->data.end(), file->data())) << name;
+    // A moved IdxFile still reads the same bytes (the data is not a pointer
+    // into a moved-from buffer).
+    IdxFile moved = std::move(file).value();
+    EXPECT_TRUE(std::equal(expected->data.begin(), expected->data.end(), moved.data())) << name;
+  }
+
+  std::ofstream(dir + "/short-idx3-ubyte", std::ios::binary) << bytes.substr(0, bytes.size() - 1);
+  auto truncated = IdxFile::Open(dir + "/short-idx3-ubyte", 3, "hint");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_EQ(truncated.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(truncated.status().message().find("short-idx3-ubyte"), std::string::npos) << truncated.status().ToString();
+  auto wrong_rank = IdxFile::Open(dir + "/a-idx3-ubyte", 1, "hint");
+  ASSERT_FALSE(wrong_rank.ok());
+  EXPECT_EQ(wrong_rank.status().code(), StatusCode::kCorruption);
+
+  auto missing = IdxFile::Open(dir + "/none-idx3-ubyte", 3, "install the package");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("install the package"), std::string::npos) << missing.status().ToString();
+  auto directory = IdxFile::Open(dir, 3, "hint");
+  ASSERT_FALSE(directory.ok());
+  EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
