@@ -15,7 +15,10 @@
 #include <utility>
 
 #include "base/shell.h"
+#include "compiler/compile.h"
+#include "compiler/spec.h"
 #include "plan/model_desc.h"
+#include "plan/rope_scaling.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::compiler {
@@ -93,6 +96,78 @@ TEST(ModelFacts, Qwen3DenseCountsItsHeadDimAndQkNorms) {
                                        "qwen3.json");
   ASSERT_TRUE(no_head_dim.ok()) << no_head_dim.status().ToString();
   EXPECT_EQ(no_head_dim->head_dim, 128);
+}
+
+// The four configs the cross-family KD examples read (specs/hf, as published
+// on the Hugging Face hub; specs/kd_llama31_70b_to_llama32_1b.toml and
+// specs/kd_qwen3_32b_to_0_6b.toml), counted exactly. The expected totals are
+// the checkpoints' own: each model.safetensors(.index.json)'s total_size of
+// bf16 bytes over 2 (141,107,412,992; 2,471,628,800; 65,524,246,528;
+// 1,192,099,840), and each is derived here from the shapes.
+TEST(ModelFacts, TheCrossFamilyKdConfigsCountAsTheirCheckpoints) {
+  const std::string specs_hf = std::string(MAESTRO_SOURCE_DIR) + "/specs/hf/";
+  const auto facts = [&](const std::string& file) {
+    auto d = ModelFromHfConfigFile(specs_hf + file);
+    EXPECT_TRUE(d.ok()) << file << ": " << d.status().ToString();
+    return d.ok() ? ComputeModelFacts(*d, 4096) : ModelFacts{};
+  };
+  // Llama 3.1 70B: 80 layers of 8192, GQA 64/8 heads of 128, SwiGLU 28672,
+  // untied head; Llama 3.2 1B: 16 layers of 2048, 32/8 heads of 64, tied.
+  const int64_t llama_vocab = 128'256;
+  const int64_t l70_layer = 2 * 8192LL * 8192 + 2 * 8192LL * 1024 + 3 * 8192LL * 28672 + 2 * 8192;
+  EXPECT_EQ(facts("llama3_1_70b.json").params, 2 * llama_vocab * 8192 + 80 * l70_layer + 8192);
+  EXPECT_EQ(facts("llama3_1_70b.json").params, 70'553'706'496);
+  const int64_t l1_layer = 2 * 2048LL * 2048 + 2 * 2048LL * 512 + 3 * 2048LL * 8192 + 2 * 2048;
+  EXPECT_EQ(facts("llama3_2_1b.json").params, llama_vocab * 2048 + 16 * l1_layer + 2048);
+  EXPECT_EQ(facts("llama3_2_1b.json").params, 1'235'814'400);
+  // Qwen3-32B: 64 layers of 5120, 64/8 heads of 128 (q is 8192 wide), q/k
+  // norms, SwiGLU 25600, untied; Qwen3-0.6B as in the test above.
+  const int64_t q32_layer = 2 * 5120LL * 8192 + 2 * 5120LL * 1024 + 2 * 128 + 3 * 5120LL * 25600 + 2 * 5120;
+  EXPECT_EQ(facts("qwen3_32b.json").params, 2 * 151'936LL * 5120 + 64 * q32_layer + 5120);
+  EXPECT_EQ(facts("qwen3_32b.json").params, 32'762'123'264);
+  EXPECT_EQ(facts("qwen3_0_6b.json").params, 596'049'920);
+
+  // Llama 3.1's frequency scaling comes in with each parameter.
+  for (const auto& [file, factor] : {std::pair{"llama3_1_70b.json", 8.0}, std::pair{"llama3_2_1b.json", 32.0}}) {
+    auto d = ModelFromHfConfigFile(specs_hf + file);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->extra.at(plan::kRopeScalingTypeKey), static_cast<int>(plan::RopeType::kLlama3)) << file;
+    EXPECT_EQ(d->extra.at(plan::kRopeScalingFactorKey), factor) << file;
+    EXPECT_EQ(d->extra.at(plan::kRopeScalingOriginalMaxPositionsKey), 8192) << file;
+    EXPECT_EQ(d->extra.at("rope_theta"), 500000.0) << file;
+    EXPECT_TRUE(plan::ValidateModelDesc(*d).ok()) << file << ": " << plan::ValidateModelDesc(*d).ToString();
+  }
+  auto q32 = ModelFromHfConfigFile(specs_hf + "qwen3_32b.json");
+  ASSERT_TRUE(q32.ok()) << q32.status().ToString();
+  EXPECT_EQ(q32->head_dim, 128);
+  EXPECT_EQ(q32->extra.at("qk_norm"), 1);
+  const auto rope = q32->extra.find(plan::kRopeScalingTypeKey);
+  EXPECT_TRUE(rope == q32->extra.end() || rope->second == 0) << "rope_scaling null: plain RoPE";
+}
+
+// The two cross-family KD examples compile for their clusters on this
+// build's runtime: the teacher forward only and the student training on GPUs
+// of their own, every section runnable, teacher and student on one
+// vocabulary, and the plan not predicted slower than the monolithic
+// baseline (docs/spec.md records their reports' ratios).
+TEST(ModelFacts, TheCrossFamilyKdSpecsCompileForTheirClusters) {
+  for (const char* name : {"kd_llama31_70b_to_llama32_1b.toml", "kd_qwen3_32b_to_0_6b.toml"}) {
+    auto spec = ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + name);
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status().ToString();
+    ASSERT_EQ(spec->models.size(), 2u) << name;
+    EXPECT_EQ(spec->models[0].desc.vocab, spec->models[1].desc.vocab) << name << ": KD compares distributions";
+    auto compiled = Compile(*spec, CompileOptions{});
+    ASSERT_TRUE(compiled.ok()) << name << ": " << compiled.status().ToString();
+    const plan::Plan& p = compiled->plan;
+    ASSERT_EQ(p.sections.size(), 2u) << name;
+    for (const auto& s : p.sections) {
+      EXPECT_EQ(s.planner_only, "") << name << ": section " << s.name << " must run on this build's runtime";
+      EXPECT_GT(s.placement.gpus_per_task, 0) << name << ": " << s.name << " runs on GPUs";
+    }
+    EXPECT_EQ(p.sections[static_cast<size_t>(p.section_index("teacher"))].mode, plan::SectionMode::kForward);
+    const auto report = nlohmann::json::parse(compiled->report_json);
+    EXPECT_GE(report["speedup_vs_monolithic"].get<double>(), 1.0) << name << "\n" << compiled->report;
+  }
 }
 
 TEST(ModelFacts, QwenMoeWithDenseLayersIsRefusedNamingTheKeys) {
