@@ -11,11 +11,18 @@
 //    chosen step; a step that was never committed is an error naming the
 //    ones that were;
 //  - resumed without its training section's weights folder (a resumed
-//    training section takes its state from the checkpoint, not the folder).
+//    training section takes its state from the checkpoint, not the folder);
+//  - the two families of the cross-family KD examples (specs/kd_llama31_*,
+//    specs/kd_qwen3_*) as tiny HF folders: Llama 3.x with `llama3` RoPE
+//    scaling trained past its original context, Qwen3 dense with q/k norms
+//    and a head_dim that is not hidden / heads; `maestro run` trains each
+//    pair on 2 ranks, every step's loss equal to the one-process
+//    reference's, and the exported student keeps its family's config.
 // No torch headers: checkpoints are written by tests/fixtures/hf_checkpoints.h
 // and runs are processes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -222,6 +229,61 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
                                              {}, 300);
   EXPECT_NE(fresh.exit_code, 0);
   EXPECT_NE(fresh.output.find("student-copy"), std::string::npos) << fresh.output;
+}
+
+// A KD pair of one family, as HF folders: the teacher 64 wide and untied,
+// the student 32 wide and tied (vocab 512, the built-in text's); 3 steps of
+// 32 tokens sectioned on 2 ranks against the one-process reference, then
+// the student exported. `family_key` is a key only that family's exported
+// config.json holds.
+void ExpectCrossFamilyKdTrains(const std::string& family, const std::string& teacher_config,
+                               const std::string& student_config, const std::string& family_key) {
+  const fs::path root = fixtures::PerTestDir("hf_run_" + family);
+  auto teacher =
+      fixtures::WriteRandomHfCheckpoint((root / "teacher").string(), teacher_config, hf::TensorDType::kBF16, 3);
+  ASSERT_TRUE(teacher.ok()) << teacher.status().ToString();
+  auto student =
+      fixtures::WriteRandomHfCheckpoint((root / "student").string(), student_config, hf::TensorDType::kBF16, 4);
+  ASSERT_TRUE(student.ok()) << student.status().ToString();
+  std::ofstream(root / "kd.toml") << KdSpec("teacher", "student");
+  const fs::path out = root / "out";
+  auto r = runtime_testing::RunMaestro(
+      {"run", (root / "kd.toml").string(), "-o", out.string(), "--no-eval", "--ranks", "2", "--grouping", "sectioned"},
+      {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto losses = runtime_testing::Losses((out / "run").string());
+  ASSERT_EQ(losses.size(), 3u) << r.output;
+  auto ref = runtime_testing::RunReference((out / "plan.json").string(), (root / "reference").string());
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const auto expected = runtime_testing::Losses((root / "reference").string());
+  ASSERT_EQ(expected.size(), losses.size()) << ref.output;
+  for (const auto& [step, loss] : losses) {
+    ASSERT_TRUE(std::isfinite(loss)) << family << " step " << step;
+    EXPECT_NEAR(loss, expected.at(step), 1e-5 * std::abs(expected.at(step))) << family << " step " << step;
+  }
+  auto e = runtime_testing::RunMaestro(
+      {"export", out.string(), "--section", "student", "-o", (out / "student-hf").string()});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  auto exported = hf::HfCheckpoint::Open((out / "student-hf").string());
+  auto source = hf::HfCheckpoint::Open((root / "student").string());
+  ASSERT_TRUE(exported.ok() && source.ok());
+  EXPECT_EQ((*exported)->TensorNames(), (*source)->TensorNames()) << family;
+  const std::string config = ReadText(out / "student-hf" / "config.json");
+  EXPECT_NE(config.find(family_key), std::string::npos) << family << ": " << config;
+}
+
+// Llama 3.x: the student's 32-token samples run past its original context
+// of 16, where llama3 scaling changes the frequencies of every wavelength
+// above 4 tokens (head_dim 8: wavelengths 6, 167, 4441, 118k).
+TEST(HfRunCrossFamily, Llama3WithItsRopeScalingTrainsAsTheReferenceAndExportsItsConfig) {
+  ExpectCrossFamilyKdTrains("llama3", fixtures::TinyLlama3Config(64, 2, 4, 2, 128, 512, false, 16),
+                            fixtures::TinyLlama3Config(32, 2, 4, 2, 64, 512, true, 16), "\"llama3\"");
+}
+
+// Qwen3 dense: head_dim 16 on a 32-wide student (4 heads: q is 64 wide).
+TEST(HfRunCrossFamily, Qwen3WithQkNormsTrainsAsTheReferenceAndExportsItsConfig) {
+  ExpectCrossFamilyKdTrains("qwen3", fixtures::TinyQwen3Config(64, 2, 4, 2, 16, 128, 512, false),
+                            fixtures::TinyQwen3Config(32, 2, 4, 2, 16, 64, 512, true), "\"qwen3\"");
 }
 
 }  // namespace
