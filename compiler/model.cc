@@ -208,7 +208,13 @@ void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
   f->active_params = embed + d.layers * layer_active + norm + head;
   f->matmul_params = d.layers * layer_mm + d.vocab * h;  // the LM head runs even when tied
   f->embedding_params = embed;
-  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * (s / 2.0) * static_cast<double>(q);
+  // The keys a query attends, on average over the sequence: s/2 under the
+  // causal mask; with a sliding window W shorter than s (Mistral), the first
+  // W queries their prefix and the others W keys: W - W^2 / (2s).
+  const double window = static_cast<double>(plan::SlidingWindow(d));
+  const double sd = static_cast<double>(s);
+  const double keys = window > 0 && sd > window ? window - window * window / (2.0 * sd) : sd / 2.0;
+  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * keys * static_cast<double>(q);
   f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
   f->output_dim = h;
 }

@@ -12,6 +12,7 @@
 #include "base/checks.h"
 #include "compiler/model.h"
 #include "plan/loss_chunk.h"
+#include "plan/model_desc.h"
 #include "plan/tensor_parallel_split.h"
 
 namespace maestro::compiler {
@@ -395,8 +396,15 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   }
 
   // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
-  // as compiler/model.h counts them (4 * T/2 * q per token forward).
-  sum.Attention("(causal SDPA)", 4 * all_tokens / s.cp * (t / 2) * q, head_dim, t, layers);
+  // as compiler/model.h counts them (4 * T/2 * q per token forward). A
+  // sliding window shorter than T (Mistral): the runtime masks the whole
+  // T x T scores (runtime/models/decoder.h AttentionMask; SDPA with a mask
+  // skips no block), so the core costs the square, 4 * T * q per token,
+  // although the window makes fewer of them useful (ModelFacts).
+  const double window = static_cast<double>(plan::SlidingWindow(d));
+  const bool windowed = window > 0 && t > window;
+  sum.Attention(windowed ? "(SDPA under the window's mask)" : "(causal SDPA)",
+                4 * all_tokens / s.cp * (windowed ? t : t / 2) * q, head_dim, t, layers);
 
   // ---- Memory-bound kernels, bytes read + written per token.
   AddDecoderRmsNorms(sum, s, h, m, layers);

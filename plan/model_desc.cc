@@ -221,17 +221,6 @@ int64_t AudioPositions(const ModelDesc& desc) {
   return static_cast<int64_t>(ExtraOr(desc, "max_source_positions", static_cast<double>((desc.audio_frames + 1) / 2)));
 }
 
-Status CheckSequenceLength(const ModelDesc& desc, int64_t tokens, const std::string& where) {
-  const int64_t window = desc.kind == ModelKind::kDecoder ? SlidingWindow(desc) : 0;
-  if (window > 0 && tokens > window) {
-    return Status::InvalidArgument(
-        where + ": sequences of " + std::to_string(tokens) + " tokens are longer than the model's sliding window (" +
-        std::to_string(window) +
-        "); the runtime has no windowed attention mask: set seq_len <= " + std::to_string(window));
-  }
-  return Status::Ok();
-}
-
 int64_t HeadDim(const ModelDesc& desc) {
   if (desc.head_dim != 0) return desc.head_dim;
   return desc.heads > 0 ? desc.hidden / desc.heads : 0;

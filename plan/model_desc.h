@@ -86,12 +86,6 @@ int64_t VitOutputDim(const ModelDesc& desc);
 // ceil(audio_frames / 2) (what the stride-2 conv makes of audio_frames).
 int64_t AudioPositions(const ModelDesc& desc);
 
-// OK when the model of desc can run `tokens` positions; InvalidArgument
-// otherwise: a decoder with a sliding window (Mistral) refuses sequences
-// longer than the window (the runtime has no windowed mask; within the window
-// the model is exact).
-Status CheckSequenceLength(const ModelDesc& desc, int64_t tokens, const std::string& where = "model");
-
 // head_dim, or hidden / heads when head_dim is 0.
 int64_t HeadDim(const ModelDesc& desc);
 // kv_heads, or heads when kv_heads is 0 (plain MHA).

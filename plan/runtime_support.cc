@@ -58,7 +58,7 @@ SectionPlan AsFusedComponent(const SectionPlan& component, const SectionPlan& fu
 Status CheckSectionRuns(const Plan& plan, const SectionPlan& s, const RuntimeSupport& support) {
   MAESTRO_RETURN_IF_ERROR(CheckModelRuns(s));
   MAESTRO_RETURN_IF_ERROR(CheckSectionWiring(plan, s));
-  MAESTRO_RETURN_IF_ERROR(CheckSectionData(plan, s));
+  MAESTRO_RETURN_IF_ERROR(CheckSectionData(s));
   MAESTRO_RETURN_IF_ERROR(CheckTensorParallelRuns(s, support));
   MAESTRO_RETURN_IF_ERROR(CheckPipelineRuns(s, support));
   MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan, s, support));
@@ -120,12 +120,11 @@ Status CheckSectionWiring(const Plan& plan, const SectionPlan& s) {
   return Status::Ok();
 }
 
-Status CheckSectionData(const Plan& plan, const SectionPlan& s) {
+Status CheckSectionData(const SectionPlan& s) {
   if (s.model.kind == ModelKind::kAudioEncoder) {
     return Status::FailedPrecondition(fmt::format(
         "section '{}': the built-in datasets carry no audio yet, so the runtime cannot feed an audio encoder", s.name));
   }
-  if (IsDecoder(s)) return CheckSequenceLength(s.model, plan.data.seq_len, fmt::format("section '{}'", s.name));
   return Status::Ok();
 }
 

@@ -46,7 +46,8 @@ namespace {
 // compat::GqaAttention with an explicit mask instead of the causal one:
 // q (B, H, T, D); k, v (B, K, S, D) with K | H; allowed (T, S) bool, true
 // where query t may attend key s (every row has a true). Returns (B, H, T, D).
-// Context parallelism's attention over the gathered keys.
+// Context parallelism's attention over the gathered keys, and a sliding
+// window's (AttentionMask).
 torch::Tensor GqaAttentionMasked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& allowed) {
   const int64_t heads = q.size(1), kv_heads = k.size(1);
@@ -143,8 +144,7 @@ GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_hea
   }
 }
 
-torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope,
-                                        const ContextParallelAttention* cp) {
+torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask) {
   const int64_t b = x.size(0), t = x.size(1);
   auto q = q_proj(x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
   auto k = k_proj(x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
@@ -157,12 +157,14 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
-  if (cp != nullptr && cp->group != nullptr) {
-    // Context parallelism: every rank's K and V (B, K, T, D), rank order;
-    // the backward reduce-scatters their gradients.
-    k = GatherSequence(k, 2, *cp->group);
-    v = GatherSequence(v, 2, *cp->group);
-    auto allowed = cp->allowed;
+  if (mask != nullptr) {
+    if (mask->group != nullptr) {
+      // Context parallelism: every rank's K and V (B, K, T, D), rank order;
+      // the backward reduce-scatters their gradients.
+      k = GatherSequence(k, 2, *mask->group);
+      v = GatherSequence(v, 2, *mask->group);
+    }
+    auto allowed = mask->allowed;
     auto masked = [allowed](const std::vector<torch::Tensor>& qkv) {
       return GqaAttentionMasked(qkv[0], qkv[1], qkv[2], allowed);
     };
@@ -316,9 +318,8 @@ DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& pa
   }
 }
 
-torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope,
-                                        const ContextParallelAttention* cp) {
-  auto h = x + LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope, cp), tp);
+torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask) {
+  auto h = x + LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope, mask), tp);
   auto normed = mlp_norm(h);
   return h + (moe ? moe(normed) : LeaveTensorParallel(mlp(EnterTensorParallel(normed, tp)), tp));
 }
@@ -340,10 +341,6 @@ torch::Tensor DecoderLMImpl::Embed(const torch::Tensor& ids) {
 torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
   TORCH_CHECK(embeds.dim() == 3 && embeds.size(2) == desc_.hidden, "DecoderLM::ForwardEmbeds: embeds must be (B, T, ",
               desc_.hidden, "), got ", embeds.sizes());
-  const int64_t window = SlidingWindow(desc_);
-  const int64_t tokens = embeds.size(1) * (cp_ != nullptr ? cp_->group().size() : 1);  // the whole sequence
-  TORCH_CHECK(window == 0 || tokens <= window, "DecoderLM: ", tokens, " tokens are longer than the sliding window (",
-              window, "); the runtime has no windowed mask: use sequences of at most ", window, " tokens");
   return final_norm(ForwardBlocks(embeds, 0, desc_.layers));
 }
 
@@ -357,28 +354,37 @@ torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t 
     rope_inv_freq_ = RopeInverseFrequencyTensor(HeadDim(desc_), RopeTheta(desc_), scaling, embeds.device());
   }
   auto rope = MakeRopeTables(seq_len, rope_inv_freq_, plan::RopeAttentionFactor(scaling), embeds.scalar_type());
-  ContextParallelAttention cp;
-  if (cp_size > 1) {
-    // This rank's tokens: their rotary angles, and the causal mask of their
-    // positions against the gathered keys' positions.
-    auto mine = ContextParallelPositions(seq_len, cp_size, cp_->group().my_index).to(embeds.device());  // (T_local)
-    auto gathered = GatheredContextParallelPositions(seq_len, cp_size).to(embeds.device());             // (T)
-    rope = {rope.cos.index_select(0, mine), rope.sin.index_select(0, mine)};
-    cp.group = cp_;
-    cp.allowed = mine.unsqueeze(1) >= gathered.unsqueeze(0);  // (T_local, T)
+  // Plain causal SDPA unless context parallelism or a window shorter than
+  // the sequence asks for a mask: the queries' positions against the keys'.
+  const int64_t window = SlidingWindow(desc_);
+  const bool windowed = window > 0 && seq_len > window;
+  AttentionMask mask;
+  if (cp_size > 1 || windowed) {
+    // This rank's tokens: their rotary angles (under CP, its chunks), and the
+    // keys' positions (under CP, every rank's in gather order).
+    auto mine = torch::arange(seq_len, torch::TensorOptions().dtype(torch::kLong).device(embeds.device()));  // (T)
+    auto keys = mine;
+    if (cp_size > 1) {
+      mine = ContextParallelPositions(seq_len, cp_size, cp_->group().my_index).to(embeds.device());  // (T_local)
+      keys = GatheredContextParallelPositions(seq_len, cp_size).to(embeds.device());                 // (T)
+      rope = {rope.cos.index_select(0, mine), rope.sin.index_select(0, mine)};
+      mask.group = cp_;
+    }
+    mask.allowed = mine.unsqueeze(1) >= keys.unsqueeze(0);  // (T_local, T): causal
+    if (windowed) mask.allowed = mask.allowed & (keys.unsqueeze(0) > mine.unsqueeze(1) - window);
   }
-  const ContextParallelAttention* cp_arg = cp_size > 1 ? &cp : nullptr;
+  const AttentionMask* mask_arg = mask.allowed.defined() ? &mask : nullptr;
   auto x = embeds;
   for (int64_t i = first; i < end; ++i) {
     auto* b = blocks[static_cast<size_t>(i)]->as<DecoderBlockImpl>();
     if (recompute_ == plan::RecomputeGranularity::kFull) {
       x = RunRecomputed(
-          [b, rope, cp, cp_size](const std::vector<torch::Tensor>& in) {
-            return b->forward(in[0], rope, cp_size > 1 ? &cp : nullptr);
+          [b, rope, mask](const std::vector<torch::Tensor>& in) {
+            return b->forward(in[0], rope, mask.allowed.defined() ? &mask : nullptr);
           },
           {x});
     } else {
-      x = b->forward(x, rope, cp_arg);
+      x = b->forward(x, rope, mask_arg);
     }
   }
   return x;

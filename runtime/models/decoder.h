@@ -11,8 +11,10 @@
 // Letters: B batch, T tokens, C hidden, H heads, K kv_heads, D head_dim,
 // F ffn_hidden, E experts, V vocab, N = B*T tokens.
 // Llama, Mistral and Qwen2 are this module: Qwen2 adds q/k/v biases
-// (extra.qkv_bias), Mistral a sliding window (extra.sliding_window: longer
-// sequences are refused, see CheckSequenceLength), each its rope_theta and
+// (extra.qkv_bias), Mistral a sliding window (extra.sliding_window = W: a
+// query at position i attends the keys at positions i-W+1..i, Hugging
+// Face's rule `kv_idx > q_idx - W`; a sequence longer than W runs its
+// attention under that mask, AttentionMask), each its rope_theta and
 // rms_norm_eps; head_dim may differ from hidden / heads. Llama 3.1+ and
 // Qwen2.5 YaRN configs add rope scaling (plan/rope_scaling.h, the
 // extra.rope_scaling_* keys).
@@ -69,12 +71,17 @@ RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, doub
 // rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 
-// Context parallelism of one forward: this rank's queries sit at the global
-// positions ContextParallelPositions gives (T_local of T); K and V are
-// all-gathered over `group` (GatherSequence, rank order) and `allowed`
-// (T_local, T) bool lets query i see gathered key j when its position is not
-// later (the causal mask in global positions). group == nullptr: plain causal.
-struct ContextParallelAttention {
+// The attention of one forward when it is not plain causal SDPA over the
+// rank's own tokens (DecoderLMImpl::ForwardBlocks builds it):
+//  - context parallelism: this rank's queries sit at the global positions
+//    ContextParallelPositions gives (T_local of T); K and V are all-gathered
+//    over `group` (GatherSequence, rank order);
+//  - a sliding window shorter than the sequence (group == nullptr, T_local =
+//    T, or with CP);
+// `allowed` (T_local, T) bool lets query i see key j when j's position is
+// not later than i's and, with a window W, later than i's - W (every row has
+// a true: the query's own position).
+struct AttentionMask {
   launcher::Backend* group = nullptr;
   torch::Tensor allowed;  // (T_local, T) bool
 };
@@ -90,10 +97,11 @@ class GqaAttentionImpl : public torch::nn::Module {
  public:
   GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
                    ParamFactory& params, double qk_norm_eps = 0.0);
-  // x: (B, T, C); rope: (T, D) tables -> (B, T, C). With `cp` (context
-  // parallelism): x and rope are this rank's T_local tokens, K and V are
-  // gathered over cp->group and cp->allowed masks them.
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const ContextParallelAttention* cp = nullptr);
+  // x: (B, T, C); rope: (T, D) tables -> (B, T, C). With `mask`: under
+  // context parallelism (mask->group) x and rope are this rank's T_local
+  // tokens and K and V are gathered over the group; mask->allowed masks the
+  // scores (AttentionMask).
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask = nullptr);
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // (H*D,C) (K*D,C) (K*D,C) (C,H*D)
   RmsNorm q_norm{nullptr}, k_norm{nullptr};                                   // (D) each, with qk_norm_eps > 0
@@ -181,8 +189,8 @@ TORCH_MODULE(MoeMlp);
 class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params);
-  // x: (B, T, C); rope: (T, D) -> (B, T, C); cp: as GqaAttentionImpl::forward.
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const ContextParallelAttention* cp = nullptr);
+  // x: (B, T, C); rope: (T, D) -> (B, T, C); mask: as GqaAttentionImpl::forward.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask = nullptr);
 
   RmsNorm attn_norm{nullptr}, mlp_norm{nullptr};
   GqaAttention attn{nullptr};

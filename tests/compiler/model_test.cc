@@ -98,6 +98,18 @@ TEST(ModelFacts, Qwen3DenseCountsItsHeadDimAndQkNorms) {
   EXPECT_EQ(no_head_dim->head_dim, 128);
 }
 
+// Mistral 7B's window of 4096: at 4096 tokens every query attends its
+// causal prefix (s/2 keys on average); at 8192 the first 4096 queries their
+// prefix and the rest 4096 keys, W - W^2/(2s) = 3072 on average: the useful
+// attention FLOPs the utilization counts (the step model prices what the
+// runtime computes, the masked square: step_model_test).
+TEST(ModelFacts, MistralsWindowBoundsTheKeysAQueryAttends) {
+  const double q = 32.0 * 128, layers = 32;
+  EXPECT_DOUBLE_EQ(FactsOf("mistral_7b_v0.1.json", 4096).attention_flops_per_token, 4 * layers * 2048 * q);
+  EXPECT_DOUBLE_EQ(FactsOf("mistral_7b_v0.1.json", 8192).attention_flops_per_token, 4 * layers * 3072 * q);
+  EXPECT_DOUBLE_EQ(FactsOf("llama2_7b.json", 8192).attention_flops_per_token, 4 * layers * 4096 * q);
+}
+
 // The four configs the cross-family KD examples read (specs/hf, as published
 // on the Hugging Face hub; specs/kd_llama31_70b_to_llama32_1b.toml and
 // specs/kd_qwen3_32b_to_0_6b.toml), counted exactly. The expected totals are

@@ -16,6 +16,7 @@
 
 #include "compiler/device_profile.h"
 #include "plan/loss_chunk.h"
+#include "plan/model_desc.h"
 #include "tests/fixtures/models.h"
 
 namespace maestro::compiler {
@@ -458,6 +459,26 @@ TEST(SectionPass, AVitAttendsWithinEachImageNotAcrossTheSample) {
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
   EXPECT_NEAR(b->detail.attention_seconds / a->detail.attention_seconds, 4.0, 1.0);
   EXPECT_DOUBLE_EQ(b->detail.gemm_seconds, a->detail.gemm_seconds);
+}
+
+// A sliding window shorter than the sequence (Mistral): the runtime masks
+// the whole T x T scores, so the attention core is priced as the square,
+// twice the causal triangle's FLOPs (the kernel rate is the same table's);
+// within the window, nothing changes. The GEMMs are the same either way.
+TEST(SectionPass, ASlidingWindowShorterThanTheSequenceIsPricedAsTheMaskedSquare) {
+  const DeviceProfile p = H100();
+  const plan::ModelDesc plain = Llama3_8BLayers8();
+  plan::ModelDesc windowed = plain;
+  windowed.extra[plan::kSlidingWindowKey] = 2048;
+  auto a = PredictSectionPass(plain, Train(2, 4096), p);
+  auto b = PredictSectionPass(windowed, Train(2, 4096), p);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_NEAR(b->detail.attention_seconds / a->detail.attention_seconds, 2.0, 0.05);
+  EXPECT_DOUBLE_EQ(b->detail.gemm_seconds, a->detail.gemm_seconds);
+  auto inside = PredictSectionPass(windowed, Train(2, 2048), p);
+  auto inside_plain = PredictSectionPass(plain, Train(2, 2048), p);
+  ASSERT_TRUE(inside.ok() && inside_plain.ok());
+  EXPECT_DOUBLE_EQ(inside->detail.attention_seconds, inside_plain->detail.attention_seconds);
 }
 
 TEST(SectionPass, EveryKindIsPricedAndFp32MovesMoreBytes) {

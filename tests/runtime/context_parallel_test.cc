@@ -35,6 +35,7 @@
 
 #include "compiler/compile.h"
 #include "launcher/mpi_backend.h"
+#include "plan/model_desc.h"
 #include "plan/plan.h"
 #include "plan/runtime_support.h"
 #include "runtime/models/encoders.h"
@@ -180,6 +181,18 @@ void ExpectEqualsReference(const std::string& what, const plan::Plan& p) {
 
 TEST(ContextParallelTrain, DecoderCp2EqualsReference) {
   ExpectEqualsReference("lm_cp2", SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 4));
+}
+
+// A sliding window of a quarter of the sequence (Mistral's, shrunk): each
+// rank's queries at their load-balanced positions see only the gathered keys
+// inside the window (runtime/models/decoder.h AttentionMask), as the
+// one-process reference's windowed mask does.
+TEST(ContextParallelTrain, DecoderCp2BeyondASlidingWindowEqualsReference) {
+  plan::Plan p = SectionedExamplePlan("tiny_teacher.toml", {{"teacher", {1, 2, 1, 4}}}, 4);
+  ASSERT_GE(p.data.seq_len, 16);
+  auto& model = p.sections[static_cast<size_t>(p.section_index("teacher"))].model;
+  model.extra[plan::kSlidingWindowKey] = static_cast<double>(p.data.seq_len / 4);
+  ExpectEqualsReference("lm_cp2_window", p);
 }
 
 TEST(ContextParallelTrain, DecoderCp2Dp2Zero1FullRecomputeEqualsReference) {

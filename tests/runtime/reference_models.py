@@ -170,10 +170,14 @@ def repeat_kv(hidden_states, n_rep):
 
 class LlamaAttention(nn.Module):
     """Llama / Mistral attention; Qwen2's when bias (q/k/v biases, o without);
-    Qwen3's when qk_norm_eps (RMSNorm of every q and k head before RoPE)."""
+    Qwen3's when qk_norm_eps (RMSNorm of every q and k head before RoPE).
+    Mistral's sliding window when window > 0: transformers' masking_utils
+    (sliding_window_overlay) lets query q_idx see key kv_idx when
+    kv_idx > q_idx - window, on top of the causal kv_idx <= q_idx."""
 
-    def __init__(self, hidden, heads, kv_heads, head_dim, bias=False, qk_norm_eps=0.0):
+    def __init__(self, hidden, heads, kv_heads, head_dim, bias=False, qk_norm_eps=0.0, window=0):
         super().__init__()
+        self.window = window
         if qk_norm_eps:
             self.q_norm = LlamaRMSNorm(head_dim, qk_norm_eps)
             self.k_norm = LlamaRMSNorm(head_dim, qk_norm_eps)
@@ -196,8 +200,12 @@ class LlamaAttention(nn.Module):
         k = repeat_kv(k, self.heads // self.kv_heads)
         v = repeat_kv(v, self.heads // self.kv_heads)
         attn_weights = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
-        causal_mask = torch.full((q_len, q_len), float("-inf")).triu(1)
-        attn_weights = attn_weights + causal_mask
+        q_idx = torch.arange(q_len).unsqueeze(1)
+        kv_idx = torch.arange(q_len).unsqueeze(0)
+        visible = kv_idx <= q_idx
+        if self.window:
+            visible = visible & (kv_idx > q_idx - self.window)
+        attn_weights = attn_weights.masked_fill(~visible, float("-inf"))
         attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)
         out = torch.matmul(attn_weights, v).transpose(1, 2).reshape(bsz, q_len, -1)
         return self.o_proj(out)
@@ -278,7 +286,8 @@ class LlamaDecoderLayer(nn.Module):
         eps = d["extra"].get("rms_norm_eps", 1e-5)
         self.attn_norm = LlamaRMSNorm(d["hidden"], eps)
         self.attn = LlamaAttention(d["hidden"], heads, kv_heads, head_dim, bias=bool(d["extra"].get("qkv_bias", 0)),
-                                   qk_norm_eps=eps if d["extra"].get("qk_norm", 0) else 0.0)
+                                   qk_norm_eps=eps if d["extra"].get("qk_norm", 0) else 0.0,
+                                   window=int(d["extra"].get("sliding_window", 0)))
         self.mlp_norm = LlamaRMSNorm(d["hidden"], eps)
         if d["experts"]:
             self.moe = SparseMoeBlock(d["hidden"], d["experts"], d["experts_per_token"],
@@ -310,9 +319,6 @@ class LlamaForCausalLM(nn.Module):
     def run(self, inputs, delta):
         embeds = self.embed_tokens(inputs["ids"]) + delta
         d = self.d
-        window = d["extra"].get("sliding_window", 0)
-        if window and embeds.shape[1] > window:
-            sys.exit("sequence longer than the sliding window: the C++ side must have refused it")
         cos, sin = rotary_cos_sin(embeds.shape[1], d["head_dim"] or d["hidden"] // d["heads"],
                                   d["extra"].get("rope_theta", 10000.0), d["extra"])
         x = embeds
