@@ -257,6 +257,14 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string BudgetText(const ReportBudget& b) {
   const DeviceType& d = b.device;
+  if (d.shared_node && !d.cpu) {  // maestro run on this machine's GPUs (--local-gpu)
+    std::string t = fmt::format(
+        "local mode: one node of {} '{}' GPU(s) ({:.4g} GB, {:.4g} TFLOP/s each{}), one rank each; plan uses {}\n",
+        d.gpus_per_node, d.name, d.memory_bytes / 1e9, d.peak_flops / 1e12,
+        d.kernels ? fmt::format("; kernels {}", PrintableText(d.kernels_origin)) : "", b.nodes_held);
+    if (!d.kernels_note.empty()) t += "  note: " + PrintableText(d.kernels_note) + "\n";
+    return t;
+  }
   if (d.shared_node) {
     return fmt::format(
         "local mode: one node of {} '{}' slot(s) ({:.4g} GB, {:.4g} TFLOP/s each{}) that the sections "
