@@ -159,7 +159,8 @@ int ChooseDevices(const std::string& device, int ranks, const char* who, maestro
   }
   *out = std::move(*chosen);
   if (!out->gpus && *choice == maestro::cli::DeviceChoice::kAuto) {
-    std::fprintf(stderr, "%s: %s: training on the CPU (--device cpu skips the search)\n", who, out->cpu_reason.c_str());
+    std::fprintf(stderr, "%s: %s: %s on the CPU (--device cpu skips the search)\n", who, out->cpu_reason.c_str(),
+                 std::string(who) == "maestro run" ? "training" : "profiling");
   }
   if (out->gpus && !out->cuda_visible_devices.empty()) {
     ::setenv("CUDA_VISIBLE_DEVICES", out->cuda_visible_devices.c_str(), 1);
@@ -275,11 +276,13 @@ int RunCommand(const RunArgs& args) {
                  "libtorch sees no CUDA device computes on the CPU\n",
                  devices.source.c_str());
   }
-  std::fprintf(stderr,
-               "maestro run: %d ranks, %zu sections, on %s; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
-               plan.world_size(), plan.sections.size(),
-               devices.gpus ? fmt::format("{} GPU(s), one each", devices.used.size()).c_str() : "the CPU",
-               run_dir.c_str(), run_dir.c_str());
+  std::fprintf(
+      stderr, "maestro run: %d ranks, %zu sections, on %s; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
+      plan.world_size(), plan.sections.size(),
+      devices.gpus
+          ? fmt::format("{} of the {} GPU(s) found, one rank each", plan.world_size(), devices.used.size()).c_str()
+          : "the CPU",
+      run_dir.c_str(), run_dir.c_str());
   if (args.reference) {  // one process without the preemption protocol: Ctrl-C stops it
     auto rc = maestro::cli::RunProcess(command);
     if (!rc.ok()) {

@@ -7,6 +7,8 @@
 // spec that needs more ranks than there are GPUs.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "compiler/compile.h"
@@ -82,6 +84,24 @@ TEST(LocalGpuMode, AnUnknownTypeIsPricedWithTheDefaultTablesAndSaysSo) {
   EXPECT_NE(r->report.find("kernels default:h100_sxm"), std::string::npos) << r->report;
   EXPECT_NE(r->report.find("note: this machine's GPU 'NVIDIA L40S' (type l40s) has no device profile"),
             std::string::npos)
+      << r->report;
+}
+
+TEST(LocalGpuMode, ASpecsDeclarationOfTheTypeGivesItsNumbers) {
+  // tiny_teacher.toml with a [cluster.gpu.*] whose `type` is the GPU's.
+  std::ifstream in(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_teacher.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string toml = text.str();
+  const std::string data = "[data]";
+  toml.insert(toml.find(data), "[cluster.gpu.mine]\ntype = \"h100_sxm\"\nmemory_gb = 40\ntflops_bf16 = 500\n\n");
+  auto spec = ParseSpecString(toml, std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_teacher.toml",
+                              std::string(MAESTRO_SOURCE_DIR) + "/specs");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto r = Compile(*spec, OnGpus(2, "NVIDIA H100 80GB HBM3"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->plan.sections[0].placement.gpu_type, "mine");
+  EXPECT_NE(r->report.find("2 'mine' GPU(s) (40 GB, 500 TFLOP/s each; kernels builtin:h100_sxm)"), std::string::npos)
       << r->report;
 }
 
