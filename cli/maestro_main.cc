@@ -400,6 +400,13 @@ int ProfileCommand(const ProfileArgs& args) {
   if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, "", "maestro profile",
                                      &plan, "sectioned", devices);
       rc >= 0) {
+    if (devices.gpus) {
+      // maestro run may fuse the workload on too few GPUs; a profile measures
+      // each section on GPUs of its own.
+      std::fprintf(stderr,
+                   "maestro profile: measures every section on GPUs of its own (the sectioned plan); where this "
+                   "machine has too few, profile on the CPU with `maestro profile --device cpu`\n");
+    }
     return rc;
   }
   const std::string profile = args.out_dir + "/profile.json";

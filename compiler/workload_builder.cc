@@ -229,15 +229,6 @@ StatusOr<GpuTypeSpec> LocalGpuTypeSpec(const CompileOptions& options, const Spec
   return g;
 }
 
-// The ranks a spec needs at the least: one per section, or what its pins ask.
-int LeastRanks(const Spec& s) {
-  int least = 0;
-  for (const auto& sec : s.sections) {
-    least += std::max(1, sec.tp) * std::max(1, sec.pp) * std::max(1, sec.cp) * std::max(1, sec.dp);
-  }
-  return least;
-}
-
 // Local mode: [cluster] becomes one node of options.local_ranks slots that
 // every section runs on: the spec's first CPU type (else a synthetic "cpu"
 // type), or the machine's GPUs (options.local_gpu).
@@ -259,15 +250,22 @@ Status MakeLocal(const CompileOptions& options, Spec& s) {
   // without --ranks); the ranks then share the cores.
   const int least = LeastRanks(s);
   const int ranks = options.local_grow ? std::max(options.local_ranks, least) : options.local_ranks;
-  if (gpus && least > ranks) {
+  // Fewer GPUs than the sectioned plan needs: a workload of several sections
+  // is planned fused on the GPUs there are (compile.cc PlanFusedOnly), unless
+  // --grouping sectioned asks for the sectioned plan; one section's pins that
+  // ask more GPUs than there are are the user's to change.
+  const bool fused_only = gpus && least > ranks && sections > 1 && options.grouping != Grouping::kSectioned;
+  if (gpus && least > ranks && !fused_only) {
     return Status::InvalidArgument(fmt::format(
-        "the spec needs at least {} ranks ({} section(s), one GPU each{}) but {} GPU(s) of this machine are "
+        "{}the spec needs at least {} ranks ({} section(s), one GPU each{}) but {} GPU(s) of this machine are "
         "given (--local {} --local-gpu: what `maestro run` found, or its --ranks); a GPU is not shared between "
-        "ranks: train on the CPU with `maestro run --device cpu` (the ranks share the cores), pin fewer ranks, or "
+        "ranks: {}train on the CPU with `maestro run --device cpu` (the ranks share the cores), pin fewer ranks, or "
         "plan for a cluster (maestro-compile without --local)",
-        least, sections, least > sections ? ", and more where the pins ask" : "", ranks, ranks));
+        sections > 1 ? "--grouping sectioned: " : "", least, sections,
+        least > sections ? ", and more where the pins ask" : "", ranks, ranks,
+        sections > 1 ? "drop --grouping sectioned (every component fused on each GPU), " : ""));
   }
-  if (ranks < sections) {
+  if (ranks < sections && !fused_only) {
     return Status::InvalidArgument(
         fmt::format("--local {}: the spec has {} sections and each needs at least one rank; "
                     "give --local {} or more",
@@ -304,6 +302,20 @@ Status MakeLocal(const CompileOptions& options, Spec& s) {
 }
 
 }  // namespace
+
+int LeastRanks(const Spec& s) {
+  int least = 0;
+  for (const auto& sec : s.sections) {
+    least += std::max(1, sec.tp) * std::max(1, sec.pp) * std::max(1, sec.cp) * std::max(1, sec.dp);
+  }
+  return least;
+}
+
+bool LocalGpusTooFewForSections(const Spec& effective) {
+  if (!effective.cluster.local || effective.cluster.gpu_types.size() != 1) return false;
+  if (effective.cluster.gpu_types.front().cpu || effective.sections.size() < 2) return false;
+  return LeastRanks(effective) > effective.cluster.gpus_per_node;
+}
 
 StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
   Spec s = spec;

@@ -4,9 +4,10 @@
 // ChooseLocalDevices' rules (which GPUs, --ranks, --device, the
 // CUDA_VISIBLE_DEVICES the ranks get), then `maestro run --dry-run` for 1, 2
 // and 8 GPUs: the plan, the device each rank binds, the backend each group
-// and link gets and the mpirun command line; a spec that needs more ranks
-// than there are GPUs is refused naming --device cpu; no GPUs: the CPU, said
-// once. Each run compiles a tiny spec (~1 s); nothing trains.
+// and link gets and the mpirun command line; fewer GPUs than sections: the
+// workload fused on the GPUs there are (1 GPU and 2 sections, 2 GPUs and 3);
+// --grouping sectioned on too few GPUs and --ranks beyond them are refused
+// naming --device cpu; no GPUs: the CPU, said once. Each run compiles a tiny spec (~1 s); nothing trains.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include "cli/local_devices.h"
 #include "launcher/gpu_inventory.h"
+#include "plan/plan.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
 
@@ -193,12 +195,53 @@ TEST_F(DryRun, EightGpusEightRanksEachOnItsOwnGpuNcclGroups) {
   EXPECT_FALSE(Has(r, "CUDA_VISIBLE_DEVICES")) << r.output;
 }
 
-TEST_F(DryRun, MoreRanksThanGpusIsRefusedNamingTheFix) {
-  // Two sections, one GPU: each section needs a GPU of its own.
-  const RunResult sections = Run("1xh100_sxm", "tiny_vlm.toml");
+// One GPU, two sections: the workload fused on it, one rank on cuda:0.
+TEST_F(DryRun, OneGpuTwoSectionsRunsTheWorkloadFused) {
+  for (const char* spec : {"tiny_vlm.toml", "tiny_kd.toml"}) {
+    for (const std::vector<std::string>& grouping :
+         {std::vector<std::string>{}, std::vector<std::string>{"--grouping", "fused"}}) {
+      const RunResult r = Run("1xh200", spec, grouping);
+      ASSERT_EQ(r.exit_code, 0) << spec << "\n" << r.output;
+      EXPECT_TRUE(Has(r, "grouping: fused on 1 GPU(s)")) << r.output;
+      EXPECT_TRUE(Has(r, "2 sections need 2 GPU(s), 1 here")) << r.output;
+      EXPECT_TRUE(Has(r, "plan: " + out_ + "/plan.json: 1 section(s), 1 rank(s)")) << r.output;
+      EXPECT_TRUE(Has(r, "rank 0: section 'fused' -> cuda:0\n")) << r.output;
+      EXPECT_TRUE(Has(r, "-np 1 ")) << r.output;
+      auto plan = plan::LoadPlan(out_ + "/plan.json");
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_EQ(plan->world_size(), 1) << spec;
+      ASSERT_EQ(plan->sections.size(), 1u) << spec;
+      EXPECT_TRUE(plan->sections[0].fused()) << spec;
+      EXPECT_EQ(plan->sections[0].placement.gpu_type, "h200") << spec;
+    }
+  }
+}
+
+// Two GPUs, three sections (four ranks sectioned: the decoder pins TP 2):
+// fused on both.
+TEST_F(DryRun, TwoGpusThreeSectionsRunTheWorkloadFusedOnBoth) {
+  const RunResult r = Run("2xh100_sxm", "tiny_vlm3.toml");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Has(r, "3 sections need 4 GPU(s), 2 here")) << r.output;
+  EXPECT_TRUE(Has(r, "plan: " + out_ + "/plan.json: 1 section(s), 2 rank(s)")) << r.output;
+  EXPECT_TRUE(Has(r, "rank 0: section 'fused' -> cuda:0\n")) << r.output;
+  EXPECT_TRUE(Has(r, "rank 1: section 'fused' -> cuda:1\n")) << r.output;
+  auto plan = plan::LoadPlan(out_ + "/plan.json");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->world_size(), 2);
+  ASSERT_EQ(plan->sections.size(), 1u);
+  EXPECT_EQ(plan->sections[0].components.size(), 3u);
+}
+
+TEST_F(DryRun, TooFewGpusForTheSectionedPlanOrMoreRanksThanGpusIsRefusedNamingTheFix) {
+  // --grouping sectioned, two sections, one GPU: each section needs a GPU of its own.
+  const RunResult sections = Run("1xh100_sxm", "tiny_vlm.toml", {"--grouping", "sectioned"});
   EXPECT_EQ(sections.exit_code, 2) << sections.output;
-  EXPECT_TRUE(Has(sections, "the spec needs at least 2 ranks (2 section(s), one GPU each) but 1 GPU(s)"))
+  EXPECT_TRUE(Has(sections,
+                  "--grouping sectioned: the spec needs at least 2 ranks (2 section(s), one GPU each) but "
+                  "1 GPU(s)"))
       << sections.output;
+  EXPECT_TRUE(Has(sections, "drop --grouping sectioned")) << sections.output;
   EXPECT_TRUE(Has(sections, "maestro run --device cpu")) << sections.output;
   EXPECT_FALSE(Has(sections, "mpirun")) << sections.output;
   // --ranks beyond the GPUs.

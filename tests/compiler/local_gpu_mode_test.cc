@@ -3,8 +3,10 @@
 // run` compiles with when it finds GPUs; issue #43): a GPU's name mapped to
 // a device profile (compiler/local_gpu_type.h), every section on GPUs one
 // rank each, an unknown type priced with the default tables and the
-// report's note, a spec's own declaration of the type, and the refusal of a
-// spec that needs more ranks than there are GPUs.
+// report's note, a spec's own declaration of the type, a workload of more
+// sections than GPUs planned fused on them, and the refusals (one section
+// pinned wider than the GPUs, --grouping sectioned on too few, no fused plan
+// that fits).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -105,13 +107,64 @@ TEST(LocalGpuMode, ASpecsDeclarationOfTheTypeGivesItsNumbers) {
       << r->report;
 }
 
-TEST(LocalGpuMode, MoreRanksThanGpusIsRefusedNamingTheFix) {
-  auto one = Compile(Load("tiny_vlm.toml"), OnGpus(1, "h100_sxm"));
+TEST(LocalGpuMode, FewerGpusThanSectionsPlansTheWorkloadFused) {
+  // One GPU, two sections (auto and --grouping fused): one fused section on rank 0.
+  for (const char* spec : {"tiny_vlm.toml", "tiny_kd.toml"}) {
+    for (Grouping grouping : {Grouping::kAuto, Grouping::kFused}) {
+      CompileOptions o = OnGpus(1, "NVIDIA H200", 141);
+      o.grouping = grouping;
+      auto r = Compile(Load(spec), o);
+      ASSERT_TRUE(r.ok()) << spec << ": " << r.status().message();
+      EXPECT_TRUE(r->grouping.fused) << spec;
+      EXPECT_EQ(r->plan.world_size(), 1) << spec;
+      ASSERT_EQ(r->plan.sections.size(), 1u) << spec;
+      EXPECT_TRUE(r->plan.sections[0].fused()) << spec;
+      EXPECT_EQ(r->plan.sections[0].components.size(), 2u) << spec;
+      EXPECT_EQ(r->plan.sections[0].placement.gpus_per_task, 1) << spec;
+      EXPECT_EQ(r->plan.sections[0].placement.gpu_type, "h200") << spec;
+      EXPECT_NE(r->report.find("grouping: fused on 1 GPU(s)"), std::string::npos) << r->report;
+      EXPECT_NE(r->report.find("2 sections need 2 GPU(s), 1 here"), std::string::npos) << r->report;
+      EXPECT_NE(r->explain.find("no sectioned plan: 2 sections need 2 GPU(s), 1 here"), std::string::npos)
+          << r->explain;
+    }
+  }
+  // Two GPUs, three sections (the decoder pins TP 2: four ranks sectioned):
+  // fused on both, honouring the pin.
+  auto three = Compile(Load("tiny_vlm3.toml"), OnGpus(2, "h100_sxm"));
+  ASSERT_TRUE(three.ok()) << three.status().message();
+  EXPECT_TRUE(three->grouping.fused);
+  EXPECT_EQ(three->plan.world_size(), 2);
+  ASSERT_EQ(three->plan.sections.size(), 1u);
+  EXPECT_EQ(three->plan.sections[0].components.size(), 3u);
+  EXPECT_EQ(three->plan.sections[0].config.tp, 2);
+  EXPECT_NE(three->report.find("3 sections need 4 GPU(s), 2 here"), std::string::npos) << three->report;
+  EXPECT_NE(three->report_json.find("\"no_sectioned_plan\""), std::string::npos) << three->report_json;
+}
+
+TEST(LocalGpuMode, TooFewGpusIsRefusedWhereNoFusedPlanRunsOrSectionedIsAsked) {
+  // --grouping sectioned on one GPU: each section needs a GPU of its own.
+  CompileOptions sectioned = OnGpus(1, "h100_sxm");
+  sectioned.grouping = Grouping::kSectioned;
+  auto one = Compile(Load("tiny_vlm.toml"), sectioned);
   ASSERT_FALSE(one.ok());
-  EXPECT_NE(one.status().message().find("needs at least 2 ranks (2 section(s), one GPU each) but 1 GPU(s)"),
+  EXPECT_NE(one.status().message().find(
+                "--grouping sectioned: the spec needs at least 2 ranks (2 section(s), one GPU each) but 1 GPU(s)"),
             std::string::npos)
       << one.status().message();
+  EXPECT_NE(one.status().message().find("drop --grouping sectioned"), std::string::npos);
   EXPECT_NE(one.status().message().find("maestro run --device cpu"), std::string::npos);
+  // The fused plan does not fit in a GPU's memory: refused with the reason.
+  auto small = Compile(Load("tiny_vlm.toml"), OnGpus(1, "h100_sxm", 0.001));
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("the fused plan (every component on each of them) cannot run: no single "
+                                          "configuration fits"),
+            std::string::npos)
+      << small.status().message();
+  EXPECT_NE(small.status().message().find("maestro run --device cpu"), std::string::npos);
+}
+
+TEST(LocalGpuMode, MoreRanksThanGpusIsRefusedNamingTheFix) {
+  // One section whose pins ask more GPUs than there are: no fused plan helps.
   CompileOptions pinned = OnGpus(2, "h100_sxm");
   auto pin = ParsePin("teacher.dp=4");
   ASSERT_TRUE(pin.ok());
