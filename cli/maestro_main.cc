@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // maestro: the user CLI.
-//   maestro run spec.toml [-o DIR]       compile, then train on this machine (mpirun); Ctrl-C
+//   maestro run spec.toml [-o DIR]       compile for this machine's GPUs (one rank each; --device
+//                                        cpu or none found: CPU slots), then train (mpirun); Ctrl-C
 //                                        checkpoints at the next step and exits 85 (run the same
-//                                        command again to resume), a second Ctrl-C stops at once
+//                                        command again to resume), a second Ctrl-C stops at once;
+//                                        --dry-run prints the plan, bindings, backends and the
+//                                        mpirun command line and starts nothing
 //   maestro profile spec.toml [-o DIR]   measure each section's micro-batch times on this
 //                                        machine, in the run's layout, and recompile with them
 //   maestro profile --kernels -o FILE    this machine's device as a device profile for the step
@@ -10,6 +13,7 @@
 //                                        bandwidth, one decoder step; docs/step_model.md)
 //   maestro doctor                       what this machine has: libraries, BLAS, launchers, GPUs
 //   maestro export OUT --section S -o D  a trained section as a Hugging Face folder (maestro-export)
+#include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -17,12 +21,15 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "base/exit_codes.h"
 #include "base/log.h"
+#include "cli/dry_run.h"
+#include "cli/local_devices.h"
 #include "cli/profile_calibration.h"
 #include "cli/subprocess.h"
 #include "datalayer/versions.h"
@@ -46,6 +53,8 @@ struct RunArgs {
   std::vector<std::string> pins;
   std::vector<std::string> worker_args;
   std::string grouping = "auto";  // maestro-compile --grouping
+  std::string device = "auto";    // auto | cpu | cuda (cli/local_devices.h)
+  bool dry_run = false;
 };
 
 struct ProfileArgs {
@@ -73,13 +82,14 @@ int UsableCores() {
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
-// Compiles `spec` for this machine (one node, `ranks` CPU slots; `grow`:
-// at least one per section, when the ranks were not chosen by the user) into
-// out_dir; on success loads the plan. Returns the exit code to stop with, or
-// -1 to go on.
+// Compiles `spec` for this machine (one node: `ranks` of the GPUs `devices`
+// chose, one rank each; or `ranks` CPU slots, `grow`: at least one per
+// section, when the ranks were not chosen by the user) into out_dir; on
+// success loads the plan. Returns the exit code to stop with, or -1 to go on.
 int CompileForThisMachine(const std::string& spec, const std::string& out_dir, int ranks, bool grow,
                           const std::vector<std::string>& pins, const std::string& profiles, const char* who,
-                          maestro::plan::Plan* plan, const std::string& grouping = "auto") {
+                          maestro::plan::Plan* plan, const std::string& grouping,
+                          const maestro::cli::LocalDevices& devices) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -87,17 +97,20 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
     std::fprintf(stderr, "%s: cannot create %s: %s\n", who, out_dir.c_str(), ec.message().c_str());
     return maestro::kExitUsage;
   }
-  // The ranks share this machine's cores: the compiler's step simulation
-  // shares them too (--local-cores).
-  std::vector<std::string> compile{maestro::cli::SelfDirectory() + "/maestro-compile",
-                                   spec,
-                                   "-o",
-                                   out_dir,
-                                   "--local",
-                                   std::to_string(ranks),
-                                   "--local-cores",
-                                   std::to_string(UsableCores())};
-  if (grow) compile.push_back("--local-grow");
+  std::vector<std::string> compile{
+      maestro::cli::SelfDirectory() + "/maestro-compile", spec, "-o", out_dir, "--local", std::to_string(ranks)};
+  if (devices.gpus) {
+    // One rank per GPU; the compiler maps the GPU's name to a device profile.
+    compile.insert(compile.end(), {"--local-gpu", devices.gpu_name});
+    if (devices.memory_bytes > 0) {
+      compile.insert(compile.end(), {"--local-gpu-memory-gb", fmt::format("{:.6g}", devices.memory_bytes / 1e9)});
+    }
+  } else {
+    // The ranks share this machine's cores: the compiler's step simulation
+    // shares them too (--local-cores).
+    compile.insert(compile.end(), {"--local-cores", std::to_string(UsableCores())});
+    if (grow) compile.push_back("--local-grow");
+  }
   compile.insert(compile.end(), {"--grouping", grouping});
   for (const auto& pin : pins) compile.insert(compile.end(), {"--pin", pin});
   if (!profiles.empty()) compile.insert(compile.end(), {"--profiles", profiles});
@@ -118,6 +131,46 @@ int CompileForThisMachine(const std::string& spec, const std::string& out_dir, i
 
 int DefaultRanks(int ranks) {
   return ranks > 0 ? ranks : std::max(2, UsableCores());
+}
+
+// What `who` compiles for (cli/local_devices.h): this machine's GPUs, or CPU
+// slots (--device cpu, or none found: said once). Returns the exit code to
+// stop with, or -1 to go on; on GPUs the ranks will see the chosen GPUs as
+// cuda:0..n-1 (CUDA_VISIBLE_DEVICES set here, for every child).
+int ChooseDevices(const std::string& device, int ranks, const char* who, maestro::cli::LocalDevices* out) {
+  auto choice = maestro::cli::ParseDeviceChoice(device);
+  if (!choice.ok()) {
+    std::fprintf(stderr, "%s: %s\n", who, choice.status().message().c_str());
+    return maestro::kExitUsage;
+  }
+  maestro::launcher::GpuInventory inventory;
+  if (*choice != maestro::cli::DeviceChoice::kCpu) {  // --device cpu asks nothing (as before GPUs were discovered)
+    auto found = maestro::launcher::DiscoverLocalGpus();
+    if (!found.ok()) {
+      std::fprintf(stderr, "%s: %s (or --device cpu)\n", who, found.status().message().c_str());
+      return maestro::kExitUsage;
+    }
+    inventory = std::move(*found);
+  }
+  auto chosen = maestro::cli::ChooseLocalDevices(*choice, inventory, ranks, std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (!chosen.ok()) {
+    std::fprintf(stderr, "%s: %s\n", who, chosen.status().message().c_str());
+    return maestro::kExitUsage;
+  }
+  *out = std::move(*chosen);
+  if (!out->gpus && *choice == maestro::cli::DeviceChoice::kAuto) {
+    std::fprintf(stderr, "%s: %s: %s on the CPU (--device cpu skips the search)\n", who, out->cpu_reason.c_str(),
+                 std::string(who) == "maestro run" ? "training" : "profiling");
+  }
+  if (out->gpus && !out->cuda_visible_devices.empty()) {
+    ::setenv("CUDA_VISIBLE_DEVICES", out->cuda_visible_devices.c_str(), 1);
+  }
+  return -1;
+}
+
+// The ranks to compile for: the GPUs chosen, else --ranks or the cores.
+int RanksFor(const maestro::cli::LocalDevices& devices, int ranks) {
+  return devices.gpus ? static_cast<int>(devices.used.size()) : DefaultRanks(ranks);
 }
 
 // mpirun with one process per rank of `plan` on this machine, running `worker`.
@@ -171,20 +224,18 @@ int TrainUnderMpirun(const std::vector<std::string>& command) {
 int RunCommand(const RunArgs& args) {
   namespace fs = std::filesystem;
   const std::string bin = maestro::cli::SelfDirectory();
-  const int ranks = DefaultRanks(args.ranks);
+  maestro::cli::LocalDevices devices;
+  if (int rc = ChooseDevices(args.device, args.ranks, "maestro run", &devices); rc >= 0) return rc;
 
-  // 1. Compile for this machine: one node, `ranks` CPU slots.
+  // 1. Compile for this machine: one node, one rank per GPU or `ranks` CPU slots.
   maestro::plan::Plan plan;
-  if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, args.profiles,
-                                     "maestro run", &plan, args.grouping);
+  if (int rc = CompileForThisMachine(args.spec, args.out_dir, RanksFor(devices, args.ranks), args.ranks == 0, args.pins,
+                                     args.profiles, "maestro run", &plan, args.grouping, devices);
       rc >= 0) {
     return rc;
   }
   const std::string plan_path = args.out_dir + "/plan.json";
   const std::string run_dir = args.out_dir + "/run";
-  std::error_code ec;
-  if (args.fresh) fs::remove_all(run_dir, ec);
-  fs::create_directories(run_dir, ec);
 
   // 2. Train: the reference in this process's child, or every rank under mpirun.
   std::vector<std::string> worker{bin + "/maestro-worker", "--run-dir", run_dir};
@@ -200,8 +251,38 @@ int RunCommand(const RunArgs& args) {
     command = MpirunCommand(plan, worker);
   }
   command.push_back(plan_path);
-  std::fprintf(stderr, "maestro run: %d ranks, %zu sections; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
-               plan.world_size(), plan.sections.size(), run_dir.c_str(), run_dir.c_str());
+  if (args.dry_run) {  // the account of what would start; nothing does
+    maestro::cli::DryRunInput in;
+    in.plan = &plan;
+    in.plan_path = plan_path;
+    in.devices = devices;
+    in.command = command;
+    auto comm = maestro::launcher::CommOptionsFromEnv(maestro::launcher::ProcessEnv(), {});
+    if (!comm.ok()) {
+      std::fprintf(stderr, "maestro run: %s\n", comm.status().message().c_str());
+      return maestro::kExitUsage;
+    }
+    in.backend = comm->backend;
+    in.child_visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::printf("\nmaestro run --dry-run: nothing was started\n%s", maestro::cli::DryRunText(in).c_str());
+    return maestro::kExitOk;
+  }
+  std::error_code ec;
+  if (args.fresh) fs::remove_all(run_dir, ec);
+  fs::create_directories(run_dir, ec);
+  if (devices.gpus && devices.source.rfind(maestro::launcher::kFakeGpusEnv, 0) == 0) {
+    std::fprintf(stderr,
+                 "maestro run: warning: %s stands in for this machine's GPUs: the plan is for them; a rank whose "
+                 "libtorch sees no CUDA device computes on the CPU\n",
+                 devices.source.c_str());
+  }
+  std::fprintf(
+      stderr, "maestro run: %d ranks, %zu sections, on %s; metrics in %s/metrics.jsonl, trace in %s/trace.json\n",
+      plan.world_size(), plan.sections.size(),
+      devices.gpus
+          ? fmt::format("{} of the {} GPU(s) found, one rank each", plan.world_size(), devices.used.size()).c_str()
+          : "the CPU",
+      run_dir.c_str(), run_dir.c_str());
   if (args.reference) {  // one process without the preemption protocol: Ctrl-C stops it
     auto rc = maestro::cli::RunProcess(command);
     if (!rc.ok()) {
@@ -312,11 +393,20 @@ int SweepPlan(const ProfileArgs& args, const maestro::plan::Plan& plan, const st
 // run's layout (and the decoder sections at --gpu-counts) -> compile with the
 // sweep -> calibrate in a run of that plan -> compile again.
 int ProfileCommand(const ProfileArgs& args) {
-  const int ranks = DefaultRanks(args.ranks);
+  maestro::cli::LocalDevices devices;
+  if (int rc = ChooseDevices(args.device, args.ranks, "maestro profile", &devices); rc >= 0) return rc;
+  const int ranks = RanksFor(devices, args.ranks);
   maestro::plan::Plan plan;
   if (int rc = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, "", "maestro profile",
-                                     &plan, "sectioned");
+                                     &plan, "sectioned", devices);
       rc >= 0) {
+    if (devices.gpus) {
+      // maestro run may fuse the workload on too few GPUs; a profile measures
+      // each section on GPUs of its own.
+      std::fprintf(stderr,
+                   "maestro profile: measures every section on GPUs of its own (the sectioned plan); where this "
+                   "machine has too few, profile on the CPU with `maestro profile --device cpu`\n");
+    }
     return rc;
   }
   const std::string profile = args.out_dir + "/profile.json";
@@ -341,7 +431,7 @@ int ProfileCommand(const ProfileArgs& args) {
     maestro::plan::Plan variant;
     std::fprintf(stderr, "maestro profile: the decoder sections at %d GPU(s) (TP %d)\n", t, t);
     if (int code = CompileForThisMachine(args.spec, dir, variant_ranks, false, pins, "", "maestro profile", &variant,
-                                         "sectioned");
+                                         "sectioned", devices);
         code >= 0) {
       return code;
     }
@@ -365,7 +455,7 @@ int ProfileCommand(const ProfileArgs& args) {
     }
   }
   if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, profile,
-                                       "maestro profile", &plan, "sectioned");
+                                       "maestro profile", &plan, "sectioned", devices);
       code >= 0) {
     return code;
   }
@@ -376,7 +466,7 @@ int ProfileCommand(const ProfileArgs& args) {
     if (int code = CalibrateInRun(args, plan, profile); code >= 0) return code;
     const maestro::plan::Plan calibrated_with = plan;
     if (int code = CompileForThisMachine(args.spec, args.out_dir, ranks, args.ranks == 0, args.pins, profile,
-                                         "maestro profile", &plan, "sectioned");
+                                         "maestro profile", &plan, "sectioned", devices);
         code >= 0) {
       return code;
     }
@@ -426,6 +516,8 @@ int DoctorCommand() {
     return maestro::kExitUsage;
   }
   std::printf("GPUs     %s\n", maestro::launcher::DescribeGpus(*gpus).c_str());
+  // Which device profile each type maps to, and why a GPU would not be used.
+  for (const auto& line : maestro::cli::GpuUseLines(*gpus)) std::printf("         %s\n", line.c_str());
   std::fflush(stdout);
   auto rc = maestro::cli::RunProcess({bin + "/maestro-worker", "--version"});
   return rc.ok() ? *rc : 1;
@@ -441,7 +533,8 @@ CLI::App* AddRunCommand(CLI::App& app, RunArgs* args) {
   run->add_option("-o,--out", args->out_dir, "output directory (plan, report, run/: index, checkpoints, metrics)")
       ->capture_default_str();
   run->add_option("--ranks", args->ranks,
-                  "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
+                  "on GPUs: the first N GPUs (default: all of them; more is refused); on the CPU: the ranks to plan "
+                  "for (default: the cores, at least 2 and at least one per section)")
       ->check(CLI::PositiveNumber);
   run->add_option("--steps", args->steps,
                   "train until this step (default: the spec's job.steps); 0 on a fresh run writes the initial "
@@ -460,6 +553,15 @@ CLI::App* AddRunCommand(CLI::App& app, RunArgs* args) {
   run->add_option("--eval-samples", args->eval_samples, "evaluate on the first N test samples (default: all)");
   run->add_option("--worker-arg", args->worker_args, "extra argument for maestro-worker (repeatable)");
 
+  run->add_option("--device", args->device,
+                  "auto: this machine's GPUs, one rank each, NCCL between them (none found: the CPU, said once); "
+                  "cpu: CPU ranks sharing the cores, as without GPUs; cuda: the GPUs or an error. "
+                  "MAESTRO_FAKE_GPUS=8xh100_sxm stands in for the GPUs (tests; docs/launcher.md)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  run->add_flag("--dry-run", args->dry_run,
+                "compile (writes DIR/plan.json and the report), then print the plan, the device each rank binds, the "
+                "backend each group and link gets and the exact mpirun command line; start nothing, exit 0");
   run->add_option("--profiles", args->profiles,
                   "measured section profiles for the compiler (what `maestro profile` wrote)")
       ->check(CLI::ExistingFile);
@@ -495,9 +597,11 @@ ProfileCommandLine AddProfileCommand(CLI::App& app, ProfileArgs* args) {
                         "-o FILE as a device profile (docs/step_model.md; maestro-kernel-profile --help lists the "
                         "grid options)");
   kernels->excludes(profile_spec)->needs(profile_out);
-  profile->add_option("--device", args->device, "with --kernels: auto (CUDA when usable, else the CPU), cpu, cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->needs(kernels);
+  profile
+      ->add_option("--device", args->device,
+                   "auto (default): this machine's GPUs when there are any, else the CPU; cpu; cuda. With --kernels: "
+                   "the device measured; with a spec: what the plan runs on, as for maestro run")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   profile->add_flag("--quick", args->quick, "with --kernels: fewer repeats and grid points (CI on a CPU)")
       ->needs(kernels);
   profile
@@ -508,7 +612,8 @@ ProfileCommandLine AddProfileCommand(CLI::App& app, ProfileArgs* args) {
   auto* profile_ranks =
       profile
           ->add_option("--ranks", args->ranks,
-                       "CPU ranks to plan for (default: the cores, at least 2 and at least one per section)")
+                       "on GPUs: the first N GPUs (default: all); on the CPU: the ranks to plan for (default: the "
+                       "cores, at least 2 and at least one per section)")
           ->check(CLI::PositiveNumber);
   auto* profile_pins =
       profile->add_option("--pin", args->pins, "pin a section's configuration, e.g. --pin llm.dp=2 (repeatable)");

@@ -407,6 +407,55 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
 
 namespace {
 
+// GPU local mode on fewer GPUs than the sectioned plan needs
+// (LocalGpusTooFewForSections: a GPU is not shared between ranks): the
+// workload fused on the GPUs there are, every component on each (the fused
+// alternative of PlanBaseline on the local node's GPUs); refused, naming
+// --device cpu, when even that cannot run there (memory, the runtime). The
+// assignment the report and --explain read is each component under the
+// fused configuration; the fused section is the plan.
+Status PlanFusedOnly(const Spec& spec, const CompileOptions& options, const CostModel& model, const PlannerOptions& po,
+                     CompileResult& r) {
+  const int gpus = spec.cluster.gpus_per_node;
+  const int sections = static_cast<int>(spec.sections.size());
+  const int least = LeastRanks(spec);
+  PlanBaseline(spec, model, po, r);
+  if (const std::string blocker = FusedPlanBlocker(r, po.support); !blocker.empty()) {
+    return Status::InvalidArgument(AtPos(
+        spec.path, spec.cluster.pos,
+        fmt::format("the spec's {} sections need at least {} GPU(s) for the sectioned plan (one each{}) but {} "
+                    "GPU(s) of this machine are given, and the fused plan (every component on each of them) cannot "
+                    "run: {}; train on the CPU with `maestro run --device cpu` (the ranks share the cores), or plan "
+                    "for a cluster (maestro-compile without --local)",
+                    sections, least, least > sections ? ", and more where the pins ask" : "", gpus, blocker)));
+  }
+  const MonolithicPlan& m = r.fused;
+  Assignment a;
+  for (size_t i = 0; i < r.workload.sections.size(); ++i) {
+    SectionChoice c;
+    if (i < m.sections.size()) c.cost = m.sections[i];
+    a.sections.push_back(c);
+  }
+  a.edge_seconds.assign(r.workload.edges.size(), 0.0);  // one process runs both ends: nothing crosses a link
+  a.bottleneck_seconds = m.step_seconds;
+  a.throughput = m.throughput;
+  a.nodes_per_device.assign(model.devices().size(), 0);
+  a.nodes_per_device[static_cast<size_t>(r.monolithic_device)] = m.gpus;  // local mode: the slots used
+  a.gpus = m.gpus;
+  r.assignment = std::move(a);
+  r.simulated = r.fused_simulated;
+  r.prediction = PredictionOf(r.simulated, model, r.workload, r.assignment);
+  GroupingChoice& g = r.grouping;
+  g.fused = true;
+  g.chosen_step_seconds = r.fused_simulated.ok ? r.fused_simulated.step_seconds : m.step_seconds;
+  g.no_sectioned = fmt::format("{} sections need {} GPU(s), {} here", sections, least, gpus);
+  g.why =
+      fmt::format("fused on {} GPU(s){}: {} (a GPU is not shared between ranks): every component runs on each GPU{}",
+                  m.gpus, options.grouping == Grouping::kFused ? " (--grouping fused)" : "", g.no_sectioned,
+                  r.fused_pins.empty() ? "" : " (honouring the pins: " + r.fused_pins + ")");
+  return Status::Ok();
+}
+
 // Chooses the grouping (CompileOptions::grouping): the sectioned plan, or
 // the fused one when it is predicted faster (auto) or forced.
 StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& options, const CompileResult& r) {
@@ -451,6 +500,30 @@ StatusOr<GroupingChoice> ChooseGrouping(const Spec& spec, const CompileOptions& 
     g.rejected_step_seconds = fused;
   }
   return g;
+}
+
+// The sectioned plan at each in-flight cap tried (the shortest simulated
+// step wins; the first on a tie), the baseline, the simulation of both, and
+// the grouping; into `r` (whose workload is the compile's), the planner's
+// outcome returned for --explain.
+StatusOr<PlanOutcome> PlanSectionedAndChoose(const Spec& spec, const CompileOptions& options, const CostModel& model,
+                                             const PlannerOptions& po, CompileResult& r) {
+  std::vector<SectionedAttempt> attempts;
+  size_t chosen = 0;
+  for (int cap : InFlightCapsToTry(spec, r.workload)) {
+    attempts.push_back(PlanSectionedAt(spec, options, model, po, r.workload, cap));
+    const SectionedAttempt& a = attempts.back();
+    if (a.status.ok() && (!attempts[chosen].status.ok() || a.step_seconds() < attempts[chosen].step_seconds())) {
+      chosen = attempts.size() - 1;
+    }
+  }
+  if (!attempts[chosen].status.ok()) return attempts.front().status;
+  const PlanOutcome outcome = attempts[chosen].outcome;
+  r = std::move(attempts[chosen].result);
+  r.in_flight_log = InFlightLog(attempts, chosen);
+  PlanBaseline(spec, model, po, r);
+  MAESTRO_ASSIGN_OR_RETURN(r.grouping, ChooseGrouping(spec, options, r));
+  return outcome;
 }
 
 // The one fused section of a fused plan: every component on every rank of
@@ -553,6 +626,13 @@ plan::SectionPlan SectionPlanOf(const Spec& spec, const CostModel& model, const 
   return sp;
 }
 
+// 0, 1, ... one per section of `w`.
+std::vector<int> AllSections(const Workload& w) {
+  std::vector<int> all(w.sections.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
 // plan.json's contents: one SectionPlan per section (ranks numbered het
 // component by component, PackNodeGroups's order), one EdgePlan per edge, the
 // data and job settings; validated (an invalid plan is a bug) and laid out.
@@ -563,7 +643,10 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.work_dir = spec.job.work_dir;
   p.predicted_step_seconds = r.grouping.chosen_step_seconds;
   p.sections.resize(spec.sections.size());
-  const std::vector<NodeGroupChoice> groups = PackNodeGroups(model, r.workload, r.assignment.sections);
+  // A fused plan's components carry no placement of their own (FusedSectionOf).
+  const std::vector<NodeGroupChoice> groups =
+      r.grouping.fused ? std::vector<NodeGroupChoice>{NodeGroupChoice{0, 1, 1, AllSections(r.workload)}}
+                       : PackNodeGroups(model, r.workload, r.assignment.sections);
   int next_rank = 0;
   for (size_t k = 0; k < groups.size(); ++k) {
     for (int i : groups[k].sections) {
@@ -635,23 +718,14 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   const PlannerOptions po = PlannerOptionsOf(spec, options);
   MarkPipelineStreams(spec, po.support, &r.workload);
 
-  // The sectioned plan at each in-flight cap tried (the shortest simulated
-  // step wins; the first on a tie), the baseline, and the simulation of both.
-  std::vector<SectionedAttempt> attempts;
-  size_t chosen = 0;
-  for (int cap : InFlightCapsToTry(spec, r.workload)) {
-    attempts.push_back(PlanSectionedAt(spec, options, model, po, r.workload, cap));
-    const SectionedAttempt& a = attempts.back();
-    if (a.status.ok() && (!attempts[chosen].status.ok() || a.step_seconds() < attempts[chosen].step_seconds())) {
-      chosen = attempts.size() - 1;
-    }
+  PlanOutcome outcome;
+  if (LocalGpusTooFewForSections(spec)) {
+    outcome.evaluated.assign(r.workload.sections.size(), 0);
+    outcome.fitting.assign(r.workload.sections.size(), 0);
+    MAESTRO_RETURN_IF_ERROR(PlanFusedOnly(spec, options, model, po, r));
+  } else {
+    MAESTRO_ASSIGN_OR_RETURN(outcome, PlanSectionedAndChoose(spec, options, model, po, r));
   }
-  if (!attempts[chosen].status.ok()) return attempts.front().status;
-  const PlanOutcome outcome = attempts[chosen].outcome;
-  r = std::move(attempts[chosen].result);
-  r.in_flight_log = InFlightLog(attempts, chosen);
-  PlanBaseline(spec, model, po, r);
-  MAESTRO_ASSIGN_OR_RETURN(r.grouping, ChooseGrouping(spec, options, r));
 
   // The outputs.
   MAESTRO_ASSIGN_OR_RETURN(r.plan, BuildPlan(spec, model, r));

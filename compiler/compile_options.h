@@ -54,6 +54,17 @@ struct CompileOptions {
   // Fewer cores than ranks makes the step simulation share them
   // (plan.shared_cores), as the operating system does.
   int local_cores = 0;
+  // Local mode on GPUs (--local-gpu NAME; `maestro run` on a machine with
+  // GPUs): the local_ranks slots are GPUs named `local_gpu` (CUDA's name or a
+  // device profile's, compiler/local_gpu_type.h), one rank each, never
+  // shared: a spec of several sections that needs more ranks than that is
+  // planned fused on them (unless kSectioned, which is refused; compile.cc
+  // PlanFusedOnly), one section pinned wider is refused. A spec's
+  // [cluster.gpu.*] of that type (by name or `type`) gives its numbers and
+  // kernels; otherwise the type's built-in profile, else the default tables
+  // with the report's note. "" = CPU slots.
+  std::string local_gpu;
+  double local_gpu_memory_gb = 0;  // per GPU (--local-gpu-memory-gb); 0: the type's default
 };
 
 }  // namespace maestro::compiler

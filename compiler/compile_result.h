@@ -32,6 +32,11 @@ struct GroupingChoice {
   std::string rejected;              // "sectioned" | "fused" | "" (none was possible)
   double rejected_step_seconds = 0;  // the rejected alternative's step (0: none)
   std::string why;                   // one line for the report
+  // Why no sectioned plan was made ("" when one was): GPU local mode on
+  // fewer GPUs than its sections need, planned fused on them
+  // (compiler/workload_builder.h LocalGpusTooFewForSections). The
+  // assignment is then each component under the fused configuration.
+  std::string no_sectioned;
 };
 
 struct CompileResult {

@@ -189,6 +189,21 @@ std::string ExplainMonolithic(const CompileResult& r) {
   return t;
 }
 
+// The grouping chosen, and the fused plan under the pins when it is not the baseline's.
+std::string ExplainGrouping(const CompileResult& r) {
+  std::string t;
+  t += "grouping (sectioned, or every component fused in one section on every GPU under the baseline's "
+       "configuration, or the best one the pins allow; the faster simulated step wins): " +
+       r.grouping.why + "\n";
+  if (!r.fused_is_baseline && r.fused.found) {
+    t +=
+        fmt::format("  fused under the pins ({}): {} on {} GPUs, {:.4g} s/step simulated ({:.4g} s analytic)\n",
+                    r.fused_pins, ConfigText(r.fused.config), r.fused.gpus,
+                    r.fused_simulated.ok ? r.fused_simulated.step_seconds : r.fused.step_seconds, r.fused.step_seconds);
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const CompileResult& r,
@@ -199,6 +214,13 @@ std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const
   size_t bottleneck = 0;
   for (size_t i = 0; i < a.sections.size(); ++i) {
     if (a.sections[i].cost.step_seconds > a.sections[bottleneck].cost.step_seconds) bottleneck = i;
+  }
+  if (!r.grouping.no_sectioned.empty()) {
+    // GPU local mode on too few GPUs: no sectioned plan was searched.
+    t += "no sectioned plan: " + r.grouping.no_sectioned +
+         " (one GPU each; a GPU is not shared between ranks): the workload is planned fused on them\n";
+    if (r.monolithic.found) t += ExplainMonolithic(r);
+    return t + ExplainGrouping(r);
   }
   t += fmt::format(
       "objective: the highest steady-state throughput = global batch / the slowest section or edge; "
@@ -222,16 +244,7 @@ std::string RenderExplain(const CostModel& model, const PlannerOptions& o, const
          r.run_ahead_log;
   }
   if (r.monolithic.found) t += ExplainMonolithic(r);
-  t += "grouping (sectioned, or every component fused in one section on every GPU under the baseline's "
-       "configuration, or the best one the pins allow; the faster simulated step wins): " +
-       r.grouping.why + "\n";
-  if (!r.fused_is_baseline && r.fused.found) {
-    t +=
-        fmt::format("  fused under the pins ({}): {} on {} GPUs, {:.4g} s/step simulated ({:.4g} s analytic)\n",
-                    r.fused_pins, ConfigText(r.fused.config), r.fused.gpus,
-                    r.fused_simulated.ok ? r.fused_simulated.step_seconds : r.fused.step_seconds, r.fused.step_seconds);
-  }
-  return t;
+  return t + ExplainGrouping(r);
 }
 
 }  // namespace maestro::compiler

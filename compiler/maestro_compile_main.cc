@@ -2,7 +2,7 @@
 // maestro-compile: spec.toml -> plan.json + job.sbatch + report.
 //   maestro-compile spec.toml -o outdir [--dry-run] [--explain] [--json]
 //                   [--worker PATH] [--worker-arg ARG]... [--allow-planner-only]
-//                   [--profiles FILE] [--local N] [--pin SECTION.KEY=VALUE]...
+//                   [--profiles FILE] [--local N [--local-gpu NAME]] [--pin SECTION.KEY=VALUE]...
 //                   [--runtime-support FEATURES]
 //   maestro-compile spec.toml --dry-run [...]      (writes nothing: no -o needed)
 //   maestro-compile --model-info config.json [--json] [--seq-len N]
@@ -81,6 +81,30 @@ int ModelInfo(const std::string& path, bool json, int64_t seq_len) {
   return maestro::kExitOk;
 }
 
+// The local mode's options (`maestro run` compiles with them): --local N
+// CPU slots or, with --local-gpu, N of this machine's GPUs.
+void AddLocalOptions(CLI::App& app, maestro::compiler::CompileOptions& options) {
+  app.add_option("--local", options.local_ranks,
+                 "plan for this machine (maestro run): one node of N CPU ranks that the sections share, or N GPUs with "
+                 "--local-gpu")
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("--local-grow", options.local_grow,
+               "with --local: plan for the ranks the sections need at the least (one each, or their pins) when N is "
+               "smaller (the ranks share the cores)");
+  app.add_option("--local-cores", options.local_cores,
+                 "with --local: the cores those ranks share (default: one per rank); fewer cores than ranks "
+                 "makes the simulated step share them")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--local-gpu", options.local_gpu,
+                 "with --local: the N ranks are GPUs of this machine named NAME (CUDA's name or a device profile's, "
+                 "e.g. h100_sxm), one rank each (maestro run on a machine with GPUs); a type without a device "
+                 "profile is priced with the default tables (the report's note)")
+      ->check(ScriptSafe(false));
+  app.add_option("--local-gpu-memory-gb", options.local_gpu_memory_gb,
+                 "with --local-gpu: each GPU's memory in GB (default: the type's)")
+      ->check(CLI::Range(1e-3, 1e6));
+}
+
 int Run(int argc, char** argv) {
   CLI::App app{"maestro-compile: turn a TOML workload spec into a plan and a Slurm heterogeneous job"};
   std::string spec_path, model_info;
@@ -119,16 +143,7 @@ int Run(int argc, char** argv) {
           maestro::compiler::RuntimeSupportText(maestro::compiler::kRuntimeSupport) + "): a comma list of " +
           maestro::compiler::RuntimeSupportText(*maestro::compiler::ParseRuntimeSupport("all")) +
           " (cp: every cp_ row); or all");
-  app.add_option("--local", options.local_ranks,
-                 "plan for this machine (maestro run): one node of N CPU ranks that the sections share")
-      ->check(CLI::Range(1, 4096));
-  app.add_flag("--local-grow", options.local_grow,
-               "with --local: plan for the ranks the sections need at the least (one each, or their pins) when N is "
-               "smaller (the ranks share the cores)");
-  app.add_option("--local-cores", options.local_cores,
-                 "with --local: the cores those ranks share (default: one per rank); fewer cores than ranks "
-                 "makes the simulated step share them")
-      ->check(CLI::Range(1, 4096));
+  AddLocalOptions(app, options);
   app.add_option("--pin", pins,
                  "SECTION.KEY=VALUE (KEY: tp, dp, pp, micro_batch); overrides the spec's pin; repeatable")
       ->allow_extra_args(false);

@@ -213,7 +213,8 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
     out.max_in_flight = r.workload.max_in_flight;
     out.in_flight_log = r.in_flight_log;
   }
-  out.split_bound = SplitBoundOf(model, w, a, r.grouping.chosen_step_seconds);
+  // The split bound splits the sectioned plan's work; without one there is none.
+  if (r.grouping.no_sectioned.empty()) out.split_bound = SplitBoundOf(model, w, a, r.grouping.chosen_step_seconds);
   if (r.grouping.fused) out.split_bound.basis = SplitBoundBasis::kSectionedPlan;
   if (r.grouping.fused && out.split_bound.step_seconds > r.grouping.chosen_step_seconds) {
     // The bound prices the work at the sectioned plan's per-GPU times; a
@@ -257,6 +258,14 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string BudgetText(const ReportBudget& b) {
   const DeviceType& d = b.device;
+  if (d.shared_node && !d.cpu) {  // maestro run on this machine's GPUs (--local-gpu)
+    std::string t = fmt::format(
+        "local mode: one node of {} '{}' GPU(s) ({:.4g} GB, {:.4g} TFLOP/s each{}), one rank each; plan uses {}\n",
+        d.gpus_per_node, d.name, d.memory_bytes / 1e9, d.peak_flops / 1e12,
+        d.kernels ? fmt::format("; kernels {}", PrintableText(d.kernels_origin)) : "", b.nodes_held);
+    if (!d.kernels_note.empty()) t += "  note: " + PrintableText(d.kernels_note) + "\n";
+    return t;
+  }
   if (d.shared_node) {
     return fmt::format(
         "local mode: one node of {} '{}' slot(s) ({:.4g} GB, {:.4g} TFLOP/s each{}) that the sections "
@@ -329,7 +338,12 @@ std::string StepText(const Report& r) {
 std::string GroupingText(const Report& r) {
   const GroupingChoice& g = r.grouping;
   std::string t = fmt::format("grouping: {}\n", g.why);
-  if (g.fused) {
+  if (g.fused && !g.no_sectioned.empty()) {
+    t += fmt::format(
+        "  the plan runs all {} components in one fused section on every GPU ({}); no sectioned plan ({}): the "
+        "table below is each component under that configuration\n",
+        r.sections.size(), ConfigText(r.monolithic.fused_config), g.no_sectioned);
+  } else if (g.fused) {
     t += fmt::format(
         "  the plan runs all {} components in one fused section on every GPU ({}); rejected: the sectioned plan "
         "below, {:.4g} s/step ({:.2f}x)\n",
@@ -584,7 +598,10 @@ std::string ReportJson(const Report& r) {
   js["rejected_grouping"] = r.grouping.rejected.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.grouping.rejected);
   js["rejected_step_seconds"] = r.grouping.rejected_step_seconds;
   js["plan_step_seconds"] = r.grouping.chosen_step_seconds;
-  if (r.grouping.fused) js["sectioned_speedup_vs_monolithic"] = r.monolithic.sectioned_speedup;
+  if (r.grouping.fused && r.grouping.no_sectioned.empty()) {
+    js["sectioned_speedup_vs_monolithic"] = r.monolithic.sectioned_speedup;
+  }
+  if (!r.grouping.no_sectioned.empty()) js["no_sectioned_plan"] = r.grouping.no_sectioned;
   if (r.grouping.fused && !r.monolithic.fused_pins.empty()) js["fused_pins"] = r.monolithic.fused_pins;
   js["split_bound_seconds"] = r.split_bound.step_seconds;
   js["fraction_of_split_bound"] = r.split_bound.fraction;

@@ -8,6 +8,8 @@
 
 #include "base/checks.h"
 #include "base/text.h"
+#include "compiler/device_profile.h"
+#include "compiler/local_gpu_type.h"
 #include "compiler/memory_model.h"
 #include "compiler/model.h"
 #include "plan/profile.h"
@@ -199,50 +201,100 @@ Status ApplyPins(const std::vector<PinOverride>& pins, Spec& s) {
   return Status::Ok();
 }
 
-// Local mode: [cluster] becomes one node of options.local_ranks slots of the
-// spec's first CPU type (else a synthetic "cpu" type) that every section
-// runs on.
+// Local mode on GPUs: the type of the machine's GPU named options.local_gpu
+// (compiler/local_gpu_type.h): a spec's declaration of that type, else its
+// built-in profile, else the default tables with the note.
+StatusOr<GpuTypeSpec> LocalGpuTypeSpec(const CompileOptions& options, const Spec& s) {
+  const LocalGpuType local = LocalGpuTypeOf(options.local_gpu);
+  GpuTypeSpec g;
+  bool declared = false;
+  for (const auto& t : s.cluster.gpu_types) {
+    if (!t.cpu && (t.name == local.type || t.type == local.type)) {
+      g = t;
+      declared = true;
+      break;
+    }
+  }
+  if (!declared) {
+    g.name = local.type;
+    auto profile = BuiltinDeviceProfile(local.has_profile ? local.type : kDefaultDeviceProfile);
+    if (!profile.ok()) return profile.status();
+    g.type = local.has_profile ? local.type : "";
+    g.tflops_bf16 = profile->peak_flops / 1e12;
+    g.kernels_origin = local.has_profile ? "builtin:" + local.type : fmt::format("default:{}", kDefaultDeviceProfile);
+    g.kernels_note = local.note;
+    g.kernels = std::make_shared<const DeviceProfile>(std::move(*profile));
+  }
+  if (options.local_gpu_memory_gb > 0) g.memory_gb = options.local_gpu_memory_gb;
+  return g;
+}
+
+// Local mode: [cluster] becomes one node of options.local_ranks slots that
+// every section runs on: the spec's first CPU type (else a synthetic "cpu"
+// type), or the machine's GPUs (options.local_gpu).
 Status MakeLocal(const CompileOptions& options, Spec& s) {
   if (options.allow_planner_only || options.support_given) {
     return Status::InvalidArgument(
         fmt::format("--local plans only what this build's runtime runs; drop {}",
                     options.allow_planner_only ? "--allow-planner-only" : "--runtime-support"));
   }
+  const bool gpus = !options.local_gpu.empty();
+  if (gpus && (options.local_grow || options.local_cores > 0)) {
+    return Status::InvalidArgument(
+        fmt::format("--local-gpu: {} shares CPU cores among ranks; GPUs are not shared (one rank each): drop it",
+                    options.local_grow ? "--local-grow" : "--local-cores"));
+  }
   const int sections = static_cast<int>(s.sections.size());
   // --local-grow: as many ranks as the sections need at the least (one each,
   // or what their pins ask) when the machine has fewer cores (`maestro run`
   // without --ranks); the ranks then share the cores.
-  int least = 0;
-  for (const auto& sec : s.sections) {
-    least += std::max(1, sec.tp) * std::max(1, sec.pp) * std::max(1, sec.cp) * std::max(1, sec.dp);
-  }
+  const int least = LeastRanks(s);
   const int ranks = options.local_grow ? std::max(options.local_ranks, least) : options.local_ranks;
-  if (ranks < sections) {
+  // Fewer GPUs than the sectioned plan needs: a workload of several sections
+  // is planned fused on the GPUs there are (compile.cc PlanFusedOnly), unless
+  // --grouping sectioned asks for the sectioned plan; one section's pins that
+  // ask more GPUs than there are are the user's to change.
+  const bool fused_only = gpus && least > ranks && sections > 1 && options.grouping != Grouping::kSectioned;
+  if (gpus && least > ranks && !fused_only) {
+    return Status::InvalidArgument(fmt::format(
+        "{}the spec needs at least {} ranks ({} section(s), one GPU each{}) but {} GPU(s) of this machine are "
+        "given (--local {} --local-gpu: what `maestro run` found, or its --ranks); a GPU is not shared between "
+        "ranks: {}train on the CPU with `maestro run --device cpu` (the ranks share the cores), pin fewer ranks, or "
+        "plan for a cluster (maestro-compile without --local)",
+        sections > 1 ? "--grouping sectioned: " : "", least, sections,
+        least > sections ? ", and more where the pins ask" : "", ranks, ranks,
+        sections > 1 ? "drop --grouping sectioned (every component fused on each GPU), " : ""));
+  }
+  if (ranks < sections && !fused_only) {
     return Status::InvalidArgument(
         fmt::format("--local {}: the spec has {} sections and each needs at least one rank; "
                     "give --local {} or more",
                     options.local_ranks, sections, sections));
   }
-  GpuTypeSpec cpu;
-  cpu.name = "cpu";
-  cpu.cpu = true;
-  cpu.memory_gb = 4;
-  cpu.tflops_bf16 = 0.05;
-  cpu.intra_node_gbps = 5;
-  cpu.inter_node_gbps = 1;
-  cpu.mfu = 0.5;
-  for (const auto& g : s.cluster.gpu_types) {
-    if (g.cpu) {
-      cpu = g;
-      break;
+  GpuTypeSpec slot;
+  if (gpus) {
+    MAESTRO_ASSIGN_OR_RETURN(slot, LocalGpuTypeSpec(options, s));
+  } else {
+    slot.name = "cpu";
+    slot.cpu = true;
+    slot.memory_gb = 4;
+    slot.tflops_bf16 = 0.05;
+    slot.intra_node_gbps = 5;
+    slot.inter_node_gbps = 1;
+    slot.mfu = 0.5;
+    for (const auto& g : s.cluster.gpu_types) {
+      if (g.cpu) {
+        slot = g;
+        break;
+      }
     }
   }
-  cpu.nodes = 1;
-  cpu.gpus_per_node = ranks;
+  slot.nodes = 1;
+  slot.gpus_per_node = ranks;
   s.cluster.nodes = 1;
   s.cluster.gpus_per_node = ranks;
-  s.cluster.default_gpu = cpu.name;
-  s.cluster.gpu_types = {cpu};
+  s.cluster.default_gpu = slot.name;
+  s.cluster.gpu_types = {slot};
   s.cluster.local = true;
   s.cluster.local_cores = options.local_cores;
   for (auto& sec : s.sections) sec.gpu_type.clear();
@@ -251,11 +303,26 @@ Status MakeLocal(const CompileOptions& options, Spec& s) {
 
 }  // namespace
 
+int LeastRanks(const Spec& s) {
+  int least = 0;
+  for (const auto& sec : s.sections) {
+    least += std::max(1, sec.tp) * std::max(1, sec.pp) * std::max(1, sec.cp) * std::max(1, sec.dp);
+  }
+  return least;
+}
+
+bool LocalGpusTooFewForSections(const Spec& effective) {
+  if (!effective.cluster.local || effective.cluster.gpu_types.size() != 1) return false;
+  if (effective.cluster.gpu_types.front().cpu || effective.sections.size() < 2) return false;
+  return LeastRanks(effective) > effective.cluster.gpus_per_node;
+}
+
 StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options) {
   Spec s = spec;
   MAESTRO_RETURN_IF_ERROR(ApplyPins(options.pins, s));
   if (options.local_ranks <= 0) {
     if (options.local_cores > 0) return Status::InvalidArgument("--local-cores needs --local N");
+    if (!options.local_gpu.empty()) return Status::InvalidArgument("--local-gpu needs --local N (the GPUs to use)");
     return s;
   }
   MAESTRO_RETURN_IF_ERROR(MakeLocal(options, s));

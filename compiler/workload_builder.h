@@ -51,6 +51,15 @@ int DeviceIndex(const Spec& spec, const std::string& name);
 // "cpu" type: 4 GB, 0.05 TFLOP/s) that every section runs on.
 StatusOr<Spec> EffectiveSpec(const Spec& spec, const CompileOptions& options);
 
+// The ranks a spec needs at the least: one per section, or what its pins ask.
+int LeastRanks(const Spec& spec);
+
+// GPU local mode (--local N --local-gpu) on fewer GPUs than the sectioned
+// plan needs (LeastRanks of a spec of several sections; a GPU is not shared
+// between ranks): Compile then plans the workload fused on the N GPUs.
+// `effective` is EffectiveSpec's result.
+bool LocalGpusTooFewForSections(const Spec& effective);
+
 // InvalidArgument when a --profiles entry names a section the spec lacks.
 Status CheckProfileSections(const Spec& spec, const std::vector<ProfileSpec>& profiles);
 

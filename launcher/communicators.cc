@@ -69,6 +69,27 @@ std::string LinkDescription(const plan::Plan& plan, const plan::Link& link, int 
                      e.from, e.to, e.tensor, e.from, link.up_dp, link.up_rank, e.to, link.down_dp, link.down_rank);
 }
 
+bool NcclBuilt() {
+#ifdef MAESTRO_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::vector<bool> NcclSections(const plan::Plan& plan, BackendChoice choice, bool gpus_usable) {
+  std::vector<bool> nccl(plan.sections.size(), false);
+  if (choice == BackendChoice::kMpi || !NcclBuilt() || !gpus_usable) return nccl;
+  for (size_t s = 0; s < plan.sections.size(); ++s) nccl[s] = plan.sections[s].placement.gpus_per_task > 0;
+  return nccl;
+}
+
+bool NcclLink(const plan::Plan& plan, const std::vector<bool>& nccl_sections, int edge) {
+  const auto& e = plan.edges[static_cast<size_t>(edge)];
+  const int up = plan.section_index(e.from), down = plan.section_index(e.to);
+  return up >= 0 && down >= 0 && nccl_sections[static_cast<size_t>(up)] && nccl_sections[static_cast<size_t>(down)];
+}
+
 bool CudaDeviceAvailable() {
   return CudaDeviceCount() > 0;
 }
@@ -116,11 +137,7 @@ StatusOr<std::unique_ptr<Communicators>> Communicators::Create(const plan::Plan&
   // Which sections talk NCCL. The decision must be the same on every rank:
   // it follows the plan, the build and one job-wide vote on CUDA.
   std::vector<bool> nccl(plan.sections.size(), false);
-#ifdef MAESTRO_HAVE_NCCL
-  const bool built = true;
-#else
-  const bool built = false;
-#endif
+  const bool built = NcclBuilt();
   bool any_gpu_section = false;
   for (const auto& s : plan.sections) any_gpu_section |= s.placement.gpus_per_task > 0;
   if (options.backend != BackendChoice::kMpi && any_gpu_section) {
@@ -139,8 +156,7 @@ StatusOr<std::unique_ptr<Communicators>> Communicators::Create(const plan::Plan&
           "backend (CPU buffers) everywhere",
           built ? "" : " (this build has no NCCL)");
     }
-    for (size_t s = 0; s < plan.sections.size(); ++s)
-      nccl[s] = usable == 1 && plan.sections[s].placement.gpus_per_task > 0;
+    nccl = NcclSections(plan, options.backend, usable == 1);
   }
 
   // Groups inside this rank's section: TP, CP, DP, PP, EP, expert-DP, DP x CP.
@@ -169,9 +185,7 @@ StatusOr<std::unique_ptr<Communicators>> Communicators::Create(const plan::Plan&
   int link_tag = 0;
   for (size_t e = 0; e < plan.edges.size(); ++e) {
     const auto links = plan::LinksOfEdge(plan, static_cast<int>(e));
-    const int up_section = plan.section_index(plan.edges[e].from);
-    const int down_section = plan.section_index(plan.edges[e].to);
-    const bool link_nccl = nccl[static_cast<size_t>(up_section)] && nccl[static_cast<size_t>(down_section)];
+    const bool link_nccl = NcclLink(plan, nccl, static_cast<int>(e));
     for (size_t i = 0; i < links.size(); ++i, ++link_tag) {
       const plan::Link& l = links[i];
       if (l.up_rank != me && l.down_rank != me) continue;

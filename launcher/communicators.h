@@ -46,6 +46,19 @@ struct CommOptions {
 // fractional) and MAESTRO_COMM_BACKEND (auto | mpi | nccl).
 StatusOr<CommOptions> CommOptionsFromEnv(const EnvLookup& env, CommOptions defaults);
 
+// True when this build has the NCCL backend (MAESTRO_HAVE_NCCL).
+bool NcclBuilt();
+
+// Which sections' groups talk NCCL (true) rather than MPI: the sections the
+// plan places on GPUs (placement.gpus_per_task > 0) when `choice` is not kMpi,
+// this build has NCCL and `gpus_usable`: in Create the job-wide vote that
+// every GPU rank sees a CUDA device; in `maestro run --dry-run` the GPUs it
+// compiled for. The one home of the rule; pure.
+std::vector<bool> NcclSections(const plan::Plan& plan, BackendChoice choice, bool gpus_usable);
+// Edge `edge`'s links talk NCCL when both its sections do (NcclSections);
+// otherwise MPI, through host memory on a GPU rank (runtime/device_staging.h).
+bool NcclLink(const plan::Plan& plan, const std::vector<bool>& nccl_sections, int edge);
+
 // "dp group of section 'llm' (ranks 2,4)"
 std::string GroupDescription(const plan::Plan& plan, int section, plan::GroupKind kind, const std::vector<int>& ranks);
 // "link 1 of edge 'vit' -> 'llm' (image_embeddings): vit dp 0 (rank 0) <-> llm dp 1 (rank 3)"

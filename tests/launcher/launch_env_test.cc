@@ -204,5 +204,22 @@ TEST(Checksum, DetectsASingleFlippedByteAndPatternsDifferBySeed) {
   EXPECT_NE(Checksum(a.data(), a.size()), Checksum(b.data(), b.size()));
 }
 
+// Which groups and links talk NCCL (the rule Communicators::Create applies
+// and `maestro run --dry-run` prints): GPU sections, when NCCL is built, the
+// GPUs are usable and MAESTRO_COMM_BACKEND is not mpi; a link when both ends.
+TEST(NcclSections, GpuSectionsTalkNcclAndLinksWhenBothEndsDo) {
+  plan::Plan p = testing::FanOut2Plan();  // sections vit, llm; edge vit -> llm
+  p.sections[1].placement.gpus_per_task = 1;
+  std::vector<bool> one = NcclSections(p, BackendChoice::kAuto, true);
+  EXPECT_EQ(one, (std::vector<bool>{false, NcclBuilt()}));
+  EXPECT_FALSE(NcclLink(p, one, 0));  // the ViT computes on the CPU: MPI
+  p.sections[0].placement.gpus_per_task = 1;
+  std::vector<bool> both = NcclSections(p, BackendChoice::kAuto, true);
+  EXPECT_EQ(both, (std::vector<bool>{NcclBuilt(), NcclBuilt()}));
+  EXPECT_EQ(NcclLink(p, both, 0), NcclBuilt());
+  EXPECT_EQ(NcclSections(p, BackendChoice::kMpi, true), (std::vector<bool>{false, false}));
+  EXPECT_EQ(NcclSections(p, BackendChoice::kAuto, false), (std::vector<bool>{false, false}));
+}
+
 }  // namespace
 }  // namespace maestro::launcher
