@@ -237,7 +237,9 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
 // the student exported. `family_key` is a key only that family's exported
 // config.json holds.
 void ExpectCrossFamilyKdTrains(const std::string& family, const std::string& teacher_config,
-                               const std::string& student_config, const std::string& family_key) {
+                               const std::string& student_config, const std::string& family_key,
+                               const std::vector<std::string>& layout = {"--ranks", "2"},
+                               const std::vector<int>& student_tp_pp_cp = {1, 1, 1}) {
   const fs::path root = fixtures::PerTestDir("hf_run_" + family);
   auto teacher =
       fixtures::WriteRandomHfCheckpoint((root / "teacher").string(), teacher_config, hf::TensorDType::kBF16, 3);
@@ -247,10 +249,16 @@ void ExpectCrossFamilyKdTrains(const std::string& family, const std::string& tea
   ASSERT_TRUE(student.ok()) << student.status().ToString();
   std::ofstream(root / "kd.toml") << KdSpec("teacher", "student");
   const fs::path out = root / "out";
-  auto r = runtime_testing::RunMaestro(
-      {"run", (root / "kd.toml").string(), "-o", out.string(), "--no-eval", "--ranks", "2", "--grouping", "sectioned"},
-      {}, 300);
+  std::vector<std::string> run{"run",      (root / "kd.toml").string(), "-o", out.string(), "--no-eval", "--grouping",
+                               "sectioned"};
+  run.insert(run.end(), layout.begin(), layout.end());
+  auto r = runtime_testing::RunMaestro(run, {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto plan = plan::LoadPlan((out / "plan.json").string());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const auto& layout_used = plan->sections.at(static_cast<size_t>(plan->section_index("student"))).config;
+  EXPECT_EQ(std::vector<int>({layout_used.tp, layout_used.pp, layout_used.cp}), student_tp_pp_cp)
+      << family << ": the layout asked for";
   const auto losses = runtime_testing::Losses((out / "run").string());
   ASSERT_EQ(losses.size(), 3u) << r.output;
   auto ref = runtime_testing::RunReference((out / "plan.json").string(), (root / "reference").string());
@@ -284,6 +292,29 @@ TEST(HfRunCrossFamily, Llama3WithItsRopeScalingTrainsAsTheReferenceAndExportsIts
 TEST(HfRunCrossFamily, Qwen3WithQkNormsTrainsAsTheReferenceAndExportsItsConfig) {
   ExpectCrossFamilyKdTrains("qwen3", fixtures::TinyQwen3Config(64, 2, 4, 2, 16, 128, 512, false),
                             fixtures::TinyQwen3Config(32, 2, 4, 2, 16, 64, 512, true), "\"qwen3\"");
+}
+
+// The two families' students split as the runtime splits a decoder (issue
+// #40: TP 2, PP 2 and CP 2 runs of two families equal the reference): the
+// Llama 3.x student over 2 TP ranks and over 2 pipeline stages, the Qwen3
+// student (its q/k norms per head, each TP rank its heads' share) over 2 TP
+// ranks and over 2 CP ranks (its 32 tokens in load-balanced halves).
+TEST(HfRunCrossFamily, Llama3StudentAtTp2AndPp2EqualsTheReference) {
+  const auto teacher = fixtures::TinyLlama3Config(64, 2, 4, 2, 128, 512, false, 16);
+  const auto student = fixtures::TinyLlama3Config(32, 2, 4, 2, 64, 512, true, 16);
+  ExpectCrossFamilyKdTrains("llama3_tp2", teacher, student, "\"llama3\"",
+                            {"--ranks", "3", "--pin", "student.tp=2", "--pin", "teacher.dp=1"}, {2, 1, 1});
+  ExpectCrossFamilyKdTrains("llama3_pp2", teacher, student, "\"llama3\"",
+                            {"--ranks", "3", "--pin", "student.pp=2", "--pin", "teacher.dp=1"}, {1, 2, 1});
+}
+
+TEST(HfRunCrossFamily, Qwen3StudentAtTp2AndCp2EqualsTheReference) {
+  const auto teacher = fixtures::TinyQwen3Config(64, 2, 4, 2, 16, 128, 512, false);
+  const auto student = fixtures::TinyQwen3Config(32, 2, 4, 2, 16, 64, 512, true);
+  ExpectCrossFamilyKdTrains("qwen3_tp2", teacher, student, "\"qwen3\"",
+                            {"--ranks", "3", "--pin", "student.tp=2", "--pin", "teacher.dp=1"}, {2, 1, 1});
+  ExpectCrossFamilyKdTrains("qwen3_cp2", teacher, student, "\"qwen3\"",
+                            {"--ranks", "3", "--pin", "student.cp=2", "--pin", "teacher.dp=1"}, {1, 1, 2});
 }
 
 }  // namespace
