@@ -107,7 +107,7 @@ class StepSum {
   // exp_avg.mul_ (r1 w1), .add_(grad) (r2 w1), exp_avg_sq.mul_ (r1 w1),
   // .addcmul_(grad, grad) (r3 w1), sqrt (r1 w1), / sqrt(bc2) (r1 w1),
   // .add_(eps) (r1 w1), p.addcdiv_(m, denom) (r3 w1) elements. Weight decay
-  // 0 (decoder_speed.cc) skips p.mul_. And autograd's accumulation of a
+  // 0 (section_speed.cc) skips p.mul_. And autograd's accumulation of a
   // further micro-batch's gradient into .grad (r2 w1).
   void Parameters(std::string_view name, double numel, double tensors, double elem) {
     if (param_bytes_ > 0) elem = param_bytes_;
@@ -671,7 +671,7 @@ StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc,
   shape.tokens_per_sample = static_cast<double>(seq_len);
   shape.train = true;
   shape.lm_loss = true;
-  shape.loss_in_chunks = false;  // decoder_speed.cc computes its cross-entropy whole
+  shape.loss_in_chunks = false;  // section_speed.cc computes its cross-entropy whole
   shape.tp = tp;
   shape.activation_bytes = 2;
   shape.fused = fused;

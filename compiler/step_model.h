@@ -78,13 +78,13 @@ struct PassShape {
   int64_t kd_teacher_hidden = 0;          // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
   // The vocabulary loss in chunks past plan::kLossWholeTokens, recomputed in
   // backward, as runtime/vocab_loss.cc runs it (plan/loss_chunk.h); false: whole,
-  // as runtime/decoder_speed.cc's timed loop (PredictDecoderStepFromParts).
+  // as runtime/section_speed.cc's timed loop (PredictDecoderStepFromParts).
   bool loss_in_chunks = true;
   int tp = 1, cp = 1, pp = 1;
   int ep = 1;                // MoE: the EP group the routed experts split over (docs/moe.md)
   int activation_bytes = 2;  // bf16 2, fp32 4
   // Bytes of a parameter element that AdamW and the .grad accumulation
-  // touch; 0 = activation_bytes (pure bf16, what decoder_speed.cc times).
+  // touch; 0 = activation_bytes (pure bf16, what section_speed.cc times).
   // The runtime keeps fp32 masters under mixed bf16 (runtime/section_runner.h):
   // 4.
   int param_bytes = 0;
@@ -118,7 +118,7 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
 // decoder `desc` (plan::ModelKind::kDecoder, no experts) on one TP rank of
 // degree `tp`: (micro_batch, seq_len) token ids, pure bf16 parameters and
 // activations: PredictSectionPass with lm_loss, one micro-batch, plus the
-// optimizer. What runtime/decoder_speed.cc times and the H100 measurements
+// optimizer. What runtime/section_speed.cc times and the H100 measurements
 // report. REQUIRES: CheckModelShape(desc).ok(), tp divides heads, kv_heads
 // and ffn_hidden; micro_batch, seq_len >= 1.
 StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,

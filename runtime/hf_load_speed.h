@@ -2,7 +2,7 @@
 // How fast a Hugging Face checkpoint loads into a section's model: the
 // measurement behind `maestro-bench data`'s safetensors_load_vs_read. No torch
 // types here: bench/ includes it without torch's headers (as
-// runtime/decoder_speed.h).
+// runtime/section_speed.h).
 //
 // A section that starts from published weights builds its model from the
 // plan's ModelDesc (BuildModel, parameters in the section's dtype), opens the

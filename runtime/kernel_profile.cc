@@ -17,8 +17,8 @@
 #include "base/checks.h"
 #include "base/files.h"
 #include "base/read_file.h"
-#include "runtime/decoder_speed.h"
 #include "runtime/runtime_info.h"
+#include "runtime/section_speed.h"
 #include "runtime/torch_compat.h"
 
 namespace maestro::runtime {
@@ -533,7 +533,7 @@ void AddPeak(const ProfileRun& run, double best_gemm_tflops, const std::string& 
   say("  peak: " + JoinRates({peak}) + " TFLOP/s (" + source + ")");
 }
 
-// Validation: one decoder's training step (runtime/decoder_speed.h).
+// Validation: one decoder's training step (runtime/section_speed.h).
 Status MeasureValidationStep(const ProfileRun& run, json* profile) {
   const KernelProfileOptions& o = run.o;
   const std::string& device_kind = run.device_kind;
@@ -552,16 +552,16 @@ Status MeasureValidationStep(const ProfileRun& run, json* profile) {
   desc.ffn_hidden = v.ffn_hidden;
   desc.vocab = v.vocab;
   desc.tie_embeddings = v.tie_embeddings;
-  DecoderSpeedOptions speed_options;
+  SectionSpeedOptions speed_options;
   speed_options.device = device_kind;
-  speed_options.bf16 = gpu;
+  speed_options.precision = gpu ? "bf16" : "fp32";
   speed_options.micro_batch = v.micro_batch;
   speed_options.seq_len = v.seq_len;
   speed_options.warmup = gpu ? 3 : o.warmup;
   speed_options.steps = gpu ? 10 : std::max(3, o.repeats);
-  StatusOr<DecoderSpeed> speed = Status::Internal("not measured");
+  StatusOr<SectionSpeed> speed = Status::Internal("not measured");
   try {
-    speed = MeasureDecoderTraining(desc, speed_options);
+    speed = MeasureSectionTraining(desc, speed_options);
   } catch (const c10::Error& e) {
     return PointError("the validation step of " + v.model, e);
   }
@@ -581,7 +581,7 @@ Status MeasureValidationStep(const ProfileRun& run, json* profile) {
                         {"params", speed->params}, {"shape", shape}};
   json validation;
   validation["source"] =
-      "whole training step of runtime/models/decoder.cc (runtime/decoder_speed.cc): random ids, "
+      "whole training step of runtime/models/decoder.cc (runtime/section_speed.cc, precision bf16): random ids, "
       "forward, fp32 cross-entropy, backward, torch::optim::AdamW, " +
       dtype_name + "; mean of " + std::to_string(speed_options.steps) + " timed steps after " +
       std::to_string(speed_options.warmup) + " warm-up; " + where;

@@ -18,13 +18,13 @@
 //  - kernel_launch_us: a + b on one-element tensors, per op (eager's floor);
 //  - peak_bf16_tflops: a datasheet value by CUDA device name when known,
 //    else (and on the CPU) the best GEMM rate measured, said so in its source;
-//  - validation: one decoder's training step (runtime/decoder_speed.h).
+//  - validation: one decoder's training step (runtime/section_speed.h).
 // Every time is the median of `repeats` samples after `warmup` calls; a
 // sample runs the op enough times back to back to last >= 2 ms, the device
 // synchronized around it (torch::cuda::synchronize on CUDA).
 //
 // No torch types here: the executable and tests include it without torch.
-// May call: libtorch (in the .cc), runtime/decoder_speed, base (files,
+// May call: libtorch (in the .cc), runtime/section_speed, base (files,
 // read_file), nlohmann-json. Thread-safety: one call at a time (it sets the
 // intra-op thread count on the CPU).
 #pragma once

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "compiler/device_profile.h"
-#include "runtime/decoder_speed.h"
+#include "runtime/section_speed.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime {
