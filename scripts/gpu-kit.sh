@@ -47,6 +47,7 @@
 #   MAESTRO_JOBS           build parallelism (default: the number of cores)
 #   MAESTRO_CAMPAIGN_SECONDS  the campaign's budget from its start (default
 #                          540: a 600 s device call with the logs packed)
+#   MAESTRO_CAMPAIGN_END   or its end, in epoch seconds (the build counted)
 #   MAESTRO_WERROR         ON to make warnings errors (default OFF: the
 #                          machine's g++ 13 is not the g++ 12 CI checks)
 #   OUT                    when set (the device tool sets it), logs and the
@@ -246,6 +247,9 @@ cmd_campaign() {
   rm -rf "$work"
   mkdir -p "$work" "$out"
   local summary="$out/campaign.txt" budget=${MAESTRO_CAMPAIGN_SECONDS:-540} failed=0
+  # MAESTRO_CAMPAIGN_END (epoch seconds) bounds the campaign by the call's
+  # end instead, the build before it counted.
+  [[ -n "${MAESTRO_CAMPAIGN_END:-}" ]] && budget=$((MAESTRO_CAMPAIGN_END - $(date +%s)))
   local start=$SECONDS bin="$build/bin"
   local ctest
   ctest=$(find_tool ctest "$(find_torch_python || true)") || die "no ctest on PATH or beside the torch Python"
