@@ -2,6 +2,7 @@
 #include "runtime/checkpoint_slices.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11+ keeps it here; libtorch 2.11 carries fmt 12)
 #include <sys/mman.h>
 #include <unistd.h>
 

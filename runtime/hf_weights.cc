@@ -3,6 +3,7 @@
 #include "runtime/hf_weights.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt 11+ keeps it here; libtorch 2.11 carries fmt 12)
 
 #include <cstdint>
 #include <cstring>

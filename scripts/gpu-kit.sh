@@ -182,7 +182,7 @@ cmd_build() {
       -DMAESTRO_WERROR="${MAESTRO_WERROR:-OFF}" &&
       "$ninja" -C "$build" -j "$jobs" "${BUILD_TARGETS[@]}"
   } >"$log" 2>&1 || rc=$?
-  if ((rc != 0)) && grep -q 'section_speed.cc' "$log"; then
+  if ((rc != 0)) && grep -qE 'section_speed\.cc:[0-9]+:[0-9]+: error' "$log"; then
     # The device-memory statistics are the one call into a libtorch API
     # newer than 2.9 (runtime/section_speed.cc): build without them rather
     # than lose the device session.
