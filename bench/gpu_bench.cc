@@ -121,6 +121,12 @@ nlohmann::json Predict(const Case& c, const compiler::DeviceProfile& profile) {
   out["gemm_seconds"] = pass->detail.gemm_seconds;
   out["attention_seconds"] = pass->detail.attention_seconds;
   out["memory_seconds"] = pass->detail.memory_seconds;
+  double kernels = 0;
+  for (const auto& term : pass->detail.terms) {
+    kernels += term.kernels;
+    out["terms"][term.name] = {{"seconds", term.seconds}, {"kernels", term.kernels}};
+  }
+  out["kernels"] = kernels;
   compiler::SectionWork s;
   s.name = c.name;
   s.model = c.desc;
@@ -257,8 +263,12 @@ MAESTRO_BENCHMARK(gpu, "sections on CUDA against the step and memory models: a ~
   out["mfu"] = nullptr;
   if (predict_only) {
     for (Case& c : cases) {
-      c.options.precision = "mixed";
-      for (const auto& profile : profiles) out["predicted"][c.name][profile.name] = Predict(c, profile);
+      for (const char* precision : {"mixed", "bf16"}) {
+        if (c.desc.kind != ModelKind::kDecoder && std::string(precision) == "bf16") continue;
+        c.options.precision = precision;
+        const std::string key = c.name + (c.options.precision == "bf16" ? "_bf16" : "");
+        for (const auto& profile : profiles) out["predicted"][key][profile.name] = Predict(c, profile);
+      }
     }
     return out;
   }

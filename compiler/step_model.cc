@@ -125,12 +125,33 @@ class StepSum {
   double Seconds(Part part, Phase phase) const {
     return seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)];
   }
+  // Once per step: AdamW and, under autocast, the weights' casts to bf16.
   double optimizer() const {
-    if (optimizer_shards_ > 1) return FlatShardAdamW();
-    return fused_adamw_ ? FusedAdamW() : optimizer_;
+    if (optimizer_shards_ > 1) return FlatShardAdamW() + weight_casts_;
+    return (fused_adamw_ ? FusedAdamW() : optimizer_) + weight_casts_;
   }
   void UseFlatShardAdamW(int shards) { optimizer_shards_ = shards; }
   void UseParamBytes(int bytes) { param_bytes_ = bytes; }
+  // Mixed precision (fp32 masters, activations in bf16): the forward runs
+  // under autocast (runtime/torch_compat.h AutocastGuard).
+  void UseAutocast() { autocast_ = true; }
+  bool autocast() const { return autocast_; }
+  // Under autocast, `tensors` fp32 weights of `numel` elements that matmuls
+  // read: each cast to bf16 once per step (r4 w2; autocast caches the cast
+  // until the optimizer step clears it, runtime/section_optimizer.cc), and
+  // each one's bf16 gradient cast back to the fp32 master's dtype in every
+  // micro-batch's backward (r2 w4; the cast's backward). Nothing otherwise.
+  void AutocastWeights(std::string_view name, Part part, double numel, double tensors) {
+    if (!autocast_) return;
+    const double one = Kernel(6 * numel / device_.memory_bytes_per_s);
+    weight_casts_ += tensors * one;
+    weight_cast_kernels_ += tensors;
+    if (train_) {
+      Add(part, Phase::kBackward, tensors * one);
+      out_.memory_seconds += tensors * one;
+      Term(tensors, tensors * one, "memory autocast gradient casts to fp32 ", name);
+    }
+  }
   // ZeRO-1's AdamW (runtime/parallel/distributed_optimizer.cc): the 8 kernels
   // of Parameters() once each over the flat shard of total / shards elements.
   double FlatShardAdamW() const {
@@ -171,6 +192,10 @@ class StepSum {
       out.optimizer_seconds = optimizer_;
       out.terms.insert(out.terms.end(), optimizer_terms_.begin(), optimizer_terms_.end());
     }
+    if (weight_casts_ > 0) {
+      out.optimizer_seconds += weight_casts_;
+      if (keep_terms_) out.terms.push_back({"autocast weight casts to bf16 (once per step)", weight_casts_, weight_cast_kernels_});
+    }
     out.total_seconds = out.gemm_seconds + out.attention_seconds + out.memory_seconds + out.optimizer_seconds;
     return out;
   }
@@ -192,6 +217,8 @@ class StepSum {
   double optimizer_ = 0, accumulate_ = 0;
   int optimizer_shards_ = 1;
   double param_bytes_ = 0;
+  bool autocast_ = false;
+  double weight_casts_ = 0, weight_cast_kernels_ = 0;
   double attention_forward_ = 0;
   double total_numel_ = 0, total_tensors_ = 0, elem_ = 2;
   bool fused_adamw_ = false;
@@ -452,6 +479,20 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
 
   AddDecoderLoss(sum, d, s, m);
 
+  if (sum.autocast()) {
+    // The residual stream is fp32 under autocast (the fp32 embedding table's
+    // rows), and so is the RMSNorm's output: q, k, v, gate and up each cast
+    // their input to bf16 (autocast caches no activation); backward casts
+    // each gradient back.
+    const double casts = moe ? 3 : 5;
+    sum.Memory("autocast: norm outputs to bf16 (linear inputs)", Part::kBlocks, kF, {b.Cast(h)}, m, casts * layers);
+    sum.Memory("autocast: their gradients to fp32", Part::kBlocks, kB, {b.Cast(h)}, m, casts * layers);
+    sum.AutocastWeights("q, o weights", Part::kBlocks, h * q, 2 * layers);
+    sum.AutocastWeights("k, v weights", Part::kBlocks, h * kv, 2 * layers);
+    if (!moe) sum.AutocastWeights("mlp weights", Part::kBlocks, h * f, 3 * layers);
+    if (s.lm_loss) sum.AutocastWeights("lm head", Part::kPost, vocab * h, 1);
+  }
+
   // ---- Parameters of this rank (optimizer and .grad accumulation).
   const double e = b.a;
   sum.Parameters("attention weights (q)", h * q, layers, e);
@@ -500,6 +541,21 @@ void AddEncoderBlocks(StepSum& sum, const plan::ModelDesc& d, const PassShape& s
     sum.Memory("gelu", Part::kBlocks, kB, {b.Act(3 * f)}, m, layers);
   }
   sum.Memory("bias grads (row sums)", Part::kBlocks, kB, {b.Act(3 * w), b.Act(h), b.Act(f), b.Act(h)}, m, layers);
+  if (sum.autocast()) {
+    // LayerNorm runs in fp32 under autocast (its output fp32), so every
+    // linear reading a norm's output casts it to bf16 first: the fused qkv
+    // (or q, k and v apart: CLIP, Whisper) and fc1; backward casts each
+    // gradient back (and sums the separate projections' in fp32).
+    const bool separate_qkv = ExtraValue(d, "vit_layout", plan::kVitLayoutBuiltin) == plan::kVitLayoutClip ||
+                              d.kind == plan::ModelKind::kAudioEncoder;
+    const double casts = separate_qkv ? 4 : 2;
+    sum.Memory("autocast: norm outputs to bf16 (linear inputs)", Part::kBlocks, kF, {b.Cast(h)}, m, casts * layers);
+    sum.Memory("autocast: their gradients to fp32", Part::kBlocks, kB, {b.Cast(h)}, m, casts * layers);
+    if (separate_qkv) sum.Memory("q, k, v input gradients summed", Part::kBlocks, kB, {12 * h, 12 * h}, m, layers);
+    sum.AutocastWeights("qkv, out, fc1, fc2 weights", Part::kBlocks, h * w, (separate_qkv ? 4 : 2) * layers);
+    sum.AutocastWeights("qkv, out, fc1, fc2 weights", Part::kBlocks, h * f, 2 * layers);
+    sum.AutocastWeights("qkv, out, fc1, fc2 biases", Part::kBlocks, h, (separate_qkv ? 6 : 4) * layers);
+  }
   sum.Memory("residual adds", Part::kBlocks, kF, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
   sum.Memory("gradient accumulations (residual)", Part::kBlocks, kB, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
   const double e = b.a;
@@ -530,7 +586,22 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
     sum.Memory("position embedding grad", Part::kPre, Phase::kBackward, {b.Act(2 * h)}, m, 1);
     sum.Parameters("position embedding", h * context, 1, b.a);
   }
+  sum.AutocastWeights("patch_embed", Part::kPre, patch_in * h, 1);
   if (ExtraFlag(d, "pre_norm", false)) AddLayerNorm(sum, "pre_norm", Part::kPre, b, h, m);
+  if (ExtraValue(d, "vit_layout", plan::kVitLayoutBuiltin) == plan::kVitLayoutQwen2Vl) {
+    // 2-D RoPE on q and k in fp32 (runtime/models/encoders.cc, as HF's
+    // apply_rotary_pos_emb_vision): to(fp32), -x2, cat, x * cos, rotated *
+    // sin, +, to(bf16); backward: the casts', the products', neg', the two
+    // halves into the full width, the accumulation.
+    const double w = h / s.tp;
+    const double layers = static_cast<double>(d.layers);
+    for (const char* what : {"rope q (fp32)", "rope k (fp32)"}) {
+      sum.Memory(what, Part::kBlocks, Phase::kForward,
+                 {b.Cast(w), 4 * w, 8 * w, 8 * w, 8 * w, 12 * w, b.Cast(w)}, m, layers);
+      sum.Memory(what, Part::kBlocks, Phase::kBackward,
+                 {b.Cast(w), 8 * w, 8 * w, 4 * w, 8 * w, 8 * w, 12 * w, b.Cast(w)}, m, layers);
+    }
+  }
   AddEncoderBlocks(sum, d, s, m, all_tokens, context);
   if (ExtraFlag(d, "final_norm", true)) AddLayerNorm(sum, "final_norm", Part::kPost, b, h, m);
   const double merge = ExtraValue(d, "spatial_merge", 0);
@@ -548,6 +619,12 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
     sum.Memory("merger gelu", Part::kPost, Phase::kBackward, {b.Act(3 * mid)}, rows, 1);
     sum.Gemm("merger.fc2", Part::kPost, rows, mid, out, 1);
     sum.Parameters("merger weights", in * mid + mid * out, 1, b.a);
+    if (sum.autocast()) {
+      sum.Memory("autocast: merger norm output to bf16", Part::kPost, Phase::kForward, {b.Cast(h)}, m, 1);
+      sum.Memory("autocast: its gradient to fp32", Part::kPost, Phase::kBackward, {b.Cast(h)}, m, 1);
+      sum.AutocastWeights("merger fc1", Part::kPost, in * mid, 1);
+      sum.AutocastWeights("merger fc2", Part::kPost, mid * out, 1);
+    }
   }
 }
 
@@ -612,6 +689,7 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
   if (shape.fused.adamw) sum.UseFusedAdamW();
   if (shape.optimizer_shards > 1) sum.UseFlatShardAdamW(shape.optimizer_shards);
   if (shape.param_bytes > 0) sum.UseParamBytes(shape.param_bytes);
+  if (shape.param_bytes == 4 && shape.activation_bytes == 2) sum.UseAutocast();
   if (!shape.keep_terms) sum.DropTerms();
   switch (desc.kind) {
     case plan::ModelKind::kDecoder: AddDecoder(sum, desc, shape, m, all_tokens); break;

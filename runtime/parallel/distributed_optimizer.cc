@@ -53,12 +53,15 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
   opt->dp_rank_ = std::max(0, dp.group().my_index);
   opt->bucket_bytes_ = GradientBucketBytes();
   int64_t n = 0;
+  // The flat buffers live where the parameters do (they become views into
+  // them); the collectives stage through the backend's device (MPI: host).
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   for (const auto& p : params) {
-    if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
+    if (p.scalar_type() != torch::kFloat32 || p.device() != device) {
       return Status::FailedPrecondition(
-          fmt::format("{}: ZeRO-1 shards fp32 CPU parameters today, got {} on {} (set zero_stage = 0 for this "
-                      "section, or train it in fp32 on the CPU)",
-                      opt->what_, c10::toString(p.scalar_type()), p.device().str()));
+          fmt::format("{}: ZeRO-1 shards fp32 parameters on one device (the fp32 masters, also under bf16), got {} "
+                      "on {} beside {} (set zero_stage = 0 for this section)",
+                      opt->what_, c10::toString(p.scalar_type()), p.device().str(), device.str()));
     }
     opt->offsets_.push_back(n);
     opt->param_index_.push_back(opt->param_index_.size());
@@ -70,7 +73,7 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
   const int64_t per_rank = (n + g - 1) / g;
   opt->shard_ = std::max<int64_t>(kShardAlign, (per_rank + kShardAlign - 1) / kShardAlign * kShardAlign);
   MAESTRO_RETURN_IF_ERROR(TorchCall(opt->what_ + ": building the ZeRO-1 buffers", [&] {
-    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     opt->flat_params_ = torch::zeros({g * opt->shard_}, f32);
     opt->flat_grads_ = torch::zeros({g * opt->shard_}, f32);
     opt->exp_avg_ = torch::zeros({opt->shard_}, f32);
@@ -143,7 +146,7 @@ int64_t DistributedOptimizer::reduce_scatter_buckets() const {
 Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradients", [&] {
     Bind();  // a gradient someone replaced (set_to_none) comes back into the buffer
-    grad_shard_ = torch::empty({shard_}, torch::kFloat32);
+    grad_shard_ = torch::empty({shard_}, flat_grads_.options());
   }));
   if (experts_) MAESTRO_RETURN_IF_ERROR(experts_->ReduceScatterGradients(blocked_seconds));
   if (dp_size_ == 1) {
@@ -157,13 +160,10 @@ Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
   // itself, reduce-scattered without a copy.
   const int64_t g = dp_size_;
   const int64_t per_shard = std::clamp<int64_t>(bucket_bytes_ / static_cast<int64_t>(sizeof(float)) / g, 1, shard_);
-  if (per_shard == shard_) {
-    return TimedWait(dp_->ReduceScatter(FloatBuffer(flat_grads_), FloatBuffer(grad_shard_), launcher::ReduceOp::kSum),
-                     blocked_seconds);
-  }
+  if (per_shard == shard_) return ReduceScatterOnBackend(flat_grads_, grad_shard_, blocked_seconds);
   torch::Tensor bucket;
-  MAESTRO_RETURN_IF_ERROR(
-      TorchCall(what_ + ": ZeRO-1 gradient bucket", [&] { bucket = torch::empty({g * per_shard}, torch::kFloat32); }));
+  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradient bucket",
+                                    [&] { bucket = torch::empty({g * per_shard}, flat_grads_.options()); }));
   const auto by_rank = flat_grads_.view({g, shard_});
   for (int64_t at = 0; at < shard_; at += per_shard) {
     const int64_t n = std::min(per_shard, shard_ - at);
@@ -172,10 +172,21 @@ Status DistributedOptimizer::ReduceScatterGradients(double* blocked_seconds) {
       packed.view({g, n}).copy_(by_rank.narrow(1, at, n));
     }));
     auto out = grad_shard_.narrow(0, at, n);
-    MAESTRO_RETURN_IF_ERROR(TimedWait(
-        dp_->ReduceScatter(FloatBuffer(packed), FloatBuffer(out), launcher::ReduceOp::kSum), blocked_seconds));
+    MAESTRO_RETURN_IF_ERROR(ReduceScatterOnBackend(packed, out, blocked_seconds));
   }
   return Status::Ok();
+}
+
+Status DistributedOptimizer::ReduceScatterOnBackend(const torch::Tensor& in, torch::Tensor out,
+                                                    double* blocked_seconds) {
+  torch::Tensor wire_in, wire_out;
+  MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 gradients to the DP backend", [&] {
+    wire_in = OnBackendDevice(in, dp_->device());
+    wire_out = OnBackendDevice(out, dp_->device());
+  }));
+  MAESTRO_RETURN_IF_ERROR(TimedWait(
+      dp_->ReduceScatter(FloatBuffer(wire_in), FloatBuffer(wire_out), launcher::ReduceOp::kSum), blocked_seconds));
+  return TorchCall(what_ + ": ZeRO-1 gradient shard from the DP backend", [&] { CopyBackFromBackend(out, wire_out); });
 }
 
 namespace {
@@ -253,10 +264,15 @@ Status DistributedOptimizer::GatherParameters(double* blocked_seconds) {
   if (dp_size_ > 1) {
     // The send buffer is a copy: MPI forbids in and out to overlap. (bf16:
     // the master shard converted to the parameters' dtype here.)
-    torch::Tensor send;
-    MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 all-gather",
-                                      [&] { send = flat_params_.narrow(0, dp_rank_ * shard_, shard_).clone(); }));
-    MAESTRO_RETURN_IF_ERROR(TimedWait(dp_->AllGather(FloatBuffer(send), FloatBuffer(flat_params_)), blocked_seconds));
+    // On a GPU with a host backend (MPI) both travel through host copies.
+    torch::Tensor send, wire;
+    MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": ZeRO-1 all-gather", [&] {
+      send = OnBackendDevice(flat_params_.narrow(0, dp_rank_ * shard_, shard_), dp_->device()).clone();
+      wire = OnBackendDevice(flat_params_, dp_->device());
+    }));
+    MAESTRO_RETURN_IF_ERROR(TimedWait(dp_->AllGather(FloatBuffer(send), FloatBuffer(wire)), blocked_seconds));
+    MAESTRO_RETURN_IF_ERROR(
+        TorchCall(what_ + ": ZeRO-1 parameters from the DP backend", [&] { CopyBackFromBackend(flat_params_, wire); }));
   }
   flat_grads_.zero_();
   return Status::Ok();
@@ -270,8 +286,8 @@ StatusOr<std::string> DistributedOptimizer::Save() const {
   std::string bytes;
   MAESTRO_RETURN_IF_ERROR(TorchCall(what_ + ": saving the ZeRO-1 optimizer shard", [&] {
     torch::serialize::OutputArchive archive;
-    archive.write("exp_avg", exp_avg_);
-    archive.write("exp_avg_sq", exp_avg_sq_);
+    archive.write("exp_avg", exp_avg_.cpu());  // host copies: a checkpoint loads on any device
+    archive.write("exp_avg_sq", exp_avg_sq_.cpu());
     archive.write("step", torch::tensor(step_, torch::kInt64));
     archive.write("layout", torch::tensor(std::vector<int64_t>{numel_, shard_, dp_size_, dp_rank_}, torch::kInt64));
     if (experts_) {

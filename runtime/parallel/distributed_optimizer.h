@@ -45,6 +45,12 @@
 // into the all-gather's send buffer, GatherParameters): the master shard then
 // becomes a tensor of its own (4S more), everything else stays.
 //
+// Devices. The flat buffers and moments live on the parameters' device
+// (all of them on one); a backend that takes host memory (MPI) while they
+// live on a GPU gets host copies of each collective's buffers
+// (tensor_buffer.h OnBackendDevice), NCCL the device buffers themselves.
+// Save writes host copies, so a checkpoint loads on either.
+//
 // EP (docs/moe.md): the routed experts' parameters (`routed_expert[i]`)
 // differ between the ranks of an EP group, so they get their own flat buffer
 // and shards over the expert-DP group (the dp/ep ranks holding the same
@@ -148,6 +154,10 @@ class DistributedOptimizer {
   // value in when a load replaced its storage) and every gradient a view of
   // flat_grads_ (its value kept). Cheap when already bound.
   void Bind();
+  // in (G x n, on the parameters' device) reduce-scattered into out (n),
+  // through host copies when the DP backend takes host memory (MPI) and the
+  // parameters live on a GPU.
+  Status ReduceScatterOnBackend(const torch::Tensor& in, torch::Tensor out, double* blocked_seconds);
   // The squares of this rank's shard of the gradient (parameters counted in
   // the norm only), by TP slice or replicated; StepShard sums them over the
   // groups (runtime/parallel/gradient_norm.h).

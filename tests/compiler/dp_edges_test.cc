@@ -78,9 +78,10 @@ TEST(DpEdges, AKdSpecPlansDegreesThatDivideNeitherWay) {
   EXPECT_NE(r->report.find("links by overlapping shares"), std::string::npos) << r->report;
 }
 
-// kd_72b_to_7b_4k from a start the analytic search would not give: three
-// student replicas (2 GPUs each) turned into one more teacher replica (5
-// GPUs). The student, now the slowest, cannot grow inside its own units, so
+// kd_72b_to_7b_4k from a start the analytic search would not give: as many
+// student replicas as pay for one more teacher replica (the plan's units:
+// 2 and 10 GPUs today) turned into it. The student, now the slowest, cannot
+// grow inside its own units, so
 // single moves cannot undo it; the refinement trades replicas between the
 // sections (one more for the student, paid by the teacher's fewest replicas
 // that free enough) while that shortens the simulated step, within the 128
@@ -98,9 +99,10 @@ TEST(DpEdges, ReplicasTradedBetweenSectionsShortenTheStepWithinTheBudget) {
   ASSERT_EQ(work.sections[student].name, "student");
   Assignment start = r->assignment;
   plan::ParallelConfig t = start.sections[teacher].cost.config, s = start.sections[student].cost.config;
-  const int freed = 3 * s.tp * s.pp * s.cp;
-  ASSERT_GE(freed, t.tp * t.pp * t.cp) << "three student replicas pay for a teacher replica";
-  s.dp -= 3;
+  const int student_units = s.tp * s.pp * s.cp, teacher_units = t.tp * t.pp * t.cp;
+  const int traded = (teacher_units + student_units - 1) / student_units;  // replicas that pay for a teacher's
+  ASSERT_GT(s.dp, traded + 1) << "the student keeps replicas to grow back";
+  s.dp -= traded;
   t.dp += 1;
   start.sections[student].cost = model.Evaluate(work.sections[student], s);
   start.sections[teacher].cost = model.Evaluate(work.sections[teacher], t);

@@ -70,6 +70,31 @@ TEST(DeviceProfile, BuiltinH100CarriesItsNumbersAndValidationCases) {
   EXPECT_NE(missing.status().message().find("h100_sxm"), std::string::npos) << missing.status().ToString();
 }
 
+// The H200's profile (maestro profile --kernels on the device, 2026-11-30;
+// docs/e2e.md, "The H200 campaign"): the H100's grid, so the two files
+// compare row by row, and its decoder validation case, which the step
+// model prices from the file's own tables within 15% (1 x 2048; the eager
+// floor it measured, a + b with no autograd, makes it optimistic).
+TEST(DeviceProfile, BuiltinH200IsTheMeasuredOneOnTheH100sGrid) {
+  auto h200 = BuiltinDeviceProfile("h200");
+  ASSERT_TRUE(h200.ok()) << h200.status().ToString();
+  const DeviceProfile h100 = H100();
+  EXPECT_EQ(h200->name, "h200");
+  EXPECT_GT(h200->memory_bytes_per_s, h100.memory_bytes_per_s);  // HBM3e: 4.2 TB/s copied against 3.0
+  ASSERT_EQ(h200->gemm.size(), h100.gemm.size());
+  for (size_t i = 0; i < h100.gemm.size(); ++i) {
+    EXPECT_EQ(h200->gemm[i].k, h100.gemm[i].k) << i;
+    EXPECT_EQ(h200->gemm[i].n, h100.gemm[i].n) << i;
+  }
+  ASSERT_EQ(h200->validation.size(), 1u);
+  const ValidationCase& v = h200->validation[0];
+  EXPECT_EQ(v.model, "Llama-3.2-1B");
+  auto predicted = PredictDecoderStepFromParts(Llama32_1B(), v.micro_batch, v.seq_len, 1, *h200);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
+  EXPECT_NEAR(predicted->total_seconds / v.seconds_per_step, 1.0, 0.15)
+      << predicted->total_seconds << " s predicted, " << v.seconds_per_step << " s measured";
+}
+
 // A minimal valid profile to break field by field.
 nlohmann::json MinimalProfile() {
   return nlohmann::json::parse(R"({
@@ -515,6 +540,91 @@ TEST(SectionPass, EveryKindIsPricedAndFp32MovesMoreBytes) {
   bad.tp = 1;
   bad.samples = 0;
   EXPECT_FALSE(PredictSectionPass(Qwen25_05B(), bad, p).ok());
+}
+
+// Qwen2-VL's vision tower (specs/qwen2vl_7b_mllm.toml's, at 448 px).
+plan::ModelDesc Qwen2VlTower() {
+  plan::ModelDesc d = fixtures::VitModel({1280, 32, 16, 5120, 448, 14, 3});
+  d.out_dim = 3584;
+  d.extra[plan::kVitLayoutKey] = plan::kVitLayoutQwen2Vl;
+  d.extra["temporal_patch"] = 2;
+  d.extra["spatial_merge"] = 2;
+  d.extra["merger_hidden"] = 5120;
+  d.extra["quick_gelu"] = 1;
+  d.extra["pos_embed"] = 0;
+  d.extra["patch_bias"] = 0;
+  d.extra["final_norm"] = 0;
+  return d;
+}
+
+double TermSeconds(const PassTimes& t, const std::string& name) {
+  double s = 0;
+  for (const auto& term : t.detail.terms) {
+    if (term.name.find(name) != std::string::npos) s += term.seconds;
+  }
+  return s;
+}
+
+// Mixed precision (fp32 masters, bf16 activations: what maestro-worker runs
+// on a GPU) runs under autocast: the weights' casts to bf16 once per step
+// (with the optimizer: the same for any micro-batch), the norm outputs'
+// casts before the linears and the weight gradients' casts back in every
+// micro-batch; none of it in pure bf16 or in fp32. Every
+// kind pays them, and the terms still sum to the total.
+TEST(SectionPass, MixedPrecisionPaysAutocastsCastsOncePerStepAndPerMicroBatch) {
+  const DeviceProfile p = H100();
+  const std::vector<std::pair<plan::ModelDesc, double>> models = {
+      {Qwen25_05B(), 2048}, {fixtures::LargeVitModel(), 4096}, {Qwen2VlTower(), 1024}};
+  for (const auto& [m, tokens] : models) {
+    const std::string kind = plan::ModelKindName(m.kind);
+    PassShape pure = Train(2, tokens);
+    pure.lm_loss = m.kind == plan::ModelKind::kDecoder;
+    PassShape mixed = pure;
+    mixed.param_bytes = 4;
+    PassShape fp32 = mixed;
+    fp32.activation_bytes = 4;
+    PassShape mixed_larger = mixed;
+    mixed_larger.samples = 4;
+    auto a = PredictSectionPass(m, pure, p);
+    auto b = PredictSectionPass(m, mixed, p);
+    auto c = PredictSectionPass(m, fp32, p);
+    auto d = PredictSectionPass(m, mixed_larger, p);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok()) << kind << ": " << b.status().ToString();
+    EXPECT_EQ(TermSeconds(*a, "autocast"), 0) << kind;
+    EXPECT_EQ(TermSeconds(*c, "autocast"), 0) << kind;
+    const double per_step = TermSeconds(*b, "autocast weight casts");
+    EXPECT_GT(per_step, 0) << kind;
+    EXPECT_DOUBLE_EQ(TermSeconds(*d, "autocast weight casts"), per_step) << kind;
+    const double per_micro_batch = TermSeconds(*b, "autocast") - per_step;
+    EXPECT_GT(per_micro_batch, 0) << kind;
+    // The norm outputs' casts grow with the tokens (or stay at the launch
+    // floor); the gradients' casts are one per weight whatever the size.
+    EXPECT_GE(TermSeconds(*d, "norm outputs"), TermSeconds(*b, "norm outputs")) << kind;
+    EXPECT_GT(TermSeconds(*b, "norm outputs"), 0) << kind;
+    EXPECT_DOUBLE_EQ(TermSeconds(*d, "gradient casts to fp32"), TermSeconds(*b, "gradient casts to fp32")) << kind;
+    EXPECT_GT(b->forward_seconds, a->forward_seconds) << kind;
+    EXPECT_GT(b->backward_seconds, a->backward_seconds) << kind;
+    double sum = 0;
+    for (const auto& term : b->detail.terms) sum += term.seconds;
+    EXPECT_NEAR(sum, b->detail.total_seconds, 1e-9 * b->detail.total_seconds) << kind;
+  }
+}
+
+// Qwen2-VL's tower rotates q and k in fp32 (2-D RoPE) where the built-in
+// ViT adds learned positions: the rotation's kernels are priced for it only.
+TEST(SectionPass, Qwen2VlsTowerPaysItsRopeInFp32) {
+  const DeviceProfile p = H100();
+  PassShape shape = Train(4, 1024);
+  shape.lm_loss = false;
+  shape.attention_context = 1024;
+  plan::ModelDesc builtin = Qwen2VlTower();
+  builtin.extra.erase(plan::kVitLayoutKey);
+  auto qwen = PredictSectionPass(Qwen2VlTower(), shape, p);
+  auto plain = PredictSectionPass(builtin, shape, p);
+  ASSERT_TRUE(qwen.ok() && plain.ok()) << qwen.status().ToString();
+  EXPECT_GT(TermSeconds(*qwen, "rope q (fp32)"), 0);
+  EXPECT_GT(TermSeconds(*qwen, "rope k (fp32)"), 0);
+  EXPECT_EQ(TermSeconds(*plain, "rope"), 0);
 }
 
 }  // namespace
