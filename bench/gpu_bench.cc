@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/registry.h"
@@ -63,22 +64,6 @@ ModelDesc Llama1B() {
 
 ModelDesc VitB16() {
   return maestro::fixtures::VitModel({768, 12, 12, 3072, 224, 16, 3});
-}
-
-// Qwen2-VL-2B/7B's vision tower as specs/qwen2vl_7b_mllm.toml declares it.
-ModelDesc Qwen2VlTower() {
-  ModelDesc d = maestro::fixtures::VitModel({1280, 32, 16, 5120, 448, 14, 3});
-  d.out_dim = 3584;
-  d.extra["vit_layout"] = maestro::plan::kVitLayoutQwen2Vl;
-  d.extra["temporal_patch"] = 2;
-  d.extra["spatial_merge"] = 2;
-  d.extra["merger_hidden"] = 5120;
-  d.extra["quick_gelu"] = 1;
-  d.extra["cls_token"] = 0;
-  d.extra["pos_embed"] = 0;
-  d.extra["patch_bias"] = 0;
-  d.extra["final_norm"] = 0;
-  return d;
 }
 
 struct Case {
@@ -161,15 +146,18 @@ nlohmann::json Measure(const Case& c, const std::vector<compiler::DeviceProfile>
   if (c.desc.kind == ModelKind::kDecoder) out["seq_len"] = c.options.seq_len;
   out["tokens_per_step"] = speed->tokens_per_step;
   out["params"] = speed->params;
-  out["seconds_per_step"] = speed->seconds_per_step;
-  out["tokens_per_second"] = speed->tokens_per_second;
-  out["samples_per_second"] = speed->samples_per_second;
-  out["forward_seconds"] = speed->forward_seconds;
-  out["backward_seconds"] = speed->backward_seconds;
-  out["optimizer_seconds"] = speed->optimizer_seconds;
-  out["optimizer_fused_seconds"] = speed->optimizer_fused_seconds;
-  out["optimizer_loop_seconds"] = speed->optimizer_loop_seconds;
-  out["peak_allocated_bytes"] = speed->peak_allocated_bytes;
+  // -1: not measured (see runtime/section_speed.h).
+  const std::pair<const char*, double> figures[] = {
+      {"seconds_per_step", speed->seconds_per_step},
+      {"tokens_per_second", speed->tokens_per_second},
+      {"samples_per_second", speed->samples_per_second},
+      {"forward_seconds", speed->forward_seconds},
+      {"backward_seconds", speed->backward_seconds},
+      {"optimizer_seconds", speed->optimizer_seconds},
+      {"optimizer_fused_seconds", speed->optimizer_fused_seconds},
+      {"optimizer_loop_seconds", speed->optimizer_loop_seconds},
+      {"peak_allocated_bytes", static_cast<double>(speed->peak_allocated_bytes)}};
+  for (const auto& [key, value] : figures) out[key] = value;
   out["device"] = speed->device;
   const auto facts = compiler::ComputeModelFacts(c.desc, TokensPerSample(c));
   out["model_tflops"] = 3.0 * facts.flops_per_token * speed->tokens_per_second / 1e12;
@@ -230,7 +218,7 @@ MAESTRO_BENCHMARK(gpu, "sections on CUDA against the step and memory models: a ~
       c.desc = VitB16();
       c.options.micro_batch = 32;
     } else if (name == "qwen2vl_tower") {
-      c.desc = Qwen2VlTower();
+      c.desc = maestro::fixtures::Qwen2VlTowerModel();
       c.options.micro_batch = 4;
     } else {
       throw std::runtime_error("maestro-bench gpu: unknown case '" + name + "' (decoder, vit_b16, qwen2vl_tower)");

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "base/checks.h"
 #include "base/read_file.h"
@@ -27,8 +29,12 @@ struct FieldError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-const json& Field(const json& obj, const std::string& key, const std::string& path) {
-  if (!obj.is_object() || !obj.contains(key)) throw FieldError(path + "/" + key + " is missing");
+// key and path by value: a reference returned next to reference parameters
+// bound to temporaries is what g++ 13's -Wdangling-reference flags.
+const json& Field(const json& obj, std::string_view key, std::string_view path) {
+  if (!obj.is_object() || !obj.contains(key)) {
+    throw FieldError(std::string(path) + "/" + std::string(key) + " is missing");
+  }
   return obj.at(key);
 }
 

@@ -194,7 +194,8 @@ class StepSum {
     }
     if (weight_casts_ > 0) {
       out.optimizer_seconds += weight_casts_;
-      if (keep_terms_) out.terms.push_back({"autocast weight casts to bf16 (once per step)", weight_casts_, weight_cast_kernels_});
+      if (keep_terms_)
+        out.terms.push_back({"autocast weight casts to bf16 (once per step)", weight_casts_, weight_cast_kernels_});
     }
     out.total_seconds = out.gemm_seconds + out.attention_seconds + out.memory_seconds + out.optimizer_seconds;
     return out;
@@ -596,8 +597,8 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
     const double w = h / s.tp;
     const double layers = static_cast<double>(d.layers);
     for (const char* what : {"rope q (fp32)", "rope k (fp32)"}) {
-      sum.Memory(what, Part::kBlocks, Phase::kForward,
-                 {b.Cast(w), 4 * w, 8 * w, 8 * w, 8 * w, 12 * w, b.Cast(w)}, m, layers);
+      sum.Memory(what, Part::kBlocks, Phase::kForward, {b.Cast(w), 4 * w, 8 * w, 8 * w, 8 * w, 12 * w, b.Cast(w)}, m,
+                 layers);
       sum.Memory(what, Part::kBlocks, Phase::kBackward,
                  {b.Cast(w), 8 * w, 8 * w, 4 * w, 8 * w, 8 * w, 12 * w, b.Cast(w)}, m, layers);
     }

@@ -74,7 +74,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,55p' "$0"
+  awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"
 }
 
 # Packages in the dependency closure of the arguments (Depends and
@@ -234,6 +234,7 @@ cmd_check() {
 # Issue #43's device script (the header lists the steps): every step runs
 # (a failure is written down, not fatal) as long as the budget lasts, and
 # the results come back through $OUT. Exits 1 when any step failed.
+# shellcheck disable=SC2016 # the bash -c scripts expand their own arguments
 cmd_campaign() {
   local kit=$1
   local build

@@ -101,8 +101,14 @@ class LayerNormImpl : public torch::nn::Module {
     weight = register_parameter("weight", params.Ones({dim}));
     bias = register_parameter("bias", params.Zeros({dim}));
   }
-  // x: (..., C) -> (..., C)
-  torch::Tensor forward(const torch::Tensor& x) { return torch::layer_norm(x, {dim_}, weight, bias, eps_); }
+  // x: (..., C) -> (..., C), in the weights' dtype. A bf16 x under fp32
+  // weights (mixed precision) is normalized in fp32, as CUDA's autocast does
+  // by itself; the CPU's autocast (libtorch 1.13) would pass it through to a
+  // kernel that refuses mixed dtypes.
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::layer_norm(x.scalar_type() == weight.scalar_type() ? x : x.to(weight.scalar_type()), {dim_}, weight,
+                             bias, eps_);
+  }
 
   torch::Tensor weight, bias;  // (C), (C)
 

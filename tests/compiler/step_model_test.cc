@@ -542,21 +542,6 @@ TEST(SectionPass, EveryKindIsPricedAndFp32MovesMoreBytes) {
   EXPECT_FALSE(PredictSectionPass(Qwen25_05B(), bad, p).ok());
 }
 
-// Qwen2-VL's vision tower (specs/qwen2vl_7b_mllm.toml's, at 448 px).
-plan::ModelDesc Qwen2VlTower() {
-  plan::ModelDesc d = fixtures::VitModel({1280, 32, 16, 5120, 448, 14, 3});
-  d.out_dim = 3584;
-  d.extra[plan::kVitLayoutKey] = plan::kVitLayoutQwen2Vl;
-  d.extra["temporal_patch"] = 2;
-  d.extra["spatial_merge"] = 2;
-  d.extra["merger_hidden"] = 5120;
-  d.extra["quick_gelu"] = 1;
-  d.extra["pos_embed"] = 0;
-  d.extra["patch_bias"] = 0;
-  d.extra["final_norm"] = 0;
-  return d;
-}
-
 double TermSeconds(const PassTimes& t, const std::string& name) {
   double s = 0;
   for (const auto& term : t.detail.terms) {
@@ -574,7 +559,7 @@ double TermSeconds(const PassTimes& t, const std::string& name) {
 TEST(SectionPass, MixedPrecisionPaysAutocastsCastsOncePerStepAndPerMicroBatch) {
   const DeviceProfile p = H100();
   const std::vector<std::pair<plan::ModelDesc, double>> models = {
-      {Qwen25_05B(), 2048}, {fixtures::LargeVitModel(), 4096}, {Qwen2VlTower(), 1024}};
+      {Qwen25_05B(), 2048}, {fixtures::LargeVitModel(), 4096}, {fixtures::Qwen2VlTowerModel(), 1024}};
   for (const auto& [m, tokens] : models) {
     const std::string kind = plan::ModelKindName(m.kind);
     PassShape pure = Train(2, tokens);
@@ -617,9 +602,9 @@ TEST(SectionPass, Qwen2VlsTowerPaysItsRopeInFp32) {
   PassShape shape = Train(4, 1024);
   shape.lm_loss = false;
   shape.attention_context = 1024;
-  plan::ModelDesc builtin = Qwen2VlTower();
+  plan::ModelDesc builtin = fixtures::Qwen2VlTowerModel();
   builtin.extra.erase(plan::kVitLayoutKey);
-  auto qwen = PredictSectionPass(Qwen2VlTower(), shape, p);
+  auto qwen = PredictSectionPass(fixtures::Qwen2VlTowerModel(), shape, p);
   auto plain = PredictSectionPass(builtin, shape, p);
   ASSERT_TRUE(qwen.ok() && plain.ok()) << qwen.status().ToString();
   EXPECT_GT(TermSeconds(*qwen, "rope q (fp32)"), 0);

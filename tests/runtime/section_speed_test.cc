@@ -83,6 +83,7 @@ TEST(SectionSpeed, AVitTrainsOnTheCpuInEitherLayout) {
   o.phases = true;
   StatusOr<SectionSpeed> speed = Status::Internal("not measured");
   ASSERT_NO_FATAL_FAILURE(Measure(fixtures::TinyVitModel(), o, 3 * 4, &speed));
+  ASSERT_NO_FATAL_FAILURE(Measure(fixtures::TinyQwen2VlVisionModel(), o, 3 * 16, &speed));
   o.precision = "fp32";
   ASSERT_NO_FATAL_FAILURE(Measure(fixtures::TinyQwen2VlVisionModel(), o, 3 * 16, &speed));
 }
