@@ -58,10 +58,17 @@ struct ValidationCase {
 class DeviceProfile {
  public:
   std::string name;
-  std::string origin;                // file path or "embedded:<name>"
-  double peak_flops = 0;             // bf16 dense, FLOP/s
-  double memory_bytes_per_s = 0;     // device-to-device copy bandwidth
-  double kernel_launch_seconds = 0;  // per kernel, the eager libtorch floor
+  std::string origin;             // file path or "embedded:<name>"
+  double peak_flops = 0;          // bf16 dense, FLOP/s
+  double memory_bytes_per_s = 0;  // device-to-device copy bandwidth
+  // Per kernel, the eager libtorch floor the step model prices every kernel
+  // with: the larger of the two measurements below.
+  double kernel_launch_seconds = 0;
+  double launch_floor_seconds = 0;  // "kernel_launch_us": one op back to back (a + b), or a fitted value
+  // "training_op_us", when the file has it: one elementwise op of a chain
+  // run forward and backward under autograd (and autocast on a GPU), what
+  // each small kernel of a training step costs the CPU to issue; 0 when absent.
+  double training_op_seconds = 0;
   std::vector<GemmRow> gemm;
   std::vector<AttentionRow> attention;
   std::vector<ValidationCase> validation;

@@ -501,6 +501,36 @@ Status MeasureKernelFloor(const ProfileRun& run, json* profile) {
                               "per-kernel floor on this machine); " +
                                   timing + "; " + where}};
   say("  kernel floor: " + JoinRates({us}) + " us");
+  // A training step's small kernel costs more to issue than a + b: autograd
+  // records a node per op and runs a backward kernel for it, and on a GPU
+  // the runtime's autocast adds its dispatch. kChain multiplications of a
+  // 1024-element fp32 leaf that requires grad, then their sum, forward and
+  // backward (torch::autograd::grad): 2 kChain + 2 kernels a call.
+  constexpr int kChain = 32;
+  double op_us = 0;
+  try {
+    const auto leaf = torch::ones({1024}, run.topts.dtype(torch::kFloat32)).requires_grad_(true);
+    op_us = timer.SecondsPerCall([&] {
+      torch::Tensor y;
+      {
+        compat::AutocastGuard autocast(leaf.device(), run.gpu);
+        y = leaf;
+        for (int i = 0; i < kChain; ++i) y = y * 1.0001;
+      }
+      return torch::autograd::grad({y.sum()}, {leaf});
+    }) * 1e6 /
+            (2 * kChain + 2);
+  } catch (const c10::Error& e) {
+    return PointError("the chain of small ops", e);
+  }
+  doc["training_op_us"] = {
+      {"value", Round4(op_us)},
+      {"source", "median time per kernel of " + std::to_string(kChain) +
+                     " multiplications of a 1024-element fp32 leaf that requires grad and their sum, forward and "
+                     "backward (torch::autograd::grad; 2 x " +
+                     std::to_string(kChain) + " + 2 kernels)" + (run.gpu ? ", under autocast to bf16" : "") +
+                     ": what a small kernel of a training step costs to issue; " + timing + "; " + where}};
+  say("  training op: " + JoinRates({op_us}) + " us per kernel");
   return Status::Ok();
 }
 

@@ -16,6 +16,9 @@
 //    backward 3 x forward (the convention the file declares);
 //  - memory_bandwidth_tb_per_s: a large tensor.copy_, bytes read + written;
 //  - kernel_launch_us: a + b on one-element tensors, per op (eager's floor);
+//  - training_op_us: per kernel of a chain of small ops run forward and
+//    backward under autograd (and autocast on CUDA): a training step's
+//    small kernel, which the step model prices at the larger of the two;
 //  - peak_bf16_tflops: a datasheet value by CUDA device name when known,
 //    else (and on the CPU) the best GEMM rate measured, said so in its source;
 //  - validation: one decoder's training step (runtime/section_speed.h).
