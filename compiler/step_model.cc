@@ -547,8 +547,7 @@ void AddEncoderBlocks(StepSum& sum, const plan::ModelDesc& d, const PassShape& s
     // linear reading a norm's output casts it to bf16 first: the fused qkv
     // (or q, k and v apart: CLIP, Whisper) and fc1; backward casts each
     // gradient back (and sums the separate projections' in fp32).
-    const bool separate_qkv = ExtraValue(d, "vit_layout", plan::kVitLayoutBuiltin) == plan::kVitLayoutClip ||
-                              d.kind == plan::ModelKind::kAudioEncoder;
+    const bool separate_qkv = plan::VitLayout(d) == plan::kVitLayoutClip || d.kind == plan::ModelKind::kAudioEncoder;
     const double casts = separate_qkv ? 4 : 2;
     sum.Memory("autocast: norm outputs to bf16 (linear inputs)", Part::kBlocks, kF, {b.Cast(h)}, m, casts * layers);
     sum.Memory("autocast: their gradients to fp32", Part::kBlocks, kB, {b.Cast(h)}, m, casts * layers);
@@ -589,7 +588,7 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
   }
   sum.AutocastWeights("patch_embed", Part::kPre, patch_in * h, 1);
   if (ExtraFlag(d, "pre_norm", false)) AddLayerNorm(sum, "pre_norm", Part::kPre, b, h, m);
-  if (ExtraValue(d, "vit_layout", plan::kVitLayoutBuiltin) == plan::kVitLayoutQwen2Vl) {
+  if (plan::VitLayout(d) == plan::kVitLayoutQwen2Vl) {
     // 2-D RoPE on q and k in fp32 (runtime/models/encoders.cc, as HF's
     // apply_rotary_pos_emb_vision): to(fp32), -x2, cat, x * cos, rotated *
     // sin, +, to(bf16); backward: the casts', the products', neg', the two

@@ -627,7 +627,14 @@ TEST(SectionPass, Qwen2VlsTowerPaysItsRopeInFp32) {
   shape.lm_loss = false;
   shape.attention_context = 1024;
   plan::ModelDesc builtin = fixtures::Qwen2VlTowerModel();
-  builtin.extra.erase(plan::kVitLayoutKey);
+  builtin.extra[plan::kVitLayoutKey] = plan::kVitLayoutBuiltin;
+  // A spec that declares the tower by its flags alone (pos_embed = 0, no
+  // vit_layout: specs/qwen2vl_7b_mllm.toml) is the same tower (plan::VitLayout).
+  plan::ModelDesc inferred = fixtures::Qwen2VlTowerModel();
+  inferred.extra.erase(plan::kVitLayoutKey);
+  auto by_flags = PredictSectionPass(inferred, shape, p);
+  ASSERT_TRUE(by_flags.ok()) << by_flags.status().ToString();
+  EXPECT_GT(TermSeconds(*by_flags, "rope q (fp32)"), 0);
   auto qwen = PredictSectionPass(fixtures::Qwen2VlTowerModel(), shape, p);
   auto plain = PredictSectionPass(builtin, shape, p);
   ASSERT_TRUE(qwen.ok() && plain.ok()) << qwen.status().ToString();
