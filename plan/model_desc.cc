@@ -201,6 +201,18 @@ double RouterAuxLossCoef(const ModelDesc& desc) {
 bool QkNorm(const ModelDesc& desc) {
   return ExtraOr(desc, kQkNormKey, 0) != 0;
 }
+bool IsMoeLayer(const ModelDesc& desc, int64_t layer) {
+  if (desc.experts <= 0) return false;
+  const auto step = static_cast<int64_t>(ExtraOr(desc, kDecoderSparseStepKey, 1));
+  if (step <= 0 || (layer + 1) % step != 0) return false;
+  return ExtraOr(desc, (kMlpOnlyLayerKeyPrefix + std::to_string(layer)).c_str(), 0) == 0;
+}
+int64_t MoeLayerCount(const ModelDesc& desc, int64_t first, int64_t end) {
+  if (end < 0) end = desc.layers;
+  int64_t count = 0;
+  for (int64_t i = first; i < end; ++i) count += IsMoeLayer(desc, i) ? 1 : 0;
+  return count;
+}
 int VitLayout(const ModelDesc& desc) {
   auto it = desc.extra.find(kVitLayoutKey);
   if (it != desc.extra.end()) return static_cast<int>(it->second);
@@ -285,9 +297,10 @@ Status ValidateModelDesc(const ModelDesc& d, const std::string& where) {
         c.Require(MoeFfnHidden(d) > 0, "moe_ffn_hidden > 0 (or ffn_hidden > 0) for MoE");
         c.Require(SharedExpertFfnHidden(d) >= 0, "extra.shared_expert_ffn_hidden >= 0");
         c.Require(RouterAuxLossCoef(d) >= 0, "extra.router_aux_loss_coef >= 0");
-        c.Require(ExtraOr(d, "moe_dense_layers", 0) == 0,
-                  "every layer a MoE layer (decoder_sparse_step 1, no mlp_only_layers: mixed dense and MoE layers are "
-                  "not built)");
+        c.Require(ExtraOr(d, kDecoderSparseStepKey, 1) >= 1, "extra.decoder_sparse_step >= 1");
+        c.Require(MoeLayerCount(d) == d.layers || d.ffn_hidden > 0,
+                  "ffn_hidden > 0 for the dense layers between MoE layers (decoder_sparse_step, mlp_only_layers: "
+                  "the config's intermediate_size)");
       }
       c.Require(RopeTheta(d) > 0, "extra.rope_theta > 0");
       c.Require(RmsNormEps(d) > 0, "extra.rms_norm_eps > 0");

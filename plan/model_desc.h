@@ -35,6 +35,12 @@ inline constexpr const char* kSharedExpertFfnHiddenKey =
 inline constexpr const char* kNormTopkProbKey = "norm_topk_prob";             // top-k weights renormalized; 1 (Mixtral)
 inline constexpr const char* kRouterAuxLossCoefKey = "router_aux_loss_coef";  // load-balancing loss weight, 0
 inline constexpr const char* kQkNormKey = "qk_norm";  // decoder: RMSNorm of q and k heads (Qwen3), 0
+// Qwen2-MoE / Qwen3-MoE with dense layers: layer i (from 0) is a MoE layer
+// when (i + 1) % decoder_sparse_step == 0 and extra["mlp_only_layers.<i>"]
+// is not set (transformers' Qwen2MoeDecoderLayer rule); a dense layer is a
+// SwiGLU MLP of ffn_hidden (the config's intermediate_size).
+inline constexpr const char* kDecoderSparseStepKey = "decoder_sparse_step";  // 1: every layer MoE
+inline constexpr const char* kMlpOnlyLayerKeyPrefix = "mlp_only_layers.";    // + the layer's index, 1 = dense
 // A decoder's rope scaling (plan/rope_scaling.h), one key per parameter of
 // the config's `rope_scaling` object (compiler/model.cc imports them,
 // runtime/hf_export.cc writes them back); absent keys take RopeScaling's
@@ -66,6 +72,12 @@ int64_t SharedExpertFfnHidden(const ModelDesc& desc);
 bool NormTopkProb(const ModelDesc& desc);
 double RouterAuxLossCoef(const ModelDesc& desc);  // 0 for a dense decoder
 bool QkNorm(const ModelDesc& desc);
+// Whether decoder layer `layer` (0-based) has a MoE MLP: desc.experts > 0
+// and the sparse-step / mlp_only_layers rule above. The runtime builds, hf
+// names, and the compiler counts and prices layers by it.
+bool IsMoeLayer(const ModelDesc& desc, int64_t layer);
+// How many of layers [first, end) are MoE layers (end < 0: desc.layers).
+int64_t MoeLayerCount(const ModelDesc& desc, int64_t first = 0, int64_t end = -1);
 
 // ModelDesc::extra["vit_layout"]: which ViT the runtime builds.
 inline constexpr const char* kVitLayoutKey = "vit_layout";

@@ -306,12 +306,12 @@ torch::Tensor MoeMlpImpl::ForwardNoTokens(const torch::Tensor& no_tokens) {
       [this](int64_t e, const torch::Tensor& rows) { return experts[e]->as<SwiGluMlpImpl>()->forward(rows); }, ep_);
 }
 
-DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params) {
+DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, int64_t layer, ParamFactory& params) {
   attn_norm = register_module("attn_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
   attn = register_module("attn", GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), QkvBias(desc),
                                               params, QkNorm(desc) ? RmsNormEps(desc) : 0.0));
   mlp_norm = register_module("mlp_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
-  if (desc.experts > 0) {
+  if (plan::IsMoeLayer(desc, layer)) {
     moe = register_module("moe", MoeMlp(desc, params));
   } else {
     mlp = register_module("mlp", SwiGluMlp(desc.hidden, desc.ffn_hidden, params));
@@ -327,7 +327,7 @@ torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables
 DecoderLMImpl::DecoderLMImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
   embed_tokens = register_module("embed_tokens", Embedding(desc.vocab, desc.hidden, params));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < desc.layers; ++i) blocks->push_back(DecoderBlock(desc, params));
+  for (int64_t i = 0; i < desc.layers; ++i) blocks->push_back(DecoderBlock(desc, i, params));
   final_norm = register_module("final_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
   if (!desc.tie_embeddings) lm_head = register_module("lm_head", Linear(desc.hidden, desc.vocab, false, params));
 }

@@ -188,14 +188,15 @@ TORCH_MODULE(MoeMlp);
 
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const plan::ModelDesc& desc, ParamFactory& params);
+  // Block `layer` (0-based) of desc: a MoE block when plan::IsMoeLayer.
+  DecoderBlockImpl(const plan::ModelDesc& desc, int64_t layer, ParamFactory& params);
   // x: (B, T, C); rope: (T, D) -> (B, T, C); mask: as GqaAttentionImpl::forward.
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask = nullptr);
 
   RmsNorm attn_norm{nullptr}, mlp_norm{nullptr};
   GqaAttention attn{nullptr};
   SwiGluMlp mlp{nullptr};               // dense blocks
-  MoeMlp moe{nullptr};                  // MoE blocks (desc.experts > 0)
+  MoeMlp moe{nullptr};                  // MoE blocks (plan::IsMoeLayer)
   TensorParallelReducer* tp = nullptr;  // set by ShardDecoderForTensorParallel
 };
 TORCH_MODULE(DecoderBlock);
