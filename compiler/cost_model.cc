@@ -7,6 +7,7 @@
 #include "compiler/memory_model.h"
 #include "compiler/runtime_support.h"
 #include "compiler/step_model.h"
+#include "plan/model_desc.h"
 #include "plan/profile.h"
 
 namespace maestro::compiler {
@@ -204,13 +205,14 @@ double AddModelParallelTraffic(double stage, const SectionWork& s, const plan::P
   if (c.ep > 1 && s.model.experts > 0) {
     // Expert parallelism: every routed slot's row (k per token) goes to its
     // expert's rank and comes back (dispatch, combine), and the transposes
-    // in backward: 4 all-to-alls per layer in training, 2 forward only.
+    // in backward: 4 all-to-alls per MoE layer in training, 2 forward only.
     // (ep-1)/ep of the rows leave the rank; an EP group is tp*cp*ep
     // consecutive ranks, on one node when they fit.
     const double ep = c.ep;
     const double k = static_cast<double>(std::max<int64_t>(s.model.experts_per_token, 1));
     const double ep_bw = (c.tp * c.cp * c.ep <= gpn) ? dev.intra_bytes_per_s : dev.inter_bytes_per_s;
-    stage += (train ? 4.0 : 2.0) * layers / pp * (ep - 1) / ep * act_bytes * k / ep_bw;
+    const double moe_layers = static_cast<double>(plan::MoeLayerCount(s.model));
+    stage += (train ? 4.0 : 2.0) * moe_layers / pp * (ep - 1) / ep * act_bytes * k / ep_bw;
   }
   if (c.cp > 1) {
     // What the runtime does (runtime/parallel/context_parallel.h

@@ -8,6 +8,7 @@
 #include "hf/name_map.h"
 #include "plan/gradient_bucket.h"
 #include "plan/loss_chunk.h"
+#include "plan/model_desc.h"
 
 namespace maestro::compiler {
 
@@ -69,10 +70,10 @@ double RmsNormSaved(double c, double a) {
 }
 
 // The routed experts' parameters of a MoE decoder (all layers): E SwiGLU
-// MLPs of moe_ffn_hidden per layer (compiler/model.cc counts the same).
+// MLPs of moe_ffn_hidden per MoE layer (compiler/model.cc counts the same).
 double RoutedExpertParams(const plan::ModelDesc& m) {
   const double f = D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden);
-  return D(m.layers) * D(m.experts) * 3.0 * D(m.hidden) * f;
+  return D(plan::MoeLayerCount(m)) * D(m.experts) * 3.0 * D(m.hidden) * f;
 }
 
 // A decoder block in training (runtime/models/decoder.cc DecoderBlockImpl),
@@ -90,6 +91,9 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   // ApplyRope keeps x (the projection's output) and rotate_half's cat; the
   // attention keeps the rotated q.
   e += a * 3.0 * q + a * 2.0 * k;
+  // q/k norms (Qwen3): each keeps the projection's output and what an
+  // RMSNorm keeps; ApplyRope's x above is then the norm's output.
+  if (plan::QkNorm(m)) e += a * (q + k) + RmsNormSaved(q, a) + RmsNormSaved(k, a);
   if (kv < heads) {
     e += a * 2.0 * q;  // GQA: repeat_interleave's copies of k and v (index_select keeps only the index)
   } else {
@@ -106,22 +110,25 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   e += a * q;  // transpose + reshape copy of the heads, kept by o_proj
   // MLP half: the residual, the norm, its output.
   e += a * c + RmsNormSaved(c, a) + a * c;
-  if (m.experts > 0) {
+  // A MoE decoder with dense layers (Qwen-MoE's decoder_sparse_step) is
+  // priced at its layers' mean: what the whole model keeps per layer.
+  const double moe_share = m.layers > 0 ? D(plan::MoeLayerCount(m)) / D(m.layers) : 0.0;
+  if (moe_share > 0) {
     // runtime/models/decoder.cc MoeMlpImpl; experts and the shared expert
     // TP-sharded like a dense MLP.
     const double f = D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden) / tp;
     const double slots = D(std::max<int64_t>(m.experts_per_token, 1));
-    e += a * D(m.experts) + 4.0 * D(m.experts);  // router logits, fp32 probabilities
+    double moe = a * D(m.experts) + 4.0 * D(m.experts);  // router logits, fp32 probabilities
     // Per routed slot: the gathered token, the SwiGLU (gate, silu, up, their
     // product), the expert's output (kept by the weighting), the (token,
     // slot) int64 index pair; the weighted rows are not kept by index_add.
-    e += slots * (a * c + 4.0 * a * f + a * c + 16.0);
-    if (tp > 1) e += slots * 2.0 * a * c;  // the slots' partial outputs concatenated and all-reduced
+    moe += slots * (a * c + 4.0 * a * f + a * c + 16.0);
+    if (tp > 1) moe += slots * 2.0 * a * c;  // the slots' partial outputs concatenated and all-reduced
     const double shared = ExtraValue(m, "shared_expert_ffn_hidden", 0) / tp;
-    if (shared > 0) e += 4.0 * a * shared + a * c + 2.0 * a;  // SwiGLU, its output (kept by the gate's mul), the gate
-  } else {
-    e += 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU: gate, silu, up, their product
+    if (shared > 0) moe += 4.0 * a * shared + a * c + 2.0 * a;  // SwiGLU, its output (kept by the gate's mul), the gate
+    e += moe_share * moe;
   }
+  if (moe_share < 1) e += (1 - moe_share) * 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU: gate, silu, up, their product
   return e;
 }
 
@@ -173,9 +180,13 @@ double ForwardOnlyLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, 
   const double scores = explicit_attention ? 2.0 * heads * D(context) : q;  // scores and their masked / softmaxed copy
   double ffn = decoder ? 4.0 * D(m.ffn_hidden) / tp : (QuickGeluOf(m) ? 3.0 : 2.0) * D(m.ffn_hidden) / tp;
   if (decoder && m.experts > 0) {
-    // MoE (elements): the router logits and probabilities, each routed slot's SwiGLU and output.
+    // MoE (elements): the router logits and probabilities, each routed
+    // slot's SwiGLU and output; the larger of it and a dense layer's when
+    // the decoder has both (one layer at a time).
     const double slots = D(std::max<int64_t>(m.experts_per_token, 1));
-    ffn = 2.0 * D(m.experts) + slots * (4.0 * D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden) / tp + 2.0 * c);
+    const double moe =
+        2.0 * D(m.experts) + slots * (4.0 * D(m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden) / tp + 2.0 * c);
+    ffn = plan::MoeLayerCount(m) < m.layers ? std::max(ffn, moe) : moe;
   }
   return a * (3.0 * c + std::max(3.0 * q + scores, ffn));
 }

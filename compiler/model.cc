@@ -95,6 +95,17 @@ Status CheckModelShape(const ModelDesc& d, const std::string& where, std::string
       if (d.experts > 0) {
         MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "experts_per_token", d.experts_per_token, 1, d.experts));
         MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "moe_ffn_hidden", d.moe_ffn_hidden, 1, kMaxFfn));
+        const double step = ExtraValue(d, plan::kDecoderSparseStepKey, 1);
+        if (step < 1 || step > static_cast<double>(d.layers)) {
+          if (key) *key = plan::kDecoderSparseStepKey;
+          return Status::InvalidArgument(
+              fmt::format("{}: decoder_sparse_step = {} must be in [1, layers = {}] (1: every layer a MoE layer)",
+                          where, step, d.layers));
+        }
+        if (plan::MoeLayerCount(d) < d.layers) {
+          // Dense layers between the MoE ones (decoder_sparse_step) are SwiGLU MLPs of ffn_hidden.
+          MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
+        }
       }
       return Status::Ok();
     case ModelKind::kVit: {
@@ -176,37 +187,44 @@ void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
     return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
   };
   const int64_t qk_norm = ExtraFlag(d, "qk_norm", false) ? 2 * hd : 0;  // Qwen3: RMSNorm of q and k heads
-  int64_t layer = attn_w + attn_b + 2 * norm + qk_norm;
-  int64_t layer_active = layer;
-  int64_t layer_mm = attn_w;
+  const int64_t layer_base = attn_w + attn_b + 2 * norm + qk_norm;
+  // What one MLP adds: a MoE layer's (routed experts, router, shared expert)
+  // and a dense layer's; a MoE decoder with dense layers (Qwen-MoE's
+  // decoder_sparse_step, mlp_only_layers) has both, per plan::IsMoeLayer.
+  struct Mlp {
+    int64_t all = 0, active = 0, matmul = 0;
+  } moe_mlp, dense_mlp;
   if (d.experts > 0) {
     int64_t expert_w = 0;
     const int64_t expert = mlp(d.moe_ffn_hidden, &expert_w);
     const int64_t router = h * d.experts;
-    layer += router + d.experts * expert;
-    layer_active += router + d.experts_per_token * expert;
-    layer_mm += router + d.experts_per_token * expert_w;
+    moe_mlp = {router + d.experts * expert, router + d.experts_per_token * expert,
+               router + d.experts_per_token * expert_w};
     // Qwen2-MoE: a shared expert every token passes, with a (1, C) sigmoid gate.
     const auto shared_ffn = static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0));
     if (shared_ffn > 0) {
       int64_t shared_w = 0;
       const int64_t shared = mlp(shared_ffn, &shared_w) + h;
-      layer += shared;
-      layer_active += shared;
-      layer_mm += shared_w + h;
+      moe_mlp.all += shared;
+      moe_mlp.active += shared;
+      moe_mlp.matmul += shared_w + h;
     }
-  } else {
+  }
+  const int64_t moe_layers = plan::MoeLayerCount(d);
+  const int64_t dense_layers = d.layers - moe_layers;
+  if (dense_layers > 0) {
     int64_t mlp_w = 0;
     const int64_t m = mlp(d.ffn_hidden, &mlp_w);
-    layer += m;
-    layer_active += m;
-    layer_mm += mlp_w;
+    dense_mlp = {m, m, mlp_w};
   }
+  const int64_t layers_all = d.layers * layer_base + moe_layers * moe_mlp.all + dense_layers * dense_mlp.all;
+  const int64_t layers_active = d.layers * layer_base + moe_layers * moe_mlp.active + dense_layers * dense_mlp.active;
+  const int64_t layers_mm = d.layers * attn_w + moe_layers * moe_mlp.matmul + dense_layers * dense_mlp.matmul;
   const int64_t embed = d.vocab * h;
   const int64_t head = d.tie_embeddings ? 0 : d.vocab * h;
-  f->params = embed + d.layers * layer + norm + head;
-  f->active_params = embed + d.layers * layer_active + norm + head;
-  f->matmul_params = d.layers * layer_mm + d.vocab * h;  // the LM head runs even when tied
+  f->params = embed + layers_all + norm + head;
+  f->active_params = embed + layers_active + norm + head;
+  f->matmul_params = layers_mm + d.vocab * h;  // the LM head runs even when tied
   f->embedding_params = embed;
   // The keys a query attends, on average over the sequence: s/2 under the
   // causal mask; with a sliding window W shorter than s (Mistral), the first
@@ -450,16 +468,33 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
     MAESTRO_ASSIGN_OR_RETURN(d.experts, r.Int("num_experts", qwen2 ? 60 : 128));
     MAESTRO_ASSIGN_OR_RETURN(d.experts_per_token, r.Int("num_experts_per_tok", qwen2 ? 4 : 8));
     MAESTRO_ASSIGN_OR_RETURN(d.moe_ffn_hidden, r.Int("moe_intermediate_size", qwen2 ? 1408 : 768));
+    // Dense layers between MoE layers (transformers' Qwen2MoeDecoderLayer:
+    // layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not
+    // in mlp_only_layers), a Llama MLP of intermediate_size each
+    // (plan::IsMoeLayer reads them back).
     int64_t sparse_step = 1;
     MAESTRO_ASSIGN_OR_RETURN(sparse_step, r.Int("decoder_sparse_step", 1));
-    const bool dense_layers =
-        j.contains("mlp_only_layers") && j.at("mlp_only_layers").is_array() && !j.at("mlp_only_layers").empty();
-    if (sparse_step != 1 || dense_layers) {
+    if (sparse_step < 1) {
       return Status::InvalidArgument(fmt::format(
-          "{}: decoder_sparse_step = {} and mlp_only_layers = {} mix dense and MoE layers, which Maestro does not "
-          "build; it supports configs where every layer is a MoE layer (decoder_sparse_step 1, mlp_only_layers [])",
-          origin, sparse_step, j.contains("mlp_only_layers") ? j.at("mlp_only_layers").dump() : "[]"));
+          "{}: decoder_sparse_step must be >= 1, got {} (1: every layer a MoE layer)", origin, sparse_step));
     }
+    if (sparse_step != 1) d.extra[plan::kDecoderSparseStepKey] = static_cast<double>(sparse_step);
+    if (j.contains("mlp_only_layers") && !j.at("mlp_only_layers").is_null()) {
+      const auto& dense = j.at("mlp_only_layers");
+      if (!dense.is_array()) {
+        return Status::InvalidArgument(
+            fmt::format("{}: mlp_only_layers must be a list of layer indices, got {}", origin, dense.dump()));
+      }
+      for (const auto& layer : dense) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= d.layers) {
+          return Status::InvalidArgument(
+              fmt::format("{}: mlp_only_layers holds {}, not a layer index in [0, {}) (num_hidden_layers)", origin,
+                          layer.dump(), d.layers));
+        }
+        d.extra[plan::kMlpOnlyLayerKeyPrefix + std::to_string(layer.get<int64_t>())] = 1;
+      }
+    }
+    if (plan::MoeLayerCount(d) < d.layers) d.ffn_hidden = ffn;  // the dense layers' width
     if (qwen2) {
       int64_t shared = 0;
       MAESTRO_ASSIGN_OR_RETURN(shared, r.Int("shared_expert_intermediate_size", 5632));

@@ -78,6 +78,7 @@ const ShapeKey kShapeKeys[] = {
     {"norm_topk_prob", kDecoderKey, kFlag, nullptr, nullptr},
     {"router_aux_loss_coef", kDecoderKey, kNumber, nullptr, nullptr},
     {"qk_norm", kDecoderKey, kFlag, nullptr, nullptr},
+    {"decoder_sparse_step", kDecoderKey, kInt, nullptr, nullptr},
     {"image_size", kVitKey, kInt, &plan::ModelDesc::image_size, nullptr},
     {"patch_size", kVitKey, kInt, &plan::ModelDesc::patch_size, nullptr},
     {"channels", kVitKey, kInt, &plan::ModelDesc::channels, nullptr},

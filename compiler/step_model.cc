@@ -260,7 +260,7 @@ Status CheckTpDivides(const plan::ModelDesc& d, const PassShape& s) {
 // GEMMs. The all-to-all itself is priced by the cost model (cost_model.cc).
 void AddMoe(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
-  const double layers = static_cast<double>(d.layers);
+  const double layers = static_cast<double>(plan::MoeLayerCount(d));  // Qwen-MoE's dense layers are priced as such
   const double h = static_cast<double>(d.hidden);
   const double experts = static_cast<double>(d.experts);
   const double k = static_cast<double>(std::max<int64_t>(d.experts_per_token, 1));
@@ -303,12 +303,21 @@ void AddMoe(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
   }
 }
 
-// ---- A decoder's RMSNorms on m tokens of this rank: two per layer and the
-// final one, as at::rms_norm or the eager fp32 chain.
-void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, double layers) {
+// `count` RMSNorms of `width` elements per token on m tokens (RmsNorm of
+// runtime/models/layers.h: at::rms_norm, or the eager fp32 chain).
+void AddRmsNorms(StepSum& sum, const PassShape& s, const std::string& what, Part part, double width, double m,
+                 double count) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
   const auto kF = Phase::kForward;
   const auto kB = Phase::kBackward;
+  const double h = width;
+  if (s.fused.rms_norm) {
+    // at::rms_norm: one kernel forward (r x, w y, the fp32 rstd per token);
+    // backward: dx (r g, x, w dx) and the weight grad's reduction (r g, x).
+    sum.Memory(what + " (at::rms_norm)", part, kF, {b.Act(2 * h)}, m, count);
+    sum.Memory(what + " (at::rms_norm)", part, kB, {b.Act(3 * h), b.Act(2 * h)}, m, count);
+    return;
+  }
   // RmsNorm (layers.h), forward: to(f32) (r a w4); pow(2) r4 w4; mean r4; + eps;
   // rsqrt; x32 * r r4 w4; to(dtype) r4 w a; weight * (r a w a).
   const std::initializer_list<double> norm_fwd = {b.Cast(h), 8 * h, 4 * h, 0.0, 0.0, 8 * h, b.Cast(h), b.Act(2 * h)};
@@ -320,18 +329,22 @@ void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, do
   const std::initializer_list<double> norm_bwd = {b.Act(2 * h), b.Act(3 * h), b.Act(h), b.Cast(h), 8 * h,
                                                   12 * h,       4 * h,        0.0,      0.0,       4 * h,
                                                   12 * h,       12 * h,       b.Cast(h)};
-  if (s.fused.rms_norm) {
-    // at::rms_norm: one kernel forward (r x, w y, the fp32 rstd per token);
-    // backward: dx (r g, x, w dx) and the weight grad's reduction (r g, x).
-    sum.Memory("rms_norm (at::rms_norm), 2 per layer", Part::kBlocks, kF, {b.Act(2 * h)}, m, 2 * layers);
-    sum.Memory("rms_norm (at::rms_norm), 2 per layer", Part::kBlocks, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 2 * layers);
-    sum.Memory("final rms_norm", Part::kPost, kF, {b.Act(2 * h)}, m, 1);
-    sum.Memory("final rms_norm", Part::kPost, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 1);
-  } else {
-    sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kF, norm_fwd, m, 2 * layers);
-    sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kB, norm_bwd, m, 2 * layers);
-    sum.Memory("final rms_norm", Part::kPost, kF, norm_fwd, m, 1);
-    sum.Memory("final rms_norm", Part::kPost, kB, norm_bwd, m, 1);
+  sum.Memory(what + " (fp32 chain)", part, kF, norm_fwd, m, count);
+  sum.Memory(what + " (fp32 chain)", part, kB, norm_bwd, m, count);
+}
+
+// ---- A decoder's RMSNorms on m tokens of this rank: two per layer and the
+// final one; with q/k norms (Qwen3), one over each query and key head too
+// (q and kv elements per token on this rank, kv heads replicated when fewer
+// than TP ranks).
+void AddDecoderRmsNorms(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double q, double kv) {
+  const double h = static_cast<double>(d.hidden);
+  const double layers = static_cast<double>(d.layers);
+  AddRmsNorms(sum, s, "rms_norm, 2 per layer", Part::kBlocks, h, m, 2 * layers);
+  AddRmsNorms(sum, s, "final rms_norm", Part::kPost, h, m, 1);
+  if (plan::QkNorm(d)) {
+    AddRmsNorms(sum, s, "q_norm (per head)", Part::kBlocks, q, m, layers);
+    AddRmsNorms(sum, s, "k_norm (per head)", Part::kBlocks, kv, m, layers);
   }
 }
 
@@ -405,7 +418,10 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   const double kv_heads = d.kv_heads >= s.tp ? static_cast<double>(d.kv_heads / s.tp) : 1.0;
   const double kv = kv_heads * head_dim;  // key / value width on this rank
   const bool moe = d.experts > 0;
-  const double f = moe ? 0.0 : static_cast<double>(d.ffn_hidden / s.tp);  // the dense MLP's width on this rank
+  // Layers with a dense SwiGLU MLP: all of a dense decoder's, a MoE
+  // decoder's between its MoE layers (plan::IsMoeLayer; Qwen-MoE).
+  const double dense_layers = static_cast<double>(d.layers - plan::MoeLayerCount(d));
+  const double f = dense_layers > 0 ? static_cast<double>(d.ffn_hidden / s.tp) : 0.0;  // its width on this rank
   const double vocab = static_cast<double>(d.vocab);
   const bool gqa = kv < q;
   const bool qkv_bias = ExtraFlag(d, "qkv_bias", false);
@@ -416,11 +432,10 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   sum.Gemm("attn.q_proj", Part::kBlocks, m, h, q, layers);
   sum.Gemm("attn.k_proj + v_proj", Part::kBlocks, m, h, kv, 2 * layers);
   sum.Gemm("attn.o_proj", Part::kBlocks, m, q, h, layers);
-  if (moe) {
-    AddMoe(sum, d, s, m);
-  } else {
-    sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * layers);
-    sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
+  if (moe) AddMoe(sum, d, s, m);
+  if (dense_layers > 0) {
+    sum.Gemm("mlp.gate_proj + up_proj", Part::kBlocks, m, h, f, 2 * dense_layers);
+    sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, dense_layers);
   }
 
   // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
@@ -435,7 +450,7 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
                 4 * all_tokens / s.cp * (windowed ? t : t / 2) * q, head_dim, t, layers);
 
   // ---- Memory-bound kernels, bytes read + written per token.
-  AddDecoderRmsNorms(sum, s, h, m, layers);
+  AddDecoderRmsNorms(sum, d, s, m, q, kv);
   // RoPE (ApplyRope): -x2 (half the width, r w), cat (r1 w1), x * cos, rotated
   // * sin (r1 w1 each, the tables broadcast), + (r2 w1); per element of q or k.
   for (const auto& [what, w] : {std::pair<const char*, double>{"rope q", q}, {"rope k", kv}}) {
@@ -462,9 +477,9 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     sum.Memory("qkv bias grads (row sums)", Part::kBlocks, kB, {b.Act(q), b.Act(kv), b.Act(kv)}, m, layers);
   }
   // SwiGLU: silu (r1 w1), * up (r2 w1); backward g * up, g * silu, silu'.
-  if (!moe) {
-    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
-    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  if (dense_layers > 0) {
+    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, dense_layers);
+    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, dense_layers);
   }
   // Residual adds (r2 w1) x 2; backward: the residual stream's grad
   // accumulated at the two branch points, the normed input's grads from
@@ -485,12 +500,12 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     // rows), and so is the RMSNorm's output: q, k, v, gate and up each cast
     // their input to bf16 (autocast caches no activation); backward casts
     // each gradient back.
-    const double casts = moe ? 3 : 5;
-    sum.Memory("autocast: norm outputs to bf16 (linear inputs)", Part::kBlocks, kF, {b.Cast(h)}, m, casts * layers);
-    sum.Memory("autocast: their gradients to fp32", Part::kBlocks, kB, {b.Cast(h)}, m, casts * layers);
+    const double casts = 3 * layers + 2 * dense_layers;  // q, k, v; gate and up of a dense MLP
+    sum.Memory("autocast: norm outputs to bf16 (linear inputs)", Part::kBlocks, kF, {b.Cast(h)}, m, casts);
+    sum.Memory("autocast: their gradients to fp32", Part::kBlocks, kB, {b.Cast(h)}, m, casts);
     sum.AutocastWeights("q, o weights", Part::kBlocks, h * q, 2 * layers);
     sum.AutocastWeights("k, v weights", Part::kBlocks, h * kv, 2 * layers);
-    if (!moe) sum.AutocastWeights("mlp weights", Part::kBlocks, h * f, 3 * layers);
+    if (dense_layers > 0) sum.AutocastWeights("mlp weights", Part::kBlocks, h * f, 3 * dense_layers);
     if (s.lm_loss) sum.AutocastWeights("lm head", Part::kPost, vocab * h, 1);
   }
 
@@ -499,8 +514,9 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   sum.Parameters("attention weights (q)", h * q, layers, e);
   sum.Parameters("attention weights (k, v)", h * kv, 2 * layers, e);
   sum.Parameters("attention weights (o)", q * h, layers, e);
-  if (!moe) sum.Parameters("mlp weights", h * f, 3 * layers, e);
+  if (dense_layers > 0) sum.Parameters("mlp weights", h * f, 3 * dense_layers, e);
   sum.Parameters("norm weights", h, 2 * layers + 1, e);
+  if (plan::QkNorm(d)) sum.Parameters("q/k norm weights", 2 * head_dim, layers, e);
   if (qkv_bias) {
     sum.Parameters("q bias", q, layers, e);
     sum.Parameters("k, v biases", kv, 2 * layers, e);

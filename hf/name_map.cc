@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "base/checks.h"
+#include "plan/model_desc.h"
 
 namespace maestro::hf {
 namespace {
@@ -39,8 +40,10 @@ struct Dims {
   int64_t In = 0;   // in_dim
   bool qkv_bias = false;
   bool tied = false;
-  bool qk_norm = false;  // Qwen3: q_norm / k_norm
-  int64_t SF = 0;        // Qwen2-MoE: the shared expert's ffn hidden, 0 = none
+  bool qk_norm = false;         // Qwen3: q_norm / k_norm
+  int64_t SF = 0;               // Qwen2-MoE: the shared expert's ffn hidden, 0 = none
+  int64_t DF = 0;               // a MoE decoder's dense layers' ffn hidden (Qwen-MoE's intermediate_size)
+  std::vector<bool> moe_layer;  // per layer: plan::IsMoeLayer
 };
 
 Dims DimsOf(const plan::ModelDesc& d) {
@@ -69,6 +72,8 @@ Dims DimsOf(const plan::ModelDesc& d) {
   x.tied = d.tie_embeddings;
   x.qk_norm = Extra(d, "qk_norm", 0) != 0;
   x.SF = d.experts > 0 ? static_cast<int64_t>(Extra(d, "shared_expert_ffn_hidden", 0)) : 0;
+  x.DF = d.ffn_hidden;
+  for (int64_t i = 0; i < d.layers; ++i) x.moe_layer.push_back(plan::IsMoeLayer(d, i));
   return x;
 }
 
@@ -85,16 +90,26 @@ struct Rule {
   ShapeOf shape;
   int tp_dim = -1;
   Scope scope = Scope::kModel;
-  std::string when;  // "", "qkv_bias", "untied", "qk_norm" or "shared_expert"
+  // "", "qkv_bias", "untied", "qk_norm", "shared_expert"; per layer
+  // "moe_layer" or "dense_layer" (plan::IsMoeLayer).
+  std::string when;
   int tp_parts = 1;  // blocks along tp_dim each split over TP (3: a fused qkv)
 };
 
-bool Holds(const std::string& when, const Dims& x) {
+// Whether a rule applies; `layer` is the layer of a layer or expert rule
+// (-1 for a model-scope rule).
+bool Holds(const std::string& when, const Dims& x, int64_t layer = -1) {
   if (when.empty()) return true;
+  if (when == "moe_layer" || when == "dense_layer") {
+    const bool moe = layer >= 0 && static_cast<size_t>(layer) < x.moe_layer.size() && x.moe_layer[layer];
+    return moe == (when == "moe_layer");
+  }
   if (when == "qkv_bias") return x.qkv_bias;
   if (when == "untied") return !x.tied;
   if (when == "qk_norm") return x.qk_norm;
-  if (when == "shared_expert") return x.SF > 0;
+  if (when == "shared_expert") {
+    return x.SF > 0 && (layer < 0 || static_cast<size_t>(layer) >= x.moe_layer.size() || x.moe_layer[layer]);
+  }
   return false;
 }
 
@@ -180,17 +195,19 @@ const std::vector<Rule>& MixtralRules() {
 }
 
 // Qwen2-MoE / Qwen3-MoE: the MoE block is "mlp" (router "mlp.gate"), the
-// experts Llama MLPs; Qwen2-MoE adds a shared expert and its gate.
+// experts Llama MLPs; Qwen2-MoE adds a shared expert and its gate. A dense
+// layer (decoder_sparse_step, mlp_only_layers) is a Llama MLP of DF.
+// Qwen2-MoE's shared expert is part of every MoE layer only.
 const std::vector<Rule>& QwenMoeRules() {
   static const std::vector<Rule> rules = DecoderRules({
       {"model.layers.{i}.mlp.gate.weight", "blocks.{i}.moe.router.weight", "(E, C)", SHAPE(x.E, x.C), -1, Scope::kLayer,
-       ""},
+       "moe_layer"},
       {"model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blocks.{i}.moe.experts.{e}.gate_proj.weight", "(F, C)",
-       SHAPE(x.F, x.C), 0, Scope::kExpert, ""},
+       SHAPE(x.F, x.C), 0, Scope::kExpert, "moe_layer"},
       {"model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blocks.{i}.moe.experts.{e}.up_proj.weight", "(F, C)",
-       SHAPE(x.F, x.C), 0, Scope::kExpert, ""},
+       SHAPE(x.F, x.C), 0, Scope::kExpert, "moe_layer"},
       {"model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blocks.{i}.moe.experts.{e}.down_proj.weight", "(C, F)",
-       SHAPE(x.C, x.F), 1, Scope::kExpert, ""},
+       SHAPE(x.C, x.F), 1, Scope::kExpert, "moe_layer"},
       {"model.layers.{i}.mlp.shared_expert.gate_proj.weight", "blocks.{i}.moe.shared_expert.gate_proj.weight",
        "(SF, C)", SHAPE(x.SF, x.C), 0, Scope::kLayer, "shared_expert"},
       {"model.layers.{i}.mlp.shared_expert.up_proj.weight", "blocks.{i}.moe.shared_expert.up_proj.weight", "(SF, C)",
@@ -199,6 +216,12 @@ const std::vector<Rule>& QwenMoeRules() {
        "(C, SF)", SHAPE(x.C, x.SF), 1, Scope::kLayer, "shared_expert"},
       {"model.layers.{i}.mlp.shared_expert_gate.weight", "blocks.{i}.moe.shared_expert_gate.weight", "(1, C)",
        SHAPE(1, x.C), -1, Scope::kLayer, "shared_expert"},
+      {"model.layers.{i}.mlp.gate_proj.weight", "blocks.{i}.mlp.gate_proj.weight", "(DF, C)", SHAPE(x.DF, x.C), 0,
+       Scope::kLayer, "dense_layer"},
+      {"model.layers.{i}.mlp.up_proj.weight", "blocks.{i}.mlp.up_proj.weight", "(DF, C)", SHAPE(x.DF, x.C), 0,
+       Scope::kLayer, "dense_layer"},
+      {"model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down_proj.weight", "(C, DF)", SHAPE(x.C, x.DF), 1,
+       Scope::kLayer, "dense_layer"},
   });
   return rules;
 }
@@ -392,7 +415,11 @@ WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
   switch (desc.kind) {
     case plan::ModelKind::kDecoder:
       if (desc.experts == 0) return WeightLayout::kDecoder;
-      return Extra(desc, kMoeLayoutKey, 0) == kMoeLayoutQwen || Extra(desc, "shared_expert_ffn_hidden", 0) > 0
+      // Mixtral has none of a shared expert, dense layers, q/k norms, q/k/v
+      // biases or unnormalized top-k weights: a MoE decoder with any is Qwen-MoE's.
+      return Extra(desc, kMoeLayoutKey, 0) == kMoeLayoutQwen || Extra(desc, "shared_expert_ffn_hidden", 0) > 0 ||
+                     plan::MoeLayerCount(desc) < desc.layers || plan::QkNorm(desc) || plan::QkvBias(desc) ||
+                     !plan::NormTopkProb(desc)
                  ? WeightLayout::kQwenMoe
                  : WeightLayout::kMixtral;
     case plan::ModelKind::kVit:
@@ -472,7 +499,7 @@ StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
   }
   for (int64_t i = 0; first_layer < rules.size() && i < desc.layers; ++i) {
     for (size_t r = first_layer; r <= last_layer; ++r) {
-      if (!Holds(rules[r].when, x)) continue;
+      if (!Holds(rules[r].when, x, i)) continue;
       if (rules[r].scope == Scope::kExpert) {
         for (int64_t e = 0; e < x.E; ++e) add(rules[r], i, e);
       } else {

@@ -64,7 +64,10 @@ inline constexpr int kMoeLayoutQwen = 1;
 
 // Which ViT a desc is (the weight layout follows it): plan/model_desc.h
 // VitLayout and its kVitLayout* values.
-// The weight layout of any desc (decoder: kMixtral when experts > 0).
+// The weight layout of any desc (decoder: kDecoder when dense; a MoE one is
+// kQwenMoe when the import said so (extra.moe_layout) or it has what only
+// Qwen-MoE has -- a shared expert, dense layers, q/k norms, q/k/v biases,
+// unnormalized top-k weights -- else kMixtral).
 WeightLayout WeightLayoutOf(const plan::ModelDesc& desc);
 
 // One tensor of a model, as named on both sides.

@@ -255,6 +255,82 @@ Status WholeModelHfExport(const datalayer::CheckpointData& checkpoint, const Exp
   return Status::Ok();
 }
 
+// The keys every exported decoder config.json has (the Llama-shaped
+// families': sizes, RoPE with its scaling, RMSNorm, SiLU), into j.
+void AddDecoderConfigKeys(const plan::ModelDesc& desc, int64_t max_positions, nlohmann::json& j) {
+  j["hidden_size"] = desc.hidden;
+  j["num_hidden_layers"] = desc.layers;
+  j["num_attention_heads"] = desc.heads;
+  j["num_key_value_heads"] = KvHeads(desc);
+  j["head_dim"] = HeadDim(desc);
+  j["vocab_size"] = desc.vocab;
+  j["max_position_embeddings"] = max_positions;
+  j["rms_norm_eps"] = RmsNormEps(desc);
+  j["rope_theta"] = RopeTheta(desc);
+  if (nlohmann::json scaling = RopeScalingJson(desc); !scaling.is_null()) j["rope_scaling"] = std::move(scaling);
+  j["tie_word_embeddings"] = desc.tie_embeddings;
+  j["hidden_act"] = "silu";
+}
+
+// The config.json of a MoE decoder in the layout hf::WeightLayoutOf names
+// its tensors: Qwen-MoE's (Qwen3-MoE's with q/k norms, else Qwen2-MoE's)
+// or Mixtral's, with the keys compiler/model.cc DecoderFromHf reads back.
+StatusOr<std::string> MoeDecoderConfigJson(const plan::ModelDesc& desc, int64_t max_positions,
+                                           const std::string& torch_dtype) {
+  // The tensor names decide the family: hf::WeightLayoutOf's.
+  const bool qwen = hf::WeightLayoutOf(desc) == hf::WeightLayout::kQwenMoe;
+  const bool qwen3 = qwen && QkNorm(desc);
+  const bool qwen2 = qwen && !qwen3;
+  if (qwen3 && (SharedExpertFfnHidden(desc) > 0 || QkvBias(desc))) {
+    return Status::FailedPrecondition(
+        "this MoE decoder has q/k norms (Qwen3-MoE) and a shared expert or q/k/v biases (Qwen2-MoE): no Hugging Face "
+        "family has both, so no config.json can describe it; drop extra.qk_norm, or shared_expert_ffn_hidden and "
+        "qkv_bias, in the spec");
+  }
+  const auto bias_it = desc.extra.find("attn_out_bias");
+  if (bias_it != desc.extra.end() && bias_it->second != 0) {
+    return Status::FailedPrecondition("no Hugging Face MoE family has an o_proj bias (extra.attn_out_bias)");
+  }
+  nlohmann::json j;
+  const char* type = qwen3 ? "qwen3_moe" : qwen2 ? "qwen2_moe" : "mixtral";
+  j["architectures"] = {qwen3 ? "Qwen3MoeForCausalLM" : qwen2 ? "Qwen2MoeForCausalLM" : "MixtralForCausalLM"};
+  j["model_type"] = type;
+  AddDecoderConfigKeys(desc, max_positions, j);
+  j["num_experts_per_tok"] = desc.experts_per_token;
+  j["router_aux_loss_coef"] = RouterAuxLossCoef(desc);
+  j["output_router_logits"] = false;
+  if (SlidingWindow(desc) > 0) {
+    j["sliding_window"] = SlidingWindow(desc);
+    if (qwen2 || qwen3) j["use_sliding_window"] = true;
+  }
+  if (!qwen2 && !qwen3) {
+    j["num_local_experts"] = desc.experts;
+    j["intermediate_size"] = MoeFfnHidden(desc);
+  } else {
+    j["num_experts"] = desc.experts;
+    j["moe_intermediate_size"] = MoeFfnHidden(desc);
+    // The dense layers' width; a model without dense layers never reads it.
+    j["intermediate_size"] = desc.ffn_hidden > 0 ? desc.ffn_hidden : MoeFfnHidden(desc);
+    j["norm_topk_prob"] = NormTopkProb(desc);
+    const auto step = desc.extra.find(plan::kDecoderSparseStepKey);
+    j["decoder_sparse_step"] = step != desc.extra.end() ? static_cast<int64_t>(step->second) : 1;
+    nlohmann::json dense = nlohmann::json::array();
+    for (int64_t i = 0; i < desc.layers; ++i) {
+      const auto it = desc.extra.find(plan::kMlpOnlyLayerKeyPrefix + std::to_string(i));
+      if (it != desc.extra.end() && it->second != 0) dense.push_back(i);
+    }
+    j["mlp_only_layers"] = std::move(dense);
+    if (qwen2) {
+      j["shared_expert_intermediate_size"] = SharedExpertFfnHidden(desc);
+      j["qkv_bias"] = QkvBias(desc);
+    } else {
+      j["attention_bias"] = false;
+    }
+  }
+  j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
 }  // namespace
 
 StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max_positions,
@@ -262,12 +338,7 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
   if (desc.kind != plan::ModelKind::kDecoder) {
     return Status::InvalidArgument("DecoderConfigJson: the model is not a decoder");
   }
-  if (desc.experts > 0) {
-    return Status::FailedPrecondition(
-        "exporting a mixture-of-experts decoder is not implemented yet: the runtime trains it (docs/moe.md), but "
-        "runtime/hf_export.cc writes no mixtral / qwen2_moe / qwen3_moe config.json; export the run's checkpoint "
-        "state instead (the .mckpt files hold every expert)");
-  }
+  if (desc.experts > 0) return MoeDecoderConfigJson(desc, max_positions, torch_dtype);
   auto flag = [&](const char* key) {
     auto it = desc.extra.find(key);
     return it != desc.extra.end() && it->second != 0.0;
@@ -286,19 +357,8 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
   nlohmann::json j;
   j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
   j["model_type"] = qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
-  j["hidden_size"] = desc.hidden;
+  AddDecoderConfigKeys(desc, max_positions, j);
   j["intermediate_size"] = desc.ffn_hidden;
-  j["num_hidden_layers"] = desc.layers;
-  j["num_attention_heads"] = desc.heads;
-  j["num_key_value_heads"] = KvHeads(desc);
-  j["head_dim"] = HeadDim(desc);
-  j["vocab_size"] = desc.vocab;
-  j["max_position_embeddings"] = max_positions;
-  j["rms_norm_eps"] = RmsNormEps(desc);
-  j["rope_theta"] = RopeTheta(desc);
-  if (nlohmann::json scaling = RopeScalingJson(desc); !scaling.is_null()) j["rope_scaling"] = std::move(scaling);
-  j["tie_word_embeddings"] = desc.tie_embeddings;
-  j["hidden_act"] = "silu";
   if (!qwen2) {
     j["attention_bias"] = attention_bias;
     j["mlp_bias"] = flag("mlp_bias");

@@ -195,9 +195,12 @@ void ModelRunner::AddSinkLoss(const MicroBatchData& data, const torch::Tensor& h
   torch::Tensor logits;  // (B, T, V) when the loss ran whole; context parallelism: (B, T/cp, V)
   auto per_sample = PerSampleLoss(lm, hidden, targets, teacher_hidden, teacher_head_, loss, target_counts,
                                   plan::LossChunkPositions(hidden.size(0), hidden.size(1)), &logits);  // (B)
-  // MoE: + router_aux_loss_coef * sample b's load-balancing term (docs/moe.md).
+  // MoE: + router_aux_loss_coef * sample b's load-balancing term
+  // (docs/moe.md); a last pipeline stage without MoE layers has no part of it.
   if (const double coef = RouterAuxLossCoef(s.model); coef > 0) {
-    per_sample = per_sample + coef * lm->RouterBalanceLoss().to(per_sample.scalar_type());
+    if (auto balance = lm->RouterBalanceLoss(); balance.defined()) {
+      per_sample = per_sample + coef * balance.to(per_sample.scalar_type());
+    }
   }
   out->loss = per_sample.sum() / static_cast<double>(plan().data.global_batch);
   out->loss_sum = per_sample.sum().item<double>();

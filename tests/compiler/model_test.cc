@@ -182,13 +182,45 @@ TEST(ModelFacts, TheCrossFamilyKdSpecsCompileForTheirClusters) {
   }
 }
 
-TEST(ModelFacts, QwenMoeWithDenseLayersIsRefusedNamingTheKeys) {
-  const std::string text = R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128, "mlp_only_layers": [1]})";
+// Qwen-MoE with dense layers (transformers' Qwen2MoeDecoderLayer: layer i
+// is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+// mlp_only_layers; a dense layer is an MLP of intermediate_size).
+TEST(ModelFacts, QwenMoeWithDenseLayersCountsEachLayerAsItIs) {
+  const std::string text = R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 6,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100, "intermediate_size": 128,
+    "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2, "shared_expert_intermediate_size": 48,
+    "decoder_sparse_step": 2, "mlp_only_layers": [3], "tie_word_embeddings": false})";
   auto d = ModelFromHfConfig(text, "cfg.json");
-  ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("cfg.json"), std::string::npos) << d.status().ToString();
-  EXPECT_NE(d.status().message().find("mlp_only_layers"), std::string::npos) << d.status().ToString();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  std::vector<int64_t> moe;
+  for (int64_t i = 0; i < d->layers; ++i) {
+    if (plan::IsMoeLayer(*d, i)) moe.push_back(i);
+  }
+  EXPECT_EQ(moe, std::vector<int64_t>({1, 5}));
+  EXPECT_EQ(d->ffn_hidden, 128) << "the dense layers' width";
+  // Per layer: attention (q, k, v, o with q/k/v biases) and 2 norms; a MoE
+  // layer adds the router, 4 experts of 32 and the shared expert of 48 with
+  // its (1, C) gate; a dense layer an MLP of 128.
+  const int64_t attention = 4 * 64 * 64 + 3 * 64 + 2 * 64;
+  const int64_t moe_mlp = 4 * 64 + 4 * 3 * 64 * 32 + 3 * 64 * 48 + 64;
+  const int64_t dense_mlp = 3 * 64 * 128;
+  const ModelFacts f = ComputeModelFacts(*d, 16);
+  EXPECT_EQ(f.params, 2 * 100 * 64 + 6 * attention + 2 * moe_mlp + 4 * dense_mlp + 64);
+  // Active: 2 of the 4 experts.
+  EXPECT_EQ(f.params - f.active_params, 2 * 2 * 3 * 64 * 32);
+
+  for (const auto& [bad, key] :
+       std::vector<std::pair<std::string, std::string>>{{R"("mlp_only_layers": [6])", "mlp_only_layers"},
+                                                        {R"("mlp_only_layers": "3")", "mlp_only_layers"},
+                                                        {R"("decoder_sparse_step": 0)", "decoder_sparse_step"}}) {
+    const std::string config = R"({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 6,
+      "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128, )" +
+                               bad + "}";
+    auto refused = ModelFromHfConfig(config, "cfg.json");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("cfg.json"), std::string::npos) << refused.status().ToString();
+    EXPECT_NE(refused.status().message().find(key), std::string::npos) << refused.status().ToString();
+  }
 }
 
 TEST(ModelFacts, EncodersMatchTheirHuggingFaceModules) {

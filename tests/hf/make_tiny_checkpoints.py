@@ -5,7 +5,7 @@
     python3 make_tiny_checkpoints.py OUT_DIR
 
 For every architecture the runtime loads (llama, mistral, qwen2, qwen3, mixtral,
-qwen2_moe, qwen3_moe, clip, qwen2_vl's vision tower, whisper's encoder, llava's projector) and for
+qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, qwen2_vl's vision tower, whisper's encoder, llava's projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
 model.safetensors.index.json) under Hugging Face's tensor names, random
@@ -157,14 +157,19 @@ def llm_config(model_type, **kw):
 def llm_desc(c):
     if c["model_type"] in ("qwen2_moe", "qwen3_moe"):
         qwen2 = c["model_type"] == "qwen2_moe"
+        # Dense layers (decoder_sparse_step, mlp_only_layers) are MLPs of intermediate_size.
+        extra = {"rope_theta": c["rope_theta"], "rms_norm_eps": c["rms_norm_eps"],
+                 "qkv_bias": 1 if qwen2 else 0, "qk_norm": 0 if qwen2 else 1,
+                 "norm_topk_prob": 1 if c["norm_topk_prob"] else 0,
+                 "shared_expert_ffn_hidden": c.get("shared_expert_intermediate_size", 0),
+                 "decoder_sparse_step": c.get("decoder_sparse_step", 1)}
+        extra.update({"mlp_only_layers.%d" % i: 1 for i in c.get("mlp_only_layers", [])})
         return desc("decoder", hidden=c["hidden_size"], layers=c["num_hidden_layers"],
                     heads=c["num_attention_heads"], kv_heads=c["num_key_value_heads"], head_dim=c.get("head_dim", 0),
-                    vocab=c["vocab_size"], tie_embeddings=c["tie_word_embeddings"], experts=c["num_experts"],
+                    ffn_hidden=c["intermediate_size"], vocab=c["vocab_size"],
+                    tie_embeddings=c["tie_word_embeddings"], experts=c["num_experts"],
                     experts_per_token=c["num_experts_per_tok"], moe_ffn_hidden=c["moe_intermediate_size"],
-                    extra={"rope_theta": c["rope_theta"], "rms_norm_eps": c["rms_norm_eps"],
-                           "qkv_bias": 1 if qwen2 else 0, "qk_norm": 0 if qwen2 else 1,
-                           "norm_topk_prob": 1 if c["norm_topk_prob"] else 0,
-                           "shared_expert_ffn_hidden": c.get("shared_expert_intermediate_size", 0)})
+                    extra=extra)
     return desc("decoder", hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=c["num_attention_heads"],
                 kv_heads=c["num_key_value_heads"], head_dim=c.get("head_dim", 0),
                 ffn_hidden=0 if c.get("num_local_experts") else c["intermediate_size"], vocab=c["vocab_size"],
@@ -195,7 +200,13 @@ def cases():
                                               rope_theta=1e6)),
                     ("qwen3_moe", llm_config("qwen3_moe", num_experts=4, num_experts_per_tok=2,
                                               moe_intermediate_size=24, norm_topk_prob=True, head_dim=12,
-                                              mlp_only_layers=[], rope_theta=1e6))]:
+                                              mlp_only_layers=[], rope_theta=1e6)),
+                    # Dense layers between the MoE ones: layers 1 and 3 sparse by the step, 3 dense by
+                    # mlp_only_layers, so layer 1 alone is a MoE layer.
+                    ("qwen3_moe_mixed", llm_config("qwen3_moe", num_hidden_layers=4, num_experts=4,
+                                                    num_experts_per_tok=2, moe_intermediate_size=24,
+                                                    norm_topk_prob=True, head_dim=12, decoder_sparse_step=2,
+                                                    mlp_only_layers=[3], rope_theta=1e6))]:
         out.append({"name": name, "config": c, "desc": llm_desc(c), "rules": QWEN_MOE,
                     "input": ("ids", torch.randint(0, c["vocab_size"], (2, 6)))})
 

@@ -117,6 +117,34 @@ TEST(HfNameMap, QwenMoeExpertsSharedExpertAndQkNorm) {
   EXPECT_EQ(names->weights.size(), plain->weights.size() + 2 * (2 + 4));
 }
 
+// Qwen-MoE with dense layers (decoder_sparse_step 2: layer 1 MoE, layer 0
+// dense): a dense layer's mlp.{gate,up,down}_proj of ffn_hidden, no router,
+// experts or shared expert there; a MoE layer has no dense MLP.
+TEST(HfNameMap, QwenMoeDenseLayersHaveTheDenseMlpOnly) {
+  ModelDesc d = Qwen2Like();
+  d.ffn_hidden = 56;
+  d.experts = 3;
+  d.experts_per_token = 2;
+  d.moe_ffn_hidden = 20;
+  d.extra["shared_expert_ffn_hidden"] = 40;
+  d.extra[plan::kDecoderSparseStepKey] = 2;
+  auto names = ExpandWeightNames(d);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(names->layout, WeightLayout::kQwenMoe) << "Mixtral has no dense layers";
+  ExpectWeight(*names, "model.layers.0.mlp.gate_proj.weight", "blocks.0.mlp.gate_proj.weight", {56, 32}, 0);
+  ExpectWeight(*names, "model.layers.0.mlp.down_proj.weight", "blocks.0.mlp.down_proj.weight", {32, 56}, 1);
+  ExpectWeight(*names, "model.layers.1.mlp.experts.2.up_proj.weight", "blocks.1.moe.experts.2.up_proj.weight", {20, 32},
+               0);
+  ExpectWeight(*names, "model.layers.1.mlp.shared_expert_gate.weight", "blocks.1.moe.shared_expert_gate.weight",
+               {1, 32}, -1);
+  for (const char* absent : {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.0.up_proj.weight",
+                             "model.layers.0.mlp.shared_expert.up_proj.weight", "model.layers.1.mlp.up_proj.weight"}) {
+    EXPECT_EQ(names->ByHfName(absent), nullptr) << absent;
+  }
+  EXPECT_EQ(MaestroNameOf(WeightLayout::kQwenMoe, "model.layers.4.mlp.up_proj.weight").value(),
+            "blocks.4.mlp.up_proj.weight");
+}
+
 TEST(HfNameMap, MixtralExperts) {
   ModelDesc d = Qwen2Like();
   d.extra.clear();

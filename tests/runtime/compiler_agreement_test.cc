@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/model.h"
+#include "hf/name_map.h"
 #include "plan/model_desc.h"
 #include "runtime/hf_export.h"
 #include "runtime/models/parameter_count.h"
@@ -218,6 +219,51 @@ TEST(CompilerRuntimeAgreement, ExportedRopeScalingReimportsIdentically) {
     EXPECT_EQ(got.truncate, want.truncate);
     EXPECT_EQ(plan::RopeInverseFrequencies(1e4, 16, got), plan::RopeInverseFrequencies(1e4, 16, want));
   }
+}
+
+// A MoE decoder exports as the family its tensor names are in
+// (hf::WeightLayoutOf): Mixtral when it has nothing only Qwen-MoE has;
+// Qwen3-MoE with q/k norms and dense layers between its MoE layers; Qwen2-MoE
+// with a shared expert. Each re-imports with the same layers, names and count.
+TEST(CompilerRuntimeAgreement, MoeDecodersExportAsTheirFamilyAndReimportIdentically) {
+  ModelDesc mixtral = fixtures::DecoderModel({64, 4, 4, 2, 0, 97});
+  mixtral.experts = 4;
+  mixtral.experts_per_token = 2;
+  mixtral.moe_ffn_hidden = 32;
+  mixtral.extra[plan::kRouterAuxLossCoefKey] = 0.01;
+  ModelDesc qwen3 = mixtral;
+  qwen3.head_dim = 24;
+  qwen3.ffn_hidden = 96;
+  qwen3.extra[plan::kQkNormKey] = 1;
+  qwen3.extra[plan::kDecoderSparseStepKey] = 2;
+  qwen3.extra[std::string(plan::kMlpOnlyLayerKeyPrefix) + "1"] = 1;
+  ModelDesc qwen2 = mixtral;
+  qwen2.extra[plan::kSharedExpertFfnHiddenKey] = 48;
+  qwen2.extra[plan::kNormTopkProbKey] = 0;
+  qwen2.extra[plan::kQkvBiasKey] = 1;
+  for (const auto& [d, type] : std::vector<std::pair<ModelDesc, std::string>>{
+           {mixtral, "mixtral"}, {qwen3, "qwen3_moe"}, {qwen2, "qwen2_moe"}}) {
+    SCOPED_TRACE(type);
+    auto text = runtime::DecoderConfigJson(d, 4096, "float32");
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*text).at("model_type"), type) << *text;
+    auto back = compiler::ModelFromHfConfig(*text, "exported config.json");
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << *text;
+    ASSERT_TRUE(plan::ValidateModelDesc(*back).ok());
+    for (int64_t i = 0; i < d.layers; ++i) EXPECT_EQ(plan::IsMoeLayer(*back, i), plan::IsMoeLayer(d, i)) << i;
+    EXPECT_EQ(compiler::ComputeModelFacts(*back, 16).params, compiler::ComputeModelFacts(d, 16).params) << *text;
+    EXPECT_EQ(runtime::ParameterCount(*back).value(), runtime::ParameterCount(d).value());
+    EXPECT_EQ(plan::NormTopkProb(*back), plan::NormTopkProb(d));
+    EXPECT_EQ(plan::RouterAuxLossCoef(*back), plan::RouterAuxLossCoef(d));
+    auto names = hf::ExpandWeightNames(d), names_back = hf::ExpandWeightNames(*back);
+    ASSERT_TRUE(names.ok() && names_back.ok());
+    ASSERT_EQ(names->weights.size(), names_back->weights.size());
+    for (size_t k = 0; k < names->weights.size(); ++k) {
+      EXPECT_EQ(names->weights[k].hf_name, names_back->weights[k].hf_name);
+      EXPECT_EQ(names->weights[k].shape, names_back->weights[k].shape);
+    }
+  }
+  EXPECT_EQ(plan::MoeLayerCount(qwen3), 1) << "layers 1 and 3 by the step, 1 dense by mlp_only_layers: 3 alone";
 }
 
 }  // namespace

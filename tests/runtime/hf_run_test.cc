@@ -17,7 +17,9 @@
 //    scaling trained past its original context, Qwen3 dense with q/k norms
 //    and a head_dim that is not hidden / heads; `maestro run` trains each
 //    pair on 2 ranks, every step's loss equal to the one-process
-//    reference's, and the exported student keeps its family's config.
+//    reference's, the exported student keeps its family's config, and that
+//    folder (fp32) reloads to the trained run's held-out loss; and
+//    Qwen3-MoE with dense layers between its MoE ones, also over 2 stages.
 // No torch headers: checkpoints are written by tests/fixtures/hf_checkpoints.h
 // and runs are processes.
 #include <gtest/gtest.h>
@@ -27,10 +29,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "datasets/megatron_indexed.h"
 #include "hf/checkpoint.h"
 #include "plan/plan.h"
 #include "tests/fixtures/hf_checkpoints.h"
@@ -231,11 +236,44 @@ TEST_F(HfRunTest, AResumedTrainingSectionDoesNotReadItsWeightsFolderAgain) {
   EXPECT_NE(fresh.output.find("student-copy"), std::string::npos) << fresh.output;
 }
 
+// Two tiny Megatron corpora under `dir` (train/, heldout/; 48 documents of
+// 40 tokens in [2, 512) each, seeded): the cross-family runs train on one
+// and evaluate the student on the other.
+void WriteCorpora(const fs::path& dir) {
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int64_t> token(2, 511);
+  for (const char* name : {"train", "heldout"}) {
+    std::vector<std::vector<int64_t>> documents(48, std::vector<int64_t>(40));
+    for (auto& d : documents) {
+      for (auto& t : d) t = token(rng);
+    }
+    fs::create_directories(dir / name);
+    ASSERT_TRUE(datasets::WriteMegatronIndexedDataset((dir / name / "text_document").string(), documents,
+                                                      datasets::MegatronDType::kUint16)
+                    .ok());
+  }
+}
+
+// KdSpec on the corpora of WriteCorpora(dir): the student's held-out loss
+// at the end of the run in eval.json.
+std::string KdSpecOnCorpora(const std::string& teacher_dir, const std::string& student_dir, const fs::path& dir) {
+  return fixtures::WithKeys(KdSpec(teacher_dir, student_dir),
+                            {{"data", "corpus", "\"" + (dir / "train" / "text_document").string() + "\""},
+                             {"data", "test_corpus", "\"" + (dir / "heldout" / "text_document").string() + "\""}});
+}
+
+double HeldOutLoss(const fs::path& run_dir) {
+  const auto eval = nlohmann::json::parse(ReadText(run_dir / "eval.json"), nullptr, false);
+  return eval.is_object() && eval.contains("loss") ? eval.at("loss").get<double>() : std::nan("");
+}
+
 // A KD pair of one family, as HF folders: the teacher 64 wide and untied,
-// the student 32 wide and tied (vocab 512, the built-in text's); 3 steps of
-// 32 tokens sectioned on 2 ranks against the one-process reference, then
-// the student exported. `family_key` is a key only that family's exported
-// config.json holds.
+// the student 32 wide and tied (vocab 512); 3 steps of 32 tokens sectioned
+// on 2 ranks against the one-process reference, then the student exported.
+// `family_key` is a key only that family's exported config.json holds. On
+// the default layout, the exported student (fp32, as trained) also reloads:
+// a run from that folder whose student does not move (lr 0) evaluates it to
+// the trained run's held-out loss.
 void ExpectCrossFamilyKdTrains(const std::string& family, const std::string& teacher_config,
                                const std::string& student_config, const std::string& family_key,
                                const std::vector<std::string>& layout = {"--ranks", "2"},
@@ -247,10 +285,16 @@ void ExpectCrossFamilyKdTrains(const std::string& family, const std::string& tea
   auto student =
       fixtures::WriteRandomHfCheckpoint((root / "student").string(), student_config, hf::TensorDType::kBF16, 4);
   ASSERT_TRUE(student.ok()) << student.status().ToString();
-  std::ofstream(root / "kd.toml") << KdSpec("teacher", "student");
+  const bool reload = layout == std::vector<std::string>{"--ranks", "2"};
+  if (reload) {
+    WriteCorpora(root);
+    std::ofstream(root / "kd.toml") << KdSpecOnCorpora("teacher", "student", root);
+  } else {
+    std::ofstream(root / "kd.toml") << KdSpec("teacher", "student");
+  }
   const fs::path out = root / "out";
-  std::vector<std::string> run{"run",      (root / "kd.toml").string(), "-o", out.string(), "--no-eval", "--grouping",
-                               "sectioned"};
+  std::vector<std::string> run{"run", (root / "kd.toml").string(), "-o", out.string(), "--grouping", "sectioned"};
+  if (!reload) run.push_back("--no-eval");
   run.insert(run.end(), layout.begin(), layout.end());
   auto r = runtime_testing::RunMaestro(run, {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -278,6 +322,22 @@ void ExpectCrossFamilyKdTrains(const std::string& family, const std::string& tea
   EXPECT_EQ((*exported)->TensorNames(), (*source)->TensorNames()) << family;
   const std::string config = ReadText(out / "student-hf" / "config.json");
   EXPECT_NE(config.find(family_key), std::string::npos) << family << ": " << config;
+  if (!reload) return;
+
+  const double trained = HeldOutLoss(out / "run");
+  ASSERT_TRUE(std::isfinite(trained)) << family << ": no held-out loss in eval.json\n" << r.output;
+  auto fp32 = runtime_testing::RunMaestro(
+      {"export", out.string(), "--section", "student", "-o", (root / "student-fp32").string(), "--dtype", "fp32"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  std::ofstream(root / "reload.toml") << fixtures::WithKeys(
+      KdSpecOnCorpora("teacher", "student-fp32", root),
+      {{"job", "steps", "1"}, {"section.student", "optimizer", "{ lr = 0.0, weight_decay = 0.0 }"}});
+  auto again = runtime_testing::RunMaestro({"run", (root / "reload.toml").string(), "-o", (root / "reload").string(),
+                                            "--grouping", "sectioned", "--ranks", "2"},
+                                           {}, 300);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const double reloaded = HeldOutLoss(root / "reload" / "run");
+  EXPECT_NEAR(reloaded, trained, 1e-5 * std::abs(trained)) << family << ": the exported folder reloads to another loss";
 }
 
 // Llama 3.x: the student's 32-token samples run past its original context
@@ -292,6 +352,19 @@ TEST(HfRunCrossFamily, Llama3WithItsRopeScalingTrainsAsTheReferenceAndExportsIts
 TEST(HfRunCrossFamily, Qwen3WithQkNormsTrainsAsTheReferenceAndExportsItsConfig) {
   ExpectCrossFamilyKdTrains("qwen3", fixtures::TinyQwen3Config(64, 2, 4, 2, 16, 128, 512, false),
                             fixtures::TinyQwen3Config(32, 2, 4, 2, 16, 64, 512, true), "\"qwen3\"");
+}
+
+// Qwen3-MoE with dense layers: 4 layers, decoder_sparse_step 2 and
+// mlp_only_layers [3], so layer 1 alone is a MoE layer (4 experts, top 2)
+// and the others dense MLPs; the teacher and the student alike. Over 2
+// pipeline stages the second stage holds no MoE layer at all (its part of
+// the load-balancing term is nothing).
+TEST(HfRunCrossFamily, Qwen3MoeWithDenseLayersTrainsAsTheReferenceAndExportsItsConfig) {
+  const auto teacher = fixtures::TinyQwen3MoeConfig(64, 4, 4, 2, 16, 128, 32, 4, 2, 2, "[3]", 512, false);
+  const auto student = fixtures::TinyQwen3MoeConfig(32, 4, 4, 2, 16, 64, 16, 4, 2, 2, "[3]", 512, true);
+  ExpectCrossFamilyKdTrains("qwen3_moe_mixed", teacher, student, "\"mlp_only_layers\": [");
+  ExpectCrossFamilyKdTrains("qwen3_moe_mixed_pp2", teacher, student, "\"qwen3_moe\"",
+                            {"--ranks", "3", "--pin", "student.pp=2", "--pin", "teacher.dp=1"}, {1, 2, 1});
 }
 
 // The two families' students split as the runtime splits a decoder (issue

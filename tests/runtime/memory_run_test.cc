@@ -12,7 +12,8 @@
 //    set) and the student, which also holds the teacher's fp32 head and the
 //    logits of both models;
 //  - a MoE decoder (8 experts, top 2, a shared expert; docs/moe.md): the
-//    experts' state and the routed slots' activations;
+//    experts' state and the routed slots' activations; and one as Qwen3-MoE
+//    builds it, q/k norms and dense layers between the MoE ones;
 //  - ZeRO-1: the decoder at DP 2 with zero_stage 1 (AdamW's moments of half
 //    the parameters per rank, runtime/parallel/distributed_optimizer.h), and
 //    the same plan with zero_stage 0: each rank within 20% of its estimate,
@@ -65,6 +66,7 @@
 #include "compiler/monolithic.h"
 #include "compiler/spec.h"
 #include "plan/loss_chunk.h"
+#include "plan/model_desc.h"
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
 #include "tests/fixtures/specs.h"
@@ -121,6 +123,19 @@ shared_expert_ffn_hidden = 512
 norm_topk_prob = false
 router_aux_loss_coef = 0.01
 )" + fixtures::SectionToml("lm", "train", micro_batch);
+}
+
+// Qwen3-MoE's blocks: q/k norms, and dense layers between the MoE ones
+// (decoder_sparse_step 2: layers 1 and 3 MoE, 0 and 2 dense MLPs of 1024).
+std::string MixedMoeQkNormSpec() {
+  return fixtures::WithKeys(Head("memory-moe-mixed"), {{"data", "global_batch", "4"}}) +
+         fixtures::DecoderModelToml("lm", {384, 4, 6, 2, 1024, 8192}) + R"(experts = 8
+experts_per_token = 2
+moe_ffn_hidden = 768
+decoder_sparse_step = 2
+qk_norm = true
+router_aux_loss_coef = 0.01
+)" + fixtures::SectionToml("lm", "train", 4);
 }
 
 // A KD pair whose frozen teacher is a pipeline of 2 stages (one block
@@ -415,6 +430,18 @@ const std::vector<MeasuredCase>& MeasuredCases() {
        [](const plan::SectionPlan& s, const compiler::MemoryBreakdown&) {
          EXPECT_EQ(s.planner_only, "") << "EP runs on the runtime";
        }},
+      {"moe_mixed_qk_norm",
+       MixedMoeQkNormSpec(),
+       0,
+       {},
+       0,
+       {"lm"},
+       {},
+       [](const plan::SectionPlan& s, const compiler::MemoryBreakdown&) {
+         ASSERT_EQ(plan::MoeLayerCount(s.model), 2);
+         ASSERT_TRUE(plan::QkNorm(s.model));
+         EXPECT_EQ(s.planner_only, "");
+       }},
       {"vit_cp2", VitSpec(), 3, {{"vit", "cp", 2, "vit.cp=2"}}, 0, {"vit"}, {{"cp", 2}}, nullptr},
       {"vit_tp2",
        VitSpec(),
@@ -465,6 +492,12 @@ TEST(MemoryAsMeasured, Zero1OverDpAndCpHoldsWhatTheEstimateSays) {
 // slots' activations (each token's k experts' SwiGLU) and the shared expert.
 TEST(MemoryAsMeasured, MoeDecoderPeakAboveBaselineMatchesTheEstimate) {
   ExpectMeasuredCase("moe");
+}
+
+// Qwen3-MoE's blocks (issue #40): q/k norms per head, dense layers between
+// the MoE ones; the estimate prices each layer as it is.
+TEST(MemoryAsMeasured, MoeDecoderWithDenseLayersAndQkNormsMatchesTheEstimate) {
+  ExpectMeasuredCase("moe_mixed_qk_norm");
 }
 
 // The MoE decoder at EP 2 x DP 2: each rank holds half the routed experts

@@ -268,6 +268,18 @@ ModelDesc TinyQwen3Moe() {
   return d;
 }
 
+// Qwen3-MoE with dense layers: 6 layers, decoder_sparse_step 2 (layers 1,
+// 3, 5 sparse) and mlp_only_layers [3]: MoE layers 1 and 5, the others
+// dense SwiGLU MLPs of ffn_hidden 48 (transformers' Qwen3MoeDecoderLayer rule).
+ModelDesc TinyQwen3MoeMixed() {
+  ModelDesc d = TinyQwen3Moe();
+  d.layers = 6;
+  d.ffn_hidden = 48;
+  d.extra[plan::kDecoderSparseStepKey] = 2;
+  d.extra[std::string(plan::kMlpOnlyLayerKeyPrefix) + "3"] = 1;
+  return d;
+}
+
 // Qwen2's decoder: q/k/v biases, tied embeddings, a head_dim that is not
 // hidden / heads, its rope_theta and eps.
 ModelDesc TinyQwen2() {
@@ -383,6 +395,20 @@ TEST(RuntimeModelsReference, DecoderQwen2MoeSharedExpertUnnormalizedTopkMatchesP
 
 TEST(RuntimeModelsReference, DecoderQwen3MoeQkNormMatchesPyTorch) {
   CheckAgainstPyTorch(DecoderCase("decoder_qwen3_moe", TinyQwen3Moe(), 2, 6));
+}
+
+TEST(RuntimeModelsReference, DecoderQwen3MoeWithDenseLayersMatchesPyTorch) {
+  const ModelDesc d = TinyQwen3MoeMixed();
+  std::vector<int64_t> moe_layers;
+  for (int64_t i = 0; i < d.layers; ++i) {
+    if (plan::IsMoeLayer(d, i)) moe_layers.push_back(i);
+  }
+  ASSERT_EQ(moe_layers, std::vector<int64_t>({1, 5}));
+  auto lm = BuildDecoder(d);
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  EXPECT_FALSE((*lm)->blocks[3]->as<DecoderBlockImpl>()->moe) << "mlp_only_layers [3]: a dense layer";
+  EXPECT_TRUE((*lm)->blocks[5]->as<DecoderBlockImpl>()->moe);
+  CheckAgainstPyTorch(DecoderCase("decoder_qwen3_moe_mixed", d, 2, 6));
 }
 
 // The load-balancing term where the probabilities are uniform: a router of
@@ -596,6 +622,13 @@ TEST(RuntimeModels, ParameterCountMatchesHandDerivedFormulas) {
   const int64_t attn_mqa = 32 * 32 + 2 * 32 * 8 + 32 * 32;
   const int64_t moe = 50 * 32 + 2 * (2 * 32 + attn_mqa + 4 * 32 + 4 * 3 * 32 * 24) + 32;
   EXPECT_EQ(ParameterCount(TinyMoeDecoder()).value(), moe);
+  // Qwen3-MoE with dense layers: K=2, D=12 (q 48, k/v 24 wide), q/k norms
+  // (12 each), untied; layers 1 and 5 MoE (router + 4 experts of F=24), the
+  // other 4 dense (F=48).
+  const int64_t attn_qwen3 = 32 * 48 + 2 * 32 * 24 + 48 * 32 + 2 * 12;
+  const int64_t moe_mlp = 4 * 32 + 4 * 3 * 32 * 24, dense_mlp = 3 * 32 * 48;
+  EXPECT_EQ(ParameterCount(TinyQwen3MoeMixed()).value(),
+            50 * 32 + 6 * (2 * 32 + attn_qwen3) + 2 * moe_mlp + 4 * dense_mlp + 32 + 50 * 32);
 
   // Encoder block: 2 LayerNorms, qkv + out with biases, fc1 + fc2 with biases.
   const int64_t block = 2 * 2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 64 + 64) + (64 * 32 + 32);

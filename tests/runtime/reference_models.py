@@ -277,8 +277,20 @@ class SparseMoeBlock(nn.Module):
         return final.reshape(batch_size, sequence_length, hidden_dim)
 
 
+def is_sparse_layer(d, layer_idx):
+    """transformers' Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: a sparse
+    (MoE) MLP when layer_idx is not in config.mlp_only_layers and
+    config.num_experts > 0 and (layer_idx + 1) % config.decoder_sparse_step
+    == 0; otherwise the dense MLP of config.intermediate_size. The desc
+    carries mlp_only_layers as extra["mlp_only_layers.<i>"] = 1."""
+    extra = d["extra"]
+    mlp_only_layers = [i for i in range(d["layers"]) if extra.get("mlp_only_layers.%d" % i, 0)]
+    step = int(extra.get("decoder_sparse_step", 1))
+    return layer_idx not in mlp_only_layers and d["experts"] > 0 and (layer_idx + 1) % step == 0
+
+
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, layer_idx):
         super().__init__()
         heads = d["heads"]
         kv_heads = d["kv_heads"] or heads
@@ -289,7 +301,7 @@ class LlamaDecoderLayer(nn.Module):
                                    qk_norm_eps=eps if d["extra"].get("qk_norm", 0) else 0.0,
                                    window=int(d["extra"].get("sliding_window", 0)))
         self.mlp_norm = LlamaRMSNorm(d["hidden"], eps)
-        if d["experts"]:
+        if is_sparse_layer(d, layer_idx):
             self.moe = SparseMoeBlock(d["hidden"], d["experts"], d["experts_per_token"],
                                       d["moe_ffn_hidden"] or d["ffn_hidden"],
                                       int(d["extra"].get("shared_expert_ffn_hidden", 0)),
@@ -308,7 +320,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.d = d
         self.embed_tokens = nn.Embedding(d["vocab"], d["hidden"])
-        self.blocks = nn.ModuleList([LlamaDecoderLayer(d) for _ in range(d["layers"])])
+        self.blocks = nn.ModuleList([LlamaDecoderLayer(d, i) for i in range(d["layers"])])
         self.final_norm = LlamaRMSNorm(d["hidden"], d["extra"].get("rms_norm_eps", 1e-5))
         if not d["tie_embeddings"]:
             self.lm_head = nn.Linear(d["hidden"], d["vocab"], bias=False)
@@ -327,8 +339,9 @@ class LlamaForCausalLM(nn.Module):
         hidden = self.final_norm(x)
         head = self.embed_tokens.weight if d["tie_embeddings"] else self.lm_head.weight
         out = {"output": F.linear(hidden, head), "hidden": hidden}
-        if d["experts"]:  # the mean over layers of the per-sample load-balancing term, (B)
-            out["router_balance"] = torch.stack([block.moe.balance for block in self.blocks]).mean(0)
+        sparse = [block.moe.balance for block in self.blocks if hasattr(block, "moe")]
+        if sparse:  # the mean over the MoE layers of the per-sample load-balancing term, (B)
+            out["router_balance"] = torch.stack(sparse).mean(0)
         return out
 
 
