@@ -120,7 +120,15 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
     const double shared = ExtraValue(m, "shared_expert_ffn_hidden", 0) / tp;
     if (shared > 0) e += 4.0 * a * shared + a * c + 2.0 * a;  // SwiGLU, its output (kept by the gate's mul), the gate
   } else {
-    e += 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU: gate, silu, up, their product
+    e += 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU (Gemma: GeGLU): gate, its activation, up, their product
+  }
+  if (plan::Gemma3(m)) {
+    // Gemma 3: the post-attention and post-MLP norms, each keeping its input
+    // (the branch's output) and its fp32 chain; the q/k norms over each head
+    // likewise, at the q and k widths (the query and embedding scales keep
+    // nothing).
+    e += 2.0 * (a * c + RmsNormSaved(c, a));
+    e += a * (q + k) + RmsNormSaved(q, a) + RmsNormSaved(k, a);
   }
   return e;
 }

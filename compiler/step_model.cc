@@ -305,10 +305,12 @@ void AddMoe(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
 
 // ---- A decoder's RMSNorms on m tokens of this rank: two per layer and the
 // final one, as at::rms_norm or the eager fp32 chain.
-void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, double layers) {
+// per_layer: 2 (Llama), 4 (Gemma 3's sandwich norms).
+void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, double layers, double per_layer = 2) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
   const auto kF = Phase::kForward;
   const auto kB = Phase::kBackward;
+  const std::string per = per_layer == 2 ? ", 2 per layer" : ", 4 per layer";
   // RmsNorm (layers.h), forward: to(f32) (r a w4); pow(2) r4 w4; mean r4; + eps;
   // rsqrt; x32 * r r4 w4; to(dtype) r4 w a; weight * (r a w a).
   const std::initializer_list<double> norm_fwd = {b.Cast(h), 8 * h, 4 * h, 0.0, 0.0, 8 * h, b.Cast(h), b.Act(2 * h)};
@@ -323,13 +325,13 @@ void AddDecoderRmsNorms(StepSum& sum, const PassShape& s, double h, double m, do
   if (s.fused.rms_norm) {
     // at::rms_norm: one kernel forward (r x, w y, the fp32 rstd per token);
     // backward: dx (r g, x, w dx) and the weight grad's reduction (r g, x).
-    sum.Memory("rms_norm (at::rms_norm), 2 per layer", Part::kBlocks, kF, {b.Act(2 * h)}, m, 2 * layers);
-    sum.Memory("rms_norm (at::rms_norm), 2 per layer", Part::kBlocks, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 2 * layers);
+    sum.Memory("rms_norm (at::rms_norm)" + per, Part::kBlocks, kF, {b.Act(2 * h)}, m, per_layer * layers);
+    sum.Memory("rms_norm (at::rms_norm)" + per, Part::kBlocks, kB, {b.Act(3 * h), b.Act(2 * h)}, m, per_layer * layers);
     sum.Memory("final rms_norm", Part::kPost, kF, {b.Act(2 * h)}, m, 1);
     sum.Memory("final rms_norm", Part::kPost, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 1);
   } else {
-    sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kF, norm_fwd, m, 2 * layers);
-    sum.Memory("rms_norm (fp32 chain), 2 per layer", Part::kBlocks, kB, norm_bwd, m, 2 * layers);
+    sum.Memory("rms_norm (fp32 chain)" + per, Part::kBlocks, kF, norm_fwd, m, per_layer * layers);
+    sum.Memory("rms_norm (fp32 chain)" + per, Part::kBlocks, kB, norm_bwd, m, per_layer * layers);
     sum.Memory("final rms_norm", Part::kPost, kF, norm_fwd, m, 1);
     sum.Memory("final rms_norm", Part::kPost, kB, norm_bwd, m, 1);
   }
@@ -394,6 +396,49 @@ void AddDecoderLoss(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, 
   }
 }
 
+// ---- Causal flash SDPA on (B, H/tp, T, D) of t tokens, q wide on this rank; CP
+// splits the queries: FLOPs as compiler/model.h counts them (4 * T/2 * q per token
+// forward). A sliding window shorter than T (Mistral; Gemma 3's local layers,
+// plan::IsSlidingLayer): the runtime masks the whole T x T scores (AttentionMask;
+// SDPA with a mask skips no block), so the core costs the square, 4 * T * q per
+// token, although the window makes fewer of them useful (ModelFacts).
+void AddDecoderAttention(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double all_tokens, double t,
+                         double q, double head_dim) {
+  const double layers = static_cast<double>(d.layers);
+  const double window = static_cast<double>(plan::SlidingWindow(d));
+  const bool windowed = window > 0 && t > window;
+  const double masked_layers = windowed ? static_cast<double>(plan::SlidingLayerCount(d)) : 0.0;
+  if (masked_layers > 0) {
+    sum.Attention("(SDPA under the window's mask)", 4 * all_tokens / s.cp * t * q, head_dim, t, masked_layers);
+  }
+  if (layers > masked_layers) {
+    sum.Attention("(causal SDPA)", 4 * all_tokens / s.cp * (t / 2) * q, head_dim, t, layers - masked_layers);
+  }
+}
+
+// ---- Gemma 3's kernels beyond Llama's (its 2 more norms per layer are in
+// AddDecoderRmsNorms, GeGLU costs SwiGLU's bytes): q/k norms (fp32 chains at
+// this rank's q, kv widths), q * scale (query_pre_attn_scalar != head_dim), embeds * sqrt(C).
+void AddGemma3Extras(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double q, double kv) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double layers = static_cast<double>(d.layers);
+  const double h = static_cast<double>(d.hidden);
+  // Per element as AddDecoderRmsNorms' chain (unit offset: the product in fp32, then one cast).
+  for (const auto& [what, w] :
+       {std::pair<const char*, double>{"q_norm (fp32 chain)", q}, {"k_norm (fp32 chain)", kv}}) {
+    sum.Memory(what, Part::kBlocks, Phase::kForward, {b.Cast(w), 8 * w, 4 * w, 8 * w, 8 * w, b.Cast(w)}, m, layers);
+    sum.Memory(what, Part::kBlocks, Phase::kBackward,
+               {b.Cast(w), 8 * w, 12 * w, 4 * w, 12 * w, 12 * w, 12 * w, b.Cast(w)}, m, layers);
+  }
+  const double head_dim = static_cast<double>(d.head_dim > 0 ? d.head_dim : d.hidden / d.heads);
+  if (std::abs(plan::AttentionScale(d) * std::sqrt(head_dim) - 1.0) > 1e-12) {
+    sum.Memory("query scale", Part::kBlocks, Phase::kForward, {b.Act(2 * q)}, m, layers);
+    sum.Memory("query scale", Part::kBlocks, Phase::kBackward, {b.Act(2 * q)}, m, layers);
+  }
+  sum.Memory("embedding scale", Part::kPre, Phase::kForward, {b.Act(2 * h)}, m, 1);
+  sum.Memory("embedding scale", Part::kPre, Phase::kBackward, {b.Act(2 * h)}, m, 1);
+}
+
 // ---- Decoder (runtime/models/decoder.cc, layers.h; section_forward.cc's loss).
 void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m, double all_tokens) {
   const Bytes b{static_cast<double>(s.activation_bytes)};
@@ -423,19 +468,12 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     sum.Gemm("mlp.down_proj", Part::kBlocks, m, f, h, layers);
   }
 
-  // ---- Causal flash SDPA on (B, H/tp, T, D); CP splits the queries: FLOPs
-  // as compiler/model.h counts them (4 * T/2 * q per token forward). A
-  // sliding window shorter than T (Mistral): the runtime masks the whole
-  // T x T scores (runtime/models/decoder.h AttentionMask; SDPA with a mask
-  // skips no block), so the core costs the square, 4 * T * q per token,
-  // although the window makes fewer of them useful (ModelFacts).
-  const double window = static_cast<double>(plan::SlidingWindow(d));
-  const bool windowed = window > 0 && t > window;
-  sum.Attention(windowed ? "(SDPA under the window's mask)" : "(causal SDPA)",
-                4 * all_tokens / s.cp * (windowed ? t : t / 2) * q, head_dim, t, layers);
+  AddDecoderAttention(sum, d, s, all_tokens, t, q, head_dim);
 
   // ---- Memory-bound kernels, bytes read + written per token.
-  AddDecoderRmsNorms(sum, s, h, m, layers);
+  const bool gemma = plan::Gemma3(d);
+  AddDecoderRmsNorms(sum, s, h, m, layers, gemma ? 4 : 2);
+  if (gemma) AddGemma3Extras(sum, d, s, m, q, kv);
   // RoPE (ApplyRope): -x2 (half the width, r w), cat (r1 w1), x * cos, rotated
   // * sin (r1 w1 each, the tables broadcast), + (r2 w1); per element of q or k.
   for (const auto& [what, w] : {std::pair<const char*, double>{"rope q", q}, {"rope k", kv}}) {
@@ -462,9 +500,11 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
     sum.Memory("qkv bias grads (row sums)", Part::kBlocks, kB, {b.Act(q), b.Act(kv), b.Act(kv)}, m, layers);
   }
   // SwiGLU: silu (r1 w1), * up (r2 w1); backward g * up, g * silu, silu'.
+  // Gemma's GeGLU: the tanh GELU in silu's place, one kernel each way too.
   if (!moe) {
-    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
-    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+    const char* what = gemma ? "gelu_tanh * up" : "silu * up";
+    sum.Memory(what, Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
+    sum.Memory(what, Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
   }
   // Residual adds (r2 w1) x 2; backward: the residual stream's grad
   // accumulated at the two branch points, the normed input's grads from
@@ -500,7 +540,8 @@ void AddDecoder(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, doub
   sum.Parameters("attention weights (k, v)", h * kv, 2 * layers, e);
   sum.Parameters("attention weights (o)", q * h, layers, e);
   if (!moe) sum.Parameters("mlp weights", h * f, 3 * layers, e);
-  sum.Parameters("norm weights", h, 2 * layers + 1, e);
+  sum.Parameters("norm weights", h, (gemma ? 4 : 2) * layers + 1, e);
+  if (gemma) sum.Parameters("q/k norm weights", head_dim, 2 * layers, e);
   if (qkv_bias) {
     sum.Parameters("q bias", q, layers, e);
     sum.Parameters("k, v biases", kv, 2 * layers, e);
