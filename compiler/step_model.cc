@@ -423,15 +423,13 @@ void AddGemma3Extras(StepSum& sum, const plan::ModelDesc& d, const PassShape& s,
   const Bytes b{static_cast<double>(s.activation_bytes)};
   const double layers = static_cast<double>(d.layers);
   const double h = static_cast<double>(d.hidden);
-  // Per element as AddDecoderRmsNorms' chain (unit offset: the product in fp32, then one cast).
-  for (const auto& [what, w] :
-       {std::pair<const char*, double>{"q_norm (fp32 chain)", q}, {"k_norm (fp32 chain)", kv}}) {
+  // Per element as AddDecoderRmsNorms' chain (unit offset: the product in fp32, then one cast), k's too.
+  for (const auto& [what, w] : {std::pair<const char*, double>{"q_norm (fp32 chain)", q}, {"k_norm", kv}}) {
     sum.Memory(what, Part::kBlocks, Phase::kForward, {b.Cast(w), 8 * w, 4 * w, 8 * w, 8 * w, b.Cast(w)}, m, layers);
     sum.Memory(what, Part::kBlocks, Phase::kBackward,
                {b.Cast(w), 8 * w, 12 * w, 4 * w, 12 * w, 12 * w, 12 * w, b.Cast(w)}, m, layers);
   }
-  const double head_dim = static_cast<double>(d.head_dim > 0 ? d.head_dim : d.hidden / d.heads);
-  if (std::abs(plan::AttentionScale(d) * std::sqrt(head_dim) - 1.0) > 1e-12) {
+  if (std::abs(plan::AttentionScale(d) * std::sqrt(static_cast<double>(plan::HeadDim(d))) - 1.0) > 1e-12) {
     sum.Memory("query scale", Part::kBlocks, Phase::kForward, {b.Act(2 * q)}, m, layers);
     sum.Memory("query scale", Part::kBlocks, Phase::kBackward, {b.Act(2 * q)}, m, layers);
   }
