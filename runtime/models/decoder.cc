@@ -122,6 +122,18 @@ Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer
   for (const auto& block : *model.blocks) {
     auto* b = block->as<DecoderBlockImpl>();
     b->attn->Shard(tp->rank(), n);
+    // The q/k norms' weights (Qwen3, Gemma 3) serve every head, of which this
+    // rank runs its share: their gradients are partial sums, made whole by a
+    // sum over the group when backward computes them (same order on every
+    // rank: the same graph).
+    for (auto* norm : {&b->attn->q_norm, &b->attn->k_norm}) {
+      if (!*norm) continue;
+      (*norm)->weight.register_hook([tp](const torch::Tensor& grad) {
+        auto whole = grad.to(torch::kFloat32).contiguous().clone();
+        tp->AllReduceSum(whole);
+        return whole.to(grad.scalar_type());
+      });
+    }
     if (b->moe) {
       b->moe->Shard(tp);
     } else {
