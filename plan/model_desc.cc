@@ -336,6 +336,7 @@ Status ValidateModelDesc(const ModelDesc& d, const std::string& where) {
       c.Require(ExtraOr(d, kSlidingWindowPatternKey, 0) >= 0, "extra.sliding_window_pattern >= 0");
       c.Require(ExtraOr(d, kQueryPreAttnScalarKey, 1) > 0, "extra.query_pre_attn_scalar > 0");
       c.Require(ExtraOr(d, kRopeLocalBaseFreqKey, 1) > 0, "extra.rope_local_base_freq > 0");
+      c.Require(!Gemma3(d) || d.experts == 0, "no experts with extra.gemma3 (Gemma 3's MLP is a dense GeGLU)");
       // Counted by the compiler for some configs, not built by the runtime.
       c.Require(ExtraOr(d, "attn_out_bias", 0) == 0, "no extra.attn_out_bias (an o_proj bias is not built)");
       c.Require(ExtraOr(d, "mlp_bias", 0) == 0, "no extra.mlp_bias (MLP biases are not built)");

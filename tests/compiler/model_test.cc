@@ -210,6 +210,11 @@ TEST(ModelFacts, Gemma3TextReadsLayerTypesAndRefusesWhatItDoesNotBuild) {
   EXPECT_EQ(plan::RopeThetaOf(*d, 1), 10000.0);
   EXPECT_DOUBLE_EQ(plan::AttentionScale(*d), 1.0 / 16);  // query_pre_attn_scalar 256 by default
   EXPECT_TRUE(d->tie_embeddings);
+  EXPECT_TRUE(plan::ValidateModelDesc(*d).ok()) << plan::ValidateModelDesc(*d).ToString();
+  plan::ModelDesc moe = *d;  // Gemma 3 is dense: its GeGLU is not built as experts
+  moe.experts = 4;
+  moe.experts_per_token = 2;
+  EXPECT_NE(plan::ValidateModelDesc(moe).message().find("gemma3"), std::string::npos);
   for (const auto& [key, value] : {std::pair{"attn_logit_softcapping", "50.0"},
                                    {"final_logit_softcapping", "30.0"},
                                    {"hidden_activation", "\"gelu\""},
