@@ -293,7 +293,8 @@ TORCH_MODULE(DecoderLM);
 // InvalidArgument when desc is not a valid decoder.
 // Shards every block of `model` for TP rank `rank` of `size` (attention
 // heads, MLP inner units, each MoE expert's inner units; embeddings, norms,
-// the router and the head stay replicated) and
+// the router and the head stay replicated; the q/k norms' weight gradients,
+// partial over this rank's heads, are summed over `tp` by a hook) and
 // wires `tp` (which must outlive the model). The weights are slices of the
 // unsharded model's, so a TP run computes what the unsharded one does.
 // REQUIRES: size divides heads, kv_heads and ffn_hidden (MoE: moe_ffn_hidden
