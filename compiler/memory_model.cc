@@ -128,7 +128,14 @@ double DecoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
     if (shared > 0) moe += 4.0 * a * shared + a * c + 2.0 * a;  // SwiGLU, its output (kept by the gate's mul), the gate
     e += moe_share * moe;
   }
-  if (moe_share < 1) e += (1 - moe_share) * 4.0 * a * D(m.ffn_hidden) / tp;  // SwiGLU: gate, silu, up, their product
+  // SwiGLU (Gemma: GeGLU): gate, its activation, up, their product.
+  if (moe_share < 1) e += (1 - moe_share) * 4.0 * a * D(m.ffn_hidden) / tp;
+  if (plan::Gemma3(m)) {
+    // Gemma 3: the post-attention and post-MLP norms, each keeping its input
+    // (the branch's output) and its fp32 chain (its q/k norms are counted
+    // with Qwen3's above; the query and embedding scales keep nothing).
+    e += 2.0 * (a * c + RmsNormSaved(c, a));
+  }
   return e;
 }
 

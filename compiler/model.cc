@@ -187,7 +187,8 @@ void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
     return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
   };
   const int64_t qk_norm = ExtraFlag(d, "qk_norm", false) ? 2 * hd : 0;  // Qwen3: RMSNorm of q and k heads
-  const int64_t layer_base = attn_w + attn_b + 2 * norm + qk_norm;
+  const int64_t sandwich = plan::Gemma3(d) ? 2 * norm : 0;              // Gemma 3: post-attention and post-MLP norms
+  const int64_t layer_base = attn_w + attn_b + 2 * norm + qk_norm + sandwich;
   // What one MLP adds: a MoE layer's (routed experts, router, shared expert)
   // and a dense layer's; a MoE decoder with dense layers (Qwen-MoE's
   // decoder_sparse_step, mlp_only_layers) has both, per plan::IsMoeLayer.
@@ -227,12 +228,15 @@ void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
   f->matmul_params = layers_mm + d.vocab * h;  // the LM head runs even when tied
   f->embedding_params = embed;
   // The keys a query attends, on average over the sequence: s/2 under the
-  // causal mask; with a sliding window W shorter than s (Mistral), the first
-  // W queries their prefix and the others W keys: W - W^2 / (2s).
+  // causal mask; with a sliding window W shorter than s (Mistral, Gemma 3's
+  // local layers: plan::IsSlidingLayer), the first W queries their prefix
+  // and the others W keys: W - W^2 / (2s).
   const double window = static_cast<double>(plan::SlidingWindow(d));
   const double sd = static_cast<double>(s);
   const double keys = window > 0 && sd > window ? window - window * window / (2.0 * sd) : sd / 2.0;
-  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * keys * static_cast<double>(q);
+  const auto sliding = static_cast<double>(plan::SlidingLayerCount(d));
+  const double layer_keys = sliding * keys + (static_cast<double>(d.layers) - sliding) * (sd / 2.0);
+  f->attention_flops_per_token = 4.0 * layer_keys * static_cast<double>(q);
   f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
   f->output_dim = h;
 }
@@ -542,6 +546,71 @@ StatusOr<ModelDesc> DecoderFromHf(const nlohmann::json& j, const std::string& or
   return d;
 }
 
+// Gemma 3 text (transformers' Gemma3TextConfig, model_type gemma3_text): read
+// as a decoder, then Gemma's defaults (tied, head_dim 256, rope_theta 1e6,
+// window 4096) and keys (plan/model_desc.h kGemma3Key): q/k norms, the local
+// RoPE base, query_pre_attn_scalar and which layers slide (layer_types, else
+// sliding_window_pattern). What the runtime does not compute is refused by
+// its key.
+StatusOr<ModelDesc> Gemma3TextFromHf(const nlohmann::json& j, const std::string& origin) {
+  HfReader r(j, origin);
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (r.Has(key)) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} = {} is not supported: Maestro's decoder does not soft-cap logits (Gemma 3's published configs set "
+          "it to null; Gemma 2's tanh capping is not built)",
+          origin, key, j.at(key).dump()));
+    }
+  }
+  if (r.Bool("use_bidirectional_attention", false)) {
+    return Status::InvalidArgument(origin +
+                                   ": use_bidirectional_attention = true is not supported (the decoder is causal)");
+  }
+  if (const std::string act = r.String("hidden_activation", "gelu_pytorch_tanh"); act != "gelu_pytorch_tanh") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: hidden_activation '{}' is not supported; Gemma 3's MLP is built with gelu_pytorch_tanh", origin, act));
+  }
+  if (r.Bool("attention_bias", false)) {
+    return Status::InvalidArgument(origin + ": attention_bias = true is not supported for gemma3_text (no biases)");
+  }
+  MAESTRO_ASSIGN_OR_RETURN(ModelDesc d, DecoderFromHf(j, origin, "gemma3_text"));
+  d.tie_embeddings = r.Bool("tie_word_embeddings", true);
+  MAESTRO_ASSIGN_OR_RETURN(d.head_dim, r.Int("head_dim", 256));
+  MAESTRO_ASSIGN_OR_RETURN(d.extra[plan::kRopeThetaKey], r.Double("rope_theta", 1e6));
+  MAESTRO_ASSIGN_OR_RETURN(d.extra[plan::kRopeLocalBaseFreqKey], r.Double("rope_local_base_freq", 10000.0));
+  MAESTRO_ASSIGN_OR_RETURN(d.extra[plan::kQueryPreAttnScalarKey], r.Double("query_pre_attn_scalar", 256.0));
+  d.extra[plan::kGemma3Key] = 1;
+  d.extra[plan::kQkNormKey] = 1;
+  int64_t window = 0;
+  MAESTRO_ASSIGN_OR_RETURN(window, r.Int("sliding_window", 4096));
+  d.extra.erase(plan::kSlidingWindowKey);
+  if (window > 0) d.extra[plan::kSlidingWindowKey] = static_cast<double>(window);
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const nlohmann::json& types = j.at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != d.layers) {
+      return Status::InvalidArgument(
+          fmt::format("{}: layer_types must be a list of num_hidden_layers = {} entries", origin, d.layers));
+    }
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const nlohmann::json& t = types.at(static_cast<size_t>(i));
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type == "full_attention") {
+        d.extra[plan::kFullAttentionLayerKeyPrefix + std::to_string(i)] = 1;
+      } else if (type != "sliding_attention") {
+        return Status::InvalidArgument(
+            fmt::format("{}: layer_types[{}] = {}: each entry must be \"sliding_attention\" or \"full_attention\"",
+                        origin, i, t.dump()));
+      }
+    }
+  } else {
+    int64_t pattern = 6;
+    MAESTRO_ASSIGN_OR_RETURN(pattern, r.Int("sliding_window_pattern", 6));
+    MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "sliding_window_pattern", pattern, 1, kMaxLayers));
+    d.extra[plan::kSlidingWindowPatternKey] = static_cast<double>(pattern);
+  }
+  return d;
+}
+
 StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin, bool clip) {
   HfReader r(j, origin);
   ModelDesc d;
@@ -660,6 +729,14 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" ||
       type == "qwen2_moe" || type == "qwen3_moe") {
     d = DecoderFromHf(j, origin, type);
+  } else if (type == "gemma3_text") {
+    d = Gemma3TextFromHf(j, origin);
+  } else if (type == "gemma3") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: model_type 'gemma3' is Gemma 3's multimodal model (a SigLIP tower and the language model under "
+        "text_config), which Maestro does not build; use the text model: a gemma3_text config.json (its text_config "
+        "with \"model_type\": \"gemma3_text\", e.g. google/gemma-3-1b-pt's)",
+        origin));
   } else if (type == "vit") {
     d = VitFromHf(j, origin, false);
   } else if (type == "clip_vision_model") {
@@ -679,7 +756,7 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   } else {
     return Status::InvalidArgument(fmt::format(
         "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-        "vit, clip, clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
+        "gemma3_text, vit, clip, clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
         origin, type));
   }
   if (!d.ok()) return d.status();

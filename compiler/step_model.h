@@ -32,26 +32,10 @@
 #include <vector>
 
 #include "compiler/device_profile.h"
+#include "compiler/step_breakdown.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler {
-
-struct StepTerm {
-  std::string name;  // e.g. "gemm mlp.gate_proj", "memory rms_norm (fp32 chain)"
-  double seconds = 0;
-  double kernels = 0;  // kernel launches
-};
-
-struct StepBreakdown {
-  double gemm_seconds = 0;       // all layers + LM head, forward and backward
-  double attention_seconds = 0;  // forward + backward
-  double memory_seconds = 0;     // elementwise / reduction kernels of the layers, head and embedding
-  double optimizer_seconds = 0;  // AdamW
-  double total_seconds = 0;
-  double model_flops = 0;  // 3 x the compiler's forward FLOPs (compiler/model.h), the MFU numerator
-  double mfu = 0;          // model_flops / total / peak
-  std::vector<StepTerm> terms;
-};
 
 // Which of the three standard fusions the runtime's code path uses (issue
 // #19; ../shared/research/h100-measurements.md section 2 measures each):

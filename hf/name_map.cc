@@ -226,6 +226,29 @@ const std::vector<Rule>& QwenMoeRules() {
   return rules;
 }
 
+// Gemma 3 text (modeling_gemma3.py Gemma3DecoderLayer): the dense decoder's
+// rows without biases, its one norm between attention and MLP replaced by
+// three: there post_attention_layernorm normalizes the attention's output
+// (Llama's is the MLP's input norm), pre_feedforward_layernorm the MLP's
+// input and post_feedforward_layernorm its output.
+std::vector<Rule> MakeGemma3Rules() {
+  std::vector<Rule> r;
+  for (const Rule& rule : DenseDecoderRules()) {
+    if (rule.when == "qkv_bias") continue;
+    if (rule.maestro != "blocks.{i}.mlp_norm.weight") {
+      r.push_back(rule);
+      continue;
+    }
+    for (const auto& [hf, ours] : {std::pair{"post_attention_layernorm", "post_attn_norm"},
+                                   {"pre_feedforward_layernorm", "mlp_norm"},
+                                   {"post_feedforward_layernorm", "post_mlp_norm"}}) {
+      r.push_back({std::string("model.layers.{i}.") + hf + ".weight", std::string("blocks.{i}.") + ours + ".weight",
+                   "(C)", rule.shape, -1, Scope::kLayer, ""});
+    }
+  }
+  return r;
+}
+
 std::vector<Rule> MakeClipRules() {
   const Scope M = Scope::kModel, L = Scope::kLayer;
   std::vector<Rule> r = {
@@ -302,6 +325,10 @@ std::vector<Rule> MakeLlavaProjectorRules() {
 }
 #undef SHAPE
 
+const std::vector<Rule>& Gemma3Rules() {
+  static const std::vector<Rule> rules = MakeGemma3Rules();
+  return rules;
+}
 const std::vector<Rule>& ClipRules() {
   static const std::vector<Rule> rules = MakeClipRules();
   return rules;
@@ -331,6 +358,7 @@ StatusOr<Table> TableOf(WeightLayout layout) {
     case WeightLayout::kDecoder: return Table{&DenseDecoderRules(), "", {"model.", "lm_head."}, {}};
     case WeightLayout::kMixtral: return Table{&MixtralRules(), "", {"model.", "lm_head."}, {}};
     case WeightLayout::kQwenMoe: return Table{&QwenMoeRules(), "", {"model.", "lm_head."}, {}};
+    case WeightLayout::kGemma3: return Table{&Gemma3Rules(), "", {"model.", "lm_head."}, {}};
     case WeightLayout::kClipVision:
       return Table{&ClipRules(), "vision_model.", {"vision_model."}, {"vision_model.embeddings.position_ids"}};
     case WeightLayout::kQwen2VlVision: return Table{&Qwen2VlVisionRules(), "visual.", {"visual."}, {}};
@@ -406,6 +434,7 @@ const char* WeightLayoutName(WeightLayout layout) {
     case WeightLayout::kQwen2VlVision: return "qwen2_vl_vision";
     case WeightLayout::kWhisperEncoder: return "whisper_encoder";
     case WeightLayout::kLlavaProjector: return "llava_projector";
+    case WeightLayout::kGemma3: return "gemma3";
     case WeightLayout::kBuiltinVit: return "builtin_vit";
   }
   return "unknown";
@@ -414,7 +443,7 @@ const char* WeightLayoutName(WeightLayout layout) {
 WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
   switch (desc.kind) {
     case plan::ModelKind::kDecoder:
-      if (desc.experts == 0) return WeightLayout::kDecoder;
+      if (desc.experts == 0) return plan::Gemma3(desc) ? WeightLayout::kGemma3 : WeightLayout::kDecoder;
       // Mixtral has none of a shared expert, dense layers, q/k norms, q/k/v
       // biases or unnormalized top-k weights: a MoE decoder with any is Qwen-MoE's.
       return Extra(desc, kMoeLayoutKey, 0) == kMoeLayoutQwen || Extra(desc, "shared_expert_ffn_hidden", 0) > 0 ||
@@ -471,8 +500,8 @@ StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
   out.layout = layout;
   out.own_prefixes = table.own_prefixes;
   out.passed_over = table.passed_over;
-  if (x.tied &&
-      (layout == WeightLayout::kDecoder || layout == WeightLayout::kMixtral || layout == WeightLayout::kQwenMoe)) {
+  if (x.tied && (layout == WeightLayout::kDecoder || layout == WeightLayout::kMixtral ||
+                 layout == WeightLayout::kQwenMoe || layout == WeightLayout::kGemma3)) {
     out.passed_over.push_back("lm_head.weight");  // tied: the head is the embedding
   }
   auto add = [&](const Rule& rule, int64_t layer, int64_t expert) {

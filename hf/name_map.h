@@ -18,6 +18,10 @@
 //                  expert): mlp.gate, mlp.experts.{e}.{gate,up,down}_proj,
 //                  mlp.shared_expert.*, mlp.shared_expert_gate (Qwen2-MoE);
 //                  self_attn.{q,k}_norm with extra.qk_norm (Qwen3).
+//   gemma3         Gemma 3 text (extra.gemma3): the decoder's tensors with
+//                  four norms per layer -- input_layernorm, post_attention_layernorm
+//                  (the attention's output norm), pre_feedforward_layernorm (the
+//                  MLP's input norm), post_feedforward_layernorm -- and q/k norms.
 //   clip_vision    CLIPVisionModel under "vision_model." (clip and
 //                  clip_vision_model checkpoints).
 //   qwen2_vl_vision  Qwen2-VL's vision tower under "visual.".
@@ -52,6 +56,7 @@ enum class WeightLayout {
   kQwen2VlVision,
   kWhisperEncoder,
   kLlavaProjector,
+  kGemma3,
   kBuiltinVit,  // no published layout
 };
 const char* WeightLayoutName(WeightLayout layout);  // "decoder", "clip_vision", ...

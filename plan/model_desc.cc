@@ -213,6 +213,34 @@ int64_t MoeLayerCount(const ModelDesc& desc, int64_t first, int64_t end) {
   for (int64_t i = first; i < end; ++i) count += IsMoeLayer(desc, i) ? 1 : 0;
   return count;
 }
+bool Gemma3(const ModelDesc& desc) {
+  return ExtraOr(desc, kGemma3Key, 0) != 0;
+}
+bool IsSlidingLayer(const ModelDesc& desc, int64_t layer) {
+  if (SlidingWindow(desc) <= 0) return false;
+  const auto pattern = static_cast<int64_t>(ExtraOr(desc, kSlidingWindowPatternKey, 0));
+  if (pattern > 0 && (layer + 1) % pattern == 0) return false;
+  return ExtraOr(desc, (kFullAttentionLayerKeyPrefix + std::to_string(layer)).c_str(), 0) == 0;
+}
+int64_t SlidingLayerCount(const ModelDesc& desc, int64_t first, int64_t end) {
+  if (end < 0) end = desc.layers;
+  int64_t count = 0;
+  for (int64_t i = first; i < end; ++i) count += IsSlidingLayer(desc, i) ? 1 : 0;
+  return count;
+}
+bool UsesLocalRope(const ModelDesc& desc, int64_t layer) {
+  return desc.extra.count(kRopeLocalBaseFreqKey) > 0 && IsSlidingLayer(desc, layer);
+}
+double RopeThetaOf(const ModelDesc& desc, int64_t layer) {
+  return UsesLocalRope(desc, layer) ? ExtraOr(desc, kRopeLocalBaseFreqKey, 10000.0) : RopeTheta(desc);
+}
+RopeScaling RopeScalingOf(const ModelDesc& desc, int64_t layer) {
+  return UsesLocalRope(desc, layer) ? RopeScaling{} : RopeScalingOf(desc);
+}
+double AttentionScale(const ModelDesc& desc) {
+  const double scalar = ExtraOr(desc, kQueryPreAttnScalarKey, static_cast<double>(HeadDim(desc)));
+  return 1.0 / std::sqrt(scalar);
+}
 int VitLayout(const ModelDesc& desc) {
   auto it = desc.extra.find(kVitLayoutKey);
   if (it != desc.extra.end()) return static_cast<int>(it->second);
@@ -305,6 +333,10 @@ Status ValidateModelDesc(const ModelDesc& d, const std::string& where) {
       c.Require(RopeTheta(d) > 0, "extra.rope_theta > 0");
       c.Require(RmsNormEps(d) > 0, "extra.rms_norm_eps > 0");
       c.Require(SlidingWindow(d) >= 0, "extra.sliding_window >= 0");
+      c.Require(ExtraOr(d, kSlidingWindowPatternKey, 0) >= 0, "extra.sliding_window_pattern >= 0");
+      c.Require(ExtraOr(d, kQueryPreAttnScalarKey, 1) > 0, "extra.query_pre_attn_scalar > 0");
+      c.Require(ExtraOr(d, kRopeLocalBaseFreqKey, 1) > 0, "extra.rope_local_base_freq > 0");
+      c.Require(!Gemma3(d) || d.experts == 0, "no experts with extra.gemma3 (Gemma 3's MLP is a dense GeGLU)");
       // Counted by the compiler for some configs, not built by the runtime.
       c.Require(ExtraOr(d, "attn_out_bias", 0) == 0, "no extra.attn_out_bias (an o_proj bias is not built)");
       c.Require(ExtraOr(d, "mlp_bias", 0) == 0, "no extra.mlp_bias (MLP biases are not built)");

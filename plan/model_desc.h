@@ -41,6 +41,23 @@ inline constexpr const char* kQkNormKey = "qk_norm";  // decoder: RMSNorm of q a
 // SwiGLU MLP of ffn_hidden (the config's intermediate_size).
 inline constexpr const char* kDecoderSparseStepKey = "decoder_sparse_step";  // 1: every layer MoE
 inline constexpr const char* kMlpOnlyLayerKeyPrefix = "mlp_only_layers.";    // + the layer's index, 1 = dense
+// Gemma 3 text (transformers' Gemma3ForCausalLM; docs/weights.md): extra.gemma3
+// = 1 makes every RMSNorm scale by (1 + weight) (weights start at 0), adds a
+// norm after the attention and after the MLP of each block (sandwich
+// norms), multiplies the token embeddings by sqrt(hidden) and makes the MLP
+// GeGLU (tanh-approximated GELU). Its layers alternate local and global
+// attention: with extra.sliding_window W > 0, layer i (from 0) is a sliding
+// (local) layer unless (i + 1) % sliding_window_pattern == 0 (pattern 0 or
+// absent: every layer slides, as Mistral) or extra["full_attention_layers.<i>"]
+// is set (an explicit layer_types list); a sliding layer uses RoPE base
+// rope_local_base_freq without rope scaling when that key is set, a global
+// one rope_theta and the config's rope_scaling. Attention scores are scaled
+// by query_pre_attn_scalar^-0.5 when that key is set (else head_dim^-0.5).
+inline constexpr const char* kGemma3Key = "gemma3";                                    // 0
+inline constexpr const char* kSlidingWindowPatternKey = "sliding_window_pattern";      // 0: every layer slides
+inline constexpr const char* kFullAttentionLayerKeyPrefix = "full_attention_layers.";  // + the layer, 1 = global
+inline constexpr const char* kRopeLocalBaseFreqKey = "rope_local_base_freq";           // absent: rope_theta
+inline constexpr const char* kQueryPreAttnScalarKey = "query_pre_attn_scalar";         // absent: head_dim
 // A decoder's rope scaling (plan/rope_scaling.h), one key per parameter of
 // the config's `rope_scaling` object (compiler/model.cc imports them,
 // runtime/hf_export.cc writes them back); absent keys take RopeScaling's
@@ -72,6 +89,22 @@ int64_t SharedExpertFfnHidden(const ModelDesc& desc);
 bool NormTopkProb(const ModelDesc& desc);
 double RouterAuxLossCoef(const ModelDesc& desc);  // 0 for a dense decoder
 bool QkNorm(const ModelDesc& desc);
+bool Gemma3(const ModelDesc& desc);
+// Whether decoder layer `layer` (0-based) attends through the sliding window
+// (the rule above; false for every layer without a window). The runtime
+// masks, the compiler prices and counts FLOPs by it.
+bool IsSlidingLayer(const ModelDesc& desc, int64_t layer);
+// How many of layers [first, end) are sliding layers (end < 0: desc.layers).
+int64_t SlidingLayerCount(const ModelDesc& desc, int64_t first = 0, int64_t end = -1);
+// Whether layer `layer` takes the local RoPE (rope_local_base_freq, no
+// scaling): a sliding layer of a desc with that key.
+bool UsesLocalRope(const ModelDesc& desc, int64_t layer);
+// The RoPE base and scaling of layer `layer`.
+double RopeThetaOf(const ModelDesc& desc, int64_t layer);
+RopeScaling RopeScalingOf(const ModelDesc& desc, int64_t layer);
+// The factor of q k^T in attention: query_pre_attn_scalar^-0.5, or
+// head_dim^-0.5.
+double AttentionScale(const ModelDesc& desc);
 // Whether decoder layer `layer` (0-based) has a MoE MLP: desc.experts > 0
 // and the sparse-step / mlp_only_layers rule above. The runtime builds, hf
 // names, and the compiler counts and prices layers by it.

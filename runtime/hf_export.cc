@@ -182,6 +182,65 @@ nlohmann::json RopeScalingJson(const plan::ModelDesc& desc) {
   return j;
 }
 
+// The keys every exported decoder config.json has (the Llama-shaped
+// families': sizes, RoPE with its scaling, RMSNorm, SiLU), into j.
+void AddDecoderConfigKeys(const plan::ModelDesc& desc, int64_t max_positions, nlohmann::json& j) {
+  j["hidden_size"] = desc.hidden;
+  j["num_hidden_layers"] = desc.layers;
+  j["num_attention_heads"] = desc.heads;
+  j["num_key_value_heads"] = KvHeads(desc);
+  j["head_dim"] = HeadDim(desc);
+  j["vocab_size"] = desc.vocab;
+  j["max_position_embeddings"] = max_positions;
+  j["rms_norm_eps"] = RmsNormEps(desc);
+  j["rope_theta"] = RopeTheta(desc);
+  if (nlohmann::json scaling = RopeScalingJson(desc); !scaling.is_null()) j["rope_scaling"] = std::move(scaling);
+  j["tie_word_embeddings"] = desc.tie_embeddings;
+  j["hidden_act"] = "silu";
+}
+
+// Gemma 3 text's config.json (model_type gemma3_text, Gemma3TextConfig's
+// keys): every layer's kind in layer_types (plan::IsSlidingLayer), and
+// sliding_window_pattern too when the desc has one (older transformers read
+// only that); compiler/model.cc imports it back to the same desc.
+StatusOr<std::string> Gemma3ConfigJson(const plan::ModelDesc& desc, int64_t max_positions,
+                                       const std::string& torch_dtype) {
+  if (QkvBias(desc) || !QkNorm(desc)) {
+    return Status::FailedPrecondition(
+        "a Gemma 3 decoder (extra.gemma3) is exported as gemma3_text, which has q/k norms and no q/k/v biases: set "
+        "extra.qk_norm = 1 and drop extra.qkv_bias in the spec");
+  }
+  nlohmann::json j;
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["model_type"] = "gemma3_text";
+  AddDecoderConfigKeys(desc, max_positions, j);
+  j.erase("hidden_act");  // Gemma's is hidden_activation, below
+  j["intermediate_size"] = desc.ffn_hidden;
+  auto local = desc.extra.find(plan::kRopeLocalBaseFreqKey);
+  j["rope_local_base_freq"] = local != desc.extra.end() ? local->second : RopeTheta(desc);
+  j["rope_scaling"] = RopeScalingJson(desc);
+  const int64_t window = SlidingWindow(desc);
+  // No window: every layer global, whatever sliding_window says.
+  j["sliding_window"] = window > 0 ? window : max_positions;
+  auto pattern = desc.extra.find(plan::kSlidingWindowPatternKey);
+  if (pattern != desc.extra.end() && pattern->second > 0) {
+    j["sliding_window_pattern"] = static_cast<int64_t>(pattern->second);
+  }
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t i = 0; i < desc.layers; ++i) {
+    types.push_back(plan::IsSlidingLayer(desc, i) ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = std::move(types);
+  auto scalar = desc.extra.find(plan::kQueryPreAttnScalarKey);  // absent: head_dim (plan::AttentionScale)
+  j["query_pre_attn_scalar"] = scalar != desc.extra.end() ? scalar->second : static_cast<double>(HeadDim(desc));
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["attention_bias"] = false;
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
 // What an export writes: the section, its name table, the dtypes, config.json.
 struct ExportedTensors {
   const plan::SectionPlan* section;
@@ -255,23 +314,6 @@ Status WholeModelHfExport(const datalayer::CheckpointData& checkpoint, const Exp
   return Status::Ok();
 }
 
-// The keys every exported decoder config.json has (the Llama-shaped
-// families': sizes, RoPE with its scaling, RMSNorm, SiLU), into j.
-void AddDecoderConfigKeys(const plan::ModelDesc& desc, int64_t max_positions, nlohmann::json& j) {
-  j["hidden_size"] = desc.hidden;
-  j["num_hidden_layers"] = desc.layers;
-  j["num_attention_heads"] = desc.heads;
-  j["num_key_value_heads"] = KvHeads(desc);
-  j["head_dim"] = HeadDim(desc);
-  j["vocab_size"] = desc.vocab;
-  j["max_position_embeddings"] = max_positions;
-  j["rms_norm_eps"] = RmsNormEps(desc);
-  j["rope_theta"] = RopeTheta(desc);
-  if (nlohmann::json scaling = RopeScalingJson(desc); !scaling.is_null()) j["rope_scaling"] = std::move(scaling);
-  j["tie_word_embeddings"] = desc.tie_embeddings;
-  j["hidden_act"] = "silu";
-}
-
 // The config.json of a MoE decoder in the layout hf::WeightLayoutOf names
 // its tensors: Qwen-MoE's (Qwen3-MoE's with q/k norms, else Qwen2-MoE's)
 // or Mixtral's, with the keys compiler/model.cc DecoderFromHf reads back.
@@ -339,6 +381,7 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
     return Status::InvalidArgument("DecoderConfigJson: the model is not a decoder");
   }
   if (desc.experts > 0) return MoeDecoderConfigJson(desc, max_positions, torch_dtype);
+  if (plan::Gemma3(desc)) return Gemma3ConfigJson(desc, max_positions, torch_dtype);
   auto flag = [&](const char* key) {
     auto it = desc.extra.find(key);
     return it != desc.extra.end() && it->second != 0.0;

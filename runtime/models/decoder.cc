@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/checks.h"
@@ -121,6 +122,18 @@ Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer
   for (const auto& block : *model.blocks) {
     auto* b = block->as<DecoderBlockImpl>();
     b->attn->Shard(tp->rank(), n);
+    // The q/k norms' weights (Qwen3, Gemma 3) serve every head, of which this
+    // rank runs its share: their gradients are partial sums, made whole by a
+    // sum over the group when backward computes them (same order on every
+    // rank: the same graph).
+    for (auto* norm : {&b->attn->q_norm, &b->attn->k_norm}) {
+      if (!*norm) continue;
+      (*norm)->weight.register_hook([tp](const torch::Tensor& grad) {
+        auto whole = grad.to(torch::kFloat32).contiguous().clone();
+        tp->AllReduceSum(whole);
+        return whole.to(grad.scalar_type());
+      });
+    }
     if (b->moe) {
       b->moe->Shard(tp);
     } else {
@@ -132,15 +145,15 @@ Status ShardDecoderForTensorParallel(DecoderLMImpl& model, TensorParallelReducer
 }
 
 GqaAttentionImpl::GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
-                                   ParamFactory& params, double qk_norm_eps)
-    : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim) {
+                                   ParamFactory& params, double qk_norm_eps, bool unit_offset_norms, double query_scale)
+    : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), query_scale_(query_scale) {
   q_proj = register_module("q_proj", Linear(hidden, heads * head_dim, qkv_bias, params));
   k_proj = register_module("k_proj", Linear(hidden, kv_heads * head_dim, qkv_bias, params));
   v_proj = register_module("v_proj", Linear(hidden, kv_heads * head_dim, qkv_bias, params));
   o_proj = register_module("o_proj", Linear(heads * head_dim, hidden, false, params));
   if (qk_norm_eps > 0) {
-    q_norm = register_module("q_norm", RmsNorm(head_dim, qk_norm_eps, params));
-    k_norm = register_module("k_norm", RmsNorm(head_dim, qk_norm_eps, params));
+    q_norm = register_module("q_norm", RmsNorm(head_dim, qk_norm_eps, params, unit_offset_norms));
+    k_norm = register_module("k_norm", RmsNorm(head_dim, qk_norm_eps, params, unit_offset_norms));
   }
 }
 
@@ -157,6 +170,7 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);  // (B, K, T, D)
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
+  if (query_scale_ != 1.0) q = q * query_scale_;
   if (mask != nullptr) {
     if (mask->group != nullptr) {
       // Context parallelism: every rank's K and V (B, K, T, D), rank order;
@@ -180,14 +194,16 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
-SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params) {
+SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params, bool gelu_tanh)
+    : gelu_tanh_(gelu_tanh) {
   gate_proj = register_module("gate_proj", Linear(hidden, ffn_hidden, false, params));
   up_proj = register_module("up_proj", Linear(hidden, ffn_hidden, false, params));
   down_proj = register_module("down_proj", Linear(ffn_hidden, hidden, false, params));
 }
 
 torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  auto gate = gate_proj(x);
+  return down_proj((gelu_tanh_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x));
 }
 
 MoeMlpImpl::MoeMlpImpl(const plan::ModelDesc& desc, ParamFactory& params)
@@ -307,35 +323,51 @@ torch::Tensor MoeMlpImpl::ForwardNoTokens(const torch::Tensor& no_tokens) {
 }
 
 DecoderBlockImpl::DecoderBlockImpl(const plan::ModelDesc& desc, int64_t layer, ParamFactory& params) {
-  attn_norm = register_module("attn_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
-  attn = register_module("attn", GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), QkvBias(desc),
-                                              params, QkNorm(desc) ? RmsNormEps(desc) : 0.0));
-  mlp_norm = register_module("mlp_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
+  const bool gemma = plan::Gemma3(desc);  // unit-offset norms, sandwich norms, GeGLU
+  const double eps = RmsNormEps(desc);
+  // q is scaled by AttentionScale / D^-0.5 (exactly 1 unless query_pre_attn_scalar differs from D).
+  const double query_scale = desc.extra.count(plan::kQueryPreAttnScalarKey) > 0
+                                 ? plan::AttentionScale(desc) * std::sqrt(static_cast<double>(HeadDim(desc)))
+                                 : 1.0;
+  attn_norm = register_module("attn_norm", RmsNorm(desc.hidden, eps, params, gemma));
+  attn = register_module(
+      "attn", GqaAttention(desc.hidden, desc.heads, KvHeads(desc), HeadDim(desc), QkvBias(desc), params,
+                           QkNorm(desc) ? eps : 0.0, gemma, std::abs(query_scale - 1.0) < 1e-12 ? 1.0 : query_scale));
+  if (gemma) post_attn_norm = register_module("post_attn_norm", RmsNorm(desc.hidden, eps, params, true));
+  mlp_norm = register_module("mlp_norm", RmsNorm(desc.hidden, eps, params, gemma));
   if (plan::IsMoeLayer(desc, layer)) {
     moe = register_module("moe", MoeMlp(desc, params));
   } else {
-    mlp = register_module("mlp", SwiGluMlp(desc.hidden, desc.ffn_hidden, params));
+    mlp = register_module("mlp", SwiGluMlp(desc.hidden, desc.ffn_hidden, params, gemma));
   }
+  if (gemma) post_mlp_norm = register_module("post_mlp_norm", RmsNorm(desc.hidden, eps, params, true));
 }
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask) {
-  auto h = x + LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope, mask), tp);
+  // Under TP the post norms see the whole (all-reduced) branch output: replicated like the others.
+  auto attended = LeaveTensorParallel(attn(EnterTensorParallel(attn_norm(x), tp), rope, mask), tp);
+  auto h = x + (post_attn_norm ? post_attn_norm(attended) : attended);
   auto normed = mlp_norm(h);
-  return h + (moe ? moe(normed) : LeaveTensorParallel(mlp(EnterTensorParallel(normed, tp)), tp));
+  auto mixed = moe ? moe(normed) : LeaveTensorParallel(mlp(EnterTensorParallel(normed, tp)), tp);
+  return h + (post_mlp_norm ? post_mlp_norm(mixed) : mixed);
 }
 
 DecoderLMImpl::DecoderLMImpl(const plan::ModelDesc& desc, ParamFactory& params) : desc_(desc) {
   embed_tokens = register_module("embed_tokens", Embedding(desc.vocab, desc.hidden, params));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < desc.layers; ++i) blocks->push_back(DecoderBlock(desc, i, params));
-  final_norm = register_module("final_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params));
+  final_norm = register_module("final_norm", RmsNorm(desc.hidden, RmsNormEps(desc), params, plan::Gemma3(desc)));
   if (!desc.tie_embeddings) lm_head = register_module("lm_head", Linear(desc.hidden, desc.vocab, false, params));
 }
 
 torch::Tensor DecoderLMImpl::Embed(const torch::Tensor& ids) {
   TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == torch::kLong, "DecoderLM::Embed: ids must be (B, T) int64, got ",
               ids.sizes(), " ", ids.scalar_type());
-  return embed_tokens(ids);
+  if (!plan::Gemma3(desc_)) return embed_tokens(ids);
+  // Gemma: sqrt(C) as an fp32 scalar rounded to the weights' dtype (HF's embed_scale).
+  const auto scale = torch::scalar_tensor(std::sqrt(static_cast<double>(desc_.hidden)), torch::kFloat32)
+                         .to(embed_tokens->weight.device(), embed_tokens->weight.scalar_type());
+  return embed_tokens(ids) * scale;
 }
 
 torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
@@ -344,47 +376,84 @@ torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
   return final_norm(ForwardBlocks(embeds, 0, desc_.layers));
 }
 
+namespace {
+
+// One kind of layer's attention inputs for a forward (global or sliding):
+// the RoPE tables of this rank's tokens and the mask (mask.allowed
+// undefined: plain causal SDPA).
+struct LayerAttention {
+  RopeTables rope;
+  AttentionMask mask;
+  const AttentionMask* MaskArg() const { return mask.allowed.defined() ? &mask : nullptr; }
+};
+
+// tables: (T, D) of the whole sequence of seq_len tokens; window W > 0
+// masks keys at or before q - W. Plain causal SDPA unless context
+// parallelism or a window shorter than the sequence asks for a mask: the
+// queries' positions against the keys'.
+LayerAttention MakeLayerAttention(RopeTables tables, int64_t seq_len, int64_t window, launcher::Backend* cp,
+                                  int cp_size, torch::Device device) {
+  LayerAttention out{std::move(tables), {}};
+  const bool windowed = window > 0 && seq_len > window;
+  if (cp_size <= 1 && !windowed) return out;
+  // This rank's tokens: their rotary angles (under CP, its chunks), and the
+  // keys' positions (under CP, every rank's in gather order).
+  auto mine = torch::arange(seq_len, torch::TensorOptions().dtype(torch::kLong).device(device));  // (T)
+  auto keys = mine;
+  if (cp_size > 1) {
+    mine = ContextParallelPositions(seq_len, cp_size, cp->group().my_index).to(device);  // (T_local)
+    keys = GatheredContextParallelPositions(seq_len, cp_size).to(device);                // (T)
+    out.rope = {out.rope.cos.index_select(0, mine), out.rope.sin.index_select(0, mine)};
+    out.mask.group = cp;
+  }
+  out.mask.allowed = mine.unsqueeze(1) >= keys.unsqueeze(0);  // (T_local, T): causal
+  if (windowed) out.mask.allowed = out.mask.allowed & (keys.unsqueeze(0) > mine.unsqueeze(1) - window);
+  return out;
+}
+
+}  // namespace
+
 torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end) {
   TORCH_CHECK(0 <= first && first <= end && end <= desc_.layers, "DecoderLM::ForwardBlocks: layers [", first, ", ", end,
               ") of ", desc_.layers);
   const int cp_size = cp_ != nullptr ? cp_->group().size() : 1;
   const int64_t seq_len = embeds.size(1) * cp_size;  // the whole sequence
-  const plan::RopeScaling scaling = plan::RopeScalingOf(desc_);
+  // The layers of [first, end) are global or sliding (plan::IsSlidingLayer):
+  // each kind's RoPE tables and mask are made once (a sliding layer's RoPE is
+  // plan::RopeThetaOf / RopeScalingOf of that layer: Gemma 3's local base).
+  int64_t a_sliding = -1, a_global = -1;
+  for (int64_t i = first; i < end; ++i) (plan::IsSlidingLayer(desc_, i) ? a_sliding : a_global) = i;
   if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != embeds.device()) {
-    rope_inv_freq_ = RopeInverseFrequencyTensor(HeadDim(desc_), RopeTheta(desc_), scaling, embeds.device());
+    rope_inv_freq_ =
+        RopeInverseFrequencyTensor(HeadDim(desc_), RopeTheta(desc_), RopeScalingOf(desc_), embeds.device());
+    local_rope_inv_freq_ = torch::Tensor();
   }
-  auto rope = MakeRopeTables(seq_len, rope_inv_freq_, plan::RopeAttentionFactor(scaling), embeds.scalar_type());
-  // Plain causal SDPA unless context parallelism or a window shorter than
-  // the sequence asks for a mask: the queries' positions against the keys'.
-  const int64_t window = SlidingWindow(desc_);
-  const bool windowed = window > 0 && seq_len > window;
-  AttentionMask mask;
-  if (cp_size > 1 || windowed) {
-    // This rank's tokens: their rotary angles (under CP, its chunks), and the
-    // keys' positions (under CP, every rank's in gather order).
-    auto mine = torch::arange(seq_len, torch::TensorOptions().dtype(torch::kLong).device(embeds.device()));  // (T)
-    auto keys = mine;
-    if (cp_size > 1) {
-      mine = ContextParallelPositions(seq_len, cp_size, cp_->group().my_index).to(embeds.device());  // (T_local)
-      keys = GatheredContextParallelPositions(seq_len, cp_size).to(embeds.device());                 // (T)
-      rope = {rope.cos.index_select(0, mine), rope.sin.index_select(0, mine)};
-      mask.group = cp_;
+  auto tables_of = [&](int64_t layer) {
+    const plan::RopeScaling scaling = plan::RopeScalingOf(desc_, layer);
+    torch::Tensor inv_freq = rope_inv_freq_;
+    if (plan::UsesLocalRope(desc_, layer)) {
+      if (!local_rope_inv_freq_.defined()) {
+        local_rope_inv_freq_ =
+            RopeInverseFrequencyTensor(HeadDim(desc_), plan::RopeThetaOf(desc_, layer), scaling, embeds.device());
+      }
+      inv_freq = local_rope_inv_freq_;
     }
-    mask.allowed = mine.unsqueeze(1) >= keys.unsqueeze(0);  // (T_local, T): causal
-    if (windowed) mask.allowed = mask.allowed & (keys.unsqueeze(0) > mine.unsqueeze(1) - window);
+    return MakeRopeTables(seq_len, inv_freq, plan::RopeAttentionFactor(scaling), embeds.scalar_type());
+  };
+  LayerAttention global, sliding;
+  if (a_global >= 0) global = MakeLayerAttention(tables_of(a_global), seq_len, 0, cp_, cp_size, embeds.device());
+  if (a_sliding >= 0) {
+    sliding = MakeLayerAttention(tables_of(a_sliding), seq_len, SlidingWindow(desc_), cp_, cp_size, embeds.device());
   }
-  const AttentionMask* mask_arg = mask.allowed.defined() ? &mask : nullptr;
   auto x = embeds;
   for (int64_t i = first; i < end; ++i) {
     auto* b = blocks[static_cast<size_t>(i)]->as<DecoderBlockImpl>();
+    const LayerAttention& a = plan::IsSlidingLayer(desc_, i) ? sliding : global;
     if (recompute_ == plan::RecomputeGranularity::kFull) {
-      x = RunRecomputed(
-          [b, rope, mask](const std::vector<torch::Tensor>& in) {
-            return b->forward(in[0], rope, mask.allowed.defined() ? &mask : nullptr);
-          },
-          {x});
+      x = RunRecomputed([b, a](const std::vector<torch::Tensor>& in) { return b->forward(in[0], a.rope, a.MaskArg()); },
+                        {x});
     } else {
-      x = b->forward(x, rope, mask_arg);
+      x = b->forward(x, a.rope, a.MaskArg());
     }
   }
   return x;

@@ -18,6 +18,16 @@
 // rms_norm_eps; head_dim may differ from hidden / heads. Llama 3.1+ and
 // Qwen2.5 YaRN configs add rope scaling (plan/rope_scaling.h, the
 // extra.rope_scaling_* keys).
+// Gemma 3 text (extra.gemma3, plan/model_desc.h) is this module too: its
+// RMSNorms scale by (1 + weight), the block is sandwiched
+//   h = x + post_attn_norm(attn(attn_norm(x)));
+//   out = h + post_mlp_norm(mlp(mlp_norm(h))),
+// the MLP is GeGLU (down(gelu_tanh(gate(x)) * up(x))), the embeddings are
+// scaled by sqrt(C) (rounded to the weights' dtype, as HF), q/k norms come
+// before RoPE, scores are scaled by query_pre_attn_scalar^-0.5, and the
+// layers alternate sliding (local RoPE base, window mask) and global
+// attention (plan::IsSlidingLayer, plan::RopeThetaOf): ForwardBlocks makes
+// each kind's RoPE tables and mask once per forward.
 // Parameter names (stable: checkpoints and the PyTorch reference use them;
 // hf/name_map.cc maps them to Hugging Face's):
 //   embed_tokens.weight, blocks.<i>.attn_norm.weight,
@@ -27,7 +37,8 @@
 //   blocks.<i>.moe.router.weight, blocks.<i>.moe.experts.<e>.{gate,up,down}_proj.weight,
 //   blocks.<i>.moe.shared_expert.{gate,up,down}_proj.weight and
 //   blocks.<i>.moe.shared_expert_gate.weight (Qwen2-MoE),
-//   blocks.<i>.attn.{q,k}_norm.weight (extra.qk_norm: Qwen3-MoE),
+//   blocks.<i>.attn.{q,k}_norm.weight (extra.qk_norm: Qwen3, Gemma 3),
+//   blocks.<i>.post_attn_norm.weight, blocks.<i>.post_mlp_norm.weight (Gemma 3),
 //   final_norm.weight, lm_head.weight (absent when tie_embeddings).
 // No other biases. An expert that no token picked in a step gets no
 // gradient (its .grad() stays undefined): callers that all-reduce gradients
@@ -92,11 +103,15 @@ struct AttentionMask {
 
 // Causal self-attention with H query heads sharing K key/value heads (query
 // head h uses kv head h / (H/K)). qk_norm_eps > 0 (Qwen3): an RMSNorm over
-// each query and key head (weights (D), shared by the heads) before RoPE.
+// each query and key head (weights (D), shared by the heads) before RoPE;
+// unit_offset_norms (Gemma 3): those norms scale by (1 + weight).
+// query_scale != 1 (Gemma 3's query_pre_attn_scalar^-0.5 * sqrt(D)): q is
+// multiplied by it after RoPE, so the core's D^-0.5 makes the scale asked for.
 class GqaAttentionImpl : public torch::nn::Module {
  public:
   GqaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim, bool qkv_bias,
-                   ParamFactory& params, double qk_norm_eps = 0.0);
+                   ParamFactory& params, double qk_norm_eps = 0.0, bool unit_offset_norms = false,
+                   double query_scale = 1.0);
   // x: (B, T, C); rope: (T, D) tables -> (B, T, C). With `mask`: under
   // context parallelism (mask->group) x and rope are this rank's T_local
   // tokens and K and V are gathered over the group; mask->allowed masks the
@@ -115,19 +130,24 @@ class GqaAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
+  double query_scale_;
 };
 TORCH_MODULE(GqaAttention);
 
-// down(silu(gate(x)) * up(x)).
+// down(silu(gate(x)) * up(x)); gelu_tanh (Gemma's GeGLU):
+// down(gelu_tanh(gate(x)) * up(x)).
 class SwiGluMlpImpl : public torch::nn::Module {
  public:
-  SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params);
+  SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params, bool gelu_tanh = false);
   // x: (..., C) -> (..., C)
   torch::Tensor forward(const torch::Tensor& x);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // (F,C) (F,C) (C,F)
   // Keeps F/n of the inner units: rows of gate/up, columns of down.
   void Shard(int rank, int size);
+
+ private:
+  bool gelu_tanh_;
 };
 TORCH_MODULE(SwiGluMlp);
 
@@ -194,6 +214,7 @@ class DecoderBlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionMask* mask = nullptr);
 
   RmsNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  RmsNorm post_attn_norm{nullptr}, post_mlp_norm{nullptr};  // Gemma 3's sandwich norms, else null
   GqaAttention attn{nullptr};
   SwiGluMlp mlp{nullptr};               // dense blocks
   MoeMlp moe{nullptr};                  // MoE blocks (plan::IsMoeLayer)
@@ -262,8 +283,9 @@ class DecoderLMImpl : public torch::nn::Module {
   plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
   launcher::Backend* cp_ = nullptr;
   // RopeInverseFrequencyTensor of desc_ on the activations' device, made on
-  // first use there (not a buffer: no checkpoint holds it).
-  torch::Tensor rope_inv_freq_;
+  // first use there (not a buffer: no checkpoint holds it); the local
+  // layers' (plan::UsesLocalRope) beside it.
+  torch::Tensor rope_inv_freq_, local_rope_inv_freq_;
 };
 TORCH_MODULE(DecoderLM);
 
@@ -271,7 +293,8 @@ TORCH_MODULE(DecoderLM);
 // InvalidArgument when desc is not a valid decoder.
 // Shards every block of `model` for TP rank `rank` of `size` (attention
 // heads, MLP inner units, each MoE expert's inner units; embeddings, norms,
-// the router and the head stay replicated) and
+// the router and the head stay replicated; the q/k norms' weight gradients,
+// partial over this rank's heads, are summed over `tp` by a hook) and
 // wires `tp` (which must outlive the model). The weights are slices of the
 // unsharded model's, so a TP run computes what the unsharded one does.
 // REQUIRES: size divides heads, kv_heads and ffn_hidden (MoE: moe_ffn_hidden

@@ -75,15 +75,19 @@ class LinearImpl : public torch::nn::Module {
 TORCH_MODULE(Linear);
 
 // RMSNorm (Llama): x / sqrt(mean(x^2) + eps) * weight, computed in fp32.
+// unit_offset (Gemma): x / sqrt(mean(x^2) + eps) * (1 + weight) all in fp32,
+// then cast to x's dtype; the weight starts at 0.
 class RmsNormImpl : public torch::nn::Module {
  public:
-  RmsNormImpl(int64_t dim, double eps, ParamFactory& params) : eps_(eps) {
-    weight = register_parameter("weight", params.Ones({dim}));
+  RmsNormImpl(int64_t dim, double eps, ParamFactory& params, bool unit_offset = false)
+      : eps_(eps), unit_offset_(unit_offset) {
+    weight = register_parameter("weight", unit_offset ? params.Zeros({dim}) : params.Ones({dim}));
   }
   // x: (..., C) -> (..., C), same dtype as x.
   torch::Tensor forward(const torch::Tensor& x) {
     auto x32 = x.to(torch::kFloat32);
     auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    if (unit_offset_) return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
     return weight * normed.to(x.scalar_type());
   }
 
@@ -91,6 +95,7 @@ class RmsNormImpl : public torch::nn::Module {
 
  private:
   double eps_;
+  bool unit_offset_;
 };
 TORCH_MODULE(RmsNorm);
 

@@ -11,6 +11,7 @@
 
 #include "compiler/candidates.h"
 #include "compiler/cost_model.h"
+#include "plan/model_desc.h"
 #include "tests/fixtures/models.h"
 #include "tests/fixtures/workloads.h"
 
@@ -142,6 +143,18 @@ TEST(MemoryModel, DecoderLayerBytesFollowTheShapes) {
   // The T x T probabilities grow with the context; a fused attention keeps none.
   EXPECT_GT(LayerActivationBytes(m, 1, 1024, 4.0, true), LayerActivationBytes(m, 1, 128, 4.0, true));
   EXPECT_DOUBLE_EQ(LayerActivationBytes(m, 1, 1024, 4.0, false), LayerActivationBytes(m, 1, 128, 4.0, false));
+}
+
+// Gemma 3 (extra.gemma3) keeps, beyond Llama's block in fp32: the post-
+// attention and post-MLP norms' inputs and normalised x (2 x (4C + 4C)) and
+// the q/k norms' (4Q + 4Q and 4K + 4K); GeGLU keeps what SwiGLU keeps.
+TEST(MemoryModel, Gemma3KeepsItsSandwichAndQkNorms) {
+  plan::ModelDesc m = fixtures::DecoderModel({256, 4, 8, 2, 768, 1024});
+  const double llama = LayerActivationBytes(m, 1, 128, 4.0, true);
+  m.extra[plan::kGemma3Key] = 1;
+  m.extra[plan::kQkNormKey] = 1;
+  const double c = 256, q = 256, k = 64;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, 1, 128, 4.0, true), llama + 2 * 8 * c + 8 * q + 8 * k);
 }
 
 TEST(MemoryModel, KdStudentHoldsTheTeacherHeadAndLogits) {

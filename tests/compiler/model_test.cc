@@ -157,6 +157,78 @@ TEST(ModelFacts, TheCrossFamilyKdConfigsCountAsTheirCheckpoints) {
   EXPECT_TRUE(rope == q32->extra.end() || rope->second == 0) << "rope_scaling null: plain RoPE";
 }
 
+// Gemma 3 1B (gemma3_text; specs/hf/gemma3_1b.json, google/gemma-3-1b-pt's
+// config.json): 26 layers of 1152, 4 query heads and 1 kv head of 256 (q is
+// 1024 wide), GeGLU 6912, four norms per layer (input, post-attention, pre-
+// and post-feedforward), q/k norms of 256, tied embeddings of 262144:
+// embed 262144*1152 + 26 * (q 1152*1024 + k, v 2*1152*256 + o 1024*1152 +
+// mlp 3*1152*6912 + 4 norms*1152 + q/k norms 2*256) + final norm 1152 =
+// 999,885,952 (the card's "1B"; its bf16 model.safetensors, 2.0 GB).
+TEST(ModelFacts, Gemma3TextCountsItsSandwichNormsAndSlidesFiveLayersOfSix) {
+  auto d = ModelFromHfConfigFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/hf/gemma3_1b.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const ModelFacts f = ComputeModelFacts(*d, 4096);
+  const int64_t layer = 1152LL * 1024 + 2 * 1152LL * 256 + 1024LL * 1152 + 3 * 1152LL * 6912 + 4 * 1152 + 2 * 256;
+  EXPECT_EQ(f.params, 262'144LL * 1152 + 26 * layer + 1152);
+  EXPECT_EQ(f.params, 999'885'952);
+  EXPECT_EQ(d->head_dim, 256);
+  EXPECT_TRUE(d->tie_embeddings);
+  EXPECT_TRUE(plan::Gemma3(*d));
+  EXPECT_TRUE(plan::QkNorm(*d));
+  EXPECT_EQ(plan::SlidingWindow(*d), 512);
+  EXPECT_DOUBLE_EQ(plan::AttentionScale(*d), 1.0 / 16);
+  EXPECT_TRUE(plan::ValidateModelDesc(*d).ok()) << plan::ValidateModelDesc(*d).ToString();
+  // Layers 5, 11, 17 and 23 are global ((i + 1) % 6 == 0), the other 22 local.
+  EXPECT_EQ(plan::SlidingLayerCount(*d), 22);
+  EXPECT_TRUE(plan::IsSlidingLayer(*d, 0));
+  EXPECT_FALSE(plan::IsSlidingLayer(*d, 5));
+  EXPECT_TRUE(plan::IsSlidingLayer(*d, 25));
+  EXPECT_EQ(plan::RopeThetaOf(*d, 0), 10000.0);
+  EXPECT_EQ(plan::RopeThetaOf(*d, 5), 1e6);
+  // FLOPs: a local layer's query attends 512 - 512^2 / (2 * 4096) = 480 keys
+  // on average, a global one 2048.
+  EXPECT_DOUBLE_EQ(f.attention_flops_per_token, 4.0 * (22 * 480.0 + 4 * 2048.0) * 1024);
+}
+
+// A Gemma 3 config with layer_types (newer transformers) and the 4B+
+// models' linear rope scaling: the listed kinds, the scaling on global
+// layers only; what the runtime does not build is refused by its key.
+TEST(ModelFacts, Gemma3TextReadsLayerTypesAndRefusesWhatItDoesNotBuild) {
+  const std::string base = R"({"model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 100, "intermediate_size": 128,
+    "sliding_window": 16, "rope_scaling": {"rope_type": "linear", "factor": 8.0})";
+  auto d = ModelFromHfConfig(base + R"(, "layer_types": ["full_attention", "sliding_attention", "full_attention"]})",
+                             "gemma.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(plan::IsSlidingLayer(*d, 0));
+  EXPECT_TRUE(plan::IsSlidingLayer(*d, 1));
+  EXPECT_FALSE(plan::IsSlidingLayer(*d, 2));
+  EXPECT_EQ(plan::RopeScalingOf(*d, 0).type, plan::RopeType::kLinear);
+  EXPECT_EQ(plan::RopeScalingOf(*d, 0).factor, 8.0);
+  EXPECT_EQ(plan::RopeScalingOf(*d, 1).type, plan::RopeType::kDefault);
+  EXPECT_EQ(plan::RopeThetaOf(*d, 0), 1e6);  // Gemma3TextConfig's defaults
+  EXPECT_EQ(plan::RopeThetaOf(*d, 1), 10000.0);
+  EXPECT_DOUBLE_EQ(plan::AttentionScale(*d), 1.0 / 16);  // query_pre_attn_scalar 256 by default
+  EXPECT_TRUE(d->tie_embeddings);
+  EXPECT_TRUE(plan::ValidateModelDesc(*d).ok()) << plan::ValidateModelDesc(*d).ToString();
+  plan::ModelDesc moe = *d;  // Gemma 3 is dense: its GeGLU is not built as experts
+  moe.experts = 4;
+  moe.experts_per_token = 2;
+  EXPECT_NE(plan::ValidateModelDesc(moe).message().find("gemma3"), std::string::npos);
+  for (const auto& [key, value] : {std::pair{"attn_logit_softcapping", "50.0"},
+                                   {"final_logit_softcapping", "30.0"},
+                                   {"hidden_activation", "\"gelu\""},
+                                   {"layer_types", "[\"full_attention\"]"}}) {
+    auto refused = ModelFromHfConfig(base + ", \"" + key + "\": " + value + "}", "gemma.json");
+    ASSERT_FALSE(refused.ok()) << key;
+    EXPECT_NE(refused.status().message().find(key), std::string::npos) << refused.status().ToString();
+  }
+  auto multimodal =
+      ModelFromHfConfig(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}})", "gemma3.json");
+  ASSERT_FALSE(multimodal.ok());
+  EXPECT_NE(multimodal.status().message().find("gemma3_text"), std::string::npos) << multimodal.status().ToString();
+}
+
 // The two cross-family KD examples compile for their clusters on this
 // build's runtime: the teacher forward only and the student training on GPUs
 // of their own, every section runnable, teacher and student on one

@@ -530,6 +530,27 @@ TEST(SectionPass, ASlidingWindowShorterThanTheSequenceIsPricedAsTheMaskedSquare)
   EXPECT_DOUBLE_EQ(inside->detail.attention_seconds, inside_plain->detail.attention_seconds);
 }
 
+// Gemma 3's local and global layers (plan::IsSlidingLayer): with one layer
+// of 4 global, 6 of the 8 layers run the masked square and 2 the causal
+// triangle, 1.75 times the causal cost; its sandwich and q/k norms, GeGLU
+// and scales move more bytes than Llama's block, with the same GEMMs.
+TEST(SectionPass, Gemma3PricesItsLocalLayersAsTheMaskedSquareAndItsGlobalOnesCausal) {
+  const DeviceProfile p = H100();
+  const plan::ModelDesc plain = Llama3_8BLayers8();
+  plan::ModelDesc gemma = plain;
+  gemma.extra[plan::kGemma3Key] = 1;
+  gemma.extra[plan::kQkNormKey] = 1;
+  gemma.extra[plan::kSlidingWindowKey] = 2048;
+  gemma.extra[plan::kSlidingWindowPatternKey] = 4;
+  ASSERT_EQ(plan::SlidingLayerCount(gemma), 6);
+  auto a = PredictSectionPass(plain, Train(2, 4096), p);
+  auto b = PredictSectionPass(gemma, Train(2, 4096), p);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_NEAR(b->detail.attention_seconds / a->detail.attention_seconds, 1.75, 0.05);
+  EXPECT_DOUBLE_EQ(b->detail.gemm_seconds, a->detail.gemm_seconds);
+  EXPECT_GT(b->detail.memory_seconds, a->detail.memory_seconds);
+}
+
 TEST(SectionPass, EveryKindIsPricedAndFp32MovesMoreBytes) {
   const DeviceProfile p = H100();
   plan::ModelDesc projector;

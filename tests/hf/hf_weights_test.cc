@@ -72,9 +72,9 @@ TensorMap LoadTensors(const fs::path& dir) {
 
 // ---- cases -----------------------------------------------------------------------
 
-const char* const kArchitectures[] = {"llama",    "mistral",   "qwen2",           "qwen3",
-                                      "mixtral",  "qwen2_moe", "qwen3_moe",       "clip",
-                                      "qwen2_vl", "whisper",   "llava_projector", "qwen3_moe_mixed"};
+const char* const kArchitectures[] = {"llama",   "mistral",         "qwen2",          "qwen3", "gemma3_text",
+                                      "mixtral", "qwen2_moe",       "qwen3_moe",      "clip",  "qwen2_vl",
+                                      "whisper", "llava_projector", "qwen3_moe_mixed"};
 
 class HfWeightsTest : public ::testing::Test {
  protected:

@@ -4,8 +4,9 @@
 
     python3 make_tiny_checkpoints.py OUT_DIR
 
-For every architecture the runtime loads (llama, mistral, qwen2, qwen3, mixtral,
-qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, qwen2_vl's vision tower, whisper's encoder, llava's projector) and for
+For every architecture the runtime loads (llama, mistral, qwen2, qwen3, gemma3_text, mixtral,
+qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, qwen2_vl's vision tower, whisper's encoder, llava's
+projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
 model.safetensors.index.json) under Hugging Face's tensor names, random
@@ -107,6 +108,19 @@ QWEN_MOE = QK_NORM + [
     (r"^blocks\.(\d+)\.moe\.shared_expert_gate\.", r"model.layers.\1.mlp.shared_expert_gate."),
     (r"^blocks\.(\d+)\.moe\.shared_expert\.", r"model.layers.\1.mlp.shared_expert."),
 ] + DECODER
+# Gemma 3 text (modeling_gemma3.py Gemma3DecoderLayer): four norms per layer;
+# post_attention_layernorm normalizes the attention's output there.
+GEMMA3 = [
+    (r"^embed_tokens\.", "model.embed_tokens."),
+    (r"^blocks\.(\d+)\.attn_norm\.", r"model.layers.\1.input_layernorm."),
+    (r"^blocks\.(\d+)\.attn\.([qkvo])_proj\.", r"model.layers.\1.self_attn.\2_proj."),
+    (r"^blocks\.(\d+)\.attn\.([qk])_norm\.", r"model.layers.\1.self_attn.\2_norm."),
+    (r"^blocks\.(\d+)\.post_attn_norm\.", r"model.layers.\1.post_attention_layernorm."),
+    (r"^blocks\.(\d+)\.mlp_norm\.", r"model.layers.\1.pre_feedforward_layernorm."),
+    (r"^blocks\.(\d+)\.post_mlp_norm\.", r"model.layers.\1.post_feedforward_layernorm."),
+    (r"^blocks\.(\d+)\.mlp\.", r"model.layers.\1.mlp."),
+    (r"^final_norm\.", "model.norm."),
+]
 CLIP = [
     (r"^class_embedding$", "vision_model.embeddings.class_embedding"),
     (r"^(patch|position)_embedding\.", r"vision_model.embeddings.\1_embedding."),
@@ -194,6 +208,23 @@ def cases():
     qwen3 = llm_config("qwen3", head_dim=12, rope_theta=1e6, attention_bias=False, use_sliding_window=False)
     out.append({"name": "qwen3", "config": qwen3, "desc": llm_desc(qwen3), "rules": QWEN3,
                 "input": ("ids", torch.randint(0, qwen3["vocab_size"], (2, 6)))})
+    # Gemma 3 text: 10 tokens through layers 0 and 2's window of 4 (layer 1
+    # global, by layer_types), head_dim 16, query_pre_attn_scalar 24, linear
+    # rope scaling on the global layer only.
+    gemma = {"model_type": "gemma3_text", "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48, "vocab_size": 50,
+             "rms_norm_eps": 1e-6, "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
+             "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "sliding_window": 4,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+             "query_pre_attn_scalar": 24, "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False,
+             "attn_logit_softcapping": None, "final_logit_softcapping": None, "tie_word_embeddings": True}
+    gemma_desc = desc("decoder", hidden=32, layers=3, heads=4, kv_heads=2, head_dim=16, ffn_hidden=48, vocab=50,
+                      tie_embeddings=True,
+                      extra={"gemma3": 1, "qk_norm": 1, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+                             "rope_local_base_freq": 10000.0, "rope_scaling_type": 1, "rope_scaling_factor": 2.0,
+                             "sliding_window": 4, "full_attention_layers.1": 1, "query_pre_attn_scalar": 24})
+    out.append({"name": "gemma3_text", "config": gemma, "desc": gemma_desc, "rules": GEMMA3,
+                "input": ("ids", torch.randint(0, 50, (2, 10)))})
     for name, c in [("qwen2_moe", llm_config("qwen2_moe", num_experts=4, num_experts_per_tok=2,
                                               moe_intermediate_size=24, shared_expert_intermediate_size=40,
                                               norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],

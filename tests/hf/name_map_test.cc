@@ -79,6 +79,33 @@ TEST(HfNameMap, TiedHeadIsAbsentAndPassedOverLlamaHasNoBiases) {
   EXPECT_EQ(names->weights.size(), 1u + 2 * (2 + 3 + 1 + 3) + 1);
 }
 
+// Gemma 3 text (extra.gemma3): four norms per layer, of which
+// post_attention_layernorm is the attention's output norm (Llama's name for
+// the MLP's input norm), q/k norms, no biases, the tied head passed over.
+TEST(HfNameMap, Gemma3SandwichNormsAndQkNorms) {
+  ModelDesc d = Qwen2Like();
+  d.tie_embeddings = true;
+  d.extra.erase("qkv_bias");
+  d.extra["gemma3"] = 1;
+  d.extra["qk_norm"] = 1;
+  auto names = ExpandWeightNames(d);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(names->layout, WeightLayout::kGemma3);
+  // embed, 2 x (4 norms + q/k norms + q/k/v/o + 3 mlp), norm.
+  EXPECT_EQ(names->weights.size(), 1u + 2 * (4 + 2 + 4 + 3) + 1);
+  ExpectWeight(*names, "model.layers.0.input_layernorm.weight", "blocks.0.attn_norm.weight", {32}, -1);
+  ExpectWeight(*names, "model.layers.0.post_attention_layernorm.weight", "blocks.0.post_attn_norm.weight", {32}, -1);
+  ExpectWeight(*names, "model.layers.1.pre_feedforward_layernorm.weight", "blocks.1.mlp_norm.weight", {32}, -1);
+  ExpectWeight(*names, "model.layers.1.post_feedforward_layernorm.weight", "blocks.1.post_mlp_norm.weight", {32}, -1);
+  ExpectWeight(*names, "model.layers.1.self_attn.q_norm.weight", "blocks.1.attn.q_norm.weight", {12}, -1);
+  ExpectWeight(*names, "model.layers.1.mlp.down_proj.weight", "blocks.1.mlp.down_proj.weight", {32, 48}, 1);
+  ExpectWeight(*names, "model.norm.weight", "final_norm.weight", {32}, -1);
+  EXPECT_EQ(names->ByHfName("model.layers.0.self_attn.q_proj.bias"), nullptr);
+  EXPECT_TRUE(names->PassedOver("lm_head.weight"));
+  EXPECT_EQ(MaestroNameOf(WeightLayout::kGemma3, "model.layers.9.post_attention_layernorm.weight").value(),
+            "blocks.9.post_attn_norm.weight");
+}
+
 // Qwen2-MoE's names (moe_layout 1): mlp.gate, mlp.experts.{e}.*_proj, the
 // shared expert and its gate; Qwen3-MoE's q_norm / k_norm.
 TEST(HfNameMap, QwenMoeExpertsSharedExpertAndQkNorm) {
@@ -288,8 +315,9 @@ TEST(HfNameMap, DocsListEveryTableRow) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string doc = ss.str();
-  for (auto layout : {WeightLayout::kDecoder, WeightLayout::kMixtral, WeightLayout::kQwenMoe, WeightLayout::kClipVision,
-                      WeightLayout::kQwen2VlVision, WeightLayout::kWhisperEncoder, WeightLayout::kLlavaProjector}) {
+  for (auto layout : {WeightLayout::kDecoder, WeightLayout::kMixtral, WeightLayout::kQwenMoe, WeightLayout::kGemma3,
+                      WeightLayout::kClipVision, WeightLayout::kQwen2VlVision, WeightLayout::kWhisperEncoder,
+                      WeightLayout::kLlavaProjector}) {
     EXPECT_NE(doc.find(std::string("### ") + WeightLayoutName(layout)), std::string::npos) << WeightLayoutName(layout);
     for (const auto& r : WeightNameRules(layout)) {
       const std::string row = "| `" + r.hf_pattern + "` | `" + r.maestro_pattern + "` | " + r.shape + " | " +

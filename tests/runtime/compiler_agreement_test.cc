@@ -171,6 +171,41 @@ TEST(CompilerRuntimeAgreement, ADenseDecoderWithQkNormsExportsAsQwen3) {
   EXPECT_NE(refused.status().message().find("qkv_bias"), std::string::npos) << refused.status().ToString();
 }
 
+// Gemma 3 text: the runtime builds what the compiler counts (sandwich norms,
+// q/k norms), and the export writes a gemma3_text config.json that imports
+// back to the same layer kinds, RoPE bases, scale and count.
+TEST(CompilerRuntimeAgreement, Gemma3ExportsAsGemma3TextAndReimports) {
+  ModelDesc gemma = Decoder(false, true);
+  gemma.head_dim = 32;
+  gemma.layers = 4;
+  gemma.extra[plan::kGemma3Key] = 1;
+  gemma.extra[plan::kQkNormKey] = 1;
+  gemma.extra[plan::kSlidingWindowKey] = 8;
+  gemma.extra[plan::kSlidingWindowPatternKey] = 2;
+  gemma.extra[plan::kRopeLocalBaseFreqKey] = 10000;
+  gemma.extra[plan::kRopeThetaKey] = 1e6;
+  gemma.extra[plan::kQueryPreAttnScalarKey] = 24;
+  gemma.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kLinear);
+  gemma.extra[plan::kRopeScalingFactorKey] = 8;
+  ExpectAgree(gemma, "gemma3-like decoder");
+  auto text = runtime::DecoderConfigJson(gemma, 4096, "bfloat16");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(*text).at("model_type"), "gemma3_text") << *text;
+  auto back = compiler::ModelFromHfConfig(*text, "exported config.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << *text;
+  EXPECT_TRUE(plan::Gemma3(*back));
+  EXPECT_EQ(back->head_dim, 32);
+  for (int64_t i = 0; i < gemma.layers; ++i) {
+    EXPECT_EQ(plan::IsSlidingLayer(*back, i), plan::IsSlidingLayer(gemma, i)) << "layer " << i;
+    EXPECT_EQ(plan::RopeThetaOf(*back, i), plan::RopeThetaOf(gemma, i)) << "layer " << i;
+    EXPECT_EQ(plan::RopeScalingOf(*back, i).factor, plan::RopeScalingOf(gemma, i).factor) << "layer " << i;
+  }
+  EXPECT_EQ(plan::AttentionScale(*back), plan::AttentionScale(gemma));
+  EXPECT_EQ(compiler::ComputeModelFacts(*back, 16).params, compiler::ComputeModelFacts(gemma, 16).params);
+  gemma.extra.erase(plan::kQkNormKey);
+  EXPECT_FALSE(runtime::DecoderConfigJson(gemma, 4096, "bfloat16").ok()) << "gemma3_text always has q/k norms";
+}
+
 // Every rope scaling parameter written by the export comes back from the
 // compiler's import, so an exported folder trains as the run did.
 TEST(CompilerRuntimeAgreement, ExportedRopeScalingReimportsIdentically) {

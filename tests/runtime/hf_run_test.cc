@@ -18,8 +18,10 @@
 //    and a head_dim that is not hidden / heads; `maestro run` trains each
 //    pair on 2 ranks, every step's loss equal to the one-process
 //    reference's, the exported student keeps its family's config, and that
-//    folder (fp32) reloads to the trained run's held-out loss; and
-//    Qwen3-MoE with dense layers between its MoE ones, also over 2 stages.
+//    folder (fp32) reloads to the trained run's held-out loss; Qwen3-MoE
+//    with dense layers between its MoE ones, also over 2 stages; Gemma 3
+//    text, its local and global layers apart (32 tokens through a window
+//    of 8).
 // No torch headers: checkpoints are written by tests/fixtures/hf_checkpoints.h
 // and runs are processes.
 #include <gtest/gtest.h>
@@ -37,6 +39,7 @@
 
 #include "datasets/megatron_indexed.h"
 #include "hf/checkpoint.h"
+#include "plan/model_desc.h"
 #include "plan/plan.h"
 #include "tests/fixtures/hf_checkpoints.h"
 #include "tests/fixtures/scratch.h"
@@ -367,6 +370,28 @@ TEST(HfRunCrossFamily, Qwen3MoeWithDenseLayersTrainsAsTheReferenceAndExportsItsC
                             {"--ranks", "3", "--pin", "student.pp=2", "--pin", "teacher.dp=1"}, {1, 2, 1});
 }
 
+// Gemma 3 text: 32-token samples through 2 layers, layer 0 local (a window
+// of 8, RoPE base 10000) and layer 1 global (rope_theta 1e6), so the two
+// kinds attend differently; the exported student is gemma3_text again and
+// imports as the same model.
+TEST(HfRunCrossFamily, Gemma3LocalAndGlobalLayersTrainAsTheReferenceAndExportItsConfig) {
+  ExpectCrossFamilyKdTrains("gemma3", fixtures::TinyGemma3Config(64, 2, 4, 2, 16, 128, 512, 8, 2),
+                            fixtures::TinyGemma3Config(32, 2, 4, 2, 16, 64, 512, 8, 2), "\"gemma3_text\"");
+  const fs::path exported = fs::path(MAESTRO_TEST_TMP) / "hf_run_gemma3" /
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name() / "out" / "student-hf";
+  auto back = compiler::ModelFromHfConfig(ReadText(exported / "config.json"), "exported config.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(plan::Gemma3(*back));
+  EXPECT_TRUE(plan::IsSlidingLayer(*back, 0));
+  EXPECT_FALSE(plan::IsSlidingLayer(*back, 1));
+  auto loaded = hf::HfCheckpoint::Open(exported.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto names = hf::ExpandWeightNames(*back);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(names->layout, hf::WeightLayout::kGemma3);
+  for (const auto& w : names->weights) EXPECT_TRUE((*loaded)->Find(w.hf_name).ok()) << w.hf_name;
+}
+
 // The two families' students split as the runtime splits a decoder (issue
 // #40: TP 2, PP 2 and CP 2 runs of two families equal the reference): the
 // Llama 3.x student over 2 TP ranks and over 2 pipeline stages, the Qwen3
@@ -388,6 +413,22 @@ TEST(HfRunCrossFamily, Qwen3StudentAtTp2AndCp2EqualsTheReference) {
                             {"--ranks", "3", "--pin", "student.tp=2", "--pin", "teacher.dp=1"}, {2, 1, 1});
   ExpectCrossFamilyKdTrains("qwen3_cp2", teacher, student, "\"qwen3\"",
                             {"--ranks", "3", "--pin", "student.cp=2", "--pin", "teacher.dp=1"}, {1, 1, 2});
+}
+
+// The Gemma 3 student over 2 TP ranks (its heads split, the four norms per
+// layer and the q/k norms replicated), over 2 CP ranks (each layer's mask
+// over the gathered keys: the local layer's window, the global layer's
+// causal prefix) and over 2 pipeline stages.
+TEST(HfRunCrossFamily, Gemma3StudentAtTp2Cp2AndPp2EqualsTheReference) {
+  const auto teacher = fixtures::TinyGemma3Config(64, 2, 4, 2, 16, 128, 512, 8, 2);
+  const auto student = fixtures::TinyGemma3Config(32, 2, 4, 2, 16, 64, 512, 8, 2);
+  ExpectCrossFamilyKdTrains("gemma3_tp2", teacher, student, "\"gemma3_text\"",
+                            {"--ranks", "3", "--pin", "student.tp=2", "--pin", "teacher.dp=1"}, {2, 1, 1});
+  ExpectCrossFamilyKdTrains("gemma3_cp2", teacher, student, "\"gemma3_text\"",
+                            {"--ranks", "3", "--pin", "student.cp=2", "--pin", "teacher.dp=1"}, {1, 1, 2});
+  // 2 pipeline stages: the local layer on one, the global layer on the other.
+  ExpectCrossFamilyKdTrains("gemma3_pp2", teacher, student, "\"gemma3_text\"",
+                            {"--ranks", "3", "--pin", "student.pp=2", "--pin", "teacher.dp=1"}, {1, 2, 1});
 }
 
 }  // namespace

@@ -300,6 +300,29 @@ ModelDesc TinyMistral() {
   return d;
 }
 
+// Gemma 3 text: unit-offset norms (4 per block, q/k norms), GeGLU, the
+// embeddings scaled by sqrt(C), query_pre_attn_scalar 24 (not head_dim 16),
+// 3 layers, layer 1 global ((i + 1) % 2 == 0), layers 0 and 2 local:
+// windows of 8 with the local RoPE base, the global layer rope_theta 1e6
+// with linear scaling 4.
+ModelDesc TinyGemma3() {
+  ModelDesc d = fixtures::TinyDecoderModel();
+  d.layers = 3;
+  d.head_dim = 16;
+  d.tie_embeddings = true;
+  d.extra[plan::kGemma3Key] = 1;
+  d.extra[plan::kQkNormKey] = 1;
+  d.extra[plan::kRmsNormEpsKey] = 1e-6;
+  d.extra[plan::kSlidingWindowKey] = 8;
+  d.extra[plan::kSlidingWindowPatternKey] = 2;
+  d.extra[plan::kRopeThetaKey] = 1e6;
+  d.extra[plan::kRopeLocalBaseFreqKey] = 10000;
+  d.extra[plan::kQueryPreAttnScalarKey] = 24;
+  d.extra[plan::kRopeScalingTypeKey] = static_cast<int>(plan::RopeType::kLinear);
+  d.extra[plan::kRopeScalingFactorKey] = 4;
+  return d;
+}
+
 // Llama 3.1's rope scaling on the tiny decoder, shrunk so that 64 tokens run
 // past the original context: theta 100 and original 32 put the four
 // frequencies (wavelengths 6.3, 19.9, 62.8, 199) on every branch of the rule
@@ -440,6 +463,12 @@ TEST(RuntimeModelsReference, DecoderMistralInsideItsWindowMatchesPyTorch) {
 // decoder.h AttentionMask) against the reference's Hugging Face rule.
 TEST(RuntimeModelsReference, DecoderMistralBeyondItsWindowMatchesPyTorch) {
   CheckAgainstPyTorch(DecoderCase("decoder_mistral_beyond", TinyMistral(), 2, 24));
+}
+
+// 24 tokens: the local layers' window of 8 and the global layer's whole
+// prefix, each with its RoPE, against the reference's Gemma 3 block.
+TEST(RuntimeModelsReference, DecoderGemma3LocalAndGlobalLayersMatchPyTorch) {
+  CheckAgainstPyTorch(DecoderCase("decoder_gemma3", TinyGemma3(), 2, 24));
 }
 
 // 64 tokens, twice the original context of 32: positions past it are where
@@ -598,7 +627,7 @@ TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
 
 TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
   for (const auto& desc : {fixtures::TinyDecoderModel(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(),
-                           fixtures::TinyVitModel(), fixtures::TinyClipVisionModel(),
+                           TinyGemma3(), fixtures::TinyVitModel(), fixtures::TinyClipVisionModel(),
                            fixtures::TinyQwen2VlVisionModel(), fixtures::TinyAudioModel(), TinyProjector()}) {
     ModelBuildOptions meta;
     meta.device = torch::kMeta;

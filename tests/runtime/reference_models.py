@@ -10,7 +10,7 @@ parameter, the input ("ids" int64 (B,T) for the decoder, "x" float
 otherwise) and "probe" (d loss / d output). This script builds the same model
 in float64
 independently of the C++ code -- the decoder as HF transformers writes
-Llama / Mixtral, the encoders from torch.nn.TransformerEncoderLayer(
+Llama / Mixtral (Gemma 3 text when extra.gemma3), the encoders from torch.nn.TransformerEncoderLayer(
 norm_first=True, batch_first=True) and nn.Conv1d/2d -- loads the weights by
 name (every C++ parameter must land on exactly one PyTorch parameter and vice
 versa), runs loss = sum(output * probe) (+ sum(router_balance), the MoE
@@ -345,6 +345,151 @@ class LlamaForCausalLM(nn.Module):
         return out
 
 
+# ---- decoder: HF Gemma 3 text (modeling_gemma3.py) ----------------------------
+# Written from Gemma 3's published math (the Gemma 3 technical report and
+# transformers' Gemma3ForCausalLM), not from Maestro's C++:
+#   RMSNorm x / sqrt(mean(x^2) + eps) * (1 + w) in (at least) float32, cast back;
+#   embeddings * sqrt(hidden) (a float32 scalar cast to the weights' dtype);
+#   h = x + post_attention_layernorm(attn(input_layernorm(x)));
+#   out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+#   attn: q_norm / k_norm per head before RoPE, scores * query_pre_attn_scalar^-0.5;
+#   mlp: down(gelu_tanh(gate(x)) * up(x));
+#   local (sliding) layers: window mask kv_idx > q_idx - W, RoPE base
+#   rope_local_base_freq unscaled; global layers: rope_theta with rope_scaling.
+# Parameter names are Maestro's (blocks.<i>.post_attn_norm = HF's
+# post_attention_layernorm, mlp_norm = pre_feedforward_layernorm,
+# post_mlp_norm = post_feedforward_layernorm).
+
+
+class GemmaRMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        wide = torch.promote_types(x.dtype, torch.float32)
+        h = x.to(wide)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.to(wide))).to(x.dtype)
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (gelu_pytorch_tanh)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def gemma_is_sliding(d, layer):
+    """Layer kinds as the desc encodes Gemma 3's config (plan/model_desc.h):
+    no window, no sliding layer; an explicit full_attention_layers.<i> is
+    global; else layer i is global iff (i + 1) % sliding_window_pattern == 0."""
+    extra = d["extra"]
+    if not extra.get("sliding_window", 0):
+        return False
+    if extra.get(f"full_attention_layers.{layer}", 0):
+        return False
+    pattern = int(extra.get("sliding_window_pattern", 0))
+    return not (pattern and (layer + 1) % pattern == 0)
+
+
+class Gemma3Attention(nn.Module):
+    def __init__(self, d, head_dim, eps, window):
+        super().__init__()
+        hidden, heads = d["hidden"], d["heads"]
+        kv_heads = d["kv_heads"] or heads
+        self.heads, self.kv_heads, self.head_dim, self.window = heads, kv_heads, head_dim, window
+        self.scaling = d["extra"].get("query_pre_attn_scalar", head_dim) ** -0.5
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.q_norm = GemmaRMSNorm(head_dim, eps)
+        self.k_norm = GemmaRMSNorm(head_dim, eps)
+
+    def forward(self, x, cos, sin):
+        bsz, q_len, _ = x.size()
+        q = self.q_norm(self.q_proj(x).view(bsz, q_len, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(bsz, q_len, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, q_len, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = (q * cos) + (rotate_half(q) * sin)
+        k = (k * cos) + (rotate_half(k) * sin)
+        k = repeat_kv(k, self.heads // self.kv_heads)
+        v = repeat_kv(v, self.heads // self.kv_heads)
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.scaling
+        q_idx = torch.arange(q_len).unsqueeze(1)
+        kv_idx = torch.arange(q_len).unsqueeze(0)
+        visible = kv_idx <= q_idx
+        if self.window:
+            visible = visible & (kv_idx > q_idx - self.window)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        probs = F.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)
+        return self.o_proj(torch.matmul(probs, v).transpose(1, 2).reshape(bsz, q_len, -1))
+
+
+class GeGluMLP(nn.Module):
+    def __init__(self, hidden, intermediate):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(gelu_tanh(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Gemma3DecoderLayer(nn.Module):
+    def __init__(self, d, layer):
+        super().__init__()
+        head_dim = d["head_dim"] or d["hidden"] // d["heads"]
+        eps = d["extra"].get("rms_norm_eps", 1e-6)
+        self.sliding = gemma_is_sliding(d, layer)
+        window = int(d["extra"]["sliding_window"]) if self.sliding else 0
+        self.attn_norm = GemmaRMSNorm(d["hidden"], eps)
+        self.attn = Gemma3Attention(d, head_dim, eps, window)
+        self.post_attn_norm = GemmaRMSNorm(d["hidden"], eps)
+        self.mlp_norm = GemmaRMSNorm(d["hidden"], eps)
+        self.mlp = GeGluMLP(d["hidden"], d["ffn_hidden"])
+        self.post_mlp_norm = GemmaRMSNorm(d["hidden"], eps)
+
+    def forward(self, x, rope_global, rope_local):
+        cos, sin = rope_local if self.sliding else rope_global
+        x = x + self.post_attn_norm(self.attn(self.attn_norm(x), cos, sin))
+        return x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))
+
+
+class Gemma3ForCausalLM(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.d = d
+        self.embed_tokens = nn.Embedding(d["vocab"], d["hidden"])
+        self.blocks = nn.ModuleList([Gemma3DecoderLayer(d, i) for i in range(d["layers"])])
+        self.final_norm = GemmaRMSNorm(d["hidden"], d["extra"].get("rms_norm_eps", 1e-6))
+        if not d["tie_embeddings"]:
+            self.lm_head = nn.Linear(d["hidden"], d["vocab"], bias=False)
+
+    def param_map(self):
+        return dict(self.named_parameters())
+
+    def run(self, inputs, delta):
+        d, extra = self.d, self.d["extra"]
+        scale = torch.tensor(math.sqrt(d["hidden"]), dtype=torch.float32).to(self.embed_tokens.weight.dtype)
+        embeds = self.embed_tokens(inputs["ids"]) * scale + delta
+        seq_len, head_dim = embeds.shape[1], d["head_dim"] or d["hidden"] // d["heads"]
+        rope_global = rotary_cos_sin(seq_len, head_dim, extra.get("rope_theta", 10000.0), extra)
+        rope_local = rotary_cos_sin(seq_len, head_dim, extra.get("rope_local_base_freq", extra.get("rope_theta", 10000.0)),
+                                    {})
+        x = embeds
+        for block in self.blocks:
+            x = block(x, rope_global, rope_local)
+        hidden = self.final_norm(x)
+        head = self.embed_tokens.weight if d["tie_embeddings"] else self.lm_head.weight
+        return {"output": F.linear(hidden, head), "hidden": hidden}
+
+
+def Decoder(d):
+    return Gemma3ForCausalLM(d) if d["extra"].get("gemma3", 0) else LlamaForCausalLM(d)
+
+
 # ---- encoders: torch.nn building blocks ----------------------------------------
 
 
@@ -659,7 +804,7 @@ class Projector(nn.Module):
         return {"output": self.net(inputs["x"] + delta)}
 
 
-MODELS = {"decoder": LlamaForCausalLM, "vit": Vit, "audio_encoder": AudioEncoder, "projector": Projector}
+MODELS = {"decoder": Decoder, "vit": Vit, "audio_encoder": AudioEncoder, "projector": Projector}
 
 
 def main(argv):
