@@ -19,7 +19,8 @@
 //    pair on 2 ranks, every step's loss equal to the one-process
 //    reference's, the exported student keeps its family's config, and that
 //    folder (fp32) reloads to the trained run's held-out loss; Qwen3-MoE
-//    with dense layers between its MoE ones, also over 2 stages; Gemma 3
+//    with dense layers between its MoE ones, also over 2 stages; Qwen2.5
+//    with YaRN and Mistral past its window (32 tokens each); Gemma 3
 //    text, its local and global layers apart (32 tokens through a window
 //    of 8).
 // No torch headers: checkpoints are written by tests/fixtures/hf_checkpoints.h
@@ -355,6 +356,39 @@ TEST(HfRunCrossFamily, Llama3WithItsRopeScalingTrainsAsTheReferenceAndExportsIts
 TEST(HfRunCrossFamily, Qwen3WithQkNormsTrainsAsTheReferenceAndExportsItsConfig) {
   ExpectCrossFamilyKdTrains("qwen3", fixtures::TinyQwen3Config(64, 2, 4, 2, 16, 128, 512, false),
                             fixtures::TinyQwen3Config(32, 2, 4, 2, 16, 64, 512, true), "\"qwen3\"");
+}
+
+// Qwen2.5 with YaRN: a Qwen2 config (q/k/v biases) whose rope_scaling is
+// YaRN (factor 4 over an original context of 16), so the 32-token samples
+// run where the scaled frequencies differ from the unscaled ones.
+std::string TinyQwen25YarnConfig(int hidden, int ffn, bool tied) {
+  std::string c = fixtures::TinyQwen2Config(hidden, 2, 4, 2, ffn, 512, tied);
+  const std::string at = ", \"tie_word_embeddings\"";
+  c.insert(c.find(at),
+           ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, "
+           "\"original_max_position_embeddings\": 16}");
+  return c;
+}
+
+// Mistral past its window: the Llama-shaped decoder with sliding_window 8
+// under 32-token samples (transformers' rule kv_idx > q_idx - 8).
+std::string TinyMistralConfig(int hidden, int ffn, bool tied) {
+  return "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", \"hidden_size\": " +
+         std::to_string(hidden) + ", \"intermediate_size\": " + std::to_string(ffn) +
+         ", \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+         "\"vocab_size\": 512, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-05, "
+         "\"rope_theta\": 10000.0, \"sliding_window\": 8, \"tie_word_embeddings\": " +
+         (tied ? "true" : "false") + ", \"torch_dtype\": \"bfloat16\"}\n";
+}
+
+TEST(HfRunCrossFamily, Qwen25WithYarnPastItsOriginalContextTrainsAsTheReferenceAndExportsItsConfig) {
+  ExpectCrossFamilyKdTrains("qwen25_yarn", TinyQwen25YarnConfig(64, 128, false), TinyQwen25YarnConfig(32, 64, true),
+                            "\"yarn\"");
+}
+
+TEST(HfRunCrossFamily, MistralPastItsWindowTrainsAsTheReferenceAndExportsItsConfig) {
+  ExpectCrossFamilyKdTrains("mistral_window", TinyMistralConfig(64, 128, false), TinyMistralConfig(32, 64, true),
+                            "\"sliding_window\": 8");
 }
 
 // Qwen3-MoE with dense layers: 4 layers, decoder_sparse_step 2 and

@@ -14,6 +14,8 @@
 //  - a MoE decoder (8 experts, top 2, a shared expert; docs/moe.md): the
 //    experts' state and the routed slots' activations; and one as Qwen3-MoE
 //    builds it, q/k norms and dense layers between the MoE ones;
+//  - Gemma 3 (a gemma3_text config): sandwich and q/k norms, GeGLU, local
+//    layers under a window's mask beside global ones;
 //  - ZeRO-1: the decoder at DP 2 with zero_stage 1 (AdamW's moments of half
 //    the parameters per rank, runtime/parallel/distributed_optimizer.h), and
 //    the same plan with zero_stage 0: each rank within 20% of its estimate,
@@ -69,6 +71,8 @@
 #include "plan/model_desc.h"
 #include "plan/plan.h"
 #include "tests/fixtures/demo_images.h"
+#include "tests/fixtures/hf_checkpoints.h"
+#include "tests/fixtures/scratch.h"
 #include "tests/fixtures/specs.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/launcher/run_util.h"
@@ -498,6 +502,24 @@ TEST(MemoryAsMeasured, MoeDecoderPeakAboveBaselineMatchesTheEstimate) {
 // the MoE ones; the estimate prices each layer as it is.
 TEST(MemoryAsMeasured, MoeDecoderWithDenseLayersAndQkNormsMatchesTheEstimate) {
   ExpectMeasuredCase("moe_mixed_qk_norm");
+}
+
+// Gemma 3's blocks (issue #40): the sandwich norms, q/k norms, GeGLU, the
+// scaled embedding, and local layers (a window of 64 of the 256 tokens,
+// under its mask) beside global ones (every third layer), from a
+// gemma3_text config.json. Each priced as the runtime holds it.
+TEST(MemoryAsMeasured, Gemma3LocalAndGlobalLayersMatchTheEstimate) {
+  const std::string config = fixtures::PerTestDir("memory_gemma3_config") + "/config.json";
+  std::ofstream(config) << fixtures::TinyGemma3Config(384, 6, 6, 2, 64, 1024, 8192, 64, 3);
+  const std::string spec = fixtures::WithKeys(Head("memory-gemma3"), {{"data", "global_batch", "4"}}) +
+                           "\n[models.lm]\nhf_config = \"" + config + "\"\n" + fixtures::SectionToml("lm", "train", 4);
+  const MeasuredRun run = CompileAndRun("gemma3", spec);
+  ASSERT_FALSE(run.memory.empty());
+  const plan::SectionPlan& section = run.plan.sections.at(static_cast<size_t>(run.plan.section_index("lm")));
+  ASSERT_TRUE(plan::Gemma3(section.model));
+  ASSERT_EQ(plan::SlidingLayerCount(section.model), 4);
+  EXPECT_EQ(section.planner_only, "");
+  ExpectWithin20Percent(run, "lm");
 }
 
 // The MoE decoder at EP 2 x DP 2: each rank holds half the routed experts
