@@ -6,6 +6,7 @@
 
 #include "compiler/model.h"
 #include "hf/name_map.h"
+#include "plan/banded_attention.h"
 #include "plan/gradient_bucket.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
@@ -151,6 +152,22 @@ double ContextParallelKvBytes(const plan::ModelDesc& m, int tp, int cp, int64_t 
   const double hd = HeadDimOf(m), heads = D(m.heads) / tp, kv = KvHeadsOf(m) / tp;
   const double kept = kv < heads ? 2.0 * heads * hd : 2.0 * kv * hd;
   return D(cp - 1) * a * kept + D(context);
+}
+
+// A decoder's sliding layers under the banded attention (plan/banded_attention.h:
+// no CP, the explicit softmax of a CPU slot, its probabilities kept) keep
+// BandedKeysPerQuery probabilities per query head instead of the whole
+// context's: bytes per local token, as a mean over the layers, that
+// DecoderLayerBytes counted and the band does not keep.
+double BandedAttentionUnkeptBytes(const plan::ModelDesc& m, int tp, int cp, int64_t context, double a,
+                                  bool explicit_attention, bool core_recomputed) {
+  const int64_t window = plan::SlidingWindow(m);
+  if (m.kind != ModelKind::kDecoder || cp > 1 || !explicit_attention || core_recomputed ||
+      !plan::BandedAttention(context, window)) {
+    return 0.0;
+  }
+  const double sliding_share = D(plan::SlidingLayerCount(m)) / D(std::max<int64_t>(m.layers, 1));
+  return sliding_share * a * D(m.heads) / tp * (D(context) - plan::BandedKeysPerQuery(context, window));
 }
 
 // An encoder block in training (runtime/models/encoders.cc EncoderBlockImpl:
@@ -435,7 +452,8 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
   if (train) {
     const bool selective = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
     const double layer = LayerActivationBytes(m, tp, context, a, explicit_attention, selective) +
-                         ContextParallelKvBytes(m, tp, cp, context, a);
+                         ContextParallelKvBytes(m, tp, cp, context, a) -
+                         BandedAttentionUnkeptBytes(m, tp, cp, context, a, explicit_attention, selective);
     // A section that waits for gradients from downstream keeps every
     // micro-batch of its replica, or at most the schedule's in-flight cap
     // plus one (the scheduler's deadlock relief: docs/scheduler.md).

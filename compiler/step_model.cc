@@ -12,6 +12,7 @@
 #include "base/checks.h"
 #include "compiler/model.h"
 #include "compiler/step_sum.h"
+#include "plan/banded_attention.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
 #include "plan/tensor_parallel_split.h"
@@ -200,18 +201,26 @@ void AddDecoderLoss(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, 
 
 // ---- Causal flash SDPA on (B, H/tp, T, D) of t tokens, q wide on this rank; CP
 // splits the queries: FLOPs as compiler/model.h counts them (4 * T/2 * q per token
-// forward). A sliding window shorter than T (Mistral; Gemma 3's local layers,
-// plan::IsSlidingLayer): the runtime masks the whole T x T scores (AttentionMask;
-// SDPA with a mask skips no block), so the core costs the square, 4 * T * q per
-// token, although the window makes fewer of them useful (ModelFacts).
+// forward). A sliding window W shorter than T (Mistral; Gemma 3's local layers,
+// plan::IsSlidingLayer) runs under its mask (AttentionMask; SDPA with a mask
+// skips no block): in chunks of W queries over their band of keys when
+// plan::BandedAttention and no CP (plan::BandedKeysPerQuery, about 2W keys
+// per query), else over the whole T x T square; ModelFacts counts the
+// window's useful FLOPs.
 void AddDecoderAttention(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double all_tokens, double t,
                          double q, double head_dim) {
   const double layers = static_cast<double>(d.layers);
-  const double window = static_cast<double>(plan::SlidingWindow(d));
-  const bool windowed = window > 0 && t > window;
+  const auto window = plan::SlidingWindow(d);
+  const bool windowed = window > 0 && t > static_cast<double>(window);
   const double masked_layers = windowed ? static_cast<double>(plan::SlidingLayerCount(d)) : 0.0;
   if (masked_layers > 0) {
-    sum.Attention("(SDPA under the window's mask)", 4 * all_tokens / s.cp * t * q, head_dim, t, masked_layers);
+    const auto tokens = static_cast<int64_t>(t);
+    const bool banded = s.cp <= 1 && plan::BandedAttention(tokens, window);
+    const double keys = banded ? plan::BandedKeysPerQuery(tokens, window) : t;
+    // Banded: one SDPA per chunk of W queries (each its own kernels).
+    const double chunks = banded ? std::ceil(t / static_cast<double>(window)) : 1.0;
+    sum.Attention(banded ? "(SDPA in the window's band, per chunk)" : "(SDPA under the window's mask)",
+                  4 * all_tokens / s.cp * keys * q / chunks, head_dim, banded ? keys : t, masked_layers * chunks);
   }
   if (layers > masked_layers) {
     sum.Attention("(causal SDPA)", 4 * all_tokens / s.cp * (t / 2) * q, head_dim, t, layers - masked_layers);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/checks.h"
+#include "plan/banded_attention.h"
 #include "plan/model_desc.h"
 #include "plan/tensor_parallel_split.h"
 #include "runtime/parallel/context_parallel.h"
@@ -62,6 +64,25 @@ torch::Tensor GqaAttentionMasked(const torch::Tensor& q, const torch::Tensor& k,
   scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   return torch::matmul(torch::softmax(scores, -1), values);  // (B, H, T, D)
 #endif
+}
+
+// A sliding window's attention in chunks of `band` queries, each over its
+// band of keys [s - band + 1, e) (plan/banded_attention.h): q (B, H, T, D),
+// k, v (B, K, T, D), allowed (T, T) -> (B, H, T, D), what
+// GqaAttentionMasked computes over the whole square.
+torch::Tensor GqaAttentionBanded(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& allowed, int64_t band) {
+  const int64_t t = q.size(2);
+  std::vector<torch::Tensor> chunks;
+  for (int64_t start = 0; start < t; start += band) {
+    const int64_t rows = std::min(t, start + band) - start;
+    const int64_t first_key = std::max<int64_t>(0, start - band + 1);
+    const int64_t keys = start + rows - first_key;
+    chunks.push_back(GqaAttentionMasked(q.narrow(2, start, rows), k.narrow(2, first_key, keys),
+                                        v.narrow(2, first_key, keys),
+                                        allowed.narrow(0, start, rows).narrow(1, first_key, keys)));
+  }
+  return torch::cat(chunks, 2);
 }
 
 // Replaces `param`'s data by its slice [start, start+length) along `dim`.
@@ -179,8 +200,10 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
       v = GatherSequence(v, 2, *mask->group);
     }
     auto allowed = mask->allowed;
-    auto masked = [allowed](const std::vector<torch::Tensor>& qkv) {
-      return GqaAttentionMasked(qkv[0], qkv[1], qkv[2], allowed);
+    const int64_t band = mask->group == nullptr ? mask->band : 0;
+    auto masked = [allowed, band](const std::vector<torch::Tensor>& qkv) {
+      return band > 0 ? GqaAttentionBanded(qkv[0], qkv[1], qkv[2], allowed, band)
+                      : GqaAttentionMasked(qkv[0], qkv[1], qkv[2], allowed);
     };
     auto out = recompute_core ? RunRecomputed(masked, {q, k, v}) : masked({q, k, v});  // (B, H, T_local, D)
     return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
@@ -408,6 +431,7 @@ LayerAttention MakeLayerAttention(RopeTables tables, int64_t seq_len, int64_t wi
   }
   out.mask.allowed = mine.unsqueeze(1) >= keys.unsqueeze(0);  // (T_local, T): causal
   if (windowed) out.mask.allowed = out.mask.allowed & (keys.unsqueeze(0) > mine.unsqueeze(1) - window);
+  if (cp_size <= 1 && plan::BandedAttention(seq_len, window)) out.mask.band = window;
   return out;
 }
 

@@ -92,9 +92,13 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 // `allowed` (T_local, T) bool lets query i see key j when j's position is
 // not later than i's and, with a window W, later than i's - W (every row has
 // a true: the query's own position).
+// band > 0 (a window W with plan::BandedAttention, no CP): the queries run
+// in chunks of W, each over its band of keys only (plan/banded_attention.h);
+// the same result as the masked square.
 struct AttentionMask {
   launcher::Backend* group = nullptr;
   torch::Tensor allowed;  // (T_local, T) bool
+  int64_t band = 0;
 };
 
 // Tensor parallelism: the decoder shards itself (Shard, ShardDecoderForTensorParallel)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "compiler/device_profile.h"
+#include "plan/banded_attention.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
 #include "tests/fixtures/models.h"
@@ -510,8 +511,9 @@ TEST(SectionPass, AVitAttendsWithinEachImageNotAcrossTheSample) {
   EXPECT_DOUBLE_EQ(b->detail.gemm_seconds, a->detail.gemm_seconds);
 }
 
-// A sliding window shorter than the sequence (Mistral): the runtime masks
-// the whole T x T scores, so the attention core is priced as the square,
+// A sliding window shorter than the sequence but longer than half of it
+// (Mistral, no band: plan::BandedAttention): the runtime masks the whole
+// T x T scores, so the attention core is priced as the square,
 // twice the causal triangle's FLOPs (the kernel rate is the same table's);
 // within the window, nothing changes. The GEMMs are the same either way.
 TEST(SectionPass, ASlidingWindowShorterThanTheSequenceIsPricedAsTheMaskedSquare) {
@@ -528,6 +530,31 @@ TEST(SectionPass, ASlidingWindowShorterThanTheSequenceIsPricedAsTheMaskedSquare)
   auto inside_plain = PredictSectionPass(plain, Train(2, 2048), p);
   ASSERT_TRUE(inside.ok() && inside_plain.ok());
   EXPECT_DOUBLE_EQ(inside->detail.attention_seconds, inside_plain->detail.attention_seconds);
+}
+
+// A window of 512 over 4096 tokens runs banded (plan/banded_attention.h):
+// chunks of 512 queries over at most 1023 keys, about 959 keys per query
+// where the causal triangle has 2048 and the masked square 4096; priced
+// per chunk. Under CP the runtime keeps the masked square.
+TEST(SectionPass, AWindowFarShorterThanTheSequenceIsPricedAsItsBand) {
+  const DeviceProfile p = H100();
+  const plan::ModelDesc plain = Llama3_8BLayers8();
+  plan::ModelDesc windowed = plain;
+  windowed.extra[plan::kSlidingWindowKey] = 512;
+  ASSERT_TRUE(plan::BandedAttention(4096, 512));
+  EXPECT_NEAR(plan::BandedKeysPerQuery(4096, 512), (512.0 * 512 + 7 * 512.0 * 1023) / 4096, 1e-9);
+  auto causal = PredictSectionPass(plain, Train(2, 4096), p);
+  auto banded = PredictSectionPass(windowed, Train(2, 4096), p);
+  ASSERT_TRUE(causal.ok() && banded.ok()) << banded.status().ToString();
+  EXPECT_LT(banded->detail.attention_seconds, 0.75 * causal->detail.attention_seconds);
+  EXPECT_DOUBLE_EQ(banded->detail.gemm_seconds, causal->detail.gemm_seconds);
+  PassShape cp2 = Train(2, 4096);
+  cp2.cp = 2;
+  PassShape cp2_plain = cp2;
+  auto square = PredictSectionPass(windowed, cp2, p);
+  auto causal_cp2 = PredictSectionPass(plain, cp2_plain, p);
+  ASSERT_TRUE(square.ok() && causal_cp2.ok()) << square.status().ToString();
+  EXPECT_NEAR(square->detail.attention_seconds / causal_cp2->detail.attention_seconds, 2.0, 0.05);
 }
 
 // Gemma 3's local and global layers (plan::IsSlidingLayer): with one layer

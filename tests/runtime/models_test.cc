@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/banded_attention.h"
 #include "plan/model_desc.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
@@ -583,6 +584,38 @@ TEST(RuntimeModels, MistralBeyondItsWindowSeesOnlyItsWindowPerLayer) {
     }
   }
   EXPECT_GT(moved(*plain, a, b)[23].item<double>(), 0.0) << "without the window, token 0 reaches the end";
+}
+
+// The banded attention (plan/banded_attention.h: chunks of W queries over
+// their band of keys) is the masked square's, forward and backward: one
+// attention of TinyMistral (a window of 8) over 40 tokens, both ways.
+TEST(RuntimeModels, BandedWindowAttentionEqualsTheMaskedSquare) {
+  auto lm = BuildDecoder(TinyMistral());
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const ModelDesc d = TinyMistral();
+  const int64_t t = 40, window = plan::SlidingWindow(d);
+  ASSERT_TRUE(plan::BandedAttention(t, window));
+  auto& attn = *(*lm)->blocks[0]->as<DecoderBlockImpl>()->attn;
+  const auto rope = MakeRopeTables(
+      t, RopeInverseFrequencyTensor(plan::HeadDim(d), plan::RopeTheta(d), plan::RopeScalingOf(d), torch::kCPU), 1.0,
+      torch::kFloat32);
+  auto pos = torch::arange(t, torch::kLong);
+  AttentionMask mask;
+  mask.allowed = (pos.unsqueeze(1) >= pos.unsqueeze(0)) & (pos.unsqueeze(0) > pos.unsqueeze(1) - window);  // (T, T)
+  torch::manual_seed(11);
+  const auto x = torch::randn({2, t, d.hidden});
+  const auto weights = torch::randn({2, t, d.hidden});
+  auto run = [&](int64_t band) {
+    mask.band = band;
+    auto in = x.clone().requires_grad_(true);
+    auto out = attn.forward(in, rope, &mask);  // (B, T, C)
+    (out * weights).sum().backward();
+    return std::make_pair(out.detach(), in.grad());
+  };
+  const auto [square, square_grad] = run(0);
+  const auto [banded, banded_grad] = run(window);
+  EXPECT_TRUE(torch::allclose(banded, square, 1e-5, 1e-6)) << (banded - square).abs().max();
+  EXPECT_TRUE(torch::allclose(banded_grad, square_grad, 1e-5, 1e-6)) << (banded_grad - square_grad).abs().max();
 }
 
 TEST(RuntimeModels, CausalDecoderIgnoresFutureTokens) {
