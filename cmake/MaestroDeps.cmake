@@ -48,6 +48,18 @@ maestro_require(JPEG_FOUND "libjpeg-turbo (JPEG decoding)" "libjpeg62-turbo-dev"
 find_package(PNG QUIET)
 maestro_require(PNG_FOUND "libpng (PNG decoding)" "libpng-dev")
 
+# Audio files for audio encoders (datasets/audio_features.h): decoding
+# (libsndfile), resampling (libsoxr) and the log-mel STFT (FFTW3, double).
+pkg_check_modules(SNDFILE QUIET IMPORTED_TARGET sndfile)
+maestro_require(SNDFILE_FOUND "libsndfile (audio decoding)" "libsndfile1-dev")
+add_library(maestro::sndfile ALIAS PkgConfig::SNDFILE)
+pkg_check_modules(SOXR QUIET IMPORTED_TARGET soxr)
+maestro_require(SOXR_FOUND "libsoxr (audio resampling)" "libsoxr-dev")
+add_library(maestro::soxr ALIAS PkgConfig::SOXR)
+pkg_check_modules(FFTW3 QUIET IMPORTED_TARGET fftw3)
+maestro_require(FFTW3_FOUND "FFTW3 (the log-mel spectrogram's FFT)" "libfftw3-dev")
+add_library(maestro::fftw3 ALIAS PkgConfig::FFTW3)
+
 pkg_check_modules(PMIX QUIET IMPORTED_TARGET pmix)
 maestro_require(PMIX_FOUND "PMIx" "libpmix-dev")
 add_library(maestro::pmix ALIAS PkgConfig::PMIX)

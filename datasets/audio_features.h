@@ -60,7 +60,8 @@ StatusOr<std::vector<float>> ResampleAudio(const std::vector<float>& samples, in
                                            const std::string& what);
 
 // Whisper's log-mel features of 16 kHz mono `samples`: (spec.mel_bins,
-// spec.frames) row-major float32. REQUIRES: mel_bins >= 1, frames >= 1.
+// spec.frames) row-major float32. REQUIRES: mel_bins >= 1, frames >= 1 (an
+// empty vector otherwise).
 std::vector<float> WhisperLogMel(const std::vector<float>& samples, const WhisperFeatureSpec& spec);
 
 // DecodeAudioFile, ResampleAudio to 16 kHz, WhisperLogMel: what a manifest's

@@ -17,12 +17,14 @@ PACKAGES=(
   libsqlite3-dev sqlite3 libhdf5-dev hdf5-tools
   libopenmpi-dev openmpi-bin libpmix-dev
   libjpeg62-turbo-dev libpng-dev              # image decoding (datasets/image_decode.h, docs/data.md)
+  libsndfile1-dev libsoxr-dev libfftw3-dev    # audio decoding, resampling, log-mel (datasets/audio_features.h)
   # the local Slurm cluster (slurm/local-cluster.sh) and srun --mpi=pmix
   slurmctld slurmd slurm-client munge
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch                               # reference outputs for numerical tests
   python3-pil                                 # scripts/make_example_workload.py writes PNG and JPEG files
+  python3-soundfile                           # the audio features' reference reads WAV/FLAC (tests/datasets)
   # data for the demo
   dataset-fashion-mnist
   fortunes-min                                # the demo's English text (datasets/, docs/datasets.md)
