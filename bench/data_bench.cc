@@ -16,6 +16,10 @@
 //   images_decoded_per_s, decode_only_per_s, resize_normalize_overhead,
 //   png_images_decoded_per_s: image files to a vision tower's input, per
 //                        core (bench/image_bench.cc, also `maestro-bench image`).
+//   audio_files_featurised_per_s, audio_decode_only_per_s,
+//   audio_featurise_overhead, audio_resampled_files_per_s: audio files to a
+//                        Whisper encoder's log-mel input, per core
+//                        (bench/audio_bench.cc, also `maestro-bench audio`).
 //   safetensors_load_vs_read, safetensors_load_same_dtype_vs_read, ...: a
 //                        ~1 GB checkpoint into a section's model vs read() of
 //                        the same bytes (bench/weights_bench.cc, also
@@ -163,10 +167,11 @@ nlohmann::json maestro::bench::MegatronIdxBench(const maestro::bench::BenchOptio
 }
 
 MAESTRO_BENCHMARK(data,
-                  "users' models and data in: Megatron .bin/.idx samples vs pread of the same bytes; images per "
-                  "core; a ~1 GB safetensors checkpoint into a model vs read()") {
+                  "users' models and data in: Megatron .bin/.idx samples vs pread of the same bytes; images and "
+                  "audio files per core; a ~1 GB safetensors checkpoint into a model vs read()") {
   nlohmann::json out = maestro::bench::MegatronIdxBench(options);
   out.update(maestro::bench::ImageDecodeBench(options));
+  out.update(maestro::bench::AudioFeaturesBench(options));
   out.update(maestro::bench::SafetensorsLoadBench(options));
   return out;
 }

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The measurements behind `maestro-bench data` (users' models and data in),
 // each also a benchmark of its own: the Megatron corpus reader against pread
-// (data_bench.cc), image files to a vision tower's input (image_bench.cc) and
-// a safetensors checkpoint into a section's model against read()
-// (weights_bench.cc).
+// (data_bench.cc), image files to a vision tower's input (image_bench.cc),
+// audio files to a Whisper encoder's input (audio_bench.cc) and a safetensors
+// checkpoint into a section's model against read() (weights_bench.cc).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +14,7 @@ namespace maestro::bench {
 
 nlohmann::json MegatronIdxBench(const BenchOptions& options);
 nlohmann::json ImageDecodeBench(const BenchOptions& options);
+nlohmann::json AudioFeaturesBench(const BenchOptions& options);
 nlohmann::json SafetensorsLoadBench(const BenchOptions& options);
 
 }  // namespace maestro::bench

@@ -28,13 +28,27 @@ TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
   const nlohmann::json out = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(out.is_object()) << run.out;
 
-  for (const char* key :
-       {"idx_tokens_per_s", "pread_tokens_per_s", "idx_read_vs_pread", "idx_sample_vs_pread", "images_decoded_per_s",
-        "decode_only_per_s", "png_images_decoded_per_s", "safetensors_load_vs_read",
-        "safetensors_load_same_dtype_vs_read", "safetensors_mmap_copy_vs_read", "safetensors_read_gb_per_s",
-        "safetensors_load_gb_per_s", "safetensors_load_same_dtype_gb_per_s", "safetensors_read_buffer_kib",
-        "safetensors_load_vs_read_into_memory", "safetensors_load_same_dtype_vs_read_into_memory",
-        "safetensors_read_into_memory_gb_per_s"}) {
+  for (const char* key : {"idx_tokens_per_s",
+                          "pread_tokens_per_s",
+                          "idx_read_vs_pread",
+                          "idx_sample_vs_pread",
+                          "images_decoded_per_s",
+                          "decode_only_per_s",
+                          "png_images_decoded_per_s",
+                          "audio_files_featurised_per_s",
+                          "audio_decode_only_per_s",
+                          "audio_featurise_overhead",
+                          "audio_resampled_files_per_s",
+                          "safetensors_load_vs_read",
+                          "safetensors_load_same_dtype_vs_read",
+                          "safetensors_mmap_copy_vs_read",
+                          "safetensors_read_gb_per_s",
+                          "safetensors_load_gb_per_s",
+                          "safetensors_load_same_dtype_gb_per_s",
+                          "safetensors_read_buffer_kib",
+                          "safetensors_load_vs_read_into_memory",
+                          "safetensors_load_same_dtype_vs_read_into_memory",
+                          "safetensors_read_into_memory_gb_per_s"}) {
     SCOPED_TRACE(key);
     ASSERT_TRUE(out.contains(key)) << run.out;
     ASSERT_TRUE(out[key].is_number()) << out[key];
@@ -46,6 +60,7 @@ TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
   EXPECT_GT(out["safetensors_tensors"].get<int64_t>(), 0);
   // images_decoded_per_s is one core's.
   EXPECT_EQ(out["image_threads"], 1);
+  EXPECT_EQ(out["audio_threads"], 1);
   // How the sides were timed is part of the output.
   for (const char* key : {"idx_method", "safetensors_method"}) {
     ASSERT_TRUE(out[key].is_string()) << key;
