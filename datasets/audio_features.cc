@@ -56,28 +56,40 @@ struct SndfileCloser {
 };
 using SndfilePtr = std::unique_ptr<SNDFILE, SndfileCloser>;
 
-// libsndfile accepts a WAV (or AIFF) whose data chunk claims more bytes than
-// the file holds: it logs "data : CLAIMED (should be HAVE)" and reads what is
-// there. That is a truncated file (a copy cut short), except for the sizes a
-// streaming writer leaves when it cannot seek back (0, 0x7FFFFFFF, 0xFFFFFFFF).
+// libsndfile accepts a file whose header claims more bytes than the file
+// holds and reads what is there, logging the mismatch: "data : CLAIMED
+// (should be HAVE)" (WAV), " SSND : ..." (AIFF), "riff : ..." (W64),
+// "Riff size : ..." (RF64; also "*** Calculated frame count ... does not
+// match"). A claim larger than the file is a truncated copy, except for the
+// sizes a streaming writer leaves when it cannot seek back (0, 0x7FFFFFFF,
+// 0xFFFFFFFF and their 64-bit kin).
+bool TruncationLogLine(const std::string& line) {
+  const size_t first = line.find_first_not_of(' ');
+  if (first == std::string::npos) return false;
+  static const std::string kFrameCountMismatch = "*** Calculated frame count";
+  if (line.compare(first, kFrameCountMismatch.size(), kFrameCountMismatch) == 0) return true;
+  const size_t should = line.find("(should be");
+  const size_t colon = line.find(':');
+  if (should == std::string::npos || colon == std::string::npos || colon <= first || colon > should) return false;
+  const std::string key = line.substr(first, line.find_last_not_of(' ', colon - 1) + 1 - first);
+  if (key != "data" && key != "SSND" && key != "riff" && key != "Riff size") return false;
+  const unsigned long long claimed = std::strtoull(line.c_str() + colon + 1, nullptr, 0);
+  const unsigned long long have = std::strtoull(line.c_str() + should + 10, nullptr, 0);
+  const bool streaming =
+      claimed == 0 || claimed == 0x7FFFFFFFULL || claimed == 0xFFFFFFFFULL || claimed >= 0x7FFFFFFFFFFFFFFFULL;
+  return claimed > have && !streaming;
+}
+
 bool LogSaysTruncated(SNDFILE* file) {
-  char log[4096] = {0};
+  char log[8192] = {0};
   sf_command(file, SFC_GET_LOG_INFO, log, sizeof(log));
   const std::string text(log);
   size_t line_start = 0;
   while (line_start < text.size()) {
     size_t line_end = text.find('\n', line_start);
     if (line_end == std::string::npos) line_end = text.size();
-    const std::string line = text.substr(line_start, line_end - line_start);
+    if (TruncationLogLine(text.substr(line_start, line_end - line_start))) return true;
     line_start = line_end + 1;
-    const size_t first = line.find_first_not_of(' ');
-    if (first == std::string::npos) continue;
-    const bool data_chunk = line.compare(first, 4, "data") == 0 || line.compare(first, 4, "SSND") == 0;
-    if (!data_chunk || line.find("(should be") == std::string::npos) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const unsigned long long claimed = std::strtoull(line.c_str() + colon + 1, nullptr, 10);
-    if (claimed != 0 && claimed != 0x7FFFFFFFULL && claimed != 0xFFFFFFFFULL) return true;
   }
   return false;
 }

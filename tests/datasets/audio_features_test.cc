@@ -183,6 +183,18 @@ TEST(AudioDecode, BadFilesAreStatusesNamingTheFile) {
   ExpectInvalid(dir + "/truncated.wav", "truncated WAV");
   ASSERT_NO_FATAL_FAILURE(WriteBytes(dir + "/header_only.wav", wav_bytes.substr(0, 44)));
   ExpectInvalid(dir + "/header_only.wav", "a WAV whose samples are all missing");
+  // The other containers libsndfile writes whose header holds the length, cut in half.
+  for (const auto& [name, format] : {std::pair{"aiff.aiff", SF_FORMAT_AIFF}, std::pair{"w64.w64", SF_FORMAT_W64},
+                                     std::pair{"rf64.wav", SF_FORMAT_RF64}, std::pair{"wavex.wav", SF_FORMAT_WAVEX}}) {
+    const std::string whole = dir + "/whole_" + name;
+    ASSERT_NO_FATAL_FAILURE(WriteAudio(whole, format | SF_FORMAT_PCM_16, 16000, 1, mono));
+    StatusOr<DecodedAudio> good = DecodeAudioFile(whole);
+    ASSERT_TRUE(good.ok()) << good.status().ToString();
+    EXPECT_EQ(good->samples.size(), mono.size());
+    const std::string bytes = ReadBytes(whole);
+    ASSERT_NO_FATAL_FAILURE(WriteBytes(dir + "/truncated_" + name, bytes.substr(0, bytes.size() / 2)));
+    ExpectInvalid(dir + "/truncated_" + name, std::string("truncated ") + name);
+  }
   const std::string flac_bytes = ReadBytes(flac);
   ASSERT_NO_FATAL_FAILURE(WriteBytes(dir + "/truncated.flac", flac_bytes.substr(0, flac_bytes.size() / 2)));
   ExpectInvalid(dir + "/truncated.flac", "truncated FLAC");
