@@ -34,7 +34,8 @@
 namespace maestro::datasets {
 namespace {
 
-constexpr int64_t kReadBlockFrames = 65536;
+constexpr int64_t kReadBlockSamples = int64_t{1} << 18;  // per sf_readf_float call, all channels
+constexpr int64_t kReserveFrames = int64_t{1} << 24;     // ~17 min at 16 kHz; longer files grow
 constexpr double kMelFloor = 1e-10;
 constexpr double kLogRange = 8.0;  // the floor: max(log_spec) - 8
 constexpr double kWhisperFmax = 8000.0;
@@ -158,21 +159,24 @@ StatusOr<DecodedAudio> DecodeAudioFile(const std::string& path, double max_secon
   DecodedAudio out;
   out.sample_rate = info.samplerate;
   out.channels = channels;
-  out.samples.resize(static_cast<size_t>(frames));
-  std::vector<float> block(static_cast<size_t>(std::min(frames, kReadBlockFrames) * channels));
+  // Grown as frames arrive: a header that announces more than the file holds
+  // costs no more memory than the file's real samples.
+  out.samples.reserve(static_cast<size_t>(std::min(frames, kReserveFrames)));
+  const int64_t block_frames = std::max<int64_t>(1, kReadBlockSamples / channels);
+  std::vector<float> block(static_cast<size_t>(std::min(frames, block_frames) * channels));
   int64_t done = 0;
   while (done < frames) {
-    const int64_t want = std::min(kReadBlockFrames, frames - done);
+    const int64_t want = std::min(block_frames, frames - done);
     const sf_count_t got = sf_readf_float(file.get(), block.data(), want);
     if (got <= 0) break;
     for (int64_t i = 0; i < got; ++i) {
       if (channels == 1) {
-        out.samples[static_cast<size_t>(done + i)] = block[static_cast<size_t>(i)];
+        out.samples.push_back(block[static_cast<size_t>(i)]);
         continue;
       }
       double sum = 0.0;
       for (int64_t c = 0; c < channels; ++c) sum += block[static_cast<size_t>(i * channels + c)];
-      out.samples[static_cast<size_t>(done + i)] = static_cast<float>(sum / static_cast<double>(channels));
+      out.samples.push_back(static_cast<float>(sum / static_cast<double>(channels)));
     }
     done += got;
   }
