@@ -686,6 +686,8 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.pad_id = spec.data.pad_id;
   p.data.image_token_id = spec.data.image_token_id;
   p.data.max_images_per_sample = spec.data.max_images_per_sample;
+  p.data.audio_token_id = spec.data.audio_token_id;
+  p.data.max_audios_per_sample = spec.data.max_audios_per_sample;
   p.data.on_bad_sample = spec.data.on_bad_sample;
   p.data.allow_absolute_image_paths = spec.data.allow_absolute_image_paths;
   p.data.image_mean = spec.data.image_mean;

@@ -175,48 +175,84 @@ void CheckCycles(Diagnostics& d, const Spec& spec) {
           fmt::format("the section graph has a cycle: {}; sections must form a DAG", path));
 }
 
-// A JSONL manifest's placeholder against the sections that read it: a ViT
-// section needs data.image_token_id (its rows replace those positions), an
-// image_token_id needs exactly one ViT section, and the id must embed in every
-// decoder.
+// One kind of media a manifest's lines carry, as the checks below word it.
+struct ManifestMedia {
+  plan::ModelKind kind;     // the encoder that reads it
+  const char* kind_name;    // "vit": the spec's model kind
+  const char* encoders;     // "ViTs"
+  const char* an_encoder;   // "a ViT section"
+  const char* items;        // "images"
+  const char* item;         // "image"
+  const char* one_section;  // "one vision section"
+  const char* token_key;    // "image_token_id"
+  const char* max_key;      // "max_images_per_sample"
+  const char* example;      // "Qwen2-VL's <|image_pad|> = 151655"
+  int64_t id;               // the spec's placeholder id (-1: unset)
+  int64_t max_per_sample;
+};
+
+// A manifest's placeholder of one kind against the sections that read it:
+// an encoder section of that kind needs the placeholder id (its rows replace
+// those positions), the id needs exactly one such section and must embed in
+// every decoder (`vocab`: the smallest), and K needs the section.
+void CheckManifestMedia(Diagnostics& d, const Spec& spec, const ManifestMedia& k, int64_t vocab) {
+  std::vector<std::string> encoders;
+  for (const SectionSpec& s : spec.sections) {
+    const ModelSpec* m = spec.FindModel(s.model);
+    if (m && m->desc.kind == k.kind) encoders.push_back(s.name);
+  }
+  if (encoders.size() > 1) {
+    d.Error(spec.data.pos, fmt::format("[data] manifest: sections '{}' and '{}' are both {}; a manifest's {} feed "
+                                       "{} (keep one)",
+                                       encoders[0], encoders[1], k.encoders, k.items, k.one_section));
+  }
+  if (!encoders.empty() && k.id < 0) {
+    d.Error(spec.data.pos,
+            fmt::format("[data] needs the key '{}': section '{}' encodes the manifest's {} and the decoder takes its "
+                        "rows at the placeholder token; set {} to the id your processor repeats per {} (e.g. {})",
+                        k.token_key, encoders[0], k.items, k.token_key, k.item, k.example));
+  }
+  if (encoders.empty() && k.id >= 0) {
+    d.Error(spec.data.pos, fmt::format("data.{} = {}, but no section encodes {}; add a section of a kind = \"{}\" "
+                                       "model, or drop {} (a manifest without {})",
+                                       k.token_key, k.id, k.items, k.kind_name, k.token_key, k.items));
+  }
+  if (encoders.empty() && k.max_per_sample != 1) {
+    d.Error(spec.data.pos, fmt::format("data.{} needs {} to encode the {}; drop it", k.max_key, k.an_encoder, k.items));
+  }
+  if (k.id >= 0 && vocab > 0 && k.id >= vocab) {
+    d.Error(spec.data.pos, fmt::format("data.{} = {} is outside the decoders' vocabulary [0, {}); use the "
+                                       "tokenizer's {} placeholder id",
+                                       k.token_key, k.id, vocab, k.item));
+  }
+}
+
+// A JSONL manifest's images and audio clips (CheckManifestMedia each), and
+// their placeholders apart.
 void CheckManifestData(Diagnostics& d, const Spec& spec) {
   if (spec.data.manifest.empty()) return;
-  std::vector<std::string> vits;
   int64_t vocab = 0;
   for (const SectionSpec& s : spec.sections) {
     const ModelSpec* m = spec.FindModel(s.model);
-    if (!m) continue;
-    if (m->desc.kind == plan::ModelKind::kVit) vits.push_back(s.name);
-    if (m->desc.kind == plan::ModelKind::kDecoder && m->desc.vocab > 0) {
+    if (m && m->desc.kind == plan::ModelKind::kDecoder && m->desc.vocab > 0) {
       vocab = vocab == 0 ? m->desc.vocab : std::min(vocab, m->desc.vocab);
     }
   }
-  const int64_t id = spec.data.image_token_id;
-  if (vits.size() > 1) {
-    d.Error(spec.data.pos,
-            fmt::format("[data] manifest: sections '{}' and '{}' are both ViTs; a manifest's images feed "
-                        "one vision section (keep one)",
-                        vits[0], vits[1]));
-  }
-  if (!vits.empty() && id < 0) {
-    d.Error(spec.data.pos,
-            fmt::format("[data] needs the key 'image_token_id': section '{}' encodes the manifest's images and the "
-                        "decoder takes its rows at the placeholder token; set image_token_id to the id your processor "
-                        "repeats per image (e.g. Qwen2-VL's <|image_pad|> = 151655)",
-                        vits[0]));
-  }
-  if (vits.empty() && id >= 0) {
-    d.Error(spec.data.pos, fmt::format("data.image_token_id = {}, but no section encodes images; add a section of a "
-                                       "kind = \"vit\" model, or drop image_token_id (a manifest without images)",
-                                       id));
-  }
-  if (vits.empty() && spec.data.max_images_per_sample != 1) {
-    d.Error(spec.data.pos, "data.max_images_per_sample needs a ViT section to encode the images; drop it");
-  }
-  if (id >= 0 && vocab > 0 && id >= vocab) {
-    d.Error(spec.data.pos, fmt::format("data.image_token_id = {} is outside the decoders' vocabulary [0, {}); use the "
-                                       "tokenizer's image placeholder id",
-                                       id, vocab));
+  const auto& data = spec.data;
+  CheckManifestMedia(
+      d, spec,
+      {plan::ModelKind::kVit, "vit", "ViTs", "a ViT section", "images", "image", "one vision section", "image_token_id",
+       "max_images_per_sample", "Qwen2-VL's <|image_pad|> = 151655", data.image_token_id, data.max_images_per_sample},
+      vocab);
+  CheckManifestMedia(d, spec,
+                     {plan::ModelKind::kAudioEncoder, "audio_encoder", "audio encoders", "an audio encoder section",
+                      "audio clips", "clip", "one audio section", "audio_token_id", "max_audios_per_sample",
+                      "Qwen2-Audio's <|AUDIO|> = 151646", data.audio_token_id, data.max_audios_per_sample},
+                     vocab);
+  if (data.audio_token_id >= 0 && data.audio_token_id == data.image_token_id) {
+    d.Error(spec.data.pos, fmt::format("data.audio_token_id and data.image_token_id are both {}; each kind needs its "
+                                       "own placeholder id",
+                                       data.audio_token_id));
   }
 }
 

@@ -278,6 +278,8 @@ void ReadManifestKeys(Diagnostics& d, TableReader& r, DataSpec& data) {
   };
   if (r.Int("image_token_id", &data.image_token_id, 0, int64_t{1} << 40)) needs_manifest("image_token_id");
   if (r.Int("max_images_per_sample", &data.max_images_per_sample, 1, 4096)) needs_manifest("max_images_per_sample");
+  if (r.Int("audio_token_id", &data.audio_token_id, 0, int64_t{1} << 40)) needs_manifest("audio_token_id");
+  if (r.Int("max_audios_per_sample", &data.max_audios_per_sample, 1, 4096)) needs_manifest("max_audios_per_sample");
   if (r.String("on_bad_sample", &data.on_bad_sample)) {
     if (data.on_bad_sample != "error" && data.on_bad_sample != "skip") {
       d.Error(r.PosOfKey("on_bad_sample"),

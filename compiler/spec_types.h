@@ -142,6 +142,10 @@ struct DataSpec {
   std::string on_bad_sample = "error";  // "error" | "skip"
   bool allow_absolute_image_paths = false;
   std::vector<double> image_mean, image_std;
+  // ... and its audio clips (docs/data.md, "## Audio"): the placeholder id
+  // (-1 = unset), K clips per sample at most.
+  int64_t audio_token_id = -1;
+  int64_t max_audios_per_sample = 1;
   // A held-out corpus of the same tokenizer (resolved like `corpus`): the
   // test split whose loss the run reports at its end. Needs `corpus`.
   std::string test_corpus;

@@ -373,6 +373,11 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
     // zero-padded, for every sample). docs/data.md, "### Training on a manifest".
     context = NaturalTokens(sw.model, spec.data.seq_len);
     sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, spec.data.max_images_per_sample));
+  } else if (sw.model.kind == plan::ModelKind::kAudioEncoder) {
+    // The same for a manifest's clips: K = max_audios_per_sample, each clip
+    // its own attention context (docs/data.md, "## Audio").
+    context = NaturalTokens(sw.model, spec.data.seq_len);
+    sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, spec.data.max_audios_per_sample));
   } else {
     sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
   }

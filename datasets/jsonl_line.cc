@@ -23,8 +23,31 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr std::array<std::string_view, 7> kKnownKeys = {"input_ids",       "labels", "loss_mask", "images",
-                                                        "image_positions", "id",     "meta"};
+constexpr std::array<std::string_view, 9> kKnownKeys = {
+    "input_ids", "labels", "loss_mask", "images", "image_positions", "audios", "audio_positions", "id", "meta"};
+
+// One kind of media a line lists and splices at its placeholder token: its
+// keys, its noun in messages, and the options that give its placeholder.
+struct MediaKind {
+  const char* key;            // "images"
+  const char* positions_key;  // "image_positions"
+  const char* noun;           // "image"
+  const char* example;        // "relative/path.jpg"
+  const char* token_option;   // "image_token_id"
+  const char* per_item;       // "tokens_per_image"
+  int64_t token_id;
+  int64_t tokens_per_item;
+};
+
+MediaKind ImageKind(const JsonlManifestOptions& o) {
+  return {"images",         "image_positions",  "image",          "relative/path.jpg",
+          "image_token_id", "tokens_per_image", o.image_token_id, o.tokens_per_image};
+}
+
+MediaKind AudioKind(const JsonlManifestOptions& o) {
+  return {"audios",         "audio_positions",  "audio clip",     "relative/clip.flac",
+          "audio_token_id", "tokens_per_audio", o.audio_token_id, o.tokens_per_audio};
+}
 
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -101,7 +124,8 @@ class LineParser {
   // One line of the manifest, checked in this order: a JSON object within
   // the limits, its "id", no unknown key, "input_ids", "labels" or
   // "loss_mask", "images", and the image placeholders (with
-  // "image_positions"). The first problem is the error.
+  // "image_positions"), then "audios" and theirs. The first problem is the
+  // error.
   StatusOr<ParsedLine> Parse(const char* data, size_t size) {
     ParsedLine out;
     json doc;
@@ -110,9 +134,14 @@ class LineParser {
     MAESTRO_RETURN_IF_ERROR(CheckKnownKeys(doc));
     MAESTRO_RETURN_IF_ERROR(ReadInputIds(doc, &out));
     MAESTRO_RETURN_IF_ERROR(ReadLossTargets(doc, &out));
-    std::vector<std::string> written;  // the image paths as in the line, for messages
-    MAESTRO_RETURN_IF_ERROR(ReadImages(doc, &out, &written));
-    MAESTRO_RETURN_IF_ERROR(ReadPlaceholderRuns(doc, written, &out));
+    const JsonlManifestOptions& o = *ctx_.options;
+    std::vector<std::string> written;  // the paths as in the line, for messages
+    MAESTRO_RETURN_IF_ERROR(ReadMedia(doc, ImageKind(o), &out.image_paths, &written));
+    MAESTRO_RETURN_IF_ERROR(ReadPlaceholderRuns(doc, ImageKind(o), out.tokens, out.image_paths, written, &out.runs));
+    written.clear();
+    MAESTRO_RETURN_IF_ERROR(ReadMedia(doc, AudioKind(o), &out.audio_paths, &written));
+    MAESTRO_RETURN_IF_ERROR(
+        ReadPlaceholderRuns(doc, AudioKind(o), out.tokens, out.audio_paths, written, &out.audio_runs));
     return out;
   }
 
@@ -180,7 +209,8 @@ class LineParser {
       if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
       return Bad(fmt::format("unknown key {}{}", shown,
                              nearest.empty() ? std::string() : fmt::format(" (did you mean \"{}\"?)", nearest)),
-                 "the known keys are input_ids, labels, loss_mask, images, image_positions, id, meta; put "
+                 "the known keys are input_ids, labels, loss_mask, images, image_positions, audios, "
+                 "audio_positions, id, meta; put "
                  "anything else under \"meta\"");
     }
     return Status::Ok();
@@ -272,105 +302,107 @@ class LineParser {
     return Status::Ok();
   }
 
-  // "images": path strings, resolved against the manifest's folder (and
-  // checked to exist when asked); none unless the model takes images.
-  Status ReadImages(const json& doc, ParsedLine* line, std::vector<std::string>* written_paths) const {
-    ParsedLine& out = *line;
-    const JsonlManifestOptions& o = *ctx_.options;
+  // "images" ("audios"): path strings, resolved against the manifest's
+  // folder (and checked to exist when asked); none unless the model takes
+  // that kind (its placeholder id is set).
+  Status ReadMedia(const json& doc, const MediaKind& kind, std::vector<std::string>* paths,
+                   std::vector<std::string>* written_paths) const {
     std::vector<std::string>& written = *written_paths;
-    if (const auto images = doc.find("images"); images != doc.end()) {
-      if (!images->is_array()) {
-        return Bad(fmt::format("\"images\" is {}, not an array of paths", Brief(*images)),
-                   "write \"images\": [\"relative/path.jpg\", ...] (an empty array for no image)");
+    if (const auto items = doc.find(kind.key); items != doc.end()) {
+      if (!items->is_array()) {
+        return Bad(fmt::format("\"{}\" is {}, not an array of paths", kind.key, Brief(*items)),
+                   fmt::format("write \"{}\": [\"{}\", ...] (an empty array for none)", kind.key, kind.example));
       }
-      for (size_t k = 0; k < images->size(); ++k) {
-        const json& v = (*images)[k];
+      for (size_t k = 0; k < items->size(); ++k) {
+        const json& v = (*items)[k];
         if (!v.is_string()) {
-          return Bad(fmt::format("images[{}] is {}, not a path string", k, Brief(v)),
-                     "write each image as a path string relative to the manifest's folder");
+          return Bad(fmt::format("{}[{}] is {}, not a path string", kind.key, k, Brief(v)),
+                     fmt::format("write each {} as a path string relative to the manifest's folder", kind.noun));
         }
         std::string resolved;
-        Status s = ResolveImage(k, v.get_ref<const std::string&>(), &resolved);
+        Status s = ResolvePath(kind, k, v.get_ref<const std::string&>(), &resolved);
         if (!s.ok()) return s;
         written.push_back(v.get<std::string>());
-        out.image_paths.push_back(std::move(resolved));
+        paths->push_back(std::move(resolved));
       }
     }
-    const int64_t num_images = static_cast<int64_t>(out.image_paths.size());
-    if (o.image_token_id < 0 && num_images > 0) {
+    const int64_t num = static_cast<int64_t>(paths->size());
+    if (kind.token_id < 0 && num > 0) {
       return Bad(
-          fmt::format("the line lists {} image(s), but the model takes no images (no image token id)", num_images),
-          "use a manifest without images for this model, or set image_token_id and tokens_per_image");
+          fmt::format("the line lists {} {}(s), but the model takes none (no {})", num, kind.noun, kind.token_option),
+          fmt::format("use a manifest without {} for this model, or set {} and {}", kind.key, kind.token_option,
+                      kind.per_item));
     }
     return Status::Ok();
   }
 
-  // The image placeholder tokens: tokens_per_image per listed image, in runs
-  // that end within the first seq_len inputs, one run per image; and
-  // "image_positions" (optional), the start of each image's run.
-  Status ReadPlaceholderRuns(const json& doc, const std::vector<std::string>& written, ParsedLine* line) const {
-    ParsedLine& out = *line;
+  // The placeholder tokens of one kind: tokens_per_item per listed item, in
+  // runs that end within the first seq_len inputs, one run per item; and
+  // "image_positions" ("audio_positions", optional), the start of each run.
+  Status ReadPlaceholderRuns(const json& doc, const MediaKind& kind, const std::vector<int64_t>& tokens,
+                             const std::vector<std::string>& paths, const std::vector<std::string>& written,
+                             std::vector<PlaceholderRun>* runs) const {
     const JsonlManifestOptions& o = *ctx_.options;
-    const int64_t n = static_cast<int64_t>(out.tokens.size());
-    const int64_t num_images = static_cast<int64_t>(out.image_paths.size());
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t num = static_cast<int64_t>(paths.size());
     int64_t placeholders = 0;
-    std::vector<ImageTokenRun> maximal;
-    if (o.image_token_id >= 0) {
+    std::vector<PlaceholderRun> maximal;
+    if (kind.token_id >= 0) {
       for (int64_t t = 0; t < n;) {
-        if (out.tokens[static_cast<size_t>(t)] != o.image_token_id) {
+        if (tokens[static_cast<size_t>(t)] != kind.token_id) {
           ++t;
           continue;
         }
         int64_t e = t;
-        while (e < n && out.tokens[static_cast<size_t>(e)] == o.image_token_id) ++e;
+        while (e < n && tokens[static_cast<size_t>(e)] == kind.token_id) ++e;
         maximal.push_back({t, e - t});
         placeholders += e - t;
         t = e;
       }
     }
-    if (placeholders != num_images * o.tokens_per_image) {
-      return Bad(
-          fmt::format("input_ids holds {} image placeholder tokens (id {}), but \"images\" lists {} "
-                      "image(s) x tokens_per_image {} = {}",
-                      placeholders, o.image_token_id, num_images, o.tokens_per_image, num_images * o.tokens_per_image),
-          "each image needs exactly tokens_per_image placeholders in a row (what the processor emits "
-          "after expanding); list one path per image, and check tokens_per_image and image_token_id "
-          "against the model");
+    if (placeholders != num * kind.tokens_per_item) {
+      return Bad(fmt::format("input_ids holds {} {} placeholder tokens (id {}), but \"{}\" lists {} {}(s) x {} {} = {}",
+                             placeholders, kind.noun, kind.token_id, kind.key, num, kind.noun, kind.per_item,
+                             kind.tokens_per_item, num * kind.tokens_per_item),
+                 fmt::format("each {} needs exactly {} placeholders in a row (what the processor emits after "
+                             "expanding); list one path per {}, and check {} and {} against the model",
+                             kind.noun, kind.per_item, kind.noun, kind.per_item, kind.token_option));
     }
-    for (const ImageTokenRun& run : maximal) {
-      if (run.length % o.tokens_per_image != 0) {
-        return Bad(fmt::format("the placeholder run at input_ids[{}] has {} tokens, not a multiple of "
-                               "tokens_per_image {}",
-                               run.start, run.length, o.tokens_per_image),
-                   "each image needs exactly tokens_per_image placeholders in a row");
+    for (const PlaceholderRun& run : maximal) {
+      if (run.length % kind.tokens_per_item != 0) {
+        return Bad(fmt::format("the {} placeholder run at input_ids[{}] has {} tokens, not a multiple of {} {}",
+                               kind.noun, run.start, run.length, kind.per_item, kind.tokens_per_item),
+                   fmt::format("each {} needs exactly {} placeholders in a row", kind.noun, kind.per_item));
       }
       if (run.start + run.length > o.seq_len) {
-        return Bad(fmt::format("the placeholder run [{}, {}) reaches past the seq_len = {} inputs: the image "
+        return Bad(fmt::format("the placeholder run [{}, {}) reaches past the seq_len = {} inputs: the {} "
                                "would be cut",
-                               run.start, run.start + run.length, o.seq_len),
-                   "shorten the sample so that its images end within the first seq_len tokens, or raise "
-                   "seq_len");
+                               run.start, run.start + run.length, o.seq_len, kind.noun),
+                   fmt::format("shorten the sample so that its {} end within the first seq_len tokens, or raise "
+                               "seq_len",
+                               kind.key));
       }
-      for (int64_t s = run.start; s < run.start + run.length; s += o.tokens_per_image) {
-        out.runs.push_back({s, o.tokens_per_image});
+      for (int64_t s = run.start; s < run.start + run.length; s += kind.tokens_per_item) {
+        runs->push_back({s, kind.tokens_per_item});
       }
     }
-    if (const auto pos = doc.find("image_positions"); pos != doc.end()) {
-      if (!pos->is_array() || static_cast<int64_t>(pos->size()) != num_images) {
-        return Bad(fmt::format("\"image_positions\" is {}, but \"images\" lists {} image(s)", Brief(*pos), num_images),
-                   "give one start position per image, or drop \"image_positions\"");
+    if (const auto pos = doc.find(kind.positions_key); pos != doc.end()) {
+      if (!pos->is_array() || static_cast<int64_t>(pos->size()) != num) {
+        return Bad(fmt::format("\"{}\" is {}, but \"{}\" lists {} {}(s)", kind.positions_key, Brief(*pos), kind.key,
+                               num, kind.noun),
+                   fmt::format("give one start position per {}, or drop \"{}\"", kind.noun, kind.positions_key));
       }
       for (size_t k = 0; k < pos->size(); ++k) {
         int64_t p = 0;
         if (!GetInt((*pos)[k], &p) || p < 0) {
-          return Bad(fmt::format("image_positions[{}] is {}, not a non-negative integer", k, Brief((*pos)[k])),
-                     "give the index in input_ids where each image's placeholders start");
+          return Bad(fmt::format("{}[{}] is {}, not a non-negative integer", kind.positions_key, k, Brief((*pos)[k])),
+                     fmt::format("give the index in input_ids where each {}'s placeholders start", kind.noun));
         }
-        if (p != out.runs[k].start) {
-          return Bad(fmt::format("image_positions[{}] = {}, but image {} ({})'s placeholders start at "
-                                 "input_ids[{}]",
-                                 k, p, k, written[k], out.runs[k].start),
-                     "image k fills the k-th run of placeholders: fix image_positions or the order of images");
+        if (p != (*runs)[k].start) {
+          return Bad(fmt::format("{}[{}] = {}, but {} {} ({})'s placeholders start at input_ids[{}]",
+                                 kind.positions_key, k, p, kind.noun, k, written[k], (*runs)[k].start),
+                     fmt::format("{} k fills the k-th run of placeholders: fix {} or the order of {}", kind.noun,
+                                 kind.positions_key, kind.key));
         }
       }
     }
@@ -382,19 +414,21 @@ class LineParser {
                                                user_id_.empty() ? std::string() : ", id " + user_id_, what, fix));
   }
 
-  Status ResolveImage(size_t k, const std::string& written, std::string* resolved) const {
+  Status ResolvePath(const MediaKind& kind, size_t k, const std::string& written, std::string* resolved) const {
     const JsonlManifestOptions& o = *ctx_.options;
     std::string shown = json(written).dump(-1, ' ', false, json::error_handler_t::replace);
     if (shown.size() > 120) shown = shown.substr(0, 117) + "...";
-    if (written.empty()) return Bad(fmt::format("images[{}] is an empty path", k), "give the image's path");
+    if (written.empty())
+      return Bad(fmt::format("{}[{}] is an empty path", kind.key, k), fmt::format("give the {}'s path", kind.noun));
     if (written.find('\0') != std::string::npos) {
-      return Bad(fmt::format("images[{}] {} holds a NUL character", k, shown), "give the image's path");
+      return Bad(fmt::format("{}[{}] {} holds a NUL character", kind.key, k, shown),
+                 fmt::format("give the {}'s path", kind.noun));
     }
     const fs::path given(written);
     fs::path full;
     if (given.is_absolute()) {
       if (!o.allow_absolute_paths) {
-        return Bad(fmt::format("images[{}] {} is an absolute path", k, shown),
+        return Bad(fmt::format("{}[{}] {} is an absolute path", kind.key, k, shown),
                    fmt::format("write it relative to the manifest's folder {}, or set allow_absolute_paths",
                                ctx_.dir->string()));
       }
@@ -403,9 +437,9 @@ class LineParser {
       const fs::path normal = given.lexically_normal();
       if (!normal.empty() && *normal.begin() == "..") {
         if (!o.allow_absolute_paths) {
-          return Bad(
-              fmt::format("images[{}] {} leaves the manifest's folder {} (via \"..\")", k, shown, ctx_.dir->string()),
-              "keep images under the manifest's folder, or set allow_absolute_paths");
+          return Bad(fmt::format("{}[{}] {} leaves the manifest's folder {} (via \"..\")", kind.key, k, shown,
+                                 ctx_.dir->string()),
+                     fmt::format("keep {} under the manifest's folder, or set allow_absolute_paths", kind.key));
         }
       }
       full = (*ctx_.dir / normal).lexically_normal();
@@ -419,15 +453,16 @@ class LineParser {
                                             user_id_.empty() ? std::string() : ", id " + user_id_);
       if (err == ENOENT || err == ENOTDIR) {
         return Status::NotFound(
-            fmt::format("{}: images[{}] {} ({}) does not exist; fix the path (relative to "
+            fmt::format("{}: {}[{}] {} ({}) does not exist; fix the path (relative to "
                         "{}) or add the file",
-                        where, k, shown, *resolved, ctx_.dir->string()));
+                        where, kind.key, k, shown, *resolved, ctx_.dir->string()));
       }
-      return Status::IOError(fmt::format("{}: images[{}] {} ({}): {}", where, k, shown, *resolved, std::strerror(err)));
+      return Status::IOError(
+          fmt::format("{}: {}[{}] {} ({}): {}", where, kind.key, k, shown, *resolved, std::strerror(err)));
     }
     if (!S_ISREG(st.st_mode)) {
-      return Bad(fmt::format("images[{}] {} ({}) is not a regular file", k, shown, *resolved),
-                 "point at the image file itself");
+      return Bad(fmt::format("{}[{}] {} ({}) is not a regular file", kind.key, k, shown, *resolved),
+                 fmt::format("point at the {} file itself", kind.noun));
     }
     return Status::Ok();
   }
@@ -449,7 +484,9 @@ StatusOr<ParsedLine> ParseJsonlLine(const LineContext& ctx, int64_t line, int64_
 void BuildSample(const ParsedLine& p, const JsonlManifestOptions& o, JsonlSample* s) {
   const int64_t n = static_cast<int64_t>(p.tokens.size());
   const int64_t L = o.seq_len;
-  const auto is_placeholder = [&](int64_t id) { return o.image_token_id >= 0 && id == o.image_token_id; };
+  const auto is_image = [&](int64_t id) { return o.image_token_id >= 0 && id == o.image_token_id; };
+  const auto is_audio = [&](int64_t id) { return o.audio_token_id >= 0 && id == o.audio_token_id; };
+  const auto is_placeholder = [&](int64_t id) { return is_image(id) || is_audio(id); };
   s->user_id = p.user_id;
   s->input_ids.assign(static_cast<size_t>(L), o.pad_id);
   s->target_ids.assign(static_cast<size_t>(L), kJsonlIgnoreTarget);
@@ -458,8 +495,10 @@ void BuildSample(const ParsedLine& p, const JsonlManifestOptions& o, JsonlSample
   for (int64_t t = 0; t < s->real_tokens; ++t) {
     const int64_t cur = p.tokens[static_cast<size_t>(t)];
     s->input_ids[static_cast<size_t>(t)] = cur;
-    if (is_placeholder(cur)) {
+    if (is_image(cur)) {
       ++s->counts.image;
+    } else if (is_audio(cur)) {
+      ++s->counts.audio;
     } else {
       ++s->counts.text;
     }
@@ -478,6 +517,9 @@ void BuildSample(const ParsedLine& p, const JsonlManifestOptions& o, JsonlSample
   s->counts.images = static_cast<int64_t>(p.image_paths.size());
   s->image_paths = p.image_paths;
   s->image_runs = p.runs;
+  s->counts.audios = static_cast<int64_t>(p.audio_paths.size());
+  s->audio_paths = p.audio_paths;
+  s->audio_runs = p.audio_runs;
 }
 
 }  // namespace maestro::datasets::internal

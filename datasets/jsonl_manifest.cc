@@ -57,7 +57,7 @@ bool IsBlank(const char* data, size_t size) {
   return true;
 }
 
-// Per accepted sample: where its line is and what Open counted (40 bytes).
+// Per accepted sample: where its line is and what Open counted (48 bytes).
 struct Entry {
   uint64_t offset = 0;
   uint64_t hash = 0;
@@ -66,8 +66,9 @@ struct Entry {
   uint32_t text = 0;
   uint32_t images = 0;
   uint32_t loss = 0;
+  uint32_t audios = 0;
 };
-static_assert(sizeof(Entry) == 40, "keep the per-sample table compact");
+static_assert(sizeof(Entry) == 48, "keep the per-sample table compact");
 
 Status ValidateOptions(const std::string& path, const JsonlManifestOptions& o) {
   const auto bad = [&](const std::string& what) {
@@ -88,6 +89,18 @@ Status ValidateOptions(const std::string& path, const JsonlManifestOptions& o) {
   if (o.image_token_id >= 0 && (o.tokens_per_image < 1 || o.tokens_per_image > o.seq_len)) {
     return bad(fmt::format("tokens_per_image {} must be in [1, seq_len = {}] when image_token_id is set",
                            o.tokens_per_image, o.seq_len));
+  }
+  if (o.audio_token_id < -1 || o.audio_token_id >= o.vocab_size) {
+    return bad(fmt::format("audio_token_id {} is outside the vocabulary [0, {}) (and not -1 = no audio)",
+                           o.audio_token_id, o.vocab_size));
+  }
+  if (o.audio_token_id >= 0 && (o.tokens_per_audio < 1 || o.tokens_per_audio > o.seq_len)) {
+    return bad(fmt::format("tokens_per_audio {} must be in [1, seq_len = {}] when audio_token_id is set",
+                           o.tokens_per_audio, o.seq_len));
+  }
+  if (o.audio_token_id >= 0 && o.audio_token_id == o.image_token_id) {
+    return bad(fmt::format("audio_token_id and image_token_id are both {}; each kind needs its own placeholder id",
+                           o.audio_token_id));
   }
   return Status::Ok();
 }
@@ -181,6 +194,7 @@ StatusOr<JsonlManifest> JsonlManifest::Open(const std::string& path, const Jsonl
     e.text = static_cast<uint32_t>(built.counts.text);
     e.images = static_cast<uint32_t>(built.counts.images);
     e.loss = static_cast<uint32_t>(built.counts.loss);
+    e.audios = static_cast<uint32_t>(built.counts.audios);
     impl->entries.push_back(e);
     return true;
   };
@@ -264,6 +278,8 @@ JsonlTokenCounts JsonlManifest::Counts(int64_t i) const {
   c.text = e.text;
   c.images = e.images;
   c.image = static_cast<int64_t>(e.images) * (impl_->options.image_token_id >= 0 ? impl_->options.tokens_per_image : 0);
+  c.audios = e.audios;
+  c.audio = static_cast<int64_t>(e.audios) * (impl_->options.audio_token_id >= 0 ? impl_->options.tokens_per_audio : 0);
   c.loss = e.loss;
   return c;
 }
@@ -329,14 +345,11 @@ StatusOr<int64_t> JsonlManifest::WriteIndexManifest(const std::string& path) con
   fmt::memory_buffer out;
   for (int64_t i = 0; i < size(); ++i) {
     const JsonlTokenCounts c = Counts(i);
-    if (c.images > 0) {
-      fmt::format_to(std::back_inserter(out),
-                     "{{\"id\": {}, \"location\": {}:{}\", \"tokens\": {{\"text\": {}, \"image\": {}}}}}\n", i, prefix,
-                     LineOf(i), c.text, c.image);
-    } else {
-      fmt::format_to(std::back_inserter(out), "{{\"id\": {}, \"location\": {}:{}\", \"tokens\": {{\"text\": {}}}}}\n",
-                     i, prefix, LineOf(i), c.text);
-    }
+    fmt::format_to(std::back_inserter(out), "{{\"id\": {}, \"location\": {}:{}\", \"tokens\": {{\"text\": {}", i,
+                   prefix, LineOf(i), c.text);
+    if (c.images > 0) fmt::format_to(std::back_inserter(out), ", \"image\": {}", c.image);
+    if (c.audios > 0) fmt::format_to(std::back_inserter(out), ", \"audio\": {}", c.audio);
+    fmt::format_to(std::back_inserter(out), "}}}}\n");
   }
   Status written = WriteFileAtomically(path, std::string_view(out.data(), out.size()));
   if (!written.ok()) return written.WithContext(fmt::format("index manifest for {}", impl_->path));

@@ -52,7 +52,7 @@ class JsonlManifest {
  public:
   // Reads the whole manifest once and validates every line before returning;
   // keeps per accepted sample only its line's byte offset, length and hash,
-  // its line number and its counts (40 bytes), not its tokens. Lines holding
+  // its line number and its counts (48 bytes), not its tokens. Lines holding
   // only whitespace are ignored (a trailing newline, blank separators).
   //
   // Each line must be a JSON object whose keys are among "input_ids",

@@ -6,8 +6,8 @@
 // token counts). The rules are in docs/data.md, "## JSONL manifests".
 //
 // Owns: kJsonlIgnoreTarget, kJsonlMaxLineBytes, kJsonlMaxDepth,
-// BadSamplePolicy, JsonlManifestOptions, ImageTokenRun, JsonlTokenCounts,
-// JsonlSample.
+// BadSamplePolicy, JsonlManifestOptions, PlaceholderRun (ImageTokenRun),
+// JsonlTokenCounts, JsonlSample.
 // May call: nothing of maestro (the standard library only).
 // Thread safety: values.
 #pragma once
@@ -41,16 +41,19 @@ struct JsonlManifestOptions {
   int64_t tokens_per_image = 0;       // >= 1 when image_token_id >= 0: placeholders per image
   int64_t pad_id = 0;                 // in [0, vocab_size): fills inputs past a short sample's end
   bool allow_absolute_paths = false;  // also allows relative paths that leave the manifest's folder
-  bool check_images_exist = true;     // stat every image at Open (a regular file)
+  bool check_images_exist = true;     // stat every image and audio file at Open (a regular file)
+  int64_t audio_token_id = -1;        // the audio placeholder id; -1 = the model takes no audio
+  int64_t tokens_per_audio = 0;       // >= 1 when audio_token_id >= 0: placeholders per clip
   BadSamplePolicy on_bad_sample = BadSamplePolicy::kError;
 };
 
-// A run of image placeholders in input_ids: image k of the sample fills
-// [start, start + length).
-struct ImageTokenRun {
+// A run of placeholders in input_ids: image (or audio clip) k of the sample
+// fills [start, start + length).
+struct PlaceholderRun {
   int64_t start = 0;
-  int64_t length = 0;  // = tokens_per_image
+  int64_t length = 0;  // = tokens_per_image (tokens_per_audio)
 };
+using ImageTokenRun = PlaceholderRun;
 
 // Token counts of one sample, per modality, as the datalayer's SampleIndex
 // takes them ("tokens": {"text": text, "image": image}).
@@ -58,6 +61,8 @@ struct JsonlTokenCounts {
   int64_t text = 0;    // input positions holding the sample's own tokens, placeholders excluded
   int64_t image = 0;   // placeholder positions (= images * tokens_per_image)
   int64_t images = 0;  // images of the sample
+  int64_t audio = 0;   // audio placeholder positions (= audios * tokens_per_audio)
+  int64_t audios = 0;  // audio clips of the sample
   int64_t loss = 0;    // targets that carry loss (not kJsonlIgnoreTarget)
 };
 
@@ -70,6 +75,8 @@ struct JsonlSample {
   std::vector<int64_t> target_ids;       // (seq_len); next token of each position or kJsonlIgnoreTarget
   std::vector<std::string> image_paths;  // absolute, lexically normalised; image k fills image_runs[k]
   std::vector<ImageTokenRun> image_runs;
+  std::vector<std::string> audio_paths;  // absolute, lexically normalised; clip k fills audio_runs[k]
+  std::vector<PlaceholderRun> audio_runs;
   int64_t real_tokens = 0;  // input positions that are not padding
   JsonlTokenCounts counts;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string_view>
 #include <thread>
 
 #include "base/checks.h"
@@ -17,11 +18,41 @@ namespace {
 // The fix a user reads after an image that does not decode.
 constexpr const char* kImageFix =
     "replace or re-encode the image (JPEG or PNG), fix the path, or set [data] on_bad_sample = \"skip\"";
+// ... and after an audio clip that does not decode.
+constexpr const char* kAudioFix =
+    "replace or re-encode the clip (WAV or FLAC), fix the path, or set [data] on_bad_sample = \"skip\"";
+
+// The first of a sample's files that does not decode.
+struct MediaCheck {
+  const char* key = "images";  // "images" or "audios"
+  int64_t item = -1;           // the first file that failed; -1: none
+  Status status;               // why (OK when every file decoded)
+};
+
+// Decodes each image and audio clip of `sample` once; the first failure.
+MediaCheck CheckSampleMedia(const JsonlSample& sample, const DecodeOptions& decode) {
+  for (size_t k = 0; k < sample.image_paths.size(); ++k) {
+    StatusOr<DecodedImage> image = DecodeImageFile(sample.image_paths[k], decode);
+    if (!image.ok()) return {"images", static_cast<int64_t>(k), image.status()};
+  }
+  for (size_t k = 0; k < sample.audio_paths.size(); ++k) {
+    StatusOr<DecodedAudio> audio = DecodeAudioFile(sample.audio_paths[k]);
+    if (!audio.ok()) return {"audios", static_cast<int64_t>(k), audio.status()};
+  }
+  return {};
+}
 
 }  // namespace
 
 std::string JsonlSampleSource::Where(int64_t line, int64_t id, const std::string& user_id) const {
   return fmt::format("{}:{} (sample {}{})", manifest_.path(), line, id, user_id.empty() ? "" : ", id " + user_id);
+}
+
+Status JsonlSampleSource::ChangedSinceOpen(const JsonlSample& sample, int64_t id, const char* key, size_t k,
+                                           const Status& why) const {
+  return Status(why.code(), fmt::format("{}: {}[{}] no longer decodes (it changed after the run opened the manifest): "
+                                        "{}; restore the file, or restart the run after fixing it",
+                                        Where(sample.line, id, sample.user_id), key, k, why.message()));
 }
 
 StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::string& path,
@@ -36,6 +67,13 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
     Status spec = ValidateImageSpec(options.image);
     if (!spec.ok()) return spec.WithContext(path);
   }
+  if (options.manifest.audio_token_id >= 0 &&
+      (options.max_audios_per_sample < 1 || options.audio.mel_bins < 1 || options.audio.frames < 1)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: max_audios_per_sample = {}, mel_bins = {} and frames = {} must each be at least 1 when audio_token_id is "
+        "set",
+        path, options.max_audios_per_sample, options.audio.mel_bins, options.audio.frames));
+  }
   JsonlManifestOptions manifest_options = options.manifest;
   manifest_options.check_images_exist = true;
   MAESTRO_ASSIGN_OR_RETURN(JsonlManifest manifest, JsonlManifest::Open(path, manifest_options));
@@ -43,39 +81,30 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
   source->skipped_ = source->manifest_.skipped();
   const bool skip = options.manifest.on_bad_sample == BadSamplePolicy::kSkip;
 
-  // Every image of every line with 1..K images is decoded once, on up to
+  // Every image and clip of every line within the limits is decoded once, on up to
   // verify_threads threads (each sample's first failure is kept); then, in
   // file order, a bad line is the error (kError) or left out (kSkip), which
   // renumbers the samples after it.
   const JsonlManifest& m = source->manifest_;
   const int64_t n = m.size();
   const int64_t k_max = options.max_images_per_sample;
-  struct ImageCheck {
-    int64_t image = -1;  // the first image that failed; -1: none
-    Status status;       // why (OK when every image decoded)
-  };
-  std::vector<ImageCheck> checks(static_cast<size_t>(n));
+  const int64_t audio_max = options.max_audios_per_sample;
+  std::vector<MediaCheck> checks(static_cast<size_t>(n));
   if (options.verify_images) {
     DecodeOptions decode = options.decode;
     decode.channels = 0;
     std::atomic<int64_t> next{0};
     const auto work = [&] {
       for (int64_t i = next++; i < n; i = next++) {
-        const int64_t images = m.Counts(i).images;
-        if (images == 0 || images > k_max) continue;
+        const JsonlTokenCounts counts = m.Counts(i);
+        if ((counts.images == 0 && counts.audios == 0) || counts.images > k_max || counts.audios > audio_max) continue;
         StatusOr<JsonlSample> sample = m.Sample(i);
-        ImageCheck& check = checks[static_cast<size_t>(i)];
+        MediaCheck& check = checks[static_cast<size_t>(i)];
         if (!sample.ok()) {
           check.status = sample.status();
           continue;
         }
-        for (size_t k = 0; k < sample->image_paths.size(); ++k) {
-          StatusOr<DecodedImage> image = DecodeImageFile(sample->image_paths[k], decode);
-          if (!image.ok()) {
-            check = {static_cast<int64_t>(k), image.status()};
-            break;
-          }
-        }
+        check = CheckSampleMedia(*sample, decode);
       }
     };
     int threads = options.verify_threads;
@@ -91,7 +120,7 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = static_cast<int64_t>(kept.size());  // the id this sample gets when kept
     const JsonlTokenCounts counts = m.Counts(i);
-    const ImageCheck& check = checks[static_cast<size_t>(i)];
+    const MediaCheck& check = checks[static_cast<size_t>(i)];
     Status bad;
     if (counts.images > k_max) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
@@ -99,13 +128,20 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
           fmt::format("{}: the line lists {} images, more than max_images_per_sample = {}; raise [data] "
                       "max_images_per_sample, or split the sample",
                       source->Where(sample.line, id, sample.user_id), counts.images, k_max));
-    } else if (check.image < 0 && !check.status.ok()) {
-      return check.status;  // the manifest itself failed (Corruption, IOError)
-    } else if (check.image >= 0) {
+    } else if (counts.audios > audio_max) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
+      bad = Status::InvalidArgument(
+          fmt::format("{}: the line lists {} audio clips, more than max_audios_per_sample = {}; raise [data] "
+                      "max_audios_per_sample, or split the sample",
+                      source->Where(sample.line, id, sample.user_id), counts.audios, audio_max));
+    } else if (check.item < 0 && !check.status.ok()) {
+      return check.status;  // the manifest itself failed (Corruption, IOError)
+    } else if (check.item >= 0) {
+      MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
+      const bool image = std::string_view(check.key) == "images";
       bad = Status(check.status.code(),
-                   fmt::format("{}: images[{}]: {}; {}", source->Where(sample.line, id, sample.user_id), check.image,
-                               check.status.message(), kImageFix));
+                   fmt::format("{}: {}[{}]: {}; {}", source->Where(sample.line, id, sample.user_id), check.key,
+                               check.item, check.status.message(), image ? kImageFix : kAudioFix));
     }
     if (bad.ok()) {
       kept.push_back(i);
@@ -134,6 +170,10 @@ int64_t JsonlSampleSource::ImagesOf(int64_t id) const {
   return manifest_.Counts(ManifestIndex(id)).images;
 }
 
+int64_t JsonlSampleSource::AudiosOf(int64_t id) const {
+  return manifest_.Counts(ManifestIndex(id)).audios;
+}
+
 StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
   if (split != Split::kTrain || id < 0 || id >= NumSamples(Split::kTrain)) {
     return Status::InvalidArgument(
@@ -148,18 +188,23 @@ StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
   record.images.reserve(sample.image_paths.size());
   for (size_t k = 0; k < sample.image_paths.size(); ++k) {
     StatusOr<std::vector<float>> pixels = LoadImageForModel(sample.image_paths[k], options_.image, options_.decode);
-    if (!pixels.ok()) {
-      return Status(pixels.status().code(),
-                    fmt::format("{}: images[{}] no longer decodes (it changed after the run opened the manifest): {}; "
-                                "restore the file, or restart the run after fixing it",
-                                Where(sample.line, id, sample.user_id), k, pixels.status().message()));
-    }
+    if (!pixels.ok()) return ChangedSinceOpen(sample, id, "images", k, pixels.status());
     SampleImage image;
     image.channels = options_.image.channels;
     image.height = options_.image.height;
     image.width = options_.image.width;
     image.pixels = std::move(*pixels);
     record.images.push_back(std::move(image));
+  }
+  record.audios.reserve(sample.audio_paths.size());
+  for (size_t k = 0; k < sample.audio_paths.size(); ++k) {
+    StatusOr<std::vector<float>> features = LoadAudioForWhisper(sample.audio_paths[k], options_.audio);
+    if (!features.ok()) return ChangedSinceOpen(sample, id, "audios", k, features.status());
+    SampleAudio audio;
+    audio.mel_bins = options_.audio.mel_bins;
+    audio.frames = options_.audio.frames;
+    audio.features = std::move(*features);
+    record.audios.push_back(std::move(audio));
   }
   return record;
 }
@@ -171,6 +216,7 @@ SampleTokens JsonlSampleSource::TokensOf(int64_t id) const {
   t.location = manifest_.Location(i);
   t.tokens = {{"text", c.text}};
   if (c.images > 0) t.tokens.emplace_back("image", c.image);
+  if (c.audios > 0) t.tokens.emplace_back("audio", c.audio);
   return t;
 }
 

@@ -7,12 +7,14 @@
 //
 // Owns: the mapping from JsonlSamples to SampleRecords (inputs, targets, the
 // sample's 0..max_images_per_sample images decoded, resized and normalised
-// with the vision tower's ImageSpec); the check of every image at Open (each
-// is decoded once, so an unreadable image stops the run before anything is
-// ingested, or is skipped); the per-sample "text" and "image" token counts the
-// SampleIndex ingests; the count of skipped samples.
+// with the vision tower's ImageSpec; its 0..max_audios_per_sample audio clips
+// decoded, resampled and featurised for the audio encoder); the check of every
+// image and clip at Open (each is decoded once, so an unreadable file stops
+// the run before anything is ingested, or is skipped); the per-sample "text",
+// "image" and "audio" token counts the SampleIndex ingests; the count of
+// skipped samples.
 // May call: datasets/jsonl_manifest, datasets/image_decode,
-// datasets/sample_source, base. No libtorch.
+// datasets/audio_features, datasets/sample_source, base. No libtorch.
 // Thread safety: immutable after Open() (which decodes the images on a few
 // threads of its own); every const method may be called from many threads at
 // once.
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "datasets/audio_features.h"
 #include "datasets/image_decode.h"
 #include "datasets/jsonl_manifest.h"
 #include "datasets/sample_source.h"
@@ -39,8 +42,13 @@ struct JsonlSourceOptions {
   ImageSpec image;                    // what the vision tower takes: (channels, side, side), mean, std, fit
   DecodeOptions decode;               // alpha handling, max_pixels (channels come from `image`)
   int64_t max_images_per_sample = 1;  // K >= 1: a line with more images is a bad sample
-  // Decode every image once at Open (a bad one is a bad sample: the error of
-  // Open, or skipped). Off only for tests of Load's own checks.
+  // What the audio encoder takes (mel_bins, frames), with
+  // manifest.audio_token_id and tokens_per_audio (its output rows per clip).
+  WhisperFeatureSpec audio;
+  int64_t max_audios_per_sample = 1;  // >= 1: a line with more clips is a bad sample
+  // Decode every image and audio clip once at Open (a bad one is a bad
+  // sample: the error of Open, or skipped). Off only for tests of Load's own
+  // checks.
   bool verify_images = true;
   // Threads that decode at Open (0: the machine's hardware threads, at most 16).
   int verify_threads = 0;
@@ -49,9 +57,10 @@ struct JsonlSourceOptions {
 class JsonlSampleSource final : public SampleSource {
  public:
   // Opens and validates the manifest (JsonlManifest::Open), then, with
-  // verify_images, decodes every image of every accepted line. A line with
-  // more than max_images_per_sample images, or an image that does not decode,
-  // is a bad sample: under BadSamplePolicy::kError the first one is the
+  // verify_images, decodes every image and audio clip of every accepted
+  // line. A line with more than max_images_per_sample images (or
+  // max_audios_per_sample clips), or a file that does not decode, is a bad
+  // sample: under BadSamplePolicy::kError the first one is the
   // error (nothing is returned), under kSkip it is logged (file:line and why)
   // and left out. Sample ids are dense over the samples kept, in file order.
   // Every bad sample's message: "<manifest>:<line> (sample <n>[, id <id>]): <what>; <fix>".
@@ -59,19 +68,22 @@ class JsonlSampleSource final : public SampleSource {
 
   // Train: the kept samples; test: none (a held-out manifest is a run of its own).
   int64_t NumSamples(Split split) const override;
-  // input_ids / target_ids (seq_len), images (channels, side, side) in the
-  // order of their placeholder runs. An image that no longer decodes (changed
+  // input_ids / target_ids (seq_len), images (channels, side, side) and
+  // audio clips' features (mel_bins, frames) in the order of their
+  // placeholder runs. An image that no longer decodes (changed
   // after Open) is an error naming the manifest, its line, the sample and the
   // image; a line edited in place is Corruption (JsonlManifest::Sample).
   StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
   // location "<abs manifest>:<line>"; tokens {"text": n} and, for a sample
-  // with images, {"image": images * tokens_per_image}.
+  // with images, {"image": images * tokens_per_image}; with audio clips,
+  // {"audio": clips * tokens_per_audio}.
   SampleTokens TokensOf(int64_t id) const override;
   // Lines left out under kSkip (bad lines and lines with a bad image).
   int64_t SkippedSamples() const override { return static_cast<int64_t>(skipped_.size()); }
 
   // Images of train sample `id` (REQUIRES: 0 <= id < NumSamples(kTrain)).
   int64_t ImagesOf(int64_t id) const;
+  int64_t AudiosOf(int64_t id) const;
   const std::vector<JsonlSkippedLine>& skipped() const { return skipped_; }
   const JsonlManifest& manifest() const { return manifest_; }
   const JsonlSourceOptions& options() const { return options_; }
@@ -83,6 +95,9 @@ class JsonlSampleSource final : public SampleSource {
   int64_t ManifestIndex(int64_t id) const { return kept_.empty() ? id : kept_[static_cast<size_t>(id)]; }
   // "<manifest>:<line> (sample <id>[, id <user id>])".
   std::string Where(int64_t line, int64_t id, const std::string& user_id) const;
+  // Load's error for file k of `key` ("images", "audios") of a sample that
+  // no longer decodes (`why`).
+  Status ChangedSinceOpen(const JsonlSample& sample, int64_t id, const char* key, size_t k, const Status& why) const;
 
   JsonlManifest manifest_;
   JsonlSourceOptions options_;

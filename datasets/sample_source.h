@@ -6,7 +6,7 @@
 // jsonl_source.h; new sets arrive as new classes beside them, not as branches).
 //
 // Owns: the sample record (token ids, targets, 0..N images of (channels, H,
-// W), the optional caption answer), the splits, the per-sample token counts
+// W), 0..N audio clips' features, the optional caption answer), the splits, the per-sample token counts
 // per modality that the datalayer's SampleIndex ingests, and the one writer of
 // the JSONL manifest built from them.
 // May call: base.
@@ -32,12 +32,20 @@ struct SampleImage {
   std::vector<float> pixels;  // (channels * height * width)
 };
 
+// One audio clip of a sample: the encoder's input features, row-major
+// (mel_bins, frames) (Whisper's log-mel: datasets/audio_features.h).
+struct SampleAudio {
+  int64_t mel_bins = 0, frames = 0;
+  std::vector<float> features;  // (mel_bins * frames)
+};
+
 // A sample as the runtime turns it into tensors.
 struct SampleRecord {
   int64_t id = 0;                   // train: the manifest id; test: the test index
   std::vector<int64_t> input_ids;   // (seq_len); image placeholders where image embeddings are spliced in
   std::vector<int64_t> target_ids;  // (seq_len); the loss target of each position, -100 where none
   std::vector<SampleImage> images;  // 0..N, in the order of their placeholders in input_ids
+  std::vector<SampleAudio> audios;  // 0..N clips, in the order of their placeholders in input_ids
   // Optional, for caption evaluation (SampleSource::HasCaptionAnswers()):
   // the position t whose logits predict the answer token input_ids[t+1], and
   // the answer's class; -1 when the sample has none.

@@ -75,7 +75,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModalityDesc, name, fraction, to
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch, seq_len, seed, steps, modalities,
                                                 dataset, corpus, sample_rule, eos_id, pad_id, image_token_id,
                                                 max_images_per_sample, on_bad_sample, allow_absolute_image_paths,
-                                                image_mean, image_std, test_corpus)
+                                                image_mean, image_std, test_corpus, audio_token_id,
+                                                max_audios_per_sample)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 checkpoint_minutes, keep_checkpoints, checkpoint_async, comm_timeout_s,
@@ -390,6 +391,10 @@ Status Validate(const Plan& plan) {
   if (plan.data.max_images_per_sample < 1) {
     return Status::InvalidArgument(
         fmt::format("data.max_images_per_sample = {} must be >= 1", plan.data.max_images_per_sample));
+  }
+  if (plan.data.max_audios_per_sample < 1) {
+    return Status::InvalidArgument(
+        fmt::format("data.max_audios_per_sample = {} must be >= 1", plan.data.max_audios_per_sample));
   }
   if (plan.schedule_max_in_flight < 0) {
     return Status::InvalidArgument(

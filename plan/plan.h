@@ -317,6 +317,13 @@ struct DataPlan {
   std::string on_bad_sample = "error";
   bool allow_absolute_image_paths = false;
   std::vector<double> image_mean, image_std;
+  // Added in schema 1 (optional): a manifest's audio (docs/data.md, "##
+  // Audio"). audio_token_id: the placeholder id whose positions take an
+  // audio encoder's rows (-1: none); max_audios_per_sample (K_audio): an
+  // audio section's output row per sample holds that many clips' rows,
+  // zero-padded past the sample's own.
+  int64_t audio_token_id = -1;
+  int64_t max_audios_per_sample = 1;
   // Added in schema 1 (optional): a held-out Megatron corpus ("" = none),
   // cut by the same rule: the corpus source's test split, whose next-token
   // loss the run reports at its end (eval.json).

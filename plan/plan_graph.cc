@@ -3,9 +3,10 @@
 
 namespace maestro::plan {
 
-bool SectionActivates(const SectionPlan& s, bool has_image) {
+bool SectionActivates(const SectionPlan& s, const SampleMedia& media) {
   if (s.activation == "always" || s.activation.empty()) return true;
-  return s.activation == "image" && has_image;
+  if (s.activation == "image") return media.images > 0;
+  return s.activation == "audio" && media.audios > 0;
 }
 
 std::vector<int> TopologicalSections(const Plan& plan) {

@@ -8,15 +8,22 @@
 // May call: base, plan. Thread safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "plan/plan.h"
 
 namespace maestro::plan {
 
-// True when a sample (with or without an image) activates section `s`: its
-// activation is "always" (or empty), or "image" and the sample has one.
-bool SectionActivates(const SectionPlan& s, bool has_image);
+// What a sample carries that a section may activate on.
+struct SampleMedia {
+  int64_t images = 0;
+  int64_t audios = 0;  // audio clips
+};
+
+// True when a sample carrying `media` activates section `s`: its activation
+// is "always" (or empty), or "image" / "audio" and the sample has one.
+bool SectionActivates(const SectionPlan& s, const SampleMedia& media);
 
 // Sections in an order where every edge goes forward (plan.edges are acyclic:
 // Validate refuses cycles), the lowest index first among the ready ones.

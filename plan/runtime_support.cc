@@ -58,7 +58,7 @@ SectionPlan AsFusedComponent(const SectionPlan& component, const SectionPlan& fu
 Status CheckSectionRuns(const Plan& plan, const SectionPlan& s, const RuntimeSupport& support) {
   MAESTRO_RETURN_IF_ERROR(CheckModelRuns(s));
   MAESTRO_RETURN_IF_ERROR(CheckSectionWiring(plan, s));
-  MAESTRO_RETURN_IF_ERROR(CheckSectionData(s));
+  MAESTRO_RETURN_IF_ERROR(CheckSectionData(plan, s));
   MAESTRO_RETURN_IF_ERROR(CheckTensorParallelRuns(s, support));
   MAESTRO_RETURN_IF_ERROR(CheckPipelineRuns(s, support));
   MAESTRO_RETURN_IF_ERROR(CheckContextParallelRuns(plan, s, support));
@@ -120,10 +120,12 @@ Status CheckSectionWiring(const Plan& plan, const SectionPlan& s) {
   return Status::Ok();
 }
 
-Status CheckSectionData(const SectionPlan& s) {
-  if (s.model.kind == ModelKind::kAudioEncoder) {
-    return Status::FailedPrecondition(fmt::format(
-        "section '{}': the built-in datasets carry no audio yet, so the runtime cannot feed an audio encoder", s.name));
+Status CheckSectionData(const Plan& plan, const SectionPlan& s) {
+  if (s.model.kind == ModelKind::kAudioEncoder && (plan.data.manifest.empty() || plan.data.audio_token_id < 0)) {
+    return Status::FailedPrecondition(
+        fmt::format("section '{}': an audio encoder reads the audio clips of a JSONL manifest (the built-in datasets "
+                    "and corpora carry none); set [data] manifest and audio_token_id (docs/data.md, \"## Audio\")",
+                    s.name));
   }
   return Status::Ok();
 }

@@ -150,10 +150,11 @@ Status CheckModelRuns(const SectionPlan& s);
 // load-balancing loss belongs to a sink.
 Status CheckSectionWiring(const Plan& plan, const SectionPlan& s);
 
-// The data feeds the section: an audio encoder has audio (the built-in
-// datasets carry none). (A decoder's sequences may be longer than its
-// sliding window: runtime/models/decoder.h masks the attention.)
-Status CheckSectionData(const SectionPlan& s);
+// The data feeds the section: an audio encoder reads a manifest's clips
+// (data.manifest and data.audio_token_id; the built-in datasets and corpora
+// carry none). (A decoder's sequences may be longer than its sliding window:
+// runtime/models/decoder.h masks the attention.)
+Status CheckSectionData(const Plan& plan, const SectionPlan& s);
 
 // Tensor parallelism: the table's row for the model's kind, and tp divides
 // the model (plan/tensor_parallel_split.h). In a fused section an encoder

@@ -16,11 +16,13 @@ PlannedCostModel::PlannedCostModel(const plan::Plan& plan) {
     trains_.push_back(s.mode == plan::SectionMode::kTrain);
     int modality = -1;
     double full = 0.0;
-    if (s.model.kind == plan::ModelKind::kVit) {
+    if (s.model.kind == plan::ModelKind::kVit || s.model.kind == plan::ModelKind::kAudioEncoder) {
       for (size_t m = 0; m < names.size() && m < static_cast<size_t>(scheduler::kMaxModalities); ++m) {
         if (names[m] == s.activation) modality = static_cast<int>(m);
       }
-      full = static_cast<double>(MaxImagesPerSample(plan) * VitOutputTokens(s.model));
+      full = s.model.kind == plan::ModelKind::kVit
+                 ? static_cast<double>(MaxImagesPerSample(plan) * VitOutputTokens(s.model))
+                 : static_cast<double>(MaxAudiosPerSample(plan) * ((s.model.audio_frames + 1) / 2));
       if (!(full > 0)) modality = -1;
     }
     scale_modality_.push_back(modality);

@@ -19,10 +19,11 @@ namespace maestro::runtime {
 // and per-edge seconds_per_sample): a micro-batch of n samples costs
 // fixed + n * per_sample, split forward : backward by the measured (or
 // modelled) share. The schedule and the predicted timeline use them.
-// A ViT section that activates on a modality encodes only a sample's own
-// images while the compiler planned for max_images_per_sample (K) of them:
-// each sample counts as (its tokens of that modality) / (K * rows per image),
-// e.g. 1/3 of a planned sample for one image of K = 3.
+// A ViT (audio encoder) section that activates on a modality encodes only a
+// sample's own images (clips) while the compiler planned for
+// max_images_per_sample (max_audios_per_sample) = K of them: each sample
+// counts as (its tokens of that modality) / (K * rows per item), e.g. 1/3 of
+// a planned sample for one image of K = 3.
 class PlannedCostModel : public scheduler::SectionCostModel {
  public:
   explicit PlannedCostModel(const plan::Plan& plan);

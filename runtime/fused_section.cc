@@ -103,7 +103,7 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
     const auto& sp = component->section_plan();
     std::vector<int64_t> positions;
     for (size_t b = 0; b < data.sample_ids.size(); ++b) {
-      if (plan::SectionActivates(sp, data.image_counts[b] > 0)) positions.push_back(static_cast<int64_t>(b));
+      if (plan::SectionActivates(sp, MediaOf(data, b))) positions.push_back(static_cast<int64_t>(b));
     }
     if (positions.empty()) continue;
     MicroBatchData mine = positions.size() == data.sample_ids.size() ? data : SelectSamples(data, positions);

@@ -28,11 +28,11 @@ StatusOr<SectionRunner::Output> GraphForward(const plan::Plan& plan,
                                              std::vector<std::unique_ptr<SectionRunner>>& runners,
                                              const datasets::SampleSource& samples, const std::vector<int64_t>& ids,
                                              datasets::Split split, int64_t chunk) {
-  std::unordered_map<int64_t, bool> has_image;
+  std::unordered_map<int64_t, plan::SampleMedia> media;
   for (int64_t id : ids) {
     auto sample = samples.Load(split, id);
     if (!sample.ok()) return sample.status();
-    has_image[id] = !sample->images.empty();
+    media[id] = {static_cast<int64_t>(sample->images.size()), static_cast<int64_t>(sample->audios.size())};
   }
   // rows[section][sample id] = that sample's output row (with its graph).
   std::vector<RowsBySample> rows(plan.sections.size());
@@ -42,7 +42,7 @@ StatusOr<SectionRunner::Output> GraphForward(const plan::Plan& plan,
     const auto& sp = plan.sections[static_cast<size_t>(s)];
     std::vector<int64_t> active;
     for (int64_t id : ids) {
-      if (plan::SectionActivates(sp, has_image[id])) active.push_back(id);
+      if (plan::SectionActivates(sp, media[id])) active.push_back(id);
     }
     const int64_t step = chunk > 0 ? chunk : std::max(1, sp.config.micro_batch);
     for (size_t begin = 0; begin < active.size(); begin += static_cast<size_t>(step)) {

@@ -7,15 +7,58 @@
 
 namespace maestro::runtime {
 
+namespace {
+
+// Appends sample `id`'s clips' features to *values; every clip of the
+// micro-batch has the shape of the first (*shape: (mel_bins, frames)).
+Status AppendAudio(int64_t id, const std::vector<datasets::SampleAudio>& clips, std::vector<int64_t>* shape,
+                   std::vector<float>* values) {
+  for (const auto& clip : clips) {
+    const std::vector<int64_t> dims{clip.mel_bins, clip.frames};
+    if (shape->empty()) *shape = dims;
+    if (dims != *shape || static_cast<int64_t>(clip.features.size()) != dims[0] * dims[1]) {
+      return Status::Internal(fmt::format("sample {}: an audio clip of {}x{} ({} values) in a micro-batch of {}x{}", id,
+                                          dims[0], dims[1], clip.features.size(), (*shape)[0], (*shape)[1]));
+    }
+    values->insert(values->end(), clip.features.begin(), clip.features.end());
+  }
+  return Status::Ok();
+}
+
+// The rows [starts[b], starts[b] + counts[b]) of `all` for each b of
+// `positions`, concatenated; undefined when there are none.
+torch::Tensor SelectItems(const torch::Tensor& all, const std::vector<int64_t>& counts,
+                          const std::vector<int64_t>& positions) {
+  std::vector<int64_t> starts(counts.size() + 1, 0);
+  for (size_t b = 0; b < counts.size(); ++b) starts[b + 1] = starts[b] + counts[b];
+  std::vector<torch::Tensor> parts;
+  for (int64_t p : positions) {
+    const auto b = static_cast<size_t>(p);
+    if (counts[b] > 0) parts.push_back(all.narrow(0, starts[b], counts[b]));
+  }
+  if (parts.empty()) return {};
+  return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+}
+
+}  // namespace
+
+plan::SampleMedia MediaOf(const MicroBatchData& data, size_t b) {
+  plan::SampleMedia media;
+  if (b < data.image_counts.size()) media.images = data.image_counts[b];
+  if (b < data.audio_counts.size()) media.audios = data.audio_counts[b];
+  return media;
+}
+
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
                                         datasets::Split split) {
   MicroBatchData mb;
   mb.sample_ids = sample_ids;
   const int64_t b = static_cast<int64_t>(sample_ids.size());
   std::vector<int64_t> inputs, targets;
-  std::vector<float> pixels;
-  int64_t seq_len = -1, images = 0;
+  std::vector<float> pixels, features;
+  int64_t seq_len = -1, images = 0, audios = 0;
   std::vector<int64_t> image_shape;  // (channels, H, W) of the first image
+  std::vector<int64_t> audio_shape;  // (mel_bins, frames) of the first clip
   for (int64_t id : sample_ids) {
     auto sample = samples.Load(split, id);
     if (!sample.ok()) return sample.status();
@@ -28,6 +71,9 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
     inputs.insert(inputs.end(), sample->input_ids.begin(), sample->input_ids.end());
     targets.insert(targets.end(), sample->target_ids.begin(), sample->target_ids.end());
     mb.image_counts.push_back(static_cast<int64_t>(sample->images.size()));
+    mb.audio_counts.push_back(static_cast<int64_t>(sample->audios.size()));
+    MAESTRO_RETURN_IF_ERROR(AppendAudio(id, sample->audios, &audio_shape, &features));
+    audios += static_cast<int64_t>(sample->audios.size());
     mb.answer_positions.push_back(sample->answer_position);
     mb.labels.push_back(sample->label);
     for (const auto& image : sample->images) {
@@ -50,6 +96,9 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
         torch::from_blob(pixels.data(), {images, image_shape[0], image_shape[1], image_shape[2]}, torch::kFloat32)
             .clone();
   }
+  if (audios > 0) {
+    mb.audios = torch::from_blob(features.data(), {audios, audio_shape[0], audio_shape[1]}, torch::kFloat32).clone();
+  }
   return mb;
 }
 
@@ -59,22 +108,20 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
 
 MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions) {
   MicroBatchData out;
-  std::vector<int64_t> image_starts(data.image_counts.size() + 1, 0);
-  for (size_t b = 0; b < data.image_counts.size(); ++b) image_starts[b + 1] = image_starts[b] + data.image_counts[b];
-  std::vector<torch::Tensor> images;
   for (int64_t p : positions) {
     const auto b = static_cast<size_t>(p);
     out.sample_ids.push_back(data.sample_ids[b]);
     out.image_counts.push_back(data.image_counts[b]);
+    if (!data.audio_counts.empty()) out.audio_counts.push_back(data.audio_counts[b]);
     out.answer_positions.push_back(data.answer_positions[b]);
     out.labels.push_back(data.labels[b]);
-    if (data.image_counts[b] > 0) images.push_back(data.images.narrow(0, image_starts[b], data.image_counts[b]));
   }
   if (positions.empty()) return out;
   auto index = torch::tensor(positions, torch::kInt64);
   if (data.input_ids.defined()) out.input_ids = data.input_ids.index_select(0, index);
   if (data.target_ids.defined()) out.target_ids = data.target_ids.index_select(0, index);
-  if (!images.empty()) out.images = images.size() == 1 ? images[0] : torch::cat(images, 0);
+  out.images = SelectItems(data.images, data.image_counts, positions);
+  if (!data.audio_counts.empty()) out.audios = SelectItems(data.audios, data.audio_counts, positions);
   return out;
 }
 

@@ -2,10 +2,12 @@
 // A micro-batch's payloads as tensors: what every section's forward reads.
 //
 // Owns: MicroBatchData (a micro-batch's samples stacked: token ids, targets,
-// images, caption answers), stacking it from a datasets::SampleSource, and
+// images, audio clips' features, caption answers), stacking it from a
+// datasets::SampleSource, what each sample carries (MediaOf), and
 // taking a subset of its samples (the samples that activate one component of
 // a fused section).
-// May call: datasets (SampleSource), base, libtorch. Torch-internal: include
+// May call: datasets (SampleSource), plan (plan_graph.h: SampleMedia), base,
+// libtorch. Torch-internal: include
 // only from runtime/*.cc and tests/runtime. Thread safety: pure functions.
 #pragma once
 
@@ -16,6 +18,7 @@
 
 #include "base/status.h"
 #include "datasets/sample_source.h"
+#include "plan/plan_graph.h"
 
 namespace maestro::runtime {
 
@@ -27,20 +30,28 @@ struct MicroBatchData {
   torch::Tensor target_ids;               // (B, T) int64, -100 where no loss
   torch::Tensor images;                   // (N_img, channels, H, W) fp32: every sample's images, in sample order
   std::vector<int64_t> image_counts;      // (B) images of each sample
+  torch::Tensor audios;                   // (N_aud, mel_bins, frames) fp32: every sample's clips, in sample order
+  std::vector<int64_t> audio_counts;      // (B) audio clips of each sample
   std::vector<int64_t> answer_positions;  // (B), -1 when the sample has no caption answer
   std::vector<int> labels;                // (B), -1 when none
 };
 
+// What sample b (an index into data.sample_ids) carries: its images and
+// audio clips (plan::SectionActivates reads it).
+plan::SampleMedia MediaOf(const MicroBatchData& data, size_t b);
+
 // Loads the payloads of `sample_ids` (in that order) of `split` (train ids
 // or test indices) from `samples` and stacks them. Every sample has the same
-// token count, every image the same (channels, H, W).
+// token count, every image the same (channels, H, W), every audio clip the
+// same (mel_bins, frames).
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
                                         datasets::Split split);
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
 // The samples at `positions` (indices into data.sample_ids, increasing) of a
 // micro-batch, as LoadMicroBatch would have stacked them: input_ids and
-// target_ids (n, T), their images (sum of their counts, C, H, W).
+// target_ids (n, T), their images (sum of their counts, C, H, W) and audio
+// clips (sum of their counts, mel_bins, frames).
 MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions);
 
 }  // namespace maestro::runtime

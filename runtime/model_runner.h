@@ -20,7 +20,7 @@
 // only building finds out (a checkpoint or HF folder that does not fit).
 //
 // May call: runtime/models, runtime/parallel, runtime/micro_batch,
-// runtime/image_rows, runtime/vocab_loss, runtime/hf_weights, hf, datalayer
+// runtime/media_rows, runtime/vocab_loss, runtime/hf_weights, hf, datalayer
 // (init_from), plan, base, libtorch. Thread safety: one thread.
 #pragma once
 
@@ -79,6 +79,7 @@ class ModelRunner final : public SectionRunner {
   // section_forward.cc: one forward per model kind. Output::rows of a
   // decoder: its hidden states (B, T, C), or a non-last stage's activation.
   Output ForwardVit(const MicroBatchData& data);
+  Output ForwardAudio(const MicroBatchData& data);
   Output ForwardProjector(const std::map<int, torch::Tensor>& inputs);
   Output ForwardDecoder(const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs);
   void AddSinkLoss(const MicroBatchData& data, const torch::Tensor& hidden, const std::map<int, torch::Tensor>& inputs,

@@ -73,6 +73,44 @@ Status ChannelValues(const std::vector<double>& given, const char* key, int chan
   return Status::Ok();
 }
 
+// The manifest's audio: the one audio encoder section's features (its
+// mel_bins, audio_frames) and placeholder (audio_token_id, ceil(frames / 2)
+// rows per clip), or none.
+Status SetAudioOptions(const plan::Plan& plan, const std::string& where, datasets::JsonlSourceOptions* options) {
+  const auto& d = plan.data;
+  std::vector<const plan::SectionPlan*> encoders;
+  for (const auto& s : plan.sections) {
+    if (s.model.kind == plan::ModelKind::kAudioEncoder) encoders.push_back(&s);
+  }
+  if (encoders.size() > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: sections '{}' and '{}' are both audio encoders; the clips of a manifest feed one audio section (keep one)",
+        where, encoders[0]->name, encoders[1]->name));
+  }
+  if (encoders.empty()) {
+    if (d.audio_token_id >= 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: data.audio_token_id = {} but no audio encoder section encodes clips; add a [[section]] of a kind = "
+          "\"audio_encoder\" model, or drop audio_token_id (a manifest without audio)",
+          where, d.audio_token_id));
+    }
+    return Status::Ok();
+  }
+  if (d.audio_token_id < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: audio section '{}' encodes the clips, but data.audio_token_id is not set; set [data] audio_token_id to "
+        "the placeholder id your processor repeats per clip (e.g. Qwen2-Audio's <|AUDIO|> = 151646)",
+        where, encoders[0]->name));
+  }
+  const auto& m = encoders[0]->model;
+  options->manifest.audio_token_id = d.audio_token_id;
+  options->manifest.tokens_per_audio = (m.audio_frames + 1) / 2;
+  options->audio.mel_bins = m.mel_bins;
+  options->audio.frames = m.audio_frames;
+  options->max_audios_per_sample = MaxAudiosPerSample(plan);
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenManifest(const plan::Plan& plan) {
   const auto& d = plan.data;
   const std::string where = fmt::format("[data] manifest = '{}'", d.manifest);
@@ -120,6 +158,7 @@ StatusOr<std::unique_ptr<datasets::SampleSource>> OpenManifest(const plan::Plan&
     options.manifest.tokens_per_image = VitOutputTokens(vits[0]->model);
     MAESTRO_ASSIGN_OR_RETURN(options.image, ImageSpecOf(plan, *vits[0], &options.decode));
   }
+  MAESTRO_RETURN_IF_ERROR(SetAudioOptions(plan, where, &options));
   MAESTRO_ASSIGN_OR_RETURN(auto source, datasets::JsonlSampleSource::Open(d.manifest, options));
   return std::unique_ptr<datasets::SampleSource>(std::move(source));
 }
@@ -134,6 +173,10 @@ int64_t ImageTokenIdOf(const plan::Plan& plan) {
 
 int64_t MaxImagesPerSample(const plan::Plan& plan) {
   return std::max<int64_t>(1, plan.data.max_images_per_sample);
+}
+
+int64_t MaxAudiosPerSample(const plan::Plan& plan) {
+  return std::max<int64_t>(1, plan.data.max_audios_per_sample);
 }
 
 StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::SectionPlan& vit,

@@ -25,7 +25,8 @@ namespace maestro::runtime {
 // set, is its test split), a JSONL manifest (plan.data.manifest:
 // datasets::JsonlSampleSource with the plan's ViT's image size, channels,
 // mean/std and rows per image, image_token_id, max_images_per_sample,
-// on_bad_sample), else the built-in dataset
+// on_bad_sample; the plan's audio encoder's mel_bins and frames,
+// audio_token_id, max_audios_per_sample), else the built-in dataset
 // plan.data.dataset (or captions when a section activates on "image", else
 // text).
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan);
@@ -37,6 +38,9 @@ int64_t ImageTokenIdOf(const plan::Plan& plan);
 // K: the images whose rows one sample's ViT output holds (>= 1; the built-in
 // captions carry one image per image sample).
 int64_t MaxImagesPerSample(const plan::Plan& plan);
+// K_audio: the audio clips whose rows one sample's audio encoder output
+// holds (>= 1).
+int64_t MaxAudiosPerSample(const plan::Plan& plan);
 // The image the plan's ViT section `vit` (a kVit section) takes from a file:
 // (channels, image_size, image_size); mean/std: plan.data.image_mean/std, else
 // OpenAI CLIP's for the CLIP and Qwen2-VL layouts and the Fashion-MNIST

@@ -58,13 +58,14 @@ class SectionProfiler {
   StatusOr<bool> Measure(int b, int repeats, ProfilePoint* point) {
     const auto& sp = plan_.sections[static_cast<size_t>(section_)];
     std::vector<int64_t> ids;
-    std::vector<bool> image;
+    std::vector<plan::SampleMedia> media;
     for (int64_t id = 0; id < samples_.NumSamples(datasets::Split::kTrain) && static_cast<int>(ids.size()) < b; ++id) {
       MAESTRO_ASSIGN_OR_RETURN(auto sample, samples_.Load(datasets::Split::kTrain, id));
-      const bool has_image = !sample.images.empty();
-      if (!SectionActivates(sp, has_image)) continue;
+      const plan::SampleMedia carries{static_cast<int64_t>(sample.images.size()),
+                                      static_cast<int64_t>(sample.audios.size())};
+      if (!SectionActivates(sp, carries)) continue;
       ids.push_back(id);
-      image.push_back(has_image);
+      media.push_back(carries);
     }
     if (static_cast<int>(ids.size()) < b) return false;
     MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(samples_, ids));
@@ -72,7 +73,8 @@ class SectionProfiler {
     for (int e : runner_.in_edges()) {
       const int up = plan_.section_index(plan_.edges[static_cast<size_t>(e)].from);
       int64_t rows = 0;
-      for (bool has : image) rows += SectionActivates(plan_.sections[static_cast<size_t>(up)], has) ? 1 : 0;
+      for (const auto& carries : media)
+        rows += SectionActivates(plan_.sections[static_cast<size_t>(up)], carries) ? 1 : 0;
       std::vector<int64_t> shape{rows};
       for (int64_t d : RowShapeOf(plan_, up)) shape.push_back(d);
       torch::manual_seed(static_cast<uint64_t>(1000 * section_ + e));

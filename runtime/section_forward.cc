@@ -12,7 +12,7 @@
 #include "datasets/demo_data.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
-#include "runtime/image_rows.h"
+#include "runtime/media_rows.h"
 #include "runtime/model_runner.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
@@ -39,16 +39,16 @@ int64_t AnswerToken(DecoderLMImpl* lm, const torch::Tensor& hidden, const torch:
 }
 
 // The decoder's input embeddings (B, T, C) of `ids` (B, T) with every
-// upstream vision section's rows spliced in (inputs: plan edge -> rows; the
-// teacher's edge and the pipeline's keys are not image rows).
-torch::Tensor EmbedWithImageRows(DecoderLMImpl* lm, const plan::Plan& plan, const torch::Tensor& ids,
+// upstream encoder section's rows spliced in (inputs: plan edge -> rows; the
+// teacher's edge and the pipeline's keys are not media rows).
+torch::Tensor EmbedWithMediaRows(DecoderLMImpl* lm, const plan::Plan& plan, const torch::Tensor& ids,
                                  const MicroBatchData& data, const std::map<int, torch::Tensor>& inputs, int kd_edge,
                                  torch::Device device) {
   auto embeds = lm->Embed(ids);  // (B, T, C)
   for (const auto& [edge, rows] : inputs) {
     if (edge == kd_edge || edge < 0) continue;
     const auto& up = plan.sections[static_cast<size_t>(plan.section_index(plan.edges[static_cast<size_t>(edge)].from))];
-    embeds = SpliceImageRows(embeds, ids, ImageTokenIdOf(plan), rows.to(device), data, up, MaxImagesPerSample(plan));
+    embeds = SpliceRows(embeds, ids, rows.to(device), data, plan, up);
   }
   return embeds;
 }
@@ -91,7 +91,7 @@ StatusOr<SectionRunner::Output> ModelRunner::Forward(const MicroBatchData& data,
     switch (s.model.kind) {
       case plan::ModelKind::kVit: out = ForwardVit(data); break;
       case plan::ModelKind::kProjector: out = ForwardProjector(inputs); break;
-      case plan::ModelKind::kAudioEncoder: TORCH_CHECK(false, "no audio data"); break;
+      case plan::ModelKind::kAudioEncoder: out = ForwardAudio(data); break;
       case plan::ModelKind::kDecoder: out = ForwardDecoder(data, inputs); break;
     }
   });
@@ -102,6 +102,12 @@ StatusOr<SectionRunner::Output> ModelRunner::Forward(const MicroBatchData& data,
 SectionRunner::Output ModelRunner::ForwardVit(const MicroBatchData& data) {
   Output out;
   out.rows = VitRows(*module_->as<VitEncoderImpl>(), data, MaxImagesPerSample(plan()), options().device);
+  return out;
+}
+
+SectionRunner::Output ModelRunner::ForwardAudio(const MicroBatchData& data) {
+  Output out;
+  out.rows = AudioRows(*module_->as<AudioEncoderImpl>(), data, MaxAudiosPerSample(plan()), options().device);
   return out;
 }
 
@@ -129,7 +135,7 @@ SectionRunner::Output ModelRunner::ForwardDecoder(const MicroBatchData& data,
     const StageLayers layers = LayersOfStage(s.config, s.model.layers, pp.stage());
     torch::Tensor x;
     if (pp.first()) {
-      x = EmbedWithImageRows(lm, plan(), ids, data, inputs, kd_edge_, device);
+      x = EmbedWithMediaRows(lm, plan(), ids, data, inputs, kd_edge_, device);
     } else {
       auto in = inputs.find(kPipelineInput);
       TORCH_CHECK(in != inputs.end(), "pipeline stage ", pp.stage(), " of section '", s.name,
@@ -153,7 +159,7 @@ SectionRunner::Output ModelRunner::ForwardDecoder(const MicroBatchData& data,
     }
     hidden = lm->FinalNorm(x);
   } else {
-    auto embeds = EmbedWithImageRows(lm, plan(), ids, data, inputs, kd_edge_, device);
+    auto embeds = EmbedWithMediaRows(lm, plan(), ids, data, inputs, kd_edge_, device);
     // Context parallelism: this rank's part of the sequence (B, T/cp, C).
     if (cp > 1) embeds = SplitSequenceForContextParallel(embeds, 1, cp, cp_rank);
     hidden = lm->ForwardEmbeds(embeds);

@@ -43,7 +43,9 @@ std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
       }
       return {1, s.model.out_dim};
     }
-    case plan::ModelKind::kAudioEncoder: return {(s.model.audio_frames + 1) / 2, s.model.hidden};
+    case plan::ModelKind::kAudioEncoder:
+      // K clips' rows per sample, zero past the sample's own (AudioRows).
+      return {MaxAudiosPerSample(plan) * ((s.model.audio_frames + 1) / 2), s.model.hidden};
   }
   return {};
 }

@@ -127,8 +127,9 @@ uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name);
 // The shape of one sample's row on the edges leaving section `section` of
 // `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a
 // ViT's (K * VitOutputTokens, VitOutputDim) with K = MaxImagesPerSample
-// (plan_data.h), a decoder's (seq_len, hidden), a projector's (rows of its
-// input, out_dim).
+// (plan_data.h), an audio encoder's (K_audio * ceil(audio_frames / 2),
+// hidden) with K_audio = MaxAudiosPerSample, a decoder's (seq_len, hidden), a
+// projector's (rows of its input, out_dim).
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section);
 
 class SectionRunner {

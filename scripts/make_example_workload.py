@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Writes a tiny, complete example workload: Hugging Face models, a tokenized
-corpus, images with a JSONL manifest, and the two specs that train on them.
+corpus, images and audio clips with JSONL manifests, and the three specs that
+train on them.
 
     scripts/make_example_workload.py OUT [--seed N] [--teacher-steps N] [--force]
     maestro run OUT/kd.toml -o out/kd        # distil the teacher into the student
     maestro run OUT/vlm.toml -o out/vlm      # a CLIP tower + a Qwen2 LLM on images and captions
+    maestro run OUT/omni.toml -o out/omni    # + a Whisper-style audio encoder on audio clips
 
 What it writes into OUT (every file deterministic in --seed):
 
@@ -24,16 +26,23 @@ What it writes into OUT (every file deterministic in --seed):
              eos_id). The text is a toy language (counting runs of "words")
              a model learns quickly.
   images/    PNG and JPEG pictures of coloured shapes (PIL).
+  audio/     clips of a tone at one of 8 pitches with an overtone and a fade,
+             0.5 to 1 s, as 16 kHz 16-bit WAV, 44.1 kHz float WAV and 8 kHz
+             FLAC (python3-soundfile): the runtime resamples them to 16 kHz.
   manifest.jsonl  pretokenized VLM samples: input_ids with the image
              placeholders expanded (tokens_per_image = what the CLIP tower emits
              per image: its patches + the class token), labels (-100 on the
              prompt and the placeholders), 0, 1 or 2 images, image_positions.
-  kd.toml, vlm.toml  copies of specs/examples/hf_kd.toml and hf_vlm.toml; their
-             paths are relative to OUT.
+  omni_manifest.jsonl  omni samples: text; an image; a clip; an image and a
+             clip (captions name the colour, the shape and the pitch), with
+             the audio placeholders expanded (tokens_per_audio = what the
+             audio encoder emits per clip: ceil(audio_frames / 2)).
+  kd.toml, vlm.toml, omni.toml  copies of specs/examples/hf_kd.toml, hf_vlm.toml
+             and omni.toml; their paths are relative to OUT.
   tokens.json  what each token id means.
 
-Needs python3 with torch (Debian python3-torch) and PIL (python3-pil). Exits 3
-when either is missing (the tests then skip).
+Needs python3 with torch (Debian python3-torch), PIL (python3-pil) and
+soundfile (python3-soundfile). Exits 3 when one is missing (the tests then skip).
 """
 import argparse
 import json
@@ -73,19 +82,29 @@ except ImportError as e:
     print(f"{sys.executable}: cannot import PIL ({e}); install Debian's python3-pil", file=sys.stderr)
     sys.exit(NO_DEPENDENCY_EXIT)
 
+try:
+    import soundfile
+except ImportError as e:
+    _rerun_with_debian_python("soundfile")
+    print(f"{sys.executable}: cannot import soundfile ({e}); install Debian's python3-soundfile", file=sys.stderr)
+    sys.exit(NO_DEPENDENCY_EXIT)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = os.path.join(HERE, "..", "specs", "examples")
 
 # ---- the token vocabulary ----------------------------------------------------
 
 VOCAB = 320
-PAD, EOS, PERIOD, IMAGE, DESCRIBE, AND = 0, 1, 3, 4, 5, 6
+PAD, EOS, PERIOD, IMAGE, DESCRIBE, AND, AUDIO = 0, 1, 3, 4, 5, 6, 7
 COLOURS = ["red", "green", "blue", "yellow", "magenta", "cyan", "orange", "black"]
 COLOUR_RGB = [(220, 30, 30), (30, 170, 40), (30, 60, 220), (230, 210, 20), (210, 40, 200), (40, 200, 210),
               (240, 130, 20), (10, 10, 10)]
 SHAPES = ["square", "disc", "bar", "column"]
 COLOUR_TOKEN0 = 8  # 8..15
 SHAPE_TOKEN0 = 16  # 16..19
+PITCHES_HZ = [220.0, 330.0, 440.0, 660.0, 880.0, 1320.0, 1760.0, 2640.0]
+PITCH_TOKEN0 = 20  # 20..27
+AUDIO_FRAMES = 100  # the audio encoder's log-mel frames: 1 s at hop 160 (the spec's audio_frames)
 WORD0, WORDS = 32, VOCAB - 32  # the text's "words": ids 32..319
 
 # ---- models: Hugging Face module structure, so state_dict() names are HF's ----
@@ -426,6 +445,61 @@ def write_manifest(path, images, tokens_per_image, seq_len, rng, lines):
     return counts
 
 
+def write_audio(directory, rng):
+    """24 clips: every pitch in 3 formats (16 kHz int16 WAV, 44.1 kHz float WAV,
+    8 kHz FLAC), 0.5 to 1 s long: a tone and its second harmonic under a
+    Hann fade, so every file is band-limited below 4 kHz."""
+    os.makedirs(directory, exist_ok=True)
+    clips = []
+    formats = [(16000, "wav", "PCM_16"), (44100, "wav", "FLOAT"), (8000, "flac", "PCM_16")]
+    for pitch, hz in enumerate(PITCHES_HZ):
+        for rate, ext, subtype in formats:
+            seconds = rng.choice([0.5, 0.75, 1.0])
+            n = int(rate * seconds)
+            t = torch.arange(n, dtype=torch.float64) / rate
+            fade = torch.hann_window(n, periodic=False, dtype=torch.float64)
+            wave = fade * (0.5 * torch.sin(2 * math.pi * hz * t) + 0.15 * torch.sin(2 * math.pi * 2 * hz * t))
+            name = f"pitch{pitch}_{rate}.{ext}"
+            soundfile.write(os.path.join(directory, name), wave.numpy(), rate, subtype=subtype)
+            clips.append({"path": f"audio/{name}", "pitch": pitch})
+    return clips
+
+
+def write_omni_manifest(path, images, clips, tokens_per_image, tokens_per_audio, seq_len, rng, lines):
+    """Line k: k % 4 = 0 text, 1 an image, 2 a clip, 3 an image and a clip;
+    the caption names the image's colour and shape and the clip's pitch."""
+    counts = {"text": 0, "image": 0, "audio": 0, "both": 0}
+    with open(path, "w") as f:
+        for k in range(lines):
+            kind = ["text", "image", "audio", "both"][k % 4]
+            counts[kind] += 1
+            if kind == "text":
+                ids = text_document(rng)[:seq_len] + [EOS]
+                f.write(json.dumps({"id": f"text-{k}", "input_ids": ids}) + "\n")
+                continue
+            line = {"id": f"{kind}-{k}"}
+            ids, labels, caption = [DESCRIBE], [-100], []
+            if kind in ("image", "both"):
+                img = rng.choice(images)
+                line["images"], line["image_positions"] = [img["path"]], [len(ids)]
+                ids += [IMAGE] * tokens_per_image
+                labels += [-100] * tokens_per_image
+                caption += [COLOUR_TOKEN0 + img["colour"], SHAPE_TOKEN0 + img["shape"]]
+            if kind in ("audio", "both"):
+                clip = rng.choice(clips)
+                line["audios"], line["audio_positions"] = [clip["path"]], [len(ids)]
+                ids += [AUDIO] * tokens_per_audio
+                labels += [-100] * tokens_per_audio
+                caption += ([AND] if caption else []) + [PITCH_TOKEN0 + clip["pitch"]]
+            caption += [PERIOD, EOS]
+            ids += caption
+            labels += caption
+            assert len(ids) <= seq_len + 1
+            line["input_ids"], line["labels"] = ids, labels
+            f.write(json.dumps(line) + "\n")
+    return counts
+
+
 # ---- main ---------------------------------------------------------------------
 
 
@@ -443,7 +517,7 @@ def main():
     if os.path.isdir(out) and os.listdir(out) and not args.force:
         sys.exit(f"make_example_workload.py: {out} is not empty (pass --force to replace its contents)")
     os.makedirs(out, exist_ok=True)
-    for sub in ("teacher", "student", "vit", "llm", "corpus", "images"):
+    for sub in ("teacher", "student", "vit", "llm", "corpus", "images", "audio"):
         shutil.rmtree(os.path.join(out, sub), ignore_errors=True)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -514,15 +588,28 @@ def main():
     wrote.append(("manifest.jsonl", f"{sum(counts.values())} samples: {counts[0]} text, {counts[1]} with 1 image, "
                                     f"{counts[2]} with 2; image token {IMAGE} x {tokens_per_image} per image"))
 
+    # Audio clips and the omni manifest.
+    clips = write_audio(os.path.join(out, "audio"), rng)
+    wrote.append(("audio/", f"{len(clips)} clips: {len(PITCHES_HZ)} pitches x (16 kHz WAV, 44.1 kHz float WAV, "
+                            f"8 kHz FLAC), 0.5-1 s"))
+    tokens_per_audio = (AUDIO_FRAMES + 1) // 2
+    counts = write_omni_manifest(os.path.join(out, "omni_manifest.jsonl"), images, clips, tokens_per_image,
+                                 tokens_per_audio, 96, rng, 96)
+    wrote.append(("omni_manifest.jsonl", f"{sum(counts.values())} samples: {counts['text']} text, "
+                                         f"{counts['image']} with an image, {counts['audio']} with a clip, "
+                                         f"{counts['both']} with both; audio token {AUDIO} x {tokens_per_audio}"))
+
     tokens = {"vocab_size": VOCAB, "pad": PAD, "eos": EOS, "period": PERIOD, "image": IMAGE, "describe": DESCRIBE,
-              "and": AND, "colours": {n: COLOUR_TOKEN0 + i for i, n in enumerate(COLOURS)},
+              "and": AND, "audio": AUDIO, "colours": {n: COLOUR_TOKEN0 + i for i, n in enumerate(COLOURS)},
               "shapes": {n: SHAPE_TOKEN0 + i for i, n in enumerate(SHAPES)},
-              "words": [WORD0, VOCAB - 1], "tokens_per_image": tokens_per_image}
+              "pitches_hz": {str(hz): PITCH_TOKEN0 + i for i, hz in enumerate(PITCHES_HZ)},
+              "words": [WORD0, VOCAB - 1], "tokens_per_image": tokens_per_image,
+              "tokens_per_audio": tokens_per_audio}
     with open(os.path.join(out, "tokens.json"), "w") as f:
         json.dump(tokens, f, indent=2)
         f.write("\n")
 
-    for template, name in (("hf_kd.toml", "kd.toml"), ("hf_vlm.toml", "vlm.toml")):
+    for template, name in (("hf_kd.toml", "kd.toml"), ("hf_vlm.toml", "vlm.toml"), ("omni.toml", "omni.toml")):
         shutil.copyfile(os.path.join(TEMPLATES, template), os.path.join(out, name))
         wrote.append((name, f"from specs/examples/{template}"))
 

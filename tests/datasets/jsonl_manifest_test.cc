@@ -401,7 +401,7 @@ std::vector<BadCase> BadCases() {
       {"RunNotAMultiple",
        "{\"input_ids\": " + Ints(Cat({{1}, Repeat(kImg, 2), {2}, Repeat(kImg, 4)})) +
            ", \"images\": [\"img/a.png\", \"img/b.png\"]}",
-       "the placeholder run at input_ids[1] has 2 tokens, not a multiple of tokens_per_image 3"},
+       "the image placeholder run at input_ids[1] has 2 tokens, not a multiple of tokens_per_image 3"},
       {"RunAcrossSeqLen", "{\"input_ids\": " + Ints(across) + ", \"images\": [\"img/a.png\"]}",
        "the placeholder run [14, 17) reaches past the seq_len = 16 inputs"},
       {"PositionsWrong", "{\"input_ids\": " + ph3 + ", \"images\": [\"img/a.png\"], \"image_positions\": [2]}",
@@ -413,7 +413,8 @@ std::vector<BadCase> BadCases() {
       {"UnknownKeyTypo", "{\"input_id\": [1, 2]}", "unknown key \"input_id\" (did you mean \"input_ids\"?)"},
       {"UnknownKeyLabels", "{\"input_ids\": [1, 2], \"lables\": [1, 2]}", "(did you mean \"labels\"?)"},
       {"UnknownKeyFar", "{\"input_ids\": [1, 2], \"caption\": \"a cat\"}",
-       "unknown key \"caption\"; the known keys are input_ids, labels, loss_mask, images, image_positions, id, meta"},
+       "unknown key \"caption\"; the known keys are input_ids, labels, loss_mask, images, image_positions, audios, "
+       "audio_positions, id, meta"},
       {"IdNotScalar", "{\"input_ids\": [1, 2], \"id\": [1]}", "\"id\" is an array of 1, not a string or an integer"},
       {"TooDeep", deep, "JSON nested deeper than 64 levels"},
   };
@@ -476,7 +477,8 @@ TEST(JsonlManifestErrors, ImagesForAModelWithoutAnImageToken) {
   o.tokens_per_image = 0;
   auto m = JsonlManifest::Open(path, o);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find(":1 (sample 0): the line lists 1 image(s), but the model takes no images"),
+  EXPECT_NE(m.status().message().find(
+                ":1 (sample 0): the line lists 1 image(s), but the model takes none (no image_token_id)"),
             std::string::npos)
       << m.status().message();
   // 99 is an ordinary token for that model.

@@ -7,7 +7,9 @@
 // positions, in order; the loss equals a direct computation that writes the
 // projector's rows into the embeddings by hand; padding rows get exactly zero
 // gradient; RowShapeOf carries K images' rows (and CLIP's class token); the
-// scheduler's planned cost of a ViT sample follows its own image count.
+// scheduler's planned cost of a ViT sample follows its own image count. The
+// same for audio clips through an audio encoder (AudioRows) spliced at the
+// audio placeholder, beside images in one decoder.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -262,6 +264,139 @@ TEST(ImageRows, TheScheduledViTCostFollowsEachSamplesImages) {
   EXPECT_DOUBLE_EQ(costs.BackwardSeconds(0, {&one}), 0.75 * (0.5 + 1.0));
   EXPECT_DOUBLE_EQ(costs.ForwardSeconds(1, {&one}), costs.ForwardSeconds(1, {&two}));
   EXPECT_DOUBLE_EQ(costs.ForwardSeconds(2, {&one, &two}), 0.25 * (0.5 + 4.0));
+}
+
+// ---- audio clips ----
+
+constexpr int64_t kAudioPlaceholder = 61;
+constexpr int64_t kRowsPerClip = 4;  // ceil(8 frames / 2)
+
+// An audio encoder (8 mel bins x 8 frames) -> projector -> the LLM, with
+// K = 2 clips per sample; the LLM also reads a ViT's rows (ImagePlan's) when
+// `with_images`.
+plan::Plan AudioPlan(bool with_images) {
+  plan::Plan p = with_images ? ImagePlan(2, "image") : plan::Plan();
+  if (!with_images) {
+    p.data.seq_len = 16;
+    p.data.global_batch = 3;
+    p.data.seed = 11;
+    p.data.manifest = "train.jsonl";
+  }
+  p.data.audio_token_id = kAudioPlaceholder;
+  p.data.max_audios_per_sample = 2;
+  auto& audio = plan::AppendSingleNodeSection(p, "audio", 1, 1, 1, 1);
+  audio.model = fixtures::AudioEncoderModel({16, 1, 2, 32, 8, 8});
+  audio.activation = "audio";
+  auto& projector = plan::AppendSingleNodeSection(p, "audio_proj", 1, 1, 1, 1);
+  projector.model.kind = plan::ModelKind::kProjector;
+  projector.model.in_dim = 16;
+  projector.model.out_dim = 32;
+  projector.activation = "audio";
+  if (!with_images) {
+    auto& llm = plan::AppendSingleNodeSection(p, "llm", 1, 1, 1, 1);
+    llm.model = fixtures::DecoderModel({32, 1, 4, 2, 64, 64});
+  }
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"audio", "audio_proj"}, {"audio_proj", "llm"}}) {
+    plan::EdgePlan e;
+    e.from = from;
+    e.to = to;
+    e.tensor = "audio_embeddings";
+    e.carries_gradient = true;
+    p.edges.push_back(e);
+  }
+  EXPECT_TRUE(plan::Validate(p).ok()) << plan::Validate(p).ToString();
+  plan::FillLayout(p);
+  return p;
+}
+
+TEST(AudioRows, ClipsAreEncodedPaddedAndSplicedAtTheAudioPlaceholderBesideImages) {
+  const auto p = AudioPlan(/*with_images=*/true);
+  const int audio = p.section_index("audio"), audio_proj = p.section_index("audio_proj");
+  const int vit = p.section_index("vit"), proj = p.section_index("projector"), llm = p.section_index("llm");
+  EXPECT_EQ(RowShapeOf(p, audio), (std::vector<int64_t>{2 * kRowsPerClip, 16}));
+  auto make = [&](int s) {
+    auto r = SectionRunner::Create(p, s);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::move(*r);
+  };
+  auto audio_runner = make(audio), audio_proj_runner = make(audio_proj), llm_runner = make(llm);
+  auto vit_runner = make(vit), proj_runner = make(proj);
+  torch::manual_seed(8);
+  const auto clips = torch::randn({3, 8, 8});  // sample 0's clip, then sample 2's two
+
+  // Sample 0: text and one clip at 10..13; sample 1: one image at 1..4;
+  // sample 2: one image at 1..4 and two clips at 6..9 and 10..13 (back to
+  // back: one run of two clips' placeholders).
+  MicroBatchData batch = DecoderBatch();
+  auto ids = torch::arange(1, 17, torch::kInt64).repeat({3, 1});
+  ids.index_put_({0, Slice(10, 14)}, kAudioPlaceholder);
+  ids.index_put_({1, Slice(1, 5)}, kPlaceholder);
+  ids.index_put_({2, Slice(1, 5)}, kPlaceholder);
+  ids.index_put_({2, Slice(6, 10)}, kAudioPlaceholder);
+  ids.index_put_({2, Slice(10, 14)}, kAudioPlaceholder);
+  batch.input_ids = ids;
+  const auto next = torch::roll(ids, -1, 1);
+  const auto placeholder = [](const torch::Tensor& t) {
+    return t.eq(kPlaceholder).logical_or(t.eq(kAudioPlaceholder));
+  };
+  batch.target_ids = torch::where(placeholder(ids).logical_or(placeholder(next)), torch::full_like(ids, -100), next);
+  batch.target_ids.index_put_({Slice(), 15}, -100);
+  batch.image_counts = {0, 1, 1};
+  batch.audio_counts = {1, 0, 2};
+
+  MicroBatchData clip_batch = ImageBatch({0, 2}, {0, 1}, {});
+  clip_batch.audio_counts = {1, 2};
+  clip_batch.audios = clips;
+  auto audio_out = audio_runner->Forward(clip_batch, {});
+  ASSERT_TRUE(audio_out.ok()) << audio_out.status().ToString();
+  const auto rows = audio_out->rows;
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{2, 2 * kRowsPerClip, 16}));
+  torch::Tensor encoded;
+  {
+    torch::NoGradGuard no_grad;
+    encoded = audio_runner->module().as<AudioEncoderImpl>()->forward(clips);  // (3, 4, 16)
+  }
+  EXPECT_TRUE(torch::allclose(rows[0].narrow(0, 0, kRowsPerClip), encoded[0], 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(rows[0].narrow(0, kRowsPerClip, kRowsPerClip), torch::zeros({kRowsPerClip, 16})));
+  EXPECT_TRUE(torch::allclose(rows[1], torch::cat({encoded[1], encoded[2]}), 1e-6, 1e-6));
+  auto audio_projected = audio_proj_runner->Forward(clip_batch, {{0, rows.detach()}});
+  ASSERT_TRUE(audio_projected.ok()) << audio_projected.status().ToString();
+
+  const auto images = torch::randn({2, 3, 8, 8});
+  auto vit_out = vit_runner->Forward(ImageBatch({1, 2}, {1, 1}, images), {});
+  ASSERT_TRUE(vit_out.ok()) << vit_out.status().ToString();
+  auto image_projected = proj_runner->Forward(ImageBatch({1, 2}, {1, 1}, {}), {{0, vit_out->rows.detach()}});
+  ASSERT_TRUE(image_projected.ok()) << image_projected.status().ToString();
+
+  // The LLM's in-edges: vit's projector's (edge 1), the audio projector's (edge 3).
+  auto audio_rows = audio_projected->rows.detach().clone().requires_grad_(true);
+  const auto image_rows = image_projected->rows.detach();
+  auto out = llm_runner->Forward(batch, {{1, image_rows}, {3, audio_rows}});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  auto* lm = llm_runner->module().as<DecoderLMImpl>();
+  const auto ar = audio_rows.detach();
+  auto embeds = lm->Embed(batch.input_ids).detach().clone();
+  embeds.index_put_({0, Slice(10, 14)}, ar[0].narrow(0, 0, 4));
+  embeds.index_put_({1, Slice(1, 5)}, image_rows[0].narrow(0, 0, 4));
+  embeds.index_put_({2, Slice(1, 5)}, image_rows[1].narrow(0, 0, 4));
+  embeds.index_put_({2, Slice(6, 10)}, ar[1].narrow(0, 0, 4));
+  embeds.index_put_({2, Slice(10, 14)}, ar[1].narrow(0, 4, 4));
+  const auto direct = DirectLoss(lm->Logits(lm->ForwardEmbeds(embeds)), batch.target_ids, 3.0);
+  EXPECT_NEAR(out->loss.item<double>(), direct.item<double>(), 1e-6);
+  out->loss.backward();
+  const auto g = audio_rows.grad();
+  ASSERT_TRUE(g.defined());
+  EXPECT_TRUE(torch::equal(g[0].narrow(0, kRowsPerClip, kRowsPerClip), torch::zeros({kRowsPerClip, 32})))
+      << "the padding of a one-clip sample gets no gradient";
+  EXPECT_GT(g[1].abs().min().item<double>(), 0.0) << "every row of the two-clip sample is used";
+
+  // A sample whose audio placeholders do not match its clips is an error
+  // naming it.
+  batch.audio_counts = {1, 0, 1};
+  auto wrong = llm_runner->Forward(batch, {{1, image_rows}, {3, audio_rows.detach()}});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("sample 2 has 8 audio-token positions"), std::string::npos)
+      << wrong.status().message();
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// Media rows between an encoder section and a decoder: how a ViT (an audio
+// encoder) hands on 0..K images (clips) per sample, and how a decoder splices
+// them into its sequence at the placeholder positions of their kind.
+//
+// Owns: VitRows and AudioRows (a micro-batch's real images or clips encoded,
+// padded to K items' rows per sample), SpliceRows (each sample's rows placed
+// at its placeholder positions of the upstream section's kind; padding gets
+// zero gradient). docs/data.md, "### Training on a manifest" and "## Audio".
+// May call: runtime/micro_batch, runtime/plan_data (placeholder ids and K),
+// runtime/models (the encoders), plan (the plan graph's activation rule),
+// libtorch. Torch-internal: include only from runtime/*.cc and tests/runtime.
+// Thread safety: pure functions.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "plan/plan.h"
+#include "runtime/micro_batch.h"
+
+namespace maestro::runtime {
+
+class VitEncoderImpl;    // runtime/models/encoders.h
+class AudioEncoderImpl;  // runtime/models/encoders.h
+
+// A ViT section's micro-batch with 0..max_images images per sample:
+// data.images (sum of data.image_counts, C, H, W) are encoded (only the real
+// images), and sample b's rows are its images' rows in order, then zeros:
+// returns (B, max_images * vit.output_tokens(), vit.output_dim()). Padding
+// rows are constants, so they carry no gradient into the ViT.
+torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, int64_t max_images, torch::Device device);
+
+// The same for an audio encoder section: data.audios (sum of
+// data.audio_counts, mel_bins, frames) -> (B, max_audios * ceil(frames / 2),
+// hidden).
+torch::Tensor AudioRows(AudioEncoderImpl& audio, const MicroBatchData& data, int64_t max_audios, torch::Device device);
+
+// A decoder's input embeddings with an upstream section's rows spliced in.
+// The upstream's activation names the kind: "audio" rows fill the positions
+// holding plan.data.audio_token_id, one clip per data.audio_counts; any
+// other the image placeholder's (ImageTokenIdOf), per data.image_counts.
+// embeds: (B, T, C); ids: (B, T) int64; rows: (n, K * P, C) for the n
+// samples of the micro-batch that activate `upstream` (in micro-batch order;
+// plan::SectionActivates), P rows per item. Sample b's first count[b] * P
+// rows fill, in order, its positions holding the placeholder, which must
+// number exactly that many; its other rows (the padding) are not read and get
+// zero gradient. Returns (B, T, C).
+torch::Tensor SpliceRows(const torch::Tensor& embeds, const torch::Tensor& ids, const torch::Tensor& rows,
+                         const MicroBatchData& data, const plan::Plan& plan, const plan::SectionPlan& upstream);
+
+}  // namespace maestro::runtime
