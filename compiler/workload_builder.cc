@@ -366,18 +366,16 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
     sw.tokens = s.tokens;
   } else if (sw.model.kind == plan::ModelKind::kProjector) {
     sw.tokens = modality_tokens > 0 ? modality_tokens : spec.data.seq_len;
-  } else if (sw.model.kind == plan::ModelKind::kVit) {
-    // A manifest's sample carries up to max_images_per_sample (K) images,
-    // each its own attention context: the plan is for K (the memory a
-    // micro-batch of such samples needs; the edge carries K images' rows,
-    // zero-padded, for every sample). docs/data.md, "### Training on a manifest".
+  } else if (sw.model.kind == plan::ModelKind::kVit || sw.model.kind == plan::ModelKind::kAudioEncoder) {
+    // A manifest's sample carries up to K images (max_images_per_sample) or
+    // clips (max_audios_per_sample), each its own attention context: the plan
+    // is for K (the memory a micro-batch of such samples needs; the edge
+    // carries K items' rows, zero-padded, for every sample). docs/data.md,
+    // "### Training on a manifest" and "## Audio".
+    const int64_t k =
+        sw.model.kind == plan::ModelKind::kVit ? spec.data.max_images_per_sample : spec.data.max_audios_per_sample;
     context = NaturalTokens(sw.model, spec.data.seq_len);
-    sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, spec.data.max_images_per_sample));
-  } else if (sw.model.kind == plan::ModelKind::kAudioEncoder) {
-    // The same for a manifest's clips: K = max_audios_per_sample, each clip
-    // its own attention context (docs/data.md, "## Audio").
-    context = NaturalTokens(sw.model, spec.data.seq_len);
-    sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, spec.data.max_audios_per_sample));
+    sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, k));
   } else {
     sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
   }
