@@ -12,6 +12,7 @@
 #include "base/checks.h"
 #include "base/read_file.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "plan/rope_scaling.h"
 
 namespace maestro::compiler {
@@ -106,6 +107,10 @@ Status CheckModelShape(const ModelDesc& d, const std::string& where, std::string
           // Dense layers between the MoE ones (decoder_sparse_step) are SwiGLU MLPs of ffn_hidden.
           MAESTRO_RETURN_IF_ERROR(RequireRange(key, where, "ffn_hidden", d.ffn_hidden, 1, kMaxFfn));
         }
+      }
+      if (Status mrope = plan::CheckMrope(d, where); !mrope.ok()) {
+        if (key) *key = plan::kMropeSectionTKey;
+        return mrope;
       }
       return Status::Ok();
     case ModelKind::kVit: {
@@ -691,6 +696,57 @@ StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::stri
   return d;
 }
 
+// The language model of a Qwen2-VL or Qwen2.5-VL config (transformers'
+// Qwen2VLTextModel: a Qwen2 decoder with M-RoPE, plan/mrope.h): its keys at
+// the top level (published configs) or under text_config (transformers >=
+// 4.52), rope_scaling {"type": "mrope", "mrope_section": [t, h, w]} as the
+// extra.mrope_section_* keys. Its tensors are named as Qwen2's
+// (model.layers.*, lm_head), so the decoder's weight layout loads them.
+StatusOr<ModelDesc> Qwen2VlTextFromHf(const nlohmann::json& j, const std::string& origin) {
+  nlohmann::json text = j;
+  if (j.contains("text_config") && j.at("text_config").is_object()) {
+    for (const auto& [key, value] : j.at("text_config").items()) text[key] = value;
+  }
+  text.erase("text_config");
+  text.erase("vision_config");
+  if (!text.contains("rope_scaling") || !text.at("rope_scaling").is_object() ||
+      !text.at("rope_scaling").contains("mrope_section")) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a Qwen2-VL language model needs rope_scaling.mrope_section ([t, h, w], e.g. [16, 24, 24])", origin));
+  }
+  const nlohmann::json scaling = text.at("rope_scaling");
+  const nlohmann::json& section = scaling.at("mrope_section");
+  if (!section.is_array() || section.size() != 3 ||
+      !std::all_of(section.begin(), section.end(), [](const nlohmann::json& v) { return v.is_number_integer(); })) {
+    return Status::InvalidArgument(
+        fmt::format("{}: rope_scaling.mrope_section must be three integers [t, h, w], got {}", origin, section.dump()));
+  }
+  // (json::value() trips -Wnull-dereference in this nlohmann version: read by hand.)
+  auto text_of = [&](const char* key, const std::string& fallback) {
+    return scaling.contains(key) && scaling.at(key).is_string() ? scaling.at(key).get<std::string>() : fallback;
+  };
+  const std::string rope_type = text_of("rope_type", text_of("type", "default"));
+  if (rope_type != "mrope" && rope_type != "default") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: rope_scaling of type '{}' with mrope_section is not implemented (M-RoPE over the default frequencies "
+        "only)",
+        origin, rope_type));
+  }
+  text.erase("rope_scaling");  // the frequencies are the default ones; M-RoPE is the section split below
+  MAESTRO_ASSIGN_OR_RETURN(ModelDesc d, DecoderFromHf(text, origin, "qwen2"));
+  const char* keys[3] = {plan::kMropeSectionTKey, plan::kMropeSectionHKey, plan::kMropeSectionWKey};
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t v = section[i].get<int64_t>();
+    MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "rope_scaling.mrope_section", v, 0, kMaxHidden));
+    d.extra[keys[i]] = static_cast<double>(v);
+  }
+  if (HfReader(scaling, origin + ": rope_scaling").Bool("mrope_interleaved", false)) {
+    d.extra[plan::kMropeInterleavedKey] = 1;
+  }
+  MAESTRO_RETURN_IF_ERROR(plan::CheckMrope(d, origin));
+  return d;
+}
+
 StatusOr<ModelDesc> WhisperEncoderFromHf(const nlohmann::json& j, const std::string& origin) {
   HfReader r(j, origin);
   ModelDesc d;
@@ -713,7 +769,8 @@ StatusOr<ModelDesc> WhisperEncoderFromHf(const nlohmann::json& j, const std::str
 
 }  // namespace
 
-StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::string& origin) {
+StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::string& origin,
+                                      const std::string& part) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json_text);
@@ -725,6 +782,17 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
     return Status::InvalidArgument(origin + ": key 'model_type' is missing (is this a Hugging Face config.json?)");
   }
   const std::string type = j.at("model_type").get<std::string>();
+  const bool vision_language = type == "qwen2_vl" || type == "qwen2_5_vl";
+  if (!part.empty() && part != "text" && part != "vision") {
+    return Status::InvalidArgument(
+        fmt::format("{}: part '{}' is not one of text, vision (a vision-language config's two models)", origin, part));
+  }
+  if (!part.empty() && !vision_language) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: part = '{}' chooses a model of a vision-language config (qwen2_vl, qwen2_5_vl); model_type '{}' holds "
+        "one model: drop 'part'",
+        origin, part, type));
+  }
   StatusOr<ModelDesc> d = Status::InvalidArgument("unset");
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" ||
       type == "qwen2_moe" || type == "qwen3_moe") {
@@ -748,6 +816,13 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
     d = VitFromHf(j.at("vision_config"), origin + " (vision_config)", true);
   } else if (type == "whisper") {
     d = WhisperEncoderFromHf(j, origin);
+  } else if (vision_language && part == "text") {
+    d = Qwen2VlTextFromHf(j, origin);
+  } else if (type == "qwen2_5_vl") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: Qwen2.5-VL's vision tower (window attention, RMSNorm, SwiGLU) is not built; import its language model "
+        "with part = \"text\"",
+        origin));
   } else if (type == "qwen2_vl") {
     if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
       return Status::InvalidArgument(origin + ": a qwen2_vl config needs an object 'vision_config'");
@@ -756,7 +831,9 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   } else {
     return Status::InvalidArgument(fmt::format(
         "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-        "gemma3_text, vit, clip, clip_vision_model, whisper, qwen2_vl (or describe the model by shape in the spec)",
+        "gemma3_text, vit, clip, clip_vision_model, whisper, qwen2_vl, qwen2_5_vl (or describe the model by shape in "
+        "the "
+        "spec)",
         origin, type));
   }
   if (!d.ok()) return d.status();
@@ -765,9 +842,9 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   return d;
 }
 
-StatusOr<ModelDesc> ModelFromHfConfigFile(const std::string& path) {
+StatusOr<ModelDesc> ModelFromHfConfigFile(const std::string& path, const std::string& part) {
   MAESTRO_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigBytes, "the Hugging Face config"));
-  return ModelFromHfConfig(text, path);
+  return ModelFromHfConfig(text, path, part);
 }
 
 }  // namespace maestro::compiler

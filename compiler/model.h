@@ -70,9 +70,14 @@ int64_t NaturalTokens(const plan::ModelDesc& desc, int64_t seq_len);
 ModelFacts ComputeModelFacts(const plan::ModelDesc& desc, int64_t seq_len);
 
 // Builds a ModelDesc from a Hugging Face config.json's text. `origin` names
-// the file in messages. Knows model_type llama, mistral, qwen2, mixtral,
-// vit, clip (its vision_config), clip_vision_model, whisper (the encoder).
-StatusOr<plan::ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::string& origin);
-StatusOr<plan::ModelDesc> ModelFromHfConfigFile(const std::string& path);
+// the file in messages. Knows model_type llama, mistral, qwen2, qwen3,
+// mixtral, qwen2_moe, qwen3_moe, gemma3_text, vit, clip (its vision_config),
+// clip_vision_model, whisper (the encoder), qwen2_vl and qwen2_5_vl.
+// `part` chooses the model of a vision-language config: "text" its language
+// model (M-RoPE), "vision" or "" its vision tower (qwen2_vl only);
+// any other model_type takes no part.
+StatusOr<plan::ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::string& origin,
+                                            const std::string& part = "");
+StatusOr<plan::ModelDesc> ModelFromHfConfigFile(const std::string& path, const std::string& part = "");
 
 }  // namespace maestro::compiler

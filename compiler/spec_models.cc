@@ -79,6 +79,10 @@ const ShapeKey kShapeKeys[] = {
     {"router_aux_loss_coef", kDecoderKey, kNumber, nullptr, nullptr},
     {"qk_norm", kDecoderKey, kFlag, nullptr, nullptr},
     {"decoder_sparse_step", kDecoderKey, kInt, nullptr, nullptr},
+    {"mrope_section_t", kDecoderKey, kInt, nullptr, nullptr},  // M-RoPE (plan/mrope.h)
+    {"mrope_section_h", kDecoderKey, kInt, nullptr, nullptr},
+    {"mrope_section_w", kDecoderKey, kInt, nullptr, nullptr},
+    {"mrope_interleaved", kDecoderKey, kFlag, nullptr, nullptr},
     {"image_size", kVitKey, kInt, &plan::ModelDesc::image_size, nullptr},
     {"patch_size", kVitKey, kInt, &plan::ModelDesc::patch_size, nullptr},
     {"channels", kVitKey, kInt, &plan::ModelDesc::channels, nullptr},
@@ -135,13 +139,17 @@ void ReadShapeKey(TableReader& r, const ShapeKey& k, plan::ModelDesc& desc) {
 
 // [models.<name>] with hf_config = "<path>": the imported config.
 // `key` is where the config came from: "hf_config", or "weights" (its
-// folder's config.json).
+// folder's config.json). `part` ("text" or "vision") chooses one model of a
+// vision-language config (compiler/model.h ModelFromHfConfig).
 void ReadHfModel(Diagnostics& d, TableReader& r, const std::string& hf, const std::string& key,
                  const std::string& base_dir, ModelSpec& m) {
   const std::string path = JoinPath(base_dir, hf);
-  auto desc = ModelFromHfConfigFile(path);
+  std::string part;
+  const bool has_part = r.String("part", &part);
+  auto desc = ModelFromHfConfigFile(path, part);
   if (!desc.ok()) {
-    d.Error(r.PosOfKey(key), desc.status().message());
+    const bool about_part = has_part && desc.status().message().find("part") != std::string::npos;
+    d.Error(r.PosOfKey(about_part ? "part" : key), desc.status().message());
   } else {
     m.desc = *desc;
     m.desc.source = hf;  // as written in the spec: stable across machines
@@ -169,6 +177,7 @@ void ReadWeights(Diagnostics& d, TableReader& r, const std::string& where, const
                              "to the spec)",
                              where, weights, dir));
     r.Get("hf_config");  // known all the same: one error, not two
+    r.Get("part");
     return;
   }
   std::string hf;

@@ -7,6 +7,7 @@
 
 #include "base/checks.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "plan/tensor_parallel_split.h"
 
 namespace maestro::plan {
@@ -67,7 +68,9 @@ Status CheckSectionRuns(const Plan& plan, const SectionPlan& s, const RuntimeSup
 }
 
 Status CheckModelRuns(const SectionPlan& s) {
-  return ValidateModelDesc(s.model, fmt::format("section '{}'", s.name));
+  const std::string where = fmt::format("section '{}'", s.name);
+  MAESTRO_RETURN_IF_ERROR(ValidateModelDesc(s.model, where));
+  return CheckMrope(s.model, where);
 }
 
 Status CheckSectionWiring(const Plan& plan, const SectionPlan& s) {
@@ -126,6 +129,14 @@ Status CheckSectionData(const Plan& plan, const SectionPlan& s) {
         fmt::format("section '{}': an audio encoder reads the audio clips of a JSONL manifest (the built-in datasets "
                     "and corpora carry none); set [data] manifest and audio_token_id (docs/data.md, \"## Audio\")",
                     s.name));
+  }
+  if (MropeOf(s.model)) {
+    if (const SectionPlan* vision = MropeVisionSection(plan, s)) {
+      if (auto grid = MropeImageGrid(vision->model); !grid.ok()) {
+        return Status::FailedPrecondition(fmt::format("section '{}' (M-RoPE) reads images from section '{}': {}",
+                                                      s.name, vision->name, grid.status().message()));
+      }
+    }
   }
   return Status::Ok();
 }

@@ -140,7 +140,7 @@ Status CheckSectionRuns(const Plan& plan, const SectionPlan& s, const RuntimeSup
 
 // The model is one the runtime builds (plan/model_desc.h ValidateModelDesc:
 // its fields, and no feature it lacks such as dynamic NTK rope_scaling or mixed dense
-// and MoE layers).
+// and MoE layers), and its M-RoPE sections fit its heads (plan/mrope.h CheckMrope).
 Status CheckModelRuns(const SectionPlan& s);
 
 // The section's edges are ones the runtime wires: a training section never
@@ -152,8 +152,10 @@ Status CheckSectionWiring(const Plan& plan, const SectionPlan& s);
 
 // The data feeds the section: an audio encoder reads a manifest's clips
 // (data.manifest and data.audio_token_id; the built-in datasets and corpora
-// carry none). (A decoder's sequences may be longer than its sliding window:
-// runtime/models/decoder.h masks the attention.)
+// carry none); an M-RoPE decoder's images form grids (plan/mrope.h
+// MropeImageGrid: not CLIP's class token first). (A decoder's sequences may
+// be longer than its sliding window: runtime/models/decoder.h masks the
+// attention.)
 Status CheckSectionData(const Plan& plan, const SectionPlan& s);
 
 // Tensor parallelism: the table's row for the model's kind, and tp divides

@@ -19,6 +19,7 @@
 #include "hf/checkpoint.h"
 #include "hf/name_map.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "runtime/checkpoint_slices.h"
 #include "runtime/checkpointing.h"
 #include "runtime/hf_weights.h"
@@ -314,6 +315,30 @@ Status WholeModelHfExport(const datalayer::CheckpointData& checkpoint, const Exp
   return Status::Ok();
 }
 
+// An M-RoPE decoder's config.json: Qwen2-VL's (model_type qwen2_vl, its
+// language model's keys at the top level as the published configs have them,
+// rope_scaling {"type": "mrope", "mrope_section": [t, h, w]}), which
+// compiler/model.cc imports back with part = "text". The vision tower is
+// its own section's export (its vision_config). Only Qwen2-VL's shape has
+// a family: q/k/v biases, chunked sections, no rope scaling.
+StatusOr<std::string> MropeDecoderConfigJson(const plan::ModelDesc& desc, const plan::Mrope& mrope, bool qwen2,
+                                             int64_t max_positions, const std::string& torch_dtype) {
+  if (!qwen2 || mrope.interleaved || plan::RopeScalingOf(desc).type != plan::RopeType::kDefault ||
+      SlidingWindow(desc) > 0) {
+    return Status::FailedPrecondition(
+        "this decoder has M-RoPE (extra.mrope_section_*) but not Qwen2-VL's shape (q/k/v biases only, chunked "
+        "sections, no rope scaling, no sliding window), the one Hugging Face family Maestro exports with M-RoPE");
+  }
+  nlohmann::json j;
+  j["architectures"] = {"Qwen2VLForConditionalGeneration"};
+  j["model_type"] = "qwen2_vl";
+  AddDecoderConfigKeys(desc, max_positions, j);
+  j["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {mrope.section[0], mrope.section[1], mrope.section[2]}}};
+  j["intermediate_size"] = desc.ffn_hidden;
+  j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
 // The config.json of a MoE decoder in the layout hf::WeightLayoutOf names
 // its tensors: Qwen-MoE's (Qwen3-MoE's with q/k norms, else Qwen2-MoE's)
 // or Mixtral's, with the keys compiler/model.cc DecoderFromHf reads back.
@@ -398,6 +423,8 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
         "no config.json can describe it; drop extra.qkv_bias or extra.qk_norm in the spec");
   }
   nlohmann::json j;
+  if (const auto mrope = plan::MropeOf(desc))
+    return MropeDecoderConfigJson(desc, *mrope, qwen2, max_positions, torch_dtype);
   j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
   j["model_type"] = qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
   AddDecoderConfigKeys(desc, max_positions, j);

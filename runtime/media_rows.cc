@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "plan/mrope.h"
 #include "plan/plan_graph.h"
 #include "runtime/models/encoders.h"
 #include "runtime/plan_data.h"
@@ -120,6 +121,30 @@ torch::Tensor SpliceRows(const torch::Tensor& embeds, const torch::Tensor& ids, 
   if (pieces.empty()) return embeds;
   auto spliced = pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);  // (slots, C), in the mask's row-major order
   return embeds.masked_scatter(mask.unsqueeze(-1), spliced.to(embeds.scalar_type()));
+}
+
+torch::Tensor MropePositionIds(const torch::Tensor& ids, const MicroBatchData& data, const plan::Plan& plan,
+                               const plan::SectionPlan& decoder) {
+  if (!plan::MropeOf(decoder.model)) return {};
+  const plan::SectionPlan* vision = plan::MropeVisionSection(plan, decoder);
+  if (vision == nullptr) return {};
+  const auto grid = plan::MropeImageGrid(vision->model);
+  TORCH_CHECK(grid.ok(), "section '", decoder.name, "': ", grid.status().message());
+  TORCH_CHECK(ids.dim() == 2, "M-RoPE positions: ids must be (B, T), got ", ids.sizes());
+  const auto host = ids.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t b = host.size(0), t = host.size(1);
+  TORCH_CHECK(static_cast<int64_t>(data.image_counts.size()) == b, "the micro-batch has ", data.image_counts.size(),
+              " image counts for ", b, " samples");
+  auto positions = torch::empty({b, 3, t}, torch::kLong);  // per sample row-major (3, T), then (3, B, T)
+  const int64_t image_token = ImageTokenIdOf(plan);
+  for (int64_t i = 0; i < b; ++i) {
+    const std::vector<plan::LlmGrid> images(static_cast<size_t>(data.image_counts[static_cast<size_t>(i)]), *grid);
+    const Status st =
+        plan::MropePositions(host[i].data_ptr<int64_t>(), t, image_token, images, positions[i].data_ptr<int64_t>());
+    TORCH_CHECK(st.ok(), "section '", decoder.name, "', sample ", data.sample_ids[static_cast<size_t>(i)], ": ",
+                st.message());
+  }
+  return positions.permute({1, 0, 2}).contiguous();
 }
 
 }  // namespace maestro::runtime

@@ -6,9 +6,11 @@
 // Owns: VitRows and AudioRows (a micro-batch's real images or clips encoded,
 // padded to K items' rows per sample), SpliceRows (each sample's rows placed
 // at its placeholder positions of the upstream section's kind; padding gets
-// zero gradient). docs/data.md, "### Training on a manifest" and "## Audio".
+// zero gradient), MropePositionIds (the 3-D positions of an M-RoPE decoder's
+// tokens, images at their placeholders). docs/data.md, "### Training on a manifest" and "## Audio".
 // May call: runtime/micro_batch, runtime/plan_data (placeholder ids and K),
-// runtime/models (the encoders), plan (the plan graph's activation rule),
+// runtime/models (the encoders), plan (the plan graph's activation rule,
+// plan/mrope),
 // libtorch. Torch-internal: include only from runtime/*.cc and tests/runtime.
 // Thread safety: pure functions.
 #pragma once
@@ -49,5 +51,15 @@ torch::Tensor AudioRows(AudioEncoderImpl& audio, const MicroBatchData& data, int
 // zero gradient. Returns (B, T, C).
 torch::Tensor SpliceRows(const torch::Tensor& embeds, const torch::Tensor& ids, const torch::Tensor& rows,
                          const MicroBatchData& data, const plan::Plan& plan, const plan::SectionPlan& upstream);
+
+// An M-RoPE decoder's position ids (plan/mrope.h): (3, B, T) int64 from
+// ids (B, T) and each sample's data.image_counts images, each of the LLM
+// grid of the vision section that feeds `decoder` (plan::MropeVisionSection,
+// plan::MropeImageGrid), placed at the image placeholders. Undefined when
+// `decoder` has no M-RoPE or no vision section feeds it (every token text:
+// positions 0..T-1, which ForwardEmbeds computes itself). A sample whose
+// placeholders do not hold its images' grids is an error naming it.
+torch::Tensor MropePositionIds(const torch::Tensor& ids, const MicroBatchData& data, const plan::Plan& plan,
+                               const plan::SectionPlan& decoder);
 
 }  // namespace maestro::runtime

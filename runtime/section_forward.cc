@@ -128,6 +128,8 @@ SectionRunner::Output ModelRunner::ForwardDecoder(const MicroBatchData& data,
   const int cp_rank = cp > 1 ? options().context_parallel->group().my_index : 0;
   Output out;
   torch::Tensor hidden;  // (B, T, C), or this CP rank's (B, T/cp, C)
+  // M-RoPE (plan/mrope.h): each token's (time, height, width) position, (3, B, T); else undefined.
+  const auto positions = MropePositionIds(data.input_ids, data, plan(), s);
   if (Staged()) {
     // One pipeline stage: the embeddings on the first, else the previous
     // stage's activation; its blocks; the final norm on the last.
@@ -142,7 +144,7 @@ SectionRunner::Output ModelRunner::ForwardDecoder(const MicroBatchData& data,
                   "' got no activation from stage ", pp.stage() - 1);
       x = in->second.to(device);
     }
-    x = lm->ForwardBlocks(x, layers.first, layers.end);
+    x = lm->ForwardBlocks(x, layers.first, layers.end, positions);
     if (!pp.last()) {
       out.rows = x;  // to the next stage
       // MoE: this stage's layers' part of the load-balancing term
@@ -162,7 +164,7 @@ SectionRunner::Output ModelRunner::ForwardDecoder(const MicroBatchData& data,
     auto embeds = EmbedWithMediaRows(lm, plan(), ids, data, inputs, kd_edge_, device);
     // Context parallelism: this rank's part of the sequence (B, T/cp, C).
     if (cp > 1) embeds = SplitSequenceForContextParallel(embeds, 1, cp, cp_rank);
-    hidden = lm->ForwardEmbeds(embeds);
+    hidden = lm->ForwardEmbeds(embeds, positions);
   }
   if (!out_edges().empty()) {
     out.rows = cp > 1 ? GatherWholeSequence(hidden, 1, *options().context_parallel) : hidden;  // (B, T, C)

@@ -14,6 +14,7 @@
 #include "base/checks.h"
 #include "plan/banded_attention.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "plan/tensor_parallel_split.h"
 #include "runtime/parallel/context_parallel.h"
 #include "runtime/recompute.h"
@@ -32,6 +33,20 @@ RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, doub
   auto t = torch::arange(positions, inv_freq.options());  // (T)
   auto freqs = torch::outer(t, inv_freq);                 // (T, D/2)
   auto angles = torch::cat({freqs, freqs}, -1);           // (T, D)
+  if (attention_factor == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  return {(angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)};
+}
+
+RopeTables MakeMropeTables(const torch::Tensor& positions, const torch::Tensor& inv_freq, const torch::Tensor& axes,
+                           double attention_factor, torch::Dtype dtype) {
+  TORCH_CHECK(positions.dim() == 3 && positions.size(0) == 3, "M-RoPE positions must be (3, B, T), got ",
+              positions.sizes());
+  TORCH_CHECK(axes.numel() == inv_freq.numel(), "M-RoPE: ", axes.numel(), " frequency axes for ", inv_freq.numel(),
+              " frequencies");
+  // Each frequency's row of positions: (D/2, B, T) -> (B, T, D/2), in fp32.
+  auto per_frequency = positions.index_select(0, axes).permute({1, 2, 0}).to(inv_freq.scalar_type());
+  auto freqs = per_frequency * inv_freq;                      // (B, T, D/2)
+  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);  // (B, 1, T, D)
   if (attention_factor == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
   return {(angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)};
 }
@@ -393,10 +408,10 @@ torch::Tensor DecoderLMImpl::Embed(const torch::Tensor& ids) {
   return embed_tokens(ids) * scale;
 }
 
-torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds) {
+torch::Tensor DecoderLMImpl::ForwardEmbeds(const torch::Tensor& embeds, const torch::Tensor& positions) {
   TORCH_CHECK(embeds.dim() == 3 && embeds.size(2) == desc_.hidden, "DecoderLM::ForwardEmbeds: embeds must be (B, T, ",
               desc_.hidden, "), got ", embeds.sizes());
-  return final_norm(ForwardBlocks(embeds, 0, desc_.layers));
+  return final_norm(ForwardBlocks(embeds, 0, desc_.layers, positions));
 }
 
 namespace {
@@ -410,7 +425,7 @@ struct LayerAttention {
   const AttentionMask* MaskArg() const { return mask.allowed.defined() ? &mask : nullptr; }
 };
 
-// tables: (T, D) of the whole sequence of seq_len tokens; window W > 0
+// tables: (T, D) or (B, 1, T, D) of the whole sequence of seq_len tokens; window W > 0
 // masks keys at or before q - W. Plain causal SDPA unless context
 // parallelism or a window shorter than the sequence asks for a mask: the
 // queries' positions against the keys'.
@@ -426,7 +441,7 @@ LayerAttention MakeLayerAttention(RopeTables tables, int64_t seq_len, int64_t wi
   if (cp_size > 1) {
     mine = ContextParallelPositions(seq_len, cp_size, cp->group().my_index).to(device);  // (T_local)
     keys = GatheredContextParallelPositions(seq_len, cp_size).to(device);                // (T)
-    out.rope = {out.rope.cos.index_select(0, mine), out.rope.sin.index_select(0, mine)};
+    out.rope = {out.rope.cos.index_select(-2, mine), out.rope.sin.index_select(-2, mine)};
     out.mask.group = cp;
   }
   out.mask.allowed = mine.unsqueeze(1) >= keys.unsqueeze(0);  // (T_local, T): causal
@@ -437,7 +452,8 @@ LayerAttention MakeLayerAttention(RopeTables tables, int64_t seq_len, int64_t wi
 
 }  // namespace
 
-torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end) {
+torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end,
+                                           const torch::Tensor& positions) {
   TORCH_CHECK(0 <= first && first <= end && end <= desc_.layers, "DecoderLM::ForwardBlocks: layers [", first, ", ", end,
               ") of ", desc_.layers);
   const int cp_size = cp_ != nullptr ? cp_->group().size() : 1;
@@ -451,7 +467,18 @@ torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t 
     rope_inv_freq_ =
         RopeInverseFrequencyTensor(HeadDim(desc_), RopeTheta(desc_), RopeScalingOf(desc_), embeds.device());
     local_rope_inv_freq_ = torch::Tensor();
+    mrope_axes_ = torch::Tensor();
+    if (const auto mrope = plan::MropeOf(desc_)) {
+      const std::vector<int> axes = plan::MropeFrequencyAxes(*mrope, HeadDim(desc_) / 2);
+      mrope_axes_ = torch::tensor(std::vector<int64_t>(axes.begin(), axes.end()), torch::kLong).to(embeds.device());
+    }
   }
+  TORCH_CHECK(!positions.defined() || mrope_axes_.defined(),
+              "DecoderLM: 3-D positions given to a decoder without M-RoPE (extra.mrope_section_*)");
+  TORCH_CHECK(!positions.defined() || (positions.dim() == 3 && positions.size(0) == 3 &&
+                                       positions.size(1) == embeds.size(0) && positions.size(2) == seq_len),
+              "DecoderLM: M-RoPE positions must be (3, B, T) = (3, ", embeds.size(0), ", ", seq_len, "), got ",
+              positions.sizes());
   auto tables_of = [&](int64_t layer) {
     const plan::RopeScaling scaling = plan::RopeScalingOf(desc_, layer);
     torch::Tensor inv_freq = rope_inv_freq_;
@@ -461,6 +488,10 @@ torch::Tensor DecoderLMImpl::ForwardBlocks(const torch::Tensor& embeds, int64_t 
             RopeInverseFrequencyTensor(HeadDim(desc_), plan::RopeThetaOf(desc_, layer), scaling, embeds.device());
       }
       inv_freq = local_rope_inv_freq_;
+    }
+    if (positions.defined()) {
+      return MakeMropeTables(positions.to(embeds.device()), inv_freq, mrope_axes_, plan::RopeAttentionFactor(scaling),
+                             embeds.scalar_type());
     }
     return MakeRopeTables(seq_len, inv_freq, plan::RopeAttentionFactor(scaling), embeds.scalar_type());
   };
@@ -576,6 +607,7 @@ StatusOr<DecoderLM> BuildDecoder(const plan::ModelDesc& desc, const ModelBuildOp
   }
   auto valid = ValidateModelDesc(desc);
   if (!valid.ok()) return valid;
+  MAESTRO_RETURN_IF_ERROR(plan::CheckMrope(desc, "decoder"));
   ParamFactory params(options);
   return DecoderLM(desc, params);
 }

@@ -18,6 +18,11 @@
 // rms_norm_eps; head_dim may differ from hidden / heads. Llama 3.1+ and
 // Qwen2.5 YaRN configs add rope scaling (plan/rope_scaling.h, the
 // extra.rope_scaling_* keys).
+// Qwen2-VL's and Qwen2.5-VL's LLM (M-RoPE, plan/mrope.h) is this module
+// too: given each token's 3-D position ids, a head's frequencies read the
+// time, height or width row as the config's mrope_section says
+// (MakeMropeTables); without them (text only) the positions are 0..T-1 on
+// every row, which is 1-D RoPE.
 // Gemma 3 text (extra.gemma3, plan/model_desc.h) is this module too: its
 // RMSNorms scale by (1 + weight), the block is sandwiched
 //   h = x + post_attn_norm(attn(attn_norm(x)));
@@ -64,9 +69,11 @@
 
 namespace maestro::runtime {
 
-// cos and sin of the rotary angles for positions 0..T-1.
+// cos and sin of the rotary angles: for positions 0..T-1 of every sample
+// (T, D), or per sample (M-RoPE) (B, 1, T, D); either broadcasts over
+// (B, H, T, D) and is indexed by position on dim -2.
 struct RopeTables {
-  torch::Tensor cos, sin;  // (T, D) each, in the activations' dtype
+  torch::Tensor cos, sin;  // (T, D) or (B, 1, T, D) each, in the activations' dtype
 };
 // The decoder's inverse frequencies (D/2), fp32 on `device`:
 // plan::RopeInverseFrequencies(theta, head_dim, scaling) (theta^(-2i/D),
@@ -78,7 +85,15 @@ torch::Tensor RopeInverseFrequencyTensor(int64_t head_dim, double theta, const p
 // (plan::RopeAttentionFactor: YaRN's, else 1) and cast to dtype.
 RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, double attention_factor,
                           torch::Dtype dtype);
-// x: (B, H, T, D); tables: (T, D). Returns x*cos + rotate_half(x)*sin,
+// M-RoPE: positions (3, B, T) int64 (plan::MropePositions' rows: time,
+// height, width); inv_freq (D/2) fp32; axes (D/2) int64, the row each
+// frequency reads (plan::MropeFrequencyAxes). Angle (b, t, j) =
+// positions[axes[j], b, t] * inv_freq[j] in fp32, as transformers'
+// Qwen2-VL rotary (then its mrope_section split) computes it; tables
+// (B, 1, T, D) = cat(angles, angles), times attention_factor, cast to dtype.
+RopeTables MakeMropeTables(const torch::Tensor& positions, const torch::Tensor& inv_freq, const torch::Tensor& axes,
+                           double attention_factor, torch::Dtype dtype);
+// x: (B, H, T, D); tables: (T, D) or (B, 1, T, D). Returns x*cos + rotate_half(x)*sin,
 // rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]).
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 
@@ -237,11 +252,15 @@ class DecoderLMImpl : public torch::nn::Module {
   torch::Tensor Embed(const torch::Tensor& ids);
   // embeds: (B, T, C) -> hidden (B, T, C): the blocks and the final RMSNorm
   // (what crosses the wire in KD: the student applies the teacher's head).
-  torch::Tensor ForwardEmbeds(const torch::Tensor& embeds);
+  // positions: undefined (1-D RoPE over 0..T-1), or, for an M-RoPE decoder
+  // (plan::MropeOf), (3, B, T) int64 over the whole sequence (under context
+  // parallelism too: each rank takes its tokens' positions).
+  torch::Tensor ForwardEmbeds(const torch::Tensor& embeds, const torch::Tensor& positions = {});
   // Pipeline stages (runtime/parallel/pipeline_stages.h): embeds (B, T, C) -> (B, T, C)
   // through blocks [first, end) only (no final norm); and the final norm,
-  // (..., C) -> (..., C).
-  torch::Tensor ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end);
+  // (..., C) -> (..., C). positions: as ForwardEmbeds.
+  torch::Tensor ForwardBlocks(const torch::Tensor& embeds, int64_t first, int64_t end,
+                              const torch::Tensor& positions = {});
   torch::Tensor FinalNorm(const torch::Tensor& x) { return final_norm(x); }
   // Keeps the parameters of one pipeline stage: blocks [first, end), the
   // embeddings when `embeddings`, the final norm and the head when `head`
@@ -290,6 +309,7 @@ class DecoderLMImpl : public torch::nn::Module {
   // first use there (not a buffer: no checkpoint holds it); the local
   // layers' (plan::UsesLocalRope) beside it.
   torch::Tensor rope_inv_freq_, local_rope_inv_freq_;
+  torch::Tensor mrope_axes_;  // M-RoPE: plan::MropeFrequencyAxes (D/2) int64 beside rope_inv_freq_
 };
 TORCH_MODULE(DecoderLM);
 

@@ -18,6 +18,7 @@
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "plan/rope_scaling.h"
 #include "tests/fixtures/test_paths.h"
 
@@ -311,6 +312,42 @@ TEST(ModelFacts, EncodersMatchTheirHuggingFaceModules) {
   EXPECT_EQ(FactsOf("qwen2_vl_7b.json").params,
             3 * 2 * 14 * 14 * 1280 + 32 * block + 2 * 1280 + (5120 * 5120 + 5120) + (5120 * 3584 + 3584));
   EXPECT_EQ(FactsOf("qwen2_vl_7b.json").params, 675'759'104);
+}
+
+// Qwen2-VL-7B's language model (part = "text"): Qwen2-7B's shape (q/k/v
+// biases, untied head) with M-RoPE sections [16, 24, 24] of its 64
+// frequencies; with the tower, the published 8,291,375,616 parameters
+// (model.safetensors.index.json's total_size 16,582,751,232 bytes in bf16).
+TEST(ModelFacts, Qwen2VlLanguageModelIsQwen2WithMrope) {
+  auto text = ModelFromHfConfigFile(kHf + "qwen2_vl_7b.json", "text");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(text->kind, plan::ModelKind::kDecoder);
+  EXPECT_EQ(text->extra.at("qkv_bias"), 1);
+  EXPECT_EQ(text->extra.at("rope_theta"), 1e6);
+  EXPECT_EQ(text->extra.at(plan::kMropeSectionTKey), 16);
+  EXPECT_EQ(text->extra.at(plan::kMropeSectionHKey), 24);
+  EXPECT_EQ(text->extra.at(plan::kMropeSectionWKey), 24);
+  EXPECT_EQ(text->extra.count(plan::kRopeScalingTypeKey), 0u) << "mrope is no frequency scaling";
+  const int64_t h = 3584, f = 18944, v = 152064, kv = 4 * 128;
+  const int64_t layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * f + 2 * h;
+  const int64_t params = ComputeModelFacts(*text, 0).params;
+  EXPECT_EQ(params, 2 * v * h + 28 * layer + h);
+  EXPECT_EQ(params + FactsOf("qwen2_vl_7b.json").params, 8'291'375'616);
+  // Parts: a vision-language config's two models; no other config has parts.
+  EXPECT_TRUE(ModelFromHfConfigFile(kHf + "qwen2_vl_7b.json", "vision").ok());
+  auto bad = ModelFromHfConfigFile(kHf + "qwen2_vl_7b.json", "audio");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("not one of text, vision"), std::string::npos) << bad.status().ToString();
+  auto plain = ModelFromHfConfigFile(kHf + "qwen2_7b.json", "text");
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.status().message().find("drop 'part'"), std::string::npos) << plain.status().ToString();
+  auto no_sections = ModelFromHfConfig(
+      R"({"model_type": "qwen2_vl", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+          "intermediate_size": 128, "vocab_size": 10, "rope_scaling": {"type": "mrope", "mrope_section": [8, 8, 8]}})",
+      "q.json", "text");
+  ASSERT_FALSE(no_sections.ok()) << "8 + 8 + 8 != head_dim 16 / 2";
+  EXPECT_NE(no_sections.status().message().find("sum to head_dim / 2 = 8"), std::string::npos)
+      << no_sections.status().ToString();
 }
 
 TEST(ModelFacts, ImportedConfigsCarryWhatTheRuntimeComputesWith) {

@@ -72,9 +72,9 @@ TensorMap LoadTensors(const fs::path& dir) {
 
 // ---- cases -----------------------------------------------------------------------
 
-const char* const kArchitectures[] = {"llama",   "mistral",         "qwen2",          "qwen3", "gemma3_text",
-                                      "mixtral", "qwen2_moe",       "qwen3_moe",      "clip",  "qwen2_vl",
-                                      "whisper", "llava_projector", "qwen3_moe_mixed"};
+const char* const kArchitectures[] = {"llama",   "mistral",         "qwen2",           "qwen3",        "gemma3_text",
+                                      "mixtral", "qwen2_moe",       "qwen3_moe",       "clip",         "qwen2_vl",
+                                      "whisper", "llava_projector", "qwen3_moe_mixed", "qwen2_vl_text"};
 
 class HfWeightsTest : public ::testing::Test {
  protected:
@@ -107,7 +107,9 @@ class HfWeightsTest : public ::testing::Test {
       d.out_dim = 32;
       return d;
     }
-    auto d = compiler::ModelFromHfConfig(ckpt.config_json(), arch + "/config.json");
+    // Qwen2-VL's config holds two models: its language model by part = "text".
+    const std::string part = arch == "qwen2_vl_text" ? "text" : "";
+    auto d = compiler::ModelFromHfConfig(ckpt.config_json(), arch + "/config.json", part);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     return d.ok() ? *d : plan::ModelDesc{};
   }

@@ -5,7 +5,8 @@
     python3 make_tiny_checkpoints.py OUT_DIR
 
 For every architecture the runtime loads (llama, mistral, qwen2, qwen3, gemma3_text, mixtral,
-qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, qwen2_vl's vision tower, whisper's encoder, llava's
+qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, qwen2_vl's vision tower and its language model (M-RoPE),
+whisper's encoder, llava's
 projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
@@ -264,6 +265,15 @@ def cases():
                 "rules": QWEN2_VL, "input": ("x", torch.randn(2, 3, 16, 16)),
                 "others": [("model.embed_tokens.weight", (50, 24)), ("model.layers.0.self_attn.q_proj.bias", (24,)),
                            ("lm_head.weight", (50, 24))]})
+
+    # Qwen2-VL's language model (part = "text"): Qwen2's tensors and an M-RoPE
+    # split of its 4 frequencies; the file carries the vision tower too.
+    text = llm_config("qwen2_vl", rope_theta=1e6, rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]})
+    text_desc = llm_desc(dict(text, model_type="qwen2"))
+    text_desc["extra"].update({"mrope_section_t": 1, "mrope_section_h": 1, "mrope_section_w": 2})
+    out.append({"name": "qwen2_vl_text", "config": dict(text, vision_config=dict(vl, hidden_size=32)),
+                "desc": text_desc, "rules": DECODER, "input": ("ids", torch.randint(0, text["vocab_size"], (2, 6))),
+                "others": [("visual.patch_embed.proj.weight", (32, 3, 2, 4, 4)), ("visual.merger.ln_q.weight", (32,))]})
 
     out.append({"name": "whisper", "config": {"model_type": "whisper", "d_model": 32, "encoder_layers": 2,
                                               "encoder_attention_heads": 4, "encoder_ffn_dim": 64,

@@ -12,6 +12,7 @@
 #include "compiler/model.h"
 #include "hf/name_map.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "runtime/hf_export.h"
 #include "runtime/models/parameter_count.h"
 #include "tests/fixtures/models.h"
@@ -204,6 +205,42 @@ TEST(CompilerRuntimeAgreement, Gemma3ExportsAsGemma3TextAndReimports) {
   EXPECT_EQ(compiler::ComputeModelFacts(*back, 16).params, compiler::ComputeModelFacts(gemma, 16).params);
   gemma.extra.erase(plan::kQkNormKey);
   EXPECT_FALSE(runtime::DecoderConfigJson(gemma, 4096, "bfloat16").ok()) << "gemma3_text always has q/k norms";
+}
+
+// An M-RoPE decoder of Qwen2-VL's shape exports as qwen2_vl (its language
+// model's keys, rope_scaling type mrope with the sections) and re-imports with
+// part = "text" to the same sections and count; one of another shape
+// (interleaved: Qwen3-VL, whose text model has DeepStack inputs) is refused.
+TEST(CompilerRuntimeAgreement, AnMropeDecoderExportsAsQwen2VlAndReimports) {
+  ModelDesc vl = fixtures::DecoderModel({64, 2, 4, 2, 176, 97});  // head_dim 16: 8 frequencies
+  vl.extra[plan::kQkvBiasKey] = 1;
+  vl.extra[plan::kRopeThetaKey] = 1e6;
+  vl.extra[plan::kMropeSectionTKey] = 2;
+  vl.extra[plan::kMropeSectionHKey] = 3;
+  vl.extra[plan::kMropeSectionWKey] = 3;
+  ExpectAgree(vl, "qwen2-vl-like decoder");
+  auto text = runtime::DecoderConfigJson(vl, 4096, "bfloat16");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  const auto j = nlohmann::json::parse(*text);
+  EXPECT_EQ(j.at("model_type"), "qwen2_vl") << *text;
+  EXPECT_EQ(j.at("rope_scaling").at("mrope_section"), nlohmann::json::array({2, 3, 3})) << *text;
+  EXPECT_FALSE(compiler::ModelFromHfConfig(*text, "exported config.json", "vision").ok())
+      << "an exported language model has no vision_config";
+  auto back = compiler::ModelFromHfConfig(*text, "exported config.json", "text");
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << *text;
+  const auto m = plan::MropeOf(*back);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->section[0], 2);
+  EXPECT_EQ(m->section[1], 3);
+  EXPECT_EQ(m->section[2], 3);
+  EXPECT_FALSE(m->interleaved);
+  EXPECT_TRUE(plan::QkvBias(*back));
+  EXPECT_EQ(compiler::ComputeModelFacts(*back, 16).params, compiler::ComputeModelFacts(vl, 16).params);
+  vl.extra[plan::kMropeInterleavedKey] = 1;
+  vl.extra[plan::kMropeSectionTKey] = 4;
+  vl.extra[plan::kMropeSectionHKey] = 2;
+  vl.extra[plan::kMropeSectionWKey] = 2;
+  EXPECT_FALSE(runtime::DecoderConfigJson(vl, 4096, "bfloat16").ok());
 }
 
 // Every rope scaling parameter written by the export comes back from the

@@ -14,7 +14,8 @@
 //    the tiny LM alone (CP 2), CP 2 x DP 2 with ZeRO-1 and full
 //    recomputation, CP 2 x TP 2 with selective recomputation, the KD student
 //    (and its forward-only teacher) at CP 2, the tiny VLM's LLM at CP 2
-//    receiving the ViT's image rows (their gradients summed over CP);
+//    receiving the ViT's image rows (their gradients summed over CP), and
+//    the same with M-RoPE's 3-D positions (plan/mrope.h);
 //  - a CP 2 run stopped after a checkpoint and resumed ends as an
 //    uninterrupted one, bit for bit; CP with PP is refused naming the fix.
 // The GatherSequence test re-runs this binary under mpirun with a gtest
@@ -36,6 +37,7 @@
 #include "compiler/compile.h"
 #include "launcher/mpi_backend.h"
 #include "plan/model_desc.h"
+#include "plan/mrope.h"
 #include "plan/plan.h"
 #include "plan/runtime_support.h"
 #include "runtime/models/encoders.h"
@@ -217,6 +219,21 @@ TEST(ContextParallelTrain, VlmLlmCp2ReceivingImageRowsEqualsReference) {
   MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
   ExpectEqualsReference("vlm_llm_cp2",
                         SectionedExamplePlan("tiny_vlm.toml", {{"vit", {1, 1, 1, 8}}, {"llm", {1, 2, 1, 4}}}, 4));
+}
+
+// The same VLM with M-RoPE in its LLM (plan/mrope.h, Qwen2-VL's 3-D
+// positions: each image's 4x4 grid at its placeholders): the positions are
+// computed per micro-batch from the data on every CP rank, and each rank's
+// RoPE tables (per sample, (B, 1, T, D)) are its tokens' rows.
+TEST(ContextParallelTrain, VlmMropeLlmCp2EqualsReference) {
+  MAESTRO_SKIP_WITHOUT_DEMO_IMAGES();
+  plan::Plan p = SectionedExamplePlan("tiny_vlm.toml", {{"vit", {1, 1, 1, 8}}, {"llm", {1, 2, 1, 4}}}, 4);
+  auto& llm = p.sections[static_cast<size_t>(p.section_index("llm"))].model;
+  ASSERT_EQ(plan::HeadDim(llm), 32);  // 16 frequencies: 4 time, 6 height, 6 width
+  llm.extra[plan::kMropeSectionTKey] = 4;
+  llm.extra[plan::kMropeSectionHKey] = 6;
+  llm.extra[plan::kMropeSectionWKey] = 6;
+  ExpectEqualsReference("vlm_mrope_cp2", p);
 }
 
 TEST(ContextParallelTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {

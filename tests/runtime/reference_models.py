@@ -154,6 +154,67 @@ def rotary_cos_sin(seq_len, dim, base, extra):
     return emb.cos() * scale, emb.sin() * scale
 
 
+# ---- M-RoPE: the Qwen2-VL family's 3-D positions -----------------------------
+# Written from transformers' modeling_qwen2_vl.py (Qwen2VLModel.get_rope_index,
+# Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb) and
+# modeling_qwen3_vl.py (apply_interleaved_mrope), not from Maestro's C++.
+
+
+def get_rope_index(input_ids, image_token_id, grids, counts):
+    """position_ids (3, B, T): text one position per token on all three rows;
+    an image of LLM grid (t, h, w) (grids: (images, 3), already merged, in
+    sample order; counts: images per sample) takes st_idx + its t, h, w
+    indices, st_idx = previous max + 1; text resumes at the image's max + 1."""
+    batch, seq = input_ids.shape
+    position_ids = torch.ones(3, batch, seq, dtype=torch.long)
+    image_index = 0
+    for i in range(batch):
+        input_tokens = input_ids[i].tolist()
+        llm_pos_ids_list = []
+        st = 0
+        for _ in range(int(counts[i])):
+            ed = input_tokens.index(image_token_id, st)
+            t, h, w = (int(v) for v in grids[image_index])
+            image_index += 1
+            text_len = ed - st
+            st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
+            llm_pos_ids_list.append(torch.arange(text_len).view(1, -1).expand(3, -1) + st_idx)
+            t_index = torch.arange(t).view(-1, 1).expand(-1, h * w).flatten()
+            h_index = torch.arange(h).view(1, -1, 1).expand(t, -1, w).flatten()
+            w_index = torch.arange(w).view(1, 1, -1).expand(t, h, -1).flatten()
+            llm_pos_ids_list.append(torch.stack([t_index, h_index, w_index]) + text_len + st_idx)
+            st = ed + t * h * w
+        if st < len(input_tokens):
+            st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
+            text_len = len(input_tokens) - st
+            llm_pos_ids_list.append(torch.arange(text_len).view(1, -1).expand(3, -1) + st_idx)
+        position_ids[:, i, :] = torch.cat(llm_pos_ids_list, dim=1).reshape(3, -1)
+    return position_ids
+
+
+def mrope_cos_sin(position_ids, dim, base, extra):
+    """cos, sin (B, 1, T, D): the rotary angles of each row of position_ids
+    (3, B, T), then Qwen2-VL's split of cos/sin into mrope_section * 2 chunks
+    (chunk i from row i % 3), or Qwen3-VL's interleaving of the frequencies."""
+    inv_freq, scale = rope_frequencies(dim, base, extra)
+    section = [int(extra[k]) for k in ("mrope_section_t", "mrope_section_h", "mrope_section_w")]
+    freqs = position_ids[..., None].to(inv_freq.dtype) * inv_freq  # (3, B, T, D/2)
+    if extra.get("mrope_interleaved", 0):
+        freqs_t = freqs[0].clone()
+        for axis, offset in ((1, 1), (2, 2)):
+            idx = slice(offset, section[axis] * 3, 3)
+            freqs_t[..., idx] = freqs[axis, ..., idx]
+        emb = torch.cat((freqs_t, freqs_t), dim=-1)  # (B, T, D)
+        cos, sin = emb.cos() * scale, emb.sin() * scale
+    else:
+        emb = torch.cat((freqs, freqs), dim=-1)  # (3, B, T, D)
+        cos, sin = emb.cos() * scale, emb.sin() * scale
+        split = section * 2
+        cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(split, dim=-1))], dim=-1)
+        sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(split, dim=-1))], dim=-1)
+    return cos.unsqueeze(1), sin.unsqueeze(1)
+
+
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
     x2 = x[..., x.shape[-1] // 2:]
@@ -331,8 +392,13 @@ class LlamaForCausalLM(nn.Module):
     def run(self, inputs, delta):
         embeds = self.embed_tokens(inputs["ids"]) + delta
         d = self.d
-        cos, sin = rotary_cos_sin(embeds.shape[1], d["head_dim"] or d["hidden"] // d["heads"],
-                                  d["extra"].get("rope_theta", 10000.0), d["extra"])
+        head_dim = d["head_dim"] or d["hidden"] // d["heads"]
+        if "mrope_grids" in inputs:
+            position_ids = get_rope_index(inputs["ids"], int(inputs["mrope_image_token"][0]), inputs["mrope_grids"],
+                                          inputs["mrope_counts"])
+            cos, sin = mrope_cos_sin(position_ids, head_dim, d["extra"].get("rope_theta", 10000.0), d["extra"])
+        else:
+            cos, sin = rotary_cos_sin(embeds.shape[1], head_dim, d["extra"].get("rope_theta", 10000.0), d["extra"])
         x = embeds
         for block in self.blocks:
             x = block(x, cos, sin)
@@ -836,6 +902,7 @@ def main(argv):
             p.copy_(src)
 
     inputs = {k: (v if k == "ids" else v.double()) for k, v in tensors.items() if k in ("ids", "x")}
+    inputs.update({k: v for k, v in tensors.items() if k.startswith("mrope_")})  # M-RoPE: grids and counts
     if "ids" in inputs:
         delta_shape = list(inputs["ids"].shape) + [desc["hidden"]]
     else:
