@@ -11,15 +11,15 @@
 // middle of the sectioned run (MAESTRO_CRASH_AT, at a step commit) resumes
 // to the uninterrupted run's losses with every sample consumed once.
 // Every step line of metrics.jsonl reports each section's real work
-// ("sections": tokens, tokens_per_s, model_flops_per_s), sectioned and
-// fused: the counts equal those worked out here from the manifest lines of
-// the step's samples (a text line brings no image and no clip, and its
-// sequence is shorter than seq_len), and a projector's FLOPs equal 3 x 2 x
-// its weights per row it projects.
+// ("sections": tokens, tokens_per_s, model_flops_per_s), sectioned, fused
+// and with TP, DP and PP replicas: the counts equal those worked out here
+// from the manifest lines of the step's samples (a text line brings no image
+// and no clip, and its sequence is shorter than seq_len), and the
+// projector's and the LLM's FLOPs those of independent arithmetic.
 //
 // Each test makes the workload (python3-torch, python3-pil,
-// python3-soundfile; skips without them) and runs three jobs of 6 steps on
-// 5 CPU ranks: 10 s and 17 s on two cores.
+// python3-soundfile; skips without them) and runs one to three jobs of 6
+// steps on 5 to 8 CPU ranks: 36 s, 41 s and 19 s on two busy cores.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -218,6 +218,33 @@ TEST_F(OmniRun, SectionedAndFusedEqualTheReference) {
   const std::string index_manifest = ReadText(root_ + "/sectioned/run/manifest.jsonl");
   EXPECT_NE(index_manifest.find("\"audio\": 50"), std::string::npos) << index_manifest.substr(0, 600);
   EXPECT_NE(index_manifest.find("\"image\": 17"), std::string::npos) << index_manifest.substr(0, 600);
+}
+
+// TP, DP and PP replicas: the ViT on 2 TP ranks, the audio encoder on 2 DP
+// replicas, the LLM in 2 pipeline stages. Each sample's work is counted once
+// (TP rank 0, the first stage; each DP replica its own samples), so every
+// step reports what the samples bring, as on one rank per section.
+TEST_F(OmniRun, ModelParallelRanksCountEachSampleOnce) {
+  std::string spec = ReadText(workload_ + "/omni.toml");
+  for (const auto& [section, pin] :
+       std::vector<std::pair<std::string, std::string>>{{"vit", "tp = 2"}, {"audio", "dp = 2"}, {"llm", "pp = 2"}}) {
+    const std::string head = "name = \"" + section + "\"\nmodel = \"" + section + "\"\n";
+    const size_t at = spec.find(head);
+    ASSERT_NE(at, std::string::npos) << section;
+    spec.insert(at + head.size(), pin + "\n");
+  }
+  std::ofstream(workload_ + "/omni_mp.toml") << spec;
+  const RunResult run = Run("omni_mp.toml", root_ + "/model_parallel", {"--ranks", "8", "--grouping", "sectioned"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto plan = plan::LoadPlan(root_ + "/model_parallel/plan.json");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto config = [&](const std::string& name) {
+    return plan->sections.at(static_cast<size_t>(plan->section_index(name))).config;
+  };
+  ASSERT_EQ(config("vit").tp, 2);
+  ASSERT_EQ(config("audio").dp, 2);
+  ASSERT_EQ(config("llm").pp, 2);
+  ExpectRealWorkReported(root_ + "/model_parallel/run", *plan, "model parallel");
 }
 
 TEST_F(OmniRun, ARankKilledAtAStepCommitResumesExactlyOnce) {
