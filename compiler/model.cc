@@ -12,6 +12,7 @@
 #include "base/checks.h"
 #include "base/read_file.h"
 #include "plan/model_desc.h"
+#include "plan/model_flops.h"
 #include "plan/mrope.h"
 #include "plan/rope_scaling.h"
 
@@ -175,8 +176,8 @@ int64_t NaturalTokens(const ModelDesc& d, int64_t seq_len) {
 namespace {
 
 // A decoder: attention (GQA, biases, q/k norms), a dense or MoE MLP (with a
-// shared expert), the embedding and an untied head; `s` tokens per sample.
-void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
+// shared expert), the embedding and an untied head.
+void DecoderFacts(const ModelDesc& d, ModelFacts* f) {
   const int64_t h = d.hidden;
   const int64_t hd = DecoderHeadDim(d);
   const int64_t q = d.heads * hd, kv = d.kv_heads * hd;
@@ -187,10 +188,7 @@ void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
   const int64_t norm = ExtraFlag(d, "norm_bias", false) ? 2 * h : h;
   const int64_t attn_w = h * q + 2 * h * kv + q * h;
   const int64_t attn_b = (qkv_bias ? q + 2 * kv : 0) + (o_bias ? h : 0);
-  auto mlp = [&](int64_t ffn, int64_t* weights) {
-    *weights = (gated ? 3 : 2) * h * ffn;
-    return *weights + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0);
-  };
+  auto mlp = [&](int64_t ffn) { return (gated ? 3 : 2) * h * ffn + (mlp_bias ? (gated ? 2 : 1) * ffn + h : 0); };
   const int64_t qk_norm = ExtraFlag(d, "qk_norm", false) ? 2 * hd : 0;  // Qwen3: RMSNorm of q and k heads
   const int64_t sandwich = plan::Gemma3(d) ? 2 * norm : 0;              // Gemma 3: post-attention and post-MLP norms
   const int64_t layer_base = attn_w + attn_b + 2 * norm + qk_norm + sandwich;
@@ -198,57 +196,39 @@ void DecoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
   // and a dense layer's; a MoE decoder with dense layers (Qwen-MoE's
   // decoder_sparse_step, mlp_only_layers) has both, per plan::IsMoeLayer.
   struct Mlp {
-    int64_t all = 0, active = 0, matmul = 0;
+    int64_t all = 0, active = 0;
   } moe_mlp, dense_mlp;
   if (d.experts > 0) {
-    int64_t expert_w = 0;
-    const int64_t expert = mlp(d.moe_ffn_hidden, &expert_w);
+    const int64_t expert = mlp(d.moe_ffn_hidden);
     const int64_t router = h * d.experts;
-    moe_mlp = {router + d.experts * expert, router + d.experts_per_token * expert,
-               router + d.experts_per_token * expert_w};
+    moe_mlp = {router + d.experts * expert, router + d.experts_per_token * expert};
     // Qwen2-MoE: a shared expert every token passes, with a (1, C) sigmoid gate.
     const auto shared_ffn = static_cast<int64_t>(ExtraValue(d, "shared_expert_ffn_hidden", 0));
     if (shared_ffn > 0) {
-      int64_t shared_w = 0;
-      const int64_t shared = mlp(shared_ffn, &shared_w) + h;
+      const int64_t shared = mlp(shared_ffn) + h;
       moe_mlp.all += shared;
       moe_mlp.active += shared;
-      moe_mlp.matmul += shared_w + h;
     }
   }
   const int64_t moe_layers = plan::MoeLayerCount(d);
   const int64_t dense_layers = d.layers - moe_layers;
   if (dense_layers > 0) {
-    int64_t mlp_w = 0;
-    const int64_t m = mlp(d.ffn_hidden, &mlp_w);
-    dense_mlp = {m, m, mlp_w};
+    const int64_t m = mlp(d.ffn_hidden);
+    dense_mlp = {m, m};
   }
   const int64_t layers_all = d.layers * layer_base + moe_layers * moe_mlp.all + dense_layers * dense_mlp.all;
   const int64_t layers_active = d.layers * layer_base + moe_layers * moe_mlp.active + dense_layers * dense_mlp.active;
-  const int64_t layers_mm = d.layers * attn_w + moe_layers * moe_mlp.matmul + dense_layers * dense_mlp.matmul;
   const int64_t embed = d.vocab * h;
   const int64_t head = d.tie_embeddings ? 0 : d.vocab * h;
   f->params = embed + layers_all + norm + head;
   f->active_params = embed + layers_active + norm + head;
-  f->matmul_params = layers_mm + d.vocab * h;  // the LM head runs even when tied
   f->embedding_params = embed;
-  // The keys a query attends, on average over the sequence: s/2 under the
-  // causal mask; with a sliding window W shorter than s (Mistral, Gemma 3's
-  // local layers: plan::IsSlidingLayer), the first W queries their prefix
-  // and the others W keys: W - W^2 / (2s).
-  const double window = static_cast<double>(plan::SlidingWindow(d));
-  const double sd = static_cast<double>(s);
-  const double keys = window > 0 && sd > window ? window - window * window / (2.0 * sd) : sd / 2.0;
-  const auto sliding = static_cast<double>(plan::SlidingLayerCount(d));
-  const double layer_keys = sliding * keys + (static_cast<double>(d.layers) - sliding) * (sd / 2.0);
-  f->attention_flops_per_token = 4.0 * layer_keys * static_cast<double>(q);
-  f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
   f->output_dim = h;
 }
 
 // A ViT: the patch stem, positions, the blocks, the optional final norm,
 // pooler and patch merger.
-void VitFacts(const ModelDesc& d, double s, ModelFacts* f) {
+void VitFacts(const ModelDesc& d, ModelFacts* f) {
   const int64_t h = d.hidden;
   const int64_t ffn = d.ffn_hidden;
   const int64_t temporal = static_cast<int64_t>(ExtraValue(d, "temporal_patch", 1));
@@ -266,7 +246,6 @@ void VitFacts(const ModelDesc& d, double s, ModelFacts* f) {
   p += d.layers * layer;
   if (ExtraFlag(d, "final_norm", true)) p += 2 * h;
   if (ExtraFlag(d, "pooler", false)) p += h * h + h;
-  int64_t merger_mm_per_token = 0;
   const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
   if (merge > 0) {
     const int64_t in = h * merge * merge;
@@ -274,19 +253,15 @@ void VitFacts(const ModelDesc& d, double s, ModelFacts* f) {
                            ? static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0))
                            : in;
     p += 2 * h + in * mh + mh + mh * d.out_dim + d.out_dim;
-    merger_mm_per_token = (in * mh + mh * d.out_dim) / (merge * merge);
   }
   f->params = p;
   f->active_params = p;
-  f->matmul_params = d.layers * layer_w + patch_w + merger_mm_per_token;
   f->embedding_params = 0;
-  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
-  f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
   f->output_dim = merge > 0 ? d.out_dim : h;
 }
 
 // A Whisper-style audio encoder: two convolutions, positions, the blocks.
-void AudioEncoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
+void AudioEncoderFacts(const ModelDesc& d, ModelFacts* f) {
   const int64_t h = d.hidden;
   const int64_t ffn = d.ffn_hidden;
   const int64_t positions =
@@ -298,9 +273,6 @@ void AudioEncoderFacts(const ModelDesc& d, double s, ModelFacts* f) {
   p += d.layers * layer + 2 * h;
   f->params = p;
   f->active_params = p;
-  f->matmul_params = d.layers * layer_w + 2 * conv1 + conv2;  // conv1 runs at twice the output rate
-  f->attention_flops_per_token = 4.0 * static_cast<double>(d.layers) * s * static_cast<double>(h);
-  f->flops_per_token = 2.0 * static_cast<double>(f->matmul_params) + f->attention_flops_per_token;
   f->output_dim = h;
 }
 
@@ -311,8 +283,6 @@ void ProjectorFacts(const ModelDesc& d, ModelFacts* f) {
   const int64_t p = w + 2 * d.out_dim;
   f->params = p;
   f->active_params = p;
-  f->matmul_params = w;
-  f->flops_per_token = 2.0 * static_cast<double>(w);
   f->output_dim = d.out_dim;
 }
 
@@ -324,11 +294,15 @@ ModelFacts ComputeModelFacts(const ModelDesc& d, int64_t seq_len) {
   f.seq_len = seq_len;
   const double s = static_cast<double>(seq_len);
   switch (d.kind) {
-    case ModelKind::kDecoder: DecoderFacts(d, s, &f); break;
-    case ModelKind::kVit: VitFacts(d, s, &f); break;
-    case ModelKind::kAudioEncoder: AudioEncoderFacts(d, s, &f); break;
+    case ModelKind::kDecoder: DecoderFacts(d, &f); break;
+    case ModelKind::kVit: VitFacts(d, &f); break;
+    case ModelKind::kAudioEncoder: AudioEncoderFacts(d, &f); break;
     case ModelKind::kProjector: ProjectorFacts(d, &f); break;
   }
+  // The FLOP rule is plan/model_flops.h's, shared with the runtime's metrics.
+  f.matmul_params = plan::MatmulParamsPerToken(d);
+  f.attention_flops_per_token = plan::AttentionFlopsPerToken(d, s);
+  f.flops_per_token = plan::ForwardFlopsPerToken(d, s);
   return f;
 }
 

@@ -21,11 +21,12 @@
 //    per layer q (bias), k (no bias), v (bias), o (bias), two LayerNorms and a
 //    2-layer MLP with biases, the final LayerNorm.
 //  - projector: a 1- or 2-layer MLP with biases.
-// FLOPs: 2 per multiply-accumulate of every weight matrix a token passes
-// through (MoE: the routed experts only; the LM head included, embedding
-// lookups excluded), plus attention scores and weighted values,
-// 4 * layers * context * heads * head_dim per token, where the context is the
-// sequence length for encoders and half of it for causal decoders.
+// FLOPs: plan/model_flops.h's rule, which the runtime's metrics share: 2 per
+// multiply-accumulate of every weight matrix a token passes through (MoE: the
+// routed experts only; the LM head included, embedding lookups excluded),
+// plus attention scores and weighted values, 4 * layers * context * heads *
+// head_dim per token, where the context is the sequence length for encoders
+// and half of it for causal decoders.
 // May call: base, plan, nlohmann-json. Thread safety: pure functions.
 #pragma once
 

@@ -178,15 +178,20 @@ Status RankLoop::Forward(int mb_index) {
   int computed = -1;  // the trace's: -1, every sample (no spool)
   if (spool_) {
     const int64_t computed_before = spool_->computed();
-    MAESTRO_ASSIGN_OR_RETURN(state.out.rows, spool_->Rows(state.data, current_epoch_, *runner_, *samples_, &staging_));
+    MicroBatchData computed_samples;
+    MAESTRO_ASSIGN_OR_RETURN(
+        state.out.rows, spool_->Rows(state.data, current_epoch_, *runner_, *samples_, &staging_, &computed_samples));
+    CountWork(computed_samples);
     computed = static_cast<int>(spool_->computed() - computed_before);
   } else if (state.stage_input.defined()) {
     std::map<int, torch::Tensor> inputs = state.inputs;
     inputs[kPipelineInput] = state.stage_input;
     if (state.stage_teacher_input.defined()) inputs[kPipelineTeacherInput] = state.stage_teacher_input;
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, inputs));
+    CountWork(state.data);
   } else {
     MAESTRO_ASSIGN_OR_RETURN(state.out, runner_->Forward(state.data, state.inputs));
+    CountWork(state.data);
   }
   loss_sum_ += state.out.loss_sum;
   loss_samples_ += state.out.loss_samples;
@@ -201,6 +206,18 @@ Status RankLoop::Forward(int mb_index) {
   }
   trace_.Add(fmt::format("F{}", mb_index), start_us, static_cast<int>(ids.size()), computed);
   return Status::Ok();
+}
+
+void RankLoop::CountWork(const MicroBatchData& data) {
+  if (!CountsWork() || data.sample_ids.empty()) return;
+  std::vector<SampleWorkItems> samples(data.sample_ids.size());
+  for (size_t b = 0; b < samples.size(); ++b) {
+    samples[b].media = MediaOf(data, b);
+    samples[b].real_tokens = RealTokensOf(*samples_, data.sample_ids[b], plan_.data.seq_len);
+  }
+  const std::vector<SectionWork> work = WorkOfSamples(plan_, section_, samples);
+  work_.resize(work.size());
+  for (size_t k = 0; k < work.size(); ++k) work_[k] += work[k];
 }
 
 Status RankLoop::Backward(int mb_index) {
@@ -412,7 +429,9 @@ Status RankLoop::FinishStep(const StepBatch& batch, Clock::time_point step_start
   // Framework time: neither compute nor blocked on a peer (data loading,
   // scheduling, bookkeeping), up to the end of this rank's last op.
   mine.framework_seconds = std::max(0.0, SecondsSince(step_start) - busy_seconds_ - blocked_seconds_);
-  MAESTRO_ASSIGN_OR_RETURN(auto totals, SumStepStats(comms_.world(), plan_.sections.size(), section_, mine));
+  mine.work = std::move(work_);
+  work_.clear();
+  MAESTRO_ASSIGN_OR_RETURN(auto totals, SumStepStats(comms_.world(), plan_, section_, mine));
   const double step_seconds = SecondsSince(step_start);  // every rank's work of the step is in
   loss_sum_ = 0;
   loss_samples_ = answers_ = answers_right_ = 0;

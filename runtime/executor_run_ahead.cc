@@ -16,7 +16,9 @@ Status RankLoop::ComputeAheadItem(const AheadItem& item, bool input_received) {
     MicroBatchData data;
     data.sample_ids = item.sample_ids;  // the spool loads the payloads of the rows it lacks
     const int64_t computed_before = spool_->computed();
-    MAESTRO_RETURN_IF_ERROR(spool_->Rows(data, item.epoch, *runner_, *samples_, &staging_).status());
+    MicroBatchData computed_samples;
+    MAESTRO_RETURN_IF_ERROR(spool_->Rows(data, item.epoch, *runner_, *samples_, &staging_, &computed_samples).status());
+    CountWork(computed_samples);
     trace_.Add(fmt::format("A{}", item.index), start_us, samples,
                static_cast<int>(spool_->computed() - computed_before));
     return Status::Ok();
@@ -179,6 +181,7 @@ StatusOr<torch::Tensor> RankLoop::ForwardRowsToCompute(int mb, const std::vector
     MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples_, sub));
     MAESTRO_ASSIGN_OR_RETURN(auto out, runner_->Forward(data, inputs));
     busy_seconds_ += SecondsSince(start);
+    CountWork(data);
     computed = out.rows;
     if (pipeline_ && !pipeline_->last()) {
       MAESTRO_RETURN_IF_ERROR(pipeline_->SendDown(mb, PipelineGroup::Part::kActivation, computed.detach()));

@@ -27,7 +27,8 @@ StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_
 }
 
 StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
-                                          const datasets::SampleSource& samples, TransferStaging* staging) {
+                                          const datasets::SampleSource& samples, TransferStaging* staging,
+                                          MicroBatchData* computed_samples) {
   const auto shape = runner.OutputRowShape();
   std::vector<int64_t> full{static_cast<int64_t>(data.sample_ids.size())};
   full.insert(full.end(), shape.begin(), shape.end());
@@ -58,6 +59,7 @@ StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t ep
       MAESTRO_RETURN_IF_ERROR(spool_->Put(missing[i], epoch, view).status());
       ++computed_;
     }
+    if (computed_samples != nullptr) *computed_samples = std::move(sub);
   }
   return rows;
 }

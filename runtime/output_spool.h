@@ -33,9 +33,11 @@ class OutputSpool {
   // fp32 in host memory (pinned when `staging` streams to a GPU), from the
   // spool where it has them, else computed by `runner` (the samples'
   // payloads from `samples`; on its device, copied to the host through
-  // `staging` when given) and spooled.
+  // `staging` when given) and spooled. `computed_samples` (when given): the
+  // micro-batch of the samples it computed (no samples when all were spooled).
   StatusOr<torch::Tensor> Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,
-                               const datasets::SampleSource& samples, TransferStaging* staging = nullptr);
+                               const datasets::SampleSource& samples, TransferStaging* staging = nullptr,
+                               MicroBatchData* computed_samples = nullptr);
   // A model-parallel section's owner (docs/run_ahead.md): the rows of
   // `sample_ids` at `epoch` are looked up first (Lookup: the hits read into
   // `rows`, (B, row_shape...) fp32 on the host, `missing` the positions of

@@ -44,6 +44,7 @@
 #include "runtime/plan_data.h"
 #include "runtime/run_ahead.h"
 #include "runtime/section_runner.h"
+#include "runtime/section_work.h"
 #include "runtime/step_batch.h"
 #include "runtime/step_metrics.h"
 #include "runtime/timeline.h"
@@ -112,6 +113,15 @@ class RankLoop {
   }
   Status Forward(int mb_index);
   Status Backward(int mb_index);
+  // Adds the work of the samples of `data` this rank computed
+  // (runtime/section_work.h) to work_ when this rank counts its replica's
+  // work: TP rank 0, CP rank 0 (for the whole sequence) and the first
+  // pipeline stage (for the whole model); its TP, CP and PP peers run the
+  // same samples. Each DP (and EP) replica counts its own samples.
+  void CountWork(const MicroBatchData& data);
+  bool CountsWork() const {
+    return place_.coords.tp == 0 && place_.coords.cp == 0 && (!pipeline_ || pipeline_->first());
+  }
   // EP lockstep (executor_expert_lockstep.cc): runs `ops`' forwards and
   // backwards merged with the EP group's (LockstepOps), leaving the
   // optimizer op in *ops; an empty micro-batch's MoE exchanges.
@@ -221,9 +231,10 @@ class RankLoop {
   std::vector<MicroBatchState> states_;
   double busy_seconds_ = 0.0;
   double blocked_seconds_ = 0.0;
-  ComputePlacement compute_;  // this rank's device and precision (ChooseRankCompute)
-  TransferStaging staging_;   // its copies to and from the wire
-  EdgeExchange edges_;        // counts into blocked_seconds_
+  std::vector<SectionWork> work_;  // this step's, per work slot of the section (CountWork)
+  ComputePlacement compute_;       // this rank's device and precision (ChooseRankCompute)
+  TransferStaging staging_;        // its copies to and from the wire
+  EdgeExchange edges_;             // counts into blocked_seconds_
   double loss_sum_ = 0.0;
   int64_t loss_samples_ = 0, answers_ = 0, answers_right_ = 0;
   double last_loss_ = 0.0;

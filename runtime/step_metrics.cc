@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -15,11 +16,16 @@
 
 namespace maestro::runtime {
 
-StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int section, const RankStepStats& mine) {
+StatusOr<StepTotals> SumStepStats(launcher::Backend& world, const plan::Plan& plan, int section,
+                                  const RankStepStats& mine) {
   // [loss_sum, loss_samples, answers, right, stop, checkpoint due, checkpoint
-  //  writing, busy per section..., framework seconds per section...]
+  //  writing, busy per section..., framework seconds per section...,
+  //  (tokens, model FLOPs) per work slot...]
   constexpr size_t kHead = 7;
-  std::vector<double> stats(kHead + 2 * sections, 0.0);
+  const size_t sections = plan.sections.size();
+  const size_t slots = WorkSlotNames(plan).size();
+  const size_t work_at = kHead + 2 * sections;
+  std::vector<double> stats(work_at + 2 * slots, 0.0);
   if (mine.counts_loss) {
     stats[0] = mine.loss_sum;
     stats[1] = static_cast<double>(mine.loss_samples);
@@ -31,6 +37,11 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
   stats[6] = mine.checkpoint_writing ? 1.0 : 0.0;
   stats[kHead + static_cast<size_t>(section)] = mine.busy_seconds;
   stats[kHead + sections + static_cast<size_t>(section)] = mine.framework_seconds;
+  const size_t first_slot = FirstWorkSlot(plan, section);
+  for (size_t k = 0; k < mine.work.size() && k < WorkSlotsOf(plan, section); ++k) {
+    stats[work_at + 2 * (first_slot + k)] = mine.work[k].tokens;
+    stats[work_at + 2 * (first_slot + k) + 1] = mine.work[k].model_flops;
+  }
   MAESTRO_RETURN_IF_ERROR(Wait(world.AllReduce(launcher::CpuBuffer(stats), launcher::ReduceOp::kSum)));
   StepTotals totals;
   totals.loss_sum = stats[0];
@@ -42,7 +53,10 @@ StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int
   totals.checkpoint_writing = stats[6] > 0;
   const auto busy = stats.begin() + static_cast<std::ptrdiff_t>(kHead);
   totals.busy.assign(busy, busy + static_cast<std::ptrdiff_t>(sections));
-  totals.framework.assign(busy + static_cast<std::ptrdiff_t>(sections), stats.end());
+  totals.framework.assign(busy + static_cast<std::ptrdiff_t>(sections),
+                          busy + static_cast<std::ptrdiff_t>(2 * sections));
+  totals.work.resize(slots);
+  for (size_t k = 0; k < slots; ++k) totals.work[k] = {stats[work_at + 2 * k], stats[work_at + 2 * k + 1]};
   return totals;
 }
 
@@ -115,6 +129,14 @@ void StepReporter::Report(int64_t step, int64_t epoch, size_t samples, double lo
     busy_text += fmt::format(" {} {:.0f}%", sp.name, 100.0 * share);
   }
   const double samples_per_s = step_seconds > 0 ? static_cast<double>(samples) / step_seconds : 0.0;
+  nlohmann::json work = nlohmann::json::object();
+  const std::vector<std::string> slots = WorkSlotNames(plan_);
+  for (size_t k = 0; k < slots.size() && k < totals.work.size(); ++k) {
+    const SectionWork& w = totals.work[k];
+    work[slots[k]] = {{"tokens", static_cast<int64_t>(std::llround(w.tokens))},
+                      {"tokens_per_s", step_seconds > 0 ? w.tokens / step_seconds : 0.0},
+                      {"model_flops_per_s", step_seconds > 0 ? w.model_flops / step_seconds : 0.0}};
+  }
   const int64_t total = total_steps_;
   nlohmann::json line{{"step", step},
                       {"epoch", epoch},
@@ -123,7 +145,8 @@ void StepReporter::Report(int64_t step, int64_t epoch, size_t samples, double lo
                       {"step_seconds", step_seconds},
                       {"samples_per_s", samples_per_s},
                       {"busy", busy},
-                      {"overhead", overhead}};
+                      {"overhead", overhead},
+                      {"sections", work}};
   if (totals.answers > 0) line["answer_accuracy"] = totals.answers_right / totals.answers;
   if (skipped_samples_ >= 0) line["skipped_samples"] = skipped_samples_;
   if (metrics_) metrics_ << line.dump() << "\n" << std::flush;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a step reports: every rank's loss, answers, busy and framework time
-// summed over the world (with the stop flag of a preemption request), and
-// rank 0's record of it — a line of <run_dir>/metrics.jsonl and the progress
-// line on stderr (a bar on a terminal). At the end of a run, every rank's
+// and its section's work (runtime/section_work.h: tokens, patches, frames or
+// rows, and their model FLOPs, from the real, unpadded counts) summed over
+// the world (with the stop flag of a preemption request), and rank 0's
+// record of it — a line of <run_dir>/metrics.jsonl and the progress line on
+// stderr (a bar on a terminal). At the end of a run, every rank's
 // resident memory (RankMemoryTracker: its baseline before the model, its
 // peak over the training steps) in one "memory" line of metrics.jsonl.
 // May call: runtime/collectives, launcher, plan, base (process_memory). Torch-free.
@@ -17,6 +19,7 @@
 #include "base/status.h"
 #include "launcher/communicators.h"
 #include "plan/plan.h"
+#include "runtime/section_work.h"
 
 namespace maestro::runtime {
 
@@ -30,6 +33,10 @@ struct RankStepStats {
   bool checkpoint_writing = false;  // this rank's background checkpoint write has not finished
   double busy_seconds = 0.0;        // compute
   double framework_seconds = 0.0;   // neither compute nor blocked on a peer
+  // Per work slot of this rank's section (WorkSlotsOf: 1, or a fused
+  // section's components): the work this rank counts (RankLoop::CountWork:
+  // TP rank 0, CP rank 0, the first pipeline stage; empty: none).
+  std::vector<SectionWork> work;
 };
 
 // The world's sum of a step.
@@ -40,12 +47,14 @@ struct StepTotals {
   bool checkpoint_writing = false;  // some rank's background checkpoint write has not finished
   std::vector<double> busy;         // per section, summed over its ranks
   std::vector<double> framework;    // per section, summed over its ranks
+  std::vector<SectionWork> work;    // per work slot (WorkSlotNames), summed over the ranks that count
   double MeanLoss() const { return loss_samples > 0 ? loss_sum / loss_samples : 0.0; }
 };
 
 // Collective over `world`: the sum of every rank's `mine` (this rank runs
-// section `section` of `sections`).
-StatusOr<StepTotals> SumStepStats(launcher::Backend& world, size_t sections, int section, const RankStepStats& mine);
+// section `section` of `plan`).
+StatusOr<StepTotals> SumStepStats(launcher::Backend& world, const plan::Plan& plan, int section,
+                                  const RankStepStats& mine);
 
 // One rank's resident memory over a run (bytes; 0 where unreadable).
 struct RankMemory {
@@ -83,7 +92,22 @@ class StepReporter {
       : plan_(plan), progress_(progress), total_steps_(total_steps) {}
   // Appends to <run_dir>/metrics.jsonl from now on.
   void Open(const std::string& run_dir);
-  // Step `step` of epoch `epoch`: `samples` samples in `step_seconds`, mean loss `loss`.
+  // Step `step` of epoch `epoch`: `samples` samples in `step_seconds`, mean
+  // loss `loss`. The line: {"step", "epoch", "loss", "samples",
+  // "step_seconds", "samples_per_s", "busy": {section: share of its ranks'
+  // time computing}, "overhead", "sections": {name: {"tokens",
+  // "tokens_per_s", "model_flops_per_s"}}, ["answer_accuracy"],
+  // ["skipped_samples"]}. "sections" is keyed by work slot (WorkSlotNames:
+  // the spec's sections, a fused section's components by their names):
+  // "tokens" the real, unpadded work items of the step's samples it
+  // computed (runtime/section_work.h: a decoder's non-padding tokens, a
+  // ViT's patches (+ class token) per image present, an audio encoder's
+  // output frames per clip present, a projector's rows of the items
+  // present), each sample counted once (TP, CP and PP peers do not add to
+  // it; a forward-only section's spool hits are not computed, so not
+  // counted); "model_flops_per_s" the model FLOPs of that work
+  // (plan/model_flops.h, per real sequence; x3 trained, x1 forward-only)
+  // per step second.
   void Report(int64_t step, int64_t epoch, size_t samples, double loss, const StepTotals& totals, double step_seconds);
   // A line {"eval": name, "value": value} (no flush).
   void ReportEval(const std::string& name, double value);
