@@ -246,6 +246,9 @@ void VitFacts(const ModelDesc& d, ModelFacts* f) {
   p += d.layers * layer;
   if (ExtraFlag(d, "final_norm", true)) p += 2 * h;
   if (ExtraFlag(d, "pooler", false)) p += h * h + h;
+  // SigLIP's attention-pooling head: probe, in_proj (3h x h + 3h), out_proj,
+  // LayerNorm, MLP. Counted, not run on the way to the next section: no FLOPs.
+  if (ExtraFlag(d, plan::kAttnPoolHeadKey, false)) p += h + 4 * h * h + 4 * h + 2 * h + 2 * h * ffn + ffn + h;
   const int64_t merge = static_cast<int64_t>(ExtraValue(d, "spatial_merge", 0));
   if (merge > 0) {
     const int64_t in = h * merge * merge;
@@ -590,11 +593,15 @@ StatusOr<ModelDesc> Gemma3TextFromHf(const nlohmann::json& j, const std::string&
   return d;
 }
 
-StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin, bool clip) {
+// The towers of HF ViTModel, CLIPVisionModel and SiglipVisionModel (their
+// configs read the same keys). SigLIP's MLP is built with gelu_pytorch_tanh only.
+enum class VitFlavor { kVit, kClip, kSiglip };
+StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin, VitFlavor flavor) {
   HfReader r(j, origin);
   ModelDesc d;
   d.kind = ModelKind::kVit;
-  // Defaults are those of transformers' ViTConfig / CLIPVisionConfig.
+  const bool clip = flavor == VitFlavor::kClip, siglip = flavor == VitFlavor::kSiglip;
+  // Defaults are those of transformers' ViTConfig / CLIPVisionConfig / SiglipVisionConfig.
   MAESTRO_ASSIGN_OR_RETURN(d.hidden, r.Int("hidden_size", 768));
   MAESTRO_ASSIGN_OR_RETURN(d.layers, r.Int("num_hidden_layers", 12));
   MAESTRO_ASSIGN_OR_RETURN(d.heads, r.Int("num_attention_heads", 12));
@@ -603,7 +610,7 @@ StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin
   MAESTRO_ASSIGN_OR_RETURN(d.patch_size, r.Int("patch_size", clip ? 32 : 16));
   MAESTRO_ASSIGN_OR_RETURN(d.channels, r.Int("num_channels", 3));
   d.kv_heads = d.heads;
-  // The layouts are hf/name_map.h's kVitLayout* (hf is not a compiler dependency).
+  // The layouts are plan/model_desc.h's kVitLayout*.
   if (clip) {
     d.extra["vit_layout"] = 1;  // CLIPVisionModel
     d.extra["cls_token"] = 1;
@@ -611,12 +618,20 @@ StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin
     d.extra["pre_norm"] = 1;
     d.extra["pooler"] = 0;
     d.extra["quick_gelu"] = r.String("hidden_act", "quick_gelu") == "quick_gelu" ? 1 : 0;
+  } else if (siglip) {
+    if (const std::string act = r.String("hidden_act", "gelu_pytorch_tanh"); act != "gelu_pytorch_tanh") {
+      return Status::InvalidArgument(fmt::format(
+          "{}: hidden_act '{}' is not supported; SigLIP's MLP is built with gelu_pytorch_tanh", origin, act));
+    }
+    d.extra["vit_layout"] = plan::kVitLayoutSiglip;
+    for (const char* off : {"cls_token", "pre_norm", "pooler", "quick_gelu"}) d.extra[off] = 0;
+    d.extra[plan::kAttnPoolHeadKey] = r.Bool("vision_use_head", true) ? 1 : 0;
   } else {
     d.extra["vit_layout"] = 3;  // HF ViTModel: planned, not built by the runtime
     d.extra["qkv_bias"] = r.Bool("qkv_bias", true) ? 1 : 0;
     d.extra["pooler"] = 1;  // ViTModel(add_pooling_layer=True), as from_pretrained builds it
   }
-  MAESTRO_ASSIGN_OR_RETURN(d.extra["layer_norm_eps"], r.Double("layer_norm_eps", clip ? 1e-5 : 1e-12));
+  MAESTRO_ASSIGN_OR_RETURN(d.extra["layer_norm_eps"], r.Double("layer_norm_eps", clip ? 1e-5 : siglip ? 1e-6 : 1e-12));
   return d;
 }
 
@@ -780,14 +795,21 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
         "with \"model_type\": \"gemma3_text\", e.g. google/gemma-3-1b-pt's)",
         origin));
   } else if (type == "vit") {
-    d = VitFromHf(j, origin, false);
+    d = VitFromHf(j, origin, VitFlavor::kVit);
   } else if (type == "clip_vision_model") {
-    d = VitFromHf(j, origin, true);
+    d = VitFromHf(j, origin, VitFlavor::kClip);
   } else if (type == "clip") {
     if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
       return Status::InvalidArgument(origin + ": a clip config needs an object 'vision_config'");
     }
-    d = VitFromHf(j.at("vision_config"), origin + " (vision_config)", true);
+    d = VitFromHf(j.at("vision_config"), origin + " (vision_config)", VitFlavor::kClip);
+  } else if (type == "siglip_vision_model") {
+    d = VitFromHf(j, origin, VitFlavor::kSiglip);
+  } else if (type == "siglip") {
+    if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
+      return Status::InvalidArgument(origin + ": a siglip config needs an object 'vision_config'");
+    }
+    d = VitFromHf(j.at("vision_config"), origin + " (vision_config)", VitFlavor::kSiglip);
   } else if (type == "whisper") {
     d = WhisperEncoderFromHf(j, origin);
   } else if (vision_language && part == "text") {
@@ -805,9 +827,8 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
   } else {
     return Status::InvalidArgument(fmt::format(
         "{}: model_type '{}' is not supported; supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-        "gemma3_text, vit, clip, clip_vision_model, whisper, qwen2_vl, qwen2_5_vl (or describe the model by shape in "
-        "the "
-        "spec)",
+        "gemma3_text, vit, clip, clip_vision_model, siglip, siglip_vision_model, whisper, qwen2_vl, qwen2_5_vl (or "
+        "describe the model by shape in the spec)",
         origin, type));
   }
   if (!d.ok()) return d.status();

@@ -9,13 +9,15 @@
 //    `attention_bias`), two RMSNorm weights, a gated (SwiGLU) MLP or a MoE
 //    block (router without bias + experts), the final norm, and the LM head
 //    unless tied. Rotary embeddings have no parameters.
-//  - vit (HF ViTModel, CLIPVisionModel, Qwen2-VL-style): patch embedding
+//  - vit (HF ViTModel, CLIPVisionModel, SiglipVisionModel, Qwen2-VL-style): patch embedding
 //    (conv weight, + bias unless `patch_bias` is off), class token, learned
 //    position embeddings, optional pre-norm (CLIP), per layer two LayerNorms
 //    (weight+bias), q/k/v/o with biases, a 2-layer GELU MLP with biases, the
 //    final LayerNorm, the pooler (dense h x h + bias) when `pooler` is on (HF
-//    ViTModel default) and the optional patch-merger projector. No
-//    classification head, no CLIP visual projection.
+//    ViTModel default), SigLIP's attention-pooling head when
+//    `attn_pool_head` is on (vision_use_head: probe, in_proj, out_proj,
+//    LayerNorm, MLP; parameters only, no FLOPs) and the optional patch-merger
+//    projector. No classification head, no CLIP visual projection.
 //  - audio_encoder (HF WhisperEncoder): conv1 + conv2 (with biases), the
 //    position embedding table (stored as a parameter in HF, though frozen),
 //    per layer q (bias), k (no bias), v (bias), o (bias), two LayerNorms and a
@@ -73,7 +75,8 @@ ModelFacts ComputeModelFacts(const plan::ModelDesc& desc, int64_t seq_len);
 // Builds a ModelDesc from a Hugging Face config.json's text. `origin` names
 // the file in messages. Knows model_type llama, mistral, qwen2, qwen3,
 // mixtral, qwen2_moe, qwen3_moe, gemma3_text, vit, clip (its vision_config),
-// clip_vision_model, whisper (the encoder), qwen2_vl and qwen2_5_vl.
+// clip_vision_model, siglip (its vision_config), siglip_vision_model,
+// whisper (the encoder), qwen2_vl and qwen2_5_vl.
 // `part` chooses the model of a vision-language config: "text" its language
 // model (M-RoPE), "vision" or "" its vision tower (qwen2_vl only);
 // any other model_type takes no part.

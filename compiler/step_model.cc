@@ -397,9 +397,11 @@ void AddEncoderBlocks(StepSum& sum, const plan::ModelDesc& d, const PassShape& s
   if (sum.autocast()) {
     // LayerNorm runs in fp32 under autocast (its output fp32), so every
     // linear reading a norm's output casts it to bf16 first: the fused qkv
-    // (or q, k and v apart: CLIP, Whisper) and fc1; backward casts each
+    // (or q, k and v apart: CLIP, SigLIP, Whisper) and fc1; backward casts each
     // gradient back (and sums the separate projections' in fp32).
-    const bool separate_qkv = plan::VitLayout(d) == plan::kVitLayoutClip || d.kind == plan::ModelKind::kAudioEncoder;
+    const int layout = plan::VitLayout(d);
+    const bool separate_qkv =
+        layout == plan::kVitLayoutClip || layout == plan::kVitLayoutSiglip || d.kind == plan::ModelKind::kAudioEncoder;
     const double casts = separate_qkv ? 4 : 2;
     sum.Memory("autocast: norm outputs to bf16 (linear inputs)", Part::kBlocks, kF, {b.Cast(h)}, m, casts * layers);
     sum.Memory("autocast: their gradients to fp32", Part::kBlocks, kB, {b.Cast(h)}, m, casts * layers);

@@ -41,6 +41,7 @@ struct Dims {
   bool qkv_bias = false;
   bool tied = false;
   bool qk_norm = false;         // Qwen3: q_norm / k_norm
+  bool pool_head = false;       // SigLIP: the attention-pooling head
   int64_t SF = 0;               // Qwen2-MoE: the shared expert's ffn hidden, 0 = none
   int64_t DF = 0;               // a MoE decoder's dense layers' ffn hidden (Qwen-MoE's intermediate_size)
   std::vector<bool> moe_layer;  // per layer: plan::IsMoeLayer
@@ -71,6 +72,7 @@ Dims DimsOf(const plan::ModelDesc& d) {
   x.qkv_bias = Extra(d, "qkv_bias", 0) != 0;
   x.tied = d.tie_embeddings;
   x.qk_norm = Extra(d, "qk_norm", 0) != 0;
+  x.pool_head = plan::AttnPoolHead(d);
   x.SF = d.experts > 0 ? static_cast<int64_t>(Extra(d, "shared_expert_ffn_hidden", 0)) : 0;
   x.DF = d.ffn_hidden;
   for (int64_t i = 0; i < d.layers; ++i) x.moe_layer.push_back(plan::IsMoeLayer(d, i));
@@ -90,7 +92,7 @@ struct Rule {
   ShapeOf shape;
   int tp_dim = -1;
   Scope scope = Scope::kModel;
-  // "", "qkv_bias", "untied", "qk_norm", "shared_expert"; per layer
+  // "", "qkv_bias", "untied", "qk_norm", "shared_expert", "pool_head"; per layer
   // "moe_layer" or "dense_layer" (plan::IsMoeLayer).
   std::string when;
   int tp_parts = 1;  // blocks along tp_dim each split over TP (3: a fused qkv)
@@ -107,6 +109,7 @@ bool Holds(const std::string& when, const Dims& x, int64_t layer = -1) {
   if (when == "qkv_bias") return x.qkv_bias;
   if (when == "untied") return !x.tied;
   if (when == "qk_norm") return x.qk_norm;
+  if (when == "pool_head") return x.pool_head;
   if (when == "shared_expert") {
     return x.SF > 0 && (layer < 0 || static_cast<size_t>(layer) >= x.moe_layer.size() || x.moe_layer[layer]);
   }
@@ -275,6 +278,31 @@ std::vector<Rule> MakeClipRules() {
   return r;
 }
 
+// SiglipVisionModel: CLIP's encoder layers (the same names) between a
+// biased patch conv with N positions (no class token, no pre-norm) and
+// post_layernorm, then the attention-pooling head when the config uses it.
+std::vector<Rule> MakeSiglipRules() {
+  const Scope M = Scope::kModel;
+  std::vector<Rule> r;
+  AddPair(r, "embeddings.patch_embedding", "patch_embed", M, "(C, Cin, P, P)", SHAPE(x.C, x.Cin, x.P, x.P), "(C)",
+          SHAPE(x.C));
+  r.push_back({"{p}embeddings.position_embedding.weight", "pos_embed", "(N, C)", SHAPE(x.N, x.C), -1, M, ""});
+  for (const Rule& rule : MakeClipRules()) {
+    if (rule.scope == Scope::kLayer) r.push_back(rule);
+  }
+  AddPair(r, "post_layernorm", "final_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  const size_t head = r.size();
+  r.push_back({"{p}head.probe", "head.probe", "(1, 1, C)", SHAPE(1, 1, x.C), -1, M, ""});
+  r.push_back({"{p}head.attention.in_proj_weight", "head.in_proj.weight", "(3C, C)", SHAPE(3 * x.C, x.C), -1, M, ""});
+  r.push_back({"{p}head.attention.in_proj_bias", "head.in_proj.bias", "(3C)", SHAPE(3 * x.C), -1, M, ""});
+  AddPair(r, "head.attention.out_proj", "head.out_proj", M, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "head.layernorm", "head.norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  AddPair(r, "head.mlp.fc1", "head.mlp_fc1", M, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F));
+  AddPair(r, "head.mlp.fc2", "head.mlp_fc2", M, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C));
+  for (size_t k = head; k < r.size(); ++k) r[k].when = "pool_head";
+  return r;
+}
+
 std::vector<Rule> MakeQwen2VlVisionRules() {
   const Scope M = Scope::kModel, L = Scope::kLayer;
   std::vector<Rule> r = {
@@ -333,6 +361,10 @@ const std::vector<Rule>& ClipRules() {
   static const std::vector<Rule> rules = MakeClipRules();
   return rules;
 }
+const std::vector<Rule>& SiglipRules() {
+  static const std::vector<Rule> rules = MakeSiglipRules();
+  return rules;
+}
 const std::vector<Rule>& Qwen2VlVisionRules() {
   static const std::vector<Rule> rules = MakeQwen2VlVisionRules();
   return rules;
@@ -361,6 +393,8 @@ StatusOr<Table> TableOf(WeightLayout layout) {
     case WeightLayout::kGemma3: return Table{&Gemma3Rules(), "", {"model.", "lm_head."}, {}};
     case WeightLayout::kClipVision:
       return Table{&ClipRules(), "vision_model.", {"vision_model."}, {"vision_model.embeddings.position_ids"}};
+    case WeightLayout::kSiglipVision:
+      return Table{&SiglipRules(), "vision_model.", {"vision_model."}, {"vision_model.embeddings.position_ids"}};
     case WeightLayout::kQwen2VlVision: return Table{&Qwen2VlVisionRules(), "visual.", {"visual."}, {}};
     case WeightLayout::kWhisperEncoder: return Table{&WhisperEncoderRules(), "model.encoder.", {"model.encoder."}, {}};
     case WeightLayout::kLlavaProjector:
@@ -369,7 +403,8 @@ StatusOr<Table> TableOf(WeightLayout layout) {
   }
   return Status::InvalidArgument(
       "Maestro's built-in ViT follows no published layout, so it has no Hugging Face weights to load or export; "
-      "import the tower with hf_config (clip, clip_vision_model or qwen2_vl) to use published weights");
+      "import the tower with hf_config (clip, clip_vision_model, siglip, siglip_vision_model or qwen2_vl) to use "
+      "published weights");
 }
 
 std::string Replace(std::string s, const std::string& what, const std::string& with) {
@@ -431,6 +466,7 @@ const char* WeightLayoutName(WeightLayout layout) {
     case WeightLayout::kMixtral: return "mixtral";
     case WeightLayout::kQwenMoe: return "qwen_moe";
     case WeightLayout::kClipVision: return "clip_vision";
+    case WeightLayout::kSiglipVision: return "siglip_vision";
     case WeightLayout::kQwen2VlVision: return "qwen2_vl_vision";
     case WeightLayout::kWhisperEncoder: return "whisper_encoder";
     case WeightLayout::kLlavaProjector: return "llava_projector";
@@ -454,6 +490,7 @@ WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
     case plan::ModelKind::kVit:
       switch (plan::VitLayout(desc)) {
         case plan::kVitLayoutClip: return WeightLayout::kClipVision;
+        case plan::kVitLayoutSiglip: return WeightLayout::kSiglipVision;
         case plan::kVitLayoutQwen2Vl: return WeightLayout::kQwen2VlVision;
         default: return WeightLayout::kBuiltinVit;
       }
@@ -490,7 +527,7 @@ bool WeightNames::PassedOver(const std::string& hf_name) const {
 StatusOr<WeightNames> ExpandWeightNames(const plan::ModelDesc& desc) {
   if (desc.kind == plan::ModelKind::kVit && plan::VitLayout(desc) == plan::kVitLayoutHfVit) {
     return Status::InvalidArgument(
-        "HF ViTModel (model_type vit) is counted by the planner but not built by the runtime; use a CLIP or "
+        "HF ViTModel (model_type vit) is counted by the planner but not built by the runtime; use a CLIP, SigLIP or "
         "Qwen2-VL vision tower");
   }
   const WeightLayout layout = WeightLayoutOf(desc);

@@ -24,6 +24,9 @@
 //                  MLP's input norm), post_feedforward_layernorm -- and q/k norms.
 //   clip_vision    CLIPVisionModel under "vision_model." (clip and
 //                  clip_vision_model checkpoints).
+//   siglip_vision  SiglipVisionModel under "vision_model." (siglip and
+//                  siglip_vision_model checkpoints); head.* with
+//                  extra.attn_pool_head (vision_use_head).
 //   qwen2_vl_vision  Qwen2-VL's vision tower under "visual.".
 //   whisper_encoder  WhisperEncoder under "model.encoder.".
 //   llava_projector  LLaVA's multi_modal_projector (linear_1, GELU, linear_2).
@@ -58,6 +61,7 @@ enum class WeightLayout {
   kLlavaProjector,
   kGemma3,
   kBuiltinVit,  // no published layout
+  kSiglipVision,
 };
 const char* WeightLayoutName(WeightLayout layout);  // "decoder", "clip_vision", ...
 

@@ -28,6 +28,7 @@ const char* VitLayoutName(int layout) {
     case kVitLayoutClip: return "CLIP";
     case kVitLayoutQwen2Vl: return "Qwen2-VL";
     case kVitLayoutHfVit: return "HF ViTModel";
+    case kVitLayoutSiglip: return "SigLIP";
   }
   return "unknown";
 }
@@ -77,20 +78,27 @@ void CheckEncoderBlocks(const ModelDesc& d, DescChecker& c) {
 void CheckVitFlags(const ModelDesc& d, DescChecker& c) {
   const int layout = VitLayout(d);
   const std::string name = VitLayoutName(layout);
-  c.Require(layout >= kVitLayoutBuiltin && layout <= kVitLayoutQwen2Vl,
-            "extra.vit_layout 0 (built-in), 1 (CLIP) or 2 (Qwen2-VL); " + name +
+  c.Require((layout >= kVitLayoutBuiltin && layout <= kVitLayoutQwen2Vl) || layout == kVitLayoutSiglip,
+            "extra.vit_layout 0 (built-in), 1 (CLIP), 2 (Qwen2-VL) or 4 (SigLIP); " + name +
                 " is counted by the planner but not built by the runtime");
   struct Flag {
     const char* key;
     double compiler_default;
-    double builtin, clip, qwen2_vl;  // what each layout builds; -1: any
+    double builtin, clip, qwen2_vl, siglip;  // what each layout builds; -1: any
   };
   static const Flag flags[] = {
-      {"pos_embed", 1, 1, 1, 0}, {"patch_bias", 1, 1, 0, 0}, {"pre_norm", 0, 0, 1, 0},  {"final_norm", 1, 1, 1, 0},
-      {"pooler", 0, 0, 0, 0},    {"qkv_bias", 1, 1, 1, 1},   {"cls_token", 1, 0, 1, 0}, {"temporal_patch", 1, 1, 1, -1},
+      {"pos_embed", 1, 1, 1, 0, 1},       {"patch_bias", 1, 1, 0, 0, 1},
+      {"pre_norm", 0, 0, 1, 0, 0},        {"final_norm", 1, 1, 1, 0, 1},
+      {"pooler", 0, 0, 0, 0, 0},          {"qkv_bias", 1, 1, 1, 1, 1},
+      {"cls_token", 1, 0, 1, 0, 0},       {"temporal_patch", 1, 1, 1, -1, 1},
+      {kQuickGeluKey, 0, -1, -1, -1, 0},  // SigLIP's MLP is gelu_tanh, not quick_gelu
+      {kAttnPoolHeadKey, 0, 0, 0, 0, -1},
   };
   for (const Flag& f : flags) {
-    const double want = layout == kVitLayoutClip ? f.clip : layout == kVitLayoutQwen2Vl ? f.qwen2_vl : f.builtin;
+    const double want = layout == kVitLayoutClip      ? f.clip
+                        : layout == kVitLayoutQwen2Vl ? f.qwen2_vl
+                        : layout == kVitLayoutSiglip  ? f.siglip
+                                                      : f.builtin;
     if (want < 0) continue;
     // The built-in ViT predates cls_token: absent means no class token there.
     const bool lenient = layout == kVitLayoutBuiltin && std::string(f.key) == "cls_token";
@@ -99,8 +107,8 @@ void CheckVitFlags(const ModelDesc& d, DescChecker& c) {
                                name + " ViT is built that way), got " + std::to_string(static_cast<int>(got)));
   }
   const int64_t merge = SpatialMerge(d);
-  if (layout == kVitLayoutClip) {
-    c.Require(merge == 0, "no extra.spatial_merge: the CLIP tower has no patch merger");
+  if (layout == kVitLayoutClip || layout == kVitLayoutSiglip) {
+    c.Require(merge == 0, "no extra.spatial_merge: the " + name + " tower has no patch merger");
   }
   if (layout == kVitLayoutQwen2Vl) {
     c.Require(merge >= 1, "extra.spatial_merge >= 1: the Qwen2-VL tower ends in its PatchMerger");
@@ -175,8 +183,9 @@ double RmsNormEps(const ModelDesc& desc) {
   return ExtraOr(desc, kRmsNormEpsKey, 1e-5);
 }
 double LayerNormEps(const ModelDesc& desc) {
-  const bool qwen2_vl = desc.kind == ModelKind::kVit && VitLayout(desc) == kVitLayoutQwen2Vl;
-  return ExtraOr(desc, kLayerNormEpsKey, qwen2_vl ? 1e-6 : 1e-5);
+  const int layout = desc.kind == ModelKind::kVit ? VitLayout(desc) : kVitLayoutBuiltin;
+  const bool eps_1e6 = layout == kVitLayoutQwen2Vl || layout == kVitLayoutSiglip;
+  return ExtraOr(desc, kLayerNormEpsKey, eps_1e6 ? 1e-6 : 1e-5);
 }
 bool QkvBias(const ModelDesc& desc) {
   return ExtraOr(desc, kQkvBiasKey, 0) != 0;
@@ -197,6 +206,9 @@ bool NormTopkProb(const ModelDesc& desc) {
 }
 double RouterAuxLossCoef(const ModelDesc& desc) {
   return desc.experts > 0 ? ExtraOr(desc, kRouterAuxLossCoefKey, 0) : 0.0;
+}
+bool AttnPoolHead(const ModelDesc& desc) {
+  return desc.kind == ModelKind::kVit && VitLayout(desc) == kVitLayoutSiglip && ExtraOr(desc, kAttnPoolHeadKey, 0) != 0;
 }
 bool QkNorm(const ModelDesc& desc) {
   return ExtraOr(desc, kQkNormKey, 0) != 0;
@@ -350,9 +362,12 @@ Status ValidateModelDesc(const ModelDesc& d, const std::string& where) {
       c.Positive(d.image_size, "image_size");
       c.Positive(d.patch_size, "patch_size");
       c.Positive(d.channels, "channels");
-      c.Require(d.patch_size <= 0 || d.image_size % d.patch_size == 0, "image_size divisible by patch_size (" +
-                                                                           std::to_string(d.image_size) + " % " +
-                                                                           std::to_string(d.patch_size) + " != 0)");
+      // SigLIP's "valid" conv drops the last image_size % patch_size rows and
+      // columns (so400m-patch14-384: 27 x 27 patches of 384 px); the others need none.
+      c.Require(d.patch_size <= 0 || d.image_size % d.patch_size == 0 || VitLayout(d) == kVitLayoutSiglip,
+                "image_size divisible by patch_size (" + std::to_string(d.image_size) + " % " +
+                    std::to_string(d.patch_size) + " != 0)");
+      c.Require(d.patch_size <= 0 || d.image_size >= d.patch_size, "image_size >= patch_size");
       c.Require(SpatialMerge(d) >= 0 && SpatialMerge(d) <= 8, "0 <= extra.spatial_merge <= 8");
       CheckVitFlags(d, c);
       if (SpatialMerge(d) > 0 && d.patch_size > 0 && d.image_size % d.patch_size == 0) {

@@ -118,13 +118,21 @@ inline constexpr int kVitLayoutBuiltin = 0;  // Maestro's ViT (fused qkv, learne
 inline constexpr int kVitLayoutClip = 1;     // CLIPVisionModel
 inline constexpr int kVitLayoutQwen2Vl = 2;  // Qwen2-VL's vision tower (2-D RoPE, Conv3d, PatchMerger)
 inline constexpr int kVitLayoutHfVit = 3;    // HF ViTModel: counted by the compiler, not built by the runtime
+inline constexpr int kVitLayoutSiglip = 4;   // SiglipVisionModel (no class token, gelu_tanh, post_layernorm)
+// ModelDesc::extra["attn_pool_head"]: SigLIP's attention-pooling head
+// (vision_use_head, HF's default true): its parameters are built, loaded,
+// exported and counted; it computes the pooled output only, never a
+// section's output (VitEncoderImpl::Pool).
+inline constexpr const char* kAttnPoolHeadKey = "attn_pool_head";
+bool AttnPoolHead(const ModelDesc& desc);  // extra.attn_pool_head != 0 on a SigLIP ViT
 // The ViT layout of desc (kVitLayout*): extra.vit_layout when set; otherwise
 // Qwen2-VL when the spec turned learned positions off (pos_embed = false: the
 // only ViT without them is the 2-D RoPE one), else the built-in one.
 int VitLayout(const ModelDesc& desc);
 // What a ViT section hands on per image (VitEncoderImpl::output_tokens() /
 // output_dim() without building it): N / m^2 rows of out_dim with a patch
-// merger, N + 1 rows (the class token first) for CLIP, else N rows of hidden.
+// merger, N + 1 rows (the class token first) for CLIP, else N rows of hidden
+// (SigLIP: N = floor(image_size / patch_size)^2, as its "valid" conv).
 int64_t VitOutputTokens(const ModelDesc& desc);
 int64_t VitOutputDim(const ModelDesc& desc);
 // Rows of the audio encoder's position table: extra.max_source_positions, or

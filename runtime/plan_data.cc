@@ -193,6 +193,10 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
     mean = datasets::kOpenAiClipMean;
     stdev = datasets::kOpenAiClipStd;
   }
+  if (layout == plan::kVitLayoutSiglip) {  // SiglipImageProcessor: resize to S x S, mean = std = 0.5
+    mean = {0.5f, 0.5f, 0.5f};
+    stdev = {0.5f, 0.5f, 0.5f};
+  }
   if (layout == plan::kVitLayoutClip) spec.fit = datasets::ImageFit::kShortestEdgeThenCenterCrop;
   if (layout == plan::kVitLayoutQwen2Vl) decode->alpha = datasets::AlphaHandling::kCompositeOnWhite;
   MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_mean, "image_mean", spec.channels, mean, &spec.mean));

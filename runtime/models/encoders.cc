@@ -162,7 +162,37 @@ torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const RopeTables
                                         const EncoderContextParallel* cp) {
   auto h = x + attn->forward(EnterTensorParallel(attn_norm(x), tp), rope, tp, cp);
   auto inner = fc1(EnterTensorParallel(mlp_norm(h), tp));  // (B, T, F/n)
-  return h + RowParallel(*fc2, activation_ == MlpActivation::kQuickGelu ? QuickGelu(inner) : compat::Gelu(inner), tp);
+  torch::Tensor act;
+  switch (activation_) {
+    case MlpActivation::kQuickGelu: act = QuickGelu(inner); break;
+    case MlpActivation::kGeluTanh: act = torch::gelu(inner, "tanh"); break;
+    case MlpActivation::kGelu: act = compat::Gelu(inner); break;
+  }
+  return h + RowParallel(*fc2, act, tp);
+}
+
+AttnPoolHeadImpl::AttnPoolHeadImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, ParamFactory& params)
+    : heads_(heads) {
+  probe = register_parameter("probe", params.Normal({1, 1, hidden}));
+  in_proj = register_module("in_proj", Linear(hidden, 3 * hidden, true, params));
+  out_proj = register_module("out_proj", Linear(hidden, hidden, true, params));
+  norm = register_module("norm", LayerNorm(hidden, eps, params));
+  mlp_fc1 = register_module("mlp_fc1", Linear(hidden, ffn_hidden, true, params));
+  mlp_fc2 = register_module("mlp_fc2", Linear(ffn_hidden, hidden, true, params));
+}
+
+torch::Tensor AttnPoolHeadImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
+  auto w = in_proj->weight.chunk(3, 0);  // q, k, v rows: (C, C) each
+  auto bias = in_proj->bias.chunk(3, 0);
+  auto query = probe.to(x.scalar_type()).expand({b, 1, c});
+  auto q = torch::linear(query, w[0], bias[0]).view({b, 1, heads_, d}).transpose(1, 2);  // (B, H, 1, D)
+  auto k = torch::linear(x, w[1], bias[1]).view({b, t, heads_, d}).transpose(1, 2);      // (B, H, T, D)
+  auto v = torch::linear(x, w[2], bias[2]).view({b, t, heads_, d}).transpose(1, 2);
+  auto y = compat::ScaledDotProductAttention(q, k, v, /*causal=*/false);  // (B, H, 1, D)
+  y = out_proj(y.transpose(1, 2).reshape({b, 1, c}));                     // (B, 1, C)
+  y = y + mlp_fc2(torch::gelu(mlp_fc1(norm(y)), "tanh"));
+  return y.select(1, 0);  // (B, C)
 }
 
 namespace {
@@ -223,8 +253,20 @@ RopeTables MakeVisionRope2d(int64_t side, int64_t head_dim, torch::Device device
 VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params)
     : desc_(desc), layout_(VitLayout(desc)) {
   const int64_t c = desc.hidden, p = desc.patch_size;
-  const auto activation = QuickGelu(desc) ? MlpActivation::kQuickGelu : MlpActivation::kGelu;
+  const auto activation = layout_ == plan::kVitLayoutSiglip ? MlpActivation::kGeluTanh
+                          : QuickGelu(desc)                 ? MlpActivation::kQuickGelu
+                                                            : MlpActivation::kGelu;
   const double eps = LayerNormEps(desc);
+  if (layout_ == plan::kVitLayoutSiglip) {
+    patch_embed =
+        register_module("patch_embed", Conv(std::vector<int64_t>{p, p}, desc.channels, c, p, 0, true, params));
+    pos_embed = register_parameter("pos_embed", params.Normal({num_patches(), c}));
+    blocks = register_module("blocks", MakeEncoderBlocks(desc, QkvLayout::kSeparate, activation, params));
+    final_norm = register_module("final_norm", LayerNorm(c, eps, params));
+    if (plan::AttnPoolHead(desc))
+      head = register_module("head", AttnPoolHead(c, desc.heads, desc.ffn_hidden, eps, params));
+    return;
+  }
   if (layout_ == plan::kVitLayoutClip) {
     patch_embed =
         register_module("patch_embed", Conv(std::vector<int64_t>{p, p}, desc.channels, c, p, 0, false, params));
@@ -257,6 +299,11 @@ VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params
     merger_fc1 = register_module("merger_fc1", Linear(in, mid, /*with_bias=*/true, params));
     merger_fc2 = register_module("merger_fc2", Linear(mid, desc.out_dim, /*with_bias=*/true, params));
   }
+}
+
+torch::Tensor VitEncoderImpl::Pool(const torch::Tensor& last_hidden_state) {
+  TORCH_CHECK(head, "VitEncoder::Pool: no attention-pooling head (a SigLIP tower with extra.attn_pool_head has one)");
+  return head(last_hidden_state);
 }
 
 int64_t VitEncoderImpl::output_tokens() const {
@@ -297,7 +344,7 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
     x = patch_embed(frames).flatten(2).transpose(1, 2);  // (B, N, C), patches row-major
     if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
     x = RunBlocks(blocks, x, recompute_, &rope_);
-  } else {
+  } else {                                               // built-in and SigLIP
     x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
     x = final_norm(RunBlocks(blocks, x + pos_embed, recompute_));
   }

@@ -4,11 +4,12 @@
 //
 // Owns:
 //   EncoderBlock (pre-LN): x + attn(ln(x)), then x + fc2(act(fc1(ln(x))));
-//     act: exact (erf) GELU, or quick_gelu (CLIP, Qwen2-VL); attention
+//     act: exact (erf) GELU, quick_gelu (CLIP, Qwen2-VL) or gelu_tanh
+//     (SigLIP's gelu_pytorch_tanh); attention
 //     non-causal, either a fused qkv (3C, C) + bias, or separate q/k/v
 //     projections (CLIP; Whisper: k without bias), and out (C, C) + bias;
 //     optionally rotary positions on q and k (Qwen2-VL's 2-D RoPE).
-//   VitEncoder, one of three layouts (extra.vit_layout, hf/name_map.h):
+//   VitEncoder, one of four layouts (extra.vit_layout, hf/name_map.h):
 //     built-in: images (B, Cin, S, S) -> Conv2d(Cin, C, P, stride P) + bias ->
 //       (B, N, C), N = (S/P)^2, + learned positions (1, N, C) -> blocks ->
 //       final LayerNorm -> (B, N, C), optionally the patch merger.
@@ -19,6 +20,14 @@
 //       (final_norm) is kept for loading and export but, as in HF, only
 //       feeds the pooled CLS output, which a section does not produce: it
 //       gets no gradient.
+//     SigLIP (SiglipVisionModel): Conv2d + bias ("valid": the last
+//       image_size % P pixels dropped) -> (B, N, C), N = floor(S/P)^2, + a
+//       position embedding (N, C), no class token -> blocks (separate q/k/v/out
+//       with biases, gelu_tanh, LayerNorm eps 1e-6) -> post_layernorm
+//       (final_norm) -> (B, N, C): HF's last_hidden_state. With
+//       extra.attn_pool_head (vision_use_head) the attention-pooling head is
+//       built, loaded and exported; it makes HF's pooler_output (Pool), which a
+//       section does not produce: it gets no gradient.
 //     Qwen2-VL (its vision tower): the image repeated over temporal_patch
 //       frames -> Conv3d(Cin, C, (T, P, P)) without bias -> (B, N, C) ->
 //       blocks (fused qkv + bias, 2-D RoPE over patch row / column, quick_gelu,
@@ -47,6 +56,8 @@
 //     blocks.<i>.{fc1,fc2}.{weight,bias}, final_norm.*, merger_norm.*, merger_fc1.*, merger_fc2.*;
 //   CLIP: class_embedding, patch_embed.weight, pos_embed, pre_norm.*,
 //     blocks.<i>.attn.{q_proj,k_proj,v_proj,out}.*, the block norms and fc's, final_norm.*;
+//   SigLIP: patch_embed.{weight,bias}, pos_embed, blocks (as CLIP), final_norm.*,
+//     head.{probe,in_proj.*,out_proj.*,norm.*,mlp_fc1.*,mlp_fc2.*};
 //   Qwen2-VL: patch_embed.weight, blocks (as built-in), merger_*;
 //   audio: conv1.*, conv2.*, embed_positions, blocks.<i>.attn.{q_proj,k_proj.weight,v_proj,out}.*,
 //     the block norms and fc's, final_norm.*; projector fc1.*, fc2.*.
@@ -125,7 +136,7 @@ class SelfAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SelfAttention);
 
-enum class MlpActivation { kGelu, kQuickGelu };
+enum class MlpActivation { kGelu, kQuickGelu, kGeluTanh };
 
 class EncoderBlockImpl : public torch::nn::Module {
  public:
@@ -148,6 +159,27 @@ class EncoderBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(EncoderBlock);
 
+// SigLIP's attention-pooling head (SiglipMultiheadAttentionPoolingHead): a
+// learned probe attends over the rows through one multi-head attention
+// (in_proj: q, k, v rows of (3C, C) + (3C); out_proj (C, C) + (C)), giving
+// y (B, 1, C); then y + fc2(gelu_tanh(fc1(norm(y)))), its one row.
+// Replicated under tensor parallelism (it is not on a section's path).
+class AttnPoolHeadImpl : public torch::nn::Module {
+ public:
+  AttnPoolHeadImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, ParamFactory& params);
+  // x: (B, T, C) -> (B, C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor probe;                         // (1, 1, C)
+  Linear in_proj{nullptr}, out_proj{nullptr};  // (3C, C) + (3C), (C, C) + (C)
+  LayerNorm norm{nullptr};
+  Linear mlp_fc1{nullptr}, mlp_fc2{nullptr};  // (F, C) + (F), (C, F) + (C)
+
+ private:
+  int64_t heads_;
+};
+TORCH_MODULE(AttnPoolHead);
+
 class VitEncoderImpl : public torch::nn::Module {
  public:
   // REQUIRES: ValidateModelDesc(desc).ok() and desc.kind == kVit.
@@ -161,6 +193,10 @@ class VitEncoderImpl : public torch::nn::Module {
   // Activation recomputation of the blocks (DecoderLM::SetRecompute).
   void SetRecompute(plan::RecomputeGranularity granularity);
 
+  // SigLIP with its head: HF's pooler_output of forward()'s output.
+  // last_hidden_state: (B, N, C) -> (B, C). REQUIRES: head is built.
+  torch::Tensor Pool(const torch::Tensor& last_hidden_state);
+
   // Output rows per image: N / spatial_merge^2 with a merger, N + 1 for CLIP
   // (the class token first), else N.
   int64_t output_tokens() const;
@@ -169,10 +205,11 @@ class VitEncoderImpl : public torch::nn::Module {
 
   Conv patch_embed{nullptr};
   torch::Tensor class_embedding;  // CLIP: (C)
-  torch::Tensor pos_embed;        // built-in: (1, N, C); CLIP: (1+N, C); Qwen2-VL: none (RoPE)
+  torch::Tensor pos_embed;        // built-in: (1, N, C); CLIP: (1+N, C); SigLIP: (N, C); Qwen2-VL: none (RoPE)
   LayerNorm pre_norm{nullptr};    // CLIP's pre_layrnorm
   torch::nn::ModuleList blocks;
-  LayerNorm final_norm{nullptr};  // built-in, CLIP (post_layernorm)
+  LayerNorm final_norm{nullptr};  // built-in, CLIP and SigLIP (post_layernorm)
+  AttnPoolHead head{nullptr};     // SigLIP with extra.attn_pool_head
   // Qwen2-VL-style patch merger, present when extra.spatial_merge = m > 0:
   // LayerNorm(C) -> each m x m block of neighbouring patches concatenated
   // (m^2 C) -> Linear(m^2 C, merger_hidden) -> GELU -> Linear(merger_hidden,

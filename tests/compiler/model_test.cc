@@ -350,6 +350,47 @@ TEST(ModelFacts, Qwen2VlLanguageModelIsQwen2WithMrope) {
       << no_sections.status().ToString();
 }
 
+// SigLIP-so400m-patch14-384's vision tower (SiglipVisionModel, the head
+// included as from_pretrained builds it), summed by hand: a biased 14 x 14
+// conv (384 px: 27 x 27 patches, the last 6 px dropped), 729 positions, 27
+// layers (q/k/v/out and fc1/fc2 with biases, two LayerNorms), post_layernorm,
+// and the pooling head (probe, in_proj 3C x C + 3C, out_proj, LayerNorm,
+// fc1/fc2): 428,225,600, of which the head is 15,238,352.
+TEST(ModelFacts, SiglipSo400mVisionTower) {
+  const int64_t c = 1152, f = 4304, n = 27 * 27;
+  const int64_t layer = 4 * (c * c + c) + (f * c + f) + (c * f + c) + 2 * 2 * c;
+  const int64_t head = c + (3 * c * c + 3 * c) + (c * c + c) + 2 * c + (f * c + f) + (c * f + c);
+  const int64_t tower = (3 * 14 * 14 * c + c) + n * c + 27 * layer + 2 * c;
+  EXPECT_EQ(FactsOf("siglip_so400m_patch14_384.json").params, tower + head);
+  EXPECT_EQ(tower + head, 428'225'600);
+  auto siglip = ModelFromHfConfigFile(kHf + "siglip_so400m_patch14_384.json");
+  ASSERT_TRUE(siglip.ok()) << siglip.status().ToString();
+  EXPECT_EQ(siglip->extra.at("vit_layout"), plan::kVitLayoutSiglip);
+  EXPECT_EQ(siglip->extra.at(plan::kAttnPoolHeadKey), 1);
+  EXPECT_EQ(plan::LayerNormEps(*siglip), 1e-6);
+  EXPECT_EQ(NaturalTokens(*siglip, 0), n);  // no class token
+  EXPECT_EQ(plan::VitOutputTokens(*siglip), n);
+  EXPECT_TRUE(plan::ValidateModelDesc(*siglip).ok()) << plan::ValidateModelDesc(*siglip).ToString();
+  EXPECT_EQ(ComputeModelFacts(*siglip, 0).output_dim, c);
+
+  // The vision config alone (siglip_vision_model), without the head.
+  auto bare = ModelFromHfConfig(R"({"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 384,
+      "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14,
+      "vision_use_head": false})",
+                                "vision.json");
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(ComputeModelFacts(*bare, 0).params, tower);
+  EXPECT_FALSE(plan::AttnPoolHead(*bare));
+
+  // Only gelu_pytorch_tanh is built; a siglip config needs its vision_config.
+  auto relu = ModelFromHfConfig(R"({"model_type": "siglip_vision_model", "hidden_act": "relu"})", "relu.json");
+  ASSERT_FALSE(relu.ok());
+  EXPECT_NE(relu.status().message().find("gelu_pytorch_tanh"), std::string::npos) << relu.status().ToString();
+  auto no_vision = ModelFromHfConfig(R"({"model_type": "siglip"})", "siglip.json");
+  ASSERT_FALSE(no_vision.ok());
+  EXPECT_NE(no_vision.status().message().find("vision_config"), std::string::npos);
+}
+
 TEST(ModelFacts, ImportedConfigsCarryWhatTheRuntimeComputesWith) {
   auto qwen = ModelFromHfConfigFile(kHf + "qwen2_7b.json");
   ASSERT_TRUE(qwen.ok());

@@ -72,9 +72,9 @@ TensorMap LoadTensors(const fs::path& dir) {
 
 // ---- cases -----------------------------------------------------------------------
 
-const char* const kArchitectures[] = {"llama",   "mistral",         "qwen2",           "qwen3",        "gemma3_text",
-                                      "mixtral", "qwen2_moe",       "qwen3_moe",       "clip",         "qwen2_vl",
-                                      "whisper", "llava_projector", "qwen3_moe_mixed", "qwen2_vl_text"};
+const char* const kArchitectures[] = {
+    "llama", "mistral",  "qwen2",   "qwen3",           "gemma3_text",     "mixtral", "qwen2_moe",     "qwen3_moe",
+    "clip",  "qwen2_vl", "whisper", "llava_projector", "qwen3_moe_mixed", "siglip",  "siglip_vision", "qwen2_vl_text"};
 
 class HfWeightsTest : public ::testing::Test {
  protected:
@@ -157,6 +157,13 @@ TEST_F(HfWeightsTest, EveryArchitectureLoadsComputesHfsOutputAndExportsBitForBit
       const double scale = want.abs().max().item<double>();
       EXPECT_GT(scale, 0.0);
       EXPECT_LE((got - want).abs().max().item<double>(), 1e-5 * scale);
+      if (expect.count("pooled")) {  // SigLIP's head: HF's pooler_output
+        torch::NoGradGuard no_grad;
+        const auto pooled = model->as<VitEncoderImpl>()->Pool(got);
+        const auto& want_pooled = expect.at("pooled");
+        ASSERT_EQ(pooled.sizes(), want_pooled.sizes());
+        EXPECT_LE((pooled - want_pooled).abs().max().item<double>(), 1e-5 * want_pooled.abs().max().item<double>());
+      }
 
       // Export in the stored dtype: every tensor the table names, bit for bit.
       const torch::Dtype out_dtype = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
@@ -274,12 +281,12 @@ TEST_F(HfWeightsTest, TensorParallelRanksLoadTheirSlicesBiasesIncluded) {
   EXPECT_NE(wrong.message().find("ShardModelForTensorParallel"), std::string::npos) << wrong.message();
 }
 
-// The encoders' TP slices (docs/encoder_tp.md): a CLIP tower, Qwen2-VL's
-// (fused qkv split per q, k and v; the merger), Whisper's encoder and the
-// LLaVA projector, each sharded for rank r of 2, load exactly their slice
-// of what the unsharded model loads.
+// The encoders' TP slices (docs/encoder_tp.md): a CLIP tower, a SigLIP one
+// (its pooling head replicated), Qwen2-VL's (fused qkv split per q, k and v;
+// the merger), Whisper's encoder and the LLaVA projector, each sharded for
+// rank r of 2, load exactly their slice of what the unsharded model loads.
 TEST_F(HfWeightsTest, EncoderTensorParallelRanksLoadTheirSlices) {
-  for (const char* arch : {"clip", "qwen2_vl", "whisper", "llava_projector"}) {
+  for (const char* arch : {"clip", "siglip", "qwen2_vl", "whisper", "llava_projector"}) {
     SCOPED_TRACE(arch);
     auto ckpt = hf::HfCheckpoint::Open(Dir(arch, "f32").string());
     ASSERT_TRUE(ckpt.ok());

@@ -5,15 +5,16 @@
     python3 make_tiny_checkpoints.py OUT_DIR
 
 For every architecture the runtime loads (llama, mistral, qwen2, qwen3, gemma3_text, mixtral,
-qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, qwen2_vl's vision tower and its language model (M-RoPE),
-whisper's encoder, llava's
-projector) and for
+qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, siglip (with its pooling head) and
+siglip_vision_model (without), qwen2_vl's vision tower and its language model (M-RoPE), whisper's encoder,
+llava's projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
 model.safetensors.index.json) under Hugging Face's tensor names, random
 weights -- plus OUT_DIR/<arch>_<dtype>/expect/ (tensor files as
 reference_models.py writes them): "input" and "output", the model's output
-computed here in float64 on exactly the stored weights.
+computed here in float64 on exactly the stored weights (SigLIP with its head:
+"pooled" too, HF's pooler_output).
 
 The models are tests/runtime/reference_models.py's PyTorch modules; the HF
 names come from this file's own tables (each written from transformers'
@@ -126,6 +127,16 @@ CLIP = [
     (r"^class_embedding$", "vision_model.embeddings.class_embedding"),
     (r"^(patch|position)_embedding\.", r"vision_model.embeddings.\1_embedding."),
     (r"^(pre_layrnorm|post_layernorm)\.", r"vision_model.\1."),
+    (r"^layers\.(\d+)\.(fc\d)\.", r"vision_model.encoder.layers.\1.mlp.\2."),
+    (r"^layers\.", "vision_model.encoder.layers."),
+]
+# SiglipVisionModel (modeling_siglip.py): CLIP's layer names, a biased patch
+# conv, no class token or pre-norm; the head's MLP is head.mlp.fc1 / fc2.
+SIGLIP = [
+    (r"^head\.(fc\d)\.", r"vision_model.head.mlp.\1."),
+    (r"^head\.", "vision_model.head."),
+    (r"^(patch|position)_embedding\.", r"vision_model.embeddings.\1_embedding."),
+    (r"^post_layernorm\.", "vision_model.post_layernorm."),
     (r"^layers\.(\d+)\.(fc\d)\.", r"vision_model.encoder.layers.\1.mlp.\2."),
     (r"^layers\.", "vision_model.encoder.layers."),
 ]
@@ -255,6 +266,25 @@ def cases():
                            ("logit_scale", ())],
                 "buffers": [("vision_model.embeddings.position_ids", torch.arange(5)[None])]})
 
+    # SigLIP as a full siglip checkpoint (the text tower passed over): 10 px
+    # images in 4 px patches (the "valid" conv drops 2 px), its pooling head;
+    # and the vision config alone without the head.
+    siglip = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "image_size": 10, "patch_size": 4, "num_channels": 3, "hidden_act": "gelu_pytorch_tanh",
+              "layer_norm_eps": 1e-6, "model_type": "siglip_vision_model"}
+    out.append({"name": "siglip", "config": {"model_type": "siglip", "vision_config": siglip,
+                                             "text_config": {"hidden_size": 16, "model_type": "siglip_text_model"}},
+                "desc": desc("vit", hidden=32, layers=2, heads=4, ffn_hidden=64, image_size=10, patch_size=4,
+                             channels=3, extra={"vit_layout": 4, "attn_pool_head": 1, "layer_norm_eps": 1e-6}),
+                "rules": SIGLIP, "input": ("x", torch.randn(2, 3, 10, 10)),
+                "others": [("text_model.embeddings.token_embedding.weight", (10, 16)),
+                           ("text_model.head.weight", (16, 16)), ("logit_scale", (1,)), ("logit_bias", (1,))]})
+    bare = dict(siglip, image_size=8, vision_use_head=False, layer_norm_eps=1e-5)
+    out.append({"name": "siglip_vision", "config": bare,
+                "desc": desc("vit", hidden=32, layers=2, heads=4, ffn_hidden=64, image_size=8, patch_size=4,
+                             channels=3, extra={"vit_layout": 4, "attn_pool_head": 0, "layer_norm_eps": 1e-5}),
+                "rules": SIGLIP, "input": ("x", torch.randn(2, 3, 8, 8))})
+
     vl = {"depth": 2, "embed_dim": 32, "mlp_ratio": 4, "num_heads": 4, "in_chans": 3, "hidden_size": 24,
           "patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2, "image_size": 16}
     out.append({"name": "qwen2_vl", "config": dict(llm_config("qwen2_vl", hidden_size=24), vision_config=vl),
@@ -323,8 +353,11 @@ def main(argv):
             inputs = {key: value if key == "ids" else value.double()}
             shape = list(value.shape) + ([case["desc"]["hidden"]] if key == "ids" else [])
             with torch.no_grad():
-                output = model.run(inputs, torch.zeros(shape, dtype=torch.float64))["output"]
-            ref.write_tensors(os.path.join(directory, "expect"), {"input": value, "output": output})
+                outputs = model.run(inputs, torch.zeros(shape, dtype=torch.float64))
+            expect = {"input": value, "output": outputs["output"]}
+            if "pooled" in outputs:
+                expect["pooled"] = outputs["pooled"]
+            ref.write_tensors(os.path.join(directory, "expect"), expect)
 
 
 if __name__ == "__main__":

@@ -220,6 +220,43 @@ TEST(HfNameMap, ClipVisionTower) {
   EXPECT_FALSE(names->Owns("logit_scale"));
 }
 
+// SigLIP: 14 px images in 4 px patches (the conv drops 2 px: 3 x 3 = 9
+// positions), no class token or pre-norm, CLIP's layer names, the head.
+TEST(HfNameMap, SiglipVisionTowerWithAndWithoutItsHead) {
+  ModelDesc d = fixtures::VitModel({16, 2, 2, 40, 14, 4, 3});
+  d.extra["vit_layout"] = plan::kVitLayoutSiglip;
+  d.extra[plan::kAttnPoolHeadKey] = 1;
+  auto names = ExpandWeightNames(d);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(names->layout, WeightLayout::kSiglipVision);
+  EXPECT_STREQ(WeightLayoutName(names->layout), "siglip_vision");
+  ExpectWeight(*names, "vision_model.embeddings.patch_embedding.weight", "patch_embed.weight", {16, 3, 4, 4}, -1);
+  ExpectWeight(*names, "vision_model.embeddings.patch_embedding.bias", "patch_embed.bias", {16}, -1);
+  ExpectWeight(*names, "vision_model.embeddings.position_embedding.weight", "pos_embed", {9, 16}, -1);
+  ExpectWeight(*names, "vision_model.encoder.layers.1.self_attn.q_proj.weight", "blocks.1.attn.q_proj.weight", {16, 16},
+               0);
+  ExpectWeight(*names, "vision_model.encoder.layers.0.mlp.fc2.weight", "blocks.0.fc2.weight", {16, 40}, 1);
+  ExpectWeight(*names, "vision_model.post_layernorm.bias", "final_norm.bias", {16}, -1);
+  ExpectWeight(*names, "vision_model.head.probe", "head.probe", {1, 1, 16}, -1);
+  ExpectWeight(*names, "vision_model.head.attention.in_proj_weight", "head.in_proj.weight", {48, 16}, -1);
+  ExpectWeight(*names, "vision_model.head.attention.in_proj_bias", "head.in_proj.bias", {48}, -1);
+  ExpectWeight(*names, "vision_model.head.attention.out_proj.weight", "head.out_proj.weight", {16, 16}, -1);
+  ExpectWeight(*names, "vision_model.head.layernorm.weight", "head.norm.weight", {16}, -1);
+  ExpectWeight(*names, "vision_model.head.mlp.fc1.weight", "head.mlp_fc1.weight", {40, 16}, -1);
+  ExpectWeight(*names, "vision_model.head.mlp.fc2.bias", "head.mlp_fc2.bias", {16}, -1);
+  EXPECT_EQ(names->weights.at(names->weights.size() - 1).hf_name, "vision_model.head.mlp.fc2.bias");
+  // conv 2 + positions + 2 x 16 + post norm 2 + head 11
+  EXPECT_EQ(names->weights.size(), 3u + 2 * 16 + 2 + 11);
+  EXPECT_FALSE(names->Owns("text_model.head.weight"));
+  EXPECT_FALSE(names->Owns("logit_bias"));
+  EXPECT_TRUE(names->PassedOver("vision_model.embeddings.position_ids"));
+  d.extra[plan::kAttnPoolHeadKey] = 0;  // vision_use_head = false
+  names = ExpandWeightNames(d);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(names->weights.size(), 3u + 2 * 16 + 2);
+  EXPECT_EQ(names->ByHfName("vision_model.head.probe"), nullptr);
+}
+
 TEST(HfNameMap, Qwen2VlVisionTowerAndItsInferredLayout) {
   ModelDesc d = Clip();
   d.extra.clear();
@@ -290,6 +327,10 @@ TEST(HfNameMap, ReverseLookupOnPatterns) {
   EXPECT_EQ(HfNameOf(WeightLayout::kClipVision, "blocks.0.attn.out.weight").value(),
             "vision_model.encoder.layers.0.self_attn.out_proj.weight");
   EXPECT_EQ(HfNameOf(WeightLayout::kQwen2VlVision, "merger_fc2.bias").value(), "visual.merger.mlp.2.bias");
+  EXPECT_EQ(MaestroNameOf(WeightLayout::kSiglipVision, "vision_model.head.mlp.fc1.weight").value(),
+            "head.mlp_fc1.weight");
+  EXPECT_EQ(HfNameOf(WeightLayout::kSiglipVision, "blocks.3.attn.v_proj.bias").value(),
+            "vision_model.encoder.layers.3.self_attn.v_proj.bias");
   EXPECT_EQ(MaestroNameOf(WeightLayout::kWhisperEncoder, "model.encoder.embed_positions.weight").value(),
             "embed_positions");
   EXPECT_FALSE(MaestroNameOf(WeightLayout::kDecoder, "model.layers.x.mlp.down_proj.weight").ok());
@@ -316,8 +357,8 @@ TEST(HfNameMap, DocsListEveryTableRow) {
   ss << in.rdbuf();
   const std::string doc = ss.str();
   for (auto layout : {WeightLayout::kDecoder, WeightLayout::kMixtral, WeightLayout::kQwenMoe, WeightLayout::kGemma3,
-                      WeightLayout::kClipVision, WeightLayout::kQwen2VlVision, WeightLayout::kWhisperEncoder,
-                      WeightLayout::kLlavaProjector}) {
+                      WeightLayout::kClipVision, WeightLayout::kSiglipVision, WeightLayout::kQwen2VlVision,
+                      WeightLayout::kWhisperEncoder, WeightLayout::kLlavaProjector}) {
     EXPECT_NE(doc.find(std::string("### ") + WeightLayoutName(layout)), std::string::npos) << WeightLayoutName(layout);
     for (const auto& r : WeightNameRules(layout)) {
       const std::string row = "| `" + r.hf_pattern + "` | `" + r.maestro_pattern + "` | " + r.shape + " | " +

@@ -107,7 +107,7 @@ TEST(CompilerRuntimeAgreement, EveryImportedHuggingFaceConfig) {
   const std::string dir = std::string(MAESTRO_SOURCE_DIR) + "/tests/compiler/data/hf/";
   for (const char* file :
        {"llama2_7b.json", "mistral_7b_v0.1.json", "qwen2_7b.json", "qwen2_0.5b.json", "mixtral_8x7b.json",
-        "clip_vit_large_patch14.json", "qwen2_vl_7b.json", "whisper_large_v3.json"}) {
+        "clip_vit_large_patch14.json", "qwen2_vl_7b.json", "whisper_large_v3.json", "siglip_so400m_patch14_384.json"}) {
     auto d = compiler::ModelFromHfConfigFile(dir + file);
     ASSERT_TRUE(d.ok()) << file << ": " << d.status().ToString();
     ExpectAgree(*d, file);

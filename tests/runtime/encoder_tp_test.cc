@@ -129,7 +129,8 @@ Computed Run(const ModelDesc& desc, const torch::Tensor& input, const torch::Ten
     c.input_grad = x.grad();
     for (const auto& item : model.named_parameters()) {
       c.weights[item.key()] = item.value().detach();
-      // CLIP's post_layernorm feeds nothing a section outputs: no gradient.
+      // CLIP's post_layernorm and SigLIP's pooling head feed nothing a
+      // section outputs: no gradient.
       if (item.value().grad().defined()) c.grads[item.key()] = item.value().grad();
     }
   } catch (const std::exception& e) {
@@ -228,6 +229,12 @@ TEST(EncoderTensorParallel, BuiltinVitWithMergerSplitInTwoEqualsTheWhole) {
 
 TEST(EncoderTensorParallel, ClipVitSplitInTwoEqualsTheWhole) {
   ExpectShardsComputeTheWhole("clip", fixtures::TinyClipVisionModel(), Input({2, 3, 8, 8}));
+}
+
+// SigLIP: CLIP's separate q/k/v blocks with gelu_tanh and post_layernorm;
+// its pooling head stays replicated (and, off the section's path, gradless).
+TEST(EncoderTensorParallel, SiglipVitSplitInTwoEqualsTheWhole) {
+  ExpectShardsComputeTheWhole("siglip", fixtures::TinySiglipVisionModel(), Input({2, 3, 10, 10}));
 }
 
 TEST(EncoderTensorParallel, Qwen2VlVitFusedQkvSplitInTwoEqualsTheWhole) {

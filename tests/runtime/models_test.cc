@@ -1,24 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// The runtime's models against PyTorch (tests/runtime/reference_harness.h:
-// the decoder written as HF Llama / Mixtral / Qwen / Gemma 3, the encoders
-// from the published math), plus descriptor checks and parameter counts.
+// The runtime's models against PyTorch, plus descriptor checks and parameter
+// counts.
+//
+// Reference tests (tests/runtime/reference_harness.h): C++ builds a model
+// from a ModelDesc, perturbs its weights, runs forward and backward, and
+// `python3 tests/runtime/reference_models.py <case> <case>/ref` builds the
+// same model in PyTorch (the decoder written as HF Llama / Mixtral, the
+// encoders from torch.nn.TransformerEncoderLayer) and must agree on every
+// output and gradient within 1e-5 relative (fp32, CPU).
 #include "tests/fixtures/models.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,16 +27,17 @@
 #include "runtime/models/encoders.h"
 #include "runtime/models/parameter_count.h"
 #include "runtime/torch_compat.h"
-#include "tests/fixtures/python3.h"
-#include "tests/fixtures/test_paths.h"
 #include "tests/runtime/reference_harness.h"
 
 namespace maestro::runtime {
 namespace {
 
-namespace fs = std::filesystem;
 using plan::ModelDesc;
 using plan::ModelKind;
+using reference::CheckAgainstPyTorch;
+using reference::FloatInputCase;
+using reference::ReferenceCase;
+using reference::TensorMap;
 
 // ---- the descs -----------------------------------------------------------------
 
@@ -188,24 +187,6 @@ ReferenceCase DecoderCase(const std::string& name, const ModelDesc& desc, int64_
     TensorMap out{{"output", lm.Logits(hidden)}, {"hidden", hidden}};
     if (auto balance = lm.RouterBalanceLoss(); balance.defined()) out["router_balance"] = balance;  // (B)
     return out;
-  };
-  return c;
-}
-
-ReferenceCase FloatInputCase(const std::string& name, const ModelDesc& desc, std::vector<int64_t> shape) {
-  ReferenceCase c;
-  c.name = name;
-  c.desc = desc;
-  auto gen = at::detail::createCPUGenerator(7);
-  c.inputs["x"] = torch::empty(shape).normal_(0.0, 1.0, gen);
-  c.delta_shape = shape;
-  c.run = [](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
-    auto x = in.at("x") + delta;
-    torch::Tensor out;
-    if (auto* vit = m.as<VitEncoderImpl>()) out = vit->forward(x);
-    if (auto* audio = m.as<AudioEncoderImpl>()) out = audio->forward(x);
-    if (auto* projector = m.as<MlpProjectorImpl>()) out = projector->forward(x);
-    return TensorMap{{"output", out}};
   };
   return c;
 }
@@ -466,9 +447,10 @@ TEST(RuntimeModels, SameSeedSameWeightsOtherSeedOther) {
 }
 
 TEST(RuntimeModels, MetaDeviceBuildHasTheSameParametersAsCpu) {
-  for (const auto& desc : {fixtures::TinyDecoderModel(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(),
-                           TinyGemma3(), fixtures::TinyVitModel(), fixtures::TinyClipVisionModel(),
-                           fixtures::TinyQwen2VlVisionModel(), fixtures::TinyAudioModel(), TinyProjector()}) {
+  for (const auto& desc :
+       {fixtures::TinyDecoderModel(), TinyMoeDecoder(), TinyQwen2Moe(), TinyQwen3Moe(), TinyQwen2(), TinyGemma3(),
+        fixtures::TinyVitModel(), fixtures::TinyClipVisionModel(), fixtures::TinyQwen2VlVisionModel(),
+        fixtures::TinySiglipVisionModel(), fixtures::TinyAudioModel(), TinyProjector()}) {
     ModelBuildOptions meta;
     meta.device = torch::kMeta;
     auto cpu = BuildModel(desc), shapes = BuildModel(desc, meta);

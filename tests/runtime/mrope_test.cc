@@ -23,6 +23,10 @@
 namespace maestro::runtime {
 namespace {
 
+using reference::CheckAgainstPyTorch;
+using reference::ReferenceCase;
+using reference::TensorMap;
+
 constexpr int64_t kImageToken = 7;
 constexpr int64_t kTokens = 24;
 

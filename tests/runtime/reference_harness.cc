@@ -11,7 +11,7 @@
 #include "tests/fixtures/python3.h"
 #include "tests/fixtures/test_paths.h"
 
-namespace maestro::runtime {
+namespace maestro::runtime::reference {
 
 namespace fs = std::filesystem;
 using plan::ModelDesc;
@@ -134,11 +134,16 @@ void CheckAgainstPyTorch(const ReferenceCase& c) {
   const auto& output = outputs.at("output");
   auto probe = torch::empty(output.sizes()).normal_(0.0, 1.0, gen);  // d loss / d output
   auto loss = (output * probe).sum();
+  TensorMap to_python = c.inputs;
+  for (const std::string& name : c.probed) {
+    auto extra_probe = torch::empty(outputs.at(name).sizes()).normal_(0.0, 1.0, gen);
+    loss = loss + (outputs.at(name) * extra_probe).sum();
+    to_python["probe/" + name] = extra_probe;
+  }
   // MoE: the load-balancing term joins the loss, so its gradient is compared too.
   if (outputs.count("router_balance")) loss = loss + outputs.at("router_balance").sum();
   loss.backward();
 
-  TensorMap to_python = c.inputs;
   to_python["probe"] = probe;
   for (const auto& item : model.named_parameters()) to_python["param/" + item.key()] = item.value();
   SaveTensors(dir / "in", to_python);
@@ -184,4 +189,22 @@ void CheckAgainstPyTorch(const ReferenceCase& c) {
             << " relative of PyTorch (fp64)\n";
 }
 
-}  // namespace maestro::runtime
+ReferenceCase FloatInputCase(const std::string& name, const ModelDesc& desc, std::vector<int64_t> shape) {
+  ReferenceCase c;
+  c.name = name;
+  c.desc = desc;
+  auto gen = at::detail::createCPUGenerator(7);
+  c.inputs["x"] = torch::empty(shape).normal_(0.0, 1.0, gen);
+  c.delta_shape = shape;
+  c.run = [](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
+    auto x = in.at("x") + delta;
+    torch::Tensor out;
+    if (auto* vit = m.as<VitEncoderImpl>()) out = vit->forward(x);
+    if (auto* audio = m.as<AudioEncoderImpl>()) out = audio->forward(x);
+    if (auto* projector = m.as<MlpProjectorImpl>()) out = projector->forward(x);
+    return TensorMap{{"output", out}};
+  };
+  return c;
+}
+
+}  // namespace maestro::runtime::reference

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The runtime's models against an independent PyTorch reference: the
 // harness every reference test uses (tests/runtime/models_test.cc,
-// mrope_test.cc, ...).
+// vision_towers_test.cc, mrope_test.cc).
 //
 // C++ builds a model from a ModelDesc, perturbs its weights (so norms and
 // biases are not their trivial init), draws inputs, runs forward and
-// backward of loss = sum(output * probe), and writes weights, inputs and
+// backward of loss = sum(output * probe) (+ sum(<name> * probe/<name>) for
+// each of the case's `probed` outputs, + the MoE balance term), and writes weights, inputs and
 // probe to a case directory. Then `python3 tests/runtime/reference_models.py
 // <case> <case>/ref` builds the same model in PyTorch from the published
 // math, loads the weights, and writes its outputs and gradients. Every
@@ -30,7 +31,7 @@
 #include "base/status.h"
 #include "plan/plan.h"
 
-namespace maestro::runtime {
+namespace maestro::runtime::reference {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
@@ -66,10 +67,17 @@ struct ReferenceCase {
   // the named outputs ("output" first).
   std::function<TensorMap(torch::nn::Module&, const TensorMap&, const torch::Tensor& delta)> run;
   std::vector<int64_t> delta_shape;
+  // Outputs besides "output" that join the loss with their own probe (written
+  // as "probe/<name>"), so their gradients are compared too.
+  std::vector<std::string> probed;
 };
 
 // Builds c.desc, runs c both here and in reference_models.py, and compares
 // every output, the input gradient and every parameter gradient.
 void CheckAgainstPyTorch(const ReferenceCase& c);
 
-}  // namespace maestro::runtime
+// An encoder or projector case: input "x" of `shape` (normal draws), the
+// model's forward on x + delta as "output".
+ReferenceCase FloatInputCase(const std::string& name, const plan::ModelDesc& desc, std::vector<int64_t> shape);
+
+}  // namespace maestro::runtime::reference

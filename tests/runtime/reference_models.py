@@ -7,7 +7,8 @@
 IN_DIR holds case.json ({"desc": ModelDesc fields + "extra"}) and tensors
 (index.json + data.bin, see models_test.cc): "param/<name>" for every C++
 parameter, the input ("ids" int64 (B,T) for the decoder, "x" float
-otherwise) and "probe" (d loss / d output). This script builds the same model
+otherwise), "probe" (d loss / d output) and, for other outputs that join the
+loss, "probe/<output name>". This script builds the same model
 in float64
 independently of the C++ code -- the decoder as HF transformers writes
 Llama / Mixtral (Gemma 3 text when extra.gemma3), the encoders from torch.nn.TransformerEncoderLayer(
@@ -674,6 +675,80 @@ class ClipVision(nn.Module):
         return {"output": x}
 
 
+def gelu_tanh(x):
+    """gelu_pytorch_tanh, written out: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+class SiglipPoolingHead(nn.Module):
+    """SiglipMultiheadAttentionPoolingHead: a probe attends over the rows
+    (torch.nn.MultiheadAttention, batch first), then y + mlp(layernorm(y))."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        c = d["hidden"]
+        self.probe = nn.Parameter(torch.randn(1, 1, c))
+        self.attention = nn.MultiheadAttention(c, d["heads"], batch_first=True)
+        self.layernorm = nn.LayerNorm(c, eps=eps)
+        self.fc1 = nn.Linear(c, d["ffn_hidden"])
+        self.fc2 = nn.Linear(d["ffn_hidden"], c)
+
+    def forward(self, x):
+        y = self.attention(self.probe.repeat(x.shape[0], 1, 1), x, x, need_weights=False)[0]
+        y = y + self.fc2(gelu_tanh(self.fc1(self.layernorm(y))))
+        return y[:, 0]
+
+
+class SiglipVision(nn.Module):
+    """SiglipVisionTransformer: a biased "valid" patch conv (no class token),
+    N positions, CLIP-shaped pre-LN layers with gelu_pytorch_tanh,
+    post_layernorm. The section's output is last_hidden_state (after
+    post_layernorm); "pooled" is HF's pooler_output (the head), when built."""
+
+    def __init__(self, d):
+        super().__init__()
+        c, ex = d["hidden"], d["extra"]
+        eps = ex.get("layer_norm_eps", 1e-6)
+        d = dict(d, extra=dict(ex, layer_norm_eps=eps))
+        n = (d["image_size"] // d["patch_size"]) ** 2
+        self.patch_embedding = nn.Conv2d(d["channels"], c, d["patch_size"], stride=d["patch_size"], padding="valid")
+        self.position_embedding = nn.Embedding(n, c)
+        self.layers = nn.ModuleList([ClipEncoderLayer(d, gelu_tanh) for _ in range(d["layers"])])
+        self.post_layernorm = nn.LayerNorm(c, eps=eps)
+        self.head = SiglipPoolingHead(d, eps) if ex.get("attn_pool_head", 0) else None
+
+    def param_map(self):
+        m = {"patch_embed.weight": self.patch_embedding.weight, "patch_embed.bias": self.patch_embedding.bias,
+             "pos_embed": self.position_embedding.weight, "final_norm.weight": self.post_layernorm.weight,
+             "final_norm.bias": self.post_layernorm.bias}
+        for i, layer in enumerate(self.layers):
+            for ours, theirs in [("attn.q_proj", layer.self_attn.q_proj), ("attn.k_proj", layer.self_attn.k_proj),
+                                 ("attn.v_proj", layer.self_attn.v_proj), ("attn.out", layer.self_attn.out_proj),
+                                 ("attn_norm", layer.layer_norm1), ("mlp_norm", layer.layer_norm2),
+                                 ("fc1", layer.fc1), ("fc2", layer.fc2)]:
+                m[f"blocks.{i}.{ours}.weight"] = theirs.weight
+                m[f"blocks.{i}.{ours}.bias"] = theirs.bias
+        if self.head is not None:
+            h = self.head
+            m.update({"head.probe": h.probe, "head.in_proj.weight": h.attention.in_proj_weight,
+                      "head.in_proj.bias": h.attention.in_proj_bias, "head.out_proj.weight": h.attention.out_proj.weight,
+                      "head.out_proj.bias": h.attention.out_proj.bias})
+            for ours, theirs in [("head.norm", h.layernorm), ("head.mlp_fc1", h.fc1), ("head.mlp_fc2", h.fc2)]:
+                m[ours + ".weight"], m[ours + ".bias"] = theirs.weight, theirs.bias
+        return m
+
+    def run(self, inputs, delta):
+        x = self.patch_embedding(inputs["x"] + delta).flatten(2).transpose(1, 2)
+        x = x + self.position_embedding(torch.arange(x.shape[1]))
+        for layer in self.layers:
+            x = layer(x)
+        x = self.post_layernorm(x)
+        out = {"output": x}
+        if self.head is not None:
+            out["pooled"] = self.head(x)
+        return out
+
+
 class Qwen2VlVisionBlock(nn.Module):
     def __init__(self, d, act):
         super().__init__()
@@ -799,7 +874,7 @@ def Vit(d):
     layout = d["extra"].get("vit_layout")
     if layout is None:
         layout = 2 if d["extra"].get("pos_embed", 1) == 0 else 0
-    return {0: BuiltinVit, 1: ClipVision, 2: Qwen2VlVision}[int(layout)](d)
+    return {0: BuiltinVit, 1: ClipVision, 2: Qwen2VlVision, 4: SiglipVision}[int(layout)](d)
 
 
 class WhisperEncoderLayer(nn.Module):
@@ -912,6 +987,9 @@ def main(argv):
     loss = (outputs["output"] * tensors["probe"].double()).sum()
     if "router_balance" in outputs:  # the MoE load-balancing term joins the loss (its gradient is checked)
         loss = loss + outputs["router_balance"].sum()
+    for key, probe in tensors.items():  # other outputs the case probes (SigLIP's pooled output)
+        if key.startswith("probe/"):
+            loss = loss + (outputs[key[len("probe/"):]] * probe.double()).sum()
     loss.backward()
 
     result = dict(outputs)
