@@ -617,6 +617,20 @@ class SeparateQkvAttention(nn.Module):
         return self.out_proj((probs @ v).transpose(1, 2).reshape(b, t, c))
 
 
+def clip_layer_params(layers):
+    """Maestro's names of CLIP-shaped encoder layers (CLIP, SigLIP): separate
+    q/k/v/out projections with biases, two LayerNorms, fc1/fc2."""
+    m = {}
+    for i, layer in enumerate(layers):
+        for ours, theirs in [("attn.q_proj", layer.self_attn.q_proj), ("attn.k_proj", layer.self_attn.k_proj),
+                             ("attn.v_proj", layer.self_attn.v_proj), ("attn.out", layer.self_attn.out_proj),
+                             ("attn_norm", layer.layer_norm1), ("mlp_norm", layer.layer_norm2),
+                             ("fc1", layer.fc1), ("fc2", layer.fc2)]:
+            m[f"blocks.{i}.{ours}.weight"] = theirs.weight
+            m[f"blocks.{i}.{ours}.bias"] = theirs.bias
+    return m
+
+
 class ClipEncoderLayer(nn.Module):
     def __init__(self, d, act):
         super().__init__()
@@ -653,13 +667,7 @@ class ClipVision(nn.Module):
              "pos_embed": self.position_embedding.weight, "pre_norm.weight": self.pre_layrnorm.weight,
              "pre_norm.bias": self.pre_layrnorm.bias, "final_norm.weight": self.post_layernorm.weight,
              "final_norm.bias": self.post_layernorm.bias}
-        for i, layer in enumerate(self.layers):
-            for ours, theirs in [("attn.q_proj", layer.self_attn.q_proj), ("attn.k_proj", layer.self_attn.k_proj),
-                                 ("attn.v_proj", layer.self_attn.v_proj), ("attn.out", layer.self_attn.out_proj),
-                                 ("attn_norm", layer.layer_norm1), ("mlp_norm", layer.layer_norm2),
-                                 ("fc1", layer.fc1), ("fc2", layer.fc2)]:
-                m[f"blocks.{i}.{ours}.weight"] = theirs.weight
-                m[f"blocks.{i}.{ours}.bias"] = theirs.bias
+        m.update(clip_layer_params(self.layers))
         return m
 
     def run(self, inputs, delta):
@@ -721,13 +729,7 @@ class SiglipVision(nn.Module):
         m = {"patch_embed.weight": self.patch_embedding.weight, "patch_embed.bias": self.patch_embedding.bias,
              "pos_embed": self.position_embedding.weight, "final_norm.weight": self.post_layernorm.weight,
              "final_norm.bias": self.post_layernorm.bias}
-        for i, layer in enumerate(self.layers):
-            for ours, theirs in [("attn.q_proj", layer.self_attn.q_proj), ("attn.k_proj", layer.self_attn.k_proj),
-                                 ("attn.v_proj", layer.self_attn.v_proj), ("attn.out", layer.self_attn.out_proj),
-                                 ("attn_norm", layer.layer_norm1), ("mlp_norm", layer.layer_norm2),
-                                 ("fc1", layer.fc1), ("fc2", layer.fc2)]:
-                m[f"blocks.{i}.{ours}.weight"] = theirs.weight
-                m[f"blocks.{i}.{ours}.bias"] = theirs.bias
+        m.update(clip_layer_params(self.layers))
         if self.head is not None:
             h = self.head
             m.update({"head.probe": h.probe, "head.in_proj.weight": h.attention.in_proj_weight,

@@ -17,6 +17,7 @@
 #include "runtime/models/encoders.h"
 #include "runtime/models/parameter_count.h"
 #include "tests/fixtures/models.h"
+#include "tests/fixtures/test_paths.h"
 #include "tests/runtime/reference_harness.h"
 
 namespace maestro::runtime {
