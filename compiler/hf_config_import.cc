@@ -426,11 +426,8 @@ StatusOr<ModelDesc> Qwen2VlTextFromHf(const nlohmann::json& j, const std::string
     return Status::InvalidArgument(
         fmt::format("{}: rope_scaling.mrope_section must be three integers [t, h, w], got {}", origin, section.dump()));
   }
-  // (json::value() trips -Wnull-dereference in this nlohmann version: read by hand.)
-  auto text_of = [&](const char* key, const std::string& fallback) {
-    return scaling.contains(key) && scaling.at(key).is_string() ? scaling.at(key).get<std::string>() : fallback;
-  };
-  const std::string rope_type = text_of("rope_type", text_of("type", "default"));
+  const HfReader scaling_reader(scaling, origin + ": rope_scaling");
+  const std::string rope_type = scaling_reader.String("rope_type", scaling_reader.String("type", "default"));
   if (rope_type != "mrope" && rope_type != "default") {
     return Status::InvalidArgument(fmt::format(
         "{}: rope_scaling of type '{}' with mrope_section is not implemented (M-RoPE over the default frequencies "
@@ -445,7 +442,7 @@ StatusOr<ModelDesc> Qwen2VlTextFromHf(const nlohmann::json& j, const std::string
     MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "rope_scaling.mrope_section", v, 0, kMaxHidden));
     d.extra[keys[i]] = static_cast<double>(v);
   }
-  if (HfReader(scaling, origin + ": rope_scaling").Bool("mrope_interleaved", false)) {
+  if (scaling_reader.Bool("mrope_interleaved", false)) {
     d.extra[plan::kMropeInterleavedKey] = 1;
   }
   MAESTRO_RETURN_IF_ERROR(plan::CheckMrope(d, origin));

@@ -422,9 +422,10 @@ StatusOr<std::string> DecoderConfigJson(const plan::ModelDesc& desc, int64_t max
         "this decoder has q/k norms (Qwen3) and biases on q, k and v only (Qwen2): no Hugging Face family has both, so "
         "no config.json can describe it; drop extra.qkv_bias or extra.qk_norm in the spec");
   }
-  nlohmann::json j;
-  if (const auto mrope = plan::MropeOf(desc))
+  if (const auto mrope = plan::MropeOf(desc)) {
     return MropeDecoderConfigJson(desc, *mrope, qwen2, max_positions, torch_dtype);
+  }
+  nlohmann::json j;
   j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
   j["model_type"] = qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
   AddDecoderConfigKeys(desc, max_positions, j);

@@ -28,13 +28,21 @@ torch::Tensor RopeInverseFrequencyTensor(int64_t head_dim, double theta, const p
   return torch::tensor(freqs, torch::kFloat64).to(torch::kFloat32).to(device);  // (D/2)
 }
 
-RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, double attention_factor,
-                          torch::Dtype dtype) {
-  auto t = torch::arange(positions, inv_freq.options());  // (T)
-  auto freqs = torch::outer(t, inv_freq);                 // (T, D/2)
-  auto angles = torch::cat({freqs, freqs}, -1);           // (T, D)
+namespace {
+
+// cos and sin of fp32 `angles` (any shape), times attention_factor, cast to dtype.
+RopeTables TablesOfAngles(const torch::Tensor& angles, double attention_factor, torch::Dtype dtype) {
   if (attention_factor == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
   return {(angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)};
+}
+
+}  // namespace
+
+RopeTables MakeRopeTables(int64_t positions, const torch::Tensor& inv_freq, double attention_factor,
+                          torch::Dtype dtype) {
+  auto t = torch::arange(positions, inv_freq.options());                           // (T)
+  auto freqs = torch::outer(t, inv_freq);                                          // (T, D/2)
+  return TablesOfAngles(torch::cat({freqs, freqs}, -1), attention_factor, dtype);  // (T, D)
 }
 
 RopeTables MakeMropeTables(const torch::Tensor& positions, const torch::Tensor& inv_freq, const torch::Tensor& axes,
@@ -45,10 +53,8 @@ RopeTables MakeMropeTables(const torch::Tensor& positions, const torch::Tensor& 
               " frequencies");
   // Each frequency's row of positions: (D/2, B, T) -> (B, T, D/2), in fp32.
   auto per_frequency = positions.index_select(0, axes).permute({1, 2, 0}).to(inv_freq.scalar_type());
-  auto freqs = per_frequency * inv_freq;                      // (B, T, D/2)
-  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);  // (B, 1, T, D)
-  if (attention_factor == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
-  return {(angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)};
+  auto freqs = per_frequency * inv_freq;                                                        // (B, T, D/2)
+  return TablesOfAngles(torch::cat({freqs, freqs}, -1).unsqueeze(1), attention_factor, dtype);  // (B, 1, T, D)
 }
 
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
