@@ -25,11 +25,24 @@ namespace maestro::datasets {
 
 enum class Split { kTrain, kTest };
 
-// One image of a sample: fp32 pixels, row-major (channels, height, width),
-// already normalized the way the encoder expects.
+// One image (or video) of a sample, already normalized the way the encoder
+// expects. Two layouts:
+//   fixed grid (grid_t == 0): fp32 pixels, row-major (channels, height, width);
+//   native resolution (grid_t > 0; the Qwen2-VL family's processor,
+//     datasets/native_image.h): pixels are (grid_t * grid_h * grid_w,
+//     patch_dim) patches in the order Hugging Face's Qwen2VLImageProcessor
+//     emits them (each merge window's patches together; each patch flattened
+//     as (channels, temporal_patch, patch, patch)); height and width are the
+//     resized size in pixels, grid_h = height / patch, grid_w = width / patch,
+//     grid_t = frames / temporal_patch (1 for a still image).
 struct SampleImage {
   int64_t channels = 0, height = 0, width = 0;
-  std::vector<float> pixels;  // (channels * height * width)
+  std::vector<float> pixels;  // (channels * height * width), or (patches, patch_dim) when native
+  int64_t grid_t = 0, grid_h = 0, grid_w = 0;  // native: temporal patches, patch rows, patch columns
+  int64_t patch_dim = 0;                       // native: channels * temporal_patch * patch * patch
+  bool video = false;                          // native: a video's frames (its own placeholder id)
+  double seconds_per_grid_t = 0;               // video: temporal_patch / fps (Qwen2.5-VL's M-RoPE time); 0 for images
+  bool native() const { return grid_t > 0; }
 };
 
 // One audio clip of a sample: the encoder's input features, row-major
