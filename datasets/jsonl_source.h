@@ -84,7 +84,8 @@ class JsonlSampleSource final : public SampleSource {
   // image; a line edited in place is Corruption (JsonlManifest::Sample).
   StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
   // location "<abs manifest>:<line>"; tokens {"text": n} and, for a sample
-  // with images, {"image": images * tokens_per_image}; with audio clips,
+  // with images, {"image": images * tokens_per_image} (native resolution:
+  // every image's and video's own placeholder count); with audio clips,
   // {"audio": clips * tokens_per_audio}.
   SampleTokens TokensOf(int64_t id) const override;
   // Lines left out under kSkip (bad lines and lines with a bad image).
