@@ -16,6 +16,10 @@
 //   images_decoded_per_s, decode_only_per_s, resize_normalize_overhead,
 //   png_images_decoded_per_s: image files to a vision tower's input, per
 //                        core (bench/image_bench.cc, also `maestro-bench image`).
+//   native_images_per_s, native_decode_only_per_s, native_preprocess_overhead,
+//   native_mean_tokens: JPEGs of their own size to Qwen2-VL native-resolution
+//                        patches, per core (bench/image_bench.cc, also
+//                        `maestro-bench native_image`).
 //   audio_files_featurised_per_s, audio_decode_only_per_s,
 //   audio_featurise_overhead, audio_resampled_files_per_s: audio files to a
 //                        Whisper encoder's log-mel input, per core
@@ -166,11 +170,13 @@ nlohmann::json maestro::bench::MegatronIdxBench(const maestro::bench::BenchOptio
   return out;
 }
 
-MAESTRO_BENCHMARK(data,
-                  "users' models and data in: Megatron .bin/.idx samples vs pread of the same bytes; images and "
-                  "audio files per core; a ~1 GB safetensors checkpoint into a model vs read()") {
+MAESTRO_BENCHMARK(
+    data,
+    "users' models and data in: Megatron .bin/.idx samples vs pread of the same bytes; images (fixed "
+    "grid and native resolution) and audio files per core; a ~1 GB safetensors checkpoint into a model vs read()") {
   nlohmann::json out = maestro::bench::MegatronIdxBench(options);
   out.update(maestro::bench::ImageDecodeBench(options));
+  out.update(maestro::bench::NativeImageBench(options));
   out.update(maestro::bench::AudioFeaturesBench(options));
   out.update(maestro::bench::SafetensorsLoadBench(options));
   return out;

@@ -73,6 +73,7 @@ struct JpegDecodeJob {
   unsigned long size = 0;  // NOLINT(google-runtime-int): libjpeg's type
   int64_t max_pixels = 0;
   const std::string* name = nullptr;
+  bool header_only = false;  // stop after the size check (ReadImageSize)
   // state across setjmp
   jpeg_decompress_struct cinfo{};  // zeroed: safe to destroy even if creating it failed
   JpegErrorManager err{};
@@ -137,6 +138,12 @@ bool RunJpegDecode(JpegDecodeJob* job) {
     jpeg_destroy_decompress(&job->cinfo);
     return false;
   }
+  if (job->header_only) {
+    job->image->width = static_cast<int>(job->cinfo.image_width);
+    job->image->height = static_cast<int>(job->cinfo.image_height);
+    jpeg_destroy_decompress(&job->cinfo);
+    return true;
+  }
   switch (job->cinfo.jpeg_color_space) {
     case JCS_GRAYSCALE: job->cinfo.out_color_space = JCS_GRAYSCALE; break;
     case JCS_YCbCr:
@@ -190,7 +197,9 @@ void CmykToRgb(DecodedImage* image, bool inverted) {
   image->channels = 3;
 }
 
-StatusOr<DecodedImage> DecodeJpeg(std::string_view bytes, const std::string& name, int64_t max_pixels) {
+// header_only: the size alone (no pixels, channels 0).
+StatusOr<DecodedImage> DecodeJpeg(std::string_view bytes, const std::string& name, int64_t max_pixels,
+                                  bool header_only) {
   DecodedImage image;
   image.format = ImageFormat::kJpeg;
   JpegDecodeJob job;
@@ -198,6 +207,7 @@ StatusOr<DecodedImage> DecodeJpeg(std::string_view bytes, const std::string& nam
   job.size = static_cast<unsigned long>(bytes.size());  // NOLINT(google-runtime-int)
   job.max_pixels = max_pixels;
   job.name = &name;
+  job.header_only = header_only;
   job.image = &image;
   if (!RunJpegDecode(&job)) {
     if (!job.status.ok()) return job.status;
@@ -217,6 +227,7 @@ struct PngDecodeJob {
   size_t pos = 0;
   int64_t max_pixels = 0;
   const std::string* name = nullptr;
+  bool header_only = false;  // stop after the size check (ReadImageSize)
   // state across setjmp
   png_structp png = nullptr;
   png_infop info = nullptr;
@@ -274,6 +285,12 @@ bool RunPngDecode(PngDecodeJob* job) {
     png_destroy_read_struct(&job->png, &job->info, nullptr);
     return false;
   }
+  job->width = static_cast<int>(width);
+  job->height = static_cast<int>(height);
+  if (job->header_only) {
+    png_destroy_read_struct(&job->png, &job->info, nullptr);
+    return true;
+  }
   const int color_type = png_get_color_type(job->png, job->info);
   const int bit_depth = png_get_bit_depth(job->png, job->info);
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(job->png);
@@ -282,8 +299,6 @@ bool RunPngDecode(PngDecodeJob* job) {
   if (bit_depth == 16) png_set_strip_16(job->png);
   png_set_interlace_handling(job->png);
   png_read_update_info(job->png, job->info);
-  job->width = static_cast<int>(width);
-  job->height = static_cast<int>(height);
   job->channels = png_get_channels(job->png, job->info);
   const size_t stride = static_cast<size_t>(job->width) * static_cast<size_t>(job->channels);
   if (png_get_rowbytes(job->png, job->info) != stride) png_error(job->png, "unexpected row size after conversion");
@@ -297,8 +312,9 @@ bool RunPngDecode(PngDecodeJob* job) {
   return true;
 }
 
+// header_only: the size alone (no pixels, channels 0).
 StatusOr<DecodedImage> DecodePng(std::string_view bytes, const std::string& name, int64_t max_pixels,
-                                 AlphaHandling alpha) {
+                                 AlphaHandling alpha, bool header_only) {
   std::vector<uint8_t> pixels;
   std::vector<png_bytep> rows;
   PngDecodeJob job;
@@ -306,6 +322,7 @@ StatusOr<DecodedImage> DecodePng(std::string_view bytes, const std::string& name
   job.size = bytes.size();
   job.max_pixels = max_pixels;
   job.name = &name;
+  job.header_only = header_only;
   job.pixels = &pixels;
   job.rows = &rows;
   if (!RunPngDecode(&job)) {
@@ -318,6 +335,7 @@ StatusOr<DecodedImage> DecodePng(std::string_view bytes, const std::string& name
   image.format = ImageFormat::kPng;
   image.width = job.width;
   image.height = job.height;
+  if (header_only) return image;
   if (job.channels == 1 || job.channels == 3) {
     image.channels = job.channels;
     image.pixels = std::move(pixels);
@@ -471,6 +489,55 @@ void ResizeNormalizeInto(const DecodedImage& image, const ImageSpec& spec, std::
   HorizontalPassNormalize<C>(tmp.data(), image.width, xtaps, spec.height, scale, shift, out->data());
 }
 
+// The first `limit` bytes of an image file (all of it when smaller);
+// truncated when the file has more. A file over kMaxFileBytes is refused.
+struct FileBytes {
+  std::string bytes;
+  bool truncated = false;
+};
+
+StatusOr<FileBytes> ReadImageFileBytes(const std::string& path, int64_t limit) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT || e == ENOTDIR) {
+      return Status::NotFound(Describe(path,
+                                       "no such image file; check the path in the manifest (relative paths "
+                                       "are relative to the manifest's directory)"));
+    }
+    return Status::IOError(Describe(path, std::string("cannot open the image file: ") + std::strerror(e)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::IOError(Describe(path, S_ISDIR(st.st_mode) ? "is a directory, not an image file"
+                                                              : "is not a regular file, so not an image file"));
+  }
+  if (st.st_size > kMaxFileBytes) {
+    ::close(fd);
+    return Status::InvalidArgument(
+        Describe(path, "image file of " + std::to_string(st.st_size) + " bytes is over the 1 GiB limit; downscale it"));
+  }
+  FileBytes file;
+  file.truncated = st.st_size > limit;
+  file.bytes.assign(static_cast<size_t>(std::min<int64_t>(st.st_size, limit)), '\0');
+  size_t done = 0;
+  while (done < file.bytes.size()) {
+    const ssize_t got = ::read(fd, file.bytes.data() + done, file.bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int e = errno;
+      ::close(fd);
+      return Status::IOError(Describe(path, std::string("cannot read the image file: ") + std::strerror(e)));
+    }
+    if (got == 0) break;  // shrank while reading: decode what is there
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  file.bytes.resize(done);
+  return file;
+}
+
 }  // namespace
 
 const char* ImageFormatName(ImageFormat format) {
@@ -531,50 +598,36 @@ StatusOr<DecodedImage> DecodeImageBytes(std::string_view bytes, const std::strin
   }
   MAESTRO_ASSIGN_OR_RETURN(const ImageFormat format, DetectImageFormat(bytes, name_for_errors));
   StatusOr<DecodedImage> image = format == ImageFormat::kJpeg
-                                     ? DecodeJpeg(bytes, name_for_errors, options.max_pixels)
-                                     : DecodePng(bytes, name_for_errors, options.max_pixels, options.alpha);
+                                     ? DecodeJpeg(bytes, name_for_errors, options.max_pixels, false)
+                                     : DecodePng(bytes, name_for_errors, options.max_pixels, options.alpha, false);
   if (!image.ok() || options.channels == 0 || image->channels == options.channels) return image;
   return ConvertChannels(*image, options.channels);
 }
 
 StatusOr<DecodedImage> DecodeImageFile(const std::string& path, const DecodeOptions& options) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT || e == ENOTDIR) {
-      return Status::NotFound(Describe(path,
-                                       "no such image file; check the path in the manifest (relative paths "
-                                       "are relative to the manifest's directory)"));
-    }
-    return Status::IOError(Describe(path, std::string("cannot open the image file: ") + std::strerror(e)));
+  MAESTRO_ASSIGN_OR_RETURN(const FileBytes file, ReadImageFileBytes(path, kMaxFileBytes));
+  return DecodeImageBytes(file.bytes, path, options);
+}
+
+StatusOr<std::pair<int, int>> ReadImageSize(const std::string& path, int64_t max_pixels) {
+  if (max_pixels < 1) return Status::InvalidArgument(Describe(path, "ReadImageSize: max_pixels must be at least 1"));
+  // The header is almost always in the first 64 KiB (EXIF and ICC segments
+  // can push a JPEG's SOF further): read that, and the whole file only when
+  // the header parse ran out of bytes.
+  constexpr int64_t kHeadBytes = int64_t{64} << 10;
+  MAESTRO_ASSIGN_OR_RETURN(FileBytes file, ReadImageFileBytes(path, kHeadBytes));
+  MAESTRO_ASSIGN_OR_RETURN(const ImageFormat format, DetectImageFormat(file.bytes, path));
+  const auto header = [&] {
+    return format == ImageFormat::kJpeg ? DecodeJpeg(file.bytes, path, max_pixels, true)
+                                        : DecodePng(file.bytes, path, max_pixels, AlphaHandling::kDrop, true);
+  };
+  StatusOr<DecodedImage> image = header();
+  if (!image.ok() && image.status().code() == StatusCode::kCorruption && file.truncated) {
+    MAESTRO_ASSIGN_OR_RETURN(file, ReadImageFileBytes(path, kMaxFileBytes));
+    image = header();
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::IOError(Describe(path, S_ISDIR(st.st_mode) ? "is a directory, not an image file"
-                                                              : "is not a regular file, so not an image file"));
-  }
-  if (st.st_size > kMaxFileBytes) {
-    ::close(fd);
-    return Status::InvalidArgument(
-        Describe(path, "image file of " + std::to_string(st.st_size) + " bytes is over the 1 GiB limit; downscale it"));
-  }
-  std::string bytes(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int e = errno;
-      ::close(fd);
-      return Status::IOError(Describe(path, std::string("cannot read the image file: ") + std::strerror(e)));
-    }
-    if (got == 0) break;  // shrank while reading: decode what is there
-    done += static_cast<size_t>(got);
-  }
-  ::close(fd);
-  bytes.resize(done);
-  return DecodeImageBytes(bytes, path, options);
+  if (!image.ok()) return image.status();
+  return std::make_pair(image->height, image->width);
 }
 
 Status ValidateImageSpec(const ImageSpec& spec) {

@@ -7,6 +7,7 @@
 // grid; normalisation with the model's mean and std to float32 (C, H, W);
 // cutting (C, H, W) into ViT patches. Format rules, filters and how they
 // compare with PIL / Hugging Face processors: docs/data.md, "## Images".
+// Also owns ReadImageSize (an image's size from its header alone).
 // May call: base, libjpeg (jpeglib.h), libpng. Never exits, never prints:
 // every failure is a Status naming the file and what is wrong with it.
 // Thread safety: pure functions with per-call decoder state; any of them may
@@ -76,6 +77,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -124,6 +126,13 @@ struct DecodedImage {
 // max_pixels; Corruption when it is a damaged or truncated JPEG/PNG. Every
 // message starts with `path`.
 StatusOr<DecodedImage> DecodeImageFile(const std::string& path, const DecodeOptions& options = {});
+
+// The size of a JPEG or PNG file as (height, width), from its header alone
+// (JPEG SOF, PNG IHDR; no pixel is decoded), read with the same decoders and
+// checks as DecodeImageFile: the same errors, and InvalidArgument when
+// width * height > max_pixels. Reads the first 64 KiB, the whole file only
+// when the header lies further in.
+StatusOr<std::pair<int, int>> ReadImageSize(const std::string& path, int64_t max_pixels = kDefaultMaxPixels);
 
 // The same on bytes in memory; `name_for_errors` (a path, a manifest line)
 // starts every message.
@@ -186,7 +195,7 @@ StatusOr<std::vector<float>> LoadImageForModel(const std::string& path, const Im
 // (D, C, p, p) is viewed as (D, C*p*p). InvalidArgument when patch < 1, a
 // side is not a multiple of patch, or chw.size() != channels*height*width.
 // (Qwen2-VL's processor orders patches differently -- temporal patch 2 and
-// 2x2 merge groups -- and is not this layout.)
+// 2x2 merge groups -- at each image's own size: datasets/native_image.h.)
 StatusOr<std::vector<float>> Patchify(const std::vector<float>& chw, int channels, int height, int width, int patch);
 
 }  // namespace maestro::datasets

@@ -8,7 +8,9 @@
 // BuildSample (a checked line's inputs, targets and counts).
 // May call: base (Status), datasets/jsonl_sample.h (the options and the
 // sample), nlohmann-json (in the .cc only), POSIX stat (whether an image
-// or audio file exists), std::filesystem (lexical path normalisation).
+// or audio file exists), std::filesystem (lexical path normalisation; a
+// video's frame folder), datasets/image_decode.h (ReadImageSize: a native
+// image's or first frame's size) and datasets/native_image.h (its grid).
 // Called by: jsonl_manifest.cc (Open and Sample) only.
 // Thread safety: pure functions (ParseJsonlLine stats image files when the
 // context asks).
@@ -35,6 +37,9 @@ struct ParsedLine {
   bool has_loss_mask = false;
   std::vector<std::string> image_paths;  // resolved
   std::vector<ImageTokenRun> runs;
+  std::vector<VisualGrid> image_grids;  // native_resolution only
+  std::vector<JsonlVideo> videos;       // native_resolution only
+  std::vector<PlaceholderRun> video_runs;
   std::vector<std::string> audio_paths;  // resolved
   std::vector<PlaceholderRun> audio_runs;
 };
@@ -51,15 +56,17 @@ struct LineContext {
 // `data`, in this order: a JSON object within kJsonlMaxLineBytes and
 // kJsonlMaxDepth, its "id", no unknown key, "input_ids", "labels" or
 // "loss_mask", "images" (resolved against the manifest's folder), the image
-// placeholders and "image_positions", then the same for "audios" and
-// "audio_positions". The first problem is the error.
+// placeholders and "image_positions" (native_resolution: each image's own
+// run length, from its header), "videos" and "video_positions"
+// (native_resolution), then the same for "audios" and "audio_positions".
+// The first problem is the error.
 StatusOr<ParsedLine> ParseJsonlLine(const LineContext& ctx, int64_t line, int64_t sample, const char* data,
                                     size_t size);
 
 // The sample of a checked line: seq_len inputs (padded), their next-token
 // targets (kJsonlIgnoreTarget at placeholders, labels of -100, a 0 in the
-// loss mask and past the end), the counts, the images, the audio clips and
-// their runs.
+// loss mask and past the end), the counts, the images, the videos, the audio
+// clips and their runs.
 void BuildSample(const ParsedLine& p, const JsonlManifestOptions& o, JsonlSample* s);
 
 }  // namespace maestro::datasets::internal

@@ -57,18 +57,21 @@ bool IsBlank(const char* data, size_t size) {
   return true;
 }
 
-// Per accepted sample: where its line is and what Open counted (48 bytes).
+// Per accepted sample: where its line is and what Open counted (56 bytes).
 struct Entry {
   uint64_t offset = 0;
   uint64_t hash = 0;
   int64_t line = 0;
   uint32_t length = 0;
   uint32_t text = 0;
-  uint32_t images = 0;
+  uint32_t images = 0;  // visual items: images and videos
   uint32_t loss = 0;
   uint32_t audios = 0;
+  uint32_t image_tokens = 0;  // visual placeholders (<= seq_len < 2^31)
+  uint32_t videos = 0;
+  uint32_t video_frames = 0;
 };
-static_assert(sizeof(Entry) == 48, "keep the per-sample table compact");
+static_assert(sizeof(Entry) == 56, "keep the per-sample table compact");
 
 Status ValidateOptions(const std::string& path, const JsonlManifestOptions& o) {
   const auto bad = [&](const std::string& what) {
@@ -86,7 +89,30 @@ Status ValidateOptions(const std::string& path, const JsonlManifestOptions& o) {
     return bad(fmt::format("image_token_id {} is outside the vocabulary [0, {}) (and not -1 = no images)",
                            o.image_token_id, o.vocab_size));
   }
-  if (o.image_token_id >= 0 && (o.tokens_per_image < 1 || o.tokens_per_image > o.seq_len)) {
+  if (o.native_resolution) {
+    Status native = ValidateNativeVisionOptions(o.native);
+    if (!native.ok()) return bad(native.message());
+    if (o.tokens_per_image != 0) {
+      return bad(
+          fmt::format("tokens_per_image = {} is unused with native_resolution (each image's placeholder run "
+                      "is as long as its own grid); leave it 0",
+                      o.tokens_per_image));
+    }
+  } else if (o.video_token_id >= 0) {
+    return bad(
+        fmt::format("video_token_id = {} needs native_resolution (videos are only read at native "
+                    "resolution, the Qwen2-VL family's processor); set native_resolution or video_token_id = -1",
+                    o.video_token_id));
+  }
+  if (o.video_token_id < -1 || o.video_token_id >= o.vocab_size) {
+    return bad(fmt::format("video_token_id {} is outside the vocabulary [0, {}) (and not -1 = no videos)",
+                           o.video_token_id, o.vocab_size));
+  }
+  if (o.video_token_id >= 0 && (o.video_token_id == o.image_token_id || o.video_token_id == o.audio_token_id)) {
+    return bad(fmt::format("video_token_id {} is also the {} placeholder id; each kind needs its own placeholder id",
+                           o.video_token_id, o.video_token_id == o.image_token_id ? "image" : "audio"));
+  }
+  if (!o.native_resolution && o.image_token_id >= 0 && (o.tokens_per_image < 1 || o.tokens_per_image > o.seq_len)) {
     return bad(fmt::format("tokens_per_image {} must be in [1, seq_len = {}] when image_token_id is set",
                            o.tokens_per_image, o.seq_len));
   }
@@ -195,6 +221,10 @@ StatusOr<JsonlManifest> JsonlManifest::Open(const std::string& path, const Jsonl
     e.images = static_cast<uint32_t>(built.counts.images);
     e.loss = static_cast<uint32_t>(built.counts.loss);
     e.audios = static_cast<uint32_t>(built.counts.audios);
+    e.image_tokens = static_cast<uint32_t>(built.counts.image);
+    e.videos = static_cast<uint32_t>(built.counts.videos);
+    e.video_frames =
+        static_cast<uint32_t>(std::min<int64_t>(built.counts.video_frames, std::numeric_limits<uint32_t>::max()));
     impl->entries.push_back(e);
     return true;
   };
@@ -277,7 +307,9 @@ JsonlTokenCounts JsonlManifest::Counts(int64_t i) const {
   JsonlTokenCounts c;
   c.text = e.text;
   c.images = e.images;
-  c.image = static_cast<int64_t>(e.images) * (impl_->options.image_token_id >= 0 ? impl_->options.tokens_per_image : 0);
+  c.image = e.image_tokens;
+  c.videos = e.videos;
+  c.video_frames = e.video_frames;
   c.audios = e.audios;
   c.audio = static_cast<int64_t>(e.audios) * (impl_->options.audio_token_id >= 0 ? impl_->options.tokens_per_audio : 0);
   c.loss = e.loss;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A JSONL manifest of pretokenized multimodal samples, the format users bring
-// when they have already run their Hugging Face processor: one JSON object per
-// line,
+// when they have already run their Hugging Face processor (at a fixed image
+// grid, or at native resolution for the Qwen2-VL family: each image and video
+// its own run length): one JSON object per line,
 //
 //   {"input_ids": [151644, 872, 151652, 151655, 151655, 151653, 3838, ...],
 //    "labels": [-100, -100, ..., 3838, ...],       // optional; or "loss_mask"
@@ -25,7 +26,8 @@
 // May call: base (Status, files, log), nlohmann-json (in the .cc only), POSIX
 // (open, pread, stat), std::filesystem (lexical path normalisation). No
 // libtorch; images are not decoded here (datasets/image_decode.h does that
-// from Sample()'s resolved paths).
+// from Sample()'s resolved paths); at native resolution their headers are
+// read (ReadImageSize) and their grids computed (datasets/native_image.h).
 // Thread safety: a JsonlManifest is immutable after Open; every const method
 // may be called from many threads at once (Sample uses pread on a descriptor
 // opened once). Copies share the descriptor and the per-sample table.
@@ -52,11 +54,12 @@ class JsonlManifest {
  public:
   // Reads the whole manifest once and validates every line before returning;
   // keeps per accepted sample only its line's byte offset, length and hash,
-  // its line number and its counts (48 bytes), not its tokens. Lines holding
+  // its line number and its counts (56 bytes), not its tokens. Lines holding
   // only whitespace are ignored (a trailing newline, blank separators).
   //
   // Each line must be a JSON object whose keys are among "input_ids",
-  // "labels", "loss_mask", "images", "image_positions", "id", "meta":
+  // "labels", "loss_mask", "images", "image_positions", "videos",
+  // "video_positions", "audios", "audio_positions", "id", "meta":
   //   - input_ids: a non-empty array of integers in [0, vocab_size), at most
   //     seq_len + 1 of them (seq_len inputs plus the next-token target of the
   //     last one). Shorter samples are padded with pad_id; padded positions
@@ -78,6 +81,17 @@ class JsonlManifest {
   //     list images.
   //   - image_positions: optional, one non-negative integer per image, the
   //     start of its run; each must equal the start found in input_ids.
+  //   - native_resolution (the Qwen2-VL family): image k's run is
+  //     NativeImageGrid(its size).tokens(merge) long, the size read from the
+  //     file's header (ReadImageSize) whatever check_images_exist says;
+  //     maximal runs are cut by those lengths in order; tokens_per_image
+  //     must be 0. "videos": an array of {"frames": [paths], "fps": x} or
+  //     {"folder": path, "fps": x} (the folder's *.jpg/*.jpeg/*.png sorted
+  //     by name, at least one), each filling a run of video_token_id that is
+  //     NativeVideoGrid(frames, first frame's size).tokens(merge) long;
+  //     "video_positions" cross-checks like image_positions. Videos need
+  //     native_resolution and video_token_id >= 0. Counts: image = every
+  //     visual placeholder, images = images + videos.
   //   - id: a string or an integer, the user's name for the sample, echoed in
   //     errors and JsonlSample::user_id; it is not the sample id.
   //   - meta: anything; ignored.

@@ -24,16 +24,25 @@ constexpr const char* kAudioFix =
 
 // The first of a sample's files that does not decode.
 struct MediaCheck {
-  const char* key = "images";  // "images" or "audios"
+  const char* key = "images";  // "images", "videos" or "audios"
   int64_t item = -1;           // the first file that failed; -1: none
   Status status;               // why (OK when every file decoded)
+  int64_t frame = -1;          // videos: the frame that failed
 };
 
-// Decodes each image and audio clip of `sample` once; the first failure.
+// Decodes each image, video frame and audio clip of `sample` once; the first
+// failure.
 MediaCheck CheckSampleMedia(const JsonlSample& sample, const DecodeOptions& decode) {
   for (size_t k = 0; k < sample.image_paths.size(); ++k) {
     StatusOr<DecodedImage> image = DecodeImageFile(sample.image_paths[k], decode);
     if (!image.ok()) return {"images", static_cast<int64_t>(k), image.status()};
+  }
+  for (size_t v = 0; v < sample.videos.size(); ++v) {
+    const std::vector<std::string>& frames = sample.videos[v].frame_paths;
+    for (size_t f = 0; f < frames.size(); ++f) {
+      StatusOr<DecodedImage> frame = DecodeImageFile(frames[f], decode);
+      if (!frame.ok()) return {"videos", static_cast<int64_t>(v), frame.status(), static_cast<int64_t>(f)};
+    }
   }
   for (size_t k = 0; k < sample.audio_paths.size(); ++k) {
     StatusOr<DecodedAudio> audio = DecodeAudioFile(sample.audio_paths[k]);
@@ -63,7 +72,7 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
         "line lists",
         path, options.max_images_per_sample));
   }
-  if (options.manifest.image_token_id >= 0) {
+  if (options.manifest.image_token_id >= 0 && !options.manifest.native_resolution) {
     Status spec = ValidateImageSpec(options.image);
     if (!spec.ok()) return spec.WithContext(path);
   }
@@ -125,9 +134,10 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
     if (counts.images > k_max) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
       bad = Status::InvalidArgument(
-          fmt::format("{}: the line lists {} images, more than max_images_per_sample = {}; raise [data] "
+          fmt::format("{}: the line lists {} {}, more than max_images_per_sample = {}; raise [data] "
                       "max_images_per_sample, or split the sample",
-                      source->Where(sample.line, id, sample.user_id), counts.images, k_max));
+                      source->Where(sample.line, id, sample.user_id), counts.images,
+                      counts.videos > 0 ? "images and videos" : "images", k_max));
     } else if (counts.audios > audio_max) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
       bad = Status::InvalidArgument(
@@ -138,10 +148,16 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
       return check.status;  // the manifest itself failed (Corruption, IOError)
     } else if (check.item >= 0) {
       MAESTRO_ASSIGN_OR_RETURN(const JsonlSample sample, m.Sample(i));
-      const bool image = std::string_view(check.key) == "images";
+      const bool audio = std::string_view(check.key) == "audios";
+      const std::string frame =
+          check.frame < 0
+              ? std::string()
+              : fmt::format(
+                    " frame {} ({})", check.frame,
+                    sample.videos[static_cast<size_t>(check.item)].frame_paths[static_cast<size_t>(check.frame)]);
       bad = Status(check.status.code(),
-                   fmt::format("{}: {}[{}]: {}; {}", source->Where(sample.line, id, sample.user_id), check.key,
-                               check.item, check.status.message(), image ? kImageFix : kAudioFix));
+                   fmt::format("{}: {}[{}]{}: {}; {}", source->Where(sample.line, id, sample.user_id), check.key,
+                               check.item, frame, check.status.message(), audio ? kAudioFix : kImageFix));
     }
     if (bad.ok()) {
       kept.push_back(i);
@@ -151,7 +167,10 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
     Log(LogLevel::kWarn, "skipping a bad manifest line: {}", bad.message());
     source->skipped_.push_back({m.LineOf(i), bad});
   }
-  if (static_cast<int64_t>(kept.size()) != m.size()) source->kept_ = std::move(kept);
+  if (static_cast<int64_t>(kept.size()) != m.size()) {
+    source->kept_ = std::move(kept);
+    source->subset_ = true;  // possibly empty: every line was skipped
+  }
   if (source->NumSamples(Split::kTrain) == 0) {
     return Status::InvalidArgument(
         fmt::format("{}: no sample to train on ({} lines read, {} skipped); fix the lines "
@@ -163,7 +182,7 @@ StatusOr<std::unique_ptr<JsonlSampleSource>> JsonlSampleSource::Open(const std::
 
 int64_t JsonlSampleSource::NumSamples(Split split) const {
   if (split != Split::kTrain) return 0;
-  return kept_.empty() ? manifest_.size() : static_cast<int64_t>(kept_.size());
+  return subset_ ? static_cast<int64_t>(kept_.size()) : manifest_.size();
 }
 
 int64_t JsonlSampleSource::ImagesOf(int64_t id) const {
@@ -185,8 +204,11 @@ StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
   record.id = id;
   record.input_ids = std::move(sample.input_ids);
   record.target_ids = std::move(sample.target_ids);
+  if (options_.manifest.native_resolution) {
+    MAESTRO_RETURN_IF_ERROR(LoadNativeVisuals(sample, id, &record));
+  }
   record.images.reserve(sample.image_paths.size());
-  for (size_t k = 0; k < sample.image_paths.size(); ++k) {
+  for (size_t k = 0; k < sample.image_paths.size() && !options_.manifest.native_resolution; ++k) {
     StatusOr<std::vector<float>> pixels = LoadImageForModel(sample.image_paths[k], options_.image, options_.decode);
     if (!pixels.ok()) return ChangedSinceOpen(sample, id, "images", k, pixels.status());
     SampleImage image;
@@ -207,6 +229,49 @@ StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
     record.audios.push_back(std::move(audio));
   }
   return record;
+}
+
+Status JsonlSampleSource::LoadNativeVisuals(const JsonlSample& sample, int64_t id, SampleRecord* record) const {
+  // Images and videos in the order of their placeholder runs (run starts
+  // differ: the runs never overlap).
+  struct Item {
+    int64_t start;
+    bool video;
+    size_t k;
+  };
+  std::vector<Item> items;
+  for (size_t k = 0; k < sample.image_runs.size(); ++k) items.push_back({sample.image_runs[k].start, false, k});
+  for (size_t v = 0; v < sample.video_runs.size(); ++v) items.push_back({sample.video_runs[v].start, true, v});
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.start < b.start; });
+  DecodeOptions decode = options_.decode;
+  decode.channels = 0;  // PreprocessNativeImage converts
+  const NativeVisionOptions& native = options_.manifest.native;
+  record->images.reserve(items.size());
+  for (const Item& item : items) {
+    if (!item.video) {
+      StatusOr<DecodedImage> image = DecodeImageFile(sample.image_paths[item.k], decode);
+      StatusOr<SampleImage> pre = image.ok() ? PreprocessNativeImage(*image, native) : image.status();
+      if (!pre.ok()) return ChangedSinceOpen(sample, id, "images", item.k, pre.status());
+      record->images.push_back(*std::move(pre));
+      continue;
+    }
+    const JsonlVideo& video = sample.videos[item.k];
+    std::vector<DecodedImage> frames;
+    frames.reserve(video.frame_paths.size());
+    for (size_t f = 0; f < video.frame_paths.size(); ++f) {
+      StatusOr<DecodedImage> frame = DecodeImageFile(video.frame_paths[f], decode);
+      if (!frame.ok()) {
+        return ChangedSinceOpen(sample, id, "videos", item.k,
+                                Status(frame.status().code(), fmt::format("frame {} ({}): {}", f, video.frame_paths[f],
+                                                                          frame.status().message())));
+      }
+      frames.push_back(*std::move(frame));
+    }
+    StatusOr<SampleImage> pre = PreprocessNativeVideo(frames, video.fps, native);
+    if (!pre.ok()) return ChangedSinceOpen(sample, id, "videos", item.k, pre.status());
+    record->images.push_back(*std::move(pre));
+  }
+  return Status::Ok();
 }
 
 SampleTokens JsonlSampleSource::TokensOf(int64_t id) const {

@@ -7,13 +7,15 @@
 //
 // Owns: the mapping from JsonlSamples to SampleRecords (inputs, targets, the
 // sample's 0..max_images_per_sample images decoded, resized and normalised
-// with the vision tower's ImageSpec; its 0..max_audios_per_sample audio clips
+// with the vision tower's ImageSpec -- or, with manifest.native_resolution,
+// its images and videos preprocessed at their own size in placeholder order
+// (datasets/native_image.h); its 0..max_audios_per_sample audio clips
 // decoded, resampled and featurised for the audio encoder); the check of every
 // image and clip at Open (each is decoded once, so an unreadable file stops
 // the run before anything is ingested, or is skipped); the per-sample "text",
 // "image" and "audio" token counts the SampleIndex ingests; the count of
 // skipped samples.
-// May call: datasets/jsonl_manifest, datasets/image_decode,
+// May call: datasets/jsonl_manifest, datasets/image_decode, datasets/native_image,
 // datasets/audio_features, datasets/sample_source, base. No libtorch.
 // Thread safety: immutable after Open() (which decodes the images on a few
 // threads of its own); every const method may be called from many threads at
@@ -30,6 +32,7 @@
 #include "datasets/audio_features.h"
 #include "datasets/image_decode.h"
 #include "datasets/jsonl_manifest.h"
+#include "datasets/native_image.h"
 #include "datasets/sample_source.h"
 
 namespace maestro::datasets {
@@ -37,16 +40,19 @@ namespace maestro::datasets {
 struct JsonlSourceOptions {
   // seq_len, vocab_size, image_token_id, tokens_per_image (= the vision
   // tower's output rows per image), pad_id, allow_absolute_paths,
-  // on_bad_sample. check_images_exist is forced on.
+  // on_bad_sample; the native-resolution options (native_resolution, native,
+  // video_token_id: the Qwen2-VL family). check_images_exist is forced on.
   JsonlManifestOptions manifest;
-  ImageSpec image;                    // what the vision tower takes: (channels, side, side), mean, std, fit
+  ImageSpec image;  // fixed grid: (channels, side, side), mean, std, fit; unused when native
+  // max_images_per_sample counts visual items: with native_resolution a
+  // video counts as one.
   DecodeOptions decode;               // alpha handling, max_pixels (channels come from `image`)
   int64_t max_images_per_sample = 1;  // K >= 1: a line with more images is a bad sample
   // What the audio encoder takes (mel_bins, frames), with
   // manifest.audio_token_id and tokens_per_audio (its output rows per clip).
   WhisperFeatureSpec audio;
   int64_t max_audios_per_sample = 1;  // >= 1: a line with more clips is a bad sample
-  // Decode every image and audio clip once at Open (a bad one is a bad
+  // Decode every image, video frame and audio clip once at Open (a bad one is a bad
   // sample: the error of Open, or skipped). Off only for tests of Load's own
   // checks.
   bool verify_images = true;
@@ -70,12 +76,16 @@ class JsonlSampleSource final : public SampleSource {
   int64_t NumSamples(Split split) const override;
   // input_ids / target_ids (seq_len), images (channels, side, side) and
   // audio clips' features (mel_bins, frames) in the order of their
-  // placeholder runs. An image that no longer decodes (changed
+  // placeholder runs. With native_resolution, images holds the sample's
+  // images and videos merged in placeholder order, each a native SampleImage
+  // (PreprocessNativeImage / PreprocessNativeVideo); a video frame that no
+  // longer decodes is an error naming the video and the frame. An image that no longer decodes (changed
   // after Open) is an error naming the manifest, its line, the sample and the
   // image; a line edited in place is Corruption (JsonlManifest::Sample).
   StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
   // location "<abs manifest>:<line>"; tokens {"text": n} and, for a sample
-  // with images, {"image": images * tokens_per_image}; with audio clips,
+  // with images, {"image": images * tokens_per_image} (native resolution:
+  // every image's and video's own placeholder count); with audio clips,
   // {"audio": clips * tokens_per_audio}.
   SampleTokens TokensOf(int64_t id) const override;
   // Lines left out under kSkip (bad lines and lines with a bad image).
@@ -92,16 +102,19 @@ class JsonlSampleSource final : public SampleSource {
   JsonlSampleSource(JsonlManifest manifest, JsonlSourceOptions options)
       : manifest_(std::move(manifest)), options_(std::move(options)) {}
   // The manifest's sample index of source id `id`.
-  int64_t ManifestIndex(int64_t id) const { return kept_.empty() ? id : kept_[static_cast<size_t>(id)]; }
+  int64_t ManifestIndex(int64_t id) const { return subset_ ? kept_[static_cast<size_t>(id)] : id; }
   // "<manifest>:<line> (sample <id>[, id <user id>])".
   std::string Where(int64_t line, int64_t id, const std::string& user_id) const;
+  // Load's native images and videos, in placeholder order.
+  Status LoadNativeVisuals(const JsonlSample& sample, int64_t id, SampleRecord* record) const;
   // Load's error for file k of `key` ("images", "audios") of a sample that
   // no longer decodes (`why`).
   Status ChangedSinceOpen(const JsonlSample& sample, int64_t id, const char* key, size_t k, const Status& why) const;
 
   JsonlManifest manifest_;
   JsonlSourceOptions options_;
-  std::vector<int64_t> kept_;  // source id -> manifest sample; empty: the identity
+  std::vector<int64_t> kept_;  // subset_: source id -> manifest sample
+  bool subset_ = false;        // false: every manifest sample is kept (ids are the identity)
   std::vector<JsonlSkippedLine> skipped_;
 };
 

@@ -35,6 +35,10 @@ TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
                           "images_decoded_per_s",
                           "decode_only_per_s",
                           "png_images_decoded_per_s",
+                          "native_images_per_s",
+                          "native_decode_only_per_s",
+                          "native_preprocess_overhead",
+                          "native_mean_tokens",
                           "audio_files_featurised_per_s",
                           "audio_decode_only_per_s",
                           "audio_featurise_overhead",
@@ -62,7 +66,7 @@ TEST(DataBenchSmokeTest, QuickRunReportsEveryKeyPositive) {
   EXPECT_EQ(out["image_threads"], 1);
   EXPECT_EQ(out["audio_threads"], 1);
   // How the sides were timed is part of the output.
-  for (const char* key : {"idx_method", "safetensors_method"}) {
+  for (const char* key : {"idx_method", "safetensors_method", "native_method"}) {
     ASSERT_TRUE(out[key].is_string()) << key;
     EXPECT_NE(out[key].get<std::string>().find("median"), std::string::npos) << out[key];
     EXPECT_NE(out[key].get<std::string>().find("interleaved"), std::string::npos) << out[key];

@@ -293,13 +293,6 @@ struct FileCase {
   float tolerance;
 };
 
-std::vector<float> ReadFloats(const std::string& path) {
-  const std::string bytes = fixtures::ReadFile(path);
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
 // Band-limited content: within 1e-4 of the reference at every rate (float
 // and 24-bit files; 16-bit ones at 16 kHz, which are not resampled).
 constexpr float kTolerance = 1e-4f;
@@ -375,7 +368,7 @@ TEST(WhisperFeatures, MatchTheTorchReference) {
                    std::to_string(spec.frames));
       StatusOr<std::vector<float>> ours = LoadAudioForWhisper(paths[f], spec);
       ASSERT_TRUE(ours.ok()) << ours.status().ToString();
-      const std::vector<float> want = ReadFloats(outs[k++]);
+      const std::vector<float> want = fixtures::ReadFloatFile(outs[k++]);
       ASSERT_EQ(want.size(), static_cast<size_t>(spec.mel_bins * spec.frames));
       const float error = MaxAbsDiff(*ours, want);
       size_t worst = 0;

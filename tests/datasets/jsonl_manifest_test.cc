@@ -413,8 +413,8 @@ std::vector<BadCase> BadCases() {
       {"UnknownKeyTypo", "{\"input_id\": [1, 2]}", "unknown key \"input_id\" (did you mean \"input_ids\"?)"},
       {"UnknownKeyLabels", "{\"input_ids\": [1, 2], \"lables\": [1, 2]}", "(did you mean \"labels\"?)"},
       {"UnknownKeyFar", "{\"input_ids\": [1, 2], \"caption\": \"a cat\"}",
-       "unknown key \"caption\"; the known keys are input_ids, labels, loss_mask, images, image_positions, audios, "
-       "audio_positions, id, meta"},
+       "unknown key \"caption\"; the known keys are input_ids, labels, loss_mask, images, image_positions, videos, "
+       "video_positions, audios, audio_positions, id, meta"},
       {"IdNotScalar", "{\"input_ids\": [1, 2], \"id\": [1]}", "\"id\" is an array of 1, not a string or an integer"},
       {"TooDeep", deep, "JSON nested deeper than 64 levels"},
   };
