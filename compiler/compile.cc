@@ -688,6 +688,10 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.data.max_images_per_sample = spec.data.max_images_per_sample;
   p.data.audio_token_id = spec.data.audio_token_id;
   p.data.max_audios_per_sample = spec.data.max_audios_per_sample;
+  p.data.image_resolution = spec.data.image_resolution;
+  p.data.image_min_pixels = spec.data.image_min_pixels;
+  p.data.image_max_pixels = spec.data.image_max_pixels;
+  p.data.video_token_id = spec.data.video_token_id;
   p.data.on_bad_sample = spec.data.on_bad_sample;
   p.data.allow_absolute_image_paths = spec.data.allow_absolute_image_paths;
   p.data.image_mean = spec.data.image_mean;

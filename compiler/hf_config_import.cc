@@ -445,6 +445,18 @@ StatusOr<ModelDesc> Qwen2VlTextFromHf(const nlohmann::json& j, const std::string
   if (scaling_reader.Bool("mrope_interleaved", false)) {
     d.extra[plan::kMropeInterleavedKey] = 1;
   }
+  // Qwen2.5-VL scales a video's time row by vision_config.tokens_per_second
+  // (transformers' Qwen2_5_VLVisionConfig default: 4).
+  if (HfReader(j, origin).String("model_type", "") == "qwen2_5_vl") {
+    int64_t tokens_per_second = 4;
+    if (j.contains("vision_config") && j.at("vision_config").is_object()) {
+      const HfReader vision(j.at("vision_config"), origin + " (vision_config)");
+      MAESTRO_ASSIGN_OR_RETURN(tokens_per_second, vision.Int("tokens_per_second", 4));
+    }
+    MAESTRO_RETURN_IF_ERROR(
+        RequireRange(nullptr, origin, "vision_config.tokens_per_second", tokens_per_second, 1, 1 << 20));
+    d.extra[plan::kMropeTokensPerSecondKey] = static_cast<double>(tokens_per_second);
+  }
   MAESTRO_RETURN_IF_ERROR(plan::CheckMrope(d, origin));
   return d;
 }

@@ -92,8 +92,11 @@ struct SectionWork {
   double active_fraction = 1.0;   // share of the samples that activate it
   int64_t tokens = 1;             // tokens per active sample
   int64_t attention_context = 0;  // tokens one attention spans (a ViT: one image's patches); 0 = tokens
-  bool lm_loss = false;           // a decoder sink that trains: LM head + cross-entropy run here
-  int device = 0;                 // index into the DeviceType list
+  // Rows per sample an edge leaving it carries when they are not its
+  // tokens' (a native-resolution ViT: plan::VisionRowsPerSample); 0 = by tokens.
+  int64_t output_rows = 0;
+  bool lm_loss = false;  // a decoder sink that trains: LM head + cross-entropy run here
+  int device = 0;        // index into the DeviceType list
   // Pins (0 = free).
   // pin_recompute: -1 free, else a plan::RecomputeGranularity (0 none, 1 selective, 2 full).
   int pin_tp = 0, pin_pp = 0, pin_cp = 0, pin_ep = 0, pin_dp = 0, pin_micro_batch = 0, pin_recompute = -1;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/graph.h"
+#include "plan/native_vision.h"
 #include "plan/plan.h"
 
 namespace maestro::compiler::internal {
@@ -227,6 +228,47 @@ void CheckManifestMedia(Diagnostics& d, const Spec& spec, const ManifestMedia& k
   }
 }
 
+// Native-resolution images and videos (plan/native_vision.h): the ViT takes
+// them, the pixel bounds hold, and videos (native only) have a placeholder of
+// their own inside the vocabulary.
+void CheckNativeVision(Diagnostics& d, const Spec& spec, int64_t vocab) {
+  const DataSpec& data = spec.data;
+  const bool native = data.image_resolution == plan::kImageResolutionNative;
+  if (data.video_token_id >= 0 && !native) {
+    d.Error(spec.data.pos, fmt::format("data.video_token_id = {}: videos are read at native resolution; set "
+                                       "image_resolution = \"native\" or drop video_token_id",
+                                       data.video_token_id));
+  }
+  if (data.video_token_id >= 0 &&
+      (data.video_token_id == data.image_token_id || data.video_token_id == data.audio_token_id)) {
+    d.Error(spec.data.pos, fmt::format("data.video_token_id = {} is also another kind's placeholder; each kind needs "
+                                       "its own id (Qwen2-VL's <|video_pad|> = 151656)",
+                                       data.video_token_id));
+  }
+  if (data.video_token_id >= 0 && vocab > 0 && data.video_token_id >= vocab) {
+    d.Error(spec.data.pos, fmt::format("data.video_token_id = {} is outside the decoders' vocabulary [0, {})",
+                                       data.video_token_id, vocab));
+  }
+  if (!native) return;
+  plan::DataPlan plan_data;
+  plan_data.image_resolution = data.image_resolution;
+  plan_data.image_min_pixels = data.image_min_pixels;
+  plan_data.image_max_pixels = data.image_max_pixels;
+  bool vit = false;
+  for (const SectionSpec& s : spec.sections) {
+    const ModelSpec* m = spec.FindModel(s.model);
+    if (!m || m->desc.kind != plan::ModelKind::kVit) continue;
+    vit = true;
+    const Status st = plan::CheckNativeResolution(plan_data, m->desc, "section '" + s.name + "'");
+    if (!st.ok()) d.Error(spec.data.pos, st.message());
+  }
+  if (!vit) {
+    d.Error(spec.data.pos,
+            "data.image_resolution = \"native\" needs a vision section (a Qwen2-VL-family ViT) to "
+            "encode the images; add one or drop image_resolution");
+  }
+}
+
 // A JSONL manifest's images and audio clips (CheckManifestMedia each), and
 // their placeholders apart.
 void CheckManifestData(Diagnostics& d, const Spec& spec) {
@@ -254,6 +296,7 @@ void CheckManifestData(Diagnostics& d, const Spec& spec) {
                                        "own placeholder id",
                                        data.audio_token_id));
   }
+  CheckNativeVision(d, spec, vocab);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/shell.h"
+#include "plan/native_vision.h"
 
 namespace maestro::compiler::internal {
 
@@ -280,6 +281,20 @@ void ReadManifestKeys(Diagnostics& d, TableReader& r, DataSpec& data) {
   if (r.Int("max_images_per_sample", &data.max_images_per_sample, 1, 4096)) needs_manifest("max_images_per_sample");
   if (r.Int("audio_token_id", &data.audio_token_id, 0, int64_t{1} << 40)) needs_manifest("audio_token_id");
   if (r.Int("max_audios_per_sample", &data.max_audios_per_sample, 1, 4096)) needs_manifest("max_audios_per_sample");
+  if (r.String("image_resolution", &data.image_resolution)) {
+    if (data.image_resolution != plan::kImageResolutionFixed && data.image_resolution != plan::kImageResolutionNative) {
+      d.Error(r.PosOfKey("image_resolution"),
+              fmt::format("data.image_resolution = '{}' must be \"fixed\" (every image resized to the ViT's "
+                          "image_size) or \"native\" (each image at its own size, the Qwen2-VL family){}",
+                          data.image_resolution,
+                          Suggest(data.image_resolution, {plan::kImageResolutionFixed, plan::kImageResolutionNative})));
+    }
+    needs_manifest("image_resolution");
+  }
+  // Bounds: up to 2^40 pixels (a 1M x 1M image) keeps every product in range.
+  if (r.Int("image_min_pixels", &data.image_min_pixels, 1, int64_t{1} << 40)) needs_manifest("image_min_pixels");
+  if (r.Int("image_max_pixels", &data.image_max_pixels, 1, int64_t{1} << 40)) needs_manifest("image_max_pixels");
+  if (r.Int("video_token_id", &data.video_token_id, 0, int64_t{1} << 40)) needs_manifest("video_token_id");
   if (r.String("on_bad_sample", &data.on_bad_sample)) {
     if (data.on_bad_sample != "error" && data.on_bad_sample != "skip") {
       d.Error(r.PosOfKey("on_bad_sample"),

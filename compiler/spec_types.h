@@ -146,6 +146,13 @@ struct DataSpec {
   // (-1 = unset), K clips per sample at most.
   int64_t audio_token_id = -1;
   int64_t max_audios_per_sample = 1;
+  // Native-resolution images and videos (plan/native_vision.h): "fixed" |
+  // "native", smart_resize's pixel bounds, the video placeholder id (-1 =
+  // unset).
+  std::string image_resolution = "fixed";
+  int64_t image_min_pixels = plan::kDefaultImageMinPixels;
+  int64_t image_max_pixels = plan::kDefaultImageMaxPixels;
+  int64_t video_token_id = -1;
   // A held-out corpus of the same tokenizer (resolved like `corpus`): the
   // test split whose loss the run reports at its end. Needs `corpus`.
   std::string test_corpus;

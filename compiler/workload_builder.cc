@@ -12,6 +12,7 @@
 #include "compiler/local_gpu_type.h"
 #include "compiler/memory_model.h"
 #include "compiler/model.h"
+#include "plan/native_vision.h"
 #include "plan/profile.h"
 
 namespace maestro::compiler {
@@ -20,6 +21,7 @@ namespace {
 
 // Tokens of the tensor a section hands downstream, per active sample.
 int64_t OutputTokens(const SectionWork& s) {
+  if (s.output_rows > 0) return s.output_rows;
   const int64_t merge = static_cast<int64_t>(ExtraValue(s.model, "spatial_merge", 0));
   if (s.model.kind == plan::ModelKind::kVit && merge > 0) return std::max<int64_t>(1, s.tokens / (merge * merge));
   return s.tokens;
@@ -376,6 +378,18 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
         sw.model.kind == plan::ModelKind::kVit ? spec.data.max_images_per_sample : spec.data.max_audios_per_sample;
     context = NaturalTokens(sw.model, spec.data.seq_len);
     sw.tokens = context * (spec.data.manifest.empty() ? 1 : std::max<int64_t>(1, k));
+    if (sw.model.kind == plan::ModelKind::kVit && spec.data.image_resolution == plan::kImageResolutionNative) {
+      // Native resolution (plan/native_vision.h): a sample's patches are m^2
+      // per visual placeholder, the modality's mean placeholders when the
+      // spec gives them (else every position of the sequence); an attention
+      // spans an image at the ViT's image_size (the typical one); an edge
+      // carries seq_len rows per sample, what the runtime moves.
+      const int64_t merge = std::max<int64_t>(1, plan::SpatialMerge(sw.model));
+      const int64_t placeholders =
+          modality_tokens > 0 ? std::min(modality_tokens, spec.data.seq_len) : spec.data.seq_len;
+      sw.tokens = std::max<int64_t>(1, placeholders) * merge * merge;
+      sw.output_rows = plan::VisionRowsPerSample(sw.model, true, k, spec.data.seq_len);
+    }
   } else {
     sw.tokens = NaturalTokens(sw.model, spec.data.seq_len);
   }

@@ -37,7 +37,7 @@ enum class Split { kTrain, kTest };
 //     grid_t = frames / temporal_patch (1 for a still image).
 struct SampleImage {
   int64_t channels = 0, height = 0, width = 0;
-  std::vector<float> pixels;  // (channels * height * width), or (patches, patch_dim) when native
+  std::vector<float> pixels;                   // (channels * height * width), or (patches, patch_dim) when native
   int64_t grid_t = 0, grid_h = 0, grid_w = 0;  // native: temporal patches, patch rows, patch columns
   int64_t patch_dim = 0;                       // native: channels * temporal_patch * patch * patch
   bool video = false;                          // native: a video's frames (its own placeholder id)

@@ -27,6 +27,7 @@ std::optional<Mrope> MropeOf(const ModelDesc& desc) {
   m.section[2] = SectionKey(desc, kMropeSectionWKey);
   if (m.section[0] == 0 && m.section[1] == 0 && m.section[2] == 0) return std::nullopt;
   m.interleaved = SectionKey(desc, kMropeInterleavedKey) != 0;
+  m.tokens_per_second = SectionKey(desc, kMropeTokensPerSecondKey);
   return m;
 }
 
@@ -111,6 +112,11 @@ const SectionPlan* MropeVisionSection(const Plan& plan, const SectionPlan& decod
 
 Status MropePositions(const int64_t* ids, int64_t length, int64_t image_token_id, const std::vector<LlmGrid>& images,
                       int64_t* out) {
+  return MropePositions(ids, length, image_token_id, -1, images, 0, out);
+}
+
+Status MropePositions(const int64_t* ids, int64_t length, int64_t image_token_id, int64_t video_token_id,
+                      const std::vector<LlmGrid>& items, int64_t tokens_per_second, int64_t* out) {
   int64_t* rows[3] = {out, out + length, out + 2 * length};
   int64_t st = 0;                 // the first token not yet placed
   int64_t next = 0;               // one past the largest position placed so far
@@ -118,34 +124,41 @@ Status MropePositions(const int64_t* ids, int64_t length, int64_t image_token_id
     for (int64_t i = st; i < end; ++i, ++next) rows[0][i] = rows[1][i] = rows[2][i] = next;
     st = end;
   };
-  for (size_t k = 0; k < images.size(); ++k) {
-    const LlmGrid& g = images[k];
-    const int64_t* found = std::find(ids + st, ids + length, image_token_id);
+  for (size_t k = 0; k < items.size(); ++k) {
+    const LlmGrid& g = items[k];
+    const char* noun = g.video ? "video" : "image";
+    const int64_t token = g.video ? video_token_id : image_token_id;
+    const int64_t* found = std::find(ids + st, ids + length, token);
     const int64_t start = found - ids;
     if (start + g.tokens() > length) {
-      return Status::InvalidArgument(fmt::format(
-          "M-RoPE: image {} of the sample needs {} placeholder tokens (grid {}x{}x{}) from position {}, past the "
-          "sample's {} tokens",
-          k, g.tokens(), g.t, g.h, g.w, start, length));
+      return Status::InvalidArgument(
+          fmt::format("M-RoPE: {} {} of the sample needs {} placeholder tokens (id {}, grid {}x{}x{}) from position "
+                      "{}, past the sample's {} tokens",
+                      noun, k, g.tokens(), token, g.t, g.h, g.w, start, length));
     }
     text(start);
     const int64_t base = next;
+    // A video's time row (Qwen2.5-VL): i_t * trunc(seconds) * tokens_per_second.
+    const int64_t time_step =
+        g.video && tokens_per_second > 0 ? static_cast<int64_t>(g.seconds_per_t) * tokens_per_second : 1;
+    int64_t largest = 0;
     for (int64_t t = 0; t < g.t; ++t) {
       for (int64_t h = 0; h < g.h; ++h) {
         for (int64_t w = 0; w < g.w; ++w, ++st) {
-          if (ids[st] != image_token_id) {
+          if (ids[st] != token) {
             return Status::InvalidArgument(fmt::format(
-                "M-RoPE: image {} of the sample (grid {}x{}x{}) should hold placeholder tokens {}..{}, but token {} "
-                "is {} (not the image token {})",
-                k, g.t, g.h, g.w, start, start + g.tokens() - 1, st, ids[st], image_token_id));
+                "M-RoPE: {} {} of the sample (grid {}x{}x{}) should hold placeholder tokens {}..{}, but token {} "
+                "is {} (not the {} token {})",
+                noun, k, g.t, g.h, g.w, start, start + g.tokens() - 1, st, ids[st], noun, token));
           }
-          rows[0][st] = base + t;
+          rows[0][st] = base + t * time_step;
           rows[1][st] = base + h;
           rows[2][st] = base + w;
+          largest = std::max({largest, t * time_step, h, w});
         }
       }
     }
-    next = base + std::max({g.t, g.h, g.w});
+    next = base + largest + 1;
   }
   text(length);
   return Status::Ok();

@@ -39,10 +39,14 @@ inline constexpr const char* kMropeSectionTKey = "mrope_section_t";
 inline constexpr const char* kMropeSectionHKey = "mrope_section_h";
 inline constexpr const char* kMropeSectionWKey = "mrope_section_w";
 inline constexpr const char* kMropeInterleavedKey = "mrope_interleaved";  // 0: chunked (Qwen2-VL), 1: Qwen3-VL
+// Qwen2.5-VL's vision_config.tokens_per_second: a video's time row advances
+// by seconds per temporal patch x this (0 or absent: by 1, Qwen2-VL).
+inline constexpr const char* kMropeTokensPerSecondKey = "mrope_tokens_per_second";
 
 struct Mrope {
   int64_t section[3] = {0, 0, 0};  // frequencies of time, height, width
   bool interleaved = false;
+  int64_t tokens_per_second = 0;  // 0: a video's time row is its temporal patch index
 };
 
 // The decoder's M-RoPE, or nullopt for 1-D RoPE (no key, or every section 0).
@@ -69,6 +73,8 @@ std::vector<int> MropeFrequencyAxes(const Mrope& mrope, int64_t half_dim);
 // w merged patches; it holds t * h * w placeholder tokens.
 struct LlmGrid {
   int64_t t = 1, h = 0, w = 0;
+  bool video = false;        // a video's placeholders are the video token's
+  double seconds_per_t = 0;  // a video's seconds per temporal patch (Qwen2.5-VL's time rows)
   int64_t tokens() const { return t * h * w; }
 };
 
@@ -92,5 +98,16 @@ const SectionPlan* MropeVisionSection(const Plan& plan, const SectionPlan& decod
 // past the end.
 Status MropePositions(const int64_t* ids, int64_t length, int64_t image_token_id, const std::vector<LlmGrid>& images,
                       int64_t* out);
+
+// The same with videos (get_rope_index's video branch): `items` are the
+// sample's images and videos in placeholder order; an item with video set
+// takes its tokens from the first `video_token_id` at or after the end of
+// the previous item. A video's time row: i_t with tokens_per_second 0
+// (Qwen2-VL); else i_t * trunc(seconds_per_t) * tokens_per_second, as
+// transformers' Qwen2.5-VL computes it (its second_per_grid_t is cast to the
+// index's int64 before the product, so 0.5 s per temporal patch reads 0).
+// The text after an item continues one past its largest position on any row.
+Status MropePositions(const int64_t* ids, int64_t length, int64_t image_token_id, int64_t video_token_id,
+                      const std::vector<LlmGrid>& items, int64_t tokens_per_second, int64_t* out);
 
 }  // namespace maestro::plan

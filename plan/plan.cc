@@ -76,7 +76,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch
                                                 dataset, corpus, sample_rule, eos_id, pad_id, image_token_id,
                                                 max_images_per_sample, on_bad_sample, allow_absolute_image_paths,
                                                 image_mean, image_std, test_corpus, audio_token_id,
-                                                max_audios_per_sample)
+                                                max_audios_per_sample, image_resolution, image_min_pixels,
+                                                image_max_pixels, video_token_id)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 checkpoint_minutes, keep_checkpoints, checkpoint_async, comm_timeout_s,

@@ -286,6 +286,11 @@ struct ModalityDesc {
   int64_t tokens = 0;     // tokens it adds to a sample
 };
 
+// transformers' Qwen2VLImageProcessor defaults (min_pixels = 56 * 56,
+// max_pixels = 28 * 28 * 1280): [data] image_min_pixels / image_max_pixels.
+inline constexpr int64_t kDefaultImageMinPixels = 56 * 56;
+inline constexpr int64_t kDefaultImageMaxPixels = 28 * 28 * 1280;
+
 struct DataPlan {
   std::string manifest;  // JSONL sample manifest, absolute or relative to the working directory ("" = none)
   int64_t global_batch = 1;
@@ -324,6 +329,18 @@ struct DataPlan {
   // zero-padded past the sample's own.
   int64_t audio_token_id = -1;
   int64_t max_audios_per_sample = 1;
+  // Added in schema 1 (optional): native-resolution images and videos
+  // (plan/native_vision.h; docs/data.md, "### Native resolution (the
+  // Qwen2-VL family)"). image_resolution: "fixed" (every image resized to the
+  // ViT's image_size) or "native" (each image at its smart_resize size,
+  // within image_min_pixels..image_max_pixels, the defaults of transformers'
+  // Qwen2VLImageProcessor); video_token_id: a video's placeholder (-1: none;
+  // Qwen2-VL's <|video_pad|> = 151656). K (max_images_per_sample) counts
+  // images and videos.
+  std::string image_resolution = "fixed";
+  int64_t image_min_pixels = kDefaultImageMinPixels;
+  int64_t image_max_pixels = kDefaultImageMaxPixels;
+  int64_t video_token_id = -1;
   // Added in schema 1 (optional): a held-out Megatron corpus ("" = none),
   // cut by the same rule: the corpus source's test split, whose next-token
   // loss the run reports at its end (eval.json).

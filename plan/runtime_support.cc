@@ -8,6 +8,7 @@
 #include "base/checks.h"
 #include "plan/model_desc.h"
 #include "plan/mrope.h"
+#include "plan/native_vision.h"
 #include "plan/tensor_parallel_split.h"
 
 namespace maestro::plan {
@@ -129,6 +130,11 @@ Status CheckSectionData(const Plan& plan, const SectionPlan& s) {
         fmt::format("section '{}': an audio encoder reads the audio clips of a JSONL manifest (the built-in datasets "
                     "and corpora carry none); set [data] manifest and audio_token_id (docs/data.md, \"## Audio\")",
                     s.name));
+  }
+  if (s.model.kind == ModelKind::kVit) {
+    if (const Status native = CheckNativeResolution(plan.data, s.model, "section '" + s.name + "'"); !native.ok()) {
+      return Status::FailedPrecondition(native.message());
+    }
   }
   if (MropeOf(s.model)) {
     if (const SectionPlan* vision = MropeVisionSection(plan, s)) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "plan/model_desc.h"
+#include "plan/native_vision.h"
 #include "runtime/models/parameter_count.h"
 #include "runtime/plan_data.h"
 
@@ -23,6 +24,12 @@ PlannedCostModel::PlannedCostModel(const plan::Plan& plan) {
       full = s.model.kind == plan::ModelKind::kVit
                  ? static_cast<double>(MaxImagesPerSample(plan) * VitOutputTokens(s.model))
                  : static_cast<double>(MaxAudiosPerSample(plan) * ((s.model.audio_frames + 1) / 2));
+      if (s.model.kind == plan::ModelKind::kVit && plan::NativeResolution(plan)) {
+        // Native resolution: the plan priced tokens_per_sample patches, m^2 per
+        // placeholder (compiler/workload_builder.cc); a sample weighs its own.
+        const int64_t m = std::max<int64_t>(1, plan::SpatialMerge(s.model));
+        full = static_cast<double>(s.tokens_per_sample) / static_cast<double>(m * m);
+      }
       if (!(full > 0)) modality = -1;
     }
     scale_modality_.push_back(modality);

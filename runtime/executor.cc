@@ -211,8 +211,15 @@ Status RankLoop::Forward(int mb_index) {
 void RankLoop::CountWork(const MicroBatchData& data) {
   if (!CountsWork() || data.sample_ids.empty()) return;
   std::vector<SampleWorkItems> samples(data.sample_ids.size());
+  size_t first_grid = 0;
   for (size_t b = 0; b < samples.size(); ++b) {
     samples[b].media = MediaOf(data, b);
+    if (!data.image_grids.empty()) {  // native resolution: the sample's items' grids
+      const auto count = static_cast<size_t>(samples[b].media.images);
+      samples[b].grids.assign(data.image_grids.begin() + static_cast<std::ptrdiff_t>(first_grid),
+                              data.image_grids.begin() + static_cast<std::ptrdiff_t>(first_grid + count));
+      first_grid += count;
+    }
     samples[b].real_tokens = RealTokensOf(*samples_, data.sample_ids[b], plan_.data.seq_len);
   }
   const std::vector<SectionWork> work = WorkOfSamples(plan_, section_, samples);

@@ -330,10 +330,13 @@ StatusOr<std::string> MropeDecoderConfigJson(const plan::ModelDesc& desc, const 
         "sections, no rope scaling, no sliding window), the one Hugging Face family Maestro exports with M-RoPE");
   }
   nlohmann::json j;
-  j["architectures"] = {"Qwen2VLForConditionalGeneration"};
-  j["model_type"] = "qwen2_vl";
+  // A video's time rows scaled by tokens_per_second: Qwen2.5-VL's language model.
+  const bool qwen25 = mrope.tokens_per_second > 0;
+  j["architectures"] = {qwen25 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration"};
+  j["model_type"] = qwen25 ? "qwen2_5_vl" : "qwen2_vl";
   AddDecoderConfigKeys(desc, max_positions, j);
   j["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {mrope.section[0], mrope.section[1], mrope.section[2]}}};
+  if (qwen25) j["vision_config"] = {{"tokens_per_second", mrope.tokens_per_second}};
   j["intermediate_size"] = desc.ffn_hidden;
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";

@@ -27,12 +27,21 @@ namespace maestro::runtime {
 class VitEncoderImpl;    // runtime/models/encoders.h
 class AudioEncoderImpl;  // runtime/models/encoders.h
 
-// A ViT section's micro-batch with 0..max_images images per sample:
-// data.images (sum of data.image_counts, C, H, W) are encoded (only the real
-// images), and sample b's rows are its images' rows in order, then zeros:
-// returns (B, max_images * vit.output_tokens(), vit.output_dim()). Padding
-// rows are constants, so they carry no gradient into the ViT.
-torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, int64_t max_images, torch::Device device);
+// A ViT section's micro-batch with 0..K images per sample (K =
+// MaxImagesPerSample(plan)): only the real images are encoded, and sample
+// b's rows are its images' rows in order, then zeros up to
+// plan::VisionRowsPerSample rows. Fixed grid: data.images (sum of
+// data.image_counts, C, H, W) -> (B, K * vit.output_tokens(),
+// vit.output_dim()). Native resolution: data.images (N_patches, patch_dim)
+// with data.image_grids, packed into one call of vit.ForwardPacked (no
+// padding to a common size) -> (B, seq_len, vit.output_dim()). Padding rows
+// are constants, so they carry no gradient into the ViT.
+torch::Tensor VitRows(VitEncoderImpl& vit, const MicroBatchData& data, const plan::Plan& plan, torch::Device device);
+
+// The rows sample b of `data` takes from a vision section whose tower is
+// `vit`: its images' output rows (fixed: count * VitOutputTokens; native: the
+// sum of its items' LLM tokens).
+int64_t VisionRowsOfSample(const MicroBatchData& data, size_t b, const plan::ModelDesc& vit);
 
 // The same for an audio encoder section: data.audios (sum of
 // data.audio_counts, mel_bins, frames) -> (B, max_audios * ceil(frames / 2),
@@ -42,7 +51,9 @@ torch::Tensor AudioRows(AudioEncoderImpl& audio, const MicroBatchData& data, int
 // A decoder's input embeddings with an upstream section's rows spliced in.
 // The upstream's activation names the kind: "audio" rows fill the positions
 // holding plan.data.audio_token_id, one clip per data.audio_counts; any
-// other the image placeholder's (ImageTokenIdOf), per data.image_counts.
+// other the image placeholder's (ImageTokenIdOf), per data.image_counts, and
+// under native resolution the video placeholder's too (each sample's first
+// VisionRowsOfSample rows, its items in placeholder order).
 // embeds: (B, T, C); ids: (B, T) int64; rows: (n, K * P, C) for the n
 // samples of the micro-batch that activate `upstream` (in micro-batch order;
 // plan::SectionActivates), P rows per item. Sample b's first count[b] * P

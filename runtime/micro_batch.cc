@@ -2,6 +2,7 @@
 #include "runtime/micro_batch.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/checks.h"
 
@@ -40,6 +41,41 @@ torch::Tensor SelectItems(const torch::Tensor& all, const std::vector<int64_t>& 
   return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
 }
 
+// Appends sample `id`'s images to *pixels (and, native, their grids to
+// *grids). Every image of the micro-batch is laid out as the first: fixed
+// (*shape: (channels, H, W)) or native (*shape: (patch_dim), every item's
+// patches row after row).
+Status AppendImages(int64_t id, const std::vector<datasets::SampleImage>& images, std::vector<int64_t>* shape,
+                    std::vector<float>* pixels, std::vector<plan::PatchGrid>* grids, int64_t* rows) {
+  for (const auto& image : images) {
+    const std::vector<int64_t> dims = image.native() ? std::vector<int64_t>{image.patch_dim}
+                                                     : std::vector<int64_t>{image.channels, image.height, image.width};
+    if (shape->empty()) *shape = dims;
+    const int64_t patches = image.grid_t * image.grid_h * image.grid_w;
+    const int64_t values = image.native() ? patches * image.patch_dim : dims[0] * dims[1] * dims[2];
+    if (dims != *shape || static_cast<int64_t>(image.pixels.size()) != values) {
+      return Status::Internal(fmt::format(
+          "sample {}: an image laid out as [{}] ({} values) in a micro-batch of [{}] (native-resolution and fixed "
+          "images do not mix; each native image holds grid patches x patch_dim values)",
+          id, fmt::join(dims, ", "), image.pixels.size(), fmt::join(*shape, ", ")));
+    }
+    pixels->insert(pixels->end(), image.pixels.begin(), image.pixels.end());
+    if (image.native()) {
+      plan::PatchGrid grid;
+      grid.t = image.grid_t;
+      grid.h = image.grid_h;
+      grid.w = image.grid_w;
+      grid.video = image.video;
+      grid.seconds_per_t = image.seconds_per_grid_t;
+      grids->push_back(grid);
+      *rows += patches;
+    } else {
+      *rows += 1;
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 plan::SampleMedia MediaOf(const MicroBatchData& data, size_t b) {
@@ -56,8 +92,8 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
   const int64_t b = static_cast<int64_t>(sample_ids.size());
   std::vector<int64_t> inputs, targets;
   std::vector<float> pixels, features;
-  int64_t seq_len = -1, images = 0, audios = 0;
-  std::vector<int64_t> image_shape;  // (channels, H, W) of the first image
+  int64_t seq_len = -1, image_rows = 0, audios = 0;
+  std::vector<int64_t> image_shape;  // (channels, H, W) of the first image, or (patch_dim) when native
   std::vector<int64_t> audio_shape;  // (mel_bins, frames) of the first clip
   for (int64_t id : sample_ids) {
     auto sample = samples.Load(split, id);
@@ -76,25 +112,15 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
     audios += static_cast<int64_t>(sample->audios.size());
     mb.answer_positions.push_back(sample->answer_position);
     mb.labels.push_back(sample->label);
-    for (const auto& image : sample->images) {
-      const std::vector<int64_t> shape{image.channels, image.height, image.width};
-      if (image_shape.empty()) image_shape = shape;
-      if (shape != image_shape || static_cast<int64_t>(image.pixels.size()) != shape[0] * shape[1] * shape[2]) {
-        return Status::Internal(fmt::format("sample {}: an image of {}x{}x{} ({} values) in a micro-batch of {}x{}x{}",
-                                            id, shape[0], shape[1], shape[2], image.pixels.size(), image_shape[0],
-                                            image_shape[1], image_shape[2]));
-      }
-      pixels.insert(pixels.end(), image.pixels.begin(), image.pixels.end());
-      ++images;
-    }
+    MAESTRO_RETURN_IF_ERROR(AppendImages(id, sample->images, &image_shape, &pixels, &mb.image_grids, &image_rows));
   }
   if (b == 0) return mb;
   mb.input_ids = torch::from_blob(inputs.data(), {b, seq_len}, torch::kInt64).clone();
   mb.target_ids = torch::from_blob(targets.data(), {b, seq_len}, torch::kInt64).clone();
-  if (images > 0) {
-    mb.images =
-        torch::from_blob(pixels.data(), {images, image_shape[0], image_shape[1], image_shape[2]}, torch::kFloat32)
-            .clone();
+  if (image_rows > 0) {
+    std::vector<int64_t> dims{image_rows};
+    dims.insert(dims.end(), image_shape.begin(), image_shape.end());  // (N, C, H, W) or native (N_patches, patch_dim)
+    mb.images = torch::from_blob(pixels.data(), dims, torch::kFloat32).clone();
   }
   if (audios > 0) {
     mb.audios = torch::from_blob(features.data(), {audios, audio_shape[0], audio_shape[1]}, torch::kFloat32).clone();
@@ -120,7 +146,25 @@ MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64
   auto index = torch::tensor(positions, torch::kInt64);
   if (data.input_ids.defined()) out.input_ids = data.input_ids.index_select(0, index);
   if (data.target_ids.defined()) out.target_ids = data.target_ids.index_select(0, index);
-  out.images = SelectItems(data.images, data.image_counts, positions);
+  if (data.image_grids.empty()) {
+    out.images = SelectItems(data.images, data.image_counts, positions);
+  } else {
+    // Native: each sample's items' grids, and their patches' rows.
+    std::vector<int64_t> patch_rows(data.image_counts.size(), 0), first_item(data.image_counts.size() + 1, 0);
+    for (size_t b = 0; b < data.image_counts.size(); ++b) {
+      first_item[b + 1] = first_item[b] + data.image_counts[b];
+      for (int64_t k = first_item[b]; k < first_item[b + 1]; ++k) {
+        patch_rows[b] += data.image_grids[static_cast<size_t>(k)].patches();
+      }
+    }
+    for (int64_t p : positions) {
+      const auto b = static_cast<size_t>(p);
+      for (int64_t k = first_item[b]; k < first_item[b + 1]; ++k) {
+        out.image_grids.push_back(data.image_grids[static_cast<size_t>(k)]);
+      }
+    }
+    out.images = SelectItems(data.images, patch_rows, positions);
+  }
   if (!data.audio_counts.empty()) out.audios = SelectItems(data.audios, data.audio_counts, positions);
   return out;
 }

@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "datasets/sample_source.h"
+#include "plan/native_vision.h"
 #include "plan/plan_graph.h"
 
 namespace maestro::runtime {
@@ -25,15 +26,20 @@ namespace maestro::runtime {
 // The payloads of one micro-batch, stacked. B samples; a section reads the
 // fields it needs.
 struct MicroBatchData {
-  std::vector<int64_t> sample_ids;        // (B)
-  torch::Tensor input_ids;                // (B, T) int64 (decoder sections)
-  torch::Tensor target_ids;               // (B, T) int64, -100 where no loss
-  torch::Tensor images;                   // (N_img, channels, H, W) fp32: every sample's images, in sample order
-  std::vector<int64_t> image_counts;      // (B) images of each sample
-  torch::Tensor audios;                   // (N_aud, mel_bins, frames) fp32: every sample's clips, in sample order
-  std::vector<int64_t> audio_counts;      // (B) audio clips of each sample
-  std::vector<int64_t> answer_positions;  // (B), -1 when the sample has no caption answer
-  std::vector<int> labels;                // (B), -1 when none
+  std::vector<int64_t> sample_ids;  // (B)
+  torch::Tensor input_ids;          // (B, T) int64 (decoder sections)
+  torch::Tensor target_ids;         // (B, T) int64, -100 where no loss
+  // Fixed grid: (N_img, channels, H, W) fp32, every sample's images in
+  // sample order. Native resolution (image_grids not empty): (N_patches,
+  // patch_dim) fp32, every image's (and video's) patches in HF's order
+  // (datasets/sample_source.h SampleImage), the items in sample order.
+  torch::Tensor images;
+  std::vector<int64_t> image_counts;         // (B) images (and videos) of each sample
+  std::vector<plan::PatchGrid> image_grids;  // native: (N_img) each item's grid; empty on a fixed grid
+  torch::Tensor audios;                      // (N_aud, mel_bins, frames) fp32: every sample's clips, in sample order
+  std::vector<int64_t> audio_counts;         // (B) audio clips of each sample
+  std::vector<int64_t> answer_positions;     // (B), -1 when the sample has no caption answer
+  std::vector<int> labels;                   // (B), -1 when none
 };
 
 // What sample b (an index into data.sample_ids) carries: its images and
@@ -42,16 +48,17 @@ plan::SampleMedia MediaOf(const MicroBatchData& data, size_t b);
 
 // Loads the payloads of `sample_ids` (in that order) of `split` (train ids
 // or test indices) from `samples` and stacks them. Every sample has the same
-// token count, every image the same (channels, H, W), every audio clip the
-// same (mel_bins, frames).
+// token count, every image the same (channels, H, W) (or every image native,
+// of one patch_dim), every audio clip the same (mel_bins, frames).
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
                                         datasets::Split split);
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
 
 // The samples at `positions` (indices into data.sample_ids, increasing) of a
 // micro-batch, as LoadMicroBatch would have stacked them: input_ids and
-// target_ids (n, T), their images (sum of their counts, C, H, W) and audio
-// clips (sum of their counts, mel_bins, frames).
+// target_ids (n, T), their images (sum of their counts, C, H, W; native:
+// their patches and grids) and audio clips (sum of their counts, mel_bins,
+// frames).
 MicroBatchData SelectSamples(const MicroBatchData& data, const std::vector<int64_t>& positions);
 
 }  // namespace maestro::runtime

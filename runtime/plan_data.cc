@@ -13,6 +13,7 @@
 #include "datasets/jsonl_source.h"
 #include "datasets/megatron_source.h"
 #include "plan/model_desc.h"
+#include "plan/native_vision.h"
 
 namespace maestro::runtime {
 
@@ -111,6 +112,31 @@ Status SetAudioOptions(const plan::Plan& plan, const std::string& where, dataset
   return Status::Ok();
 }
 
+// Native resolution (plan/native_vision.h): each image and video at its
+// smart_resize size within the plan's pixel bounds, cut into the tower's
+// patches (patch, merge, temporal patch), normalised as the fixed grid would
+// be; videos at data.video_token_id.
+Status SetNativeOptions(const plan::Plan& plan, const plan::SectionPlan& vit, datasets::JsonlSourceOptions* options) {
+  if (!plan::NativeResolution(plan)) return Status::Ok();
+  MAESTRO_RETURN_IF_ERROR(plan::CheckNativeResolution(plan.data, vit.model, "section '" + vit.name + "'"));
+  const plan::ModelDesc& m = vit.model;
+  auto& manifest = options->manifest;
+  manifest.native_resolution = true;
+  manifest.tokens_per_image = 0;
+  manifest.video_token_id = plan.data.video_token_id;
+  datasets::NativeVisionOptions& native = manifest.native;
+  native.patch = static_cast<int>(m.patch_size);
+  native.merge = static_cast<int>(plan::SpatialMerge(m));
+  const auto temporal = m.extra.find("temporal_patch");
+  native.temporal = temporal == m.extra.end() ? 1 : static_cast<int>(temporal->second);
+  native.min_pixels = plan.data.image_min_pixels;
+  native.max_pixels = plan.data.image_max_pixels;
+  native.channels = options->image.channels;
+  native.mean = options->image.mean;
+  native.std = options->image.std;
+  return datasets::ValidateNativeVisionOptions(native);
+}
+
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenManifest(const plan::Plan& plan) {
   const auto& d = plan.data;
   const std::string where = fmt::format("[data] manifest = '{}'", d.manifest);
@@ -157,6 +183,7 @@ StatusOr<std::unique_ptr<datasets::SampleSource>> OpenManifest(const plan::Plan&
     options.manifest.image_token_id = d.image_token_id;
     options.manifest.tokens_per_image = VitOutputTokens(vits[0]->model);
     MAESTRO_ASSIGN_OR_RETURN(options.image, ImageSpecOf(plan, *vits[0], &options.decode));
+    MAESTRO_RETURN_IF_ERROR(SetNativeOptions(plan, *vits[0], &options));
   }
   MAESTRO_RETURN_IF_ERROR(SetAudioOptions(plan, where, &options));
   MAESTRO_ASSIGN_OR_RETURN(auto source, datasets::JsonlSampleSource::Open(d.manifest, options));

@@ -101,7 +101,7 @@ StatusOr<SectionRunner::Output> ModelRunner::Forward(const MicroBatchData& data,
 
 SectionRunner::Output ModelRunner::ForwardVit(const MicroBatchData& data) {
   Output out;
-  out.rows = VitRows(*module_->as<VitEncoderImpl>(), data, MaxImagesPerSample(plan()), options().device);
+  out.rows = VitRows(*module_->as<VitEncoderImpl>(), data, plan(), options().device);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "base/splitmix.h"
 #include "launcher/comm.h"
 #include "plan/model_desc.h"
+#include "plan/native_vision.h"
 #include "runtime/models/decoder.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
@@ -32,8 +33,10 @@ std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
   switch (s.model.kind) {
     case plan::ModelKind::kDecoder: return {plan.data.seq_len, s.model.hidden};
     case plan::ModelKind::kVit:
-      // K images' rows per sample, zero past the sample's own (VitRows).
-      return {MaxImagesPerSample(plan) * VitOutputTokens(s.model), VitOutputDim(s.model)};
+      // K images' rows per sample (native: seq_len), zero past the sample's own (VitRows).
+      return {
+          plan::VisionRowsPerSample(s.model, plan::NativeResolution(plan), MaxImagesPerSample(plan), plan.data.seq_len),
+          VitOutputDim(s.model)};
     case plan::ModelKind::kProjector: {
       // As many rows as its input carries.
       for (size_t e = 0; e < plan.edges.size(); ++e) {

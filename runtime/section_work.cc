@@ -42,13 +42,18 @@ const plan::SectionPlan* UpstreamOf(const plan::Plan& plan, const plan::SectionP
 // per clip; through a chain of projectors), times the items the sample
 // carries. 0 without an encoder upstream.
 int64_t ProjectorRows(const plan::Plan& plan, const plan::SectionPlan& fused, const plan::SectionPlan& projector,
-                      const plan::SampleMedia& media) {
+                      const plan::SampleMedia& media, const std::vector<plan::PatchGrid>& grids) {
   const plan::SectionPlan* up = &projector;
   for (size_t hops = 0; hops <= plan.sections.size() + fused.components.size(); ++hops) {
     up = UpstreamOf(plan, fused, up->name);
     if (up == nullptr) return 0;
     switch (up->model.kind) {
-      case plan::ModelKind::kVit: return media.images * plan::VitOutputTokens(up->model);
+      case plan::ModelKind::kVit: {
+        if (grids.empty()) return media.images * plan::VitOutputTokens(up->model);
+        int64_t rows = 0;  // native resolution: the items' LLM tokens
+        for (const auto& grid : grids) rows += plan::LlmGridOf(grid, up->model).tokens();
+        return rows;
+      }
       case plan::ModelKind::kAudioEncoder: return media.audios * plan::AudioSequenceTokens(up->model);
       case plan::ModelKind::kProjector: continue;
       case plan::ModelKind::kDecoder: return 0;
@@ -68,9 +73,16 @@ SectionWork ForwardWorkOfSample(const plan::Plan& plan, const plan::SectionPlan&
   };
   switch (m.kind) {
     case plan::ModelKind::kDecoder: return sequences(1, sample.real_tokens);
-    case plan::ModelKind::kVit: return sequences(sample.media.images, plan::VitSequenceTokens(m));
+    case plan::ModelKind::kVit: {
+      if (sample.grids.empty()) return sequences(sample.media.images, plan::VitSequenceTokens(m));
+      SectionWork work;  // native resolution: each item's attention sequences at their real length
+      for (const auto& grid : sample.grids) {
+        for (int64_t patches : plan::AttentionSequences(grid)) work += sequences(1, patches);
+      }
+      return work;
+    }
     case plan::ModelKind::kAudioEncoder: return sequences(sample.media.audios, plan::AudioSequenceTokens(m));
-    case plan::ModelKind::kProjector: return sequences(1, ProjectorRows(plan, fused, c, sample.media));
+    case plan::ModelKind::kProjector: return sequences(1, ProjectorRows(plan, fused, c, sample.media, sample.grids));
   }
   return {};
 }

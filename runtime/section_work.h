@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "datasets/sample_source.h"
+#include "plan/native_vision.h"
 #include "plan/plan.h"
 #include "plan/plan_graph.h"
 
@@ -30,6 +31,9 @@ namespace maestro::runtime {
 struct SampleWorkItems {
   int64_t real_tokens = 0;  // its sequence's non-padding tokens (RealTokensOf)
   plan::SampleMedia media;  // its images and audio clips
+  // Native resolution: its images' (and videos') grids, in order; empty on a
+  // fixed grid (each image then has the ViT's image_size).
+  std::vector<plan::PatchGrid> grids;
 };
 
 // A component's work over some samples.

@@ -351,6 +351,13 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
   return Merge(x);
 }
 
+torch::Tensor VitEncoderImpl::ForwardPacked(const torch::Tensor& patches, const std::vector<PatchGrid>& grids) {
+  (void)patches;
+  (void)grids;
+  TORCH_CHECK(false, "VitEncoder::ForwardPacked: native-resolution input is not built yet");
+  return {};
+}
+
 torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images) {
   launcher::Backend& group = *context_parallel;
   const int64_t b = images.size(0), c = desc_.hidden;

@@ -76,6 +76,7 @@
 
 #include "base/status.h"
 #include "launcher/comm.h"
+#include "plan/native_vision.h"
 #include "plan/plan.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/layers.h"
@@ -83,6 +84,9 @@
 namespace maestro::runtime {
 
 struct EncoderContextParallel;  // runtime/parallel/vit_context_parallel.h
+
+// One image's (or video's) grid in patches (plan/native_vision.h).
+using PatchGrid = plan::PatchGrid;
 
 // Conv over the last 1, 2 or 3 dims: weight (Cout, Cin, k...), bias (Cout) or none.
 class ConvImpl : public torch::nn::Module {
@@ -186,6 +190,9 @@ class VitEncoderImpl : public torch::nn::Module {
   VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params);
   // images: (B, channels, image_size, image_size) float -> (B, output_tokens(), output_dim())
   torch::Tensor forward(const torch::Tensor& images);
+  // Native resolution (the Qwen2-VL family): patches (N, C*T*P*P) fp32 in
+  // HF's order, N = sum of grids' patches -> (N / m^2, output_dim()).
+  torch::Tensor ForwardPacked(const torch::Tensor& patches, const std::vector<PatchGrid>& grids);
 
   const plan::ModelDesc& desc() const { return desc_; }
   int layout() const { return layout_; }  // plan::kVitLayout*

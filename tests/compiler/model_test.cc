@@ -350,6 +350,28 @@ TEST(ModelFacts, Qwen2VlLanguageModelIsQwen2WithMrope) {
       << no_sections.status().ToString();
 }
 
+// Qwen2.5-VL's language model: its videos' time rows are scaled by
+// vision_config.tokens_per_second (the published configs: 2; transformers'
+// default: 4); Qwen2-VL's are not.
+TEST(ModelFacts, Qwen25VlLanguageModelScalesVideoTime) {
+  const std::string config = R"({"model_type": "qwen2_5_vl", "hidden_size": 64, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10,
+      "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "vision_config": {"tokens_per_second": 2}})";
+  auto text = ModelFromHfConfig(config, "q.json", "text");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(plan::MropeOf(*text)->tokens_per_second, 2);
+  std::string no_vision = config;
+  no_vision.replace(no_vision.find(", \"vision_config\""), std::string::npos, "}");
+  auto defaulted = ModelFromHfConfig(no_vision, "q.json", "text");
+  ASSERT_TRUE(defaulted.ok()) << defaulted.status().ToString();
+  EXPECT_EQ(plan::MropeOf(*defaulted)->tokens_per_second, 4);
+  std::string qwen2 = no_vision;
+  qwen2.replace(qwen2.find("qwen2_5_vl"), 10, "qwen2_vl");
+  auto plain = ModelFromHfConfig(qwen2, "q.json", "text");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plan::MropeOf(*plain)->tokens_per_second, 0);
+}
+
 // SigLIP-so400m-patch14-384's vision tower (SiglipVisionModel, the head
 // included as from_pretrained builds it), summed by hand: a biased 14 x 14
 // conv (384 px: 27 x 27 patches, the last 6 px dropped), 729 positions, 27

@@ -134,6 +134,53 @@ inputs = ["vit.image_embeddings"]
   error_has("manifest = \"m.jsonl\"\ndataset = \"text\"\nimage_token_id = 5\n", {"exclude each other"});
 }
 
+// [data] image_resolution = "native" (plan/native_vision.h): the keys reach
+// the plan; the ViT is priced at m^2 patches per placeholder of the image
+// modality and its edge carries seq_len rows per sample; a tower that cannot
+// take native images, videos without native resolution, a shared
+// placeholder id and bad pixel bounds are each named with the fix.
+TEST(Spec, NativeResolutionReachesThePlanAndItsMistakesAreNamed) {
+  const std::string qwen_tower = fixtures::WithKeys(Base(), {{"models.vit", "pos_embed", "false"},
+                                                             {"models.vit", "cls_token", "false"},
+                                                             {"models.vit", "patch_bias", "false"},
+                                                             {"models.vit", "final_norm", "false"},
+                                                             {"models.vit", "temporal_patch", "2"},
+                                                             {"models.vit", "spatial_merge", "2"},
+                                                             {"models.vit", "out_dim", "2048"}});
+  const std::string keys =
+      "manifest = \"m.jsonl\"\nimage_token_id = 7\nvideo_token_id = 8\nimage_resolution = \"native\"\n"
+      "image_min_pixels = 1000\nimage_max_pixels = 200000\n";
+  auto s = ParseSpecString(fixtures::WithLines(qwen_tower, "data", keys), "x.toml", ".");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto compiled = Compile(*s, CompileOptions{});
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  const plan::Plan& p = compiled->plan;
+  EXPECT_EQ(p.data.image_resolution, "native");
+  EXPECT_EQ(p.data.image_min_pixels, 1000);
+  EXPECT_EQ(p.data.image_max_pixels, 200000);
+  EXPECT_EQ(p.data.video_token_id, 8);
+  const plan::Plan expanded = plan::ExpandFusedSections(p);
+  EXPECT_EQ(expanded.sections[0].tokens_per_sample, 256 * 4);  // the modality's 256 placeholders, 2x2 patches each
+  EXPECT_EQ(expanded.edges[0].bytes_per_sample, 2048.0 * 2048 * 4);  // seq_len rows of out_dim, fp32
+
+  const auto error_has = [&](const std::string& spec, const std::vector<std::string>& words) {
+    const std::string e = ErrorOf(spec);
+    for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << e;
+  };
+  const std::string manifest = "manifest = \"m.jsonl\"\nimage_token_id = 7\n";
+  error_has(WithData(manifest + "image_resolution = \"native\"\n"), {"section 'vit'", "Qwen2-VL", "\"fixed\""});
+  error_has(fixtures::WithLines(qwen_tower, "data", manifest + "video_token_id = 8\n"),
+            {"video_token_id = 8", "image_resolution = \"native\""});
+  error_has(fixtures::WithLines(qwen_tower, "data", manifest + "image_resolution = \"native\"\nvideo_token_id = 7\n"),
+            {"video_token_id = 7", "own id"});
+  error_has(fixtures::WithLines(qwen_tower, "data",
+                                manifest + "image_resolution = \"native\"\nimage_min_pixels = 9000\n"
+                                           "image_max_pixels = 8000\n"),
+            {"image_min_pixels = 9000"});
+  error_has(WithData(manifest + "image_resolution = \"natve\"\n"), {"natve", "did you mean"});
+  error_has(WithData("image_resolution = \"native\"\n"), {"data.image_resolution", "set data.manifest"});
+}
+
 // [data] test_corpus: the held-out corpus, resolved like corpus, needs one.
 TEST(Spec, ATestCorpusIsResolvedAgainstTheSpecFolderAndNeedsACorpus) {
   auto s = ParseSpecString(WithData("corpus = \"data/train_document\"\ntest_corpus = \"data/heldout_document\"\n"),

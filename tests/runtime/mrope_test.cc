@@ -67,36 +67,70 @@ TensorMap MropeInputs() {
   return in;
 }
 
-// (3, B, T): plan::MropePositions per sample from the inputs' grids.
-torch::Tensor PositionsOf(const TensorMap& in) {
+constexpr int64_t kVideoToken = 6;
+
+// Qwen2.5-VL's videos beside images (video placeholder kVideoToken, the
+// decoder's tokens_per_second 2): sample 0 text, a 1x2x2 image, text, a
+// 2x2x2 video of 2 s per temporal patch (time rows 0, 4), text; sample 1 a
+// 3x1x2 video of 0.5 s per temporal patch (transformers truncates it to 0:
+// every time row 0) at position 0, then a 1x1x3 image; sample 2 text only.
+// Adds "mrope_video_token", "mrope_kinds" (1 = video) and "mrope_seconds".
+TensorMap MropeVideoInputs() {
+  auto gen = at::detail::createCPUGenerator(12);
+  auto ids = torch::randint(8, 50, {3, kTokens}, gen, torch::kLong);
+  auto fill = [&](int64_t b, int64_t from, int64_t n, int64_t token) { ids[b].narrow(0, from, n).fill_(token); };
+  fill(0, 2, 4, kImageToken);   // 1x2x2
+  fill(0, 10, 8, kVideoToken);  // 2x2x2
+  fill(1, 0, 6, kVideoToken);   // 3x1x2
+  fill(1, 6, 3, kImageToken);   // 1x1x3, adjacent
+  TensorMap in;
+  in["ids"] = ids;
+  in["mrope_grids"] = torch::tensor({1, 2, 2, 2, 2, 2, 3, 1, 2, 1, 1, 3}, torch::kLong).view({4, 3});
+  in["mrope_counts"] = torch::tensor({2, 2, 0}, torch::kLong);
+  in["mrope_image_token"] = torch::tensor({kImageToken}, torch::kLong);
+  in["mrope_video_token"] = torch::tensor({kVideoToken}, torch::kLong);
+  in["mrope_kinds"] = torch::tensor({0, 1, 1, 0}, torch::kLong);
+  in["mrope_seconds"] = torch::tensor({0.0, 2.0, 0.5, 0.0}, torch::kFloat64);
+  return in;
+}
+
+// (3, B, T): plan::MropePositions per sample from the inputs' grids (and
+// kinds and seconds when the inputs have videos).
+torch::Tensor PositionsOf(const TensorMap& in, int64_t tokens_per_second = 0) {
   const auto ids = in.at("ids").contiguous();
   const auto grids = in.at("mrope_grids");
   const auto counts = in.at("mrope_counts");
+  const bool videos = in.count("mrope_kinds") > 0;
   const int64_t b = ids.size(0), t = ids.size(1);
   auto positions = torch::empty({b, 3, t}, torch::kLong);
   int64_t next = 0;
   for (int64_t i = 0; i < b; ++i) {
-    std::vector<plan::LlmGrid> images;
+    std::vector<plan::LlmGrid> items;
     for (int64_t k = 0; k < counts[i].item<int64_t>(); ++k, ++next) {
-      images.push_back(
-          {grids[next][0].item<int64_t>(), grids[next][1].item<int64_t>(), grids[next][2].item<int64_t>()});
+      plan::LlmGrid g{grids[next][0].item<int64_t>(), grids[next][1].item<int64_t>(), grids[next][2].item<int64_t>()};
+      if (videos) {
+        g.video = in.at("mrope_kinds")[next].item<int64_t>() == 1;
+        g.seconds_per_t = in.at("mrope_seconds")[next].item<double>();
+      }
+      items.push_back(g);
     }
-    const Status st =
-        plan::MropePositions(ids[i].data_ptr<int64_t>(), t, kImageToken, images, positions[i].data_ptr<int64_t>());
+    const Status st = plan::MropePositions(ids[i].data_ptr<int64_t>(), t, kImageToken, videos ? kVideoToken : -1, items,
+                                           tokens_per_second, positions[i].data_ptr<int64_t>());
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
   return positions.permute({1, 0, 2}).contiguous();
 }
 
-ReferenceCase MropeCase(const std::string& name, const plan::ModelDesc& desc) {
+ReferenceCase MropeCase(const std::string& name, const plan::ModelDesc& desc, bool videos = false) {
   ReferenceCase c;
   c.name = name;
   c.desc = desc;
-  c.inputs = MropeInputs();
+  c.inputs = videos ? MropeVideoInputs() : MropeInputs();
   c.delta_shape = {3, kTokens, desc.hidden};
-  c.run = [](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
+  const int64_t tokens_per_second = plan::MropeOf(desc)->tokens_per_second;
+  c.run = [tokens_per_second](torch::nn::Module& m, const TensorMap& in, const torch::Tensor& delta) {
     auto& lm = *m.as<DecoderLMImpl>();
-    auto hidden = lm.ForwardEmbeds(lm.Embed(in.at("ids")) + delta, PositionsOf(in));  // (B, T, C)
+    auto hidden = lm.ForwardEmbeds(lm.Embed(in.at("ids")) + delta, PositionsOf(in, tokens_per_second));  // (B, T, C)
     return TensorMap{{"output", lm.Logits(hidden)}, {"hidden", hidden}};
   };
   return c;
@@ -108,6 +142,15 @@ TEST(Mrope, ChunkedSectionsMatchQwen2Vl) {
 
 TEST(Mrope, InterleavedSectionsMatchQwen3Vl) {
   CheckAgainstPyTorch(MropeCase("mrope_interleaved", MropeDecoder(4, 2, 2, true)));
+}
+
+// Qwen2.5-VL: videos at their own placeholder, their time rows scaled by
+// seconds per temporal patch x tokens_per_second (and 0.5 s truncated to 0,
+// as transformers computes it).
+TEST(Mrope, VideosWithTimeScalingMatchQwen25Vl) {
+  plan::ModelDesc desc = MropeDecoder(2, 3, 3, false);
+  desc.extra[plan::kMropeTokensPerSecondKey] = 2;
+  CheckAgainstPyTorch(MropeCase("mrope_video_time", desc, /*videos=*/true));
 }
 
 // The positions matter: the image samples' outputs differ from 1-D RoPE's,

@@ -161,26 +161,60 @@ def rotary_cos_sin(seq_len, dim, base, extra):
 # modeling_qwen3_vl.py (apply_interleaved_mrope), not from Maestro's C++.
 
 
-def get_rope_index(input_ids, image_token_id, grids, counts):
+def get_rope_index(input_ids, image_token_id, grids, counts, video_token_id=-1, kinds=None, seconds=None,
+                   tokens_per_second=0):
     """position_ids (3, B, T): text one position per token on all three rows;
-    an image of LLM grid (t, h, w) (grids: (images, 3), already merged, in
-    sample order; counts: images per sample) takes st_idx + its t, h, w
-    indices, st_idx = previous max + 1; text resumes at the image's max + 1."""
+    an image or video of LLM grid (t, h, w) (grids: (items, 3), already
+    merged, in sample order; counts: items per sample; kinds: 1 for a video,
+    else an image; seconds: a video's second_per_grid_t) takes st_idx + its
+    t, h, w indices, st_idx = previous max + 1; text resumes at the item's
+    max + 1. As transformers' Qwen2.5-VL get_rope_index: the images and the
+    videos are two lists, each item is the earlier of the next image token
+    and the next video token, and with tokens_per_second a video's time
+    index is arange(t) * second_per_grid_t * tokens_per_second, the seconds
+    first cast to the index's dtype (int64), the product then .long()."""
     batch, seq = input_ids.shape
+    n = len(grids)
+    kinds = [0] * n if kinds is None else [int(k) for k in kinds]
+    seconds = [0.0] * n if seconds is None else [float(x) for x in seconds]
+    image_grids = [grids[i] for i in range(n) if kinds[i] != 1]
+    video_grids = [(grids[i], seconds[i]) for i in range(n) if kinds[i] == 1]
     position_ids = torch.ones(3, batch, seq, dtype=torch.long)
-    image_index = 0
+    image_index = video_index = item = 0
     for i in range(batch):
         input_tokens = input_ids[i].tolist()
+        sample_kinds = kinds[item:item + int(counts[i])]
+        item += int(counts[i])
+        remain_images = sum(1 for k in sample_kinds if k != 1)
+        remain_videos = len(sample_kinds) - remain_images
         llm_pos_ids_list = []
         st = 0
-        for _ in range(int(counts[i])):
-            ed = input_tokens.index(image_token_id, st)
-            t, h, w = (int(v) for v in grids[image_index])
-            image_index += 1
+        for _ in range(len(sample_kinds)):
+            big = len(input_tokens) + 1
+            ed_image = input_tokens.index(image_token_id, st) if remain_images > 0 and image_token_id in input_tokens[st:] else big
+            ed_video = input_tokens.index(video_token_id, st) if remain_videos > 0 and video_token_id in input_tokens[st:] else big
+            if ed_image < ed_video:
+                t, h, w = (int(v) for v in image_grids[image_index])
+                second_per_grid_t = 0
+                image_index += 1
+                remain_images -= 1
+                ed = ed_image
+            else:
+                grid, second_per_grid_t = video_grids[video_index]
+                t, h, w = (int(v) for v in grid)
+                video_index += 1
+                remain_videos -= 1
+                ed = ed_video
             text_len = ed - st
             st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
             llm_pos_ids_list.append(torch.arange(text_len).view(1, -1).expand(3, -1) + st_idx)
-            t_index = torch.arange(t).view(-1, 1).expand(-1, h * w).flatten()
+            range_tensor = torch.arange(t).view(-1, 1)
+            expanded_range = range_tensor.expand(-1, h * w)
+            if tokens_per_second:
+                second = torch.as_tensor(second_per_grid_t, dtype=range_tensor.dtype)
+                t_index = (expanded_range * second * tokens_per_second).long().flatten()
+            else:
+                t_index = expanded_range.flatten()
             h_index = torch.arange(h).view(1, -1, 1).expand(t, -1, w).flatten()
             w_index = torch.arange(w).view(1, 1, -1).expand(t, h, -1).flatten()
             llm_pos_ids_list.append(torch.stack([t_index, h_index, w_index]) + text_len + st_idx)
@@ -395,8 +429,12 @@ class LlamaForCausalLM(nn.Module):
         d = self.d
         head_dim = d["head_dim"] or d["hidden"] // d["heads"]
         if "mrope_grids" in inputs:
-            position_ids = get_rope_index(inputs["ids"], int(inputs["mrope_image_token"][0]), inputs["mrope_grids"],
-                                          inputs["mrope_counts"])
+            video = "mrope_video_token" in inputs
+            position_ids = get_rope_index(
+                inputs["ids"], int(inputs["mrope_image_token"][0]), inputs["mrope_grids"], inputs["mrope_counts"],
+                int(inputs["mrope_video_token"][0]) if video else -1, inputs["mrope_kinds"].tolist() if video else None,
+                inputs["mrope_seconds"].tolist() if video else None,
+                int(d["extra"].get("mrope_tokens_per_second", 0)))
             cos, sin = mrope_cos_sin(position_ids, head_dim, d["extra"].get("rope_theta", 10000.0), d["extra"])
         else:
             cos, sin = rotary_cos_sin(embeds.shape[1], head_dim, d["extra"].get("rope_theta", 10000.0), d["extra"])
