@@ -25,7 +25,7 @@
 
 #include "datalayer/sample_index.h"
 #include "datasets/image_decode.h"
-#include "tests/datasets/jsonl_refusal.h"
+#include "tests/datasets/jsonl_test_checks.h"
 #include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
@@ -97,14 +97,8 @@ std::string Line(const json& j) {
   return j.dump() + "\n";
 }
 
-Ids Repeat(int64_t id, int64_t n) {
-  return Ids(static_cast<size_t>(n), id);
-}
-Ids Cat(std::initializer_list<Ids> parts) {
-  Ids out;
-  for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using testing::Cat;
+using testing::Repeat;
 // `ids` padded to kSeqLen with `fill`.
 Ids Padded(Ids ids, int64_t fill) {
   ids.resize(static_cast<size_t>(kSeqLen), fill);
@@ -523,11 +517,8 @@ TEST(JsonlManifestErrors, OptionsAndFiles) {
   const std::string dir = fixtures::ScratchDir(kScratch, "options");
   const std::string path = dir + "/m.jsonl";
   Spit(path, "{\"input_ids\": [1]}\n");
-  const auto fails = [&](JsonlManifestOptions o, const std::string& says) {
-    auto m = JsonlManifest::Open(path, o);
-    ASSERT_FALSE(m.ok()) << says;
-    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().message();
+  const auto fails = [&](const JsonlManifestOptions& o, const std::string& says) {
+    testing::ExpectOptionsRefused(path, o, says);
   };
   JsonlManifestOptions o = TinyOptions();
   o.seq_len = 0;

@@ -18,7 +18,7 @@
 #include "datasets/jsonl_manifest.h"
 #include "datasets/jsonl_source.h"
 #include "datasets/native_image.h"
-#include "tests/datasets/jsonl_refusal.h"
+#include "tests/datasets/jsonl_test_checks.h"
 #include "tests/fixtures/image_files.h"
 #include "tests/fixtures/scratch.h"
 
@@ -60,14 +60,8 @@ JsonlManifestOptions Options() {
   return o;
 }
 
-Ids Repeat(int64_t id, int64_t n) {
-  return Ids(static_cast<size_t>(n), id);
-}
-Ids Cat(std::initializer_list<Ids> parts) {
-  Ids out;
-  for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using testing::Cat;
+using testing::Repeat;
 
 DecodedImage Pattern(int h, int w, int seed) {
   DecodedImage image;
@@ -412,10 +406,7 @@ TEST(JsonlNative, OptionsAreChecked) {
   const std::string dir = Dir("options");
   const std::string path = WriteManifest(dir, {{{"input_ids", {1}}}});
   const auto fails = [&](const JsonlManifestOptions& o, const std::string& says) {
-    auto m = JsonlManifest::Open(path, o);
-    ASSERT_FALSE(m.ok()) << says;
-    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().message();
+    testing::ExpectOptionsRefused(path, o, says);
   };
   JsonlManifestOptions o = Options();
   o.tokens_per_image = 4;
