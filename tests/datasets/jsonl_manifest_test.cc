@@ -25,6 +25,7 @@
 
 #include "datalayer/sample_index.h"
 #include "datasets/image_decode.h"
+#include "tests/datasets/jsonl_test_checks.h"
 #include "tests/fixtures/scratch.h"
 
 namespace maestro::datasets {
@@ -96,14 +97,8 @@ std::string Line(const json& j) {
   return j.dump() + "\n";
 }
 
-Ids Repeat(int64_t id, int64_t n) {
-  return Ids(static_cast<size_t>(n), id);
-}
-Ids Cat(std::initializer_list<Ids> parts) {
-  Ids out;
-  for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using testing::Cat;
+using testing::Repeat;
 // `ids` padded to kSeqLen with `fill`.
 Ids Padded(Ids ids, int64_t fill) {
   ids.resize(static_cast<size_t>(kSeqLen), fill);
@@ -430,22 +425,9 @@ TEST_P(BadLine, IsRefusedNamingFileAndLineOrSkipped) {
   const std::string path = dir + "/m.jsonl";
   Spit(path, "{\"input_ids\": [1, 2, 3]}\n" + c.line + "\n{\"input_ids\": [4, 5], \"id\": \"third\"}\n");
 
-  auto m = JsonlManifest::Open(path, TinyOptions());
-  ASSERT_FALSE(m.ok()) << c.name;
-  EXPECT_EQ(m.status().code(), c.code) << m.status().ToString();
-  const std::string msg = m.status().message();
-  EXPECT_EQ(msg.rfind(path + ":2 (sample 1", 0), 0u) << msg;
-  EXPECT_NE(msg.find(c.says), std::string::npos) << msg << "\n  expected: " << c.says;
-  EXPECT_NE(msg.find("; "), std::string::npos) << "no fix in: " << msg;
-
-  JsonlManifestOptions skip = TinyOptions();
-  skip.on_bad_sample = BadSamplePolicy::kSkip;
-  auto s = JsonlManifest::Open(path, skip);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto s = testing::ExpectSecondLineRefused(path, TinyOptions(), c.code, c.says);
+  ASSERT_TRUE(s.ok()) << c.name;
   ASSERT_EQ(s->size(), 2);
-  ASSERT_EQ(s->skipped().size(), 1u);
-  EXPECT_EQ(s->skipped()[0].line, 2);
-  EXPECT_EQ(s->skipped()[0].status.message(), msg);
   EXPECT_EQ(s->LineOf(0), 1);
   EXPECT_EQ(s->LineOf(1), 3);
   auto third = s->Sample(1);
@@ -535,11 +517,8 @@ TEST(JsonlManifestErrors, OptionsAndFiles) {
   const std::string dir = fixtures::ScratchDir(kScratch, "options");
   const std::string path = dir + "/m.jsonl";
   Spit(path, "{\"input_ids\": [1]}\n");
-  const auto fails = [&](JsonlManifestOptions o, const std::string& says) {
-    auto m = JsonlManifest::Open(path, o);
-    ASSERT_FALSE(m.ok()) << says;
-    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().message();
+  const auto fails = [&](const JsonlManifestOptions& o, const std::string& says) {
+    testing::ExpectOptionsRefused(path, o, says);
   };
   JsonlManifestOptions o = TinyOptions();
   o.seq_len = 0;

@@ -18,6 +18,7 @@
 #include "datasets/jsonl_manifest.h"
 #include "datasets/jsonl_source.h"
 #include "datasets/native_image.h"
+#include "tests/datasets/jsonl_test_checks.h"
 #include "tests/fixtures/image_files.h"
 #include "tests/fixtures/scratch.h"
 
@@ -59,14 +60,8 @@ JsonlManifestOptions Options() {
   return o;
 }
 
-Ids Repeat(int64_t id, int64_t n) {
-  return Ids(static_cast<size_t>(n), id);
-}
-Ids Cat(std::initializer_list<Ids> parts) {
-  Ids out;
-  for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using testing::Cat;
+using testing::Repeat;
 
 DecodedImage Pattern(int h, int w, int seed) {
   DecodedImage image;
@@ -360,19 +355,9 @@ TEST(JsonlNative, EveryRefusalNamesTheLineAndTheFix) {
   for (const Refusal& r : Refusals()) {
     SCOPED_TRACE(r.name);
     const std::string path = WriteManifest(dir, {{{"input_ids", {1, 2}}}, r.line});
-    auto m = JsonlManifest::Open(path, Options());
-    ASSERT_FALSE(m.ok());
-    EXPECT_EQ(m.status().code(), r.code) << m.status().ToString();
-    const std::string msg = m.status().message();
-    EXPECT_EQ(msg.rfind(path + ":2 (sample 1", 0), 0u) << msg;
-    EXPECT_NE(msg.find(r.says), std::string::npos) << msg << "\n  expected: " << r.says;
-    EXPECT_NE(msg.find("; "), std::string::npos) << "no fix in: " << msg;
-    JsonlManifestOptions skip = Options();
-    skip.on_bad_sample = BadSamplePolicy::kSkip;
-    auto s = JsonlManifest::Open(path, skip);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto s = testing::ExpectSecondLineRefused(path, Options(), r.code, r.says);
+    ASSERT_TRUE(s.ok());
     EXPECT_EQ(s->size(), 1);
-    EXPECT_EQ(s->skipped().size(), 1u);
   }
   // The empty folder's message says what a frame is.
   const std::string path =
@@ -421,10 +406,7 @@ TEST(JsonlNative, OptionsAreChecked) {
   const std::string dir = Dir("options");
   const std::string path = WriteManifest(dir, {{{"input_ids", {1}}}});
   const auto fails = [&](const JsonlManifestOptions& o, const std::string& says) {
-    auto m = JsonlManifest::Open(path, o);
-    ASSERT_FALSE(m.ok()) << says;
-    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().message();
+    testing::ExpectOptionsRefused(path, o, says);
   };
   JsonlManifestOptions o = Options();
   o.tokens_per_image = 4;
