@@ -101,6 +101,77 @@ TEST(VisionTowers, Qwen2VlFixedImagesAreThePackedPath) {
   EXPECT_TRUE(torch::equal(fixed, packed.view({3, 4, 24})));
 }
 
+// Qwen2.5-VL (windows of 2 x 2 merged units = 4 x 4 patches): one window,
+// windows padded (3 x 3 and 5 x 2 merged units, 1 x 3), windows that tile
+// exactly (4 x 4: HF pads a whole empty row and column of windows and drops
+// them), and a video of 2 temporal patches; block 1 attends over each
+// temporal patch, blocks 0 and 2 inside their windows.
+std::vector<PatchGrid> WindowGrids() {
+  return {{1, 4, 4}, {1, 6, 6}, {1, 2, 6}, {1, 10, 4}, {1, 8, 8}, {2, 6, 4}};
+}
+
+TEST(VisionTowersReference, Qwen25VlPackedImagesAndAVideoMatchPyTorch) {
+  CheckAgainstPyTorch(PackedCase("qwen2_5_vl_packed", fixtures::TinyQwen25VlVisionModel(), WindowGrids()));
+}
+
+TEST(VisionTowersReference, Qwen25VlFixedImagesMatchPyTorch) {
+  CheckAgainstPyTorch(FloatInputCase("qwen2_5_vl", fixtures::TinyQwen25VlVisionModel(), {2, 3, 24, 24}));
+}
+
+TEST(VisionTowers, Qwen25VlWindowsFollowHfsWindowIndex) {
+  // 3 x 3 merged units in windows of 2: [0 1 3 4], [2 5], [6 7], [8].
+  VisionWindows w = VisionWindowIndex({{1, 6, 6}}, 2, 2);
+  EXPECT_TRUE(torch::equal(w.groups, torch::tensor({0, 1, 3, 4, 2, 5, 6, 7, 8}, torch::kInt64)));
+  EXPECT_EQ(w.lengths, (std::vector<int64_t>{16, 8, 8, 4}));
+  // Two temporal patches of 1 x 2 merged units: one window each, groups offset.
+  w = VisionWindowIndex({{2, 2, 4}}, 2, 2);
+  EXPECT_TRUE(torch::equal(w.groups, torch::tensor({0, 1, 2, 3}, torch::kInt64)));
+  EXPECT_EQ(w.lengths, (std::vector<int64_t>{8, 8}));
+  auto qwen = BuildVitEncoder(fixtures::TinyQwen25VlVisionModel());
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  auto out = (*qwen)->ForwardPacked(torch::randn({216, 96}), WindowGrids());
+  EXPECT_EQ((*qwen)->blocks_input_rows(), 216);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{54, 24}));
+}
+
+TEST(VisionTowers, Qwen25VlParameterCountsByHand) {
+  const int64_t c = 32, f = 64, g = 4 * c;
+  const int64_t block = 2 * c + (3 * c * c + 3 * c) + (c * c + c) + 2 * (f * c + f) + (c * f + c);
+  const int64_t tower = 3 * 2 * 4 * 4 * c + 3 * block + c + (g * g + g) + (g * 24 + 24);
+  const ModelDesc d = fixtures::TinyQwen25VlVisionModel();
+  EXPECT_EQ(ParameterCount(d).value(), tower);
+  EXPECT_EQ(compiler::ComputeModelFacts(d, 0).params, tower);
+}
+
+// Qwen2.5-VL-7B's tower built on the meta device holds the count the
+// compiler plans with (compiler/model_test.cc sums it by hand).
+TEST(VisionTowers, Qwen25Vl7bCountsAsTheCompilerDoes) {
+  auto d = compiler::ModelFromHfConfigFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/hf/qwen2_5_vl_7b.json", "vision");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(ParameterCount(*d).value(), 676'550'144);
+  EXPECT_EQ(compiler::ComputeModelFacts(*d, 0).params, 676'550'144);
+}
+
+TEST(VisionTowers, Qwen25VlDescsTheRuntimeDoesNotBuildAreRefused) {
+  auto refused = [](const ModelDesc& d, const std::string& mentions) {
+    auto built = BuildVitEncoder(d);
+    ASSERT_FALSE(built.ok()) << mentions;
+    EXPECT_NE(built.status().message().find(mentions), std::string::npos) << built.status().ToString();
+  };
+  ModelDesc d = fixtures::TinyQwen25VlVisionModel();
+  d.extra[std::string(plan::kFullAttBlockKeyPrefix) + "3"] = 1;  // 3 blocks: 0, 1, 2
+  refused(d, "fullatt_block_indexes.3");
+  d = fixtures::TinyQwen25VlVisionModel();
+  d.extra[plan::kVitWindowSizeKey] = 4;  // under one merged unit (8 px)
+  refused(d, "window_size");
+  d = fixtures::TinyQwen25VlVisionModel();
+  d.extra[plan::kQuickGeluKey] = 1;
+  refused(d, "quick_gelu");
+  d = fixtures::TinyQwen2VlVisionModel();
+  d.extra[plan::kVitWindowSizeKey] = 16;  // only Qwen2.5-VL has windows
+  refused(d, "window_size");
+}
+
 TEST(VisionTowers, PackedInputIsRefusedWhereItCannotRun) {
   auto qwen = BuildVitEncoder(fixtures::TinyQwen2VlVisionModel());
   ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
