@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "base/checks.h"
 #include "base/read_file.h"
@@ -354,6 +355,8 @@ StatusOr<ModelDesc> VitFromHf(const nlohmann::json& j, const std::string& origin
 // Qwen2-VL's vision tower (transformers' Qwen2VisionTransformerPretrainedModel)
 // from a qwen2_vl config's vision_config. Qwen2-VL takes any resolution; a
 // section takes one: image_size when the vision_config has it, else 448.
+Status QwenVisionCommonFromHf(const HfReader& r, const std::string& origin, ModelDesc& d);
+
 StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::string& origin) {
   HfReader r(j, origin);
   ModelDesc d;
@@ -375,18 +378,82 @@ StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::stri
                     origin, d.hidden, mlp_ratio, kMaxFfn));
   }
   d.ffn_hidden = static_cast<int64_t>(ffn);  // int(embed_dim * mlp_ratio)
+  MAESTRO_ASSIGN_OR_RETURN(d.out_dim, r.Int("hidden_size", 3584));
+  MAESTRO_RETURN_IF_ERROR(QwenVisionCommonFromHf(r, origin, d));
+  d.extra["vit_layout"] = 2;  // hf/name_map.h kVitLayoutQwen2Vl
+  d.extra["layer_norm_eps"] = 1e-6;
+  d.extra["quick_gelu"] = r.String("hidden_act", "quick_gelu") == "quick_gelu" ? 1 : 0;
+  return d;
+}
+
+// Qwen2.5-VL's vision tower (transformers' Qwen2_5_VLVisionConfig, its
+// defaults): depth, hidden_size, intermediate_size (the SwiGLU MLP's),
+// num_heads, out_hidden_size (the merger's output), window_size (pixels)
+// and fullatt_block_indexes (extra["fullatt_block_indexes.<i>"] = 1 each,
+// plan/model_desc.h), hidden_act silu (the only one the runtime builds).
+StatusOr<ModelDesc> Qwen25VlVisionFromHf(const nlohmann::json& j, const std::string& origin) {
+  HfReader r(j, origin);
+  ModelDesc d;
+  d.kind = ModelKind::kVit;
+  const std::pair<int64_t*, std::pair<const char*, int64_t>> sizes[] = {
+      {&d.hidden, {"hidden_size", 3584}},      {&d.layers, {"depth", 32}},
+      {&d.heads, {"num_heads", 16}},           {&d.ffn_hidden, {"intermediate_size", 3420}},
+      {&d.out_dim, {"out_hidden_size", 3584}},
+  };
+  for (const auto& [field, key] : sizes) {
+    MAESTRO_ASSIGN_OR_RETURN(*field, r.Int(key.first, key.second));
+  }
+  MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "depth", d.layers, 1, kMaxLayers));
+  MAESTRO_RETURN_IF_ERROR(QwenVisionCommonFromHf(r, origin, d));
+  const std::string act = r.String("hidden_act", "silu");
+  if (act != "silu") {
+    return Status::InvalidArgument(
+        fmt::format("{}: hidden_act '{}': the Qwen2.5-VL tower's SwiGLU MLP is built with silu only", origin, act));
+  }
+  int64_t window = 112;
+  MAESTRO_ASSIGN_OR_RETURN(window, r.Int("window_size", 112));
+  const auto unit = static_cast<int64_t>(d.extra.at("spatial_merge")) * d.patch_size;
+  if (window < unit || window > 1 << 20) {
+    return Status::InvalidArgument(
+        fmt::format("{}: window_size = {} px must be at least spatial_merge_size * patch_size = {} (one merged unit)",
+                    origin, window, unit));
+  }
+  d.extra["vit_layout"] = 5;  // plan::kVitLayoutQwen25Vl
+  d.extra["window_size"] = static_cast<double>(window);
+  d.extra["quick_gelu"] = 0;
+  if (j.contains("fullatt_block_indexes") && !j.at("fullatt_block_indexes").is_null()) {
+    const nlohmann::json& full = j.at("fullatt_block_indexes");
+    if (!full.is_array()) return Status::InvalidArgument(origin + ": fullatt_block_indexes must be a list");
+    for (const nlohmann::json& index : full) {
+      if (!index.is_number_integer() || index.get<int64_t>() < 0 || index.get<int64_t>() >= d.layers) {
+        return Status::InvalidArgument(
+            fmt::format("{}: fullatt_block_indexes holds {}: each must be a block index in [0, depth = {})", origin,
+                        index.dump(), d.layers));
+      }
+      d.extra["fullatt_block_indexes." + std::to_string(index.get<int64_t>())] = 1;
+    }
+  } else {
+    for (int64_t i : {7, 15, 23, 31}) {  // transformers' default (depth 32)
+      if (i < d.layers) d.extra["fullatt_block_indexes." + std::to_string(i)] = 1;
+    }
+  }
+  return d;
+}
+
+// What the Qwen vision towers' configs share: patch_size, in_chans /
+// in_channels, spatial_merge_size, temporal_patch_size, image_size (not in
+// HF's config: the images a section trains on) and the layout flags.
+Status QwenVisionCommonFromHf(const HfReader& r, const std::string& origin, ModelDesc& d) {
   MAESTRO_ASSIGN_OR_RETURN(d.patch_size, r.Int("patch_size", 14));
   int64_t channels = 3;
   MAESTRO_ASSIGN_OR_RETURN(channels, r.Int("in_chans", 3));  // older configs
   MAESTRO_ASSIGN_OR_RETURN(d.channels, r.Int("in_channels", channels));
-  MAESTRO_ASSIGN_OR_RETURN(d.out_dim, r.Int("hidden_size", 3584));
   int64_t merge = 2, temporal = 2;
   MAESTRO_ASSIGN_OR_RETURN(merge, r.Int("spatial_merge_size", 2));
   MAESTRO_ASSIGN_OR_RETURN(temporal, r.Int("temporal_patch_size", 2));
   MAESTRO_ASSIGN_OR_RETURN(d.image_size, r.Int("image_size", 448));
   MAESTRO_RETURN_IF_ERROR(RequireRange(nullptr, origin, "spatial_merge_size", merge, 1, 8));
   d.kv_heads = d.heads;
-  d.extra["vit_layout"] = 2;  // hf/name_map.h kVitLayoutQwen2Vl
   d.extra["temporal_patch"] = static_cast<double>(temporal);
   d.extra["spatial_merge"] = static_cast<double>(merge);
   d.extra["merger_hidden"] = static_cast<double>(merge * merge * d.hidden);
@@ -396,9 +463,7 @@ StatusOr<ModelDesc> Qwen2VlVisionFromHf(const nlohmann::json& j, const std::stri
   d.extra["final_norm"] = 0;  // the merger's ln_q is the last norm
   d.extra["pooler"] = 0;
   d.extra["qkv_bias"] = 1;
-  d.extra["layer_norm_eps"] = 1e-6;
-  d.extra["quick_gelu"] = r.String("hidden_act", "quick_gelu") == "quick_gelu" ? 1 : 0;
-  return d;
+  return Status::Ok();
 }
 
 // The language model of a Qwen2-VL or Qwen2.5-VL config (transformers'
@@ -539,11 +604,11 @@ StatusOr<ModelDesc> ModelFromHfConfig(const std::string& json_text, const std::s
     d = WhisperEncoderFromHf(j, origin);
   } else if (vision_language && part == "text") {
     d = Qwen2VlTextFromHf(j, origin);
-  } else if (type == "qwen2_5_vl") {
-    return Status::InvalidArgument(fmt::format(
-        "{}: Qwen2.5-VL's vision tower (window attention, RMSNorm, SwiGLU) is not built; import its language model "
-        "with part = \"text\"",
-        origin));
+  } else if (type == "qwen2_5_vl") {  // the vision tower: part "vision", or no part
+    if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
+      return Status::InvalidArgument(origin + ": a qwen2_5_vl config needs an object 'vision_config'");
+    }
+    d = Qwen25VlVisionFromHf(j.at("vision_config"), origin + " (vision_config)");
   } else if (type == "qwen2_vl") {
     if (!j.contains("vision_config") || !j.at("vision_config").is_object()) {
       return Status::InvalidArgument(origin + ": a qwen2_vl config needs an object 'vision_config'");

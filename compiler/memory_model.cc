@@ -34,7 +34,14 @@ bool QuickGeluOf(const plan::ModelDesc& m) {
   return ExtraValue(m, "quick_gelu", published ? 1.0 : 0.0) != 0.0;
 }
 bool VisionRopeOf(const plan::ModelDesc& m) {
-  return m.kind == ModelKind::kVit && plan::VitLayout(m) == plan::kVitLayoutQwen2Vl;
+  return m.kind == ModelKind::kVit && plan::IsQwenVisionLayout(plan::VitLayout(m));
+}
+// Elements per token an encoder's MLP keeps, per inner unit: Qwen2.5-VL's
+// SwiGLU gate, up, silu(gate) and their product (as the decoder's); else
+// fc1's output, (quick_gelu's sigmoid,) the activation's output.
+double EncoderMlpKept(const plan::ModelDesc& m) {
+  if (m.kind == ModelKind::kVit && plan::VitLayout(m) == plan::kVitLayoutQwen25Vl) return 4.0;
+  return QuickGeluOf(m) ? 3.0 : 2.0;
 }
 
 // The parameters of an encoder or projector that TP splits
@@ -188,9 +195,9 @@ double EncoderLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, doub
   } else {
     e += a * c / tp + 4.0 * heads;
   }
-  e += a * c / tp;                            // heads reshaped for the output projection
-  e += a * c + 8.0 + a * c;                   // the residual, the MLP norm's output
-  e += (QuickGeluOf(m) ? 3.0 : 2.0) * a * f;  // fc1's output, (sigmoid,) the activation's output
+  e += a * c / tp;                 // heads reshaped for the output projection
+  e += a * c + 8.0 + a * c;        // the residual, the MLP norm's output
+  e += EncoderMlpKept(m) * a * f;  // the MLP's inner activations
   return e;
 }
 
@@ -202,7 +209,7 @@ double ForwardOnlyLayerBytes(const plan::ModelDesc& m, int tp, int64_t context, 
   const bool decoder = m.kind == ModelKind::kDecoder;
   const double q = decoder ? heads * HeadDimOf(m) : c / tp;
   const double scores = explicit_attention ? 2.0 * heads * D(context) : q;  // scores and their masked / softmaxed copy
-  double ffn = decoder ? 4.0 * D(m.ffn_hidden) / tp : (QuickGeluOf(m) ? 3.0 : 2.0) * D(m.ffn_hidden) / tp;
+  double ffn = (decoder ? 4.0 : EncoderMlpKept(m)) * D(m.ffn_hidden) / tp;
   if (decoder && m.experts > 0) {
     // MoE (elements): the router logits and probabilities, each routed
     // slot's SwiGLU and output; the larger of it and a dense layer's when

@@ -227,8 +227,11 @@ void VitFacts(const ModelDesc& d, ModelFacts* f) {
   if (ExtraFlag(d, "pos_embed", true)) p += (patches + (cls ? 1 : 0)) * h;
   if (ExtraFlag(d, "pre_norm", false)) p += 2 * h;
   const bool qkv_bias = ExtraFlag(d, "qkv_bias", true);
-  const int64_t layer_w = 4 * h * h + 2 * h * ffn;
-  const int64_t layer = layer_w + (qkv_bias ? 3 * h : 0) + h + ffn + h + 4 * h;  // biases + two LayerNorms
+  // Qwen2.5-VL: a SwiGLU MLP with biases (gate, up, down) and two RMSNorms (weight only).
+  const bool qwen25 = plan::VitLayout(d) == plan::kVitLayoutQwen25Vl;
+  const int64_t layer_w = 4 * h * h + (qwen25 ? 3 : 2) * h * ffn;
+  const int64_t mlp_biases = qwen25 ? 2 * ffn + h : ffn + h;
+  const int64_t layer = layer_w + (qkv_bias ? 3 * h : 0) + h + mlp_biases + (qwen25 ? 2 * h : 4 * h);  // + the norms
   p += d.layers * layer;
   if (ExtraFlag(d, "final_norm", true)) p += 2 * h;
   if (ExtraFlag(d, "pooler", false)) p += h * h + h;
@@ -241,7 +244,7 @@ void VitFacts(const ModelDesc& d, ModelFacts* f) {
     const int64_t mh = static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0)) > 0
                            ? static_cast<int64_t>(ExtraValue(d, "merger_hidden", 0))
                            : in;
-    p += 2 * h + in * mh + mh + mh * d.out_dim + d.out_dim;
+    p += (qwen25 ? h : 2 * h) + in * mh + mh + mh * d.out_dim + d.out_dim;  // ln_q: RMSNorm or LayerNorm
   }
   f->params = p;
   f->active_params = p;

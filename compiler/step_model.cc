@@ -377,16 +377,29 @@ void AddEncoderBlocks(StepSum& sum, const plan::ModelDesc& d, const PassShape& s
   const auto kB = Phase::kBackward;
   sum.Gemm("attn.qkv", Part::kBlocks, m, h, 3 * w, layers);
   sum.Gemm("attn.out", Part::kBlocks, m, w, h, layers);
-  sum.Gemm("mlp.fc1", Part::kBlocks, m, h, f, layers);
-  sum.Gemm("mlp.fc2", Part::kBlocks, m, f, h, layers);
+  // Qwen2.5-VL: a SwiGLU MLP (gate, up, down; silu and the product as the
+  // decoder's) and window attention on the blocks outside fullatt_block_indexes.
+  const bool swiglu = d.kind == plan::ModelKind::kVit && plan::VitLayout(d) == plan::kVitLayoutQwen25Vl;
+  sum.Gemm(swiglu ? "mlp.gate_proj + up_proj" : "mlp.fc1", Part::kBlocks, m, h, f, swiglu ? 2 * layers : layers);
+  sum.Gemm(swiglu ? "mlp.down_proj" : "mlp.fc2", Part::kBlocks, m, f, h, layers);
   // Every sequence attends within its context (one image's patches, one
-  // clip's frames): 4 * context * width FLOPs per token forward.
-  sum.Attention("(SDPA, per context)", 4 * all_tokens / s.cp * context * w, head_dim, context, layers);
+  // clip's frames; a window's patches): 4 * context * width FLOPs per token forward.
+  double window_layers = 0;
+  for (int64_t i = 0; i < d.layers; ++i) window_layers += plan::IsFullAttentionVitBlock(d, i) ? 0 : 1;
+  const double side = static_cast<double>(plan::VitMergerWindow(d) * plan::SpatialMerge(d));
+  const double window = std::min(context, side * side);
+  sum.Attention("(SDPA, per context)", 4 * all_tokens / s.cp * context * w, head_dim, context, layers - window_layers);
+  if (window_layers > 0) {
+    sum.Attention("(SDPA, per window)", 4 * all_tokens / s.cp * window * w, head_dim, window, window_layers);
+  }
   sum.Memory("layer_norm, 2 per layer", Part::kBlocks, kF, {b.Act(2 * h)}, m, 2 * layers);
   sum.Memory("layer_norm, 2 per layer", Part::kBlocks, kB, {b.Act(3 * h), b.Act(2 * h)}, m, 2 * layers);
   sum.Memory("attention layout copies", Part::kBlocks, kF, {b.Act(2 * w)}, m, layers);
   sum.Memory("attention layout copies", Part::kBlocks, kB, {b.Act(2 * w), b.Act(6 * w)}, m, layers);
-  if (quick_gelu) {
+  if (swiglu) {  // silu(gate) and its product with up, forward and backward
+    sum.Memory("silu * up", Part::kBlocks, kF, {b.Act(2 * f), b.Act(3 * f)}, m, layers);
+    sum.Memory("silu * up", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
+  } else if (quick_gelu) {
     sum.Memory("quick_gelu", Part::kBlocks, kF, {b.Act(2 * f), b.Act(2 * f), b.Act(3 * f)}, m, layers);
     sum.Memory("quick_gelu", Part::kBlocks, kB, {b.Act(3 * f), b.Act(3 * f), b.Act(3 * f), b.Act(3 * f)}, m, layers);
   } else {
@@ -414,9 +427,9 @@ void AddEncoderBlocks(StepSum& sum, const plan::ModelDesc& d, const PassShape& s
   sum.Memory("gradient accumulations (residual)", Part::kBlocks, kB, {b.Act(3 * h), b.Act(3 * h)}, m, layers);
   const double e = b.a;
   sum.Parameters("attention weights (qkv, out)", h * w, 4 * layers, e);
-  sum.Parameters("mlp weights", h * f, 2 * layers, e);
-  sum.Parameters("biases and layer norms", h, 6 * layers, e);
-  sum.Parameters("mlp bias", f, layers, e);
+  sum.Parameters("mlp weights", h * f, (swiglu ? 3 : 2) * layers, e);
+  sum.Parameters("biases and layer norms", h, (swiglu ? 4 : 6) * layers, e);  // RMSNorms: weights only
+  sum.Parameters("mlp bias", f, (swiglu ? 2 : 1) * layers, e);
 }
 
 void AddLayerNorm(StepSum& sum, const char* name, Part part, const Bytes& b, double h, double m) {
@@ -442,7 +455,7 @@ void AddVit(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m
   }
   sum.AutocastWeights("patch_embed", Part::kPre, patch_in * h, 1);
   if (ExtraFlag(d, "pre_norm", false)) AddLayerNorm(sum, "pre_norm", Part::kPre, b, h, m);
-  if (plan::VitLayout(d) == plan::kVitLayoutQwen2Vl) {
+  if (plan::IsQwenVisionLayout(plan::VitLayout(d))) {
     // 2-D RoPE on q and k in fp32 (runtime/models/encoders.cc, as HF's
     // apply_rotary_pos_emb_vision): to(fp32), -x2, cat, x * cos, rotated *
     // sin, +, to(bf16); backward: the casts', the products', neg', the two

@@ -303,23 +303,56 @@ std::vector<Rule> MakeSiglipRules() {
   return r;
 }
 
-std::vector<Rule> MakeQwen2VlVisionRules() {
+// The Qwen towers' stem (no bias) and each block's attention (fused qkv, proj).
+std::vector<Rule> QwenVisionStemAndAttention(bool layer_norms) {
   const Scope M = Scope::kModel, L = Scope::kLayer;
   std::vector<Rule> r = {
       {"{p}patch_embed.proj.weight", "patch_embed.weight", "(C, Cin, T, P, P)", SHAPE(x.C, x.Cin, x.T, x.P, x.P), -1, M,
        ""},
   };
-  AddPair(r, "blocks.{i}.norm1", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "blocks.{i}.norm2", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  if (layer_norms) {
+    AddPair(r, "blocks.{i}.norm1", "blocks.{i}.attn_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+    AddPair(r, "blocks.{i}.norm2", "blocks.{i}.mlp_norm", L, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
+  } else {  // RMSNorms: weights only
+    r.push_back({"{p}blocks.{i}.norm1.weight", "blocks.{i}.attn_norm.weight", "(C)", SHAPE(x.C), -1, L, ""});
+    r.push_back({"{p}blocks.{i}.norm2.weight", "blocks.{i}.mlp_norm.weight", "(C)", SHAPE(x.C), -1, L, ""});
+  }
   AddPair(r, "blocks.{i}.attn.qkv", "blocks.{i}.attn.qkv", L, "(3C, C)", SHAPE(3 * x.C, x.C), "(3C)", SHAPE(3 * x.C),
           kFusedQkv);
   AddPair(r, "blocks.{i}.attn.proj", "blocks.{i}.attn.out", L, "(C, C)", SHAPE(x.C, x.C), "(C)", SHAPE(x.C),
           kRowParallel);
+  return r;
+}
+
+// The PatchMerger's two Linears (after its ln_q).
+void AddQwenVisionMergerMlp(std::vector<Rule>& r) {
+  const Scope M = Scope::kModel;
+  AddPair(r, "merger.mlp.0", "merger_fc1", M, "(MH, G)", SHAPE(x.MH, x.G), "(MH)", SHAPE(x.MH), kColumnParallel);
+  AddPair(r, "merger.mlp.2", "merger_fc2", M, "(Out, MH)", SHAPE(x.Out, x.MH), "(Out)", SHAPE(x.Out), kRowParallel);
+}
+
+std::vector<Rule> MakeQwen2VlVisionRules() {
+  const Scope M = Scope::kModel, L = Scope::kLayer;
+  std::vector<Rule> r = QwenVisionStemAndAttention(/*layer_norms=*/true);
   AddPair(r, "blocks.{i}.mlp.fc1", "blocks.{i}.fc1", L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F), kColumnParallel);
   AddPair(r, "blocks.{i}.mlp.fc2", "blocks.{i}.fc2", L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C), kRowParallel);
   AddPair(r, "merger.ln_q", "merger_norm", M, "(C)", SHAPE(x.C), "(C)", SHAPE(x.C));
-  AddPair(r, "merger.mlp.0", "merger_fc1", M, "(MH, G)", SHAPE(x.MH, x.G), "(MH)", SHAPE(x.MH), kColumnParallel);
-  AddPair(r, "merger.mlp.2", "merger_fc2", M, "(Out, MH)", SHAPE(x.Out, x.MH), "(Out)", SHAPE(x.Out), kRowParallel);
+  AddQwenVisionMergerMlp(r);
+  return r;
+}
+
+// Qwen2.5-VL's tower: RMSNorms (weight only), the SwiGLU MLP with biases.
+std::vector<Rule> MakeQwen25VlVisionRules() {
+  const Scope M = Scope::kModel, L = Scope::kLayer;
+  std::vector<Rule> r = QwenVisionStemAndAttention(/*layer_norms=*/false);
+  for (const std::string proj :
+       {"blocks.{i}.mlp.gate_proj", "blocks.{i}.mlp.up_proj"}) {  // the same names on both sides
+    AddPair(r, proj, proj, L, "(F, C)", SHAPE(x.F, x.C), "(F)", SHAPE(x.F), kColumnParallel);
+  }
+  const std::string down = "blocks.{i}.mlp.down_proj";
+  AddPair(r, down, down, L, "(C, F)", SHAPE(x.C, x.F), "(C)", SHAPE(x.C), kRowParallel);
+  r.push_back({"{p}merger.ln_q.weight", "merger_norm.weight", "(C)", SHAPE(x.C), -1, M, ""});
+  AddQwenVisionMergerMlp(r);
   return r;
 }
 
@@ -369,6 +402,10 @@ const std::vector<Rule>& Qwen2VlVisionRules() {
   static const std::vector<Rule> rules = MakeQwen2VlVisionRules();
   return rules;
 }
+const std::vector<Rule>& Qwen25VlVisionRules() {
+  static const std::vector<Rule> rules = MakeQwen25VlVisionRules();
+  return rules;
+}
 const std::vector<Rule>& WhisperEncoderRules() {
   static const std::vector<Rule> rules = MakeWhisperEncoderRules();
   return rules;
@@ -396,6 +433,7 @@ StatusOr<Table> TableOf(WeightLayout layout) {
     case WeightLayout::kSiglipVision:
       return Table{&SiglipRules(), "vision_model.", {"vision_model."}, {"vision_model.embeddings.position_ids"}};
     case WeightLayout::kQwen2VlVision: return Table{&Qwen2VlVisionRules(), "visual.", {"visual."}, {}};
+    case WeightLayout::kQwen25VlVision: return Table{&Qwen25VlVisionRules(), "visual.", {"visual."}, {}};
     case WeightLayout::kWhisperEncoder: return Table{&WhisperEncoderRules(), "model.encoder.", {"model.encoder."}, {}};
     case WeightLayout::kLlavaProjector:
       return Table{&LlavaProjectorRules(), "multi_modal_projector.", {"multi_modal_projector."}, {}};
@@ -403,7 +441,8 @@ StatusOr<Table> TableOf(WeightLayout layout) {
   }
   return Status::InvalidArgument(
       "Maestro's built-in ViT follows no published layout, so it has no Hugging Face weights to load or export; "
-      "import the tower with hf_config (clip, clip_vision_model, siglip, siglip_vision_model or qwen2_vl) to use "
+      "import the tower with hf_config (clip, clip_vision_model, siglip, siglip_vision_model, qwen2_vl or qwen2_5_vl) "
+      "to use "
       "published weights");
 }
 
@@ -468,6 +507,7 @@ const char* WeightLayoutName(WeightLayout layout) {
     case WeightLayout::kClipVision: return "clip_vision";
     case WeightLayout::kSiglipVision: return "siglip_vision";
     case WeightLayout::kQwen2VlVision: return "qwen2_vl_vision";
+    case WeightLayout::kQwen25VlVision: return "qwen2_5_vl_vision";
     case WeightLayout::kWhisperEncoder: return "whisper_encoder";
     case WeightLayout::kLlavaProjector: return "llava_projector";
     case WeightLayout::kGemma3: return "gemma3";
@@ -492,6 +532,7 @@ WeightLayout WeightLayoutOf(const plan::ModelDesc& desc) {
         case plan::kVitLayoutClip: return WeightLayout::kClipVision;
         case plan::kVitLayoutSiglip: return WeightLayout::kSiglipVision;
         case plan::kVitLayoutQwen2Vl: return WeightLayout::kQwen2VlVision;
+        case plan::kVitLayoutQwen25Vl: return WeightLayout::kQwen25VlVision;
         default: return WeightLayout::kBuiltinVit;
       }
     case plan::ModelKind::kAudioEncoder: return WeightLayout::kWhisperEncoder;

@@ -28,6 +28,8 @@
 //                  siglip_vision_model checkpoints); head.* with
 //                  extra.attn_pool_head (vision_use_head).
 //   qwen2_vl_vision  Qwen2-VL's vision tower under "visual.".
+//   qwen2_5_vl_vision  Qwen2.5-VL's vision tower under "visual." (RMSNorm
+//                  norm1 / norm2 / merger.ln_q weights, mlp.{gate,up,down}_proj).
 //   whisper_encoder  WhisperEncoder under "model.encoder.".
 //   llava_projector  LLaVA's multi_modal_projector (linear_1, GELU, linear_2).
 //   builtin_vit    Maestro's own ViT: no published layout, nothing to load.
@@ -62,6 +64,7 @@ enum class WeightLayout {
   kGemma3,
   kBuiltinVit,  // no published layout
   kSiglipVision,
+  kQwen25VlVision,
 };
 const char* WeightLayoutName(WeightLayout layout);  // "decoder", "clip_vision", ...
 

@@ -29,6 +29,7 @@ const char* VitLayoutName(int layout) {
     case kVitLayoutQwen2Vl: return "Qwen2-VL";
     case kVitLayoutHfVit: return "HF ViTModel";
     case kVitLayoutSiglip: return "SigLIP";
+    case kVitLayoutQwen25Vl: return "Qwen2.5-VL";
   }
   return "unknown";
 }
@@ -78,27 +79,29 @@ void CheckEncoderBlocks(const ModelDesc& d, DescChecker& c) {
 void CheckVitFlags(const ModelDesc& d, DescChecker& c) {
   const int layout = VitLayout(d);
   const std::string name = VitLayoutName(layout);
-  c.Require((layout >= kVitLayoutBuiltin && layout <= kVitLayoutQwen2Vl) || layout == kVitLayoutSiglip,
-            "extra.vit_layout 0 (built-in), 1 (CLIP), 2 (Qwen2-VL) or 4 (SigLIP); " + name +
+  c.Require((layout >= kVitLayoutBuiltin && layout <= kVitLayoutQwen2Vl) || layout == kVitLayoutSiglip ||
+                layout == kVitLayoutQwen25Vl,
+            "extra.vit_layout 0 (built-in), 1 (CLIP), 2 (Qwen2-VL), 4 (SigLIP) or 5 (Qwen2.5-VL); " + name +
                 " is counted by the planner but not built by the runtime");
   struct Flag {
     const char* key;
     double compiler_default;
-    double builtin, clip, qwen2_vl, siglip;  // what each layout builds; -1: any
+    double builtin, clip, qwen2_vl, siglip, qwen25_vl;  // what each layout builds; -1: any
   };
   static const Flag flags[] = {
-      {"pos_embed", 1, 1, 1, 0, 1},       {"patch_bias", 1, 1, 0, 0, 1},
-      {"pre_norm", 0, 0, 1, 0, 0},        {"final_norm", 1, 1, 1, 0, 1},
-      {"pooler", 0, 0, 0, 0, 0},          {"qkv_bias", 1, 1, 1, 1, 1},
-      {"cls_token", 1, 0, 1, 0, 0},       {"temporal_patch", 1, 1, 1, -1, 1},
-      {kQuickGeluKey, 0, -1, -1, -1, 0},  // SigLIP's MLP is gelu_tanh, not quick_gelu
-      {kAttnPoolHeadKey, 0, 0, 0, 0, -1},
+      {"pos_embed", 1, 1, 1, 0, 1, 0},       {"patch_bias", 1, 1, 0, 0, 1, 0},
+      {"pre_norm", 0, 0, 1, 0, 0, 0},        {"final_norm", 1, 1, 1, 0, 1, 0},
+      {"pooler", 0, 0, 0, 0, 0, 0},          {"qkv_bias", 1, 1, 1, 1, 1, 1},
+      {"cls_token", 1, 0, 1, 0, 0, 0},       {"temporal_patch", 1, 1, 1, -1, 1, -1},
+      {kQuickGeluKey, 0, -1, -1, -1, 0, 0},  // SigLIP's MLP is gelu_tanh, Qwen2.5-VL's SwiGLU (silu)
+      {kAttnPoolHeadKey, 0, 0, 0, 0, -1, 0},
   };
   for (const Flag& f : flags) {
-    const double want = layout == kVitLayoutClip      ? f.clip
-                        : layout == kVitLayoutQwen2Vl ? f.qwen2_vl
-                        : layout == kVitLayoutSiglip  ? f.siglip
-                                                      : f.builtin;
+    const double want = layout == kVitLayoutClip       ? f.clip
+                        : layout == kVitLayoutQwen2Vl  ? f.qwen2_vl
+                        : layout == kVitLayoutSiglip   ? f.siglip
+                        : layout == kVitLayoutQwen25Vl ? f.qwen25_vl
+                                                       : f.builtin;
     if (want < 0) continue;
     // The built-in ViT predates cls_token: absent means no class token there.
     const bool lenient = layout == kVitLayoutBuiltin && std::string(f.key) == "cls_token";
@@ -110,12 +113,33 @@ void CheckVitFlags(const ModelDesc& d, DescChecker& c) {
   if (layout == kVitLayoutClip || layout == kVitLayoutSiglip) {
     c.Require(merge == 0, "no extra.spatial_merge: the " + name + " tower has no patch merger");
   }
-  if (layout == kVitLayoutQwen2Vl) {
-    c.Require(merge >= 1, "extra.spatial_merge >= 1: the Qwen2-VL tower ends in its PatchMerger");
-    c.Require(MergerHidden(d) == merge * merge * d.hidden, "extra.merger_hidden = spatial_merge^2 * hidden (Qwen2-VL)");
+  if (IsQwenVisionLayout(layout)) {
+    c.Require(merge >= 1, "extra.spatial_merge >= 1: the " + name + " tower ends in its PatchMerger");
+    c.Require(MergerHidden(d) == merge * merge * d.hidden,
+              "extra.merger_hidden = spatial_merge^2 * hidden (" + name + ")");
     c.Require(d.heads > 0 && (d.hidden / std::max<int64_t>(d.heads, 1)) % 4 == 0,
               "a head dim (hidden / heads) divisible by 4 for the 2-D rotary embedding");
     c.Require(ExtraOr(d, "temporal_patch", 1) >= 1, "extra.temporal_patch >= 1");
+  }
+  if (layout == kVitLayoutQwen25Vl) {
+    c.Require(VitMergerWindow(d) >= 1,
+              "extra.window_size >= spatial_merge * patch_size (a window of at least one "
+              "merged unit a side), got " +
+                  Num(ExtraOr(d, kVitWindowSizeKey, 0)));
+  } else {
+    c.Require(ExtraOr(d, kVitWindowSizeKey, 0) == 0, "no extra.window_size: only the Qwen2.5-VL tower has windows");
+  }
+  const std::string prefix = kFullAttBlockKeyPrefix;
+  for (const auto& [key, value] : d.extra) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string index = key.substr(prefix.size());
+    const bool digits = !index.empty() && index.size() < 10 &&
+                        std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    c.Require(layout == kVitLayoutQwen25Vl,
+              "no extra." + key + ": only the Qwen2.5-VL tower lists full-attention blocks");
+    c.Require(digits && std::stoll(index) < d.layers && value == 1,
+              "extra." + key + " = 1 with a block index in [0, layers = " + std::to_string(d.layers) +
+                  ") (vision_config.fullatt_block_indexes)");
   }
 }
 
@@ -184,7 +208,7 @@ double RmsNormEps(const ModelDesc& desc) {
 }
 double LayerNormEps(const ModelDesc& desc) {
   const int layout = desc.kind == ModelKind::kVit ? VitLayout(desc) : kVitLayoutBuiltin;
-  const bool eps_1e6 = layout == kVitLayoutQwen2Vl || layout == kVitLayoutSiglip;
+  const bool eps_1e6 = IsQwenVisionLayout(layout) || layout == kVitLayoutSiglip;
   return ExtraOr(desc, kLayerNormEpsKey, eps_1e6 ? 1e-6 : 1e-5);
 }
 bool QkvBias(const ModelDesc& desc) {
@@ -259,6 +283,18 @@ int VitLayout(const ModelDesc& desc) {
   auto pos = desc.extra.find("pos_embed");
   if (pos != desc.extra.end() && pos->second == 0.0) return kVitLayoutQwen2Vl;
   return kVitLayoutBuiltin;
+}
+bool IsQwenVisionLayout(int layout) {
+  return layout == kVitLayoutQwen2Vl || layout == kVitLayoutQwen25Vl;
+}
+int64_t VitMergerWindow(const ModelDesc& desc) {
+  if (desc.kind != ModelKind::kVit || VitLayout(desc) != kVitLayoutQwen25Vl) return 0;
+  const int64_t unit = SpatialMerge(desc) * desc.patch_size;
+  return unit > 0 ? static_cast<int64_t>(ExtraOr(desc, kVitWindowSizeKey, 0)) / unit : 0;
+}
+bool IsFullAttentionVitBlock(const ModelDesc& desc, int64_t layer) {
+  if (VitMergerWindow(desc) == 0) return true;
+  return ExtraOr(desc, (kFullAttBlockKeyPrefix + std::to_string(layer)).c_str(), 0) != 0;
 }
 int64_t VitOutputTokens(const ModelDesc& desc) {
   const int64_t side = desc.patch_size > 0 ? desc.image_size / desc.patch_size : 0;

@@ -119,6 +119,27 @@ inline constexpr int kVitLayoutClip = 1;     // CLIPVisionModel
 inline constexpr int kVitLayoutQwen2Vl = 2;  // Qwen2-VL's vision tower (2-D RoPE, Conv3d, PatchMerger)
 inline constexpr int kVitLayoutHfVit = 3;    // HF ViTModel: counted by the compiler, not built by the runtime
 inline constexpr int kVitLayoutSiglip = 4;   // SiglipVisionModel (no class token, gelu_tanh, post_layernorm)
+// Qwen2.5-VL's vision tower (Qwen2_5_VisionTransformerPretrainedModel): as
+// Qwen2-VL's, with RMSNorms (eps 1e-6), a SwiGLU MLP with biases and window
+// attention on every block not listed in fullatt_block_indexes.
+inline constexpr int kVitLayoutQwen25Vl = 5;
+// Qwen2.5-VL's window attention: extra.window_size is vision_config.window_size
+// in pixels (a window is window_size / spatial_merge / patch_size merged
+// units a side); extra["fullatt_block_indexes.<i>"] = 1 for each block i of
+// vision_config.fullatt_block_indexes (one key per full-attention block,
+// i in [0, layers): ValidateModelDesc checks it); every other block attends
+// inside its window.
+inline constexpr const char* kVitWindowSizeKey = "window_size";
+inline constexpr const char* kFullAttBlockKeyPrefix = "fullatt_block_indexes.";
+// Whether `layout` is one of the Qwen vision towers (2-D RoPE, Conv3d stem,
+// PatchMerger, packed input): Qwen2-VL or Qwen2.5-VL.
+bool IsQwenVisionLayout(int layout);
+// Merged units a window side (window_size / spatial_merge / patch_size), 0
+// when the tower has no window attention (not Qwen2.5-VL).
+int64_t VitMergerWindow(const ModelDesc& desc);
+// Whether ViT block `layer` attends over its whole segment: every block of a
+// tower without window attention, a listed block of Qwen2.5-VL's.
+bool IsFullAttentionVitBlock(const ModelDesc& desc, int64_t layer);
 // ModelDesc::extra["attn_pool_head"]: SigLIP's attention-pooling head
 // (vision_use_head, HF's default true): its parameters are built, loaded,
 // exported and counted; it computes the pooled output only, never a

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plan/model_flops.h"
 
+#include <algorithm>
+
 #include "plan/model_desc.h"
 
 namespace maestro::plan {
@@ -45,7 +47,20 @@ int64_t VitMatmulParams(const ModelDesc& d) {
     const int64_t mh = merger_hidden > 0 ? merger_hidden : in;
     merger_per_token = (in * mh + mh * d.out_dim) / (merge * merge);
   }
-  return d.layers * (4 * h * h + 2 * h * d.ffn_hidden) + patch_w + merger_per_token;
+  const int64_t mlp_matrices = VitLayout(d) == kVitLayoutQwen25Vl ? 3 : 2;  // Qwen2.5-VL: SwiGLU
+  return d.layers * (4 * h * h + mlp_matrices * h * d.ffn_hidden) + patch_w + merger_per_token;
+}
+
+// The keys one ViT query attends, summed over the blocks: its segment's s
+// on a full-attention block; on Qwen2.5-VL's window blocks its window's
+// (window_size / patch_size)^2 patches, at most s.
+double VitLayerKeys(const ModelDesc& d, double s) {
+  const int64_t window = VitMergerWindow(d);
+  if (window == 0) return static_cast<double>(d.layers) * s;
+  const double side = static_cast<double>(window * SpatialMerge(d));
+  double keys = 0;
+  for (int64_t i = 0; i < d.layers; ++i) keys += IsFullAttentionVitBlock(d, i) ? s : std::min(s, side * side);
+  return keys;
 }
 
 // A Whisper-style audio encoder: the blocks and the two convolutions
@@ -82,7 +97,7 @@ int64_t MatmulParamsPerToken(const ModelDesc& d) {
 double AttentionFlopsPerToken(const ModelDesc& d, double seq_len) {
   switch (d.kind) {
     case ModelKind::kDecoder: return 4.0 * DecoderLayerKeys(d, seq_len) * static_cast<double>(d.heads * HeadDim(d));
-    case ModelKind::kVit:
+    case ModelKind::kVit: return 4.0 * VitLayerKeys(d, seq_len) * static_cast<double>(d.hidden);
     case ModelKind::kAudioEncoder: return 4.0 * static_cast<double>(d.layers) * seq_len * static_cast<double>(d.hidden);
     case ModelKind::kProjector: return 0.0;
   }

@@ -12,7 +12,7 @@ bool NativeResolution(const Plan& plan) {
 }
 
 bool TakesNativeImages(const ModelDesc& vit) {
-  return vit.kind == ModelKind::kVit && VitLayout(vit) == kVitLayoutQwen2Vl && SpatialMerge(vit) > 0;
+  return vit.kind == ModelKind::kVit && IsQwenVisionLayout(VitLayout(vit)) && SpatialMerge(vit) > 0;
 }
 
 Status CheckNativeResolution(const DataPlan& data, const ModelDesc& vit, const std::string& where) {
@@ -24,9 +24,9 @@ Status CheckNativeResolution(const DataPlan& data, const ModelDesc& vit, const s
   if (!TakesNativeImages(vit)) {
     return Status::InvalidArgument(fmt::format(
         "{}: data.image_resolution = \"native\" needs a Qwen2-VL-family vision tower (2-D RoPE and a patch merger: "
-        "vit_layout {}); this ViT (vit_layout {}) takes images of its image_size only: set image_resolution = "
+        "vit_layout {} or {}); this ViT (vit_layout {}) takes images of its image_size only: set image_resolution = "
         "\"fixed\"",
-        where, kVitLayoutQwen2Vl, VitLayout(vit)));
+        where, kVitLayoutQwen2Vl, kVitLayoutQwen25Vl, VitLayout(vit)));
   }
   const int64_t factor = vit.patch_size * SpatialMerge(vit);
   if (data.image_min_pixels < 1 || data.image_min_pixels > data.image_max_pixels) {

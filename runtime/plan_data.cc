@@ -216,7 +216,7 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
   std::array<float, 3> mean{datasets::kPixelMean, datasets::kPixelMean, datasets::kPixelMean};
   std::array<float, 3> stdev{datasets::kPixelStd, datasets::kPixelStd, datasets::kPixelStd};
   *decode = datasets::DecodeOptions{};
-  if (layout == plan::kVitLayoutClip || layout == plan::kVitLayoutQwen2Vl) {
+  if (layout == plan::kVitLayoutClip || plan::IsQwenVisionLayout(layout)) {
     mean = datasets::kOpenAiClipMean;
     stdev = datasets::kOpenAiClipStd;
   }
@@ -225,7 +225,7 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
     stdev = {0.5f, 0.5f, 0.5f};
   }
   if (layout == plan::kVitLayoutClip) spec.fit = datasets::ImageFit::kShortestEdgeThenCenterCrop;
-  if (layout == plan::kVitLayoutQwen2Vl) decode->alpha = datasets::AlphaHandling::kCompositeOnWhite;
+  if (plan::IsQwenVisionLayout(layout)) decode->alpha = datasets::AlphaHandling::kCompositeOnWhite;
   MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_mean, "image_mean", spec.channels, mean, &spec.mean));
   MAESTRO_RETURN_IF_ERROR(ChannelValues(plan.data.image_std, "image_std", spec.channels, stdev, &spec.std));
   Status valid = datasets::ValidateImageSpec(spec);

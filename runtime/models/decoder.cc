@@ -134,6 +134,10 @@ void SwiGluMlpImpl::Shard(int rank, int size) {
   Slice(gate_proj->weight, 0, rank * f, f);
   Slice(up_proj->weight, 0, rank * f, f);
   Slice(down_proj->weight, 1, rank * f, f);
+  if (gate_proj->bias.defined()) {
+    Slice(gate_proj->bias, 0, rank * f, f);
+    Slice(up_proj->bias, 0, rank * f, f);
+  }
 }
 
 int TensorParallelShardDim(const std::string& name) {
@@ -238,16 +242,20 @@ torch::Tensor GqaAttentionImpl::forward(const torch::Tensor& x, const RopeTables
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
-SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params, bool gelu_tanh)
+SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params, bool gelu_tanh, bool with_bias)
     : gelu_tanh_(gelu_tanh) {
-  gate_proj = register_module("gate_proj", Linear(hidden, ffn_hidden, false, params));
-  up_proj = register_module("up_proj", Linear(hidden, ffn_hidden, false, params));
-  down_proj = register_module("down_proj", Linear(ffn_hidden, hidden, false, params));
+  gate_proj = register_module("gate_proj", Linear(hidden, ffn_hidden, with_bias, params));
+  up_proj = register_module("up_proj", Linear(hidden, ffn_hidden, with_bias, params));
+  down_proj = register_module("down_proj", Linear(ffn_hidden, hidden, with_bias, params));
+}
+
+torch::Tensor SwiGluMlpImpl::Inner(const torch::Tensor& x) {
+  auto gate = gate_proj(x);
+  return (gelu_tanh_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x);
 }
 
 torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
-  auto gate = gate_proj(x);
-  return down_proj((gelu_tanh_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x));
+  return down_proj(Inner(x));
 }
 
 MoeMlpImpl::MoeMlpImpl(const plan::ModelDesc& desc, ParamFactory& params)

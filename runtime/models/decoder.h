@@ -157,12 +157,17 @@ TORCH_MODULE(GqaAttention);
 // down(gelu_tanh(gate(x)) * up(x)).
 class SwiGluMlpImpl : public torch::nn::Module {
  public:
-  SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params, bool gelu_tanh = false);
+  // with_bias: gate/up/down with biases (Qwen2.5-VL's vision MLP).
+  SwiGluMlpImpl(int64_t hidden, int64_t ffn_hidden, ParamFactory& params, bool gelu_tanh = false,
+                bool with_bias = false);
   // x: (..., C) -> (..., C)
   torch::Tensor forward(const torch::Tensor& x);
+  // down_proj's input: act(gate(x)) * up(x), (..., F).
+  torch::Tensor Inner(const torch::Tensor& x);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // (F,C) (F,C) (C,F)
-  // Keeps F/n of the inner units: rows of gate/up, columns of down.
+  // Keeps F/n of the inner units: rows of gate/up (and their biases),
+  // columns of down (its bias whole).
   void Shard(int rank, int size);
 
  private:

@@ -129,7 +129,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
   }
   // Held by value: selective recomputation runs the core again in backward.
   std::shared_ptr<const EncoderSequenceSplit> split = cp != nullptr ? cp->split : nullptr;
-  if (split != nullptr) {  // this rank's queries against every rank's keys and values
+  if (split != nullptr && split->cp_size() > 1) {  // this rank's queries against every rank's keys and values
     k = GatherKeysOrValues(k, *cp);
     v = GatherKeysOrValues(v, *cp);
   }
@@ -142,10 +142,19 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
 }
 
 EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
-                                   MlpActivation activation, ParamFactory& params)
+                                   MlpActivation activation, ParamFactory& params, bool rms_norm_swiglu)
     : activation_(activation) {
-  attn_norm = register_module("attn_norm", LayerNorm(hidden, eps, params));
+  if (rms_norm_swiglu) {
+    attn_rms_norm = register_module("attn_norm", RmsNorm(hidden, eps, params));
+  } else {
+    attn_norm = register_module("attn_norm", LayerNorm(hidden, eps, params));
+  }
   attn = register_module("attn", SelfAttention(hidden, heads, layout, params));
+  if (rms_norm_swiglu) {
+    mlp_rms_norm = register_module("mlp_norm", RmsNorm(hidden, eps, params));
+    mlp = register_module("mlp", SwiGluMlp(hidden, ffn_hidden, params, /*gelu_tanh=*/false, /*with_bias=*/true));
+    return;
+  }
   mlp_norm = register_module("mlp_norm", LayerNorm(hidden, eps, params));
   fc1 = register_module("fc1", Linear(hidden, ffn_hidden, true, params));
   fc2 = register_module("fc2", Linear(ffn_hidden, hidden, true, params));
@@ -153,6 +162,10 @@ EncoderBlockImpl::EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hi
 
 void EncoderBlockImpl::Shard(int rank, int size) {
   attn->Shard(rank, size);
+  if (mlp) {
+    mlp->Shard(rank, size);
+    return;
+  }
   KeepShard(fc1->weight, kRows, rank, size);
   KeepShard(fc1->bias, kRows, rank, size);
   KeepShard(fc2->weight, kColumns, rank, size);
@@ -160,6 +173,10 @@ void EncoderBlockImpl::Shard(int rank, int size) {
 
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const RopeTables* rope,
                                         const EncoderContextParallel* cp) {
+  if (mlp) {  // Qwen2.5-VL
+    auto h = x + attn->forward(EnterTensorParallel(attn_rms_norm(x), tp), rope, tp, cp);
+    return h + RowParallel(*mlp->down_proj, mlp->Inner(EnterTensorParallel(mlp_rms_norm(h), tp)), tp);
+  }
   auto h = x + attn->forward(EnterTensorParallel(attn_norm(x), tp), rope, tp, cp);
   auto inner = fc1(EnterTensorParallel(mlp_norm(h), tp));  // (B, T, F/n)
   torch::Tensor act;
@@ -200,8 +217,9 @@ torch::nn::ModuleList MakeEncoderBlocks(const plan::ModelDesc& desc, QkvLayout l
                                         ParamFactory& params) {
   torch::nn::ModuleList blocks;
   for (int64_t i = 0; i < desc.layers; ++i) {
+    const bool qwen25 = desc.kind == plan::ModelKind::kVit && VitLayout(desc) == plan::kVitLayoutQwen25Vl;
     blocks->push_back(
-        EncoderBlock(desc.hidden, desc.heads, desc.ffn_hidden, LayerNormEps(desc), layout, activation, params));
+        EncoderBlock(desc.hidden, desc.heads, desc.ffn_hidden, LayerNormEps(desc), layout, activation, params, qwen25));
   }
   return blocks;
 }
@@ -209,11 +227,15 @@ torch::nn::ModuleList MakeEncoderBlocks(const plan::ModelDesc& desc, QkvLayout l
 // x: (B, T, C) -> (B, T, C). Full recomputation runs each block through
 // RunRecomputed (the rope tables, fixed, are captured by value; so is the CP
 // context, which outlives the backward: its all-gathers run again there, in
-// the same order on every CP rank).
+// the same order on every CP rank). Block i attends through window_cp
+// instead of cp when windowed[i] (Qwen2.5-VL's window attention).
 torch::Tensor RunBlocks(const torch::nn::ModuleList& blocks, torch::Tensor x, plan::RecomputeGranularity recompute,
-                        const RopeTables* rope = nullptr, const EncoderContextParallel* cp = nullptr) {
-  for (const auto& block : *blocks) {
-    auto* b = block->as<EncoderBlockImpl>();
+                        const RopeTables* rope = nullptr, const EncoderContextParallel* full_cp = nullptr,
+                        const EncoderContextParallel* window_cp = nullptr,
+                        const std::vector<bool>* windowed = nullptr) {
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto* b = (*blocks)[i]->as<EncoderBlockImpl>();
+    const EncoderContextParallel* cp = windowed != nullptr && (*windowed)[i] ? window_cp : full_cp;
     if (recompute == plan::RecomputeGranularity::kFull) {
       std::optional<RopeTables> tables;
       if (rope != nullptr) tables = *rope;
@@ -237,18 +259,6 @@ void SetAttentionRecompute(const torch::nn::ModuleList& blocks, plan::RecomputeG
   }
 }
 }  // namespace
-
-RopeTables MakeVisionRope2d(int64_t side, int64_t head_dim, torch::Device device) {
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  const int64_t dim = head_dim / 2;  // each axis rotates a quarter of the head twice over
-  auto inv_freq = 1.0 / torch::pow(10000.0, torch::arange(0, dim, 2, f32) / static_cast<double>(dim));  // (D/4)
-  auto coord = torch::arange(side, f32);
-  auto row = coord.repeat_interleave(side);                                                 // (N): 0,0,..,1,1,..
-  auto col = coord.repeat({side});                                                          // (N): 0,1,..,0,1,..
-  auto freqs = torch::cat({torch::outer(row, inv_freq), torch::outer(col, inv_freq)}, -1);  // (N, D/2)
-  auto angles = torch::cat({freqs, freqs}, -1);                                             // (N, D)
-  return {angles.cos(), angles.sin()};
-}
 
 VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params)
     : desc_(desc), layout_(VitLayout(desc)) {
@@ -277,13 +287,13 @@ VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params
     final_norm = register_module("final_norm", LayerNorm(c, eps, params));
     return;
   }
-  if (layout_ == plan::kVitLayoutQwen2Vl) {
+  if (plan::IsQwenVisionLayout(layout_)) {
     auto it = desc.extra.find("temporal_patch");
     const int64_t temporal = it == desc.extra.end() ? 1 : static_cast<int64_t>(it->second);
     patch_embed = register_module("patch_embed", Conv(std::vector<int64_t>{temporal, p, p}, desc.channels, c, 0, 0,
                                                       false, params, /*stride_is_kernel=*/true));
     blocks = register_module("blocks", MakeEncoderBlocks(desc, QkvLayout::kFused, activation, params));
-    rope_ = MakeVisionRope2d(desc.image_size / p, HeadDim(desc), torch::kCPU);  // moved to the input's device on use
+    for (int64_t i = 0; i < desc.layers; ++i) windowed_.push_back(!plan::IsFullAttentionVitBlock(desc, i));
   } else {
     patch_embed =
         register_module("patch_embed", Conv(std::vector<int64_t>{p, p}, desc.channels, c, p, 0, true, params));
@@ -295,7 +305,11 @@ VitEncoderImpl::VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params
   if (merge > 0) {
     const int64_t in = c * merge * merge;
     const int64_t mid = MergerHidden(desc);
-    merger_norm = register_module("merger_norm", LayerNorm(c, eps, params));
+    if (layout_ == plan::kVitLayoutQwen25Vl) {
+      merger_rms_norm = register_module("merger_norm", RmsNorm(c, eps, params));
+    } else {
+      merger_norm = register_module("merger_norm", LayerNorm(c, eps, params));
+    }
     merger_fc1 = register_module("merger_fc1", Linear(in, mid, /*with_bias=*/true, params));
     merger_fc2 = register_module("merger_fc2", Linear(mid, desc.out_dim, /*with_bias=*/true, params));
   }
@@ -329,6 +343,12 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
                   images.size(3) == desc_.image_size,
               "VitEncoder: images must be (B, ", desc_.channels, ", ", desc_.image_size, ", ", desc_.image_size,
               "), got ", images.sizes());
+  if (plan::IsQwenVisionLayout(layout_)) {  // one path: packed, each image's grid (1, S/P, S/P)
+    const int64_t b = images.size(0), g = desc_.image_size / desc_.patch_size;
+    auto patches = FlattenImagePatches(images, patch_embed->weight.size(2), desc_.patch_size, SpatialMerge(desc_));
+    auto merged = ForwardPacked(patches, std::vector<PatchGrid>(static_cast<size_t>(b), PatchGrid{1, g, g}));
+    return merged.view({b, output_tokens(), output_dim()});
+  }
   if (context_parallel != nullptr && context_parallel->group().size() > 1) return ForwardContextParallel(images);
   const int64_t b = images.size(0), c = desc_.hidden;
   torch::Tensor x;
@@ -337,25 +357,9 @@ torch::Tensor VitEncoderImpl::forward(const torch::Tensor& images) {
     x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
     return RunBlocks(blocks, pre_norm(x), recompute_);  // (B, 1+N, C): last_hidden_state
   }
-  if (layout_ == plan::kVitLayoutQwen2Vl) {
-    // A still image is repeated over the temporal patch (Qwen2-VL's processor does the same).
-    const int64_t temporal = patch_embed->weight.size(2);
-    auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
-    x = patch_embed(frames).flatten(2).transpose(1, 2);  // (B, N, C), patches row-major
-    if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
-    x = RunBlocks(blocks, x, recompute_, &rope_);
-  } else {                                               // built-in and SigLIP
-    x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C)
-    x = final_norm(RunBlocks(blocks, x + pos_embed, recompute_));
-  }
+  x = patch_embed(images).flatten(2).transpose(1, 2);  // (B, N, C): built-in and SigLIP
+  x = final_norm(RunBlocks(blocks, x + pos_embed, recompute_));
   return Merge(x);
-}
-
-torch::Tensor VitEncoderImpl::ForwardPacked(const torch::Tensor& patches, const std::vector<PatchGrid>& grids) {
-  (void)patches;
-  (void)grids;
-  TORCH_CHECK(false, "VitEncoder::ForwardPacked: native-resolution input is not built yet");
-  return {};
 }
 
 torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images) {
@@ -367,10 +371,6 @@ torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images
   if (layout_ == plan::kVitLayoutClip) {
     x = patch_embed(images).flatten(2).transpose(1, 2);
     x = torch::cat({class_embedding.view({1, 1, c}).expand({b, 1, c}).to(x.scalar_type()), x}, 1) + pos_embed;
-  } else if (layout_ == plan::kVitLayoutQwen2Vl) {
-    const int64_t temporal = patch_embed->weight.size(2);
-    auto frames = images.unsqueeze(2).expand({b, desc_.channels, temporal, desc_.image_size, desc_.image_size});
-    x = patch_embed(frames).flatten(2).transpose(1, 2);
   } else {
     x = patch_embed(images).flatten(2).transpose(1, 2) + pos_embed;
   }
@@ -382,17 +382,73 @@ torch::Tensor VitEncoderImpl::ForwardContextParallel(const torch::Tensor& images
   auto local = split->Local(x.reshape({b * tokens, c})).unsqueeze(0);  // (1, chunk, C)
   if (layout_ == plan::kVitLayoutClip) {
     local = RunBlocks(blocks, pre_norm(local), recompute_, nullptr, &cp);
-  } else if (layout_ == plan::kVitLayoutQwen2Vl) {
-    if (rope_.cos.device() != x.device()) rope_ = {rope_.cos.to(x.device()), rope_.sin.to(x.device())};
-    const auto rows = split->LocalOffsetsInSegment(x.device());  // each local token's patch
-    const RopeTables local_rope{rope_.cos.index_select(0, rows), rope_.sin.index_select(0, rows)};
-    local = RunBlocks(blocks, local, recompute_, &local_rope, &cp);
   } else {
     local = final_norm(RunBlocks(blocks, local, recompute_, nullptr, &cp));
   }
   // Every rank's rows, padding dropped: (B, tokens, C) whole on each CP rank.
   auto whole = split->DropPadding(GatherRows(local[0], group)).reshape({b, tokens, c});
   return Merge(whole);
+}
+
+torch::Tensor VitEncoderImpl::ForwardPacked(const torch::Tensor& patches, const std::vector<PatchGrid>& grids) {
+  TORCH_CHECK(plan::IsQwenVisionLayout(layout_),
+              "VitEncoder::ForwardPacked: InvalidArgument: packed, variable-size input is for the Qwen2-VL and "
+              "Qwen2.5-VL towers (extra.vit_layout 2 or 5), not extra.vit_layout ",
+              layout_);
+  const int64_t m = SpatialMerge(desc_), c = desc_.hidden, p = desc_.patch_size, cin = desc_.channels;
+  const int64_t temporal = patch_embed->weight.size(2), width = cin * temporal * p * p;
+  TORCH_CHECK(patches.dim() == 2 && patches.size(1) == width,
+              "VitEncoder::ForwardPacked: InvalidArgument: patches must be (N, C*T*P*P = ", width, "), got ",
+              patches.sizes());
+  TORCH_CHECK(!grids.empty(), "VitEncoder::ForwardPacked: InvalidArgument: no grids");
+  int64_t n = 0;
+  for (const PatchGrid& g : grids) {
+    TORCH_CHECK(g.t >= 1 && g.h >= m && g.w >= m && g.h % m == 0 && g.w % m == 0,
+                "VitEncoder::ForwardPacked: InvalidArgument: a grid (t ", g.t, ", h ", g.h, ", w ", g.w,
+                ") must have t >= 1 and h, w positive multiples of the spatial merge ", m);
+    n += g.t * g.h * g.w;
+  }
+  TORCH_CHECK(patches.size(0) == n, "VitEncoder::ForwardPacked: InvalidArgument: ", patches.size(0),
+              " patches for grids of ", n);
+  auto x = patch_embed(patches.reshape({n, cin, temporal, p, p})).reshape({n, c});
+  RopeTables rope = VisionRope2d(grids, m, HeadDim(desc_), x.device());
+  const std::vector<int64_t> segments = TemporalSegments(grids);
+  torch::Tensor order;  // Qwen2.5-VL: merge groups window by window
+  std::vector<int64_t> windows;
+  if (const int64_t window = plan::VitMergerWindow(desc_); window > 0) {
+    VisionWindows w = VisionWindowIndex(grids, m, window);
+    order = w.groups.to(x.device());
+    windows = std::move(w.lengths);
+    auto rows = (order.unsqueeze(1) * (m * m) + torch::arange(m * m, order.options())).flatten();  // patches
+    x = x.index_select(0, rows);
+    rope = {rope.cos.index_select(0, rows), rope.sin.index_select(0, rows)};
+  }
+  // Without CP, a split over one rank is the variable-length attention:
+  // each segment attends to itself (equal lengths batched), no padding.
+  launcher::Backend* group =
+      context_parallel != nullptr && context_parallel->group().size() > 1 ? context_parallel : nullptr;
+  const int rank = group != nullptr ? group->group().my_index : 0, size = group != nullptr ? group->group().size() : 1;
+  const auto full = std::make_shared<const EncoderSequenceSplit>(segments, rank, size);
+  // Both splits cut the same N rows at the same chunk boundaries.
+  const auto windowed = windows.empty() ? full : std::make_shared<const EncoderSequenceSplit>(windows, rank, size);
+  const EncoderContextParallel full_cp{group, full}, window_cp{group, windowed};
+  if (group != nullptr) {
+    CountContextParallelForward(*full);
+    x = full->Local(x);
+    rope = {full->Local(rope.cos), full->Local(rope.sin)};
+  }
+  blocks_input_rows_ = x.size(0);
+  x = RunBlocks(blocks, x.unsqueeze(0), recompute_, &rope, &full_cp, &window_cp, &windowed_)[0];
+  if (group != nullptr) x = full->DropPadding(GatherRows(x, *group));  // whole on every CP rank
+  auto merged = MergePacked(x);
+  return order.defined() ? merged.index_select(0, torch::argsort(order)) : merged;
+}
+
+torch::Tensor VitEncoderImpl::MergePacked(const torch::Tensor& x) {
+  const int64_t m = SpatialMerge(desc_);
+  auto normed = merger_rms_norm ? merger_rms_norm(x) : merger_norm(x);
+  normed = normed.reshape({x.size(0) / (m * m), m * m * desc_.hidden});
+  return RowParallel(*merger_fc2, compat::Gelu(merger_fc1(EnterTensorParallel(normed, tp))), tp);
 }
 
 torch::Tensor VitEncoderImpl::Merge(torch::Tensor x) {
@@ -514,7 +570,8 @@ TensorParallelSplit TensorParallelSplitOf(const std::string& name) {
            name[name.size() - s.size() - 1] == '.';
   };
   if (is("attn.qkv.weight") || is("attn.qkv.bias")) return {0, 3};
-  for (const char* rows : {"fc1.weight", "fc1.bias", "merger_fc1.weight", "merger_fc1.bias"}) {
+  for (const char* rows :
+       {"fc1.weight", "fc1.bias", "merger_fc1.weight", "merger_fc1.bias", "mlp.gate_proj.bias", "mlp.up_proj.bias"}) {
     if (is(rows)) return kRows;
   }
   for (const char* cols : {"attn.out.weight", "fc2.weight", "merger_fc2.weight"}) {

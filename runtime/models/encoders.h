@@ -32,7 +32,19 @@
 //       frames -> Conv3d(Cin, C, (T, P, P)) without bias -> (B, N, C) ->
 //       blocks (fused qkv + bias, 2-D RoPE over patch row / column, quick_gelu,
 //       LayerNorm eps 1e-6) -> PatchMerger -> (B, N/m^2, out_dim); no final
-//       norm.
+//       norm. Fixed-size images run as packed input (ForwardPacked): one
+//       code path for both.
+//     Qwen2.5-VL (Qwen2_5_VisionTransformerPretrainedModel): as Qwen2-VL
+//       with RMSNorms (eps 1e-6; the merger's ln_q too), a SwiGLU MLP
+//       with biases (down(silu(gate(x)) * up(x))) and window attention:
+//       merge groups reordered window by window (runtime/models/qwen_vision.h
+//       VisionWindowIndex) before the blocks, blocks outside
+//       fullatt_block_indexes attending inside their window, the merged
+//       rows put back in order after the merger.
+//   Packed, variable-size input (the Qwen towers): ForwardPacked takes every
+//     image's and video's patches in HF's order with their PatchGrids; each
+//     temporal patch of each item is its own attention segment (no padding
+//     to a common size: EncoderSequenceSplit's block-diagonal attention).
 //   AudioEncoder (WhisperEncoder): mel (B, M, F) -> Conv1d(M, C, 3, pad 1) ->
 //     GELU -> Conv1d(C, C, 3, stride 2, pad 1) -> GELU -> (B, ceil(F/2), C)
 //     + embed_positions (a frozen parameter, Whisper's sinusoids at init) ->
@@ -59,6 +71,9 @@
 //   SigLIP: patch_embed.{weight,bias}, pos_embed, blocks (as CLIP), final_norm.*,
 //     head.{probe,in_proj.*,out_proj.*,norm.*,mlp_fc1.*,mlp_fc2.*};
 //   Qwen2-VL: patch_embed.weight, blocks (as built-in), merger_*;
+//   Qwen2.5-VL: patch_embed.weight, blocks.<i>.{attn_norm,mlp_norm}.weight,
+//     blocks.<i>.attn.{qkv,out}.*, blocks.<i>.mlp.{gate_proj,up_proj,down_proj}.{weight,bias},
+//     merger_norm.weight, merger_fc1.*, merger_fc2.*;
 //   audio: conv1.*, conv2.*, embed_positions, blocks.<i>.attn.{q_proj,k_proj.weight,v_proj,out}.*,
 //     the block norms and fc's, final_norm.*; projector fc1.*, fc2.*.
 // Runtime-internal: includes torch; only runtime/*.cc include it.
@@ -66,6 +81,7 @@
 // DecoderLM's (full: each block's call through RunRecomputed; selective:
 // each attention's core).
 // May call: libtorch, runtime/torch_compat.h, runtime/recompute.h, runtime/parallel/tensor_parallel.h,
+// runtime/models/qwen_vision.h (the Qwen towers' packed-input arithmetic),
 // runtime/parallel/vit_context_parallel.h, launcher (the CP group), plan,
 // hf/name_map.h. Thread-safety: one thread per module at a time.
 #pragma once
@@ -76,17 +92,16 @@
 
 #include "base/status.h"
 #include "launcher/comm.h"
-#include "plan/native_vision.h"
 #include "plan/plan.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/layers.h"
+#include "runtime/models/qwen_vision.h"
 
 namespace maestro::runtime {
 
 struct EncoderContextParallel;  // runtime/parallel/vit_context_parallel.h
-
-// One image's (or video's) grid in patches (plan/native_vision.h).
-using PatchGrid = plan::PatchGrid;
+// PatchGrid {t, h, w}: runtime/models/qwen_vision.h (included above), the
+// grid of one image or video of VitEncoderImpl::ForwardPacked.
 
 // Conv over the last 1, 2 or 3 dims: weight (Cout, Cin, k...), bias (Cout) or none.
 class ConvImpl : public torch::nn::Module {
@@ -144,18 +159,22 @@ enum class MlpActivation { kGelu, kQuickGelu, kGeluTanh };
 
 class EncoderBlockImpl : public torch::nn::Module {
  public:
+  // rms_norm_swiglu (Qwen2.5-VL): RMSNorms attn_norm / mlp_norm (weight only)
+  // and a SwiGLU mlp with biases; `activation` is then unused.
   EncoderBlockImpl(int64_t hidden, int64_t heads, int64_t ffn_hidden, double eps, QkvLayout layout,
-                   MlpActivation activation, ParamFactory& params);
+                   MlpActivation activation, ParamFactory& params, bool rms_norm_swiglu = false);
   // x: (B, T, C); rope, cp as SelfAttention -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x, const RopeTables* rope = nullptr,
                         const EncoderContextParallel* cp = nullptr);
 
   LayerNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  RmsNorm attn_rms_norm{nullptr}, mlp_rms_norm{nullptr};  // rms_norm_swiglu: named attn_norm, mlp_norm
   SelfAttention attn{nullptr};
   Linear fc1{nullptr}, fc2{nullptr};    // (F, C), (C, F), with biases
+  SwiGluMlp mlp{nullptr};               // rms_norm_swiglu: gate/up (F, C) + (F), down (C, F) + (C)
   TensorParallelReducer* tp = nullptr;  // set by ShardEncoderForTensorParallel
   // The attention's heads and F/n of the MLP's inner units (fc1 rows, fc2
-  // columns). REQUIRES: n divides H and F.
+  // columns; gate/up rows and biases, down columns). REQUIRES: n divides H and F.
   void Shard(int rank, int size);
 
  private:
@@ -189,10 +208,21 @@ class VitEncoderImpl : public torch::nn::Module {
   // REQUIRES: ValidateModelDesc(desc).ok() and desc.kind == kVit.
   VitEncoderImpl(const plan::ModelDesc& desc, ParamFactory& params);
   // images: (B, channels, image_size, image_size) float -> (B, output_tokens(), output_dim())
+  // The Qwen towers run them as ForwardPacked with grids (1, S/P, S/P).
   torch::Tensor forward(const torch::Tensor& images);
-  // Native resolution (the Qwen2-VL family): patches (N, C*T*P*P) fp32 in
-  // HF's order, N = sum of grids' patches -> (N / m^2, output_dim()).
+  // The Qwen towers (Qwen2-VL, Qwen2.5-VL) on packed, variable-size input,
+  // as HF's forward(pixel_values, grid_thw): patches (N, C*T*P*P) fp32, every
+  // item's t*h*w patches in HF's order (Qwen2VLImageProcessor: each merge
+  // window's m*m patches together), grids one per item, h and w multiples
+  // of the spatial merge m -> (N / m^2, output_dim()), the merged rows in
+  // the same order. Each temporal patch of each item attends to itself
+  // only. Under context_parallel the N patches split over the CP group as
+  // forward's do. TORCH_CHECK (an InvalidArgument-style message) on another
+  // layout, a grid that does not tile by m, or N != sum t*h*w.
   torch::Tensor ForwardPacked(const torch::Tensor& patches, const std::vector<PatchGrid>& grids);
+  // Rows the blocks ran on in the last packed forward (this CP rank's chunk
+  // under CP): the sum of the real patch counts, no padding without CP.
+  int64_t blocks_input_rows() const { return blocks_input_rows_; }
 
   const plan::ModelDesc& desc() const { return desc_; }
   int layout() const { return layout_; }  // plan::kVitLayout*
@@ -222,6 +252,7 @@ class VitEncoderImpl : public torch::nn::Module {
   // (m^2 C) -> Linear(m^2 C, merger_hidden) -> GELU -> Linear(merger_hidden,
   // out_dim). merger_hidden defaults to m^2 C.
   LayerNorm merger_norm{nullptr};
+  RmsNorm merger_rms_norm{nullptr};  // Qwen2.5-VL's ln_q, named merger_norm (instead of the LayerNorm)
   Linear merger_fc1{nullptr}, merger_fc2{nullptr};
   TensorParallelReducer* tp = nullptr;  // set by ShardEncoderForTensorParallel (the merger's pair)
   // Context parallelism (docs/context_parallel_vit.md): the section's CP
@@ -239,18 +270,16 @@ class VitEncoderImpl : public torch::nn::Module {
   torch::Tensor ForwardContextParallel(const torch::Tensor& images);
   // The merger, when the model has one: x (B, N, C) -> (B, N/m^2, out_dim); else x.
   torch::Tensor Merge(torch::Tensor x);
+  // The merger on packed rows: x (N, C), each m^2 consecutive rows a merge
+  // group -> (N/m^2, out_dim).
+  torch::Tensor MergePacked(const torch::Tensor& x);
   plan::ModelDesc desc_;
   int layout_;
   plan::RecomputeGranularity recompute_ = plan::RecomputeGranularity::kNone;
-  RopeTables rope_;  // Qwen2-VL: (N, D) fp32 tables over patch (row, column), row-major patches
+  std::vector<bool> windowed_;  // per block: attends inside its window (Qwen2.5-VL)
+  int64_t blocks_input_rows_ = 0;
 };
 TORCH_MODULE(VitEncoder);
-
-// Qwen2-VL's 2-D rotary tables for a side x side grid of patches in
-// row-major order: per patch, angles [row * inv_freq, col * inv_freq] twice
-// over (rotate_half convention), inv_freq = 10000^(-2j / (D/2)), j < D/4.
-// Returns fp32 (side^2, head_dim) tables. REQUIRES: head_dim % 4 == 0.
-RopeTables MakeVisionRope2d(int64_t side, int64_t head_dim, torch::Device device);
 
 // Whisper's sinusoids: (length, C) with [sin | cos] halves, timescales
 // 10000^(-i/(C/2-1)), i < C/2. REQUIRES: C even, >= 4.

@@ -314,6 +314,49 @@ TEST(ModelFacts, EncodersMatchTheirHuggingFaceModules) {
   EXPECT_EQ(FactsOf("qwen2_vl_7b.json").params, 675'759'104);
 }
 
+// Qwen2.5-VL-7B's vision tower (specs/hf/qwen2_5_vl_7b.json, its published
+// config), by hand: Conv3d 3x2x14x14 -> 1280 without bias; 32 blocks of two
+// RMSNorms (weights), qkv (3840 x 1280 + 3840), proj (1280^2 + 1280),
+// gate / up (3420 x 1280 + 3420 each) and down (1280 x 3420 + 1280); the
+// merger: ln_q (RMSNorm), 5120 -> 5120, 5120 -> 3584. 676,550,144, as the
+// Python reference module (reference_vision.py Qwen25VlVision) sums it.
+TEST(ModelFacts, Qwen25VlVisionTowerByHand) {
+  const std::string path = std::string(MAESTRO_SOURCE_DIR) + "/specs/hf/qwen2_5_vl_7b.json";
+  for (const std::string part : {"", "vision"}) {
+    auto d = ModelFromHfConfigFile(path, part);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->extra.at("vit_layout"), plan::kVitLayoutQwen25Vl);
+    EXPECT_EQ(d->hidden, 1280);
+    EXPECT_EQ(d->ffn_hidden, 3420);
+    EXPECT_EQ(d->out_dim, 3584);
+    EXPECT_EQ(d->extra.at(plan::kVitWindowSizeKey), 112);
+    EXPECT_EQ(plan::VitMergerWindow(*d), 4);
+    for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(plan::IsFullAttentionVitBlock(*d, i), i % 8 == 7) << i;
+    const int64_t block =
+        2 * 1280 + (3840 * 1280 + 3840) + (1280 * 1280 + 1280) + 2 * (3420 * 1280 + 3420) + (1280 * 3420 + 1280);
+    const int64_t tower = 3 * 2 * 14 * 14 * 1280 + 32 * block + 1280 + (5120 * 5120 + 5120) + (5120 * 3584 + 3584);
+    EXPECT_EQ(ComputeModelFacts(*d, 0).params, tower);
+    EXPECT_EQ(tower, 676'550'144);
+    EXPECT_TRUE(plan::ValidateModelDesc(*d).ok());
+  }
+  // The language model is Qwen2's with M-RoPE, as Qwen2-VL's.
+  auto text = ModelFromHfConfigFile(path, "text");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(text->kind, plan::ModelKind::kDecoder);
+}
+
+TEST(ModelFacts, Qwen25VlVisionConfigsTheImporterRefuses) {
+  auto refused = [](const std::string& vision, const std::string& mentions) {
+    auto d = ModelFromHfConfig(R"({"model_type": "qwen2_5_vl", "vision_config": )" + vision + "}", "cfg", "vision");
+    ASSERT_FALSE(d.ok()) << vision;
+    EXPECT_NE(d.status().message().find(mentions), std::string::npos) << d.status().ToString();
+  };
+  refused(R"({"depth": 4, "fullatt_block_indexes": [1, 4]})", "fullatt_block_indexes holds 4");
+  refused(R"({"depth": 4, "fullatt_block_indexes": 3})", "must be a list");
+  refused(R"({"depth": 4, "hidden_act": "gelu"})", "silu only");
+  refused(R"({"depth": 4, "window_size": 20})", "window_size");
+}
+
 // Qwen2-VL-7B's language model (part = "text"): Qwen2-7B's shape (q/k/v
 // biases, untied head) with M-RoPE sections [16, 24, 24] of its 64
 // frequencies; with the tower, the published 8,291,375,616 parameters

@@ -72,9 +72,10 @@ TensorMap LoadTensors(const fs::path& dir) {
 
 // ---- cases -----------------------------------------------------------------------
 
-const char* const kArchitectures[] = {
-    "llama", "mistral",  "qwen2",   "qwen3",           "gemma3_text",     "mixtral", "qwen2_moe",     "qwen3_moe",
-    "clip",  "qwen2_vl", "whisper", "llava_projector", "qwen3_moe_mixed", "siglip",  "siglip_vision", "qwen2_vl_text"};
+const char* const kArchitectures[] = {"llama",         "mistral",         "qwen2",           "qwen3",  "gemma3_text",
+                                      "mixtral",       "qwen2_moe",       "qwen3_moe",       "clip",   "qwen2_vl",
+                                      "whisper",       "llava_projector", "qwen3_moe_mixed", "siglip", "siglip_vision",
+                                      "qwen2_vl_text", "qwen2_5_vl"};
 
 class HfWeightsTest : public ::testing::Test {
  protected:
@@ -283,10 +284,11 @@ TEST_F(HfWeightsTest, TensorParallelRanksLoadTheirSlicesBiasesIncluded) {
 
 // The encoders' TP slices (docs/encoder_tp.md): a CLIP tower, a SigLIP one
 // (its pooling head replicated), Qwen2-VL's (fused qkv split per q, k and v;
-// the merger), Whisper's encoder and the LLaVA projector, each sharded for
+// the merger), Qwen2.5-VL's (its SwiGLU gate/up rows with their biases, down
+// columns), Whisper's encoder and the LLaVA projector, each sharded for
 // rank r of 2, load exactly their slice of what the unsharded model loads.
 TEST_F(HfWeightsTest, EncoderTensorParallelRanksLoadTheirSlices) {
-  for (const char* arch : {"clip", "siglip", "qwen2_vl", "whisper", "llava_projector"}) {
+  for (const char* arch : {"clip", "siglip", "qwen2_vl", "qwen2_5_vl", "whisper", "llava_projector"}) {
     SCOPED_TRACE(arch);
     auto ckpt = hf::HfCheckpoint::Open(Dir(arch, "f32").string());
     ASSERT_TRUE(ckpt.ok());

@@ -6,7 +6,8 @@
 
 For every architecture the runtime loads (llama, mistral, qwen2, qwen3, gemma3_text, mixtral,
 qwen2_moe, qwen3_moe, qwen3_moe with dense layers, clip, siglip (with its pooling head) and
-siglip_vision_model (without), qwen2_vl's vision tower and its language model (M-RoPE), whisper's encoder,
+siglip_vision_model (without), qwen2_vl's vision tower and its language model (M-RoPE), qwen2_5_vl's
+vision tower (window attention), whisper's encoder,
 llava's projector) and for
 bf16 and fp32, writes OUT_DIR/<arch>_<dtype>/ as a checkpoint directory --
 config.json and model.safetensors (qwen2 fp32 as two shards with
@@ -149,6 +150,9 @@ QWEN2_VL = [
     (r"^mlp0\.", "visual.merger.mlp.0."),
     (r"^mlp2\.", "visual.merger.mlp.2."),
 ]
+# Qwen2.5-VL's tower (modeling_qwen2_5_vl.py): Qwen2_5_VLMLP's gate/up/down
+# under mlp., RMSNorm norm1 / norm2 / merger.ln_q.
+QWEN25_VL = [(r"^blocks\.(\d+)\.(gate_proj|up_proj|down_proj)\.", r"visual.blocks.\1.mlp.\2.")] + QWEN2_VL
 WHISPER = [(r"^", "model.encoder.")]
 PROJECTOR = [(r"^net\.0\.", "multi_modal_projector.linear_1."), (r"^net\.2\.", "multi_modal_projector.linear_2.")]
 
@@ -304,6 +308,19 @@ def cases():
     out.append({"name": "qwen2_vl_text", "config": dict(text, vision_config=dict(vl, hidden_size=32)),
                 "desc": text_desc, "rules": DECODER, "input": ("ids", torch.randint(0, text["vocab_size"], (2, 6))),
                 "others": [("visual.patch_embed.proj.weight", (32, 3, 2, 4, 4)), ("visual.merger.ln_q.weight", (32,))]})
+
+    # Qwen2.5-VL's tower: 24 px images are 3 x 3 merged units, cut into windows
+    # of 2 x 2 (16 px): padded windows; block 1 attends over the whole image.
+    vl25 = {"depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4, "in_chans": 3,
+            "out_hidden_size": 24, "patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2,
+            "window_size": 16, "fullatt_block_indexes": [1], "hidden_act": "silu", "image_size": 24}
+    out.append({"name": "qwen2_5_vl", "config": dict(llm_config("qwen2_5_vl", hidden_size=24), vision_config=vl25),
+                "desc": desc("vit", hidden=32, layers=3, heads=4, ffn_hidden=64, image_size=24, patch_size=4,
+                             channels=3, out_dim=24,
+                             extra={"vit_layout": 5, "temporal_patch": 2, "spatial_merge": 2, "window_size": 16,
+                                    "fullatt_block_indexes.1": 1}),
+                "rules": QWEN25_VL, "input": ("x", torch.randn(2, 3, 24, 24)),
+                "others": [("model.embed_tokens.weight", (50, 24)), ("lm_head.weight", (50, 24))]})
 
     out.append({"name": "whisper", "config": {"model_type": "whisper", "d_model": 32, "encoder_layers": 2,
                                               "encoder_attention_heads": 4, "encoder_ffn_dim": 64,

@@ -358,7 +358,7 @@ TEST(HfNameMap, DocsListEveryTableRow) {
   const std::string doc = ss.str();
   for (auto layout : {WeightLayout::kDecoder, WeightLayout::kMixtral, WeightLayout::kQwenMoe, WeightLayout::kGemma3,
                       WeightLayout::kClipVision, WeightLayout::kSiglipVision, WeightLayout::kQwen2VlVision,
-                      WeightLayout::kWhisperEncoder, WeightLayout::kLlavaProjector}) {
+                      WeightLayout::kQwen25VlVision, WeightLayout::kWhisperEncoder, WeightLayout::kLlavaProjector}) {
     EXPECT_NE(doc.find(std::string("### ") + WeightLayoutName(layout)), std::string::npos) << WeightLayoutName(layout);
     for (const auto& r : WeightNameRules(layout)) {
       const std::string row = "| `" + r.hf_pattern + "` | `" + r.maestro_pattern + "` | " + r.shape + " | " +

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "plan/model_desc.h"
 
 namespace maestro::plan {
@@ -100,6 +102,29 @@ TEST(ModelFlops, TinyVit) {
   merged.extra["spatial_merge"] = 2;
   merged.out_dim = 6;
   EXPECT_EQ(MatmulParamsPerToken(merged), 896 + 304);
+}
+
+// Qwen2.5-VL's tower: TinyVit (hidden 8, 2 heads, 4 px patches) with 4
+// blocks, a SwiGLU of 16, patches over 2 frames, merge 2, windows of 16 px
+// (4 x 4 = 16 patches); block 3 attends over the whole segment.
+TEST(ModelFlops, Qwen25VlWindowAttentionCostsByWindowLength) {
+  ModelDesc d = TinyVit();
+  d.layers = 4;
+  d.out_dim = 6;
+  for (const auto& [key, value] : {std::pair<const char*, double>{kVitLayoutKey, kVitLayoutQwen25Vl},
+                                   {"temporal_patch", 2},
+                                   {"spatial_merge", 2},
+                                   {kVitWindowSizeKey, 16},
+                                   {"fullatt_block_indexes.3", 1}}) {
+    d.extra[key] = value;
+  }
+  // q, k, v, o 4 x 8 x 8 = 256; gate, up, down 3 x 8 x 16 = 384; 4 blocks:
+  // 2560; the stem 3 x 2 x 4 x 4 x 8 = 768; the merger (32 x 32 + 32 x 6) / 4 = 304.
+  EXPECT_EQ(MatmulParamsPerToken(d), 2560 + 768 + 304);
+  // 64 patches: 3 window blocks of 16 keys, 1 full block of 64: 4 * (3 x 16 + 64) x 8.
+  EXPECT_DOUBLE_EQ(AttentionFlopsPerToken(d, 64), 4.0 * (3 * 16 + 64) * 8);
+  // A segment shorter than a window: every block attends over it.
+  EXPECT_DOUBLE_EQ(AttentionFlopsPerToken(d, 8), 4.0 * 4 * 8 * 8);
 }
 
 TEST(ModelFlops, TinyAudioEncoder) {

@@ -241,6 +241,12 @@ TEST(EncoderTensorParallel, Qwen2VlVitFusedQkvSplitInTwoEqualsTheWhole) {
   ExpectShardsComputeTheWhole("qwen2_vl", fixtures::TinyQwen2VlVisionModel(), Input({2, 3, 16, 16}));
 }
 
+// Qwen2.5-VL: the SwiGLU MLP's gate/up rows (with their biases) and down
+// columns, RMSNorms replicated; windowed and full-attention blocks.
+TEST(EncoderTensorParallel, Qwen25VlVitSwiGluSplitInTwoEqualsTheWhole) {
+  ExpectShardsComputeTheWhole("qwen2_5_vl", fixtures::TinyQwen25VlVisionModel(), Input({2, 3, 24, 24}));
+}
+
 TEST(EncoderTensorParallel, AudioEncoderSplitInTwoEqualsTheWhole) {
   ExpectShardsComputeTheWhole("audio", fixtures::AudioEncoderModel({32, 2, 4, 64, 10, 12}), Input({2, 10, 12}));
 }

@@ -122,6 +122,8 @@ TEST(Recompute, VitFullAndSelectiveEqualPlainFp32) {
 TEST(Recompute, Qwen2VlVisionRopeAndWhisperEqualPlainFp32) {
   ExpectSame(fixtures::TinyQwen2VlVisionModel(), Images(16), RecomputeGranularity::kFull, false, kFp32);
   ExpectSame(fixtures::TinyQwen2VlVisionModel(), Images(16), RecomputeGranularity::kSelective, false, kFp32);
+  ExpectSame(fixtures::TinyQwen25VlVisionModel(), Images(24), RecomputeGranularity::kFull, false, kFp32);
+  ExpectSame(fixtures::TinyQwen25VlVisionModel(), Images(24), RecomputeGranularity::kSelective, false, kFp32);
   torch::manual_seed(9);
   const auto mel = torch::randn({2, 10, 11});
   ExpectSame(fixtures::TinyAudioModel(), mel, RecomputeGranularity::kFull, false, kFp32);

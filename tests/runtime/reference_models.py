@@ -35,6 +35,8 @@ except ImportError as e:  # models_test.cc then tries the next python3
     print(f"{sys.executable}: cannot import torch ({e}); install python3-torch", file=sys.stderr)
     sys.exit(NO_TORCH_EXIT_CODE)
 
+from reference_vision import SeparateQkvAttention, Vit, gelu_tanh, rotate_half  # noqa: E402
+
 # ---- tensor files ----------------------------------------------------------
 
 
@@ -248,12 +250,6 @@ def mrope_cos_sin(position_ids, dim, base, extra):
         cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(split, dim=-1))], dim=-1)
         sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(split, dim=-1))], dim=-1)
     return cos.unsqueeze(1), sin.unsqueeze(1)
-
-
-def rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def repeat_kv(hidden_states, n_rep):
@@ -479,11 +475,6 @@ class GemmaRMSNorm(nn.Module):
         return (h * (1.0 + self.weight.to(wide))).to(x.dtype)
 
 
-def gelu_tanh(x):
-    """GELU's tanh approximation (gelu_pytorch_tanh)."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
-
-
 def gemma_is_sliding(d, layer):
     """Layer kinds as the desc encodes Gemma 3's config (plan/model_desc.h):
     no window, no sliding layer; an explicit full_attention_layers.<i> is
@@ -595,328 +586,6 @@ def Decoder(d):
     return Gemma3ForCausalLM(d) if d["extra"].get("gemma3", 0) else LlamaForCausalLM(d)
 
 
-# ---- encoders: torch.nn building blocks ----------------------------------------
-
-
-def encoder_layers(d):
-    eps = d["extra"].get("layer_norm_eps", 1e-5)
-    return nn.ModuleList([
-        nn.TransformerEncoderLayer(d["hidden"], d["heads"], dim_feedforward=d["ffn_hidden"], dropout=0.0,
-                                   activation="gelu", layer_norm_eps=eps, batch_first=True, norm_first=True)
-        for _ in range(d["layers"])
-    ])
-
-
-def encoder_param_map(layers, final_norm):
-    m = {}
-    for i, layer in enumerate(layers):
-        p = f"blocks.{i}."
-        m[p + "attn_norm.weight"] = layer.norm1.weight
-        m[p + "attn_norm.bias"] = layer.norm1.bias
-        m[p + "attn.qkv.weight"] = layer.self_attn.in_proj_weight
-        m[p + "attn.qkv.bias"] = layer.self_attn.in_proj_bias
-        m[p + "attn.out.weight"] = layer.self_attn.out_proj.weight
-        m[p + "attn.out.bias"] = layer.self_attn.out_proj.bias
-        m[p + "mlp_norm.weight"] = layer.norm2.weight
-        m[p + "mlp_norm.bias"] = layer.norm2.bias
-        m[p + "fc1.weight"] = layer.linear1.weight
-        m[p + "fc1.bias"] = layer.linear1.bias
-        m[p + "fc2.weight"] = layer.linear2.weight
-        m[p + "fc2.bias"] = layer.linear2.bias
-    m["final_norm.weight"] = final_norm.weight
-    m["final_norm.bias"] = final_norm.bias
-    return m
-
-
-# ---- published encoders, written after their HF module structure ------------
-
-
-def quick_gelu(x):
-    return x * torch.sigmoid(1.702 * x)
-
-
-class SeparateQkvAttention(nn.Module):
-    """CLIPAttention / WhisperAttention: q, k, v, out_proj; q scaled by D^-0.5."""
-
-    def __init__(self, dim, heads, k_bias=True):
-        super().__init__()
-        self.heads, self.head_dim = heads, dim // heads
-        self.k_proj = nn.Linear(dim, dim, bias=k_bias)
-        self.v_proj = nn.Linear(dim, dim)
-        self.q_proj = nn.Linear(dim, dim)
-        self.out_proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        shape = lambda y: y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        q = shape(self.q_proj(x) * self.head_dim ** -0.5)
-        k, v = shape(self.k_proj(x)), shape(self.v_proj(x))
-        probs = F.softmax(q @ k.transpose(2, 3), dim=-1)
-        return self.out_proj((probs @ v).transpose(1, 2).reshape(b, t, c))
-
-
-def clip_layer_params(layers):
-    """Maestro's names of CLIP-shaped encoder layers (CLIP, SigLIP): separate
-    q/k/v/out projections with biases, two LayerNorms, fc1/fc2."""
-    m = {}
-    for i, layer in enumerate(layers):
-        for ours, theirs in [("attn.q_proj", layer.self_attn.q_proj), ("attn.k_proj", layer.self_attn.k_proj),
-                             ("attn.v_proj", layer.self_attn.v_proj), ("attn.out", layer.self_attn.out_proj),
-                             ("attn_norm", layer.layer_norm1), ("mlp_norm", layer.layer_norm2),
-                             ("fc1", layer.fc1), ("fc2", layer.fc2)]:
-            m[f"blocks.{i}.{ours}.weight"] = theirs.weight
-            m[f"blocks.{i}.{ours}.bias"] = theirs.bias
-    return m
-
-
-class ClipEncoderLayer(nn.Module):
-    def __init__(self, d, act):
-        super().__init__()
-        eps = d["extra"].get("layer_norm_eps", 1e-5)
-        self.self_attn = SeparateQkvAttention(d["hidden"], d["heads"])
-        self.layer_norm1 = nn.LayerNorm(d["hidden"], eps=eps)
-        self.fc1 = nn.Linear(d["hidden"], d["ffn_hidden"])
-        self.fc2 = nn.Linear(d["ffn_hidden"], d["hidden"])
-        self.layer_norm2 = nn.LayerNorm(d["hidden"], eps=eps)
-        self.act = act
-
-    def forward(self, x):
-        x = x + self.self_attn(self.layer_norm1(x))
-        return x + self.fc2(self.act(self.fc1(self.layer_norm2(x))))
-
-
-class ClipVision(nn.Module):
-    """CLIPVisionTransformer; the output is last_hidden_state (CLS row first)."""
-
-    def __init__(self, d):
-        super().__init__()
-        c, eps = d["hidden"], d["extra"].get("layer_norm_eps", 1e-5)
-        n = (d["image_size"] // d["patch_size"]) ** 2
-        act = quick_gelu if d["extra"].get("quick_gelu", 1) else F.gelu
-        self.class_embedding = nn.Parameter(torch.randn(c))
-        self.patch_embedding = nn.Conv2d(d["channels"], c, d["patch_size"], stride=d["patch_size"], bias=False)
-        self.position_embedding = nn.Embedding(n + 1, c)
-        self.pre_layrnorm = nn.LayerNorm(c, eps=eps)
-        self.layers = nn.ModuleList([ClipEncoderLayer(d, act) for _ in range(d["layers"])])
-        self.post_layernorm = nn.LayerNorm(c, eps=eps)
-
-    def param_map(self):
-        m = {"class_embedding": self.class_embedding, "patch_embed.weight": self.patch_embedding.weight,
-             "pos_embed": self.position_embedding.weight, "pre_norm.weight": self.pre_layrnorm.weight,
-             "pre_norm.bias": self.pre_layrnorm.bias, "final_norm.weight": self.post_layernorm.weight,
-             "final_norm.bias": self.post_layernorm.bias}
-        m.update(clip_layer_params(self.layers))
-        return m
-
-    def run(self, inputs, delta):
-        pixel_values = inputs["x"] + delta
-        b = pixel_values.shape[0]
-        patches = self.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
-        x = torch.cat([self.class_embedding.expand(b, 1, -1), patches], dim=1)
-        x = x + self.position_embedding(torch.arange(x.shape[1]))
-        x = self.pre_layrnorm(x)
-        for layer in self.layers:
-            x = layer(x)
-        # HF's pooler_output = post_layernorm(x[:, 0]); the section hands on last_hidden_state.
-        return {"output": x}
-
-
-def gelu_tanh(x):
-    """gelu_pytorch_tanh, written out: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
-class SiglipPoolingHead(nn.Module):
-    """SiglipMultiheadAttentionPoolingHead: a probe attends over the rows
-    (torch.nn.MultiheadAttention, batch first), then y + mlp(layernorm(y))."""
-
-    def __init__(self, d, eps):
-        super().__init__()
-        c = d["hidden"]
-        self.probe = nn.Parameter(torch.randn(1, 1, c))
-        self.attention = nn.MultiheadAttention(c, d["heads"], batch_first=True)
-        self.layernorm = nn.LayerNorm(c, eps=eps)
-        self.fc1 = nn.Linear(c, d["ffn_hidden"])
-        self.fc2 = nn.Linear(d["ffn_hidden"], c)
-
-    def forward(self, x):
-        y = self.attention(self.probe.repeat(x.shape[0], 1, 1), x, x, need_weights=False)[0]
-        y = y + self.fc2(gelu_tanh(self.fc1(self.layernorm(y))))
-        return y[:, 0]
-
-
-class SiglipVision(nn.Module):
-    """SiglipVisionTransformer: a biased "valid" patch conv (no class token),
-    N positions, CLIP-shaped pre-LN layers with gelu_pytorch_tanh,
-    post_layernorm. The section's output is last_hidden_state (after
-    post_layernorm); "pooled" is HF's pooler_output (the head), when built."""
-
-    def __init__(self, d):
-        super().__init__()
-        c, ex = d["hidden"], d["extra"]
-        eps = ex.get("layer_norm_eps", 1e-6)
-        d = dict(d, extra=dict(ex, layer_norm_eps=eps))
-        n = (d["image_size"] // d["patch_size"]) ** 2
-        self.patch_embedding = nn.Conv2d(d["channels"], c, d["patch_size"], stride=d["patch_size"], padding="valid")
-        self.position_embedding = nn.Embedding(n, c)
-        self.layers = nn.ModuleList([ClipEncoderLayer(d, gelu_tanh) for _ in range(d["layers"])])
-        self.post_layernorm = nn.LayerNorm(c, eps=eps)
-        self.head = SiglipPoolingHead(d, eps) if ex.get("attn_pool_head", 0) else None
-
-    def param_map(self):
-        m = {"patch_embed.weight": self.patch_embedding.weight, "patch_embed.bias": self.patch_embedding.bias,
-             "pos_embed": self.position_embedding.weight, "final_norm.weight": self.post_layernorm.weight,
-             "final_norm.bias": self.post_layernorm.bias}
-        m.update(clip_layer_params(self.layers))
-        if self.head is not None:
-            h = self.head
-            m.update({"head.probe": h.probe, "head.in_proj.weight": h.attention.in_proj_weight,
-                      "head.in_proj.bias": h.attention.in_proj_bias, "head.out_proj.weight": h.attention.out_proj.weight,
-                      "head.out_proj.bias": h.attention.out_proj.bias})
-            for ours, theirs in [("head.norm", h.layernorm), ("head.mlp_fc1", h.fc1), ("head.mlp_fc2", h.fc2)]:
-                m[ours + ".weight"], m[ours + ".bias"] = theirs.weight, theirs.bias
-        return m
-
-    def run(self, inputs, delta):
-        x = self.patch_embedding(inputs["x"] + delta).flatten(2).transpose(1, 2)
-        x = x + self.position_embedding(torch.arange(x.shape[1]))
-        for layer in self.layers:
-            x = layer(x)
-        x = self.post_layernorm(x)
-        out = {"output": x}
-        if self.head is not None:
-            out["pooled"] = self.head(x)
-        return out
-
-
-class Qwen2VlVisionBlock(nn.Module):
-    def __init__(self, d, act):
-        super().__init__()
-        c = d["hidden"]
-        eps = d["extra"].get("layer_norm_eps", 1e-6)
-        self.heads = d["heads"]
-        self.norm1 = nn.LayerNorm(c, eps=eps)
-        self.norm2 = nn.LayerNorm(c, eps=eps)
-        self.qkv = nn.Linear(c, 3 * c)
-        self.proj = nn.Linear(c, c)
-        self.fc1 = nn.Linear(c, d["ffn_hidden"])
-        self.fc2 = nn.Linear(d["ffn_hidden"], c)
-        self.act = act
-
-    def attn(self, x, cos, sin, lengths):
-        # x: (L, C) over every image's patches; attention inside each image only.
-        seq = x.shape[0]
-        q, k, v = self.qkv(x).reshape(seq, 3, self.heads, -1).permute(1, 0, 2, 3).unbind(0)  # (L, H, D)
-        q = q * cos[:, None, :] + rotate_half(q) * sin[:, None, :]
-        k = k * cos[:, None, :] + rotate_half(k) * sin[:, None, :]
-        outs = []
-        for qi, ki, vi in zip(q.split(lengths), k.split(lengths), v.split(lengths)):
-            qi, ki, vi = (t.transpose(0, 1) for t in (qi, ki, vi))  # (H, l, D)
-            probs = F.softmax(qi @ ki.transpose(1, 2) * qi.shape[-1] ** -0.5, dim=-1)
-            outs.append((probs @ vi).transpose(0, 1).reshape(-1, x.shape[1]))
-        return self.proj(torch.cat(outs, dim=0))
-
-    def forward(self, x, cos, sin, lengths):
-        x = x + self.attn(self.norm1(x), cos, sin, lengths)
-        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
-
-
-class Qwen2VlVision(nn.Module):
-    """Qwen2VisionTransformerPretrainedModel, fed the way Qwen2VLImageProcessor
-    flattens a still image: repeated over temporal_patch_size frames, patches
-    ordered merge-window by merge-window, each patch (C, T, P, P) flattened."""
-
-    def __init__(self, d):
-        super().__init__()
-        self.d = d
-        c, ex = d["hidden"], d["extra"]
-        self.t = int(ex.get("temporal_patch", 2))
-        self.m = int(ex["spatial_merge"])
-        act = quick_gelu if ex.get("quick_gelu", 1) else F.gelu
-        p = d["patch_size"]
-        self.proj = nn.Conv3d(d["channels"], c, kernel_size=[self.t, p, p], stride=[self.t, p, p], bias=False)
-        self.blocks = nn.ModuleList([Qwen2VlVisionBlock(d, act) for _ in range(d["layers"])])
-        eps = ex.get("layer_norm_eps", 1e-6)
-        self.ln_q = nn.LayerNorm(c, eps=eps)
-        g = c * self.m * self.m
-        self.mlp0 = nn.Linear(g, g)
-        self.mlp2 = nn.Linear(g, d["out_dim"])
-
-    def param_map(self):
-        m = {"patch_embed.weight": self.proj.weight}
-        for ours, theirs in [("merger_norm", self.ln_q), ("merger_fc1", self.mlp0), ("merger_fc2", self.mlp2)]:
-            m[ours + ".weight"], m[ours + ".bias"] = theirs.weight, theirs.bias
-        for i, blk in enumerate(self.blocks):
-            for ours, theirs in [("attn_norm", blk.norm1), ("mlp_norm", blk.norm2), ("attn.qkv", blk.qkv),
-                                 ("attn.out", blk.proj), ("fc1", blk.fc1), ("fc2", blk.fc2)]:
-                m[f"blocks.{i}.{ours}.weight"], m[f"blocks.{i}.{ours}.bias"] = theirs.weight, theirs.bias
-        return m
-
-    def flatten_patches(self, images):
-        b, ch, s, _ = images.shape
-        p, m, t = self.d["patch_size"], self.m, self.t
-        g = s // p
-        frames = images[:, None].expand(b, t, ch, s, s)  # (B, T, C, S, S)
-        x = frames.reshape(b, t, ch, g // m, m, p, g // m, m, p)
-        x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (B, gh/m, gw/m, m, m, C, T, P, P)
-        return x.reshape(b * g * g, ch * t * p * p), g
-
-    def rotary(self, g, count):
-        head_dim = self.d["hidden"] // self.d["heads"]
-        dim = head_dim // 2
-        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-        hpos = torch.arange(g)[:, None].expand(-1, g).reshape(g // self.m, self.m, g // self.m, self.m)
-        wpos = torch.arange(g)[None, :].expand(g, -1).reshape(g // self.m, self.m, g // self.m, self.m)
-        pos = torch.stack([hpos.permute(0, 2, 1, 3).flatten(), wpos.permute(0, 2, 1, 3).flatten()], dim=-1)
-        pos = pos.repeat(count, 1)
-        full = torch.outer(torch.arange(g, dtype=torch.float64), inv_freq)
-        rot = full[pos].flatten(1)
-        emb = torch.cat([rot, rot], dim=-1)
-        return emb.cos(), emb.sin()
-
-    def run(self, inputs, delta):
-        images = inputs["x"] + delta
-        b = images.shape[0]
-        flat, g = self.flatten_patches(images)
-        c, p = self.d["hidden"], self.d["patch_size"]
-        x = self.proj(flat.view(-1, self.d["channels"], self.t, p, p)).view(-1, c)
-        cos, sin = self.rotary(g, b)
-        for blk in self.blocks:
-            x = blk(x, cos, sin, [g * g] * b)
-        merged = self.mlp2(F.gelu(self.mlp0(self.ln_q(x).view(-1, c * self.m * self.m))))
-        return {"output": merged.view(b, -1, merged.shape[-1])}
-
-
-class BuiltinVit(nn.Module):
-    """Maestro's own ViT: torch.nn.TransformerEncoderLayer blocks."""
-
-    def __init__(self, d):
-        super().__init__()
-        n = (d["image_size"] // d["patch_size"]) ** 2
-        self.conv = nn.Conv2d(d["channels"], d["hidden"], d["patch_size"], stride=d["patch_size"])
-        self.pos = nn.Parameter(torch.zeros(1, n, d["hidden"]))
-        self.layers = encoder_layers(d)
-        self.norm = nn.LayerNorm(d["hidden"], eps=d["extra"].get("layer_norm_eps", 1e-5))
-
-    def param_map(self):
-        m = encoder_param_map(self.layers, self.norm)
-        m.update({"patch_embed.weight": self.conv.weight, "patch_embed.bias": self.conv.bias, "pos_embed": self.pos})
-        return m
-
-    def run(self, inputs, delta):
-        x = self.conv(inputs["x"] + delta).flatten(2).transpose(1, 2) + self.pos
-        for layer in self.layers:
-            x = layer(x)
-        return {"output": self.norm(x)}
-
-
-def Vit(d):
-    layout = d["extra"].get("vit_layout")
-    if layout is None:
-        layout = 2 if d["extra"].get("pos_embed", 1) == 0 else 0
-    return {0: BuiltinVit, 1: ClipVision, 2: Qwen2VlVision, 4: SiglipVision}[int(layout)](d)
-
-
 class WhisperEncoderLayer(nn.Module):
     def __init__(self, d):
         super().__init__()
@@ -1018,6 +687,8 @@ def main(argv):
 
     inputs = {k: (v if k == "ids" else v.double()) for k, v in tensors.items() if k in ("ids", "x")}
     inputs.update({k: v for k, v in tensors.items() if k.startswith("mrope_")})  # M-RoPE: grids and counts
+    if "grid_thw" in tensors:  # the Qwen vision towers' packed input: one (t, h, w) per item
+        inputs["grid_thw"] = tensors["grid_thw"]
     if "ids" in inputs:
         delta_shape = list(inputs["ids"].shape) + [desc["hidden"]]
     else:
