@@ -14,6 +14,7 @@
 #include "compiler/refinement.h"
 #include "compiler/report.h"
 #include "compiler/run_ahead.h"
+#include "compiler/sample_mix.h"
 
 namespace maestro::compiler {
 
@@ -99,6 +100,7 @@ void RefineAndSimulate(const Spec& spec, const CostModel& model, const PlannerOp
   sim.seed = spec.data.seed;
   sim.seq_len = spec.data.seq_len;
   sim.modalities = spec.data.modalities;
+  sim.draws = DrawsOf(spec);
   const SimulatorStepPredictor predictor(sim);
   // The refinement, then the run-ahead choice on the refined plan. Where a
   // section runs ahead of the plan as found, the refinement also searches
@@ -203,6 +205,7 @@ void PlanBaseline(const Spec& spec, const CostModel& model, const PlannerOptions
   sim.seed = spec.data.seed;
   sim.seq_len = spec.data.seq_len;
   sim.modalities = spec.data.modalities;
+  sim.draws = DrawsOf(spec);
   r.monolithic_simulated = SimulateMonolithic(model, r.workload, r.monolithic, r.monolithic_device, sim);
   // The fused alternative: the baseline's configuration, or where the spec
   // pins section configurations the best one that honours every pin.

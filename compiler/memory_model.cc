@@ -447,8 +447,13 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
 
   // Activations of the micro-batches in flight.
   const double mbs = std::max(1.0, std::ceil(microbatches - 1e-9));
-  const double tokens_mb = std::max(1.0, std::ceil(samples_per_microbatch - 1e-9)) * D(s.tokens) / cp;
-  const int64_t context = m.kind == ModelKind::kDecoder ? s.tokens : std::max<int64_t>(s.facts.seq_len, 1);
+  // A mixed modality's encoder: a micro-batch of its largest samples
+  // (SectionWork::peak_tokens), attending over its longest sequence.
+  const int64_t sample_tokens = s.peak_tokens > 0 ? s.peak_tokens : s.tokens;
+  const double tokens_mb = std::max(1.0, std::ceil(samples_per_microbatch - 1e-9)) * D(sample_tokens) / cp;
+  const int64_t context = m.kind == ModelKind::kDecoder ? s.tokens
+                          : s.peak_context > 0          ? s.peak_context
+                                                        : std::max<int64_t>(s.facts.seq_len, 1);
   const double layers = m.kind == ModelKind::kProjector ? 1.0 : D(std::max<int64_t>(m.layers, 1));
   const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
   // ViT CP (docs/context_parallel_vit.md): the stem and the merger run on

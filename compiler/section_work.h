@@ -95,6 +95,13 @@ struct SectionWork {
   // Rows per sample an edge leaving it carries when they are not its
   // tokens' (a native-resolution ViT: plan::VisionRowsPerSample); 0 = by tokens.
   int64_t output_rows = 0;
+  // A [[data.modality.mix]] on this encoder's modality (compiler/sample_mix.h):
+  // `tokens`, `attention_context` and `facts` price its mean sample; memory
+  // prices micro-batches of its largest (peak_tokens, with its longest
+  // attention sequence peak_context); the simulation draws each sample's
+  // kind (mix_cdf) and charges it mix_work[kind] mean samples.
+  int64_t peak_tokens = 0, peak_context = 0;  // 0: tokens, facts.seq_len
+  std::vector<double> mix_cdf, mix_work;
   bool lm_loss = false;  // a decoder sink that trains: LM head + cross-entropy run here
   int device = 0;        // index into the DeviceType list
   // Pins (0 = free).

@@ -17,6 +17,7 @@
 #include "base/checks.h"
 #include "base/read_file.h"
 #include "base/text.h"
+#include "compiler/sample_mix.h"
 #include "compiler/spec_graph.h"
 #include "compiler/spec_tables.h"
 #include "compiler/toml_reader.h"
@@ -132,6 +133,7 @@ StatusOr<Spec> ParseSpecString(const std::string& text, const std::string& path,
   }
   if (d.ok()) internal::CheckGraph(d, spec);
   if (!d.ok()) return d.ToStatus();
+  MAESTRO_RETURN_IF_ERROR(ResolveModalityMixes(spec));
   return spec;
 }
 

@@ -316,6 +316,42 @@ void ReadManifestKeys(Diagnostics& d, TableReader& r, DataSpec& data) {
 
 }  // namespace
 
+namespace {
+
+// A modality's [[data.modality.mix]] entries (compiler/sample_mix.h checks
+// them against the encoder once the models are known).
+std::vector<MixEntry> ReadModalityMix(Diagnostics& d, TableReader& modality) {
+  std::vector<MixEntry> out;
+  const toml::node* n = modality.Get("mix");
+  if (!n) return out;
+  const toml::array* arr = n->as_array();
+  if (!arr || arr->empty()) {
+    d.Error(PosOf(n->source()), "data.modality.mix must be a non-empty array of tables: [[data.modality.mix]]");
+    return out;
+  }
+  constexpr int64_t kMaxSide = int64_t{1} << 20, kMaxFrames = int64_t{1} << 16;
+  for (const auto& el : *arr) {
+    const toml::table* t = el.as_table();
+    if (!t) {
+      d.Error(PosOf(el.source()), "each [[data.modality.mix]] must be a table");
+      continue;
+    }
+    TableReader r(d, *t, "[[data.modality.mix]]");
+    MixEntry e;
+    e.pos = r.pos();
+    r.Number("weight", &e.weight, 1e-9, 1e9);
+    r.Int("count", &e.count, 1, 1 << 16);
+    r.Int("height", &e.height, 1, kMaxSide);
+    r.Int("width", &e.width, 1, kMaxSide);
+    r.Int("frames", &e.frames, 1, kMaxFrames);
+    r.Finish();
+    out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
 void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir, DataSpec& data) {
   TableReader r(d, t, "[data]");
   data.pos = r.pos();
@@ -398,12 +434,20 @@ void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir,
         }
         if (!mr.Number("fraction", &m.fraction, 1e-9, 1.0) && !mt->get("fraction")) mr.RequireMissing("fraction");
         mr.Int("tokens", &m.tokens, 0, 1 << 24);
+        std::vector<MixEntry> mix = ReadModalityMix(d, mr);
+        if (!mix.empty() && mt->get("tokens")) {
+          d.Error(mr.PosOfKey("tokens"),
+                  fmt::format("modality '{}' has both tokens and a [[data.modality.mix]]: the mix gives each sample's "
+                              "tokens; drop tokens",
+                              m.name));
+        }
         mr.Finish();
         for (const auto& other : data.modalities) {
           if (other.name == m.name) d.Error(mr.pos(), fmt::format("modality '{}' is declared twice", m.name));
         }
         data.modalities.push_back(m);
         data.modality_pos.push_back(mr.pos());
+        data.modality_mixes.push_back(std::move(mix));
       }
     }
   }

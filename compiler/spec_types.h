@@ -122,6 +122,18 @@ struct ClusterSpec {
   const GpuTypeSpec* Find(const std::string& name) const;
 };
 
+// One kind of sample in a [[data.modality.mix]] (compiler/sample_mix.h):
+// drawn with `weight` among the samples that carry the modality, it holds
+// `count` items of `height` x `width` pixels (native resolution; 0 = the
+// ViT's image_size), videos of `frames` frames when frames > 0.
+struct MixEntry {
+  double weight = 1.0;
+  int64_t count = 1;
+  int64_t height = 0, width = 0;
+  int64_t frames = 0;
+  SourcePos pos;
+};
+
 struct DataSpec {
   std::string manifest;  // resolved against the spec's folder ("" = none)
   int64_t global_batch = 0;
@@ -158,6 +170,9 @@ struct DataSpec {
   std::string test_corpus;
   std::vector<plan::ModalityDesc> modalities;
   std::vector<SourcePos> modality_pos;
+  // Per modality (parallel to `modalities`): its [[data.modality.mix]]
+  // entries, empty when it has none (every sample carries `tokens`).
+  std::vector<std::vector<MixEntry>> modality_mixes;
   SourcePos pos;
 };
 

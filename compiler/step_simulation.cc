@@ -44,14 +44,59 @@ double StageAt(const CostModel& model, const SectionWork& s, const plan::Paralle
   return model.EvaluateWith(s, c, 1.0, static_cast<double>(k)).stage_seconds;
 }
 
+// Stage seconds at `work` samples' worth (a mix's samples weigh their kind's
+// work): the table's line between whole counts; below one sample the line
+// through one and two samples (its per-micro-batch constant kept), past the
+// table the line through its last two.
+double StageAtWork(const std::vector<double>& table, double work) {
+  if (!(work > 0)) return 0.0;
+  const size_t last = table.size() - 1;  // table[k], k = 0..last; last >= 1
+  auto line = [&](size_t a, double k) {
+    const double slope = a + 1 <= last ? table[a + 1] - table[a] : table[a] - table[a - 1];
+    return table[a] + (k - static_cast<double>(a)) * slope;
+  };
+  if (last == 1) return work * table[1];
+  if (work < 1.0) return std::max(0.0, line(1, work));
+  if (work >= static_cast<double>(last)) return line(last - 1, work);
+  const auto a = static_cast<size_t>(work);
+  return line(a, work);
+}
+
+// A section's work for the samples it runs: their count, or with a mix the
+// sum of their drawn kinds' work (only samples that carry its modality).
+class SampleWork {
+ public:
+  SampleWork(const SectionWork& s, int bit, uint64_t seed)
+      : cdf_(s.mix_cdf), work_(s.mix_work), bit_(bit), seed_(seed) {}
+  bool mixed() const { return !work_.empty() && bit_ >= 0; }
+  double Of(const scheduler::Sample& x) const {
+    if (bit_ >= 0 && !x.Has(bit_)) return 0.0;
+    if (!mixed()) return 1.0;
+    return work_[static_cast<size_t>(DrawMixEntry(cdf_, seed_, x.id, bit_))];
+  }
+  double Of(const std::vector<const scheduler::Sample*>& samples) const {
+    double w = 0;
+    for (const scheduler::Sample* x : samples) w += Of(*x);
+    return w;
+  }
+
+ private:
+  std::vector<double> cdf_, work_;
+  int bit_ = -1;
+  uint64_t seed_ = 0;
+};
+
 // The sectioned plan: section i of the problem is workload section i.
 class SectionedCosts : public scheduler::SectionCostModel {
  public:
-  SectionedCosts(const CostModel& model, const Workload& work, const Assignment& a) : model_(model), work_(work) {
+  SectionedCosts(const CostModel& model, const Workload& work, const Assignment& a,
+                 const std::vector<std::string>& modality_names, uint64_t seed)
+      : model_(model), work_(work) {
     for (size_t i = 0; i < work.sections.size(); ++i) {
       const SectionWork& s = work.sections[i];
       const plan::ParallelConfig& c = a.sections[i].cost.config;
       configs_.push_back(c);
+      sample_work_.emplace_back(s, ModalityBit(s.activation, modality_names), seed);
       stages_.push_back(StageTable(model, s, c, c.micro_batch));
       const double full = stages_.back()[static_cast<size_t>(c.micro_batch)];
       const double fill = (c.pp - 1) * full;
@@ -70,11 +115,10 @@ class SectionedCosts : public scheduler::SectionCostModel {
     }
   }
   double ForwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
-    return Stage(section, samples.size()) * shares_[static_cast<size_t>(section)] +
-           ahead_fill_[static_cast<size_t>(section)];
+    return Stage(section, samples) * shares_[static_cast<size_t>(section)] + ahead_fill_[static_cast<size_t>(section)];
   }
   double BackwardSeconds(int section, const std::vector<const scheduler::Sample*>& samples) const override {
-    return Stage(section, samples.size()) * (1.0 - shares_[static_cast<size_t>(section)]);
+    return Stage(section, samples) * (1.0 - shares_[static_cast<size_t>(section)]);
   }
   double TransferSeconds(int edge, const scheduler::Sample& sample) const override {
     (void)sample;  // every active sample of a section carries the same tensor size
@@ -85,9 +129,10 @@ class SectionedCosts : public scheduler::SectionCostModel {
 
  private:
   const SectionWork& Work(int section) const { return work_.sections[static_cast<size_t>(section)]; }
-  double Stage(int section, size_t k) const {
+  double Stage(int section, const std::vector<const scheduler::Sample*>& samples) const {
     const size_t i = static_cast<size_t>(section);
-    return StageAt(model_, work_.sections[i], configs_[i], stages_[i], k);
+    if (sample_work_[i].mixed()) return StageAtWork(stages_[i], sample_work_[i].Of(samples));
+    return StageAt(model_, work_.sections[i], configs_[i], stages_[i], samples.size());
   }
 
   const CostModel& model_;
@@ -97,6 +142,7 @@ class SectionedCosts : public scheduler::SectionCostModel {
   std::vector<double> shares_;  // forward's share of a micro-batch: measured, else the model's
   std::vector<double> optimizer_, latency_;
   std::vector<double> ahead_fill_;  // a running-ahead section's fill per micro-batch
+  std::vector<SampleWork> sample_work_;
 };
 
 }  // namespace
@@ -124,7 +170,7 @@ class MonolithicCosts : public scheduler::SectionCostModel {
   // On several GPU types (m.devices) the replicas run in lockstep: every
   // micro-batch costs what it costs on the slowest type.
   MonolithicCosts(const CostModel& model, const Workload& work, const MonolithicPlan& m, int device,
-                  const std::vector<std::string>& modality_names)
+                  const std::vector<std::string>& modality_names, uint64_t seed)
       : model_(model) {
     const int mb = m.config.micro_batch;
     std::vector<int> devices;
@@ -132,6 +178,7 @@ class MonolithicCosts : public scheduler::SectionCostModel {
     if (devices.empty()) devices.push_back(device);
     for (size_t i = 0; i < work.sections.size(); ++i) {
       bits_.push_back(ModalityBit(work.sections[i].activation, modality_names));
+      sample_work_.emplace_back(work.sections[i], bits_.back(), seed);
       configs_.push_back(m.sections[i].config);
       const SectionWork& s = work.sections[i];
       const plan::ParallelConfig& c = configs_.back();
@@ -185,9 +232,14 @@ class MonolithicCosts : public scheduler::SectionCostModel {
     for (size_t d = 0; d < sections_.size(); ++d) {
       double t = 0;
       for (size_t i = 0; i < configs_.size(); ++i) {
-        size_t k = 0;
-        for (const scheduler::Sample* x : samples) k += (bits_[i] < 0 || x->Has(bits_[i])) ? 1 : 0;
-        const double stage = StageAt(model_, sections_[d][i], configs_[i], stages_[d][i], k);
+        double stage = 0;
+        if (sample_work_[i].mixed()) {
+          stage = StageAtWork(stages_[d][i], sample_work_[i].Of(samples));
+        } else {
+          size_t k = 0;
+          for (const scheduler::Sample* x : samples) k += (bits_[i] < 0 || x->Has(bits_[i])) ? 1 : 0;
+          stage = StageAt(model_, sections_[d][i], configs_[i], stages_[d][i], k);
+        }
         t += stage * (forward ? shares_[i] : 1.0 - shares_[i]);
       }
       slowest = std::max(slowest, t);
@@ -199,6 +251,7 @@ class MonolithicCosts : public scheduler::SectionCostModel {
   std::vector<std::vector<SectionWork>> sections_;  // per GPU type, per section
   std::vector<plan::ParallelConfig> configs_;
   std::vector<int> bits_;
+  std::vector<SampleWork> sample_work_;
   std::vector<double> shares_;
   std::vector<std::vector<std::vector<double>>> stages_;  // per GPU type, per section
   double optimizer_ = 0;
@@ -306,6 +359,11 @@ std::vector<scheduler::Sample> SampleGlobalBatch(int64_t global_batch, const Sim
       if (bit < 0 || bit >= scheduler::kMaxModalities || u >= m.fraction) continue;
       s.modalities |= 1u << bit;
       s.modality_tokens[static_cast<size_t>(bit)] = m.tokens;
+      for (const ModalityDraws& d : settings.draws) {
+        if (d.modality != m.name) continue;
+        s.modality_tokens[static_cast<size_t>(bit)] =
+            d.llm_tokens[static_cast<size_t>(DrawMixEntry(d.cdf, settings.seed, s.id, bit))];
+      }
     }
     out.push_back(s);
   }
@@ -345,7 +403,8 @@ SimulatedStep SimulateSectioned(const CostModel& model, const Workload& work, co
     ep.to = work.sections[static_cast<size_t>(e.to)].name;
     p.edges.push_back(ep);
   }
-  return RunBatches(p, std::make_shared<SectionedCosts>(model, work, a), settings, policy);
+  return RunBatches(p, std::make_shared<SectionedCosts>(model, work, a, scheduler::ModalityNamesOf(p), settings.seed),
+                    settings, policy);
 }
 
 SimulatedStep SimulateMonolithic(const CostModel& model, const Workload& work, const MonolithicPlan& m, int device,
@@ -369,7 +428,7 @@ SimulatedStep SimulateMonolithic(const CostModel& model, const Workload& work, c
   s.config = m.config;
   p.sections.push_back(std::move(s));
   const std::vector<std::string> names = scheduler::ModalityNamesOf(p);
-  return RunBatches(p, std::make_shared<MonolithicCosts>(model, work, m, device, names), settings,
+  return RunBatches(p, std::make_shared<MonolithicCosts>(model, work, m, device, names, settings.seed), settings,
                     scheduler::Policy::kFifo);
 }
 

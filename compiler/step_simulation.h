@@ -25,8 +25,10 @@
 // drain cost PP - 1 such stage-0 times.
 //
 // Samples: each carries modality m with probability `fraction` (independent,
-// deterministic in (seed, batch)), with the modality's tokens; text tokens =
-// seq_len. The prediction is the mean over `batches` sampled global batches.
+// deterministic in (seed, batch)), with the modality's tokens, or with a
+// mix its drawn kind's, whose encoder work is that kind's (a micro-batch of
+// an encoder costs its stage time at the sum of its samples' work, in mean
+// samples); text tokens = seq_len. The prediction is the mean over `batches` sampled global batches.
 // May call: base, plan, scheduler (problem, scheduler, simulator),
 // compiler/cost_model.h and the planner's parts (compiler/assignment.h,
 // compiler/candidates.h, compiler/monolithic.h, compiler/step_prediction.h:
@@ -45,6 +47,7 @@
 #include "compiler/candidates.h"
 #include "compiler/cost_model.h"
 #include "compiler/monolithic.h"
+#include "compiler/sample_mix.h"
 #include "compiler/step_prediction.h"
 #include "plan/plan.h"
 #include "scheduler/problem.h"
@@ -57,6 +60,11 @@ struct SimulationSettings {
   uint64_t seed = 0;
   int64_t seq_len = 1;
   std::vector<plan::ModalityDesc> modalities;
+  // Modalities with a [[data.modality.mix]] (compiler/sample_mix.h): a
+  // sample that carries one draws its kind (DrawMixEntry under `seed`) and
+  // carries that kind's placeholders; its encoder charges the kind's work
+  // (SectionWork::mix_work). Others carry `tokens`.
+  std::vector<ModalityDraws> draws;
   // RefineBySimulation: threads that simulate a section's neighbours ahead
   // (0 = this machine's cores, at most 16). The refined plan does not depend
   // on it (FindBestMove replays the sequential order).

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "base/checks.h"
@@ -12,6 +13,7 @@
 #include "compiler/local_gpu_type.h"
 #include "compiler/memory_model.h"
 #include "compiler/model.h"
+#include "compiler/sample_mix.h"
 #include "plan/native_vision.h"
 #include "plan/profile.h"
 
@@ -347,6 +349,28 @@ namespace {
 
 // Section `s` as the cost model sees it: its model, tokens per active sample,
 // activation share, GPU type, pins and measured profiles.
+// An encoder whose modality has a [[data.modality.mix]] (compiler/sample_mix.h):
+// its mean sample's patches at the context that gives the mean's attention
+// FLOPs (native images: rounded up to a multiple of 64, so CP degrees up to
+// 32 split it as candidates require); its peak for memory; the draws for the
+// simulation.
+Status ApplyMix(const Spec& spec, SectionWork& sw) {
+  MAESTRO_ASSIGN_OR_RETURN(const MixWork mix, ModalityMixWork(spec, sw.activation));
+  if (mix.empty()) return Status::Ok();
+  const auto mean = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(mix.mean_encoder_tokens - 1e-9)));
+  constexpr int64_t kCpMultiple = 64;
+  const bool native =
+      sw.model.kind == plan::ModelKind::kVit && spec.data.image_resolution == plan::kImageResolutionNative;
+  sw.tokens = native ? (mean + kCpMultiple - 1) / kCpMultiple * kCpMultiple : mean;
+  sw.attention_context = mix.attention_context;
+  sw.facts = ComputeModelFacts(sw.model, mix.attention_context);
+  sw.peak_tokens = std::max(sw.tokens, mix.peak_encoder_tokens);
+  sw.peak_context = mix.peak_sequence;
+  sw.mix_cdf = mix.cdf;
+  sw.mix_work = mix.relative_work;
+  return Status::Ok();
+}
+
 StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int default_device,
                                     const std::vector<ProfileSpec>& extra_profiles) {
   SectionWork sw;
@@ -395,6 +419,9 @@ StatusOr<SectionWork> SectionWorkOf(const Spec& spec, const SectionSpec& s, int 
   }
   sw.facts = ComputeModelFacts(sw.model, context > 0 ? context : sw.tokens);
   sw.attention_context = context > 0 ? context : sw.tokens;
+  if (s.tokens <= 0 && (sw.model.kind == plan::ModelKind::kVit || sw.model.kind == plan::ModelKind::kAudioEncoder)) {
+    MAESTRO_RETURN_IF_ERROR(ApplyMix(spec, sw));
+  }
   sw.device = s.gpu_type.empty() ? default_device : DeviceIndex(spec, s.gpu_type);
   sw.pin_tp = s.tp;
   sw.pin_pp = s.pp;

@@ -6,13 +6,13 @@
 // "### Native resolution (the Qwen2-VL family)".
 //
 // Owns: NativeVisionOptions (the processor's patch, merge, temporal patch,
-// pixel budget, mean and std) and their validation; SmartResize (transformers'
-// smart_resize, to the bit: Python's round-half-to-even and float arithmetic);
+// pixel budget, mean and std) and their validation (SmartResize, transformers'
+// smart_resize to the bit, is plan/smart_resize.h's);
 // VisualGrid (an image's or video's patch grid and its placeholder count);
 // PreprocessNativeImage / PreprocessNativeVideo (decoded pixels -> a
 // SampleImage of patches in HF's order: each merge window's patches together,
 // each patch flattened as (channels, temporal_patch, patch, patch)).
-// May call: base, datasets/image_decode.h (ConvertChannels through
+// May call: base, plan/smart_resize.h, datasets/image_decode.h (ConvertChannels through
 // ResizeAndNormalize; the resize filter and normalisation are that file's),
 // datasets/sample_source.h (the SampleImage value).
 // Thread safety: pure functions; any of them may run on many threads at once.
@@ -34,6 +34,7 @@
 #include "base/status.h"
 #include "datasets/image_decode.h"
 #include "datasets/sample_source.h"
+#include "plan/smart_resize.h"
 
 namespace maestro::datasets {
 
@@ -65,20 +66,8 @@ struct VisualGrid {
   int64_t tokens(int merge) const { return t * h * w / (int64_t{merge} * merge); }  // LLM placeholders
 };
 
-// transformers' smart_resize (models/qwen2_vl/image_processing_qwen2_vl.py):
-// (h_bar, w_bar), multiples of `factor`, close to (height, width) with
-// min_pixels <= h_bar * w_bar <= max_pixels where the aspect ratio allows:
-//   aspect = max(h, w) / min(h, w) > 200: refused ("absolute aspect ratio
-//     must be smaller than 200, got <ratio>");
-//   h_bar = round(h / factor) * factor (Python's round: half to even), w_bar
-//     likewise; if h_bar * w_bar > max_pixels: beta = sqrt(h * w /
-//     max_pixels), h_bar = max(factor, floor(h / beta / factor) * factor),
-//     w_bar likewise; elif h_bar * w_bar < min_pixels: beta = sqrt(min_pixels
-//     / (h * w)), h_bar = ceil(h * beta / factor) * factor, w_bar likewise.
-// In doubles, operation for operation as Python computes it. InvalidArgument
-// also for a side < 1 or a factor, min_pixels or max_pixels < 1.
-StatusOr<std::pair<int64_t, int64_t>> SmartResize(int64_t height, int64_t width, int64_t factor, int64_t min_pixels,
-                                                  int64_t max_pixels);
+// SmartResize: plan/smart_resize.h (transformers' smart_resize, to the bit).
+using plan::SmartResize;
 
 // The grid of a still image of (height, width) pixels: t = 1, (h, w) =
 // SmartResize / patch. Errors as SmartResize (and invalid options).

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "plan/model_desc.h"
+#include "plan/model_flops.h"
 #include "plan/native_vision.h"
 #include "runtime/models/parameter_count.h"
 #include "runtime/plan_data.h"
@@ -24,6 +25,16 @@ PlannedCostModel::PlannedCostModel(const plan::Plan& plan) {
       full = s.model.kind == plan::ModelKind::kVit
                  ? static_cast<double>(MaxImagesPerSample(plan) * VitOutputTokens(s.model))
                  : static_cast<double>(MaxAudiosPerSample(plan) * ((s.model.audio_frames + 1) / 2));
+      // The compiler priced tokens_per_sample of the encoder's input: K items'
+      // worth, or a [[data.modality.mix]]'s mean sample (compiler/sample_mix.h).
+      const int64_t per_item =
+          s.model.kind == plan::ModelKind::kVit ? plan::VitSequenceTokens(s.model) : plan::AudioSequenceTokens(s.model);
+      const int64_t rows_per_item =
+          s.model.kind == plan::ModelKind::kVit ? VitOutputTokens(s.model) : plan::AudioSequenceTokens(s.model);
+      if (s.tokens_per_sample > 0 && per_item > 0) {
+        full = static_cast<double>(s.tokens_per_sample) / static_cast<double>(per_item) *
+               static_cast<double>(rows_per_item);
+      }
       if (s.model.kind == plan::ModelKind::kVit && plan::NativeResolution(plan)) {
         // Native resolution: the plan priced tokens_per_sample patches, m^2 per
         // placeholder (compiler/workload_builder.cc); a sample weighs its own.

@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "base/checks.h"
+#include "base/log.h"
 #include "datalayer/crash_env.h"
 #include "datasets/demo_data.h"
 #include "datasets/jsonl_source.h"
 #include "datasets/megatron_source.h"
 #include "plan/model_desc.h"
 #include "plan/native_vision.h"
+#include "runtime/data_against_plan.h"
 
 namespace maestro::runtime {
 
@@ -273,6 +275,7 @@ StatusOr<std::unique_ptr<datalayer::TrainingRun>> OpenPlanRun(const plan::Plan& 
   MAESTRO_ASSIGN_OR_RETURN(auto run, datalayer::TrainingRun::Open(options, datalayer::RankEnv(0)));
   if (run->index().NumSamples() == 0) {
     MAESTRO_RETURN_IF_ERROR(samples.CheckBeforeIngest());
+    for (const std::string& line : DataAgainstPlan(plan, samples)) Log(LogLevel::kWarn, "maestro: warning: {}", line);
     const std::string manifest = run_dir + "/manifest.jsonl";
     MAESTRO_RETURN_IF_ERROR(datasets::WriteManifest(samples, manifest).status());
     MAESTRO_RETURN_IF_ERROR(run->index().IngestManifest(manifest).status());
