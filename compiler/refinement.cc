@@ -29,6 +29,9 @@ constexpr double kMaxRefinementWork = 8e5;
 // caller's batches, at least one): a small global batch's one sampled batch
 // is too noisy to rank plans by.
 constexpr int64_t kRefinementSearchSamples = 2048;
+// Rounds of moves, widening and trades (RefineBySimulation); the budget
+// above usually ends the search first.
+constexpr int kMaxRefinementRounds = 8;
 
 std::string Describe(const plan::ParallelConfig& c) {
   std::string out = fmt::format("TP {} PP {}", c.tp, c.pp);
@@ -476,16 +479,23 @@ Assignment RefineBySimulation(const CostModel& model, const Workload& work, cons
   st.ran = true;
   double step = current.step_seconds;
   SearchBudget budget(model, work, search);
-  st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
-  const int widened = st.converged ? WidenIntoIdleGpus(model, work, options, search, budget, best, step, log) : 0;
-  if (widened > 0) {
-    st.moves += widened;
+  // Rounds of single moves, widening into idle GPUs and replica trades,
+  // until a round trades nothing: a move can make a trade pay that did not
+  // before (a faster bottleneck makes its feeder the bottleneck), and a
+  // trade can make moves pay. Each round's trades shorten the step by more
+  // than kRefinementTolerance; the budget bounds the rounds.
+  for (int round = 0; round < kMaxRefinementRounds; ++round) {
     st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
-  }
-  const int traded = st.converged ? TradeReplicas(model, work, options, search, budget, best, step, log) : 0;
-  if (traded > 0) {
+    if (!st.converged) break;
+    const int widened = WidenIntoIdleGpus(model, work, options, search, budget, best, step, log);
+    if (widened > 0) {
+      st.moves += widened;
+      st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
+      if (!st.converged) break;
+    }
+    const int traded = TradeReplicas(model, work, options, search, budget, best, step, log);
+    if (traded == 0) break;
     st.moves += traded;
-    st.converged = ImproveLocally(model, work, options, search, budget, best, step, log, &st.moves);
   }
   st.simulations = budget.simulations();
   return best;

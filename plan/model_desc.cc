@@ -245,6 +245,14 @@ bool IsMoeLayer(const ModelDesc& desc, int64_t layer) {
 }
 int64_t MoeLayerCount(const ModelDesc& desc, int64_t first, int64_t end) {
   if (end < 0) end = desc.layers;
+  if (desc.experts <= 0 || end <= first) return 0;
+  // No mlp_only_layers: the layers i with (i + 1) % step == 0, counted
+  // without a key per layer (the planner asks this for every candidate).
+  const auto listed = desc.extra.lower_bound(kMlpOnlyLayerKeyPrefix);
+  if (listed == desc.extra.end() || listed->first.rfind(kMlpOnlyLayerKeyPrefix, 0) != 0) {
+    const auto step = static_cast<int64_t>(ExtraOr(desc, kDecoderSparseStepKey, 1));
+    return step <= 0 ? 0 : end / step - first / step;
+  }
   int64_t count = 0;
   for (int64_t i = first; i < end; ++i) count += IsMoeLayer(desc, i) ? 1 : 0;
   return count;

@@ -154,6 +154,32 @@ TEST(ModelFlops, ProjectorHasNoAttention) {
   EXPECT_DOUBLE_EQ(SequenceForwardFlops(d, 7), 7 * 2 * 48.0);
 }
 
+// MoeLayerCount over any span equals counting IsMoeLayer layer by layer
+// (Qwen-MoE: every decoder_sparse_step-th layer, less mlp_only_layers; the
+// count without listed layers takes no key per layer).
+TEST(ModelFlops, MoeLayerCountIsTheLayersIsMoeLayerNames) {
+  for (int step : {1, 2, 3}) {
+    for (bool listed : {false, true}) {
+      ModelDesc d;
+      d.kind = ModelKind::kDecoder;
+      d.layers = 10;
+      d.experts = 4;
+      d.extra[kDecoderSparseStepKey] = step;
+      if (listed) d.extra[std::string(kMlpOnlyLayerKeyPrefix) + "5"] = 1;
+      for (int64_t first = 0; first <= 10; ++first) {
+        for (int64_t end = first; end <= 10; ++end) {
+          int64_t count = 0;
+          for (int64_t i = first; i < end; ++i) count += IsMoeLayer(d, i) ? 1 : 0;
+          EXPECT_EQ(MoeLayerCount(d, first, end), count) << step << " " << listed << " " << first << ".." << end;
+        }
+      }
+      EXPECT_EQ(MoeLayerCount(d), MoeLayerCount(d, 0, 10));
+      d.experts = 0;
+      EXPECT_EQ(MoeLayerCount(d), 0);
+    }
+  }
+}
+
 TEST(ModelFlops, TrainingCostsThreeForwards) {
   EXPECT_EQ(ModelFlopsOfForward(SectionMode::kTrain, 10.0), 30.0);
   EXPECT_EQ(ModelFlopsOfForward(SectionMode::kForward, 10.0), 10.0);
