@@ -194,6 +194,10 @@ int64_t JsonlSampleSource::AudiosOf(int64_t id) const {
 }
 
 StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
+  return LoadParts(split, id, MediaParts());
+}
+
+StatusOr<SampleRecord> JsonlSampleSource::LoadParts(Split split, int64_t id, const MediaParts& parts) const {
   if (split != Split::kTrain || id < 0 || id >= NumSamples(Split::kTrain)) {
     return Status::InvalidArgument(
         fmt::format("manifest '{}': no {} sample {} (it has {} train samples, no test split)", manifest_.path(),
@@ -205,33 +209,38 @@ StatusOr<SampleRecord> JsonlSampleSource::Load(Split split, int64_t id) const {
   record.input_ids = std::move(sample.input_ids);
   record.target_ids = std::move(sample.target_ids);
   if (options_.manifest.native_resolution) {
-    MAESTRO_RETURN_IF_ERROR(LoadNativeVisuals(sample, id, &record));
+    MAESTRO_RETURN_IF_ERROR(LoadNativeVisuals(sample, id, parts.pixels, &record));
   }
   record.images.reserve(sample.image_paths.size());
   for (size_t k = 0; k < sample.image_paths.size() && !options_.manifest.native_resolution; ++k) {
-    StatusOr<std::vector<float>> pixels = LoadImageForModel(sample.image_paths[k], options_.image, options_.decode);
-    if (!pixels.ok()) return ChangedSinceOpen(sample, id, "images", k, pixels.status());
     SampleImage image;
     image.channels = options_.image.channels;
     image.height = options_.image.height;
     image.width = options_.image.width;
-    image.pixels = std::move(*pixels);
+    if (parts.pixels) {
+      StatusOr<std::vector<float>> pixels = LoadImageForModel(sample.image_paths[k], options_.image, options_.decode);
+      if (!pixels.ok()) return ChangedSinceOpen(sample, id, "images", k, pixels.status());
+      image.pixels = std::move(*pixels);
+    }
     record.images.push_back(std::move(image));
   }
   record.audios.reserve(sample.audio_paths.size());
   for (size_t k = 0; k < sample.audio_paths.size(); ++k) {
-    StatusOr<std::vector<float>> features = LoadAudioForWhisper(sample.audio_paths[k], options_.audio);
-    if (!features.ok()) return ChangedSinceOpen(sample, id, "audios", k, features.status());
     SampleAudio audio;
     audio.mel_bins = options_.audio.mel_bins;
     audio.frames = options_.audio.frames;
-    audio.features = std::move(*features);
+    if (parts.audio_features) {
+      StatusOr<std::vector<float>> features = LoadAudioForWhisper(sample.audio_paths[k], options_.audio);
+      if (!features.ok()) return ChangedSinceOpen(sample, id, "audios", k, features.status());
+      audio.features = std::move(*features);
+    }
     record.audios.push_back(std::move(audio));
   }
   return record;
 }
 
-Status JsonlSampleSource::LoadNativeVisuals(const JsonlSample& sample, int64_t id, SampleRecord* record) const {
+Status JsonlSampleSource::LoadNativeVisuals(const JsonlSample& sample, int64_t id, bool pixels,
+                                            SampleRecord* record) const {
   // Images and videos in the order of their placeholder runs (run starts
   // differ: the runs never overlap).
   struct Item {
@@ -248,6 +257,12 @@ Status JsonlSampleSource::LoadNativeVisuals(const JsonlSample& sample, int64_t i
   const NativeVisionOptions& native = options_.manifest.native;
   record->images.reserve(items.size());
   for (const Item& item : items) {
+    if (!pixels) {  // the layout the manifest read at open: no file opened
+      record->images.push_back(item.video
+                                   ? NativeLayout(sample.videos[item.k].grid, true, sample.videos[item.k].fps, native)
+                                   : NativeLayout(sample.image_grids[item.k], false, 0.0, native));
+      continue;
+    }
     if (!item.video) {
       StatusOr<DecodedImage> image = DecodeImageFile(sample.image_paths[item.k], decode);
       StatusOr<SampleImage> pre = image.ok() ? PreprocessNativeImage(*image, native) : image.status();

@@ -83,6 +83,11 @@ class JsonlSampleSource final : public SampleSource {
   // after Open) is an error naming the manifest, its line, the sample and the
   // image; a line edited in place is Corruption (JsonlManifest::Sample).
   StatusOr<SampleRecord> Load(Split split, int64_t id) const override;
+  // Without pixels: each image's SampleImage from the manifest's layout
+  // (fixed: the ImageSpec's shape, no file opened; native: its grid from the
+  // image's header, as when the manifest opened), nothing decoded; without
+  // audio features: each clip's shape, no file opened.
+  StatusOr<SampleRecord> LoadParts(Split split, int64_t id, const MediaParts& parts) const override;
   // location "<abs manifest>:<line>"; tokens {"text": n} and, for a sample
   // with images, {"image": images * tokens_per_image} (native resolution:
   // every image's and video's own placeholder count); with audio clips,
@@ -106,7 +111,7 @@ class JsonlSampleSource final : public SampleSource {
   // "<manifest>:<line> (sample <id>[, id <user id>])".
   std::string Where(int64_t line, int64_t id, const std::string& user_id) const;
   // Load's native images and videos, in placeholder order.
-  Status LoadNativeVisuals(const JsonlSample& sample, int64_t id, SampleRecord* record) const;
+  Status LoadNativeVisuals(const JsonlSample& sample, int64_t id, bool pixels, SampleRecord* record) const;
   // Load's error for file k of `key` ("images", "audios") of a sample that
   // no longer decodes (`why`).
   Status ChangedSinceOpen(const JsonlSample& sample, int64_t id, const char* key, size_t k, const Status& why) const;

@@ -90,14 +90,7 @@ StatusOr<SampleImage> Preprocess(const std::vector<const DecodedImage*>& frames,
   const DecodedImage& first = *frames.front();
   MAESTRO_ASSIGN_OR_RETURN(const VisualGrid grid,
                            NativeVideoGrid(static_cast<int64_t>(frames.size()), first.height, first.width, o));
-  SampleImage out;
-  out.channels = o.channels;
-  out.height = grid.h * o.patch;
-  out.width = grid.w * o.patch;
-  out.grid_t = grid.t;
-  out.grid_h = grid.h;
-  out.grid_w = grid.w;
-  out.patch_dim = int64_t{o.channels} * o.temporal * o.patch * o.patch;
+  SampleImage out = NativeLayout(grid, /*video=*/false, 0.0, o);
   const ImageSpec spec = ResizeSpec(o, out.height, out.width);
   std::vector<std::vector<float>> resized(frames.size());
   for (size_t k = 0; k < frames.size(); ++k) {
@@ -146,6 +139,20 @@ StatusOr<VisualGrid> NativeVideoGrid(int64_t frames, int64_t height, int64_t wid
   grid.h = size.first / options.patch;
   grid.w = size.second / options.patch;
   return grid;
+}
+
+SampleImage NativeLayout(const VisualGrid& grid, bool video, double fps, const NativeVisionOptions& o) {
+  SampleImage out;
+  out.channels = o.channels;
+  out.height = grid.h * o.patch;
+  out.width = grid.w * o.patch;
+  out.grid_t = grid.t;
+  out.grid_h = grid.h;
+  out.grid_w = grid.w;
+  out.patch_dim = int64_t{o.channels} * o.temporal * o.patch * o.patch;
+  out.video = video;
+  out.seconds_per_grid_t = video && fps > 0 ? static_cast<double>(o.temporal) / fps : 0.0;
+  return out;
 }
 
 StatusOr<SampleImage> PreprocessNativeImage(const DecodedImage& image, const NativeVisionOptions& options) {

@@ -76,6 +76,13 @@ StatusOr<VisualGrid> NativeImageGrid(int64_t height, int64_t width, const Native
 // temporal). InvalidArgument also when frames < 1.
 StatusOr<VisualGrid> NativeVideoGrid(int64_t frames, int64_t height, int64_t width, const NativeVisionOptions& options);
 
+// What a SampleImage of `grid` says without its pixels (channels, the
+// resized height and width, the grid, patch_dim; a video's flag and
+// seconds_per_grid_t = temporal / fps): what PreprocessNativeImage /
+// PreprocessNativeVideo set besides the pixels, for a reader that needs only
+// the layout (an LLM section: SampleSource::LoadParts).
+SampleImage NativeLayout(const VisualGrid& grid, bool video, double fps, const NativeVisionOptions& options);
+
 // A still image -> its patches as HF's processor lays them out: channels
 // converted, resized (stretch) to SmartResize's (h_bar, w_bar), normalised,
 // the frame repeated `temporal` times, then

@@ -74,6 +74,16 @@ struct SampleTokens {
   std::vector<std::pair<std::string, int64_t>> tokens;
 };
 
+// What a reader of a sample needs of its media: a section that encodes
+// images reads their pixels, one that encodes audio their features; the
+// others (an LLM that splices their rows) need only each item's shape and,
+// at native resolution, its grid.
+struct MediaParts {
+  bool pixels = true;
+  bool audio_features = true;
+  bool all() const { return pixels && audio_features; }
+};
+
 class SampleSource {
  public:
   virtual ~SampleSource() = default;
@@ -84,6 +94,16 @@ class SampleSource {
   // The payload of sample `id` of `split`; an id out of range is
   // InvalidArgument. Deterministic: the same source gives the same record.
   virtual StatusOr<SampleRecord> Load(Split split, int64_t id) const = 0;
+  // Sample `id` with only `parts` of its media read: images without pixels
+  // keep every other field (native: the grid; SampleImage::pixels empty),
+  // clips without features their shape (SampleAudio::features empty). What
+  // a section that does not encode them reads, at the cost of the token ids
+  // alone where the source knows the layouts (a JSONL manifest). The
+  // default reads everything.
+  virtual StatusOr<SampleRecord> LoadParts(Split split, int64_t id, const MediaParts& parts) const {
+    (void)parts;
+    return Load(split, id);
+  }
   // The token counts of train sample `id` (REQUIRES: 0 <= id < NumSamples(kTrain)).
   virtual SampleTokens TokensOf(int64_t id) const = 0;
   // True when the test split's samples carry caption answers

@@ -174,7 +174,8 @@ Status RankLoop::Forward(int mb_index) {
 
   const auto start = Clock::now();        // busy = compute, not the wait for inputs
   const int64_t start_us = WallMicros();  // so is the op in the trace
-  MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*samples_, ids));
+  MAESTRO_ASSIGN_OR_RETURN(state.data, LoadMicroBatch(*samples_, ids, datasets::Split::kTrain,
+                                                      MediaPartsOf(plan_.sections[static_cast<size_t>(section_)])));
   int computed = -1;  // the trace's: -1, every sample (no spool)
   if (spool_) {
     const int64_t computed_before = spool_->computed();

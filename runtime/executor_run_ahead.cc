@@ -178,7 +178,8 @@ StatusOr<torch::Tensor> RankLoop::ForwardRowsToCompute(int mb, const std::vector
       MAESTRO_ASSIGN_OR_RETURN(inputs[kPipelineInput], ReceiveFrozenStageInput(mb, static_cast<int64_t>(sub.size())));
     }
     const auto start = Clock::now();
-    MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples_, sub));
+    MAESTRO_ASSIGN_OR_RETURN(auto data, LoadMicroBatch(*samples_, sub, datasets::Split::kTrain,
+                                                       MediaPartsOf(plan_.sections[static_cast<size_t>(section_)])));
     MAESTRO_ASSIGN_OR_RETURN(auto out, runner_->Forward(data, inputs));
     busy_seconds_ += SecondsSince(start);
     CountWork(data);

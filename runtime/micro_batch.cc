@@ -12,16 +12,18 @@ namespace {
 
 // Appends sample `id`'s clips' features to *values; every clip of the
 // micro-batch has the shape of the first (*shape: (mel_bins, frames)).
-Status AppendAudio(int64_t id, const std::vector<datasets::SampleAudio>& clips, std::vector<int64_t>* shape,
-                   std::vector<float>* values) {
+// Without features (datasets::MediaParts), only the shapes are checked
+// (a source whose LoadParts is Load hands them anyway: left out).
+Status AppendAudio(int64_t id, const std::vector<datasets::SampleAudio>& clips, bool features,
+                   std::vector<int64_t>* shape, std::vector<float>* values) {
   for (const auto& clip : clips) {
     const std::vector<int64_t> dims{clip.mel_bins, clip.frames};
     if (shape->empty()) *shape = dims;
-    if (dims != *shape || static_cast<int64_t>(clip.features.size()) != dims[0] * dims[1]) {
+    if (dims != *shape || (features && static_cast<int64_t>(clip.features.size()) != dims[0] * dims[1])) {
       return Status::Internal(fmt::format("sample {}: an audio clip of {}x{} ({} values) in a micro-batch of {}x{}", id,
                                           dims[0], dims[1], clip.features.size(), (*shape)[0], (*shape)[1]));
     }
-    values->insert(values->end(), clip.features.begin(), clip.features.end());
+    if (features) values->insert(values->end(), clip.features.begin(), clip.features.end());
   }
   return Status::Ok();
 }
@@ -30,6 +32,7 @@ Status AppendAudio(int64_t id, const std::vector<datasets::SampleAudio>& clips, 
 // `positions`, concatenated; undefined when there are none.
 torch::Tensor SelectItems(const torch::Tensor& all, const std::vector<int64_t>& counts,
                           const std::vector<int64_t>& positions) {
+  if (!all.defined()) return {};  // loaded without pixels or features (datasets::MediaParts)
   std::vector<int64_t> starts(counts.size() + 1, 0);
   for (size_t b = 0; b < counts.size(); ++b) starts[b + 1] = starts[b] + counts[b];
   std::vector<torch::Tensor> parts;
@@ -45,21 +48,25 @@ torch::Tensor SelectItems(const torch::Tensor& all, const std::vector<int64_t>& 
 // *grids). Every image of the micro-batch is laid out as the first: fixed
 // (*shape: (channels, H, W)) or native (*shape: (patch_dim), every item's
 // patches row after row).
-Status AppendImages(int64_t id, const std::vector<datasets::SampleImage>& images, std::vector<int64_t>* shape,
-                    std::vector<float>* pixels, std::vector<plan::PatchGrid>* grids, int64_t* rows) {
+// Without pixels (datasets::MediaParts), only the layouts and grids.
+Status AppendImages(int64_t id, const std::vector<datasets::SampleImage>& images, bool with_pixels,
+                    std::vector<int64_t>* shape, std::vector<float>* pixels, std::vector<plan::PatchGrid>* grids,
+                    int64_t* rows) {
   for (const auto& image : images) {
     const std::vector<int64_t> dims = image.native() ? std::vector<int64_t>{image.patch_dim}
                                                      : std::vector<int64_t>{image.channels, image.height, image.width};
     if (shape->empty()) *shape = dims;
     const int64_t patches = image.grid_t * image.grid_h * image.grid_w;
     const int64_t values = image.native() ? patches * image.patch_dim : dims[0] * dims[1] * dims[2];
-    if (dims != *shape || static_cast<int64_t>(image.pixels.size()) != values) {
+    // Without pixels a source may still hand them (its LoadParts is Load):
+    // they are left out, unchecked.
+    if (dims != *shape || (with_pixels && static_cast<int64_t>(image.pixels.size()) != values)) {
       return Status::Internal(fmt::format(
           "sample {}: an image laid out as [{}] ({} values) in a micro-batch of [{}] (native-resolution and fixed "
           "images do not mix; each native image holds grid patches x patch_dim values)",
           id, fmt::join(dims, ", "), image.pixels.size(), fmt::join(*shape, ", ")));
     }
-    pixels->insert(pixels->end(), image.pixels.begin(), image.pixels.end());
+    if (with_pixels) pixels->insert(pixels->end(), image.pixels.begin(), image.pixels.end());
     if (image.native()) {
       plan::PatchGrid grid;
       grid.t = image.grid_t;
@@ -85,8 +92,26 @@ plan::SampleMedia MediaOf(const MicroBatchData& data, size_t b) {
   return media;
 }
 
+datasets::MediaParts MediaPartsOf(const plan::SectionPlan& section) {
+  datasets::MediaParts parts;
+  parts.pixels = false;
+  parts.audio_features = false;
+  auto take = [&parts](const plan::SectionPlan& s) {
+    parts.pixels = parts.pixels || s.model.kind == plan::ModelKind::kVit;
+    parts.audio_features = parts.audio_features || s.model.kind == plan::ModelKind::kAudioEncoder;
+  };
+  take(section);
+  for (const plan::SectionPlan& c : section.components) take(c);
+  return parts;
+}
+
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
                                         datasets::Split split) {
+  return LoadMicroBatch(samples, sample_ids, split, datasets::MediaParts());
+}
+
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
+                                        datasets::Split split, const datasets::MediaParts& parts) {
   MicroBatchData mb;
   mb.sample_ids = sample_ids;
   const int64_t b = static_cast<int64_t>(sample_ids.size());
@@ -96,7 +121,7 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
   std::vector<int64_t> image_shape;  // (channels, H, W) of the first image, or (patch_dim) when native
   std::vector<int64_t> audio_shape;  // (mel_bins, frames) of the first clip
   for (int64_t id : sample_ids) {
-    auto sample = samples.Load(split, id);
+    auto sample = parts.all() ? samples.Load(split, id) : samples.LoadParts(split, id, parts);
     if (!sample.ok()) return sample.status();
     if (seq_len < 0) seq_len = static_cast<int64_t>(sample->input_ids.size());
     if (static_cast<int64_t>(sample->input_ids.size()) != seq_len ||
@@ -108,21 +133,22 @@ StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, c
     targets.insert(targets.end(), sample->target_ids.begin(), sample->target_ids.end());
     mb.image_counts.push_back(static_cast<int64_t>(sample->images.size()));
     mb.audio_counts.push_back(static_cast<int64_t>(sample->audios.size()));
-    MAESTRO_RETURN_IF_ERROR(AppendAudio(id, sample->audios, &audio_shape, &features));
+    MAESTRO_RETURN_IF_ERROR(AppendAudio(id, sample->audios, parts.audio_features, &audio_shape, &features));
     audios += static_cast<int64_t>(sample->audios.size());
     mb.answer_positions.push_back(sample->answer_position);
     mb.labels.push_back(sample->label);
-    MAESTRO_RETURN_IF_ERROR(AppendImages(id, sample->images, &image_shape, &pixels, &mb.image_grids, &image_rows));
+    MAESTRO_RETURN_IF_ERROR(
+        AppendImages(id, sample->images, parts.pixels, &image_shape, &pixels, &mb.image_grids, &image_rows));
   }
   if (b == 0) return mb;
   mb.input_ids = torch::from_blob(inputs.data(), {b, seq_len}, torch::kInt64).clone();
   mb.target_ids = torch::from_blob(targets.data(), {b, seq_len}, torch::kInt64).clone();
-  if (image_rows > 0) {
+  if (image_rows > 0 && parts.pixels) {
     std::vector<int64_t> dims{image_rows};
     dims.insert(dims.end(), image_shape.begin(), image_shape.end());  // (N, C, H, W) or native (N_patches, patch_dim)
     mb.images = torch::from_blob(pixels.data(), dims, torch::kFloat32).clone();
   }
-  if (audios > 0) {
+  if (audios > 0 && parts.audio_features) {
     mb.audios = torch::from_blob(features.data(), {audios, audio_shape[0], audio_shape[1]}, torch::kFloat32).clone();
   }
   return mb;

@@ -53,6 +53,16 @@ plan::SampleMedia MediaOf(const MicroBatchData& data, size_t b);
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
                                         datasets::Split split);
 StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids);
+// ... with only `parts` of the media read (SampleSource::LoadParts): without
+// pixels `images` stays undefined (image_counts and, native, image_grids are
+// filled); without features `audios` stays undefined (audio_counts filled).
+StatusOr<MicroBatchData> LoadMicroBatch(const datasets::SampleSource& samples, const std::vector<int64_t>& sample_ids,
+                                        datasets::Split split, const datasets::MediaParts& parts);
+
+// What section `section` (a fused one: any of its components) reads of a
+// sample's media: pixels when it encodes images (a ViT), features when it
+// encodes audio; an LLM splices the encoders' rows by the layout alone.
+datasets::MediaParts MediaPartsOf(const plan::SectionPlan& section);
 
 // The samples at `positions` (indices into data.sample_ids, increasing) of a
 // micro-batch, as LoadMicroBatch would have stacked them: input_ids and

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "datasets/audio_features.h"
@@ -145,6 +146,27 @@ TEST(JsonlAudio, ClipsLoadAsTheirFeaturesInPlaceholderOrderBesideImages) {
     EXPECT_EQ(both->audios[k].features, *want) << "clip " << k << " is " << files[k];
   }
   EXPECT_NE(both->audios[0].features, both->audios[1].features);
+  // What an LLM section reads (SampleSource::LoadParts): the clips' and the
+  // image's shapes, no features, no pixels, and no file opened.
+  fs::remove_all(dir + "/clips");
+  fs::remove(dir + "/red.png");
+  MediaParts layout;
+  layout.pixels = false;
+  layout.audio_features = false;
+  auto shapes = (*source)->LoadParts(Split::kTrain, 2, layout);
+  ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+  EXPECT_EQ(shapes->input_ids, both->input_ids);
+  ASSERT_EQ(shapes->audios.size(), 2u);
+  for (const SampleAudio& clip : shapes->audios) {
+    EXPECT_EQ(clip.mel_bins, 16);
+    EXPECT_EQ(clip.frames, kFrames);
+    EXPECT_TRUE(clip.features.empty());
+  }
+  ASSERT_EQ(shapes->images.size(), 1u);
+  EXPECT_EQ(std::make_tuple(shapes->images[0].channels, shapes->images[0].height, shapes->images[0].width),
+            std::make_tuple(both->images[0].channels, both->images[0].height, both->images[0].width));
+  EXPECT_TRUE(shapes->images[0].pixels.empty());
+  EXPECT_FALSE((*source)->Load(Split::kTrain, 2).ok()) << "with features, the clips are read";
   // Placeholders carry no loss, nor does the position before one.
   EXPECT_EQ(both->target_ids[0], kJsonlIgnoreTarget);
   EXPECT_EQ(both->target_ids[1], kJsonlIgnoreTarget);

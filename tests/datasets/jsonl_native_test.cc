@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "datasets/image_decode.h"
@@ -193,6 +195,70 @@ TEST(JsonlNative, RunsAreEachImagesOwnGridAndVideosTheirs) {
   }
   EXPECT_EQ(m->Counts(3).videos, 1);
   EXPECT_EQ(m->Counts(3).video_frames, 4);
+}
+
+// `path` cut right after what ReadImageSize reads (a PNG's chunks up to the
+// first IDAT's header, a JPEG's markers through its SOS segment): its size
+// still reads, its pixels no longer decode.
+void KeepOnlyTheHeader(const fs::path& path) {
+  const std::string bytes = fixtures::ReadFile(path.string());
+  size_t keep = bytes.size();
+  const size_t idat = bytes.find("IDAT");
+  const size_t sos = bytes.find("\xFF\xDA");
+  if (idat != std::string::npos) {
+    keep = idat + 4;
+  } else if (sos != std::string::npos && sos + 3 < bytes.size()) {
+    keep = sos + 2 + ((static_cast<uint8_t>(bytes[sos + 2]) << 8) | static_cast<uint8_t>(bytes[sos + 3]));
+  }
+  ASSERT_LT(keep, bytes.size()) << path;
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(keep));
+}
+
+// What an LLM section reads (SampleSource::LoadParts without pixels): every
+// field Load sets but the pixels, from the images' headers alone (what the
+// manifest read when it opened): with every image cut after its header, it
+// still loads, while Load, which decodes, fails.
+TEST(JsonlNative, WithoutPixelsEveryFieldButThePixelsFromTheHeadersAlone) {
+  const std::string dir = Dir("layout");
+  JsonlSourceOptions o;
+  o.manifest = Options();
+  o.max_images_per_sample = 2;
+  auto source = JsonlSampleSource::Open(WriteManifest(dir, GoodLines()), o);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  MediaParts layout;
+  layout.pixels = false;
+  std::vector<SampleRecord> full;
+  for (int64_t id = 0; id < 4; ++id) {
+    auto r = (*source)->Load(Split::kTrain, id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    full.push_back(*std::move(r));
+  }
+  int cut = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {  // every image and frame
+    const std::string ext = entry.path().extension().string();
+    if (!entry.is_regular_file() || (ext != ".png" && ext != ".PNG" && ext != ".jpg")) continue;
+    KeepOnlyTheHeader(entry.path());
+    ++cut;
+  }
+  ASSERT_GE(cut, 8);
+  for (int64_t id = 0; id < 4; ++id) {
+    auto r = (*source)->LoadParts(Split::kTrain, id, layout);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const SampleRecord& want = full[static_cast<size_t>(id)];
+    EXPECT_EQ(r->input_ids, want.input_ids);
+    EXPECT_EQ(r->target_ids, want.target_ids);
+    ASSERT_EQ(r->images.size(), want.images.size()) << id;
+    for (size_t k = 0; k < want.images.size(); ++k) {
+      const SampleImage& a = r->images[k];
+      const SampleImage& b = want.images[k];
+      EXPECT_TRUE(a.pixels.empty());
+      EXPECT_EQ(std::make_tuple(a.channels, a.height, a.width, a.grid_t, a.grid_h, a.grid_w, a.patch_dim, a.video),
+                std::make_tuple(b.channels, b.height, b.width, b.grid_t, b.grid_h, b.grid_w, b.patch_dim, b.video))
+          << "sample " << id << " item " << k;
+      EXPECT_DOUBLE_EQ(a.seconds_per_grid_t, b.seconds_per_grid_t);
+    }
+  }
+  for (int64_t id = 0; id < 4; ++id) EXPECT_FALSE((*source)->Load(Split::kTrain, id).ok()) << "Load decodes " << id;
 }
 
 TEST(JsonlNative, SourceLoadsImagesAndVideosInPlaceholderOrder) {

@@ -399,5 +399,94 @@ TEST(AudioRows, ClipsAreEncodedPaddedAndSplicedAtTheAudioPlaceholderBesideImages
       << wrong.status().message();
 }
 
+// Only the sections that encode media read it (MediaPartsOf, LoadMicroBatch
+// with parts): a ViT's samples come with pixels, an audio encoder's with
+// features; the projector's and the LLM's come through
+// SampleSource::LoadParts as layouts (counts, native grids), no pixels and
+// no features, and the full Load is never called for them.
+class CountingSource : public datasets::SampleSource {
+ public:
+  int64_t NumSamples(datasets::Split) const override { return 2; }
+  StatusOr<datasets::SampleRecord> Load(datasets::Split, int64_t id) const override {
+    ++full;
+    return Make(id, datasets::MediaParts());
+  }
+  StatusOr<datasets::SampleRecord> LoadParts(datasets::Split, int64_t id,
+                                             const datasets::MediaParts& parts) const override {
+    ++partial;
+    return Make(id, parts);
+  }
+  datasets::SampleTokens TokensOf(int64_t) const override { return {}; }
+  mutable int full = 0, partial = 0;
+
+ private:
+  // Sample id: id + 1 native images of 1 x 2 x (2 + id) patches of 3
+  // values, one clip of 2 x 3 features.
+  static datasets::SampleRecord Make(int64_t id, const datasets::MediaParts& parts) {
+    datasets::SampleRecord r;
+    r.id = id;
+    r.input_ids.assign(16, 1);
+    r.target_ids.assign(16, -100);
+    for (int64_t k = 0; k <= id; ++k) {
+      datasets::SampleImage image;
+      image.channels = 3;
+      image.grid_t = 1;
+      image.grid_h = 2;
+      image.grid_w = 2 + id;
+      image.patch_dim = 3;
+      if (parts.pixels) image.pixels.assign(static_cast<size_t>(2 * (2 + id) * 3), 0.5F);
+      r.images.push_back(image);
+    }
+    datasets::SampleAudio clip;
+    clip.mel_bins = 2;
+    clip.frames = 3;
+    if (parts.audio_features) clip.features.assign(6, 0.25F);
+    r.audios.push_back(clip);
+    return r;
+  }
+};
+
+TEST(MediaParts, OnlyTheSectionsThatEncodeMediaReadIt) {
+  const plan::Plan p = ImagePlan(2, "image");
+  EXPECT_TRUE(MediaPartsOf(p.sections[0]).pixels);  // the ViT
+  EXPECT_FALSE(MediaPartsOf(p.sections[0]).audio_features);
+  for (size_t s : {size_t{1}, size_t{2}}) {  // the projector, the LLM
+    EXPECT_FALSE(MediaPartsOf(p.sections[s]).pixels) << p.sections[s].name;
+    EXPECT_FALSE(MediaPartsOf(p.sections[s]).audio_features) << p.sections[s].name;
+  }
+  plan::SectionPlan audio;
+  audio.model.kind = plan::ModelKind::kAudioEncoder;
+  EXPECT_TRUE(MediaPartsOf(audio).audio_features);
+  EXPECT_FALSE(MediaPartsOf(audio).pixels);
+  plan::SectionPlan fused;
+  fused.components = {p.sections[0], p.sections[2]};  // a ViT fused with its LLM reads pixels
+  EXPECT_TRUE(MediaPartsOf(fused).pixels);
+
+  const CountingSource source;
+  auto layout = LoadMicroBatch(source, {0, 1}, datasets::Split::kTrain, MediaPartsOf(p.sections[2]));
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(source.full, 0);
+  EXPECT_EQ(source.partial, 2);
+  EXPECT_FALSE(layout->images.defined());
+  EXPECT_FALSE(layout->audios.defined());
+  EXPECT_EQ(layout->image_counts, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(layout->audio_counts, (std::vector<int64_t>{1, 1}));
+  ASSERT_EQ(layout->image_grids.size(), 3u);
+  EXPECT_EQ(layout->image_grids[2].w, 3);
+  EXPECT_EQ(SelectSamples(*layout, {1}).image_grids.size(), 2u);
+  EXPECT_FALSE(SelectSamples(*layout, {1}).images.defined());
+
+  auto pixels = LoadMicroBatch(source, {0, 1}, datasets::Split::kTrain, MediaPartsOf(p.sections[0]));
+  ASSERT_TRUE(pixels.ok()) << pixels.status().ToString();
+  EXPECT_EQ(source.partial, 4);  // pixels without features: still a partial load
+  ASSERT_TRUE(pixels->images.defined());
+  EXPECT_EQ(pixels->images.sizes(), (std::vector<int64_t>{4 + 2 * 6, 3}));
+  EXPECT_FALSE(pixels->audios.defined());
+  auto all = LoadMicroBatch(source, {0, 1});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(source.full, 2);
+  EXPECT_EQ(all->audios.sizes(), (std::vector<int64_t>{2, 2, 3}));
+}
+
 }  // namespace
 }  // namespace maestro::runtime
