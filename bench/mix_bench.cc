@@ -15,12 +15,13 @@
 // decoder. The spec's [[data.modality.mix]] tables describe the same mix
 // (image: 4 of 6 samples, audio: 2 of 6), so the compiler prices each kind.
 // Figures:
-//   simulated_wavefront_vs_fifo   the local plan (`maestro run` on this
-//                                 machine, sectioned: one section a rank,
-//                                 the ranks sharing the cores) simulated by
-//                                 the compiler under both policies on the
-//                                 same sampled batches: FIFO step / wavefront
-//                                 step
+//   simulated_wavefront_vs_fifo   the local plan (`maestro run --grouping
+//                                 sectioned` on this machine: one section a
+//                                 rank, the ranks sharing the cores)
+//                                 simulated by the compiler under both
+//                                 policies on the same sampled batches: FIFO
+//                                 step / wavefront step; local_auto_grouping
+//                                 says what `maestro run` picks by itself
 //   video_spec_simulated_wavefront_vs_fifo  the same for
 //                                 specs/qwen25vl_7b_video.toml planned for its
 //                                 cluster (16 x 8 H100): the scale case
