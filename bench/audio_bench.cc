@@ -16,16 +16,15 @@
 #include <fmt/format.h>
 #include <sndfile.h>
 
-#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/data_benches.h"
+#include "bench/media_files.h"
 #include "bench/registry.h"
 #include "datasets/audio_features.h"
 
@@ -35,44 +34,6 @@ namespace ds = maestro::datasets;
 namespace fs = std::filesystem;
 
 constexpr double kClipSeconds = 10.0;
-
-// Interleaved frames of a speech-like clip: harmonics of a 100-250 Hz pitch
-// that glides, a 4 Hz syllable envelope, and a little noise.
-std::vector<float> SpeechLike(int64_t rate, int64_t channels, int seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<double> noise(0.0, 0.003);
-  const auto frames = static_cast<int64_t>(kClipSeconds * static_cast<double>(rate));
-  std::vector<float> out(static_cast<size_t>(frames * channels));
-  const double f0 = 100.0 + 150.0 * std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-  double phase = 0.0;
-  for (int64_t i = 0; i < frames; ++i) {
-    const double t = static_cast<double>(i) / static_cast<double>(rate);
-    const double pitch = f0 * (1.0 + 0.1 * std::sin(2.0 * M_PI * 0.5 * t));
-    phase += 2.0 * M_PI * pitch / static_cast<double>(rate);
-    const double envelope = 0.5 + 0.5 * std::sin(2.0 * M_PI * 4.0 * t);
-    double v = 0.0;
-    for (int h = 1; h <= 12; ++h) v += std::sin(h * phase) / h;
-    v = 0.2 * envelope * v;
-    for (int64_t c = 0; c < channels; ++c) {
-      out[static_cast<size_t>(i * channels + c)] = static_cast<float>(v + noise(rng));
-    }
-  }
-  return out;
-}
-
-void WriteClip(const std::string& path, int format, int64_t rate, int64_t channels, int seed) {
-  SF_INFO info{};
-  info.samplerate = static_cast<int>(rate);
-  info.channels = static_cast<int>(channels);
-  info.format = format;
-  SNDFILE* file = sf_open(path.c_str(), SFM_WRITE, &info);
-  if (file == nullptr) throw std::runtime_error("cannot write " + path + ": " + sf_strerror(nullptr));
-  const std::vector<float> frames = SpeechLike(rate, channels, seed);
-  const auto n = static_cast<sf_count_t>(frames.size()) / channels;
-  const sf_count_t written = sf_writef_float(file, frames.data(), n);
-  sf_close(file);
-  if (written != n) throw std::runtime_error("short write to " + path);
-}
 
 }  // namespace
 
@@ -84,11 +45,11 @@ nlohmann::json maestro::bench::AudioFeaturesBench(const maestro::bench::BenchOpt
   std::vector<std::string> wavs;
   for (int i = 0; i < clips; ++i) {
     flacs.push_back((dir / fmt::format("clip{:04d}.flac", i)).string());
-    WriteClip(flacs.back(), SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 1, i);
+    WriteAudioClip(flacs.back(), SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 1, kClipSeconds, i);
   }
   for (int i = 0; i < wav_clips; ++i) {
     wavs.push_back((dir / fmt::format("clip{:04d}.wav", i)).string());
-    WriteClip(wavs.back(), SF_FORMAT_WAV | SF_FORMAT_PCM_16, 44100, 2, 1000 + i);
+    WriteAudioClip(wavs.back(), SF_FORMAT_WAV | SF_FORMAT_PCM_16, 44100, 2, kClipSeconds, 1000 + i);
   }
 
   const ds::WhisperFeatureSpec spec{80, 3000};

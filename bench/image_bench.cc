@@ -24,18 +24,16 @@
 // $TMPDIR, else /tmp, and are removed afterwards.
 #include <fmt/format.h>
 #include <jpeglib.h>
-#include <png.h>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench/data_benches.h"
+#include "bench/media_files.h"
 #include "bench/registry.h"
 #include "datasets/image_decode.h"
 #include "datasets/native_image.h"
@@ -46,42 +44,6 @@ namespace ds = maestro::datasets;
 namespace fs = std::filesystem;
 
 constexpr int kSide = 448;
-
-// A photo-like picture of (height, width): a few shaded blobs, hard-edged
-// rectangles, noise.
-std::vector<uint8_t> PhotoLike(int seed, int height, int width) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::normal_distribution<double> noise(0.0, 6.0);
-  double base[3] = {u(rng) * 255, u(rng) * 255, u(rng) * 255};
-  struct Blob {
-    double x, y, r, col[3];
-  };
-  std::vector<Blob> blobs(6);
-  for (auto& b : blobs)
-    b = {u(rng) * width, u(rng) * height, 40 + u(rng) * 120, {u(rng) * 255, u(rng) * 255, u(rng) * 255}};
-  const int rx0 = static_cast<int>(u(rng) * width / 2), ry0 = static_cast<int>(u(rng) * height / 2);
-  const int rx1 = rx0 + 60 + static_cast<int>(u(rng) * 150), ry1 = ry0 + 60 + static_cast<int>(u(rng) * 150);
-  std::vector<uint8_t> px(static_cast<size_t>(height) * static_cast<size_t>(width) * 3);
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      double c[3] = {base[0] * (1 - 0.3 * y / height), base[1], base[2] * (0.7 + 0.3 * x / width)};
-      for (const auto& b : blobs) {
-        const double d2 = ((x - b.x) * (x - b.x) + (y - b.y) * (y - b.y)) / (b.r * b.r);
-        const double w = std::exp(-d2);
-        for (int k = 0; k < 3; ++k) c[k] = (1 - w) * c[k] + w * b.col[k];
-      }
-      const bool in_rect = x >= rx0 && x < rx1 && y >= ry0 && y < ry1;
-      const double n = noise(rng);
-      for (int k = 0; k < 3; ++k) {
-        const double v = (in_rect ? 255 - c[k] : c[k]) + n;
-        px[(static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)) * 3 +
-           static_cast<size_t>(k)] = static_cast<uint8_t>(std::min(255.0, std::max(0.0, v)));
-      }
-    }
-  }
-  return px;
-}
 
 void WriteJpeg(const std::string& path, std::vector<uint8_t> px, int height, int width) {
   FILE* f = std::fopen(path.c_str(), "wb");
@@ -107,21 +69,6 @@ void WriteJpeg(const std::string& path, std::vector<uint8_t> px, int height, int
   std::fclose(f);
 }
 
-void WritePng(const std::string& path, std::vector<uint8_t> px) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw std::runtime_error("cannot write " + path);
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
-  png_init_io(png, f);
-  png_set_IHDR(png, info, kSide, kSide, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
-  png_write_info(png, info);
-  for (int y = 0; y < kSide; ++y) png_write_row(png, px.data() + static_cast<size_t>(y) * kSide * 3);
-  png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  std::fclose(f);
-}
-
 }  // namespace
 
 nlohmann::json maestro::bench::ImageDecodeBench(const maestro::bench::BenchOptions& options) {
@@ -138,7 +85,7 @@ nlohmann::json maestro::bench::ImageDecodeBench(const maestro::bench::BenchOptio
   }
   for (int i = 0; i < png_images; ++i) {
     pngs.push_back((dir / fmt::format("img{:04d}.png", i)).string());
-    WritePng(pngs.back(), PhotoLike(1000 + i, kSide, kSide));
+    WritePng(pngs.back(), PhotoLike(1000 + i, kSide, kSide), kSide, kSide);
   }
 
   ds::ImageSpec spec;

@@ -31,13 +31,12 @@
 // *_rounds lists the headline ratios' per-round values.
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "bench/local_runs.h"
 #include "bench/registry.h"
 #include "cli/subprocess.h"
 #include "compiler/compile.h"
@@ -48,103 +47,30 @@
 namespace {
 
 namespace fs = std::filesystem;
+using maestro::bench::LocalPlanned;
+using maestro::bench::MedianOf;
+using maestro::bench::Rate;
+using maestro::bench::RunFigures;
+using maestro::bench::RunPlan;
 using maestro::plan::Plan;
 
-// A plan `maestro run` would train on this machine: local mode, one rank
-// per core sharing the cores, the planner's configuration under `grouping`
+// specs/<spec_name> as `maestro run` would train it here under `grouping`
 // (kAuto: the planner's own choice; kFused: every component fused on every
 // rank, the monolithic baseline's configuration; kSectioned: the sectioned
-// plan). Teacher weights come from the seed (the speed does not depend on
-// them).
-struct LocalPlanned {
-  Plan plan;
-  double predicted_step_seconds = 0;  // the compiler's simulated step of this plan
-  bool fused = false;
-};
-
-LocalPlanned PlannedLocalPlan(const std::string& spec_name, int64_t steps, maestro::compiler::Grouping grouping) {
-  auto spec = maestro::compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name);
-  if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
-  maestro::compiler::CompileOptions options;
-  const int cores = std::max(2, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-  options.local_ranks = cores;
-  options.local_cores = cores;
-  options.local_grow = true;
-  options.grouping = grouping;
-  auto compiled = maestro::compiler::Compile(*spec, options);
-  if (!compiled.ok()) throw std::runtime_error(compiled.status().ToString());
-  LocalPlanned out;
-  out.plan = compiled->plan;
-  out.plan.data.steps = steps;
-  for (auto& s : out.plan.sections) {
-    s.init_from.clear();
-    for (auto& c : s.components) c.init_from.clear();
-  }
-  out.predicted_step_seconds = compiled->grouping.chosen_step_seconds;
-  out.fused = compiled->grouping.fused;
-  return out;
-}
-
-// Sum of samples and seconds over the steps past warm-up; mean overhead.
-struct RunFigures {
-  double samples = 0, seconds = 0, overhead = 0;
-  int steps = 0;
-};
-
-std::string WritePlan(const Plan& plan, const std::string& path) {
-  if (!maestro::plan::SavePlan(plan, path).ok()) throw std::runtime_error("cannot write " + path);
-  return path;
-}
-
-// Trains `plan_path` with one rank per section under mpirun into run_dir.
-void RunSectioned(const std::string& worker, const Plan& plan, const std::string& plan_path,
-                  const std::string& run_dir) {
-  std::vector<std::string> mpirun{
-      "mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "-np", std::to_string(plan.world_size())};
-  if (geteuid() == 0) mpirun.insert(mpirun.begin() + 1, "--allow-run-as-root");
-  for (const std::string& a :
-       {worker, std::string("--no-progress"), std::string("--no-eval"), std::string("--run-dir"), run_dir, plan_path}) {
-    mpirun.push_back(a);
-  }
-  // Our stdout is the benchmark's result: the workers' logs go to stderr.
-  auto rc = maestro::cli::RunProcess(mpirun, maestro::cli::ChildStdout::kToStderr);
-  if (!rc.ok() || *rc != 0) throw std::runtime_error("a sectioned run failed; is openmpi-bin installed?");
-}
-
-RunFigures ReadMetrics(const std::string& path) {
-  RunFigures f;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("step_seconds") || j["step"].get<int64_t>() < 3) continue;
-    f.samples += j["samples"].get<double>();
-    f.seconds += j["step_seconds"].get<double>();
-    if (j.contains("overhead")) f.overhead += j["overhead"].get<double>();
-    ++f.steps;
-  }
-  if (f.steps == 0 || f.seconds <= 0) throw std::runtime_error("no step figures in " + path);
-  return f;
-}
-
-double Rate(const RunFigures& f) {
-  return f.samples / f.seconds;
-}
-
-RunFigures RunPlan(const std::string& worker, const Plan& plan, const std::string& dir, const std::string& name) {
-  RunSectioned(worker, plan, WritePlan(plan, dir + "/" + name + ".json"), dir + "/" + name);
-  return ReadMetrics(dir + "/" + name + "/metrics.jsonl");
+// plan).
+LocalPlanned ExampleLocalPlan(const std::string& spec_name, int64_t steps, maestro::compiler::Grouping grouping) {
+  return maestro::bench::PlannedLocalPlan(std::string(MAESTRO_SOURCE_DIR) + "/specs/" + spec_name, steps, grouping);
 }
 
 // The one-process reference on `plan`'s workload (the plan only names the
 // models, data and steps it trains).
 RunFigures RunReference(const std::string& worker, const Plan& plan, const std::string& dir, const std::string& name) {
-  const std::string plan_path = WritePlan(plan, dir + "/" + name + ".json");
+  const std::string plan_path = maestro::bench::WritePlan(plan, dir + "/" + name + ".json");
   // The reference prints `step N loss` lines: to stderr, like every log.
   auto rc = maestro::cli::RunProcess({worker, "--reference", "--no-eval", "--run-dir", dir + "/" + name, plan_path},
                                      maestro::cli::ChildStdout::kToStderr);
   if (!rc.ok() || *rc != 0) throw std::runtime_error("the one-process reference run of " + name + " failed");
-  return ReadMetrics(dir + "/" + name + "/metrics.jsonl");
+  return maestro::bench::ReadMetrics(dir + "/" + name + "/metrics.jsonl");
 }
 
 // One workload's groupings, measured in the same run on this machine's cores:
@@ -172,10 +98,10 @@ GroupingFigures MeasureGroupings(const std::string& worker, const std::string& s
                                  bool with_fifo, const std::string& dir, const std::string& name) {
   using maestro::compiler::Grouping;
   GroupingFigures g;
-  g.sectioned_plan = PlannedLocalPlan(spec_name, steps, Grouping::kSectioned);
+  g.sectioned_plan = ExampleLocalPlan(spec_name, steps, Grouping::kSectioned);
   g.sectioned_plan.plan.schedule_policy = "wavefront";
-  g.monolithic_plan = PlannedLocalPlan(spec_name, steps, Grouping::kFused);
-  const LocalPlanned best = PlannedLocalPlan(spec_name, steps, Grouping::kAuto);
+  g.monolithic_plan = ExampleLocalPlan(spec_name, steps, Grouping::kFused);
+  const LocalPlanned best = ExampleLocalPlan(spec_name, steps, Grouping::kAuto);
   g.best_fused = best.fused;
   const std::string best_json = maestro::plan::PlanToJson(best.plan);
   const bool best_is_monolithic = best_json == maestro::plan::PlanToJson(g.monolithic_plan.plan);
@@ -198,19 +124,12 @@ GroupingFigures MeasureGroupings(const std::string& worker, const std::string& s
       runs.push_back([&] { rates.best = Rate(RunPlan(worker, best.plan, dir, tag + "_best")); });
     }
     if (with_fifo) runs.push_back([&] { rates.fifo = Rate(RunPlan(worker, fifo, dir, tag + "_fifo")); });
-    std::rotate(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(r % runs.size()), runs.end());
-    for (const auto& run : runs) run();
+    maestro::bench::RunRotated(std::move(runs), r);
     if (best_is_monolithic) rates.best = rates.monolithic;
     if (best_is_sectioned) rates.best = rates.sectioned;
     g.rounds.push_back(rates);
   }
   return g;
-}
-
-double MedianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // `prefix`sectioned_vs_monolithic and the rest (see the header): the median

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "plan/mrope.h"
+#include "plan/native_vision.h"
 #include "plan/plan_graph.h"
 #include "runtime/models/encoders.h"
 #include "runtime/plan_data.h"
@@ -147,8 +148,12 @@ torch::Tensor SpliceRows(const torch::Tensor& embeds, const torch::Tensor& ids, 
               " rows, but the plan has no placeholder id for them (data.", noun, "_token_id)");
   TORCH_CHECK(static_cast<int64_t>(counts.size()) == b, "the micro-batch has ", counts.size(), " ", noun,
               " counts for ", b, " samples");
-  TORCH_CHECK(max_items >= 1 && rows.dim() == 3 && rows.size(1) % max_items == 0, "rows of shape ", rows.sizes(),
-              " do not hold ", max_items, " items' rows per sample");
+  // A ViT at native resolution sends seq_len rows per sample
+  // (plan::VisionRowsPerSample), not K items' worth: seq_len need not be a
+  // multiple of K.
+  const bool native_rows = !audio && plan::NativeResolution(plan);
+  TORCH_CHECK(max_items >= 1 && rows.dim() == 3 && (native_rows || rows.size(1) % max_items == 0), "rows of shape ",
+              rows.sizes(), " do not hold ", max_items, " items' rows per sample");
   const int64_t per_item = rows.size(1) / max_items;
   // Native resolution: each sample's rows are its items' LLM tokens (the
   // tower's grid), its videos' at the video placeholder.
