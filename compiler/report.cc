@@ -47,6 +47,10 @@ ReportSection SectionRowOf(const SectionWork& s, const SectionChoice& choice, co
   row.measured_profile = c.measured;
   row.planner_only = choice.planner_only;
   row.run_ahead = choice.run_ahead;
+  row.mix_kinds = static_cast<int>(s.mix_work.size());
+  row.attention_context = s.attention_context;
+  row.peak_tokens_per_sample = s.peak_tokens;
+  row.peak_attention_sequence = s.peak_context;
   return row;
 }
 
@@ -399,6 +403,14 @@ std::string ReportText(const Report& r) {
   t += "\n";
   t += SectionTable(r.sections);
   for (const ReportEdge& e : r.edges) t += EdgeText(e);
+  for (const ReportSection& s : r.sections) {
+    if (s.mix_kinds == 0) continue;
+    t += fmt::format(
+        "mix: section '{}' reads {} kinds of sample ([[data.modality.mix]]): priced at their mean, {} tokens at an "
+        "attention context of {}; memory at the largest, {} tokens (its longest attention sequence {})\n",
+        s.name, s.mix_kinds, s.tokens_per_sample, s.attention_context, s.peak_tokens_per_sample,
+        s.peak_attention_sequence);
+  }
   t += "\n";
   t += StepText(r);
   t += MonolithicText(r.monolithic, r.global_batch);
@@ -494,6 +506,12 @@ nlohmann::json SectionJson(const ReportSection& s) {
   j["runtime_supported"] = s.planner_only.empty();
   j["planner_only"] = s.planner_only;
   j["run_ahead"] = s.run_ahead;
+  if (s.mix_kinds > 0) {
+    j["mix"] = {{"kinds", s.mix_kinds},
+                {"attention_context", s.attention_context},
+                {"peak_tokens_per_sample", s.peak_tokens_per_sample},
+                {"peak_attention_sequence", s.peak_attention_sequence}};
+  }
   return j;
 }
 

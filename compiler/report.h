@@ -61,6 +61,12 @@ struct ReportSection {
   bool measured_profile = false;
   std::string planner_only;  // "" when the runtime runs it
   int run_ahead = 0;         // global batches computed ahead (forward-only; compiler/run_ahead.h)
+  // A [[data.modality.mix]] on its modality (compiler/sample_mix.h): its
+  // kinds of sample (0: none), the attention context its mean sample is
+  // priced at, and the largest sample memory is priced at.
+  int mix_kinds = 0;
+  int64_t attention_context = 0;
+  int64_t peak_tokens_per_sample = 0, peak_attention_sequence = 0;
 };
 
 // One edge: the fan-out (fan-in) the DP degrees give it and its transfer.

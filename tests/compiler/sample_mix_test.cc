@@ -6,9 +6,11 @@
 // model prices, the draws the simulation makes, and the spec's mistakes.
 #include "compiler/sample_mix.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "compiler/compile.h"
 #include "compiler/spec.h"
@@ -162,6 +164,17 @@ TEST(SampleMix, ThePlanPricesTheMeanTheMemoryThePeakAndTheSimulationDraws) {
   EXPECT_EQ(vit.peak_context, w->peak_sequence);
   EXPECT_EQ(vit.mix_work, w->relative_work);
   EXPECT_EQ(compiled->plan.data.modalities[0].tokens, spec.data.modalities[0].tokens);
+  // The report says what was priced.
+  EXPECT_NE(compiled->report.find(fmt::format("mix: section 'vit' reads 3 kinds of sample ([[data.modality.mix]]): "
+                                              "priced at their mean, {} tokens at an attention context of {}; memory "
+                                              "at the largest, {} tokens (its longest attention sequence {})",
+                                              vit.tokens, vit.attention_context, vit.peak_tokens, vit.peak_context)),
+            std::string::npos)
+      << compiled->report;
+  const auto js = nlohmann::json::parse(compiled->report_json);
+  EXPECT_EQ(js["sections"][0]["mix"]["kinds"].get<int>(), 3);
+  EXPECT_EQ(js["sections"][0]["mix"]["peak_tokens_per_sample"].get<int64_t>(), vit.peak_tokens);
+  EXPECT_FALSE(js["sections"][1].contains("mix"));
 
   // A micro-batch of the peak sample needs more memory than one of the mean.
   const CostModel model(DevicesOf(spec), spec.data.global_batch);
