@@ -11,6 +11,31 @@
 
 namespace maestro::runtime {
 
+namespace {
+
+// The rows of an encoder's planned sample, against which a sample's own
+// tokens of its modality are weighed: at native resolution the plan priced
+// tokens_per_sample patches, m^2 a row (compiler/workload_builder.cc);
+// otherwise tokens_per_sample of input (K items' worth, or a
+// [[data.modality.mix]]'s mean sample: compiler/sample_mix.h) at the
+// encoder's rows per item; a plan without tokens_per_sample, K items' rows.
+double PlannedSampleRows(const plan::Plan& plan, const plan::SectionPlan& s) {
+  const bool vit = s.model.kind == plan::ModelKind::kVit;
+  if (vit && plan::NativeResolution(plan)) {
+    const int64_t m = std::max<int64_t>(1, plan::SpatialMerge(s.model));
+    return static_cast<double>(s.tokens_per_sample) / static_cast<double>(m * m);
+  }
+  const int64_t per_item = vit ? plan::VitSequenceTokens(s.model) : plan::AudioSequenceTokens(s.model);
+  const int64_t rows_per_item = vit ? VitOutputTokens(s.model) : plan::AudioSequenceTokens(s.model);
+  if (s.tokens_per_sample > 0 && per_item > 0) {
+    return static_cast<double>(s.tokens_per_sample) / static_cast<double>(per_item) *
+           static_cast<double>(rows_per_item);
+  }
+  return static_cast<double>((vit ? MaxImagesPerSample(plan) : MaxAudiosPerSample(plan)) * rows_per_item);
+}
+
+}  // namespace
+
 PlannedCostModel::PlannedCostModel(const plan::Plan& plan) {
   const auto names = scheduler::ModalityNamesOf(plan);
   for (const auto& s : plan.sections) {
@@ -22,25 +47,7 @@ PlannedCostModel::PlannedCostModel(const plan::Plan& plan) {
       for (size_t m = 0; m < names.size() && m < static_cast<size_t>(scheduler::kMaxModalities); ++m) {
         if (names[m] == s.activation) modality = static_cast<int>(m);
       }
-      full = s.model.kind == plan::ModelKind::kVit
-                 ? static_cast<double>(MaxImagesPerSample(plan) * VitOutputTokens(s.model))
-                 : static_cast<double>(MaxAudiosPerSample(plan) * ((s.model.audio_frames + 1) / 2));
-      // The compiler priced tokens_per_sample of the encoder's input: K items'
-      // worth, or a [[data.modality.mix]]'s mean sample (compiler/sample_mix.h).
-      const int64_t per_item =
-          s.model.kind == plan::ModelKind::kVit ? plan::VitSequenceTokens(s.model) : plan::AudioSequenceTokens(s.model);
-      const int64_t rows_per_item =
-          s.model.kind == plan::ModelKind::kVit ? VitOutputTokens(s.model) : plan::AudioSequenceTokens(s.model);
-      if (s.tokens_per_sample > 0 && per_item > 0) {
-        full = static_cast<double>(s.tokens_per_sample) / static_cast<double>(per_item) *
-               static_cast<double>(rows_per_item);
-      }
-      if (s.model.kind == plan::ModelKind::kVit && plan::NativeResolution(plan)) {
-        // Native resolution: the plan priced tokens_per_sample patches, m^2 per
-        // placeholder (compiler/workload_builder.cc); a sample weighs its own.
-        const int64_t m = std::max<int64_t>(1, plan::SpatialMerge(s.model));
-        full = static_cast<double>(s.tokens_per_sample) / static_cast<double>(m * m);
-      }
+      full = PlannedSampleRows(plan, s);
       if (!(full > 0)) modality = -1;
     }
     scale_modality_.push_back(modality);
