@@ -707,6 +707,8 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   p.comm_timeout_s = spec.job.comm_timeout_s;
   p.shared_cores = spec.cluster.local ? spec.cluster.local_cores : 0;
   p.schedule_policy = spec.job.schedule;
+  p.spool_gib = spec.job.spool_gib;
+  p.spool_dtype = spec.job.spool_dtype;
   p.schedule_max_in_flight = r.grouping.fused ? 0 : r.workload.max_in_flight;
   Status valid = plan::Validate(p);
   if (!valid.ok()) return Status::Internal("maestro-compile built an invalid plan (a bug): " + valid.message());

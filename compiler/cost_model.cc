@@ -71,6 +71,8 @@ PassShape PassShapeOf(const SectionWork& s, const plan::ParallelConfig& c, doubl
   shape.recompute_attention_core = c.recompute_granularity() == plan::RecomputeGranularity::kSelective;
   shape.lm_loss = s.lm_loss;
   shape.kd_teacher_hidden = s.kd_teacher_hidden;
+  shape.kd_sparse_rows = s.kd_sparse_rows;
+  shape.teacher_rows_form = s.teacher_rows_form;
   shape.tp = c.tp;
   shape.cp = c.cp;
   shape.pp = c.pp;

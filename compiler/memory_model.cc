@@ -273,9 +273,12 @@ double StemBytes(const plan::ModelDesc& m, double a) {
 // weights); the tensors alive at the KL term (logits, teacher logits, the
 // student's two log_softmaxes, the teacher's scaled logits, log-probabilities,
 // exp, difference, product) would count 9, an upper bound the run does not
-// reach. KD over the teacher's top-k: 5 x 4V.
+// reach. KD over the teacher's top-k: 5 x 4V. KD from top-K or sampled rows
+// (plan/teacher_rows.h): 4 x 4V, an estimate, not measured: top-k's chain
+// without the teacher's logits.
 double LogitsChainBytes(const SectionWork& s) {
   const double v = D(s.model.vocab);
+  if (s.kd_sparse_rows) return 4.0 * 4.0 * v;
   if (s.kd_teacher_hidden <= 0) return 3.0 * 4.0 * v;
   if (s.kd_top_k > 0 && s.kd_top_k < s.model.vocab) return 5.0 * 4.0 * v;
   return 6.0 * 4.0 * v;
@@ -455,7 +458,10 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
                           : s.peak_context > 0          ? s.peak_context
                                                         : std::max<int64_t>(s.facts.seq_len, 1);
   const double layers = m.kind == ModelKind::kProjector ? 1.0 : D(std::max<int64_t>(m.layers, 1));
-  const double out_width = D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
+  // A KD teacher's rows are 2K or draws + 1 wide when it sends top-K or
+  // sampled rows (plan/teacher_rows.h), fp32.
+  const double out_width = s.teacher_rows_form >= 0 ? D(s.teacher_rows_width) / a * 4.0
+                                                    : D(s.facts.output_dim > 0 ? s.facts.output_dim : m.hidden);
   // ViT CP (docs/context_parallel_vit.md): the stem and the merger run on
   // the whole sequence on every CP rank, and each layer keeps the
   // all-gathered k and v of the whole sequence (cp - 1 chunks more than its own).
@@ -492,7 +498,7 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
           samples * D(plan::LossChunkPositions(static_cast<int64_t>(samples), std::max<int64_t>(positions, 1)));
       act += std::min(tokens_mb, chain_tokens) * LogitsChainBytes(s);
       // The teacher's rows: whole on every CP rank (docs/context_parallel.md).
-      if (s.kd_teacher_hidden > 0) act += tokens_mb * D(cp) * 4.0 * D(s.kd_teacher_hidden);
+      if (s.kd_rows_width > 0) act += tokens_mb * D(cp) * 4.0 * D(s.kd_rows_width);
     }
     const double largest =
         staged && !first_stage && !holds_head ? D(m.ffn_hidden) * D(m.hidden) / tp : LargestParameter(m, tp);
@@ -514,6 +520,11 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
       act += mbs * tokens_mb * 4.0 * D(m.hidden);
     } else if (!s.sink) {
       act += mbs * out_rows * a * out_width;
+    }
+    // A KD teacher's top-K or sampled rows: one chunk of plan::kLossChunkTokens
+    // tokens' fp32 logits and the form's working copies (about 3 x 4V).
+    if (s.teacher_rows_form >= 0 && last_stage) {
+      act += std::min(tokens_mb * D(cp), D(plan::kLossChunkTokens)) * 3.0 * 4.0 * D(m.vocab);
     }
     // A later stage of a pipeline streaming ahead holds the input it
     // received for the next step's first micro-batch (runtime/run_ahead.h).

@@ -11,6 +11,7 @@
 #include "base/units.h"
 #include "compiler/config_text.h"
 #include "compiler/workload_builder.h"
+#include "plan/teacher_rows.h"
 
 namespace maestro::compiler {
 
@@ -187,6 +188,41 @@ SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignm
   return out;
 }
 
+// The spools plan `p` keeps, priced: a KD teacher's rows by their form, any
+// other section's rows (its out edge's fp32 wire values) in the spool dtype.
+std::vector<ReportSpool> SpoolsOf(const plan::Plan& p) {
+  std::vector<ReportSpool> out;
+  for (int i = 0; i < static_cast<int>(p.sections.size()); ++i) {
+    if (!plan::KeepsSpool(p, i)) continue;
+    const plan::SectionPlan& s = p.sections[static_cast<size_t>(i)];
+    ReportSpool row;
+    row.section = s.name;
+    const double tokens = static_cast<double>(s.tokens_per_sample > 0 ? s.tokens_per_sample : p.data.seq_len);
+    if (const auto sent = plan::TeacherRowsOf(p, i)) {
+      row.bytes_per_sample = tokens * static_cast<double>(plan::SpoolBytesPerPosition(sent->form, s.model.hidden,
+                                                                                      sent->loss, p.spool_dtype));
+      if (sent->form == plan::TeacherRowsForm::kTopK) {
+        row.rows = fmt::format("topk rows (K = {}, {} values)", sent->loss.top_k, p.spool_dtype);
+      } else if (sent->form == plan::TeacherRowsForm::kSampled) {
+        row.rows = fmt::format("sampled rows ({} draws a token)", plan::SampledDraws(sent->loss));
+      } else {
+        row.rows = fmt::format("hidden states ({})", p.spool_dtype);
+      }
+    } else {
+      double wire_bytes = 0;
+      for (const plan::EdgePlan& e : p.edges) {
+        if (e.from == s.name) wire_bytes = std::max(wire_bytes, static_cast<double>(e.bytes_per_sample));
+      }
+      row.bytes_per_sample = wire_bytes / 4.0 * static_cast<double>(plan::SpoolValueBytes(p.spool_dtype));
+      row.rows = fmt::format("rows ({})", p.spool_dtype);
+    }
+    row.budget_bytes = static_cast<double>(plan::SpoolBudgetPerWriter(p, i)) * std::max(1, s.config.dp);
+    row.samples_fit = row.bytes_per_sample > 0 ? static_cast<int64_t>(row.budget_bytes / row.bytes_per_sample) : 0;
+    out.push_back(row);
+  }
+  return out;
+}
+
 Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult& r, const CompileOptions& options) {
   const Workload& w = r.workload;
   const Assignment& a = r.assignment;
@@ -229,6 +265,7 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
     out.split_bound.basis = SplitBoundBasis::kFusedPlan;
   }
   if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
+  out.spools = SpoolsOf(plan::ExpandFusedSections(r.plan));
   out.checkpoint = PredictCheckpoint(spec, r.plan);
   out.checkpoint_async = r.plan.checkpoint_async;
   if (std::string warning = SignalLeadWarning(spec, out.checkpoint, r.grouping.chosen_step_seconds); !warning.empty()) {
@@ -410,6 +447,13 @@ std::string ReportText(const Report& r) {
         "attention context of {}; memory at the largest, {} tokens (its longest attention sequence {})\n",
         s.name, s.mix_kinds, s.tokens_per_sample, s.attention_context, s.peak_tokens_per_sample,
         s.peak_attention_sequence);
+  }
+  for (const ReportSpool& s : r.spools) {
+    t += fmt::format(
+        "spool: section '{}' keeps its {}: {} a sample; its share of the spool ({}, [job] spool_gib) holds {} "
+        "samples ({} global batches)\n",
+        s.section, s.rows, HumanBytes(s.bytes_per_sample), HumanBytes(s.budget_bytes), s.samples_fit,
+        r.global_batch > 0 ? s.samples_fit / r.global_batch : 0);
   }
   t += "\n";
   t += StepText(r);
@@ -633,6 +677,15 @@ std::string ReportJson(const Report& r) {
                       {"write_bytes_per_s", r.checkpoint.write_bytes_per_s},
                       {"predicted_write_seconds", r.checkpoint.write_seconds},
                       {"async", r.checkpoint_async}};
+  nlohmann::json spools = nlohmann::json::array();
+  for (const ReportSpool& s : r.spools) {
+    spools.push_back({{"section", s.section},
+                      {"rows", s.rows},
+                      {"bytes_per_sample", s.bytes_per_sample},
+                      {"budget_bytes", s.budget_bytes},
+                      {"samples_fit", s.samples_fit}});
+  }
+  js["spools"] = spools;
   js["warnings"] = r.warnings;
   // Invalid UTF-8 would throw (type_error.316); the spec reader refuses it in
   // its own path, and anything else is replaced (U+FFFD) rather than thrown.

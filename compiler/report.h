@@ -120,6 +120,17 @@ struct SplitBound {
 };
 SplitBound SplitBoundOf(const CostModel& model, const Workload& w, const Assignment& a, double plan_step_seconds);
 
+// A section that keeps a spool of its output rows (plan::KeepsSpool): what a
+// sample's rows take in it (plan/teacher_rows.h) and how many samples its
+// share of [job] spool_gib holds.
+struct ReportSpool {
+  std::string section;
+  std::string rows;  // e.g. "topk rows (K = 128, bf16 values)"
+  double bytes_per_sample = 0;
+  double budget_bytes = 0;
+  int64_t samples_fit = 0;
+};
+
 struct Report {
   std::string job, spec_path;
   int64_t global_batch = 0, seq_len = 0;
@@ -146,6 +157,7 @@ struct Report {
   // and whether periodic ones are written in the background.
   CheckpointCost checkpoint;
   bool checkpoint_async = true;
+  std::vector<ReportSpool> spools;
   // Lines that warn about the spec (each also goes to stderr).
   std::vector<std::string> warnings;
 };

@@ -121,6 +121,15 @@ struct SectionWork {
   int in_flight_cap = 0;
   int64_t kd_teacher_hidden = 0;
   int kd_top_k = 0;
+  // KD rows (plan/teacher_rows.h): a student's received rows' width per
+  // position (the teacher's hidden size, 2K, or draws + 1) and whether its
+  // KL reads top-K or sampled rows (no teacher head; kd_teacher_hidden 0);
+  // a teacher that makes such rows runs its head and the form's vocabulary
+  // passes (teacher_rows_form: -1 none, else a plan::TeacherRowsForm).
+  int64_t kd_rows_width = 0;
+  bool kd_sparse_rows = false;
+  int teacher_rows_form = -1;
+  int64_t teacher_rows_width = 0;  // the rows it sends a position (teacher_rows_form >= 0)
   // A forward-only section the planner runs 2 or more global batches ahead
   // where the runtime streams its pipeline across steps (compiler/run_ahead.h
   // MarkPipelineStreams; runtime/run_ahead.h), at most this many batches

@@ -10,6 +10,7 @@
 #include "base/graph.h"
 #include "plan/native_vision.h"
 #include "plan/plan.h"
+#include "plan/teacher_rows.h"
 
 namespace maestro::compiler::internal {
 
@@ -21,9 +22,46 @@ std::vector<std::string> SectionNames(const Spec& spec) {
   return names;
 }
 
+// The KD edge `e` into student `s`: its tensor names one of the teacher row
+// forms (plan/teacher_rows.h), and the loss's keys fit that form.
+void CheckTeacherRows(Diagnostics& d, const EdgeSpec& e, const SectionSpec& s, int64_t vocab) {
+  const auto form = plan::TeacherRowsFormOf(e.tensor);
+  if (!form) {
+    d.Error(e.pos, fmt::format("edge {} -> {} carries '{}', but the kd loss of '{}' reads a teacher's rows: name the "
+                               "tensor \"teacher_hidden\" (its final hidden states; the student applies its head), "
+                               "\"teacher_topk\" (its top-k logits, k = loss.top_k) or \"teacher_sampled\" (token "
+                               "ids drawn from its distribution, loss.draws a position), e.g. inputs = "
+                               "[\"{}.teacher_hidden\"]",
+                               e.from, e.to, e.tensor, s.name, e.from));
+    return;
+  }
+  const std::string where = "section '" + s.name + "'";
+  if (*form == plan::TeacherRowsForm::kTopK && (s.loss.top_k < 1 || s.loss.top_k > vocab)) {
+    d.Error(s.loss_pos, fmt::format("{}: its teacher sends \"teacher_topk\" rows, so loss.top_k must name k in "
+                                    "[1, {}] (the vocabulary); Megatron-LM's offline distillation keeps 128",
+                                    where, vocab));
+  }
+  if (*form == plan::TeacherRowsForm::kSampled && s.loss.top_k > 0) {
+    d.Error(s.loss_pos, fmt::format("{}: loss.top_k applies to \"teacher_hidden\" or \"teacher_topk\" rows; its "
+                                    "teacher sends \"teacher_sampled\" rows (loss.draws a position): remove top_k",
+                                    where));
+  }
+  if (*form != plan::TeacherRowsForm::kSampled && s.loss.draws > 0) {
+    d.Error(s.loss_pos, fmt::format("{}: loss.draws applies to \"teacher_sampled\" rows; its teacher sends \"{}\": "
+                                    "remove draws or send \"teacher_sampled\"",
+                                    where, e.tensor));
+  }
+  if (*form != plan::TeacherRowsForm::kHidden && vocab >= plan::kMaxRowsVocab) {
+    d.Error(e.pos, fmt::format("edge {} -> {}: \"{}\" rows carry token ids as fp32, exact below {}; the vocabulary "
+                               "is {}: send \"teacher_hidden\"",
+                               e.from, e.to, e.tensor, plan::kMaxRowsVocab, vocab));
+  }
+}
+
 // A section's `loss`: only a training sink computes one; kd reads a frozen
-// decoder's final hidden states (tensor "teacher_hidden") and applies the
-// teacher's output head, so teacher and student share the vocabulary.
+// decoder's rows (CheckTeacherRows: its final hidden states and the student
+// applies the teacher's output head, or the teacher's top-k or sampled
+// logits), so teacher and student share the vocabulary.
 // REQUIRES: every edge names existing sections.
 void CheckLoss(Diagnostics& d, const Spec& spec, const SectionSpec& s) {
   const std::string where = "section '" + s.name + "'";
@@ -55,12 +93,7 @@ void CheckLoss(Diagnostics& d, const Spec& spec, const SectionSpec& s) {
     const ModelSpec* teacher = spec.FindModel(up.model);
     if (up.mode != plan::SectionMode::kForward || !teacher || teacher->desc.kind != plan::ModelKind::kDecoder) continue;
     found = true;
-    if (e.tensor != "teacher_hidden") {
-      d.Error(e.pos, fmt::format("edge {} -> {} carries '{}', but the kd loss of '{}' reads the teacher's final hidden "
-                                 "states: name the tensor \"teacher_hidden\" (inputs = [\"{}.teacher_hidden\"] or "
-                                 "tensor = \"teacher_hidden\")",
-                                 e.from, e.to, e.tensor, s.name, e.from));
-    }
+    CheckTeacherRows(d, e, s, teacher->desc.vocab);
     if (student && teacher->desc.vocab != student->desc.vocab) {
       d.Error(s.loss_pos, fmt::format("{}: loss kind = \"kd\" compares token distributions, but the teacher '{}' has "
                                       "vocab {} and the student vocab {}; they must be equal",
@@ -70,7 +103,8 @@ void CheckLoss(Diagnostics& d, const Spec& spec, const SectionSpec& s) {
   if (!found) {
     d.Error(s.loss_pos,
             fmt::format("{}: loss kind = \"kd\" needs an input edge from a frozen (mode = \"forward\") decoder "
-                        "section that sends its hidden states (tensor \"teacher_hidden\"); its inputs are {}",
+                        "section that sends its rows (tensor \"teacher_hidden\", \"teacher_topk\" or "
+                        "\"teacher_sampled\"); its inputs are {}",
                         where, inputs.empty() ? "none" : inputs));
   }
 }

@@ -14,6 +14,7 @@
 
 #include "base/shell.h"
 #include "plan/native_vision.h"
+#include "plan/teacher_rows.h"
 
 namespace maestro::compiler::internal {
 
@@ -105,6 +106,11 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
   r.Bool("checkpoint_async", &job.checkpoint_async);
   r.Number("comm_timeout_s", &job.comm_timeout_s, 0, 7 * 24 * 3600.0);
   r.Int("max_in_flight", &job.max_in_flight, 0, 1 << 20);
+  r.Number("spool_gib", &job.spool_gib, 1e-6, 1e9);
+  if (r.String("spool_dtype", &job.spool_dtype) && !plan::IsSpoolDtype(job.spool_dtype)) {
+    d.Error(r.PosOfKey("spool_dtype"), fmt::format("job.spool_dtype = '{}' must be bf16, f16 or f32{}", job.spool_dtype,
+                                                   Suggest(job.spool_dtype, {"bf16", "f16", "f32"})));
+  }
   std::string schedule;
   if (r.String("schedule", &schedule)) {
     // The spec's spellings -> scheduler::PolicyName (what plan.schedule_policy holds).
@@ -488,8 +494,10 @@ void ReadLoss(Diagnostics& d, const toml::table& t, const std::string& where, pl
   r.Number("temperature", &loss.temperature, 1e-3, 1e3);
   int64_t top_k = 0;
   if (r.Int("top_k", &top_k, 0, int64_t{1} << 22)) loss.top_k = static_cast<int>(top_k);
+  int64_t draws = 0;
+  if (r.Int("draws", &draws, 1, plan::kMaxSampledDraws)) loss.draws = static_cast<int>(draws);
   if (loss.kind == "lm") {
-    for (const char* key : {"alpha", "temperature", "top_k"}) {
+    for (const char* key : {"alpha", "temperature", "top_k", "draws"}) {
       if (t.get(key)) {
         d.Error(r.PosOfKey(key), fmt::format("{}: loss.{} applies to kind = \"kd\" only; remove it or set "
                                              "kind = \"kd\"",

@@ -64,6 +64,8 @@ struct JobSpec {
   // (plan::Plan::schedule_max_in_flight): -1 = the compiler chooses, 0 = no
   // cap, N = at most N micro-batches between forward and backward.
   int max_in_flight = -1;
+  double spool_gib = plan::kDefaultSpoolGib;  // the spools' disk, all writing ranks together
+  std::string spool_dtype = "bf16";           // spooled hidden states and top-K values
   SourcePos pos;
 };
 

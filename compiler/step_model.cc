@@ -15,6 +15,7 @@
 #include "plan/banded_attention.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
+#include "plan/teacher_rows.h"
 #include "plan/tensor_parallel_split.h"
 
 namespace maestro::compiler {
@@ -140,6 +141,24 @@ void AddDecoderRmsNorms(StepSum& sum, const plan::ModelDesc& d, const PassShape&
   }
 }
 
+// ---- A KD teacher's top-K or sampled rows on m tokens of this rank
+// (runtime/teacher_rows.cc): its head over chunks of plan::kLossChunkTokens
+// tokens, forward only, then per chunk top-K (logits to fp32, one selection
+// pass) or the draws (to fp32, / T, softmax, log_softmax and the entropy's
+// product and sum, cumsum; the search reads n entries a position).
+void AddTeacherRows(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, double m) {
+  const Bytes b{static_cast<double>(s.activation_bytes)};
+  const double h = static_cast<double>(d.hidden);
+  const double v = static_cast<double>(d.vocab);
+  const double chunks = std::max(1.0, std::ceil(m / static_cast<double>(plan::kLossChunkTokens)));
+  sum.Gemm("kd teacher head (rows)", Part::kPost, m / chunks, h, v, chunks, false, false);
+  if (s.teacher_rows_form == static_cast<int>(plan::TeacherRowsForm::kTopK)) {
+    sum.Memory("kd teacher top-K", Part::kPost, Phase::kForward, {b.Cast(v), 4 * v}, m, 1);
+  } else {
+    sum.Memory("kd teacher draws", Part::kPost, Phase::kForward, {b.Cast(v), 8 * v, 8 * v, 8 * v, 12 * v, 8 * v}, m, 1);
+  }
+}
+
 // ---- A decoder sink's loss (runtime/vocab_loss.cc PerSampleLoss) on m tokens of
 // this rank: the LM head and cross-entropy, a KD student's frozen teacher
 // head and KL. The vocabulary loss runs in chunks of positions past
@@ -197,6 +216,19 @@ void AddDecoderLoss(StepSum& sum, const plan::ModelDesc& d, const PassShape& s, 
     // / T', to(f32)', and the accumulation into the logits' grad.
     sum.Memory("kd KL", Part::kPost, kB, {4 * v, 12 * v, 8 * v, 12 * v, 8 * v, b.Cast(v), b.Act(3 * v)}, m, 1);
   }
+  if (s.kd_sparse_rows) {
+    // KD from top-K or sampled rows (runtime/kd_rows.cc): no teacher logits;
+    // the student's to(f32), / T, log_softmax over the vocabulary, then a
+    // gather of K (or n) entries a position (negligible beside V).
+    const double v = vocab;
+    const std::initializer_list<double> kl_forward = {b.Cast(v), 8 * v, 8 * v};
+    sum.Memory("kd KL (rows)", Part::kPost, kF, kl_forward, m, 1);
+    if (loss_chunked) sum.Memory("kd KL (rows, recomputed)", Part::kPost, kB, kl_forward, m, 1);
+    // Backward: the gather's zero-filled scatter, log_softmax', / T',
+    // to(f32)', and the accumulation into the logits' grad.
+    sum.Memory("kd KL (rows)", Part::kPost, kB, {4 * v, 12 * v, 8 * v, b.Cast(v), b.Act(3 * v)}, m, 1);
+  }
+  if (s.teacher_rows_form >= 0) AddTeacherRows(sum, d, s, m);
 }
 
 // ---- Causal flash SDPA on (B, H/tp, T, D) of t tokens, q wide on this rank; CP

@@ -60,6 +60,8 @@ struct PassShape {
   bool recompute_attention_core = false;  // selective: the attention core's forward again during backward
   bool lm_loss = false;                   // decoder: LM head + fp32 cross-entropy (a sink that trains)
   int64_t kd_teacher_hidden = 0;          // decoder: a KD student's teacher head (hidden_t -> vocab) and KL; 0 = none
+  bool kd_sparse_rows = false;            // decoder: a KD student's KL over top-K or sampled rows (no teacher head)
+  int teacher_rows_form = -1;             // decoder: a KD teacher's head and rows (plan::TeacherRowsForm); -1 = none
   // The vocabulary loss in chunks past plan::kLossWholeTokens, recomputed in
   // backward, as runtime/vocab_loss.cc runs it (plan/loss_chunk.h); false: whole,
   // as runtime/section_speed.cc's timed loop (PredictDecoderStepFromParts).

@@ -16,6 +16,7 @@
 #include "compiler/sample_mix.h"
 #include "plan/native_vision.h"
 #include "plan/profile.h"
+#include "plan/teacher_rows.h"
 
 namespace maestro::compiler {
 
@@ -460,10 +461,13 @@ StatusOr<EdgeWork> EdgeWorkOf(const Spec& spec, const EdgeSpec& e, const Workloa
   const SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
   if (e.bytes_per_sample > 0) {
     ew.bytes_per_sample = static_cast<double>(e.bytes_per_sample);
-  } else if (e.tensor == "teacher_hidden" && up.model.kind == plan::ModelKind::kDecoder) {
-    // A teacher sends its final hidden states in fp32 (the student applies
-    // the teacher's head): the hidden size crosses, not the vocabulary.
-    ew.bytes_per_sample = static_cast<double>(up.tokens) * static_cast<double>(up.model.hidden) * 4.0;
+  } else if (const auto form = plan::TeacherRowsFormOf(e.tensor); form && up.model.kind == plan::ModelKind::kDecoder) {
+    // A teacher sends its rows in fp32 (plan/teacher_rows.h): its final
+    // hidden states (the student applies the teacher's head), or its top-K
+    // or sampled logits; never the vocabulary.
+    const auto& loss = spec.sections[static_cast<size_t>(ew.to)].loss;
+    ew.bytes_per_sample = static_cast<double>(up.tokens) *
+                          static_cast<double>(plan::TeacherRowsWidth(*form, up.model.hidden, loss)) * 4.0;
   } else {
     // The wire carries fp32 rows whatever the precision (runtime/edge_exchange.h).
     ew.bytes_per_sample = static_cast<double>(OutputTokens(up)) * static_cast<double>(up.facts.output_dim) * 4.0;
@@ -506,15 +510,26 @@ StatusOr<Workload> BuildWorkload(const Spec& spec, const std::vector<DeviceType>
   }
   // The graph's view of each section (runtime/section_build.cc): a section
   // with an edge out is no sink; a decoder fed by a decoder is a KD student
-  // (it holds the teacher's head and runs the teacher logits and the KL); a
-  // training decoder sink computes the LM head and the loss.
+  // (with hidden rows it holds the teacher's head and runs the teacher
+  // logits and the KL; with top-K or sampled rows the teacher runs its head
+  // and the student only the KL: plan/teacher_rows.h); a training decoder
+  // sink computes the LM head and the loss.
   for (const EdgeWork& ew : w.edges) {
     SectionWork& up = w.sections[static_cast<size_t>(ew.from)];
     SectionWork& down = w.sections[static_cast<size_t>(ew.to)];
     up.sink = false;
     if (up.model.kind == plan::ModelKind::kDecoder && down.model.kind == plan::ModelKind::kDecoder) {
-      down.kd_teacher_hidden = up.model.hidden;
-      down.kd_top_k = spec.sections[static_cast<size_t>(ew.to)].loss.top_k;
+      const auto& loss = spec.sections[static_cast<size_t>(ew.to)].loss;
+      const auto form = plan::TeacherRowsFormOf(ew.tensor).value_or(plan::TeacherRowsForm::kHidden);
+      down.kd_top_k = loss.top_k;
+      down.kd_rows_width = plan::TeacherRowsWidth(form, up.model.hidden, loss);
+      if (plan::StudentHoldsTeacherHead(form)) {
+        down.kd_teacher_hidden = up.model.hidden;
+      } else {
+        down.kd_sparse_rows = true;
+        up.teacher_rows_form = static_cast<int>(form);
+        up.teacher_rows_width = down.kd_rows_width;
+      }
     }
   }
   for (SectionWork& sw : w.sections) {

@@ -28,7 +28,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelDesc, kind, source, weights
                                                 audio_frames, in_dim, out_dim, extra)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimizerDesc, kind, lr, weight_decay, beta1, beta2, grad_clip,
                                                 warmup_steps, schedule)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LossDesc, kind, kd_alpha, temperature, top_k, draws)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MicroBatchCost, fixed_seconds, seconds_per_sample, forward_share,
                                                 optimizer_seconds, measured)
 // By hand: pp_layers is written only when set (plans without it read the even split).
@@ -81,7 +81,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataPlan, manifest, global_batch
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, spec_path, sections, edges, data,
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 checkpoint_minutes, keep_checkpoints, checkpoint_async, comm_timeout_s,
-                                                schedule_policy, schedule_max_in_flight, shared_cores)
+                                                schedule_policy, schedule_max_in_flight, shared_cores, spool_gib,
+                                                spool_dtype)
 
 StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage) {
   StageLayerRange out;
@@ -379,11 +380,22 @@ Status ValidateRankLayout(const Plan& plan) {
 
 }  // namespace
 
+bool IsSpoolDtype(const std::string& name) {
+  return name == "bf16" || name == "f16" || name == "f32";
+}
+
 Status Validate(const Plan& plan) {
   if (plan.sections.empty()) return Status::InvalidArgument("plan has no sections");
   if (!(plan.checkpoint_minutes >= 0) || !std::isfinite(plan.checkpoint_minutes)) {
     return Status::InvalidArgument(fmt::format(
         "plan checkpoint_minutes = {}: must be 0 (none) or a positive number of minutes", plan.checkpoint_minutes));
+  }
+  if (!(plan.spool_gib > 0) || !std::isfinite(plan.spool_gib)) {
+    return Status::InvalidArgument(
+        fmt::format("plan spool_gib = {}: the spools' disk must be a positive number of GiB", plan.spool_gib));
+  }
+  if (!IsSpoolDtype(plan.spool_dtype)) {
+    return Status::InvalidArgument(fmt::format("plan spool_dtype = '{}': must be bf16, f16 or f32", plan.spool_dtype));
   }
   if (plan.keep_checkpoints < 1) {
     return Status::InvalidArgument(fmt::format(

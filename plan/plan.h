@@ -111,6 +111,9 @@ struct LossDesc {
   double kd_alpha = 0.5;
   double temperature = 1.0;
   int top_k = 0;
+  // Draws per position of a "teacher_sampled" edge's rows (0: the default,
+  // plan/teacher_rows.h kDefaultSampledDraws).
+  int draws = 0;
 };
 
 // What one micro-batch of n samples costs on one replica of a section, as the
@@ -370,6 +373,15 @@ inline constexpr double kDefaultCheckpointMinutes = 30.0;
 // the commit) leaves an older one to restore by hand (docs/datalayer.md).
 inline constexpr int kDefaultKeepCheckpoints = 2;
 
+// The spools' disk when the spec names none ([job] spool_gib): 1 TiB on the
+// job's work_dir, the 16 GiB a rank's spool had before the key existed times
+// 64 writing ranks. A 7B student's top-128 rows at 4K tokens take 3 MiB a
+// sample (plan/teacher_rows.h), so 1 TiB holds about 350K samples.
+inline constexpr double kDefaultSpoolGib = 1024.0;
+
+// A spool element type's name (Plan::spool_dtype): "bf16", "f16" or "f32".
+bool IsSpoolDtype(const std::string& name);
+
 struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string job_name;
@@ -411,6 +423,13 @@ struct Plan {
   // run`; ranks may outnumber cores): the step simulator then shares the
   // cores among the ranks computing at each moment. 0: one device per rank.
   int shared_cores = 0;
+  // Added in schema 1 (optional): the disk every spool of forward-only
+  // outputs may take together, in GiB (each writing rank gets its share:
+  // runtime/output_spool.h), and the element type of spooled hidden states
+  // and top-K values ("bf16", "f16", "f32"; plan/teacher_rows.h). Absent:
+  // "f32", what spools held before the key (a spec's default is "bf16").
+  double spool_gib = kDefaultSpoolGib;
+  std::string spool_dtype = "f32";
 
   int world_size() const;
   // REQUIRES: name is a section of this plan; returns -1 otherwise.

@@ -6,6 +6,7 @@
 #include "runtime/executor.h"
 
 #include "plan/runtime_support.h"
+#include "plan/teacher_rows.h"
 #include "runtime/evaluation.h"
 #include "runtime/rank_loop.h"
 #include "runtime/section_optimizer.h"
@@ -31,24 +32,22 @@ Status RankLoop::Setup() {
   MAESTRO_RETURN_IF_ERROR(Resume());
   MAESTRO_ASSIGN_OR_RETURN(signal_, datalayer::PreemptionSignal::Install());
 
-  // A forward-only section that feeds others keeps its outputs in a spool;
-  // a tensor-, pipeline- or context-parallel one only when it runs ahead, on
-  // the rank that sends downstream (its peers compute the rows it lacks with
-  // it). An expert-parallel one keeps none: a spool hit would skip an
-  // exchange its EP peers wait for.
+  // A forward-only section that feeds others keeps its outputs in a spool
+  // (plan::KeepsSpool says which); a model-parallel one on the rank that
+  // sends downstream (its peers compute the rows it lacks with it).
   const bool model_parallel = TpSize() > 1 || CpSize() > 1 || pipeline_ != nullptr;
   const int run_ahead = plan_.sections[static_cast<size_t>(section_)].run_ahead;
-  if (!runner_->trains() && !runner_->is_sink() && EpSize() == 1 && (!model_parallel || run_ahead > 0)) {
+  if (plan::KeepsSpool(plan_, section_)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
-      MAESTRO_ASSIGN_OR_RETURN(
-          spool_, OutputSpool::Open(options_.run_dir, plan_.sections[static_cast<size_t>(section_)].name, replica_));
+      MAESTRO_ASSIGN_OR_RETURN(spool_, OutputSpool::Open(options_.run_dir, plan_, section_, replica_));
     }
     if (run_ahead > 0) {
       run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_, pipeline_ ? pipeline_->stage() : 0,
                                               pipeline_ ? pipeline_->stages() : 1);
     }
   }
+  MAESTRO_RETURN_IF_ERROR(OpenComponentSpools());
   last_checkpoint_ = Clock::now();  // checkpoint_minutes count training, not the build or the resume
   return Status::Ok();
 }
@@ -334,7 +333,11 @@ Status RankLoop::RunStep(const StepBatch& batch) {
     program_ = nullptr;
   }
   current_step_ = batch.step;
+  // The spool serves committed rows only: a new epoch reads the last one's
+  // (run-ahead commits at every step; checkpoints commit too).
+  if (batch.epoch != current_epoch_) MAESTRO_RETURN_IF_ERROR(CommitSpools());
   current_epoch_ = batch.epoch;
+  if (fused_ != nullptr) fused_->SetEpoch(batch.epoch);
   trace_.set_step(batch.step);
   MAESTRO_ASSIGN_OR_RETURN(schedule_, ScheduleOfBatch(plan_, costs_, batch, &problem_));
   MAESTRO_ASSIGN_OR_RETURN(auto transfers, scheduler::ImpliedTransfers(problem_, schedule_));
@@ -372,12 +375,35 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   return edges_.DrainSends();
 }
 
+// A fused section's frozen components keep spools where their expanded
+// sections would (plan::KeepsSpool on the expanded plan;
+// runtime/fused_section.h).
+Status RankLoop::OpenComponentSpools() {
+  fused_ = dynamic_cast<FusedSectionRunner*>(runner_.get());
+  if (fused_ == nullptr) return Status::Ok();
+  const plan::Plan& expanded = fused_->expanded();
+  for (const auto& component : plan_.sections[static_cast<size_t>(section_)].components) {
+    const int k = expanded.section_index(component.name);
+    if (k < 0 || !plan::KeepsSpool(expanded, k)) continue;
+    MAESTRO_ASSIGN_OR_RETURN(auto spool, OutputSpool::Open(options_.run_dir, expanded, k, replica_));
+    fused_->UseSpool(k, spool.get());
+    component_spools_.emplace_back(component.name, std::move(spool));
+  }
+  return Status::Ok();
+}
+
+Status RankLoop::CommitSpools() {
+  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  for (auto& [name, spool] : component_spools_) MAESTRO_RETURN_IF_ERROR(spool->Commit());
+  return Status::Ok();
+}
+
 // The spool's rows and every training section's state after step `step`
 // (runtime/checkpointing.h).
 Status RankLoop::Checkpoint(int64_t step) {
   const int64_t start_us = WallMicros();
   const auto t0 = Clock::now();
-  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  MAESTRO_RETURN_IF_ERROR(CommitSpools());
   MAESTRO_RETURN_IF_ERROR(WaitForCommit());  // a background one commits first
   MAESTRO_RETURN_IF_ERROR(
       WriteCheckpoint(plan_, place_, comms_.world(), *runner_, Shards(), run_.get(), options_.run_dir, step));
@@ -404,7 +430,7 @@ Status RankLoop::FinishBackgroundCheckpoint(int64_t after_step) {
   const int64_t start_us = WallMicros();
   const auto t0 = Clock::now();
   // The spool's rows so far are durable before rank 0 commits (as in Checkpoint).
-  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Commit());
+  MAESTRO_RETURN_IF_ERROR(CommitSpools());
   std::unique_ptr<BackgroundRankWrite> write = std::move(writing_);
   MAESTRO_RETURN_IF_ERROR(WaitForCommit());  // commits go in step order
   MAESTRO_ASSIGN_OR_RETURN(committing_, FinishCheckpoint(plan_, place_, comms_.world(), *write, run_.get()));
@@ -574,6 +600,10 @@ StatusOr<TrainSummary> RankLoop::Run() {
         "section '{}' dp {} stage {}: carried {} micro-batch(es) across step boundaries (run-ahead stream)",
         plan_.sections[static_cast<size_t>(section_)].name, replica_, pipeline_->stage(),
         run_ahead_->carried_micro_batches());
+  }
+  for (const auto& [name, spool] : component_spools_) {
+    Log(LogLevel::kInfo, "section '{}' dp {}: component '{}': spool hits {}, computed {}",
+        plan_.sections[static_cast<size_t>(section_)].name, replica_, name, spool->hits(), spool->computed());
   }
   if (spool_) {
     Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",

@@ -11,6 +11,7 @@
 #include "plan/runtime_support.h"
 #include "runtime/graph_forward.h"
 #include "runtime/models/encoders.h"
+#include "runtime/output_spool.h"
 #include "runtime/parallel/fused_pipeline.h"
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/tensor_parallel.h"
@@ -118,6 +119,14 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
       }
       inputs[kPipelineInput] = x;
     }
+    if (auto spool = spools_.find(component->section()); spool != spools_.end()) {
+      MAESTRO_ASSIGN_OR_RETURN(auto part, SpooledForward(*component, *spool->second, mine, rows));
+      auto& mine_rows = rows[static_cast<size_t>(component->section())];
+      for (size_t b = 0; b < mine.sample_ids.size(); ++b) {
+        mine_rows[mine.sample_ids[b]] = part.rows[static_cast<int64_t>(b)];
+      }
+      continue;
+    }
     MAESTRO_ASSIGN_OR_RETURN(auto part, component->Forward(mine, inputs));
     if (staged_decoder && !pipeline->last()) {
       if (positions.size() != data.sample_ids.size()) {
@@ -134,6 +143,28 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
     }
     out.AddLossAndCounts(part);
   }
+  return out;
+}
+
+// A frozen component with a spool: the rows of `mine`'s samples from the
+// spool where it has them; the component runs on the others only (their
+// inputs from `rows`), and they are spooled. Output::rows (B, row...) fp32
+// on the host, as the spool's codec hands them on.
+StatusOr<SectionRunner::Output> FusedSectionRunner::SpooledForward(SectionRunner& component, OutputSpool& spool,
+                                                                   const MicroBatchData& mine,
+                                                                   const std::vector<RowsBySample>& rows) {
+  MAESTRO_ASSIGN_OR_RETURN(auto looked, spool.Lookup(mine.sample_ids, epoch_, component.OutputRowShape()));
+  torch::Tensor computed;
+  if (!looked.missing.empty()) {
+    const MicroBatchData sub =
+        looked.missing.size() == mine.sample_ids.size() ? mine : SelectSamples(mine, looked.missing);
+    const auto inputs = UpstreamRows(*expanded_, component.in_edges(), rows, sub.sample_ids);
+    MAESTRO_ASSIGN_OR_RETURN(auto part, component.Forward(sub, inputs));
+    computed = part.rows;
+  }
+  MAESTRO_RETURN_IF_ERROR(spool.Fill(looked, mine.sample_ids, epoch_, computed));
+  Output out;
+  out.rows = looked.rows;
   return out;
 }
 

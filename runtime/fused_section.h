@@ -9,18 +9,28 @@
 // components' in that order, its checkpoint state its training components'.
 // Pipelined (pp > 1; docs/fused_pipeline.md): a stage builds the components
 // it holds (runtime/parallel/fused_pipeline.h FusedComponentOnStage).
+// Spools: a frozen component that feeds others keeps its rows in a spool
+// where its expanded section would (plan::KeepsSpool on the expanded plan:
+// TP = CP = PP = EP = 1), as a sectioned one does: its rows are read from
+// the spool where it has them, computed for the other samples only and
+// added (the executor opens the spools, UseSpool, and commits them).
 // May call: runtime/section_runner (its components), runtime/micro_batch,
 // runtime/parallel (the groups), plan, base, libtorch. Torch-internal.
 // Thread safety: one thread.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/graph_forward.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
+
+class OutputSpool;
 
 class FusedSectionRunner final : public SectionRunner {
  public:
@@ -47,9 +57,20 @@ class FusedSectionRunner final : public SectionRunner {
   SectionRunner* PipelinedTeacher() override;
   torch::Tensor TiedEmbedding() override;
 
+  // The component-level plan (plan::ExpandFusedSections) its components' runners use.
+  const plan::Plan& expanded() const { return *expanded_; }
+  // Frozen component `component_section` (an index into expanded()) reads
+  // and writes its rows through `spool` (owned by the caller, outliving the
+  // runner), at the epoch SetEpoch last gave.
+  void UseSpool(int component_section, OutputSpool* spool) { spools_[component_section] = spool; }
+  void SetEpoch(int64_t epoch) { epoch_ = epoch; }
+
  private:
   FusedSectionRunner(const plan::Plan& plan, int section, const RunnerOptions& options)
       : SectionRunner(plan, section, options) {}
+  // Forward's step for a component with a spool (fused_section.cc).
+  StatusOr<Output> SpooledForward(SectionRunner& component, OutputSpool& spool, const MicroBatchData& mine,
+                                  const std::vector<RowsBySample>& rows);
   // A fused section's state lives in its components (CheckpointedRunners).
   Status StateError() const;
   // The flags of Parameters(), component after component.
@@ -58,6 +79,8 @@ class FusedSectionRunner final : public SectionRunner {
   // The component-level plan its components' runners point into (owned here).
   std::shared_ptr<const plan::Plan> expanded_;
   std::vector<std::unique_ptr<SectionRunner>> components_;
+  std::map<int, OutputSpool*> spools_;  // by component section in expanded_
+  int64_t epoch_ = 0;
 };
 
 }  // namespace maestro::runtime

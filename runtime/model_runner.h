@@ -27,9 +27,11 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "plan/teacher_rows.h"
 #include "runtime/section_runner.h"
 
 namespace maestro::runtime {
@@ -92,9 +94,14 @@ class ModelRunner final : public SectionRunner {
 
   std::shared_ptr<torch::nn::Module> module_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  // KD student: the teacher's output head (V, C_teacher), frozen.
+  // KD student: the teacher's output head (V, C_teacher), frozen (hidden
+  // rows only), and the form of the rows on kd_edge_.
   torch::Tensor teacher_head_;
   int kd_edge_ = -1;
+  plan::TeacherRowsForm kd_form_ = plan::TeacherRowsForm::kHidden;
+  // KD teacher: what it sends its student (top-K or sampled rows: its head
+  // runs here; plan/teacher_rows.h); nullopt when it sends no KD rows.
+  std::optional<plan::TeacherRowsSent> teacher_rows_;
 };
 
 // Loads an archive (saved from any device) onto the module's device, in the

@@ -22,6 +22,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/checks.h"
 #include "base/log.h"
@@ -33,6 +36,7 @@
 #include "runtime/cost_model.h"
 #include "runtime/device_staging.h"
 #include "runtime/edge_exchange.h"
+#include "runtime/fused_section.h"
 #include "runtime/output_spool.h"
 #include "runtime/parallel/data_parallel.h"
 #include "runtime/parallel/distributed_optimizer.h"
@@ -147,6 +151,10 @@ class RankLoop {
   Status FinishBackgroundCheckpoint(int64_t after_step);
   // Rank 0: waits for committing_ (a no-op without one); its error.
   Status WaitForCommit();
+  // A fused section's frozen components' spools (executor.cc), and every
+  // spool of this rank made durable.
+  Status OpenComponentSpools();
+  Status CommitSpools();
   // What every rank learns at a step's end (FinishStep's sum): `stop`: some
   // rank was signalled; `checkpoint_due`: rank 0 found plan.
   // checkpoint_minutes passed since the start or the last checkpoint;
@@ -196,6 +204,9 @@ class RankLoop {
   }
   std::unique_ptr<datalayer::TrainingRun> run_;  // rank 0 only
   std::unique_ptr<OutputSpool> spool_;
+  // A fused section: its runner, and its frozen components' spools by name.
+  FusedSectionRunner* fused_ = nullptr;
+  std::vector<std::pair<std::string, std::unique_ptr<OutputSpool>>> component_spools_;
   std::unique_ptr<RunAhead> run_ahead_;  // a forward-only section with run_ahead > 0 (runtime/run_ahead.h)
   // TP or PP > 1 and running ahead: one rank of the replica owns the spool
   // (SpoolOwner) and says which rows every rank computes.

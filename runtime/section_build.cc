@@ -160,8 +160,13 @@ void ModelRunner::FindTeacherEdge() {
   for (int e : in_edges()) {
     const auto& up =
         plan().sections[static_cast<size_t>(plan().section_index(plan().edges[static_cast<size_t>(e)].from))];
-    if (IsDecoder(up)) kd_edge_ = e;
+    if (IsDecoder(up)) {
+      kd_edge_ = e;
+      kd_form_ =
+          plan::TeacherRowsFormOf(plan().edges[static_cast<size_t>(e)].tensor).value_or(plan::TeacherRowsForm::kHidden);
+    }
   }
+  teacher_rows_ = plan::TeacherRowsOf(plan(), section());
 }
 
 // A resumed training section gets its state from the checkpoint next: it
@@ -258,9 +263,11 @@ void ModelRunner::ApplyTrainingMode() {
       Parameters(), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay).eps(1e-8));
 }
 
-// Only the last pipeline stage computes the loss: the head lives there.
+// Only the last pipeline stage computes the loss: the head lives there. A
+// student of top-K or sampled rows holds none (the teacher ran it).
 Status ModelRunner::LoadTeacherHead() {
   if (kd_edge_ < 0 || (Staged() && !options().pipeline->last())) return Status::Ok();
+  if (!plan::StudentHoldsTeacherHead(kd_form_)) return Status::Ok();
   const auto& teacher =
       plan().sections[static_cast<size_t>(plan().section_index(plan().edges[static_cast<size_t>(kd_edge_)].from))];
   MAESTRO_ASSIGN_OR_RETURN(auto head, TeacherHead(plan(), teacher, options()));

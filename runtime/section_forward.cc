@@ -20,6 +20,7 @@
 #include "runtime/parallel/pipeline_parallel.h"
 #include "runtime/parallel/pipeline_stages.h"
 #include "runtime/plan_data.h"
+#include "runtime/teacher_rows.h"
 #include "runtime/torch_call.h"
 #include "runtime/torch_compat.h"
 #include "runtime/vocab_loss.h"
@@ -167,7 +168,20 @@ SectionRunner::Output ModelRunner::ForwardDecoder(const MicroBatchData& data,
     hidden = lm->ForwardEmbeds(embeds, positions);
   }
   if (!out_edges().empty()) {
-    out.rows = cp > 1 ? GatherWholeSequence(hidden, 1, *options().context_parallel) : hidden;  // (B, T, C)
+    if (!teacher_rows_) {
+      out.rows = cp > 1 ? GatherWholeSequence(hidden, 1, *options().context_parallel) : hidden;  // (B, T, C)
+      return out;
+    }
+    // A KD teacher: its rows (B, T, W) (plan/teacher_rows.h).
+    TeacherRowsContext context;
+    context.sample_ids = data.sample_ids;
+    context.seed = SectionSeed(plan().data.seed, s.name);
+    context.seq_len = plan().data.seq_len;
+    context.cp = cp;
+    context.cp_rank = cp_rank;
+    context.cp_group = cp > 1 ? options().context_parallel : nullptr;
+    context.values_dtype = SpoolValuesType(plan().spool_dtype);
+    out.rows = TeacherRowsFromHidden(lm, hidden, *teacher_rows_, context);
     return out;
   }
   if (!trains()) return out;
@@ -185,12 +199,14 @@ void ModelRunner::AddSinkLoss(const MicroBatchData& data, const torch::Tensor& h
   const auto device = options().device;
   const int cp = ContextParallelSize();
   const int cp_rank = cp > 1 ? options().context_parallel->group().my_index : 0;
-  torch::Tensor teacher_hidden;  // (B, T, C_teacher)
+  TeacherRows teacher;  // rows (B, T, W): hidden states, top-K or sampled rows
+  teacher.form = kd_form_;
+  teacher.head = teacher_head_;
   auto kd = kd_edge_ >= 0 ? inputs.find(kd_edge_) : inputs.end();
   if (kd != inputs.end()) {
-    TORCH_CHECK(teacher_head_.defined(), "KD rows without a teacher head");
-    teacher_hidden = kd->second.to(device);
-    if (cp > 1) teacher_hidden = SplitSequenceForContextParallel(teacher_hidden, 1, cp, cp_rank);
+    TORCH_CHECK(teacher_head_.defined() || !plan::StudentHoldsTeacherHead(kd_form_), "KD rows without a teacher head");
+    teacher.rows = kd->second.to(device);
+    if (cp > 1) teacher.rows = SplitSequenceForContextParallel(teacher.rows, 1, cp, cp_rank);
   }
   plan::LossDesc loss = s.loss;
   if (loss.kind != "kd") loss.kd_alpha = 0.0;
@@ -201,7 +217,7 @@ void ModelRunner::AddSinkLoss(const MicroBatchData& data, const torch::Tensor& h
     targets = SplitSequenceForContextParallel(targets, 1, cp, cp_rank);
   }
   torch::Tensor logits;  // (B, T, V) when the loss ran whole; context parallelism: (B, T/cp, V)
-  auto per_sample = PerSampleLoss(lm, hidden, targets, teacher_hidden, teacher_head_, loss, target_counts,
+  auto per_sample = PerSampleLoss(lm, hidden, targets, teacher, loss, target_counts,
                                   plan::LossChunkPositions(hidden.size(0), hidden.size(1)), &logits);  // (B)
   // MoE: + router_aux_loss_coef * sample b's load-balancing term
   // (docs/moe.md); a last pipeline stage without MoE layers has no part of it.

@@ -13,6 +13,7 @@
 #include "launcher/comm.h"
 #include "plan/model_desc.h"
 #include "plan/native_vision.h"
+#include "plan/teacher_rows.h"
 #include "runtime/models/decoder.h"
 #include "runtime/parallel/expert_parallel.h"
 #include "runtime/parallel/pipeline_parallel.h"
@@ -31,7 +32,12 @@ uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name) {
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {
   const auto& s = plan.sections[static_cast<size_t>(section)];
   switch (s.model.kind) {
-    case plan::ModelKind::kDecoder: return {plan.data.seq_len, s.model.hidden};
+    case plan::ModelKind::kDecoder: {
+      // A KD teacher's rows: its hidden states, or 2K / draws + 1 wide (plan/teacher_rows.h).
+      const auto sent = plan::TeacherRowsOf(plan, section);
+      return {plan.data.seq_len,
+              sent ? plan::TeacherRowsWidth(sent->form, s.model.hidden, sent->loss) : s.model.hidden};
+    }
     case plan::ModelKind::kVit:
       // K images' rows per sample (native: seq_len), zero past the sample's own (VitRows).
       return {

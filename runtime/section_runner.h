@@ -128,8 +128,8 @@ uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name);
 // `plan` (what SectionRunner::OutputRowShape says, from the plan alone): a
 // ViT's (K * VitOutputTokens, VitOutputDim) with K = MaxImagesPerSample
 // (plan_data.h), an audio encoder's (K_audio * ceil(audio_frames / 2),
-// hidden) with K_audio = MaxAudiosPerSample, a decoder's (seq_len, hidden), a
-// projector's (rows of its input, out_dim).
+// hidden) with K_audio = MaxAudiosPerSample, a decoder's (seq_len, hidden) or a KD teacher's (seq_len, 2K or draws + 1:
+// plan/teacher_rows.h), a projector's (rows of its input, out_dim).
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section);
 
 class SectionRunner {

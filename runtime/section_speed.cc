@@ -90,7 +90,7 @@ StatusOr<Trainee> DecoderTrainee(const plan::ModelDesc& desc, const SectionSpeed
     t.loss = [lm, inputs, targets, chunk]() mutable {
       const auto hidden = lm->ForwardEmbeds(lm->Embed(inputs));  // (B, T, C)
       torch::Tensor logits;
-      return PerSampleLoss(lm.get(), hidden, targets, {}, {}, plan::LossDesc{}, {}, chunk, &logits).mean();
+      return PerSampleLoss(lm.get(), hidden, targets, TeacherRows{}, plan::LossDesc{}, {}, chunk, &logits).mean();
     };
   } else {
     const int64_t vocab = desc.vocab;

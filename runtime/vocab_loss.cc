@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "datasets/demo_data.h"
+#include "runtime/kd_rows.h"
 #include "runtime/recompute.h"
 
 namespace maestro::runtime {
@@ -37,30 +38,45 @@ torch::Tensor MaskedPositionLoss(const torch::Tensor& logits, const torch::Tenso
   return per_position * mask.to(torch::kFloat32);
 }
 
+torch::Tensor MaskedPositionLossOfRows(const torch::Tensor& logits, const torch::Tensor& targets,
+                                       const TeacherRows& teacher, const plan::LossDesc& loss) {
+  if (!teacher.rows.defined()) return MaskedPositionLoss(logits, targets, {}, loss);
+  if (teacher.form == plan::TeacherRowsForm::kHidden) {
+    const auto teacher_logits = torch::matmul(teacher.rows, teacher.head.t()).detach();  // (B, L, V)
+    return MaskedPositionLoss(logits, targets, teacher_logits, loss);
+  }
+  auto mask = targets.ne(datasets::kIgnoreTarget);  // (B, L)
+  auto safe_targets = targets.masked_fill(~mask, 0);
+  auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);      // (B, L, V)
+  auto ce = -log_probs.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1);  // (B, L)
+  const double temp = loss.temperature;
+  auto kl = teacher.form == plan::TeacherRowsForm::kTopK ? TopKRowsKl(logits, teacher.rows, temp)
+                                                         : SampledRowsKl(logits, teacher.rows, temp);  // (B, L)
+  auto per_position = (1.0 - loss.kd_alpha) * ce + loss.kd_alpha * temp * temp * kl;
+  return per_position * mask.to(torch::kFloat32);
+}
+
 torch::Tensor PerSampleLoss(DecoderLMImpl* lm, const torch::Tensor& hidden, const torch::Tensor& targets,
-                            const torch::Tensor& teacher_hidden, const torch::Tensor& teacher_head,
-                            const plan::LossDesc& loss, const torch::Tensor& target_counts, int64_t chunk_positions,
-                            torch::Tensor* logits) {
+                            const TeacherRows& teacher, const plan::LossDesc& loss, const torch::Tensor& target_counts,
+                            int64_t chunk_positions, torch::Tensor* logits) {
   auto counts = target_counts.defined()
                     ? target_counts
                     : targets.ne(datasets::kIgnoreTarget).to(torch::kFloat32).sum(-1).clamp_min(1.0);
   const int64_t t = hidden.size(1);
   const int64_t chunk = std::max<int64_t>(chunk_positions, 1);
-  auto teacher_logits_of = [teacher_head](const torch::Tensor& rows) {
-    return rows.defined() ? torch::matmul(rows, teacher_head.t()).detach() : torch::Tensor();  // (B, L, V)
-  };
   if (chunk >= t) {
     *logits = lm->Logits(hidden);  // (B, T, V)
-    return MaskedPositionLoss(*logits, targets, teacher_logits_of(teacher_hidden), loss).sum(-1) / counts;
+    return MaskedPositionLossOfRows(*logits, targets, teacher, loss).sum(-1) / counts;
   }
   torch::Tensor sums;  // (B)
   for (int64_t start = 0; start < t; start += chunk) {
     const int64_t len = std::min(chunk, t - start);
     const auto chunk_targets = targets.narrow(1, start, len);
-    const auto chunk_teacher = teacher_hidden.defined() ? teacher_hidden.narrow(1, start, len) : torch::Tensor();
+    TeacherRows chunk_teacher = teacher;
+    if (teacher.rows.defined()) chunk_teacher.rows = teacher.rows.narrow(1, start, len);
     auto part = RunRecomputed(
-        [lm, chunk_targets, chunk_teacher, teacher_logits_of, loss](const std::vector<torch::Tensor>& in) {
-          return MaskedPositionLoss(lm->Logits(in[0]), chunk_targets, teacher_logits_of(chunk_teacher), loss).sum(-1);
+        [lm, chunk_targets, chunk_teacher, loss](const std::vector<torch::Tensor>& in) {
+          return MaskedPositionLossOfRows(lm->Logits(in[0]), chunk_targets, chunk_teacher, loss).sum(-1);
         },
         {hidden.narrow(1, start, len)});
     sums = sums.defined() ? sums + part : part;

@@ -18,6 +18,7 @@
 #include "plan/banded_attention.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
+#include "plan/teacher_rows.h"
 #include "tests/fixtures/models.h"
 
 namespace maestro::compiler {
@@ -439,6 +440,50 @@ TEST(SectionPass, AChunkedLossChargesTheHeadAndLossForwardsAgainInBackward) {
     auto s = PredictSectionPass(Llama3_8BLayers8(), small, p);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(term(*s, "gemm lm_head (recomputed)"), -1.0);
+  }
+}
+
+// The teacher row forms (plan/teacher_rows.h): top-K or sampled rows move
+// the teacher head's GEMM from the student to the teacher (forward only
+// there), and the student's KL no longer reads teacher logits.
+TEST(SectionPass, TopKAndSampledRowsRunTheTeacherHeadOnTheTeacher) {
+  const DeviceProfile p = H100();
+  const auto term = [](const PassTimes& t, const std::string& name) {
+    double seconds = -1;
+    for (const StepTerm& x : t.detail.terms) {
+      if (x.name == name) seconds = x.seconds;
+    }
+    return seconds;
+  };
+  PassShape hidden_student = Train(2, 4096);
+  hidden_student.kd_teacher_hidden = 4096;
+  PassShape rows_student = Train(2, 4096);
+  rows_student.kd_sparse_rows = true;
+  auto h = PredictSectionPass(Llama3_8BLayers8(), hidden_student, p);
+  auto r = PredictSectionPass(Llama3_8BLayers8(), rows_student, p);
+  ASSERT_TRUE(h.ok() && r.ok());
+  EXPECT_GT(term(*h, "gemm kd teacher_head (frozen)"), 0.0);
+  EXPECT_EQ(term(*r, "gemm kd teacher_head (frozen)"), -1.0) << "a student of top-K rows holds no teacher head";
+  EXPECT_GT(term(*r, "memory kd KL (rows) forward"), 0.0);
+  EXPECT_LT(r->forward_seconds, h->forward_seconds);
+  EXPECT_LT(r->backward_seconds, h->backward_seconds);
+  for (auto form : {plan::TeacherRowsForm::kTopK, plan::TeacherRowsForm::kSampled}) {
+    PassShape plain;
+    plain.samples = 2;
+    plain.tokens_per_sample = 4096;
+    plain.train = false;
+    PassShape sending = plain;
+    sending.teacher_rows_form = static_cast<int>(form);
+    auto a = PredictSectionPass(Llama3_8BLayers8(), plain, p);
+    auto b = PredictSectionPass(Llama3_8BLayers8(), sending, p);
+    ASSERT_TRUE(a.ok() && b.ok());
+    const double head = term(*b, "gemm kd teacher head (rows)");
+    ASSERT_GT(head, 0.0);
+    // 8192 tokens x 4096 x 128256 at the GEMM's rate: the head's FLOPs are
+    // the student's old teacher-head GEMM's, now forward only on the teacher.
+    EXPECT_NEAR(head, term(*h, "gemm kd teacher_head (frozen)"), 0.25 * head);
+    EXPECT_GT(b->forward_seconds - a->forward_seconds, head);
+    EXPECT_EQ(b->backward_seconds, 0.0);
   }
 }
 

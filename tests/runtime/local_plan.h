@@ -38,7 +38,12 @@ inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Gr
   }
   auto compiled = compiler::Compile(*spec, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  return compiled.ok() ? compiled->plan : plan::Plan();
+  if (!compiled.ok()) return plan::Plan();
+  // fp32 spools, so that a sectioned run equals the one-process reference
+  // within 1e-5 (a spec's bf16 spool rounds the rows a frozen section hands
+  // on: tests/runtime/kd_rows_run_test.cc checks that path).
+  compiled->plan.spool_dtype = "f32";
+  return compiled->plan;
 }
 
 // `spec` compiled (cluster mode) with `grouping` for a runtime that

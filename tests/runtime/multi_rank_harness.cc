@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "datalayer/sample_index.h"
+#include "datasets/megatron_indexed.h"
 #include "tests/fixtures/image_files.h"
 #include "tests/fixtures/test_paths.h"
 #include "tests/runtime/run_dir_util.h"
@@ -427,6 +428,21 @@ std::string WriteImageManifest(const std::string& dir, int samples, int64_t plac
   const std::string path = dir + "/train.jsonl";
   EXPECT_TRUE(testing::WriteBytes(path, text));
   return path;
+}
+
+std::string WriteCountingCorpus(const std::string& dir, int64_t first_token) {
+  std::vector<std::vector<int64_t>> documents;
+  uint64_t x = 12345;
+  for (int d = 0; d < 120; ++d) {
+    std::vector<int64_t> doc;
+    const int64_t start = static_cast<int64_t>(x % 50);
+    for (int t = 0; t < 40 + d % 30; ++t) doc.push_back(first_token + (start + t) % 250);  // learnable: counting
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    documents.push_back(doc);
+  }
+  const std::string prefix = dir + "/corpus_text_document";
+  EXPECT_TRUE(datasets::WriteMegatronIndexedDataset(prefix, documents, datasets::MegatronDType::kUint16).ok());
+  return prefix;
 }
 
 }  // namespace maestro::runtime_testing

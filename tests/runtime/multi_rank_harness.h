@@ -268,6 +268,11 @@ void SetDegrees(plan::SectionPlan& section, const SectionDegrees& degrees);
 // when its spec gave it another.
 void UseKdLoss(plan::SectionPlan& student);
 
+// A small Megatron corpus (uint16, 120 documents of 40-69 tokens counting
+// up from `first_token` modulo 250: learnable) under `dir`; returns its
+// prefix for [data] corpus. About 100 packed samples of the tiny specs.
+std::string WriteCountingCorpus(const std::string& dir, int64_t first_token);
+
 // The tiny KD (specs/tiny_kd.toml compiled sectioned: CompiledExamplePlan)
 // as the mpirun tests shape it: both sections' initial weights from the
 // seed (init_from cleared), the student at `student` with ZeRO stage

@@ -188,25 +188,10 @@ TEST(RuntimeTrain, FusedKdTp2Dp2EqualsMonolithic) {
 // sectioned run and the reference read the same packed samples, agree at every
 // step, and the sample index names the corpus; a token id the models cannot
 // embed stops the run before training, naming the corpus.
-std::string WriteCorpus(const std::string& dir, int64_t first_token) {
-  std::vector<std::vector<int64_t>> documents;
-  uint64_t x = 12345;
-  for (int d = 0; d < 120; ++d) {
-    std::vector<int64_t> doc;
-    const int64_t start = static_cast<int64_t>(x % 50);
-    for (int t = 0; t < 40 + d % 30; ++t) doc.push_back(first_token + (start + t) % 250);  // learnable: counting
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    documents.push_back(doc);
-  }
-  const std::string prefix = dir + "/corpus_text_document";
-  EXPECT_TRUE(datasets::WriteMegatronIndexedDataset(prefix, documents, datasets::MegatronDType::kUint16).ok());
-  return prefix;
-}
-
 TEST(RuntimeTrain, KdFromAMegatronCorpusEqualsMonolithic) {
   auto p = KdPlan(1, 6);
   const std::string corpus_dir = Fresh("kd_corpus_data");
-  p.data.corpus = WriteCorpus(corpus_dir, 0);  // ids 0..249
+  p.data.corpus = runtime_testing::WriteCountingCorpus(corpus_dir, 0);  // ids 0..249
   p.data.eos_id = 300;
   ExpectSameLosses("kd_corpus", p);
   std::ifstream manifest(std::string(MAESTRO_TEST_TMP) + "/runtime_train/kd_corpus/sectioned/manifest.jsonl");
@@ -218,7 +203,7 @@ TEST(RuntimeTrain, KdFromAMegatronCorpusEqualsMonolithic) {
 TEST(RuntimeTrain, ACorpusTokenOutsideTheVocabularyStopsTheRunNamingTheCorpus) {
   auto p = KdPlan(1, 2);
   const std::string dir = Fresh("kd_corpus_bad");
-  p.data.corpus = WriteCorpus(dir, 400);  // ids 400..649; the tiny models have vocab 512
+  p.data.corpus = runtime_testing::WriteCountingCorpus(dir, 400);  // ids 400..649; the tiny models have vocab 512
   const std::string plan_path = WritePlan(p, dir);
   const auto run = RunReference(plan_path, dir + "/reference");
   EXPECT_NE(run.exit_code, 0);
@@ -355,7 +340,7 @@ TEST(RuntimeTrain, KdTeacherOutputsAreSpooledAndReusedInTheNextEpoch) {
   auto p = KdPlan(1, 1);
   const std::string dir = Fresh("kd_spool");
   // A short epoch: the small Megatron corpus above (about 100 packed samples).
-  p.data.corpus = WriteCorpus(dir, 0);
+  p.data.corpus = runtime_testing::WriteCountingCorpus(dir, 0);
   p.data.eos_id = 300;
   p.data.global_batch = 32;
   // Steps per epoch from the dataset's own manifest (written by a first, 1-step start).

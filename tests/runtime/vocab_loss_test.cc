@@ -43,7 +43,8 @@ LossRun RunLoss(DecoderLMImpl* lm, const torch::Tensor& hidden0, const torch::Te
   torch::Tensor logits;
   LossRun out;
   out.per_sample =
-      PerSampleLoss(lm, hidden, targets, teacher_hidden, teacher_head, loss, target_counts, chunk, &logits);
+      PerSampleLoss(lm, hidden, targets, TeacherRows{plan::TeacherRowsForm::kHidden, teacher_hidden, teacher_head},
+                    loss, target_counts, chunk, &logits);
   out.logits_kept = logits.defined();
   auto weights = torch::arange(1, kSamples + 1, torch::kFloat32);  // (B)
   (out.per_sample * weights).sum().backward();
@@ -124,8 +125,8 @@ TEST(VocabLoss, WithoutGradTheChunksComputeTheSameLoss) {
   const auto targets = torch::randint(0, kVocab, {kSamples, kPositions}, torch::kInt64);
   torch::NoGradGuard no_grad;
   torch::Tensor logits;
-  const auto whole = PerSampleLoss(lm, hidden, targets, {}, {}, plan::LossDesc{}, {}, kPositions, &logits);
-  const auto chunked = PerSampleLoss(lm, hidden, targets, {}, {}, plan::LossDesc{}, {}, 4, &logits);
+  const auto whole = PerSampleLoss(lm, hidden, targets, TeacherRows{}, plan::LossDesc{}, {}, kPositions, &logits);
+  const auto chunked = PerSampleLoss(lm, hidden, targets, TeacherRows{}, plan::LossDesc{}, {}, 4, &logits);
   EXPECT_TRUE(torch::allclose(whole, chunked, 1e-5, 1e-6));
   EXPECT_FALSE(chunked.requires_grad());
 }
