@@ -14,21 +14,25 @@ namespace maestro::compiler {
 
 namespace {
 
-// The GPU counts a section of `dev` may have, ascending: the divisors of a
-// node's GPUs, then whole nodes (any count of slots on a shared node, any
-// count of GPUs where sections share nodes).
-std::vector<int> ComponentSizes(const DeviceType& dev) {
+// The GPU counts a section of `dev` may have, ascending, up to `most` (the
+// most GPUs any of its configurations can occupy: its useful DP degrees x
+// its largest TP x PP x CP): the divisors of a node's GPUs, then whole nodes
+// (any count of slots on a shared node, any count of GPUs where sections
+// share nodes). The budget can be far larger than the workload can fill
+// (100,000 nodes of 1,024 GPUs, issue #41): counts past `most` would only
+// be skipped, and listing them cost seconds and hundreds of MiB.
+std::vector<int> ComponentSizes(const DeviceType& dev, int64_t most) {
   const int gpn = dev.gpus_per_node;
   std::vector<int> gpu_counts;
   if (dev.shared_node) {
-    for (int g = 1; g <= std::min(gpn, dev.nodes); ++g) gpu_counts.push_back(g);
+    for (int g = 1; g <= std::min(gpn, dev.nodes) && g <= most; ++g) gpu_counts.push_back(g);
   } else if (dev.packs_nodes) {
-    for (int g = 1; g <= dev.budget_units(); ++g) gpu_counts.push_back(g);
+    for (int g = 1; g <= dev.budget_units() && g <= most; ++g) gpu_counts.push_back(g);
   } else {
-    for (int g = 1; g < gpn; ++g) {
+    for (int g = 1; g < gpn && g <= most; ++g) {
       if (gpn % g == 0) gpu_counts.push_back(g);
     }
-    for (int k = 1; k <= dev.nodes; ++k) gpu_counts.push_back(k * gpn);
+    for (int k = 1; k <= dev.nodes && static_cast<int64_t>(k) * gpn <= most; ++k) gpu_counts.push_back(k * gpn);
   }
   return gpu_counts;
 }
@@ -145,7 +149,6 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
   const bool projector = m.kind == plan::ModelKind::kProjector;
   const int64_t layers = projector ? 1 : m.layers;
 
-  const std::vector<int> gpu_counts = ComponentSizes(dev);
   std::vector<int> tps;
   for (int tp = 1; tp <= gpn; tp *= 2) {
     if (tp > 1 && !TpSplitsHeads(m, tp)) continue;
@@ -161,6 +164,11 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
     cps.push_back(cp);
   }
   const int max_dp = MaxUsefulDp(model, s);
+  // No GPU count past what the useful replicas of the largest model-parallel
+  // group occupy: the loop below stops at DP > max_dp anyway.
+  const auto largest = [](const std::vector<int>& v) { return v.empty() ? 1 : v.back(); };
+  const int64_t most = static_cast<int64_t>(max_dp) * largest(tps) * largest(pps) * largest(cps);
+  const std::vector<int> gpu_counts = ComponentSizes(dev, most);
   std::vector<int> mbs;
   for (int mb : o.micro_batches) {
     if (mb <= max_dp || mb == 1) mbs.push_back(mb);
