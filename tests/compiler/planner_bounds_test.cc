@@ -9,11 +9,15 @@
 // FillableGpus); the times are in docs/planner.md, "Planning time".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "compiler/candidates.h"
 #include "compiler/compile.h"
 #include "compiler/spec.h"
+#include "compiler/workload_builder.h"
 #include "plan/plan.h"
 #include "tests/fixtures/test_paths.h"
 
@@ -69,6 +73,26 @@ TEST(PlannerBounds, AHundredThousandNodesOfH100sPlanOnlyWhatTheWorkloadFills) {
   EXPECT_GE(js["speedup_vs_monolithic"].get<double>(), 1.0) << r->report;
   // The job asks Slurm for the nodes the plan holds, not the budget's.
   EXPECT_EQ(r->sbatch.find("--nodes=100000"), std::string::npos) << r->sbatch;
+}
+
+// A global batch of 65,536 on that budget: no candidate has more replicas
+// than the placement slots a plan may have (kMostDpSlots; compile.cc refuses
+// a plan past them), though every one would get samples. That bound took
+// the spec from over 300 s to under 20 s (docs/planner.md).
+TEST(PlannerBounds, NoCandidateHasMoreReplicasThanPlacementSlots) {
+  auto spec = ParseSpecFile(kData + "hostile_budget_h100.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  spec->data.global_batch = 65536;
+  const std::vector<DeviceType> devices = DevicesOf(*spec);
+  auto work = BuildWorkload(*spec, devices, {});
+  ASSERT_TRUE(work.ok()) << work.status().ToString();
+  const CostModel model(devices, spec->data.global_batch);
+  const SectionWork& llm = work->sections.back();
+  ASSERT_EQ(llm.name, "llm");
+  ASSERT_GT(MaxUsefulDp(model, llm), kMostDpSlots) << "the premise: more samples than slots";
+  int most = 0;
+  for (const plan::ParallelConfig& c : CandidateConfigs(model, llm, PlannerOptions())) most = std::max(most, c.dp);
+  EXPECT_EQ(most, kMostDpSlots);
 }
 
 }  // namespace
