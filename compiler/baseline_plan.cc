@@ -28,6 +28,9 @@ std::string AdoptBaselineForOneComponent(const CompileOptions& options, const Co
   choice.cost = model.Evaluate(s, m.sections.front().config);
   choice.planner_only = PlannerOnlyFeatures(s.model, choice.cost.config, po.support);
   if (!choice.cost.fits || choice.cost.nodes == 0) return "the baseline's configuration does not fit as a section";
+  // The section must hold the baseline's GPUs for its simulation to be the
+  // plan's (an encoder the baseline runs whole on every TP rank would not).
+  if (choice.cost.config.ranks() != m.config.ranks()) return "the section would not hold the baseline's GPUs";
   const bool planner_only_allowed = !local && (options.allow_planner_only || options.support_given);
   if (!choice.planner_only.empty() && !planner_only_allowed) {
     return "the baseline's configuration needs what the runtime lacks (" + choice.planner_only + ")";
