@@ -14,23 +14,30 @@ namespace maestro::compiler {
 
 namespace {
 
-// The GPU counts a section of `dev` may have, ascending: the divisors of a
-// node's GPUs, then whole nodes (any count of slots on a shared node, any
-// count of GPUs where sections share nodes).
-std::vector<int> ComponentSizes(const DeviceType& dev) {
-  const int gpn = dev.gpus_per_node;
-  std::vector<int> gpu_counts;
-  if (dev.shared_node) {
-    for (int g = 1; g <= std::min(gpn, dev.nodes); ++g) gpu_counts.push_back(g);
-  } else if (dev.packs_nodes) {
-    for (int g = 1; g <= dev.budget_units(); ++g) gpu_counts.push_back(g);
-  } else {
-    for (int g = 1; g < gpn; ++g) {
-      if (gpn % g == 0) gpu_counts.push_back(g);
-    }
-    for (int k = 1; k <= dev.nodes; ++k) gpu_counts.push_back(k * gpn);
+// The GPU counts a section of `dev` may hold that are multiples of `mp`
+// (TP x PP x CP) with DP = count / mp at most `max_dp`, ascending: the
+// divisors of a node's GPUs, then whole nodes (any count of slots on a
+// shared node, any count of GPUs where sections share nodes). Only these:
+// the budget can be far larger than the workload can fill (100,000 nodes of
+// 1,024 GPUs, issue #41), and listing every count of it cost seconds and
+// hundreds of MiB per call.
+std::vector<int> GpuCountsFor(const DeviceType& dev, int mp, int max_dp) {
+  const int64_t gpn = dev.gpus_per_node;
+  const int64_t most = static_cast<int64_t>(mp) * max_dp;
+  std::vector<int> out;
+  if (dev.shared_node || dev.packs_nodes) {
+    const int64_t cap = std::min<int64_t>(
+        most, dev.shared_node ? std::min<int64_t>(gpn, dev.nodes) : static_cast<int64_t>(dev.budget_units()));
+    for (int64_t g = mp; g <= cap; g += mp) out.push_back(static_cast<int>(g));
+    return out;
   }
-  return gpu_counts;
+  for (int64_t g = mp; g < gpn && g <= most; g += mp) {
+    if (gpn % g == 0) out.push_back(static_cast<int>(g));
+  }
+  // Whole nodes whose GPUs mp divides: every (mp / gcd(mp, gpn))-th node.
+  const int64_t step = mp / std::gcd(static_cast<int64_t>(mp), gpn);
+  for (int64_t k = step; k <= dev.nodes && k * gpn <= most; k += step) out.push_back(static_cast<int>(k * gpn));
+  return out;
 }
 
 }  // namespace
@@ -42,7 +49,10 @@ bool IsEncoder(const plan::ModelDesc& m) {
 bool EdgeDpsAllowed(int from_dp, int to_dp, int fanout, int fanin, const PlannerOptions& options) {
   if (!plan::EdgeDpRuleHolds(from_dp, to_dp, fanout, fanin)) return false;
   if (from_dp % to_dp == 0 || to_dp % from_dp == 0) return true;
-  return !options.nested_dp_edges && DpSlots({from_dp, to_dp}) <= kMostDpSlots;
+  // DpSlots's lcm without its vector: the planner asks this of every pair of
+  // two sections' DP options.
+  return !options.nested_dp_edges &&
+         std::lcm(static_cast<int64_t>(std::max(from_dp, 1)), static_cast<int64_t>(std::max(to_dp, 1))) <= kMostDpSlots;
 }
 
 int64_t DpSlots(const std::vector<int>& dps) {
@@ -145,7 +155,6 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
   const bool projector = m.kind == plan::ModelKind::kProjector;
   const int64_t layers = projector ? 1 : m.layers;
 
-  const std::vector<int> gpu_counts = ComponentSizes(dev);
   std::vector<int> tps;
   for (int tp = 1; tp <= gpn; tp *= 2) {
     if (tp > 1 && !TpSplitsHeads(m, tp)) continue;
@@ -160,7 +169,10 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
     if (cp > 1 && (s.tokens % (2 * cp) != 0 || projector)) continue;
     cps.push_back(cp);
   }
-  const int max_dp = MaxUsefulDp(model, s);
+  // No more replicas than samples to give them, nor than the placement slots
+  // a plan may have (compile.cc refuses a plan whose DP degrees' lcm passes
+  // kMostDpSlots: a section's DP alone is its lcm).
+  const int max_dp = static_cast<int>(std::min<int64_t>(MaxUsefulDp(model, s), kMostDpSlots));
   std::vector<int> mbs;
   for (int mb : o.micro_batches) {
     if (mb <= max_dp || mb == 1) mbs.push_back(mb);
@@ -180,10 +192,8 @@ std::vector<plan::ParallelConfig> CandidateConfigs(const CostModel& model, const
       for (int cp : cps) {
         if (s.pin_cp && cp != s.pin_cp) continue;
         const int mp = tp * pp * cp;
-        for (int g : gpu_counts) {
-          if (g % mp != 0) continue;
+        for (int g : GpuCountsFor(dev, mp, max_dp)) {
           const int dp = g / mp;
-          if (dp > max_dp) break;
           if (s.pin_dp && dp != s.pin_dp) continue;
           for (int mb : mbs) {
             if (s.pin_micro_batch && mb != s.pin_micro_batch) continue;

@@ -10,6 +10,7 @@
 #include "base/checks.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "compiler/baseline_plan.h"
 #include "compiler/explain.h"
 #include "compiler/refinement.h"
 #include "compiler/report.h"
@@ -526,6 +527,8 @@ StatusOr<PlanOutcome> PlanSectionedAndChoose(const Spec& spec, const CompileOpti
   r.in_flight_log = InFlightLog(attempts, chosen);
   PlanBaseline(spec, model, po, r);
   MAESTRO_ASSIGN_OR_RETURN(r.grouping, ChooseGrouping(spec, options, r));
+  // One component: the baseline's configuration is a plan of one section.
+  (void)AdoptBaselineForOneComponent(options, model, po, spec.cluster.local, r);
   return outcome;
 }
 

@@ -27,7 +27,11 @@ namespace maestro::compiler {
 
 // The grouping the plan runs and the best rejected alternative.
 struct GroupingChoice {
-  bool fused = false;                // chosen: every component in one fused section
+  bool fused = false;  // chosen: every component in one fused section
+  // Chosen: the one component of the workload at the baseline's
+  // configuration and GPUs (compiler/baseline_plan.h), predicted faster than
+  // the sectioned search's plan (rejected = "sectioned").
+  bool baseline = false;
   double chosen_step_seconds = 0;    // simulated (analytic when no simulation ran)
   std::string rejected;              // "sectioned" | "fused" | "" (none was possible)
   double rejected_step_seconds = 0;  // the rejected alternative's step (0: none)

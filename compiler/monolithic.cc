@@ -226,6 +226,31 @@ bool SharedConfigRuns(const Workload& w, const plan::ParallelConfig& c, const Pl
   return valid;
 }
 
+// The GPUs of `on` that a configuration of `mp` = TP x PP x CP GPUs a
+// replica runs on: all of them (DP = their count / mp), or, on one GPU type
+// whose GPUs are more than the global batch's replicas can fill (DP above
+// the global batch: 100,000 nodes of 1,024 GPUs, issue #41), the most that
+// DP <= global batch fills in whole nodes or a divisor of one (any count
+// where sections share nodes), as a single-model trainer leaves the rest
+// idle; {} when `mp` does not divide them or fills none.
+std::vector<MonolithicDevice> FillableGpus(const CostModel& model, const std::vector<MonolithicDevice>& on, int mp) {
+  int gpus = 0;
+  for (const MonolithicDevice& d : on) gpus += d.gpus;
+  const int64_t batch = std::max<int64_t>(1, model.global_batch());
+  if (gpus % mp == 0 && gpus / mp <= batch) return on;
+  if (on.size() != 1 || gpus / mp < batch) return {};  // several types run in lockstep on all their GPUs
+  const DeviceType& dev = model.devices()[static_cast<size_t>(on.front().device)];
+  const int gpn = std::max(1, dev.gpus_per_node);
+  for (int64_t dp = batch; dp >= 1; --dp) {
+    const int64_t g = dp * mp;
+    if (g > gpus) continue;
+    if (dev.shared_node || dev.packs_nodes || g % gpn == 0 || gpn % g == 0) {
+      return {MonolithicDevice{on.front().device, static_cast<int>(g)}};
+    }
+  }
+  return {};
+}
+
 // The best configuration on `on` under `fx` (found = false: none fits;
 // least_memory gets the smallest per-GPU memory seen).
 MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const std::vector<MonolithicDevice>& on,
@@ -253,9 +278,11 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
     for (int pp = 1; pp <= std::min<int64_t>(min_layers, o.max_pp); ++pp) {
       for (int cp = 1; cp <= o.max_cp; cp *= 2) {
         const int mp = tp * pp * cp;
-        if (gpus % mp != 0) continue;
-        const int dp = gpus / mp;
-        if (dp > std::max<int64_t>(1, model.global_batch())) continue;
+        const std::vector<MonolithicDevice> used = FillableGpus(model, on, mp);
+        if (used.empty()) continue;
+        int held = 0;
+        for (const MonolithicDevice& d : used) held += d.gpus;
+        const int dp = held / mp;
         for (int mb : o.micro_batches) {
           if (mb > 1 && mb * dp > model.global_batch()) break;
           // Activation recomputation of every training component's blocks:
@@ -271,7 +298,7 @@ MonolithicPlan SearchMonolithic(const CostModel& model, const Workload& w, const
               c.ep = ep;
               if (!SharedConfigRuns(w, c, o)) continue;
               if (admit && !admit(c)) continue;
-              MonolithicPlan cand = EvaluateMonolithic(model, w, on, c, o, fx);
+              MonolithicPlan cand = EvaluateMonolithic(model, w, used, c, o, fx);
               if (least_memory) *least_memory = std::min(*least_memory, cand.memory.total());
               if (!cand.found) continue;
               if (!best.found || cand.throughput > best.throughput) best = std::move(cand);
@@ -311,7 +338,7 @@ MonolithicPlan PlanMonolithicOn(const CostModel& model, const Workload& w, const
   const auto without = [&](auto off) {
     MonolithicEffects fx;
     off(fx);
-    return EvaluateMonolithic(model, w, on, best.config, o, fx).step_seconds;
+    return EvaluateMonolithic(model, w, best.devices, best.config, o, fx).step_seconds;
   };
   bool encoders = false, data_dependent = false;
   for (const auto& s : w.sections) {
@@ -409,8 +436,13 @@ MonolithicPlan PlanMonolithic(const CostModel& model, const Workload& w, int dev
     }
   }
   MonolithicPlan m = PlanMonolithicOn(model, w, {{device, budget}}, o);
-  m.gpus = budget;
-  m.basis = fmt::format("all {} GPUs of '{}' (the budget of the default GPU type)", budget, dev.name);
+  if (!m.found || m.gpus > budget) m.gpus = budget;
+  m.basis = m.gpus < budget
+                ? fmt::format(
+                      "{} of the {} GPUs of '{}' (the budget of the default GPU type; DP at most the "
+                      "global batch of {} fills no more at TP x PP x CP = {})",
+                      m.gpus, budget, dev.name, model.global_batch(), m.config.tp * m.config.pp * m.config.cp)
+                : fmt::format("all {} GPUs of '{}' (the budget of the default GPU type)", budget, dev.name);
   return m;
 }
 

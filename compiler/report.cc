@@ -144,6 +144,17 @@ ReportMonolithic MonolithicOf(const CostModel& model, const CompileResult& r) {
                                                                               : out.speedup_analytic;
     out.speedup_per_gpu = out.speedup_per_peak_flops = out.speedup;
   }
+  if (r.grouping.baseline) {
+    // One component at the baseline's configuration (compiler/baseline_plan.h):
+    // its simulation is the baseline's (speed-up 1), or the pinned
+    // configuration's; the rejected sectioned plan keeps its own ratio.
+    out.fused_config = r.fused.config;
+    out.fused_pins = r.fused_pins;
+    out.sectioned_speedup = out.speedup_simulated && r.grouping.rejected_step_seconds > 0
+                                ? msim.step_seconds / r.grouping.rejected_step_seconds
+                                : 0.0;
+    if (r.fused_is_baseline) out.speedup = out.speedup_analytic = out.speedup_per_gpu = out.speedup_per_peak_flops = 1;
+  }
   return out;
 }
 
@@ -390,6 +401,12 @@ std::string GroupingText(const Report& r) {
         "below, {:.4g} s/step ({:.2f}x)\n",
         r.sections.size(), ConfigText(r.monolithic.fused_config), g.rejected_step_seconds,
         r.monolithic.sectioned_speedup);
+  } else if (g.baseline) {
+    t += fmt::format(
+        "  the plan is its one component at {}; rejected: the sectioned search's plan, {:.4g} s/step "
+        "({:.2f}x)\n",
+        r.monolithic.fused_pins.empty() ? "the baseline's configuration" : "the best configuration the pins allow",
+        g.rejected_step_seconds, r.monolithic.sectioned_speedup);
   } else if (!g.rejected.empty()) {
     t += fmt::format("  rejected: every component fused in one section on every GPU ({}), {:.4g} s/step\n",
                      r.monolithic.fused_pins.empty()
@@ -660,9 +677,10 @@ std::string ReportJson(const Report& r) {
   js["rejected_grouping"] = r.grouping.rejected.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.grouping.rejected);
   js["rejected_step_seconds"] = r.grouping.rejected_step_seconds;
   js["plan_step_seconds"] = r.grouping.chosen_step_seconds;
-  if (r.grouping.fused && r.grouping.no_sectioned.empty()) {
+  if ((r.grouping.fused || r.grouping.baseline) && r.grouping.no_sectioned.empty()) {
     js["sectioned_speedup_vs_monolithic"] = r.monolithic.sectioned_speedup;
   }
+  if (r.grouping.baseline) js["plan_is_baseline"] = true;
   if (!r.grouping.no_sectioned.empty()) js["no_sectioned_plan"] = r.grouping.no_sectioned;
   if (r.grouping.fused && !r.monolithic.fused_pins.empty()) js["fused_pins"] = r.monolithic.fused_pins;
   js["split_bound_seconds"] = r.split_bound.step_seconds;

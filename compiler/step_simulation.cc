@@ -173,6 +173,8 @@ class MonolithicCosts : public scheduler::SectionCostModel {
                   const std::vector<std::string>& modality_names, uint64_t seed)
       : model_(model) {
     const int mb = m.config.micro_batch;
+    const double per_replica = std::ceil(static_cast<double>(model.global_batch()) / std::max(1, m.config.dp) - 1e-9);
+    const double microbatches = std::max(1.0, std::ceil(per_replica / mb - 1e-9));
     std::vector<int> devices;
     for (const MonolithicDevice& d : m.devices) devices.push_back(d.device);
     if (devices.empty()) devices.push_back(device);
@@ -196,7 +198,10 @@ class MonolithicCosts : public scheduler::SectionCostModel {
         tables.push_back(StageTable(model, s, c, mb));
         stage0_full += model.EvaluateWith(s, c, 1.0, std::max(1e-9, mb * s.active_fraction)).stage_seconds;
         if (s.trains()) {
-          const SectionCost one = model.EvaluateWith(s, c, 1.0, 1.0);
+          // At the replica's micro-batch count, as EvaluateMonolithic and the
+          // sectioned simulation price it: the optimizer step includes the
+          // gradient accumulation of every micro-batch after the first.
+          const SectionCost one = model.EvaluateWith(s, c, microbatches, 1.0);
           sync += one.dp_sync_seconds + one.optimizer_seconds;
         }
         on.push_back(std::move(s));

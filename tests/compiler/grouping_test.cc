@@ -94,43 +94,67 @@ TEST(Grouping, ForcedGroupingsAreHonouredAndAFusedPlanThatCannotRunIsRefused) {
   EXPECT_NE(one.status().message().find("tiny_teacher.toml:"), std::string::npos) << one.status().ToString();
 }
 
-// The claim's floor: on every example spec whose fused plan the runtime can
-// run (FusedPlanBlocker: this build's runtime, CP and PP included) and
-// whose pins the baseline meets (tiny_vlm3 pins its LLM's TP 2, which the
-// baseline has), the compiled plan is never predicted slower than the
-// baseline. (Pins the baseline does not meet may cost speed: a test below.)
+// The claim's floor: on every example spec, for this build's runtime and for
+// `--runtime-support all`, the compiled plan is never predicted slower than
+// the baseline: speedup_vs_monolithic >= 1 exactly, not rounded (issue #41
+// item 6). By construction where the runtime can run the baseline's
+// configuration as the plan (fused, FusedPlanBlocker; one component,
+// compiler/baseline_plan.h) and its pins the baseline meets (tiny_vlm3
+// pins its LLM's TP 2, which the baseline has); elsewhere (several GPU
+// types, pins: a test below) it is what the specs' plans reach.
 // Also the floor of issue #42 item 6 (docs/spec.md, "What the 2026-11-30
 // table says of the MLLM specs"): the realistic MLLM specs, their samples
 // described by [[data.modality.mix]], reach 0.95 of their split bound.
-TEST(Grouping, NoExampleSpecIsPredictedSlowerThanItsRunnableBaseline) {
+// Every spec under specs/ at `options`: the plan's speed-up over the baseline
+// is at least 1 exactly; with the counts the test below checks.
+struct FloorCounts {
+  int compiled = 0, runnable = 0, fused = 0, mllm = 0;
+};
+FloorCounts ExpectEverySpecAtLeastItsBaseline(const CompileOptions& options) {
   const std::set<std::string> realistic_mllm = {"mllm_multi_image", "omni_audio_vision_llm", "qwen2vl_7b_mllm",
                                                 "qwen25vl_7b_video", "qwen3vl_30b_a3b_mllm"};
-  int checked = 0, fused = 0, mllm = 0;
+  FloorCounts n;
   for (const auto& entry : std::filesystem::directory_iterator(kSpecs)) {
     if (entry.path().extension() != ".toml") continue;
     auto spec = ParseSpecFile(entry.path().string());
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    CompileOptions options;  // this build's runtime table
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    if (!spec.ok()) continue;
     auto r = Compile(*spec, options);
     if (!r.ok()) continue;  // a spec that fits nowhere has its own tests
     const auto js = nlohmann::json::parse(r->report_json);
-    if (realistic_mllm.count(entry.path().stem().string()) > 0) {
-      ++mllm;
+    if (realistic_mllm.count(entry.path().stem().string()) > 0 && !options.support_given) {
+      ++n.mllm;
       EXPECT_GE(js["fraction_of_split_bound"].get<double>(), 0.95) << entry.path() << "\n" << r->report;
     }
     if (js["speedup_vs_monolithic"].is_null()) continue;
-    const std::string blocker = FusedPlanBlocker(*r, options.support);
-    if (!blocker.empty() || !r->fused_is_baseline) continue;
-    ++checked;
-    if (r->grouping.fused) ++fused;
-    EXPECT_GE(js["speedup_vs_monolithic"].get<double>(), 1.0 - 1e-9) << entry.path() << "\n" << r->report;
+    ++n.compiled;
+    EXPECT_GE(js["speedup_vs_monolithic"].get<double>(), 1.0) << entry.path() << "\n" << r->report;
+    EXPECT_LE(r->grouping.chosen_step_seconds, r->monolithic_simulated.step_seconds) << entry.path();
+    if (FusedPlanBlocker(*r, options.support).empty() && r->fused_is_baseline) ++n.runnable;
+    if (r->grouping.fused) ++n.fused;
   }
+  return n;
+}
+
+TEST(Grouping, NoExampleSpecIsPredictedSlowerThanItsRunnableBaseline) {
+  const FloorCounts n = ExpectEverySpecAtLeastItsBaseline(CompileOptions());  // this build's runtime table
+  EXPECT_GE(n.compiled, 13) << "the example specs with a baseline";
+  const int checked = n.runnable, fused = n.fused, mllm = n.mllm;
   EXPECT_GE(checked, 3) << "the example specs with a runnable baseline";
   // mllm_multi_image and qwen2vl_7b_mllm (and the tiny VLM and KD): their
   // baselines are faster than their sectioned plans, so the plan is the
   // baseline, fused.
   EXPECT_GE(fused, 2) << "the example specs whose plan is their baseline";
-  EXPECT_EQ(mllm, static_cast<int>(realistic_mllm.size())) << "the realistic MLLM specs all compile";
+  EXPECT_EQ(mllm, 5) << "the realistic MLLM specs all compile";
+}
+
+TEST(Grouping, NoExampleSpecIsPredictedSlowerThanItsBaselineOnARuntimeWithEverything) {
+  auto all = ParseRuntimeSupport("all");
+  ASSERT_TRUE(all.ok());
+  CompileOptions options;
+  options.support = *all;
+  options.support_given = true;
+  EXPECT_GE(ExpectEverySpecAtLeastItsBaseline(options).compiled, 13) << "the example specs with a baseline";
 }
 
 StatusOr<CompileResult> CompileLocalWithPins(const std::string& name, Grouping grouping,
