@@ -143,6 +143,77 @@ StatusOr<std::unique_ptr<ActivationSpool>> ActivationSpool::Open(const std::stri
   return spool;
 }
 
+StatusOr<std::unique_ptr<ActivationSpool>> ActivationSpool::OpenSealed(const std::string& h5_path,
+                                                                       const SpoolOptions& options,
+                                                                       int64_t committed_rows) {
+  internal::SilenceHdf5Errors();
+  std::unique_ptr<ActivationSpool> spool(new ActivationSpool(h5_path, nullptr, options, Env::Default()));
+  spool->read_only_ = true;
+  spool->file_ = H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (spool->file_ < 0) return Status::IOError(internal::Hdf5Detail(h5_path));
+  spool->values_ = H5Dopen2(spool->file_, "/values", H5P_DEFAULT);
+  spool->rows_ = H5Dopen2(spool->file_, "/rows", H5P_DEFAULT);
+  if (spool->values_ < 0 || spool->rows_ < 0) return Status::IOError(internal::Hdf5Detail(h5_path));
+  auto dtype = ReadStringAttribute(spool->values_, "dtype");
+  if (!dtype.ok() || *dtype != DTypeName(options.dtype)) {
+    return Status::FailedPrecondition(fmt::format("{}: holds dtype {}, not {}", h5_path,
+                                                  dtype.ok() ? *dtype : std::string("?"), DTypeName(options.dtype)));
+  }
+  hsize_t values_extent[1] = {0}, rows_extent[2] = {0, 0};
+  {
+    H5Handle space(H5Dget_space(spool->values_), H5Sclose);
+    H5Handle rspace(H5Dget_space(spool->rows_), H5Sclose);
+    if (space.get() < 0 || H5Sget_simple_extent_dims(space.get(), values_extent, nullptr) != 1 || rspace.get() < 0 ||
+        H5Sget_simple_extent_dims(rspace.get(), rows_extent, nullptr) != 2 || rows_extent[1] != kRowColumns ||
+        static_cast<hsize_t>(committed_rows) > rows_extent[0]) {
+      return Status::IOError(fmt::format("{}: extents unreadable or short of {} rows", h5_path, committed_rows));
+    }
+  }
+  if (committed_rows > 0) {
+    std::vector<int64_t> table(static_cast<size_t>(committed_rows) * kRowColumns);
+    hsize_t start[2] = {0, 0}, count[2] = {static_cast<hsize_t>(committed_rows), kRowColumns};
+    H5Handle fspace(H5Dget_space(spool->rows_), H5Sclose);
+    H5Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+    if (fspace.get() < 0 || mspace.get() < 0 ||
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+        H5Dread(spool->rows_, H5T_NATIVE_INT64, mspace.get(), fspace.get(), H5P_DEFAULT, table.data()) < 0) {
+      return Status::IOError("/rows unreadable: " + internal::Hdf5Detail(h5_path));
+    }
+    for (int64_t i = 0; i < committed_rows; ++i) {
+      const int64_t* t = &table[static_cast<size_t>(i) * kRowColumns];
+      RowRecord rec;
+      rec.epoch = t[1];
+      rec.offset = t[2];
+      rec.count = t[3];
+      rec.crc = static_cast<uint32_t>(t[4]);
+      if (t[5] < 0 || t[5] > 4 || rec.offset < 0 || rec.count < 0 ||
+          static_cast<hsize_t>(rec.offset + rec.count) > values_extent[0]) {
+        ++spool->stats_.corrupt_rows;
+        continue;
+      }
+      for (int64_t d = 0; d < t[5]; ++d) rec.dims.push_back(t[6 + d]);
+      spool->committed_[t[0]] = std::move(rec);  // a later row of the same sample replaces it
+    }
+  }
+  spool->committed_table_rows_ = committed_rows;
+  spool->stats_.committed_rows = static_cast<int64_t>(spool->committed_.size());
+  return spool;
+}
+
+std::vector<int64_t> ActivationSpool::CommittedSamples() const {
+  std::vector<int64_t> out;
+  out.reserve(committed_.size());
+  for (const auto& [sample, record] : committed_) out.push_back(sample);
+  return out;
+}
+
+Status ActivationSpool::Close() {
+  if (!read_only_) MAESTRO_RETURN_IF_ERROR(Commit());
+  CloseFile();
+  committed_.clear();
+  return Status::Ok();
+}
+
 Status ActivationSpool::OpenOrCreateFile() {
   const std::string& name = options_.name;
   H5Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
@@ -500,6 +571,7 @@ StatusOr<std::optional<SpoolRow>> ActivationSpool::Get(int64_t sample_id, int64_
 }
 
 StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowView& row) {
+  if (read_only_ || file_ < 0) return Status::FailedPrecondition(fmt::format("spool {} is sealed or closed", path_));
   StatusOr<bool> put = PutOnce(sample_id, epoch, row);
   if (put.ok() || !torn_) return put;
   // The file failed under HDF5 (torn metadata): start a fresh one and stage
@@ -602,6 +674,7 @@ Status ActivationSpool::AppendRowTable() {
 
 Status ActivationSpool::Commit() {
   if (pending_.empty()) return Status::Ok();
+  if (read_only_) return Status::FailedPrecondition(fmt::format("spool {} is sealed", path_));
   // 1. values and the row table into the file; 2. flush HDF5's caches. An
   // HDF5 failure here (a file torn by an earlier crash) drops the file and
   // its rows, staged ones included: they are recomputed, the run goes on.

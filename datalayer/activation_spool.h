@@ -92,6 +92,14 @@ class ActivationSpool {
   // <path>.corrupt and its records dropped: every row is then recomputed.
   static StatusOr<std::unique_ptr<ActivationSpool>> Open(const std::string& h5_path, SqliteDb* db,
                                                          const SpoolOptions& options, Env* env = Env::Default());
+  // A sealed spool file (its writer committed, closed it and wrote no more:
+  // runtime/output_spool.h), opened read-only by any process: its first
+  // `committed_rows` rows of /rows are its records (a sample written twice:
+  // the later row), checked by their CRC-32C at Get(). Put() and Commit()
+  // fail. A file HDF5 cannot open, or whose /rows do not read, is an error
+  // (the caller skips it: its rows are computed again).
+  static StatusOr<std::unique_ptr<ActivationSpool>> OpenSealed(const std::string& h5_path, const SpoolOptions& options,
+                                                               int64_t committed_rows);
   ~ActivationSpool();
   ActivationSpool(const ActivationSpool&) = delete;
   ActivationSpool& operator=(const ActivationSpool&) = delete;
@@ -109,6 +117,11 @@ class ActivationSpool {
   int64_t pending_rows() const { return static_cast<int64_t>(pending_.size()); }
   const SpoolStats& stats() const { return stats_; }
   const std::string& path() const { return path_; }
+  // The samples with a committed row (a sealed file's index).
+  std::vector<int64_t> CommittedSamples() const;
+  int64_t committed_table_rows() const { return committed_table_rows_; }
+  // Commits, then closes the file (a later Get misses, Put fails).
+  Status Close();
 
  private:
   struct RowRecord {
@@ -163,6 +176,7 @@ class ActivationSpool {
   int64_t committed_table_rows_ = 0;
   SpoolStats stats_;
   bool torn_ = false;  // an HDF5 call on the file failed: StartFresh() it
+  bool read_only_ = false;  // OpenSealed
 };
 
 }  // namespace maestro::datalayer

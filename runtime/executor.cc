@@ -48,6 +48,7 @@ Status RankLoop::Setup() {
     }
   }
   MAESTRO_RETURN_IF_ERROR(OpenComponentSpools());
+  MAESTRO_RETURN_IF_ERROR(RefreshSpoolsTogether());
   last_checkpoint_ = Clock::now();  // checkpoint_minutes count training, not the build or the resume
   return Status::Ok();
 }
@@ -335,7 +336,14 @@ Status RankLoop::RunStep(const StepBatch& batch) {
   current_step_ = batch.step;
   // The spool serves committed rows only: a new epoch reads the last one's
   // (run-ahead commits at every step; checkpoints commit too).
-  if (batch.epoch != current_epoch_) MAESTRO_RETURN_IF_ERROR(CommitSpools());
+  if (batch.epoch != current_epoch_) {
+    // Every spool's file of the last epoch sealed, on every replica, before
+    // any reads the new epoch's rows (output_spool.h).
+    MAESTRO_RETURN_IF_ERROR(CommitSpools());
+    if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->BeginEpoch(batch.epoch));
+    for (auto& [name, spool] : component_spools_) MAESTRO_RETURN_IF_ERROR(spool->BeginEpoch(batch.epoch));
+    MAESTRO_RETURN_IF_ERROR(RefreshSpoolsTogether());
+  }
   current_epoch_ = batch.epoch;
   if (fused_ != nullptr) fused_->SetEpoch(batch.epoch);
   trace_.set_step(batch.step);
@@ -389,6 +397,17 @@ Status RankLoop::OpenComponentSpools() {
     fused_->UseSpool(k, spool.get());
     component_spools_.emplace_back(component.name, std::move(spool));
   }
+  return Status::Ok();
+}
+
+// The ranks that keep a spool are one DP group per section (a
+// model-parallel section's owners share their TP, CP and PP coordinates):
+// once all have sealed (or recovered) their files, each indexes them all.
+Status RankLoop::RefreshSpoolsTogether() {
+  if (!spool_ && component_spools_.empty()) return Status::Ok();
+  MAESTRO_RETURN_IF_ERROR(Wait(comms_.group(plan::GroupKind::kDP).Barrier()));
+  if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Refresh());
+  for (auto& [name, spool] : component_spools_) MAESTRO_RETURN_IF_ERROR(spool->Refresh());
   return Status::Ok();
 }
 

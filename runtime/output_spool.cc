@@ -3,11 +3,20 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "base/checks.h"
 #include "base/files.h"
+#include "base/log.h"
+#include "base/read_file.h"
 #include "runtime/teacher_rows.h"
 
 namespace maestro::runtime {
@@ -108,27 +117,174 @@ bool SpoolRowCodec::Decode(const std::vector<std::byte>& bytes, torch::Tensor ro
   return false;
 }
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// A unique token of this process's start (its files never clash with an
+// earlier start's): wall-clock microseconds and the process id.
+std::string StartToken() {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+  return fmt::format("{:x}-{}", us.count(), static_cast<long>(getpid()));
+}
+
+// What a section's spooled rows depend on, hashed (16 hex digits): its name,
+// model and initial weights (init_from, init_section), the data that defines
+// each sample id (plan.data without steps and global_batch), the spool dtype
+// and, for a KD teacher, its student's loss (temperature, K, draws). The
+// folder carries it: rows of another teacher, dataset or form are never read
+// as this one's.
+std::string SpoolIdentity(const plan::Plan& plan, int section) {
+  plan::Plan what;  // only what the rows depend on, serialized
+  const plan::SectionPlan& s = plan.sections[static_cast<size_t>(section)];
+  plan::SectionPlan kept;
+  kept.name = s.name;
+  kept.model = s.model;
+  kept.init_from = s.init_from;
+  kept.init_section = s.init_section;
+  if (const auto sent = plan::TeacherRowsOf(plan, section)) kept.loss = sent->loss;
+  what.sections.push_back(kept);
+  what.data = plan.data;
+  what.data.steps = 0;
+  what.data.global_batch = 0;
+  what.spool_dtype = plan.spool_dtype;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : plan::PlanToJson(what, -1)) h = (h ^ c) * 1099511628211ULL;
+  return fmt::format("{:016x}", h);
+}
+
+std::string SealedMarker(const std::string& h5) { return h5.substr(0, h5.size() - 3) + ".sealed"; }
+std::string RecordsOf(const std::string& h5) { return h5.substr(0, h5.size() - 3) + ".sqlite"; }
+
+// The folder's spool files (*.h5), sorted by name, and whether each is sealed.
+std::vector<std::pair<std::string, bool>> SpoolFiles(const std::string& folder) {
+  std::vector<std::pair<std::string, bool>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".h5") continue;
+    out.emplace_back(path, fs::exists(SealedMarker(path), ec));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The bytes the folder's sealed files take (what the budget has spent).
+int64_t SealedBytes(const std::string& folder) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& [path, sealed] : SpoolFiles(folder)) {
+    if (sealed) bytes += static_cast<int64_t>(fs::file_size(path, ec));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_dir, const plan::Plan& plan,
                                                          int section, int replica) {
   std::unique_ptr<OutputSpool> spool(new OutputSpool());
-  const std::string& name = plan.sections[static_cast<size_t>(section)].name;
+  const plan::SectionPlan& s = plan.sections[static_cast<size_t>(section)];
   spool->codec_ = SpoolRowCodec::For(plan, section);
-  const std::string base = fmt::format("{}/spool/{}-{}-dp{}", run_dir, name, spool->codec_.name(), replica);
-  (void)CreateDirectories(run_dir + "/spool");  // a failure shows when the spool opens
-  // The spool's commit records live in a SampleIndex database of this rank's own.
-  MAESTRO_ASSIGN_OR_RETURN(spool->index_, datalayer::SampleIndex::Open(base + ".sqlite"));
-  datalayer::SpoolOptions options;
-  options.name = fmt::format("{}.out", name);
-  options.dtype = spool->codec_.dtype();
-  options.budget_bytes = plan::SpoolBudgetPerWriter(plan, section);
-  options.reuse_across_epochs = true;  // a frozen section's output never changes
-  MAESTRO_ASSIGN_OR_RETURN(spool->spool_,
-                           datalayer::ActivationSpool::Open(base + ".h5", &spool->index_->db(), options));
+  spool->folder_ =
+      fmt::format("{}/spool/{}-{}-{}", run_dir, s.name, spool->codec_.name(), SpoolIdentity(plan, section));
+  MAESTRO_RETURN_IF_ERROR(CreateDirectories(spool->folder_));
+  spool->start_ = StartToken();
+  spool->replica_ = replica;
+  spool->replicas_ = std::max(1, s.config.dp);
+  spool->share_bytes_ = plan::SpoolBudgetPerWriter(plan, section) * spool->replicas_;
+  spool->options_.name = fmt::format("{}.out", s.name);
+  spool->options_.dtype = spool->codec_.dtype();
+  spool->options_.reuse_across_epochs = true;  // a frozen section's output never changes
+  if (replica == 0) MAESTRO_RETURN_IF_ERROR(spool->RecoverUnsealed());
   return spool;
 }
 
+Status OutputSpool::RecoverUnsealed() {
+  for (const auto& [path, sealed] : SpoolFiles(folder_)) {
+    if (sealed) continue;
+    // A dead start's file: repaired (or moved aside) as a writer's reopen
+    // does, its committed rows kept, then sealed.
+    auto index = datalayer::SampleIndex::Open(RecordsOf(path));
+    if (!index.ok()) {
+      Log(LogLevel::kWarn, "spool {}: the records of {} do not open ({}); its rows are computed again", folder_, path,
+          index.status().message());
+      continue;
+    }
+    auto file = datalayer::ActivationSpool::Open(path, &(*index)->db(), options_);
+    if (!file.ok()) {
+      Log(LogLevel::kWarn, "spool {}: {} does not open ({}); its rows are computed again", folder_, path,
+          file.status().message());
+      continue;
+    }
+    MAESTRO_RETURN_IF_ERROR((*file)->Close());
+    MAESTRO_RETURN_IF_ERROR(
+        WriteFileAtomically(SealedMarker(path), fmt::format("{}\n", (*file)->committed_table_rows())));
+  }
+  return Status::Ok();
+}
+
+Status OutputSpool::OpenWriter() {
+  const std::string base =
+      fmt::format("{}/e{}-w{}of{}-s{}", folder_, writer_epoch_, replica_, replicas_, start_);
+  MAESTRO_ASSIGN_OR_RETURN(writer_index_, datalayer::SampleIndex::Open(base + ".sqlite"));
+  datalayer::SpoolOptions options = options_;
+  // This writer's part of what the section's share has left.
+  options.budget_bytes = std::max<int64_t>(0, (share_bytes_ - SealedBytes(folder_)) / replicas_);
+  MAESTRO_ASSIGN_OR_RETURN(writer_, datalayer::ActivationSpool::Open(base + ".h5", &writer_index_->db(), options));
+  return Status::Ok();
+}
+
+Status OutputSpool::SealWriter() {
+  if (!writer_) return Status::Ok();
+  const std::string path = writer_->path();
+  MAESTRO_RETURN_IF_ERROR(writer_->Close());
+  const int64_t rows = writer_->committed_table_rows();
+  writer_.reset();
+  writer_index_.reset();
+  return WriteFileAtomically(SealedMarker(path), fmt::format("{}\n", rows));
+}
+
+Status OutputSpool::Commit() { return writer_ ? writer_->Commit() : Status::Ok(); }
+
+Status OutputSpool::BeginEpoch(int64_t epoch) {
+  MAESTRO_RETURN_IF_ERROR(SealWriter());
+  writer_epoch_ = epoch;
+  return Status::Ok();
+}
+
+Status OutputSpool::Refresh() {
+  for (const auto& [path, sealed] : SpoolFiles(folder_)) {
+    if (!sealed || indexed_.count(path) > 0) continue;
+    indexed_.insert(path);
+    int64_t rows = -1;
+    if (auto marker = ReadSmallFile(SealedMarker(path), 64, "a spool's seal"); marker.ok()) {
+      rows = std::strtoll(marker->c_str(), nullptr, 10);
+    }
+    auto file = rows >= 0 ? datalayer::ActivationSpool::OpenSealed(path, options_, rows)
+                          : StatusOr<std::unique_ptr<datalayer::ActivationSpool>>(
+                                Status::Corruption("its seal does not read"));
+    if (!file.ok()) {
+      Log(LogLevel::kWarn, "spool {}: sealed file {} is unreadable ({}); its rows are computed again", folder_, path,
+          file.status().message());
+      continue;
+    }
+    for (int64_t sample : (*file)->CommittedSamples()) sealed_row_[sample] = sealed_.size();
+    sealed_.push_back(std::move(*file));
+  }
+  return Status::Ok();
+}
+
 StatusOr<bool> OutputSpool::ReadInto(int64_t sample_id, int64_t epoch, torch::Tensor slot) {
-  MAESTRO_ASSIGN_OR_RETURN(auto row, spool_->Get(sample_id, epoch));
+  std::optional<datalayer::SpoolRow> row;
+  if (writer_) {
+    MAESTRO_ASSIGN_OR_RETURN(row, writer_->Get(sample_id, epoch));
+  }
+  if (!row) {
+    auto it = sealed_row_.find(sample_id);
+    if (it != sealed_row_.end()) MAESTRO_ASSIGN_OR_RETURN(row, sealed_[it->second]->Get(sample_id, epoch));
+  }
   if (!row || !codec_.Decode(row->data, slot)) return false;
   ++hits_;
   return true;
@@ -138,8 +294,9 @@ Status OutputSpool::Store(int64_t sample_id, int64_t epoch, const torch::Tensor&
   std::vector<int64_t> dims;
   const auto bytes = codec_.Encode(row, &dims);
   if (!codec_.Decode(bytes, slot)) return Status::Internal("output spool: a row its codec cannot read back");
+  if (!writer_) MAESTRO_RETURN_IF_ERROR(OpenWriter());
   datalayer::RowView view{dims, bytes.data(), bytes.size()};
-  MAESTRO_RETURN_IF_ERROR(spool_->Put(sample_id, epoch, view).status());
+  MAESTRO_RETURN_IF_ERROR(writer_->Put(sample_id, epoch, view).status());
   ++computed_;
   return Status::Ok();
 }

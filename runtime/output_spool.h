@@ -1,13 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // The spool of a forward-only section that feeds others: its output rows,
-// one per (sample, epoch), kept in <run_dir>/spool/<section>-<codec>-dp<r>.h5
-// with the commit records in a SampleIndex database of the rank's own
-// (<section>-<codec>-dp<r>.sqlite), reused across resumes and epochs (a
-// frozen section's output never changes). Rows it holds are read back; the
-// others are computed and added. Rows are kept compact (SpoolRowCodec:
-// plan/teacher_rows.h): values in the plan's spool_dtype, or a KD teacher's
-// packed top-K or sampled rows; every row handed on has been through the
-// codec, so a row computed now and the same row read back later are equal.
+// one per sample, kept on disk so that they are computed once and read back
+// in later epochs, after a resume, and by any rank of any layout (docs/
+// datalayer.md, "The runtime's spools"). Files live in one folder per
+// section and identity, <run_dir>/spool/<section>-<codec>-<identity>/
+// (a hash of the teacher, the data and the form): each writing rank
+// (a DP replica) writes its own HDF5 file and commit records
+// (e<epoch>-w<r>of<n>-s<start>.h5 / .sqlite), one per epoch of each start;
+// at an epoch change it commits and seals it (closed, then a .sealed marker
+// with its row count). Every rank indexes every sealed file of the folder
+// (Refresh), whoever wrote it: rows are keyed by sample id, not by the
+// writer. Files a dead start left unsealed are recovered (repaired as
+// ActivationSpool::Open does, then sealed) by replica 0 at Open. Rows are
+// kept compact (SpoolRowCodec: plan/teacher_rows.h): values in the plan's
+// spool_dtype, or a KD teacher's packed top-K or sampled rows; every row
+// handed on has been through the codec, so a row computed now and the same
+// row read back later are equal.
 // Runtime-internal (torch). May call: runtime/section_runner, runtime/device_staging, datalayer,
 // datasets (SampleSource), plan, base, libtorch. Thread safety: one thread.
 #pragma once
@@ -16,7 +24,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -54,7 +64,9 @@ class SpoolRowCodec {
 class OutputSpool {
  public:
   // The spool of section `section`'s replica `replica` of `plan` under
-  // `run_dir`, its budget plan::SpoolBudgetPerWriter.
+  // `run_dir`, its disk plan::SpoolBudgetPerWriter. Replica 0 recovers the
+  // files an earlier start left unsealed; the caller then waits for every
+  // replica of the section (a barrier) and calls Refresh().
   static StatusOr<std::unique_ptr<OutputSpool>> Open(const std::string& run_dir, const plan::Plan& plan, int section,
                                                      int replica);
 
@@ -81,12 +93,17 @@ class OutputSpool {
   // `computed`: (looked.missing.size(), row_shape...) on any device and dtype.
   Status Fill(Looked& looked, const std::vector<int64_t>& sample_ids, int64_t epoch, const torch::Tensor& computed,
               TransferStaging* staging = nullptr);
-  // Makes the rows spooled so far durable (at a checkpoint).
-  Status Commit() { return spool_->Commit(); }
+  // Makes the rows spooled so far durable (at a checkpoint, a step end).
+  Status Commit();
+  // A new epoch: commits and seals this writer's file; its next rows go to
+  // a file of `epoch`. Then the caller waits for every replica and Refresh()es.
+  Status BeginEpoch(int64_t epoch);
+  // Indexes the sealed files of the folder not indexed yet (any writer).
+  Status Refresh();
 
   int64_t hits() const { return hits_; }
   int64_t computed() const { return computed_; }
-  const datalayer::SpoolStats& stats() const { return spool_->stats(); }
+  const std::string& folder() const { return folder_; }
 
  private:
   OutputSpool() = default;
@@ -94,9 +111,24 @@ class OutputSpool {
   StatusOr<bool> ReadInto(int64_t sample_id, int64_t epoch, torch::Tensor slot);
   // Stores `row` (row_shape fp32 host) and writes into `slot` what a later read gives back.
   Status Store(int64_t sample_id, int64_t epoch, const torch::Tensor& row, torch::Tensor slot);
+  // This writer's file of writer_epoch_, opened at its first row.
+  Status OpenWriter();
+  // Commits, closes and marks sealed this writer's file.
+  Status SealWriter();
+  // Replica 0 at Open: every unsealed file of the folder (a dead start's).
+  Status RecoverUnsealed();
 
-  std::unique_ptr<datalayer::SampleIndex> index_;
-  std::unique_ptr<datalayer::ActivationSpool> spool_;
+  std::string folder_;
+  std::string start_;  // this start's token in its file names
+  int replica_ = 0, replicas_ = 1;
+  int64_t writer_epoch_ = 0;
+  int64_t share_bytes_ = 0;  // the section's share of the spool disk, all replicas
+  datalayer::SpoolOptions options_;
+  std::unique_ptr<datalayer::SampleIndex> writer_index_;
+  std::unique_ptr<datalayer::ActivationSpool> writer_;
+  std::vector<std::unique_ptr<datalayer::ActivationSpool>> sealed_;
+  std::unordered_map<int64_t, size_t> sealed_row_;  // sample id -> its sealed_ file (the latest indexed)
+  std::set<std::string> indexed_;                   // sealed files' names in sealed_
   SpoolRowCodec codec_;
   int64_t hits_ = 0, computed_ = 0;
 };

@@ -155,6 +155,7 @@ class RankLoop {
   // spool of this rank made durable.
   Status OpenComponentSpools();
   Status CommitSpools();
+  Status RefreshSpoolsTogether();
   // What every rank learns at a step's end (FinishStep's sum): `stop`: some
   // rank was signalled; `checkpoint_due`: rank 0 found plan.
   // checkpoint_minutes passed since the start or the last checkpoint;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -215,6 +216,46 @@ TEST(ActivationSpool, H5dumpReadsTheLayout) {
   EXPECT_NE(text.find("DATASET \"rows\""), std::string::npos);
   EXPECT_NE(text.find("\"f32\""), std::string::npos);
   EXPECT_NE(text.find("7.25"), std::string::npos);  // Row(7, 4)[1]
+}
+
+// A sealed file (committed, closed) read by any process: OpenSealed serves
+// its committed rows (a sample written twice: the later row), verified by
+// their checksums, reads only the rows its seal counts, and refuses writes.
+TEST(ActivationSpool, ASealedFileServesItsCommittedRowsReadOnly) {
+  SpoolFixture f(testing::FreshDir("spool_sealed"));
+  f.Open(Options(/*reuse_across_epochs=*/true));
+  const auto a = Row(1, 16), b = Row(2, 16), a2 = Row(7, 16), late = Row(3, 16);
+  ASSERT_TRUE(f.spool->Put(1, 0, View(a, {4, 4})).ValueOrDie());
+  ASSERT_TRUE(f.spool->Put(2, 0, View(b, {4, 4})).ValueOrDie());
+  ASSERT_TRUE(f.spool->Commit().ok());
+  ASSERT_TRUE(f.spool->Put(1, 1, View(a2, {4, 4})).ValueOrDie());  // sample 1 again, later
+  ASSERT_TRUE(f.spool->Commit().ok());
+  const int64_t rows = f.spool->committed_table_rows();
+  EXPECT_EQ(rows, 3);
+  ASSERT_TRUE(f.spool->Close().ok());
+  f.spool.reset();
+  f.index.reset();
+
+  auto sealed = ActivationSpool::OpenSealed(f.dir + "/spool.h5", Options(true), rows);
+  ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
+  std::vector<int64_t> samples = (*sealed)->CommittedSamples();
+  std::sort(samples.begin(), samples.end());
+  EXPECT_EQ(samples, (std::vector<int64_t>{1, 2}));
+  auto one = (*sealed)->Get(1, 5).ValueOrDie();
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(Floats(*one), a2) << "the later row of sample 1";
+  auto two = (*sealed)->Get(2, 5).ValueOrDie();
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(Floats(*two), b);
+  EXPECT_FALSE((*sealed)->Put(3, 0, View(late, {4, 4})).ok()) << "a sealed file takes no rows";
+  // A seal that counts fewer rows: only those are records.
+  auto first_two = ActivationSpool::OpenSealed(f.dir + "/spool.h5", Options(true), 2);
+  ASSERT_TRUE(first_two.ok());
+  EXPECT_EQ(Floats(*(*first_two)->Get(1, 0).ValueOrDie()), a);
+  EXPECT_FALSE(ActivationSpool::OpenSealed(f.dir + "/spool.h5", Options(true), 4).ok()) << "more rows than the file";
+  SpoolOptions other = Options(true);
+  other.dtype = DType::kBF16;
+  EXPECT_FALSE(ActivationSpool::OpenSealed(f.dir + "/spool.h5", other, rows).ok()) << "another dtype";
 }
 
 }  // namespace

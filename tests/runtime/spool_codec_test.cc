@@ -115,5 +115,35 @@ TEST(SpoolRowCodec, HiddenRowsComeBackInTheSpoolDtype) {
   EXPECT_EQ(SpoolRowCodec::For(p, 0).dtype(), datalayer::DType::kBF16);
 }
 
+// The spool's folder (OutputSpool::Open) names what its rows depend on: the
+// same for a plan that differs in steps or global batch, another for
+// another teacher, dataset shape or form, so rows are never read as
+// another's.
+TEST(OutputSpool, ItsFolderNamesTheTeacherTheDataAndTheForm) {
+  const std::string run_dir = ::testing::TempDir() + "/spool_identity";
+  const auto folder = [&](const plan::Plan& p) {
+    auto spool = OutputSpool::Open(run_dir, p, 0, 1);  // replica 1: recovers nothing
+    EXPECT_TRUE(spool.ok()) << spool.status().ToString();
+    return spool.ok() ? (*spool)->folder() : std::string();
+  };
+  const plan::Plan base = KdPlan(plan::kTeacherTopKTensor, 8, 0, "bf16");
+  const std::string a = folder(base);
+  EXPECT_NE(a.find("/spool/teacher-topk8-bf16-"), std::string::npos) << a;
+  plan::Plan longer = base;
+  longer.data.steps = 1000;
+  longer.data.global_batch = 64;
+  EXPECT_EQ(folder(longer), a) << "how long the job is changes no row";
+  plan::Plan other_teacher = base;
+  other_teacher.sections[0].init_from = "/runs/other_teacher";
+  EXPECT_NE(folder(other_teacher), a);
+  plan::Plan other_data = base;
+  other_data.data.seq_len = 2 * base.data.seq_len + 1;
+  EXPECT_NE(folder(other_data), a);
+  plan::Plan other_temperature = base;
+  other_temperature.sections[1].loss.temperature = 3.0;
+  EXPECT_NE(folder(other_temperature), a) << "the student's loss is part of a KD teacher's rows";
+  EXPECT_NE(folder(KdPlan(plan::kTeacherTopKTensor, 16, 0, "bf16")), a);
+}
+
 }  // namespace
 }  // namespace maestro::runtime
