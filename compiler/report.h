@@ -158,6 +158,7 @@ struct Report {
   CheckpointCost checkpoint;
   bool checkpoint_async = true;
   std::vector<ReportSpool> spools;
+  JobPricing job_pricing;  // the job's alternatives (compiler/job_pricing.h)
   // Lines that warn about the spec (each also goes to stderr).
   std::vector<std::string> warnings;
 };

@@ -82,7 +82,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, 
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 checkpoint_minutes, keep_checkpoints, checkpoint_async, comm_timeout_s,
                                                 schedule_policy, schedule_max_in_flight, shared_cores, spool_gib,
-                                                spool_dtype)
+                                                spool_dtype, spool_reuse)
 
 StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage) {
   StageLayerRange out;

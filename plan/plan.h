@@ -430,6 +430,11 @@ struct Plan {
   // "f32", what spools held before the key (a spec's default is "bf16").
   double spool_gib = kDefaultSpoolGib;
   std::string spool_dtype = "f32";
+  // Added in schema 1 (optional): false when the compiler priced the job
+  // cheaper with every epoch computing its frozen sections (a spool that
+  // cannot pay: one epoch, a dataset of unknown size): the spools then keep
+  // no rows across epochs (runtime/output_spool.cc). Absent: true.
+  bool spool_reuse = true;
 
   int world_size() const;
   // REQUIRES: name is a section of this plan; returns -1 otherwise.

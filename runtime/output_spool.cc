@@ -121,7 +121,7 @@ StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_
   options.name = fmt::format("{}.out", name);
   options.dtype = spool->codec_.dtype();
   options.budget_bytes = plan::SpoolBudgetPerWriter(plan, section);
-  options.reuse_across_epochs = true;  // a frozen section's output never changes
+  options.reuse_across_epochs = plan.spool_reuse;  // a frozen output never changes; the compiler may price reuse out
   MAESTRO_ASSIGN_OR_RETURN(spool->spool_,
                            datalayer::ActivationSpool::Open(base + ".h5", &spool->index_->db(), options));
   return spool;
