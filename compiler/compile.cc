@@ -12,6 +12,7 @@
 #include "base/text.h"
 #include "compiler/baseline_plan.h"
 #include "compiler/explain.h"
+#include "compiler/job_pricing.h"
 #include "compiler/refinement.h"
 #include "compiler/report.h"
 #include "compiler/run_ahead.h"

@@ -8,7 +8,7 @@
 // Owns: GroupingChoice, CompileResult.
 // May call: plan, compiler/assignment.h (Workload, Assignment),
 // compiler/monolithic.h (MonolithicPlan), compiler/refinement.h
-// (RefinementStats), compiler/job_pricing.h (JobPricing), compiler/step_prediction.h, compiler/step_simulation.h
+// (RefinementStats), compiler/job_alternatives.h (JobPricing), compiler/step_prediction.h, compiler/step_simulation.h
 // (SimulatedStep).
 // Thread safety: values.
 #pragma once
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "compiler/assignment.h"
-#include "compiler/job_pricing.h"
+#include "compiler/job_alternatives.h"
 #include "compiler/monolithic.h"
 #include "compiler/refinement.h"
 #include "compiler/step_prediction.h"

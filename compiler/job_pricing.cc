@@ -57,10 +57,14 @@ DatasetSize ManifestSize(const std::string& path) {
 // Megatron's DType codes (datasets/megatron_indexed.h) -> bytes per token.
 int MegatronTokenBytes(int code) {
   switch (code) {
-    case 1: case 2: return 1;  // uint8, int8
-    case 3: case 8: return 2;  // int16, uint16
-    case 4: case 7: return 4;  // int32, float32
-    case 5: case 6: return 8;  // int64, float64
+    case 1:
+    case 2: return 1;  // uint8, int8
+    case 3:
+    case 8: return 2;  // int16, uint16
+    case 4:
+    case 7: return 4;  // int32, float32
+    case 5:
+    case 6: return 8;  // int64, float64
     default: return 0;
   }
 }
@@ -115,9 +119,11 @@ DatasetSize DatasetSizeOf(const Spec& spec) {
     }
   }
   if (d.dataset == "fashion_mnist_captions" || (d.dataset.empty() && image)) {
-    const int64_t n = fraction >= 1.0 ? kFashionMnistTrainImages
-                                      : std::max(kFashionMnistTrainImages,
-                                                 static_cast<int64_t>(std::llround(static_cast<double>(kFashionMnistTrainImages) / fraction)));
+    const int64_t n =
+        fraction >= 1.0
+            ? kFashionMnistTrainImages
+            : std::max(kFashionMnistTrainImages,
+                       static_cast<int64_t>(std::llround(static_cast<double>(kFashionMnistTrainImages) / fraction)));
     return Known(n, "the built-in captions set (Fashion-MNIST's 60,000 train images)");
   }
   return Unknown("the built-in text's size depends on the text file the run reads");
@@ -130,11 +136,11 @@ StatusOr<JobLength> JobLengthOf(const Spec& spec) {
   if (out.data.known) out.steps_per_epoch = (out.data.samples + batch - 1) / batch;
   if (spec.job.epochs > 0) {
     if (!out.data.known) {
-      return Status::InvalidArgument(AtPos(
-          spec.path, spec.job.pos,
-          fmt::format("job.epochs = {} needs the dataset's size, and it is unknown ({}): give [data] samples, or "
-                      "job.steps instead of epochs",
-                      spec.job.epochs, out.data.source)));
+      return Status::InvalidArgument(
+          AtPos(spec.path, spec.job.pos,
+                fmt::format("job.epochs = {} needs the dataset's size, and it is unknown ({}): give [data] samples, or "
+                            "job.steps instead of epochs",
+                            spec.job.epochs, out.data.source)));
     }
     out.epochs = spec.job.epochs;
     out.steps = out.epochs * out.steps_per_epoch;
@@ -201,7 +207,9 @@ Workload KeepSections(const Workload& w, const std::vector<bool>& keep, std::vec
 }
 
 // A simulated step, or the analytic one where the simulation failed.
-double StepOf(const SimulatedStep& sim, double analytic) { return sim.ok ? sim.step_seconds : analytic; }
+double StepOf(const SimulatedStep& sim, double analytic) {
+  return sim.ok ? sim.step_seconds : analytic;
+}
 
 // The spools a plan keeps, as the pricing needs them: which workload
 // sections spool, their rows' bytes a sample (times the share of samples
@@ -271,8 +279,8 @@ Priced PriceSteps(const JobLength& len, double step, double without, double frac
   return out;
 }
 
-JobAlternative Alternative(const std::string& name, double seconds, bool reuse, double first, double later,
-                           double io, std::string note) {
+JobAlternative Alternative(const std::string& name, double seconds, bool reuse, double first, double later, double io,
+                           std::string note) {
   JobAlternative a;
   a.name = name;
   a.seconds = seconds;
@@ -316,7 +324,9 @@ double AloneStep(const CostModel& model, const PlannerOptions& po, const Simulat
   return StepOf(SimulateMonolithic(model, alone, m, device, sim), m.step_seconds);
 }
 
-bool IsSectioned(const JobAlternative& a) { return a.name.rfind("sectioned", 0) == 0; }
+bool IsSectioned(const JobAlternative& a) {
+  return a.name.rfind("sectioned", 0) == 0;
+}
 
 }  // namespace
 
@@ -367,8 +377,8 @@ JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptio
     const plan::Plan expanded = plan::ExpandFusedSections(*fused);
     const PlanSpools sp = SpoolsOfPlan(expanded, w, samples);
     if (!sp.any) {
-      job.alternatives.push_back(Alternative("fused", length.steps > 0 ? length.steps * fused_step : fused_step,
-                                             true, fused_step, fused_step, 0, "keeps no spool"));
+      job.alternatives.push_back(Alternative("fused", length.steps > 0 ? length.steps * fused_step : fused_step, true,
+                                             fused_step, fused_step, 0, "keeps no spool"));
     } else {
       if (!any_spools.any) any_spools = sp;
       const double without = FusedStepWithout(model, po, sim, w, sp.spooled, r.fused, r.monolithic_device);
@@ -402,10 +412,10 @@ JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptio
     if (phase1 > 0 && phase2 > 0) {
       const double phase1_steps = std::ceil(f * static_cast<double>(samples) / batch);
       const double later = f * phase2 + (1 - f) * miss_step + f * io_step;
-      JobAlternative offline = Alternative(
-          "offline", phase1_steps * (phase1 + io_step) + static_cast<double>(length.steps) * later, false,
-          phase1 + io_step, later, (phase1_steps + f * static_cast<double>(length.steps)) * io_step,
-          "the frozen sections alone fill the spool first, then the rest trains reading it");
+      JobAlternative offline =
+          Alternative("offline", phase1_steps * (phase1 + io_step) + static_cast<double>(length.steps) * later, false,
+                      phase1 + io_step, later, (phase1_steps + f * static_cast<double>(length.steps)) * io_step,
+                      "the frozen sections alone fill the spool first, then the rest trains reading it");
       offline.runtime_supported = false;
       offline.pays = reuse_can_pay;
       job.alternatives.push_back(offline);
@@ -423,12 +433,11 @@ JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptio
       const PlanSpools sp = SpoolsOfPlan(plan::ExpandFusedSections(template_plan), w, samples);
       const DeviceType& d = model.devices()[static_cast<size_t>(r.monolithic_device)];
       const int nodes = d.shared_node ? 1 : std::max(1, r.monolithic.gpus / std::max(1, d.gpus_per_node));
-      const double without = sp.any ? FusedStepWithout(model, po, sim, w, sp.spooled, r.monolithic,
-                                                       r.monolithic_device)
-                                    : 0;
+      const double without =
+          sp.any ? FusedStepWithout(model, po, sim, w, sp.spooled, r.monolithic, r.monolithic_device) : 0;
       if (sp.any && without > 0) {
-        const Priced p = PriceSteps(length, m_step, without, sp.fraction, sp.fraction * batch * sp.bytes_per_sample /
-                                                                              (nodes * bw));
+        const Priced p =
+            PriceSteps(length, m_step, without, sp.fraction, sp.fraction * batch * sp.bytes_per_sample / (nodes * bw));
         if (p.cached < job.baseline_seconds) {
           job.baseline_seconds = p.cached;
           job.baseline_option = "cached";
@@ -495,17 +504,16 @@ bool ChooseOverJob(const CompileOptions& options, JobPricing& job, CompileResult
 std::string JobText(const JobPricing& job, int64_t global_batch) {
   const JobLength& len = job.length;
   std::string t;
-  const std::string data = len.data.known ? fmt::format("{} samples ({})", len.data.samples, len.data.source)
-                                          : fmt::format("dataset size unknown: {}; give [data] samples",
-                                                        len.data.source);
+  const std::string data = len.data.known
+                               ? fmt::format("{} samples ({})", len.data.samples, len.data.source)
+                               : fmt::format("dataset size unknown: {}; give [data] samples", len.data.source);
   if (len.steps > 0 && len.steps_per_epoch > 0) {
-    t += fmt::format("job: {} steps, {} epoch(s) of {} steps of {} samples; {}\n", len.steps, len.epochs,
+    t += fmt::format("job: {} steps over {} epoch(s) of {} steps ({} samples a step); {}\n", len.steps, len.epochs,
                      len.steps_per_epoch, global_batch, data);
   } else if (len.steps > 0) {
     t += fmt::format("job: {} steps priced as one pass, no epoch reuse ({})\n", len.steps, data);
   } else {
-    t += fmt::format("job: length unknown, priced per step, one pass with no epoch reuse ({}; or [job] steps)\n",
-                     data);
+    t += fmt::format("job: length unknown, priced per step, one pass with no epoch reuse ({}; or [job] steps)\n", data);
   }
   if (job.spooled) {
     t += fmt::format("  spool: {} a sample, the spools' shares ([job] spool_gib) hold {:.1f}% of the samples{}\n",
@@ -527,17 +535,17 @@ std::string JobText(const JobPricing& job, int64_t global_batch) {
 
 void AddJobJson(const JobPricing& job, nlohmann::json& js) {
   const JobLength& len = job.length;
-  js["job"] = {{"steps", len.steps},
-               {"epochs", len.epochs},
-               {"steps_per_epoch", len.steps_per_epoch},
-               {"dataset_samples", len.data.known ? nlohmann::json(len.data.samples) : nlohmann::json(nullptr)},
-               {"dataset_source", len.data.source},
-               {"dataset_estimate", len.data.estimate},
-               {"spool_bytes_per_sample", job.spool_bytes_per_sample},
-               {"spool_fraction_fits", job.fraction_fits},
-               {"baseline_seconds", job.baseline_seconds},
-               {"baseline_option", job.baseline_option},
-               {"speedup_vs_monolithic_over_job", job.speedup > 0 ? nlohmann::json(job.speedup) : nullptr}};
+  js["job_pricing"] = {{"steps", len.steps},
+                       {"epochs", len.epochs},
+                       {"steps_per_epoch", len.steps_per_epoch},
+                       {"dataset_samples", len.data.known ? nlohmann::json(len.data.samples) : nlohmann::json(nullptr)},
+                       {"dataset_source", len.data.source},
+                       {"dataset_estimate", len.data.estimate},
+                       {"spool_bytes_per_sample", job.spool_bytes_per_sample},
+                       {"spool_fraction_fits", job.fraction_fits},
+                       {"baseline_seconds", job.baseline_seconds},
+                       {"baseline_option", job.baseline_option},
+                       {"speedup_vs_monolithic_over_job", job.speedup > 0 ? nlohmann::json(job.speedup) : nullptr}};
   nlohmann::json alternatives = nlohmann::json::array();
   for (const JobAlternative& a : job.alternatives) {
     alternatives.push_back({{"name", a.name},
@@ -554,4 +562,3 @@ void AddJobJson(const JobPricing& job, nlohmann::json& js) {
 }
 
 }  // namespace maestro::compiler
-

@@ -10,6 +10,7 @@
 #include "base/text.h"
 #include "base/units.h"
 #include "compiler/config_text.h"
+#include "compiler/job_pricing.h"
 #include "compiler/workload_builder.h"
 #include "plan/teacher_rows.h"
 

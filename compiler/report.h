@@ -9,7 +9,7 @@
 // PredictedUtilization (plan.json's predicted_utilization is the report's).
 // May call: base (units), plan, compiler/compile_result.h (CompileResult),
 // compiler/compile_options.h, compiler/cost_model.h, compiler/planner.h,
-// compiler/step_simulation.h, compiler/workload_builder.h
+// compiler/step_simulation.h, compiler/workload_builder.h, compiler/job_pricing.h
 // (RuntimeSupportText), nlohmann-json, fmt.
 // Thread safety: pure functions.
 #pragma once

@@ -38,8 +38,7 @@ std::string TinyKd(const std::string& job_length, const std::string& extra_data)
 }
 
 std::string Epochs(int epochs, const std::string& job_extra = "") {
-  return TinyKd("epochs = " + std::to_string(epochs) + "\n" + job_extra,
-                "samples = " + std::to_string(kSamples));
+  return TinyKd("epochs = " + std::to_string(epochs) + "\n" + job_extra, "samples = " + std::to_string(kSamples));
 }
 
 StatusOr<Spec> Parse(const std::string& text) {

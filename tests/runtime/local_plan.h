@@ -43,6 +43,12 @@ inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Gr
   // within 1e-5 (a spec's bf16 spool rounds the rows a frozen section hands
   // on: tests/runtime/kd_rows_run_test.cc checks that path).
   compiled->plan.spool_dtype = "f32";
+  // The tests reshape the data and the steps by hand (several epochs of a
+  // corpus of their own); the compiler priced the spec's built-in text, whose
+  // size it cannot know, as one pass with no reuse across epochs
+  // (compiler/job_pricing.h): the spools keep their rows across epochs, as
+  // the runtime did before plan.spool_reuse.
+  compiled->plan.spool_reuse = true;
   return compiled->plan;
 }
 
