@@ -12,6 +12,7 @@
 #include "base/text.h"
 #include "compiler/baseline_plan.h"
 #include "compiler/explain.h"
+#include "compiler/job_pricing.h"
 #include "compiler/refinement.h"
 #include "compiler/report.h"
 #include "compiler/run_ahead.h"
@@ -719,6 +720,26 @@ StatusOr<plan::Plan> BuildPlan(const Spec& spec, const CostModel& model, const C
   return p;
 }
 
+// The job's alternatives (compiler/job_pricing.h), priced on the sectioned
+// and the fused plan as BuildPlan makes them, and the choice over the job:
+// the grouping into `r`, the spools' reuse across epochs returned.
+StatusOr<bool> ChooseOverTheJob(const Spec& spec, const CompileOptions& options, const CostModel& model,
+                                const PlannerOptions& po, CompileResult& r) {
+  MAESTRO_ASSIGN_OR_RETURN(const JobLength length, JobLengthOf(spec));
+  std::optional<plan::Plan> sectioned, fused;
+  CompileResult as = r;
+  if (r.grouping.no_sectioned.empty()) {
+    as.grouping.fused = false;
+    if (StatusOr<plan::Plan> p = BuildPlan(spec, model, as); p.ok()) sectioned = std::move(*p);
+  }
+  if (FusedPlanBlocker(r, po.support).empty()) {
+    as.grouping.fused = true;
+    if (StatusOr<plan::Plan> p = BuildPlan(spec, model, as); p.ok()) fused = std::move(*p);
+  }
+  r.job = PriceJob(spec, model, po, r, length, sectioned ? &*sectioned : nullptr, fused ? &*fused : nullptr);
+  return ChooseOverJob(options, r.job, r);
+}
+
 }  // namespace
 
 StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& options) {
@@ -741,8 +762,11 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
     MAESTRO_ASSIGN_OR_RETURN(outcome, PlanSectionedAndChoose(spec, options, model, po, r));
   }
 
-  // The outputs.
+  // The choice over the whole job, then the outputs.
+  MAESTRO_ASSIGN_OR_RETURN(const bool spool_reuse, ChooseOverTheJob(spec, options, model, po, r));
   MAESTRO_ASSIGN_OR_RETURN(r.plan, BuildPlan(spec, model, r));
+  r.job.spool_reuse = spool_reuse;
+  if (spec.job.epochs > 0) r.plan.data.steps = r.job.length.steps;
   MAESTRO_RETURN_IF_ERROR(CheckPlanStarts(spec, options, r.plan));
   MAESTRO_ASSIGN_OR_RETURN(r.sbatch, RenderSbatch(r.plan, spec, options));
   const Report report = BuildReport(spec, model, r, options);

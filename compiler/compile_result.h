@@ -8,7 +8,7 @@
 // Owns: GroupingChoice, CompileResult.
 // May call: plan, compiler/assignment.h (Workload, Assignment),
 // compiler/monolithic.h (MonolithicPlan), compiler/refinement.h
-// (RefinementStats), compiler/step_prediction.h, compiler/step_simulation.h
+// (RefinementStats), compiler/job_alternatives.h (JobPricing), compiler/step_prediction.h, compiler/step_simulation.h
 // (SimulatedStep).
 // Thread safety: values.
 #pragma once
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "compiler/assignment.h"
+#include "compiler/job_alternatives.h"
 #include "compiler/monolithic.h"
 #include "compiler/refinement.h"
 #include "compiler/step_prediction.h"
@@ -65,6 +66,8 @@ struct CompileResult {
   SimulatedStep fused_simulated;
   std::string fused_pins;          // the pins it honours ("tp 2, recompute full"), "" when none
   bool fused_is_baseline = false;  // fused is the baseline's plan (no pins, or pins it meets)
+  // The job's alternatives priced over its length (compiler/job_pricing.h).
+  JobPricing job;
   std::string sbatch;
   std::string report;                 // the human table
   std::string report_json;            // the same as one JSON object

@@ -498,7 +498,9 @@ MemoryBreakdown EstimateRankMemory(const SectionWork& s, const plan::ParallelCon
           samples * D(plan::LossChunkPositions(static_cast<int64_t>(samples), std::max<int64_t>(positions, 1)));
       act += std::min(tokens_mb, chain_tokens) * LogitsChainBytes(s);
       // The teacher's rows: whole on every CP rank (docs/context_parallel.md).
-      if (s.kd_rows_width > 0) act += tokens_mb * D(cp) * 4.0 * D(s.kd_rows_width);
+      // (kd_rows_width: the form's width; a SectionWork built without it: the hidden size.)
+      const int64_t rows_width = std::max(s.kd_rows_width, s.kd_teacher_hidden);
+      if (rows_width > 0) act += tokens_mb * D(cp) * 4.0 * D(rows_width);
     }
     const double largest =
         staged && !first_stage && !holds_head ? D(m.ffn_hidden) * D(m.hidden) / tp : LargestParameter(m, tp);

@@ -10,6 +10,7 @@
 #include "base/text.h"
 #include "base/units.h"
 #include "compiler/config_text.h"
+#include "compiler/job_pricing.h"
 #include "compiler/workload_builder.h"
 #include "plan/teacher_rows.h"
 
@@ -208,25 +209,7 @@ std::vector<ReportSpool> SpoolsOf(const plan::Plan& p) {
     const plan::SectionPlan& s = p.sections[static_cast<size_t>(i)];
     ReportSpool row;
     row.section = s.name;
-    const double tokens = static_cast<double>(s.tokens_per_sample > 0 ? s.tokens_per_sample : p.data.seq_len);
-    if (const auto sent = plan::TeacherRowsOf(p, i)) {
-      row.bytes_per_sample = tokens * static_cast<double>(plan::SpoolBytesPerPosition(sent->form, s.model.hidden,
-                                                                                      sent->loss, p.spool_dtype));
-      if (sent->form == plan::TeacherRowsForm::kTopK) {
-        row.rows = fmt::format("topk rows (K = {}, {} values)", sent->loss.top_k, p.spool_dtype);
-      } else if (sent->form == plan::TeacherRowsForm::kSampled) {
-        row.rows = fmt::format("sampled rows ({} draws a token)", plan::SampledDraws(sent->loss));
-      } else {
-        row.rows = fmt::format("hidden states ({})", p.spool_dtype);
-      }
-    } else {
-      double wire_bytes = 0;
-      for (const plan::EdgePlan& e : p.edges) {
-        if (e.from == s.name) wire_bytes = std::max(wire_bytes, static_cast<double>(e.bytes_per_sample));
-      }
-      row.bytes_per_sample = wire_bytes / 4.0 * static_cast<double>(plan::SpoolValueBytes(p.spool_dtype));
-      row.rows = fmt::format("rows ({})", p.spool_dtype);
-    }
+    row.bytes_per_sample = SpoolBytesPerSample(p, i, &row.rows);
     row.budget_bytes = static_cast<double>(plan::SpoolBudgetPerWriter(p, i)) * std::max(1, s.config.dp);
     row.samples_fit = row.bytes_per_sample > 0 ? static_cast<int64_t>(row.budget_bytes / row.bytes_per_sample) : 0;
     out.push_back(row);
@@ -277,6 +260,7 @@ Report BuildReport(const Spec& spec, const CostModel& model, const CompileResult
   }
   if (options.support_given && !spec.cluster.local) out.planned_runtime_support = RuntimeSupportText(options.support);
   out.spools = SpoolsOf(plan::ExpandFusedSections(r.plan));
+  out.job_pricing = r.job;
   out.checkpoint = PredictCheckpoint(spec, r.plan);
   out.checkpoint_async = r.plan.checkpoint_async;
   if (std::string warning = SignalLeadWarning(spec, out.checkpoint, r.grouping.chosen_step_seconds); !warning.empty()) {
@@ -474,6 +458,7 @@ std::string ReportText(const Report& r) {
   }
   t += "\n";
   t += StepText(r);
+  t += JobText(r.job_pricing, r.global_batch);
   t += MonolithicText(r.monolithic, r.global_batch);
   if (r.split_bound.step_seconds > 0) {
     const SplitBoundBasis basis = r.split_bound.basis;
@@ -704,6 +689,7 @@ std::string ReportJson(const Report& r) {
                       {"samples_fit", s.samples_fit}});
   }
   js["spools"] = spools;
+  AddJobJson(r.job_pricing, js);
   js["warnings"] = r.warnings;
   // Invalid UTF-8 would throw (type_error.316); the spec reader refuses it in
   // its own path, and anything else is replaced (U+FFFD) rather than thrown.

@@ -9,7 +9,7 @@
 // PredictedUtilization (plan.json's predicted_utilization is the report's).
 // May call: base (units), plan, compiler/compile_result.h (CompileResult),
 // compiler/compile_options.h, compiler/cost_model.h, compiler/planner.h,
-// compiler/step_simulation.h, compiler/workload_builder.h
+// compiler/step_simulation.h, compiler/workload_builder.h, compiler/job_pricing.h
 // (RuntimeSupportText), nlohmann-json, fmt.
 // Thread safety: pure functions.
 #pragma once
@@ -158,6 +158,7 @@ struct Report {
   CheckpointCost checkpoint;
   bool checkpoint_async = true;
   std::vector<ReportSpool> spools;
+  JobPricing job_pricing;  // the job's alternatives (compiler/job_pricing.h)
   // Lines that warn about the spec (each also goes to stderr).
   std::vector<std::string> warnings;
 };

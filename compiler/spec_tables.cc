@@ -100,6 +100,12 @@ void ReadJob(Diagnostics& d, const toml::table& t, JobSpec& job) {
     d.Error(r.PosOfKey("work_dir"), "job.work_dir must be one line");
   }
   r.Int("steps", &job.steps, 0, int64_t{1} << 40);
+  if (r.Int("epochs", &job.epochs, 1, 1 << 20) && job.steps > 0) {
+    d.Error(r.PosOfKey("epochs"), fmt::format("job.epochs = {} and job.steps = {} both set the job's length; give one "
+                                              "(epochs: passes over the data, [data] samples or the index giving its "
+                                              "size; steps: optimizer steps)",
+                                              job.epochs, job.steps));
+  }
   r.Int("checkpoint_every", &job.checkpoint_every, 0, int64_t{1} << 40);
   r.Number("checkpoint_minutes", &job.checkpoint_minutes, 0, 7 * 24 * 60.0);
   r.Int("keep_checkpoints", &job.keep_checkpoints, 1, 1000);
@@ -393,6 +399,7 @@ void ReadData(Diagnostics& d, const toml::table& t, const std::string& base_dir,
   r.Int("eos_id", &data.eos_id, -1, int64_t{1} << 40);
   r.Int("pad_id", &data.pad_id, 0, int64_t{1} << 40);
   ReadManifestKeys(d, r, data);
+  r.Int("samples", &data.samples, 1, int64_t{1} << 40);
   if (!r.Int("global_batch", &data.global_batch, 1, 1 << 24) && !t.get("global_batch"))
     r.RequireMissing("global_batch");
   if (!r.Int("seq_len", &data.seq_len, 1, 1 << 24) && !t.get("seq_len")) r.RequireMissing("seq_len");

@@ -54,6 +54,7 @@ struct JobSpec {
   std::string error;  // "" = merged with output
   std::string work_dir = ".";
   int64_t steps = 0;                                            // 0 = one epoch
+  int64_t epochs = 0;                                           // passes over the data (0: by steps; not with steps)
   int64_t checkpoint_every = 0;                                 // steps between checkpoints (0: none by count)
   double checkpoint_minutes = plan::kDefaultCheckpointMinutes;  // wall minutes between checkpoints (0: none)
   int keep_checkpoints = plan::kDefaultKeepCheckpoints;         // committed checkpoints kept (>= 1)
@@ -140,6 +141,7 @@ struct DataSpec {
   std::string manifest;  // resolved against the spec's folder ("" = none)
   int64_t global_batch = 0;
   int64_t seq_len = 0;
+  int64_t samples = 0;  // the dataset's size as given (0: counted where cheap: compiler/job_pricing.h)
   uint64_t seed = 0;
   std::string dataset;  // "" | "fashion_mnist_captions" | "text" (built-in data when manifest is "")
   // A Megatron-LM indexed corpus (<prefix>.bin + .idx), resolved against the

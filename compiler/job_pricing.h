@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plans priced over the whole job (issue #41 item 5): how long the job is
+// (`[job] epochs` or `steps`; the dataset's size from `[data] samples` or
+// counted where that is cheap and exact), and each way the job can run its
+// frozen sections across epochs, priced in seconds for the whole job:
+//   sectioned             the sectioned plan; from epoch 1 its frozen
+//                         sections that keep a spool read their rows back
+//                         for the share of the dataset the spool holds;
+//   sectioned-every-epoch the same plan, the spool keeping nothing across
+//                         epochs (priced, not run: the runtime always reads
+//                         back what its spools hold);
+//   fused-every-epoch     the fused plan, every epoch computing the teacher;
+//   cached                the fused plan, from epoch 1 skipping its frozen
+//                         components' forward for the rows the spool holds;
+//   offline               planner-only (the runtime does not run it): a
+//                         first phase runs the frozen sections alone on all
+//                         the job's GPUs over the data and fills the spool,
+//                         then the trained sections train alone reading it.
+// The baseline gets the fused options at its own configuration. The
+// formulas and their sources: docs/planner.md, "Plans priced over the job".
+//
+// Owns: DatasetSizeOf, JobLengthOf, SpoolBytesPerSample, PriceJob,
+// ChooseOverJob, JobText, AddJobJson (the values: compiler/job_alternatives.h).
+// May call: plan (teacher_rows.h, plan.h), compiler/spec.h,
+// compiler/cost_model.h, compiler/monolithic.h, compiler/step_simulation.h,
+// compiler/compile_result.h, nlohmann-json, fmt, the C++ file streams.
+// Thread safety: pure functions (DatasetSizeOf reads the spec's files).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/compile_options.h"
+#include "compiler/compile_result.h"
+#include "compiler/cost_model.h"
+#include "compiler/job_alternatives.h"
+#include "compiler/planner.h"
+#include "compiler/spec.h"
+#include "plan/plan.h"
+
+namespace maestro::compiler {
+
+// `[data] samples` when given; else a JSONL manifest's non-empty lines; a
+// Megatron corpus's samples from its .idx header and .bin size (exact for
+// "pack", tokens / seq_len for "split": an estimate); the built-in captions
+// set's size; unknown otherwise (the built-in text, an unreadable file).
+DatasetSize DatasetSizeOf(const Spec& spec);
+
+// InvalidArgument for `[job] epochs` without a known dataset size.
+StatusOr<JobLength> JobLengthOf(const Spec& spec);
+
+// Bytes one sample's rows take in section `section`'s spool of `p` (a KD
+// teacher's rows by their form, any other section's out edge's fp32 wire
+// values in the spool dtype), and what they are ("topk rows (K = 128, bf16
+// values)") into `rows` when non-null. REQUIRES: plan::KeepsSpool(p, section).
+double SpoolBytesPerSample(const plan::Plan& p, int section, std::string* rows);
+
+// Prices every alternative of `r` (after the grouping is chosen): the
+// sectioned plan `sectioned` (nullptr: none was made) and the fused plan
+// `fused` (nullptr: the runtime cannot run one), built from `r` by the
+// caller (compile.cc BuildPlan). Marks nothing chosen.
+JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptions& po, const CompileResult& r,
+                    const JobLength& length, const plan::Plan* sectioned, const plan::Plan* fused);
+
+// The alternative the job runs: the least job time among those the runtime
+// runs and that pay, within the grouping `--grouping` forces; on a tie the
+// grouping `r` chose by step and no spool reuse. Marks it chosen, sets the
+// job speed-up, and updates r.grouping when the job's choice changes it.
+// Returns whether the chosen alternative reuses spooled rows (JobPricing::spool_reuse).
+bool ChooseOverJob(const CompileOptions& options, JobPricing& job, CompileResult& r);
+
+// The report's `job:` lines and its --json `job_pricing` object and `job_alternatives` array.
+std::string JobText(const JobPricing& job, int64_t global_batch);
+void AddJobJson(const JobPricing& job, nlohmann::json& js);
+
+}  // namespace maestro::compiler
