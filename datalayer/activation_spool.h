@@ -175,7 +175,7 @@ class ActivationSpool {
   int64_t committed_values_ = 0;
   int64_t committed_table_rows_ = 0;
   SpoolStats stats_;
-  bool torn_ = false;  // an HDF5 call on the file failed: StartFresh() it
+  bool torn_ = false;       // an HDF5 call on the file failed: StartFresh() it
   bool read_only_ = false;  // OpenSealed
 };
 

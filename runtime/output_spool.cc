@@ -2,7 +2,6 @@
 #include "runtime/output_spool.h"
 
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -154,8 +153,12 @@ std::string SpoolIdentity(const plan::Plan& plan, int section) {
   return fmt::format("{:016x}", h);
 }
 
-std::string SealedMarker(const std::string& h5) { return h5.substr(0, h5.size() - 3) + ".sealed"; }
-std::string RecordsOf(const std::string& h5) { return h5.substr(0, h5.size() - 3) + ".sqlite"; }
+std::string SealedMarker(const std::string& h5) {
+  return h5.substr(0, h5.size() - 3) + ".sealed";
+}
+std::string RecordsOf(const std::string& h5) {
+  return h5.substr(0, h5.size() - 3) + ".sqlite";
+}
 
 // The folder's spool files (*.h5), sorted by name, and whether each is sealed.
 std::vector<std::pair<std::string, bool>> SpoolFiles(const std::string& folder) {
@@ -226,8 +229,7 @@ Status OutputSpool::RecoverUnsealed() {
 }
 
 Status OutputSpool::OpenWriter() {
-  const std::string base =
-      fmt::format("{}/e{}-w{}of{}-s{}", folder_, writer_epoch_, replica_, replicas_, start_);
+  const std::string base = fmt::format("{}/e{}-w{}of{}-s{}", folder_, writer_epoch_, replica_, replicas_, start_);
   MAESTRO_ASSIGN_OR_RETURN(writer_index_, datalayer::SampleIndex::Open(base + ".sqlite"));
   datalayer::SpoolOptions options = options_;
   // This writer's part of what the section's share has left.
@@ -246,7 +248,9 @@ Status OutputSpool::SealWriter() {
   return WriteFileAtomically(SealedMarker(path), fmt::format("{}\n", rows));
 }
 
-Status OutputSpool::Commit() { return writer_ ? writer_->Commit() : Status::Ok(); }
+Status OutputSpool::Commit() {
+  return writer_ ? writer_->Commit() : Status::Ok();
+}
 
 Status OutputSpool::BeginEpoch(int64_t epoch) {
   MAESTRO_RETURN_IF_ERROR(SealWriter());
@@ -262,9 +266,9 @@ Status OutputSpool::Refresh() {
     if (auto marker = ReadSmallFile(SealedMarker(path), 64, "a spool's seal"); marker.ok()) {
       rows = std::strtoll(marker->c_str(), nullptr, 10);
     }
-    auto file = rows >= 0 ? datalayer::ActivationSpool::OpenSealed(path, options_, rows)
-                          : StatusOr<std::unique_ptr<datalayer::ActivationSpool>>(
-                                Status::Corruption("its seal does not read"));
+    auto file =
+        rows >= 0 ? datalayer::ActivationSpool::OpenSealed(path, options_, rows)
+                  : StatusOr<std::unique_ptr<datalayer::ActivationSpool>>(Status::Corruption("its seal does not read"));
     if (!file.ok()) {
       Log(LogLevel::kWarn, "spool {}: sealed file {} is unreadable ({}); its rows are computed again", folder_, path,
           file.status().message());
@@ -283,7 +287,9 @@ StatusOr<bool> OutputSpool::ReadInto(int64_t sample_id, int64_t epoch, torch::Te
   }
   if (!row) {
     auto it = sealed_row_.find(sample_id);
-    if (it != sealed_row_.end()) MAESTRO_ASSIGN_OR_RETURN(row, sealed_[it->second]->Get(sample_id, epoch));
+    if (it != sealed_row_.end()) {
+      MAESTRO_ASSIGN_OR_RETURN(row, sealed_[it->second]->Get(sample_id, epoch));
+    }
   }
   if (!row || !codec_.Decode(row->data, slot)) return false;
   ++hits_;

@@ -54,7 +54,7 @@ const runtime_testing::FreshDirs Fresh{"runtime_kd_rows"};
 constexpr int64_t kSamplesPerEpoch = 104, kStepsPerEpoch = 4;
 
 // specs/tiny_kd.toml on this machine over the counting corpus: the teacher
-// (from the seed, TP = CP = DP = 1, micro-batches of 8) sends `tensor` rows
+// (from the seed, TP = CP = DP = 1, micro-batches of 8, no run-ahead) sends `tensor` rows
 // to the student (DP 1, micro-batches of 4, the KD loss with `loss_keys`
 // with `top_k` and `draws`), global batch 32, one epoch and 3 steps of the next.
 plan::Plan RowsPlan(const std::string& dir, const std::string& tensor, int top_k, int draws) {
@@ -62,6 +62,9 @@ plan::Plan RowsPlan(const std::string& dir, const std::string& tensor, int top_k
   plan::SectionPlan* student = runtime_testing::ShapeTinyKd(p, {1, 1, 1, 1, 4}, {1, 1, 1, 1, 8});
   if (student == nullptr) return p;
   runtime_testing::UseKdLoss(*student);
+  // No run-ahead: each row is then read or computed exactly where its step
+  // needs it, and the counts below are exact.
+  for (auto& s : p.sections) s.run_ahead = 0;
   student->loss.top_k = top_k;
   student->loss.draws = draws;
   for (auto& e : p.edges) e.tensor = tensor;
@@ -196,10 +199,12 @@ TEST(KdRowsRun, AResumeUnderAnotherLayoutReadsEveryCommittedRow) {
   plan::Plan two = RowsPlan(dir, plan::kTeacherHiddenTensor, 0, 0);
   runtime_testing::ShapeTinyKd(two, {1, 1, 1, 1, 4}, {1, 1, 1, 2, 8});
   runtime_testing::UseKdLoss(two.sections[1]);
-  runtime_testing::PlaceOnThisMachine(two, kStepsPerEpoch);
+  runtime_testing::PlaceOnThisMachine(two, kStepsPerEpoch + 3);  // the same schedule as the second start's
   const std::string run_dir = dir + "/run";
-  const auto first = runtime_testing::RunWorkers(two, runtime_testing::WritePlan(two, dir + "/dp2"), run_dir);
-  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto first = runtime_testing::RunWorkers(two, runtime_testing::WritePlan(two, dir + "/dp2"), run_dir,
+                                                 {"--stop-after-steps", std::to_string(kStepsPerEpoch)});
+  EXPECT_EQ(first.exit_code, 85) << "stopped after epoch 0 (requeue)\n" << first.output;
+  ASSERT_EQ(Losses(run_dir).size(), static_cast<size_t>(kStepsPerEpoch)) << first.output;
   plan::Plan one = RowsPlan(dir, plan::kTeacherHiddenTensor, 0, 0);  // teacher DP 1
   one.data.steps = kStepsPerEpoch + 3;
   const std::string one_path = runtime_testing::WritePlan(one, dir + "/dp1");
