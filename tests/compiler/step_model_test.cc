@@ -358,6 +358,15 @@ TEST(StepModel, TheThreeFusedVariantsWithin15Percent) {
 
 // ---- PredictSectionPass: the terms follow what each section runs.
 
+// The seconds of the step term named exactly `name` (-1 when absent).
+double ExactTermSeconds(const PassTimes& t, const std::string& name) {
+  double seconds = -1;
+  for (const StepTerm& x : t.detail.terms) {
+    if (x.name == name) seconds = x.seconds;
+  }
+  return seconds;
+}
+
 PassShape Train(double samples, double tokens) {
   PassShape s;
   s.samples = samples;
@@ -404,13 +413,6 @@ TEST(SectionPass, ForwardOnlyHasNoBackwardNoOptimizerAndAForwardNoSlowerThanTrai
 // step model charges exactly those; at or below it nothing changes.
 TEST(SectionPass, AChunkedLossChargesTheHeadAndLossForwardsAgainInBackward) {
   const DeviceProfile p = H100();
-  const auto term = [](const PassTimes& t, const std::string& name) {
-    double seconds = -1;
-    for (const StepTerm& x : t.detail.terms) {
-      if (x.name == name) seconds = x.seconds;
-    }
-    return seconds;
-  };
   for (int64_t kd_hidden : {int64_t{0}, int64_t{4096}}) {
     PassShape whole = Train(4, 4096);  // 16384 tokens: eight chunks
     whole.kd_teacher_hidden = kd_hidden;
@@ -420,13 +422,14 @@ TEST(SectionPass, AChunkedLossChargesTheHeadAndLossForwardsAgainInBackward) {
     auto w = PredictSectionPass(Llama3_8BLayers8(), whole, p);
     auto c = PredictSectionPass(Llama3_8BLayers8(), chunked, p);
     ASSERT_TRUE(w.ok() && c.ok());
-    EXPECT_EQ(term(*w, "gemm lm_head (recomputed)"), -1.0);
-    const double head_again = term(*c, "gemm lm_head (recomputed)");
+    EXPECT_EQ(ExactTermSeconds(*w, "gemm lm_head (recomputed)"), -1.0);
+    const double head_again = ExactTermSeconds(*c, "gemm lm_head (recomputed)");
     ASSERT_GT(head_again, 0.0) << "the chunks' head GEMMs run again";
-    double again = head_again + term(*c, "memory logits fp32 + cross-entropy (recomputed) backward");
+    double again = head_again + ExactTermSeconds(*c, "memory logits fp32 + cross-entropy (recomputed) backward");
     if (kd_hidden > 0) {
-      ASSERT_GT(term(*c, "gemm kd teacher_head (frozen) (recomputed)"), 0.0);
-      again += term(*c, "gemm kd teacher_head (frozen) (recomputed)") + term(*c, "memory kd KL (recomputed) backward");
+      ASSERT_GT(ExactTermSeconds(*c, "gemm kd teacher_head (frozen) (recomputed)"), 0.0);
+      again += ExactTermSeconds(*c, "gemm kd teacher_head (frozen) (recomputed)") +
+               ExactTermSeconds(*c, "memory kd KL (recomputed) backward");
     }
     // The chunks' GEMMs run at 2048 rows, the whole one's at 16384: the
     // forwards differ by that rate alone (under 10% here), the backwards
@@ -439,7 +442,7 @@ TEST(SectionPass, AChunkedLossChargesTheHeadAndLossForwardsAgainInBackward) {
     small.kd_teacher_hidden = kd_hidden;
     auto s = PredictSectionPass(Llama3_8BLayers8(), small, p);
     ASSERT_TRUE(s.ok());
-    EXPECT_EQ(term(*s, "gemm lm_head (recomputed)"), -1.0);
+    EXPECT_EQ(ExactTermSeconds(*s, "gemm lm_head (recomputed)"), -1.0);
   }
 }
 
@@ -448,13 +451,6 @@ TEST(SectionPass, AChunkedLossChargesTheHeadAndLossForwardsAgainInBackward) {
 // there), and the student's KL no longer reads teacher logits.
 TEST(SectionPass, TopKAndSampledRowsRunTheTeacherHeadOnTheTeacher) {
   const DeviceProfile p = H100();
-  const auto term = [](const PassTimes& t, const std::string& name) {
-    double seconds = -1;
-    for (const StepTerm& x : t.detail.terms) {
-      if (x.name == name) seconds = x.seconds;
-    }
-    return seconds;
-  };
   PassShape hidden_student = Train(2, 4096);
   hidden_student.kd_teacher_hidden = 4096;
   PassShape rows_student = Train(2, 4096);
@@ -462,9 +458,10 @@ TEST(SectionPass, TopKAndSampledRowsRunTheTeacherHeadOnTheTeacher) {
   auto h = PredictSectionPass(Llama3_8BLayers8(), hidden_student, p);
   auto r = PredictSectionPass(Llama3_8BLayers8(), rows_student, p);
   ASSERT_TRUE(h.ok() && r.ok());
-  EXPECT_GT(term(*h, "gemm kd teacher_head (frozen)"), 0.0);
-  EXPECT_EQ(term(*r, "gemm kd teacher_head (frozen)"), -1.0) << "a student of top-K rows holds no teacher head";
-  EXPECT_GT(term(*r, "memory kd KL (rows) forward"), 0.0);
+  EXPECT_GT(ExactTermSeconds(*h, "gemm kd teacher_head (frozen)"), 0.0);
+  EXPECT_EQ(ExactTermSeconds(*r, "gemm kd teacher_head (frozen)"), -1.0)
+      << "a student of top-K rows holds no teacher head";
+  EXPECT_GT(ExactTermSeconds(*r, "memory kd KL (rows) forward"), 0.0);
   EXPECT_LT(r->forward_seconds, h->forward_seconds);
   EXPECT_LT(r->backward_seconds, h->backward_seconds);
   for (auto form : {plan::TeacherRowsForm::kTopK, plan::TeacherRowsForm::kSampled}) {
@@ -477,11 +474,11 @@ TEST(SectionPass, TopKAndSampledRowsRunTheTeacherHeadOnTheTeacher) {
     auto a = PredictSectionPass(Llama3_8BLayers8(), plain, p);
     auto b = PredictSectionPass(Llama3_8BLayers8(), sending, p);
     ASSERT_TRUE(a.ok() && b.ok());
-    const double head = term(*b, "gemm kd teacher head (rows)");
+    const double head = ExactTermSeconds(*b, "gemm kd teacher head (rows)");
     ASSERT_GT(head, 0.0);
     // 8192 tokens x 4096 x 128256 at the GEMM's rate: the head's FLOPs are
     // the student's old teacher-head GEMM's, now forward only on the teacher.
-    EXPECT_NEAR(head, term(*h, "gemm kd teacher_head (frozen)"), 0.25 * head);
+    EXPECT_NEAR(head, ExactTermSeconds(*h, "gemm kd teacher_head (frozen)"), 0.25 * head);
     EXPECT_GT(b->forward_seconds - a->forward_seconds, head);
     EXPECT_EQ(b->backward_seconds, 0.0);
   }
