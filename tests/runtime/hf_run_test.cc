@@ -64,7 +64,10 @@ std::string KdSpec(const std::string& teacher_dir, const std::string& student_di
   return fixtures::WithKeys(fixtures::LocalCpuSpecHead("hf-kd") + "\n[models.teacher]\nweights = \"" + teacher_dir +
                                 "\"\n\n[models.student]\nweights = \"" + student_dir + "\"\n" +
                                 fixtures::KdSectionsToml(),
+                            // fp32 spools: the teacher's rows reach the student as the
+                            // reference computes them (a bf16 spool rounds them).
                             {{"job", "steps", "3"},
+                             {"job", "spool_dtype", "\"f32\""},
                              {"cluster", "gpus_per_node", "4"},
                              {"cluster.gpu.cpu", "memory_gb", "2"},
                              {"data", "global_batch", "4"},
