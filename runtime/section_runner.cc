@@ -24,9 +24,7 @@
 namespace maestro::runtime {
 
 uint64_t SectionSeed(uint64_t run_seed, const std::string& section_name) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a of the name
-  for (unsigned char c : section_name) h = (h ^ c) * 1099511628211ULL;
-  return SplitMix64(run_seed ^ h);
+  return SplitMix64(run_seed ^ HashBytes(section_name));
 }
 
 std::vector<int64_t> RowShapeOf(const plan::Plan& plan, int section) {

@@ -21,6 +21,7 @@
 #include "datalayer/checkpoint_store.h"
 #include "datalayer/sample_index.h"
 #include "plan/plan.h"
+#include "tests/fixtures/scratch_cleanup.h"
 #include "tests/fixtures/test_paths.h"
 
 namespace maestro::runtime_testing {
@@ -112,6 +113,7 @@ inline std::string FreshDir(const std::string& parent, const std::string& name) 
   const std::string dir = parent + "/" + name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  fixtures::RemoveAtExitIfPassed(dir);  // kept when a test failed
   return dir;
 }
 
