@@ -62,6 +62,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace dl = maestro::datalayer;
+using maestro::bench::Goal;
 using maestro::runtime::CheckpointLayout;
 using maestro::runtime::CheckpointSpeedRank;
 using Ranks = std::vector<std::unique_ptr<CheckpointSpeedRank>>;
@@ -154,10 +155,6 @@ double Checksum(Ranks& ranks) {
   double sum = 0;
   for (auto& r : ranks) sum += r->Checksum();
   return sum;
-}
-
-nlohmann::json Goal(double value, double goal, bool at_least) {
-  return {{"value", value}, {"goal", goal}, {"met", at_least ? value >= goal : value <= goal}};
 }
 
 // ---- write_vs_raw ------------------------------------------------------------

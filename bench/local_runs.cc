@@ -60,13 +60,13 @@ std::string WritePlan(const plan::Plan& plan, const std::string& path) {
   return path;
 }
 
-RunFigures ReadMetrics(const std::string& path) {
+RunFigures ReadMetrics(const std::string& path, int64_t first_step) {
   RunFigures f;
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("step_seconds") || j["step"].get<int64_t>() < kWarmupSteps) continue;
+    if (!j.is_object() || !j.contains("step_seconds") || j["step"].get<int64_t>() < first_step) continue;
     f.samples += j["samples"].get<double>();
     f.seconds += j["step_seconds"].get<double>();
     f.step_seconds.push_back(j["step_seconds"].get<double>());

@@ -60,8 +60,9 @@ double Rate(const RunFigures& f);  // samples per second
 // `plan` written to `path` (plan::SavePlan); returns `path`.
 std::string WritePlan(const plan::Plan& plan, const std::string& path);
 
-// The figures of a run's metrics.jsonl.
-RunFigures ReadMetrics(const std::string& path);
+// The figures of a run's metrics.jsonl, from step `first_step` on (the
+// warm-up skipped by default; 0: every step, a whole job's time).
+RunFigures ReadMetrics(const std::string& path, int64_t first_step = kWarmupSteps);
 
 // Trains `plan` with one rank per section under mpirun (maestro-worker
 // `worker`, its logs on stderr) into <dir>/<name>, the plan at

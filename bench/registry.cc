@@ -16,6 +16,10 @@ std::map<std::string, BenchEntry>& Registry() {
   return registry;
 }
 
+nlohmann::json Goal(double value, double goal, bool at_least) {
+  return {{"value", value}, {"goal", goal}, {"met", at_least ? value >= goal : value <= goal}};
+}
+
 Registrar::Registrar(const std::string& name, const std::string& description, BenchFn fn) {
   Registry()[name] = BenchEntry{description, std::move(fn)};
 }

@@ -49,6 +49,10 @@ double MedianSeconds(const std::function<void()>& fn, int repeats);
 // warm-up) and the same share of a busy shared machine.
 std::vector<double> InterleavedMedianSeconds(const std::vector<std::function<void()>>& fns, int repeats);
 
+// A measured goal: {"value": value, "goal": goal, "met": value >= goal
+// (at_least) or value <= goal}.
+nlohmann::json Goal(double value, double goal, bool at_least);
+
 // A fresh scratch folder "<base>/maestro-bench-<name>-<pid>", where base is
 // $MAESTRO_BENCH_DIR, else $TMPDIR, else /tmp. The caller removes it.
 std::string ScratchDir(const std::string& name);

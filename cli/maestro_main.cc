@@ -48,6 +48,7 @@ struct RunArgs {
   bool fresh = false;
   bool reference = false;
   bool no_eval = false;
+  bool no_spool_reuse = false;
   int64_t eval_samples = 0;
   std::string profiles;  // measured profiles for the compiler ("" = analytic)
   std::vector<std::string> pins;
@@ -241,6 +242,7 @@ int RunCommand(const RunArgs& args) {
   std::vector<std::string> worker{bin + "/maestro-worker", "--run-dir", run_dir};
   if (args.steps >= 0) worker.insert(worker.end(), {"--steps", std::to_string(args.steps)});
   if (args.no_eval) worker.push_back("--no-eval");
+  if (args.no_spool_reuse) worker.push_back("--no-spool-reuse");
   if (args.eval_samples > 0) worker.insert(worker.end(), {"--eval-samples", std::to_string(args.eval_samples)});
   worker.insert(worker.end(), args.worker_args.begin(), args.worker_args.end());
   std::vector<std::string> command;
@@ -550,6 +552,9 @@ CLI::App* AddRunCommand(CLI::App& app, RunArgs* args) {
   run->add_flag("--reference", args->reference,
                 "train every section in one process (the monolithic reference), for comparison");
   run->add_flag("--no-eval", args->no_eval, "skip the final evaluation");
+  run->add_flag("--no-spool-reuse", args->no_spool_reuse,
+                "compute a frozen section's outputs again every epoch instead of reading them from the spool "
+                "(with --grouping fused: the fused plan as it ran before spools, for comparison)");
   run->add_option("--eval-samples", args->eval_samples, "evaluate on the first N test samples (default: all)");
   run->add_option("--worker-arg", args->worker_args, "extra argument for maestro-worker (repeatable)");
 

@@ -766,6 +766,9 @@ StatusOr<CompileResult> Compile(const Spec& given_spec, const CompileOptions& op
   MAESTRO_ASSIGN_OR_RETURN(const bool spool_reuse, ChooseOverTheJob(spec, options, model, po, r));
   MAESTRO_ASSIGN_OR_RETURN(r.plan, BuildPlan(spec, model, r));
   r.job.spool_reuse = spool_reuse;
+  r.plan.spool_reuse = spool_reuse;  // what the job was priced for, the runtime does
+  r.plan.offline_spool_pass = std::any_of(r.job.alternatives.begin(), r.job.alternatives.end(),
+                                          [](const JobAlternative& a) { return a.chosen && a.name == "offline"; });
   if (spec.job.epochs > 0) r.plan.data.steps = r.job.length.steps;
   MAESTRO_RETURN_IF_ERROR(CheckPlanStarts(spec, options, r.plan));
   MAESTRO_ASSIGN_OR_RETURN(r.sbatch, RenderSbatch(r.plan, spec, options));
@@ -783,7 +786,8 @@ Status WriteOutputs(const CompileResult& r, const CompileOptions& options) {
   const std::string plan_json = plan::PlanToJson(r.plan) + "\n";  // what plan::SavePlan writes
   return WriteFilesAtomically({{dir + "/plan.json", plan_json, 0644},
                                {dir + "/job.sbatch", r.sbatch, 0755},
-                               {dir + "/report.txt", r.report, 0644}});
+                               {dir + "/report.txt", r.report, 0644},
+                               {dir + "/report.json", r.report_json + "\n", 0644}});
 }
 
 }  // namespace maestro::compiler

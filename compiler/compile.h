@@ -41,8 +41,9 @@ std::string FusedPlanBlocker(const CompileResult& r, const RuntimeSupport& suppo
 // Plans the spec and renders every output (writes nothing).
 StatusOr<CompileResult> Compile(const Spec& spec, const CompileOptions& options);
 
-// Writes plan.json (plan::PlanToJson), job.sbatch (mode 0755) and
-// report.txt into options.out_dir, creating it: all three replaced or none
+// Writes plan.json (plan::PlanToJson), job.sbatch (mode 0755), report.txt
+// and report.json (what --json prints) into options.out_dir, creating it:
+// all four replaced or none
 // (base/files.h WriteFilesAtomically; a directory in the way of one is found
 // before anything is written).
 Status WriteOutputs(const CompileResult& result, const CompileOptions& options);

@@ -35,7 +35,7 @@ struct JobLength {
 struct JobAlternative {
   std::string name;               // "sectioned", "sectioned-every-epoch", "fused-every-epoch", "cached", "offline"
   double seconds = 0;             // the whole job (one step's when its length is unknown)
-  bool runtime_supported = true;  // false: planner-only (offline)
+  bool runtime_supported = true;  // false: planner-only (none today; offline runs since plan.offline_spool_pass)
   bool pays = true;               // false: spools for later epochs that the job does not have
   bool chosen = false;
   bool spool_reuse = false;       // the plan's spool_reuse flag for it

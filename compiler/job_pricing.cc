@@ -16,17 +16,12 @@
 #include "compiler/monolithic.h"
 #include "compiler/sample_mix.h"
 #include "compiler/step_simulation.h"
+#include "datasets/demo_data.h"
 #include "plan/teacher_rows.h"
 
 namespace maestro::compiler {
 
 namespace {
-
-// Fashion-MNIST's train split: 60,000 images (Xiao, Rasul, Vollgraf,
-// "Fashion-MNIST", arXiv:1708.07747); the built-in captions set gives each
-// a sample and adds text samples up to its image fraction
-// (datasets/demo_data.cc: llround(images / image_fraction)).
-constexpr int64_t kFashionMnistTrainImages = 60000;
 
 DatasetSize Unknown(std::string why) {
   DatasetSize out;
@@ -118,15 +113,15 @@ DatasetSize DatasetSizeOf(const Spec& spec) {
       fraction = m.fraction;
     }
   }
-  if (d.dataset == "fashion_mnist_captions" || (d.dataset.empty() && image)) {
-    const int64_t n =
-        fraction >= 1.0
-            ? kFashionMnistTrainImages
-            : std::max(kFashionMnistTrainImages,
-                       static_cast<int64_t>(std::llround(static_cast<double>(kFashionMnistTrainImages) / fraction)));
-    return Known(n, "the built-in captions set (Fashion-MNIST's 60,000 train images)");
-  }
-  return Unknown("the built-in text's size depends on the text file the run reads");
+  datasets::DemoOptions demo;
+  demo.seq_len = d.seq_len;
+  demo.image_fraction = fraction;
+  const bool captions = d.dataset == "fashion_mnist_captions" || (d.dataset.empty() && image);
+  demo.kind = captions ? datasets::DemoKind::kFashionMnistCaptions : datasets::DemoKind::kText;
+  auto n = datasets::DemoTrainSamples(demo);
+  if (!n.ok()) return Unknown("the built-in text cannot be read at compile time: " + n.status().message());
+  return Known(*n, captions ? "the built-in captions set (Fashion-MNIST's 60,000 train images)"
+                            : "the built-in text's train chunks, as this machine's text gives them");
 }
 
 StatusOr<JobLength> JobLengthOf(const Spec& spec) {
@@ -301,31 +296,71 @@ SimulationSettings SimulationOf(const Spec& spec) {
   return sim;
 }
 
-// A fused configuration `m`'s step with the sections `spooled` marks gone:
-// the same configuration on the same GPUs, priced and simulated.
-double FusedStepWithout(const CostModel& model, const PlannerOptions& po, const SimulationSettings& sim,
-                        const Workload& w, const std::vector<bool>& spooled, const MonolithicPlan& m, int device) {
-  std::vector<bool> keep(spooled.size());
-  for (size_t i = 0; i < keep.size(); ++i) keep[i] = !spooled[i];
+// A fused configuration `m`'s step with only the sections `keep` marks: the
+// same configuration on the same GPUs, priced and simulated.
+double FusedStepKeeping(const CostModel& model, const PlannerOptions& po, const SimulationSettings& sim,
+                        const Workload& w, const std::vector<bool>& keep, const MonolithicPlan& m, int device) {
   const Workload rest = KeepSections(w, keep, nullptr, nullptr);
+  if (rest.sections.empty()) return 0;
   const MonolithicPlan m0 = EvaluateMonolithic(model, rest, m.devices, m.config, po);
   if (!m0.found) return 0;
   return StepOf(SimulateMonolithic(model, rest, m0, device, sim), m0.step_seconds);
 }
 
-// The best configuration of `keep`'s sections alone on the baseline's GPUs
-// (the planner's own search), simulated; 0 when none fits.
-double AloneStep(const CostModel& model, const PlannerOptions& po, const SimulationSettings& sim, const Workload& w,
-                 const std::vector<bool>& keep, int device) {
-  const Workload alone = KeepSections(w, keep, nullptr, nullptr);
-  if (alone.sections.empty()) return 0;
-  const MonolithicPlan m = PlanMonolithic(model, alone, device, po);
-  if (!m.found) return 0;
-  return StepOf(SimulateMonolithic(model, alone, m, device, sim), m.step_seconds);
+std::vector<bool> Not(const std::vector<bool>& marks) {
+  std::vector<bool> out(marks.size());
+  for (size_t i = 0; i < marks.size(); ++i) out[i] = !marks[i];
+  return out;
 }
 
 bool IsSectioned(const JobAlternative& a) {
   return a.name.rfind("sectioned", 0) == 0;
+}
+
+// The offline alternative's job seconds (docs/planner.md): ceil(f N / batch)
+// passes of the frozen part (`phase1` a batch) with their writes (`io_step`
+// a whole batch's rows), then every step reading the share f (`without`)
+// and computing the rest (`step`). Its phase-2 step into *later.
+double OfflineSeconds(const JobLength& length, int64_t samples, double batch, double f, double phase1, double without,
+                      double step, double io_step, double* later) {
+  *later = f * without + (1 - f) * step + f * io_step;
+  return std::ceil(f * static_cast<double>(samples) / batch) * (phase1 + io_step) +
+         static_cast<double>(length.steps) * *later;
+}
+
+// The baseline over the job (docs/planner.md): every epoch, or cached or
+// offline where its own configuration keeps a spool (the fused plan's
+// template at its configuration) and they cost less.
+void PriceBaseline(const CostModel& model, const PlannerOptions& po, const SimulationSettings& sim,
+                   const CompileResult& r, const JobLength& length, int64_t samples, double batch, double bw,
+                   const plan::Plan* fused, JobPricing& job) {
+  const Workload& w = r.workload;
+  const double m_step = StepOf(r.monolithic_simulated, r.monolithic.step_seconds);
+  job.baseline_seconds = length.steps > 0 ? length.steps * m_step : m_step;
+  job.baseline_option = "every epoch";
+  if (fused == nullptr || length.later_steps() <= 0) return;
+  plan::Plan template_plan = *fused;
+  template_plan.sections.front().config = r.monolithic.config;
+  const PlanSpools sp = SpoolsOfPlan(plan::ExpandFusedSections(template_plan), w, samples);
+  if (!sp.any) return;
+  const DeviceType& d = model.devices()[static_cast<size_t>(r.monolithic_device)];
+  const int nodes = d.shared_node ? 1 : std::max(1, r.monolithic.gpus / std::max(1, d.gpus_per_node));
+  const double without = FusedStepKeeping(model, po, sim, w, Not(sp.spooled), r.monolithic, r.monolithic_device);
+  if (without <= 0) return;
+  const double io_step = batch * sp.bytes_per_sample / (nodes * bw);
+  const Priced p = PriceSteps(length, m_step, without, sp.fraction, sp.fraction * io_step);
+  if (p.cached < job.baseline_seconds) {
+    job.baseline_seconds = p.cached;
+    job.baseline_option = "cached";
+  }
+  const double phase1 = FusedStepKeeping(model, po, sim, w, sp.spooled, r.monolithic, r.monolithic_device);
+  if (phase1 <= 0 || samples <= 0) return;
+  double later = 0;
+  const double offline = OfflineSeconds(length, samples, batch, sp.fraction, phase1, without, m_step, io_step, &later);
+  if (offline < job.baseline_seconds) {
+    job.baseline_seconds = offline;
+    job.baseline_option = "offline";
+  }
 }
 
 }  // namespace
@@ -371,7 +406,8 @@ JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptio
           Alternative("sectioned-every-epoch", p.every, false, step, step, 0, "every epoch computes every row"));
     }
   }
-  double fused_step = 0;
+  double fused_step = 0, fused_without = 0, fused_io_step = 0;
+  PlanSpools fused_spools;
   if (fused != nullptr) {
     fused_step = StepOf(r.fused_simulated, r.fused.step_seconds);
     const plan::Plan expanded = plan::ExpandFusedSections(*fused);
@@ -381,9 +417,12 @@ JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptio
                                              fused_step, fused_step, 0, "keeps no spool"));
     } else {
       if (!any_spools.any) any_spools = sp;
-      const double without = FusedStepWithout(model, po, sim, w, sp.spooled, r.fused, r.monolithic_device);
-      const double io_step = sp.fraction * batch * sp.bytes_per_sample / (SpoolNodes(*fused, sp.spooled, w) * bw);
-      const Priced p = PriceSteps(length, fused_step, without > 0 ? without : fused_step, sp.fraction, io_step);
+      fused_spools = sp;
+      const double without = FusedStepKeeping(model, po, sim, w, Not(sp.spooled), r.fused, r.monolithic_device);
+      fused_without = without > 0 ? without : fused_step;
+      fused_io_step = batch * sp.bytes_per_sample / (SpoolNodes(*fused, sp.spooled, w) * bw);
+      const double io_step = sp.fraction * fused_io_step;
+      const Priced p = PriceSteps(length, fused_step, fused_without, sp.fraction, io_step);
       job.alternatives.push_back(Alternative("fused-every-epoch", p.every, false, fused_step, fused_step, 0,
                                              "every epoch computes the frozen components"));
       JobAlternative cached = Alternative("cached", p.cached, true, p.first, p.later, p.io,
@@ -395,56 +434,29 @@ JobPricing PriceJob(const Spec& spec, const CostModel& model, const PlannerOptio
   job.spooled = any_spools.any;
   job.spool_bytes_per_sample = any_spools.bytes_per_sample;
   job.fraction_fits = any_spools.fraction;
-  // Offline (planner-only): phase 1 the spooling sections alone on all the
-  // baseline's GPUs over the spooled share of the data, writing; phase 2
-  // the rest alone on them, reading that share and computing the misses at
-  // the plan's step.
-  if (any_spools.any && samples > 0 && r.monolithic.found) {
-    std::vector<bool> rest(w.sections.size());
-    for (size_t i = 0; i < rest.size(); ++i) rest[i] = !any_spools.spooled[i];
-    const double phase1 = AloneStep(model, po, sim, w, any_spools.spooled, r.monolithic_device);
-    const double phase2 = AloneStep(model, po, sim, w, rest, r.monolithic_device);
-    const DeviceType& d = model.devices()[static_cast<size_t>(r.monolithic_device)];
-    const int nodes = d.shared_node ? 1 : std::max(1, r.monolithic.gpus / std::max(1, d.gpus_per_node));
-    const double io_step = batch * any_spools.bytes_per_sample / (nodes * bw);
-    const double f = any_spools.fraction;
-    const double miss_step = fused_step > 0 ? fused_step : StepOf(r.simulated, r.assignment.bottleneck_seconds);
-    if (phase1 > 0 && phase2 > 0) {
+  // Offline: the fused plan in two phases, as the runtime runs it
+  // (plan.offline_spool_pass, runtime/executor_offline_pass.cc): phase 1 its
+  // frozen components alone at its configuration over the spooled share of
+  // the data, writing; phase 2 training from step 0, reading that share and
+  // computing the misses at the fused step. (Each phase at a configuration
+  // of its own would need a plan per phase: not built.)
+  if (fused_spools.any && samples > 0) {
+    const double phase1 = FusedStepKeeping(model, po, sim, w, fused_spools.spooled, r.fused, r.monolithic_device);
+    const double f = fused_spools.fraction;
+    if (phase1 > 0) {
+      double later = 0;
+      const double seconds =
+          OfflineSeconds(length, samples, batch, f, phase1, fused_without, fused_step, fused_io_step, &later);
       const double phase1_steps = std::ceil(f * static_cast<double>(samples) / batch);
-      const double later = f * phase2 + (1 - f) * miss_step + f * io_step;
       JobAlternative offline =
-          Alternative("offline", phase1_steps * (phase1 + io_step) + static_cast<double>(length.steps) * later, false,
-                      phase1 + io_step, later, (phase1_steps + f * static_cast<double>(length.steps)) * io_step,
-                      "the frozen sections alone fill the spool first, then the rest trains reading it");
-      offline.runtime_supported = false;
+          Alternative("offline", seconds, true, phase1 + fused_io_step, later,
+                      (phase1_steps + f * static_cast<double>(length.steps)) * fused_io_step,
+                      "the fused plan's frozen components alone fill the spool first, then training reads it");
       offline.pays = reuse_can_pay;
       job.alternatives.push_back(offline);
     }
   }
-  // The baseline over the job: every epoch, or cached where its own
-  // configuration keeps a spool (the fused plan's template at its config).
-  if (r.monolithic.found) {
-    const double m_step = StepOf(r.monolithic_simulated, r.monolithic.step_seconds);
-    job.baseline_seconds = length.steps > 0 ? length.steps * m_step : m_step;
-    job.baseline_option = "every epoch";
-    if (fused != nullptr && reuse_can_pay) {
-      plan::Plan template_plan = *fused;
-      template_plan.sections.front().config = r.monolithic.config;
-      const PlanSpools sp = SpoolsOfPlan(plan::ExpandFusedSections(template_plan), w, samples);
-      const DeviceType& d = model.devices()[static_cast<size_t>(r.monolithic_device)];
-      const int nodes = d.shared_node ? 1 : std::max(1, r.monolithic.gpus / std::max(1, d.gpus_per_node));
-      const double without =
-          sp.any ? FusedStepWithout(model, po, sim, w, sp.spooled, r.monolithic, r.monolithic_device) : 0;
-      if (sp.any && without > 0) {
-        const Priced p =
-            PriceSteps(length, m_step, without, sp.fraction, sp.fraction * batch * sp.bytes_per_sample / (nodes * bw));
-        if (p.cached < job.baseline_seconds) {
-          job.baseline_seconds = p.cached;
-          job.baseline_option = "cached";
-        }
-      }
-    }
-  }
+  if (r.monolithic.found) PriceBaseline(model, po, sim, r, length, samples, batch, bw, fused, job);
   return job;
 }
 

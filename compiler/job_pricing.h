@@ -7,23 +7,25 @@
 //                         sections that keep a spool read their rows back
 //                         for the share of the dataset the spool holds;
 //   sectioned-every-epoch the same plan, the spool keeping nothing across
-//                         epochs (priced, not run: the runtime always reads
-//                         back what its spools hold);
-//   fused-every-epoch     the fused plan, every epoch computing the teacher;
+//                         epochs (`maestro run --no-spool-reuse` runs it);
+//   fused-every-epoch     the fused plan, every epoch computing the teacher
+//                         (`maestro run --grouping fused --no-spool-reuse`);
 //   cached                the fused plan, from epoch 1 skipping its frozen
 //                         components' forward for the rows the spool holds;
-//   offline               planner-only (the runtime does not run it): a
-//                         first phase runs the frozen sections alone on all
-//                         the job's GPUs over the data and fills the spool,
-//                         then the trained sections train alone reading it.
-// The baseline gets the fused options at its own configuration. The
+//   offline               the fused plan in two phases (plan.
+//                         offline_spool_pass): its frozen components alone
+//                         at its configuration over the data fill the
+//                         spool, then training reads it from step 0.
+// The baseline gets the fused options (every epoch, cached, offline) at its
+// own configuration. The
 // formulas and their sources: docs/planner.md, "Plans priced over the job".
 //
 // Owns: DatasetSizeOf, JobLengthOf, SpoolBytesPerSample, PriceJob,
 // ChooseOverJob, JobText, AddJobJson (the values: compiler/job_alternatives.h).
 // May call: plan (teacher_rows.h, plan.h), compiler/spec.h,
 // compiler/cost_model.h, compiler/monolithic.h, compiler/step_simulation.h,
-// compiler/compile_result.h, nlohmann-json, fmt, the C++ file streams.
+// compiler/compile_result.h, datasets/demo_data.h (the built-in sets' sizes),
+// nlohmann-json, fmt, the C++ file streams.
 // Thread safety: pure functions (DatasetSizeOf reads the spec's files).
 #pragma once
 
@@ -45,8 +47,9 @@ namespace maestro::compiler {
 
 // `[data] samples` when given; else a JSONL manifest's non-empty lines; a
 // Megatron corpus's samples from its .idx header and .bin size (exact for
-// "pack", tokens / seq_len for "split": an estimate); the built-in captions
-// set's size; unknown otherwise (the built-in text, an unreadable file).
+// "pack", tokens / seq_len for "split": an estimate); the built-in sets'
+// train samples (datasets::DemoTrainSamples: the text's, read from this
+// machine); unknown otherwise (an unreadable file).
 DatasetSize DatasetSizeOf(const Spec& spec);
 
 // InvalidArgument for `[job] epochs` without a known dataset size.

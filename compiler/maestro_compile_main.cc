@@ -8,7 +8,7 @@
 //   maestro-compile --model-info config.json [--json] [--seq-len N]
 // Exit status: 0 ok, 1 an I/O error, 2 bad input (the message says where).
 // -o is required (but with --dry-run, which writes nothing): without it the
-// tool would replace plan.json, job.sbatch and report.txt in the current
+// tool would replace plan.json, job.sbatch and report.txt/.json in the current
 // folder, which may belong to something else.
 // Everything printed goes through base/text.h: a spec's control characters,
 // NULs and bytes that are not UTF-8 reach the terminal escaped.
@@ -115,7 +115,7 @@ int Run(int argc, char** argv) {
   app.add_option("spec", spec_path, "workload spec (TOML)");
   options.out_dir.clear();  // required: no default folder to overwrite
   app.add_option("-o,--out", options.out_dir,
-                 "output directory (plan.json, job.sbatch, report.txt); required unless --dry-run")
+                 "output directory (plan.json, job.sbatch, report.txt, report.json); required unless --dry-run")
       ->check(ScriptSafe(false));
   app.add_flag("--dry-run", dry_run, "plan and report, write nothing");
   app.add_flag("--explain", explain, "say why each choice was made");
@@ -168,8 +168,8 @@ int Run(int argc, char** argv) {
   }
   if (options.out_dir.empty() && !dry_run) {
     std::fprintf(stderr,
-                 "maestro-compile: give the output folder with -o DIR (it writes plan.json, job.sbatch and "
-                 "report.txt there), or --dry-run to write nothing\n");
+                 "maestro-compile: give the output folder with -o DIR (it writes plan.json, job.sbatch, "
+                 "report.txt and report.json there), or --dry-run to write nothing\n");
     return maestro::kExitUsage;
   }
   for (const auto& text : pins) {

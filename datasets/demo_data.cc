@@ -145,6 +145,43 @@ DemoDataset::~DemoDataset() = default;
 
 namespace {
 
+// The demo text: `options.text_path`'s bytes (gzip decompressed) or the
+// default text, and where it came from.
+StatusOr<DefaultText> ReadDemoText(const DemoOptions& options) {
+  if (options.text_path.empty()) return ReadDefaultText();
+  DefaultText out;
+  MAESTRO_ASSIGN_OR_RETURN(out.text, ReadMaybeGzipFile(options.text_path, "check the dataset's text_path"));
+  out.source = options.text_path;
+  return out;
+}
+
+// A text of `text_bytes` cut into samples of seq_len tokens (<bos> then
+// seq_len - 1 bytes): the last 1/kTextTestDivisor of the chunks (at least
+// one) are the test split.
+struct TextChunks {
+  int64_t chunk_bytes = 0, num_chunks = 0, num_train_chunks = 0;
+};
+StatusOr<TextChunks> SplitText(size_t text_bytes, const std::string& source, int64_t seq_len) {
+  TextChunks c;
+  c.chunk_bytes = seq_len - 1;
+  c.num_chunks = static_cast<int64_t>(text_bytes) / c.chunk_bytes;
+  if (c.num_chunks < 2) {
+    return Status::InvalidArgument(fmt::format(
+        "demo text {} has {} bytes: too short for seq_len {} (need at least 2 chunks of {} bytes, one to train on "
+        "and one held out); use a smaller seq_len or a longer text_path",
+        source, text_bytes, seq_len, c.chunk_bytes));
+  }
+  c.num_train_chunks = c.num_chunks - std::max<int64_t>(1, c.num_chunks / kTextTestDivisor);
+  return c;
+}
+
+// The captions set's train samples: every train image once, with text
+// samples mixed in so that `image_fraction` of them carry an image.
+int64_t CaptionTrainSamples(int64_t train_images, double image_fraction) {
+  if (image_fraction >= 1.0) return train_images;
+  return std::max<int64_t>(train_images, std::llround(static_cast<double>(train_images) / image_fraction));
+}
+
 Status LoadFashionSplit(const std::string& dir, const std::string& split, IdxFile& images, IdxFile& labels,
                         int64_t& count) {
   const std::string images_path = FashionFile(dir, split, "images");
@@ -203,36 +240,26 @@ StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& opti
   // The text (always for the text set; for captions only when text is mixed in).
   const bool needs_text = !captions || options.image_fraction < 1.0;
   if (needs_text) {
-    if (!options.text_path.empty()) {
-      MAESTRO_ASSIGN_OR_RETURN(impl.text, ReadMaybeGzipFile(options.text_path, "check the dataset's text_path"));
-      ds->text_source_ = options.text_path;
-    } else {
-      MAESTRO_ASSIGN_OR_RETURN(DefaultText text, ReadDefaultText());
-      impl.text = std::move(text.text);
-      ds->text_source_ = std::move(text.source);
-    }
-    impl.chunk_bytes = options.seq_len - 1;
-    impl.num_chunks = static_cast<int64_t>(impl.text.size()) / impl.chunk_bytes;
-    if (impl.num_chunks < 2) {
-      return Status::InvalidArgument(fmt::format(
-          "demo text {} has {} bytes: too short for seq_len {} (need at least 2 chunks of {} bytes, one to train on "
-          "and one held out); use a smaller seq_len or a longer text_path",
-          ds->text_source_, impl.text.size(), options.seq_len, impl.chunk_bytes));
-    }
-    const int64_t test_chunks = std::max<int64_t>(1, impl.num_chunks / kTextTestDivisor);
-    impl.num_train_chunks = impl.num_chunks - test_chunks;
+    MAESTRO_ASSIGN_OR_RETURN(DefaultText text, ReadDemoText(options));
+    impl.text = std::move(text.text);
+    ds->text_source_ = std::move(text.source);
+    MAESTRO_ASSIGN_OR_RETURN(const TextChunks chunks, SplitText(impl.text.size(), ds->text_source_, options.seq_len));
+    impl.chunk_bytes = chunks.chunk_bytes;
+    impl.num_chunks = chunks.num_chunks;
+    impl.num_train_chunks = chunks.num_train_chunks;
   }
-
-  if (captions) {
-    impl.num_train =
-        options.image_fraction >= 1.0
-            ? impl.num_train_images
-            : std::max<int64_t>(impl.num_train_images,
-                                std::llround(static_cast<double>(impl.num_train_images) / options.image_fraction));
-  } else {
-    impl.num_train = impl.num_train_chunks;
-  }
+  impl.num_train =
+      captions ? CaptionTrainSamples(impl.num_train_images, options.image_fraction) : impl.num_train_chunks;
   return ds;
+}
+
+StatusOr<int64_t> DemoTrainSamples(const DemoOptions& options) {
+  if (options.kind == DemoKind::kFashionMnistCaptions) {
+    return CaptionTrainSamples(kFashionMnistTrainImages, options.image_fraction);
+  }
+  MAESTRO_ASSIGN_OR_RETURN(const DefaultText text, ReadDemoText(options));
+  MAESTRO_ASSIGN_OR_RETURN(const TextChunks chunks, SplitText(text.text.size(), text.source, options.seq_len));
+  return chunks.num_train_chunks;
 }
 
 int64_t DemoDataset::NumTrain() const {

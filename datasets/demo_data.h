@@ -78,6 +78,11 @@ std::string DefaultFashionMnistDir();
 // (Open still verifies the contents). Tests use it to skip without the data.
 Status FindFashionMnist(const std::string& dir);
 
+// Fashion-MNIST's train split: 60,000 images (Xiao, Rasul, Vollgraf,
+// "Fashion-MNIST", arXiv:1708.07747; the files say so again when
+// DemoDataset opens them).
+inline constexpr int64_t kFashionMnistTrainImages = 60000;
+
 struct DemoOptions {
   DemoKind kind = DemoKind::kText;
   int64_t seq_len = 64;                                // tokens per sample (inputs and targets)
@@ -101,6 +106,12 @@ struct DemoSample {
   int64_t answer_position = -1;  // position t whose logits predict the class token
                                  // (input_ids[t+1] is the class token); -1 for text
 };
+
+// The train samples DemoDataset::Open(options) holds, without opening it:
+// captions, Fashion-MNIST's train images spread by image_fraction (no file
+// read); text, its chunks less the held-out ones (the text is read). What
+// the compiler prices a job over (compiler/job_pricing.cc).
+StatusOr<int64_t> DemoTrainSamples(const DemoOptions& options);
 
 class DemoDataset : public SampleSource {
  public:

@@ -82,7 +82,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Plan, schema_version, job_name, 
                                                 predicted_step_seconds, work_dir, layout, links, checkpoint_every,
                                                 checkpoint_minutes, keep_checkpoints, checkpoint_async, comm_timeout_s,
                                                 schedule_policy, schedule_max_in_flight, shared_cores, spool_gib,
-                                                spool_dtype)
+                                                spool_dtype, spool_reuse, offline_spool_pass)
 
 StageLayerRange StageLayerSpan(const ParallelConfig& config, int64_t layers, int stage) {
   StageLayerRange out;
@@ -396,6 +396,16 @@ Status Validate(const Plan& plan) {
   }
   if (!IsSpoolDtype(plan.spool_dtype)) {
     return Status::InvalidArgument(fmt::format("plan spool_dtype = '{}': must be bf16, f16 or f32", plan.spool_dtype));
+  }
+  if (plan.offline_spool_pass && !plan.spool_reuse) {
+    return Status::InvalidArgument(
+        "plan offline_spool_pass = true with spool_reuse = false: the pass fills spools that training then reads; "
+        "recompile");
+  }
+  if (plan.offline_spool_pass && (plan.sections.size() != 1 || plan.sections.front().components.empty())) {
+    return Status::InvalidArgument(
+        "plan offline_spool_pass = true: the offline pass runs a plan of one fused section (every rank runs the "
+        "frozen components, then training); recompile");
   }
   if (plan.keep_checkpoints < 1) {
     return Status::InvalidArgument(fmt::format(

@@ -430,6 +430,18 @@ struct Plan {
   // "f32", what spools held before the key (a spec's default is "bf16").
   double spool_gib = kDefaultSpoolGib;
   std::string spool_dtype = "f32";
+  // Added in schema 1 (optional): whether a frozen section's spooled rows are
+  // read back in later epochs (and later starts), as the compiler chose over
+  // the whole job (compiler/job_pricing.h: an every-epoch alternative is
+  // false). Absent: true, what the runtime did before the key.
+  bool spool_reuse = true;
+  // Added in schema 1 (optional): the job's "offline" alternative: before
+  // its first step, each replica of a section that keeps a spool (a fused
+  // section: of its frozen components that do) runs the frozen part alone
+  // over its share of the train split (sample id % dp == replica), filling
+  // the spool; training then reads every row it holds. Requires
+  // spool_reuse. Absent: false.
+  bool offline_spool_pass = false;
 
   int world_size() const;
   // REQUIRES: name is a section of this plan; returns -1 otherwise.

@@ -86,6 +86,16 @@ StatusOr<int> HeldOutSection(const plan::Plan& given) {
       "could be measured (remove test_corpus, or train a decoder)");
 }
 
+bool EvaluatesHeldOut(const plan::Plan& plan) {
+  if (!plan.data.test_corpus.empty()) return true;
+  const bool demo_text = plan.data.dataset == "text" && plan.data.corpus.empty() && plan.data.manifest.empty();
+  return demo_text && HeldOutSection(plan).ok();
+}
+
+std::string HeldOutSplitName(const plan::Plan& plan) {
+  return plan.data.test_corpus.empty() ? "the demo text's held-out chunks" : plan.data.test_corpus;
+}
+
 StatusOr<HeldOutLoss> EvaluateHeldOut(const plan::Plan& given, const std::string& model_bytes, int64_t max_samples,
                                       const ComputePlacement& compute) {
   // Fused sections run here as their components (the reference is one process).

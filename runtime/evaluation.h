@@ -3,7 +3,8 @@
 // rank, runtime/graph_forward.h):
 //   EvaluateCaptions: caption accuracy of a trained VLM on the test split.
 //   EvaluateHeldOut: the plain next-token loss of the sink decoder on the
-//   test split (a held-out corpus, `[data] test_corpus`), and eval.json.
+//   test split (a held-out corpus, `[data] test_corpus`, or the demo text's
+//   held-out chunks), and eval.json.
 // Both read samples through the plan's SampleSource (runtime/plan_data.h)
 // and compute on the device and in the precision a ComputePlacement says
 // (default: the CPU in fp32; runtime/device_choice.h).
@@ -35,7 +36,19 @@ StatusOr<double> EvaluateCaptions(const plan::Plan& plan, const std::map<std::st
 StatusOr<double> EvaluateRunCaptions(const plan::Plan& plan, const std::string& run_dir, int64_t max_samples = 0,
                                      const ComputePlacement& compute = {});
 
-// The held-out loss of a trained model (`[data] test_corpus`).
+// True when a run of `plan` ends on the held-out loss of its sink decoder
+// (HeldOutSection): `[data] test_corpus` is set (a plan without such a
+// section then fails at the end, saying so), or the plan reads the built-in
+// demo text, whose last chunks are held out (datasets/demo_data.h), and has
+// a training decoder that ends the graph.
+bool EvaluatesHeldOut(const plan::Plan& plan);
+
+// What the held-out split is, for logs: the test corpus's prefix, or "the
+// demo text's held-out chunks".
+std::string HeldOutSplitName(const plan::Plan& plan);
+
+// The held-out loss of a trained model (`[data] test_corpus`, or the demo
+// text's held-out chunks).
 struct HeldOutLoss {
   int64_t step = -1;        // the checkpoint's last step (-1: weights given directly)
   std::string section;      // the evaluated section

@@ -18,6 +18,12 @@ namespace {
 using executor_internal::Clock;
 using executor_internal::SecondsSince;
 
+// Whether frozen sections' rows are read back across epochs: the plan's
+// choice over the job, unless the run says no (--no-spool-reuse).
+bool ReusesSpools(const plan::Plan& plan, const TrainOptions& options) {
+  return plan.spool_reuse && options.reuse_spools;
+}
+
 }  // namespace
 
 namespace executor_internal {
@@ -40,7 +46,8 @@ Status RankLoop::Setup() {
   if (plan::KeepsSpool(plan_, section_)) {
     model_parallel_spool_ = model_parallel;
     if (!model_parallel || SpoolOwner()) {
-      MAESTRO_ASSIGN_OR_RETURN(spool_, OutputSpool::Open(options_.run_dir, plan_, section_, replica_));
+      MAESTRO_ASSIGN_OR_RETURN(
+          spool_, OutputSpool::Open(options_.run_dir, plan_, section_, replica_, ReusesSpools(plan_, options_)));
     }
     if (run_ahead > 0) {
       run_ahead_ = std::make_unique<RunAhead>(plan_, section_, replica_, costs_, pipeline_ ? pipeline_->stage() : 0,
@@ -385,10 +392,10 @@ Status RankLoop::RunStep(const StepBatch& batch) {
 
 // A fused section's frozen components keep spools where their expanded
 // sections would (plan::KeepsSpool on the expanded plan;
-// runtime/fused_section.h).
+// runtime/fused_section.h); none without reuse (TrainOptions::reuse_spools).
 Status RankLoop::OpenComponentSpools() {
   fused_ = dynamic_cast<FusedSectionRunner*>(runner_.get());
-  if (fused_ == nullptr) return Status::Ok();
+  if (fused_ == nullptr || !ReusesSpools(plan_, options_)) return Status::Ok();
   const plan::Plan& expanded = fused_->expanded();
   for (const auto& component : plan_.sections[static_cast<size_t>(section_)].components) {
     const int k = expanded.section_index(component.name);
@@ -511,8 +518,9 @@ Status RankLoop::EvaluateCaptionsAtEnd(TrainSummary* summary) {
   return Status::Ok();
 }
 
-// Rank 0: the sink decoder's loss on the held-out corpus ([data]
-// test_corpus), from the last checkpoint; <run_dir>/eval.json.
+// Rank 0: the sink decoder's loss on the held-out split ([data]
+// test_corpus, or the demo text's held-out chunks: EvaluatesHeldOut), from
+// the last checkpoint; <run_dir>/eval.json.
 Status RankLoop::EvaluateHeldOutAtEnd(TrainSummary* summary) {
   const auto t0 = Clock::now();
   MAESTRO_ASSIGN_OR_RETURN(auto result, EvaluateRunHeldOut(plan_, options_.run_dir, options_.eval_samples, compute_));
@@ -520,13 +528,14 @@ Status RankLoop::EvaluateHeldOutAtEnd(TrainSummary* summary) {
   std::printf("%s\n", HeldOutLine(result).c_str());
   std::fflush(stdout);
   Log(LogLevel::kInfo, "held-out loss of section '{}' on {} in {:.1f} s; {}/eval.json", result.section,
-      result.test_corpus, SecondsSince(t0), options_.run_dir);
+      HeldOutSplitName(plan_), SecondsSince(t0), options_.run_dir);
   reporter_.ReportEval("heldout_loss", result.loss);
   return Status::Ok();
 }
 
 StatusOr<TrainSummary> RankLoop::Run() {
   MAESTRO_RETURN_IF_ERROR(Setup());
+  MAESTRO_RETURN_IF_ERROR(RunOfflineSpoolPass());
   TrainSummary summary;
   bool first = true;
   int64_t steps_this_start = 0;
@@ -638,7 +647,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
   if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && samples_->HasCaptionAnswers()) {
     MAESTRO_RETURN_IF_ERROR(EvaluateCaptionsAtEnd(&summary));
   }
-  if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && !plan_.data.test_corpus.empty()) {
+  if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && EvaluatesHeldOut(plan_)) {
     MAESTRO_RETURN_IF_ERROR(EvaluateHeldOutAtEnd(&summary));
   }
   return summary;

@@ -168,6 +168,42 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::SpooledForward(SectionRunner
   return out;
 }
 
+StatusOr<int64_t> FusedSectionRunner::FillSpools(const MicroBatchData& data) {
+  const plan::Plan& expanded = *expanded_;
+  std::vector<RowsBySample> rows(expanded.sections.size());
+  int64_t computed = 0;
+  for (auto& component : components_) {
+    if (component->trains()) continue;
+    if (component->Staged()) {
+      return Status::FailedPrecondition(
+          fmt::format("fused section '{}': the offline spool pass does not run pipelined components (PP {})",
+                      section_plan().name, section_plan().config.pp));
+    }
+    std::vector<int64_t> positions;
+    for (size_t b = 0; b < data.sample_ids.size(); ++b) {
+      if (plan::SectionActivates(component->section_plan(), MediaOf(data, b))) {
+        positions.push_back(static_cast<int64_t>(b));
+      }
+    }
+    if (positions.empty()) continue;
+    const MicroBatchData mine = positions.size() == data.sample_ids.size() ? data : SelectSamples(data, positions);
+    Output part;
+    if (auto spool = spools_.find(component->section()); spool != spools_.end()) {
+      const int64_t before = spool->second->computed();
+      MAESTRO_ASSIGN_OR_RETURN(part, SpooledForward(*component, *spool->second, mine, rows));
+      computed += spool->second->computed() - before;
+    } else {
+      MAESTRO_ASSIGN_OR_RETURN(
+          part, component->Forward(mine, UpstreamRows(expanded, component->in_edges(), rows, mine.sample_ids)));
+    }
+    if (!part.rows.defined()) continue;
+    auto& mine_rows = rows[static_cast<size_t>(component->section())];
+    for (size_t b = 0; b < mine.sample_ids.size(); ++b)
+      mine_rows[mine.sample_ids[b]] = part.rows[static_cast<int64_t>(b)];
+  }
+  return computed;
+}
+
 std::vector<torch::Tensor> FusedSectionRunner::Parameters() {
   std::vector<torch::Tensor> params;
   for (auto& c : components_) {

@@ -64,6 +64,11 @@ class FusedSectionRunner final : public SectionRunner {
   // runner), at the epoch SetEpoch last gave.
   void UseSpool(int component_section, OutputSpool* spool) { spools_[component_section] = spool; }
   void SetEpoch(int64_t epoch) { epoch_ = epoch; }
+  // The offline pass (plan.offline_spool_pass): the frozen components run on
+  // `data` (those with a spool read what it has and spool the rest; trained
+  // components do not run). Returns the rows computed. Not under PP (a
+  // staged section's components span ranks).
+  StatusOr<int64_t> FillSpools(const MicroBatchData& data);
 
  private:
   FusedSectionRunner(const plan::Plan& plan, int section, const RunnerOptions& options)

@@ -16,6 +16,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/read_file.h"
+#include "base/splitmix.h"
 #include "runtime/teacher_rows.h"
 
 namespace maestro::runtime {
@@ -148,9 +149,7 @@ std::string SpoolIdentity(const plan::Plan& plan, int section) {
   what.data.steps = 0;
   what.data.global_batch = 0;
   what.spool_dtype = plan.spool_dtype;
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : plan::PlanToJson(what, -1)) h = (h ^ c) * 1099511628211ULL;
-  return fmt::format("{:016x}", h);
+  return fmt::format("{:016x}", HashBytes(plan::PlanToJson(what, -1)));
 }
 
 std::string SealedMarker(const std::string& h5) {
@@ -186,8 +185,9 @@ int64_t SealedBytes(const std::string& folder) {
 }  // namespace
 
 StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_dir, const plan::Plan& plan,
-                                                         int section, int replica) {
+                                                         int section, int replica, bool reuse_sealed) {
   std::unique_ptr<OutputSpool> spool(new OutputSpool());
+  spool->reuse_sealed_ = reuse_sealed;
   const plan::SectionPlan& s = plan.sections[static_cast<size_t>(section)];
   spool->codec_ = SpoolRowCodec::For(plan, section);
   spool->folder_ =
@@ -258,7 +258,14 @@ Status OutputSpool::BeginEpoch(int64_t epoch) {
   return Status::Ok();
 }
 
+Status OutputSpool::Seal() {
+  MAESTRO_RETURN_IF_ERROR(SealWriter());
+  start_ = StartToken();  // the sealed file keeps its name; the next one is new
+  return Status::Ok();
+}
+
 Status OutputSpool::Refresh() {
+  if (!reuse_sealed_) return Status::Ok();
   for (const auto& [path, sealed] : SpoolFiles(folder_)) {
     if (!sealed || indexed_.count(path) > 0) continue;
     indexed_.insert(path);

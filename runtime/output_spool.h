@@ -66,9 +66,11 @@ class OutputSpool {
   // The spool of section `section`'s replica `replica` of `plan` under
   // `run_dir`, its disk plan::SpoolBudgetPerWriter. Replica 0 recovers the
   // files an earlier start left unsealed; the caller then waits for every
-  // replica of the section (a barrier) and calls Refresh().
+  // replica of the section (a barrier) and calls Refresh(). `reuse_sealed`
+  // false: Refresh indexes nothing, so only the rows of this epoch's own
+  // file are served (runtime/train_options.h reuse_spools).
   static StatusOr<std::unique_ptr<OutputSpool>> Open(const std::string& run_dir, const plan::Plan& plan, int section,
-                                                     int replica);
+                                                     int replica, bool reuse_sealed = true);
 
   // The rows of `data`'s samples at `epoch`: (B, runner.OutputRowShape()...)
   // fp32 in host memory (pinned when `staging` streams to a GPU), from the
@@ -100,6 +102,10 @@ class OutputSpool {
   Status BeginEpoch(int64_t epoch);
   // Indexes the sealed files of the folder not indexed yet (any writer).
   Status Refresh();
+  // Commits and seals this writer's file mid-epoch (the offline pass's end),
+  // so that every replica reads its rows after the caller's barrier and
+  // Refresh; later rows of the epoch go to a new file (a new start token).
+  Status Seal();
 
   int64_t hits() const { return hits_; }
   int64_t computed() const { return computed_; }
@@ -122,6 +128,7 @@ class OutputSpool {
   std::string start_;  // this start's token in its file names
   int replica_ = 0, replicas_ = 1;
   int64_t writer_epoch_ = 0;
+  bool reuse_sealed_ = true;
   int64_t share_bytes_ = 0;  // the section's share of the spool disk, all replicas
   datalayer::SpoolOptions options_;
   std::unique_ptr<datalayer::SampleIndex> writer_index_;

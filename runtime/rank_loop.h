@@ -154,6 +154,10 @@ class RankLoop {
   // A fused section's frozen components' spools (executor.cc), and every
   // spool of this rank made durable.
   Status OpenComponentSpools();
+  // plan.offline_spool_pass (executor_offline_pass.cc): before a fresh job's
+  // first step, this replica's share of the train split through the frozen
+  // components into their spools, then every file sealed and indexed.
+  Status RunOfflineSpoolPass();
   Status CommitSpools();
   Status RefreshSpoolsTogether();
   // What every rank learns at a step's end (FinishStep's sum): `stop`: some

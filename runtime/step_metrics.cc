@@ -183,6 +183,10 @@ void StepReporter::ReportEval(const std::string& name, double value) {
   if (metrics_) metrics_ << nlohmann::json{{"eval", name}, {"value", value}}.dump() << "\n";
 }
 
+void StepReporter::ReportOfflinePass(double seconds, int64_t rows) {
+  if (metrics_) metrics_ << nlohmann::json{{"offline_pass_s", seconds}, {"rows", rows}}.dump() << "\n" << std::flush;
+}
+
 void StepReporter::ReportCheckpoint(int64_t step, int64_t committed_after_step, bool async, double stall_seconds,
                                     double write_seconds, double snapshot_seconds) {
   if (!metrics_) return;

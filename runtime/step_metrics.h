@@ -111,6 +111,10 @@ class StepReporter {
   void Report(int64_t step, int64_t epoch, size_t samples, double loss, const StepTotals& totals, double step_seconds);
   // A line {"eval": name, "value": value} (no flush).
   void ReportEval(const std::string& name, double value);
+  // A line {"offline_pass_s": seconds, "rows": rows}: the offline spool pass
+  // before the first step (plan.offline_spool_pass), its rows on rank 0's
+  // replica.
+  void ReportOfflinePass(double seconds, int64_t rows);
   // A line {"checkpoint": step, "committed_after_step": t, "async": a,
   // "stall_s": s, "write_s": w, "snapshot_s": c}: the checkpoint of step
   // `step` committed at the end of step t (t = step when written at once;

@@ -18,8 +18,17 @@ struct TrainOptions {
                                   // fresh run: write the initial weights, train nothing)
   int64_t stop_after_steps = -1;  // test hook: behave as if preempted after this many steps of this start
   bool progress = true;           // rank 0 prints a line (or a bar on a terminal) per step
-  bool evaluate = true;           // at the end: caption accuracy (captions), held-out loss (test_corpus)
+  bool evaluate = true;           // at the end: caption accuracy (captions), held-out loss (runtime/evaluation.h
+                                  // EvaluatesHeldOut)
   int64_t eval_samples = 0;       // 0: the whole test split
+  // false (--no-spool-reuse; or the plan's spool_reuse false, the compiler's
+  // choice over the job): no frozen section's rows are read back from an
+  // earlier epoch or start: a sectioned one computes every epoch's rows
+  // again (its spool serves only the rows run ahead in this epoch), a fused
+  // plan's frozen components keep no spool at all: the fused plan as it ran
+  // before spools ("fused, every epoch", the baseline maestro-bench kd and
+  // the KD demo measure).
+  bool reuse_spools = true;
   // Where each rank computes and in which precision (runtime/device_choice.h:
   // auto = the plan's GPUs when this libtorch sees them, bf16 there, else
   // the CPU in fp32).

@@ -129,7 +129,11 @@ void AddOptions(CLI::App& app, WorkerArgs& a) {
                  "behave as if preempted after this many steps: checkpoint, exit 85 (tests)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-eval", a.no_eval,
-               "skip the evaluation at the end (caption accuracy; the held-out loss of [data] test_corpus)");
+               "skip the evaluation at the end (caption accuracy; the held-out loss of [data] test_corpus or of the "
+               "demo text's held-out chunks)");
+  app.add_flag("!--no-spool-reuse", a.train.reuse_spools,
+               "read no frozen section's rows back from an earlier epoch or start: compute them every epoch "
+               "(a fused plan's frozen components keep no spool; the baseline of maestro-bench kd)");
   app.add_option("--eval-samples", a.train.eval_samples, "evaluate on the first N test samples (default: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", a.train.progress, "no per-step log line");
@@ -197,7 +201,7 @@ int RunReferenceMode(const maestro::plan::Plan& plan, const maestro::runtime::Tr
     if (accuracy.ok()) std::printf("caption accuracy %.4f\n", *accuracy);
   }
   // --steps 0 trains nothing and evaluates nothing (its weights are the initial ones).
-  if (train.evaluate && !plan.data.test_corpus.empty() && train.steps != 0) {
+  if (train.evaluate && maestro::runtime::EvaluatesHeldOut(plan) && train.steps != 0) {
     auto heldout = maestro::runtime::EvaluateRunHeldOut(plan, train.run_dir, train.eval_samples, *compute);
     if (!heldout.ok()) {
       std::fprintf(stderr, "maestro-worker --reference: %s\n", heldout.status().ToString().c_str());

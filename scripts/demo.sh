@@ -5,7 +5,11 @@
 # vlm (default): the tiny VLM (ViT + decoder) trains on Fashion-MNIST captions
 #   mixed with Debian text, sectioned on this machine's cores under mpirun,
 #   and reports caption accuracy on the 10,000 test images (out/tiny_vlm/).
-# kd: trains the tiny teacher, then distills it into the student (out/tiny_*).
+# kd: trains the tiny teacher, then distills it into the student (the
+#   planner's plan), trains the same student without the teacher, and
+#   distills again with the fused plan recomputing the teacher every epoch;
+#   ends on the students' held-out losses and the two plans' measured
+#   training times (scripts/kd_demo_summary.py; out/tiny_*).
 # compile: compiles every example spec in specs/ and prints its plan (a spec
 #   this build's runtime cannot hold is planned for one with CP, recomputation
 #   and ZeRO-1, and says so).
@@ -26,6 +30,10 @@ case "$what" in
   kd)
     build/bin/maestro run specs/tiny_teacher.toml -o out/tiny_teacher "$@"
     build/bin/maestro run specs/tiny_kd.toml -o out/tiny_kd "$@"
+    build/bin/maestro run specs/tiny_student.toml -o out/tiny_student "$@"
+    build/bin/maestro run specs/tiny_kd.toml -o out/tiny_kd_fused_every_epoch \
+      --grouping fused --no-spool-reuse "$@"
+    python3 scripts/kd_demo_summary.py out/tiny_teacher out/tiny_kd out/tiny_student out/tiny_kd_fused_every_epoch
     ;;
   compile)
     # A realistic spec that needs more than this build's runtime has (it

@@ -37,9 +37,9 @@ using maestro::bench_test::RunTool;
 using maestro::bench_test::ToolRun;
 
 // Quick runs that take minutes on 2 shared cores (measured: simulator ~1 min alone and ~3 min beside a build,
-// it profiles and trains four plans; parallel ~2 min beside builds, seven 2-rank trainings); the others take
-// seconds each.
-const std::set<std::string> kSlowBenchmarks = {"simulator", "parallel"};
+// it profiles and trains four plans; parallel ~2 min beside builds, seven 2-rank trainings; kd, thirteen
+// 2-rank trainings of 24 steps); the others take seconds each.
+const std::set<std::string> kSlowBenchmarks = {"simulator", "parallel", "kd"};
 
 // Benchmarks whose children are known to log on their stdout, and a line of
 // that log: it must reach our stderr (not be dropped, not be on stdout).

@@ -418,6 +418,47 @@ TEST(DemoText, ChunksHeldOutSplitAndTargets) {
   }
 }
 
+// DemoTrainSamples (what the compiler prices a job over) is what the opened
+// set holds: the text at several seq_lens and a custom text; the captions
+// set at image fractions 1, 0.5 and 0.3 (60,000 images spread; the opened
+// set's count when the Fashion-MNIST files are here).
+TEST(DemoData, TrainSamplesWithoutOpeningEqualTheOpenedSet) {
+  for (int64_t seq_len : {16, 64, 257}) {
+    auto ds = OpenOrDie(Text(seq_len));
+    ASSERT_TRUE(ds);
+    auto n = DemoTrainSamples(Text(seq_len));
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, ds->NumTrain()) << "seq_len " << seq_len;
+  }
+  const std::string dir = fixtures::ScratchDir(kScratch, "train_samples");
+  {
+    std::ofstream f(dir + "/tiny.txt");
+    f << "0123456789abcdefghij";  // 20 bytes: two chunks of 7 at seq_len 8, one held out
+  }
+  DemoOptions custom = Text(8);
+  custom.text_path = dir + "/tiny.txt";
+  auto one = DemoTrainSamples(custom);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(*one, 1);
+  custom.seq_len = 12;
+  EXPECT_EQ(DemoTrainSamples(custom).status().code(), StatusCode::kInvalidArgument);
+
+  DemoOptions captions;
+  captions.kind = DemoKind::kFashionMnistCaptions;
+  const bool have_images = FindFashionMnist(captions.fashion_dir).ok();
+  for (double fraction : {1.0, 0.5, 0.3}) {
+    captions.image_fraction = fraction;
+    auto n = DemoTrainSamples(captions);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, static_cast<int64_t>(std::llround(60000 / fraction))) << fraction;
+    if (have_images) {
+      auto ds = DemoDataset::Open(captions);
+      ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+      EXPECT_EQ(*n, (*ds)->NumTrain()) << fraction;
+    }
+  }
+}
+
 TEST(DemoText, CustomTextPathAndItsErrors) {
   const std::string dir = fixtures::ScratchDir(kScratch, "text");
   {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -201,6 +202,20 @@ TEST(PlanJson, RoundTripsAndRejectsOtherSchemaVersions) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("recompile"), std::string::npos);
   EXPECT_FALSE(PlanFromJson("{not json").ok());
+}
+
+// spool_reuse (the compiler's choice over the job): written and read back
+// when false; a plan written before the key reads as true (reuse, what the
+// runtime did then).
+TEST(PlanJson, SpoolReuseRoundTripsAndIsTrueWhenAbsent) {
+  Plan p = VlmPlan(2, 4);
+  p.spool_reuse = false;
+  const std::string text = PlanToJson(p);
+  EXPECT_FALSE(PlanFromJson(text).ValueOrDie().spool_reuse);
+  auto json = nlohmann::json::parse(text);
+  ASSERT_TRUE(json.contains("spool_reuse"));
+  json.erase("spool_reuse");
+  EXPECT_TRUE(PlanFromJson(json.dump()).ValueOrDie().spool_reuse);
 }
 
 // config.pp_layers (docs/pipeline.md): optional, absent from plan.json

@@ -18,10 +18,12 @@
 // pretrained teacher's held-out loss by EvaluateHeldOut is the independent
 // check's, and its manifest and PNG/JPEG images read back through
 // datasets/jsonl_manifest.h and image_decode.h.
-// Skips when no python3 has torch and PIL.
+// Skips when no python3 has torch and PIL. And a run on the built-in text
+// ends on the loss over its held-out chunks (HeldOutEvalDemoText).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "compiler/model.h"
+#include "datasets/default_text.h"
 #include "datasets/image_decode.h"
 #include "datasets/jsonl_manifest.h"
 #include "datasets/megatron_indexed.h"
@@ -342,6 +345,37 @@ TEST_F(HeldOutEvalTest, AHeldOutTokenOutsideTheVocabularyStopsTheRunBeforeTraini
   EXPECT_FALSE(fs::exists(out + "/run/eval.json"));
   const bool any_checkpoint = fs::exists(out + "/run/checkpoints") && !fs::is_empty(out + "/run/checkpoints");
   EXPECT_FALSE(any_checkpoint);
+}
+
+// The built-in text holds out its last chunks (datasets/demo_data.h): a run
+// on it (specs/tiny_student.toml, the KD demo's student alone) ends on the
+// student's loss over them, N = a twentieth of the text's 63-byte chunks
+// (counted here from the text), in the printed line and eval.json alike;
+// and the same run trained on (resumed to 40 steps) ends lower.
+TEST(HeldOutEvalDemoText, ARunOnTheBuiltInTextEndsOnItsHeldOutChunks) {
+  const auto text = datasets::ReadDefaultText();
+  if (!text.ok()) GTEST_SKIP() << "no demo text: " << text.status().message();
+  const int64_t chunks = static_cast<int64_t>(text->text.size()) / 63;
+  const int64_t held_out = std::max<int64_t>(1, chunks / 20);
+  const std::string spec = std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_student.toml";
+  const std::string out = fixtures::PerTestDir("heldout_demo_text");
+  double losses[2] = {0, 0};
+  int at = 0;
+  for (const char* steps : {"4", "40"}) {
+    const RunResult run = runtime_testing::RunMaestro({"run", spec, "-o", out, "--reference", "--steps", steps}, {});
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const auto line = run.output.find("held-out loss ");
+    ASSERT_NE(line, std::string::npos) << run.output;
+    const auto eval = nlohmann::json::parse(ReadText(out + "/run/eval.json"), nullptr, false);
+    ASSERT_TRUE(eval.is_object()) << run.output;
+    EXPECT_EQ(eval.at("section"), "student");
+    EXPECT_EQ(eval.at("samples"), held_out);
+    EXPECT_EQ(eval.at("step"), std::stoi(steps) - 1);
+    losses[at] = eval.at("loss").get<double>();
+    EXPECT_NEAR(std::stod(run.output.substr(line + 14)), losses[at], 1e-6 * losses[at]) << run.output;
+    ++at;
+  }
+  EXPECT_LT(losses[1], losses[0]) << "40 steps of training lower the held-out loss of 4";
 }
 
 }  // namespace

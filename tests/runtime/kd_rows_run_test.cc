@@ -19,7 +19,18 @@
 //  (e) any rank reads any row (item 2): a fused plan at DP 2 reads every
 //      epoch-1 row from the spool although the samples changed replicas;
 //      a sectioned teacher at DP 2 for one epoch, then the run resumed with
-//      the teacher at DP 1: every epoch-1 row is read from the DP-2 files.
+//      the teacher at DP 1: every epoch-1 row is read from the DP-2 files;
+//  (f) without reuse (the job's every-epoch alternatives: the plan's
+//      spool_reuse false, or `--no-spool-reuse`): a sectioned teacher
+//      computes every row of every epoch (no spool hit), a fused plan's
+//      teacher keeps no spool; the losses still equal the reference's;
+//  (g) the offline pass (the job's "offline" alternative: plan.
+//      offline_spool_pass): a fused plan at DP 2 runs its teacher alone over
+//      the corpus first, each row once; training never runs the teacher
+//      (every row of both epochs read back) and equals the reference; a
+//      rank killed (SIGKILL) in the pass right after a commit: the job
+//      fails, and the run again computes only the rows not committed, then
+//      trains to the reference's losses.
 // No torch headers here: plans come from the compiler, runs are processes.
 #include <gtest/gtest.h>
 
@@ -30,6 +41,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "compiler/compile.h"
 #include "datalayer/sqlite_db.h"
@@ -130,27 +142,39 @@ INSTANTIATE_TEST_SUITE_P(Forms, KdRowsRun,
                                            Form{"sampled", plan::kTeacherSampledTensor, 0, 16}),
                          [](const auto& param_info) { return param_info.param.name; });
 
-// (d) The tiny KD fused (TP = CP = PP = 1, one replica): the teacher
-// component reads its epoch-1 rows from its spool.
-TEST(KdRowsRun, AFusedTeacherSpoolsItsRowsAndReadsThemInTheNextEpoch) {
-  const std::string dir = Fresh("fused_topk");
+// The tiny KD fused (TP = CP = PP = 1) at DP `dp`, micro-batches of 4, over
+// the counting corpus in `dir` (global batch 32), one epoch and
+// `later_steps` of the next; top-K rows (K = top_k) when top_k > 0, else
+// hidden rows.
+plan::Plan FusedRowsPlan(const std::string& dir, int dp, int top_k, int64_t later_steps) {
   plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kFused);
   plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
-  ASSERT_NE(fused, nullptr);
-  runtime_testing::SetDegrees(*fused, {1, 1, 1, 1, 4});
+  if (fused == nullptr) return p;
+  runtime_testing::SetDegrees(*fused, {1, 1, 1, dp, 4});
   for (auto& c : fused->components) {
     c.init_from.clear();
     if (c.name == "student") {
       runtime_testing::UseKdLoss(c);
-      c.loss.top_k = 8;
+      c.loss.top_k = top_k;
     }
   }
-  for (auto& e : fused->component_edges) e.tensor = plan::kTeacherTopKTensor;
+  if (top_k > 0) {
+    for (auto& e : fused->component_edges) e.tensor = plan::kTeacherTopKTensor;
+  }
   p.data.corpus = runtime_testing::WriteCountingCorpus(dir, 0);
   p.data.eos_id = 300;
   p.data.global_batch = 32;
+  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + later_steps);
+  return p;
+}
+
+// (d) The tiny KD fused (TP = CP = PP = 1, one replica): the teacher
+// component reads its epoch-1 rows from its spool.
+TEST(KdRowsRun, AFusedTeacherSpoolsItsRowsAndReadsThemInTheNextEpoch) {
+  const std::string dir = Fresh("fused_topk");
+  plan::Plan p = FusedRowsPlan(dir, 1, 8, 3);
+  ASSERT_NE(runtime_testing::TheFusedSection(p), nullptr);
   p.spool_dtype = "bf16";
-  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
   const auto runs = runtime_testing::ExpectRunEqualsReference("fused_topk", p, dir, "fused", {});
   ASSERT_EQ(runs.run.exit_code, 0) << runs.run.output;
   int lines = 0;
@@ -164,18 +188,8 @@ TEST(KdRowsRun, AFusedTeacherSpoolsItsRowsAndReadsThemInTheNextEpoch) {
 // than in epoch 0, and each replica reads the rows the other wrote.
 TEST(KdRowsRun, EveryReplicaReadsEveryRowWhoeverWroteIt) {
   const std::string dir = Fresh("fused_dp2");
-  plan::Plan p = runtime_testing::CompiledExamplePlan("tiny_kd.toml", compiler::Grouping::kFused);
-  plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
-  ASSERT_NE(fused, nullptr);
-  runtime_testing::SetDegrees(*fused, {1, 1, 1, 2, 4});
-  for (auto& c : fused->components) {
-    c.init_from.clear();
-    if (c.name == "student") runtime_testing::UseKdLoss(c);
-  }
-  p.data.corpus = runtime_testing::WriteCountingCorpus(dir, 0);
-  p.data.eos_id = 300;
-  p.data.global_batch = 32;
-  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 2);
+  const plan::Plan p = FusedRowsPlan(dir, 2, 0, 2);
+  ASSERT_NE(p.sections.size(), 0u);
   const auto runs = runtime_testing::ExpectRunEqualsReference("fused_dp2", p, dir, "fused", {});
   ASSERT_EQ(runs.run.exit_code, 0) << runs.run.output;
   int64_t hits = 0, computed = 0;
@@ -215,6 +229,135 @@ TEST(KdRowsRun, AResumeUnderAnotherLayoutReadsEveryCommittedRow) {
   const auto reference = runtime_testing::RunReference(one_path, dir + "/reference");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto a = Losses(run_dir), b = Losses(dir + "/reference");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
+}
+
+// Runs `p` under mpirun with `flags` in `dir`/`name` and the reference in
+// `dir`/reference; both exit 0 and every step's loss agrees within 1e-5.
+// Returns the run's output.
+std::string RunAgainstReference(const plan::Plan& p, const std::string& dir, const std::string& name,
+                                const std::vector<std::string>& flags) {
+  const std::string plan_path = runtime_testing::WritePlan(p, dir + "/" + name + "-plan");
+  const auto run = runtime_testing::RunWorkers(p, plan_path, dir + "/" + name, flags);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const auto reference = runtime_testing::RunReference(plan_path, dir + "/" + name + "-reference");
+  EXPECT_EQ(reference.exit_code, 0) << reference.output;
+  const auto a = Losses(dir + "/" + name), b = Losses(dir + "/" + name + "-reference");
+  EXPECT_EQ(static_cast<int64_t>(a.size()), p.data.steps) << run.output;
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [step, loss] : a) {
+    if (b.count(step) > 0) {
+      EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << name << " step " << step;
+    }
+  }
+  return run.output;
+}
+
+// (f) Both switches, on a sectioned and on a fused plan.
+TEST(KdRowsRun, WithoutReuseEveryEpochComputesItsRowsAgain) {
+  const std::string dir = Fresh("no_reuse");
+  plan::Plan sectioned = RowsPlan(dir, plan::kTeacherTopKTensor, 8, 0);
+  const int64_t rows = kSamplesPerEpoch + 3 * sectioned.data.global_batch;  // every row of both epochs
+  const std::string flagged = RunAgainstReference(sectioned, dir, "sectioned-flag", {"--no-spool-reuse"});
+  EXPECT_EQ(LoggedNumber(flagged, "spool hits "), 0) << flagged;
+  EXPECT_EQ(LoggedNumber(flagged, "computed "), rows) << flagged;
+  plan::Plan unpriced = sectioned;
+  unpriced.spool_reuse = false;  // the compiler chose an every-epoch alternative
+  const std::string planned = RunAgainstReference(unpriced, dir, "sectioned-plan", {});
+  EXPECT_EQ(LoggedNumber(planned, "spool hits "), 0) << planned;
+  EXPECT_EQ(LoggedNumber(planned, "computed "), rows) << planned;
+
+  const plan::Plan fused = FusedRowsPlan(dir, 1, 0, 3);
+  ASSERT_NE(fused.sections.size(), 0u);
+  const std::string output = RunAgainstReference(fused, dir, "fused-flag", {"--no-spool-reuse"});
+  EXPECT_EQ(output.find("component 'teacher': spool"), std::string::npos) << "no spool\n" << output;
+  int spool_files = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir + "/fused-flag/spool", ec)) {
+    spool_files += entry.path().extension() == ".h5" ? 1 : 0;
+  }
+  EXPECT_EQ(spool_files, 0) << output;
+}
+
+// The tiny KD fused at DP 2 (top-K rows, micro-batches of 4), two epochs
+// (4 + 3 steps), its teacher's rows filled by the offline pass.
+plan::Plan OfflinePlan(const std::string& dir) {
+  plan::Plan p = FusedRowsPlan(dir, 2, 8, 3);
+  p.offline_spool_pass = true;
+  return p;
+}
+
+// Sums over the replicas' "offline spool pass: R rows (C computed, S
+// already spooled)" lines of `output`: {R, C, S}, and how many lines.
+struct PassCounts {
+  int64_t rows = 0, computed = 0, spooled = 0;
+  int lines = 0;
+};
+PassCounts OfflinePassCounts(const std::string& output) {
+  PassCounts c;
+  const std::string label = "offline spool pass: ";
+  for (size_t at = output.find(label); at != std::string::npos; at = output.find(label, at + 1)) {
+    long long rows = 0, computed = 0, spooled = 0;
+    if (std::sscanf(output.c_str() + at + label.size(), "%lld rows (%lld computed, %lld already spooled)", &rows,
+                    &computed, &spooled) == 3) {
+      c.rows += rows;
+      c.computed += computed;
+      c.spooled += spooled;
+      ++c.lines;
+    }
+  }
+  return c;
+}
+
+// (g) The pass, whole.
+TEST(KdRowsRun, TheOfflinePassSpoolsEveryRowOnceAndTrainingNeverRunsTheTeacher) {
+  const std::string dir = Fresh("offline");
+  const plan::Plan p = OfflinePlan(dir);
+  ASSERT_TRUE(p.offline_spool_pass);
+  const std::string output = RunAgainstReference(p, dir, "fused", {});
+  const PassCounts pass = OfflinePassCounts(output);
+  EXPECT_EQ(pass.lines, 2) << output;
+  EXPECT_EQ(pass.rows, kSamplesPerEpoch) << output;
+  EXPECT_EQ(pass.computed, kSamplesPerEpoch) << output;
+  // After the pass, every row of both epochs from the spool: the spools'
+  // counts over the run are the pass's rows computed and every row read.
+  int64_t hits = 0, computed = 0;
+  for (const std::string replica : {"dp 0", "dp 1"}) {
+    const std::string label = replica + ": component 'teacher': spool hits ";
+    const auto at = output.find(label);
+    ASSERT_NE(at, std::string::npos) << output;
+    hits += std::strtoll(output.c_str() + at + label.size(), nullptr, 10);
+    computed += std::strtoll(output.c_str() + output.find("computed ", at) + 9, nullptr, 10);
+  }
+  EXPECT_EQ(computed, kSamplesPerEpoch) << "each row computed once, in the pass\n" << output;
+  EXPECT_EQ(hits, kSamplesPerEpoch + 3 * p.data.global_batch) << "training read every row\n" << output;
+  EXPECT_NE(runtime_testing::ReadText(dir + "/fused/metrics.jsonl").find("\"offline_pass_s\""), std::string::npos);
+}
+
+// (g) A kill -9 in the pass, then the run again.
+TEST(KdRowsRun, AKillInTheOfflinePassLosesOnlyRowsNotCommitted) {
+  const std::string dir = Fresh("offline_kill");
+  const plan::Plan p = OfflinePlan(dir);
+  const std::string plan_path = runtime_testing::WritePlan(p, dir);
+  const std::string run_dir = dir + "/run";
+  runtime_testing::WorkerOptions killed;
+  constexpr int kCommittedMicroBatches = 5;  // of rank 1's 13 (52 samples in micro-batches of 4)
+  killed.extra_env = {{"MAESTRO_TEST_KILL_IN_OFFLINE_PASS", "1:" + std::to_string(kCommittedMicroBatches)}};
+  const auto first = runtime_testing::RunWorkers(p, plan_path, run_dir, {}, killed);
+  EXPECT_NE(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("killed after 5 micro-batches"), std::string::npos) << first.output;
+  EXPECT_TRUE(Losses(run_dir).empty()) << "no step ran";
+  const auto second = runtime_testing::RunWorkers(p, plan_path, run_dir);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const PassCounts pass = OfflinePassCounts(second.output);
+  EXPECT_EQ(pass.rows, kSamplesPerEpoch) << second.output;
+  EXPECT_GE(pass.spooled, kCommittedMicroBatches * 4) << "the killed rank's committed rows are kept\n" << second.output;
+  EXPECT_EQ(pass.computed + pass.spooled, kSamplesPerEpoch) << second.output;
+  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto a = Losses(run_dir), b = Losses(dir + "/reference");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
 }

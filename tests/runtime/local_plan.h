@@ -43,6 +43,11 @@ inline plan::Plan CompiledExamplePlan(const std::string& spec_name, compiler::Gr
   // within 1e-5 (a spec's bf16 spool rounds the rows a frozen section hands
   // on: tests/runtime/kd_rows_run_test.cc checks that path).
   compiled->plan.spool_dtype = "f32";
+  // Spools read back across epochs whatever the compiler priced for the
+  // spec's own data (the tests replace it): what they test is the reuse;
+  // online (a test of the offline pass asks for it).
+  compiled->plan.spool_reuse = true;
+  compiled->plan.offline_spool_pass = false;
   return compiled->plan;
 }
 
