@@ -88,8 +88,7 @@ StatusOr<int> HeldOutSection(const plan::Plan& given) {
 
 bool EvaluatesHeldOut(const plan::Plan& plan) {
   if (!plan.data.test_corpus.empty()) return true;
-  const bool demo_text = plan.data.dataset == "text" && plan.data.corpus.empty() && plan.data.manifest.empty();
-  return demo_text && HeldOutSection(plan).ok();
+  return BuiltInDatasetOf(plan) == "text" && HeldOutSection(plan).ok();
 }
 
 std::string HeldOutSplitName(const plan::Plan& plan) {

@@ -235,6 +235,16 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
   return spec;
 }
 
+std::string BuiltInDatasetOf(const plan::Plan& given) {
+  const plan::Plan plan = plan::ExpandFusedSections(given);
+  if (!plan.data.corpus.empty() || !plan.data.manifest.empty()) return "";
+  if (!plan.data.dataset.empty()) return plan.data.dataset;
+  bool image = false;
+  for (const auto& s : plan.sections) image = image || s.activation == "image";
+  for (const auto& m : plan.data.modalities) image = image || m.name == "image";
+  return image ? "fashion_mnist_captions" : "text";
+}
+
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& given) {
   // The data follows the components (a fused section's models read it).
   const plan::Plan plan = plan::ExpandFusedSections(given);
@@ -247,14 +257,7 @@ StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Pl
   }
   if (!plan.data.manifest.empty()) return OpenManifest(plan);
   datasets::DemoOptions options;
-  std::string kind = plan.data.dataset;
-  if (kind.empty()) {
-    bool image = false;
-    for (const auto& s : plan.sections) image = image || s.activation == "image";
-    for (const auto& m : plan.data.modalities) image = image || m.name == "image";
-    kind = image ? "fashion_mnist_captions" : "text";
-  }
-  MAESTRO_ASSIGN_OR_RETURN(options.kind, datasets::DemoKindFromName(kind));
+  MAESTRO_ASSIGN_OR_RETURN(options.kind, datasets::DemoKindFromName(BuiltInDatasetOf(plan)));
   options.seq_len = plan.data.seq_len;
   options.seed = plan.data.seed;
   options.image_fraction = ModalityFraction(plan, "image", 0.5);

@@ -28,8 +28,13 @@ namespace maestro::runtime {
 // on_bad_sample; the plan's audio encoder's mel_bins and frames,
 // audio_token_id, max_audios_per_sample), else the built-in dataset
 // plan.data.dataset (or captions when a section activates on "image", else
-// text).
+// text: BuiltInDatasetOf).
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& plan);
+
+// The built-in dataset a plan reads: "" with a corpus or a manifest, else
+// plan.data.dataset, else "fashion_mnist_captions" when a section activates
+// on "image" or the data has an image modality, else "text".
+std::string BuiltInDatasetOf(const plan::Plan& plan);
 
 // The token id whose positions a decoder fills with a vision section's rows:
 // plan.data.image_token_id, else the built-in captions' datasets::kImage when

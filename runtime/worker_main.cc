@@ -42,6 +42,7 @@
 #include "runtime/evaluation.h"
 #include "runtime/executor.h"
 #include "runtime/host_allocator.h"
+#include "runtime/plan_data.h"
 #include "runtime/profiler.h"
 #include "runtime/reference.h"
 #include "runtime/runtime_info.h"
@@ -196,7 +197,7 @@ int RunReferenceMode(const maestro::plan::Plan& plan, const maestro::runtime::Tr
     return ExitCodeFor(losses.status());
   }
   for (const auto& l : *losses) std::printf("step %lld loss %.9g\n", static_cast<long long>(l.step), l.loss);
-  if (train.evaluate && plan.data.dataset != "text") {
+  if (train.evaluate && maestro::runtime::BuiltInDatasetOf(plan) == "fashion_mnist_captions") {
     auto accuracy = maestro::runtime::EvaluateRunCaptions(plan, train.run_dir, train.eval_samples, *compute);
     if (accuracy.ok()) std::printf("caption accuracy %.4f\n", *accuracy);
   }
