@@ -19,6 +19,8 @@
 // Goals (3 epochs): chosen_vs_best_measured >= 0.9, chosen_vs_fused_every_epoch
 // >= 1.3, every predicted_vs_measured within 20%; 1 epoch: the choice keeps
 // no reuse (nothing to read back) and chosen_vs_best_measured >= 0.9.
+// Predictions are made with this machine's section profiles (`maestro
+// profile` of the job's spec, as a user would calibrate before a run).
 // And the spool's bytes a sample per row form: for a 7B student of a 152K
 // vocabulary at 4K tokens (specs/kd_72b_to_7b_4k.toml) as the compiler
 // prices them, and on the tiny KD for the same forms, measured from the
@@ -39,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "base/read_file.h"
 #include "bench/local_runs.h"
 #include "bench/registry.h"
@@ -46,6 +49,7 @@
 #include "compiler/compile.h"
 #include "compiler/job_alternatives.h"
 #include "compiler/spec.h"
+#include "compiler/workload_builder.h"
 #include "datalayer/sqlite_db.h"
 #include "plan/plan.h"
 #include "plan/teacher_rows.h"
@@ -75,10 +79,36 @@ std::string ReadSpecText(const std::string& name) {
   return *text;
 }
 
-CompileResult CompileText(const std::string& text, const std::string& name, Grouping grouping) {
+// `text` (a spec named `name`) compiled for this machine, with the section
+// profiles at `profiles` ("" = the analytic cost model).
+CompileResult CompileText(const std::string& text, const std::string& name, Grouping grouping,
+                          const std::string& profiles = "") {
   auto spec = maestro::compiler::ParseSpecString(text, kSpecs + name, kSpecs);
   if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
-  return maestro::bench::CompiledOrThrow(*spec, maestro::bench::LocalCompileOptions(grouping));
+  maestro::compiler::CompileOptions options = maestro::bench::LocalCompileOptions(grouping);
+  if (!profiles.empty()) {
+    auto read = maestro::compiler::ReadProfilesJson(profiles);
+    if (!read.ok()) throw std::runtime_error(read.status().ToString());
+    options.extra_profiles = *read;
+  }
+  return maestro::bench::CompiledOrThrow(*spec, options);
+}
+
+// `maestro profile` of `text` (written to <dir>/<tag>.toml, the teacher from
+// its seed): each section's micro-batch times measured on this machine and
+// calibrated in a short run; returns the profile file. The predictions the
+// benchmark compares with measured times are made with it: the spec's
+// `cpu` slots (0.05 TFLOP/s) are a placeholder, not this machine.
+std::string ProfileOnThisMachine(const std::string& text, const std::string& dir, const std::string& tag) {
+  const std::string spec = dir + "/" + tag + ".toml";
+  if (!maestro::WriteFileAtomically(spec, Replaced(text, "init = \"../out/tiny_teacher/run\"", "")).ok()) {
+    throw std::runtime_error("cannot write " + spec);
+  }
+  const std::string out = dir + "/" + tag + "-profile";
+  auto rc = maestro::cli::RunProcess({maestro::cli::SelfDirectory() + "/maestro", "profile", spec, "-o", out},
+                                     maestro::cli::ChildStdout::kToStderr);
+  if (!rc.ok() || *rc != 0) throw std::runtime_error("maestro profile " + spec + " failed");
+  return out + "/profile.json";
 }
 
 // One alternative as it runs: its plan (grouping, spool_reuse) and figures.
@@ -113,9 +143,10 @@ bool Sectioned(const std::string& name) {
 nlohmann::json MeasureJob(const std::string& worker, const std::string& dir, int epochs, int64_t quick_steps,
                           int rounds) {
   const std::string text = Replaced(ReadSpecText("tiny_kd.toml"), "steps = 300", fmt::format("epochs = {}", epochs));
-  const CompileResult chosen = CompileText(text, "tiny_kd.toml", Grouping::kAuto);
-  const CompileResult sectioned = CompileText(text, "tiny_kd.toml", Grouping::kSectioned);
-  const CompileResult fused = CompileText(text, "tiny_kd.toml", Grouping::kFused);
+  const std::string profiles = ProfileOnThisMachine(text, dir, fmt::format("e{}", epochs));
+  const CompileResult chosen = CompileText(text, "tiny_kd.toml", Grouping::kAuto, profiles);
+  const CompileResult sectioned = CompileText(text, "tiny_kd.toml", Grouping::kSectioned, profiles);
+  const CompileResult fused = CompileText(text, "tiny_kd.toml", Grouping::kFused, profiles);
   const int64_t steps = quick_steps > 0 ? quick_steps : chosen.job.length.steps;
   std::vector<Alternative> runs;
   std::string chosen_name;
