@@ -6,6 +6,14 @@
 //                              SQLite commit records) over fwrite of the same
 //                              bytes with fflush + fsync at the same
 //                              boundaries. Goal >= 0.8.
+//   spool_read_vs_fread        Get of every row (commit record, HDF5 read,
+//                              CRC check) over fread of the same bytes.
+//   row_forms.<form>           the same two ratios (spool_write_vs_raw,
+//                              spool_read_vs_raw) for the KD teacher's compact
+//                              rows of a 4K-token sample as the codec hands
+//                              them over (u8 rows of top-128 bf16 values +
+//                              ids, 3 MiB, and of 16 sampled ids + an
+//                              entropy, 272 KiB). Goal >= 0.8 (issue #41).
 //   index_ingest_samples_per_s SampleIndex::IngestManifest of a JSONL
 //                              manifest (one transaction). Goal >= 500000.
 // Files go to $MAESTRO_BENCH_DIR, else $TMPDIR, else /tmp.
@@ -13,12 +21,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <numeric>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bench/registry.h"
@@ -54,75 +64,143 @@ void OrDie(const maestro::Status& s) {
   if (!s.ok()) throw maestro::Error(s);
 }
 
+// A spooled row's form: its element type and shape.
+struct RowForm {
+  std::string name;
+  dl::DType dtype;
+  std::vector<int64_t> dims;
+};
+
+struct SpoolFigures {
+  double write_vs_raw = 0, read_vs_raw = 0;
+  double spool_write_mb_per_s = 0, raw_write_mb_per_s = 0, spool_read_mb_per_s = 0;
+  double bytes = 0;
+  int64_t row_bytes = 0;
+};
+
+// ActivationSpool against plain stdio on rows of `form`, in steps of 8 MiB
+// (64 f32 (256, 128) rows; at least one row):
+// writes (Put + Commit at each step: HDF5 write, flush, fsync, SQLite commit
+// records) against fwrite + fflush + fsync at the same boundaries; reads
+// (Get of every row: the commit record, the HDF5 read, the CRC-32C check)
+// against fread of the same bytes, both from the page cache just written.
+// Each side alternates first over `reps` rounds and keeps its best (the VM
+// disk is noisy and shared); sync() before every timed run so neither pays
+// for the other's writeback; files are removed outside the timed part.
+SpoolFigures MeasureSpool(const std::string& dir, bool quick, const RowForm& form) {
+  int64_t values = 1;
+  for (int64_t d : form.dims) values *= d;
+  const size_t row_bytes = static_cast<size_t>(values) * dl::DTypeSize(form.dtype);
+  std::vector<std::byte> row(row_bytes);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = static_cast<std::byte>(i * 131 + 7);
+  const int rows_per_step = std::max(1, static_cast<int>((size_t{8} << 20) / row_bytes));
+  const int steps = quick ? 4 : 24;
+  const double total_bytes = static_cast<double>(row_bytes) * rows_per_step * steps;
+  std::vector<std::byte> into(row_bytes);
+  double best[4] = {1e30, 1e30, 1e30, 1e30};  // spool write, fwrite, spool read, fread
+  const int reps = quick ? 2 : 5;
+  for (int rep = 0; rep < reps; ++rep) {
+    const std::string h5 = fmt::format("{}/spool-{}-{}.h5", dir, form.name, rep);
+    const std::string raw = fmt::format("{}/fwrite-{}-{}.bin", dir, form.name, rep);
+    // Opening the index and creating the spool file (schema, a few fsyncs)
+    // is setup, not throughput: outside the timed part.
+    auto index = OrDie(dl::SampleIndex::Open(fmt::format("{}/spool-index-{}-{}.sqlite", dir, form.name, rep)));
+    dl::SpoolOptions so;
+    so.name = "teacher." + form.name;
+    so.dtype = form.dtype;
+    auto spool = OrDie(dl::ActivationSpool::Open(h5, &index->db(), so));
+    const auto spool_write = [&] {
+      int64_t sample = 0;
+      for (int s = 0; s < steps; ++s) {
+        for (int r = 0; r < rows_per_step; ++r) {
+          OrDie(spool->Put(sample++, 0, dl::RowView{form.dims, row.data(), row_bytes}));
+        }
+        OrDie(spool->Commit());
+      }
+    };
+    const auto raw_write = [&] {
+      FILE* f = std::fopen(raw.c_str(), "wb");
+      if (f == nullptr) throw std::runtime_error("cannot write " + raw);
+      for (int s = 0; s < steps; ++s) {
+        for (int r = 0; r < rows_per_step; ++r) std::fwrite(row.data(), 1, row_bytes, f);
+        std::fflush(f);
+        ::fsync(::fileno(f));
+      }
+      std::fclose(f);
+    };
+    for (int which = 0; which < 2; ++which) {
+      ::sync();
+      if ((which + rep) % 2 == 0) {
+        best[1] = std::min(best[1], Seconds(raw_write));
+      } else {
+        best[0] = std::min(best[0], Seconds(spool_write));
+      }
+    }
+    const auto spool_read = [&] {
+      for (int64_t sample = 0; sample < int64_t{rows_per_step} * steps; ++sample) {
+        auto got = OrDie(spool->Get(sample, 0));
+        if (!got || got->data.size() != row_bytes) throw std::runtime_error("a spooled row did not read back");
+      }
+    };
+    const auto raw_read = [&] {
+      FILE* f = std::fopen(raw.c_str(), "rb");
+      if (f == nullptr) throw std::runtime_error("cannot read " + raw);
+      for (int64_t r = 0; r < int64_t{rows_per_step} * steps; ++r) {
+        if (std::fread(into.data(), 1, row_bytes, f) != row_bytes) throw std::runtime_error("short read of " + raw);
+      }
+      std::fclose(f);
+    };
+    for (int which = 0; which < 2; ++which) {
+      if ((which + rep) % 2 == 0) {
+        best[3] = std::min(best[3], Seconds(raw_read));
+      } else {
+        best[2] = std::min(best[2], Seconds(spool_read));
+      }
+    }
+    spool.reset();
+    index.reset();
+    fs::remove(raw);
+    fs::remove(h5);
+  }
+  SpoolFigures out;
+  out.write_vs_raw = best[1] / best[0];
+  out.read_vs_raw = best[3] / best[2];
+  out.spool_write_mb_per_s = total_bytes / best[0] / 1e6;
+  out.raw_write_mb_per_s = total_bytes / best[1] / 1e6;
+  out.spool_read_mb_per_s = total_bytes / best[2] / 1e6;
+  out.bytes = total_bytes;
+  out.row_bytes = static_cast<int64_t>(row_bytes);
+  return out;
+}
+
 }  // namespace
 
 MAESTRO_BENCHMARK(datalayer, "HDF5 spool write vs fwrite; SQLite manifest ingest samples/s") {
   const std::string dir = BenchDir();
   nlohmann::json out;
 
-  // ---- spool vs fwrite ------------------------------------------------------
-  // Rows of (T=256, K=128) f32 = 128 KiB (teacher top-k logits of one sample);
-  // a "step" commits 64 rows (8 MiB).
-  const int64_t row_values = 256 * 128;
-  const int rows_per_step = 64;
-  const int steps = options.quick ? 4 : 24;
-  std::vector<float> row(static_cast<size_t>(row_values));
-  std::iota(row.begin(), row.end(), 0.5f);
-  const size_t row_bytes = row.size() * sizeof(float);
-  const double total_bytes = static_cast<double>(row_bytes) * rows_per_step * steps;
-
-  // Opening the index and creating the spool file (schema, a few fsyncs) is
-  // setup, not write throughput: it stays outside the timed part.
-  auto run_spool = [&](int rep) {
-    auto index = OrDie(dl::SampleIndex::Open(fmt::format("{}/spool-index-{}.sqlite", dir, rep)));
-    dl::SpoolOptions so;
-    so.name = "teacher.topk";
-    so.dtype = dl::DType::kF32;
-    auto spool = OrDie(dl::ActivationSpool::Open(fmt::format("{}/spool-{}.h5", dir, rep), &index->db(), so));
-    ::sync();  // the setup's own writes are not part of the measurement
-    return Seconds([&] {
-      int64_t sample = 0;
-      for (int s = 0; s < steps; ++s) {
-        for (int r = 0; r < rows_per_step; ++r) {
-          OrDie(spool->Put(sample++, 0, dl::RowView{{256, 128}, row.data(), row_bytes}));
-        }
-        OrDie(spool->Commit());
-      }
-    });
-  };
-  auto run_fwrite = [&](int rep) {
-    const std::string path = fmt::format("{}/fwrite-{}.bin", dir, rep);
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) throw std::runtime_error("cannot write " + path);
-    for (int s = 0; s < steps; ++s) {
-      for (int r = 0; r < rows_per_step; ++r) std::fwrite(row.data(), 1, row_bytes, f);
-      std::fflush(f);
-      ::fsync(::fileno(f));
-    }
-    std::fclose(f);
-  };
-  // Alternate which one goes first, several times, and keep each one's best
-  // run: the VM disk is noisy and shared. Before every timed run, sync() so
-  // neither pays for the other's background writeback; files are removed
-  // outside the timed part.
-  const int reps = options.quick ? 2 : 5;
-  double best_spool = 1e30, best_fwrite = 1e30;
-  for (int rep = 0; rep < reps; ++rep) {
-    for (int which = 0; which < 2; ++which) {
-      ::sync();
-      if ((which + rep) % 2 == 0) {
-        best_fwrite = std::min(best_fwrite, Seconds([&] { run_fwrite(rep); }));
-      } else {
-        best_spool = std::min(best_spool, run_spool(rep));
-      }
-    }
-    fs::remove(fmt::format("{}/fwrite-{}.bin", dir, rep));
-    fs::remove(fmt::format("{}/spool-{}.h5", dir, rep));
+  // ---- spool vs fwrite, each row form ----------------------------------------
+  const SpoolFigures f32 = MeasureSpool(dir, options.quick, RowForm{"f32", dl::DType::kF32, {256, 128}});
+  out["spool_vs_fwrite"] = f32.write_vs_raw;  // = spool MB/s over fwrite MB/s
+  out["spool_write_mb_per_s"] = f32.spool_write_mb_per_s;
+  out["fwrite_mb_per_s"] = f32.raw_write_mb_per_s;
+  out["spool_bytes"] = f32.bytes;
+  out["spool_read_vs_fread"] = f32.read_vs_raw;
+  // The KD teacher's compact rows of a 4K-token sample as the runtime's
+  // codec hands them to the spool (u8 rows, docs/datalayer.md): top-128
+  // (bf16 values + int32 ids, 6 B a position's entry: 3 MiB) and 16 sampled
+  // ids + an fp32 entropy (272 KiB).
+  nlohmann::json forms;
+  for (const RowForm& form : {RowForm{"topk128_bf16", dl::DType::kU8, {4096 * 128 * 6}},
+                              RowForm{"sampled16", dl::DType::kU8, {4096 * (16 * 4 + 4)}}}) {
+    const SpoolFigures f = MeasureSpool(dir, options.quick, form);
+    forms[form.name] = {{"spool_write_vs_raw", f.write_vs_raw},
+                        {"spool_read_vs_raw", f.read_vs_raw},
+                        {"row_bytes", f.row_bytes},
+                        {"spool_write_mb_per_s", f.spool_write_mb_per_s},
+                        {"spool_read_mb_per_s", f.spool_read_mb_per_s}};
   }
-  out["spool_vs_fwrite"] = best_fwrite / best_spool;  // = spool MB/s over fwrite MB/s
-  out["spool_write_mb_per_s"] = total_bytes / best_spool / 1e6;
-  out["fwrite_mb_per_s"] = total_bytes / best_fwrite / 1e6;
-  out["spool_bytes"] = total_bytes;
+  out["row_forms"] = forms;
 
   // ---- manifest ingest --------------------------------------------------------
   const int64_t samples = options.quick ? 200000 : 1000000;
