@@ -136,10 +136,12 @@ SpoolFigures MeasureSpool(const std::string& dir, bool quick, const RowForm& for
         best[0] = std::min(best[0], Seconds(spool_write));
       }
     }
+    dl::SpoolRow got;  // one buffer, as fread's
     const auto spool_read = [&] {
       for (int64_t sample = 0; sample < int64_t{rows_per_step} * steps; ++sample) {
-        auto got = OrDie(spool->Get(sample, 0));
-        if (!got || got->data.size() != row_bytes) throw std::runtime_error("a spooled row did not read back");
+        if (!OrDie(spool->GetInto(sample, 0, &got)) || got.data.size() != row_bytes) {
+          throw std::runtime_error("a spooled row did not read back");
+        }
       }
     };
     const auto raw_read = [&] {

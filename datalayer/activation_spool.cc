@@ -538,17 +538,24 @@ Status ActivationSpool::LoadRecords() {
 }
 
 StatusOr<std::optional<SpoolRow>> ActivationSpool::Get(int64_t sample_id, int64_t epoch) {
+  SpoolRow row;
+  MAESTRO_ASSIGN_OR_RETURN(const bool found, GetInto(sample_id, epoch, &row));
+  if (!found) return std::optional<SpoolRow>();
+  return std::optional<SpoolRow>(std::move(row));
+}
+
+StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolRow* out) {
   auto it = committed_.find(sample_id);
   if (it == committed_.end() || (!options_.reuse_across_epochs && it->second.epoch != epoch)) {
     ++stats_.misses;
-    return std::optional<SpoolRow>();
+    return false;
   }
   const RowRecord& rec = it->second;
-  SpoolRow row;
+  SpoolRow& row = *out;
   row.sample_id = sample_id;
   row.epoch = rec.epoch;
   row.dims = rec.dims;
-  row.data.resize(static_cast<size_t>(rec.count) * DTypeSize(options_.dtype));
+  row.data.resize(static_cast<size_t>(rec.count) * DTypeSize(options_.dtype));  // no work at the same size
   bool ok = true;
   if (rec.count > 0) {
     hsize_t start[1] = {static_cast<hsize_t>(rec.offset)}, count[1] = {static_cast<hsize_t>(rec.count)};
@@ -564,10 +571,10 @@ StatusOr<std::optional<SpoolRow>> ActivationSpool::Get(int64_t sample_id, int64_
     ++stats_.corrupt_rows;
     ++stats_.misses;
     committed_.erase(it);
-    return std::optional<SpoolRow>();
+    return false;
   }
   ++stats_.hits;
-  return std::optional<SpoolRow>(std::move(row));
+  return true;
 }
 
 StatusOr<bool> ActivationSpool::Put(int64_t sample_id, int64_t epoch, const RowView& row) {

@@ -107,6 +107,10 @@ class ActivationSpool {
   // The committed, verified row of `sample_id`, usable in `epoch`; nullopt
   // when there is none (the caller computes it and Put()s it).
   StatusOr<std::optional<SpoolRow>> Get(int64_t sample_id, int64_t epoch);
+  // Get into `row`, reusing its buffer (a reader of many rows of one size
+  // then allocates, faults in and zeroes no memory a row: maestro-bench
+  // datalayer's reads); false (and `row` unspecified) when there is none.
+  StatusOr<bool> GetInto(int64_t sample_id, int64_t epoch, SpoolRow* row);
   // Stages a row. Returns false (and stores nothing) when it would exceed the
   // budget. REQUIRES: row.bytes == product(dims) * DTypeSize(dtype).
   StatusOr<bool> Put(int64_t sample_id, int64_t epoch, const RowView& row);

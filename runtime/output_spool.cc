@@ -288,17 +288,17 @@ Status OutputSpool::Refresh() {
 }
 
 StatusOr<bool> OutputSpool::ReadInto(int64_t sample_id, int64_t epoch, torch::Tensor slot) {
-  std::optional<datalayer::SpoolRow> row;
+  bool found = false;
   if (writer_) {
-    MAESTRO_ASSIGN_OR_RETURN(row, writer_->Get(sample_id, epoch));
+    MAESTRO_ASSIGN_OR_RETURN(found, writer_->GetInto(sample_id, epoch, &read_row_));
   }
-  if (!row) {
+  if (!found) {
     auto it = sealed_row_.find(sample_id);
     if (it != sealed_row_.end()) {
-      MAESTRO_ASSIGN_OR_RETURN(row, sealed_[it->second]->Get(sample_id, epoch));
+      MAESTRO_ASSIGN_OR_RETURN(found, sealed_[it->second]->GetInto(sample_id, epoch, &read_row_));
     }
   }
-  if (!row || !codec_.Decode(row->data, slot)) return false;
+  if (!found || !codec_.Decode(read_row_.data, slot)) return false;
   ++hits_;
   return true;
 }

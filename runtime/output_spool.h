@@ -137,6 +137,7 @@ class OutputSpool {
   std::unordered_map<int64_t, size_t> sealed_row_;  // sample id -> its sealed_ file (the latest indexed)
   std::set<std::string> indexed_;                   // sealed files' names in sealed_
   SpoolRowCodec codec_;
+  datalayer::SpoolRow read_row_;  // ReadInto's buffer, reused row after row
   int64_t hits_ = 0, computed_ = 0;
 };
 
