@@ -119,21 +119,6 @@ struct Alternative {
   std::vector<double> measured;  // one a round
 };
 
-// The offline pass's seconds in a run's metrics.jsonl (0 without one).
-double OfflinePassSeconds(const std::string& metrics_path) {
-  auto text = maestro::ReadSmallFile(metrics_path, 1 << 26, "a run's metrics");
-  if (!text.ok()) throw std::runtime_error(text.status().ToString());
-  double seconds = 0;
-  size_t begin = 0;
-  while (begin < text->size()) {
-    const size_t end = std::min(text->find('\n', begin), text->size());
-    const auto j = nlohmann::json::parse(text->substr(begin, end - begin), nullptr, false);
-    if (j.is_object() && j.contains("offline_pass_s")) seconds += j["offline_pass_s"].get<double>();
-    begin = end + 1;
-  }
-  return seconds;
-}
-
 bool Sectioned(const std::string& name) {
   return name.rfind("sectioned", 0) == 0;
 }
@@ -171,8 +156,8 @@ nlohmann::json MeasureJob(const std::string& worker, const std::string& dir, int
       fns.push_back([&, r] {
         const std::string name = fmt::format("e{}_r{}_{}", epochs, r, run.name);
         maestro::bench::RunPlan(worker, run.plan, dir, name);
-        const std::string metrics = dir + "/" + name + "/metrics.jsonl";
-        run.measured.push_back(maestro::bench::ReadMetrics(metrics, 0).seconds + OfflinePassSeconds(metrics));
+        const auto figures = maestro::bench::ReadMetrics(dir + "/" + name + "/metrics.jsonl", 0);
+        run.measured.push_back(figures.seconds + figures.offline_pass_seconds);
         fs::remove_all(dir + "/" + name);
       });
     }

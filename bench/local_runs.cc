@@ -66,6 +66,7 @@ RunFigures ReadMetrics(const std::string& path, int64_t first_step) {
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("offline_pass_s")) f.offline_pass_seconds += j["offline_pass_s"].get<double>();
     if (!j.is_object() || !j.contains("step_seconds") || j["step"].get<int64_t>() < first_step) continue;
     f.samples += j["samples"].get<double>();
     f.seconds += j["step_seconds"].get<double>();

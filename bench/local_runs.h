@@ -52,6 +52,7 @@ LocalPlanned PlannedLocalPlan(const std::string& spec_path, int64_t steps, compi
 // per-step overhead fractions; each of those steps' seconds, in step order.
 struct RunFigures {
   double samples = 0, seconds = 0, overhead = 0;
+  double offline_pass_seconds = 0;  // the offline spool pass before the first step (none: 0)
   int steps = 0;
   std::vector<double> step_seconds;
 };

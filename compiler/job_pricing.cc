@@ -116,7 +116,7 @@ DatasetSize DatasetSizeOf(const Spec& spec) {
   datasets::DemoOptions demo;
   demo.seq_len = d.seq_len;
   demo.image_fraction = fraction;
-  const bool captions = d.dataset == "fashion_mnist_captions" || (d.dataset.empty() && image);
+  const bool captions = datasets::BuiltInDatasetName(d.dataset, image) == "fashion_mnist_captions";
   demo.kind = captions ? datasets::DemoKind::kFashionMnistCaptions : datasets::DemoKind::kText;
   auto n = datasets::DemoTrainSamples(demo);
   if (!n.ok()) return Unknown("the built-in text cannot be read at compile time: " + n.status().message());

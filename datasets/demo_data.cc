@@ -253,6 +253,11 @@ StatusOr<std::unique_ptr<DemoDataset>> DemoDataset::Open(const DemoOptions& opti
   return ds;
 }
 
+std::string BuiltInDatasetName(const std::string& dataset, bool images) {
+  if (!dataset.empty()) return dataset;
+  return images ? "fashion_mnist_captions" : "text";
+}
+
 StatusOr<int64_t> DemoTrainSamples(const DemoOptions& options) {
   if (options.kind == DemoKind::kFashionMnistCaptions) {
     return CaptionTrainSamples(kFashionMnistTrainImages, options.image_fraction);

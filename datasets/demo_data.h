@@ -107,6 +107,11 @@ struct DemoSample {
                                  // (input_ids[t+1] is the class token); -1 for text
 };
 
+// The built-in set that data without a corpus or manifest reads: `dataset`
+// when it names one, else "fashion_mnist_captions" when the data carries
+// images, else "text" (the compiler's sizing and the runtime's choice).
+std::string BuiltInDatasetName(const std::string& dataset, bool images);
+
 // The train samples DemoDataset::Open(options) holds, without opening it:
 // captions, Fashion-MNIST's train images spread by image_fraction (no file
 // read); text, its chunks less the held-out ones (the text is read). What

@@ -5,7 +5,6 @@
 // starts, on every rank, each replica its share; training then reads every
 // row from the spools and never runs them (docs/datalayer.md, "The
 // runtime's spools").
-#include <fmt/format.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -38,12 +37,9 @@ bool KillHereIfTestAsks(int world_rank, int micro_batches) {
 // it finds the rows it committed (replica 0 sealed the dead start's files at
 // Open; Setup indexed them) and computes only the others.
 Status RankLoop::RunOfflineSpoolPass() {
+  // Component spools exist on fused sections only (plan::Validate refuses
+  // an offline plan that is not one fused section).
   if (!plan_.offline_spool_pass || resumed_ || component_spools_.empty()) return Status::Ok();
-  if (fused_ == nullptr) {
-    return Status::FailedPrecondition(
-        fmt::format("section '{}': the offline spool pass runs fused sections only (recompile)",
-                    plan_.sections[static_cast<size_t>(section_)].name));
-  }
   const auto t0 = Clock::now();
   const auto& section = plan_.sections[static_cast<size_t>(section_)];
   const int64_t replicas = std::max(1, section.config.dp);

@@ -47,6 +47,20 @@ RunnerOptions ComponentOptions(const RunnerOptions& options, const plan::ModelDe
   return component;
 }
 
+// The positions in `data` of the samples that activate `section`.
+std::vector<int64_t> ActivatingPositions(const plan::SectionPlan& section, const MicroBatchData& data) {
+  std::vector<int64_t> positions;
+  for (size_t b = 0; b < data.sample_ids.size(); ++b) {
+    if (plan::SectionActivates(section, MediaOf(data, b))) positions.push_back(static_cast<int64_t>(b));
+  }
+  return positions;
+}
+
+// `part_rows` (B, row...), one row per sample of `sample_ids`, kept by sample id.
+void KeepRows(RowsBySample& rows, const std::vector<int64_t>& sample_ids, const torch::Tensor& part_rows) {
+  for (size_t b = 0; b < sample_ids.size(); ++b) rows[sample_ids[b]] = part_rows[static_cast<int64_t>(b)];
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<FusedSectionRunner>> FusedSectionRunner::Create(const plan::Plan& plan, int section,
@@ -102,10 +116,7 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
   std::vector<RowsBySample> rows(expanded.sections.size());
   for (auto& component : components_) {
     const auto& sp = component->section_plan();
-    std::vector<int64_t> positions;
-    for (size_t b = 0; b < data.sample_ids.size(); ++b) {
-      if (plan::SectionActivates(sp, MediaOf(data, b))) positions.push_back(static_cast<int64_t>(b));
-    }
+    const std::vector<int64_t> positions = ActivatingPositions(sp, data);
     if (positions.empty()) continue;
     MicroBatchData mine = positions.size() == data.sample_ids.size() ? data : SelectSamples(data, positions);
     std::map<int, torch::Tensor> inputs = UpstreamRows(expanded, component->in_edges(), rows, mine.sample_ids);
@@ -121,10 +132,7 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
     }
     if (auto spool = spools_.find(component->section()); spool != spools_.end()) {
       MAESTRO_ASSIGN_OR_RETURN(auto part, SpooledForward(*component, *spool->second, mine, rows));
-      auto& mine_rows = rows[static_cast<size_t>(component->section())];
-      for (size_t b = 0; b < mine.sample_ids.size(); ++b) {
-        mine_rows[mine.sample_ids[b]] = part.rows[static_cast<int64_t>(b)];
-      }
+      KeepRows(rows[static_cast<size_t>(component->section())], mine.sample_ids, part.rows);
       continue;
     }
     MAESTRO_ASSIGN_OR_RETURN(auto part, component->Forward(mine, inputs));
@@ -135,12 +143,7 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
       }
       (component.get() == student ? out.rows : out.teacher_stage_rows) = part.rows;
     }
-    if (part.rows.defined()) {
-      auto& mine_rows = rows[static_cast<size_t>(component->section())];
-      for (size_t b = 0; b < mine.sample_ids.size(); ++b) {
-        mine_rows[mine.sample_ids[b]] = part.rows[static_cast<int64_t>(b)];
-      }
-    }
+    if (part.rows.defined()) KeepRows(rows[static_cast<size_t>(component->section())], mine.sample_ids, part.rows);
     out.AddLossAndCounts(part);
   }
   return out;
@@ -179,12 +182,7 @@ StatusOr<int64_t> FusedSectionRunner::FillSpools(const MicroBatchData& data) {
           fmt::format("fused section '{}': the offline spool pass does not run pipelined components (PP {})",
                       section_plan().name, section_plan().config.pp));
     }
-    std::vector<int64_t> positions;
-    for (size_t b = 0; b < data.sample_ids.size(); ++b) {
-      if (plan::SectionActivates(component->section_plan(), MediaOf(data, b))) {
-        positions.push_back(static_cast<int64_t>(b));
-      }
-    }
+    const std::vector<int64_t> positions = ActivatingPositions(component->section_plan(), data);
     if (positions.empty()) continue;
     const MicroBatchData mine = positions.size() == data.sample_ids.size() ? data : SelectSamples(data, positions);
     Output part;
@@ -196,10 +194,7 @@ StatusOr<int64_t> FusedSectionRunner::FillSpools(const MicroBatchData& data) {
       MAESTRO_ASSIGN_OR_RETURN(
           part, component->Forward(mine, UpstreamRows(expanded, component->in_edges(), rows, mine.sample_ids)));
     }
-    if (!part.rows.defined()) continue;
-    auto& mine_rows = rows[static_cast<size_t>(component->section())];
-    for (size_t b = 0; b < mine.sample_ids.size(); ++b)
-      mine_rows[mine.sample_ids[b]] = part.rows[static_cast<int64_t>(b)];
+    if (part.rows.defined()) KeepRows(rows[static_cast<size_t>(component->section())], mine.sample_ids, part.rows);
   }
   return computed;
 }

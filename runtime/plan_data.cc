@@ -238,11 +238,10 @@ StatusOr<datasets::ImageSpec> ImageSpecOf(const plan::Plan& plan, const plan::Se
 std::string BuiltInDatasetOf(const plan::Plan& given) {
   const plan::Plan plan = plan::ExpandFusedSections(given);
   if (!plan.data.corpus.empty() || !plan.data.manifest.empty()) return "";
-  if (!plan.data.dataset.empty()) return plan.data.dataset;
   bool image = false;
   for (const auto& s : plan.sections) image = image || s.activation == "image";
   for (const auto& m : plan.data.modalities) image = image || m.name == "image";
-  return image ? "fashion_mnist_captions" : "text";
+  return datasets::BuiltInDatasetName(plan.data.dataset, image);
 }
 
 StatusOr<std::unique_ptr<datasets::SampleSource>> OpenPlanDataset(const plan::Plan& given) {
