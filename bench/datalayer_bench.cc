@@ -8,6 +8,9 @@
 //                              boundaries. Goal >= 0.8.
 //   spool_read_vs_fread        Get of every row (commit record, HDF5 read,
 //                              CRC check) over fread of the same bytes.
+//   spool_read_vs_checked_fread the same over fread followed by the same
+//                              CRC-32C check of each row (the integrity the
+//                              spool's reads give; also per row form).
 //   row_forms.<form>           the same two ratios (spool_write_vs_raw,
 //                              spool_read_vs_raw) for the KD teacher's compact
 //                              rows of a 4K-token sample as the codec hands
@@ -33,6 +36,7 @@
 
 #include "bench/registry.h"
 #include "datalayer/activation_spool.h"
+#include "datalayer/crc32c.h"
 #include "datalayer/sample_index.h"
 
 namespace {
@@ -72,7 +76,7 @@ struct RowForm {
 };
 
 struct SpoolFigures {
-  double write_vs_raw = 0, read_vs_raw = 0;
+  double write_vs_raw = 0, read_vs_raw = 0, read_vs_checked_raw = 0;
   double spool_write_mb_per_s = 0, raw_write_mb_per_s = 0, spool_read_mb_per_s = 0;
   double bytes = 0;
   int64_t row_bytes = 0;
@@ -97,7 +101,8 @@ SpoolFigures MeasureSpool(const std::string& dir, bool quick, const RowForm& for
   const int steps = quick ? 4 : 24;
   const double total_bytes = static_cast<double>(row_bytes) * rows_per_step * steps;
   std::vector<std::byte> into(row_bytes);
-  double best[4] = {1e30, 1e30, 1e30, 1e30};  // spool write, fwrite, spool read, fread
+  // spool write, fwrite, spool read, fread, fread + the spool's CRC-32C check
+  double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
   const int reps = quick ? 2 : 5;
   for (int rep = 0; rep < reps; ++rep) {
     const std::string h5 = fmt::format("{}/spool-{}-{}.h5", dir, form.name, rep);
@@ -144,21 +149,24 @@ SpoolFigures MeasureSpool(const std::string& dir, bool quick, const RowForm& for
         }
       }
     };
-    const auto raw_read = [&] {
+    uint32_t checks = 0;  // kept live so the check is not optimized away
+    const auto raw_read = [&](bool check) {
       FILE* f = std::fopen(raw.c_str(), "rb");
       if (f == nullptr) throw std::runtime_error("cannot read " + raw);
       for (int64_t r = 0; r < int64_t{rows_per_step} * steps; ++r) {
         if (std::fread(into.data(), 1, row_bytes, f) != row_bytes) throw std::runtime_error("short read of " + raw);
+        if (check) checks ^= dl::Crc32c(into.data(), row_bytes);
       }
       std::fclose(f);
     };
-    for (int which = 0; which < 2; ++which) {
-      if ((which + rep) % 2 == 0) {
-        best[3] = std::min(best[3], Seconds(raw_read));
-      } else {
-        best[2] = std::min(best[2], Seconds(spool_read));
+    for (int which = 0; which < 3; ++which) {
+      switch ((which + rep) % 3) {
+        case 0: best[3] = std::min(best[3], Seconds([&] { raw_read(false); })); break;
+        case 1: best[2] = std::min(best[2], Seconds(spool_read)); break;
+        default: best[4] = std::min(best[4], Seconds([&] { raw_read(true); })); break;
       }
     }
+    if (checks == 1) std::fputc(' ', stderr);
     spool.reset();
     index.reset();
     fs::remove(raw);
@@ -167,6 +175,7 @@ SpoolFigures MeasureSpool(const std::string& dir, bool quick, const RowForm& for
   SpoolFigures out;
   out.write_vs_raw = best[1] / best[0];
   out.read_vs_raw = best[3] / best[2];
+  out.read_vs_checked_raw = best[4] / best[2];
   out.spool_write_mb_per_s = total_bytes / best[0] / 1e6;
   out.raw_write_mb_per_s = total_bytes / best[1] / 1e6;
   out.spool_read_mb_per_s = total_bytes / best[2] / 1e6;
@@ -188,6 +197,7 @@ MAESTRO_BENCHMARK(datalayer, "HDF5 spool write vs fwrite; SQLite manifest ingest
   out["fwrite_mb_per_s"] = f32.raw_write_mb_per_s;
   out["spool_bytes"] = f32.bytes;
   out["spool_read_vs_fread"] = f32.read_vs_raw;
+  out["spool_read_vs_checked_fread"] = f32.read_vs_checked_raw;
   // The KD teacher's compact rows of a 4K-token sample as the runtime's
   // codec hands them to the spool (u8 rows, docs/datalayer.md): top-128
   // (bf16 values + int32 ids, 6 B a position's entry: 3 MiB) and 16 sampled
@@ -198,6 +208,7 @@ MAESTRO_BENCHMARK(datalayer, "HDF5 spool write vs fwrite; SQLite manifest ingest
     const SpoolFigures f = MeasureSpool(dir, options.quick, form);
     forms[form.name] = {{"spool_write_vs_raw", f.write_vs_raw},
                         {"spool_read_vs_raw", f.read_vs_raw},
+                        {"spool_read_vs_checked_raw", f.read_vs_checked_raw},
                         {"row_bytes", f.row_bytes},
                         {"spool_write_mb_per_s", f.spool_write_mb_per_s},
                         {"spool_read_mb_per_s", f.spool_read_mb_per_s}};

@@ -60,6 +60,12 @@ pkg_check_modules(FFTW3 QUIET IMPORTED_TARGET fftw3)
 maestro_require(FFTW3_FOUND "FFTW3 (the log-mel spectrogram's FFT)" "libfftw3-dev")
 add_library(maestro::fftw3 ALIAS PkgConfig::FFTW3)
 
+# CRC-32C of spool rows and checkpoint blobs (datalayer/crc32c.h): Intel's
+# ISA-L picks the CPU's fastest kernel (PCLMUL/AVX-512 folding) at run time.
+pkg_check_modules(ISAL QUIET IMPORTED_TARGET libisal)
+maestro_require(ISAL_FOUND "ISA-L (CRC-32C)" "libisal-dev")
+add_library(maestro::isal ALIAS PkgConfig::ISAL)
+
 pkg_check_modules(PMIX QUIET IMPORTED_TARGET pmix)
 maestro_require(PMIX_FOUND "PMIx" "libpmix-dev")
 add_library(maestro::pmix ALIAS PkgConfig::PMIX)

@@ -30,6 +30,8 @@ constexpr hsize_t kMaxIstoreK = 32767;
 constexpr int64_t kDirectWriteBytes = int64_t{64} << 10;
 // Columns of /rows (int64): the commit record, mirrored for h5dump readers.
 constexpr hsize_t kRowColumns = 10;
+// Bytes of a row read and checked at a time (GetInto): half a core's 2 MiB L2.
+constexpr size_t kReadPieceBytes = size_t{1} << 20;
 constexpr const char* kRowColumnNames = "sample_id,epoch,value_offset,value_count,crc32c,ndim,d0,d1,d2,d3";
 
 hid_t NativeType(DType dtype) {
@@ -556,16 +558,30 @@ StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolR
   row.epoch = rec.epoch;
   row.dims = rec.dims;
   row.data.resize(static_cast<size_t>(rec.count) * DTypeSize(options_.dtype));  // no work at the same size
+  // Read in pieces that fit a core's L2 cache and check each piece while it
+  // is there: a multi-MiB row checked after one read comes back from memory
+  // (top-128 rows of 4K tokens: reads 0.75 of fread whole, 0.8+ in pieces).
+  const auto piece_values = static_cast<hsize_t>(std::max<size_t>(1, kReadPieceBytes / DTypeSize(options_.dtype)));
   bool ok = true;
+  uint32_t crc = 0;
   if (rec.count > 0) {
-    hsize_t start[1] = {static_cast<hsize_t>(rec.offset)}, count[1] = {static_cast<hsize_t>(rec.count)};
     H5Handle fspace(H5Dget_space(values_), H5Sclose);
-    H5Handle mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
-    ok = fspace.get() >= 0 && mspace.get() >= 0 &&
-         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
-         H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, row.data.data()) >= 0;
+    const hsize_t whole[1] = {static_cast<hsize_t>(rec.count)};
+    H5Handle mspace(H5Screate_simple(1, whole, nullptr), H5Sclose);
+    ok = fspace.get() >= 0 && mspace.get() >= 0;
+    for (hsize_t done = 0; ok && done < whole[0]; done += piece_values) {
+      const hsize_t mstart[1] = {done}, fstart[1] = {static_cast<hsize_t>(rec.offset) + done},
+                    count[1] = {std::min(piece_values, whole[0] - done)};
+      ok = H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, fstart, nullptr, count, nullptr) >= 0 &&
+           H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, mstart, nullptr, count, nullptr) >= 0 &&
+           H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, row.data.data()) >= 0;
+      if (ok) {
+        const size_t elem = DTypeSize(options_.dtype);
+        crc = Crc32c(row.data.data() + done * elem, count[0] * elem, crc);
+      }
+    }
   }
-  if (!ok || Crc32c(row.data.data(), row.data.size()) != rec.crc) {
+  if (!ok || crc != rec.crc) {
     Log(LogLevel::kWarn, "spool {}: row of sample {} in {} is {}; recomputing it", options_.name, sample_id, path_,
         ok ? "corrupt (checksum mismatch)" : "unreadable");
     ++stats_.corrupt_rows;

@@ -15,6 +15,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp           # libtorch; without OpenBLAS it runs ~17x slower
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libsqlite3-dev sqlite3 libhdf5-dev hdf5-tools
+  libisal-dev                                 # CRC-32C of spool rows and checkpoints (datalayer/crc32c.h)
   libopenmpi-dev openmpi-bin libpmix-dev
   libjpeg62-turbo-dev libpng-dev              # image decoding (datasets/image_decode.h, docs/data.md)
   libsndfile1-dev libsoxr-dev libfftw3-dev    # audio decoding, resampling, log-mel (datasets/audio_features.h)

@@ -30,7 +30,8 @@ TEST(Crc32c, MatchesTheDefinitionAtEveryLengthAndWhenExtended) {
   std::mt19937 rng(5);
   std::vector<unsigned char> buf(3 * 3 * 4096 + 77);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
-  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{4095}, size_t{3 * 4096 - 1}, size_t{3 * 4096},
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{63}, size_t{64}, size_t{255}, size_t{256},
+                   size_t{257}, size_t{1023}, size_t{4095}, size_t{3 * 4096 - 1}, size_t{3 * 4096},
                    size_t{3 * 4096 + 9}, size_t{2 * 3 * 4096}, buf.size()}) {
     EXPECT_EQ(Crc32c(buf.data(), n), Reference(buf.data(), n)) << n;
     // Extending a CRC over a split equals the CRC of the whole.
