@@ -535,11 +535,12 @@ Status RankLoop::EvaluateHeldOutAtEnd(TrainSummary* summary) {
 
 StatusOr<TrainSummary> RankLoop::Run() {
   MAESTRO_RETURN_IF_ERROR(Setup());
-  MAESTRO_RETURN_IF_ERROR(RunOfflineSpoolPass());
+  MAESTRO_ASSIGN_OR_RETURN(const bool stopped_in_pass, RunOfflineSpoolPass());
   TrainSummary summary;
+  summary.preempted = stopped_in_pass;
   bool first = true;
   int64_t steps_this_start = 0;
-  for (;;) {
+  while (!stopped_in_pass) {
     const auto t0 = Clock::now();
     MAESTRO_ASSIGN_OR_RETURN(
         auto batch, ShareNextBatch(comms_.world(), Rank0() ? run_.get() : nullptr, total_steps_, modality_names_,

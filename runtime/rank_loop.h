@@ -156,8 +156,10 @@ class RankLoop {
   Status OpenComponentSpools();
   // plan.offline_spool_pass (executor_offline_pass.cc): before a fresh job's
   // first step, this replica's share of the train split through the frozen
-  // components into their spools, then every file sealed and indexed.
-  Status RunOfflineSpoolPass();
+  // components into their spools, then every file sealed and indexed. True
+  // when a preemption signal stopped it (its rows committed, no step run).
+  StatusOr<bool> RunOfflineSpoolPass();
+  StatusOr<bool> AnyRankSignalled();  // a sum over the world: every rank calls it alike
   Status CommitSpools();
   Status RefreshSpoolsTogether();
   // What every rank learns at a step's end (FinishStep's sum): `stop`: some

@@ -362,6 +362,49 @@ TEST(KdRowsRun, AKillInTheOfflinePassLosesOnlyRowsNotCommitted) {
   for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
 }
 
+// (g) A preemption signal in the pass (SIGUSR1 through the real handler,
+// sent by rank 1 to itself after its n-th micro-batch), then the run again:
+// the start stops after the micro-batch in progress with every replica's
+// rows committed and exits 85 (requeue) before any step; the second start's
+// pass computes only the rest, and training equals the reference. n = 13 is
+// rank 1's last micro-batch: the stop comes at the switch to training, and
+// the second start computes no row.
+void PreemptedInThePassAfter(int micro_batches) {
+  const std::string dir = Fresh("offline_signal_" + std::to_string(micro_batches));
+  const plan::Plan p = OfflinePlan(dir);
+  const std::string plan_path = runtime_testing::WritePlan(p, dir);
+  const std::string run_dir = dir + "/run";
+  runtime_testing::WorkerOptions signalled;
+  signalled.extra_env = {{"MAESTRO_TEST_SIGNAL_IN_OFFLINE_PASS", "1:" + std::to_string(micro_batches)}};
+  const auto first = runtime_testing::RunWorkers(p, plan_path, run_dir, {}, signalled);
+  EXPECT_EQ(first.exit_code, 85) << "stopped for a requeue\n" << first.output;
+  EXPECT_NE(first.output.find("stopped during the offline spool pass"), std::string::npos) << first.output;
+  EXPECT_EQ(OfflinePassCounts(first.output).lines, 0) << "the pass did not finish\n" << first.output;
+  EXPECT_TRUE(Losses(run_dir).empty()) << "no step ran";
+  const auto second = runtime_testing::RunWorkers(p, plan_path, run_dir);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const PassCounts pass = OfflinePassCounts(second.output);
+  EXPECT_EQ(pass.rows, kSamplesPerEpoch) << second.output;
+  // Both replicas stopped after the same micro-batch: its rows (4 a
+  // micro-batch) kept on each, every other one computed once.
+  EXPECT_EQ(pass.spooled, 2 * 4 * micro_batches) << second.output;
+  EXPECT_EQ(pass.computed, kSamplesPerEpoch - pass.spooled) << second.output;
+  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto a = Losses(run_dir), b = Losses(dir + "/reference");
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
+}
+
+TEST(KdRowsRun, APreemptionInTheOfflinePassStopsAfterTheMicroBatchAndKeepsItsRows) {
+  PreemptedInThePassAfter(5);
+}
+
+TEST(KdRowsRun, APreemptionAtTheEndOfTheOfflinePassLeavesNoRowToCompute) {
+  PreemptedInThePassAfter(13);
+}
+
 // (b) and (c): hidden rows through a bf16 spool against the fp32 reference.
 TEST(KdRowsRun, Bf16HiddenRowsTrackTheFp32ReferenceWithinTheBf16Tolerance) {
   const std::string dir = Fresh("hidden_bf16");
