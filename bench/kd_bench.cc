@@ -50,7 +50,7 @@
 #include "compiler/job_alternatives.h"
 #include "compiler/spec.h"
 #include "compiler/workload_builder.h"
-#include "datalayer/sqlite_db.h"
+#include "datalayer/spool_records.h"
 #include "plan/plan.h"
 #include "plan/teacher_rows.h"
 
@@ -216,14 +216,10 @@ double CommittedBytesPerRow(const std::string& run_dir, int64_t element_bytes) {
   int64_t values = 0, rows = 0;
   for (const auto& entry : fs::recursive_directory_iterator(run_dir + "/spool")) {
     if (entry.path().extension() != ".sqlite") continue;
-    auto db = maestro::datalayer::SqliteDb::Open(entry.path().string());
-    if (!db.ok()) throw std::runtime_error(db.status().ToString());
-    auto stmt = (*db)->Prepare("SELECT committed_values, committed_rows FROM spools");
-    if (!stmt.ok()) throw std::runtime_error(stmt.status().ToString());
-    auto row = stmt->Step();
-    if (!row.ok() || !*row) continue;
-    values += stmt->Int(0);
-    rows += stmt->Int(1);
+    auto extent = maestro::datalayer::ReadCommittedExtent(entry.path().string());
+    if (!extent.ok()) throw std::runtime_error(extent.status().ToString());
+    values += extent->values;
+    rows += extent->rows;
   }
   return rows > 0 ? static_cast<double>(values * element_bytes) / static_cast<double>(rows) : 0;
 }

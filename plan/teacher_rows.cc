@@ -67,8 +67,15 @@ bool KeepsSpool(const Plan& plan, int section) {
   const bool feeds =
       std::any_of(plan.edges.begin(), plan.edges.end(), [&](const EdgePlan& e) { return e.from == s.name; });
   if (!feeds) return false;
-  const bool model_parallel = s.config.tp > 1 || s.config.cp > 1 || s.config.pp > 1;
-  return !model_parallel || s.run_ahead > 0;
+  if (s.run_ahead > 0 || s.config.tp * s.config.cp * s.config.pp == 1) return true;
+  // Model-parallel without run-ahead: TP peers compute the same rows in
+  // lockstep, so they can agree on the ones to compute before each step
+  // (docs/run_ahead.md), but only from the samples alone: not with an
+  // upstream section, whose rows would have to be received and dropped for
+  // spooled samples. CP and PP spread a forward over ranks that stream it.
+  const bool upstream =
+      std::any_of(plan.edges.begin(), plan.edges.end(), [&](const EdgePlan& e) { return e.to == s.name; });
+  return s.config.cp == 1 && s.config.pp == 1 && !upstream;
 }
 
 int64_t SpoolBudgetPerWriter(const Plan& plan, int section) {

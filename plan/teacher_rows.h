@@ -75,8 +75,12 @@ std::optional<TeacherRowsSent> TeacherRowsOf(const Plan& plan, int section);
 // True when section `section` of `plan` keeps a spool of its output rows
 // (runtime/executor.cc opens it): a forward-only section that feeds others,
 // not expert-parallel (a spool hit would skip an exchange its EP peers wait
-// for); a tensor-, pipeline- or context-parallel one only when it runs ahead
-// (on the rank that sends downstream). A fused section keeps none.
+// for); a pipeline- or context-parallel one only when it runs ahead, a
+// tensor-parallel one when it runs ahead or no section feeds it. A
+// model-parallel section's spool is written by the rank that sends
+// downstream (a fused component's: TP rank 0 of each replica; its TP peers
+// read it). A fused section keeps none itself: its components do, as their
+// expanded sections (plan::ExpandFusedSections).
 bool KeepsSpool(const Plan& plan, int section);
 // The disk one writing rank (DP replica) of such a section may take: the
 // job's spool_gib split equally over the sections that keep a spool (a fused

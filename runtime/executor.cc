@@ -400,7 +400,10 @@ Status RankLoop::OpenComponentSpools() {
   for (const auto& component : plan_.sections[static_cast<size_t>(section_)].components) {
     const int k = expanded.section_index(component.name);
     if (k < 0 || !plan::KeepsSpool(expanded, k)) continue;
-    MAESTRO_ASSIGN_OR_RETURN(auto spool, OutputSpool::Open(options_.run_dir, expanded, k, replica_));
+    // TP rank 0 of each replica writes; its TP peers read the same files
+    // and agree with it on the rows to compute (FusedSectionRunner).
+    MAESTRO_ASSIGN_OR_RETURN(auto spool, OutputSpool::Open(options_.run_dir, expanded, k, replica_,
+                                                           /*reuse_sealed=*/true, place_.coords.tp == 0));
     fused_->UseSpool(k, spool.get());
     component_spools_.emplace_back(component.name, std::move(spool));
   }
@@ -413,6 +416,11 @@ Status RankLoop::OpenComponentSpools() {
 Status RankLoop::RefreshSpoolsTogether() {
   if (!spool_ && component_spools_.empty()) return Status::Ok();
   MAESTRO_RETURN_IF_ERROR(Wait(comms_.group(plan::GroupKind::kDP).Barrier()));
+  // A fused component's TP peers read what the writers (TP rank 0 of every
+  // replica, past the barrier above) sealed.
+  if (!component_spools_.empty() && TpSize() > 1) {
+    MAESTRO_RETURN_IF_ERROR(Wait(comms_.group(plan::GroupKind::kTP).Barrier()));
+  }
   if (spool_) MAESTRO_RETURN_IF_ERROR(spool_->Refresh());
   for (auto& [name, spool] : component_spools_) MAESTRO_RETURN_IF_ERROR(spool->Refresh());
   return Status::Ok();
@@ -533,6 +541,28 @@ Status RankLoop::EvaluateHeldOutAtEnd(TrainSummary* summary) {
   return Status::Ok();
 }
 
+// Each spool's hits and rows computed over the start, and the run-ahead's
+// figures (tests and docs read these lines).
+void RankLoop::LogSpoolCounts() const {
+  for (const auto& [name, spool] : component_spools_) {
+    // A TP peer's line names it: it reads the writer's rows and computes with it.
+    const std::string peer = place_.coords.tp == 0 ? "" : fmt::format(" tp {}", place_.coords.tp);
+    Log(LogLevel::kInfo, "section '{}' dp {}{}: component '{}': spool hits {}, computed {}",
+        plan_.sections[static_cast<size_t>(section_)].name, replica_, peer, name, spool->hits(), spool->computed());
+  }
+  if (spool_) {
+    Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",
+        plan_.sections[static_cast<size_t>(section_)].name, replica_, spool_->hits(), spool_->computed());
+    if (run_ahead_) {
+      Log(LogLevel::kInfo,
+          "section '{}' dp {}: ran ahead by {} batch(es): {} step(s) computed ahead, at most {} rows "
+          "ahead (bound {})",
+          plan_.sections[static_cast<size_t>(section_)].name, replica_, run_ahead_->batches(),
+          run_ahead_->steps_computed_ahead(), run_ahead_->most_rows_ahead(), run_ahead_->bound_rows());
+    }
+  }
+}
+
 StatusOr<TrainSummary> RankLoop::Run() {
   MAESTRO_RETURN_IF_ERROR(Setup());
   MAESTRO_ASSIGN_OR_RETURN(const bool stopped_in_pass, RunOfflineSpoolPass());
@@ -630,21 +660,7 @@ StatusOr<TrainSummary> RankLoop::Run() {
         plan_.sections[static_cast<size_t>(section_)].name, replica_, pipeline_->stage(),
         run_ahead_->carried_micro_batches());
   }
-  for (const auto& [name, spool] : component_spools_) {
-    Log(LogLevel::kInfo, "section '{}' dp {}: component '{}': spool hits {}, computed {}",
-        plan_.sections[static_cast<size_t>(section_)].name, replica_, name, spool->hits(), spool->computed());
-  }
-  if (spool_) {
-    Log(LogLevel::kInfo, "section '{}' dp {}: spool hits {}, computed {}",
-        plan_.sections[static_cast<size_t>(section_)].name, replica_, spool_->hits(), spool_->computed());
-    if (run_ahead_) {
-      Log(LogLevel::kInfo,
-          "section '{}' dp {}: ran ahead by {} batch(es): {} step(s) computed ahead, at most {} rows "
-          "ahead (bound {})",
-          plan_.sections[static_cast<size_t>(section_)].name, replica_, run_ahead_->batches(),
-          run_ahead_->steps_computed_ahead(), run_ahead_->most_rows_ahead(), run_ahead_->bound_rows());
-    }
-  }
+  LogSpoolCounts();
   if (!summary.preempted && options_.evaluate && Rank0() && run_->next_step() > 0 && samples_->HasCaptionAnswers()) {
     MAESTRO_RETURN_IF_ERROR(EvaluateCaptionsAtEnd(&summary));
   }

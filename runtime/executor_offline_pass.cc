@@ -121,8 +121,11 @@ StatusOr<bool> RankLoop::RunOfflineSpoolPass() {
   for (auto& [name, spool] : component_spools_) MAESTRO_RETURN_IF_ERROR(spool->Seal());
   MAESTRO_RETURN_IF_ERROR(RefreshSpoolsTogether());
   const double seconds = SecondsSince(t0);
-  Log(LogLevel::kInfo, "section '{}' dp {}: offline spool pass: {} rows ({} computed, {} already spooled) in {:.1f} s",
-      section.name, replica_, rows, computed, rows - computed, seconds);
+  if (place_.coords.tp == 0) {  // a replica's line (its TP peers compute the same rows)
+    Log(LogLevel::kInfo,
+        "section '{}' dp {}: offline spool pass: {} rows ({} computed, {} already spooled) in {:.1f} s", section.name,
+        replica_, rows, computed, rows - computed, seconds);
+  }
   if (Rank0()) reporter_.ReportOfflinePass(seconds, rows);
   return false;
 }

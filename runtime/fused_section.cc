@@ -149,6 +149,25 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::Forward(const MicroBatchData
   return out;
 }
 
+// The positions (ascending, of `count`) that `missing` (this rank's,
+// ascending) or any TP peer's lists: a sum of 0/1 masks over the TP group.
+std::vector<int64_t> FusedSectionRunner::MissingOnAnyTpPeer(SectionRunner& component,
+                                                            const std::vector<int64_t>& missing, size_t count) {
+  TensorParallelReducer* tp = component.options().tensor_parallel;
+  if (tp == nullptr || tp->size() <= 1) return missing;
+  auto mask = torch::zeros({static_cast<int64_t>(count)}, torch::kFloat32);
+  for (int64_t b : missing) mask[b] = 1.0F;
+  mask = mask.to(component.options().device).contiguous();
+  tp->AllReduceSum(mask);
+  mask = mask.to(torch::kCPU);
+  std::vector<int64_t> any;
+  const float* m = mask.data_ptr<float>();
+  for (size_t b = 0; b < count; ++b) {
+    if (m[b] > 0) any.push_back(static_cast<int64_t>(b));
+  }
+  return any;
+}
+
 // A frozen component with a spool: the rows of `mine`'s samples from the
 // spool where it has them; the component runs on the others only (their
 // inputs from `rows`), and they are spooled. Output::rows (B, row...) fp32
@@ -157,13 +176,24 @@ StatusOr<SectionRunner::Output> FusedSectionRunner::SpooledForward(SectionRunner
                                                                    const MicroBatchData& mine,
                                                                    const std::vector<RowsBySample>& rows) {
   MAESTRO_ASSIGN_OR_RETURN(auto looked, spool.Lookup(mine.sample_ids, epoch_, component.OutputRowShape()));
+  // TP peers run each forward together: all compute the rows any of them
+  // lacks (the writer's and its readers' views of the spool agree but for
+  // rows of the writer's unsealed file).
+  const std::vector<int64_t> to_compute = MissingOnAnyTpPeer(component, looked.missing, mine.sample_ids.size());
   torch::Tensor computed;
-  if (!looked.missing.empty()) {
-    const MicroBatchData sub =
-        looked.missing.size() == mine.sample_ids.size() ? mine : SelectSamples(mine, looked.missing);
+  if (!to_compute.empty()) {
+    const MicroBatchData sub = to_compute.size() == mine.sample_ids.size() ? mine : SelectSamples(mine, to_compute);
     const auto inputs = UpstreamRows(*expanded_, component.in_edges(), rows, sub.sample_ids);
     MAESTRO_ASSIGN_OR_RETURN(auto part, component.Forward(sub, inputs));
     computed = part.rows;
+    if (to_compute.size() != looked.missing.size()) {
+      // This rank's missing rows among those computed.
+      std::vector<int64_t> at;
+      for (int64_t b : looked.missing) {
+        at.push_back(std::lower_bound(to_compute.begin(), to_compute.end(), b) - to_compute.begin());
+      }
+      computed = computed.index_select(0, torch::tensor(at, torch::kLong).to(computed.device()));
+    }
   }
   MAESTRO_RETURN_IF_ERROR(spool.Fill(looked, mine.sample_ids, epoch_, computed));
   Output out;

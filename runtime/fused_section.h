@@ -11,9 +11,11 @@
 // it holds (runtime/parallel/fused_pipeline.h FusedComponentOnStage).
 // Spools: a frozen component that feeds others keeps its rows in a spool
 // where its expanded section would (plan::KeepsSpool on the expanded plan:
-// TP = CP = PP = EP = 1), as a sectioned one does: its rows are read from
-// the spool where it has them, computed for the other samples only and
-// added (the executor opens the spools, UseSpool, and commits them).
+// CP = PP = EP = 1), as a sectioned one does: its rows are read from the
+// spool where it has them, computed for the other samples only and added
+// (the executor opens the spools, UseSpool, and commits them). At TP > 1
+// each TP rank reads the replica's spool (TP rank 0 writes it) and the
+// peers compute the rows any of them lacks, together.
 // May call: runtime/section_runner (its components), runtime/micro_batch,
 // runtime/parallel (the groups), plan, base, libtorch. Torch-internal.
 // Thread safety: one thread.
@@ -74,6 +76,8 @@ class FusedSectionRunner final : public SectionRunner {
   FusedSectionRunner(const plan::Plan& plan, int section, const RunnerOptions& options)
       : SectionRunner(plan, section, options) {}
   // Forward's step for a component with a spool (fused_section.cc).
+  static std::vector<int64_t> MissingOnAnyTpPeer(SectionRunner& component, const std::vector<int64_t>& missing,
+                                                 size_t count);
   StatusOr<Output> SpooledForward(SectionRunner& component, OutputSpool& spool, const MicroBatchData& mine,
                                   const std::vector<RowsBySample>& rows);
   // A fused section's state lives in its components (CheckpointedRunners).

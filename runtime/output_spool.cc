@@ -185,9 +185,10 @@ int64_t SealedBytes(const std::string& folder) {
 }  // namespace
 
 StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_dir, const plan::Plan& plan,
-                                                         int section, int replica, bool reuse_sealed) {
+                                                         int section, int replica, bool reuse_sealed, bool writes) {
   std::unique_ptr<OutputSpool> spool(new OutputSpool());
   spool->reuse_sealed_ = reuse_sealed;
+  spool->writes_ = writes;
   const plan::SectionPlan& s = plan.sections[static_cast<size_t>(section)];
   spool->codec_ = SpoolRowCodec::For(plan, section);
   spool->folder_ =
@@ -200,7 +201,7 @@ StatusOr<std::unique_ptr<OutputSpool>> OutputSpool::Open(const std::string& run_
   spool->options_.name = fmt::format("{}.out", s.name);
   spool->options_.dtype = spool->codec_.dtype();
   spool->options_.reuse_across_epochs = true;  // a frozen section's output never changes
-  if (replica == 0) MAESTRO_RETURN_IF_ERROR(spool->RecoverUnsealed());
+  if (replica == 0 && writes) MAESTRO_RETURN_IF_ERROR(spool->RecoverUnsealed());
   return spool;
 }
 
@@ -307,11 +308,11 @@ Status OutputSpool::Store(int64_t sample_id, int64_t epoch, const torch::Tensor&
   std::vector<int64_t> dims;
   const auto bytes = codec_.Encode(row, &dims);
   if (!codec_.Decode(bytes, slot)) return Status::Internal("output spool: a row its codec cannot read back");
+  ++computed_;
+  if (!writes_) return Status::Ok();
   if (!writer_) MAESTRO_RETURN_IF_ERROR(OpenWriter());
   datalayer::RowView view{dims, bytes.data(), bytes.size()};
-  MAESTRO_RETURN_IF_ERROR(writer_->Put(sample_id, epoch, view).status());
-  ++computed_;
-  return Status::Ok();
+  return writer_->Put(sample_id, epoch, view).status();
 }
 
 StatusOr<torch::Tensor> OutputSpool::Rows(const MicroBatchData& data, int64_t epoch, SectionRunner& runner,

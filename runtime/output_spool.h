@@ -68,9 +68,12 @@ class OutputSpool {
   // files an earlier start left unsealed; the caller then waits for every
   // replica of the section (a barrier) and calls Refresh(). `reuse_sealed`
   // false: Refresh indexes nothing, so only the rows of this epoch's own
-  // file are served (runtime/train_options.h reuse_spools).
+  // file are served (runtime/train_options.h reuse_spools). `writes` false:
+  // a reader (a fused component's TP peer of the replica's writer): it
+  // recovers nothing, serves the sealed files' rows, and the rows it is
+  // handed go through the codec (so they equal the writer's) but not to disk.
   static StatusOr<std::unique_ptr<OutputSpool>> Open(const std::string& run_dir, const plan::Plan& plan, int section,
-                                                     int replica, bool reuse_sealed = true);
+                                                     int replica, bool reuse_sealed = true, bool writes = true);
 
   // The rows of `data`'s samples at `epoch`: (B, runner.OutputRowShape()...)
   // fp32 in host memory (pinned when `staging` streams to a GPU), from the
@@ -129,6 +132,7 @@ class OutputSpool {
   int replica_ = 0, replicas_ = 1;
   int64_t writer_epoch_ = 0;
   bool reuse_sealed_ = true;
+  bool writes_ = true;
   int64_t share_bytes_ = 0;  // the section's share of the spool disk, all replicas
   datalayer::SpoolOptions options_;
   std::unique_ptr<datalayer::SampleIndex> writer_index_;

@@ -161,6 +161,7 @@ class RankLoop {
   StatusOr<bool> RunOfflineSpoolPass();
   StatusOr<bool> AnyRankSignalled();  // a sum over the world: every rank calls it alike
   Status CommitSpools();
+  void LogSpoolCounts() const;
   Status RefreshSpoolsTogether();
   // What every rank learns at a step's end (FinishStep's sum): `stop`: some
   // rank was signalled; `checkpoint_due`: rank 0 found plan.

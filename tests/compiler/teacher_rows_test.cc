@@ -164,23 +164,34 @@ TEST(TeacherRows, TheSpoolBudgetSplitsOverSpooledSectionsThenReplicas) {
   plan::Plan p;
   plan::AppendSingleNodeSection(p, "vit", 1, 1, 2, 1);      // frozen, feeds: spooled
   plan::AppendSingleNodeSection(p, "teacher", 1, 1, 4, 1);  // frozen, feeds: spooled
-  plan::AppendSingleNodeSection(p, "tp_teacher", 2, 1, 1, 1);
+  plan::AppendSingleNodeSection(p, "pp_teacher", 1, 1, 1, 2);
   plan::AppendSingleNodeSection(p, "llm", 1, 1, 2, 1);
+  plan::AppendSingleNodeSection(p, "tp_teacher", 2, 1, 1, 1);
+  plan::AppendSingleNodeSection(p, "cp_teacher", 1, 2, 1, 1);
+  plan::AppendSingleNodeSection(p, "tp_projector", 2, 1, 1, 1);
   for (auto& s : p.sections) s.mode = s.name == "llm" ? plan::SectionMode::kTrain : plan::SectionMode::kForward;
   p.edges.push_back({"vit", "llm", "image_embeddings", 4096, false});
   p.edges.push_back({"teacher", "llm", "teacher_hidden", 4096, false});
+  p.edges.push_back({"pp_teacher", "llm", "teacher_hidden", 4096, false});
   p.edges.push_back({"tp_teacher", "llm", "teacher_hidden", 4096, false});
-  p.spool_gib = 8;
+  p.edges.push_back({"cp_teacher", "llm", "teacher_hidden", 4096, false});
+  p.edges.push_back({"vit", "tp_projector", "image_embeddings", 4096, false});
+  p.edges.push_back({"tp_projector", "llm", "image_embeddings", 4096, false});
+  p.spool_gib = 9;
   EXPECT_TRUE(plan::KeepsSpool(p, 0));
   EXPECT_TRUE(plan::KeepsSpool(p, 1));
-  EXPECT_FALSE(plan::KeepsSpool(p, 2)) << "tensor-parallel without run-ahead";
+  EXPECT_FALSE(plan::KeepsSpool(p, 2)) << "pipeline-parallel without run-ahead";
   EXPECT_FALSE(plan::KeepsSpool(p, 3)) << "it trains";
-  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 0), (int64_t{8} << 30) / 2 / 2);
-  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 1), (int64_t{8} << 30) / 2 / 4);
+  EXPECT_TRUE(plan::KeepsSpool(p, 4)) << "tensor-parallel, fed by no section: its TP rank 0 writes";
+  EXPECT_FALSE(plan::KeepsSpool(p, 5)) << "context-parallel without run-ahead";
+  EXPECT_FALSE(plan::KeepsSpool(p, 6)) << "tensor-parallel, fed by a section, without run-ahead";
+  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 0), (int64_t{9} << 30) / 3 / 2);
+  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 1), (int64_t{9} << 30) / 3 / 4);
   EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 2), 0);
+  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 4), (int64_t{9} << 30) / 3 / 1);
   p.sections[2].run_ahead = 2;
   EXPECT_TRUE(plan::KeepsSpool(p, 2)) << "run ahead: its owner keeps one";
-  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 1), (int64_t{8} << 30) / 3 / 4);
+  EXPECT_EQ(plan::SpoolBudgetPerWriter(p, 1), (int64_t{9} << 30) / 4 / 4);
 }
 
 }  // namespace

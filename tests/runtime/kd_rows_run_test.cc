@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "compiler/compile.h"
-#include "datalayer/sqlite_db.h"
+#include "datalayer/spool_records.h"
 #include "plan/plan.h"
 #include "plan/teacher_rows.h"
 #include "tests/fixtures/test_paths.h"
@@ -94,16 +94,11 @@ double SpooledBytesPerRow(const std::string& run_dir, int64_t element_bytes) {
   int64_t values = 0, rows = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(run_dir + "/spool")) {
     if (entry.path().extension() != ".sqlite") continue;
-    auto db = datalayer::SqliteDb::Open(entry.path().string());
-    EXPECT_TRUE(db.ok()) << db.status().ToString();
-    if (!db.ok()) return 0;
-    auto stmt = (*db)->Prepare("SELECT committed_values, committed_rows FROM spools");
-    EXPECT_TRUE(stmt.ok()) << stmt.status().ToString();
-    if (!stmt.ok()) return 0;
-    auto row = stmt->Step();
-    if (!row.ok() || !*row) continue;  // a file that took no row
-    values += stmt->Int(0);
-    rows += stmt->Int(1);
+    auto extent = datalayer::ReadCommittedExtent(entry.path().string());
+    EXPECT_TRUE(extent.ok()) << extent.status().ToString();
+    if (!extent.ok()) return 0;
+    values += extent->values;
+    rows += extent->rows;
   }
   EXPECT_GT(rows, 0) << "no spool rows under " << run_dir;
   return rows > 0 ? static_cast<double>(values * element_bytes) / static_cast<double>(rows) : 0;
@@ -182,6 +177,66 @@ TEST(KdRowsRun, AFusedTeacherSpoolsItsRowsAndReadsThemInTheNextEpoch) {
   EXPECT_EQ(lines, 1) << runs.run.output;
   EXPECT_EQ(hits, 3 * p.data.global_batch) << runs.run.output;
   EXPECT_GT(SpooledBytesPerRow(dir + "/fused", 1), 0.0);
+}
+
+// (d) at TP 2: the fused teacher is a TP shard on both ranks; TP rank 0
+// writes the spool, its peer reads the same files, and both compute the
+// rows either lacks together. Epoch 0 computes every row once (one log line:
+// the replica's), epoch 1 reads all of them on both ranks, and the run
+// equals the one-process reference (fp32 rows: the spool changes nothing).
+TEST(KdRowsRun, AFusedTeacherAtTp2SpoolsOnceAndBothTpRanksReadItsRows) {
+  const std::string dir = Fresh("fused_tp2");
+  plan::Plan p = FusedRowsPlan(dir, 1, 0, 3);
+  plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
+  ASSERT_NE(fused, nullptr);
+  runtime_testing::SetDegrees(*fused, {2, 1, 1, 1, 4});
+  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
+  p.spool_dtype = "f32";
+  ASSERT_TRUE(plan::KeepsSpool(plan::ExpandFusedSections(p), 0)) << "the teacher component keeps a spool at TP 2";
+  const auto runs = runtime_testing::ExpectRunEqualsReference("fused_tp2", p, dir, "fused", {});
+  ASSERT_EQ(runs.run.exit_code, 0) << runs.run.output;
+  // Each TP rank's line: epoch 1 read back on both, every row computed
+  // once in epoch 0 (on both: they forward together).
+  for (const std::string rank : {"dp 0: ", "dp 0 tp 1: "}) {
+    const std::string label = rank + "component 'teacher': spool hits ";
+    const auto at = runs.run.output.find(label);
+    ASSERT_NE(at, std::string::npos) << label << "\n" << runs.run.output;
+    EXPECT_EQ(std::strtoll(runs.run.output.c_str() + at + label.size(), nullptr, 10), 3 * p.data.global_batch)
+        << label << "\n"
+        << runs.run.output;
+    EXPECT_EQ(std::strtoll(runs.run.output.c_str() + runs.run.output.find("computed ", at) + 9, nullptr, 10),
+              kSamplesPerEpoch)
+        << label << "\n"
+        << runs.run.output;
+  }
+  // Only TP rank 0 wrote: one file (epoch 0's; epoch 1 computed nothing).
+  int files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir + "/fused/spool")) {
+    files += entry.path().extension() == ".h5" ? 1 : 0;
+  }
+  EXPECT_EQ(files, 1);
+  EXPECT_EQ(SpooledBytesPerRow(dir + "/fused", 4), static_cast<double>(p.data.seq_len * 192 * 4));
+}
+
+// (d) sectioned, the teacher at TP 2 without run-ahead: its owner (TP rank
+// 0) spools, the replica agrees on the rows to compute before each step
+// (every row of epoch 0 once), and epoch 1 reads every row back.
+TEST(KdRowsRun, ATensorParallelTeacherWithoutRunAheadSpoolsAndReadsItsRows) {
+  const std::string dir = Fresh("sectioned_tp2");
+  plan::Plan p = RowsPlan(dir, plan::kTeacherHiddenTensor, 0, 0);
+  runtime_testing::ShapeTinyKd(p, {1, 1, 1, 1, 4}, {2, 1, 1, 1, 8});
+  runtime_testing::UseKdLoss(p.sections[1]);
+  for (auto& s : p.sections) s.run_ahead = 0;
+  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
+  p.spool_dtype = "f32";
+  ASSERT_EQ(p.sections[0].config.tp, 2);
+  ASSERT_TRUE(plan::KeepsSpool(p, 0));
+  const auto runs = runtime_testing::ExpectRunEqualsReference("sectioned_tp2", p, dir, "sectioned", {});
+  ASSERT_EQ(runs.run.exit_code, 0) << runs.run.output;
+  int lines = 0;
+  EXPECT_EQ(LoggedNumber(runs.run.output, "spool hits ", &lines), 3 * p.data.global_batch) << runs.run.output;
+  EXPECT_EQ(lines, 1) << "the owner's spool only\n" << runs.run.output;
+  EXPECT_EQ(LoggedNumber(runs.run.output, "computed "), kSamplesPerEpoch) << runs.run.output;
 }
 
 // (e) A fused plan at DP 2: the samples of epoch 1 land on other replicas
@@ -333,6 +388,32 @@ TEST(KdRowsRun, TheOfflinePassSpoolsEveryRowOnceAndTrainingNeverRunsTheTeacher) 
   EXPECT_EQ(computed, kSamplesPerEpoch) << "each row computed once, in the pass\n" << output;
   EXPECT_EQ(hits, kSamplesPerEpoch + 3 * p.data.global_batch) << "training read every row\n" << output;
   EXPECT_NE(runtime_testing::ReadText(dir + "/fused/metrics.jsonl").find("\"offline_pass_s\""), std::string::npos);
+}
+
+// (g) The pass at TP 2: the TP peers fill the spool together (TP rank 0
+// writes it), and training on both ranks reads every row from it.
+TEST(KdRowsRun, TheOfflinePassAtTp2FillsTheSpoolOnceForBothTpRanks) {
+  const std::string dir = Fresh("offline_tp2");
+  plan::Plan p = FusedRowsPlan(dir, 1, 0, 3);
+  plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
+  ASSERT_NE(fused, nullptr);
+  runtime_testing::SetDegrees(*fused, {2, 1, 1, 1, 4});
+  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
+  p.spool_dtype = "f32";
+  p.offline_spool_pass = true;
+  const std::string output = RunAgainstReference(p, dir, "fused", {});
+  const PassCounts pass = OfflinePassCounts(output);
+  EXPECT_EQ(pass.lines, 1) << "the replica's line\n" << output;
+  EXPECT_EQ(pass.rows, kSamplesPerEpoch) << output;
+  EXPECT_EQ(pass.computed, kSamplesPerEpoch) << output;
+  for (const std::string rank : {"dp 0: ", "dp 0 tp 1: "}) {
+    const std::string label = rank + "component 'teacher': spool hits ";
+    const auto at = output.find(label);
+    ASSERT_NE(at, std::string::npos) << label << "\n" << output;
+    EXPECT_EQ(std::strtoll(output.c_str() + at + label.size(), nullptr, 10), kSamplesPerEpoch + 3 * p.data.global_batch)
+        << "training read every row on " << label << "\n"
+        << output;
+  }
 }
 
 // (g) A kill -9 in the pass, then the run again.
