@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/compile.h"
@@ -163,6 +164,27 @@ plan::Plan FusedRowsPlan(const std::string& dir, int dp, int top_k, int64_t late
   return p;
 }
 
+// FusedRowsPlan's hidden rows at TP 2 (one replica) in fp32.
+plan::Plan FusedTp2RowsPlan(const std::string& dir) {
+  plan::Plan p = FusedRowsPlan(dir, 1, 0, 3);
+  plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
+  if (fused == nullptr) return p;
+  runtime_testing::SetDegrees(*fused, {2, 1, 1, 1, 4});
+  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
+  p.spool_dtype = "f32";
+  return p;
+}
+
+// The fused teacher's spool line of a TP rank ("dp 0: ", "dp 0 tp 1: ") in
+// `output`: {hits, computed}; {-1, -1} when absent.
+std::pair<int64_t, int64_t> TeacherSpoolCounts(const std::string& output, const std::string& rank) {
+  const std::string label = rank + "component 'teacher': spool hits ";
+  const auto at = output.find(label);
+  if (at == std::string::npos) return {-1, -1};
+  return {std::strtoll(output.c_str() + at + label.size(), nullptr, 10),
+          std::strtoll(output.c_str() + output.find("computed ", at) + 9, nullptr, 10)};
+}
+
 // (d) The tiny KD fused (TP = CP = PP = 1, one replica): the teacher
 // component reads its epoch-1 rows from its spool.
 TEST(KdRowsRun, AFusedTeacherSpoolsItsRowsAndReadsThemInTheNextEpoch) {
@@ -186,28 +208,16 @@ TEST(KdRowsRun, AFusedTeacherSpoolsItsRowsAndReadsThemInTheNextEpoch) {
 // equals the one-process reference (fp32 rows: the spool changes nothing).
 TEST(KdRowsRun, AFusedTeacherAtTp2SpoolsOnceAndBothTpRanksReadItsRows) {
   const std::string dir = Fresh("fused_tp2");
-  plan::Plan p = FusedRowsPlan(dir, 1, 0, 3);
-  plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
-  ASSERT_NE(fused, nullptr);
-  runtime_testing::SetDegrees(*fused, {2, 1, 1, 1, 4});
-  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
-  p.spool_dtype = "f32";
+  const plan::Plan p = FusedTp2RowsPlan(dir);
   ASSERT_TRUE(plan::KeepsSpool(plan::ExpandFusedSections(p), 0)) << "the teacher component keeps a spool at TP 2";
   const auto runs = runtime_testing::ExpectRunEqualsReference("fused_tp2", p, dir, "fused", {});
   ASSERT_EQ(runs.run.exit_code, 0) << runs.run.output;
   // Each TP rank's line: epoch 1 read back on both, every row computed
   // once in epoch 0 (on both: they forward together).
   for (const std::string rank : {"dp 0: ", "dp 0 tp 1: "}) {
-    const std::string label = rank + "component 'teacher': spool hits ";
-    const auto at = runs.run.output.find(label);
-    ASSERT_NE(at, std::string::npos) << label << "\n" << runs.run.output;
-    EXPECT_EQ(std::strtoll(runs.run.output.c_str() + at + label.size(), nullptr, 10), 3 * p.data.global_batch)
-        << label << "\n"
-        << runs.run.output;
-    EXPECT_EQ(std::strtoll(runs.run.output.c_str() + runs.run.output.find("computed ", at) + 9, nullptr, 10),
-              kSamplesPerEpoch)
-        << label << "\n"
-        << runs.run.output;
+    const auto [hits, computed] = TeacherSpoolCounts(runs.run.output, rank);
+    EXPECT_EQ(hits, 3 * p.data.global_batch) << rank << "\n" << runs.run.output;
+    EXPECT_EQ(computed, kSamplesPerEpoch) << rank << "\n" << runs.run.output;
   }
   // Only TP rank 0 wrote: one file (epoch 0's; epoch 1 computed nothing).
   int files = 0;
@@ -394,12 +404,7 @@ TEST(KdRowsRun, TheOfflinePassSpoolsEveryRowOnceAndTrainingNeverRunsTheTeacher) 
 // writes it), and training on both ranks reads every row from it.
 TEST(KdRowsRun, TheOfflinePassAtTp2FillsTheSpoolOnceForBothTpRanks) {
   const std::string dir = Fresh("offline_tp2");
-  plan::Plan p = FusedRowsPlan(dir, 1, 0, 3);
-  plan::SectionPlan* fused = runtime_testing::TheFusedSection(p);
-  ASSERT_NE(fused, nullptr);
-  runtime_testing::SetDegrees(*fused, {2, 1, 1, 1, 4});
-  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
-  p.spool_dtype = "f32";
+  plan::Plan p = FusedTp2RowsPlan(dir);
   p.offline_spool_pass = true;
   const std::string output = RunAgainstReference(p, dir, "fused", {});
   const PassCounts pass = OfflinePassCounts(output);
@@ -407,13 +412,22 @@ TEST(KdRowsRun, TheOfflinePassAtTp2FillsTheSpoolOnceForBothTpRanks) {
   EXPECT_EQ(pass.rows, kSamplesPerEpoch) << output;
   EXPECT_EQ(pass.computed, kSamplesPerEpoch) << output;
   for (const std::string rank : {"dp 0: ", "dp 0 tp 1: "}) {
-    const std::string label = rank + "component 'teacher': spool hits ";
-    const auto at = output.find(label);
-    ASSERT_NE(at, std::string::npos) << label << "\n" << output;
-    EXPECT_EQ(std::strtoll(output.c_str() + at + label.size(), nullptr, 10), kSamplesPerEpoch + 3 * p.data.global_batch)
-        << "training read every row on " << label << "\n"
+    EXPECT_EQ(TeacherSpoolCounts(output, rank).first, kSamplesPerEpoch + 3 * p.data.global_batch)
+        << "training read every row on " << rank << "\n"
         << output;
   }
+}
+
+// The reference of `plan_path` run in `reference_dir`; every one of `p`'s
+// steps in `run_dir` has its loss within 1e-5 (after a stop and a run again).
+void ExpectEveryStepEqualsTheReference(const plan::Plan& p, const std::string& plan_path, const std::string& run_dir,
+                                       const std::string& reference_dir) {
+  const auto reference = runtime_testing::RunReference(plan_path, reference_dir);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto a = Losses(run_dir), b = Losses(reference_dir);
+  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
 }
 
 // (g) A kill -9 in the pass, then the run again.
@@ -435,12 +449,7 @@ TEST(KdRowsRun, AKillInTheOfflinePassLosesOnlyRowsNotCommitted) {
   EXPECT_EQ(pass.rows, kSamplesPerEpoch) << second.output;
   EXPECT_GE(pass.spooled, kCommittedMicroBatches * 4) << "the killed rank's committed rows are kept\n" << second.output;
   EXPECT_EQ(pass.computed + pass.spooled, kSamplesPerEpoch) << second.output;
-  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto a = Losses(run_dir), b = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
+  ExpectEveryStepEqualsTheReference(p, plan_path, run_dir, dir + "/reference");
 }
 
 // (g) A preemption signal in the pass (SIGUSR1 through the real handler,
@@ -470,12 +479,7 @@ void PreemptedInThePassAfter(int micro_batches) {
   // micro-batch) kept on each, every other one computed once.
   EXPECT_EQ(pass.spooled, 2 * 4 * micro_batches) << second.output;
   EXPECT_EQ(pass.computed, kSamplesPerEpoch - pass.spooled) << second.output;
-  const auto reference = runtime_testing::RunReference(plan_path, dir + "/reference");
-  ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto a = Losses(run_dir), b = Losses(dir + "/reference");
-  ASSERT_EQ(static_cast<int64_t>(a.size()), p.data.steps);
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [step, loss] : a) EXPECT_NEAR(loss, b.at(step), 1e-5 * std::abs(loss)) << "step " << step;
+  ExpectEveryStepEqualsTheReference(p, plan_path, run_dir, dir + "/reference");
 }
 
 TEST(KdRowsRun, APreemptionInTheOfflinePassStopsAfterTheMicroBatchAndKeepsItsRows) {
