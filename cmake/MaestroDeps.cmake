@@ -62,9 +62,18 @@ add_library(maestro::fftw3 ALIAS PkgConfig::FFTW3)
 
 # CRC-32C of spool rows and checkpoint blobs (datalayer/crc32c.h): Intel's
 # ISA-L picks the CPU's fastest kernel (PCLMUL/AVX-512 folding) at run time.
-pkg_check_modules(ISAL QUIET IMPORTED_TARGET libisal)
+# Found by path, not pkg-config, so that a prefix (CMAKE_PREFIX_PATH: the GPU
+# kit's unpacked packages, scripts/gpu-kit.sh) is searched as /usr is.
+find_path(ISAL_INCLUDE_DIR isa-l/crc.h)
+find_library(ISAL_LIBRARY isal)
+set(ISAL_FOUND FALSE)
+if(ISAL_INCLUDE_DIR AND ISAL_LIBRARY)
+  set(ISAL_FOUND TRUE)
+endif()
 maestro_require(ISAL_FOUND "ISA-L (CRC-32C)" "libisal-dev")
-add_library(maestro::isal ALIAS PkgConfig::ISAL)
+add_library(maestro::isal UNKNOWN IMPORTED)
+set_target_properties(maestro::isal PROPERTIES IMPORTED_LOCATION "${ISAL_LIBRARY}"
+                                               INTERFACE_INCLUDE_DIRECTORIES "${ISAL_INCLUDE_DIR}")
 
 pkg_check_modules(PMIX QUIET IMPORTED_TARGET pmix)
 maestro_require(PMIX_FOUND "PMIx" "libpmix-dev")

@@ -56,9 +56,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian 12 packages the CUDA machine lacks: TOML++ and SQLite's headers
-# (the machine has libsqlite3-0 but no -dev), and the demo's images
-# (dataset-fashion-mnist: the VLM demo and its tests).
-KIT_PACKAGES=(libtomlplusplus-dev libsqlite3-dev dataset-fashion-mnist)
+# (the machine has libsqlite3-0 but no -dev), ISA-L (the CRC-32C of spool
+# rows and checkpoints), and the demo's images (dataset-fashion-mnist: the
+# VLM demo and its tests).
+KIT_PACKAGES=(libtomlplusplus-dev libsqlite3-dev libisal-dev dataset-fashion-mnist)
 # What any machine with a C++ toolchain has: these and their dependencies
 # are left out of the kit (dpkg -x of a libc into a prefix would do harm).
 KIT_BASE=(libc6-dev libstdc++6 libgcc-s1)
