@@ -75,6 +75,16 @@ StatusOr<torch::Tensor> RankLoop::ReceiveFrozenStageInput(int mb, int64_t sample
 Status RankLoop::ComputeAhead(const StepBatch* batch) {
   if (!run_ahead_) return Status::Ok();
   const auto start = Clock::now();
+  // Never past the epoch's end: the next epoch's rows are other replicas'
+  // (in files sealed only at the epoch change: computed again here) or, with
+  // no reuse, never read back (the epoch change seals this file). Its first
+  // step reads or computes its own rows, as a start's first step does.
+  std::vector<StepBatch> ahead;
+  if (batch != nullptr) {
+    for (const StepBatch& b : ahead_) {
+      if (b.epoch == batch->epoch) ahead.push_back(b);
+    }
+  }
   const auto compute = [&](const AheadItem& item, bool received) { return ComputeAheadItem(item, received); };
   const auto between = [&] { edges_.PollSends(); };
   if (batch == nullptr) {
@@ -88,9 +98,9 @@ Status RankLoop::ComputeAhead(const StepBatch* batch) {
       return positions;
     };
     const auto receive = [&](const AheadItem& item) { return ReceiveAheadInput(item); };
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between, share, receive));
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead, compute, between, share, receive));
   } else {
-    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead_, compute, between));
+    MAESTRO_RETURN_IF_ERROR(run_ahead_->ComputeAhead(batch->step, ahead, compute, between));
   }
   // The trace's "ahead" op: what follows the items (their A ops; the trace's
   // ops never nest).

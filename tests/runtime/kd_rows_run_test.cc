@@ -345,6 +345,35 @@ TEST(KdRowsRun, WithoutReuseEveryEpochComputesItsRowsAgain) {
   EXPECT_EQ(spool_files, 0) << output;
 }
 
+// (f) A teacher at DP 2 running one batch ahead, over two epochs: at the
+// last step of epoch 0 the next batch is epoch 1's, whose rows are either
+// in other replicas' files not sealed yet (reuse) or never read back (no
+// reuse). Run-ahead stops at the epoch's end, so each row is computed once
+// with reuse and once an epoch without; both runs equal the reference.
+TEST(KdRowsRun, RunAheadStopsAtTheEpochsEndSoNoRowIsComputedTwice) {
+  const std::string dir = Fresh("run_ahead_epochs");
+  plan::Plan p = RowsPlan(dir, plan::kTeacherHiddenTensor, 0, 0);
+  runtime_testing::ShapeTinyKd(p, {1, 1, 1, 1, 4}, {1, 1, 1, 2, 8});
+  runtime_testing::UseKdLoss(p.sections[1]);
+  p.sections[0].run_ahead = 1;
+  runtime_testing::PlaceOnThisMachine(p, kStepsPerEpoch + 3);
+  ASSERT_EQ(p.sections[0].run_ahead, 1);
+  const int64_t later_rows = 3 * p.data.global_batch;
+  for (const bool reuse : {true, false}) {
+    const std::string name = reuse ? "reuse" : "no-reuse";
+    const std::string output = RunAgainstReference(
+        p, dir, name, reuse ? std::vector<std::string>{} : std::vector<std::string>{"--no-spool-reuse"});
+    int64_t computed = 0;
+    for (const std::string replica : {"dp 0", "dp 1"}) {
+      const std::string label = "section 'teacher' " + replica + ": spool hits ";
+      const auto at = output.find(label);
+      ASSERT_NE(at, std::string::npos) << label << "\n" << output;
+      computed += std::strtoll(output.c_str() + output.find("computed ", at) + 9, nullptr, 10);
+    }
+    EXPECT_EQ(computed, reuse ? kSamplesPerEpoch : kSamplesPerEpoch + later_rows) << name << "\n" << output;
+  }
+}
+
 // The tiny KD fused at DP 2 (top-K rows, micro-batches of 4), two epochs
 // (4 + 3 steps), its teacher's rows filled by the offline pass.
 plan::Plan OfflinePlan(const std::string& dir) {
