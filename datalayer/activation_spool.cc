@@ -558,9 +558,9 @@ StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolR
   row.epoch = rec.epoch;
   row.dims = rec.dims;
   row.data.resize(static_cast<size_t>(rec.count) * DTypeSize(options_.dtype));  // no work at the same size
-  // Read in pieces that fit a core's L2 cache and check each piece while it
-  // is there: a multi-MiB row checked after one read comes back from memory
-  // (top-128 rows of 4K tokens: reads 0.75 of fread whole, 0.8+ in pieces).
+  // Read in pieces of at most half a core's L2 cache, each checked as it
+  // arrives (top-128 rows of 4K tokens: reads 0.75 of fread whole, 0.77 in
+  // pieces; what is left is the check itself: docs/datalayer.md).
   const auto piece_values = static_cast<hsize_t>(std::max<size_t>(1, kReadPieceBytes / DTypeSize(options_.dtype)));
   bool ok = true;
   uint32_t crc = 0;

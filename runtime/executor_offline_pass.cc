@@ -38,7 +38,7 @@ bool TestAsksHere(const char* variable, int world_rank, int micro_batches) {
 // rank agrees on a stop after each of these, so all make the same
 // collective calls.
 int64_t MicroBatchesEveryReplicaRuns(int64_t samples, int64_t replicas, int64_t micro_batch) {
-  const int64_t fewest = samples >= replicas ? (samples - (replicas - 1) + replicas - 1) / replicas : 0;
+  const int64_t fewest = samples / replicas;  // ceil((samples - (replicas - 1)) / replicas)
   return (fewest + micro_batch - 1) / micro_batch;
 }
 
