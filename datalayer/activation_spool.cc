@@ -557,11 +557,12 @@ StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolR
   row.sample_id = sample_id;
   row.epoch = rec.epoch;
   row.dims = rec.dims;
-  row.data.resize(static_cast<size_t>(rec.count) * DTypeSize(options_.dtype));  // no work at the same size
+  const size_t elem = DTypeSize(options_.dtype);
+  row.data.resize(static_cast<size_t>(rec.count) * elem);  // no work at the same size
   // Read in pieces of at most half a core's L2 cache, each checked as it
   // arrives (top-128 rows of 4K tokens: reads 0.75 of fread whole, 0.77 in
   // pieces; what is left is the check itself: docs/datalayer.md).
-  const auto piece_values = static_cast<hsize_t>(std::max<size_t>(1, kReadPieceBytes / DTypeSize(options_.dtype)));
+  const auto piece_values = static_cast<hsize_t>(std::max<size_t>(1, kReadPieceBytes / elem));
   bool ok = true;
   uint32_t crc = 0;
   if (rec.count > 0) {
@@ -575,10 +576,7 @@ StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolR
       ok = H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, fstart, nullptr, count, nullptr) >= 0 &&
            H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, mstart, nullptr, count, nullptr) >= 0 &&
            H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, row.data.data()) >= 0;
-      if (ok) {
-        const size_t elem = DTypeSize(options_.dtype);
-        crc = Crc32c(row.data.data() + done * elem, count[0] * elem, crc);
-      }
+      if (ok) crc = Crc32c(row.data.data() + done * elem, count[0] * elem, crc);
     }
   }
   if (!ok || crc != rec.crc) {

@@ -101,10 +101,12 @@ StatusOr<bool> RankLoop::RunOfflineSpoolPass() {
     ids.push_back(id);
     if (static_cast<int64_t>(ids.size()) == micro_batch) MAESTRO_RETURN_IF_ERROR(flush());
   }
+  // A replica's last, partial micro-batch (its flush may be the agreed one
+  // that stops). Then, unless every rank stopped there, one more agreement:
+  // a signal in a replica's last, unagreed micro-batch; the switch to
+  // training is a safe point too.
+  if (!stop) MAESTRO_RETURN_IF_ERROR(flush());
   if (!stop) {
-    MAESTRO_RETURN_IF_ERROR(flush());
-    // A signal in a replica's last, unagreed micro-batch: the switch to
-    // training is a safe point too.
     MAESTRO_ASSIGN_OR_RETURN(stop, AnyRankSignalled());
     if (stop) MAESTRO_RETURN_IF_ERROR(CommitSpools());
   }
