@@ -30,8 +30,6 @@ constexpr hsize_t kMaxIstoreK = 32767;
 constexpr int64_t kDirectWriteBytes = int64_t{64} << 10;
 // Columns of /rows (int64): the commit record, mirrored for h5dump readers.
 constexpr hsize_t kRowColumns = 10;
-// Bytes of a row read and checked at a time (GetInto): half a core's 2 MiB L2.
-constexpr size_t kReadPieceBytes = size_t{1} << 20;
 constexpr const char* kRowColumnNames = "sample_id,epoch,value_offset,value_count,crc32c,ndim,d0,d1,d2,d3";
 
 hid_t NativeType(DType dtype) {
@@ -129,6 +127,7 @@ void ActivationSpool::CloseFile() {
   if (values_ >= 0) H5Dclose(values_);
   if (file_ >= 0) H5Fclose(file_);
   rows_ = values_ = file_ = -1;
+  direct_.reset();
 }
 
 StatusOr<std::unique_ptr<ActivationSpool>> ActivationSpool::Open(const std::string& h5_path, SqliteDb* db,
@@ -559,25 +558,23 @@ StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolR
   row.dims = rec.dims;
   const size_t elem = DTypeSize(options_.dtype);
   row.data.resize(static_cast<size_t>(rec.count) * elem);  // no work at the same size
-  // Read in pieces of at most half a core's L2 cache, each checked as it
-  // arrives (top-128 rows of 4K tokens: reads 0.75 of fread whole, 0.77 in
-  // pieces; what is left is the check itself: docs/datalayer.md).
-  const auto piece_values = static_cast<hsize_t>(std::max<size_t>(1, kReadPieceBytes / elem));
+  // Straight from the file in pieces checked as they arrive
+  // (datalayer/spool_values_read.h); through H5Dread where that cannot serve.
   bool ok = true;
   uint32_t crc = 0;
-  if (rec.count > 0) {
+  if (!direct_) direct_ = DirectValuesOf(file_, values_);
+  const std::optional<uint32_t> direct =
+      rec.count > 0 ? ReadValuesDirect(*direct_, values_, rec.offset, rec.count, elem, row.data.data()) : 0;
+  if (direct.has_value()) {
+    crc = *direct;
+  } else {
     H5Handle fspace(H5Dget_space(values_), H5Sclose);
-    const hsize_t whole[1] = {static_cast<hsize_t>(rec.count)};
+    const hsize_t whole[1] = {static_cast<hsize_t>(rec.count)}, fstart[1] = {static_cast<hsize_t>(rec.offset)};
     H5Handle mspace(H5Screate_simple(1, whole, nullptr), H5Sclose);
-    ok = fspace.get() >= 0 && mspace.get() >= 0;
-    for (hsize_t done = 0; ok && done < whole[0]; done += piece_values) {
-      const hsize_t mstart[1] = {done}, fstart[1] = {static_cast<hsize_t>(rec.offset) + done},
-                    count[1] = {std::min(piece_values, whole[0] - done)};
-      ok = H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, fstart, nullptr, count, nullptr) >= 0 &&
-           H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, mstart, nullptr, count, nullptr) >= 0 &&
-           H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, row.data.data()) >= 0;
-      if (ok) crc = Crc32c(row.data.data() + done * elem, count[0] * elem, crc);
-    }
+    ok = fspace.get() >= 0 && mspace.get() >= 0 &&
+         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, fstart, nullptr, whole, nullptr) >= 0 &&
+         H5Dread(values_, NativeType(options_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, row.data.data()) >= 0;
+    if (ok) crc = Crc32c(row.data.data(), row.data.size());
   }
   if (!ok || crc != rec.crc) {
     Log(LogLevel::kWarn, "spool {}: row of sample {} in {} is {}; recomputing it", options_.name, sample_id, path_,

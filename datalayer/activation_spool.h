@@ -43,6 +43,7 @@
 
 #include "base/status.h"
 #include "datalayer/env.h"
+#include "datalayer/spool_values_read.h"
 #include "datalayer/sqlite_db.h"
 
 namespace maestro::datalayer {
@@ -181,6 +182,8 @@ class ActivationSpool {
   SpoolStats stats_;
   bool torn_ = false;       // an HDF5 call on the file failed: StartFresh() it
   bool read_only_ = false;  // OpenSealed
+  // GetInto's direct reads of the open file: made at the first read, dropped with the file.
+  std::optional<DirectValues> direct_;
 };
 
 }  // namespace maestro::datalayer
