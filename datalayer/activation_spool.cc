@@ -562,7 +562,7 @@ StatusOr<bool> ActivationSpool::GetInto(int64_t sample_id, int64_t epoch, SpoolR
   // (datalayer/spool_values_read.h); through H5Dread where that cannot serve.
   bool ok = true;
   uint32_t crc = 0;
-  if (!direct_) direct_ = DirectValuesOf(file_, values_);
+  if (!direct_) direct_ = DirectValuesOf(file_, values_, NativeType(options_.dtype));
   const std::optional<uint32_t> direct =
       rec.count > 0 ? ReadValuesDirect(*direct_, values_, rec.offset, rec.count, elem, row.data.data()) : 0;
   if (direct.has_value()) {

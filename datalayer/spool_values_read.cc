@@ -17,10 +17,13 @@
 
 namespace maestro::datalayer {
 
-DirectValues DirectValuesOf(int64_t file, int64_t values) {
+DirectValues DirectValuesOf(int64_t file, int64_t values, int64_t memory_type) {
   DirectValues out;
   if (file < 0 || values < 0) return out;  // a closed file: H5Dread says why
-  const hid_t dcpl = H5Dget_create_plist(values);
+  const hid_t stored = H5Dget_type(values);
+  const bool native = stored >= 0 && H5Tequal(stored, memory_type) > 0;
+  if (stored >= 0) H5Tclose(stored);
+  const hid_t dcpl = native ? H5Dget_create_plist(values) : H5I_INVALID_HID;
   if (dcpl < 0) return out;
   hsize_t chunk[1] = {0};
   const bool chunked = H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 1, chunk) == 1 &&

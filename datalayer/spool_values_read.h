@@ -33,9 +33,11 @@ struct DirectValues {
 };
 
 // The direct-read state of the open file `file` and its /values `values`
-// (hid_t each): fd -1 unless the file is under the sec2 driver and /values
-// is 1-D, chunked and unfiltered.
-DirectValues DirectValuesOf(int64_t file, int64_t values);
+// (hid_t each) read as `memory_type` (a hid_t: the native type the caller
+// reads into): fd -1 unless the file is under the sec2 driver and /values is
+// 1-D, chunked, unfiltered and stored as `memory_type` itself (so its bytes
+// need no conversion: a file of another byte order goes through H5Dread).
+DirectValues DirectValuesOf(int64_t file, int64_t values, int64_t memory_type);
 
 // Reads values [offset, offset + count) of /values (`values`, a hid_t) into
 // `out` (count * element_bytes bytes) and returns the CRC-32C of those bytes;

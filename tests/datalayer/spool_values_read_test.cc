@@ -22,14 +22,14 @@ namespace {
 // chunks of `chunk` values, as the spool makes /values, and its file.
 struct ValuesFile {
   hid_t file = -1, values = -1;
-  ValuesFile(const std::string& path, hsize_t n, hsize_t chunk, bool deflate) {
+  ValuesFile(const std::string& path, hsize_t n, hsize_t chunk, bool deflate, hid_t stored = H5T_NATIVE_FLOAT) {
     file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     hsize_t dims[1] = {n}, maxdims[1] = {H5S_UNLIMITED};
     const hid_t space = H5Screate_simple(1, dims, maxdims);
     const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 1, &chunk);
     if (deflate) H5Pset_deflate(dcpl, 1);
-    values = H5Dcreate2(file, "/values", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    values = H5Dcreate2(file, "/values", stored, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     std::vector<float> v(n);
     for (hsize_t i = 0; i < n; ++i) v[i] = 0.5f * static_cast<float>(i);
     H5Dwrite(values, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
@@ -59,7 +59,7 @@ TEST(SpoolValuesRead, EqualsH5DreadAcrossChunksAndPiecesFromAnyOffset) {
   // 1,000-value chunks (not a power of two), a run of 300,001 values from an
   // offset inside a chunk: chunks 12-312, 5 pieces of 256 KiB, odd ends.
   const ValuesFile f(dir + "/values.h5", 400000, 1000, /*deflate=*/false);
-  DirectValues direct = DirectValuesOf(f.file, f.values);
+  DirectValues direct = DirectValuesOf(f.file, f.values, H5T_NATIVE_FLOAT);
   ASSERT_GE(direct.fd, 0);
   EXPECT_EQ(direct.chunk_values, 1000u);
   for (const auto& [offset, count] : {std::pair<hsize_t, hsize_t>{12345, 300001}, {0, 1}, {999, 2}, {399000, 1000}}) {
@@ -76,14 +76,18 @@ TEST(SpoolValuesRead, EqualsH5DreadAcrossChunksAndPiecesFromAnyOffset) {
   EXPECT_EQ(direct.chunk_address.size(), 301u + 1 + 1 + 1);
 }
 
-TEST(SpoolValuesRead, AFilteredDatasetOrAClosedFileIsLeftToH5Dread) {
+TEST(SpoolValuesRead, AFilteredDatasetAnotherByteOrderOrAClosedFileIsLeftToH5Dread) {
   const std::string dir = testing::FreshDir("spool_values_read_filtered");
-  const ValuesFile f(dir + "/values.h5", 5000, 1000, /*deflate=*/true);
-  DirectValues direct = DirectValuesOf(f.file, f.values);
+  const ValuesFile deflated(dir + "/deflated.h5", 5000, 1000, /*deflate=*/true);
+  DirectValues direct = DirectValuesOf(deflated.file, deflated.values, H5T_NATIVE_FLOAT);
   EXPECT_EQ(direct.fd, -1) << "deflated chunks are not the values";
   float one = 0;
-  EXPECT_FALSE(ReadValuesDirect(direct, f.values, 0, 1, sizeof(float), reinterpret_cast<std::byte*>(&one)));
-  EXPECT_EQ(DirectValuesOf(-1, -1).fd, -1);
+  EXPECT_FALSE(ReadValuesDirect(direct, deflated.values, 0, 1, sizeof(float), reinterpret_cast<std::byte*>(&one)));
+  const ValuesFile big_endian(dir + "/big_endian.h5", 5000, 1000, /*deflate=*/false, H5T_IEEE_F32BE);
+  EXPECT_EQ(DirectValuesOf(big_endian.file, big_endian.values, H5T_NATIVE_FLOAT).fd, -1)
+      << "stored bytes that need converting";
+  EXPECT_GE(DirectValuesOf(big_endian.file, big_endian.values, H5T_IEEE_F32BE).fd, 0) << "the same, read as stored";
+  EXPECT_EQ(DirectValuesOf(-1, -1, H5T_NATIVE_FLOAT).fd, -1);
 }
 
 TEST(SpoolValuesRead, RowsWrittenAfterAReadIntoTheSameAndNewChunksReadBack) {
