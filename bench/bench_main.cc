@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   out["benchmark"] = name;
+  // What the ranks it started ran under (the line above PreferHugePagesForChildren).
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  out["ranks_glibc_tunables"] = tunables != nullptr ? tunables : "";
   if (json) {
     std::printf("%s\n", out.dump().c_str());
   } else {

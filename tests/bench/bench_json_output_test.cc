@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -159,6 +160,7 @@ class BenchJsonOutput : public ::testing::TestWithParam<std::string> {};
 TEST_P(BenchJsonOutput, QuickJsonRunPrintsOneJsonObjectOnStdoutAndLogsOnStderr) {
   const std::string name = GetParam();
   const fs::path dir = RunDir(name);
+  ::unsetenv("GLIBC_TUNABLES");  // the bench itself sets what its ranks get
   const ToolRun run = RunTool({BenchPath(), name, "--quick", "--json"}, dir);
   ASSERT_EQ(run.exit_code, 0) << "maestro-bench " << name << " --quick --json failed; stderr:\n" << run.err;
 
@@ -175,6 +177,11 @@ TEST_P(BenchJsonOutput, QuickJsonRunPrintsOneJsonObjectOnStdoutAndLogsOnStderr) 
   ASSERT_TRUE(result.is_object()) << run.out;
   ASSERT_TRUE(result.contains("benchmark")) << run.out;
   EXPECT_EQ(result["benchmark"], nlohmann::json(name)) << run.out;
+  // The ranks a benchmark starts run as `maestro run` starts them (its
+  // predictions come from profiles made so): huge-page malloc.
+  ASSERT_TRUE(result.contains("ranks_glibc_tunables") && result["ranks_glibc_tunables"].is_string()) << run.out;
+  EXPECT_NE(result["ranks_glibc_tunables"].get<std::string>().find("glibc.malloc.hugetlb=1"), std::string::npos)
+      << run.out;
   // One line: the document and its newline, nothing else.
   EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1) << run.out;
 
