@@ -15,6 +15,7 @@
 #include "runtime/hf_weights.h"
 #include "runtime/model_runner.h"  // LoadModuleBytes (format 1)
 #include "runtime/parallel/distributed_optimizer.h"
+#include "runtime/replica_owners.h"
 #include "runtime/section_runner.h"
 #include "runtime/torch_call.h"
 #include "runtime/torch_compat.h"
@@ -49,10 +50,34 @@ LocalToGlobal MapOf(const Placement& p) {
   return LocalToGlobal(ShapeOf(p.local), p.split_dim, p.split_parts, p.tp_rank, p.tp_size);
 }
 
-// The one owner of each replicated piece (the header says who).
-bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const plan::RankCoords& coords) {
+// A placement the DP replicas hold alike, whose writer SpreadOverReplicas picks.
+bool SpreadOverDp(const Placement& p) {
+  return p.local.numel() > 0 && !p.tied_copy && !p.routed_expert;
+}
+
+// The DP replica that writes each of `placements` (runtime/replica_owners.h;
+// -1 for those SpreadOverDp leaves out): sized by the parameter and, with a
+// replicated AdamW (`adam`), its two moments, written with it.
+std::vector<int> DpOwners(const std::vector<Placement>& placements, bool adam, int dp) {
+  std::vector<int64_t> bytes;
+  for (const Placement& p : placements) {
+    if (!SpreadOverDp(p)) continue;
+    const int64_t weight = p.local.numel() * static_cast<int64_t>(p.local.element_size());
+    bytes.push_back(adam && p.trainable ? 3 * weight : weight);
+  }
+  const std::vector<int> spread = SpreadOverReplicas(bytes, dp);
+  std::vector<int> owners(placements.size(), -1);
+  for (size_t i = 0, k = 0; i < placements.size(); ++i) {
+    if (SpreadOverDp(placements[i])) owners[i] = spread[k++];
+  }
+  return owners;
+}
+
+// The one writer of each replicated piece (the header says who): `owner`
+// is the DP replica DpOwners gave the placement.
+bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const plan::RankCoords& coords, int owner) {
   if (p.local.numel() == 0 || p.tied_copy || coords.cp != 0) return false;
-  if (p.routed_expert ? coords.dp >= std::max(1, section.config.ep) : coords.dp != 0) return false;
+  if (p.routed_expert ? coords.dp >= std::max(1, section.config.ep) : coords.dp != owner) return false;
   return p.split_dim >= 0 && p.tp_size > 1 ? true : coords.tp == 0;
 }
 
@@ -162,9 +187,10 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
     torch::optim::AdamW* adam = runners[k]->ReplicatedAdamW();
     DistributedOptimizer* zero = k < sharded.size() ? sharded[k] : nullptr;
     bool wrote_moments = false;
-    int64_t adam_step = 0;
-    for (const Placement& p : placements) {
-      if (!WritesParameter(p, section, coords)) continue;
+    const std::vector<int> owners = DpOwners(placements, adam != nullptr, std::max(1, section.config.dp));
+    for (size_t i = 0; i < placements.size(); ++i) {
+      const Placement& p = placements[i];
+      if (!WritesParameter(p, section, coords, owners[i])) continue;
       const LocalToGlobal map = MapOf(p);
       MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, ModelTensorName(component, p.name), map, p.local));
       if (adam == nullptr || !p.trainable) continue;
@@ -174,10 +200,18 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
       const torch::Tensor v = state ? state->exp_avg_sq() : torch::zeros_like(p.local);
       MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, MomentTensorName(component, kExpAvg, p.name), map, m));
       MAESTRO_RETURN_IF_ERROR(AddWhole(out, copies, MomentTensorName(component, kExpAvgSq, p.name), map, v));
-      adam_step = std::max<int64_t>(adam_step, state ? state->step() : 0);
       wrote_moments = true;
     }
-    if (wrote_moments) out.counters[AdamStepCounter(component)] = adam_step;
+    if (wrote_moments && adam != nullptr) {
+      // AdamW's step count over every parameter it stepped, not only those
+      // this rank wrote: the same on every replica, whichever pieces it owns.
+      int64_t adam_step = 0;
+      for (const Placement& p : placements) {
+        torch::optim::AdamWParamState* state = p.trainable ? compat::FindAdamWState(*adam, p.local) : nullptr;
+        if (state != nullptr) adam_step = std::max<int64_t>(adam_step, state->step());
+      }
+      out.counters[AdamStepCounter(component)] = adam_step;
+    }
     if (zero == nullptr) continue;
     const std::vector<const Placement*> trainable = Trainable(placements);
     for (const DistributedOptimizer::ShardPiece& piece : zero->ShardPieces()) {

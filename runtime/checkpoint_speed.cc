@@ -15,6 +15,7 @@
 #include "runtime/checkpoint_slices.h"
 #include "runtime/models/encoders.h"
 #include "runtime/parallel/tensor_parallel.h"
+#include "runtime/replica_owners.h"
 #include "runtime/torch_call.h"
 
 namespace maestro::runtime {
@@ -66,8 +67,11 @@ struct CheckpointSpeedRank::State {
   std::vector<ShardRun> runs;
   int64_t global_bytes = 0;
   std::vector<torch::Tensor> snapshot;
+  std::vector<int> owners;  // the DP replica that writes each parameter (runtime/replica_owners.h)
 
-  bool WritesParameter(const HeldParameter& p) const { return dp_rank == 0 && (p.tp_split() || tp_rank == 0); }
+  // As checkpoint_slices.cc: the owner replica's TP ranks write their
+  // slices of a split parameter, its TP rank 0 an unsplit one.
+  bool WritesParameter(size_t i) const { return owners[i] == dp_rank && (params[i].tp_split() || tp_rank == 0); }
 };
 
 CheckpointSpeedRank::CheckpointSpeedRank(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -148,6 +152,9 @@ StatusOr<std::unique_ptr<CheckpointSpeedRank>> CheckpointSpeedRank::Create(const
       state->global_bytes += 3 * numel * static_cast<int64_t>(sizeof(float));
       state->params.push_back(std::move(p));
     }
+    std::vector<int64_t> bytes;
+    for (const auto& p : state->params) bytes.push_back(p.local.nbytes() * (p.exp_avg.defined() ? 3 : 1));
+    state->owners = SpreadOverReplicas(bytes, layout.dp);
     if (!whole_moments) {
       state->runs = ShardRuns(state->params, state->dp_rank, layout.dp);
       int64_t n = 0;
@@ -206,8 +213,9 @@ std::vector<datalayer::SliceToWrite> CheckpointSpeedRank::Pieces(bool own_copy) 
       add(name, p, g, Narrow(local, l, std::vector<int64_t>(shape.size(), 0)));
     }
   };
-  for (const HeldParameter& p : s.params) {
-    if (!s.WritesParameter(p)) continue;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const HeldParameter& p = s.params[i];
+    if (!s.WritesParameter(i)) continue;
     add_whole(ModelTensorName(s.component, p.name), p, p.local);
     if (!p.exp_avg.defined()) continue;
     add_whole(MomentTensorName(s.component, kExpAvg, p.name), p, p.exp_avg);

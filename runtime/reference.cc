@@ -101,8 +101,12 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
     std::vector<RankPieces> kept;  // the pieces' bytes live here until written
     for (auto& runner : runners) {
       if (!runner->trains()) continue;
-      MAESTRO_ASSIGN_OR_RETURN(RankPieces pieces, CollectRankPieces(runner->section_plan(), plan::RankCoords{},
-                                                                    runner->CheckpointedRunners(), {}));
+      // One replica of the section: the plan's DP replicas would share its
+      // pieces out (runtime/replica_owners.h); this process owns them all.
+      plan::SectionPlan one_replica = runner->section_plan();
+      one_replica.config.dp = 1;
+      MAESTRO_ASSIGN_OR_RETURN(RankPieces pieces,
+                               CollectRankPieces(one_replica, plan::RankCoords{}, runner->CheckpointedRunners(), {}));
       slices.insert(slices.end(), pieces.slices.begin(), pieces.slices.end());
       sharded.counters.insert(pieces.counters.begin(), pieces.counters.end());
       kept.push_back(std::move(pieces));

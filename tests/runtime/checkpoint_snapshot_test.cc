@@ -9,12 +9,16 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "compiler/compile.h"
 #include "compiler/spec.h"
 #include "runtime/checkpoint_slices.h"
+#include "runtime/replica_owners.h"
 #include "runtime/section_runner.h"
 #include "tests/fixtures/test_paths.h"
 
@@ -27,30 +31,47 @@ std::vector<std::string> BytesOf(const RankPieces& pieces) {
   return out;
 }
 
-TEST(CheckpointSnapshot, AnOwnCopyKeepsTheStepBoundarysStateWhileTheNextStepChangesIt) {
-  auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_kd.toml");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  compiler::CompileOptions options;
-  options.grouping = compiler::Grouping::kSectioned;
-  auto compiled = compiler::Compile(*spec, options);
-  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
-  plan::Plan p = compiled->plan;
-  const int s = p.section_index("student");
-  for (auto& section : p.sections) section.init_from.clear();  // the teacher (and its head) from the seed
-  auto runner = SectionRunner::Create(p, s, RunnerOptions{});
-  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
-  // One optimizer step first, so AdamW has moments to snapshot too.
-  {
-    torch::NoGradGuard guard;
-    for (auto& w : (*runner)->Parameters()) w.mutable_grad() = torch::ones_like(w);
+// tiny_kd's sectioned plan, the student's runner after one optimizer step
+// (so AdamW has moments to write too).
+struct StudentAfterAStep {
+  plan::Plan p;
+  int s = -1;
+  std::unique_ptr<SectionRunner> runner;
+  StudentAfterAStep() {
+    auto spec = compiler::ParseSpecFile(std::string(MAESTRO_SOURCE_DIR) + "/specs/tiny_kd.toml");
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    compiler::CompileOptions options;
+    options.grouping = compiler::Grouping::kSectioned;
+    auto compiled = compiler::Compile(*spec, options);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
+    p = compiled->plan;
+    s = p.section_index("student");
+    for (auto& section : p.sections) section.init_from.clear();  // the teacher (and its head) from the seed
+    auto created = SectionRunner::Create(p, s, RunnerOptions{});
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    runner = std::move(*created);
+    {
+      torch::NoGradGuard guard;
+      for (auto& w : runner->Parameters()) w.mutable_grad() = torch::ones_like(w);
+    }
+    runner->OptimizerStep(0);
   }
-  (*runner)->OptimizerStep(0);
+  const plan::SectionPlan& section() const { return p.sections[static_cast<size_t>(s)]; }
+  plan::RankCoords coords() const {
+    plan::RankCoords c;
+    c.section = s;
+    return c;
+  }
+};
 
-  plan::RankCoords coords;
-  coords.section = s;
-  const plan::SectionPlan& section = p.sections[static_cast<size_t>(s)];
-  auto snapshot = CollectRankPieces(section, coords, (*runner)->CheckpointedRunners(), {}, PieceMemory::kOwnCopy);
-  auto views = CollectRankPieces(section, coords, (*runner)->CheckpointedRunners(), {});
+TEST(CheckpointSnapshot, AnOwnCopyKeepsTheStepBoundarysStateWhileTheNextStepChangesIt) {
+  StudentAfterAStep student;
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  SectionRunner* const runner = student.runner.get();
+  const plan::SectionPlan& section = student.section();
+  const plan::RankCoords coords = student.coords();
+  auto snapshot = CollectRankPieces(section, coords, runner->CheckpointedRunners(), {}, PieceMemory::kOwnCopy);
+  auto views = CollectRankPieces(section, coords, runner->CheckpointedRunners(), {});
   ASSERT_TRUE(snapshot.ok() && views.ok());
   const std::vector<std::string> at_the_boundary = BytesOf(*snapshot);
   ASSERT_EQ(at_the_boundary, BytesOf(*views));
@@ -59,13 +80,74 @@ TEST(CheckpointSnapshot, AnOwnCopyKeepsTheStepBoundarysStateWhileTheNextStepChan
   ASSERT_GT(moments, 0) << "the moments are in the snapshot";
 
   // The next step updates the weights and the moments in place.
-  (*runner)->OptimizerStep(1);
+  runner->OptimizerStep(1);
 
   EXPECT_EQ(BytesOf(*snapshot), at_the_boundary) << "the snapshot holds the step boundary's state";
   const std::vector<std::string> live = BytesOf(*views);
   size_t changed = 0;
   for (size_t i = 0; i < live.size(); ++i) changed += live[i] != at_the_boundary[i] ? 1 : 0;
   EXPECT_GT(changed, live.size() / 2) << "views follow the live state (the check can tell them apart)";
+}
+
+// runtime/replica_owners.h: largest first to the least-loaded replica.
+TEST(ReplicaOwners, SpreadsTheBytesNearlyEvenlyAndAlikeOnEveryCall) {
+  EXPECT_EQ(SpreadOverReplicas({5, 7, 3}, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(SpreadOverReplicas({}, 4), std::vector<int>{});
+  // 9 -> 0, 7 -> 1, 5 -> 1 (7 < 9), 4 -> 0 (13 > 9), 1 -> 1 (12 < 13).
+  EXPECT_EQ(SpreadOverReplicas({4, 9, 1, 7, 5}, 2), (std::vector<int>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(SpreadOverReplicas({6, 6, 6}, 3), (std::vector<int>{0, 1, 2}))
+      << "ties: the earlier piece, the lower replica";
+  std::vector<int64_t> bytes;
+  for (int i = 0; i < 200; ++i) bytes.push_back((i * 7919) % 1000 + 1);
+  const std::vector<int> owners = SpreadOverReplicas(bytes, 8);
+  EXPECT_EQ(owners, SpreadOverReplicas(bytes, 8));
+  std::vector<int64_t> load(8, 0);
+  for (size_t i = 0; i < bytes.size(); ++i) load[static_cast<size_t>(owners[i])] += bytes[i];
+  EXPECT_LE(*std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), 1000)
+      << "within the largest piece";
+}
+
+// The student at DP 2 without ZeRO-1: each replica writes a part of the
+// weights and their AdamW moments, the two parts disjoint, together every
+// tensor the DP 1 layout writes, near half the bytes each, and both with
+// the same AdamW step count.
+TEST(CheckpointSnapshot, DataParallelReplicasEachWriteAPartOfTheStateAndTogetherAllOfIt) {
+  StudentAfterAStep student;
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  SectionRunner* const runner = student.runner.get();
+  plan::SectionPlan section = student.section();
+  const auto pieces_of = [&](int dp, int dp_rank) {
+    section.config.dp = dp;
+    plan::RankCoords coords = student.coords();
+    coords.dp = dp_rank;
+    auto pieces = CollectRankPieces(section, coords, runner->CheckpointedRunners(), {});
+    EXPECT_TRUE(pieces.ok()) << pieces.status().ToString();
+    return std::move(*pieces);
+  };
+  const auto tensors = [](const RankPieces& pieces, int64_t* bytes) {
+    std::map<std::string, int64_t> out;
+    for (const auto& slice : pieces.slices) {
+      out[slice.tensor] += static_cast<int64_t>(slice.bytes.size());
+      *bytes += static_cast<int64_t>(slice.bytes.size());
+    }
+    return out;
+  };
+  int64_t all_bytes = 0, bytes0 = 0, bytes1 = 0;
+  const RankPieces alone = pieces_of(1, 0), first = pieces_of(2, 0), second = pieces_of(2, 1);
+  const auto all = tensors(alone, &all_bytes);
+  const auto mine = tensors(first, &bytes0);
+  const auto theirs = tensors(second, &bytes1);
+  ASSERT_FALSE(mine.empty());
+  ASSERT_FALSE(theirs.empty()) << "DP rank 1 writes its share";
+  std::map<std::string, int64_t> both = mine;
+  for (const auto& [name, n] : theirs) EXPECT_TRUE(both.emplace(name, n).second) << name << " written twice";
+  EXPECT_EQ(both, all);
+  EXPECT_EQ(bytes0 + bytes1, all_bytes);
+  int64_t largest = 0;
+  for (const auto& [name, n] : all) largest = std::max(largest, n);
+  EXPECT_LE(std::abs(bytes0 - bytes1), 3 * largest) << "near half each (a parameter and its moments go together)";
+  EXPECT_EQ(first.counters, alone.counters);
+  EXPECT_EQ(second.counters, alone.counters) << "the same AdamW step count from either replica";
 }
 
 }  // namespace

@@ -408,9 +408,10 @@ TEST(RuntimeTrain, StopAndResumeIsBitIdenticalToAnUninterruptedRunFusedKdTp2Dp2)
   ExpectStopAndResumeBitIdentical("fused_kd", FusedPlan("tiny_kd.toml", 2, 2, 6));
   const auto state = LastCheckpoint(std::string(MAESTRO_TEST_TMP) + "/runtime_train/resume_fused_kd/whole");
   EXPECT_TRUE(state.sections.count("student"));
-  // The weights: both TP ranks of DP replica 0 wrote their slices, no other
-  // replica any; the moments (ZeRO-1 over DP 2): every rank its own shard.
-  EXPECT_EQ(runtime_testing::PieceFiles(state, "student/blocks.").size(), 2u);
+  // The weights: the DP replicas share them out (runtime/replica_owners.h),
+  // each TP rank of a parameter's owner replica writes its slice: all four
+  // ranks write some; the moments (ZeRO-1 over DP 2): every rank its shard.
+  EXPECT_EQ(runtime_testing::PieceFiles(state, "student/blocks.").size(), 4u);
   EXPECT_EQ(runtime_testing::PieceFiles(state, "student/adamw.").size(), 4u);
   EXPECT_FALSE(state.sections.count("fused"));
 }
