@@ -50,35 +50,44 @@ LocalToGlobal MapOf(const Placement& p) {
   return LocalToGlobal(ShapeOf(p.local), p.split_dim, p.split_parts, p.tp_rank, p.tp_size);
 }
 
-// A placement the DP replicas hold alike, whose writer SpreadOverReplicas picks.
-bool SpreadOverDp(const Placement& p) {
+// Each TP rank holds its own slice of the parameter (else a whole copy).
+bool TpSlice(const Placement& p) {
+  return p.split_dim >= 0 && p.tp_size > 1;
+}
+
+// A placement the replica group holds alike, whose writer
+// SpreadOverReplicaGroup picks (a routed expert has the EP rule instead).
+bool Spread(const Placement& p) {
   return p.local.numel() > 0 && !p.tied_copy && !p.routed_expert;
 }
 
-// The DP replica that writes each of `placements` (runtime/replica_owners.h;
-// -1 for those SpreadOverDp leaves out): sized by the parameter and, with a
-// replicated AdamW (`adam`), its two moments, written with it.
-std::vector<int> DpOwners(const std::vector<Placement>& placements, bool adam, int dp) {
-  std::vector<int64_t> bytes;
+// The rank of the DP x TP group that writes each of `placements`
+// (runtime/replica_owners.h; {-1, -1} for those Spread leaves out): sized by
+// the parameter and, with a replicated AdamW (`adam`), its two moments,
+// written with it.
+std::vector<GroupOwner> GroupOwners(const std::vector<Placement>& placements, bool adam,
+                                    const plan::SectionPlan& section) {
+  std::vector<GroupPiece> pieces;
   for (const Placement& p : placements) {
-    if (!SpreadOverDp(p)) continue;
+    if (!Spread(p)) continue;
     const int64_t weight = p.local.numel() * static_cast<int64_t>(p.local.element_size());
-    bytes.push_back(adam && p.trainable ? 3 * weight : weight);
+    pieces.push_back({adam && p.trainable ? 3 * weight : weight, TpSlice(p)});
   }
-  const std::vector<int> spread = SpreadOverReplicas(bytes, dp);
-  std::vector<int> owners(placements.size(), -1);
+  const std::vector<GroupOwner> spread = SpreadOverReplicaGroup(pieces, section.config.dp, section.config.tp);
+  std::vector<GroupOwner> owners(placements.size(), GroupOwner{-1, -1});
   for (size_t i = 0, k = 0; i < placements.size(); ++i) {
-    if (SpreadOverDp(placements[i])) owners[i] = spread[k++];
+    if (Spread(placements[i])) owners[i] = spread[k++];
   }
   return owners;
 }
 
 // The one writer of each replicated piece (the header says who): `owner`
-// is the DP replica DpOwners gave the placement.
-bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const plan::RankCoords& coords, int owner) {
+// is the rank GroupOwners gave the placement.
+bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const plan::RankCoords& coords,
+                     const GroupOwner& owner) {
   if (p.local.numel() == 0 || p.tied_copy || coords.cp != 0) return false;
-  if (p.routed_expert ? coords.dp >= std::max(1, section.config.ep) : coords.dp != owner) return false;
-  return p.split_dim >= 0 && p.tp_size > 1 ? true : coords.tp == 0;
+  if (p.routed_expert) return coords.dp < std::max(1, section.config.ep) && (TpSlice(p) || coords.tp == 0);
+  return coords.dp == owner.dp && (owner.tp < 0 ? TpSlice(p) : coords.tp == owner.tp);
 }
 
 // How AddPiece holds a piece's bytes (CollectRankPieces' `memory`), and
@@ -187,7 +196,7 @@ StatusOr<RankPieces> CollectRankPieces(const plan::SectionPlan& section, const p
     torch::optim::AdamW* adam = runners[k]->ReplicatedAdamW();
     DistributedOptimizer* zero = k < sharded.size() ? sharded[k] : nullptr;
     bool wrote_moments = false;
-    const std::vector<int> owners = DpOwners(placements, adam != nullptr, std::max(1, section.config.dp));
+    const std::vector<GroupOwner> owners = GroupOwners(placements, adam != nullptr, section);
     for (size_t i = 0; i < placements.size(); ++i) {
       const Placement& p = placements[i];
       if (!WritesParameter(p, section, coords, owners[i])) continue;

@@ -67,11 +67,13 @@ struct CheckpointSpeedRank::State {
   std::vector<ShardRun> runs;
   int64_t global_bytes = 0;
   std::vector<torch::Tensor> snapshot;
-  std::vector<int> owners;  // the DP replica that writes each parameter (runtime/replica_owners.h)
+  std::vector<GroupOwner> owners;  // the rank that writes each parameter (runtime/replica_owners.h)
 
-  // As checkpoint_slices.cc: the owner replica's TP ranks write their
-  // slices of a split parameter, its TP rank 0 an unsplit one.
-  bool WritesParameter(size_t i) const { return owners[i] == dp_rank && (params[i].tp_split() || tp_rank == 0); }
+  // As checkpoint_slices.cc: every TP rank of the owner replica its slice of
+  // a split parameter, the owner rank alone a whole one.
+  bool WritesParameter(size_t i) const {
+    return owners[i].dp == dp_rank && (owners[i].tp < 0 ? params[i].tp_split() : tp_rank == owners[i].tp);
+  }
 };
 
 CheckpointSpeedRank::CheckpointSpeedRank(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -152,9 +154,11 @@ StatusOr<std::unique_ptr<CheckpointSpeedRank>> CheckpointSpeedRank::Create(const
       state->global_bytes += 3 * numel * static_cast<int64_t>(sizeof(float));
       state->params.push_back(std::move(p));
     }
-    std::vector<int64_t> bytes;
-    for (const auto& p : state->params) bytes.push_back(p.local.nbytes() * (p.exp_avg.defined() ? 3 : 1));
-    state->owners = SpreadOverReplicas(bytes, layout.dp);
+    std::vector<GroupPiece> pieces;
+    for (const auto& p : state->params) {
+      pieces.push_back({static_cast<int64_t>(p.local.nbytes()) * (p.exp_avg.defined() ? 3 : 1), p.tp_split()});
+    }
+    state->owners = SpreadOverReplicaGroup(pieces, layout.dp, layout.tp);
     if (!whole_moments) {
       state->runs = ShardRuns(state->params, state->dp_rank, layout.dp);
       int64_t n = 0;

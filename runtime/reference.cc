@@ -101,10 +101,11 @@ StatusOr<std::vector<StepLoss>> RunReference(const plan::Plan& given, const Refe
     std::vector<RankPieces> kept;  // the pieces' bytes live here until written
     for (auto& runner : runners) {
       if (!runner->trains()) continue;
-      // One replica of the section: the plan's DP replicas would share its
+      // One rank of the section: the plan's DP x TP group would share its
       // pieces out (runtime/replica_owners.h); this process owns them all.
       plan::SectionPlan one_replica = runner->section_plan();
       one_replica.config.dp = 1;
+      one_replica.config.tp = 1;
       MAESTRO_ASSIGN_OR_RETURN(RankPieces pieces,
                                CollectRankPieces(one_replica, plan::RankCoords{}, runner->CheckpointedRunners(), {}));
       slices.insert(slices.end(), pieces.slices.begin(), pieces.slices.end());

@@ -89,22 +89,37 @@ TEST(CheckpointSnapshot, AnOwnCopyKeepsTheStepBoundarysStateWhileTheNextStepChan
   EXPECT_GT(changed, live.size() / 2) << "views follow the live state (the check can tell them apart)";
 }
 
-// runtime/replica_owners.h: largest first to the least-loaded replica.
-TEST(ReplicaOwners, SpreadsTheBytesNearlyEvenlyAndAlikeOnEveryCall) {
-  EXPECT_EQ(SpreadOverReplicas({5, 7, 3}, 1), (std::vector<int>{0, 0, 0}));
-  EXPECT_EQ(SpreadOverReplicas({}, 4), std::vector<int>{});
-  // 9 -> 0, 7 -> 1, 5 -> 1 (7 < 9), 4 -> 0 (13 > 9), 1 -> 1 (12 < 13).
-  EXPECT_EQ(SpreadOverReplicas({4, 9, 1, 7, 5}, 2), (std::vector<int>{0, 0, 1, 1, 1}));
-  EXPECT_EQ(SpreadOverReplicas({6, 6, 6}, 3), (std::vector<int>{0, 1, 2}))
-      << "ties: the earlier piece, the lower replica";
-  std::vector<int64_t> bytes;
-  for (int i = 0; i < 200; ++i) bytes.push_back((i * 7919) % 1000 + 1);
-  const std::vector<int> owners = SpreadOverReplicas(bytes, 8);
-  EXPECT_EQ(owners, SpreadOverReplicas(bytes, 8));
+// runtime/replica_owners.h: largest first to the least-loaded place.
+TEST(ReplicaOwners, SpreadsTheBytesNearlyEvenlyOverTheGroupAndAlikeOnEveryCall) {
+  using Owners = std::vector<std::pair<int, int>>;
+  const auto spread = [](const std::vector<GroupPiece>& pieces, int dp, int tp) {
+    Owners out;
+    for (const GroupOwner& o : SpreadOverReplicaGroup(pieces, dp, tp)) out.emplace_back(o.dp, o.tp);
+    return out;
+  };
+  EXPECT_EQ(spread({{5, false}, {7, true}}, 1, 1), (Owners{{0, 0}, {0, -1}}));
+  EXPECT_TRUE(spread({}, 4, 2).empty());
+  // DP 2, TP 1: 9 -> 0, 7 -> 1, 5 -> 1 (7 < 9), 4 -> 0 (13 > 9), 1 -> 1 (12 < 13).
+  EXPECT_EQ(spread({{4, false}, {9, false}, {1, false}, {7, false}, {5, false}}, 2, 1),
+            (Owners{{0, 0}, {0, 0}, {1, 0}, {1, 0}, {1, 0}}));
+  // DP 1, TP 2: a slice of 10 on both TP ranks, then whole pieces to the
+  // lighter rank: 6 -> TP 0 (ties: the lower), 5 -> TP 1, 2 -> TP 1.
+  EXPECT_EQ(spread({{10, true}, {6, false}, {5, false}, {2, false}}, 1, 2), (Owners{{0, -1}, {0, 0}, {0, 1}, {0, 1}}));
+  // DP 2, TP 2: two slices to the two replicas, the whole pieces over the four ranks.
+  EXPECT_EQ(spread({{8, true}, {8, true}, {3, false}, {3, false}, {3, false}, {3, false}}, 2, 2),
+            (Owners{{0, -1}, {1, -1}, {0, 0}, {0, 1}, {1, 0}, {1, 1}}));
+  std::vector<GroupPiece> pieces;
+  for (int i = 0; i < 200; ++i) pieces.push_back({(i * 7919) % 1000 + 1, i % 3 == 0});
+  const auto owners = SpreadOverReplicaGroup(pieces, 4, 2);
   std::vector<int64_t> load(8, 0);
-  for (size_t i = 0; i < bytes.size(); ++i) load[static_cast<size_t>(owners[i])] += bytes[i];
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    for (int t = 0; t < 2; ++t) {
+      if (owners[i].tp < 0 || owners[i].tp == t) load[static_cast<size_t>(owners[i].dp * 2 + t)] += pieces[i].bytes;
+    }
+  }
   EXPECT_LE(*std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), 1000)
       << "within the largest piece";
+  EXPECT_EQ(spread(pieces, 4, 2), spread(pieces, 4, 2));
 }
 
 // The student at DP 2 without ZeRO-1: each replica writes a part of the
