@@ -87,7 +87,7 @@ bool WritesParameter(const Placement& p, const plan::SectionPlan& section, const
                      const GroupOwner& owner) {
   if (p.local.numel() == 0 || p.tied_copy || coords.cp != 0) return false;
   if (p.routed_expert) return coords.dp < std::max(1, section.config.ep) && (TpSlice(p) || coords.tp == 0);
-  return coords.dp == owner.dp && (owner.tp < 0 ? TpSlice(p) : coords.tp == owner.tp);
+  return owner.Writes(coords.dp, coords.tp);
 }
 
 // How AddPiece holds a piece's bytes (CollectRankPieces' `memory`), and

@@ -71,9 +71,7 @@ struct CheckpointSpeedRank::State {
 
   // As checkpoint_slices.cc: every TP rank of the owner replica its slice of
   // a split parameter, the owner rank alone a whole one.
-  bool WritesParameter(size_t i) const {
-    return owners[i].dp == dp_rank && (owners[i].tp < 0 ? params[i].tp_split() : tp_rank == owners[i].tp);
-  }
+  bool WritesParameter(size_t i) const { return owners[i].Writes(dp_rank, tp_rank); }
 };
 
 CheckpointSpeedRank::CheckpointSpeedRank(std::unique_ptr<State> state) : state_(std::move(state)) {}

@@ -34,6 +34,8 @@ struct GroupPiece {
 struct GroupOwner {
   int dp = 0;
   int tp = -1;
+  // Whether the rank at DP replica `dp_rank`, TP rank `tp_rank` writes it.
+  bool Writes(int dp_rank, int tp_rank) const { return dp_rank == dp && (tp < 0 || tp_rank == tp); }
 };
 
 // The owner of each of `pieces`, given in an order every rank of the group
