@@ -45,7 +45,6 @@
 #include "compiler/model.h"
 #include "compiler/step_model.h"
 #include "plan/plan.h"
-#include "plan/runtime_support.h"
 #include "runtime/section_speed.h"
 #include "tests/fixtures/models.h"
 
@@ -85,17 +84,8 @@ nlohmann::json Predict(const Case& c, const compiler::DeviceProfile& profile) {
   const bool decoder = c.desc.kind == ModelKind::kDecoder;
   const bool mixed = c.options.precision == "mixed";
   const int64_t tokens = TokensPerSample(c);
-  compiler::PassShape shape;
-  shape.samples = c.options.micro_batch;
-  shape.tokens_per_sample = static_cast<double>(tokens);
-  shape.attention_context = decoder ? 0 : static_cast<double>(tokens);
-  shape.lm_loss = decoder;
-  shape.loss_in_chunks = mixed;  // bf16: section_speed.cc computes the loss whole
-  shape.activation_bytes = c.options.precision == "fp32" ? 4 : 2;
-  shape.param_bytes = mixed || c.options.precision == "fp32" ? 4 : 2;
-  shape.fused.gqa_in_sdpa = maestro::plan::kRuntimeSupport.gqa_in_sdpa;
-  shape.fused.rms_norm = maestro::plan::kRuntimeSupport.fused_rms_norm;
-  shape.fused.adamw = mixed && maestro::plan::kRuntimeSupport.fused_adamw;
+  const compiler::PassShape shape =
+      compiler::SectionSpeedShape(c.desc, c.options.micro_batch, c.options.seq_len, c.options.precision);
   auto pass = compiler::PredictSectionPass(c.desc, shape, profile);
   if (!pass.ok()) throw std::runtime_error(c.name + ": " + pass.status().ToString());
   nlohmann::json out;
@@ -106,6 +96,8 @@ nlohmann::json Predict(const Case& c, const compiler::DeviceProfile& profile) {
   out["gemm_seconds"] = pass->detail.gemm_seconds;
   out["attention_seconds"] = pass->detail.attention_seconds;
   out["memory_seconds"] = pass->detail.memory_seconds;
+  out["issue_seconds"] = pass->detail.issue_seconds;      // the CPU's issuing beyond the device's time
+  out["tracked_kernels"] = pass->detail.tracked_kernels;  // autograd-tracked kernels (their count)
   double kernels = 0;
   for (const auto& term : pass->detail.terms) {
     kernels += term.kernels;

@@ -29,6 +29,7 @@
 #include "base/exit_codes.h"
 #include "base/log.h"
 #include "cli/dry_run.h"
+#include "cli/issue_calibration.h"
 #include "cli/local_devices.h"
 #include "cli/profile_calibration.h"
 #include "cli/subprocess.h"
@@ -501,7 +502,16 @@ int KernelProfileCommand(const ProfileArgs& args, bool repeats_given) {
     std::fprintf(stderr, "maestro profile --kernels: %s\n", rc.status().message().c_str());
     return maestro::kExitFailure;
   }
-  return *rc;
+  if (*rc != 0) return *rc;
+  // On a GPU: the issue probe's time over the step model's count of its
+  // kernels (cli/issue_calibration.h).
+  auto added = maestro::cli::AddIssueCostToFile(args.out_dir);
+  if (!added.ok()) {
+    std::fprintf(stderr, "maestro profile --kernels: %s\n", added.status().message().c_str());
+    return maestro::kExitFailure;
+  }
+  if (*added) std::fprintf(stderr, "maestro profile --kernels: added training_issue_us (the issue probe)\n");
+  return maestro::kExitOk;
 }
 
 int DoctorCommand() {

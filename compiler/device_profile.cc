@@ -109,11 +109,10 @@ DeviceProfile ParseOrThrow(const json& j) {
   CheckSource(j, "");
   p.peak_flops = CitedValue(j, "peak_bf16_tflops") * 1e12;
   p.memory_bytes_per_s = CitedValue(j, "memory_bandwidth_tb_per_s") * 1e12;
-  p.launch_floor_seconds = CitedValue(j, "kernel_launch_us") * 1e-6;
-  // Optional (profiles measured since 2026-11-30): one op of a training
-  // chain. The floor the step model prices with is the larger of the two.
-  if (j.contains("training_op_us")) p.training_op_seconds = CitedValue(j, "training_op_us") * 1e-6;
-  p.kernel_launch_seconds = std::max(p.launch_floor_seconds, p.training_op_seconds);
+  p.kernel_launch_seconds = CitedValue(j, "kernel_launch_us") * 1e-6;
+  // Optional: what one autograd-tracked kernel of a training step costs the
+  // CPU to issue on this machine (docs/step_model.md, "The CPU's issue cost").
+  if (j.contains("training_issue_us")) p.training_issue_seconds = CitedValue(j, "training_issue_us") * 1e-6;
 
   const json& gemm = Field(j, "gemm", "");
   CheckSource(gemm, "/gemm");

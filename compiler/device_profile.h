@@ -62,13 +62,13 @@ class DeviceProfile {
   double peak_flops = 0;          // bf16 dense, FLOP/s
   double memory_bytes_per_s = 0;  // device-to-device copy bandwidth
   // Per kernel, the eager libtorch floor the step model prices every kernel
-  // with: the larger of the two measurements below.
+  // with ("kernel_launch_us": one op back to back (a + b), or a fitted value).
   double kernel_launch_seconds = 0;
-  double launch_floor_seconds = 0;  // "kernel_launch_us": one op back to back (a + b), or a fitted value
-  // "training_op_us", when the file has it: one elementwise op of a chain
-  // run forward and backward under autograd (and autocast on a GPU), what
-  // each small kernel of a training step costs the CPU to issue; 0 when absent.
-  double training_op_seconds = 0;
+  // "training_issue_us", when the file has it: what one autograd-tracked
+  // kernel of a training step (the step model's count, compiler/step_sum.h)
+  // costs the CPU to issue under eager libtorch; a phase of a section takes
+  // at least its kernels times this. 0 when absent (no such bound).
+  double training_issue_seconds = 0;
   std::vector<GemmRow> gemm;
   std::vector<AttentionRow> attention;
   std::vector<ValidationCase> validation;

@@ -21,6 +21,11 @@ struct StepBreakdown {
   double attention_seconds = 0;  // forward + backward
   double memory_seconds = 0;     // elementwise / reduction kernels of the layers, head and embedding
   double optimizer_seconds = 0;  // AdamW
+  // What the CPU's issuing of autograd-tracked kernels adds beyond the
+  // device's time (compiler/step_sum.h; 0 where the profile gives no issue
+  // cost or the device is the slower), and how many such kernels a step has.
+  double issue_seconds = 0;
+  double tracked_kernels = 0;
   double total_seconds = 0;
   double model_flops = 0;  // 3 x the compiler's forward FLOPs (compiler/model.h), the MFU numerator
   double mfu = 0;          // model_flops / total / peak

@@ -15,6 +15,7 @@
 #include "plan/banded_attention.h"
 #include "plan/loss_chunk.h"
 #include "plan/model_desc.h"
+#include "plan/runtime_support.h"
 #include "plan/teacher_rows.h"
 #include "plan/tensor_parallel_split.h"
 
@@ -571,6 +572,26 @@ double TrainGemmSeconds(double m, double k, double n, const DeviceProfile& devic
   // forward y (m, n) = x (m, k) W^T; dX (m, k) = dY (m, n) W: m rows, inner n;
   // dW (n, k) = dY^T (n, m) x: n rows, inner m.
   return one(m, k, n) + one(m, n, k) + one(n, m, k);
+}
+
+PassShape SectionSpeedShape(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
+                            const std::string& precision) {
+  const bool decoder = desc.kind == plan::ModelKind::kDecoder;
+  const bool mixed = precision == "mixed";
+  const int64_t side = decoder ? 0 : desc.image_size / desc.patch_size;
+  const double tokens = decoder ? static_cast<double>(seq_len) : static_cast<double>(side * side);
+  PassShape shape;
+  shape.samples = static_cast<double>(micro_batch);
+  shape.tokens_per_sample = tokens;
+  shape.attention_context = decoder ? 0 : tokens;
+  shape.lm_loss = decoder;
+  shape.loss_in_chunks = mixed;  // bf16 and fp32: section_speed.cc computes the loss whole
+  shape.activation_bytes = precision == "fp32" ? 4 : 2;
+  shape.param_bytes = mixed || precision == "fp32" ? 4 : 2;
+  shape.fused.gqa_in_sdpa = plan::kRuntimeSupport.gqa_in_sdpa;
+  shape.fused.rms_norm = plan::kRuntimeSupport.fused_rms_norm;
+  shape.fused.adamw = mixed && plan::kRuntimeSupport.fused_adamw;
+  return shape;
 }
 
 StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassShape& shape,

@@ -110,6 +110,16 @@ StatusOr<PassTimes> PredictSectionPass(const plan::ModelDesc& desc, const PassSh
 StatusOr<StepBreakdown> PredictDecoderStepFromParts(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
                                                     int tp, const DeviceProfile& device, const FusedOps& fused = {});
 
+// One micro-batch of runtime/section_speed.h's timed step as the step model
+// sees it: a decoder's (micro_batch, seq_len) with its LM loss, or a ViT's
+// micro_batch images (attention within each image); `precision` "mixed"
+// (fp32 masters, autocast, fused AdamW and the chunked loss where the
+// runtime has them), "bf16" (pure, the loss whole) or "fp32". What
+// `maestro-bench gpu` predicts and the issue probe's calibration counts.
+// REQUIRES: desc.kind is kDecoder or kVit; micro_batch, seq_len >= 1.
+PassShape SectionSpeedShape(const plan::ModelDesc& desc, int64_t micro_batch, int64_t seq_len,
+                            const std::string& precision);
+
 // Seconds of a training step's GEMMs for y = x W^T, x (m, k), W (n, k):
 // forward plus both backward GEMMs, each at its own shape's efficiency.
 double TrainGemmSeconds(double m, double k, double n, const DeviceProfile& device);

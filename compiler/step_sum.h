@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -31,7 +32,17 @@ enum class Phase { kForward = 0, kBackward = 1 };
 
 // Adds terms; every kernel costs at least the device's launch floor (eager
 // libtorch issues kernels one by one from the CPU; a kernel shorter than the
-// CPU-side cost of issuing it leaves the GPU waiting).
+// CPU-side cost of issuing it leaves the GPU waiting). It also counts the
+// autograd-tracked kernels of each part and phase (every forward and
+// backward kernel, and the autocast weight casts; not AdamW's, which run
+// without autograd): in a training pass under autocast (the runtime's mixed
+// precision on a GPU), where the device profile gives what one costs the CPU to issue
+// (DeviceProfile::training_issue_seconds), a part's phase takes at least its
+// kernels times that, since eager libtorch on a GPU overlaps the CPU's
+// issuing with the device's running and the slower of the two sets the pace
+// (docs/step_model.md, "The CPU's issue cost"). Pure bf16 and fp32 passes,
+// and forward-only ones (no autograd), keep the per-kernel floor alone: the
+// cost was measured under autograd and autocast.
 class StepSum {
  public:
   StepSum(const DeviceProfile& device, bool train) : device_(device), train_(train) {}
@@ -54,8 +65,8 @@ class StepSum {
       if (input_grad) bwd += times * Gemm1(m, n, k), kernels += times;
       if (weight_grad) bwd += times * Gemm1(n, m, k), kernels += times;
     }
-    Add(part, Phase::kForward, fwd);
-    Add(part, Phase::kBackward, bwd);
+    Add(part, Phase::kForward, fwd, times);
+    Add(part, Phase::kBackward, bwd, kernels - times);
     out_.gemm_seconds += fwd + bwd;
     Term(kernels, fwd + bwd, "gemm ", name);
   }
@@ -65,7 +76,7 @@ class StepSum {
   void GemmRecomputed(std::string_view name, Part part, double m, double k, double n, double times) {
     if (!train_) return;
     const double fwd = times * Gemm1(m, k, n);
-    Add(part, Phase::kBackward, fwd);
+    Add(part, Phase::kBackward, fwd, times);
     out_.gemm_seconds += fwd;
     Term(times, fwd, "gemm ", name, " (recomputed)");
   }
@@ -83,7 +94,7 @@ class StepSum {
       kernels += 1;
     }
     s *= times;
-    Add(part, phase, s);
+    Add(part, phase, s, times * kernels);
     out_.memory_seconds += s;
     Term(times * kernels, s, "memory ", name, phase == Phase::kForward ? " forward" : " backward");
   }
@@ -96,8 +107,8 @@ class StepSum {
       const double both = Kernel(3 * forward_flops / device_.AttentionFlopsPerSecond(head_dim, context, true));
       bwd = std::max(both - fwd, device_.kernel_launch_seconds);
     }
-    Add(Part::kBlocks, Phase::kForward, layers * fwd);
-    Add(Part::kBlocks, Phase::kBackward, layers * bwd);
+    Add(Part::kBlocks, Phase::kForward, layers * fwd, layers);
+    Add(Part::kBlocks, Phase::kBackward, layers * bwd, train_ ? layers : 0);
     attention_forward_ += layers * fwd;
     out_.attention_seconds += layers * (fwd + bwd);
     Term(layers * (train_ ? 2 : 1), layers * (fwd + bwd), "attention ", name);
@@ -123,14 +134,21 @@ class StepSum {
     if (keep_terms_) optimizer_terms_.push_back({"optimizer AdamW " + std::string(name), s * tensors, tensors * 8});
   }
 
+  // One micro-batch's phase of a part: the device's time, or the CPU's time
+  // to issue its kernels where that is longer.
   double Seconds(Part part, Phase phase) const {
-    return seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)];
+    const auto p = static_cast<size_t>(part), f = static_cast<size_t>(phase);
+    return std::max(seconds_[p][f], kernels_[p][f] * IssueSeconds());
   }
   // Once per step: AdamW and, under autocast, the weights' casts to bf16.
   double optimizer() const {
-    if (optimizer_shards_ > 1) return FlatShardAdamW() + weight_casts_;
-    return (fused_adamw_ ? FusedAdamW() : optimizer_) + weight_casts_;
+    if (optimizer_shards_ > 1) return FlatShardAdamW() + WeightCasts();
+    return (fused_adamw_ ? FusedAdamW() : optimizer_) + WeightCasts();
   }
+  // The autocast weight casts (autograd-tracked: issue-bound like the forward).
+  double WeightCasts() const { return std::max(weight_casts_, weight_cast_kernels_ * IssueSeconds()); }
+  // What one tracked kernel costs the CPU to issue in this pass (0: no bound).
+  double IssueSeconds() const { return autocast_ && train_ ? device_.training_issue_seconds : 0.0; }
   void UseFlatShardAdamW(int shards) { optimizer_shards_ = shards; }
   void UseParamBytes(int bytes) { param_bytes_ = bytes; }
   // Mixed precision (fp32 masters, activations in bf16): the forward runs
@@ -148,7 +166,7 @@ class StepSum {
     weight_casts_ += tensors * one;
     weight_cast_kernels_ += tensors;
     if (train_) {
-      Add(part, Phase::kBackward, tensors * one);
+      Add(part, Phase::kBackward, tensors * one, tensors);
       out_.memory_seconds += tensors * one;
       Term(tensors, tensors * one, "memory autocast gradient casts to fp32 ", name);
     }
@@ -198,12 +216,31 @@ class StepSum {
       if (keep_terms_)
         out.terms.push_back({"autocast weight casts to bf16 (once per step)", weight_casts_, weight_cast_kernels_});
     }
-    out.total_seconds = out.gemm_seconds + out.attention_seconds + out.memory_seconds + out.optimizer_seconds;
+    // What the CPU's issuing adds beyond the device's time, phase by phase
+    // (all parts, one micro-batch each; the step's totals are the sum).
+    double issue = WeightCasts() - weight_casts_;
+    double issue_kernels = weight_cast_kernels_;
+    for (size_t p = 0; p < 3; ++p) {
+      for (size_t f = 0; f < 2; ++f) {
+        issue += std::max(0.0, kernels_[p][f] * IssueSeconds() - seconds_[p][f]);
+        issue_kernels += kernels_[p][f];
+      }
+    }
+    out.tracked_kernels = issue_kernels;
+    if (issue > 0) {
+      out.issue_seconds = issue;
+      if (keep_terms_) out.terms.push_back({"cpu issue beyond the device's time (eager, autograd)", issue, 0});
+    }
+    out.total_seconds =
+        out.gemm_seconds + out.attention_seconds + out.memory_seconds + out.optimizer_seconds + out.issue_seconds;
     return out;
   }
 
  private:
-  void Add(Part part, Phase phase, double s) { seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)] += s; }
+  void Add(Part part, Phase phase, double s, double kernels) {
+    seconds_[static_cast<size_t>(part)][static_cast<size_t>(phase)] += s;
+    kernels_[static_cast<size_t>(part)][static_cast<size_t>(phase)] += kernels;
+  }
   void Term(double kernels, double seconds, std::string_view prefix, std::string_view name,
             std::string_view suffix = {}) {
     if (!keep_terms_) return;
@@ -216,6 +253,7 @@ class StepSum {
   const DeviceProfile& device_;
   bool train_;
   std::array<std::array<double, 2>, 3> seconds_{};
+  std::array<std::array<double, 2>, 3> kernels_{};  // autograd-tracked kernels
   double optimizer_ = 0, accumulate_ = 0;
   int optimizer_shards_ = 1;
   double param_bytes_ = 0;

@@ -17,6 +17,7 @@
 #include "base/checks.h"
 #include "base/files.h"
 #include "base/read_file.h"
+#include "plan/issue_probe.h"
 #include "runtime/runtime_info.h"
 #include "runtime/section_speed.h"
 #include "runtime/torch_compat.h"
@@ -501,36 +502,46 @@ Status MeasureKernelFloor(const ProfileRun& run, json* profile) {
                               "per-kernel floor on this machine); " +
                                   timing + "; " + where}};
   say("  kernel floor: " + JoinRates({us}) + " us");
-  // A training step's small kernel costs more to issue than a + b: autograd
-  // records a node per op and runs a backward kernel for it, and on a GPU
-  // the runtime's autocast adds its dispatch. kChain multiplications of a
-  // 1024-element fp32 leaf that requires grad, then their sum, forward and
-  // backward (torch::autograd::grad): 2 kChain + 2 kernels a call.
-  constexpr int kChain = 32;
-  double op_us = 0;
+  return Status::Ok();
+}
+
+// The issue probe (plan/issue_probe.h): one small ViT's training step in
+// the runtime's precision on this device, its forward (the autocast weight
+// casts included) and backward timed apart. `maestro profile` divides their
+// sum by the step model's count of the step's tracked kernels
+// (cli/issue_calibration.h) into training_issue_us.
+Status MeasureIssueProbe(const ProfileRun& run, json* profile) {
+  const plan::ModelDesc desc = plan::IssueProbeVit();
+  SectionSpeedOptions speed_options;
+  speed_options.device = run.device_kind;
+  speed_options.precision = run.gpu ? "mixed" : "fp32";
+  speed_options.micro_batch = plan::kIssueProbeImages;
+  speed_options.warmup = 3;
+  speed_options.steps = run.gpu ? 20 : std::max(3, run.o.repeats);
+  speed_options.phases = true;
+  StatusOr<SectionSpeed> speed = Status::Internal("not measured");
   try {
-    const auto leaf = torch::ones({1024}, run.topts.dtype(torch::kFloat32)).requires_grad_(true);
-    op_us = timer.SecondsPerCall([&] {
-      torch::Tensor y;
-      {
-        compat::AutocastGuard autocast(leaf.device(), run.gpu);
-        y = leaf;
-        for (int i = 0; i < kChain; ++i) y = y * 1.0001;
-      }
-      return torch::autograd::grad({y.sum()}, {leaf});
-    }) * 1e6 /
-            (2 * kChain + 2);
+    speed = MeasureSectionTraining(desc, speed_options);
   } catch (const c10::Error& e) {
-    return PointError("the chain of small ops", e);
+    return PointError("the issue probe", e);
   }
-  doc["training_op_us"] = {
-      {"value", Round4(op_us)},
-      {"source", "median time per kernel of " + std::to_string(kChain) +
-                     " multiplications of a 1024-element fp32 leaf that requires grad and their sum, forward and "
-                     "backward (torch::autograd::grad; 2 x " +
-                     std::to_string(kChain) + " + 2 kernels)" + (run.gpu ? ", under autocast to bf16" : "") +
-                     ": what a small kernel of a training step costs to issue; " + timing + "; " + where}};
-  say("  training op: " + JoinRates({op_us}) + " us per kernel");
+  if (!speed.ok()) {
+    return Status(speed.status().code(), "maestro profile --kernels: the issue probe: " + speed.status().message());
+  }
+  (*profile)["issue_probe"] = {
+      {"model", "plan::IssueProbeVit (ViT-B/16's 12 layers, 64 wide)"},
+      {"images", plan::kIssueProbeImages},
+      {"image_size", desc.image_size},
+      {"precision", speed_options.precision},
+      {"forward_seconds", speed->forward_seconds},
+      {"backward_seconds", speed->backward_seconds},
+      {"source", "one ViT training step (runtime/section_speed.cc, precision " + speed_options.precision +
+                     "), forward with its loss and backward timed apart, the device synchronized between them; mean "
+                     "of " +
+                     std::to_string(speed_options.steps) + " steps after " + std::to_string(speed_options.warmup) +
+                     " warm-up; " + run.where}};
+  run.say("  issue probe: forward " + JoinRates({speed->forward_seconds * 1e3}) + " ms, backward " +
+          JoinRates({speed->backward_seconds * 1e3}) + " ms");
   return Status::Ok();
 }
 
@@ -688,6 +699,7 @@ StatusOr<json> MeasureKernelProfile(const KernelProfileOptions& given,
   MAESTRO_ASSIGN_OR_RETURN(doc["attention"], MeasureAttentionTable(run));
   MAESTRO_RETURN_IF_ERROR(MeasureMemoryBandwidth(run, &doc));
   MAESTRO_RETURN_IF_ERROR(MeasureKernelFloor(run, &doc));
+  MAESTRO_RETURN_IF_ERROR(MeasureIssueProbe(run, &doc));
   AddPeak(run, best_gemm_tflops, best_gemm_at, &doc);
   MAESTRO_RETURN_IF_ERROR(MeasureValidationStep(run, &doc));
   return doc;

@@ -16,9 +16,10 @@
 //    backward 3 x forward (the convention the file declares);
 //  - memory_bandwidth_tb_per_s: a large tensor.copy_, bytes read + written;
 //  - kernel_launch_us: a + b on one-element tensors, per op (eager's floor);
-//  - training_op_us: per kernel of a chain of small ops run forward and
-//    backward under autograd (and autocast on CUDA): a training step's
-//    small kernel, which the step model prices at the larger of the two;
+//  - issue_probe: one small ViT's training step (plan/issue_probe.h) in the
+//    runtime's precision, forward and backward timed apart; `maestro
+//    profile` turns it into training_issue_us on a GPU (what a tracked
+//    kernel costs the CPU to issue: cli/issue_calibration.h);
 //  - peak_bf16_tflops: a datasheet value by CUDA device name when known,
 //    else (and on the CPU) the best GEMM rate measured, said so in its source;
 //  - validation: one decoder's training step (runtime/section_speed.h).
@@ -27,7 +28,7 @@
 // synchronized around it (torch::cuda::synchronize on CUDA).
 //
 // No torch types here: the executable and tests include it without torch.
-// May call: libtorch (in the .cc), runtime/section_speed, base (files,
+// May call: libtorch (in the .cc), runtime/section_speed, plan (issue_probe), base (files,
 // read_file), nlohmann-json. Thread-safety: one call at a time (it sets the
 // intra-op thread count on the CPU).
 #pragma once

@@ -23,7 +23,8 @@
 # The campaign, in this order (each step's log in campaign-logs.tar.gz, a
 # line per step in campaign.txt):
 #   1. maestro profile --kernels --device cuda -o h200.json (the H100's grid:
-#      the two files compare row by row);
+#      the two files compare row by row; its issue probe gives the measured
+#      training_issue_us that compiler/devices/h200.json has fitted);
 #   2. maestro-bench gpu --json -- --profile h200.json: the ~1B decoder in
 #      the runtime's mixed precision and in pure bf16 (MFU), ViT-B/16 at 32 x
 #      224^2 and Qwen2-VL's tower at 4 x 448^2, each against the step model

@@ -122,12 +122,14 @@ TEST(KernelProfileCli, CpuQuickSweepWritesADeviceProfileTheCompilerReads) {
   // Constants: positive; on the CPU the "peak" is the best GEMM measured.
   EXPECT_TRUE(Positive(profile->memory_bytes_per_s));
   EXPECT_TRUE(Positive(profile->kernel_launch_seconds));
-  // One op of a training chain, measured beside a + b; the floor the step
-  // model prices with is the larger of the two.
-  EXPECT_TRUE(Positive(profile->training_op_seconds));
-  EXPECT_TRUE(Positive(profile->launch_floor_seconds));
-  EXPECT_DOUBLE_EQ(profile->kernel_launch_seconds,
-                   std::max(profile->training_op_seconds, profile->launch_floor_seconds));
+  // The issue probe is timed on the CPU too (fp32, its phases apart), but
+  // only a GPU's profile gets an issue cost (cli/issue_calibration.h).
+  const auto& probe = doc.at("issue_probe");
+  EXPECT_TRUE(Positive(probe.at("forward_seconds").get<double>()));
+  EXPECT_TRUE(Positive(probe.at("backward_seconds").get<double>()));
+  EXPECT_EQ(probe.at("precision"), "fp32");
+  EXPECT_FALSE(doc.contains("training_issue_us"));
+  EXPECT_EQ(profile->training_issue_seconds, 0);
   EXPECT_DOUBLE_EQ(profile->peak_flops, best_tflops * 1e12);
   EXPECT_NE(doc.at("peak_bf16_tflops").at("source").get<std::string>().find("NOT a datasheet peak"), std::string::npos);
 
@@ -146,7 +148,7 @@ TEST(KernelProfileCli, CpuQuickSweepWritesADeviceProfileTheCompilerReads) {
                                          doc.at("peak_bf16_tflops").at("source"),
                                          doc.at("memory_bandwidth_tb_per_s").at("source"),
                                          doc.at("kernel_launch_us").at("source"),
-                                         doc.at("training_op_us").at("source"),
+                                         doc.at("issue_probe").at("source"),
                                          doc.at("source").at("setup")};
   for (const auto& s : sources) {
     EXPECT_NE(s.find("maestro profile --kernels --device cpu --quick"), std::string::npos) << s;

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The issue probe: the section `maestro profile --kernels` times to measure
+// what one autograd-tracked kernel of a training step costs the CPU to
+// issue (a device profile's "training_issue_us", docs/step_model.md "The
+// CPU's issue cost"). A ViT with ViT-B/16's depth and layout (12 layers of
+// LayerNorm, attention with biases, GELU MLP, learned positions) but 64
+// wide, on one 32 x 32 image (4 patches): on a GPU every kernel of its step
+// is far shorter than issuing it, so its forward + backward time over the
+// step model's count of its tracked kernels is that cost. The runtime
+// measures it (runtime/kernel_profile.cc); `maestro profile` divides
+// (cli/issue_calibration.h). One home for its shape, so both count the same
+// model. May call: plan/plan.h.
+#pragma once
+
+#include "plan/plan.h"
+
+namespace maestro::plan {
+
+inline constexpr int kIssueProbeImages = 1;
+
+inline ModelDesc IssueProbeVit() {
+  ModelDesc d;
+  d.kind = ModelKind::kVit;
+  d.hidden = 64;
+  d.layers = 12;
+  d.heads = 4;
+  d.ffn_hidden = 256;
+  d.image_size = 32;
+  d.patch_size = 16;
+  d.channels = 3;
+  return d;
+}
+
+}  // namespace maestro::plan
