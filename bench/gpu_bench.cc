@@ -28,6 +28,13 @@
 // Without a usable CUDA device it says why (`cuda_available` false, `mfu`
 // null) and runs each case on the CPU at a small shape (`cpu_smoke`), so the
 // code path is exercised everywhere.
+// issue_probes: the ViT and decoder of plan/issue_probe.h, each one step's
+// forward + backward over the step model's count of its tracked kernels
+// (us_per_tracked_kernel: on a GPU the CPU's cost of issuing one, which a
+// device profile's training_issue_us prices), the ops the runtime really
+// dispatched in that step (aten_ops, autograd_nodes; us_per_aten_op), and
+// decoder_over_vit. Every measured case also reports its aten_ops and, per
+// profile, aten_ops_per_tracked_kernel.
 // --predict-only prints the models' figures for the full-size cases and
 // measures nothing (any machine).
 //   maestro-bench gpu --json [-- --peak-tflops 989.4 --micro-batch 4
@@ -44,6 +51,7 @@
 #include "compiler/memory_model.h"
 #include "compiler/model.h"
 #include "compiler/step_model.h"
+#include "plan/issue_probe.h"
 #include "plan/plan.h"
 #include "runtime/section_speed.h"
 #include "tests/fixtures/models.h"
@@ -150,18 +158,62 @@ nlohmann::json Measure(const Case& c, const std::vector<compiler::DeviceProfile>
       {"optimizer_loop_seconds", speed->optimizer_loop_seconds},
       {"peak_allocated_bytes", static_cast<double>(speed->peak_allocated_bytes)}};
   for (const auto& [key, value] : figures) out[key] = value;
+  out["aten_ops"] = speed->aten_ops;  // one step's forward and backward
+  out["autograd_nodes"] = speed->autograd_nodes;
   out["device"] = speed->device;
   const auto facts = compiler::ComputeModelFacts(c.desc, TokensPerSample(c));
   out["model_tflops"] = 3.0 * facts.flops_per_token * speed->tokens_per_second / 1e12;
   for (const auto& profile : profiles) {
     nlohmann::json p = Predict(c, profile);
     p["measured_over_predicted"] = speed->seconds_per_step / p["seconds_per_step"].get<double>();
+    p["aten_ops_per_tracked_kernel"] = static_cast<double>(speed->aten_ops) / p["tracked_kernels"].get<double>();
     if (speed->peak_allocated_bytes > 0) {
       p["measured_memory_over_model"] =
           static_cast<double>(speed->peak_allocated_bytes) / p["memory_bytes_without_reserve"].get<double>();
     }
     out["predicted"][profile.name] = p;
   }
+  return out;
+}
+
+// The issue probes (plan/issue_probe.h), a ViT and a decoder of the same
+// depth and width, one step each at micro-batch 1 in the runtime's
+// precision: forward + backward seconds over the step model's count of the
+// step's tracked kernels. On a GPU both are issue-bound, so each is the
+// CPU's cost of issuing one tracked kernel of that kind of section, and
+// their ratio says how far one profile constant serves both (the H200's
+// is fitted on a ViT). On the CPU the same figures are its per-kernel cost.
+nlohmann::json MeasureIssueProbes(bool cuda, int steps) {
+  nlohmann::json out;
+  auto h100 = compiler::BuiltinDeviceProfile(compiler::kDefaultDeviceProfile);
+  if (!h100.ok()) throw std::runtime_error(h100.status().ToString());
+  const std::pair<const char*, ModelDesc> probes[] = {{"vit", maestro::plan::IssueProbeVit()},
+                                                      {"decoder", maestro::plan::IssueProbeDecoder()}};
+  for (const auto& [name, desc] : probes) {
+    runtime::SectionSpeedOptions o;
+    o.device = cuda ? "cuda" : "cpu";
+    o.precision = cuda ? "mixed" : "fp32";
+    o.micro_batch = desc.kind == ModelKind::kVit ? maestro::plan::kIssueProbeImages : 1;
+    o.seq_len = maestro::plan::kIssueProbeTokens;
+    o.steps = steps;
+    o.phases = true;
+    auto speed = runtime::MeasureSectionTraining(desc, o);
+    if (!speed.ok()) throw std::runtime_error(std::string("issue probe ") + name + ": " + speed.status().ToString());
+    auto pass = compiler::PredictSectionPass(
+        desc, compiler::SectionSpeedShape(desc, o.micro_batch, o.seq_len, o.precision), *h100);
+    if (!pass.ok()) throw std::runtime_error(pass.status().ToString());
+    const double seconds = speed->forward_seconds + speed->backward_seconds;
+    out[name] = {{"forward_seconds", speed->forward_seconds},
+                 {"backward_seconds", speed->backward_seconds},
+                 {"tracked_kernels", pass->detail.tracked_kernels},
+                 {"us_per_tracked_kernel", seconds / pass->detail.tracked_kernels * 1e6},
+                 {"aten_ops", speed->aten_ops},
+                 {"autograd_nodes", speed->autograd_nodes},
+                 {"us_per_aten_op", seconds / static_cast<double>(speed->aten_ops) * 1e6},
+                 {"precision", o.precision}};
+  }
+  out["decoder_over_vit"] =
+      out["decoder"]["us_per_tracked_kernel"].get<double>() / out["vit"]["us_per_tracked_kernel"].get<double>();
   return out;
 }
 
@@ -272,6 +324,7 @@ MAESTRO_BENCHMARK(gpu, "sections on CUDA against the step and memory models: a ~
     }
   }
   out[cuda ? "cases" : "cpu_smoke"] = results;
+  out["issue_probes"] = MeasureIssueProbes(cuda, cuda ? 20 : (options.quick ? 3 : 5));
   out["peak_tflops"] = peak_tflops;
   return out;
 }

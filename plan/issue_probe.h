@@ -31,4 +31,23 @@ inline ModelDesc IssueProbeVit() {
   return d;
 }
 
+// A decoder of the same depth and width (12 layers, 64 wide, GQA 4 / 2,
+// SwiGLU 256, vocabulary 256) on one sequence of 8 tokens: `maestro-bench
+// gpu` times it beside the ViT probe to see whether one issue cost per
+// tracked kernel holds for both kinds of section.
+inline constexpr int kIssueProbeTokens = 8;
+
+inline ModelDesc IssueProbeDecoder() {
+  ModelDesc d;
+  d.kind = ModelKind::kDecoder;
+  d.hidden = 64;
+  d.layers = 12;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.ffn_hidden = 256;
+  d.vocab = 256;
+  d.tie_embeddings = true;
+  return d;
+}
+
 }  // namespace maestro::plan

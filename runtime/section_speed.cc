@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/section_speed.h"
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 
@@ -58,6 +60,34 @@ int64_t DevicePeakBytes(const torch::Device& device) {
 #endif
   return -1;
 }
+
+// Ops counted over one step (MeasureSectionTraining): a start callback
+// cannot capture, so the counts are globals, one counting at a time
+// (section_speed.h: one call at a time).
+std::atomic<int64_t> g_aten_ops{0}, g_autograd_nodes{0};
+
+std::unique_ptr<at::ObserverContext> CountOp(const at::RecordFunction& fn) {
+  (fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? g_autograd_nodes : g_aten_ops)
+      .fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+// Counts every op and autograd node while it lives (all threads).
+class OpCounter {
+ public:
+  OpCounter() {
+    g_aten_ops = 0;
+    g_autograd_nodes = 0;
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback(&CountOp).scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  }
+  ~OpCounter() { at::removeCallback(handle_); }
+  OpCounter(const OpCounter&) = delete;
+  OpCounter& operator=(const OpCounter&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
 
 // One model under measurement: forward (the loss included) and backward.
 struct Trainee {
@@ -202,6 +232,15 @@ StatusOr<SectionSpeed> MeasureSectionTraining(const plan::ModelDesc& desc, const
     Synchronize(device);
     out.seconds_per_step = SecondsSince(t0) / o.steps;
     out.peak_allocated_bytes = DevicePeakBytes(device);
+    {
+      optimizer.zero_grad();
+      OpCounter counter;
+      forward().backward();
+      Synchronize(device);  // autograd's device thread has run every node
+      out.aten_ops = g_aten_ops.load();
+      out.autograd_nodes = g_autograd_nodes.load();
+    }
+    optimizer_step(fused);
     if (o.phases) {
       double f = 0, b = 0, s = 0;
       for (int i = 0; i < o.steps; ++i) {

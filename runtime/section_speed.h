@@ -63,6 +63,11 @@ struct SectionSpeed {
   double forward_seconds = -1, backward_seconds = -1, optimizer_seconds = -1;
   // With `phases`, the optimizer step alone (else, or not available, -1).
   double optimizer_fused_seconds = -1, optimizer_loop_seconds = -1;
+  // One more step's forward and backward, its ops counted (RecordFunction's
+  // global callbacks: every op the dispatcher calls, nested ones too, and
+  // every autograd node run, on any thread): what the CPU issues, against
+  // which the step model's count of tracked kernels can be set. -1: not counted.
+  int64_t aten_ops = -1, autograd_nodes = -1;
   // The CUDA caching allocator's peak of allocated bytes over the timed
   // steps (weights, gradients, moments and the step's activations); -1 on
   // the CPU and where this libtorch cannot say (before 2.9).

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/fixtures/models.h"
 
@@ -43,6 +45,8 @@ void Measure(const plan::ModelDesc& desc, const SectionSpeedOptions& o, int64_t 
   EXPECT_NEAR(s.tokens_per_second * s.seconds_per_step, static_cast<double>(tokens_per_step), 1e-6 * tokens_per_step);
   EXPECT_NEAR(s.samples_per_second * s.seconds_per_step, o.micro_batch, 1e-6 * o.micro_batch);
   EXPECT_EQ(s.precision, o.precision);
+  EXPECT_GT(s.aten_ops, 0);
+  EXPECT_GT(s.autograd_nodes, 0);
   if (o.phases) {
     EXPECT_GT(s.forward_seconds, 0.0);
     EXPECT_GT(s.backward_seconds, 0.0);
@@ -86,6 +90,33 @@ TEST(SectionSpeed, AVitTrainsOnTheCpuInEitherLayout) {
   ASSERT_NO_FATAL_FAILURE(Measure(fixtures::TinyQwen2VlVisionModel(), o, 3 * 16, &speed));
   o.precision = "fp32";
   ASSERT_NO_FATAL_FAILURE(Measure(fixtures::TinyQwen2VlVisionModel(), o, 3 * 16, &speed));
+}
+
+// The ops a step dispatches are counted, not estimated: the same model
+// dispatches the same ops every step, and every layer more adds the same
+// number of ops and autograd nodes (a layer's forward and backward), in
+// fp32 and under autocast alike.
+TEST(SectionSpeed, EachLayerAddsTheSameCountOfDispatchedOps) {
+  for (const std::string precision : {"fp32", "mixed"}) {
+    std::vector<std::pair<int64_t, int64_t>> counts;  // (aten ops, autograd nodes) at 1, 2, 3 layers
+    for (int64_t layers = 1; layers <= 3; ++layers) {
+      plan::ModelDesc desc = TinyDecoder();
+      desc.layers = layers;
+      auto speed = MeasureSectionTraining(desc, TwoSteps("cpu", precision, 1, 8));
+      ASSERT_TRUE(speed.ok()) << speed.status().ToString();
+      counts.emplace_back(speed->aten_ops, speed->autograd_nodes);
+      auto again = MeasureSectionTraining(desc, TwoSteps("cpu", precision, 1, 8));
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      EXPECT_EQ(again->aten_ops, speed->aten_ops) << precision << " " << layers;
+      EXPECT_EQ(again->autograd_nodes, speed->autograd_nodes) << precision << " " << layers;
+    }
+    const int64_t layer_ops = counts[1].first - counts[0].first;
+    const int64_t layer_nodes = counts[1].second - counts[0].second;
+    EXPECT_GT(layer_ops, 20) << precision;  // a block's forward and backward: dozens of ops
+    EXPECT_GT(layer_nodes, 10) << precision;
+    EXPECT_EQ(counts[2].first - counts[1].first, layer_ops) << precision;
+    EXPECT_EQ(counts[2].second - counts[1].second, layer_nodes) << precision;
+  }
 }
 
 TEST(SectionSpeed, RejectsWhatItCannotMeasureAndSaysWhyCudaIsMissing) {
