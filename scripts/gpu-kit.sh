@@ -32,7 +32,8 @@
 #      as the loop, peak allocated bytes against the memory model;
 #   3. ctest -L gpu (every gpu test; a skip on a machine with a GPU fails);
 #   4. maestro run specs/tiny_vlm.toml --steps 200 on the GPU (the plan local
-#      discovery makes) and with --device cpu, the curves compared by
+#      discovery makes; its median step against the plan's in campaign.txt,
+#      scripts/step_vs_plan.py) and with --device cpu, the curves compared by
 #      scripts/compare_losses.py;
 #   5. the decoder again at micro-batch 8; maestro doctor; the dry run.
 # Files back in $OUT: campaign.txt, h200.json, bench-gpu.json,
@@ -294,6 +295,9 @@ cmd_campaign() {
   fi
   grep -E 'tests passed|tests failed' "$work/ctest-gpu.log" >>"$summary" 2>/dev/null || true
   step tiny-vlm-gpu 120 maestro run specs/tiny_vlm.toml --steps 200 --no-eval --fresh -o "$work/tiny_vlm_gpu"
+  # Its median step against the plan's (the step model's issue cost, checked).
+  python3 scripts/step_vs_plan.py --label tiny-vlm-gpu "$work/tiny_vlm_gpu" >>"$summary" 2>&1 ||
+    echo "tiny-vlm-gpu: no step against the plan (scripts/step_vs_plan.py)" >>"$summary"
   step tiny-vlm-cpu 120 maestro run specs/tiny_vlm.toml --steps 200 --no-eval --fresh --device cpu -o "$work/tiny_vlm_cpu"
   step compare-losses 30 bash -c 'python3 scripts/compare_losses.py --window-tolerance 0.10 "$0" "$1" | tee "$2"' \
     "$work/tiny_vlm_gpu/run/metrics.jsonl" "$work/tiny_vlm_cpu/run/metrics.jsonl" "$out/compare-losses.txt"
