@@ -190,13 +190,7 @@ nlohmann::json MeasureIssueProbes(bool cuda, int steps) {
   const std::pair<const char*, ModelDesc> probes[] = {{"vit", maestro::plan::IssueProbeVit()},
                                                       {"decoder", maestro::plan::IssueProbeDecoder()}};
   for (const auto& [name, desc] : probes) {
-    runtime::SectionSpeedOptions o;
-    o.device = cuda ? "cuda" : "cpu";
-    o.precision = cuda ? "mixed" : "fp32";
-    o.micro_batch = desc.kind == ModelKind::kVit ? maestro::plan::kIssueProbeImages : 1;
-    o.seq_len = maestro::plan::kIssueProbeTokens;
-    o.steps = steps;
-    o.phases = true;
+    const runtime::SectionSpeedOptions o = runtime::IssueProbeOptions(desc, cuda, steps);
     auto speed = runtime::MeasureSectionTraining(desc, o);
     if (!speed.ok()) throw std::runtime_error(std::string("issue probe ") + name + ": " + speed.status().ToString());
     auto pass = compiler::PredictSectionPass(

@@ -512,13 +512,7 @@ Status MeasureKernelFloor(const ProfileRun& run, json* profile) {
 // (cli/issue_calibration.h) into training_issue_us.
 Status MeasureIssueProbe(const ProfileRun& run, json* profile) {
   const plan::ModelDesc desc = plan::IssueProbeVit();
-  SectionSpeedOptions speed_options;
-  speed_options.device = run.device_kind;
-  speed_options.precision = run.gpu ? "mixed" : "fp32";
-  speed_options.micro_batch = plan::kIssueProbeImages;
-  speed_options.warmup = 3;
-  speed_options.steps = run.gpu ? 20 : std::max(3, run.o.repeats);
-  speed_options.phases = true;
+  const SectionSpeedOptions speed_options = IssueProbeOptions(desc, run.gpu, run.gpu ? 20 : std::max(3, run.o.repeats));
   StatusOr<SectionSpeed> speed = Status::Internal("not measured");
   try {
     speed = MeasureSectionTraining(desc, speed_options);

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "base/checks.h"
+#include "plan/issue_probe.h"
 #include "plan/loss_chunk.h"
 #include "runtime/models/decoder.h"
 #include "runtime/models/encoders.h"
@@ -174,6 +175,18 @@ Status CheckOptions(const plan::ModelDesc& desc, const SectionSpeedOptions& o) {
 }
 
 }  // namespace
+
+SectionSpeedOptions IssueProbeOptions(const plan::ModelDesc& probe, bool cuda, int steps) {
+  SectionSpeedOptions o;
+  o.device = cuda ? "cuda" : "cpu";
+  o.precision = cuda ? "mixed" : "fp32";
+  o.micro_batch = probe.kind == plan::ModelKind::kVit ? plan::kIssueProbeImages : 1;
+  o.seq_len = plan::kIssueProbeTokens;
+  o.warmup = 3;
+  o.steps = steps;
+  o.phases = true;
+  return o;
+}
 
 bool CudaUsable(std::string* why) {
   if (!torch::cuda::is_available()) {

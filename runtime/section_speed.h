@@ -31,7 +31,7 @@
 // between forward (the loss included), backward and the optimizer, and the
 // optimizer step alone `steps` times as fused AdamW (where available) and as
 // torch::optim::AdamW's loop.
-// May call: libtorch, runtime/models, runtime/vocab_loss, runtime/torch_compat.
+// May call: libtorch, runtime/models, runtime/vocab_loss, runtime/torch_compat, plan.
 // Thread-safety: one call at a time.
 #pragma once
 
@@ -85,5 +85,12 @@ bool CudaUsable(std::string* why);
 // when the device is CUDA and CudaUsable() is false; InvalidArgument for
 // another kind, device or precision.
 StatusOr<SectionSpeed> MeasureSectionTraining(const plan::ModelDesc& desc, const SectionSpeedOptions& options);
+
+// How an issue probe (plan/issue_probe.h: the ViT or the decoder) is timed:
+// micro-batch 1 (its images or one sequence of kIssueProbeTokens), the
+// runtime's precision on the device ("mixed" on CUDA, "fp32" on the CPU),
+// the phases apart, `steps` after 3 warm-up. `maestro profile --kernels`
+// and `maestro-bench gpu` both time it so.
+SectionSpeedOptions IssueProbeOptions(const plan::ModelDesc& probe, bool cuda, int steps);
 
 }  // namespace maestro::runtime
